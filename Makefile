@@ -1,0 +1,56 @@
+# ferroloader: every build, test, lint and bench command. `make help` lists them.
+SHELL := /bin/bash
+.DEFAULT_GOAL := help
+
+VENV ?= .venv
+PY := $(VENV)/bin/python
+FIXTURES := target/fixtures
+CARGO ?= cargo
+
+.PHONY: help deps venv fixtures build test test-rust lint fmt bench demo clean
+
+help: ## Show this help
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN{FS=":.*## "}{printf "  make %-10s %s\n", $$1, $$2}'
+
+deps: ## Install system packages the build needs (cmake, nasm for libjpeg-turbo) if missing
+	@scripts/install-deps.sh
+
+$(VENV)/.installed: requirements-dev.txt
+	@test -x $(PY) || python3 -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -r requirements-dev.txt
+	@touch $@
+
+venv: $(VENV)/.installed ## Create the Python venv (Pillow reference, maturin, pytest)
+
+$(FIXTURES)/.done: venv scripts/fixtures_decode.py scripts/fixtures_resize.py
+	@mkdir -p $(FIXTURES)
+	$(PY) scripts/fixtures_decode.py $(FIXTURES)/decode
+	$(PY) scripts/fixtures_resize.py $(FIXTURES)/resize
+	@touch $@
+
+fixtures: $(FIXTURES)/.done ## Generate the test corpus and Pillow reference outputs
+
+build: deps ## Build the Rust workspace
+	$(CARGO) build --workspace
+
+test-rust: deps fixtures ## Rust tests only
+	$(CARGO) test --workspace
+
+test: test-rust ## Run every test (installs what it needs first)
+
+fmt: ## Format the Rust code
+	$(CARGO) fmt --all
+
+lint: deps ## rustfmt check and clippy with warnings as errors
+	$(CARGO) fmt --all -- --check
+	$(CARGO) clippy --workspace --all-targets -- -D warnings
+
+bench: deps fixtures ## criterion benches (ops, fused vs op-by-op)
+	$(CARGO) bench --bench transforms
+
+demo: build ## Run the main job on an embedded default dataset
+	@echo "demo: not built yet (issue 6)"; exit 1
+
+clean: ## Remove build outputs and fixtures
+	$(CARGO) clean
