@@ -9,6 +9,7 @@ pub mod error;
 pub mod fused;
 pub mod image;
 pub mod resize;
+pub mod rng;
 pub mod spec;
 pub mod tensor;
 
