@@ -1,1 +1,344 @@
-//! (in progress)
+//! Crop geometry: torchvision's `RandomResizedCrop.get_params`, `center_crop` and the output
+//! size of `Resize(int)`, reproduced to the integer.
+//!
+//! Only rectangles and sizes are computed here; no pixel is touched (the crop itself is a view,
+//! [`crate::RgbView::crop`], and the resize lives in [`crate::resize`]). Must not use a
+//! different formula "because it is equivalent": every rounding below mirrors the Python
+//! (half-to-even `round`, truncating `int()`, floor `//`) and torch's float32 draws, because a
+//! crop one pixel off changes every output pixel.
+
+use crate::error::{Error, Result};
+use crate::image::CropRect;
+use crate::rng::TorchDraws;
+
+/// Python's `round()` on a float: nearest integer, ties to even.
+#[inline]
+fn py_round(x: f64) -> f64 {
+    x.round_ties_even()
+}
+
+/// Converts a rounded, non-negative, in-range float to `u32` (the callers bound it).
+#[inline]
+fn to_u32(x: f64) -> u32 {
+    // `as` saturates and maps NaN to 0; callers only pass values in [0, u32::MAX].
+    x as u32
+}
+
+/// torchvision's `RandomResizedCrop(size, scale, ratio)` parameters.
+///
+/// `get_params` follows `RandomResizedCrop.get_params` exactly: ten attempts at an area drawn
+/// from `scale * H * W` and a log-uniform aspect ratio from `ratio`, then the centered
+/// fallback. The resize to `size` is [`crate::resize`]'s job.
+#[derive(Clone, Copy, Debug, PartialEq, serde::Serialize)]
+pub struct RandomResizedCrop {
+    size: (u32, u32),
+    scale: (f64, f64),
+    ratio: (f64, f64),
+}
+
+/// torchvision's default `scale` for `RandomResizedCrop`.
+pub const DEFAULT_SCALE: (f64, f64) = (0.08, 1.0);
+/// torchvision's default `ratio` for `RandomResizedCrop`: `(3/4, 4/3)`.
+pub const DEFAULT_RATIO: (f64, f64) = (3.0 / 4.0, 4.0 / 3.0);
+
+impl RandomResizedCrop {
+    /// The transform with output `size` as `(height, width)`, area fraction range `scale` and
+    /// aspect ratio (width / height) range `ratio`.
+    ///
+    /// torchvision only warns when a range is given as `(max, min)` and then behaves oddly;
+    /// we reject it, along with non-finite or negative values, a zero size and ratios <= 0
+    /// (whose logarithm torch would turn into NaN).
+    pub fn new(size: (u32, u32), scale: (f64, f64), ratio: (f64, f64)) -> Result<Self> {
+        if size.0 == 0 || size.1 == 0 {
+            return Err(Error::invalid(
+                "size",
+                format!("{size:?} has a zero side; both must be at least 1"),
+            ));
+        }
+        if !(scale.0.is_finite() && scale.1.is_finite()) || scale.0 < 0.0 {
+            return Err(Error::invalid(
+                "scale",
+                format!("{scale:?}: both bounds must be finite and non-negative"),
+            ));
+        }
+        if scale.0 > scale.1 {
+            return Err(Error::invalid(
+                "scale",
+                format!("{scale:?} should be of kind (min, max)"),
+            ));
+        }
+        if !(ratio.0.is_finite() && ratio.1.is_finite()) || ratio.0 <= 0.0 {
+            return Err(Error::invalid(
+                "ratio",
+                format!("{ratio:?}: both bounds must be finite and positive"),
+            ));
+        }
+        if ratio.0 > ratio.1 {
+            return Err(Error::invalid(
+                "ratio",
+                format!("{ratio:?} should be of kind (min, max)"),
+            ));
+        }
+        Ok(RandomResizedCrop { size, scale, ratio })
+    }
+
+    /// `RandomResizedCrop(size)` with torchvision's default scale and ratio.
+    pub fn with_defaults(size: (u32, u32)) -> Result<Self> {
+        Self::new(size, DEFAULT_SCALE, DEFAULT_RATIO)
+    }
+
+    /// Output size as `(height, width)`.
+    pub fn size(&self) -> (u32, u32) {
+        self.size
+    }
+
+    /// Area fraction range `(min, max)`.
+    pub fn scale(&self) -> (f64, f64) {
+        self.scale
+    }
+
+    /// Aspect ratio (width / height) range `(min, max)`.
+    pub fn ratio(&self) -> (f64, f64) {
+        self.ratio
+    }
+
+    /// The crop for a `width` x `height` image, drawn from `draws` in torch's order:
+    /// per attempt one scale draw, one log-ratio draw and, when the attempt fits, the row
+    /// then the column offset.
+    ///
+    /// Returns a non-empty rectangle inside the image for any non-empty image. Where
+    /// torchvision's fallback would produce an empty crop (a ratio range so far from the
+    /// image's shape that the short side rounds to 0) it is widened to 1 pixel rather than
+    /// failing later in the resize as torchvision does. An empty image gives an empty rect.
+    pub fn get_params<D: TorchDraws + ?Sized>(
+        &self,
+        width: u32,
+        height: u32,
+        draws: &mut D,
+    ) -> CropRect {
+        if width == 0 || height == 0 {
+            return CropRect::full(width, height);
+        }
+        let area = f64::from(width) * f64::from(height);
+        // `torch.log(torch.tensor(ratio))`: the ratios become float32 before the log, which
+        // is taken in float32.
+        let log_lo = (self.ratio.0 as f32).ln();
+        let log_hi = (self.ratio.1 as f32).ln();
+        // `uniform_(scale[0], scale[1])` casts its bounds to the tensor's float32.
+        let (scale_lo, scale_hi) = (self.scale.0 as f32, self.scale.1 as f32);
+        for _ in 0..10 {
+            let target_area = area * f64::from(draws.uniform_f32(scale_lo, scale_hi));
+            // `torch.exp(...)` of a float32 tensor stays float32; `.item()` widens exactly.
+            let aspect_ratio = f64::from(draws.uniform_f32(log_lo, log_hi).exp());
+            let w = py_round((target_area * aspect_ratio).sqrt());
+            let h = py_round((target_area / aspect_ratio).sqrt());
+            if 0.0 < w && w <= f64::from(width) && 0.0 < h && h <= f64::from(height) {
+                let (w, h) = (to_u32(w), to_u32(h));
+                let top = draws.randint(height - h + 1);
+                let left = draws.randint(width - w + 1);
+                return CropRect {
+                    top,
+                    left,
+                    height: h,
+                    width: w,
+                };
+            }
+        }
+        self.fallback(width, height)
+    }
+
+    /// torchvision's centered fallback after ten failed attempts: the whole image, clamped to
+    /// the ratio range (here in float64: the fallback uses the Python floats, not float32).
+    pub fn fallback(&self, width: u32, height: u32) -> CropRect {
+        let in_ratio = f64::from(width) / f64::from(height);
+        let (min_ratio, max_ratio) = (
+            self.ratio.0.min(self.ratio.1),
+            self.ratio.0.max(self.ratio.1),
+        );
+        let (w, h) = if in_ratio < min_ratio {
+            // width / min_ratio < height, so the rounded value is at most `height`.
+            let h = py_round(f64::from(width) / min_ratio).min(f64::from(height));
+            (width, to_u32(h).max(1))
+        } else if in_ratio > max_ratio {
+            let w = py_round(f64::from(height) * max_ratio).min(f64::from(width));
+            (to_u32(w).max(1), height)
+        } else {
+            (width, height)
+        };
+        CropRect {
+            top: (height - h) / 2,
+            left: (width - w) / 2,
+            height: h,
+            width: w,
+        }
+    }
+}
+
+/// Python's `int(a / b)` for non-negative ints: a correctly rounded float division, then
+/// truncation. Done as Python does it, in f64: exact while `a` and `b` are below 2^53 (both
+/// convert exactly and one IEEE division is Python's correctly rounded quotient). Above that a
+/// quotient just below an integer could round up to it, so larger operands are rejected.
+fn py_int_div_trunc(a: u64, b: u64) -> Result<u64> {
+    const EXACT: u64 = 1 << 53;
+    if a >= EXACT || b >= EXACT || b == 0 {
+        return Err(Error::invalid(
+            "size",
+            format!("{a} / {b} is outside the sizes this op supports"),
+        ));
+    }
+    Ok((a as f64 / b as f64) as u64)
+}
+
+/// torchvision's `center_crop(img, [out_h, out_w])` on a `width` x `height` PIL image:
+/// top = `int(round((height - out_h) / 2.0))` (half to even), likewise left.
+///
+/// torchvision pads the image with zeros when the crop is larger than the image; we do not
+/// pad (the loader never asks for it: `CenterCrop` follows a `Resize` to at least the crop
+/// size) and return [`Error::InvalidArgument`] instead, as for a zero output size.
+pub fn center_crop_rect(width: u32, height: u32, out_h: u32, out_w: u32) -> Result<CropRect> {
+    if out_h == 0 || out_w == 0 {
+        return Err(Error::invalid(
+            "size",
+            format!("center crop to {out_h}x{out_w}: both sides must be at least 1"),
+        ));
+    }
+    if out_h > height || out_w > width {
+        return Err(Error::invalid(
+            "size",
+            format!(
+                "center crop of {out_h}x{out_w} (h x w) from a {width}x{height} image would need \
+                 padding, which is not supported"
+            ),
+        ));
+    }
+    // (d / 2.0) is exact in f64 for any u32 d, and so is its half-to-even rounding.
+    let top = py_round(f64::from(height - out_h) / 2.0);
+    let left = py_round(f64::from(width - out_w) / 2.0);
+    Ok(CropRect {
+        top: to_u32(top),
+        left: to_u32(left),
+        height: out_h,
+        width: out_w,
+    })
+}
+
+/// The size torchvision's `Resize(size, max_size=max_size)` gives a `width` x `height` image
+/// when `size` is an int (`_compute_resized_output_size`), returned as `(height, width)` like
+/// torchvision's `[new_h, new_w]`.
+///
+/// The shorter side becomes `size` and the longer `int(size * long / short)` (true division,
+/// then truncation); with `max_size`, a longer side above it is brought down to `max_size`
+/// and the shorter to `int(max_size * new_short / new_long)`.
+///
+/// Errors (`InvalidArgument`) where torchvision raises (`max_size <= size`) and where it would
+/// go on to fail: an empty image, `size == 0`, or a side that comes out 0 or beyond `u32`.
+pub fn resize_shorter_side(
+    width: u32,
+    height: u32,
+    size: u32,
+    max_size: Option<u32>,
+) -> Result<(u32, u32)> {
+    if width == 0 || height == 0 {
+        return Err(Error::invalid(
+            "image",
+            format!("cannot resize an empty {width}x{height} image"),
+        ));
+    }
+    if size == 0 {
+        return Err(Error::invalid("size", "must be at least 1"));
+    }
+    let (short, long) = if width <= height {
+        (width, height)
+    } else {
+        (height, width)
+    };
+    let mut new_short = u64::from(size);
+    let mut new_long = py_int_div_trunc(u64::from(size) * u64::from(long), u64::from(short))?;
+    if let Some(max_size) = max_size {
+        if max_size <= size {
+            return Err(Error::invalid(
+                "max_size",
+                format!(
+                    "max_size = {max_size} must be strictly greater than the requested size \
+                     for the smaller edge size = {size}"
+                ),
+            ));
+        }
+        if new_long > u64::from(max_size) {
+            new_short = py_int_div_trunc(u64::from(max_size) * new_short, new_long)?;
+            new_long = u64::from(max_size);
+        }
+    }
+    let (Ok(new_short), Ok(new_long)) = (u32::try_from(new_short), u32::try_from(new_long)) else {
+        return Err(Error::invalid(
+            "size",
+            format!("resizing {width}x{height} to shorter side {size} overflows"),
+        ));
+    };
+    if new_short == 0 || new_long == 0 {
+        return Err(Error::invalid(
+            "size",
+            format!("resizing {width}x{height} to shorter side {size} gives an empty image"),
+        ));
+    }
+    Ok(if width <= height {
+        (new_long, new_short)
+    } else {
+        (new_short, new_long)
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn py_round_is_half_to_even() {
+        assert_eq!(py_round(0.5), 0.0);
+        assert_eq!(py_round(1.5), 2.0);
+        assert_eq!(py_round(2.5), 2.0);
+        assert_eq!(py_round(2.5000001), 3.0);
+        assert_eq!(py_round(75.5), 76.0);
+    }
+
+    #[test]
+    fn python_int_division_truncates() {
+        assert_eq!(py_int_div_trunc(10, 3).ok(), Some(3));
+        assert_eq!(py_int_div_trunc(224 * 500, 375).ok(), Some(298));
+        // Just below an integer, still below 2^53: truncates like Python's int(a / b).
+        assert_eq!(py_int_div_trunc((1 << 52) - 1, 1 << 52).ok(), Some(0));
+        assert_eq!(py_int_div_trunc((1 << 53) - 1, 1).ok(), Some((1 << 53) - 1));
+        assert!(py_int_div_trunc(1 << 53, 3).is_err());
+        assert!(py_int_div_trunc(1, 0).is_err());
+    }
+
+    #[test]
+    fn invalid_configs_are_rejected() {
+        let bad = [
+            ((0, 224), DEFAULT_SCALE, DEFAULT_RATIO),
+            ((224, 224), (1.0, 0.08), DEFAULT_RATIO),
+            ((224, 224), DEFAULT_SCALE, (4.0 / 3.0, 0.75)),
+            ((224, 224), (-0.1, 1.0), DEFAULT_RATIO),
+            ((224, 224), (0.1, f64::NAN), DEFAULT_RATIO),
+            ((224, 224), DEFAULT_SCALE, (0.0, 1.0)),
+            ((224, 224), DEFAULT_SCALE, (0.5, f64::INFINITY)),
+        ];
+        for (size, scale, ratio) in bad {
+            assert!(
+                matches!(
+                    RandomResizedCrop::new(size, scale, ratio),
+                    Err(Error::InvalidArgument { .. })
+                ),
+                "{size:?} {scale:?} {ratio:?}"
+            );
+        }
+        assert!(RandomResizedCrop::new((1, 1), (0.5, 0.5), (1.0, 1.0)).is_ok());
+    }
+
+    #[test]
+    fn empty_image_gives_empty_rect_without_panicking() {
+        let rrc = RandomResizedCrop::with_defaults((224, 224)).expect("valid");
+        let mut rng = crate::rng::sample_rng(0, 0, 0);
+        assert_eq!(rrc.get_params(0, 10, &mut rng), CropRect::full(0, 10));
+    }
+}

@@ -1,1 +1,712 @@
-//! (in progress)
+//! The fused per-sample kernel: crop + Pillow bilinear resize + horizontal flip + to-tensor +
+//! normalize, written straight into the caller's output slot (a slot of a batch buffer).
+//!
+//! It produces exactly the numbers of the op-by-op chain
+//! `crop -> Resizer::resize -> hflip -> to_tensor -> Normalize::apply`:
+//! - the resize is the same code ([`Resizer::resize_into`]); the crop is a view;
+//! - the flip is folded into the resize's horizontal pass, which writes its outputs in
+//!   mirrored order (each output is the same integer sum, so this is exact);
+//! - each float is either looked up in a per-channel table of the 256 possible results, built
+//!   with the very functions the op-by-op path calls ([`to_tensor_value`], [`normalize_value`]),
+//!   or computed by SIMD arithmetic without divisions that was checked, at table-building
+//!   time, to give the table's bits for all 256 inputs of every channel. No arithmetic is
+//!   reordered or folded without that proof.
+//!
+//! Must not allocate per sample: the scratch row, the tables and the resizer's buffers live in
+//! [`FusedKernel`] and are reused. Must not decide anything random: the crop and the flip come
+//! in as arguments, drawn by the caller from the sample's RNG.
+
+use crate::error::{Error, Result};
+use crate::image::{CropRect, RgbView};
+use crate::resize::{Resizer, RowSink};
+use crate::tensor::{normalize_value, to_tensor_value, Normalize};
+
+/// What a sample becomes in its batch slot.
+#[derive(Clone, Copy, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum OutputKind {
+    /// float32 CHW, `(x / 255 - mean) / std` per channel: `ToTensor()` + `Normalize(mean, std)`.
+    F32Chw {
+        /// Per-channel means (float32, as torch converts them).
+        mean: [f32; 3],
+        /// Per-channel standard deviations; none may be zero.
+        std: [f32; 3],
+    },
+    /// float32 CHW, `x / 255`: `ToTensor()` without `Normalize`.
+    F32ChwUnnormalized,
+    /// uint8 CHW (`PILToTensor()`), for normalizing on the GPU.
+    U8Chw,
+    /// uint8 HWC, the packed RGB pixels.
+    U8Hwc,
+}
+
+impl OutputKind {
+    /// Values per sample of `h` x `w` pixels (all kinds have 3 channels).
+    pub fn elements_per_sample(&self, h: u32, w: u32) -> usize {
+        3 * h as usize * w as usize
+    }
+
+    /// Bytes per value: 4 for the float32 kinds, 1 for the uint8 ones.
+    pub fn element_size(&self) -> usize {
+        if self.is_f32() {
+            4
+        } else {
+            1
+        }
+    }
+
+    /// Bytes per sample of `h` x `w` pixels.
+    pub fn bytes_per_sample(&self, h: u32, w: u32) -> usize {
+        self.elements_per_sample(h, w) * self.element_size()
+    }
+
+    /// Whether the values are float32 (else uint8).
+    pub fn is_f32(&self) -> bool {
+        matches!(
+            self,
+            OutputKind::F32Chw { .. } | OutputKind::F32ChwUnnormalized
+        )
+    }
+
+    /// Errors if a `std` is zero or a mean/std is not finite.
+    pub fn validate(&self) -> Result<()> {
+        if let OutputKind::F32Chw { mean, std } = *self {
+            Normalize::new(mean, std)?;
+        }
+        Ok(())
+    }
+}
+
+/// The caller's output slot for one sample, typed by element.
+#[derive(Debug)]
+pub enum OutputSlot<'a> {
+    /// For [`OutputKind::F32Chw`] and [`OutputKind::F32ChwUnnormalized`].
+    F32(&'a mut [f32]),
+    /// For [`OutputKind::U8Chw`] and [`OutputKind::U8Hwc`].
+    U8(&'a mut [u8]),
+}
+
+impl OutputSlot<'_> {
+    fn len(&self) -> usize {
+        match self {
+            OutputSlot::F32(s) => s.len(),
+            OutputSlot::U8(s) => s.len(),
+        }
+    }
+}
+
+/// Which table is loaded, by the bits of its parameters.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum LutKey {
+    Empty,
+    Unnormalized,
+    Normalized([u32; 6]),
+}
+
+/// Per-worker context of the fused kernel. Reuse it for every sample.
+#[derive(Debug)]
+pub struct FusedKernel {
+    resizer: Resizer,
+    /// One resized row, packed RGB, before conversion.
+    row: Vec<u8>,
+    /// `lut[c][v]`: the float32 output for channel `c` and pixel value `v`.
+    lut: Box<[[f32; 256]; 3]>,
+    lut_key: LutKey,
+    /// The SIMD arithmetic for the loaded float kind, when it was verified to give the
+    /// table's bits for all 256 inputs of every channel (and the CPU has AVX2 and FMA).
+    fast: Option<convert::FastFloat>,
+}
+
+impl Default for FusedKernel {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl FusedKernel {
+    /// An empty context.
+    pub fn new() -> Self {
+        FusedKernel {
+            resizer: Resizer::new(),
+            row: Vec::new(),
+            lut: Box::new([[0.0; 256]; 3]),
+            lut_key: LutKey::Empty,
+            fast: None,
+        }
+    }
+
+    /// Crops `crop` (in `src`'s coordinates) out of `src`, resizes it to `size` = `(h, w)`
+    /// with Pillow's bilinear filter, mirrors it if `flip`, and writes it as `kind` into
+    /// `out`, which must hold exactly `kind.elements_per_sample(h, w)` values of the kind's
+    /// element type.
+    ///
+    /// Errors (`InvalidArgument`) if the crop does not fit in `src`, a size is 0, the slot has
+    /// the wrong type or length, or `kind` has a zero or non-finite std or mean.
+    pub fn run(
+        &mut self,
+        src: RgbView<'_>,
+        crop: CropRect,
+        size: (u32, u32),
+        flip: bool,
+        kind: &OutputKind,
+        out: OutputSlot<'_>,
+    ) -> Result<()> {
+        let (h, w) = size;
+        let view = src.crop(crop)?;
+        let expected = kind.elements_per_sample(h, w);
+        if out.len() != expected {
+            return Err(Error::invalid(
+                "out",
+                format!(
+                    "slot of {} values for a {kind:?} sample of {h}x{w}, expected {expected}",
+                    out.len()
+                ),
+            ));
+        }
+        let row_len = 3 * w as usize;
+        match (kind, out) {
+            (OutputKind::F32Chw { .. } | OutputKind::F32ChwUnnormalized, OutputSlot::F32(out)) => {
+                self.load_lut(kind)?;
+                if self.row.len() < row_len {
+                    self.row.resize(row_len, 0);
+                }
+                let mut sink = F32ChwSink {
+                    out,
+                    row: &mut self.row[..row_len],
+                    lut: &self.lut,
+                    fast: self.fast,
+                    width: w as usize,
+                    plane: h as usize * w as usize,
+                };
+                self.resizer.resize_into(view, h, w, flip, &mut sink)
+            }
+            (OutputKind::U8Chw, OutputSlot::U8(out)) => {
+                if self.row.len() < row_len {
+                    self.row.resize(row_len, 0);
+                }
+                let mut sink = U8ChwSink {
+                    out,
+                    row: &mut self.row[..row_len],
+                    width: w as usize,
+                    plane: h as usize * w as usize,
+                    avx2: convert::avx2(),
+                };
+                self.resizer.resize_into(view, h, w, flip, &mut sink)
+            }
+            (OutputKind::U8Hwc, OutputSlot::U8(out)) => {
+                let mut sink = U8HwcSink { out, row_len };
+                self.resizer.resize_into(view, h, w, flip, &mut sink)
+            }
+            (kind, out) => Err(Error::invalid(
+                "out",
+                format!(
+                    "a {} slot cannot hold a {kind:?} sample",
+                    match out {
+                        OutputSlot::F32(_) => "float32",
+                        OutputSlot::U8(_) => "uint8",
+                    }
+                ),
+            )),
+        }
+    }
+
+    /// Fills the table for a float kind unless it is already loaded.
+    fn load_lut(&mut self, kind: &OutputKind) -> Result<()> {
+        let key = match *kind {
+            OutputKind::F32Chw { mean, std } => {
+                let b = |v: f32| v.to_bits();
+                LutKey::Normalized([
+                    b(mean[0]),
+                    b(mean[1]),
+                    b(mean[2]),
+                    b(std[0]),
+                    b(std[1]),
+                    b(std[2]),
+                ])
+            }
+            _ => LutKey::Unnormalized,
+        };
+        if key == self.lut_key {
+            return Ok(());
+        }
+        let fast = match *kind {
+            OutputKind::F32Chw { mean, std } => {
+                Normalize::new(mean, std)?;
+                for (c, table) in self.lut.iter_mut().enumerate() {
+                    for (v, slot) in table.iter_mut().enumerate() {
+                        *slot = normalize_value(to_tensor_value(v as u8), mean[c], std[c]);
+                    }
+                }
+                convert::FastFloat::normalized(mean, std)
+            }
+            _ => {
+                for table in self.lut.iter_mut() {
+                    for (v, slot) in table.iter_mut().enumerate() {
+                        *slot = to_tensor_value(v as u8);
+                    }
+                }
+                convert::FastFloat::unnormalized()
+            }
+        };
+        // Only 256 values per channel can occur, so checking them all proves the fast
+        // arithmetic equal to torch's for this kind; where it is not, the table is used.
+        self.fast = (convert::fma() && fast.matches(&self.lut)).then_some(fast);
+        self.lut_key = key;
+        Ok(())
+    }
+}
+
+/// The three `width`-long rows `y` of the planes of a CHW sample.
+fn plane_rows<T>(out: &mut [T], plane: usize, width: usize, y: usize) -> [&mut [T]; 3] {
+    let (r, gb) = out.split_at_mut(plane);
+    let (g, b) = gb.split_at_mut(plane);
+    let at = y * width..(y + 1) * width;
+    [&mut r[at.clone()], &mut g[at.clone()], &mut b[at]]
+}
+
+/// Converts each resized row into the three float planes, with the verified SIMD arithmetic
+/// or through the tables. (The flip happened in the resize.)
+struct F32ChwSink<'a> {
+    out: &'a mut [f32],
+    row: &'a mut [u8],
+    lut: &'a [[f32; 256]; 3],
+    fast: Option<convert::FastFloat>,
+    width: usize,
+    plane: usize,
+}
+
+impl RowSink for F32ChwSink<'_> {
+    fn row_mut(&mut self, _y: usize) -> &mut [u8] {
+        self.row
+    }
+
+    fn row_done(&mut self, y: usize) {
+        let planes = plane_rows(self.out, self.plane, self.width, y);
+        convert::f32_row(self.fast.as_ref(), self.row, self.lut, planes);
+    }
+}
+
+/// Splits each resized row into the three uint8 planes.
+struct U8ChwSink<'a> {
+    out: &'a mut [u8],
+    row: &'a mut [u8],
+    width: usize,
+    plane: usize,
+    avx2: bool,
+}
+
+impl RowSink for U8ChwSink<'_> {
+    fn row_mut(&mut self, _y: usize) -> &mut [u8] {
+        self.row
+    }
+
+    fn row_done(&mut self, y: usize) {
+        let planes = plane_rows(self.out, self.plane, self.width, y);
+        convert::u8_row(self.avx2, self.row, planes);
+    }
+}
+
+/// Resizes straight into the slot's rows.
+struct U8HwcSink<'a> {
+    out: &'a mut [u8],
+    row_len: usize,
+}
+
+impl RowSink for U8HwcSink<'_> {
+    fn row_mut(&mut self, y: usize) -> &mut [u8] {
+        &mut self.out[y * self.row_len..(y + 1) * self.row_len]
+    }
+
+    fn row_done(&mut self, _y: usize) {}
+}
+
+/// Packed RGB rows to planar rows: table lookups (float kinds) or plain bytes.
+mod convert {
+    /// Whether this CPU runs AVX2.
+    pub(super) fn avx2() -> bool {
+        #[cfg(target_arch = "x86_64")]
+        {
+            std::arch::is_x86_feature_detected!("avx2")
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        {
+            false
+        }
+    }
+
+    /// Whether this CPU runs AVX2 and FMA.
+    pub(super) fn fma() -> bool {
+        #[cfg(target_arch = "x86_64")]
+        {
+            std::arch::is_x86_feature_detected!("avx2")
+                && std::arch::is_x86_feature_detected!("fma")
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        {
+            false
+        }
+    }
+
+    /// `1 / 255` rounded to float32.
+    const RECIP_255: f32 = 1.0 / 255.0;
+
+    /// The float kinds' arithmetic without divisions: each IEEE division `a / b` becomes
+    /// `q = a * (1/b)` corrected once with the exact residual `a - q b` (an FMA):
+    /// `q + (a - q b) (1/b)`. That is the correctly rounded quotient for nearly all inputs;
+    /// [`FastFloat::matches`] checks all 256 a channel can see before it is used.
+    #[derive(Clone, Copy, Debug)]
+    pub(super) struct FastFloat {
+        normalize: bool,
+        mean: [f32; 3],
+        std: [f32; 3],
+        recip: [f32; 3],
+    }
+
+    impl FastFloat {
+        /// `(v / 255 - mean) / std`.
+        pub(super) fn normalized(mean: [f32; 3], std: [f32; 3]) -> Self {
+            FastFloat {
+                normalize: true,
+                mean,
+                std,
+                recip: std.map(|s| 1.0 / s),
+            }
+        }
+
+        /// `v / 255`.
+        pub(super) fn unnormalized() -> Self {
+            FastFloat {
+                normalize: false,
+                mean: [0.0; 3],
+                std: [1.0; 3],
+                recip: [1.0; 3],
+            }
+        }
+
+        /// The SIMD kernel's operations on one value, in scalar form (`mul_add` is the same
+        /// single-rounding FMA as `vfmadd`).
+        pub(super) fn value(&self, v: u8, c: usize) -> f32 {
+            let x = f32::from(v);
+            let q = x * RECIP_255;
+            let t = (-q).mul_add(255.0, x).mul_add(RECIP_255, q);
+            if !self.normalize {
+                return t;
+            }
+            let y = t - self.mean[c];
+            let q = y * self.recip[c];
+            (-q).mul_add(self.std[c], y).mul_add(self.recip[c], q)
+        }
+
+        /// Whether every value of every channel equals the reference table's, bit for bit.
+        pub(super) fn matches(&self, lut: &[[f32; 256]; 3]) -> bool {
+            lut.iter().enumerate().all(|(c, table)| {
+                (0..=255u8).all(|v| self.value(v, c).to_bits() == table[usize::from(v)].to_bits())
+            })
+        }
+    }
+
+    /// `planes[c][x] = lut[c][row[3x + c]]`, computed with `fast` where given (the caller
+    /// verified it and the CPU's AVX2 and FMA), looked up otherwise.
+    #[cfg_attr(not(target_arch = "x86_64"), allow(unused_mut))]
+    pub(super) fn f32_row(
+        fast: Option<&FastFloat>,
+        row: &[u8],
+        lut: &[[f32; 256]; 3],
+        mut planes: [&mut [f32]; 3],
+    ) {
+        let done = match fast {
+            #[cfg(target_arch = "x86_64")]
+            // SAFETY: `fast` is only set after `fma()` saw AVX2 and FMA.
+            Some(fast) => unsafe { x86::f32_row(row, fast, &mut planes) },
+            _ => 0,
+        };
+        let [r, g, b] = planes;
+        let tail = row[3 * done..].chunks_exact(3);
+        for (((px, r), g), b) in tail
+            .zip(&mut r[done..])
+            .zip(&mut g[done..])
+            .zip(&mut b[done..])
+        {
+            *r = lut[0][usize::from(px[0])];
+            *g = lut[1][usize::from(px[1])];
+            *b = lut[2][usize::from(px[2])];
+        }
+    }
+
+    /// `planes[c][x] = row[3x + c]`.
+    #[cfg_attr(not(target_arch = "x86_64"), allow(unused_mut))]
+    pub(super) fn u8_row(avx2: bool, row: &[u8], mut planes: [&mut [u8]; 3]) {
+        let done = if avx2 {
+            #[cfg(target_arch = "x86_64")]
+            // SAFETY: the caller saw `is_x86_feature_detected!("avx2")`.
+            unsafe {
+                x86::u8_row(row, &mut planes)
+            }
+            #[cfg(not(target_arch = "x86_64"))]
+            0
+        } else {
+            0
+        };
+        let [r, g, b] = planes;
+        let tail = row[3 * done..].chunks_exact(3);
+        for (((px, r), g), b) in tail
+            .zip(&mut r[done..])
+            .zip(&mut g[done..])
+            .zip(&mut b[done..])
+        {
+            *r = px[0];
+            *g = px[1];
+            *b = px[2];
+        }
+    }
+
+    /// 8 pixels per step: two overlapping 16-byte loads, and per channel two `pshufb`s that
+    /// pick its 8 bytes (`3i + c`) from whichever load holds them.
+    #[cfg(target_arch = "x86_64")]
+    mod x86 {
+        use std::arch::x86_64::*;
+
+        /// Masks for channel `c`: from the load at byte 0 (`[..16]`) and the one at byte 8.
+        const fn masks(c: usize) -> ([u8; 16], [u8; 16]) {
+            let mut lo = [0x80u8; 16];
+            let mut hi = [0x80u8; 16];
+            let mut i = 0;
+            while i < 8 {
+                let at = 3 * i + c;
+                if at < 16 {
+                    lo[i] = at as u8;
+                } else {
+                    hi[i] = (at - 8) as u8;
+                }
+                i += 1;
+            }
+            (lo, hi)
+        }
+
+        const MASKS: [([u8; 16], [u8; 16]); 3] = [masks(0), masks(1), masks(2)];
+
+        /// Channel `c` of pixels `8g..8g + 8` in the low 8 bytes.
+        ///
+        /// # Safety
+        /// AVX2; `row` holds at least `24 (g + 1)` bytes.
+        #[inline(always)]
+        unsafe fn channel(row: &[u8], g: usize, c: usize) -> __m128i {
+            // SAFETY: bytes `24g .. 24g + 24` are in `row` (caller), the masks are constants.
+            unsafe {
+                let p = row.as_ptr().add(24 * g);
+                let a = _mm_loadu_si128(p.cast());
+                let b = _mm_loadu_si128(p.add(8).cast());
+                let (ml, mh) = &MASKS[c];
+                _mm_or_si128(
+                    _mm_shuffle_epi8(a, _mm_loadu_si128(ml.as_ptr().cast())),
+                    _mm_shuffle_epi8(b, _mm_loadu_si128(mh.as_ptr().cast())),
+                )
+            }
+        }
+
+        /// Converts the first `8 * floor(n / 8)` pixels with [`super::FastFloat`]'s
+        /// arithmetic and returns how many.
+        ///
+        /// # Safety
+        /// AVX2 and FMA. (Bounds: checked here.)
+        #[target_feature(enable = "avx2,fma")]
+        pub(super) unsafe fn f32_row(
+            row: &[u8],
+            fast: &super::FastFloat,
+            planes: &mut [&mut [f32]; 3],
+        ) -> usize {
+            let n = (row.len() / 3).min(planes.iter().map(|p| p.len()).min().unwrap_or(0));
+            let groups = n / 8;
+            // SAFETY: group `g < n / 8` reads row bytes below `24 (g + 1) <= 3n` and writes
+            // plane values `8g .. 8g + 8 <= n`.
+            unsafe {
+                let r255 = _mm256_set1_ps(super::RECIP_255);
+                let k255 = _mm256_set1_ps(255.0);
+                for g in 0..groups {
+                    for (c, plane) in planes.iter_mut().enumerate() {
+                        let v = _mm256_cvtepu8_epi32(channel(row, g, c));
+                        let x = _mm256_cvtepi32_ps(v);
+                        let q = _mm256_mul_ps(x, r255);
+                        let mut z = _mm256_fmadd_ps(_mm256_fnmadd_ps(q, k255, x), r255, q);
+                        if fast.normalize {
+                            let (m, s) = (fast.mean[c], fast.std[c]);
+                            let r = _mm256_set1_ps(fast.recip[c]);
+                            let y = _mm256_sub_ps(z, _mm256_set1_ps(m));
+                            let q = _mm256_mul_ps(y, r);
+                            z = _mm256_fmadd_ps(_mm256_fnmadd_ps(q, _mm256_set1_ps(s), y), r, q);
+                        }
+                        _mm256_storeu_ps(plane.as_mut_ptr().add(8 * g), z);
+                    }
+                }
+            }
+            8 * groups
+        }
+
+        /// Splits the first `8 * floor(n / 8)` pixels and returns how many.
+        ///
+        /// # Safety
+        /// AVX2.
+        #[target_feature(enable = "avx2")]
+        pub(super) unsafe fn u8_row(row: &[u8], planes: &mut [&mut [u8]; 3]) -> usize {
+            let n = (row.len() / 3).min(planes.iter().map(|p| p.len()).min().unwrap_or(0));
+            let groups = n / 8;
+            // SAFETY: as in `f32_row`: reads below `3n`, 8-byte writes below `n`.
+            unsafe {
+                for g in 0..groups {
+                    for (c, plane) in planes.iter_mut().enumerate() {
+                        let dst = plane.as_mut_ptr().add(8 * g);
+                        _mm_storel_epi64(dst.cast(), channel(row, g, c));
+                    }
+                }
+            }
+            8 * groups
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::image::RgbImage;
+
+    #[test]
+    fn sizes_per_sample() {
+        let n = OutputKind::F32Chw {
+            mean: [0.5; 3],
+            std: [0.5; 3],
+        };
+        assert_eq!(n.elements_per_sample(224, 224), 150_528);
+        assert_eq!(n.bytes_per_sample(224, 224), 602_112);
+        assert_eq!(OutputKind::U8Hwc.bytes_per_sample(2, 3), 18);
+        assert_eq!(OutputKind::F32ChwUnnormalized.element_size(), 4);
+        assert_eq!(OutputKind::U8Chw.element_size(), 1);
+    }
+
+    #[test]
+    fn serde_names_are_stable() {
+        let k = OutputKind::F32Chw {
+            mean: [0.5, 0.25, 0.0],
+            std: [1.0, 2.0, 4.0],
+        };
+        let s = serde_json::to_string(&k).expect("serializes");
+        assert_eq!(
+            s,
+            r#"{"kind":"f32_chw","mean":[0.5,0.25,0.0],"std":[1.0,2.0,4.0]}"#
+        );
+        assert_eq!(serde_json::from_str::<OutputKind>(&s).ok(), Some(k));
+        let u: OutputKind = serde_json::from_str(r#"{"kind":"u8_hwc"}"#).expect("parses");
+        assert_eq!(u, OutputKind::U8Hwc);
+        let f: OutputKind =
+            serde_json::from_str(r#"{"kind":"f32_chw_unnormalized"}"#).expect("parses");
+        assert_eq!(f, OutputKind::F32ChwUnnormalized);
+    }
+
+    fn reference_lut(mean: [f32; 3], std: [f32; 3]) -> [[f32; 256]; 3] {
+        let mut lut = [[0.0; 256]; 3];
+        for (c, table) in lut.iter_mut().enumerate() {
+            for (v, slot) in table.iter_mut().enumerate() {
+                *slot = normalize_value(to_tensor_value(v as u8), mean[c], std[c]);
+            }
+        }
+        lut
+    }
+
+    #[test]
+    fn fast_float_arithmetic_is_verified_exhaustively() {
+        // The usual normalizations take the division-free path...
+        for (mean, std) in [
+            ([0.485, 0.456, 0.406], [0.229, 0.224, 0.225]),
+            ([0.5, 0.5, 0.5], [0.5, 0.5, 0.5]),
+        ] {
+            let fast = convert::FastFloat::normalized(mean, std);
+            assert!(fast.matches(&reference_lut(mean, std)), "{mean:?} {std:?}");
+        }
+        let mut unit = [[0.0; 256]; 3];
+        for table in unit.iter_mut() {
+            for (v, slot) in table.iter_mut().enumerate() {
+                *slot = to_tensor_value(v as u8);
+            }
+        }
+        assert!(convert::FastFloat::unnormalized().matches(&unit));
+        // ...and the check does catch arithmetic that is off by an ulp somewhere.
+        let (mean, std) = ([0.485, 0.456, 0.406], [0.229, 0.224, 0.225]);
+        let mut lut = reference_lut(mean, std);
+        lut[1][200] = f32::from_bits(lut[1][200].to_bits() + 1);
+        assert!(!convert::FastFloat::normalized(mean, std).matches(&lut));
+    }
+
+    #[test]
+    fn bad_slots_and_params_are_errors() {
+        let img = RgbImage::from_raw(4, 4, vec![7; 48]).expect("sizes match");
+        let mut k = FusedKernel::new();
+        let full = CropRect::full(4, 4);
+        let mut f = vec![0.0f32; 12];
+        let mut b = vec![0u8; 12];
+        // Wrong element type.
+        assert!(k
+            .run(
+                img.view(),
+                full,
+                (2, 2),
+                false,
+                &OutputKind::U8Chw,
+                OutputSlot::F32(&mut f)
+            )
+            .is_err());
+        // Wrong length.
+        assert!(k
+            .run(
+                img.view(),
+                full,
+                (2, 3),
+                false,
+                &OutputKind::U8Hwc,
+                OutputSlot::U8(&mut b)
+            )
+            .is_err());
+        // Zero std.
+        let zero = OutputKind::F32Chw {
+            mean: [0.0; 3],
+            std: [1.0, 0.0, 1.0],
+        };
+        assert!(zero.validate().is_err());
+        assert!(k
+            .run(
+                img.view(),
+                full,
+                (2, 2),
+                false,
+                &zero,
+                OutputSlot::F32(&mut f)
+            )
+            .is_err());
+        // Crop outside the image.
+        let outside = CropRect {
+            top: 3,
+            left: 0,
+            height: 2,
+            width: 2,
+        };
+        assert!(k
+            .run(
+                img.view(),
+                outside,
+                (2, 2),
+                false,
+                &OutputKind::U8Hwc,
+                OutputSlot::U8(&mut b)
+            )
+            .is_err());
+        // And a valid call works after the failures.
+        k.run(
+            img.view(),
+            full,
+            (2, 2),
+            true,
+            &OutputKind::U8Hwc,
+            OutputSlot::U8(&mut b),
+        )
+        .expect("valid");
+        assert!(b.iter().all(|&v| v == 7));
+    }
+}

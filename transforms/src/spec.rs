@@ -1,1 +1,837 @@
-//! (in progress)
+//! The declarative pipeline: torchvision's op names and arguments in, an execution plan out.
+//!
+//! A [`PipelineSpec`] is what users write (or what `from_torchvision` produces); [`Pipeline`]
+//! checks it once, decides whether the crop can drive a region-of-interest decode and whether the
+//! ops fuse, and then runs samples. It must not own threads, files or a profiler: the caller
+//! passes bytes, a per-sample RNG and an [`OpObserver`] that sees every op's boundaries.
+
+use serde::{Deserialize, Serialize};
+
+use crate::crop::{center_crop_rect, resize_shorter_side, RandomResizedCrop};
+use crate::decode::{DecodeContext, DecodeOptions, Decoder};
+use crate::error::{Error, Result};
+use crate::fused::{FusedKernel, OutputKind, OutputSlot};
+use crate::image::{CropRect, RgbImage, RgbView};
+use crate::resize::Resizer;
+use crate::rng::SampleRng;
+use crate::tensor;
+
+/// `int` (square, or the shorter side for `Resize`) or `[height, width]`, as torchvision takes it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum Size {
+    /// One number.
+    Int(u32),
+    /// `[height, width]`.
+    Pair([u32; 2]),
+}
+
+impl Size {
+    fn square_or_pair(self) -> (u32, u32) {
+        match self {
+            Size::Int(s) => (s, s),
+            Size::Pair([h, w]) => (h, w),
+        }
+    }
+}
+
+/// Interpolation modes. Only torchvision's default for these ops (antialiased bilinear on PIL
+/// images) is implemented; naming another is a deserialization error, not a silent substitute.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Interpolation {
+    /// Pillow's `BILINEAR` with antialias (support widened by the downscale factor).
+    #[default]
+    Bilinear,
+}
+
+fn default_scale() -> [f64; 2] {
+    [0.08, 1.0]
+}
+
+fn default_ratio() -> [f64; 2] {
+    [3.0 / 4.0, 4.0 / 3.0]
+}
+
+fn default_flip_p() -> f64 {
+    0.5
+}
+
+fn default_true() -> bool {
+    true
+}
+
+/// One op, named and parameterized as in `torchvision.transforms`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "op", deny_unknown_fields)]
+pub enum OpSpec {
+    /// `RandomResizedCrop(size, scale=(0.08, 1.0), ratio=(3/4, 4/3))`.
+    RandomResizedCrop {
+        /// Output size.
+        size: Size,
+        /// Range of the crop's area as a fraction of the image's; default `[0.08, 1.0]`.
+        #[serde(default = "default_scale")]
+        scale: [f64; 2],
+        /// Range of the crop's aspect ratio (w / h); default `[3/4, 4/3]`.
+        #[serde(default = "default_ratio")]
+        ratio: [f64; 2],
+        /// Default `bilinear`.
+        #[serde(default)]
+        interpolation: Interpolation,
+        /// Default `true`; PIL images are always antialiased, so `false` is rejected.
+        #[serde(default = "default_true")]
+        antialias: bool,
+    },
+    /// `Resize(size, max_size=None)`: an int resizes the shorter side, a pair sets both.
+    Resize {
+        /// Shorter side, or `[height, width]`.
+        size: Size,
+        /// Cap on the longer side when `size` is an int; default none.
+        #[serde(default)]
+        max_size: Option<u32>,
+        /// Default `bilinear`.
+        #[serde(default)]
+        interpolation: Interpolation,
+        /// Default `true`.
+        #[serde(default = "default_true")]
+        antialias: bool,
+    },
+    /// `CenterCrop(size)`.
+    CenterCrop {
+        /// Output size.
+        size: Size,
+    },
+    /// `RandomHorizontalFlip(p=0.5)`.
+    RandomHorizontalFlip {
+        /// Probability of flipping; default 0.5.
+        #[serde(default = "default_flip_p")]
+        p: f64,
+    },
+    /// `ToTensor()`: u8 HWC to f32 CHW in [0, 1].
+    ToTensor,
+    /// `PILToTensor()`: u8 HWC to u8 CHW.
+    #[serde(rename = "PILToTensor")]
+    PilToTensor,
+    /// `Normalize(mean, std)` per channel.
+    Normalize {
+        /// Per-channel mean.
+        mean: [f32; 3],
+        /// Per-channel standard deviation, non-zero.
+        std: [f32; 3],
+    },
+}
+
+/// Element type of the samples written into batch buffers.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum OutputDtype {
+    /// As the torchvision pipeline produces: `float32` CHW after `ToTensor`/`Normalize`.
+    #[default]
+    Float32,
+    /// `uint8` pixels, 4x less memory and bandwidth; `ToTensor`/`Normalize` are left to the
+    /// consumer (typically on the GPU), see [`Pipeline::deferred_normalize`].
+    Uint8,
+}
+
+/// Memory layout of `uint8` output (`float32` output is always CHW, as torchvision's).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Layout {
+    /// Channels first, `[3, H, W]`.
+    #[default]
+    Chw,
+    /// Channels last, `[H, W, 3]`.
+    Hwc,
+}
+
+/// How a sample's ops run.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Execution {
+    /// Crop, resize, flip, to-tensor and normalize in one pass into the output slot.
+    #[default]
+    Fused,
+    /// Each op on its own buffer, one observer span each: for profiling each op and for parity.
+    OpByOp,
+}
+
+fn default_max_pixels() -> u64 {
+    DecodeOptions::default().max_pixels
+}
+
+/// A whole per-sample pipeline: decode options, ops and output format.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PipelineSpec {
+    /// The ops, in torchvision order.
+    pub ops: Vec<OpSpec>,
+    /// JPEG decoder; default `turbo` (libjpeg-turbo, Pillow-exact).
+    #[serde(default)]
+    pub decoder: Decoder,
+    /// Default `float32`.
+    #[serde(default)]
+    pub output: OutputDtype,
+    /// Layout of `uint8` output; default `chw`.
+    #[serde(default)]
+    pub layout: Layout,
+    /// Decode only the region a random crop needs when the decoder can (exact); default `true`.
+    #[serde(default = "default_true")]
+    pub roi_decode: bool,
+    /// DCT-scaled decode (1/2, 1/4, 1/8) when the crop is much larger than the output.
+    /// Faster, NOT pixel-exact with Pillow; default `false`.
+    #[serde(default)]
+    pub dct_scaling: bool,
+    /// Default `fused`.
+    #[serde(default)]
+    pub execution: Execution,
+    /// Decode-bomb limit in pixels; default 178,956,970 (Pillow's).
+    #[serde(default = "default_max_pixels")]
+    pub max_pixels: u64,
+}
+
+impl PipelineSpec {
+    /// A spec with these ops and every other field at its default.
+    pub fn new(ops: Vec<OpSpec>) -> Self {
+        PipelineSpec {
+            ops,
+            decoder: Decoder::default(),
+            output: OutputDtype::default(),
+            layout: Layout::default(),
+            roi_decode: true,
+            dct_scaling: false,
+            execution: Execution::default(),
+            max_pixels: default_max_pixels(),
+        }
+    }
+
+    /// torchvision's ImageNet training pipeline: `RandomResizedCrop(size)`,
+    /// `RandomHorizontalFlip()`, `ToTensor()`, `Normalize(IMAGENET_MEAN, IMAGENET_STD)`.
+    pub fn imagenet_train(size: u32) -> Self {
+        Self::new(vec![
+            OpSpec::RandomResizedCrop {
+                size: Size::Int(size),
+                scale: default_scale(),
+                ratio: default_ratio(),
+                interpolation: Interpolation::Bilinear,
+                antialias: true,
+            },
+            OpSpec::RandomHorizontalFlip { p: 0.5 },
+            OpSpec::ToTensor,
+            OpSpec::Normalize {
+                mean: IMAGENET_MEAN,
+                std: IMAGENET_STD,
+            },
+        ])
+    }
+
+    /// torchvision's ImageNet evaluation pipeline: `Resize(resize)`, `CenterCrop(crop)`,
+    /// `ToTensor()`, `Normalize(IMAGENET_MEAN, IMAGENET_STD)`.
+    pub fn imagenet_eval(resize: u32, crop: u32) -> Self {
+        Self::new(vec![
+            OpSpec::Resize {
+                size: Size::Int(resize),
+                max_size: None,
+                interpolation: Interpolation::Bilinear,
+                antialias: true,
+            },
+            OpSpec::CenterCrop {
+                size: Size::Int(crop),
+            },
+            OpSpec::ToTensor,
+            OpSpec::Normalize {
+                mean: IMAGENET_MEAN,
+                std: IMAGENET_STD,
+            },
+        ])
+    }
+
+    /// Chained setter for [`PipelineSpec::decoder`].
+    pub fn decoder(mut self, decoder: Decoder) -> Self {
+        self.decoder = decoder;
+        self
+    }
+
+    /// Chained setter for [`PipelineSpec::output`].
+    pub fn output(mut self, output: OutputDtype) -> Self {
+        self.output = output;
+        self
+    }
+
+    /// Chained setter for [`PipelineSpec::layout`].
+    pub fn layout(mut self, layout: Layout) -> Self {
+        self.layout = layout;
+        self
+    }
+
+    /// Chained setter for [`PipelineSpec::roi_decode`].
+    pub fn roi_decode(mut self, on: bool) -> Self {
+        self.roi_decode = on;
+        self
+    }
+
+    /// Chained setter for [`PipelineSpec::dct_scaling`].
+    pub fn dct_scaling(mut self, on: bool) -> Self {
+        self.dct_scaling = on;
+        self
+    }
+
+    /// Chained setter for [`PipelineSpec::execution`].
+    pub fn execution(mut self, execution: Execution) -> Self {
+        self.execution = execution;
+        self
+    }
+
+    /// Chained setter for [`PipelineSpec::max_pixels`].
+    pub fn max_pixels(mut self, max_pixels: u64) -> Self {
+        self.max_pixels = max_pixels;
+        self
+    }
+}
+
+/// ImageNet channel means, as in torchvision's reference scripts.
+pub const IMAGENET_MEAN: [f32; 3] = [0.485, 0.456, 0.406];
+/// ImageNet channel standard deviations, as in torchvision's reference scripts.
+pub const IMAGENET_STD: [f32; 3] = [0.229, 0.224, 0.225];
+
+/// The ops an [`OpObserver`] sees. Reading the file and collating are the loader's, not here.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Op {
+    /// Bytes to RGB pixels (full or region of interest), color conversion included.
+    Decode,
+    /// Drawing the random crop parameters (and the flip coin).
+    CropParams,
+    /// Copying the crop out (op-by-op only).
+    Crop,
+    /// Resizing (op-by-op, or the whole-image resize of an eval pipeline).
+    Resize,
+    /// Horizontal flip (op-by-op only).
+    Flip,
+    /// u8 HWC to f32 CHW (op-by-op only).
+    ToTensor,
+    /// Per-channel normalization (op-by-op only).
+    Normalize,
+    /// Crop + resize + flip + to-tensor + normalize in one pass.
+    Fused,
+}
+
+impl Op {
+    /// Every op, in pipeline order.
+    pub const ALL: [Op; 8] = [
+        Op::Decode,
+        Op::CropParams,
+        Op::Crop,
+        Op::Resize,
+        Op::Flip,
+        Op::ToTensor,
+        Op::Normalize,
+        Op::Fused,
+    ];
+
+    /// The name spans and summaries use.
+    pub fn name(self) -> &'static str {
+        match self {
+            Op::Decode => "decode",
+            Op::CropParams => "crop_params",
+            Op::Crop => "crop",
+            Op::Resize => "resize",
+            Op::Flip => "flip",
+            Op::ToTensor => "to_tensor",
+            Op::Normalize => "normalize",
+            Op::Fused => "fused",
+        }
+    }
+}
+
+/// Sees the boundaries of every op a sample runs through (the profiler's attachment point).
+/// Both hooks default to nothing, so `&mut ()` observes nothing at no cost.
+pub trait OpObserver {
+    /// Called right before `op` starts.
+    fn enter(&mut self, op: Op) {
+        let _ = op;
+    }
+    /// Called right after `op` ends, also when it failed.
+    fn exit(&mut self, op: Op) {
+        let _ = op;
+    }
+}
+
+impl OpObserver for () {}
+
+/// Runs `f` as op `op` for `obs`.
+#[inline]
+fn observed<T>(obs: &mut dyn OpObserver, op: Op, f: impl FnOnce() -> T) -> T {
+    obs.enter(op);
+    let out = f();
+    obs.exit(op);
+    out
+}
+
+/// What a sample's run did, for tests and the profiler's per-sample records.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SampleReport {
+    /// Source image width.
+    pub width: u32,
+    /// Source image height.
+    pub height: u32,
+    /// The crop taken from the source (the whole image when the pipeline does not crop first).
+    pub crop: CropRect,
+    /// Whether the sample was flipped.
+    pub flipped: bool,
+}
+
+/// The geometric part of a plan, reduced to what the fused kernel needs.
+#[derive(Clone, Debug, PartialEq)]
+enum Geometry {
+    /// Random crop of the source, resized to the output.
+    RandomResizedCrop(RandomResizedCrop),
+    /// Resize the whole image (shorter side or exact), then optionally center-crop.
+    Resize {
+        size: Size,
+        max_size: Option<u32>,
+        center_crop: Option<(u32, u32)>,
+    },
+    /// Center crop of the source at its own resolution.
+    CenterCrop((u32, u32)),
+}
+
+/// A checked, planned [`PipelineSpec`]; immutable and shared by every worker.
+#[derive(Clone, Debug)]
+pub struct Pipeline {
+    spec: PipelineSpec,
+    geometry: Geometry,
+    flip_p: f64,
+    output: OutputKind,
+    deferred_normalize: Option<([f32; 3], [f32; 3])>,
+    out_h: u32,
+    out_w: u32,
+}
+
+/// Per-worker scratch of a [`Pipeline`]: decoder handle, resizer, intermediate images.
+/// Reused across samples so the steady state allocates nothing.
+#[derive(Debug)]
+pub struct PipelineContext {
+    decode: DecodeContext,
+    kernel: FusedKernel,
+    resizer: Resizer,
+    decoded: RgbImage,
+    stage_a: RgbImage,
+    stage_b: RgbImage,
+}
+
+fn bad_order(reason: &str) -> Error {
+    Error::invalid(
+        "ops",
+        format!(
+            "{reason}; supported: RandomResizedCrop | Resize [CenterCrop] | CenterCrop, then \
+             [RandomHorizontalFlip], then ToTensor [Normalize] or PILToTensor"
+        ),
+    )
+}
+
+fn check_size(name: &'static str, (h, w): (u32, u32)) -> Result<(u32, u32)> {
+    if h == 0 || w == 0 {
+        return Err(Error::invalid(
+            name,
+            format!("size {h}x{w} must be positive"),
+        ));
+    }
+    Ok((h, w))
+}
+
+impl Pipeline {
+    /// Checks `spec` and plans its execution.
+    pub fn new(spec: PipelineSpec) -> Result<Self> {
+        let mut ops = spec.ops.iter().peekable();
+        let (geometry, (out_h, out_w)) = match ops.next() {
+            Some(OpSpec::RandomResizedCrop {
+                size,
+                scale,
+                ratio,
+                antialias,
+                ..
+            }) => {
+                if !antialias {
+                    return Err(Error::invalid(
+                        "antialias",
+                        "PIL images are always resized with antialias; false is not supported",
+                    ));
+                }
+                let size = check_size("size", size.square_or_pair())?;
+                let rrc = RandomResizedCrop::new(size, (scale[0], scale[1]), (ratio[0], ratio[1]))?;
+                (Geometry::RandomResizedCrop(rrc), size)
+            }
+            Some(OpSpec::Resize {
+                size,
+                max_size,
+                antialias,
+                ..
+            }) => {
+                if !antialias {
+                    return Err(Error::invalid(
+                        "antialias",
+                        "PIL images are always resized with antialias; false is not supported",
+                    ));
+                }
+                if let Size::Pair(pair) = size {
+                    check_size("size", (pair[0], pair[1]))?;
+                    if max_size.is_some() {
+                        return Err(Error::invalid(
+                            "max_size",
+                            "only allowed when size is an int (torchvision's rule)",
+                        ));
+                    }
+                }
+                let center_crop = match ops.peek() {
+                    Some(OpSpec::CenterCrop { size }) => {
+                        let crop = check_size("size", size.square_or_pair())?;
+                        ops.next();
+                        Some(crop)
+                    }
+                    _ => None,
+                };
+                let out_size =
+                    match (center_crop, size) {
+                        (Some(crop), _) => crop,
+                        (None, Size::Pair([h, w])) => (*h, *w),
+                        (None, Size::Int(_)) => return Err(bad_order(
+                            "Resize(int) alone leaves the output size depending on each image, \
+                             so samples cannot be batched; add CenterCrop",
+                        )),
+                    };
+                (
+                    Geometry::Resize {
+                        size: *size,
+                        max_size: *max_size,
+                        center_crop,
+                    },
+                    out_size,
+                )
+            }
+            Some(OpSpec::CenterCrop { size }) => {
+                let size = check_size("size", size.square_or_pair())?;
+                (Geometry::CenterCrop(size), size)
+            }
+            _ => {
+                return Err(bad_order(
+                    "the pipeline must start with an op that fixes the output size",
+                ))
+            }
+        };
+        let flip_p = match ops.peek() {
+            Some(OpSpec::RandomHorizontalFlip { p }) => {
+                let p = *p;
+                if !(0.0..=1.0).contains(&p) {
+                    return Err(Error::invalid("p", format!("{p} is not a probability")));
+                }
+                ops.next();
+                p
+            }
+            _ => 0.0,
+        };
+        let (float, mut normalize) = match (ops.next(), ops.next()) {
+            (Some(OpSpec::ToTensor), None) => (true, None),
+            (Some(OpSpec::ToTensor), Some(OpSpec::Normalize { mean, std })) => {
+                if std.iter().any(|s| *s == 0.0 || !s.is_finite()) {
+                    return Err(Error::invalid(
+                        "std",
+                        format!("{std:?} must be finite and non-zero"),
+                    ));
+                }
+                (true, Some((*mean, *std)))
+            }
+            (Some(OpSpec::PilToTensor), None) => (false, None),
+            (None, None) => (false, None),
+            _ => return Err(bad_order("unexpected op after the geometric ops")),
+        };
+        if ops.next().is_some() {
+            return Err(bad_order("ops after Normalize"));
+        }
+        if !float && spec.output == OutputDtype::Float32 {
+            return Err(Error::invalid(
+                "output",
+                "float32 output needs ToTensor; use output=uint8 with PILToTensor",
+            ));
+        }
+        let (output, deferred_normalize) = match spec.output {
+            OutputDtype::Float32 => match normalize.take() {
+                Some((mean, std)) => (OutputKind::F32Chw { mean, std }, None),
+                None => (OutputKind::F32ChwUnnormalized, None),
+            },
+            OutputDtype::Uint8 => (
+                match spec.layout {
+                    Layout::Chw => OutputKind::U8Chw,
+                    Layout::Hwc => OutputKind::U8Hwc,
+                },
+                normalize.take(),
+            ),
+        };
+        Ok(Pipeline {
+            spec,
+            geometry,
+            flip_p,
+            output,
+            deferred_normalize,
+            out_h,
+            out_w,
+        })
+    }
+
+    /// The spec this pipeline was planned from.
+    pub fn spec(&self) -> &PipelineSpec {
+        &self.spec
+    }
+
+    /// What each sample is written as.
+    pub fn output_kind(&self) -> OutputKind {
+        self.output
+    }
+
+    /// Output `(height, width)`.
+    pub fn output_size(&self) -> (u32, u32) {
+        (self.out_h, self.out_w)
+    }
+
+    /// Shape of one sample: `[3, H, W]`, or `[H, W, 3]` for `uint8` HWC.
+    pub fn sample_shape(&self) -> [usize; 3] {
+        let (h, w) = (self.out_h as usize, self.out_w as usize);
+        match self.output {
+            OutputKind::U8Hwc => [h, w, 3],
+            _ => [3, h, w],
+        }
+    }
+
+    /// Elements per sample.
+    pub fn sample_len(&self) -> usize {
+        3 * self.out_h as usize * self.out_w as usize
+    }
+
+    /// With `uint8` output, the `Normalize(mean, std)` left for the consumer to apply
+    /// (`(x / 255 - mean) / std`), so a GPU can finish what the spec asked for.
+    pub fn deferred_normalize(&self) -> Option<([f32; 3], [f32; 3])> {
+        self.deferred_normalize
+    }
+
+    /// Per-worker scratch for [`Pipeline::run`].
+    pub fn new_context(&self) -> Result<PipelineContext> {
+        let options = DecodeOptions::default()
+            .decoder(self.spec.decoder)
+            .max_pixels(self.spec.max_pixels);
+        Ok(PipelineContext {
+            decode: DecodeContext::new(options)?,
+            kernel: FusedKernel::new(),
+            resizer: Resizer::new(),
+            decoded: RgbImage::new(),
+            stage_a: RgbImage::new(),
+            stage_b: RgbImage::new(),
+        })
+    }
+
+    /// Decodes `bytes` and runs the ops, writing one sample into `out`. Random draws come from
+    /// `rng` in a fixed order (crop, then flip), so fused and op-by-op runs give the same sample.
+    pub fn run(
+        &self,
+        bytes: &[u8],
+        rng: &mut SampleRng,
+        ctx: &mut PipelineContext,
+        out: OutputSlot<'_>,
+        obs: &mut dyn OpObserver,
+    ) -> Result<SampleReport> {
+        self.check_slot(&out)?;
+        match self.spec.execution {
+            Execution::Fused => self.run_fused(bytes, rng, ctx, out, obs),
+            Execution::OpByOp => self.run_op_by_op(bytes, rng, ctx, out, obs),
+        }
+    }
+
+    fn check_slot(&self, out: &OutputSlot<'_>) -> Result<()> {
+        let (len, float) = match out {
+            OutputSlot::F32(s) => (s.len(), true),
+            OutputSlot::U8(s) => (s.len(), false),
+        };
+        let want_float = self.output.is_f32();
+        if float != want_float || len != self.sample_len() {
+            return Err(Error::invalid(
+                "out",
+                format!(
+                    "slot of {len} {} elements, the pipeline writes {} {}",
+                    if float { "f32" } else { "u8" },
+                    self.sample_len(),
+                    if want_float { "f32" } else { "u8" },
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Draws the flip coin after the crop, as torchvision's Compose order does.
+    fn draw_flip(&self, rng: &mut SampleRng) -> bool {
+        self.flip_p > 0.0 && tensor::draw_flip(rng, self.flip_p)
+    }
+
+    fn run_fused(
+        &self,
+        bytes: &[u8],
+        rng: &mut SampleRng,
+        ctx: &mut PipelineContext,
+        out: OutputSlot<'_>,
+        obs: &mut dyn OpObserver,
+    ) -> Result<SampleReport> {
+        let PipelineContext {
+            decode,
+            kernel,
+            resizer,
+            decoded,
+            stage_a,
+            ..
+        } = ctx;
+        match &self.geometry {
+            Geometry::RandomResizedCrop(rrc) => {
+                let info = observed(obs, Op::Decode, || decode.info(bytes))?;
+                let (crop, flipped) = observed(obs, Op::CropParams, || {
+                    let crop = rrc.get_params(info.width, info.height, rng);
+                    (crop, self.draw_flip(rng))
+                });
+                let inner = observed(obs, Op::Decode, || {
+                    if self.spec.dct_scaling {
+                        decode
+                            .decode_region_scaled(bytes, crop, self.out_h, self.out_w, decoded)
+                            .map(|(rect, _)| rect)
+                    } else if self.spec.roi_decode {
+                        decode.decode_region(bytes, crop, decoded)
+                    } else {
+                        decode.decode(bytes, decoded).map(|_| crop)
+                    }
+                })?;
+                observed(obs, Op::Fused, || {
+                    let size = (self.out_h, self.out_w);
+                    kernel.run(decoded.view(), inner, size, flipped, &self.output, out)
+                })?;
+                Ok(SampleReport {
+                    width: info.width,
+                    height: info.height,
+                    crop,
+                    flipped,
+                })
+            }
+            Geometry::Resize { .. } | Geometry::CenterCrop(_) => {
+                let info = observed(obs, Op::Decode, || decode.decode(bytes, decoded))?;
+                let flipped = observed(obs, Op::CropParams, || self.draw_flip(rng));
+                let (src, rect, crop) = self.eval_source(decoded, resizer, stage_a, obs)?;
+                observed(obs, Op::Fused, || {
+                    let size = (self.out_h, self.out_w);
+                    kernel.run(src, rect, size, flipped, &self.output, out)
+                })?;
+                Ok(SampleReport {
+                    width: info.width,
+                    height: info.height,
+                    crop,
+                    flipped,
+                })
+            }
+        }
+    }
+
+    /// For eval pipelines: the view the final crop is taken from (the resized image when the
+    /// pipeline resizes first; Pillow resizes the whole image, then crops, and so do we).
+    fn eval_source<'a>(
+        &self,
+        decoded: &'a RgbImage,
+        resizer: &mut Resizer,
+        resized: &'a mut RgbImage,
+        obs: &mut dyn OpObserver,
+    ) -> Result<(RgbView<'a>, CropRect, CropRect)> {
+        let (w, h) = (decoded.width(), decoded.height());
+        match &self.geometry {
+            Geometry::Resize {
+                size,
+                max_size,
+                center_crop,
+            } => {
+                let (rh, rw) = match size {
+                    Size::Int(s) => resize_shorter_side(w, h, *s, *max_size)?,
+                    Size::Pair([ph, pw]) => (*ph, *pw),
+                };
+                observed(obs, Op::Resize, || {
+                    resizer.resize(decoded.view(), rh, rw, resized)
+                })?;
+                let resized: &'a RgbImage = resized;
+                let rect = match center_crop {
+                    Some((ch, cw)) => center_crop_rect(rw, rh, *ch, *cw)?,
+                    None => CropRect::full(rw, rh),
+                };
+                Ok((resized.view(), rect, CropRect::full(w, h)))
+            }
+            Geometry::CenterCrop((ch, cw)) => {
+                let rect = center_crop_rect(w, h, *ch, *cw)?;
+                Ok((decoded.view(), rect, rect))
+            }
+            Geometry::RandomResizedCrop(_) => Err(Error::invalid("ops", "not an eval pipeline")),
+        }
+    }
+
+    fn run_op_by_op(
+        &self,
+        bytes: &[u8],
+        rng: &mut SampleRng,
+        ctx: &mut PipelineContext,
+        out: OutputSlot<'_>,
+        obs: &mut dyn OpObserver,
+    ) -> Result<SampleReport> {
+        let PipelineContext {
+            decode,
+            resizer,
+            decoded,
+            stage_a,
+            stage_b,
+            ..
+        } = ctx;
+        let info = observed(obs, Op::Decode, || decode.decode(bytes, decoded))?;
+        let (crop, flipped) = observed(obs, Op::CropParams, || {
+            let crop = match &self.geometry {
+                Geometry::RandomResizedCrop(rrc) => rrc.get_params(info.width, info.height, rng),
+                _ => CropRect::full(info.width, info.height),
+            };
+            (crop, self.draw_flip(rng))
+        });
+        match &self.geometry {
+            Geometry::RandomResizedCrop(_) => {
+                observed(obs, Op::Crop, || {
+                    decoded.crop_view(crop).map(|v| v.to_image(stage_b))
+                })?;
+                observed(obs, Op::Resize, || {
+                    resizer.resize(stage_b.view(), self.out_h, self.out_w, stage_a)
+                })?;
+            }
+            _ => {
+                let (src, rect, _) = self.eval_source(decoded, resizer, stage_b, obs)?;
+                observed(obs, Op::Crop, || {
+                    src.crop(rect).map(|v| v.to_image(stage_a))
+                })?;
+            }
+        }
+        if flipped {
+            observed(obs, Op::Flip, || tensor::hflip(stage_a));
+        }
+        match (self.output, out) {
+            (OutputKind::F32ChwUnnormalized, OutputSlot::F32(dst)) => {
+                observed(obs, Op::ToTensor, || tensor::to_tensor(stage_a.view(), dst))?;
+            }
+            (OutputKind::F32Chw { mean, std }, OutputSlot::F32(dst)) => {
+                observed(obs, Op::ToTensor, || tensor::to_tensor(stage_a.view(), dst))?;
+                observed(obs, Op::Normalize, || tensor::normalize(dst, &mean, &std))?;
+            }
+            (OutputKind::U8Chw, OutputSlot::U8(dst)) => {
+                observed(obs, Op::ToTensor, || tensor::to_chw_u8(stage_a.view(), dst))?;
+            }
+            (OutputKind::U8Hwc, OutputSlot::U8(dst)) => dst.copy_from_slice(stage_a.as_raw()),
+            _ => return Err(Error::invalid("out", "slot type does not match the output")),
+        }
+        Ok(SampleReport {
+            width: info.width,
+            height: info.height,
+            crop,
+            flipped,
+        })
+    }
+}

@@ -1,0 +1,185 @@
+//! PNG, BMP, GIF (first frame), WebP and TIFF through the `image` crate, converted to RGB with
+//! Pillow's rules (convert.rs).
+//!
+//! The size is read from the header and checked against the pixel limit before `read_image`
+//! allocates or decodes anything; the `image` crate's own allocation limit is a second guard.
+//! Must not be used for JPEG (turbo.rs / zune.rs do that).
+
+use std::io::Cursor;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+
+use image::codecs::bmp::BmpDecoder;
+use image::codecs::gif::GifDecoder;
+use image::codecs::png::PngDecoder;
+use image::codecs::tiff::TiffDecoder;
+use image::codecs::webp::WebPDecoder;
+use image::error::ImageError;
+use image::{ColorType, ImageDecoder, Limits};
+
+use super::{check_limit, convert, Format};
+use crate::error::{Error, Result};
+use crate::image::RgbImage;
+
+/// The `image` crate's default allocation cap (512 MiB), raised so a 16-bit RGBA image right at
+/// the pixel limit still fits: 8 bytes a pixel, twice for the decoder's working buffers.
+fn limits(max_pixels: u64) -> Limits {
+    let mut limits = Limits::default();
+    limits.max_alloc = Some(max_pixels.saturating_mul(16).max(512 << 20));
+    limits
+}
+
+/// Width and height from the header only.
+pub(crate) fn dimensions(format: Format, bytes: &[u8], max_pixels: u64) -> Result<(u32, u32)> {
+    guarded(format, || {
+        with_decoder(
+            format,
+            bytes,
+            max_pixels,
+            |decoder| Ok(decoder.dimensions()),
+        )
+    })
+}
+
+/// Decodes `bytes` into `out` as RGB and returns the size.
+pub(crate) fn decode(
+    format: Format,
+    bytes: &[u8],
+    max_pixels: u64,
+    out: &mut RgbImage,
+    scratch: &mut Vec<u8>,
+) -> Result<(u32, u32)> {
+    guarded(format, || {
+        with_decoder(format, bytes, max_pixels, |decoder| {
+            read_rgb(format, decoder, max_pixels, out, scratch)
+        })
+    })
+}
+
+/// Runs `f`, turning a panic inside the `image` crate into [`Error::Corrupt`]: one bad file must
+/// not take a training run down.
+fn guarded<T>(format: Format, f: impl FnOnce() -> Result<T>) -> Result<T> {
+    catch_unwind(AssertUnwindSafe(f)).unwrap_or_else(|_| {
+        Err(Error::Corrupt {
+            format: format.name(),
+            detail: "the image decoder panicked on this input".to_string(),
+        })
+    })
+}
+
+/// Builds the decoder for `format` (which reads the header) and hands it to `f`.
+fn with_decoder<T>(
+    format: Format,
+    bytes: &[u8],
+    max_pixels: u64,
+    f: impl FnOnce(Box<dyn ImageDecoder + '_>) -> Result<T>,
+) -> Result<T> {
+    let cursor = Cursor::new(bytes);
+    let err = |e| map_error(format, e);
+    let mut decoder: Box<dyn ImageDecoder> = match format {
+        Format::Png => Box::new(PngDecoder::with_limits(cursor, limits(max_pixels)).map_err(err)?),
+        Format::Bmp => Box::new(BmpDecoder::new(cursor).map_err(err)?),
+        Format::Gif => Box::new(GifDecoder::new(cursor).map_err(err)?),
+        Format::WebP => Box::new(WebPDecoder::new(cursor).map_err(err)?),
+        Format::Tiff => Box::new(TiffDecoder::new(cursor).map_err(err)?),
+        Format::Jpeg => {
+            return Err(Error::invalid(
+                "format",
+                "JPEG is decoded by turbo.rs or zune.rs",
+            ))
+        }
+    };
+    decoder.set_limits(limits(max_pixels)).map_err(err)?;
+    f(decoder)
+}
+
+fn read_rgb(
+    format: Format,
+    decoder: Box<dyn ImageDecoder + '_>,
+    max_pixels: u64,
+    out: &mut RgbImage,
+    scratch: &mut Vec<u8>,
+) -> Result<(u32, u32)> {
+    let (w, h) = decoder.dimensions();
+    check_limit(w, h, max_pixels)?;
+    if w == 0 || h == 0 {
+        return Err(Error::Corrupt {
+            format: format.name(),
+            detail: format!("header claims {w}x{h}"),
+        });
+    }
+    let color = decoder.color_type();
+    let err = |e| map_error(format, e);
+    if color == ColorType::Rgb8 {
+        decoder.read_image(out.reset(w, h)).map_err(err)?;
+        return Ok((w, h));
+    }
+    let convert: fn(&[u8], &mut [u8]) = match color {
+        ColorType::L8 => convert::gray_to_rgb,
+        ColorType::La8 => convert::gray_alpha_to_rgb,
+        ColorType::Rgba8 => convert::rgba_to_rgb,
+        ColorType::L16 => convert::gray16_to_rgb,
+        ColorType::La16 => |s, d| convert::high_bytes_to_rgb(s, 2, d),
+        ColorType::Rgb16 => |s, d| convert::high_bytes_to_rgb(s, 3, d),
+        ColorType::Rgba16 => |s, d| convert::high_bytes_to_rgb(s, 4, d),
+        other => {
+            return Err(Error::Unsupported {
+                format: format.name(),
+                detail: format!("{other:?} pixels"),
+            })
+        }
+    };
+    let len = usize::try_from(decoder.total_bytes()).map_err(|_| Error::TooLarge {
+        width: w,
+        height: h,
+        pixels: u64::from(w) * u64::from(h),
+        limit: max_pixels,
+    })?;
+    if scratch.len() < len {
+        scratch.resize(len, 0);
+    }
+    let raw = &mut scratch[..len];
+    decoder.read_image(raw).map_err(err)?;
+    convert(raw, out.reset(w, h));
+    Ok((w, h))
+}
+
+/// Whether an I/O error in the chain says the data ended early.
+fn is_eof(e: &(dyn std::error::Error + 'static)) -> bool {
+    let mut cur = Some(e);
+    while let Some(err) = cur {
+        if let Some(io) = err.downcast_ref::<std::io::Error>() {
+            if io.kind() == std::io::ErrorKind::UnexpectedEof {
+                return true;
+            }
+        }
+        let text = err.to_string().to_ascii_lowercase();
+        if text.contains("unexpected end") || text.contains("unexpected eof") {
+            return true;
+        }
+        cur = err.source();
+    }
+    false
+}
+
+fn map_error(format: Format, e: ImageError) -> Error {
+    let name = format.name();
+    let detail = e.to_string();
+    match &e {
+        ImageError::Unsupported(_) => Error::Unsupported {
+            format: name,
+            detail,
+        },
+        ImageError::Limits(_) => Error::Unsupported {
+            format: name,
+            detail: format!("decoder memory limit: {detail}"),
+        },
+        _ if is_eof(&e) => Error::Truncated {
+            format: name,
+            detail,
+        },
+        _ => Error::Corrupt {
+            format: name,
+            detail,
+        },
+    }
+}

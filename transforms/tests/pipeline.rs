@@ -1,0 +1,425 @@
+//! The planned pipeline end to end on the decode corpus: every execution path (fused with
+//! region-of-interest decode, fused with full decode, op-by-op) gives the same sample, and
+//! specs written with torchvision's names parse, plan and fail as documented.
+
+use std::path::PathBuf;
+
+use ferroloader_transforms::decode::Decoder;
+use ferroloader_transforms::fused::{OutputKind, OutputSlot};
+use ferroloader_transforms::rng::sample_rng;
+use ferroloader_transforms::spec::{
+    Execution, Layout, Op, OpObserver, OpSpec, OutputDtype, Pipeline, PipelineSpec, Size,
+    IMAGENET_MEAN, IMAGENET_STD,
+};
+use ferroloader_transforms::Error;
+
+fn fixtures() -> PathBuf {
+    let dir = std::env::var_os("FERROLOADER_FIXTURES")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/fixtures"))
+        .join("decode");
+    assert!(
+        dir.join("manifest.json").exists(),
+        "{} has no manifest.json: run `make fixtures`",
+        dir.display()
+    );
+    dir
+}
+
+/// Every decodable image of the corpus (JPEG and the other formats), by name.
+fn corpus() -> Vec<(String, Vec<u8>)> {
+    let dir = fixtures();
+    let manifest: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(dir.join("manifest.json")).expect("manifest"))
+            .expect("manifest is JSON");
+    manifest["images"]
+        .as_array()
+        .expect("images list")
+        .iter()
+        .filter(|e| {
+            e["width"].as_u64().unwrap_or(0) * e["height"].as_u64().unwrap_or(0) < 4_000_000
+        })
+        .map(|e| {
+            let file = e["file"].as_str().expect("file name");
+            (
+                file.to_string(),
+                std::fs::read(dir.join(file)).expect("fixture readable"),
+            )
+        })
+        .collect()
+}
+
+fn run_f32(pipeline: &Pipeline, bytes: &[u8], seed: u64, index: u64) -> (Vec<f32>, bool) {
+    let mut ctx = pipeline.new_context().expect("context");
+    let mut out = vec![0f32; pipeline.sample_len()];
+    let report = pipeline
+        .run(
+            bytes,
+            &mut sample_rng(seed, 0, index),
+            &mut ctx,
+            OutputSlot::F32(&mut out),
+            &mut (),
+        )
+        .expect("runs");
+    (out, report.flipped)
+}
+
+fn run_u8(pipeline: &Pipeline, bytes: &[u8], seed: u64) -> Vec<u8> {
+    let mut ctx = pipeline.new_context().expect("context");
+    let mut out = vec![0u8; pipeline.sample_len()];
+    pipeline
+        .run(
+            bytes,
+            &mut sample_rng(seed, 0, 0),
+            &mut ctx,
+            OutputSlot::U8(&mut out),
+            &mut (),
+        )
+        .expect("runs");
+    out
+}
+
+#[test]
+fn train_pipeline_paths_agree_bit_for_bit() {
+    let base = PipelineSpec::imagenet_train(224);
+    let paths = [
+        Pipeline::new(base.clone()).expect("plans"),
+        Pipeline::new(base.clone().roi_decode(false)).expect("plans"),
+        Pipeline::new(base.clone().execution(Execution::OpByOp)).expect("plans"),
+    ];
+    let mut flips = 0;
+    let mut runs = 0;
+    for (name, bytes) in corpus() {
+        for seed in 0..6 {
+            let (reference, flipped) = run_f32(&paths[0], &bytes, seed, 7);
+            flips += usize::from(flipped);
+            runs += 1;
+            for other in &paths[1..] {
+                let (got, _) = run_f32(other, &bytes, seed, 7);
+                let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+                assert!(
+                    bits(&got) == bits(&reference),
+                    "{name} seed {seed}: {:?} differs from fused+roi",
+                    other.spec().execution
+                );
+            }
+        }
+    }
+    // Both branches of the flip were exercised.
+    assert!(flips > 0 && flips < runs, "{flips} flips in {runs} runs");
+}
+
+#[test]
+fn uint8_outputs_agree_and_match_the_float_path() {
+    let spec = PipelineSpec::imagenet_train(64).output(OutputDtype::Uint8);
+    let chw = Pipeline::new(spec.clone()).expect("plans");
+    let chw_op = Pipeline::new(spec.clone().execution(Execution::OpByOp)).expect("plans");
+    let hwc = Pipeline::new(spec.clone().layout(Layout::Hwc)).expect("plans");
+    assert_eq!(
+        chw.deferred_normalize(),
+        Some((IMAGENET_MEAN, IMAGENET_STD))
+    );
+    assert_eq!(hwc.sample_shape(), [64, 64, 3]);
+    let unnormalized = Pipeline::new(PipelineSpec::new(vec![
+        OpSpec::RandomResizedCrop {
+            size: Size::Int(64),
+            scale: [0.08, 1.0],
+            ratio: [0.75, 4.0 / 3.0],
+            interpolation: Default::default(),
+            antialias: true,
+        },
+        OpSpec::RandomHorizontalFlip { p: 0.5 },
+        OpSpec::ToTensor,
+    ]))
+    .expect("plans");
+    assert_eq!(unnormalized.output_kind(), OutputKind::F32ChwUnnormalized);
+    for (name, bytes) in corpus().into_iter().take(12) {
+        let a = run_u8(&chw, &bytes, 3);
+        assert_eq!(
+            a,
+            run_u8(&chw_op, &bytes, 3),
+            "{name}: u8 fused vs op-by-op"
+        );
+        let packed = run_u8(&hwc, &bytes, 3);
+        let plane = 64 * 64;
+        for p in 0..plane {
+            for c in 0..3 {
+                assert_eq!(packed[3 * p + c], a[c * plane + p], "{name}: HWC vs CHW");
+            }
+        }
+        let (float, _) = run_f32(&unnormalized, &bytes, 3, 0);
+        assert!(
+            a.iter()
+                .zip(&float)
+                .all(|(u, f)| *f == f32::from(*u) / 255.0),
+            "{name}"
+        );
+    }
+}
+
+#[test]
+fn eval_pipeline_paths_agree() {
+    let fused = Pipeline::new(PipelineSpec::imagenet_eval(256, 224)).expect("plans");
+    let op = Pipeline::new(PipelineSpec::imagenet_eval(256, 224).execution(Execution::OpByOp))
+        .expect("plans");
+    assert_eq!(fused.output_size(), (224, 224));
+    let mut ran = 0;
+    for (name, bytes) in corpus() {
+        let mut ctx = fused.new_context().expect("context");
+        let mut out = vec![0f32; fused.sample_len()];
+        // Images smaller than the crop after resizing cannot be center-cropped without padding.
+        let Ok(report) = fused.run(
+            &bytes,
+            &mut sample_rng(0, 0, 0),
+            &mut ctx,
+            OutputSlot::F32(&mut out),
+            &mut (),
+        ) else {
+            continue;
+        };
+        assert!(!report.flipped);
+        let (expected, _) = run_f32(&op, &bytes, 0, 0);
+        assert_eq!(out, expected, "{name}");
+        // Deterministic: no randomness in eval.
+        assert_eq!(run_f32(&fused, &bytes, 9, 9).0, out, "{name}");
+        ran += 1;
+    }
+    assert!(ran > 10, "only {ran} images ran the eval pipeline");
+}
+
+#[test]
+fn zune_backend_runs_the_same_pipeline() {
+    let turbo = Pipeline::new(PipelineSpec::imagenet_train(224)).expect("plans");
+    let zune =
+        Pipeline::new(PipelineSpec::imagenet_train(224).decoder(Decoder::Zune)).expect("plans");
+    let (name, bytes) = corpus()
+        .into_iter()
+        .find(|(n, _)| n == "jpeg_420_q95.jpg")
+        .expect("in corpus");
+    let (a, _) = run_f32(&turbo, &bytes, 1, 1);
+    let (b, _) = run_f32(&zune, &bytes, 1, 1);
+    // Same crop and flip; pixels differ by the decoders' few levels at most.
+    let max = a
+        .iter()
+        .zip(&b)
+        .map(|(x, y)| (x - y).abs())
+        .fold(0f32, f32::max);
+    assert!(
+        max < 6.0 / 255.0 / 0.224,
+        "{name}: max normalized difference {max}"
+    );
+}
+
+#[derive(Default)]
+struct Recorder(Vec<(bool, Op)>);
+
+impl OpObserver for Recorder {
+    fn enter(&mut self, op: Op) {
+        self.0.push((true, op));
+    }
+    fn exit(&mut self, op: Op) {
+        self.0.push((false, op));
+    }
+}
+
+#[test]
+fn observer_sees_balanced_op_spans() {
+    let (_, bytes) = corpus().into_iter().next().expect("corpus");
+    for (execution, expected) in [
+        (
+            Execution::Fused,
+            vec![Op::Decode, Op::CropParams, Op::Decode, Op::Fused],
+        ),
+        (
+            Execution::OpByOp,
+            vec![
+                Op::Decode,
+                Op::CropParams,
+                Op::Crop,
+                Op::Resize,
+                Op::ToTensor,
+                Op::Normalize,
+            ],
+        ),
+    ] {
+        // p = 0: never flips, so the op list is fixed.
+        let mut spec = PipelineSpec::imagenet_train(32).execution(execution);
+        spec.ops[1] = OpSpec::RandomHorizontalFlip { p: 0.0 };
+        let pipeline = Pipeline::new(spec).expect("plans");
+        let mut ctx = pipeline.new_context().expect("context");
+        let mut out = vec![0f32; pipeline.sample_len()];
+        let mut rec = Recorder::default();
+        pipeline
+            .run(
+                &bytes,
+                &mut sample_rng(0, 0, 0),
+                &mut ctx,
+                OutputSlot::F32(&mut out),
+                &mut rec,
+            )
+            .expect("runs");
+        let entered: Vec<Op> = rec
+            .0
+            .iter()
+            .filter(|(e, _)| *e)
+            .map(|(_, op)| *op)
+            .collect();
+        assert_eq!(entered, expected, "{execution:?}");
+        for pair in rec.0.chunks(2) {
+            assert_eq!(pair[0], (true, pair[1].1), "{execution:?}: spans nest");
+            assert!(!pair[1].0);
+        }
+    }
+}
+
+#[test]
+fn spec_parses_torchvision_names_and_round_trips() {
+    let json = r#"{
+        "ops": [
+            {"op": "RandomResizedCrop", "size": 224, "scale": [0.25, 1.0]},
+            {"op": "RandomHorizontalFlip"},
+            {"op": "ToTensor"},
+            {"op": "Normalize", "mean": [0.485, 0.456, 0.406], "std": [0.229, 0.224, 0.225]}
+        ],
+        "decoder": "zune",
+        "output": "float32"
+    }"#;
+    let spec: PipelineSpec = serde_json::from_str(json).expect("parses");
+    assert_eq!(spec.decoder, Decoder::Zune);
+    assert!(spec.roi_decode, "roi_decode defaults to true");
+    assert_eq!(spec.ops[1], OpSpec::RandomHorizontalFlip { p: 0.5 });
+    match &spec.ops[0] {
+        OpSpec::RandomResizedCrop {
+            size, scale, ratio, ..
+        } => {
+            assert_eq!(*size, Size::Int(224));
+            assert_eq!(*scale, [0.25, 1.0]);
+            assert_eq!(*ratio, [0.75, 4.0 / 3.0]);
+        }
+        other => panic!("parsed as {other:?}"),
+    }
+    let back: PipelineSpec =
+        serde_json::from_str(&serde_json::to_string(&spec).expect("serializes")).expect("parses");
+    assert_eq!(back, spec);
+    let planned = Pipeline::new(spec).expect("plans");
+    assert_eq!(planned.sample_shape(), [3, 224, 224]);
+
+    let eval: PipelineSpec = serde_json::from_str(
+        r#"{"ops": [{"op": "Resize", "size": 256}, {"op": "CenterCrop", "size": [224, 200]},
+                    {"op": "PILToTensor"}], "output": "uint8"}"#,
+    )
+    .expect("parses");
+    assert_eq!(
+        Pipeline::new(eval).expect("plans").sample_shape(),
+        [3, 224, 200]
+    );
+
+    for bad in [
+        r#"{"ops": [{"op": "ColorJitter", "brightness": 0.4}]}"#,
+        r#"{"ops": [{"op": "RandomResizedCrop", "size": 224, "interpolation": "nearest"}]}"#,
+        r#"{"ops": [{"op": "RandomResizedCrop", "size": 224, "sizes": 3}]}"#,
+    ] {
+        assert!(
+            serde_json::from_str::<PipelineSpec>(bad).is_err(),
+            "{bad} parsed"
+        );
+    }
+}
+
+fn plan_error(ops: Vec<OpSpec>) -> String {
+    match Pipeline::new(PipelineSpec::new(ops)) {
+        Err(err @ Error::InvalidArgument { .. }) => err.to_string(),
+        Err(other) => panic!("wrong error kind: {other}"),
+        Ok(_) => panic!("planned"),
+    }
+}
+
+#[test]
+fn bad_specs_are_invalid_arguments_naming_the_problem() {
+    let rrc = || OpSpec::RandomResizedCrop {
+        size: Size::Int(224),
+        scale: [0.08, 1.0],
+        ratio: [0.75, 4.0 / 3.0],
+        interpolation: Default::default(),
+        antialias: true,
+    };
+    assert!(plan_error(vec![OpSpec::ToTensor]).contains("must start with"));
+    assert!(plan_error(vec![
+        OpSpec::Resize {
+            size: Size::Int(256),
+            max_size: None,
+            interpolation: Default::default(),
+            antialias: true
+        },
+        OpSpec::ToTensor
+    ])
+    .contains("add CenterCrop"));
+    assert!(plan_error(vec![
+        rrc(),
+        OpSpec::ToTensor,
+        OpSpec::Normalize {
+            mean: [0.5; 3],
+            std: [0.5, 0.0, 0.5]
+        }
+    ])
+    .contains("`std`"));
+    assert!(plan_error(vec![
+        rrc(),
+        OpSpec::RandomHorizontalFlip { p: 1.5 },
+        OpSpec::ToTensor
+    ])
+    .contains("`p`"));
+    assert!(plan_error(vec![
+        rrc(),
+        OpSpec::Normalize {
+            mean: [0.5; 3],
+            std: [0.5; 3]
+        }
+    ])
+    .contains("after the geometric"));
+    assert!(plan_error(vec![rrc(), OpSpec::ToTensor, OpSpec::ToTensor]).contains("after"));
+    assert!(
+        plan_error(vec![rrc()]).contains("`output`"),
+        "float32 needs ToTensor"
+    );
+    let mut bad_scale = rrc();
+    if let OpSpec::RandomResizedCrop { scale, .. } = &mut bad_scale {
+        *scale = [1.0, 0.5];
+    }
+    assert!(plan_error(vec![bad_scale, OpSpec::ToTensor]).contains("scale"));
+
+    let pipeline = Pipeline::new(PipelineSpec::imagenet_train(8)).expect("plans");
+    let mut ctx = pipeline.new_context().expect("context");
+    let (_, bytes) = corpus().into_iter().next().expect("corpus");
+    let mut short = vec![0f32; 10];
+    let err = pipeline
+        .run(
+            &bytes,
+            &mut sample_rng(0, 0, 0),
+            &mut ctx,
+            OutputSlot::F32(&mut short),
+            &mut (),
+        )
+        .expect_err("slot too short");
+    assert!(err.to_string().contains("`out`"), "{err}");
+    let mut wrong_type = vec![0u8; pipeline.sample_len()];
+    assert!(pipeline
+        .run(
+            &bytes,
+            &mut sample_rng(0, 0, 0),
+            &mut ctx,
+            OutputSlot::U8(&mut wrong_type),
+            &mut ()
+        )
+        .is_err());
+    // Garbage bytes are a decode error, not a panic.
+    assert!(pipeline
+        .run(
+            b"<html>",
+            &mut sample_rng(0, 0, 0),
+            &mut ctx,
+            OutputSlot::F32(&mut vec![0f32; pipeline.sample_len()]),
+            &mut ()
+        )
+        .is_err());
+}

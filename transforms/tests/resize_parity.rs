@@ -1,0 +1,410 @@
+//! Pillow parity of the bilinear resize, and fused == op-by-op for every output kind.
+//!
+//! Reads the corpus `scripts/fixtures_resize.py` writes (`make fixtures`): sources, Pillow's
+//! `img.crop(box).resize((w, h), Image.BILINEAR)` for each case, and numpy's float32
+//! to-tensor + normalize values.
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::cell::Cell;
+use std::path::PathBuf;
+
+use ferroloader_transforms::crop::RandomResizedCrop;
+use ferroloader_transforms::fused::{FusedKernel, OutputKind, OutputSlot};
+use ferroloader_transforms::resize::Resizer;
+use ferroloader_transforms::rng::sample_rng;
+use ferroloader_transforms::tensor::{
+    hflip, normalize_value, to_chw_u8, to_tensor, to_tensor_value, Normalize,
+};
+use ferroloader_transforms::{CropRect, RgbImage};
+use serde::Deserialize;
+
+/// Counts this thread's allocations (and reallocations), to check that steady-state calls
+/// allocate nothing.
+struct Counting;
+
+thread_local! {
+    static ALLOCATIONS: Cell<u64> = const { Cell::new(0) };
+}
+
+// SAFETY: every method forwards to the system allocator unchanged; the counter is a
+// const-initialized thread-local without destructor, so touching it never allocates.
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        ALLOCATIONS.with(|n| n.set(n.get() + 1));
+        // SAFETY: same contract as ours.
+        unsafe { System.alloc(layout) }
+    }
+
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        // SAFETY: same contract as ours.
+        unsafe { System.dealloc(ptr, layout) }
+    }
+
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        ALLOCATIONS.with(|n| n.set(n.get() + 1));
+        // SAFETY: same contract as ours.
+        unsafe { System.realloc(ptr, layout, new_size) }
+    }
+}
+
+#[global_allocator]
+static ALLOCATOR: Counting = Counting;
+
+fn allocations() -> u64 {
+    ALLOCATIONS.with(Cell::get)
+}
+
+#[derive(Deserialize)]
+struct Manifest {
+    pillow: String,
+    images: Vec<ImageEntry>,
+    cases: Vec<Case>,
+    normalize: NormalizeRef,
+}
+
+#[derive(Deserialize)]
+struct ImageEntry {
+    name: String,
+    file: String,
+    width: u32,
+    height: u32,
+}
+
+#[derive(Deserialize)]
+struct Case {
+    image: String,
+    /// Pillow's box: left, top, right, bottom.
+    #[serde(rename = "box")]
+    bbox: [u32; 4],
+    out_w: u32,
+    out_h: u32,
+    file: String,
+    why: String,
+}
+
+impl Case {
+    fn rect(&self) -> CropRect {
+        let [left, top, right, bottom] = self.bbox;
+        CropRect {
+            top,
+            left,
+            height: bottom - top,
+            width: right - left,
+        }
+    }
+}
+
+#[derive(Deserialize)]
+struct NormalizeRef {
+    mean: [f64; 3],
+    std: [f64; 3],
+    bits: Vec<Vec<u32>>,
+}
+
+struct Corpus {
+    dir: PathBuf,
+    manifest: Manifest,
+    images: Vec<(String, RgbImage)>,
+}
+
+impl Corpus {
+    fn load() -> Corpus {
+        let root = std::env::var_os("FERROLOADER_FIXTURES")
+            .map(PathBuf::from)
+            .unwrap_or_else(|| {
+                PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/fixtures")
+            });
+        let dir = root.join("resize");
+        let text = std::fs::read_to_string(dir.join("manifest.json")).unwrap_or_else(|e| {
+            panic!(
+                "no resize fixtures at {} ({e}): run `make fixtures`",
+                dir.display()
+            )
+        });
+        let manifest: Manifest = serde_json::from_str(&text).expect("manifest parses");
+        let images = manifest
+            .images
+            .iter()
+            .map(|e| {
+                let data = std::fs::read(dir.join(&e.file)).expect("source readable");
+                let img = RgbImage::from_raw(e.width, e.height, data).expect("source size");
+                (e.name.clone(), img)
+            })
+            .collect();
+        Corpus {
+            dir,
+            manifest,
+            images,
+        }
+    }
+
+    fn image(&self, name: &str) -> &RgbImage {
+        &self
+            .images
+            .iter()
+            .find(|(n, _)| n == name)
+            .expect("case names a known image")
+            .1
+    }
+}
+
+/// Pixels (RGB triples) that differ, and the largest byte difference.
+fn compare(ours: &[u8], pillow: &[u8]) -> (usize, u8) {
+    assert_eq!(ours.len(), pillow.len());
+    let mut differing = 0;
+    let mut max = 0;
+    for (a, b) in ours.chunks_exact(3).zip(pillow.chunks_exact(3)) {
+        let d = a
+            .iter()
+            .zip(b)
+            .map(|(x, y)| x.abs_diff(*y))
+            .max()
+            .unwrap_or(0);
+        if d > 0 {
+            differing += 1;
+            max = max.max(d);
+        }
+    }
+    (differing, max)
+}
+
+#[test]
+fn resize_matches_pillow_bit_for_bit() {
+    let corpus = Corpus::load();
+    // One resizer for every case, as a worker would use it; each case runs twice so the second
+    // run goes through the coefficient cache.
+    let mut resizer = Resizer::new();
+    let mut out = RgbImage::new();
+    let (mut total_px, mut total_diff, mut worst) = (0usize, 0usize, 0u8);
+    for case in &corpus.manifest.cases {
+        let img = corpus.image(&case.image);
+        let view = img.crop_view(case.rect()).expect("box inside the image");
+        let want = std::fs::read(corpus.dir.join(&case.file)).expect("reference readable");
+        for pass in 0..2 {
+            resizer
+                .resize(view, case.out_h, case.out_w, &mut out)
+                .expect("valid sizes");
+            assert_eq!((out.width(), out.height()), (case.out_w, case.out_h));
+            let (diff, max) = compare(out.as_raw(), &want);
+            if diff > 0 {
+                println!(
+                    "{}: {} {:?} -> {}x{} ({}), pass {pass}: {diff} pixels differ, max {max}",
+                    case.file, case.image, case.bbox, case.out_w, case.out_h, case.why
+                );
+            }
+            total_px += want.len() / 3;
+            total_diff += diff;
+            worst = worst.max(max);
+        }
+    }
+    println!(
+        "Pillow {} parity: {} cases, {total_diff} of {total_px} pixels differ, max diff {worst}",
+        corpus.manifest.pillow,
+        corpus.manifest.cases.len()
+    );
+    assert!(worst <= 1, "a pixel is off by {worst}");
+    assert_eq!(total_diff, 0, "the resize is meant to be bit-exact");
+}
+
+#[test]
+fn to_tensor_and_normalize_match_numpy_float32() {
+    let corpus = Corpus::load();
+    let norm = &corpus.manifest.normalize;
+    for c in 0..3 {
+        let (m, s) = (norm.mean[c] as f32, norm.std[c] as f32);
+        for v in 0..=255u8 {
+            let ours = normalize_value(to_tensor_value(v), m, s).to_bits();
+            assert_eq!(ours, norm.bits[c][usize::from(v)], "channel {c} value {v}");
+        }
+    }
+}
+
+/// The op-by-op chain: crop (copy), resize, flip, then the output conversion.
+fn op_by_op(
+    img: &RgbImage,
+    rect: CropRect,
+    size: (u32, u32),
+    flip: bool,
+    kind: &OutputKind,
+) -> (Vec<f32>, Vec<u8>) {
+    let mut cropped = RgbImage::new();
+    img.crop_view(rect).expect("fits").to_image(&mut cropped);
+    let mut resized = RgbImage::new();
+    Resizer::new()
+        .resize(cropped.view(), size.0, size.1, &mut resized)
+        .expect("valid sizes");
+    if flip {
+        hflip(&mut resized);
+    }
+    let n = kind.elements_per_sample(size.0, size.1);
+    match *kind {
+        OutputKind::F32Chw { mean, std } => {
+            let mut t = vec![0.0; n];
+            to_tensor(resized.view(), &mut t).expect("length");
+            Normalize::new(mean, std)
+                .expect("valid")
+                .apply(&mut t)
+                .expect("planes");
+            (t, Vec::new())
+        }
+        OutputKind::F32ChwUnnormalized => {
+            let mut t = vec![0.0; n];
+            to_tensor(resized.view(), &mut t).expect("length");
+            (t, Vec::new())
+        }
+        OutputKind::U8Chw => {
+            let mut t = vec![0; n];
+            to_chw_u8(resized.view(), &mut t).expect("length");
+            (Vec::new(), t)
+        }
+        OutputKind::U8Hwc => (Vec::new(), resized.into_raw()),
+    }
+}
+
+#[test]
+fn fused_equals_op_by_op_for_every_kind_and_flip() {
+    let corpus = Corpus::load();
+    let kinds = [
+        OutputKind::F32Chw {
+            mean: [0.485, 0.456, 0.406],
+            std: [0.229, 0.224, 0.225],
+        },
+        OutputKind::F32Chw {
+            mean: [0.5, 0.5, 0.5],
+            std: [0.5, 0.5, 0.5],
+        },
+        OutputKind::F32ChwUnnormalized,
+        OutputKind::U8Chw,
+        OutputKind::U8Hwc,
+    ];
+    // One kernel and one slot buffer for everything: a stale table or a stale row from the
+    // previous sample would show up as a mismatch.
+    let mut kernel = FusedKernel::new();
+    let mut slot_f32 = Vec::new();
+    let mut slot_u8 = Vec::new();
+    let mut checked = 0;
+    for (i, case) in corpus.manifest.cases.iter().enumerate() {
+        // Every third case keeps the run time down while covering each path (copy, one pass,
+        // two passes, upscale) several times.
+        if i % 3 != 0 && case.out_w * case.out_h > 64 * 64 {
+            continue;
+        }
+        let img = corpus.image(&case.image);
+        let rect = case.rect();
+        let size = (case.out_h, case.out_w);
+        for kind in &kinds {
+            for flip in [false, true] {
+                let (want_f, want_u) = op_by_op(img, rect, size, flip, kind);
+                let n = kind.elements_per_sample(size.0, size.1);
+                if kind.is_f32() {
+                    slot_f32.clear();
+                    slot_f32.resize(n, f32::NAN);
+                    kernel
+                        .run(
+                            img.view(),
+                            rect,
+                            size,
+                            flip,
+                            kind,
+                            OutputSlot::F32(&mut slot_f32),
+                        )
+                        .expect("fused run");
+                    let same = slot_f32
+                        .iter()
+                        .zip(&want_f)
+                        .all(|(a, b)| a.to_bits() == b.to_bits());
+                    assert!(same, "{} {kind:?} flip={flip}: fused differs", case.file);
+                } else {
+                    slot_u8.clear();
+                    slot_u8.resize(n, 0xAA);
+                    kernel
+                        .run(
+                            img.view(),
+                            rect,
+                            size,
+                            flip,
+                            kind,
+                            OutputSlot::U8(&mut slot_u8),
+                        )
+                        .expect("fused run");
+                    assert!(
+                        slot_u8 == want_u,
+                        "{} {kind:?} flip={flip}: fused differs",
+                        case.file
+                    );
+                }
+                checked += 1;
+            }
+        }
+        // And the uint8 HWC output without flip is Pillow's image itself.
+        let want = std::fs::read(corpus.dir.join(&case.file)).expect("reference readable");
+        slot_u8.clear();
+        slot_u8.resize(want.len(), 0);
+        kernel
+            .run(
+                img.view(),
+                rect,
+                size,
+                false,
+                &OutputKind::U8Hwc,
+                OutputSlot::U8(&mut slot_u8),
+            )
+            .expect("fused run");
+        assert!(
+            slot_u8 == want,
+            "{}: fused u8 differs from Pillow",
+            case.file
+        );
+    }
+    println!("fused == op-by-op in {checked} runs");
+    assert!(checked > 100);
+}
+
+#[test]
+fn steady_state_allocates_nothing() {
+    let corpus = Corpus::load();
+    let img = corpus.image("photo_500x375");
+    // RandomResizedCrop boxes of every shape: both pass orders, narrow and wide windows,
+    // upscales.
+    let rrc = RandomResizedCrop::with_defaults((224, 224)).expect("valid");
+    let rects: Vec<CropRect> = (0..60)
+        .map(|i| rrc.get_params(img.width(), img.height(), &mut sample_rng(7, 0, i)))
+        .collect();
+    let kinds = [
+        OutputKind::F32Chw {
+            mean: [0.485, 0.456, 0.406],
+            std: [0.229, 0.224, 0.225],
+        },
+        OutputKind::U8Chw,
+        OutputKind::U8Hwc,
+    ];
+    let mut kernel = FusedKernel::new();
+    let mut resizer = Resizer::new();
+    let mut resized = RgbImage::new();
+    let mut slot_f32 = vec![0.0f32; 3 * 224 * 224];
+    let mut slot_u8 = vec![0u8; 3 * 224 * 224];
+    let mut pass = || {
+        let before = allocations();
+        for (i, &rect) in rects.iter().enumerate() {
+            let flip = i % 2 == 1;
+            for kind in &kinds {
+                let slot = if kind.is_f32() {
+                    OutputSlot::F32(&mut slot_f32)
+                } else {
+                    OutputSlot::U8(&mut slot_u8)
+                };
+                kernel
+                    .run(img.view(), rect, (224, 224), flip, kind, slot)
+                    .expect("fused run");
+            }
+            let view = img.crop_view(rect).expect("fits");
+            resizer
+                .resize(view, 224, 224, &mut resized)
+                .expect("resize");
+        }
+        allocations() - before
+    };
+    // The first pass sizes every buffer; the same work again must not allocate at all.
+    assert!(pass() > 0, "the counter counts");
+    assert_eq!(pass(), 0, "steady-state calls allocated");
+}
