@@ -46,8 +46,13 @@ lint: deps ## rustfmt check and clippy with warnings as errors
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
 
-bench: deps fixtures ## criterion benches (ops, fused vs op-by-op)
+$(FIXTURES)/bench/.done: venv scripts/make_bench_corpus.py
+	$(PY) scripts/make_bench_corpus.py $(FIXTURES)/bench
+	@touch $@
+
+bench: deps $(FIXTURES)/bench/.done ## criterion benches (ops, fused vs op-by-op), then ratios
 	$(CARGO) bench --bench transforms
+	$(PY) scripts/bench_ratios.py target/criterion 48
 
 demo: build ## Run the main job on an embedded default dataset
 	@echo "demo: not built yet (issue 6)"; exit 1

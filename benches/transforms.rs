@@ -1,1 +1,198 @@
-fn main() {}
+//! Per-op and whole-pipeline benches of the transforms crate, single thread, on a corpus of
+//! ImageNet-like JPEGs (`make bench` generates it under target/fixtures/bench).
+//!
+//! Every bench iterates over the whole corpus, so each figure is the mean over varied images;
+//! compare ratios within one run (`scripts/bench_ratios.py` prints them), not absolute times.
+
+use std::hint::black_box;
+use std::path::PathBuf;
+
+use criterion::{criterion_group, criterion_main, Criterion, Throughput};
+use ferroloader::transforms::crop::RandomResizedCrop;
+use ferroloader::transforms::decode::{DecodeContext, DecodeOptions, Decoder};
+use ferroloader::transforms::fused::{FusedKernel, OutputKind, OutputSlot};
+use ferroloader::transforms::resize::Resizer;
+use ferroloader::transforms::rng::sample_rng;
+use ferroloader::transforms::spec::{
+    Execution, Pipeline, PipelineSpec, IMAGENET_MEAN, IMAGENET_STD,
+};
+use ferroloader::transforms::{CropRect, RgbImage};
+
+fn corpus() -> Vec<Vec<u8>> {
+    let dir = std::env::var_os("FERROLOADER_BENCH_CORPUS")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target/fixtures/bench"));
+    let mut paths: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap_or_else(|e| {
+            panic!(
+                "{}: {e}; run `make bench` (it generates the corpus)",
+                dir.display()
+            )
+        })
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|x| x == "jpg"))
+        .collect();
+    paths.sort();
+    assert!(!paths.is_empty(), "no JPEGs in {}", dir.display());
+    paths
+        .iter()
+        .map(|p| std::fs::read(p).expect("corpus file readable"))
+        .collect()
+}
+
+/// The crop RandomResizedCrop(224) draws for image `i` (fixed seed, so every bench sees the same).
+fn crops(files: &[Vec<u8>], ctx: &mut DecodeContext) -> Vec<CropRect> {
+    let rrc =
+        RandomResizedCrop::new((224, 224), (0.08, 1.0), (3.0 / 4.0, 4.0 / 3.0)).expect("valid");
+    files
+        .iter()
+        .enumerate()
+        .map(|(i, f)| {
+            let info = ctx.info(f).expect("corpus decodes");
+            rrc.get_params(info.width, info.height, &mut sample_rng(0, 0, i as u64))
+        })
+        .collect()
+}
+
+fn bench_decode(c: &mut Criterion) {
+    let files = corpus();
+    let mut g = c.benchmark_group("decode");
+    g.throughput(Throughput::Elements(files.len() as u64));
+    let mut img = RgbImage::new();
+    for decoder in [Decoder::Turbo, Decoder::Zune] {
+        let mut ctx = DecodeContext::new(DecodeOptions::default().decoder(decoder)).expect("ctx");
+        g.bench_function(format!("full/{decoder:?}").to_lowercase(), |b| {
+            b.iter(|| {
+                for f in &files {
+                    ctx.decode(black_box(f), &mut img).expect("decodes");
+                }
+            })
+        });
+    }
+    let mut ctx = DecodeContext::new(DecodeOptions::default()).expect("ctx");
+    let rects = crops(&files, &mut ctx);
+    g.bench_function("roi/turbo", |b| {
+        b.iter(|| {
+            for (f, r) in files.iter().zip(&rects) {
+                ctx.decode_region(black_box(f), *r, &mut img)
+                    .expect("decodes");
+            }
+        })
+    });
+    g.bench_function("roi_scaled/turbo", |b| {
+        b.iter(|| {
+            for (f, r) in files.iter().zip(&rects) {
+                ctx.decode_region_scaled(black_box(f), *r, 224, 224, &mut img)
+                    .expect("decodes");
+            }
+        })
+    });
+    g.finish();
+}
+
+fn bench_ops(c: &mut Criterion) {
+    let files = corpus();
+    let mut ctx = DecodeContext::new(DecodeOptions::default()).expect("ctx");
+    let rects = crops(&files, &mut ctx);
+    let decoded: Vec<RgbImage> = files
+        .iter()
+        .map(|f| {
+            let mut img = RgbImage::new();
+            ctx.decode(f, &mut img).expect("decodes");
+            img
+        })
+        .collect();
+    let n = files.len() as u64;
+    let mut g = c.benchmark_group("ops");
+    g.throughput(Throughput::Elements(n));
+    let rrc =
+        RandomResizedCrop::new((224, 224), (0.08, 1.0), (3.0 / 4.0, 4.0 / 3.0)).expect("valid");
+    g.bench_function("rrc_params", |b| {
+        b.iter(|| {
+            for (i, img) in decoded.iter().enumerate() {
+                black_box(rrc.get_params(
+                    img.width(),
+                    img.height(),
+                    &mut sample_rng(0, 1, i as u64),
+                ));
+            }
+        })
+    });
+    let mut resizer = Resizer::new();
+    let mut out = RgbImage::new();
+    g.bench_function("resize_crop_to_224", |b| {
+        b.iter(|| {
+            for (img, r) in decoded.iter().zip(&rects) {
+                let view = img.crop_view(*r).expect("crop fits");
+                resizer.resize(view, 224, 224, &mut out).expect("resizes");
+            }
+        })
+    });
+    let mut kernel = FusedKernel::new();
+    let mut slot = vec![0f32; 3 * 224 * 224];
+    let kind = OutputKind::F32Chw {
+        mean: IMAGENET_MEAN,
+        std: IMAGENET_STD,
+    };
+    g.bench_function("fused_finish_f32", |b| {
+        b.iter(|| {
+            for (i, (img, r)) in decoded.iter().zip(&rects).enumerate() {
+                let slot = OutputSlot::F32(&mut slot);
+                kernel
+                    .run(img.view(), *r, (224, 224), i % 2 == 0, &kind, slot)
+                    .expect("runs");
+            }
+        })
+    });
+    g.finish();
+}
+
+fn bench_pipeline(c: &mut Criterion) {
+    let files = corpus();
+    let mut g = c.benchmark_group("train_pipeline");
+    g.throughput(Throughput::Elements(files.len() as u64));
+    let variants = [
+        ("fused_roi", PipelineSpec::imagenet_train(224)),
+        (
+            "fused_full_decode",
+            PipelineSpec::imagenet_train(224).roi_decode(false),
+        ),
+        (
+            "op_by_op",
+            PipelineSpec::imagenet_train(224).execution(Execution::OpByOp),
+        ),
+        (
+            "fused_roi_dct_scaled",
+            PipelineSpec::imagenet_train(224).dct_scaling(true),
+        ),
+    ];
+    for (name, spec) in variants {
+        let pipeline = Pipeline::new(spec).expect("valid spec");
+        let mut ctx = pipeline.new_context().expect("ctx");
+        let mut slot = vec![0f32; pipeline.sample_len()];
+        g.bench_function(name, |b| {
+            b.iter(|| {
+                for (i, f) in files.iter().enumerate() {
+                    let mut rng = sample_rng(0, 0, i as u64);
+                    pipeline
+                        .run(
+                            black_box(f),
+                            &mut rng,
+                            &mut ctx,
+                            OutputSlot::F32(&mut slot),
+                            &mut (),
+                        )
+                        .expect("runs");
+                }
+            })
+        });
+    }
+    g.finish();
+}
+
+criterion_group! {
+    name = benches;
+    config = Criterion::default().sample_size(20).warm_up_time(std::time::Duration::from_secs(1)).measurement_time(std::time::Duration::from_secs(4));
+    targets = bench_decode, bench_ops, bench_pipeline
+}
+criterion_main!(benches);

@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 BASELINE = ("decode", "full_turbo")
+GROUPS = ("decode", "ops", "train_pipeline")
 
 
 def main() -> None:
@@ -21,6 +22,8 @@ def main() -> None:
     medians: dict[tuple[str, str], float] = {}
     for est in sorted(root.glob("*/*/new/estimates.json")):
         group, bench = est.parts[-4], est.parts[-3]
+        if group not in GROUPS:
+            continue
         medians[(group, bench)] = json.loads(est.read_text())["median"]["point_estimate"]
     if BASELINE not in medians:
         sys.exit(f"no {'/'.join(BASELINE)} bench under {root}")
