@@ -1,6 +1,40 @@
-//! Datasets, samplers, the worker pool and batch delivery (filled in by the loader issue).
+//! Datasets, samplers, the worker pool and batch delivery of ferroloader.
 //!
-//! Runs the transforms inside profiler spans; must not depend on Python.
+//! Data flow: a [`Sampler`] orders an epoch's samples (seeded shuffle, `DistributedSampler`
+//! sharding); worker threads ([`Loader::iter`]) read each sample from a [`Source`] and run a
+//! [`SampleProcessor`] on it, writing straight into its slot of a batch buffer taken from a ring;
+//! complete batches come out of an [`EpochIter`] in order (or in completion order) as [`Batch`]es
+//! that return their buffer to the ring when dropped. Every read and op runs between
+//! [`OpHooks`] calls, where the profiler plugs in.
+//!
+//! Must not depend on Python or on any concrete image op: the image pipeline comes in through
+//! [`SampleProcessor`], the profiler through [`Instrument`].
+
+#![warn(missing_docs)]
+
+mod batch;
+mod buffer;
+pub mod dataset;
+mod error;
+mod loader;
+mod options;
+mod pipeline;
+pub mod process;
+pub mod sampler;
 
 pub use ferroloader_profiler as profiler;
 pub use ferroloader_transforms as transforms;
+
+pub use batch::{Batch, BatchImages, BatchTiming};
+pub use dataset::{
+    FileList, FileListOptions, ImageFolder, ImageFolderOptions, InMemory, Source, IMG_EXTENSIONS,
+};
+pub use error::{LoaderError, Result};
+pub use loader::Loader;
+pub use options::{Delivery, ErrorPolicy, LoaderOptions};
+pub use pipeline::{EpochIter, SkippedSample};
+pub use process::{
+    in_op, AxisOrder, DType, Instrument, NoHooks, Op, OpHooks, SampleContext, SampleKey,
+    SampleLayout, SampleProcessor, SlotMut,
+};
+pub use sampler::{Sampler, Shard};

@@ -1,0 +1,168 @@
+//! A delivered batch: images `[B, sample...]`, labels `[B]` and what the consumer may want to
+//! know about how it was made (wait, ordering, skipped samples, timestamps).
+//!
+//! The batch owns a ring buffer and gives it back to the loader when dropped; it must never copy
+//! the images (the Python side hands them to torch without a copy).
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crate::buffer::{BatchBuffer, BufferPool};
+use crate::process::{DType, SampleLayout};
+
+/// The images of a batch, typed.
+#[derive(Clone, Copy, Debug)]
+pub enum BatchImages<'a> {
+    /// Float samples.
+    F32(&'a [f32]),
+    /// Byte samples.
+    U8(&'a [u8]),
+}
+
+/// When things happened to a batch (monotonic clock).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BatchTiming {
+    /// Its buffer was taken from the ring and its samples offered to the workers.
+    pub planned: Instant,
+    /// A worker started its first sample.
+    pub started: Option<Instant>,
+    /// Its last sample finished.
+    pub completed: Option<Instant>,
+    /// It was handed to the consumer.
+    pub delivered: Option<Instant>,
+}
+
+impl BatchTiming {
+    pub(crate) fn planned_now() -> Self {
+        BatchTiming {
+            planned: Instant::now(),
+            started: None,
+            completed: None,
+            delivered: None,
+        }
+    }
+}
+
+/// One batch of processed samples; its buffer returns to the loader's ring when dropped.
+pub struct Batch {
+    pub(crate) buffer: BatchBuffer,
+    pub(crate) pool: Arc<BufferPool>,
+    pub(crate) len: usize,
+    pub(crate) layout: SampleLayout,
+    pub(crate) sample_bytes: usize,
+    pub(crate) index: usize,
+    pub(crate) epoch: u64,
+    pub(crate) out_of_order: bool,
+    pub(crate) skipped: usize,
+    pub(crate) wait: Duration,
+    pub(crate) timing: BatchTiming,
+}
+
+impl Batch {
+    /// Samples in the batch (the batch size, or fewer for the epoch's last batch).
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether the batch has no samples (never the case for a delivered batch).
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Which batch of the epoch this is: its place in delivery order when delivered in order,
+    /// its planned place when delivered in completion order.
+    pub fn index(&self) -> usize {
+        self.index
+    }
+
+    /// The epoch it belongs to.
+    pub fn epoch(&self) -> u64 {
+        self.epoch
+    }
+
+    /// The layout of one sample.
+    pub fn layout(&self) -> SampleLayout {
+        self.layout
+    }
+
+    /// The images' shape: `[len, sample shape...]`.
+    pub fn shape(&self) -> [usize; 4] {
+        let [a, b, c] = self.layout.shape;
+        [self.len, a, b, c]
+    }
+
+    /// The images as raw bytes (native-endian elements), `len * sample bytes` long,
+    /// 64-byte aligned.
+    pub fn image_bytes(&self) -> &[u8] {
+        &self.buffer.images[..self.len * self.sample_bytes]
+    }
+
+    /// The images, typed.
+    pub fn images(&self) -> BatchImages<'_> {
+        let bytes = self.image_bytes();
+        match self.layout.dtype {
+            DType::U8 => BatchImages::U8(bytes),
+            // Cannot panic: the buffer starts 64-byte aligned (see `BatchBuffer::new`) and its
+            // length is a whole number of f32 samples.
+            DType::F32 => BatchImages::F32(bytemuck::cast_slice(bytes)),
+        }
+    }
+
+    /// The raw bytes of sample `i` of the batch.
+    pub fn sample_bytes(&self, i: usize) -> &[u8] {
+        &self.image_bytes()[i * self.sample_bytes..(i + 1) * self.sample_bytes]
+    }
+
+    /// Labels, one per sample.
+    pub fn labels(&self) -> &[i64] {
+        &self.buffer.labels
+    }
+
+    /// Dataset indices of the samples, in slot order.
+    pub fn indices(&self) -> &[usize] {
+        &self.buffer.indices
+    }
+
+    /// Whether an earlier batch of the epoch had not been delivered yet when this one was
+    /// (only ever true with [`crate::Delivery::CompletionOrder`]).
+    pub fn out_of_order(&self) -> bool {
+        self.out_of_order
+    }
+
+    /// Samples skipped (under [`crate::ErrorPolicy::Skip`]) since the previous batch was
+    /// delivered.
+    pub fn skipped(&self) -> usize {
+        self.skipped
+    }
+
+    /// How long the consumer's `next()` took to return this batch (its wait for data).
+    pub fn wait(&self) -> Duration {
+        self.wait
+    }
+
+    /// When the batch was planned, started, completed and delivered.
+    pub fn timing(&self) -> BatchTiming {
+        self.timing
+    }
+}
+
+impl Drop for Batch {
+    fn drop(&mut self) {
+        self.pool.put(std::mem::take(&mut self.buffer));
+    }
+}
+
+impl fmt::Debug for Batch {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Batch")
+            .field("epoch", &self.epoch)
+            .field("index", &self.index)
+            .field("shape", &self.shape())
+            .field("dtype", &self.layout.dtype)
+            .field("out_of_order", &self.out_of_order)
+            .field("skipped", &self.skipped)
+            .field("wait", &self.wait)
+            .finish_non_exhaustive()
+    }
+}

@@ -1,0 +1,75 @@
+//! Datasets: where a sample's bytes and label come from.
+//!
+//! A [`Source`] only reads bytes and reports labels and names; it must not decode, transform or
+//! cache on its own (caching is an explicit [`InMemory`] copy), and it must be safe to read from
+//! many worker threads at once.
+
+mod file_list;
+mod image_folder;
+mod in_memory;
+
+use std::borrow::Cow;
+use std::fs::File;
+use std::io::{self, Read};
+use std::path::Path;
+use std::sync::Arc;
+
+pub use file_list::{FileList, FileListOptions};
+pub use image_folder::{ImageFolder, ImageFolderOptions, IMG_EXTENSIONS};
+pub use in_memory::InMemory;
+
+/// A dataset of encoded samples with integer labels, read concurrently by the workers.
+///
+/// Indices are `0..len()`; the loader never passes anything else, so implementations may panic
+/// on an index out of range.
+pub trait Source: Send + Sync {
+    /// Number of samples.
+    fn len(&self) -> usize;
+
+    /// Whether there are no samples.
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The bytes of sample `index`: read into `buf` (cleared first, its allocation reused, so a
+    /// worker's steady state allocates nothing) or borrowed from the source itself when it holds
+    /// them already.
+    fn read<'a>(&'a self, index: usize, buf: &'a mut Vec<u8>) -> io::Result<&'a [u8]>;
+
+    /// The label of sample `index`.
+    fn label(&self, index: usize) -> i64;
+
+    /// The file (or a made-up name) of sample `index`, for error messages. Not on the hot path.
+    fn path(&self, index: usize) -> Cow<'_, Path>;
+}
+
+macro_rules! forward_source {
+    ($ty:ty) => {
+        impl<S: Source + ?Sized> Source for $ty {
+            fn len(&self) -> usize {
+                (**self).len()
+            }
+            fn read<'a>(&'a self, index: usize, buf: &'a mut Vec<u8>) -> io::Result<&'a [u8]> {
+                (**self).read(index, buf)
+            }
+            fn label(&self, index: usize) -> i64 {
+                (**self).label(index)
+            }
+            fn path(&self, index: usize) -> Cow<'_, Path> {
+                (**self).path(index)
+            }
+        }
+    };
+}
+
+forward_source!(Arc<S>);
+forward_source!(Box<S>);
+forward_source!(&S);
+
+/// Reads a whole file into `buf`, reusing its allocation (`read_to_end` sizes it from the
+/// file's length, so there is one read call and no regrowth once `buf` is large enough).
+pub(crate) fn read_file_into<'a>(path: &Path, buf: &'a mut Vec<u8>) -> io::Result<&'a [u8]> {
+    buf.clear();
+    File::open(path)?.read_to_end(buf)?;
+    Ok(buf)
+}

@@ -1,0 +1,286 @@
+//! The loader: a dataset, a sample processor and options, from which epochs are started.
+//!
+//! It owns what outlives an epoch (the ring of batch buffers, the workers' scratch states, the
+//! epoch counter) so that memory stays flat across epochs. Must not run anything itself: every
+//! thread belongs to an [`EpochIter`] and ends with it.
+
+use std::fmt;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+
+use crate::buffer::{BufferPool, ALIGN};
+use crate::dataset::Source;
+use crate::error::{LoaderError, Result};
+use crate::options::LoaderOptions;
+use crate::pipeline::{Epoch, EpochIter, KitPool, State};
+use crate::process::{Instrument, NoHooks, SampleLayout, SampleProcessor};
+use crate::sampler::Sampler;
+
+/// Loads batches of processed samples from a dataset with a pool of worker threads.
+///
+/// ```
+/// use ferroloader_loader::{
+///     DType, InMemory, Loader, LoaderOptions, OpHooks, SampleKey, SampleLayout,
+///     SampleProcessor, SlotMut,
+/// };
+///
+/// /// Writes each sample's first byte, as a float.
+/// struct FirstByte;
+///
+/// impl SampleProcessor for FirstByte {
+///     type Scratch = ();
+///     fn new_scratch(&self) {}
+///     fn sample_layout(&self) -> SampleLayout {
+///         SampleLayout::chw(DType::F32, 1, 1, 1)
+///     }
+///     fn process(
+///         &self,
+///         bytes: &[u8],
+///         _key: SampleKey,
+///         _scratch: &mut (),
+///         out: SlotMut<'_>,
+///         _hooks: &mut dyn OpHooks,
+///     ) -> Result<(), ferroloader_loader::transforms::Error> {
+///         if let SlotMut::F32(out) = out {
+///             out[0] = f32::from(bytes[0]);
+///         }
+///         Ok(())
+///     }
+/// }
+///
+/// let data = InMemory::from_samples((0..10u8).map(|i| (vec![i], i64::from(i % 2))));
+/// let loader = Loader::new(data, FirstByte, LoaderOptions::default().batch_size(4))?;
+/// let mut sizes = Vec::new();
+/// for batch in loader.iter() {
+///     sizes.push(batch?.len());
+/// }
+/// assert_eq!(sizes, [4, 4, 2]);
+/// # Ok::<(), ferroloader_loader::LoaderError>(())
+/// ```
+pub struct Loader<S, P, H = NoHooks>
+where
+    S: Source + 'static,
+    P: SampleProcessor,
+    H: Instrument,
+{
+    source: Arc<S>,
+    processor: Arc<P>,
+    instrument: Arc<H>,
+    options: LoaderOptions,
+    layout: SampleLayout,
+    sample_bytes: usize,
+    sampler: Sampler,
+    pool: Arc<BufferPool>,
+    kits: Arc<KitPool<P::Scratch>>,
+    /// The epoch `iter()` runs next.
+    next_epoch: AtomicU64,
+}
+
+impl<S, P> Loader<S, P, NoHooks>
+where
+    S: Source + 'static,
+    P: SampleProcessor,
+{
+    /// A loader without op hooks. Fails on invalid options or an empty sample layout.
+    pub fn new(source: S, processor: P, options: LoaderOptions) -> Result<Self> {
+        Self::with_instrument(source, processor, NoHooks, options)
+    }
+}
+
+impl<S, P, H> Loader<S, P, H>
+where
+    S: Source + 'static,
+    P: SampleProcessor,
+    H: Instrument,
+{
+    /// A loader whose workers report every sample and op to hooks made by `instrument`.
+    pub fn with_instrument(
+        source: S,
+        processor: P,
+        instrument: H,
+        options: LoaderOptions,
+    ) -> Result<Self> {
+        options.validate()?;
+        let layout = processor.sample_layout();
+        let sample_bytes = layout.byte_len().filter(|&n| n > 0).ok_or_else(|| {
+            LoaderError::invalid(
+                "sample_layout",
+                format!("{layout:?} has no elements or too many"),
+            )
+        })?;
+        // Room for a whole batch plus the alignment padding must be addressable.
+        sample_bytes
+            .checked_mul(options.batch_size)
+            .and_then(|n| n.checked_add(ALIGN))
+            .filter(|&n| n <= isize::MAX as usize)
+            .ok_or_else(|| LoaderError::invalid("batch_size", "a batch would not fit in memory"))?;
+        let sampler = Sampler::new(source.len(), options.shuffle, options.seed, options.shard)?;
+        // The ring keeps the batches in flight plus two the consumer may hold (the one in use
+        // and the one just returned), so a consumer that drops each batch in turn never makes
+        // the loader allocate.
+        let pool = BufferPool::new(
+            options.batch_size,
+            sample_bytes,
+            options.prefetch_batches + 2,
+        );
+        Ok(Loader {
+            source: Arc::new(source),
+            processor: Arc::new(processor),
+            instrument: Arc::new(instrument),
+            layout,
+            sample_bytes,
+            sampler,
+            pool,
+            kits: Arc::new(Mutex::new(Vec::new())),
+            next_epoch: AtomicU64::new(0),
+            options,
+        })
+    }
+
+    /// The options it was built with.
+    pub fn options(&self) -> &LoaderOptions {
+        &self.options
+    }
+
+    /// The dataset.
+    pub fn source(&self) -> &S {
+        &self.source
+    }
+
+    /// The sample processor.
+    pub fn processor(&self) -> &P {
+        &self.processor
+    }
+
+    /// The instrument making the workers' hooks.
+    pub fn instrument(&self) -> &H {
+        &self.instrument
+    }
+
+    /// The layout of one processed sample.
+    pub fn layout(&self) -> SampleLayout {
+        self.layout
+    }
+
+    /// The sampler computing each epoch's order.
+    pub fn sampler(&self) -> &Sampler {
+        &self.sampler
+    }
+
+    /// Sets the epoch the next [`Self::iter`] runs (torch's `sampler.set_epoch`).
+    pub fn set_epoch(&self, epoch: u64) {
+        self.next_epoch.store(epoch, Ordering::Relaxed);
+    }
+
+    /// The epoch the next [`Self::iter`] runs.
+    pub fn next_epoch(&self) -> u64 {
+        self.next_epoch.load(Ordering::Relaxed)
+    }
+
+    /// Samples per epoch (this rank's share when sharded), before `drop_last`.
+    pub fn num_samples(&self) -> usize {
+        self.sampler.num_samples()
+    }
+
+    /// Batches per epoch when no sample is skipped (`len(dataloader)` in torch).
+    pub fn num_batches(&self) -> usize {
+        self.batches_for(self.num_samples())
+    }
+
+    /// Starts the epoch set by [`Self::set_epoch`] (0 at first) and moves the counter on by
+    /// one, so that successive calls shuffle differently, as torch's `RandomSampler` does;
+    /// calling `set_epoch(e)` before each epoch gives `DistributedSampler`'s behaviour.
+    pub fn iter(&self) -> EpochIter<S, P, H> {
+        let epoch = self.next_epoch.fetch_add(1, Ordering::Relaxed);
+        self.epoch(epoch)
+    }
+
+    /// Starts epoch `epoch` (the counter of [`Self::iter`] is left alone). Any number of
+    /// epochs, of this loader or others, may run at once.
+    pub fn epoch(&self, epoch: u64) -> EpochIter<S, P, H> {
+        self.start(epoch, self.sampler.indices(epoch))
+    }
+
+    /// Starts an epoch over the dataset indices given, in that order (no shuffling or sharding
+    /// is applied; `batch_size`, `drop_last` and the per-sample keys of `epoch` are).
+    pub fn epoch_with_indices(
+        &self,
+        epoch: u64,
+        indices: Vec<usize>,
+    ) -> Result<EpochIter<S, P, H>> {
+        let len = self.source.len();
+        if let Some((position, &index)) = indices.iter().enumerate().find(|(_, &i)| i >= len) {
+            return Err(LoaderError::IndexOutOfRange {
+                index,
+                position,
+                len,
+            });
+        }
+        Ok(self.start(epoch, indices))
+    }
+
+    fn batches_for(&self, samples: usize) -> usize {
+        if self.options.drop_last {
+            samples / self.options.batch_size
+        } else {
+            samples.div_ceil(self.options.batch_size)
+        }
+    }
+
+    fn start(&self, epoch: u64, mut plan: Vec<usize>) -> EpochIter<S, P, H> {
+        plan.truncate(self.batches_for(plan.len()) * self.options.batch_size);
+        let shared = Epoch {
+            source: Arc::clone(&self.source),
+            processor: Arc::clone(&self.processor),
+            instrument: Arc::clone(&self.instrument),
+            kits: Arc::clone(&self.kits),
+            pool: Arc::clone(&self.pool),
+            plan,
+            batch_size: self.options.batch_size,
+            layout: self.layout,
+            sample_bytes: self.sample_bytes,
+            prefetch: self.options.prefetch_batches,
+            seed: self.options.seed,
+            epoch,
+            state: Mutex::new(State::default()),
+            work_cv: Condvar::new(),
+            done_cv: Condvar::new(),
+        };
+        EpochIter::start(
+            shared,
+            self.options.num_workers,
+            self.options.on_error,
+            self.options.delivery,
+        )
+    }
+}
+
+impl<S, P, H> IntoIterator for &Loader<S, P, H>
+where
+    S: Source + 'static,
+    P: SampleProcessor,
+    H: Instrument,
+{
+    type Item = Result<crate::Batch>;
+    type IntoIter = EpochIter<S, P, H>;
+
+    fn into_iter(self) -> Self::IntoIter {
+        self.iter()
+    }
+}
+
+impl<S, P, H> fmt::Debug for Loader<S, P, H>
+where
+    S: Source + 'static,
+    P: SampleProcessor,
+    H: Instrument,
+{
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Loader")
+            .field("samples", &self.source.len())
+            .field("layout", &self.layout)
+            .field("options", &self.options)
+            .field("next_epoch", &self.next_epoch())
+            .finish_non_exhaustive()
+    }
+}

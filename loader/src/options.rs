@@ -1,0 +1,144 @@
+//! The loader's settings: one struct with a default for every field and chained setters.
+//!
+//! Only data and validation live here; must not start anything.
+
+use crate::error::{LoaderError, Result};
+use crate::sampler::Shard;
+
+/// What to do when a sample cannot be loaded.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum ErrorPolicy {
+    /// The iterator yields the error (naming the file, the op and the cause) in the batch's
+    /// place and then ends; the loader can start another epoch.
+    #[default]
+    Raise,
+    /// The sample is dropped, counted and kept with its cause ([`crate::EpochIter::skipped`]);
+    /// in-order batches are filled from the next samples in order, so only the epoch's last
+    /// batch may be short, with `drop_last` too (the plan is cut to whole batches before any
+    /// sample is loaded). In completion order, the batch with the failure is short instead.
+    Skip,
+}
+
+/// In which order finished batches are handed to the consumer.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Delivery {
+    /// In the epoch's order.
+    #[default]
+    InOrder,
+    /// As soon as each batch is complete, whatever its place (torch's `in_order=False`); every
+    /// [`crate::Batch`] says whether it overtook an earlier one.
+    CompletionOrder,
+}
+
+/// How a [`crate::Loader`] batches, orders and processes samples.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LoaderOptions {
+    /// Samples per batch. Default: 32.
+    pub batch_size: usize,
+    /// Visit samples in a fresh random order each epoch, drawn from `(seed, epoch)`.
+    /// Default: false.
+    pub shuffle: bool,
+    /// Seed of the shuffle and of every sample's random key. Default: 0.
+    pub seed: u64,
+    /// Drop the epoch's last batch when it would be short. Default: false.
+    pub drop_last: bool,
+    /// Load only this rank's share of the dataset (torch's `DistributedSampler`). Default: None.
+    pub shard: Option<Shard>,
+    /// Worker threads. Default: the number of cores available to the process.
+    pub num_workers: usize,
+    /// Batches being prepared at once ahead of the consumer; with `batch_size`, this bounds the
+    /// memory of batches in flight. Keep `prefetch_batches * batch_size` above `num_workers`
+    /// so no worker waits for work. Default: 2.
+    pub prefetch_batches: usize,
+    /// Order of delivery. Default: [`Delivery::InOrder`].
+    pub delivery: Delivery,
+    /// What a failing sample does. Default: [`ErrorPolicy::Raise`].
+    pub on_error: ErrorPolicy,
+}
+
+impl Default for LoaderOptions {
+    fn default() -> Self {
+        LoaderOptions {
+            batch_size: 32,
+            shuffle: false,
+            seed: 0,
+            drop_last: false,
+            shard: None,
+            num_workers: std::thread::available_parallelism().map_or(1, usize::from),
+            prefetch_batches: 2,
+            delivery: Delivery::InOrder,
+            on_error: ErrorPolicy::Raise,
+        }
+    }
+}
+
+impl LoaderOptions {
+    /// Sets [`Self::batch_size`].
+    pub fn batch_size(mut self, batch_size: usize) -> Self {
+        self.batch_size = batch_size;
+        self
+    }
+
+    /// Sets [`Self::shuffle`].
+    pub fn shuffle(mut self, shuffle: bool) -> Self {
+        self.shuffle = shuffle;
+        self
+    }
+
+    /// Sets [`Self::seed`].
+    pub fn seed(mut self, seed: u64) -> Self {
+        self.seed = seed;
+        self
+    }
+
+    /// Sets [`Self::drop_last`].
+    pub fn drop_last(mut self, drop_last: bool) -> Self {
+        self.drop_last = drop_last;
+        self
+    }
+
+    /// Sets [`Self::shard`].
+    pub fn shard(mut self, shard: Shard) -> Self {
+        self.shard = Some(shard);
+        self
+    }
+
+    /// Sets [`Self::num_workers`].
+    pub fn num_workers(mut self, num_workers: usize) -> Self {
+        self.num_workers = num_workers;
+        self
+    }
+
+    /// Sets [`Self::prefetch_batches`].
+    pub fn prefetch_batches(mut self, prefetch_batches: usize) -> Self {
+        self.prefetch_batches = prefetch_batches;
+        self
+    }
+
+    /// Sets [`Self::delivery`].
+    pub fn delivery(mut self, delivery: Delivery) -> Self {
+        self.delivery = delivery;
+        self
+    }
+
+    /// Sets [`Self::on_error`].
+    pub fn on_error(mut self, on_error: ErrorPolicy) -> Self {
+        self.on_error = on_error;
+        self
+    }
+
+    /// Checks the values that have no meaning (zero sizes).
+    pub fn validate(&self) -> Result<()> {
+        let positive = [
+            ("batch_size", self.batch_size),
+            ("num_workers", self.num_workers),
+            ("prefetch_batches", self.prefetch_batches),
+        ];
+        for (name, value) in positive {
+            if value == 0 {
+                return Err(LoaderError::invalid(name, "must be at least 1"));
+            }
+        }
+        Ok(())
+    }
+}

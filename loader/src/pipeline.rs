@@ -1,0 +1,762 @@
+//! One epoch in flight: the worker threads, the cursor that hands out samples in batch order, and
+//! the consumer side that turns finished batch buffers into [`Batch`]es.
+//!
+//! A sample, not a batch, is the unit of work: workers claim the next position of the epoch under
+//! one short-held mutex, so all of them help finish the oldest batch first. Each claim hands the
+//! worker the owned piece of the batch buffer its sample goes into; the worker reads and
+//! processes outside the lock and hands the piece back with the outcome. At most
+//! `prefetch_batches` batches are in flight; workers wait on one condvar for room, the consumer on
+//! another for the batch it needs. Under [`ErrorPolicy::Skip`], the consumer compacts batches so
+//! that each is filled from the next good samples in order; the output therefore depends only on
+//! the plan and the data, never on timing. Must not spin, allocate per sample in steady state, or
+//! leave a thread running once its iterator is gone.
+
+use std::any::Any;
+use std::collections::VecDeque;
+use std::fmt;
+use std::iter::FusedIterator;
+use std::panic::{self, AssertUnwindSafe};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
+use std::thread::{self, JoinHandle};
+use std::time::{Duration, Instant};
+
+use bytes::BytesMut;
+
+use crate::batch::{Batch, BatchTiming};
+use crate::buffer::{BatchBuffer, BufferPool, Outcome};
+use crate::dataset::Source;
+use crate::error::LoaderError;
+use crate::options::{Delivery, ErrorPolicy};
+use crate::process::{
+    DType, Instrument, NoHooks, Op, OpHooks, OpTracker, SampleContext, SampleKey, SampleLayout,
+    SampleProcessor, SlotMut,
+};
+
+/// A worker's reusable belongings, kept by the loader between epochs.
+pub(crate) struct Kit<T> {
+    scratch: T,
+    /// Where file bytes are read to.
+    buf: Vec<u8>,
+}
+
+/// Kits of workers that are not running.
+pub(crate) type KitPool<T> = Mutex<Vec<Kit<T>>>;
+
+/// Everything an epoch's workers and its consumer share.
+pub(crate) struct Epoch<S, P: SampleProcessor, H> {
+    pub(crate) source: Arc<S>,
+    pub(crate) processor: Arc<P>,
+    pub(crate) instrument: Arc<H>,
+    pub(crate) kits: Arc<KitPool<P::Scratch>>,
+    pub(crate) pool: Arc<BufferPool>,
+    /// Dataset index of every position of the epoch.
+    pub(crate) plan: Vec<usize>,
+    pub(crate) batch_size: usize,
+    pub(crate) layout: SampleLayout,
+    pub(crate) sample_bytes: usize,
+    pub(crate) prefetch: usize,
+    pub(crate) seed: u64,
+    pub(crate) epoch: u64,
+    pub(crate) state: Mutex<State>,
+    /// Workers wait here for room in the prefetch window.
+    pub(crate) work_cv: Condvar,
+    /// The consumer waits here for a batch to complete.
+    pub(crate) done_cv: Condvar,
+}
+
+/// The mutable part of an epoch, behind its mutex.
+#[derive(Default)]
+pub(crate) struct State {
+    /// The next position to hand out.
+    next_position: usize,
+    /// Batches opened so far, which is the index of the next one to open.
+    opened: usize,
+    /// Opened batches not yet taken by the consumer (at most `prefetch`).
+    open: Vec<Planned>,
+    /// Set when the iterator is dropped or finished: workers stop claiming.
+    shutdown: bool,
+    /// Set when a worker died outside a sample: the consumer reports it instead of waiting.
+    fatal: Option<String>,
+}
+
+/// A batch as planned: a run of consecutive positions and the buffer they are written into.
+struct Planned {
+    index: usize,
+    /// First position.
+    start: usize,
+    /// Positions in the batch.
+    len: usize,
+    /// Samples processed (successfully or not).
+    done: usize,
+    /// Slots holding a delivered sample, once the consumer walks the batch.
+    fill: usize,
+    buffer: BatchBuffer,
+    timing: BatchTiming,
+}
+
+impl Planned {
+    /// Keeps the sample in `slot` as the next filled slot of this same batch.
+    fn keep(&mut self, slot: usize, index: usize, label: i64) {
+        if self.fill != slot {
+            self.buffer.move_piece(slot, self.fill);
+        }
+        self.record(index, label);
+    }
+
+    /// Notes that the next slot now holds sample `index`.
+    fn record(&mut self, index: usize, label: i64) {
+        self.buffer.labels.push(label);
+        self.buffer.indices.push(index);
+        self.fill += 1;
+    }
+}
+
+/// One sample handed to a worker.
+struct Task {
+    batch: usize,
+    slot: usize,
+    position: usize,
+    index: usize,
+    piece: BytesMut,
+}
+
+/// Why one sample failed, before the path is attached.
+enum Failure {
+    Read(std::io::Error),
+    Transform(ferroloader_transforms::Error),
+    Layout(String),
+}
+
+impl<S, P, H> Epoch<S, P, H>
+where
+    S: Source + 'static,
+    P: SampleProcessor,
+    H: Instrument,
+{
+    fn lock(&self) -> MutexGuard<'_, State> {
+        // Nothing panics while holding the lock; if something ever did, the state is still
+        // consistent enough to shut down, which beats a second panic.
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The next sample in epoch order, waiting while the prefetch window is full; `None` when
+    /// there is nothing left to do or the epoch is shutting down.
+    fn claim(&self) -> Option<Task> {
+        let mut st = self.lock();
+        loop {
+            if st.shutdown || st.next_position >= self.plan.len() {
+                return None;
+            }
+            let position = st.next_position;
+            let batch = position / self.batch_size;
+            if batch == st.opened {
+                if st.open.len() >= self.prefetch {
+                    st = self
+                        .work_cv
+                        .wait(st)
+                        .unwrap_or_else(PoisonError::into_inner);
+                    continue;
+                }
+                self.open_batch(&mut st);
+            }
+            // The batch is open and its piece home: the consumer only takes a batch once all
+            // its samples are back, and each position is claimed once.
+            let claimed = st.open.iter_mut().find(|p| p.index == batch).and_then(|p| {
+                let slot = position - p.start;
+                let piece = p.buffer.pieces.get_mut(slot)?.take()?;
+                p.timing.started.get_or_insert_with(Instant::now);
+                Some((slot, piece))
+            });
+            let Some((slot, piece)) = claimed else {
+                st.fatal
+                    .get_or_insert_with(|| format!("batch {batch} lost track of its samples"));
+                drop(st);
+                self.done_cv.notify_all();
+                return None;
+            };
+            st.next_position += 1;
+            return Some(Task {
+                batch,
+                slot,
+                position,
+                index: self.plan[position],
+                piece,
+            });
+        }
+    }
+
+    /// Takes a buffer from the ring for the next batch and splits it into per-sample pieces.
+    /// Allocates only when the ring is empty (at the start, or while the consumer holds batches).
+    fn open_batch(&self, st: &mut State) {
+        let index = st.opened;
+        let start = index * self.batch_size;
+        let len = self.batch_size.min(self.plan.len() - start);
+        let mut buffer = self.pool.take();
+        buffer.split(len, self.sample_bytes);
+        st.open.push(Planned {
+            index,
+            start,
+            len,
+            done: 0,
+            fill: 0,
+            buffer,
+            timing: BatchTiming::planned_now(),
+        });
+        st.opened += 1;
+    }
+
+    /// Hands a processed sample's piece back and wakes the consumer when its batch is complete.
+    fn complete(&self, task: Task, outcome: Outcome) {
+        let mut st = self.lock();
+        let Some(planned) = st.open.iter_mut().find(|p| p.index == task.batch) else {
+            return;
+        };
+        planned.buffer.pieces[task.slot] = Some(task.piece);
+        planned.buffer.outcomes[task.slot] = outcome;
+        planned.done += 1;
+        if planned.done == planned.len {
+            planned.timing.completed = Some(Instant::now());
+            drop(st);
+            self.done_cv.notify_all();
+        }
+    }
+
+    /// Reads and processes one sample into its piece.
+    fn run(
+        &self,
+        worker: usize,
+        task: &mut Task,
+        kit: &mut Kit<P::Scratch>,
+        hooks: &mut H::Hooks,
+    ) -> Outcome {
+        let ctx = SampleContext {
+            worker,
+            epoch: self.epoch,
+            batch: task.batch,
+            slot: task.slot,
+            position: task.position,
+            index: task.index,
+        };
+        let key = SampleKey {
+            seed: self.seed,
+            epoch: self.epoch,
+            index: task.index as u64,
+        };
+        hooks.sample_start(&ctx);
+        let mut tracker = OpTracker::new(hooks);
+        let result = panic::catch_unwind(AssertUnwindSafe(|| {
+            tracker.enter(Op::Read);
+            let read = self.source.read(task.index, &mut kit.buf);
+            tracker.exit(Op::Read);
+            let bytes = read.map_err(Failure::Read)?;
+            let slot = slot_mut(self.layout.dtype, &mut task.piece)?;
+            self.processor
+                .process(bytes, key, &mut kit.scratch, slot, &mut tracker)
+                .map_err(Failure::Transform)
+        }));
+        let op = tracker.failing_op();
+        let index = task.index;
+        let path = || self.source.path(index).into_owned();
+        let outcome = match result {
+            Ok(Ok(())) => Outcome::Done,
+            Ok(Err(Failure::Read(source))) => Outcome::Failed(LoaderError::Read {
+                index,
+                path: path(),
+                source,
+            }),
+            Ok(Err(Failure::Transform(source))) => Outcome::Failed(LoaderError::Transform {
+                index,
+                path: path(),
+                op,
+                source,
+            }),
+            Ok(Err(Failure::Layout(message))) => Outcome::Failed(LoaderError::Worker { message }),
+            Err(payload) => {
+                // The scratch may be half-updated: start the next sample from a clean one.
+                kit.scratch = self.processor.new_scratch();
+                Outcome::Failed(LoaderError::Panic {
+                    index,
+                    path: path(),
+                    op,
+                    message: panic_message(payload.as_ref()),
+                })
+            }
+        };
+        tracker
+            .inner()
+            .sample_end(&ctx, matches!(outcome, Outcome::Done));
+        outcome
+    }
+
+    /// Waits for a complete batch and takes it out of the window: batch `want`, or with `None`
+    /// the lowest-numbered complete one.
+    fn take(&self, want: Option<usize>) -> Result<Planned, LoaderError> {
+        let mut st = self.lock();
+        loop {
+            let complete = st.open.iter().enumerate().filter(|(_, p)| p.done == p.len);
+            let found = match want {
+                Some(b) => complete
+                    .filter(|(_, p)| p.index == b)
+                    .map(|(i, _)| i)
+                    .next(),
+                None => complete.min_by_key(|(_, p)| p.index).map(|(i, _)| i),
+            };
+            if let Some(i) = found {
+                let planned = st.open.swap_remove(i);
+                drop(st);
+                self.work_cv.notify_all();
+                return Ok(planned);
+            }
+            if let Some(message) = &st.fatal {
+                return Err(LoaderError::Worker {
+                    message: message.clone(),
+                });
+            }
+            st = self
+                .done_cv
+                .wait(st)
+                .unwrap_or_else(PoisonError::into_inner);
+        }
+    }
+}
+
+/// The slot view of a piece for the sample's element type.
+fn slot_mut(dtype: DType, piece: &mut [u8]) -> Result<SlotMut<'_>, Failure> {
+    Ok(match dtype {
+        DType::U8 => SlotMut::U8(piece),
+        DType::F32 => SlotMut::F32(
+            bytemuck::try_cast_slice_mut(piece)
+                .map_err(|e| Failure::Layout(format!("batch slot is not f32-aligned: {e}")))?,
+        ),
+    })
+}
+
+fn panic_message(payload: &(dyn Any + Send)) -> String {
+    if let Some(s) = payload.downcast_ref::<&str>() {
+        (*s).to_owned()
+    } else if let Some(s) = payload.downcast_ref::<String>() {
+        s.clone()
+    } else {
+        "(panic payload is not a string)".to_owned()
+    }
+}
+
+/// Reports a worker thread that dies outside a sample (a bug in the loader or in the hooks), so
+/// the consumer gets an error instead of waiting for ever.
+struct DeathNotice<'a> {
+    state: &'a Mutex<State>,
+    done_cv: &'a Condvar,
+    worker: usize,
+}
+
+impl Drop for DeathNotice<'_> {
+    fn drop(&mut self) {
+        if thread::panicking() {
+            let mut st = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+            st.fatal
+                .get_or_insert_with(|| format!("worker {} panicked outside a sample", self.worker));
+            drop(st);
+            self.done_cv.notify_all();
+        }
+    }
+}
+
+fn worker_main<S, P, H>(epoch: Arc<Epoch<S, P, H>>, worker: usize) -> Kit<P::Scratch>
+where
+    S: Source + 'static,
+    P: SampleProcessor,
+    H: Instrument,
+{
+    let _notice = DeathNotice {
+        state: &epoch.state,
+        done_cv: &epoch.done_cv,
+        worker,
+    };
+    let mut hooks = epoch.instrument.worker_hooks(worker);
+    let reused = epoch
+        .kits
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .pop();
+    let mut kit = reused.unwrap_or_else(|| Kit {
+        scratch: epoch.processor.new_scratch(),
+        buf: Vec::new(),
+    });
+    while let Some(mut task) = epoch.claim() {
+        let outcome = epoch.run(worker, &mut task, &mut kit, &mut hooks);
+        epoch.complete(task, outcome);
+    }
+    kit
+}
+
+/// A sample dropped under [`ErrorPolicy::Skip`], with why.
+#[derive(Debug)]
+pub struct SkippedSample {
+    /// Its index in the dataset.
+    pub index: usize,
+    /// Its position in the epoch's order.
+    pub position: usize,
+    /// What went wrong.
+    pub error: LoaderError,
+}
+
+/// The batches of one epoch, yielded as they are ready; dropping it stops and joins the workers.
+///
+/// Yields `Ok(batch)` for every batch, or under [`ErrorPolicy::Raise`] an `Err` in place of the
+/// first batch with a failing sample, after which it ends. Also ends (after an `Err`) if a worker
+/// thread cannot run.
+pub struct EpochIter<S, P, H = NoHooks>
+where
+    S: Source + 'static,
+    P: SampleProcessor,
+    H: Instrument,
+{
+    epoch: Arc<Epoch<S, P, H>>,
+    workers: Vec<JoinHandle<Kit<P::Scratch>>>,
+    policy: ErrorPolicy,
+    delivery: Delivery,
+    /// Batches in the plan.
+    planned: usize,
+    /// Planned batches taken from the window so far.
+    walked: usize,
+    /// Completion order: which planned batches were taken, and the first one not yet taken.
+    taken: Vec<bool>,
+    first_untaken: usize,
+    /// In order, after a skip: the batch being filled from later samples.
+    partial: Option<Planned>,
+    /// Batches ready for `next()`.
+    ready: VecDeque<Batch>,
+    /// Batches made so far (the next in-order batch index).
+    emitted: usize,
+    /// Skips since the last batch was made.
+    skips_since_batch: usize,
+    skipped: Vec<SkippedSample>,
+    finished: bool,
+}
+
+impl<S, P, H> EpochIter<S, P, H>
+where
+    S: Source + 'static,
+    P: SampleProcessor,
+    H: Instrument,
+{
+    /// Starts the workers of `epoch`.
+    pub(crate) fn start(
+        epoch: Epoch<S, P, H>,
+        num_workers: usize,
+        policy: ErrorPolicy,
+        delivery: Delivery,
+    ) -> Self {
+        let planned = epoch.plan.len().div_ceil(epoch.batch_size);
+        let threads = num_workers.min(epoch.plan.len());
+        let epoch = Arc::new(epoch);
+        let mut workers = Vec::with_capacity(threads);
+        for worker in 0..threads {
+            let shared = Arc::clone(&epoch);
+            let spawned = thread::Builder::new()
+                .name(format!("ferroloader-{worker}"))
+                .spawn(move || worker_main(shared, worker));
+            match spawned {
+                Ok(handle) => workers.push(handle),
+                Err(e) => {
+                    // Fewer workers only make the epoch slower; none at all would make it hang.
+                    if workers.is_empty() {
+                        epoch.lock().fatal = Some(format!("cannot start a worker thread: {e}"));
+                    }
+                    break;
+                }
+            }
+        }
+        let taken = match delivery {
+            Delivery::InOrder => Vec::new(),
+            Delivery::CompletionOrder => vec![false; planned],
+        };
+        EpochIter {
+            epoch,
+            workers,
+            policy,
+            delivery,
+            planned,
+            walked: 0,
+            taken,
+            first_untaken: 0,
+            partial: None,
+            ready: VecDeque::new(),
+            emitted: 0,
+            skips_since_batch: 0,
+            skipped: Vec::new(),
+            finished: false,
+        }
+    }
+
+    /// The epoch number.
+    pub fn epoch(&self) -> u64 {
+        self.epoch.epoch
+    }
+
+    /// Batches planned for the epoch (fewer are delivered when samples are skipped or an
+    /// error ends the epoch).
+    pub fn num_batches(&self) -> usize {
+        self.planned
+    }
+
+    /// Samples planned for the epoch.
+    pub fn num_samples(&self) -> usize {
+        self.epoch.plan.len()
+    }
+
+    /// The samples skipped so far this epoch, in epoch order, each with its error.
+    pub fn skipped(&self) -> &[SkippedSample] {
+        &self.skipped
+    }
+
+    /// Takes the next planned batch the delivery order wants and turns it into batches.
+    fn advance(&mut self) -> Result<(), LoaderError> {
+        let want = match self.delivery {
+            Delivery::InOrder => Some(self.walked),
+            Delivery::CompletionOrder => None,
+        };
+        let mut planned = self.epoch.take(want)?;
+        self.walked += 1;
+        if self.policy == ErrorPolicy::Raise {
+            let failed = planned
+                .buffer
+                .outcomes
+                .iter_mut()
+                .find(|o| matches!(o, Outcome::Failed(_)));
+            if let Some(outcome) = failed {
+                if let Outcome::Failed(error) = std::mem::replace(outcome, Outcome::Pending) {
+                    self.recycle(planned);
+                    return Err(error);
+                }
+            }
+        }
+        match self.delivery {
+            Delivery::InOrder => self.walk_in_order(planned),
+            Delivery::CompletionOrder => {
+                let out_of_order = planned.index != self.first_untaken;
+                self.taken[planned.index] = true;
+                while self.taken.get(self.first_untaken) == Some(&true) {
+                    self.first_untaken += 1;
+                }
+                for slot in 0..planned.len {
+                    if let Some(index) = self.take_good(&mut planned, slot) {
+                        let label = self.epoch.source.label(index);
+                        planned.keep(slot, index, label);
+                    }
+                }
+                let index = planned.index;
+                self.emit_or_recycle(planned, out_of_order, index)
+            }
+        }
+    }
+
+    /// Fills batches with the good samples of `planned`, in order: into the batch still being
+    /// filled from earlier samples if there is one, else into `planned` itself, compacting in
+    /// place (a sample only ever moves to an earlier slot, so nothing is overwritten before it is
+    /// read). When nothing was skipped, no sample moves and `planned` is delivered as it is.
+    fn walk_in_order(&mut self, mut planned: Planned) -> Result<(), LoaderError> {
+        for slot in 0..planned.len {
+            let Some(index) = self.take_good(&mut planned, slot) else {
+                continue;
+            };
+            let label = self.epoch.source.label(index);
+            let Some(partial) = self.partial.as_mut() else {
+                planned.keep(slot, index, label);
+                continue;
+            };
+            partial
+                .buffer
+                .copy_piece_from(partial.fill, &planned.buffer, slot);
+            partial.record(index, label);
+            partial.timing.completed = planned.timing.completed;
+            if partial.fill == self.epoch.batch_size {
+                if let Some(full) = self.partial.take() {
+                    let index = self.next_index();
+                    self.emit_or_recycle(full, false, index)?;
+                }
+            }
+        }
+        if planned.fill == self.epoch.batch_size {
+            let index = self.next_index();
+            self.emit_or_recycle(planned, false, index)
+        } else if planned.fill > 0 {
+            // Short: filled from the next batch, or delivered as the epoch's last.
+            self.partial = Some(planned);
+            Ok(())
+        } else {
+            self.recycle(planned);
+            Ok(())
+        }
+    }
+
+    /// The dataset index of the sample in `slot` when it succeeded; records it as skipped when
+    /// it failed.
+    fn take_good(&mut self, planned: &mut Planned, slot: usize) -> Option<usize> {
+        let position = planned.start + slot;
+        let index = self.epoch.plan[position];
+        let outcome = std::mem::replace(&mut planned.buffer.outcomes[slot], Outcome::Pending);
+        if let Outcome::Failed(error) = outcome {
+            self.skip(index, position, error);
+            return None;
+        }
+        Some(index)
+    }
+
+    fn skip(&mut self, index: usize, position: usize, error: LoaderError) {
+        self.skips_since_batch += 1;
+        self.skipped.push(SkippedSample {
+            index,
+            position,
+            error,
+        });
+    }
+
+    fn next_index(&mut self) -> usize {
+        self.emitted += 1;
+        self.emitted - 1
+    }
+
+    /// Makes a batch of the filled slots of `planned`, or recycles it when none is filled.
+    fn emit_or_recycle(
+        &mut self,
+        mut planned: Planned,
+        out_of_order: bool,
+        index: usize,
+    ) -> Result<(), LoaderError> {
+        if planned.fill == 0 {
+            self.recycle(planned);
+            return Ok(());
+        }
+        if !planned.buffer.join() {
+            return Err(LoaderError::Worker {
+                message: "a batch buffer could not be joined back together".to_owned(),
+            });
+        }
+        self.ready.push_back(Batch {
+            buffer: planned.buffer,
+            pool: Arc::clone(&self.epoch.pool),
+            len: planned.fill,
+            layout: self.epoch.layout,
+            sample_bytes: self.epoch.sample_bytes,
+            index,
+            epoch: self.epoch.epoch,
+            out_of_order,
+            skipped: std::mem::take(&mut self.skips_since_batch),
+            wait: Duration::ZERO,
+            timing: planned.timing,
+        });
+        Ok(())
+    }
+
+    fn recycle(&self, mut planned: Planned) {
+        if planned.buffer.join() {
+            self.epoch.pool.put(planned.buffer);
+        }
+    }
+
+    /// Stops the workers, joins them, keeps their kits and puts the buffers in flight back in
+    /// the ring. Idempotent.
+    fn finish(&mut self) {
+        self.finished = true;
+        self.epoch.lock().shutdown = true;
+        self.epoch.work_cv.notify_all();
+        for handle in self.workers.drain(..) {
+            // A worker that panicked outside a sample has no kit to give back; its death was
+            // already reported through `fatal`.
+            if let Ok(kit) = handle.join() {
+                self.epoch
+                    .kits
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .push(kit);
+            }
+        }
+        // Every piece is home now that the workers are gone.
+        let open = std::mem::take(&mut self.epoch.lock().open);
+        for planned in open {
+            self.recycle(planned);
+        }
+        if let Some(partial) = self.partial.take() {
+            self.recycle(partial);
+        }
+    }
+}
+
+impl<S, P, H> Iterator for EpochIter<S, P, H>
+where
+    S: Source + 'static,
+    P: SampleProcessor,
+    H: Instrument,
+{
+    type Item = Result<Batch, LoaderError>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        let called = Instant::now();
+        loop {
+            if let Some(mut batch) = self.ready.pop_front() {
+                let now = Instant::now();
+                batch.wait = now - called;
+                batch.timing.delivered = Some(now);
+                return Some(Ok(batch));
+            }
+            if self.finished {
+                return None;
+            }
+            if self.walked == self.planned {
+                // The last in-order batch may be short after skips.
+                if let Some(partial) = self.partial.take() {
+                    let index = self.next_index();
+                    if let Err(e) = self.emit_or_recycle(partial, false, index) {
+                        self.finish();
+                        return Some(Err(e));
+                    }
+                    continue;
+                }
+                self.finish();
+                return None;
+            }
+            if let Err(e) = self.advance() {
+                self.finish();
+                return Some(Err(e));
+            }
+        }
+    }
+}
+
+impl<S, P, H> FusedIterator for EpochIter<S, P, H>
+where
+    S: Source + 'static,
+    P: SampleProcessor,
+    H: Instrument,
+{
+}
+
+impl<S, P, H> Drop for EpochIter<S, P, H>
+where
+    S: Source + 'static,
+    P: SampleProcessor,
+    H: Instrument,
+{
+    fn drop(&mut self) {
+        self.finish();
+    }
+}
+
+impl<S, P, H> fmt::Debug for EpochIter<S, P, H>
+where
+    S: Source + 'static,
+    P: SampleProcessor,
+    H: Instrument,
+{
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("EpochIter")
+            .field("epoch", &self.epoch.epoch)
+            .field("batches", &self.planned)
+            .field("walked", &self.walked)
+            .field("workers", &self.workers.len())
+            .field("skipped", &self.skipped.len())
+            .field("finished", &self.finished)
+            .finish_non_exhaustive()
+    }
+}

@@ -1,0 +1,633 @@
+//! The loader end to end on in-memory data: coverage, determinism, ordering, error policies,
+//! hooks and lifecycle.
+
+mod common;
+
+use std::collections::HashSet;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::thread;
+use std::time::Duration;
+
+use common::*;
+use ferroloader_loader::{
+    DType, Delivery, ErrorPolicy, Instrument, Loader, LoaderError, LoaderOptions, Op, OpHooks,
+    SampleContext, Sampler, Shard,
+};
+
+fn opts(batch: usize, workers: usize) -> LoaderOptions {
+    LoaderOptions::default()
+        .batch_size(batch)
+        .num_workers(workers)
+        .prefetch_batches(3)
+}
+
+#[test]
+fn every_sample_exactly_once_per_epoch() {
+    let n = 103;
+    for shuffle in [false, true] {
+        for drop_last in [false, true] {
+            let options = opts(8, 3).shuffle(shuffle).drop_last(drop_last).seed(11);
+            let loader = Loader::new(dataset(n, &[]), TestProc::new(DType::F32, 200), options)
+                .expect("valid");
+            let records = drain_ok(loader.epoch(2));
+            let sizes: Vec<usize> = records.iter().map(|r| r.indices.len()).collect();
+            let full = if drop_last { 12 } else { 13 };
+            assert_eq!(records.len(), full);
+            assert_eq!(loader.num_batches(), full);
+            assert!(sizes[..12].iter().all(|&s| s == 8));
+            if !drop_last {
+                assert_eq!(sizes[12], 7, "short last batch");
+            }
+            let got = all_indices(&records);
+            let mut want = Sampler::new(n, shuffle, 11, None)
+                .expect("valid")
+                .indices(2);
+            want.truncate(got.len());
+            assert_eq!(got, want, "shuffle={shuffle} drop_last={drop_last}");
+            let distinct: HashSet<usize> = got.iter().copied().collect();
+            assert_eq!(distinct.len(), got.len(), "no sample twice");
+            if !shuffle {
+                assert_eq!(got, (0..got.len()).collect::<Vec<_>>());
+            }
+            if !drop_last {
+                assert_eq!(distinct.len(), n, "every sample");
+            }
+            for (k, r) in records.iter().enumerate() {
+                assert_eq!(r.index, k);
+                assert!(!r.out_of_order);
+            }
+        }
+    }
+}
+
+#[test]
+fn sharded_ranks_are_disjoint_covering_and_padded_like_distributed_sampler() {
+    let (n, world) = (50, 4);
+    let perm = Sampler::new(n, true, 3, None).expect("valid").indices(5);
+    for drop_last in [false, true] {
+        let mut per_rank = Vec::new();
+        for rank in 0..world {
+            let options = opts(5, 2)
+                .shuffle(true)
+                .seed(3)
+                .shard(Shard::new(rank, world).drop_last(drop_last));
+            let loader = Loader::new(dataset(n, &[]), TestProc::f32(), options).expect("valid");
+            let got = all_indices(&drain_ok(loader.epoch(5)));
+            assert_eq!(got.len(), loader.num_samples());
+            per_rank.push(got);
+        }
+        let per = if drop_last { 12 } else { 13 };
+        assert!(per_rank.iter().all(|r| r.len() == per));
+        // Interleaving the ranks gives back the shuffled list, padded with its own head
+        // (or cut) to a multiple of the world size.
+        let mut interleaved = Vec::new();
+        for k in 0..per {
+            for r in &per_rank {
+                interleaved.push(r[k]);
+            }
+        }
+        let want: Vec<usize> = (0..per * world).map(|i| perm[i % n]).collect();
+        assert_eq!(interleaved, want, "drop_last={drop_last}");
+        let distinct: HashSet<usize> = interleaved.iter().copied().collect();
+        if drop_last {
+            assert_eq!(distinct.len(), 48, "disjoint ranks");
+        } else {
+            assert_eq!(distinct.len(), n, "ranks cover the dataset");
+        }
+    }
+}
+
+#[test]
+fn output_is_bit_identical_whatever_the_number_of_workers() {
+    for dtype in [DType::F32, DType::U8] {
+        let run = |workers: usize, seed: u64, epoch: u64| {
+            let options = opts(8, workers).shuffle(true).seed(seed);
+            let loader =
+                Loader::new(dataset(90, &[]), TestProc::new(dtype, 300), options).expect("valid");
+            drain_ok(loader.epoch(epoch))
+        };
+        let one = run(1, 5, 3);
+        assert_eq!(one.len(), 12);
+        for workers in [2, 4] {
+            assert_eq!(run(workers, 5, 3), one, "{workers} workers, {dtype:?}");
+        }
+        let other_seed = run(2, 6, 3);
+        let other_epoch = run(2, 5, 4);
+        assert_ne!(other_seed[0].bytes, one[0].bytes);
+        assert_ne!(other_epoch[0].bytes, one[0].bytes);
+        // The same samples in another order still get their own key's draws: the sample
+        // content differs between epochs even where the index is the same.
+        let sample = |records: &[Record], index: usize| {
+            let sample_len = one[0].bytes.len() / 8;
+            records
+                .iter()
+                .find_map(|r| {
+                    r.indices
+                        .iter()
+                        .position(|&i| i == index)
+                        .map(|slot| r.bytes[slot * sample_len..(slot + 1) * sample_len].to_vec())
+                })
+                .expect("every sample is there")
+        };
+        assert_ne!(sample(&one, 17), sample(&other_epoch, 17));
+    }
+}
+
+#[test]
+fn completion_order_delivers_every_batch_once_and_flags_overtakers() {
+    let n = 97;
+    let options = opts(4, 4)
+        .prefetch_batches(6)
+        .delivery(Delivery::CompletionOrder);
+    let loader =
+        Loader::new(dataset(n, &[]), TestProc::new(DType::F32, 2000), options).expect("valid");
+    let records = with_timeout(60, move || drain_ok(loader.epoch(0)));
+    assert_eq!(records.len(), 25);
+    let mut seen = HashSet::new();
+    for r in &records {
+        // A batch is its planned run of samples, whatever order it arrives in.
+        let want: Vec<usize> = (r.index * 4..(r.index * 4 + 4).min(n)).collect();
+        assert_eq!(r.indices, want);
+        let overtook = (0..r.index).any(|b| !seen.contains(&b));
+        assert_eq!(r.out_of_order, overtook, "batch {}", r.index);
+        assert!(seen.insert(r.index), "batch {} twice", r.index);
+    }
+    assert_eq!(seen.len(), 25);
+}
+
+#[test]
+fn skip_fills_batches_from_the_next_samples_deterministically() {
+    let n = 60;
+    // Two neighbours, a whole planned batch (40..48) and the very last sample.
+    let mut bad: Vec<usize> = vec![3, 4, 17, 59];
+    bad.extend(40..48);
+    let special: Vec<(usize, u8)> = bad.iter().map(|&i| (i, FAIL)).collect();
+    for shuffle in [false, true] {
+        let run = |workers: usize, prefetch: usize| {
+            let options = opts(8, workers)
+                .prefetch_batches(prefetch)
+                .shuffle(shuffle)
+                .seed(9)
+                .on_error(ErrorPolicy::Skip);
+            let loader = Loader::new(
+                dataset(n, &special),
+                TestProc::new(DType::F32, 300),
+                options,
+            )
+            .expect("valid");
+            let mut iter = loader.epoch(1);
+            let records = drain_ok(&mut iter);
+            let skipped: Vec<(usize, Option<Op>)> = iter
+                .skipped()
+                .iter()
+                .map(|s| (s.index, s.error.op()))
+                .collect();
+            let first_error = iter.skipped()[0].error.to_string();
+            (records, skipped, first_error)
+        };
+        // One batch in flight at a time: filling a batch from the next one must not deadlock.
+        let (records, skipped, first_error) = run(1, 1);
+        let plan = Sampler::new(n, shuffle, 9, None).expect("valid").indices(1);
+        let good: Vec<usize> = plan.iter().copied().filter(|i| !bad.contains(i)).collect();
+        assert_eq!(all_indices(&records), good);
+        let sizes: Vec<usize> = records.iter().map(|r| r.indices.len()).collect();
+        assert_eq!(sizes, vec![8, 8, 8, 8, 8, 8]);
+        // Each batch counts the skips since the previous one; skips after the last good sample
+        // belong to no batch.
+        let last_good = plan
+            .iter()
+            .rposition(|i| !bad.contains(i))
+            .expect("some good");
+        let attributed = plan[..last_good].iter().filter(|i| bad.contains(i)).count();
+        assert_eq!(records.iter().map(|r| r.skipped).sum::<usize>(), attributed);
+        let in_plan_order: Vec<usize> = plan.iter().copied().filter(|i| bad.contains(i)).collect();
+        assert_eq!(
+            skipped,
+            in_plan_order
+                .iter()
+                .map(|&i| (i, Some(Op::Decode)))
+                .collect::<Vec<_>>()
+        );
+        assert!(first_error.contains("<memory>/"), "{first_error}");
+        assert!(first_error.contains("decode failed"), "{first_error}");
+        assert!(first_error.contains("bad sample"), "{first_error}");
+        for (workers, prefetch) in [(2, 1), (2, 3), (4, 2)] {
+            assert_eq!(
+                run(workers, prefetch).0,
+                records,
+                "{workers} workers, prefetch {prefetch}, shuffle={shuffle}"
+            );
+        }
+    }
+}
+
+#[test]
+fn skip_leaves_a_short_last_batch_and_handles_drop_last_and_completion_order() {
+    let n = 30;
+    let bad = [2usize, 9, 10, 11, 12, 13, 14, 15, 16, 25];
+    let special: Vec<(usize, u8)> = bad.iter().map(|&i| (i, FAIL)).collect();
+    let good = |limit: usize| -> Vec<usize> { (0..limit).filter(|i| !bad.contains(i)).collect() };
+
+    let options = opts(8, 3).on_error(ErrorPolicy::Skip);
+    let loader = Loader::new(
+        dataset(n, &special),
+        TestProc::new(DType::U8, 300),
+        options.clone(),
+    )
+    .expect("valid");
+    let records = drain_ok(loader.epoch(0));
+    assert_eq!(all_indices(&records), good(n));
+    let sizes: Vec<usize> = records.iter().map(|r| r.indices.len()).collect();
+    assert_eq!(sizes, vec![8, 8, 4]);
+    assert_eq!(records.iter().map(|r| r.skipped).sum::<usize>(), bad.len());
+
+    // drop_last cuts the plan to 24 samples first; failures then shorten the last batch.
+    let loader = Loader::new(
+        dataset(n, &special),
+        TestProc::new(DType::U8, 300),
+        options.clone().drop_last(true),
+    )
+    .expect("valid");
+    let records = drain_ok(loader.epoch(0));
+    assert_eq!(all_indices(&records), good(24));
+    let sizes: Vec<usize> = records.iter().map(|r| r.indices.len()).collect();
+    assert_eq!(sizes, vec![8, 7]);
+
+    // In completion order each planned batch just loses its failed samples.
+    let loader = Loader::new(
+        dataset(n, &special),
+        TestProc::new(DType::U8, 300),
+        options.delivery(Delivery::CompletionOrder),
+    )
+    .expect("valid");
+    let mut records = drain_ok(loader.epoch(0));
+    records.sort_by_key(|r| r.index);
+    let chunks: Vec<Vec<usize>> = records.iter().map(|r| r.indices.clone()).collect();
+    assert_eq!(
+        chunks,
+        vec![
+            vec![0, 1, 3, 4, 5, 6, 7],
+            vec![8],
+            vec![17, 18, 19, 20, 21, 22, 23],
+            vec![24, 26, 27, 28, 29]
+        ]
+    );
+}
+
+#[test]
+fn raise_names_the_file_the_op_and_the_cause_and_the_next_epoch_runs() {
+    let loader = Loader::new(
+        dataset(40, &[(20, FAIL_EPOCH0)]),
+        TestProc::new(DType::F32, 300),
+        opts(8, 3),
+    )
+    .expect("valid");
+    let mut iter = loader.epoch(0);
+    let (records, err) = drain(&mut iter);
+    assert_eq!(
+        records.len(),
+        2,
+        "the batches before the failing one arrive"
+    );
+    let err = err.expect("sample 20 fails");
+    assert!(matches!(
+        err,
+        LoaderError::Transform {
+            index: 20,
+            op: Op::Decode,
+            ..
+        }
+    ));
+    assert_eq!(err.path().and_then(|p| p.to_str()), Some("<memory>/20"));
+    let msg = err.to_string();
+    assert!(
+        msg.contains("<memory>/20") && msg.contains("decode") && msg.contains("bad sample 20"),
+        "{msg}"
+    );
+    assert!(
+        std::error::Error::source(&err).is_some(),
+        "the cause is kept"
+    );
+    assert!(iter.next().is_none(), "the epoch ends after the error");
+    drop(iter);
+    let records = drain_ok(loader.epoch(1));
+    assert_eq!(all_indices(&records), (0..40).collect::<Vec<_>>());
+}
+
+#[test]
+fn a_panicking_processor_becomes_an_error_never_an_abort_or_a_hang() {
+    let special = [(13usize, PANIC), (14, PANIC), (30, PANIC)];
+    let raised = with_timeout(60, move || {
+        let loader = Loader::new(
+            dataset(40, &special),
+            TestProc::new(DType::F32, 200),
+            opts(8, 3),
+        )
+        .expect("valid");
+        drain(loader.epoch(0))
+    });
+    assert_eq!(raised.0.len(), 1);
+    match raised.1 {
+        Some(LoaderError::Panic {
+            index, op, message, ..
+        }) => {
+            assert_eq!(index, 13);
+            assert_eq!(op, Op::Decode);
+            assert_eq!(message, "boom at 13");
+        }
+        other => panic!("expected a panic error, got {other:?}"),
+    }
+
+    let run = |workers: usize| {
+        with_timeout(60, move || {
+            let options = opts(8, workers).on_error(ErrorPolicy::Skip);
+            let loader = Loader::new(
+                dataset(40, &special),
+                TestProc::new(DType::F32, 200),
+                options,
+            )
+            .expect("valid");
+            let mut iter = loader.epoch(0);
+            let records = drain_ok(&mut iter);
+            let causes: Vec<String> = iter.skipped().iter().map(|s| s.error.to_string()).collect();
+            (records, causes)
+        })
+    };
+    let (records, causes) = run(1);
+    assert_eq!(all_indices(&records).len(), 37);
+    assert_eq!(causes.len(), 3);
+    assert!(
+        causes[0].contains("panicked during decode: boom at 13"),
+        "{}",
+        causes[0]
+    );
+    assert_eq!(run(4).0, records);
+}
+
+#[test]
+fn the_consumer_may_hold_every_batch_at_once() {
+    let loader = Loader::new(
+        dataset(50, &[]),
+        TestProc::new(DType::F32, 100),
+        opts(4, 2).prefetch_batches(1),
+    )
+    .expect("valid");
+    let batches = with_timeout(60, move || {
+        loader
+            .epoch(0)
+            .collect::<Result<Vec<_>, _>>()
+            .expect("no failures")
+    });
+    assert_eq!(batches.len(), 13);
+    let records: Vec<Record> = batches.iter().map(record).collect();
+    assert_eq!(all_indices(&records), (0..50).collect::<Vec<_>>());
+}
+
+#[test]
+fn two_loaders_run_at_the_same_time() {
+    let a =
+        Loader::new(dataset(64, &[]), TestProc::new(DType::F32, 200), opts(8, 2)).expect("valid");
+    let b = Loader::new(
+        dataset(40, &[]),
+        TestProc::new(DType::U8, 200),
+        opts(5, 2).shuffle(true),
+    )
+    .expect("valid");
+    let (mut ia, mut ib) = (a.epoch(0), b.epoch(0));
+    let (mut ra, mut rb) = (Vec::new(), Vec::new());
+    loop {
+        let na = ia.next().map(|r| record(&r.expect("ok")));
+        let nb = ib.next().map(|r| record(&r.expect("ok")));
+        if na.is_none() && nb.is_none() {
+            break;
+        }
+        ra.extend(na);
+        rb.extend(nb);
+    }
+    assert_eq!(all_indices(&ra), (0..64).collect::<Vec<_>>());
+    let mut got_b = all_indices(&rb);
+    got_b.sort_unstable();
+    assert_eq!(got_b, (0..40).collect::<Vec<_>>());
+
+    // ... and from two threads, the same loader running two epochs at once.
+    let a = Arc::new(a);
+    let handles: Vec<_> = (0..2u64)
+        .map(|e| {
+            let a = Arc::clone(&a);
+            thread::spawn(move || all_indices(&drain_ok(a.epoch(e))))
+        })
+        .collect();
+    for h in handles {
+        assert_eq!(h.join().expect("no panic"), (0..64).collect::<Vec<_>>());
+    }
+}
+
+#[test]
+fn explicit_indices_are_loaded_in_the_order_given() {
+    let loader = Loader::new(dataset(10, &[]), TestProc::f32(), opts(3, 2)).expect("valid");
+    let records = drain_ok(
+        loader
+            .epoch_with_indices(0, vec![5, 5, 1, 9])
+            .expect("in range"),
+    );
+    let chunks: Vec<Vec<usize>> = records.iter().map(|r| r.indices.clone()).collect();
+    assert_eq!(chunks, vec![vec![5, 5, 1], vec![9]]);
+    assert!(matches!(
+        loader.epoch_with_indices(0, vec![1, 10]),
+        Err(LoaderError::IndexOutOfRange {
+            index: 10,
+            position: 1,
+            len: 10
+        })
+    ));
+}
+
+#[test]
+fn iter_moves_the_epoch_on_and_set_epoch_goes_back() {
+    let loader =
+        Loader::new(dataset(30, &[]), TestProc::f32(), opts(30, 2).shuffle(true)).expect("valid");
+    let sampler = *loader.sampler();
+    let first = all_indices(&drain_ok(loader.iter()));
+    let second = all_indices(&drain_ok(&loader));
+    assert_eq!(first, sampler.indices(0));
+    assert_eq!(second, sampler.indices(1));
+    assert_ne!(first, second);
+    assert_eq!(loader.next_epoch(), 2);
+    loader.set_epoch(0);
+    assert_eq!(all_indices(&drain_ok(loader.iter())), first);
+}
+
+#[test]
+fn invalid_options_are_rejected() {
+    let make = |o: LoaderOptions| Loader::new(dataset(4, &[]), TestProc::f32(), o).map(|_| ());
+    assert!(matches!(
+        make(opts(0, 1)),
+        Err(LoaderError::InvalidOption {
+            name: "batch_size",
+            ..
+        })
+    ));
+    assert!(make(opts(2, 0)).is_err());
+    assert!(make(opts(2, 1).prefetch_batches(0)).is_err());
+    assert!(make(opts(2, 1).shard(Shard::new(2, 2))).is_err());
+    let mut empty = TestProc::f32();
+    empty.layout.shape = [3, 0, 2];
+    assert!(Loader::new(dataset(4, &[]), empty, opts(2, 1)).is_err());
+    // An empty dataset is fine: no batches.
+    let loader = Loader::new(dataset(0, &[]), TestProc::f32(), opts(2, 1)).expect("valid");
+    assert_eq!(loader.iter().count(), 0);
+}
+
+/// Counts what the hooks see, across all workers.
+#[derive(Default)]
+struct Counts {
+    starts: AtomicUsize,
+    ends: AtomicUsize,
+    failed: AtomicUsize,
+    reads: AtomicUsize,
+    enters: AtomicUsize,
+    exits: AtomicUsize,
+    bad_worker: AtomicUsize,
+}
+
+struct Counting(Arc<Counts>, usize);
+
+impl OpHooks for Counting {
+    fn sample_start(&mut self, ctx: &SampleContext) {
+        self.0.starts.fetch_add(1, Ordering::Relaxed);
+        if ctx.worker != self.1 || ctx.position / 4 != ctx.batch || ctx.position % 4 != ctx.slot {
+            self.0.bad_worker.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+    fn enter(&mut self, op: Op) {
+        self.0.enters.fetch_add(1, Ordering::Relaxed);
+        if op == Op::Read {
+            self.0.reads.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+    fn exit(&mut self, _op: Op) {
+        self.0.exits.fetch_add(1, Ordering::Relaxed);
+    }
+    fn sample_end(&mut self, _ctx: &SampleContext, ok: bool) {
+        self.0.ends.fetch_add(1, Ordering::Relaxed);
+        if !ok {
+            self.0.failed.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+}
+
+struct CountingInstrument(Arc<Counts>);
+
+impl Instrument for CountingInstrument {
+    type Hooks = Counting;
+    fn worker_hooks(&self, worker: usize) -> Counting {
+        Counting(Arc::clone(&self.0), worker)
+    }
+}
+
+#[test]
+fn hooks_see_every_sample_read_and_op() {
+    let counts = Arc::new(Counts::default());
+    let loader = Loader::with_instrument(
+        dataset(42, &[(7, FAIL)]),
+        TestProc::new(DType::F32, 100),
+        CountingInstrument(Arc::clone(&counts)),
+        opts(4, 3).on_error(ErrorPolicy::Skip),
+    )
+    .expect("valid");
+    assert_eq!(all_indices(&drain_ok(loader.epoch(0))).len(), 41);
+    let get = |a: &AtomicUsize| a.load(Ordering::Relaxed);
+    assert_eq!(get(&counts.starts), 42);
+    assert_eq!(get(&counts.ends), 42);
+    assert_eq!(get(&counts.failed), 1);
+    assert_eq!(get(&counts.reads), 42);
+    // read + decode for all, normalize for the 41 good ones.
+    assert_eq!(get(&counts.enters), 42 * 2 + 41);
+    assert_eq!(get(&counts.exits), get(&counts.enters));
+    assert_eq!(get(&counts.bad_worker), 0);
+}
+
+#[test]
+fn consumer_wait_and_batch_timing_are_recorded() {
+    // One worker at 3 ms a sample: the first batch of 4 makes the consumer wait at least 12 ms;
+    // after the consumer has been busy for long enough, the next one is already there.
+    let proc_ = TestProc::f32().with_sleep(Duration::from_millis(3));
+    let loader =
+        Loader::new(dataset(12, &[]), proc_, opts(4, 1).prefetch_batches(2)).expect("valid");
+    let mut iter = loader.epoch(0);
+    let first = iter.next().expect("a batch").expect("ok");
+    assert!(
+        first.wait() >= Duration::from_millis(12),
+        "{:?}",
+        first.wait()
+    );
+    let t = first.timing();
+    let started = t.started.expect("started");
+    let completed = t.completed.expect("completed");
+    let delivered = t.delivered.expect("delivered");
+    assert!(t.planned <= started && started <= completed && completed <= delivered);
+    drop(first);
+    thread::sleep(Duration::from_millis(300));
+    // Generous bound: the second batch (12 ms of work) was made during the 300 ms pause.
+    let second = iter.next().expect("a batch").expect("ok");
+    assert!(
+        second.wait() < Duration::from_millis(100),
+        "{:?}",
+        second.wait()
+    );
+}
+
+/// Hooks that panic when a given sample starts: outside the processor, so outside the sample's
+/// panic guard, which kills the worker thread.
+struct PanickyHooks;
+
+impl OpHooks for PanickyHooks {
+    fn sample_start(&mut self, ctx: &SampleContext) {
+        if ctx.index == 9 {
+            panic!("hook bug");
+        }
+    }
+}
+
+struct Panicky;
+
+impl Instrument for Panicky {
+    type Hooks = PanickyHooks;
+    fn worker_hooks(&self, _worker: usize) -> PanickyHooks {
+        PanickyHooks
+    }
+}
+
+#[test]
+fn a_worker_dying_outside_a_sample_ends_the_epoch_with_an_error_not_a_hang() {
+    let (records, err) = with_timeout(60, || {
+        let loader = Loader::with_instrument(
+            dataset(40, &[]),
+            TestProc::new(DType::F32, 200),
+            Panicky,
+            opts(4, 2),
+        )
+        .expect("valid");
+        drain(loader.epoch(0))
+    });
+    assert_eq!(
+        records.len(),
+        2,
+        "the batches before the lost sample arrive"
+    );
+    match err {
+        Some(LoaderError::Worker { message }) => assert!(message.contains("panicked"), "{message}"),
+        other => panic!("expected a worker error, got {other:?}"),
+    }
+}
+
+#[test]
+fn loaders_iterators_and_batches_cross_threads() {
+    fn send_sync<T: Send + Sync>() {}
+    fn send<T: Send>() {}
+    send_sync::<Loader<ferroloader_loader::ImageFolder, TestProc>>();
+    send::<ferroloader_loader::EpochIter<ferroloader_loader::InMemory, TestProc>>();
+    send_sync::<ferroloader_loader::Batch>();
+    send_sync::<LoaderError>();
+}
