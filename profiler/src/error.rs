@@ -1,0 +1,42 @@
+//! Errors of the profiler crate. Recording never fails (it drops and counts instead); only
+//! setup (registering too many ops) and profile files can.
+
+use std::path::PathBuf;
+
+/// What went wrong in the profiler.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ProfilerError {
+    /// More than 65536 distinct op names were registered.
+    #[error("too many distinct op names (65536 at most); registering {name:?}")]
+    TooManyOps {
+        /// The name that did not fit.
+        name: String,
+    },
+    /// Reading or writing a file failed.
+    #[error("{path}: {source}")]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// The OS error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// A profile or summary could not be encoded or decoded as JSON.
+    #[error("JSON: {0}")]
+    Json(#[from] serde_json::Error),
+    /// The file is JSON but not a ferroloader profile.
+    #[error("not a ferroloader profile: schema is {found:?}, expected \"ferroloader.profile\"")]
+    WrongSchema {
+        /// The schema name the file declares.
+        found: String,
+    },
+    /// The profile was written by a newer version of the schema than this crate reads.
+    #[error("profile schema version {found} is newer than the supported version {supported}")]
+    UnsupportedVersion {
+        /// The version the file declares.
+        found: u32,
+        /// The newest version this crate reads.
+        supported: u32,
+    },
+}
