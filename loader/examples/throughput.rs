@@ -1,238 +1,78 @@
-//! Loader throughput on an image folder, with a stand-in processor that checksums each file's
-//! bytes into its slot (the real decode/crop/resize pipeline is plugged in later).
+//! Loader throughput on an ImageFolder with the real train pipeline (decode, RandomResizedCrop,
+//! flip, to-tensor, normalize, fused), against the same pipeline in a plain single-threaded loop.
 //!
 //! ```text
-//! cargo run --release -p ferroloader-loader --example throughput -- [ROOT] [--workers 1,2]
-//!     [--batch 64] [--epochs 2] [--rounds 8] [--repeat 3] [--cache]
+//! make loader-bench        # generates an ImageNet-like folder, then runs this
+//! cargo run --release -p ferroloader-loader --example throughput -- ROOT [--workers 1,2]
+//!     [--batch 64] [--epochs 1] [--repeat 3] [--cache]
 //! ```
 //!
-//! Without ROOT, a synthetic folder (8 classes x 128 files of ~110 KB) is made in a temporary
-//! directory. `--rounds` is how many checksum passes each sample costs (8 passes over 110 KB is
-//! about the CPU time of a JPEG decode); `--cache` loads from memory instead of files. Prints
-//! samples/s and process CPU time per sample of a plain single-threaded loop (read + process, no
-//! loader) and of the loader for each worker count, with ratios to the plain loop and the
-//! consumer's mean wait per batch (medians of `--repeat` rounds, the configurations taking
-//! turns). CPU per sample is the loader's overhead measure that other load on the machine
-//! disturbs least.
+//! Prints samples/s and process CPU time per sample of the plain loop and of the loader for each
+//! worker count, as ratios to the plain loop, plus the time to the first batch (warm page
+//! cache). Every configuration runs once per round, round after round, and reports its median,
+//! so the machine's background load weighs on all of them alike: quote the ratios.
 
 use std::error::Error;
 use std::fs;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use ferroloader_loader::transforms::Error as TransformError;
+use clap::Parser;
+use ferroloader_loader::transforms::spec::PipelineSpec;
 use ferroloader_loader::{
-    DType, ImageFolder, InMemory, Loader, LoaderOptions, NoHooks, Op, OpHooks, SampleKey,
-    SampleLayout, SampleProcessor, SlotMut, Source,
+    ImageFolder, ImagePipeline, InMemory, Loader, LoaderOptions, NoHooks, SampleKey,
+    SampleProcessor, SlotMut, Source,
 };
 
-/// FNV-1a over the bytes, `rounds` times, then a xorshift stream from the hash and the sample's
-/// key fills a `[3, 64, 64]` u8 slot.
-struct Checksum {
-    rounds: usize,
-}
-
-impl SampleProcessor for Checksum {
-    type Scratch = ();
-
-    fn new_scratch(&self) {}
-
-    fn sample_layout(&self) -> SampleLayout {
-        SampleLayout::chw(DType::U8, 3, 64, 64)
-    }
-
-    fn process(
-        &self,
-        bytes: &[u8],
-        key: SampleKey,
-        _scratch: &mut (),
-        out: SlotMut<'_>,
-        hooks: &mut dyn OpHooks,
-    ) -> Result<(), TransformError> {
-        hooks.enter(Op::Custom("checksum"));
-        let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-        for round in 0..self.rounds {
-            h ^= round as u64;
-            for &b in bytes {
-                h = (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3);
-            }
-        }
-        let mut x = h ^ key.index.rotate_left(17) ^ key.epoch.rotate_left(41) ^ key.seed | 1;
-        if let SlotMut::U8(out) = out {
-            for v in out.iter_mut() {
-                x ^= x << 13;
-                x ^= x >> 7;
-                x ^= x << 17;
-                *v = x as u8;
-            }
-        }
-        hooks.exit(Op::Custom("checksum"));
-        Ok(())
-    }
-}
-
+#[derive(Parser)]
+#[command(about = "ferroloader loader throughput vs a plain loop, on an ImageFolder")]
 struct Args {
-    root: Option<PathBuf>,
+    /// ImageFolder root (class subfolders of JPEGs).
+    root: PathBuf,
+    /// Worker counts to measure, comma separated; default 1..=cores.
+    #[arg(long, value_delimiter = ',')]
     workers: Vec<usize>,
+    /// Batch size.
+    #[arg(long, default_value_t = 64)]
     batch: usize,
+    /// Epochs per measurement.
+    #[arg(long, default_value_t = 1)]
     epochs: u64,
-    rounds: usize,
-    cache: bool,
+    /// Rounds; each figure is the median over rounds.
+    #[arg(long, default_value_t = 3)]
     repeat: usize,
-}
-
-fn parse_args() -> Result<Args, Box<dyn Error>> {
-    let cores = std::thread::available_parallelism().map_or(1, usize::from);
-    let mut args = Args {
-        root: None,
-        workers: (1..=cores).collect(),
-        batch: 64,
-        epochs: 2,
-        rounds: 8,
-        cache: false,
-        repeat: 3,
-    };
-    let mut it = std::env::args().skip(1);
-    while let Some(a) = it.next() {
-        let mut value = || it.next().ok_or(format!("{a} needs a value"));
-        match a.as_str() {
-            "--workers" => {
-                args.workers = value()?
-                    .split(',')
-                    .map(str::parse)
-                    .collect::<Result<_, _>>()?;
-            }
-            "--batch" => args.batch = value()?.parse()?,
-            "--epochs" => args.epochs = value()?.parse()?,
-            "--rounds" => args.rounds = value()?.parse()?,
-            "--repeat" => args.repeat = value()?.parse::<usize>()?.max(1),
-            "--cache" => args.cache = true,
-            _ if !a.starts_with("--") && args.root.is_none() => args.root = Some(a.into()),
-            _ => return Err(format!("unknown argument {a}").into()),
-        }
-    }
-    Ok(args)
-}
-
-/// 8 classes x 128 files of pseudo-random bytes, ~110 KB each (an ImageNet-sized JPEG).
-fn synthetic(dir: &std::path::Path) -> Result<(), Box<dyn Error>> {
-    let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
-    for class in 0..8 {
-        let class_dir = dir.join(format!("class{class}"));
-        fs::create_dir_all(&class_dir)?;
-        for i in 0..128 {
-            let len = 100_000 + (i * 1543) % 20_000;
-            let bytes: Vec<u8> = (0..len)
-                .map(|_| {
-                    x ^= x << 13;
-                    x ^= x >> 7;
-                    x ^= x << 17;
-                    x as u8
-                })
-                .collect();
-            fs::write(class_dir.join(format!("{i:04}.jpg")), bytes)?;
-        }
-    }
-    Ok(())
-}
-
-/// Samples per second and CPU time per sample of a plain loop: read and process each sample in
-/// turn, one thread.
-fn plain_loop<S: Source>(source: &S, proc_: &Checksum) -> Result<Measure, Box<dyn Error>> {
-    let layout = proc_.sample_layout();
-    let mut slot = vec![0u8; layout.byte_len().ok_or("layout")?];
-    let mut buf = Vec::new();
-    let key = |index: usize| SampleKey {
-        seed: 0,
-        epoch: 0,
-        index: index as u64,
-    };
-    let start = Instant::now();
-    let cpu = cpu_time();
-    for i in 0..source.len() {
-        let bytes = source.read(i, &mut buf)?;
-        proc_.process(bytes, key(i), &mut (), SlotMut::U8(&mut slot), &mut NoHooks)?;
-        // Keeps the compiler from dropping the work whose result nobody reads.
-        std::hint::black_box(&mut slot);
-    }
-    Ok(Measure::since(start, cpu, source.len(), Duration::ZERO))
-}
-
-/// What one run measured.
-#[derive(Clone, Copy)]
-struct Measure {
-    /// Samples per second of wall time.
-    rate: f64,
-    /// CPU time of the whole process per sample: unlike the rate, barely affected by other
-    /// processes competing for the cores.
-    cpu_per_sample: Duration,
-    /// Mean time the consumer waited per batch.
-    wait: Duration,
-}
-
-impl Measure {
-    fn since(start: Instant, cpu: Option<Duration>, samples: usize, wait: Duration) -> Self {
-        let n = samples.max(1) as u32;
-        Measure {
-            rate: samples as f64 / start.elapsed().as_secs_f64(),
-            cpu_per_sample: match (cpu, cpu_time()) {
-                (Some(a), Some(b)) => (b - a) / n,
-                _ => Duration::ZERO,
-            },
-            wait,
-        }
-    }
-}
-
-/// User + system CPU time of the process so far (Linux; `None` elsewhere). Assumes the usual
-/// 100 clock ticks per second.
-fn cpu_time() -> Option<Duration> {
-    let stat = fs::read_to_string("/proc/self/stat").ok()?;
-    let fields: Vec<&str> = stat[stat.rfind(')')? + 2..].split_whitespace().collect();
-    let ticks = fields.get(11)?.parse::<u64>().ok()? + fields.get(12)?.parse::<u64>().ok()?;
-    Some(Duration::from_millis(ticks * 10))
+    /// Load the files into memory first (measures the pipeline without file reads).
+    #[arg(long)]
+    cache: bool,
 }
 
 fn main() -> Result<(), Box<dyn Error>> {
-    let args = parse_args()?;
-    let tmp;
-    let root = match &args.root {
-        Some(root) => root.clone(),
-        None => {
-            tmp = tempfile::tempdir()?;
-            synthetic(tmp.path())?;
-            tmp.path().to_path_buf()
-        }
-    };
-    let folder = ImageFolder::new(&root)?;
+    let mut args = Args::parse();
+    if args.workers.is_empty() {
+        let cores = std::thread::available_parallelism().map_or(1, usize::from);
+        args.workers = (1..=cores).collect();
+    }
+    let folder = ImageFolder::new(&args.root)?;
+    let spec = PipelineSpec::imagenet_train(224);
+    let proc_ = ImagePipeline::new(spec.clone())?;
+    println!(
+        "{} samples in {} classes from {}{}, batch {}, train pipeline (RRC 224, flip, normalize, f32)",
+        folder.len(),
+        folder.classes().len(),
+        args.root.display(),
+        if args.cache { " (cached in memory)" } else { "" },
+        args.batch,
+    );
     let cached = if args.cache {
         Some(InMemory::cache(&folder)?)
     } else {
         None
     };
-    let proc_ = Checksum {
-        rounds: args.rounds,
-    };
-    println!(
-        "{} samples in {} classes from {}{}, batch {}, {} checksum rounds",
-        folder.len(),
-        folder.classes().len(),
-        root.display(),
-        if args.cache {
-            " (cached in memory)"
-        } else {
-            ""
-        },
-        args.batch,
-        args.rounds
-    );
     // A first pass warms the page cache so that every run reads from memory alike.
     plain_loop(&folder, &proc_)?;
-    // Every configuration runs once per round, round after round, and reports its median: the
-    // machine's background load then weighs on all of them alike.
     let mut plain = Vec::new();
     let mut loaded: Vec<Vec<Measure>> = vec![Vec::new(); args.workers.len()];
-    for _ in 0..args.repeat {
+    for _ in 0..args.repeat.max(1) {
         plain.push(match &cached {
             Some(c) => plain_loop(c, &proc_)?,
             None => plain_loop(&folder, &proc_)?,
@@ -242,9 +82,7 @@ fn main() -> Result<(), Box<dyn Error>> {
                 .batch_size(args.batch)
                 .num_workers(workers)
                 .shuffle(true);
-            let proc_ = Checksum {
-                rounds: args.rounds,
-            };
+            let proc_ = ImagePipeline::new(spec.clone())?;
             loaded[k].push(match &cached {
                 Some(c) => run(Loader::new(c.clone(), proc_, options)?, args.epochs)?,
                 None => run(Loader::new(folder.clone(), proc_, options)?, args.epochs)?,
@@ -253,24 +91,113 @@ fn main() -> Result<(), Box<dyn Error>> {
     }
     let plain = median(plain);
     println!(
-        "plain loop, 1 thread: {:8.0} samples/s, {:6.1} us CPU/sample (medians of {})",
+        "plain loop, 1 thread: {:8.0} samples/s, {:7.1} us CPU/sample",
         plain.rate,
         us(plain.cpu_per_sample),
-        args.repeat
     );
+    let one_worker = args.workers.iter().position(|&w| w == 1);
+    let mut medians = Vec::new();
     for (&workers, results) in args.workers.iter().zip(loaded) {
         let m = median(results);
         println!(
-            "loader, {workers} worker(s): {:8.0} samples/s = {:.2}x the plain loop, \
-             {:6.1} us CPU/sample = {:.2}x, mean consumer wait {:.2} ms/batch",
+            "loader, {workers} worker(s): {:8.0} samples/s = {:.3}x the plain loop, \
+             {:7.1} us CPU/sample = {:.3}x, first batch after {:.1} ms, mean wait {:.2} ms/batch",
             m.rate,
             m.rate / plain.rate,
             us(m.cpu_per_sample),
             m.cpu_per_sample.as_secs_f64() / plain.cpu_per_sample.as_secs_f64(),
+            m.first_batch.as_secs_f64() * 1e3,
             m.wait.as_secs_f64() * 1e3
         );
+        medians.push((workers, m));
+    }
+    if let Some(k) = one_worker {
+        let base = medians[k].1.rate;
+        for (workers, m) in &medians {
+            println!(
+                "scaling: {workers} worker(s) = {:.2}x 1 worker",
+                m.rate / base
+            );
+        }
     }
     Ok(())
+}
+
+/// Reads and runs every sample in turn on this thread: what the loader's machinery is measured
+/// against.
+fn plain_loop<S: Source>(source: &S, proc_: &ImagePipeline) -> Result<Measure, Box<dyn Error>> {
+    let layout = proc_.sample_layout();
+    let mut slot = vec![0f32; layout.numel().ok_or("layout")?];
+    let mut buf = Vec::new();
+    let mut scratch = proc_.new_scratch();
+    let start = Instant::now();
+    let cpu = cpu_time();
+    for i in 0..source.len() {
+        let bytes = source.read(i, &mut buf)?;
+        let key = SampleKey {
+            seed: 0,
+            epoch: 0,
+            index: i as u64,
+        };
+        proc_.process(
+            bytes,
+            key,
+            &mut scratch,
+            SlotMut::F32(&mut slot),
+            &mut NoHooks,
+        )?;
+        std::hint::black_box(&mut slot);
+    }
+    Ok(Measure::since(
+        start,
+        cpu,
+        source.len(),
+        Duration::ZERO,
+        Duration::ZERO,
+    ))
+}
+
+/// What one run measured.
+#[derive(Clone, Copy)]
+struct Measure {
+    /// Samples per second of wall time.
+    rate: f64,
+    /// CPU time of the whole process per sample: barely affected by other processes.
+    cpu_per_sample: Duration,
+    /// Mean time the consumer waited per batch.
+    wait: Duration,
+    /// From `iter()` to the first batch in hand.
+    first_batch: Duration,
+}
+
+impl Measure {
+    fn since(
+        start: Instant,
+        cpu: Option<Duration>,
+        samples: usize,
+        wait: Duration,
+        first_batch: Duration,
+    ) -> Self {
+        let n = samples.max(1) as u32;
+        Measure {
+            rate: samples as f64 / start.elapsed().as_secs_f64(),
+            cpu_per_sample: match (cpu, cpu_time()) {
+                (Some(a), Some(b)) => (b - a) / n,
+                _ => Duration::ZERO,
+            },
+            wait,
+            first_batch,
+        }
+    }
+}
+
+/// User + system CPU time of the process so far (Linux; `None` elsewhere), assuming the usual
+/// 100 clock ticks per second.
+fn cpu_time() -> Option<Duration> {
+    let stat = fs::read_to_string("/proc/self/stat").ok()?;
+    let fields: Vec<&str> = stat[stat.rfind(')')? + 2..].split_whitespace().collect();
+    let ticks = fields.get(11)?.parse::<u64>().ok()? + fields.get(12)?.parse::<u64>().ok()?;
+    Some(Duration::from_millis(ticks * 10))
 }
 
 fn us(d: Duration) -> f64 {
@@ -285,21 +212,32 @@ fn median(mut v: Vec<Measure>) -> Measure {
 
 /// Runs `epochs` epochs of `loader`.
 fn run<S: Source + 'static>(
-    loader: Loader<S, Checksum>,
+    loader: Loader<S, ImagePipeline>,
     epochs: u64,
 ) -> Result<Measure, Box<dyn Error>> {
     let mut samples = 0;
     let mut batches = 0u32;
     let mut wait = Duration::ZERO;
+    let mut first_batch = Duration::ZERO;
     let start = Instant::now();
     let cpu = cpu_time();
-    for _ in 0..epochs {
+    for epoch in 0..epochs {
+        let epoch_start = Instant::now();
         for batch in loader.iter() {
             let batch = batch?;
+            if epoch == 0 && batches == 0 {
+                first_batch = epoch_start.elapsed();
+            }
             samples += batch.len();
             batches += 1;
             wait += batch.wait();
         }
     }
-    Ok(Measure::since(start, cpu, samples, wait / batches.max(1)))
+    Ok(Measure::since(
+        start,
+        cpu,
+        samples,
+        wait / batches.max(1),
+        first_batch,
+    ))
 }

@@ -7,8 +7,9 @@
 //! that return their buffer to the ring when dropped. Every read and op runs between
 //! [`OpHooks`] calls, where the profiler plugs in.
 //!
-//! Must not depend on Python or on any concrete image op: the image pipeline comes in through
-//! [`SampleProcessor`], the profiler through [`Instrument`].
+//! [`ImagePipeline`] plugs in the transforms crate's planned pipeline; the machinery itself must
+//! not depend on any concrete image op (it sees only [`SampleProcessor`]), on the profiler's
+//! internals (it sees only [`Instrument`]) or on Python.
 
 #![warn(missing_docs)]
 
@@ -16,6 +17,7 @@ mod batch;
 mod buffer;
 pub mod dataset;
 mod error;
+mod image_pipeline;
 mod loader;
 mod options;
 mod pipeline;
@@ -30,11 +32,12 @@ pub use dataset::{
     FileList, FileListOptions, ImageFolder, ImageFolderOptions, InMemory, Source, IMG_EXTENSIONS,
 };
 pub use error::{LoaderError, Result};
+pub use image_pipeline::ImagePipeline;
 pub use loader::Loader;
 pub use options::{Delivery, ErrorPolicy, LoaderOptions};
 pub use pipeline::{EpochIter, SkippedSample};
 pub use process::{
     in_op, AxisOrder, DType, Instrument, NoHooks, Op, OpHooks, SampleContext, SampleKey,
-    SampleLayout, SampleProcessor, SlotMut,
+    SampleLayout, SampleProcessor, SlotMut, TransformOp,
 };
 pub use sampler::{Sampler, Shard};

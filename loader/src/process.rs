@@ -8,6 +8,8 @@
 
 use std::fmt;
 
+pub use ferroloader_transforms::spec::Op as TransformOp;
+
 /// Element type of a processed sample.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum DType {
@@ -125,20 +127,8 @@ pub struct SampleKey {
 pub enum Op {
     /// Reading the sample's bytes from the dataset (run by the loader itself).
     Read,
-    /// Decoding the image.
-    Decode,
-    /// Choosing or applying a crop.
-    Crop,
-    /// Resizing.
-    Resize,
-    /// Flipping.
-    Flip,
-    /// Converting to a tensor (layout change, scaling).
-    ToTensor,
-    /// Normalizing.
-    Normalize,
-    /// A fused kernel doing several of the above in one pass.
-    Fused,
+    /// One of the image ops of the transforms crate (decode, crop, resize, fused, ...).
+    Transform(TransformOp),
     /// The processor as a whole: named in errors raised outside any op span.
     Process,
     /// Any other op, by name.
@@ -150,16 +140,16 @@ impl Op {
     pub fn name(&self) -> &'static str {
         match self {
             Op::Read => "read",
-            Op::Decode => "decode",
-            Op::Crop => "crop",
-            Op::Resize => "resize",
-            Op::Flip => "flip",
-            Op::ToTensor => "to_tensor",
-            Op::Normalize => "normalize",
-            Op::Fused => "fused",
+            Op::Transform(op) => op.name(),
             Op::Process => "process",
             Op::Custom(name) => name,
         }
+    }
+}
+
+impl From<TransformOp> for Op {
+    fn from(op: TransformOp) -> Self {
+        Op::Transform(op)
     }
 }
 
@@ -353,14 +343,14 @@ mod tests {
         let mut hooks = NoHooks;
         let mut t = OpTracker::new(&mut hooks);
         assert_eq!(t.failing_op(), Op::Process);
-        t.enter(Op::Fused);
-        t.enter(Op::Decode);
-        assert_eq!(t.failing_op(), Op::Decode);
-        t.exit(Op::Decode);
-        assert_eq!(t.failing_op(), Op::Fused);
-        t.exit(Op::Fused);
-        assert_eq!(t.failing_op(), Op::Fused);
-        in_op(&mut t, Op::Resize, || ());
-        assert_eq!(t.failing_op(), Op::Resize);
+        t.enter(Op::Transform(TransformOp::Fused));
+        t.enter(Op::Transform(TransformOp::Decode));
+        assert_eq!(t.failing_op(), Op::Transform(TransformOp::Decode));
+        t.exit(Op::Transform(TransformOp::Decode));
+        assert_eq!(t.failing_op(), Op::Transform(TransformOp::Fused));
+        t.exit(Op::Transform(TransformOp::Fused));
+        assert_eq!(t.failing_op(), Op::Transform(TransformOp::Fused));
+        in_op(&mut t, Op::Transform(TransformOp::Resize), || ());
+        assert_eq!(t.failing_op(), Op::Transform(TransformOp::Resize));
     }
 }

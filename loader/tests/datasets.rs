@@ -9,7 +9,7 @@ use ferroloader_loader::transforms::Error as TransformError;
 use ferroloader_loader::{
     DType, ErrorPolicy, FileList, FileListOptions, ImageFolder, ImageFolderOptions, Loader,
     LoaderError, LoaderOptions, Op, OpHooks, SampleKey, SampleLayout, SampleProcessor, SlotMut,
-    Source,
+    Source, TransformOp,
 };
 
 /// Writes the first 16 bytes of each file (zero-padded) into a `[16, 1, 1]` u8 slot.
@@ -29,13 +29,13 @@ impl SampleProcessor for Head {
         out: SlotMut<'_>,
         hooks: &mut dyn OpHooks,
     ) -> Result<(), TransformError> {
-        hooks.enter(Op::Decode);
+        hooks.enter(Op::Transform(TransformOp::Decode));
         if let SlotMut::U8(out) = out {
             out.fill(0);
             let n = bytes.len().min(out.len());
             out[..n].copy_from_slice(&bytes[..n]);
         }
-        hooks.exit(Op::Decode);
+        hooks.exit(Op::Transform(TransformOp::Decode));
         Ok(())
     }
 }

@@ -12,7 +12,7 @@ use std::time::Duration;
 use common::*;
 use ferroloader_loader::{
     DType, Delivery, ErrorPolicy, Instrument, Loader, LoaderError, LoaderOptions, Op, OpHooks,
-    SampleContext, Sampler, Shard,
+    SampleContext, Sampler, Shard, TransformOp,
 };
 
 fn opts(batch: usize, workers: usize) -> LoaderOptions {
@@ -206,7 +206,7 @@ fn skip_fills_batches_from_the_next_samples_deterministically() {
             skipped,
             in_plan_order
                 .iter()
-                .map(|&i| (i, Some(Op::Decode)))
+                .map(|&i| (i, Some(Op::Transform(TransformOp::Decode))))
                 .collect::<Vec<_>>()
         );
         assert!(first_error.contains("<memory>/"), "{first_error}");
@@ -295,7 +295,7 @@ fn raise_names_the_file_the_op_and_the_cause_and_the_next_epoch_runs() {
         err,
         LoaderError::Transform {
             index: 20,
-            op: Op::Decode,
+            op: Op::Transform(TransformOp::Decode),
             ..
         }
     ));
@@ -333,7 +333,7 @@ fn a_panicking_processor_becomes_an_error_never_an_abort_or_a_hang() {
             index, op, message, ..
         }) => {
             assert_eq!(index, 13);
-            assert_eq!(op, Op::Decode);
+            assert_eq!(op, Op::Transform(TransformOp::Decode));
             assert_eq!(message, "boom at 13");
         }
         other => panic!("expected a panic error, got {other:?}"),

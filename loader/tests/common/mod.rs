@@ -11,7 +11,7 @@ use std::time::Duration;
 use ferroloader_loader::transforms::Error as TransformError;
 use ferroloader_loader::{
     Batch, DType, InMemory, LoaderError, Op, OpHooks, SampleKey, SampleLayout, SampleProcessor,
-    SlotMut,
+    SlotMut, TransformOp,
 };
 use rand::{Rng, SeedableRng};
 
@@ -77,7 +77,7 @@ impl SampleProcessor for TestProc {
         hooks: &mut dyn OpHooks,
     ) -> Result<(), TransformError> {
         *scratch += 1;
-        hooks.enter(Op::Decode);
+        hooks.enter(Op::Transform(TransformOp::Decode));
         if self.max_delay_us > 0 {
             let us = self.delays.hash_one((key.epoch, key.index)) % self.max_delay_us;
             thread::sleep(Duration::from_micros(us));
@@ -88,7 +88,7 @@ impl SampleProcessor for TestProc {
         let tag = bytes[0];
         let index = u32::from_le_bytes([bytes[1], bytes[2], bytes[3], bytes[4]]);
         if tag == FAIL || (tag == FAIL_EPOCH0 && key.epoch == 0) {
-            hooks.exit(Op::Decode);
+            hooks.exit(Op::Transform(TransformOp::Decode));
             return Err(TransformError::Corrupt {
                 format: "test",
                 detail: format!("bad sample {index}"),
@@ -97,8 +97,8 @@ impl SampleProcessor for TestProc {
         if tag == PANIC {
             panic!("boom at {index}");
         }
-        hooks.exit(Op::Decode);
-        hooks.enter(Op::Normalize);
+        hooks.exit(Op::Transform(TransformOp::Decode));
+        hooks.enter(Op::Transform(TransformOp::Normalize));
         let mut rng = rand_pcg::Pcg64::seed_from_u64(
             key.seed ^ key.epoch.wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ key.index.rotate_left(32),
         );
@@ -116,7 +116,7 @@ impl SampleProcessor for TestProc {
                 rng.fill(&mut out[2..]);
             }
         }
-        hooks.exit(Op::Normalize);
+        hooks.exit(Op::Transform(TransformOp::Normalize));
         Ok(())
     }
 }
