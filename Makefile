@@ -7,7 +7,7 @@ PY := $(VENV)/bin/python
 FIXTURES := target/fixtures
 CARGO ?= cargo
 
-.PHONY: help deps venv fixtures build test test-rust lint fmt bench demo clean
+.PHONY: help deps venv fixtures build test test-rust lint fmt bench loader-bench demo clean
 
 help: ## Show this help
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN{FS=":.*## "}{printf "  make %-10s %s\n", $$1, $$2}'
@@ -36,6 +36,7 @@ build: deps ## Build the Rust workspace
 
 test-rust: deps fixtures ## Rust tests only
 	$(CARGO) test --workspace
+	$(CARGO) test -p ferroloader-profiler --features tracing
 
 test: test-rust ## Run every test (installs what it needs first)
 
@@ -49,6 +50,14 @@ lint: deps ## rustfmt check and clippy with warnings as errors
 $(FIXTURES)/bench/.done: venv scripts/make_bench_corpus.py
 	$(PY) scripts/make_bench_corpus.py $(FIXTURES)/bench
 	@touch $@
+
+# An ImageFolder of ImageNet-like JPEGs (8 classes) for loader throughput runs.
+$(FIXTURES)/folder/.done: venv scripts/make_bench_corpus.py
+	$(PY) scripts/make_bench_corpus.py $(FIXTURES)/folder 512 --classes 8
+	@touch $@
+
+loader-bench: deps $(FIXTURES)/folder/.done ## Loader throughput vs a plain loop, 1..cores workers
+	$(CARGO) run --release -p ferroloader-loader --example throughput -- $(FIXTURES)/folder
 
 bench: deps $(FIXTURES)/bench/.done ## criterion benches (ops, fused vs op-by-op), then ratios
 	$(CARGO) bench --bench transforms

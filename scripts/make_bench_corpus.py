@@ -3,13 +3,14 @@
 
 Photo-like content (smooth gradients, blurred shapes, fine texture), sizes around 500x375 in both
 orientations, quality 75-95, mostly 4:2:0 like ImageNet, so decode and resize cost what they cost
-on real photos. Usage: make_bench_corpus.py OUTDIR [COUNT]
+on real photos. Usage: make_bench_corpus.py OUTDIR [COUNT] [--classes N]; with --classes the
+files go into N class folders (an ImageFolder).
 """
 
 from __future__ import annotations
 
+import argparse
 import random
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -49,15 +50,19 @@ def photo_like(rng: random.Random, width: int, height: int) -> Image.Image:
 
 
 def main() -> None:
-    out = Path(sys.argv[1])
-    count = int(sys.argv[2]) if len(sys.argv) > 2 else 48
-    out.mkdir(parents=True, exist_ok=True)
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("out", type=Path)
+    parser.add_argument("count", type=int, nargs="?", default=48)
+    parser.add_argument("--classes", type=int, default=0, help="write an ImageFolder of N classes")
+    args = parser.parse_args()
     rng = random.Random(20261121)
-    for i in range(count):
+    for i in range(args.count):
         width, height = SIZES[i % len(SIZES)]
         quality = rng.choice([75, 80, 85, 90, 95])
         subsampling = 2 if i % 8 else 0  # 4:2:0 mostly, some 4:4:4
-        photo_like(rng, width, height).save(out / f"img{i:03d}.jpg", quality=quality, subsampling=subsampling)
+        folder = args.out / f"class{i % args.classes:02d}" if args.classes else args.out
+        folder.mkdir(parents=True, exist_ok=True)
+        photo_like(rng, width, height).save(folder / f"img{i:04d}.jpg", quality=quality, subsampling=subsampling)
 
 
 if __name__ == "__main__":
