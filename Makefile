@@ -7,7 +7,7 @@ PY := $(VENV)/bin/python
 FIXTURES := target/fixtures
 CARGO ?= cargo
 
-.PHONY: help deps venv fixtures build test test-rust lint fmt bench loader-bench demo clean
+.PHONY: help deps venv fixtures build py-build test test-rust test-python lint fmt bench loader-bench demo clean
 
 help: ## Show this help
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN{FS=":.*## "}{printf "  make %-10s %s\n", $$1, $$2}'
@@ -23,7 +23,7 @@ $(VENV)/.installed: requirements-dev.txt
 
 venv: $(VENV)/.installed ## Create the Python venv (Pillow reference, maturin, pytest)
 
-$(FIXTURES)/.done: venv scripts/fixtures_decode.py scripts/fixtures_resize.py
+$(FIXTURES)/.done: $(VENV)/.installed scripts/fixtures_decode.py scripts/fixtures_resize.py
 	@mkdir -p $(FIXTURES)
 	$(PY) scripts/fixtures_decode.py $(FIXTURES)/decode
 	$(PY) scripts/fixtures_resize.py $(FIXTURES)/resize
@@ -38,21 +38,29 @@ test-rust: deps fixtures ## Rust tests only
 	$(CARGO) test --workspace
 	$(CARGO) test -p ferroloader-profiler --features tracing
 
-test: test-rust ## Run every test (installs what it needs first)
+py-build: deps venv ## Build the Python extension into the venv (release)
+	$(PY) -m maturin develop -q --release -m python-bindings/Cargo.toml
+
+test-python: py-build fixtures ## Python tests (pytest, warnings are errors)
+	$(PY) -m pytest python-bindings/tests -W error --timeout 120 -q
+
+test: test-rust test-python ## Run every test (installs what it needs first)
 
 fmt: ## Format the Rust code
 	$(CARGO) fmt --all
 
-lint: deps ## rustfmt check and clippy with warnings as errors
+lint: deps py-build ## rustfmt, clippy with warnings as errors, mypy --strict and stubtest
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
+	$(PY) -m mypy --strict python-bindings/python/ferroloader
+	$(PY) -m mypy.stubtest ferroloader._native
 
-$(FIXTURES)/bench/.done: venv scripts/make_bench_corpus.py
+$(FIXTURES)/bench/.done: $(VENV)/.installed scripts/make_bench_corpus.py
 	$(PY) scripts/make_bench_corpus.py $(FIXTURES)/bench
 	@touch $@
 
 # An ImageFolder of ImageNet-like JPEGs (8 classes) for loader throughput runs.
-$(FIXTURES)/folder/.done: venv scripts/make_bench_corpus.py
+$(FIXTURES)/folder/.done: $(VENV)/.installed scripts/make_bench_corpus.py
 	$(PY) scripts/make_bench_corpus.py $(FIXTURES)/folder 512 --classes 8
 	@touch $@
 

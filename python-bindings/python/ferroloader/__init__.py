@@ -1,0 +1,34 @@
+"""ferroloader: a native image-classification data loader for PyTorch.
+
+>>> import ferroloader as fl
+>>> from ferroloader import transforms as T
+>>> loader = fl.Loader(
+...     fl.ImageFolder("/data/train"), batch_size=256, shuffle=True, num_workers=8,
+...     transform=T.Compose([T.RandomResizedCrop(224), T.RandomHorizontalFlip(),
+...                          T.ToTensor(), T.Normalize([0.485, 0.456, 0.406],
+...                                                    [0.229, 0.224, 0.225])]))
+>>> for epoch in range(epochs):
+...     loader.set_epoch(epoch)
+...     for images, labels in loader:   # torch.float32 [B,3,224,224], torch.int64 [B]
+...         ...
+
+Errors: missing files raise ``FileNotFoundError``; bad arguments ``TypeError``/``ValueError``
+naming the argument; images that cannot be decoded :class:`DecodeError` (an ``OSError``)
+naming the file and the cause.
+"""
+
+from __future__ import annotations
+
+from ferroloader import transforms
+from ferroloader._native import DecodeError, FileList, ImageFolder, __version__
+from ferroloader.loader import Loader, LoaderIterator
+
+__all__ = [
+    "DecodeError",
+    "FileList",
+    "ImageFolder",
+    "Loader",
+    "LoaderIterator",
+    "transforms",
+    "__version__",
+]

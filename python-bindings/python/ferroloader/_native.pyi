@@ -1,0 +1,180 @@
+"""Type stubs of the extension module ``ferroloader._native`` (python-bindings/src)."""
+
+from __future__ import annotations
+
+import os
+from typing import Dict, Iterator, List, Optional, Sequence, Tuple, Union, final
+
+import numpy as np
+import numpy.typing as npt
+
+__all__ = [
+    "__version__",
+    "DecodeError",
+    "ImageFolder",
+    "FileList",
+    "Loader",
+    "EpochIter",
+    "BatchMemory",
+    "fork_generation",
+    "random_resized_crop_params",
+    "resized_crop",
+    "check_pipeline",
+]
+__version__: str
+
+_StrPath = Union[str, "os.PathLike[str]"]
+
+class DecodeError(OSError):
+    """An image could not be decoded (unknown format, truncated or corrupt data, an
+    unsupported feature, too many pixels)."""
+
+    path: str
+    index: Optional[int]
+    op: str
+    reason: str
+
+@final
+class ImageFolder:
+    """torchvision's ImageFolder: ``root/<class>/**/<image>``, labelled by sorted class."""
+
+    def __new__(
+        cls,
+        root: _StrPath,
+        extensions: Optional[Sequence[str]] = None,
+        allow_empty: bool = False,
+    ) -> ImageFolder: ...
+    @property
+    def root(self) -> str: ...
+    @property
+    def classes(self) -> List[str]: ...
+    @property
+    def class_to_idx(self) -> Dict[str, int]: ...
+    @property
+    def samples(self) -> List[Tuple[str, int]]: ...
+    @property
+    def targets(self) -> List[int]: ...
+    def __getitem__(self, index: int, /) -> Tuple[str, int]: ...
+    def __len__(self) -> int: ...
+    def __reduce__(self) -> Tuple[type, Tuple[object, ...]]: ...
+
+@final
+class FileList:
+    """Files listed in a CSV/TSV of ``path,label`` rows, relative to ``root`` (default: the
+    list's folder)."""
+
+    def __new__(
+        cls,
+        path: _StrPath,
+        root: Optional[_StrPath] = None,
+        delimiter: Optional[str] = None,
+        has_header: Optional[bool] = None,
+    ) -> FileList: ...
+    @property
+    def path(self) -> str: ...
+    @property
+    def root(self) -> str: ...
+    @property
+    def paths(self) -> List[str]: ...
+    @property
+    def targets(self) -> List[int]: ...
+    @property
+    def samples(self) -> List[Tuple[str, int]]: ...
+    def __getitem__(self, index: int, /) -> Tuple[str, int]: ...
+    def __len__(self) -> int: ...
+    def __reduce__(self) -> Tuple[type, Tuple[object, ...]]: ...
+
+@final
+class BatchMemory:
+    """Owns a delivered batch while numpy arrays view it (their ``base``)."""
+
+    @property
+    def images_address(self) -> int: ...
+    @property
+    def index(self) -> int: ...
+    @property
+    def epoch(self) -> int: ...
+    @property
+    def wait(self) -> float: ...
+    def __len__(self) -> int: ...
+
+_BatchArrays = Tuple[npt.NDArray[np.generic], npt.NDArray[np.int64], npt.NDArray[np.uintp]]
+
+@final
+class EpochIter(Iterator[_BatchArrays]):
+    """One epoch: ``(images, labels, indices)`` numpy arrays viewing the batch buffer."""
+
+    def __iter__(self) -> EpochIter: ...
+    def __next__(self) -> _BatchArrays: ...
+    def __len__(self) -> int: ...
+    @property
+    def epoch(self) -> int: ...
+    @property
+    def skipped(self) -> List[Tuple[int, str, str]]: ...
+
+@final
+class Loader:
+    """The native loader; ``spec`` is the pipeline as JSON."""
+
+    def __new__(
+        cls,
+        dataset: Union[ImageFolder, FileList],
+        spec: str,
+        *,
+        batch_size: int,
+        shuffle: bool,
+        drop_last: bool,
+        seed: int,
+        num_workers: Optional[int],
+        prefetch_batches: int,
+        in_order: bool,
+        on_error: str,
+        rank: Optional[int] = None,
+        world_size: Optional[int] = None,
+    ) -> Loader: ...
+    def iter(self) -> EpochIter: ...
+    def iter_indices(self, indices: Sequence[int]) -> EpochIter: ...
+    def set_epoch(self, epoch: int) -> None: ...
+    @property
+    def next_epoch(self) -> int: ...
+    @property
+    def num_batches(self) -> int: ...
+    @property
+    def num_samples(self) -> int: ...
+    @property
+    def sample_shape(self) -> Tuple[int, int, int]: ...
+    @property
+    def dtype(self) -> str: ...
+    @property
+    def deferred_normalize(self) -> Optional[Tuple[List[float], List[float]]]: ...
+    @property
+    def inherited(self) -> bool: ...
+
+def fork_generation() -> int: ...
+def random_resized_crop_params(
+    width: int,
+    height: int,
+    indices: Sequence[int],
+    *,
+    seed: int = 0,
+    epoch: int = 0,
+    scale: Tuple[float, float] = ...,
+    ratio: Tuple[float, float] = ...,
+    flip_p: float = 0.0,
+) -> npt.NDArray[np.int64]: ...
+def resized_crop(
+    data: bytes,
+    top: int,
+    left: int,
+    height: int,
+    width: int,
+    size: Tuple[int, int],
+    *,
+    flip: bool = False,
+    mean: Optional[Sequence[float]] = None,
+    std: Optional[Sequence[float]] = None,
+    output: str = "float32",
+    decoder: str = "turbo",
+    roi: bool = True,
+) -> npt.NDArray[np.generic]: ...
+def check_pipeline(spec: str) -> Dict[str, object]: ...

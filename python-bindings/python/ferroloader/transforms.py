@@ -1,0 +1,431 @@
+"""torchvision's image-classification transforms, by the same names and arguments.
+
+These objects only *describe* a pipeline: the loader runs them natively (decode, crop, resize,
+flip, to-tensor and normalize fused into one pass per sample). Supported shapes of a pipeline::
+
+    RandomResizedCrop | Resize [CenterCrop] | CenterCrop      (fixes the output size)
+    [RandomHorizontalFlip]
+    ToTensor [Normalize]  |  PILToTensor                      (float32 / uint8 output)
+
+``from_torchvision(compose)`` converts a torchvision ``Compose`` (v1 or v2) of these transforms,
+naming any transform it cannot convert. Arguments are checked here (``TypeError`` or
+``ValueError`` naming the transform and the argument); the order of the ops is checked when the
+pipeline is planned (by :class:`ferroloader.Loader` or :func:`check`).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import numbers
+import operator
+from typing import Any, Dict, Iterable, List, Optional, Sequence, SupportsIndex, Tuple, Union, cast
+
+import numpy as np
+
+from ferroloader import _native
+
+__all__ = [
+    "Transform",
+    "Compose",
+    "RandomResizedCrop",
+    "Resize",
+    "CenterCrop",
+    "RandomHorizontalFlip",
+    "ToTensor",
+    "PILToTensor",
+    "Normalize",
+    "from_torchvision",
+    "check",
+]
+
+SizeArg = Union[int, Sequence[int]]
+Spec = Dict[str, Any]
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
+
+
+def _size(op: str, name: str, value: object) -> Union[int, List[int]]:
+    """An ``int`` or a ``[height, width]`` pair (a 1-sequence counts as its int), checked."""
+    if _is_int(value):
+        size = operator.index(cast(SupportsIndex, value))
+        if size < 1:
+            raise ValueError(f"{op}: {name} must be at least 1, got {size}")
+        return size
+    if isinstance(value, (list, tuple)) and len(value) in (1, 2) and all(_is_int(v) for v in value):
+        sides = [int(v) for v in value]
+        if min(sides) < 1:
+            raise ValueError(f"{op}: {name} must be positive, got {value!r}")
+        return sides[0] if len(sides) == 1 else sides
+    raise TypeError(
+        f"{op}: {name} must be an int or a (height, width) sequence of ints, got {value!r}"
+    )
+
+
+def _pair(op: str, name: str, value: object) -> Tuple[float, float]:
+    """A ``(min, max)`` pair of finite floats."""
+    try:
+        lo, hi = (float(v) for v in cast(Iterable[Any], value))
+    except (TypeError, ValueError):
+        raise TypeError(f"{op}: {name} must be a (min, max) pair of numbers, got {value!r}") from None
+    if not (math.isfinite(lo) and math.isfinite(hi)):
+        raise ValueError(f"{op}: {name} must be finite, got {value!r}")
+    if lo > hi:
+        raise ValueError(f"{op}: {name} should be of kind (min, max), got {value!r}")
+    return lo, hi
+
+
+def _interpolation(op: str, value: object) -> str:
+    """Only antialiased bilinear is implemented: torchvision's default for PIL images."""
+    name = getattr(value, "value", value)  # torchvision's InterpolationMode is a str enum
+    if isinstance(name, str) and name.lower() == "bilinear":
+        return "bilinear"
+    raise ValueError(
+        f"{op}: interpolation {value!r} is not supported; only bilinear (torchvision's "
+        "default) is implemented"
+    )
+
+
+def _antialias(op: str, value: object) -> bool:
+    if value is None or value is True or value == "warn":
+        return True
+    if value is False:
+        raise ValueError(
+            f"{op}: antialias=False is not supported (PIL images are always resized with "
+            "antialias, and so does ferroloader)"
+        )
+    raise TypeError(f"{op}: antialias must be a bool, got {value!r}")
+
+
+def _triple(op: str, name: str, value: object) -> List[float]:
+    """One float per channel (a single value applies to all three)."""
+    if isinstance(value, numbers.Real) and not isinstance(value, bool):
+        values = [float(value)]
+    else:
+        try:
+            values = [float(v) for v in cast(Iterable[Any], value)]
+        except (TypeError, ValueError):
+            raise TypeError(
+                f"{op}: {name} must be a sequence of 3 numbers (one per channel), got {value!r}"
+            ) from None
+    if len(values) == 1:
+        values = values * 3
+    if len(values) != 3:
+        raise ValueError(
+            f"{op}: {name} must have 3 values (one per RGB channel), got {len(values)}"
+        )
+    if not all(math.isfinite(v) for v in values):
+        raise ValueError(f"{op}: {name} must be finite, got {value!r}")
+    return values
+
+
+class Transform:
+    """Base of the ops: each describes itself as one op of the native pipeline spec."""
+
+    def to_spec(self) -> Spec:
+        """The op as the native pipeline spec names it (torchvision's name and arguments)."""
+        raise NotImplementedError
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Transform) and type(self) is type(other) and self.to_spec() == other.to_spec()
+
+    def __hash__(self) -> int:
+        return hash(json.dumps(self.to_spec(), sort_keys=True))
+
+    def __repr__(self) -> str:
+        args = ", ".join(f"{k}={v!r}" for k, v in self.to_spec().items() if k != "op")
+        return f"{type(self).__name__}({args})"
+
+
+class RandomResizedCrop(Transform):
+    """``RandomResizedCrop(size, scale=(0.08, 1.0), ratio=(3/4, 4/3))``: a random crop of random
+    area and aspect ratio, resized to ``size``; parameters drawn exactly as torchvision's
+    ``get_params`` does, from a per-sample generator seeded by (seed, epoch, index)."""
+
+    def __init__(
+        self,
+        size: SizeArg,
+        scale: Tuple[float, float] = (0.08, 1.0),
+        ratio: Tuple[float, float] = (3.0 / 4.0, 4.0 / 3.0),
+        interpolation: Any = "bilinear",
+        antialias: Optional[bool] = True,
+    ) -> None:
+        op = "RandomResizedCrop"
+        self.size = _size(op, "size", size)
+        self.scale = _pair(op, "scale", scale)
+        if self.scale[0] < 0:
+            raise ValueError(f"{op}: scale must be non-negative, got {scale!r}")
+        self.ratio = _pair(op, "ratio", ratio)
+        if self.ratio[0] <= 0:
+            raise ValueError(f"{op}: ratio must be positive, got {ratio!r}")
+        self.interpolation = _interpolation(op, interpolation)
+        self.antialias = _antialias(op, antialias)
+
+    def to_spec(self) -> Spec:
+        return {
+            "op": "RandomResizedCrop",
+            "size": self.size,
+            "scale": list(self.scale),
+            "ratio": list(self.ratio),
+        }
+
+    def draw_params(
+        self,
+        width: int,
+        height: int,
+        indices: Iterable[int],
+        *,
+        seed: int = 0,
+        epoch: int = 0,
+        flip_p: float = 0.0,
+    ) -> np.ndarray:
+        """The crops the loader draws for samples ``indices`` of ``epoch`` (loader seed
+        ``seed``) of a ``width`` x ``height`` image: an int64 array ``[n, 5]`` of
+        ``(top, left, height, width, flipped)`` (``flipped`` drawn after the crop when a
+        ``RandomHorizontalFlip(flip_p)`` follows, else 0)."""
+        return _native.random_resized_crop_params(
+            width,
+            height,
+            list(indices),
+            seed=seed,
+            epoch=epoch,
+            scale=self.scale,
+            ratio=self.ratio,
+            flip_p=flip_p,
+        )
+
+
+class Resize(Transform):
+    """``Resize(size, max_size=None)``: an int (or 1-sequence) resizes the shorter side to it,
+    keeping the aspect ratio (then a ``CenterCrop`` must follow, so samples batch); a
+    ``(height, width)`` pair resizes to exactly that."""
+
+    def __init__(
+        self,
+        size: SizeArg,
+        interpolation: Any = "bilinear",
+        max_size: Optional[int] = None,
+        antialias: Optional[bool] = True,
+    ) -> None:
+        op = "Resize"
+        self.size = _size(op, "size", size)
+        if max_size is not None:
+            if not _is_int(max_size):
+                raise TypeError(f"{op}: max_size must be an int or None, got {max_size!r}")
+            if not isinstance(self.size, int):
+                raise ValueError(f"{op}: max_size is only allowed when size is an int")
+            if int(max_size) <= self.size:
+                raise ValueError(
+                    f"{op}: max_size = {max_size} must be strictly greater than size = {self.size}"
+                )
+        self.max_size = None if max_size is None else int(max_size)
+        self.interpolation = _interpolation(op, interpolation)
+        self.antialias = _antialias(op, antialias)
+
+    def to_spec(self) -> Spec:
+        return {"op": "Resize", "size": self.size, "max_size": self.max_size}
+
+
+class CenterCrop(Transform):
+    """``CenterCrop(size)``: the centered ``size`` crop (an int is square). Unlike torchvision,
+    a crop larger than the image is an error rather than zero padding."""
+
+    def __init__(self, size: SizeArg) -> None:
+        self.size = _size("CenterCrop", "size", size)
+
+    def to_spec(self) -> Spec:
+        return {"op": "CenterCrop", "size": self.size}
+
+
+class RandomHorizontalFlip(Transform):
+    """``RandomHorizontalFlip(p=0.5)``: mirror left to right with probability ``p``."""
+
+    def __init__(self, p: float = 0.5) -> None:
+        if not isinstance(p, numbers.Real) or isinstance(p, bool):
+            raise TypeError(f"RandomHorizontalFlip: p must be a number, got {p!r}")
+        if not 0.0 <= float(p) <= 1.0:
+            raise ValueError(f"RandomHorizontalFlip: p must be a probability in [0, 1], got {p!r}")
+        self.p: float = float(p)
+
+    def to_spec(self) -> Spec:
+        return {"op": "RandomHorizontalFlip", "p": self.p}
+
+
+class ToTensor(Transform):
+    """``ToTensor()``: uint8 HWC pixels to float32 CHW in [0, 1]."""
+
+    def to_spec(self) -> Spec:
+        return {"op": "ToTensor"}
+
+
+class PILToTensor(Transform):
+    """``PILToTensor()``: uint8 HWC pixels to uint8 CHW (use with ``output="uint8"``)."""
+
+    def to_spec(self) -> Spec:
+        return {"op": "PILToTensor"}
+
+
+class Normalize(Transform):
+    """``Normalize(mean, std)``: ``(x - mean) / std`` per channel, after ``ToTensor``. With
+    ``output="uint8"`` it is left to the consumer (``Loader.deferred_normalize``)."""
+
+    def __init__(self, mean: Sequence[float], std: Sequence[float], inplace: bool = False) -> None:
+        self.mean = _triple("Normalize", "mean", mean)
+        self.std = _triple("Normalize", "std", std)
+        if any(s == 0.0 for s in self.std):
+            raise ValueError(f"Normalize: std evaluated to zero, leading to division by zero: {std!r}")
+        self.inplace = bool(inplace)
+
+    def to_spec(self) -> Spec:
+        return {"op": "Normalize", "mean": self.mean, "std": self.std}
+
+
+class Compose:
+    """``Compose(transforms)``: the ops in order."""
+
+    def __init__(self, transforms: Sequence[Transform]) -> None:
+        if isinstance(transforms, Transform) or not isinstance(transforms, (list, tuple)):
+            raise TypeError(
+                f"Compose: transforms must be a list of ferroloader transforms, got {transforms!r}"
+            )
+        for i, t in enumerate(transforms):
+            if not isinstance(t, Transform):
+                raise TypeError(
+                    f"Compose: transforms[{i}] is {t!r}, not a ferroloader transform "
+                    "(use ferroloader.transforms.from_torchvision for torchvision ones)"
+                )
+        self.transforms: List[Transform] = list(transforms)
+
+    def to_spec(self) -> List[Spec]:
+        """The ops of the native pipeline spec, in order."""
+        return [t.to_spec() for t in self.transforms]
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Compose) and self.transforms == other.transforms
+
+    def __hash__(self) -> int:
+        return hash(tuple(self.transforms))
+
+    def __len__(self) -> int:
+        return len(self.transforms)
+
+    def __getitem__(self, index: int) -> Transform:
+        return self.transforms[index]
+
+    def __repr__(self) -> str:
+        body = "".join(f"\n    {t!r}" for t in self.transforms)
+        return f"Compose({body}\n)"
+
+
+def pipeline_spec(transform: Any, *, output: str = "float32", decoder: str = "turbo") -> str:
+    """The native pipeline spec (JSON) for ``transform`` (a :class:`Compose`, one transform, a
+    list of them, or a torchvision ``Compose``), with the output dtype and JPEG decoder."""
+    compose = as_compose(transform)
+    return json.dumps({"ops": compose.to_spec(), "output": output, "decoder": decoder})
+
+
+def as_compose(transform: Any) -> Compose:
+    """``transform`` as a :class:`Compose` (converting torchvision transforms)."""
+    if isinstance(transform, Compose):
+        return transform
+    if isinstance(transform, Transform):
+        return Compose([transform])
+    if isinstance(transform, (list, tuple)) and all(isinstance(t, Transform) for t in transform):
+        return Compose(list(transform))
+    if _is_torchvision(transform) or (
+        isinstance(transform, (list, tuple)) and any(_is_torchvision(t) for t in transform)
+    ):
+        return from_torchvision(transform)
+    raise TypeError(
+        "transform: expected a ferroloader.transforms.Compose (or a torchvision Compose to "
+        f"convert), got {transform!r}"
+    )
+
+
+def check(transform: Any, *, output: str = "float32", decoder: str = "turbo") -> Dict[str, Any]:
+    """Plans the pipeline as the loader would, raising what the loader would raise, and returns
+    ``{"shape": (C, H, W), "dtype": ..., "deferred_normalize": (mean, std) or None}``."""
+    return _native.check_pipeline(pipeline_spec(transform, output=output, decoder=decoder))
+
+
+def _is_torchvision(obj: object) -> bool:
+    return type(obj).__module__.startswith("torchvision.transforms")
+
+
+_SUPPORTED = (
+    "RandomResizedCrop, Resize, CenterCrop, RandomHorizontalFlip, ToTensor, PILToTensor, "
+    "Normalize (and, from transforms.v2, ToImage, ToDtype(torch.float32, scale=True), "
+    "ToPureTensor)"
+)
+
+
+def from_torchvision(compose: Any) -> Compose:
+    """Converts a torchvision ``Compose`` (``torchvision.transforms`` or ``.v2``), a list of
+    torchvision transforms, or a single one. Raises ``ValueError`` naming the first transform
+    that has no ferroloader equivalent (or whose arguments are not supported)."""
+    if isinstance(compose, (list, tuple)):
+        items = list(compose)
+    elif type(compose).__name__ == "Compose" and hasattr(compose, "transforms"):
+        items = list(compose.transforms)
+    else:
+        items = [compose]
+    out: List[Transform] = []
+    for i, t in enumerate(items):
+        name = type(t).__name__
+        where = f"from_torchvision: transform #{i} {t!r}"
+        if isinstance(t, (Transform, Compose)):
+            raise TypeError(f"{where} is already a ferroloader transform; pass it directly")
+        if not _is_torchvision(t):
+            raise ValueError(f"{where} is not a torchvision transform; supported: {_SUPPORTED}")
+        try:
+            converted = _convert_one(name, t, out)
+        except (TypeError, ValueError) as e:
+            raise ValueError(f"{where} cannot be converted: {e}") from e
+        if converted is None:
+            raise ValueError(f"{where} has no ferroloader equivalent; supported: {_SUPPORTED}")
+        if converted is not _SKIP:
+            out.append(converted)  # type: ignore[arg-type]
+    return Compose(out)
+
+
+_SKIP = object()
+
+
+def _convert_one(name: str, t: Any, done: List[Transform]) -> object:
+    if name == "RandomResizedCrop":
+        return RandomResizedCrop(
+            list(t.size), tuple(t.scale), tuple(t.ratio), t.interpolation, t.antialias
+        )
+    if name == "Resize":
+        size = t.size if _is_int(t.size) else list(t.size)
+        return Resize(size, t.interpolation, t.max_size, t.antialias)
+    if name == "CenterCrop":
+        return CenterCrop(list(t.size) if not _is_int(t.size) else t.size)
+    if name == "RandomHorizontalFlip":
+        return RandomHorizontalFlip(float(t.p))
+    if name == "ToTensor":
+        return ToTensor()
+    if name in ("PILToTensor", "ToImage"):
+        return PILToTensor()
+    if name == "Normalize":
+        return Normalize(list(map(float, t.mean)), list(map(float, t.std)))
+    if name == "ToPureTensor":
+        return _SKIP
+    if name == "ToDtype":
+        import torch  # only reachable with torchvision installed
+
+        dtype = t.dtype
+        if isinstance(dtype, dict):
+            raise ValueError("per-type dtypes are not supported")
+        if dtype == torch.float32 and t.scale and done and isinstance(done[-1], PILToTensor):
+            done[-1] = ToTensor()
+            return _SKIP
+        if dtype == torch.uint8 and done and isinstance(done[-1], PILToTensor):
+            return _SKIP
+        raise ValueError(
+            "only ToDtype(torch.float32, scale=True) or ToDtype(torch.uint8) right after "
+            "ToImage/PILToTensor is supported"
+        )
+    return None

@@ -1,0 +1,198 @@
+//! Rust errors to Python exceptions, by kind (as polars' `error.rs` does), never flattened into a
+//! bare `Exception`.
+//!
+//! - missing or unreadable files and folders: the `OSError` subclass of the OS error
+//!   (`FileNotFoundError`, `PermissionError`, ...) with `filename` set; an image folder without
+//!   classes or images: `FileNotFoundError`, as torchvision raises;
+//! - images that cannot be decoded: [`DecodeError`], a subclass of `OSError` (as Pillow's
+//!   `UnidentifiedImageError` is, so code that catches image-reading failures as `OSError` keeps
+//!   working), naming the file, the op and the cause in its message and its attributes (`path`,
+//!   not `filename`, which would make `OSError` rewrite the message);
+//! - bad arguments or configurations: `ValueError` naming the Python argument;
+//! - a sampler index out of range: `IndexError`; loader bugs and panics: `RuntimeError`.
+//!
+//! Must not decide anything but the exception type and its message.
+
+use std::io;
+use std::path::Path;
+
+use ferroloader_loader::transforms::Error as TransformError;
+use ferroloader_loader::LoaderError;
+use pyo3::exceptions::{
+    PyFileNotFoundError, PyIndexError, PyOSError, PyPermissionError, PyRuntimeError, PyValueError,
+};
+use pyo3::prelude::*;
+use pyo3::types::PyString;
+
+pyo3::create_exception!(
+    ferroloader,
+    DecodeError,
+    PyOSError,
+    "An image could not be decoded: unknown format, truncated or corrupt data, an unsupported \
+     feature or more pixels than allowed. Subclass of OSError (like Pillow's \
+     UnidentifiedImageError). The message names the file and the cause; attributes: path (the \
+     file), index (its dataset index), op (the op that failed) and reason (unknown_format | \
+     truncated | corrupt | unsupported | too_large). `filename` stays None: OSError would \
+     otherwise rewrite the message as '[Errno None] ...'."
+);
+
+/// A Rust error that has a Python exception (building some needs the GIL).
+pub(crate) trait ToPyErr {
+    /// The Python exception for this error.
+    fn to_py_err(self, py: Python<'_>) -> PyErr;
+}
+
+impl ToPyErr for LoaderError {
+    fn to_py_err(self, py: Python<'_>) -> PyErr {
+        loader_error(py, self)
+    }
+}
+
+/// A transform failing on bytes that have no file (the bindings' op functions): a
+/// [`DecodeError`] for bad image data, a `ValueError` for an argument that does not fit.
+impl ToPyErr for TransformError {
+    fn to_py_err(self, py: Python<'_>) -> PyErr {
+        match decode_reason(&self) {
+            Some(reason) => decode_error(py, Path::new("<bytes>"), None, "decode", reason, &self),
+            None => PyValueError::new_err(self.to_string()),
+        }
+    }
+}
+
+/// A refused transform configuration: `ValueError` naming the argument and, for the spec's own
+/// checks, the op argument (`scale`, `size`, ...).
+pub(crate) fn transform_config_error(arg: &str, e: &TransformError) -> PyErr {
+    PyValueError::new_err(format!("{arg}: {e}"))
+}
+
+/// The Python name of a loader option (the Rust name where it differs).
+fn python_arg(option: &str) -> &str {
+    match option {
+        "shard" => "rank",
+        "sample_layout" => "transform",
+        other => other,
+    }
+}
+
+fn loader_error(py: Python<'_>, e: LoaderError) -> PyErr {
+    match e {
+        LoaderError::Io { path, source } => os_error(&source, &path, None),
+        LoaderError::Read {
+            index,
+            path,
+            source,
+        } => os_error(&source, &path, Some(index)),
+        LoaderError::Transform {
+            index,
+            path,
+            op,
+            source,
+        } => match decode_reason(&source) {
+            Some(reason) => decode_error(py, &path, Some(index), op.name(), reason, &source),
+            None => PyValueError::new_err(format!(
+                "{} (sample {index}): {} failed: {source}",
+                path.display(),
+                op.name()
+            )),
+        },
+        LoaderError::Panic {
+            index,
+            path,
+            op,
+            message,
+        } => PyRuntimeError::new_err(format!(
+            "{} (sample {index}): {} panicked: {message}",
+            path.display(),
+            op.name()
+        )),
+        e @ (LoaderError::NoClassFolders { .. } | LoaderError::EmptyClasses { .. }) => {
+            PyFileNotFoundError::new_err(e.to_string())
+        }
+        e @ LoaderError::FileList { .. } => PyValueError::new_err(e.to_string()),
+        LoaderError::InvalidOption { name, reason } => {
+            PyValueError::new_err(format!("{}: {reason}", python_arg(name)))
+        }
+        LoaderError::IndexOutOfRange {
+            index,
+            position,
+            len,
+        } => PyIndexError::new_err(format!(
+            "sampler: index {index} at position {position} is out of range for a dataset of \
+             {len} samples"
+        )),
+        e => PyRuntimeError::new_err(e.to_string()),
+    }
+}
+
+/// The `reason` attribute of a [`DecodeError`], or `None` when the transform error is not about
+/// the image data (an op argument that does not fit the image: a `ValueError`).
+fn decode_reason(e: &TransformError) -> Option<&'static str> {
+    Some(match e {
+        TransformError::UnknownFormat { .. } => "unknown_format",
+        TransformError::Truncated { .. } => "truncated",
+        TransformError::Corrupt { .. } => "corrupt",
+        TransformError::Unsupported { .. } => "unsupported",
+        TransformError::TooLarge { .. } => "too_large",
+        TransformError::InvalidArgument { .. } => return None,
+        _ => "unknown",
+    })
+}
+
+/// A [`DecodeError`] about `path`, with its attributes set.
+fn decode_error(
+    py: Python<'_>,
+    path: &Path,
+    index: Option<usize>,
+    op: &str,
+    reason: &str,
+    source: &TransformError,
+) -> PyErr {
+    let message = match index {
+        Some(index) => format!(
+            "{}: cannot decode image (sample {index}, {op}): {source}",
+            path.display()
+        ),
+        None => format!("{}: cannot decode image: {source}", path.display()),
+    };
+    let build = || -> PyResult<PyErr> {
+        let exc = py.get_type::<DecodeError>().call1((message.as_str(),))?;
+        exc.setattr("path", path_str(py, path))?;
+        exc.setattr("index", index)?;
+        exc.setattr("op", op)?;
+        exc.setattr("reason", reason)?;
+        Ok(PyErr::from_value(exc))
+    };
+    build().unwrap_or_else(|_| DecodeError::new_err(message.clone()))
+}
+
+fn path_str<'py>(py: Python<'py>, path: &Path) -> Bound<'py, PyString> {
+    PyString::new(py, &path.to_string_lossy())
+}
+
+/// `OSError(errno, strerror, filename)`: Python picks the subclass from the errno
+/// (`FileNotFoundError` for `ENOENT`, ...). Errors without an errno are mapped by kind.
+fn os_error(e: &io::Error, path: &Path, sample: Option<usize>) -> PyErr {
+    let path = path.to_string_lossy().into_owned();
+    let what = match sample {
+        Some(index) => format!(" (reading sample {index})"),
+        None => String::new(),
+    };
+    match e.raw_os_error() {
+        Some(errno) => {
+            let strerror = io::Error::from_raw_os_error(errno).to_string();
+            // `std` appends " (os error N)"; Python shows the errno itself.
+            let strerror = strerror
+                .rsplit_once(" (os error")
+                .map_or(strerror.as_str(), |(s, _)| s);
+            PyOSError::new_err((errno, format!("{strerror}{what}"), path))
+        }
+        None => {
+            let message = format!("{path}: {e}{what}");
+            match e.kind() {
+                io::ErrorKind::NotFound => PyFileNotFoundError::new_err(message),
+                io::ErrorKind::PermissionDenied => PyPermissionError::new_err(message),
+                _ => PyOSError::new_err(message),
+            }
+        }
+    }
+}

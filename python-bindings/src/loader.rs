@@ -1,0 +1,402 @@
+//! The loader and its epoch iterator as Python objects.
+//!
+//! [`PyLoader`] wraps a `ferroloader_loader::Loader` over the dataset and the planned image
+//! pipeline; [`PyEpochIter`] is one epoch, a `#[pyclass(frozen)]` whose `__next__` waits for the
+//! next batch with the GIL released, in short slices so that Ctrl-C raises promptly.
+//!
+//! The loader's `EpochIter::next` blocks until a batch is complete and cannot be woken, so the
+//! epoch runs on a *pump* thread that calls `next()` only when asked (no read-ahead beyond the
+//! loader's own prefetch) and sends each result back over a channel; Python waits on the channel
+//! in slices (see [`crate::detach`]). A `KeyboardInterrupt` leaves the request pending: the batch
+//! is not lost, the next `__next__` returns it. Dropping the iterator closes the channel; the pump
+//! then ends the epoch (stopping and joining its workers) on its own thread, so Python never
+//! blocks on that. Both objects are [`ForkLocal`]: unusable (and leaked, not destroyed) in a
+//! forked child. Must not hold the GIL while waiting, nor keep a thread running once the
+//! iterator is gone and its last `next()` has returned.
+
+use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender, SyncSender};
+use std::sync::{Arc, Mutex, TryLockError};
+use std::thread;
+
+use ferroloader_loader::transforms::spec::PipelineSpec;
+use ferroloader_loader::{
+    Batch, DType, Delivery, EpochIter, ErrorPolicy, ImagePipeline, Loader, LoaderError,
+    LoaderOptions, Shard, Source,
+};
+use pyo3::exceptions::{PyRuntimeError, PyValueError};
+use pyo3::prelude::*;
+
+use crate::batch::into_arrays;
+use crate::dataset::as_source;
+use crate::detach::run_detached;
+use crate::errors::{transform_config_error, ToPyErr};
+use crate::fork::ForkLocal;
+
+type NativeLoader = Loader<Arc<dyn Source>, ImagePipeline>;
+type NativeEpoch = EpochIter<Arc<dyn Source>, ImagePipeline>;
+
+/// Parses and plans the pipeline spec (JSON of `ferroloader_transforms::spec::PipelineSpec`).
+pub(crate) fn plan_pipeline(spec: &str) -> PyResult<ImagePipeline> {
+    let spec: PipelineSpec =
+        serde_json::from_str(spec).map_err(|e| PyValueError::new_err(format!("transform: {e}")))?;
+    ImagePipeline::new(spec).map_err(|e| {
+        let arg = match &e {
+            ferroloader_loader::transforms::Error::InvalidArgument { name: "output", .. } => {
+                "output"
+            }
+            _ => "transform",
+        };
+        transform_config_error(arg, &e)
+    })
+}
+
+/// A loader over an `ImageFolder` or `FileList` with an image pipeline.
+#[pyclass(frozen, module = "ferroloader._native", name = "Loader")]
+#[derive(Debug)]
+pub(crate) struct PyLoader {
+    inner: ForkLocal<NativeLoader>,
+}
+
+#[pymethods]
+impl PyLoader {
+    /// `spec` is the pipeline as JSON (what `ferroloader.transforms` produces); the other
+    /// arguments are the loader options, checked by the Python wrapper first.
+    #[new]
+    #[pyo3(signature = (
+        dataset, spec, *, batch_size, shuffle, drop_last, seed, num_workers, prefetch_batches,
+        in_order, on_error, rank = None, world_size = None
+    ))]
+    #[allow(clippy::too_many_arguments)]
+    fn new(
+        dataset: &Bound<'_, PyAny>,
+        spec: &str,
+        batch_size: usize,
+        shuffle: bool,
+        drop_last: bool,
+        seed: u64,
+        num_workers: Option<usize>,
+        prefetch_batches: usize,
+        in_order: bool,
+        on_error: &str,
+        rank: Option<usize>,
+        world_size: Option<usize>,
+    ) -> PyResult<Self> {
+        let source = as_source(dataset)?;
+        let pipeline = plan_pipeline(spec)?;
+        let mut options = LoaderOptions::default()
+            .batch_size(batch_size)
+            .shuffle(shuffle)
+            .drop_last(drop_last)
+            .seed(seed)
+            .prefetch_batches(prefetch_batches)
+            .delivery(if in_order {
+                Delivery::InOrder
+            } else {
+                Delivery::CompletionOrder
+            })
+            .on_error(match on_error {
+                "raise" => ErrorPolicy::Raise,
+                "skip" => ErrorPolicy::Skip,
+                other => {
+                    return Err(PyValueError::new_err(format!(
+                        "on_error: expected 'raise' or 'skip', got {other:?}"
+                    )))
+                }
+            });
+        if let Some(n) = num_workers {
+            options = options.num_workers(n);
+        }
+        match (rank, world_size) {
+            (None, None) => {}
+            (Some(rank), Some(world_size)) => options = options.shard(Shard::new(rank, world_size)),
+            _ => {
+                return Err(PyValueError::new_err(
+                    "rank: rank and world_size must be given together",
+                ))
+            }
+        }
+        let loader =
+            Loader::new(source, pipeline, options).map_err(|e| e.to_py_err(dataset.py()))?;
+        Ok(PyLoader {
+            inner: ForkLocal::new(loader),
+        })
+    }
+
+    /// Starts the next epoch (the one `set_epoch` chose, then the following ones).
+    fn iter(&self) -> PyResult<PyEpochIter> {
+        let loader = self.inner.get("loader")?;
+        PyEpochIter::start(loader.iter())
+    }
+
+    /// Starts the next epoch over the dataset indices given, in that order (a user sampler's
+    /// output); moves the epoch counter on like `iter`.
+    fn iter_indices(&self, py: Python<'_>, indices: Vec<i64>) -> PyResult<PyEpochIter> {
+        let loader = self.inner.get("loader")?;
+        let mut plan = Vec::with_capacity(indices.len());
+        for (position, &index) in indices.iter().enumerate() {
+            let index = usize::try_from(index).map_err(|_| {
+                pyo3::exceptions::PyIndexError::new_err(format!(
+                    "sampler: index {index} at position {position} is negative"
+                ))
+            })?;
+            plan.push(index);
+        }
+        let epoch = loader.next_epoch();
+        let iter = loader
+            .epoch_with_indices(epoch, plan)
+            .map_err(|e| e.to_py_err(py))?;
+        loader.set_epoch(epoch.wrapping_add(1));
+        PyEpochIter::start(iter)
+    }
+
+    /// Sets the epoch the next `iter` runs (it seeds the shuffle and every sample's draws).
+    fn set_epoch(&self, epoch: u64) -> PyResult<()> {
+        self.inner.get("loader")?.set_epoch(epoch);
+        Ok(())
+    }
+
+    /// The epoch the next `iter` runs. Readable in a forked child too (to rebuild the loader
+    /// there with the same counter).
+    #[getter]
+    fn next_epoch(&self) -> u64 {
+        self.inner.peek().map_or(0, Loader::next_epoch)
+    }
+
+    /// Batches per epoch when no sample is skipped.
+    #[getter]
+    fn num_batches(&self) -> PyResult<usize> {
+        Ok(self.inner.get("loader")?.num_batches())
+    }
+
+    /// Samples per epoch (this rank's share when sharded).
+    #[getter]
+    fn num_samples(&self) -> PyResult<usize> {
+        Ok(self.inner.get("loader")?.num_samples())
+    }
+
+    /// Shape of one sample, e.g. `(3, 224, 224)`.
+    #[getter]
+    fn sample_shape(&self) -> PyResult<(usize, usize, usize)> {
+        let [a, b, c] = self.inner.get("loader")?.layout().shape;
+        Ok((a, b, c))
+    }
+
+    /// Element type of the images: `"float32"` or `"uint8"`.
+    #[getter]
+    fn dtype(&self) -> PyResult<&'static str> {
+        Ok(match self.inner.get("loader")?.layout().dtype {
+            DType::F32 => "float32",
+            DType::U8 => "uint8",
+        })
+    }
+
+    /// With `uint8` output, the `Normalize(mean, std)` of the transform left for the consumer
+    /// (`(x / 255 - mean) / std`); `None` otherwise.
+    #[getter]
+    #[allow(clippy::type_complexity)]
+    fn deferred_normalize(&self) -> PyResult<Option<([f32; 3], [f32; 3])>> {
+        Ok(self
+            .inner
+            .get("loader")?
+            .processor()
+            .pipeline()
+            .deferred_normalize())
+    }
+
+    /// Whether this object was inherited through `fork()` (and must be rebuilt).
+    #[getter]
+    fn inherited(&self) -> bool {
+        self.inner.inherited()
+    }
+
+    fn __repr__(&self) -> String {
+        match self.inner.get("loader") {
+            Ok(l) => format!("{l:?}"),
+            Err(_) => "Loader(<inherited through fork>)".to_owned(),
+        }
+    }
+}
+
+/// What the pump sends back for one request.
+struct Reply {
+    item: Option<Result<Batch, LoaderError>>,
+    /// Samples skipped since the previous reply: `(dataset index, path, why)`.
+    skipped: Vec<(usize, String, String)>,
+}
+
+/// The consumer's end of an epoch running on its pump thread.
+struct Pump {
+    /// Dropping it tells the pump to end the epoch.
+    requests: Sender<()>,
+    replies: Receiver<Reply>,
+    /// A request was sent and its reply not received yet (after a `KeyboardInterrupt`).
+    pending: bool,
+    ended: bool,
+    skipped: Vec<(usize, String, String)>,
+}
+
+impl Pump {
+    fn start(iter: NativeEpoch) -> PyResult<Self> {
+        let (requests, request_rx) = mpsc::channel::<()>();
+        // Capacity 1: the pump never runs ahead of the consumer by more than the batch asked for.
+        let (reply_tx, replies) = mpsc::sync_channel::<Reply>(1);
+        thread::Builder::new()
+            .name("ferroloader-pump".to_owned())
+            .spawn(move || pump_main(iter, &request_rx, &reply_tx))
+            .map_err(|e| PyRuntimeError::new_err(format!("cannot start the epoch thread: {e}")))?;
+        Ok(Pump {
+            requests,
+            replies,
+            pending: false,
+            ended: false,
+            skipped: Vec::new(),
+        })
+    }
+
+    /// The next batch, `None` at the end of the epoch. Waits with the GIL released; a
+    /// `KeyboardInterrupt` while waiting keeps the request pending.
+    fn next(&mut self, py: Python<'_>) -> PyResult<Option<Batch>> {
+        if self.ended {
+            return Ok(None);
+        }
+        if !self.pending {
+            if self.requests.send(()).is_err() {
+                self.ended = true;
+                return Err(PyRuntimeError::new_err(
+                    "the epoch thread ended unexpectedly",
+                ));
+            }
+            self.pending = true;
+        }
+        let replies = &mut self.replies;
+        let reply = run_detached(py, move |slice| match replies.recv_timeout(slice) {
+            Ok(reply) => Some(Ok::<_, LoaderError>(Some(reply))),
+            Err(RecvTimeoutError::Timeout) => None,
+            Err(RecvTimeoutError::Disconnected) => Some(Ok(None)),
+        })?;
+        self.pending = false;
+        let Some(reply) = reply else {
+            self.ended = true;
+            return Err(PyRuntimeError::new_err(
+                "the epoch thread ended unexpectedly",
+            ));
+        };
+        self.skipped.extend(reply.skipped);
+        match reply.item {
+            Some(Ok(batch)) => Ok(Some(batch)),
+            Some(Err(e)) => {
+                // The loader ends an epoch after an error.
+                self.ended = true;
+                Err(e.to_py_err(py))
+            }
+            None => {
+                self.ended = true;
+                Ok(None)
+            }
+        }
+    }
+}
+
+/// The pump thread: one `next()` per request, until the epoch ends or the consumer is gone;
+/// the epoch (and its workers) ends here when `iter` drops.
+fn pump_main(mut iter: NativeEpoch, requests: &Receiver<()>, replies: &SyncSender<Reply>) {
+    let mut forwarded = 0;
+    while requests.recv().is_ok() {
+        let item = iter.next();
+        let skipped = iter
+            .skipped()
+            .get(forwarded..)
+            .unwrap_or_default()
+            .iter()
+            .map(|s| {
+                let path = s
+                    .error
+                    .path()
+                    .map(|p| p.to_string_lossy().into_owned())
+                    .unwrap_or_default();
+                (s.index, path, s.error.to_string())
+            })
+            .collect();
+        forwarded = iter.skipped().len();
+        let end = item.is_none();
+        if replies.send(Reply { item, skipped }).is_err() || end {
+            break;
+        }
+    }
+}
+
+/// One epoch of a loader: yields `(images, labels, indices)` numpy arrays viewing the batch
+/// buffer (see `BatchMemory`).
+#[pyclass(frozen, module = "ferroloader._native", name = "EpochIter")]
+pub(crate) struct PyEpochIter {
+    pump: ForkLocal<Mutex<Pump>>,
+    epoch: u64,
+    num_batches: usize,
+}
+
+impl std::fmt::Debug for PyEpochIter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EpochIter")
+            .field("epoch", &self.epoch)
+            .field("num_batches", &self.num_batches)
+            .finish_non_exhaustive()
+    }
+}
+
+type Arrays<'py> = (Bound<'py, PyAny>, Bound<'py, PyAny>, Bound<'py, PyAny>);
+
+impl PyEpochIter {
+    fn start(iter: NativeEpoch) -> PyResult<Self> {
+        let epoch = iter.epoch();
+        let num_batches = iter.num_batches();
+        Ok(PyEpochIter {
+            pump: ForkLocal::new(Mutex::new(Pump::start(iter)?)),
+            epoch,
+            num_batches,
+        })
+    }
+
+    /// Runs `f` on the pump, which one thread at a time may use.
+    fn with_pump<T>(&self, f: impl FnOnce(&mut Pump) -> PyResult<T>) -> PyResult<T> {
+        let mutex = self.pump.get("iterator")?;
+        let mut guard = match mutex.try_lock() {
+            Ok(guard) => guard,
+            Err(TryLockError::Poisoned(p)) => p.into_inner(),
+            Err(TryLockError::WouldBlock) => {
+                return Err(PyRuntimeError::new_err(
+                    "this iterator is being advanced by another thread",
+                ))
+            }
+        };
+        f(&mut guard)
+    }
+}
+
+#[pymethods]
+impl PyEpochIter {
+    fn __iter__(slf: Bound<'_, Self>) -> Bound<'_, Self> {
+        slf
+    }
+
+    fn __next__<'py>(&self, py: Python<'py>) -> PyResult<Option<Arrays<'py>>> {
+        let batch = self.with_pump(|pump| pump.next(py))?;
+        batch.map(|b| into_arrays(py, b)).transpose()
+    }
+
+    /// Batches planned for the epoch.
+    fn __len__(&self) -> usize {
+        self.num_batches
+    }
+
+    /// The epoch number.
+    #[getter]
+    fn epoch(&self) -> u64 {
+        self.epoch
+    }
+
+    /// Samples skipped so far (with `on_error="skip"`): `(dataset index, path, why)`.
+    #[getter]
+    fn skipped(&self) -> PyResult<Vec<(usize, String, String)>> {
+        self.with_pump(|pump| Ok(pump.skipped.clone()))
+    }
+}

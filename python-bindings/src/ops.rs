@@ -1,0 +1,182 @@
+//! Single ops of the transforms crate, exposed for checking ferroloader against torchvision:
+//! the crop rectangles (and flips) the loader draws for a sample, one sample run through the
+//! loader's own decode and fused kernel with a given crop, and planning a spec without a
+//! dataset.
+//!
+//! Only calls into the transforms crate (the same functions the loader's pipeline runs, in the
+//! same order); must not reimplement any op.
+
+use ferroloader_loader::transforms::crop::RandomResizedCrop;
+use ferroloader_loader::transforms::decode::{DecodeContext, DecodeOptions, Decoder};
+use ferroloader_loader::transforms::fused::{FusedKernel, OutputKind, OutputSlot};
+use ferroloader_loader::transforms::rng::sample_rng;
+use ferroloader_loader::transforms::tensor::draw_flip;
+use ferroloader_loader::transforms::{CropRect, Error as TransformError, RgbImage};
+use ferroloader_loader::SampleProcessor;
+use numpy::ndarray::{Array2, Array3};
+use numpy::IntoPyArray;
+use pyo3::exceptions::PyValueError;
+use pyo3::prelude::*;
+use pyo3::types::PyDict;
+
+use crate::detach::run_detached;
+use crate::errors::transform_config_error;
+use crate::loader::plan_pipeline;
+
+/// The crops (and flips) the loader draws for samples `indices` of epoch `epoch` of a run
+/// seeded with `seed`, for an image of `width` x `height`: an int64 array `[n, 5]` of
+/// `(top, left, height, width, flipped)`, exactly as the pipeline draws them (torchvision's
+/// `RandomResizedCrop.get_params` over the sample's generator, then the flip coin when
+/// `flip_p > 0`).
+#[pyfunction]
+#[pyo3(signature = (
+    width, height, indices, *, seed = 0, epoch = 0, scale = (0.08, 1.0),
+    ratio = (3.0 / 4.0, 4.0 / 3.0), flip_p = 0.0
+))]
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn random_resized_crop_params<'py>(
+    py: Python<'py>,
+    width: u32,
+    height: u32,
+    indices: Vec<u64>,
+    seed: u64,
+    epoch: u64,
+    scale: (f64, f64),
+    ratio: (f64, f64),
+    flip_p: f64,
+) -> PyResult<Bound<'py, PyAny>> {
+    let rrc = RandomResizedCrop::new((1, 1), scale, ratio)
+        .map_err(|e| PyValueError::new_err(e.to_string()))?;
+    if !(0.0..=1.0).contains(&flip_p) {
+        return Err(PyValueError::new_err(format!(
+            "flip_p: {flip_p} is not a probability in [0, 1]"
+        )));
+    }
+    let mut out = Array2::<i64>::zeros((indices.len(), 5));
+    for (row, &index) in out.rows_mut().into_iter().zip(&indices) {
+        let mut rng = sample_rng(seed, epoch, index);
+        let crop = rrc.get_params(width, height, &mut rng);
+        let flipped = flip_p > 0.0 && draw_flip(&mut rng, flip_p);
+        let values = [
+            crop.top,
+            crop.left,
+            crop.height,
+            crop.width,
+            u32::from(flipped),
+        ];
+        for (cell, v) in row.into_iter().zip(values) {
+            *cell = i64::from(v);
+        }
+    }
+    Ok(out.into_pyarray(py).into_any())
+}
+
+/// Decodes `data` with the loader's decoder and runs the loader's fused kernel on it with the
+/// crop given: crop `(top, left, height, width)`, resize to `size` = `(h, w)` (Pillow's
+/// antialiased bilinear), mirror if `flip`, then `ToTensor` (+ `Normalize(mean, std)`) for
+/// `float32`, or `PILToTensor` for `uint8`. Returns a `[3, h, w]` array. The region-of-interest
+/// decode is used when `roi` (as the loader does for `RandomResizedCrop`).
+#[pyfunction]
+#[pyo3(signature = (
+    data, top, left, height, width, size, *, flip = false, mean = None, std = None,
+    output = "float32", decoder = "turbo", roi = true
+))]
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn resized_crop<'py>(
+    py: Python<'py>,
+    data: &[u8],
+    top: u32,
+    left: u32,
+    height: u32,
+    width: u32,
+    size: (u32, u32),
+    flip: bool,
+    mean: Option<[f32; 3]>,
+    std: Option<[f32; 3]>,
+    output: &str,
+    decoder: &str,
+    roi: bool,
+) -> PyResult<Bound<'py, PyAny>> {
+    let decoder = match decoder {
+        "turbo" => Decoder::Turbo,
+        "zune" => Decoder::Zune,
+        other => {
+            return Err(PyValueError::new_err(format!(
+                "decoder: expected 'turbo' or 'zune', got {other:?}"
+            )))
+        }
+    };
+    let kind = match (output, mean, std) {
+        ("float32", Some(mean), Some(std)) => OutputKind::F32Chw { mean, std },
+        ("float32", None, None) => OutputKind::F32ChwUnnormalized,
+        ("uint8", None, None) => OutputKind::U8Chw,
+        ("float32" | "uint8", _, _) => {
+            return Err(PyValueError::new_err(
+                "mean: give both mean and std, and only with output='float32'",
+            ))
+        }
+        (other, _, _) => {
+            return Err(PyValueError::new_err(format!(
+                "output: expected 'float32' or 'uint8', got {other:?}"
+            )))
+        }
+    };
+    kind.validate()
+        .map_err(|e| transform_config_error("std", &e))?;
+    let (h, w) = size;
+    let crop = CropRect {
+        top,
+        left,
+        height,
+        width,
+    };
+    let n = kind.elements_per_sample(h, w);
+    let shape = (3, h as usize, w as usize);
+    let run = |slot: OutputSlot<'_>| -> Result<(), TransformError> {
+        let mut ctx = DecodeContext::new(DecodeOptions::default().decoder(decoder))?;
+        let mut image = RgbImage::new();
+        let inner = if roi {
+            ctx.decode_region(data, crop, &mut image)?
+        } else {
+            ctx.decode(data, &mut image)?;
+            crop
+        };
+        FusedKernel::new().run(image.view(), inner, size, flip, &kind, slot)
+    };
+    if kind.is_f32() {
+        let mut out = vec![0f32; n];
+        run_detached(py, |_| Some(run(OutputSlot::F32(&mut out))))?;
+        let array = Array3::from_shape_vec(shape, out)
+            .map_err(|e| PyValueError::new_err(format!("size: {e}")))?;
+        Ok(array.into_pyarray(py).into_any())
+    } else {
+        let mut out = vec![0u8; n];
+        run_detached(py, |_| Some(run(OutputSlot::U8(&mut out))))?;
+        let array = Array3::from_shape_vec(shape, out)
+            .map_err(|e| PyValueError::new_err(format!("size: {e}")))?;
+        Ok(array.into_pyarray(py).into_any())
+    }
+}
+
+/// Plans a pipeline spec (JSON) without a dataset: raises what the loader would raise for it,
+/// and returns `{"shape": (c, h, w), "dtype": ..., "deferred_normalize": (mean, std) | None}`.
+#[pyfunction]
+pub(crate) fn check_pipeline<'py>(py: Python<'py>, spec: &str) -> PyResult<Bound<'py, PyDict>> {
+    let pipeline = plan_pipeline(spec)?;
+    let layout = pipeline.sample_layout();
+    let out = PyDict::new(py);
+    let [a, b, c] = layout.shape;
+    out.set_item("shape", (a, b, c))?;
+    out.set_item(
+        "dtype",
+        match layout.dtype {
+            ferroloader_loader::DType::F32 => "float32",
+            ferroloader_loader::DType::U8 => "uint8",
+        },
+    )?;
+    out.set_item(
+        "deferred_normalize",
+        pipeline.pipeline().deferred_normalize(),
+    )?;
+    Ok(out)
+}

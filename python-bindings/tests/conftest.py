@@ -1,0 +1,101 @@
+"""Shared fixtures: small image folders of real JPEGs (and a PNG, a grayscale JPEG) made with
+Pillow, so the tests need no external data."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Iterator, List, Tuple
+
+import numpy as np
+import pytest
+from PIL import Image
+
+CLASSES = ("ant", "bee", "cat")
+# (width, height) of the images of each class, in file-name order: odd sizes, both
+# orientations, one smaller than the usual 224 crop.
+SIZES: Tuple[Tuple[int, int], ...] = (
+    (320, 240),
+    (241, 333),
+    (500, 375),
+    (160, 120),
+    (300, 301),
+    (407, 229),
+)
+
+
+def natural_image(rng: np.random.Generator, width: int, height: int) -> np.ndarray:
+    """Smooth gradients, a few shapes and some noise: resizes and JPEG behave as on photos."""
+    y, x = np.mgrid[0:height, 0:width].astype(np.float32)
+    fx, fy = rng.uniform(0.01, 0.05, size=2)
+    base = np.stack(
+        [
+            127 + 100 * np.sin(x * fx + rng.uniform(0, 6)),
+            127 + 100 * np.cos(y * fy + rng.uniform(0, 6)),
+            127 + 100 * np.sin((x + y) * (fx + fy) / 2),
+        ],
+        axis=-1,
+    )
+    for _ in range(4):
+        cx, cy = rng.uniform(0, width), rng.uniform(0, height)
+        r = rng.uniform(5, min(width, height) / 3)
+        mask = (x - cx) ** 2 + (y - cy) ** 2 < r * r
+        base[mask] = rng.uniform(0, 255, size=3)
+    base += rng.normal(0, 12, size=base.shape)
+    return np.clip(base, 0, 255).astype(np.uint8)
+
+
+def make_folder(root: Path, sizes: Tuple[Tuple[int, int], ...], seed: int) -> List[Path]:
+    rng = np.random.default_rng(seed)
+    files = []
+    for c, name in enumerate(CLASSES):
+        (root / name).mkdir(parents=True, exist_ok=True)
+        for i, (w, h) in enumerate(sizes):
+            pixels = natural_image(rng, w, h)
+            path = root / name / f"img_{i:02d}.jpg"
+            if c == 1 and i == 2:
+                # Grayscale JPEG: converted to RGB as Pillow's convert("RGB") does.
+                Image.fromarray(pixels[..., 0]).save(path, quality=90)
+            elif c == 2 and i == 3:
+                path = path.with_suffix(".png")
+                Image.fromarray(pixels).save(path)
+            else:
+                Image.fromarray(pixels).save(path, quality=85 + i, subsampling=i % 3)
+            files.append(path)
+    return files
+
+
+@pytest.fixture(scope="session")
+def folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """3 classes x 6 images (18 samples) of assorted sizes."""
+    root = tmp_path_factory.mktemp("folder")
+    make_folder(root, SIZES, seed=1)
+    return root
+
+
+@pytest.fixture(scope="session")
+def big_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One class of two large JPEGs: slow enough per sample to test waiting."""
+    root = tmp_path_factory.mktemp("big")
+    (root / "only").mkdir()
+    rng = np.random.default_rng(7)
+    for i in range(2):
+        Image.fromarray(natural_image(rng, 2400, 1800)).save(root / "only" / f"{i}.jpg", quality=92)
+    return root
+
+
+@pytest.fixture()
+def corrupt_folder(tmp_path: Path) -> Iterator[Path]:
+    """2 classes; one JPEG truncated to half, one file that is not an image at all."""
+    rng = np.random.default_rng(3)
+    for name in ("a", "b"):
+        (tmp_path / name).mkdir()
+        for i in range(3):
+            Image.fromarray(natural_image(rng, 96, 80)).save(tmp_path / name / f"{i}.jpg")
+    data = (tmp_path / "a" / "1.jpg").read_bytes()
+    (tmp_path / "a" / "1.jpg").write_bytes(data[: len(data) // 2])
+    (tmp_path / "b" / "2.jpg").write_bytes(b"<html>not found</html>")
+    yield tmp_path
+
+
+IMAGENET_MEAN = [0.485, 0.456, 0.406]
+IMAGENET_STD = [0.229, 0.224, 0.225]

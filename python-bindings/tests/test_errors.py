@@ -1,0 +1,141 @@
+"""Errors by kind: FileNotFoundError for missing files, TypeError/ValueError naming the argument,
+DecodeError (an OSError) naming the file and the cause."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import ferroloader as fl
+from ferroloader import transforms as T
+
+
+def transform() -> T.Compose:
+    return T.Compose([T.RandomResizedCrop(16), T.ToTensor()])
+
+
+def test_missing_paths(tmp_path: Path) -> None:
+    with pytest.raises(FileNotFoundError) as info:
+        fl.ImageFolder(tmp_path / "nope")
+    assert info.value.filename == str(tmp_path / "nope")
+    with pytest.raises(FileNotFoundError, match="class folder"):
+        fl.ImageFolder(tmp_path)
+    (tmp_path / "empty_class").mkdir()
+    with pytest.raises(FileNotFoundError, match="empty_class"):
+        fl.ImageFolder(tmp_path)
+    assert len(fl.ImageFolder(tmp_path, allow_empty=True)) == 0
+    with pytest.raises(FileNotFoundError):
+        fl.FileList(tmp_path / "missing.csv")
+
+
+def test_missing_image_is_file_not_found(folder: Path, tmp_path: Path) -> None:
+    listing = tmp_path / "list.csv"
+    good = fl.ImageFolder(folder).samples[0][0]
+    listing.write_text(f"{good},0\n{tmp_path / 'gone.jpg'},1\n")
+    loader = fl.Loader(fl.FileList(listing), batch_size=2, num_workers=1, transform=transform())
+    with pytest.raises(FileNotFoundError) as info:
+        list(loader)
+    assert info.value.filename == str(tmp_path / "gone.jpg")
+    assert "sample 1" in str(info.value)
+
+
+def test_bad_file_list(tmp_path: Path) -> None:
+    listing = tmp_path / "list.csv"
+    listing.write_text("a.jpg,0\nb.jpg,zero\n")
+    with pytest.raises(ValueError, match=r"list.csv:2"):
+        fl.FileList(listing)
+    with pytest.raises(ValueError, match="delimiter"):
+        fl.FileList(listing, delimiter=";;")
+
+
+def test_decode_error_names_the_file_and_cause(corrupt_folder: Path) -> None:
+    assert issubclass(fl.DecodeError, OSError)
+    loader = fl.Loader(fl.ImageFolder(corrupt_folder), batch_size=2, num_workers=2, transform=transform())
+    with pytest.raises(fl.DecodeError) as info:
+        list(loader)
+    err = info.value
+    assert err.path == str(corrupt_folder / "a" / "1.jpg")
+    assert str(corrupt_folder / "a" / "1.jpg") in str(err)
+    assert err.reason == "truncated" and err.index == 1 and err.op == "decode"
+    # The loader can run another epoch after an error; with the HTML file first, it is
+    # reported as not an image.
+    order = fl.Loader(
+        fl.ImageFolder(corrupt_folder), batch_size=1, num_workers=1, transform=transform(), sampler=[5, 0]
+    )
+    with pytest.raises(fl.DecodeError, match="not a supported image") as info2:
+        list(order)
+    assert info2.value.reason == "unknown_format" and info2.value.path.endswith("2.jpg")
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error", "argument"),
+    [
+        ({"batch_size": 0}, ValueError, "batch_size"),
+        ({"batch_size": "8"}, TypeError, "batch_size"),
+        ({"batch_size": 2.0}, TypeError, "batch_size"),
+        ({"num_workers": 0}, ValueError, "num_workers"),
+        ({"num_workers": -1}, ValueError, "num_workers"),
+        ({"prefetch_batches": 0}, ValueError, "prefetch_batches"),
+        ({"shuffle": "yes"}, TypeError, "shuffle"),
+        ({"seed": -1}, ValueError, "seed"),
+        ({"output": "float16"}, ValueError, "output"),
+        ({"output": 32}, TypeError, "output"),
+        ({"decoder": "pil"}, ValueError, "decoder"),
+        ({"on_error": "ignore"}, ValueError, "on_error"),
+        ({"profile": "all"}, ValueError, "profile"),
+        ({"rank": 2, "world_size": 2}, ValueError, "rank"),
+        ({"rank": 0}, ValueError, "rank"),
+        ({"world_size": 0, "rank": 0}, ValueError, "world_size"),
+        ({"sampler": 5}, TypeError, "sampler"),
+        ({"tensor_type": "jax"}, ValueError, "tensor_type"),
+        ({"transform": "RandomResizedCrop"}, TypeError, "transform"),
+        ({"transform": T.Compose([T.ToTensor()])}, ValueError, "transform"),
+        ({"transform": T.Compose([T.RandomResizedCrop(8), T.ToTensor(), T.RandomHorizontalFlip()])}, ValueError, "transform"),
+        ({"transform": T.Compose([T.RandomResizedCrop(8), T.PILToTensor()])}, ValueError, "output"),
+    ],
+)
+def test_bad_arguments_name_the_argument(folder: Path, kwargs: Any, error: type, argument: str) -> None:
+    args = {"batch_size": 2, "num_workers": 1, "transform": transform()}
+    args.update(kwargs)
+    with pytest.raises(error, match=rf"^{argument}\b"):
+        fl.Loader(fl.ImageFolder(folder), **args)
+
+
+def test_bad_dataset_and_transform_arguments(folder: Path) -> None:
+    with pytest.raises(TypeError, match="^dataset"):
+        fl.Loader(str(folder), transform=transform())  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="root"):
+        fl.ImageFolder(42)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="RandomResizedCrop: size"):
+        T.RandomResizedCrop("224")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="RandomResizedCrop: size"):
+        T.RandomResizedCrop(0)
+    with pytest.raises(ValueError, match="RandomResizedCrop: scale"):
+        T.RandomResizedCrop(8, scale=(0.5, 0.1))
+    with pytest.raises(ValueError, match="Resize: interpolation"):
+        T.Resize(8, interpolation="nearest")
+    with pytest.raises(ValueError, match="Resize: antialias"):
+        T.Resize(8, antialias=False)
+    with pytest.raises(ValueError, match="Normalize: std"):
+        T.Normalize([0.5] * 3, [0.0, 1.0, 1.0])
+    with pytest.raises(ValueError, match="Normalize: mean"):
+        T.Normalize([0.5, 0.5], [1.0] * 3)
+    with pytest.raises(ValueError, match="RandomHorizontalFlip: p"):
+        T.RandomHorizontalFlip(1.5)
+    with pytest.raises(TypeError, match=r"Compose: transforms\[1\]"):
+        T.Compose([T.ToTensor(), "flip"])  # type: ignore[list-item]
+
+
+def test_op_functions_map_errors(folder: Path) -> None:
+    from ferroloader import _native
+
+    with pytest.raises(fl.DecodeError, match="not a supported image") as info:
+        _native.resized_crop(b"<html></html>", 0, 0, 1, 1, (1, 1))
+    assert info.value.reason == "unknown_format" and info.value.index is None
+    data = Path(fl.ImageFolder(folder).samples[0][0]).read_bytes()
+    with pytest.raises(ValueError, match="does not fit"):
+        _native.resized_crop(data, 0, 0, 10_000, 1, (1, 1))
+    with pytest.raises(ValueError, match="^decoder"):
+        _native.resized_crop(data, 0, 0, 1, 1, (1, 1), decoder="pil")

@@ -1,0 +1,191 @@
+"""ferroloader's pixels against torchvision's, and its random crops against torchvision's.
+
+Parity needs the same crop on both sides. torch's generator cannot be reproduced, so crops are
+injected: ``_native.resized_crop`` runs the loader's own decode and fused kernel on given bytes
+with a given crop; the loader's crops for a sample are drawn by ``draw_params`` (the loader's
+generator, tested to be what the loader used); and deterministic pipelines (Resize + CenterCrop,
+a full-image RandomResizedCrop) are compared through the whole loader.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import List
+
+import numpy as np
+import pytest
+import torch
+import torchvision
+import torchvision.transforms as tvT
+import torchvision.transforms.functional as F
+from PIL import Image
+
+import ferroloader as fl
+from ferroloader import _native
+from ferroloader import transforms as T
+
+from conftest import IMAGENET_MEAN, IMAGENET_STD
+
+LEVEL = 1.0 / 255.0
+EPS = 1e-6
+
+
+def torchvision_crop(path: Path, top: int, left: int, h: int, w: int, size: List[int], flip: bool = False) -> torch.Tensor:
+    """torchvision's training path with the crop injected: PIL open -> convert RGB ->
+    resized_crop (antialiased bilinear) -> [hflip] -> to_tensor."""
+    with Image.open(path) as img:
+        rgb = img.convert("RGB")
+    out = F.resized_crop(rgb, top, left, h, w, size, antialias=True)
+    if flip:
+        out = F.hflip(out)
+    return F.to_tensor(out)
+
+
+def test_injected_crops_match_torchvision_within_one_level(folder: Path) -> None:
+    ds = fl.ImageFolder(folder)
+    rng = np.random.default_rng(0)
+    worst = 0.0
+    checked = 0
+    for path, _ in ds.samples:
+        data = Path(path).read_bytes()
+        with Image.open(path) as img:
+            width, height = img.size
+        for _ in range(3):
+            h = int(rng.integers(1, height + 1))
+            w = int(rng.integers(1, width + 1))
+            top = int(rng.integers(0, height - h + 1))
+            left = int(rng.integers(0, width - w + 1))
+            size = [int(rng.integers(16, 96)), int(rng.integers(16, 96))]
+            flip = bool(rng.integers(0, 2))
+            ours = _native.resized_crop(data, top, left, h, w, tuple(size), flip=flip)
+            ref = torchvision_crop(Path(path), top, left, h, w, size, flip).numpy()
+            assert ours.shape == ref.shape == (3, size[0], size[1])
+            assert ours.dtype == np.float32
+            worst = max(worst, float(np.abs(ours - ref).max()))
+            checked += 1
+    assert checked == 3 * len(ds)
+    assert worst <= LEVEL + EPS, f"max difference {worst * 255:.3f} levels"
+
+
+def test_injected_crop_normalized_and_uint8(folder: Path) -> None:
+    path = fl.ImageFolder(folder).samples[2][0]
+    data = Path(path).read_bytes()
+    top, left, h, w, size = 17, 31, 200, 150, (64, 48)
+    ref = torchvision_crop(Path(path), top, left, h, w, list(size))
+    normed = _native.resized_crop(data, top, left, h, w, size, mean=IMAGENET_MEAN, std=IMAGENET_STD)
+    ref_normed = F.normalize(ref, IMAGENET_MEAN, IMAGENET_STD).numpy()
+    assert np.abs(normed - ref_normed).max() <= LEVEL / min(IMAGENET_STD) + EPS
+    pixels = _native.resized_crop(data, top, left, h, w, size, output="uint8")
+    with Image.open(path) as img:
+        ref_u8 = F.pil_to_tensor(F.resized_crop(img.convert("RGB"), top, left, h, w, list(size))).numpy()
+    assert pixels.dtype == np.uint8
+    assert np.abs(pixels.astype(int) - ref_u8.astype(int)).max() <= 1
+    # The region-of-interest decode is exact: same output with the whole image decoded.
+    full = _native.resized_crop(data, top, left, h, w, size, roi=False)
+    assert np.array_equal(full, _native.resized_crop(data, top, left, h, w, size))
+
+
+def test_loader_uses_the_crops_draw_params_reports(folder: Path) -> None:
+    """The loader's random crops and flips are exactly the drawn ones, so injecting them into
+    the single-sample path reproduces the loader's output; with the test above this ties the
+    loader to torchvision."""
+    rrc = T.RandomResizedCrop(48)
+    loader = fl.Loader(
+        fl.ImageFolder(folder),
+        batch_size=5,
+        shuffle=True,
+        seed=11,
+        num_workers=2,
+        transform=T.Compose([rrc, T.RandomHorizontalFlip(), T.ToTensor()]),
+        tensor_type="numpy",
+    )
+    loader.set_epoch(3)
+    ds = loader.dataset
+    it = iter(loader)
+    flips = 0
+    for images, _labels in it:
+        assert it.indices is not None
+        for slot, index in enumerate(it.indices.tolist()):
+            path = ds.samples[index][0]
+            with Image.open(path) as img:
+                width, height = img.size
+            (top, left, h, w, flipped), = rrc.draw_params(width, height, [index], seed=11, epoch=3, flip_p=0.5)
+            flips += int(flipped)
+            data = Path(path).read_bytes()
+            expected = _native.resized_crop(data, int(top), int(left), int(h), int(w), (48, 48), flip=bool(flipped))
+            assert np.array_equal(images[slot], expected), f"sample {index}"
+    assert 0 < flips < len(ds)
+
+
+def test_eval_pipeline_matches_torchvision(folder: Path) -> None:
+    tv_transform = tvT.Compose(
+        [tvT.Resize(256), tvT.CenterCrop(224), tvT.ToTensor(), tvT.Normalize(IMAGENET_MEAN, IMAGENET_STD)]
+    )
+    reference = torchvision.datasets.ImageFolder(str(folder), transform=tv_transform)
+    loader = fl.Loader(
+        fl.ImageFolder(folder),
+        batch_size=7,
+        num_workers=2,
+        transform=T.from_torchvision(tv_transform),
+    )
+    worst = 0.0
+    seen = 0
+    for images, labels in loader:
+        for k in range(images.shape[0]):
+            ref, target = reference[seen]
+            assert int(labels[k]) == target
+            worst = max(worst, float((images[k] - ref).abs().max()))
+            seen += 1
+    assert seen == len(reference)
+    assert worst <= LEVEL / min(IMAGENET_STD) + EPS, f"max difference {worst:.6f}"
+
+
+def test_full_image_random_resized_crop_matches_torchvision_resize(tmp_path: Path) -> None:
+    """A RandomResizedCrop that can only pick the whole image (scale 1, ratio = the image's)
+    through the whole loader, against torchvision's Resize((h, w)) of the whole image."""
+    from conftest import make_folder
+
+    make_folder(tmp_path, ((300, 200), (300, 200)), seed=5)
+    ds = fl.ImageFolder(tmp_path)
+    transform = T.Compose([T.RandomResizedCrop((72, 100), scale=(1.0, 1.0), ratio=(1.5, 1.5)), T.ToTensor()])
+    loader = fl.Loader(ds, batch_size=4, num_workers=1, transform=transform)
+    batches = list(loader)
+    images = torch.cat([b[0] for b in batches])
+    for i, (path, _) in enumerate(ds.samples):
+        with Image.open(path) as img:
+            ref = F.to_tensor(F.resize(img.convert("RGB"), [72, 100], antialias=True))
+        assert float((images[i] - ref).abs().max()) <= LEVEL + EPS
+
+
+def test_random_crop_statistics_match_torchvision() -> None:
+    """Area fraction and aspect ratio of many drawn crops against torchvision's get_params."""
+    width, height, n = 500, 375, 4000
+    scale, ratio = (0.08, 1.0), (3.0 / 4.0, 4.0 / 3.0)
+    ours = T.RandomResizedCrop(224, scale, ratio).draw_params(width, height, range(n), seed=123)
+    torch.manual_seed(0)
+    img = torch.empty(3, height, width)
+    theirs = np.array([tvT.RandomResizedCrop.get_params(img, list(scale), list(ratio)) for _ in range(n)])
+
+    def stats(params: np.ndarray) -> np.ndarray:
+        top, left, h, w = (params[:, k].astype(np.float64) for k in range(4))
+        assert (top >= 0).all() and (left >= 0).all()
+        assert (top + h <= height).all() and (left + w <= width).all()
+        area = h * w / (width * height)
+        log_ratio = np.log(w / h)
+        q = [0.1, 0.25, 0.5, 0.75, 0.9]
+        return np.concatenate([[area.mean(), log_ratio.mean()], np.quantile(area, q), np.quantile(log_ratio, q)])
+
+    a, b = stats(ours[:, :4]), stats(theirs)
+    # Sampling error of a mean/quantile over 4000 draws is ~0.01 (area) and ~0.005 (log ratio).
+    assert np.abs(a - b).max() < 0.04, f"ours {np.round(a, 3)} vs torchvision {np.round(b, 3)}"
+    # Top-left corners are uniform over the free range, as torch.randint draws them.
+    free_rows = height - ours[:, 2]
+    rel = ours[:, 0][free_rows > 0] / free_rows[free_rows > 0]
+    assert abs(rel.mean() - 0.5) < 0.03
+
+
+def test_draw_params_validates() -> None:
+    with pytest.raises(ValueError, match="scale"):
+        T.RandomResizedCrop(224, scale=(1.0, 0.5))
+    with pytest.raises(ValueError, match="flip_p"):
+        _native.random_resized_crop_params(10, 10, [0], flip_p=2.0)
