@@ -229,8 +229,10 @@ impl DecodeContext {
         let frame = checked_jpeg(bytes, self.options.max_pixels)?;
         match self.turbo.as_mut() {
             Some(turbo) => {
-                let header = turbo.read_header(bytes, &frame)?;
-                turbo.decode(bytes, &header, turbo::Plan::full(), out, &mut self.scratch)?;
+                let decoded = turbo.read_header(bytes, &frame).and_then(|header| {
+                    turbo.decode(bytes, &header, turbo::Plan::full(), out, &mut self.scratch)
+                });
+                self.renew_turbo_after(decoded)?;
             }
             None => zune::decode(bytes, &frame, out, &mut self.scratch)?,
         }
@@ -296,16 +298,29 @@ impl DecodeContext {
         };
         let frame = checked_jpeg(bytes, self.options.max_pixels)?;
         check_rect(rect, frame.width, frame.height)?;
-        let header = turbo.read_header(bytes, &frame)?;
-        let denom = match min_size {
-            Some((min_height, min_width)) if header.scalable() => {
-                choose_scale(rect, min_height, min_width)
-            }
-            _ => 1,
-        };
-        let plan = turbo::Plan::region(&header, rect, denom);
-        turbo.decode(bytes, &header, plan, out, &mut self.scratch)?;
-        Ok((plan.inner, denom))
+        let decoded = turbo.read_header(bytes, &frame).and_then(|header| {
+            let denom = match min_size {
+                Some((min_height, min_width)) if header.scalable() => {
+                    choose_scale(rect, min_height, min_width)
+                }
+                _ => 1,
+            };
+            let plan = turbo::Plan::region(&header, rect, denom);
+            turbo
+                .decode(bytes, &header, plan, out, &mut self.scratch)
+                .map(|()| (plan.inner, denom))
+        });
+        self.renew_turbo_after(decoded)
+    }
+
+    /// After a failed libjpeg-turbo call the instance can keep state of the bad image (a corrupt
+    /// Huffman table made every later image fail with "Bogus Huffman table definition"), so a
+    /// failure replaces it with a fresh one; errors are rare, so this costs nothing per image.
+    fn renew_turbo_after<T>(&mut self, result: Result<T>) -> Result<T> {
+        if result.is_err() && self.turbo.is_some() {
+            self.turbo = Some(turbo::Turbo::new(self.options.max_pixels)?);
+        }
+        result
     }
 }
 
