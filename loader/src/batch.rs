@@ -6,7 +6,7 @@
 
 use std::fmt;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use crate::buffer::{BatchBuffer, BufferPool};
 use crate::process::{DType, SampleLayout};
@@ -20,26 +20,27 @@ pub enum BatchImages<'a> {
     U8(&'a [u8]),
 }
 
-/// When things happened to a batch (monotonic clock).
+/// When things happened to a batch: `CLOCK_MONOTONIC` nanoseconds, read with
+/// [`ferroloader_profiler::now_ns`], the clock of profiles and of Python's `time.monotonic_ns()`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct BatchTiming {
     /// Its buffer was taken from the ring and its samples offered to the workers.
-    pub planned: Instant,
+    pub planned_ns: u64,
     /// A worker started its first sample.
-    pub started: Option<Instant>,
+    pub started_ns: Option<u64>,
     /// Its last sample finished.
-    pub completed: Option<Instant>,
+    pub completed_ns: Option<u64>,
     /// It was handed to the consumer.
-    pub delivered: Option<Instant>,
+    pub delivered_ns: Option<u64>,
 }
 
 impl BatchTiming {
-    pub(crate) fn planned_now() -> Self {
+    pub(crate) fn planned_at(planned_ns: u64) -> Self {
         BatchTiming {
-            planned: Instant::now(),
-            started: None,
-            completed: None,
-            delivered: None,
+            planned_ns,
+            started_ns: None,
+            completed_ns: None,
+            delivered_ns: None,
         }
     }
 }
@@ -57,6 +58,12 @@ pub struct Batch {
     pub(crate) skipped: usize,
     pub(crate) wait: Duration,
     pub(crate) timing: BatchTiming,
+    /// The loader-wide number of the planned batch whose buffer this is (the profile's batch).
+    pub(crate) batch_id: u64,
+    /// Samples planned for that batch (differs from `len` after skips).
+    pub(crate) planned_len: usize,
+    /// It completed while an earlier batch of the epoch was still being made.
+    pub(crate) completed_early: bool,
 }
 
 impl Batch {
@@ -144,6 +151,13 @@ impl Batch {
     /// When the batch was planned, started, completed and delivered.
     pub fn timing(&self) -> BatchTiming {
         self.timing
+    }
+
+    /// The batch's number in the loader's profile: unique across all epochs of the loader
+    /// (planned batches are numbered in order as epochs start). After skips, this is the
+    /// number of the planned batch whose buffer the batch was assembled in.
+    pub fn batch_id(&self) -> u64 {
+        self.batch_id
     }
 }
 

@@ -5,11 +5,15 @@
 //! [`SampleProcessor`] on it, writing straight into its slot of a batch buffer taken from a ring;
 //! complete batches come out of an [`EpochIter`] in order (or in completion order) as [`Batch`]es
 //! that return their buffer to the ring when dropped. Every read and op runs between
-//! [`OpHooks`] calls, where the profiler plugs in.
+//! [`OpHooks`] calls, where the profiler plugs in: with [`LoaderOptions::profile`] set, each
+//! worker records op spans ([`ProfileInstrument`]), the workers and the consumer record batch
+//! events, and [`Loader::profile`] returns the [`Profile`](profiler::Profile) (Chrome trace and
+//! summary come from the [`profiler`] crate).
 //!
 //! [`ImagePipeline`] plugs in the transforms crate's planned pipeline; the machinery itself must
 //! not depend on any concrete image op (it sees only [`SampleProcessor`]), on the profiler's
-//! internals (it sees only [`Instrument`]) or on Python.
+//! internals (it sees only [`Instrument`] and the profiler's public recording calls) or on
+//! Python.
 
 #![warn(missing_docs)]
 
@@ -22,6 +26,7 @@ mod loader;
 mod options;
 mod pipeline;
 pub mod process;
+mod profile;
 pub mod sampler;
 
 pub use ferroloader_profiler as profiler;
@@ -40,4 +45,5 @@ pub use process::{
     in_op, AxisOrder, DType, Instrument, NoHooks, Op, OpHooks, SampleContext, SampleKey,
     SampleLayout, SampleProcessor, SlotMut, TransformOp,
 };
+pub use profile::{ProfileHooks, ProfileInstrument};
 pub use sampler::{Sampler, Shard};

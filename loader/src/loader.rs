@@ -1,19 +1,24 @@
 //! The loader: a dataset, a sample processor and options, from which epochs are started.
 //!
 //! It owns what outlives an epoch (the ring of batch buffers, the workers' scratch states, the
-//! epoch counter) so that memory stays flat across epochs. Must not run anything itself: every
-//! thread belongs to an [`EpochIter`] and ends with it.
+//! epoch counter, the profiler and the profile collected so far) so that memory stays flat across
+//! epochs. Must not run anything itself: every thread belongs to an [`EpochIter`] and ends with
+//! it.
 
 use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 
+use ferroloader_profiler::{Profile, Profiler, ProfilerConfig};
+
 use crate::buffer::{BufferPool, ALIGN};
 use crate::dataset::Source;
 use crate::error::{LoaderError, Result};
 use crate::options::LoaderOptions;
+use crate::options::{Delivery, ErrorPolicy};
 use crate::pipeline::{Epoch, EpochIter, KitPool, State};
 use crate::process::{Instrument, NoHooks, SampleLayout, SampleProcessor};
+use crate::profile::Profiling;
 use crate::sampler::Sampler;
 
 /// Loads batches of processed samples from a dataset with a pool of worker threads.
@@ -66,6 +71,7 @@ where
     source: Arc<S>,
     processor: Arc<P>,
     instrument: Arc<H>,
+    profiling: Arc<Profiling>,
     options: LoaderOptions,
     layout: SampleLayout,
     sample_bytes: usize,
@@ -123,10 +129,16 @@ where
             sample_bytes,
             options.prefetch_batches + 2,
         );
+        let profiling = Arc::new(Profiling::new(Self::profiler_config(
+            ProfilerConfig::new(options.profile),
+            &options,
+            source.len(),
+        )));
         Ok(Loader {
             source: Arc::new(source),
             processor: Arc::new(processor),
             instrument: Arc::new(instrument),
+            profiling,
             layout,
             sample_bytes,
             sampler,
@@ -137,9 +149,78 @@ where
         })
     }
 
+    /// Replaces the profiler made from [`LoaderOptions::profile`] with one made from `config`
+    /// (its mode wins; its worker count and batch size are filled in from the options when
+    /// zero). Use it for a label, metadata, the counter groups or the buffer sizes.
+    pub fn with_profiler(mut self, config: ProfilerConfig) -> Self {
+        self.options.profile = config.mode;
+        let config = Self::profiler_config(config, &self.options, self.source.len());
+        self.profiling = Arc::new(Profiling::new(config));
+        self
+    }
+
+    /// Fills in what the loader knows about the run.
+    fn profiler_config(
+        mut config: ProfilerConfig,
+        options: &LoaderOptions,
+        samples: usize,
+    ) -> ProfilerConfig {
+        if config.num_workers == 0 {
+            config.num_workers = u32::try_from(options.num_workers).unwrap_or(u32::MAX);
+        }
+        if config.batch_size == 0 {
+            config.batch_size = u32::try_from(options.batch_size).unwrap_or(u32::MAX);
+        }
+        let delivery = match options.delivery {
+            Delivery::InOrder => "in_order",
+            Delivery::CompletionOrder => "completion_order",
+        };
+        let on_error = match options.on_error {
+            ErrorPolicy::Raise => "raise",
+            ErrorPolicy::Skip => "skip",
+        };
+        let meta = [
+            ("loader.samples", samples.to_string()),
+            (
+                "loader.prefetch_batches",
+                options.prefetch_batches.to_string(),
+            ),
+            ("loader.delivery", delivery.to_owned()),
+            ("loader.on_error", on_error.to_owned()),
+            ("loader.shuffle", options.shuffle.to_string()),
+            ("loader.processor", std::any::type_name::<P>().to_owned()),
+        ];
+        for (key, value) in meta {
+            config.meta.entry(key.to_owned()).or_insert(value);
+        }
+        config
+    }
+
     /// The options it was built with.
     pub fn options(&self) -> &LoaderOptions {
         &self.options
+    }
+
+    /// The profiler the workers and the consumer record into.
+    pub fn profiler(&self) -> &Profiler {
+        self.profiling.profiler()
+    }
+
+    /// Everything the profiler recorded since the loader was made (or since the last
+    /// [`Self::take_profile`]): every op span of every worker, the consumer's batch assembly,
+    /// batch events and failed samples, in one pipeline labelled `"native"`, timed from the
+    /// first epoch's start to the last one's end. Epochs still running are included up to their
+    /// workers' last buffer hand-off (`stats.unflushed_recorders` counts the recorders still
+    /// live); finish or drop their iterators first for the whole of them. Empty in
+    /// [`Mode::Off`](crate::profiler::Mode::Off).
+    pub fn profile(&self) -> Profile {
+        self.profiling.collect(false)
+    }
+
+    /// Like [`Self::profile`], then forgets it: the next profile starts from here (bounds the
+    /// memory of long runs).
+    pub fn take_profile(&self) -> Profile {
+        self.profiling.collect(true)
     }
 
     /// The dataset.
@@ -228,11 +309,15 @@ where
     }
 
     fn start(&self, epoch: u64, mut plan: Vec<usize>) -> EpochIter<S, P, H> {
-        plan.truncate(self.batches_for(plan.len()) * self.options.batch_size);
+        let batches = self.batches_for(plan.len());
+        plan.truncate(batches * self.options.batch_size);
+        let batch_base = self.profiling.epoch_started(batches);
         let shared = Epoch {
             source: Arc::clone(&self.source),
             processor: Arc::clone(&self.processor),
             instrument: Arc::clone(&self.instrument),
+            profiling: Arc::clone(&self.profiling),
+            batch_base,
             kits: Arc::clone(&self.kits),
             pool: Arc::clone(&self.pool),
             plan,

@@ -2,6 +2,8 @@
 //!
 //! Only data and validation live here; must not start anything.
 
+use ferroloader_profiler::Mode;
+
 use crate::error::{LoaderError, Result};
 use crate::sampler::Shard;
 
@@ -54,6 +56,10 @@ pub struct LoaderOptions {
     pub delivery: Delivery,
     /// What a failing sample does. Default: [`ErrorPolicy::Raise`].
     pub on_error: ErrorPolicy,
+    /// What the loader's profiler records ([`crate::Loader::profile`]): nothing, op spans and
+    /// batch events, or those plus CPU counters per op. Default: [`Mode::Off`], which costs a
+    /// branch per op.
+    pub profile: Mode,
 }
 
 impl Default for LoaderOptions {
@@ -68,6 +74,7 @@ impl Default for LoaderOptions {
             prefetch_batches: 2,
             delivery: Delivery::InOrder,
             on_error: ErrorPolicy::Raise,
+            profile: Mode::Off,
         }
     }
 }
@@ -124,6 +131,12 @@ impl LoaderOptions {
     /// Sets [`Self::on_error`].
     pub fn on_error(mut self, on_error: ErrorPolicy) -> Self {
         self.on_error = on_error;
+        self
+    }
+
+    /// Sets [`Self::profile`].
+    pub fn profile(mut self, mode: Mode) -> Self {
+        self.profile = mode;
         self
     }
 

@@ -8,8 +8,14 @@
 //! `prefetch_batches` batches are in flight; workers wait on one condvar for room, the consumer on
 //! another for the batch it needs. Under [`ErrorPolicy::Skip`], the consumer compacts batches so
 //! that each is filled from the next good samples in order; the output therefore depends only on
-//! the plan and the data, never on timing. Must not spin, allocate per sample in steady state, or
-//! leave a thread running once its iterator is gone.
+//! the plan and the data, never on timing.
+//!
+//! Profiling ([`crate::profile`]): each worker runs its profiler hooks next to the user's, the
+//! worker that opens, starts or completes a batch records that event (after releasing the
+//! epoch's lock), and the consumer records its batch assembly as a `collate` span and each
+//! delivery with its wait, order and queue occupancy. With profiling off, each of these is a
+//! branch. Must not spin, allocate per sample in steady state, or leave a thread running once its
+//! iterator is gone.
 
 use std::any::Any;
 use std::collections::VecDeque;
@@ -18,9 +24,10 @@ use std::iter::FusedIterator;
 use std::panic::{self, AssertUnwindSafe};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::thread::{self, JoinHandle};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use bytes::BytesMut;
+use ferroloader_profiler::{now_ns, ops, BatchEvent, Delivery as Arrival};
 
 use crate::batch::{Batch, BatchTiming};
 use crate::buffer::{BatchBuffer, BufferPool, Outcome};
@@ -31,6 +38,7 @@ use crate::process::{
     DType, Instrument, NoHooks, Op, OpHooks, OpTracker, SampleContext, SampleKey, SampleLayout,
     SampleProcessor, SlotMut,
 };
+use crate::profile::{ProfileHooks, Profiling, Tee};
 
 /// A worker's reusable belongings, kept by the loader between epochs.
 pub(crate) struct Kit<T> {
@@ -47,6 +55,9 @@ pub(crate) struct Epoch<S, P: SampleProcessor, H> {
     pub(crate) source: Arc<S>,
     pub(crate) processor: Arc<P>,
     pub(crate) instrument: Arc<H>,
+    pub(crate) profiling: Arc<Profiling>,
+    /// Loader-wide number of this epoch's batch 0 (see [`SampleContext::batch_id`]).
+    pub(crate) batch_base: u64,
     pub(crate) kits: Arc<KitPool<P::Scratch>>,
     pub(crate) pool: Arc<BufferPool>,
     /// Dataset index of every position of the epoch.
@@ -92,6 +103,8 @@ struct Planned {
     fill: usize,
     buffer: BatchBuffer,
     timing: BatchTiming,
+    /// It completed while an earlier batch was still being made (recorded when profiling).
+    completed_early: bool,
 }
 
 impl Planned {
@@ -118,6 +131,10 @@ struct Task {
     position: usize,
     index: usize,
     piece: BytesMut,
+    /// When this claim opened the batch, its planned time and size (for the profiler).
+    opened: Option<(u64, usize)>,
+    /// When this claim started the batch's first sample, the time (for the profiler).
+    started: Option<u64>,
 }
 
 /// Why one sample failed, before the path is attached.
@@ -149,6 +166,7 @@ where
             }
             let position = st.next_position;
             let batch = position / self.batch_size;
+            let mut opened = None;
             if batch == st.opened {
                 if st.open.len() >= self.prefetch {
                     st = self
@@ -157,17 +175,20 @@ where
                         .unwrap_or_else(PoisonError::into_inner);
                     continue;
                 }
-                self.open_batch(&mut st);
+                opened = Some(self.open_batch(&mut st));
             }
             // The batch is open and its piece home: the consumer only takes a batch once all
             // its samples are back, and each position is claimed once.
             let claimed = st.open.iter_mut().find(|p| p.index == batch).and_then(|p| {
                 let slot = position - p.start;
                 let piece = p.buffer.pieces.get_mut(slot)?.take()?;
-                p.timing.started.get_or_insert_with(Instant::now);
-                Some((slot, piece))
+                let started = match p.timing.started_ns {
+                    Some(_) => None,
+                    None => Some(*p.timing.started_ns.insert(now_ns())),
+                };
+                Some((slot, piece, started))
             });
-            let Some((slot, piece)) = claimed else {
+            let Some((slot, piece, started)) = claimed else {
                 st.fatal
                     .get_or_insert_with(|| format!("batch {batch} lost track of its samples"));
                 drop(st);
@@ -181,18 +202,22 @@ where
                 position,
                 index: self.plan[position],
                 piece,
+                opened,
+                started,
             });
         }
     }
 
-    /// Takes a buffer from the ring for the next batch and splits it into per-sample pieces.
-    /// Allocates only when the ring is empty (at the start, or while the consumer holds batches).
-    fn open_batch(&self, st: &mut State) {
+    /// Takes a buffer from the ring for the next batch and splits it into per-sample pieces;
+    /// returns when it was planned and its size. Allocates only when the ring is empty (at the
+    /// start, or while the consumer holds batches).
+    fn open_batch(&self, st: &mut State) -> (u64, usize) {
         let index = st.opened;
         let start = index * self.batch_size;
         let len = self.batch_size.min(self.plan.len() - start);
         let mut buffer = self.pool.take();
         buffer.split(len, self.sample_bytes);
+        let planned_ns = now_ns();
         st.open.push(Planned {
             index,
             start,
@@ -200,24 +225,69 @@ where
             done: 0,
             fill: 0,
             buffer,
-            timing: BatchTiming::planned_now(),
+            timing: BatchTiming::planned_at(planned_ns),
+            completed_early: false,
         });
         st.opened += 1;
+        (planned_ns, len)
+    }
+
+    /// The loader-wide number of batch `batch` of this epoch.
+    #[inline]
+    fn batch_id(&self, batch: usize) -> u64 {
+        self.batch_base + batch as u64
+    }
+
+    /// Records the batch events a claim caused (outside the epoch's lock).
+    fn record_claim(&self, task: &Task, worker: usize) {
+        let profiler = self.profiling.profiler();
+        if !profiler.is_enabled() {
+            return;
+        }
+        let id = self.batch_id(task.batch);
+        if let Some((t, size)) = task.opened {
+            let size = u32::try_from(size).unwrap_or(u32::MAX);
+            profiler.batch_event_at(id, t, BatchEvent::Planned { size });
+        }
+        if let Some(t) = task.started {
+            let worker = u32::try_from(worker).unwrap_or(u32::MAX - 1);
+            profiler.batch_event_at(id, t, BatchEvent::FirstSampleStarted { worker });
+        }
     }
 
     /// Hands a processed sample's piece back and wakes the consumer when its batch is complete.
-    fn complete(&self, task: Task, outcome: Outcome) {
+    fn complete(&self, task: Task, outcome: Outcome, worker: usize) {
         let mut st = self.lock();
-        let Some(planned) = st.open.iter_mut().find(|p| p.index == task.batch) else {
+        let profiling = self.profiling.enabled();
+        let Some(i) = st.open.iter().position(|p| p.index == task.batch) else {
             return;
         };
+        let planned = &mut st.open[i];
         planned.buffer.pieces[task.slot] = Some(task.piece);
         planned.buffer.outcomes[task.slot] = outcome;
         planned.done += 1;
         if planned.done == planned.len {
-            planned.timing.completed = Some(Instant::now());
+            let t = now_ns();
+            planned.timing.completed_ns = Some(t);
+            if profiling {
+                let early = st
+                    .open
+                    .iter()
+                    .any(|p| p.index < task.batch && p.done < p.len);
+                st.open[i].completed_early = early;
+            }
             drop(st);
             self.done_cv.notify_all();
+            if profiling {
+                let worker = u32::try_from(worker).unwrap_or(u32::MAX - 1);
+                self.profiling.profiler().batch_event_at(
+                    self.batch_id(task.batch),
+                    t,
+                    BatchEvent::Completed {
+                        worker: Some(worker),
+                    },
+                );
+            }
         }
     }
 
@@ -227,12 +297,13 @@ where
         worker: usize,
         task: &mut Task,
         kit: &mut Kit<P::Scratch>,
-        hooks: &mut H::Hooks,
+        hooks: &mut Tee<'_, H::Hooks>,
     ) -> Outcome {
         let ctx = SampleContext {
             worker,
             epoch: self.epoch,
             batch: task.batch,
+            batch_id: self.batch_id(task.batch),
             slot: task.slot,
             position: task.position,
             index: task.index,
@@ -264,12 +335,18 @@ where
                 path: path(),
                 source,
             }),
-            Ok(Err(Failure::Transform(source))) => Outcome::Failed(LoaderError::Transform {
-                index,
-                path: path(),
-                op,
-                source,
-            }),
+            Ok(Err(Failure::Transform(source))) => {
+                // A failed op may leave the scratch in a state that fails the next samples too
+                // (a decoder handle after a corrupt Huffman table does): start afresh, as after
+                // a panic. Costs nothing on samples that succeed.
+                kit.scratch = self.processor.new_scratch();
+                Outcome::Failed(LoaderError::Transform {
+                    index,
+                    path: path(),
+                    op,
+                    source,
+                })
+            }
             Ok(Err(Failure::Layout(message))) => Outcome::Failed(LoaderError::Worker { message }),
             Err(payload) => {
                 // The scratch may be half-updated: start the next sample from a clean one.
@@ -282,15 +359,18 @@ where
                 })
             }
         };
-        tracker
-            .inner()
-            .sample_end(&ctx, matches!(outcome, Outcome::Done));
+        let tee = tracker.inner();
+        if let Outcome::Failed(error) = &outcome {
+            tee.prof.sample_failed(op, error);
+        }
+        tee.sample_end(&ctx, matches!(outcome, Outcome::Done));
         outcome
     }
 
     /// Waits for a complete batch and takes it out of the window: batch `want`, or with `None`
-    /// the lowest-numbered complete one.
-    fn take(&self, want: Option<usize>) -> Result<Planned, LoaderError> {
+    /// the lowest-numbered complete one. Also returns, when profiling, how many other complete
+    /// batches are left in the window.
+    fn take(&self, want: Option<usize>) -> Result<(Planned, usize), LoaderError> {
         let mut st = self.lock();
         loop {
             let complete = st.open.iter().enumerate().filter(|(_, p)| p.done == p.len);
@@ -303,9 +383,14 @@ where
             };
             if let Some(i) = found {
                 let planned = st.open.swap_remove(i);
+                let waiting = if self.profiling.enabled() {
+                    st.open.iter().filter(|p| p.done == p.len).count()
+                } else {
+                    0
+                };
                 drop(st);
                 self.work_cv.notify_all();
-                return Ok(planned);
+                return Ok((planned, waiting));
             }
             if let Some(message) = &st.fatal {
                 return Err(LoaderError::Worker {
@@ -372,6 +457,7 @@ where
         done_cv: &epoch.done_cv,
         worker,
     };
+    let mut prof: ProfileHooks = epoch.profiling.instrument.worker_hooks(worker);
     let mut hooks = epoch.instrument.worker_hooks(worker);
     let reused = epoch
         .kits
@@ -383,8 +469,13 @@ where
         buf: Vec::new(),
     });
     while let Some(mut task) = epoch.claim() {
-        let outcome = epoch.run(worker, &mut task, &mut kit, &mut hooks);
-        epoch.complete(task, outcome);
+        epoch.record_claim(&task, worker);
+        let mut tee = Tee {
+            prof: &mut prof,
+            user: &mut hooks,
+        };
+        let outcome = epoch.run(worker, &mut task, &mut kit, &mut tee);
+        epoch.complete(task, outcome, worker);
     }
     kit
 }
@@ -432,6 +523,10 @@ where
     skips_since_batch: usize,
     skipped: Vec<SkippedSample>,
     finished: bool,
+    /// Complete batches left in the window at the last take (when profiling).
+    window_ready: usize,
+    /// The epoch counts as running for the loader's profile until `finish`.
+    profile_live: bool,
 }
 
 impl<S, P, H> EpochIter<S, P, H>
@@ -486,6 +581,8 @@ where
             skips_since_batch: 0,
             skipped: Vec::new(),
             finished: false,
+            window_ready: 0,
+            profile_live: true,
         }
     }
 
@@ -510,13 +607,29 @@ where
         &self.skipped
     }
 
-    /// Takes the next planned batch the delivery order wants and turns it into batches.
+    /// Takes the next planned batch the delivery order wants and turns it into batches, timed as
+    /// the consumer's `collate` span when profiling.
     fn advance(&mut self) -> Result<(), LoaderError> {
         let want = match self.delivery {
             Delivery::InOrder => Some(self.walked),
             Delivery::CompletionOrder => None,
         };
-        let mut planned = self.epoch.take(want)?;
+        let (planned, waiting) = self.epoch.take(want)?;
+        self.window_ready = waiting;
+        if !self.epoch.profiling.enabled() {
+            return self.assemble(planned);
+        }
+        let id = self.epoch.batch_id(planned.index);
+        let start = now_ns();
+        let assembled = self.assemble(planned);
+        let profiler = self.epoch.profiling.profiler();
+        profiler.consumer_span(ops::COLLATE, id, start, now_ns());
+        assembled
+    }
+
+    /// Batch assembly: checks the outcomes of a complete planned batch and makes batches of its
+    /// good samples in the delivery order.
+    fn assemble(&mut self, mut planned: Planned) -> Result<(), LoaderError> {
         self.walked += 1;
         if self.policy == ErrorPolicy::Raise {
             let failed = planned
@@ -569,7 +682,7 @@ where
                 .buffer
                 .copy_piece_from(partial.fill, &planned.buffer, slot);
             partial.record(index, label);
-            partial.timing.completed = planned.timing.completed;
+            partial.timing.completed_ns = planned.timing.completed_ns;
             if partial.fill == self.epoch.batch_size {
                 if let Some(full) = self.partial.take() {
                     let index = self.next_index();
@@ -645,8 +758,31 @@ where
             skipped: std::mem::take(&mut self.skips_since_batch),
             wait: Duration::ZERO,
             timing: planned.timing,
+            batch_id: self.epoch.batch_id(planned.index),
+            planned_len: planned.len,
+            completed_early: planned.completed_early,
         });
         Ok(())
+    }
+
+    /// Records the delivery of `batch` after `wait_ns` in `next()`.
+    fn record_delivery(&self, batch: &Batch, wait_ns: u64, t: u64) {
+        let profiler = self.epoch.profiling.profiler();
+        if batch.len != batch.planned_len {
+            // Skips changed the batch: the size to count is what the consumer got.
+            let size = u32::try_from(batch.len).unwrap_or(u32::MAX);
+            profiler.batch_event_at(batch.batch_id, t, BatchEvent::Planned { size });
+        }
+        let queue = 1 + self.ready.len() + self.window_ready;
+        profiler.batch_event_at(
+            batch.batch_id,
+            t,
+            BatchEvent::Delivered(Arrival {
+                wait_ns,
+                out_of_order: batch.out_of_order || batch.completed_early,
+                queue_occupancy: u32::try_from(queue).unwrap_or(u32::MAX),
+            }),
+        );
     }
 
     fn recycle(&self, mut planned: Planned) {
@@ -680,6 +816,9 @@ where
         if let Some(partial) = self.partial.take() {
             self.recycle(partial);
         }
+        if std::mem::take(&mut self.profile_live) {
+            self.epoch.profiling.epoch_ended();
+        }
     }
 }
 
@@ -692,12 +831,16 @@ where
     type Item = Result<Batch, LoaderError>;
 
     fn next(&mut self) -> Option<Self::Item> {
-        let called = Instant::now();
+        let called = now_ns();
         loop {
             if let Some(mut batch) = self.ready.pop_front() {
-                let now = Instant::now();
-                batch.wait = now - called;
-                batch.timing.delivered = Some(now);
+                let now = now_ns();
+                let wait_ns = now.saturating_sub(called);
+                batch.wait = Duration::from_nanos(wait_ns);
+                batch.timing.delivered_ns = Some(now);
+                if self.epoch.profiling.enabled() {
+                    self.record_delivery(&batch, wait_ns, now);
+                }
                 return Some(Ok(batch));
             }
             if self.finished {

@@ -169,6 +169,9 @@ pub struct SampleContext {
     pub epoch: u64,
     /// The planned batch the sample belongs to (its position divided by the batch size).
     pub batch: usize,
+    /// The same batch numbered across every epoch of the loader (unique per loader: each epoch
+    /// reserves a run of numbers when it starts); the batch number of profiles.
+    pub batch_id: u64,
     /// The sample's slot in that batch.
     pub slot: usize,
     /// The sample's position in the epoch's order.

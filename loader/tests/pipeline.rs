@@ -563,10 +563,14 @@ fn consumer_wait_and_batch_timing_are_recorded() {
         first.wait()
     );
     let t = first.timing();
-    let started = t.started.expect("started");
-    let completed = t.completed.expect("completed");
-    let delivered = t.delivered.expect("delivered");
-    assert!(t.planned <= started && started <= completed && completed <= delivered);
+    let started = t.started_ns.expect("started");
+    let completed = t.completed_ns.expect("completed");
+    let delivered = t.delivered_ns.expect("delivered");
+    assert!(t.planned_ns <= started && started <= completed && completed <= delivered);
+    // The profiler's clock (CLOCK_MONOTONIC), so loader timings and profiles line up.
+    let now = ferroloader_loader::profiler::now_ns();
+    assert!(delivered <= now && now - delivered < 60_000_000_000);
+    assert!(completed - started >= 12_000_000, "4 samples of 3 ms");
     drop(first);
     thread::sleep(Duration::from_millis(300));
     // Generous bound: the second batch (12 ms of work) was made during the 300 ms pause.

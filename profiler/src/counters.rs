@@ -605,9 +605,10 @@ mod linux {
                         first_try = Some((group, events));
                         continue;
                     }
-                    let improved = first_try.as_ref().map_or(true, |(_, ev)| {
-                        count_available(&events) > count_available(ev)
-                    });
+                    let improved = match &first_try {
+                        Some((_, ev)) => count_available(&events) > count_available(ev),
+                        None => true,
+                    };
                     if improved {
                         return group_result(group, events, exclude_kernel);
                     }

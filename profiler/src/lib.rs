@@ -53,6 +53,7 @@ pub use error::ProfilerError;
 pub use ops::OpId;
 pub use recorder::{
     BatchEvent, Delivery, Profiler, ProfilerConfig, RawSpan, Sink, SpanGuard, ThreadRecorder,
+    CONSUMER, COUNTER_REUSE_NS,
 };
 pub use schema::{
     BatchRecord, Mode, Pipeline, PipelineStats, Profile, SampleFailure, SpanRecord, ThreadInfo,

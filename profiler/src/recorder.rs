@@ -31,6 +31,21 @@ use crate::schema::{
 /// Sentinel of [`RawSpan::batch`] and [`RawSpan::sample`]: no sample context was set.
 pub const NO_INDEX: u64 = u64::MAX;
 
+/// Worker number of the spans the consumer thread ran ([`Profiler::consumer_span`]: batch
+/// assembly on the consumer side). They go on the consumer's trace track and are not counted as
+/// worker time in summaries.
+pub const CONSUMER: u32 = u32::MAX;
+
+/// Spans in a recorder's first chunk at most; each later chunk doubles, up to
+/// [`ProfilerConfig::chunk_capacity`]. Chunks are faulted in when made (about 3 us a page on
+/// some machines), so a recorder that lives briefly (a worker of a short epoch) must not pay for
+/// a full-size chunk it will not fill.
+pub const FIRST_CHUNK: usize = 256;
+
+/// Default of [`ProfilerConfig::counter_reuse_ns`]: a counter group read costs about 0.5-1 us
+/// (a system call), so boundaries within 1 us of the last read share it.
+pub const COUNTER_REUSE_NS: u64 = 1_000;
+
 /// Deepest span nesting a recorder tracks; deeper spans are counted as dropped, not recorded.
 pub const MAX_DEPTH: usize = 16;
 
@@ -46,13 +61,22 @@ pub struct ProfilerConfig {
     /// Samples per batch, for the run metadata. Default: 0.
     pub batch_size: u32,
     /// Spans per chunk handed to the collector (one channel send and one allocation per chunk).
-    /// Default: 4096.
+    /// A recorder's first chunk holds at most [`FIRST_CHUNK`] spans and each next one twice as
+    /// many, up to this. Default: 4096.
     pub chunk_capacity: usize,
     /// Spans kept at most; later chunks are dropped and counted (bounds memory on long runs:
     /// 40 bytes a span, 136 with counters). Default: 8,000,000.
     pub max_spans: usize,
     /// Which counter groups to open in [`Mode::Counters`]. Default: both.
     pub counters: CounterConfig,
+    /// In [`Mode::Counters`], an op boundary this soon (ns) after the last counter read reuses
+    /// that read instead of making another: back-to-back boundaries (one op's exit and the
+    /// next one's enter, a child's exit and its parent's) cost one read, not two. What the
+    /// thread does in between (at most this long) is counted in the span that starts, or, after
+    /// an exit, in the enclosing one. A span always reads at its exit unless a nested span's
+    /// exit just did, so no span is left with zero counts by reuse. 0 reads at every boundary.
+    /// Default: [`COUNTER_REUSE_NS`].
+    pub counter_reuse_ns: u64,
     /// Free-form run metadata. Default: empty.
     pub meta: BTreeMap<String, String>,
     /// Also emit a `tracing` span per op span. Default: false.
@@ -70,6 +94,7 @@ impl Default for ProfilerConfig {
             chunk_capacity: 4096,
             max_spans: 8_000_000,
             counters: CounterConfig::default(),
+            counter_reuse_ns: COUNTER_REUSE_NS,
             meta: BTreeMap::new(),
             #[cfg(feature = "tracing")]
             emit_tracing: false,
@@ -119,6 +144,12 @@ impl ProfilerConfig {
     /// Chooses the counter groups.
     pub fn counters(mut self, counters: CounterConfig) -> Self {
         self.counters = counters;
+        self
+    }
+
+    /// Sets how soon after a counter read a boundary reuses it (0: never).
+    pub fn counter_reuse_ns(mut self, ns: u64) -> Self {
+        self.counter_reuse_ns = ns;
         self
     }
 
@@ -249,6 +280,8 @@ struct ThreadEntry {
 struct Events {
     batches: Vec<(u64, u64, BatchEvent)>,
     failures: Vec<SampleFailure>,
+    /// Spans of the consumer thread ([`Profiler::consumer_span`]).
+    consumer_spans: Vec<RawSpan>,
 }
 
 struct Shared {
@@ -459,7 +492,8 @@ impl Profiler {
             threads.len() - 1
         };
         self.shared.live_recorders.fetch_add(1, Ordering::Relaxed);
-        let capacity = self.shared.config.chunk_capacity.max(1);
+        let max_capacity = self.shared.config.chunk_capacity.max(1);
+        let capacity = max_capacity.min(FIRST_CHUNK);
         let with_counters = counters.is_some();
         ThreadRecorder {
             shared: Arc::clone(&self.shared),
@@ -467,6 +501,7 @@ impl Profiler {
             inner: Some(Box::new(RefCell::new(Inner {
                 slot,
                 capacity,
+                max_capacity,
                 chunk: Chunk::new(slot, capacity, with_counters),
                 stack: [Frame::default(); MAX_DEPTH],
                 depth: 0,
@@ -474,6 +509,8 @@ impl Profiler {
                 sample: NO_INDEX,
                 counters,
                 scratch: [0; crate::counters::NUM_COUNTERS],
+                last: LastRead::default(),
+                reuse_ns: self.shared.config.counter_reuse_ns,
                 unbalanced: 0,
                 too_deep: 0,
                 read_errors: 0,
@@ -486,6 +523,31 @@ impl Profiler {
                     .then(|| TracingState::new(&self.shared)),
             }))),
         }
+    }
+
+    /// Records a span of `op` that the consumer thread (the one calling the loader's `next()`)
+    /// ran for `batch`, such as assembling it, from `start_ns` to `end_ns` ([`now_ns`] readings):
+    /// worker [`CONSUMER`], no sample, no counters. Takes a lock like a batch event, so it is for
+    /// per-batch work, not per-sample ops, and needs no recorder (nothing to set up per thread or
+    /// per epoch). No-op in [`Mode::Off`].
+    pub fn consumer_span(&self, op: OpId, batch: u64, start_ns: u64, end_ns: u64) {
+        if !self.is_enabled() {
+            return;
+        }
+        let span = RawSpan {
+            start_ns,
+            end_ns: end_ns.max(start_ns),
+            batch,
+            sample: NO_INDEX,
+            op,
+            depth: 0,
+        };
+        if self.shared.has_sinks() {
+            for s in self.shared.sinks() {
+                s.on_spans(CONSUMER, std::slice::from_ref(&span), &[]);
+            }
+        }
+        lock(&self.shared.events).consumer_spans.push(span);
     }
 
     /// Records a batch event now. No-op in [`Mode::Off`].
@@ -566,11 +628,12 @@ impl Profiler {
             let masks: Vec<u16> = t.iter().map(|t| t.mask).collect();
             (threads, masks)
         };
-        let (raw_batches, failures) = {
+        let (raw_batches, failures, consumer_spans) = {
             let mut e = lock(&self.shared.events);
             (
                 std::mem::take(&mut e.batches),
                 std::mem::take(&mut e.failures),
+                std::mem::take(&mut e.consumer_spans),
             )
         };
 
@@ -600,6 +663,21 @@ impl Profiler {
                     counters,
                 });
             }
+        }
+        for s in &consumer_spans {
+            spans.push(SpanRecord {
+                op: names
+                    .get(usize::from(s.op.0))
+                    .cloned()
+                    .unwrap_or_else(|| s.op.to_string()),
+                worker: CONSUMER,
+                batch: (s.batch != NO_INDEX).then_some(s.batch),
+                sample: None,
+                start_ns: s.start_ns,
+                end_ns: s.end_ns,
+                depth: 0,
+                counters: None,
+            });
         }
         spans.sort_by_key(|s| (s.start_ns, s.worker, s.depth));
 
@@ -657,7 +735,11 @@ fn assemble_batches(events: Vec<(u64, u64, BatchEvent)>) -> Vec<BatchRecord> {
                 r.first_started_ns = Some(r.first_started_ns.map_or(t, |p| p.min(t)));
             }
             BatchEvent::Completed { worker } => {
-                if r.completed_ns.map_or(true, |c| c <= t) {
+                let later = match r.completed_ns {
+                    Some(c) => c <= t,
+                    None => true,
+                };
+                if later {
                     r.completed_ns = Some(t);
                     r.completed_by = worker;
                 }
@@ -694,9 +776,30 @@ impl Default for Frame {
     }
 }
 
+/// The last counter group read of a recorder.
+#[derive(Clone, Copy, Default)]
+struct LastRead {
+    counts: CounterArray,
+    /// Clock right after the read; 0: none yet.
+    at_ns: u64,
+    /// Taken (or last reused) at a span's exit, with no span entered since.
+    by_exit: bool,
+}
+
+impl LastRead {
+    /// Whether a boundary at `now` may reuse it.
+    #[inline]
+    fn fresh(&self, now: u64, reuse_ns: u64) -> bool {
+        self.at_ns != 0 && now.saturating_sub(self.at_ns) <= reuse_ns
+    }
+}
+
 struct Inner {
     slot: usize,
+    /// Spans the current chunk holds.
     capacity: usize,
+    /// What chunks grow to.
+    max_capacity: usize,
     chunk: Chunk,
     stack: [Frame; MAX_DEPTH],
     /// Open spans, including ones past `MAX_DEPTH` that are not recorded.
@@ -705,6 +808,9 @@ struct Inner {
     sample: u64,
     counters: Option<CounterSet>,
     scratch: CounterArray,
+    /// The last counter read, for boundaries that follow it closely.
+    last: LastRead,
+    reuse_ns: u64,
     unbalanced: u64,
     too_deep: u64,
     read_errors: u64,
@@ -908,6 +1014,7 @@ impl ThreadRecorder {
             i.chunk.spans.clear();
             i.chunk.counters.clear();
         } else if replace {
+            i.capacity = i.capacity.saturating_mul(2).min(i.max_capacity);
             i.chunk = Chunk::new(i.slot, i.capacity, i.counters.is_some());
         }
     }
@@ -979,13 +1086,26 @@ impl Inner {
         frame.op = op;
         frame.batch = batch;
         frame.sample = sample;
-        // Counters first, clock last: the counter read's own cost stays outside the span time.
-        if let Some(c) = &mut self.counters {
+        let Some(c) = &mut self.counters else {
+            frame.start_ns = now_ns();
+            return;
+        };
+        let now = now_ns();
+        if self.last.fresh(now, self.reuse_ns) {
+            // Right after another boundary: start from its read.
+            frame.counters = self.last.counts;
+            frame.start_ns = now;
+        } else {
+            // Counters first, clock last: the counter read's own cost stays outside the span.
             if !c.read(&mut frame.counters) {
                 self.read_errors += 1;
             }
+            frame.start_ns = now_ns();
+            self.last.counts = frame.counters;
+            self.last.at_ns = frame.start_ns;
         }
-        frame.start_ns = now_ns();
+        // This span's exit must read for itself.
+        self.last.by_exit = false;
     }
 
     /// Returns true when the chunk is full and must be handed off.
@@ -1024,8 +1144,18 @@ impl Inner {
         self.depth = top;
         let frame = self.stack[top];
         if let Some(c) = &mut self.counters {
-            if !c.read(&mut self.scratch) {
-                self.read_errors += 1;
+            if self.last.by_exit && self.last.fresh(end_ns, self.reuse_ns) {
+                // A nested span's exit just read: this span ends there too.
+                self.scratch = self.last.counts;
+            } else {
+                if !c.read(&mut self.scratch) {
+                    self.read_errors += 1;
+                }
+                self.last = LastRead {
+                    counts: self.scratch,
+                    at_ns: now_ns(),
+                    by_exit: true,
+                };
             }
             let mut delta = [0u64; crate::counters::NUM_COUNTERS];
             for ((d, now), then) in delta.iter_mut().zip(&self.scratch).zip(&frame.counters) {

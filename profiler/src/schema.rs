@@ -45,7 +45,9 @@
 //! ```
 //!
 //! `batch` numbers must be unique within a pipeline (number batches across epochs, not per
-//! epoch). `depth` is the nesting level of a span within its worker (0: top level); a Python
+//! epoch). Worker number 4294967295 (`u32::MAX`, [`CONSUMER`](crate::CONSUMER)) is the consumer
+//! thread: its spans (batch assembly) are drawn on the consumer's track and are not worker time;
+//! no thread entry is needed for it. `depth` is the nesting level of a span within its worker (0: top level); a Python
 //! writer with flat spans leaves it out. `wait_ns` is how long the consumer's `next()` blocked for
 //! that batch (about 0 when it had already arrived out of order and was stashed).
 

@@ -4,7 +4,9 @@
 //! percentiles of the span durations, the share of worker busy time, counter deltas and the
 //! metrics derived from them. Per run: throughput, batch latency and its spread, the consumer's
 //! wait (Lotus-style buckets), out-of-order deliveries, CPU time per image and the bottleneck
-//! op. This module must only read a [`Profile`]; it never records anything.
+//! op. Spans of the consumer thread (worker [`CONSUMER`]: batch assembly) are summarized apart,
+//! as shares of wall time, and never count as worker time. This module must only read a
+//! [`Profile`]; it never records anything.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fmt::{self, Write as _};
@@ -14,6 +16,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::counters::{CounterDeltas, CounterKind};
 use crate::error::ProfilerError;
+use crate::recorder::CONSUMER;
 use crate::schema::{Mode, Pipeline, Profile, SpanRecord};
 
 /// The `schema` string of a summary file.
@@ -84,6 +87,10 @@ pub struct PipelineSummary {
     pub workers: Vec<WorkerSummary>,
     /// Per op, most self time first.
     pub ops: Vec<OpSummary>,
+    /// Ops the consumer thread ran itself (batch assembly), most self time first; their `share`
+    /// is of wall time.
+    #[serde(default)]
+    pub consumer_ops: Vec<OpSummary>,
 }
 
 /// Mean, spread and extremes of a set of durations.
@@ -272,50 +279,29 @@ fn nesting(spans: &[SpanRecord]) -> (Vec<u64>, Vec<CounterDeltas>, Vec<bool>) {
     (child_ns, child_counters, has_parent)
 }
 
-impl PipelineSummary {
-    /// Summarizes one pipeline.
-    pub fn from_pipeline(p: &Pipeline) -> Self {
-        let wall_ns = p.wall_ns();
-        let (child_ns, child_counters, has_parent) = nesting(&p.spans);
+/// Spans of one op, gathered for its [`OpSummary`].
+#[derive(Default)]
+struct OpAcc {
+    durs: Vec<u64>,
+    total: u64,
+    self_ns: u64,
+    counters: Option<CounterDeltas>,
+}
 
-        struct Acc {
-            durs: Vec<u64>,
-            total: u64,
-            self_ns: u64,
-            counters: Option<CounterDeltas>,
+impl OpAcc {
+    fn add(&mut self, dur: u64, self_ns: u64, own_counters: Option<CounterDeltas>) {
+        self.durs.push(dur);
+        self.total += dur;
+        self.self_ns += self_ns;
+        if let Some(own) = own_counters {
+            self.counters
+                .get_or_insert_with(Default::default)
+                .accumulate(&own);
         }
-        let mut per_op: BTreeMap<&str, Acc> = BTreeMap::new();
-        let mut workers: BTreeMap<u32, (u64, u64)> = BTreeMap::new();
-        let mut busy_ns = 0u64;
-        let mut top_task_clock: Option<u64> = None;
-        for (i, s) in p.spans.iter().enumerate() {
-            let d = s.dur_ns();
-            let acc = per_op.entry(&s.op).or_insert_with(|| Acc {
-                durs: Vec::new(),
-                total: 0,
-                self_ns: 0,
-                counters: None,
-            });
-            acc.durs.push(d);
-            acc.total += d;
-            acc.self_ns += d.saturating_sub(child_ns[i]);
-            if let Some(c) = &s.counters {
-                let own = c.saturating_sub(&child_counters[i]);
-                acc.counters
-                    .get_or_insert_with(Default::default)
-                    .accumulate(&own);
-            }
-            let w = workers.entry(s.worker).or_insert((0, 0));
-            w.0 += 1;
-            if !has_parent[i] {
-                w.1 += d;
-                busy_ns += d;
-                if let Some(tc) = s.counters.as_ref().and_then(|c| c.task_clock) {
-                    *top_task_clock.get_or_insert(0) += tc;
-                }
-            }
-        }
+    }
 
+    /// One summary per op, most self time first; `share` is self time over `of_ns`.
+    fn summarize(per_op: BTreeMap<&str, OpAcc>, of_ns: u64) -> Vec<OpSummary> {
         let mut ops: Vec<OpSummary> = per_op
             .into_iter()
             .map(|(op, mut a)| {
@@ -336,8 +322,8 @@ impl PipelineSummary {
                     p90_ns: percentile(&a.durs, 90.0),
                     p99_ns: percentile(&a.durs, 99.0),
                     max_ns: a.durs.last().copied().unwrap_or(0),
-                    share: if busy_ns > 0 {
-                        a.self_ns as f64 / busy_ns as f64
+                    share: if of_ns > 0 {
+                        a.self_ns as f64 / of_ns as f64
                     } else {
                         0.0
                     },
@@ -347,6 +333,51 @@ impl PipelineSummary {
             })
             .collect();
         ops.sort_by(|a, b| b.self_ns.cmp(&a.self_ns).then_with(|| a.op.cmp(&b.op)));
+        ops
+    }
+}
+
+impl PipelineSummary {
+    /// Summarizes one pipeline.
+    pub fn from_pipeline(p: &Pipeline) -> Self {
+        let wall_ns = p.wall_ns();
+        let (child_ns, child_counters, has_parent) = nesting(&p.spans);
+
+        let mut per_op: BTreeMap<&str, OpAcc> = BTreeMap::new();
+        let mut consumer_per_op: BTreeMap<&str, OpAcc> = BTreeMap::new();
+        let mut workers: BTreeMap<u32, (u64, u64)> = BTreeMap::new();
+        let mut busy_ns = 0u64;
+        let mut top_task_clock: Option<u64> = None;
+        for (i, s) in p.spans.iter().enumerate() {
+            let d = s.dur_ns();
+            let own = s
+                .counters
+                .as_ref()
+                .map(|c| c.saturating_sub(&child_counters[i]));
+            let target = if s.worker == CONSUMER {
+                &mut consumer_per_op
+            } else {
+                &mut per_op
+            };
+            target
+                .entry(&s.op)
+                .or_default()
+                .add(d, d.saturating_sub(child_ns[i]), own);
+            if s.worker == CONSUMER {
+                continue;
+            }
+            let w = workers.entry(s.worker).or_insert((0, 0));
+            w.0 += 1;
+            if !has_parent[i] {
+                w.1 += d;
+                busy_ns += d;
+                if let Some(tc) = s.counters.as_ref().and_then(|c| c.task_clock) {
+                    *top_task_clock.get_or_insert(0) += tc;
+                }
+            }
+        }
+        let ops = OpAcc::summarize(per_op, busy_ns);
+        let consumer_ops = OpAcc::summarize(consumer_per_op, wall_ns);
 
         // Batches.
         let delivered: Vec<_> = p
@@ -467,6 +498,7 @@ impl PipelineSummary {
                 })
                 .collect(),
             ops,
+            consumer_ops,
         }
     }
 
@@ -543,12 +575,18 @@ impl Summary {
         );
         let f = |v: Option<f64>| v.map_or_else(String::new, |v| format!("{v}"));
         for p in &self.pipelines {
-            for o in &p.ops {
+            // Consumer-side ops are named `consumer:<op>`; their share is of wall time.
+            let rows = p.ops.iter().map(|o| (o.op.clone(), o)).chain(
+                p.consumer_ops
+                    .iter()
+                    .map(|o| (format!("consumer:{}", o.op), o)),
+            );
+            for (name, o) in rows {
                 let _ = write!(
                     out,
                     "{},{},{},{},{},{:.1},{},{},{},{},{:.6}",
                     csv_field(&p.label),
-                    csv_field(&o.op),
+                    csv_field(&name),
                     o.count,
                     o.total_ns,
                     o.self_ns,
@@ -606,6 +644,31 @@ impl fmt::Display for Summary {
         }
         Ok(())
     }
+}
+
+/// One op line of the terminal table.
+fn op_row(f: &mut fmt::Formatter<'_>, name: &str, o: &OpSummary) -> fmt::Result {
+    let d = &o.derived;
+    writeln!(
+        f,
+        "{:<14} {:>8} {:>11} {:>11} {:>5.1}% {:>9} {:>9} {:>9} {:>9} {:>9} {:>5} {:>6} {:>6} {:>6} {:>8} {:>9}",
+        name,
+        o.count,
+        ms(o.total_ns as f64),
+        ms(o.self_ns as f64),
+        o.share * 100.0,
+        us(o.mean_ns),
+        us(o.p50_ns as f64),
+        us(o.p90_ns as f64),
+        us(o.p99_ns as f64),
+        us(o.max_ns as f64),
+        opt(d.ipc, |v| format!("{v:.2}")),
+        opt(d.cache_miss_rate, |v| format!("{:.1}", v * 100.0)),
+        opt(d.mpki, |v| format!("{v:.2}")),
+        opt(d.branch_miss_rate, |v| format!("{:.2}", v * 100.0)),
+        opt(d.page_faults_per_op, |v| format!("{v:.2}")),
+        opt(d.task_clock_ns_per_op, us),
+    )
 }
 
 impl fmt::Display for PipelineSummary {
@@ -678,27 +741,13 @@ impl fmt::Display for PipelineSummary {
             "p99 us", "max us", "IPC", "miss%", "MPKI", "brm%", "flt/op", "cpu us/op"
         )?;
         for o in &self.ops {
-            let d = &o.derived;
-            writeln!(
-                f,
-                "{:<14} {:>8} {:>11} {:>11} {:>5.1}% {:>9} {:>9} {:>9} {:>9} {:>9} {:>5} {:>6} {:>6} {:>6} {:>8} {:>9}",
-                o.op,
-                o.count,
-                ms(o.total_ns as f64),
-                ms(o.self_ns as f64),
-                o.share * 100.0,
-                us(o.mean_ns),
-                us(o.p50_ns as f64),
-                us(o.p90_ns as f64),
-                us(o.p99_ns as f64),
-                us(o.max_ns as f64),
-                opt(d.ipc, |v| format!("{v:.2}")),
-                opt(d.cache_miss_rate, |v| format!("{:.1}", v * 100.0)),
-                opt(d.mpki, |v| format!("{v:.2}")),
-                opt(d.branch_miss_rate, |v| format!("{:.2}", v * 100.0)),
-                opt(d.page_faults_per_op, |v| format!("{v:.2}")),
-                opt(d.task_clock_ns_per_op, us),
-            )?;
+            op_row(f, &o.op, o)?;
+        }
+        if !self.consumer_ops.is_empty() {
+            writeln!(f, "consumer thread (share of wall time):")?;
+            for o in &self.consumer_ops {
+                op_row(f, &format!("  {}", o.op), o)?;
+            }
         }
         Ok(())
     }
@@ -723,6 +772,43 @@ mod tests {
         assert_eq!(csv_field("decode"), "decode");
         assert_eq!(csv_field("a,b"), "\"a,b\"");
         assert_eq!(csv_field("say \"hi\""), "\"say \"\"hi\"\"\"");
+    }
+
+    #[test]
+    fn consumer_spans_are_summarized_apart_from_worker_time() {
+        let span = |op: &str, worker, start, end| SpanRecord {
+            op: op.into(),
+            worker,
+            batch: Some(0),
+            sample: None,
+            start_ns: start,
+            end_ns: end,
+            depth: 0,
+            counters: None,
+        };
+        let mut p = Pipeline::new("t");
+        p.end_ns = 1000;
+        p.spans = vec![
+            span("decode", 0, 0, 300),
+            span("decode", 1, 0, 100),
+            span("collate", CONSUMER, 300, 350),
+        ];
+        let s = PipelineSummary::from_pipeline(&p);
+        assert_eq!(s.busy_ns, 400);
+        assert_eq!(s.workers.len(), 2);
+        assert_eq!(s.ops.len(), 1);
+        assert!((s.ops[0].share - 1.0).abs() < 1e-9);
+        assert_eq!(s.consumer_ops.len(), 1);
+        assert_eq!(s.consumer_ops[0].op, "collate");
+        assert_eq!(s.consumer_ops[0].total_ns, 50);
+        assert!((s.consumer_ops[0].share - 0.05).abs() < 1e-9);
+        let summary = Summary {
+            schema: SUMMARY_SCHEMA.into(),
+            version: SUMMARY_VERSION,
+            pipelines: vec![s],
+        };
+        assert!(summary.to_csv().contains(",consumer:collate,1,50,"));
+        assert!(summary.render_table().contains("consumer thread"));
     }
 
     #[test]

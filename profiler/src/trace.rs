@@ -2,7 +2,8 @@
 //!
 //! One process per pipeline label, one thread track per worker, and a consumer track with the
 //! time `next()` blocked on each batch ("wait") and the time until it asked for the next one
-//! ("step"). A flow arrow joins each batch's last op span to its delivery. Counter deltas are span
+//! ("step"), plus the consumer's own op spans (worker [`CONSUMER`]: batch assembly). A flow arrow
+//! joins each batch's last op span on a worker to its delivery. Counter deltas are span
 //! arguments. Built from serde types, never by string concatenation; this module must not read
 //! anything but a [`Profile`].
 
@@ -14,6 +15,7 @@ use serde_json::{Map, Value};
 
 use crate::counters::CounterKind;
 use crate::error::ProfilerError;
+use crate::recorder::CONSUMER;
 use crate::schema::{Pipeline, Profile};
 
 /// Thread id of the consumer track in every pipeline's process.
@@ -240,7 +242,7 @@ fn pipeline_events(
     ));
 
     let mut names: BTreeMap<u32, String> = BTreeMap::new();
-    for t in &p.threads {
+    for t in p.threads.iter().filter(|t| t.worker != CONSUMER) {
         let name = if t.name.is_empty() {
             format!("worker-{}", t.worker)
         } else {
@@ -248,7 +250,12 @@ fn pipeline_events(
         };
         names.insert(t.worker, name);
     }
-    let workers: BTreeSet<u32> = p.spans.iter().map(|s| s.worker).collect();
+    let workers: BTreeSet<u32> = p
+        .spans
+        .iter()
+        .map(|s| s.worker)
+        .filter(|&w| w != CONSUMER)
+        .collect();
     for w in workers {
         names.entry(w).or_insert_with(|| format!("worker-{w}"));
     }
@@ -284,20 +291,21 @@ fn pipeline_events(
         Value::from(0),
     ));
 
-    // Op spans; remember each batch's last-ending span for its flow arrow.
+    // Op spans; remember each batch's last-ending worker span for its flow arrow.
     let mut last_of_batch: HashMap<u64, (u64, u64, u32)> = HashMap::new();
     for s in &p.spans {
-        let mut e = TraceEvent::new(
-            s.op.clone(),
-            "X",
-            pid,
-            u64::from(s.worker),
-            us(s.start_ns, origin),
-        )
-        .cat("op");
+        let on_consumer = s.worker == CONSUMER;
+        let tid = if on_consumer {
+            CONSUMER_TID
+        } else {
+            u64::from(s.worker)
+        };
+        let mut e = TraceEvent::new(s.op.clone(), "X", pid, tid, us(s.start_ns, origin)).cat("op");
         e.dur = Some(s.dur_ns() as f64 / 1000.0);
         if let Some(b) = s.batch {
             e = e.arg("batch", b);
+        }
+        if let Some(b) = s.batch.filter(|_| !on_consumer) {
             let entry = last_of_batch
                 .entry(b)
                 .or_insert((s.start_ns, s.end_ns, s.worker));
@@ -423,5 +431,63 @@ fn pipeline_events(
             e = e.arg("sample", x);
         }
         out.push(e);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::schema::{BatchRecord, SpanRecord, ThreadInfo};
+
+    #[test]
+    fn consumer_spans_go_on_the_consumer_track_and_flows_start_on_workers() {
+        let span = |op: &str, worker, start, end| SpanRecord {
+            op: op.into(),
+            worker,
+            batch: Some(7),
+            sample: None,
+            start_ns: start,
+            end_ns: end,
+            depth: 0,
+            counters: None,
+        };
+        let thread = |worker, name: &str| ThreadInfo {
+            worker,
+            name: name.into(),
+            pid: None,
+            tid: None,
+            counters: None,
+            stats: Default::default(),
+        };
+        let mut p = Pipeline::new("t");
+        p.start_ns = 1_000;
+        p.end_ns = 10_000;
+        p.threads = vec![thread(0, "worker-0"), thread(CONSUMER, "consumer")];
+        p.spans = vec![
+            span("decode", 0, 1_000, 5_000),
+            span("collate", CONSUMER, 6_000, 6_500),
+        ];
+        p.batches = vec![BatchRecord {
+            batch: 7,
+            completed_ns: Some(5_000),
+            delivered_ns: Some(7_000),
+            wait_ns: Some(2_000),
+            ..Default::default()
+        }];
+        let trace = chrome_trace(&Profile::new(vec![p]), &TraceOptions::default());
+        let evs = &trace.trace_events;
+        let collate = evs.iter().find(|e| e.name == "collate").expect("collate");
+        assert_eq!(collate.tid, CONSUMER_TID);
+        // No worker track is made up for the consumer's recorder.
+        let named: Vec<u64> = evs
+            .iter()
+            .filter(|e| e.name == "thread_name")
+            .map(|e| e.tid)
+            .collect();
+        assert_eq!(named, [0, CONSUMER_TID]);
+        let start = evs.iter().find(|e| e.ph == "s").expect("flow start");
+        assert_eq!(start.tid, 0, "the flow starts at the worker's last span");
+        let end = evs.iter().find(|e| e.ph == "f").expect("flow end");
+        assert_eq!((end.tid, end.id), (CONSUMER_TID, start.id));
     }
 }

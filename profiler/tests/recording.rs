@@ -40,6 +40,32 @@ fn off_mode_records_nothing() {
 }
 
 #[test]
+fn chunks_start_small_and_double_up_to_the_capacity() {
+    /// Sizes of the chunks handed to the collector.
+    #[derive(Default)]
+    struct Sizes(std::sync::Mutex<Vec<usize>>);
+    impl Sink for Sizes {
+        fn on_spans(&self, _worker: u32, spans: &[RawSpan], _counters: &[CounterArray]) {
+            self.0.lock().expect("sizes").push(spans.len());
+        }
+    }
+    let first = ferroloader_profiler::recorder::FIRST_CHUNK;
+    let profiler = Profiler::new(ProfilerConfig::new(Mode::Spans).chunk_capacity(3 * first));
+    let sizes = Arc::new(Sizes::default());
+    profiler.add_sink(sizes.clone());
+    let rec = profiler.thread(0, "w");
+    let total = first + 2 * first + 3 * first + 3 * first + 5;
+    for i in 0..total {
+        rec.set_sample(0, i as u64);
+        rec.in_span(ops::FLIP, || ());
+    }
+    drop(rec);
+    let seen = sizes.0.lock().expect("sizes").clone();
+    assert_eq!(seen, [first, 2 * first, 3 * first, 3 * first, 5]);
+    assert_eq!(profiler.finish().pipelines[0].spans.len(), total);
+}
+
+#[test]
 fn small_chunks_hand_off_every_span_from_every_thread() {
     let profiler = Profiler::new(ProfilerConfig::new(Mode::Spans).chunk_capacity(7));
     let per_thread = 500u64;
@@ -302,4 +328,24 @@ fn recorders_move_to_their_threads_and_the_profiler_is_shared() {
     .expect("thread");
     drop(rec);
     assert_eq!(profiler.finish().pipelines[0].spans.len(), 1);
+}
+
+#[test]
+fn consumer_spans_need_no_recorder_and_carry_no_sample() {
+    let off = Profiler::new(ProfilerConfig::new(Mode::Off));
+    off.consumer_span(ops::COLLATE, 3, 10, 20);
+    assert!(off.finish().pipelines[0].spans.is_empty());
+
+    let profiler = Profiler::new(ProfilerConfig::new(Mode::Spans));
+    profiler.consumer_span(ops::COLLATE, 3, 100, 150);
+    profiler.consumer_span(ops::COLLATE, 4, 300, 250); // clock oddity: clamped, never negative
+    let p = profiler.finish().pipelines.remove(0);
+    assert!(p.threads.is_empty());
+    assert_eq!(p.spans.len(), 2);
+    let s = &p.spans[0];
+    assert_eq!(
+        (s.op.as_str(), s.worker, s.batch, s.sample, s.dur_ns()),
+        ("collate", ferroloader_profiler::CONSUMER, Some(3), None, 50)
+    );
+    assert_eq!(p.spans[1].dur_ns(), 0);
 }

@@ -202,7 +202,7 @@ impl Normalize {
 
     /// Normalizes a CHW tensor (`3 * plane` values) in place.
     pub fn apply(&self, tensor: &mut [f32]) -> Result<()> {
-        if tensor.len() % 3 != 0 {
+        if !tensor.len().is_multiple_of(3) {
             return Err(Error::invalid(
                 "tensor",
                 format!("{} values is not 3 channel planes", tensor.len()),
