@@ -175,6 +175,7 @@ impl FusedKernel {
                     row: &mut self.row[..row_len],
                     lut: &self.lut,
                     fast: self.fast,
+                    avx512: convert::avx512(),
                     width: w as usize,
                     plane: h as usize * w as usize,
                 };
@@ -190,6 +191,7 @@ impl FusedKernel {
                     width: w as usize,
                     plane: h as usize * w as usize,
                     avx2: convert::avx2(),
+                    avx512: convert::avx512(),
                 };
                 self.resizer.resize_into(view, h, w, flip, &mut sink)
             }
@@ -229,7 +231,11 @@ impl FusedKernel {
         if key == self.lut_key {
             return Ok(());
         }
-        let fast = match *kind {
+        let fast = |quotient| match *kind {
+            OutputKind::F32Chw { mean, std } => convert::FastFloat::normalized(mean, std, quotient),
+            _ => convert::FastFloat::unnormalized(quotient),
+        };
+        match *kind {
             OutputKind::F32Chw { mean, std } => {
                 Normalize::new(mean, std)?;
                 for (c, table) in self.lut.iter_mut().enumerate() {
@@ -237,7 +243,6 @@ impl FusedKernel {
                         *slot = normalize_value(to_tensor_value(v as u8), mean[c], std[c]);
                     }
                 }
-                convert::FastFloat::normalized(mean, std)
             }
             _ => {
                 for table in self.lut.iter_mut() {
@@ -245,12 +250,15 @@ impl FusedKernel {
                         *slot = to_tensor_value(v as u8);
                     }
                 }
-                convert::FastFloat::unnormalized()
             }
-        };
+        }
         // Only 256 values per channel can occur, so checking them all proves the fast
-        // arithmetic equal to torch's for this kind; where it is not, the table is used.
-        self.fast = (convert::fma() && fast.matches(&self.lut)).then_some(fast);
+        // arithmetic equal to torch's for this kind; the cheaper form first, and where neither
+        // is equal, the table.
+        self.fast = [convert::Quotient::Split, convert::Quotient::Corrected]
+            .into_iter()
+            .map(fast)
+            .find(|f| convert::fma() && f.matches(&self.lut));
         self.lut_key = key;
         Ok(())
     }
@@ -271,6 +279,8 @@ struct F32ChwSink<'a> {
     row: &'a mut [u8],
     lut: &'a [[f32; 256]; 3],
     fast: Option<convert::FastFloat>,
+    /// The CPU runs the AVX-512 conversion.
+    avx512: bool,
     width: usize,
     plane: usize,
 }
@@ -282,7 +292,7 @@ impl RowSink for F32ChwSink<'_> {
 
     fn row_done(&mut self, y: usize) {
         let planes = plane_rows(self.out, self.plane, self.width, y);
-        convert::f32_row(self.fast.as_ref(), self.row, self.lut, planes);
+        convert::f32_row(self.fast.as_ref(), self.avx512, self.row, self.lut, planes);
     }
 }
 
@@ -293,6 +303,7 @@ struct U8ChwSink<'a> {
     width: usize,
     plane: usize,
     avx2: bool,
+    avx512: bool,
 }
 
 impl RowSink for U8ChwSink<'_> {
@@ -302,7 +313,7 @@ impl RowSink for U8ChwSink<'_> {
 
     fn row_done(&mut self, y: usize) {
         let planes = plane_rows(self.out, self.plane, self.width, y);
-        convert::u8_row(self.avx2, self.row, planes);
+        convert::u8_row(self.avx2, self.avx512, self.row, planes);
     }
 }
 
@@ -334,6 +345,21 @@ mod convert {
         }
     }
 
+    /// Whether this CPU runs the AVX-512 conversions (F, BW, VL, VBMI).
+    pub(super) fn avx512() -> bool {
+        #[cfg(target_arch = "x86_64")]
+        {
+            std::arch::is_x86_feature_detected!("avx512f")
+                && std::arch::is_x86_feature_detected!("avx512bw")
+                && std::arch::is_x86_feature_detected!("avx512vl")
+                && std::arch::is_x86_feature_detected!("avx512vbmi")
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        {
+            false
+        }
+    }
+
     /// Whether this CPU runs AVX2 and FMA.
     pub(super) fn fma() -> bool {
         #[cfg(target_arch = "x86_64")]
@@ -349,52 +375,86 @@ mod convert {
 
     /// `1 / 255` rounded to float32.
     const RECIP_255: f32 = 1.0 / 255.0;
+    /// What `RECIP_255` misses of `1 / 255`, rounded to float32.
+    const RECIP_255_LO: f32 = (1.0 / 255.0 - RECIP_255 as f64) as f32;
 
-    /// The float kinds' arithmetic without divisions: each IEEE division `a / b` becomes
-    /// `q = a * (1/b)` corrected once with the exact residual `a - q b` (an FMA):
-    /// `q + (a - q b) (1/b)`. That is the correctly rounded quotient for nearly all inputs;
-    /// [`FastFloat::matches`] checks all 256 a channel can see before it is used.
+    /// How a float kind replaces each IEEE division `a / b` (by 255, then by the std).
+    #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+    pub(super) enum Quotient {
+        /// `fma(a, hi, a * lo)`, `hi + lo` being `1 / b` to about 48 bits: a single rounding
+        /// of a value within far less than half an ulp of `a / b` (two operations).
+        Split,
+        /// `q = a * hi` corrected once with the exact residual `a - q b` (an FMA):
+        /// `q + (a - q b) hi` (three operations).
+        Corrected,
+    }
+
+    /// The float kinds' arithmetic without divisions (see [`Quotient`]). Either form gives
+    /// the correctly rounded quotient for nearly all inputs; [`FastFloat::matches`] checks all
+    /// 256 a channel can see before one is used.
     #[derive(Clone, Copy, Debug)]
     pub(super) struct FastFloat {
+        pub(super) quotient: Quotient,
         normalize: bool,
         mean: [f32; 3],
         std: [f32; 3],
+        /// `1 / std` rounded to float32, and what that misses, rounded.
         recip: [f32; 3],
+        recip_lo: [f32; 3],
     }
 
     impl FastFloat {
         /// `(v / 255 - mean) / std`.
-        pub(super) fn normalized(mean: [f32; 3], std: [f32; 3]) -> Self {
+        pub(super) fn normalized(mean: [f32; 3], std: [f32; 3], quotient: Quotient) -> Self {
+            let recip = std.map(|s| 1.0 / s);
+            let mut recip_lo = [0.0; 3];
+            for ((lo, &s), &hi) in recip_lo.iter_mut().zip(&std).zip(&recip) {
+                *lo = (1.0 / f64::from(s) - f64::from(hi)) as f32;
+            }
             FastFloat {
+                quotient,
                 normalize: true,
                 mean,
                 std,
-                recip: std.map(|s| 1.0 / s),
+                recip,
+                recip_lo,
             }
         }
 
         /// `v / 255`.
-        pub(super) fn unnormalized() -> Self {
+        pub(super) fn unnormalized(quotient: Quotient) -> Self {
             FastFloat {
+                quotient,
                 normalize: false,
                 mean: [0.0; 3],
                 std: [1.0; 3],
                 recip: [1.0; 3],
+                recip_lo: [0.0; 3],
             }
         }
 
-        /// The SIMD kernel's operations on one value, in scalar form (`mul_add` is the same
+        /// The SIMD kernels' operations on one value, in scalar form (`mul_add` is the same
         /// single-rounding FMA as `vfmadd`).
         pub(super) fn value(&self, v: u8, c: usize) -> f32 {
             let x = f32::from(v);
-            let q = x * RECIP_255;
-            let t = (-q).mul_add(255.0, x).mul_add(RECIP_255, q);
+            let t = match self.quotient {
+                Quotient::Split => x.mul_add(RECIP_255, x * RECIP_255_LO),
+                Quotient::Corrected => {
+                    let q = x * RECIP_255;
+                    (-q).mul_add(255.0, x).mul_add(RECIP_255, q)
+                }
+            };
             if !self.normalize {
                 return t;
             }
             let y = t - self.mean[c];
-            let q = y * self.recip[c];
-            (-q).mul_add(self.std[c], y).mul_add(self.recip[c], q)
+            match self.quotient {
+                Quotient::Split => y.mul_add(self.recip[c], y * self.recip_lo[c]),
+                Quotient::Corrected => {
+                    let q = y * self.recip[c];
+                    (-q).mul_add(self.std[c], y).mul_add(self.recip[c], q)
+                }
+            }
         }
 
         /// Whether every value of every channel equals the reference table's, bit for bit.
@@ -406,15 +466,20 @@ mod convert {
     }
 
     /// `planes[c][x] = lut[c][row[3x + c]]`, computed with `fast` where given (the caller
-    /// verified it and the CPU's AVX2 and FMA), looked up otherwise.
-    #[cfg_attr(not(target_arch = "x86_64"), allow(unused_mut))]
+    /// verified it and the CPU's AVX2 and FMA), 16 pixels at a time where `avx512` (the CPU
+    /// runs [`avx512`]), looked up otherwise.
+    #[cfg_attr(not(target_arch = "x86_64"), allow(unused_mut, unused_variables))]
     pub(super) fn f32_row(
         fast: Option<&FastFloat>,
+        avx512: bool,
         row: &[u8],
         lut: &[[f32; 256]; 3],
         mut planes: [&mut [f32]; 3],
     ) {
         let done = match fast {
+            #[cfg(target_arch = "x86_64")]
+            // SAFETY: `avx512` is only set where `avx512()` saw the features.
+            Some(fast) if avx512 => unsafe { x86::f32_row_512(row, fast, &mut planes) },
             #[cfg(target_arch = "x86_64")]
             // SAFETY: `fast` is only set after `fma()` saw AVX2 and FMA.
             Some(fast) => unsafe { x86::f32_row(row, fast, &mut planes) },
@@ -434,9 +499,17 @@ mod convert {
     }
 
     /// `planes[c][x] = row[3x + c]`.
-    #[cfg_attr(not(target_arch = "x86_64"), allow(unused_mut))]
-    pub(super) fn u8_row(avx2: bool, row: &[u8], mut planes: [&mut [u8]; 3]) {
-        let done = if avx2 {
+    #[cfg_attr(not(target_arch = "x86_64"), allow(unused_mut, unused_variables))]
+    pub(super) fn u8_row(avx2: bool, avx512: bool, row: &[u8], mut planes: [&mut [u8]; 3]) {
+        let done = if avx512 {
+            #[cfg(target_arch = "x86_64")]
+            // SAFETY: the caller saw `avx512()`.
+            unsafe {
+                x86::u8_row_512(row, &mut planes)
+            }
+            #[cfg(not(target_arch = "x86_64"))]
+            0
+        } else if avx2 {
             #[cfg(target_arch = "x86_64")]
             // SAFETY: the caller saw `is_x86_feature_detected!("avx2")`.
             unsafe {
@@ -517,29 +590,156 @@ mod convert {
         ) -> usize {
             let n = (row.len() / 3).min(planes.iter().map(|p| p.len()).min().unwrap_or(0));
             let groups = n / 8;
-            // SAFETY: group `g < n / 8` reads row bytes below `24 (g + 1) <= 3n` and writes
-            // plane values `8g .. 8g + 8 <= n`.
-            unsafe {
-                let r255 = _mm256_set1_ps(super::RECIP_255);
-                let k255 = _mm256_set1_ps(255.0);
-                for g in 0..groups {
-                    for (c, plane) in planes.iter_mut().enumerate() {
-                        let v = _mm256_cvtepu8_epi32(channel(row, g, c));
-                        let x = _mm256_cvtepi32_ps(v);
-                        let q = _mm256_mul_ps(x, r255);
-                        let mut z = _mm256_fmadd_ps(_mm256_fnmadd_ps(q, k255, x), r255, q);
-                        if fast.normalize {
-                            let (m, s) = (fast.mean[c], fast.std[c]);
-                            let r = _mm256_set1_ps(fast.recip[c]);
-                            let y = _mm256_sub_ps(z, _mm256_set1_ps(m));
-                            let q = _mm256_mul_ps(y, r);
-                            z = _mm256_fmadd_ps(_mm256_fnmadd_ps(q, _mm256_set1_ps(s), y), r, q);
-                        }
-                        _mm256_storeu_ps(plane.as_mut_ptr().add(8 * g), z);
+            // Group `g < n / 8` reads row bytes below `24 (g + 1) <= 3n` and writes plane
+            // values `8g .. 8g + 8 <= n`.
+            let split = fast.quotient == super::Quotient::Split;
+            // `a / b` as `FastFloat::value` computes it, from `hi`, `lo` (split) or `b`.
+            let quotient = |a: __m256, hi: f32, lo: f32, b: f32| {
+                let hi = _mm256_set1_ps(hi);
+                if split {
+                    _mm256_fmadd_ps(a, hi, _mm256_mul_ps(a, _mm256_set1_ps(lo)))
+                } else {
+                    let q = _mm256_mul_ps(a, hi);
+                    _mm256_fmadd_ps(_mm256_fnmadd_ps(q, _mm256_set1_ps(b), a), hi, q)
+                }
+            };
+            for g in 0..groups {
+                for (c, plane) in planes.iter_mut().enumerate() {
+                    // SAFETY: row bytes below `24 (g + 1) <= 3n` (see above).
+                    let v = _mm256_cvtepu8_epi32(unsafe { channel(row, g, c) });
+                    let x = _mm256_cvtepi32_ps(v);
+                    let mut z = quotient(x, super::RECIP_255, super::RECIP_255_LO, 255.0);
+                    if fast.normalize {
+                        let y = _mm256_sub_ps(z, _mm256_set1_ps(fast.mean[c]));
+                        z = quotient(y, fast.recip[c], fast.recip_lo[c], fast.std[c]);
                     }
+                    // SAFETY: plane values `8g .. 8g + 8 <= n` (see above).
+                    unsafe { _mm256_storeu_ps(plane.as_mut_ptr().add(8 * g), z) };
                 }
             }
             8 * groups
+        }
+
+        /// Per channel: the `vpermb` indices that put byte `3i + c` of 48 into byte 0 of
+        /// dword `i` (the other bytes are masked to zero by [`DWORD_LOW_BYTES`]), and the
+        /// ones that put it into byte `i`.
+        const fn indices512(c: usize, spread: bool) -> [u8; 64] {
+            let mut idx = [0u8; 64];
+            let mut i = 0;
+            while i < 16 {
+                idx[if spread { 4 * i } else { i }] = (3 * i + c) as u8;
+                i += 1;
+            }
+            idx
+        }
+
+        const SPREAD: [[u8; 64]; 3] = [
+            indices512(0, true),
+            indices512(1, true),
+            indices512(2, true),
+        ];
+        const PACKED: [[u8; 64]; 3] = [
+            indices512(0, false),
+            indices512(1, false),
+            indices512(2, false),
+        ];
+        /// Byte 0 of every dword.
+        const DWORD_LOW_BYTES: u64 = 0x1111_1111_1111_1111;
+        /// The 48 bytes of 16 pixels.
+        const PIXELS_16: u64 = (1 << 48) - 1;
+
+        /// `vpermb` with zero-masking to byte 0 of each dword (dword `i` = byte `idx[4i]` of
+        /// `px`, zero-extended), as one instruction: LLVM otherwise emits the permute and an
+        /// AND.
+        #[target_feature(enable = "avx512f,avx512bw,avx512vbmi")]
+        #[inline]
+        fn spread_bytes(idx: __m512i, px: __m512i) -> __m512i {
+            let out: __m512i;
+            // SAFETY: a register-only instruction of the enabled features; no memory, stack or
+            // flags touched.
+            unsafe {
+                std::arch::asm!(
+                    "vpermb {out}{{{k}}}{{z}}, {idx}, {px}",
+                    k = in(kreg) DWORD_LOW_BYTES,
+                    out = out(zmm_reg) out,
+                    idx = in(zmm_reg) idx,
+                    px = in(zmm_reg) px,
+                    options(pure, nomem, nostack, preserves_flags),
+                );
+            }
+            out
+        }
+
+        /// [`f32_row`] 16 pixels per step: one masked 48-byte load, per channel one `vpermb`
+        /// that zero-extends its 16 bytes to dwords, then the same arithmetic in 16 lanes.
+        ///
+        /// # Safety
+        /// AVX-512 F, BW, VL and VBMI. (Bounds: checked here.)
+        #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vbmi")]
+        pub(super) unsafe fn f32_row_512(
+            row: &[u8],
+            fast: &super::FastFloat,
+            planes: &mut [&mut [f32]; 3],
+        ) -> usize {
+            let n = (row.len() / 3).min(planes.iter().map(|p| p.len()).min().unwrap_or(0));
+            let groups = n / 16;
+            // SAFETY: the index tables are 64 readable bytes each.
+            let idx: [__m512i; 3] =
+                std::array::from_fn(|c| unsafe { _mm512_loadu_si512(SPREAD[c].as_ptr().cast()) });
+            let split = fast.quotient == super::Quotient::Split;
+            // `a / b` as `FastFloat::value` computes it, from `hi`, `lo` (split) or `b`.
+            let quotient = |a: __m512, hi: f32, lo: f32, b: f32| {
+                let hi = _mm512_set1_ps(hi);
+                if split {
+                    _mm512_fmadd_ps(a, hi, _mm512_mul_ps(a, _mm512_set1_ps(lo)))
+                } else {
+                    let q = _mm512_mul_ps(a, hi);
+                    _mm512_fmadd_ps(_mm512_fnmadd_ps(q, _mm512_set1_ps(b), a), hi, q)
+                }
+            };
+            for g in 0..groups {
+                // SAFETY: group `g < n / 16` reads row bytes `48g .. 48g + 48 <= 3n` (the load
+                // is masked to those).
+                let px =
+                    unsafe { _mm512_maskz_loadu_epi8(PIXELS_16, row.as_ptr().add(48 * g).cast()) };
+                for (c, plane) in planes.iter_mut().enumerate() {
+                    let v = spread_bytes(idx[c], px);
+                    let x = _mm512_cvtepi32_ps(v);
+                    let mut z = quotient(x, super::RECIP_255, super::RECIP_255_LO, 255.0);
+                    if fast.normalize {
+                        let y = _mm512_sub_ps(z, _mm512_set1_ps(fast.mean[c]));
+                        z = quotient(y, fast.recip[c], fast.recip_lo[c], fast.std[c]);
+                    }
+                    // SAFETY: plane values `16g .. 16g + 16 <= n`.
+                    unsafe { _mm512_storeu_ps(plane.as_mut_ptr().add(16 * g), z) };
+                }
+            }
+            16 * groups
+        }
+
+        /// [`u8_row`] 16 pixels per step.
+        ///
+        /// # Safety
+        /// AVX-512 F, BW, VL and VBMI.
+        #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vbmi")]
+        pub(super) unsafe fn u8_row_512(row: &[u8], planes: &mut [&mut [u8]; 3]) -> usize {
+            let n = (row.len() / 3).min(planes.iter().map(|p| p.len()).min().unwrap_or(0));
+            let groups = n / 16;
+            // SAFETY: the index tables are 64 readable bytes each.
+            let idx: [__m512i; 3] =
+                std::array::from_fn(|c| unsafe { _mm512_loadu_si512(PACKED[c].as_ptr().cast()) });
+            for g in 0..groups {
+                // SAFETY: as in `f32_row_512`: reads below `3n`, 16-byte writes below `n`.
+                unsafe {
+                    let px = _mm512_maskz_loadu_epi8(PIXELS_16, row.as_ptr().add(48 * g).cast());
+                    for (c, plane) in planes.iter_mut().enumerate() {
+                        let v = _mm512_permutexvar_epi8(idx[c], px);
+                        let dst = plane.as_mut_ptr().add(16 * g);
+                        _mm_storeu_si128(dst.cast(), _mm512_castsi512_si128(v));
+                    }
+                }
+            }
+            16 * groups
         }
 
         /// Splits the first `8 * floor(n / 8)` pixels and returns how many.
@@ -614,12 +814,19 @@ mod tests {
     #[test]
     fn fast_float_arithmetic_is_verified_exhaustively() {
         // The usual normalizations take the division-free path...
+        let quotients = [convert::Quotient::Split, convert::Quotient::Corrected];
         for (mean, std) in [
             ([0.485, 0.456, 0.406], [0.229, 0.224, 0.225]),
             ([0.5, 0.5, 0.5], [0.5, 0.5, 0.5]),
+            ([0.4914, 0.4822, 0.4465], [0.247, 0.2435, 0.2616]),
         ] {
-            let fast = convert::FastFloat::normalized(mean, std);
-            assert!(fast.matches(&reference_lut(mean, std)), "{mean:?} {std:?}");
+            for q in quotients {
+                let fast = convert::FastFloat::normalized(mean, std, q);
+                assert!(
+                    fast.matches(&reference_lut(mean, std)),
+                    "{mean:?} {std:?} {q:?}"
+                );
+            }
         }
         let mut unit = [[0.0; 256]; 3];
         for table in unit.iter_mut() {
@@ -627,12 +834,94 @@ mod tests {
                 *slot = to_tensor_value(v as u8);
             }
         }
-        assert!(convert::FastFloat::unnormalized().matches(&unit));
+        for q in quotients {
+            assert!(convert::FastFloat::unnormalized(q).matches(&unit));
+        }
         // ...and the check does catch arithmetic that is off by an ulp somewhere.
         let (mean, std) = ([0.485, 0.456, 0.406], [0.229, 0.224, 0.225]);
         let mut lut = reference_lut(mean, std);
         lut[1][200] = f32::from_bits(lut[1][200].to_bits() + 1);
-        assert!(!convert::FastFloat::normalized(mean, std).matches(&lut));
+        for q in quotients {
+            assert!(!convert::FastFloat::normalized(mean, std, q).matches(&lut));
+        }
+    }
+
+    #[test]
+    fn conversion_kernels_equal_the_tables() {
+        // Every kernel this CPU runs (AVX-512, AVX2, tables) must give the tables' bits, for
+        // every byte value in every channel and for rows with and without a tail.
+        let kinds = [
+            Some(([0.485, 0.456, 0.406], [0.229, 0.224, 0.225])),
+            Some(([0.5, 0.5, 0.5], [0.5, 0.5, 0.5])),
+            None,
+        ];
+        for (params, q) in kinds.into_iter().flat_map(|k| {
+            [
+                (k, convert::Quotient::Split),
+                (k, convert::Quotient::Corrected),
+            ]
+        }) {
+            let (lut, fast) = match params {
+                Some((mean, std)) => (
+                    reference_lut(mean, std),
+                    convert::FastFloat::normalized(mean, std, q),
+                ),
+                None => {
+                    let mut unit = [[0.0; 256]; 3];
+                    for table in unit.iter_mut() {
+                        for (v, slot) in table.iter_mut().enumerate() {
+                            *slot = to_tensor_value(v as u8);
+                        }
+                    }
+                    (unit, convert::FastFloat::unnormalized(q))
+                }
+            };
+            assert!(fast.matches(&lut));
+            for px in [1usize, 7, 8, 15, 16, 17, 33, 224, 261] {
+                // Pixel x, channel c: (97 x + 31 c) mod 256, every value once per 256 pixels.
+                let row: Vec<u8> = (0..3 * px)
+                    .map(|i| ((i / 3 * 97 + i % 3 * 31) % 256) as u8)
+                    .collect();
+                let mut variants = vec![(None, false)];
+                if convert::fma() {
+                    variants.push((Some(&fast), false));
+                    if convert::avx512() {
+                        variants.push((Some(&fast), true));
+                    }
+                }
+                for (f, avx512) in variants {
+                    let mut out = vec![f32::NAN; 3 * px];
+                    let (r, gb) = out.split_at_mut(px);
+                    let (g, b) = gb.split_at_mut(px);
+                    convert::f32_row(f, avx512, &row, &lut, [r, g, b]);
+                    for (x, p) in row.chunks_exact(3).enumerate() {
+                        for c in 0..3 {
+                            let want = lut[c][usize::from(p[c])].to_bits();
+                            let got = out[c * px + x].to_bits();
+                            assert_eq!(got, want, "{px} px, fast {}, avx512 {avx512}", f.is_some());
+                        }
+                    }
+                }
+                for (avx2, avx512) in [(false, false), (true, false), (true, true)] {
+                    if (avx2 && !convert::avx2()) || (avx512 && !convert::avx512()) {
+                        continue;
+                    }
+                    let mut out = vec![0xAAu8; 3 * px];
+                    let (r, gb) = out.split_at_mut(px);
+                    let (g, b) = gb.split_at_mut(px);
+                    convert::u8_row(avx2, avx512, &row, [r, g, b]);
+                    for (x, p) in row.chunks_exact(3).enumerate() {
+                        for c in 0..3 {
+                            assert_eq!(
+                                out[c * px + x],
+                                p[c],
+                                "{px} px, avx2 {avx2}, avx512 {avx512}"
+                            );
+                        }
+                    }
+                }
+            }
+        }
     }
 
     #[test]

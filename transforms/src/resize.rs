@@ -9,9 +9,13 @@
 //! horizontal pass first otherwise, and then over only the source rows the vertical pass reads.
 //!
 //! Integer sums are exact, so the order of additions is free and the kernels use that (padding
-//! windows with zero weights, splitting weights into 16-bit halves for `pmaddwd`); every f64
-//! operation in the coefficients and every rounding to u8 between the passes must stay exactly
-//! Pillow's. The AVX2 kernels are checked against the portable ones and both against Pillow.
+//! windows with zero weights, splitting weights into 16-bit parts for `pmaddwd`/`vpdpwssd`
+//! and bytes for `vpdpbusd`, offsetting the pixels by 128 and cancelling that in the start
+//! value); every f64 operation in the coefficients and every rounding to u8 between the passes
+//! must stay exactly Pillow's (the coefficients are computed 4 or 8 outputs at a time, with the
+//! same IEEE operations in the same order per lane). Kernels: portable, AVX2, AVX-512 (chosen
+//! at run time, [`SimdLevel`]); the SIMD ones are checked against the portable ones and all
+//! against Pillow.
 //!
 //! Must not allocate per call in the steady state: [`Resizer`] owns the coefficient tables and
 //! the intermediate buffers and only grows them. Must not touch anything but the pixels it is
@@ -91,12 +95,23 @@ impl AxisCoeffs {
     /// gets the taps and weights of output `out_size - 1 - i`. Resampling with these is the
     /// mirror image of the plain resample, exactly: every output's sum is the same one.
     pub fn prepare_mirrored(&mut self, in_size: u32, out_size: u32, mirrored: bool) {
-        if self.key() == (in_size, out_size, mirrored) && !self.start.is_empty() {
+        self.prepare_with(in_size, out_size, mirrored, SimdLevel::Avx512);
+    }
+
+    /// [`AxisCoeffs::prepare_mirrored`], computing four or eight outputs at a time with AVX2
+    /// or AVX-512 where `level` allows and the CPU has it (the same IEEE operations in the
+    /// same order, lane by lane: identical weights).
+    fn prepare_with(&mut self, in_size: u32, out_size: u32, mirrored: bool, level: SimdLevel) {
+        if (self.in_size, self.out_size) == (in_size, out_size) && !self.start.is_empty() {
+            if self.mirrored != mirrored {
+                // The other order of the same outputs (a random flip): just reverse.
+                self.mirror();
+            }
             return;
         }
         self.in_size = in_size;
         self.out_size = out_size;
-        self.mirrored = mirrored;
+        self.mirrored = false;
         // Pillow passes the box as floats: `in1 - in0` is a float32 subtraction (exact below
         // 2^24), then the scale is computed in double.
         let scale = f64::from(in_size as f32) / f64::from(out_size);
@@ -108,64 +123,61 @@ impl AxisCoeffs {
         let out = out_size as usize;
         self.stride = stride;
         self.start.clear();
+        self.start.resize(out, 0);
         self.count.clear();
+        self.count.resize(out, 0);
         self.weights.clear();
         self.weights.resize(out * stride, 0);
-        let in_max = i64::from(in_size);
-        let mut stack = [0.0f64; 16];
-        let mut taps = 1;
-        let mut simd_friendly = true;
-        for (xx, k_fixed) in self.weights.chunks_exact_mut(stride).enumerate() {
-            let center = (xx as f64 + 0.5) * scale;
-            // `(int)` truncates toward zero; negative starts clamp to 0 either way.
-            let xmin = ((center - support + 0.5) as i64).max(0);
-            let xmax = ((center + support + 0.5) as i64).min(in_max);
-            // xmin <= center - 0.5 < in_size - 0.5 and xmax >= xmin + 1 (see Pillow): the
-            // window is never empty, but stay defensive against degenerate floats.
-            let count = (xmax - xmin).clamp(1, stride as i64) as usize;
-            let xmin = xmin.min(in_max - 1);
-            let ws = if count <= stack.len() {
-                &mut stack[..count]
-            } else {
-                self.scratch.resize(count, 0.0);
-                &mut self.scratch[..count]
-            };
-            let mut ww = 0.0;
-            for (x, slot) in ws.iter_mut().enumerate() {
-                let w = bilinear_filter(((x as i64 + xmin) as f64 - center + 0.5) * ss);
-                *slot = w;
-                ww += w;
-            }
-            if ww != 0.0 {
-                for w in ws.iter_mut() {
-                    *w /= ww;
-                }
-            }
-            for (k, &w) in k_fixed.iter_mut().zip(ws.iter()) {
-                let scaled = w * f64::from(1u32 << PRECISION_BITS);
-                // `(int)(±0.5 + x)`: round half away from zero, by truncation.
-                *k = if w < 0.0 {
-                    (-0.5 + scaled) as i32
-                } else {
-                    (0.5 + scaled) as i32
-                };
-                simd_friendly &= (0..=(1 << PRECISION_BITS) + 127).contains(k);
-            }
-            self.start.push(xmin as u32);
-            self.count.push(count as u32);
-            taps = taps.max(count);
+        let axis = Axis {
+            in_size,
+            scale,
+            support,
+            ss,
+            stride,
+        };
+        let level = level.min(SimdLevel::detected());
+        let (start, count, weights) = (&mut self.start, &mut self.count, &mut self.weights);
+        let done = match level {
+            #[cfg(target_arch = "x86_64")]
+            // SAFETY: the CPU has the AVX-512 features (`detected`).
+            SimdLevel::Avx512 => unsafe { coeffs_x86::compute512(&axis, start, count, weights) },
+            #[cfg(target_arch = "x86_64")]
+            // SAFETY: the CPU has AVX2 (`detected`).
+            SimdLevel::Avx2 => unsafe { coeffs_x86::compute(&axis, start, count, weights) },
+            _ => 0,
+        };
+        let rows = self.weights.chunks_exact_mut(stride).enumerate().skip(done);
+        for ((xx, k_fixed), (start, count)) in
+            rows.zip(self.start[done..].iter_mut().zip(&mut self.count[done..]))
+        {
+            (*start, *count) = axis.output(xx, k_fixed, &mut self.scratch);
         }
-        self.taps = taps;
-        self.simd_friendly = simd_friendly;
+        self.taps = self.count.iter().copied().max().unwrap_or(1) as usize;
+        let (min, max) = match level {
+            #[cfg(target_arch = "x86_64")]
+            // SAFETY: the CPU has AVX2 (`detected`).
+            SimdLevel::Avx2 | SimdLevel::Avx512 => unsafe { coeffs_x86::min_max(&self.weights) },
+            _ => min_max(&self.weights),
+        };
+        self.simd_friendly = min >= 0 && max <= (1 << PRECISION_BITS) + 127;
+        self.padded_ready = false;
+        self.pair_ready = false;
         if mirrored {
-            self.start.reverse();
-            self.count.reverse();
-            let rows = self.weights.len() / stride;
-            for i in 0..rows / 2 {
-                let (head, tail) = self.weights.split_at_mut((rows - 1 - i) * stride);
-                head[i * stride..(i + 1) * stride].swap_with_slice(&mut tail[..stride]);
-            }
+            self.mirror();
         }
+    }
+
+    /// Reverses the order of the outputs (and toggles `mirrored`).
+    fn mirror(&mut self) {
+        let stride = self.stride;
+        self.start.reverse();
+        self.count.reverse();
+        let rows = self.weights.len() / stride;
+        for i in 0..rows / 2 {
+            let (head, tail) = self.weights.split_at_mut((rows - 1 - i) * stride);
+            head[i * stride..(i + 1) * stride].swap_with_slice(&mut tail[..stride]);
+        }
+        self.mirrored = !self.mirrored;
         self.padded_ready = false;
         self.pair_ready = false;
     }
@@ -256,6 +268,270 @@ impl AxisCoeffs {
     }
 }
 
+/// One axis's resampling parameters, as Pillow's `precompute_coeffs` computes them.
+#[derive(Clone, Copy, Debug)]
+struct Axis {
+    in_size: u32,
+    scale: f64,
+    support: f64,
+    /// `1 / filterscale`.
+    ss: f64,
+    /// Weights stored per output.
+    stride: usize,
+}
+
+impl Axis {
+    /// Output `xx`'s fixed-point weights into `k_fixed` (`stride` long, zeros beyond the
+    /// window), in Pillow's f64 operations and order; returns its first input and count.
+    fn output(&self, xx: usize, k_fixed: &mut [i32], scratch: &mut Vec<f64>) -> (u32, u32) {
+        let in_max = i64::from(self.in_size);
+        let center = (xx as f64 + 0.5) * self.scale;
+        // `(int)` truncates toward zero; negative starts clamp to 0 either way.
+        let xmin = ((center - self.support + 0.5) as i64).max(0);
+        let xmax = ((center + self.support + 0.5) as i64).min(in_max);
+        // xmin <= center - 0.5 < in_size - 0.5 and xmax >= xmin + 1 (see Pillow): the
+        // window is never empty, but stay defensive against degenerate floats.
+        let count = (xmax - xmin).clamp(1, self.stride as i64) as usize;
+        let xmin = xmin.min(in_max - 1);
+        let mut stack = [0.0f64; 16];
+        let ws = if count <= stack.len() {
+            &mut stack[..count]
+        } else {
+            scratch.resize(count, 0.0);
+            &mut scratch[..count]
+        };
+        let mut ww = 0.0;
+        for (x, slot) in ws.iter_mut().enumerate() {
+            let w = bilinear_filter(((x as i64 + xmin) as f64 - center + 0.5) * self.ss);
+            *slot = w;
+            ww += w;
+        }
+        if ww != 0.0 {
+            for w in ws.iter_mut() {
+                *w /= ww;
+            }
+        }
+        for (k, &w) in k_fixed.iter_mut().zip(ws.iter()) {
+            let scaled = w * f64::from(1u32 << PRECISION_BITS);
+            // `(int)(±0.5 + x)`: round half away from zero, by truncation.
+            *k = if w < 0.0 {
+                (-0.5 + scaled) as i32
+            } else {
+                (0.5 + scaled) as i32
+            };
+        }
+        (xmin as u32, count as u32)
+    }
+}
+
+/// The smallest and largest of `w` (`(0, 0)` when empty). Min and max reductions vectorize;
+/// an early-exit range check would not.
+#[inline(always)]
+fn min_max(w: &[i32]) -> (i32, i32) {
+    let min = w.iter().copied().min().unwrap_or(0);
+    let max = w.iter().copied().max().unwrap_or(0);
+    (min, max)
+}
+
+/// [`Axis::output`] for four outputs at a time, with AVX2.
+#[cfg(target_arch = "x86_64")]
+mod coeffs_x86 {
+    use std::arch::x86_64::*;
+
+    use super::{Axis, PRECISION_BITS};
+
+    /// [`super::min_max`] compiled for AVX2.
+    ///
+    /// # Safety
+    /// The CPU must support AVX2.
+    #[target_feature(enable = "avx2")]
+    pub(super) unsafe fn min_max(w: &[i32]) -> (i32, i32) {
+        super::min_max(w)
+    }
+
+    /// Window widths (`stride`) handled here; wider ones (downscales beyond 15x) go scalar.
+    const MAX_STRIDE: usize = 32;
+
+    /// [`compute`] with eight lanes: fills outputs `0..8 * floor(n / 8)` and returns how many.
+    ///
+    /// # Safety
+    /// The CPU must support AVX-512 F and VL.
+    #[target_feature(enable = "avx512f,avx512vl")]
+    pub(super) unsafe fn compute512(
+        axis: &Axis,
+        start: &mut [u32],
+        count: &mut [u32],
+        weights: &mut [i32],
+    ) -> usize {
+        let stride = axis.stride;
+        let n = start.len();
+        if stride > MAX_STRIDE
+            || axis.in_size >= 1 << 24
+            || count.len() != n
+            || weights.len() != n * stride
+        {
+            return 0;
+        }
+        let groups = n / 8;
+        let scale = _mm512_set1_pd(axis.scale);
+        let support = _mm512_set1_pd(axis.support);
+        let ss = _mm512_set1_pd(axis.ss);
+        let half = _mm512_set1_pd(0.5);
+        let one = _mm512_set1_pd(1.0);
+        let zero = _mm512_setzero_pd();
+        let prec = _mm512_set1_pd(f64::from(1u32 << PRECISION_BITS));
+        let in_max = _mm256_set1_epi32(axis.in_size as i32);
+        let lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+        // Output j of a group: its weights start `j * stride` after the group's.
+        let rows = _mm256_mullo_epi32(lane, _mm256_set1_epi32(stride as i32));
+        let mut w = [_mm512_setzero_pd(); MAX_STRIDE];
+        for g in 0..groups {
+            let xx = _mm512_cvtepi32_pd(_mm256_add_epi32(lane, _mm256_set1_epi32(8 * g as i32)));
+            let center = _mm512_mul_pd(_mm512_add_pd(xx, half), scale);
+            let lo = _mm512_cvttpd_epi32(_mm512_add_pd(_mm512_sub_pd(center, support), half));
+            let xmin = _mm256_max_epi32(lo, _mm256_setzero_si256());
+            let hi = _mm512_cvttpd_epi32(_mm512_add_pd(_mm512_add_pd(center, support), half));
+            let xmax = _mm256_min_epi32(hi, in_max);
+            let cnt = _mm256_sub_epi32(xmax, xmin);
+            let cnt = _mm256_min_epi32(
+                _mm256_max_epi32(cnt, _mm256_set1_epi32(1)),
+                _mm256_set1_epi32(stride as i32),
+            );
+            let xmin = _mm256_min_epi32(xmin, _mm256_sub_epi32(in_max, _mm256_set1_epi32(1)));
+            let xminf = _mm512_cvtepi32_pd(xmin);
+            let mut ww = zero;
+            for (k, wk) in w.iter_mut().enumerate().take(stride) {
+                // ((xmin + k) - center + 0.5) * ss, then the triangle, zero past the window.
+                let x = _mm512_add_pd(xminf, _mm512_set1_pd(k as f64));
+                let arg = _mm512_mul_pd(_mm512_add_pd(_mm512_sub_pd(x, center), half), ss);
+                let a = _mm512_abs_pd(arg);
+                let inside = _mm512_cmp_pd_mask::<_CMP_LT_OQ>(a, one);
+                let live = _mm256_cmpgt_epi32_mask(cnt, _mm256_set1_epi32(k as i32));
+                *wk = _mm512_maskz_sub_pd(inside & live, one, a);
+                ww = _mm512_add_pd(ww, *wk);
+            }
+            let nonzero = _mm512_cmp_pd_mask::<_CMP_NEQ_UQ>(ww, zero);
+            let first = 8 * g;
+            // SAFETY: outputs `first..first + 8` exist (`g < n / 8`); 32 bytes each.
+            unsafe {
+                _mm256_storeu_si256(start[first..first + 8].as_mut_ptr().cast(), xmin);
+                _mm256_storeu_si256(count[first..first + 8].as_mut_ptr().cast(), cnt);
+            }
+            // Past every lane's window the weights are 0 (`0 / ww`): skip those divisions.
+            let live = count[first..first + 8].iter().copied().max().unwrap_or(1) as usize;
+            let base = weights[first * stride..(first + 8) * stride].as_mut_ptr();
+            for (k, wk) in w.iter().enumerate().take(live) {
+                let q = _mm512_mask_div_pd(*wk, nonzero, *wk, ww);
+                let scaled = _mm512_mul_pd(q, prec);
+                let neg = _mm512_cmp_pd_mask::<_CMP_LT_OQ>(q, zero);
+                let offset = _mm512_mask_blend_pd(neg, half, _mm512_set1_pd(-0.5));
+                let fixed = _mm512_cvttpd_epi32(_mm512_add_pd(offset, scaled));
+                // SAFETY: lane j writes weight `k < live <= stride` of output `first + j`,
+                // inside the group's `8 * stride` weights at `base`.
+                unsafe { _mm256_i32scatter_epi32::<4>(base.add(k), rows, fixed) };
+            }
+        }
+        8 * groups
+    }
+
+    /// Fills outputs `0..4 * floor(n / 4)` (n = `start.len()`) and returns how many; 0 when
+    /// the axis is outside what the lanes handle. `count` is as long as `start`, `weights`
+    /// holds `stride` weights per output, all 0 on entry.
+    ///
+    /// Each lane runs [`Axis::output`]'s f64 operations in its order (IEEE operations are
+    /// the same in every lane; the window's padding adds `+0.0` to the sum and divides
+    /// `0.0`), so the weights are identical.
+    ///
+    /// # Safety
+    /// The CPU must support AVX2.
+    #[target_feature(enable = "avx2")]
+    pub(super) unsafe fn compute(
+        axis: &Axis,
+        start: &mut [u32],
+        count: &mut [u32],
+        weights: &mut [i32],
+    ) -> usize {
+        let stride = axis.stride;
+        let n = start.len();
+        if stride > MAX_STRIDE
+            || axis.in_size >= 1 << 24
+            || count.len() != n
+            || weights.len() != n * stride
+        {
+            return 0;
+        }
+        let groups = n / 4;
+        let scale = _mm256_set1_pd(axis.scale);
+        let support = _mm256_set1_pd(axis.support);
+        let ss = _mm256_set1_pd(axis.ss);
+        let half = _mm256_set1_pd(0.5);
+        let one = _mm256_set1_pd(1.0);
+        let sign = _mm256_set1_pd(-0.0);
+        let prec = _mm256_set1_pd(f64::from(1u32 << PRECISION_BITS));
+        let in_max = _mm_set1_epi32(axis.in_size as i32);
+        let mut w = [_mm256_setzero_pd(); MAX_STRIDE];
+        let mut fixed = [[0i32; 4]; MAX_STRIDE];
+        for g in 0..groups {
+            let x0 = 4 * g as i32;
+            let xx = _mm256_cvtepi32_pd(_mm_setr_epi32(x0, x0 + 1, x0 + 2, x0 + 3));
+            let center = _mm256_mul_pd(_mm256_add_pd(xx, half), scale);
+            let lo = _mm256_cvttpd_epi32(_mm256_add_pd(_mm256_sub_pd(center, support), half));
+            let xmin = _mm_max_epi32(lo, _mm_setzero_si128());
+            let hi = _mm256_cvttpd_epi32(_mm256_add_pd(_mm256_add_pd(center, support), half));
+            let xmax = _mm_min_epi32(hi, in_max);
+            let cnt = _mm_sub_epi32(xmax, xmin);
+            let cnt = _mm_min_epi32(
+                _mm_max_epi32(cnt, _mm_set1_epi32(1)),
+                _mm_set1_epi32(stride as i32),
+            );
+            let xmin = _mm_min_epi32(xmin, _mm_sub_epi32(in_max, _mm_set1_epi32(1)));
+            let xminf = _mm256_cvtepi32_pd(xmin);
+            let mut ww = _mm256_setzero_pd();
+            for (k, wk) in w.iter_mut().enumerate().take(stride) {
+                // ((xmin + k) - center + 0.5) * ss, then the triangle, zero past the window.
+                let x = _mm256_add_pd(xminf, _mm256_set1_pd(k as f64));
+                let arg = _mm256_mul_pd(_mm256_add_pd(_mm256_sub_pd(x, center), half), ss);
+                let a = _mm256_andnot_pd(sign, arg);
+                let inside = _mm256_cmp_pd::<_CMP_LT_OQ>(a, one);
+                let f = _mm256_and_pd(inside, _mm256_sub_pd(one, a));
+                let live = _mm_cmpgt_epi32(cnt, _mm_set1_epi32(k as i32));
+                let live = _mm256_castsi256_pd(_mm256_cvtepi32_epi64(live));
+                *wk = _mm256_and_pd(f, live);
+                ww = _mm256_add_pd(ww, *wk);
+            }
+            let nonzero = _mm256_cmp_pd::<_CMP_NEQ_UQ>(ww, _mm256_setzero_pd());
+            let (mut s, mut c) = ([0i32; 4], [0i32; 4]);
+            // SAFETY: `s` and `c` are 16 writable bytes each.
+            unsafe {
+                _mm_storeu_si128(s.as_mut_ptr().cast(), xmin);
+                _mm_storeu_si128(c.as_mut_ptr().cast(), cnt);
+            }
+            // Past every lane's window the weights are 0 (`0 / ww`): skip those divisions.
+            let live = c.iter().copied().max().unwrap_or(1) as usize;
+            for (wk, out) in w.iter().zip(fixed.iter_mut()).take(live) {
+                let q = _mm256_blendv_pd(*wk, _mm256_div_pd(*wk, ww), nonzero);
+                let scaled = _mm256_mul_pd(q, prec);
+                let neg = _mm256_cmp_pd::<_CMP_LT_OQ>(q, _mm256_setzero_pd());
+                let offset = _mm256_blendv_pd(half, _mm256_set1_pd(-0.5), neg);
+                let k = _mm256_cvttpd_epi32(_mm256_add_pd(offset, scaled));
+                // SAFETY: `out` is 16 writable bytes.
+                unsafe { _mm_storeu_si128(out.as_mut_ptr().cast(), k) };
+            }
+            // `weights` was zeroed: only the live columns need writing.
+            for j in 0..4 {
+                let xx = 4 * g + j;
+                start[xx] = s[j] as u32;
+                count[xx] = c[j] as u32;
+                let row = &mut weights[xx * stride..xx * stride + live];
+                for (dst, f) in row.iter_mut().zip(&fixed) {
+                    *dst = f[j];
+                }
+            }
+        }
+        4 * groups
+    }
+}
+
 /// Receives the output rows of a resize, in order, one at a time.
 ///
 /// The resize writes row `y` into [`RowSink::row_mut`]`(y)` (exactly `3 * out_w` bytes, packed
@@ -282,6 +558,33 @@ impl RowSink for PackedSink<'_> {
     fn row_done(&mut self, _y: usize) {}
 }
 
+/// The kernel sets of the resize, in increasing order: a [`Resizer`] runs the best one the CPU
+/// supports up to its limit ([`Resizer::set_simd_limit`]). All give identical results.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum SimdLevel {
+    /// The portable kernels (plain Rust).
+    Portable,
+    /// AVX2 kernels (x86-64 with AVX2).
+    Avx2,
+    /// AVX-512 kernels (x86-64 with AVX-512 F, BW, VL, VBMI and VNNI; Ice Lake and later,
+    /// Zen 4 and later), falling back to AVX2 for shapes they do not cover. The default limit.
+    #[default]
+    Avx512,
+}
+
+impl SimdLevel {
+    /// The best level this CPU runs (detected at run time).
+    pub fn detected() -> SimdLevel {
+        if kernels::avx512() {
+            SimdLevel::Avx512
+        } else if kernels::avx2() {
+            SimdLevel::Avx2
+        } else {
+            SimdLevel::Portable
+        }
+    }
+}
+
 /// Reusable resize context: coefficient caches and the intermediate images of the two-pass
 /// resize. One per worker thread; steady-state calls allocate nothing.
 #[derive(Clone, Debug, Default)]
@@ -292,10 +595,12 @@ pub struct Resizer {
     tmp: Vec<u8>,
     /// Accumulators for portable vertical passes with many taps.
     acc: Vec<i32>,
-    /// Use only the portable kernels.
-    portable_only: bool,
+    /// The best kernels this context may use.
+    limit: SimdLevel,
     #[cfg(target_arch = "x86_64")]
     simd: x86::Scratch,
+    #[cfg(target_arch = "x86_64")]
+    zmm: x512::Scratch,
 }
 
 impl Resizer {
@@ -307,7 +612,17 @@ impl Resizer {
     /// Uses only the portable kernels, never the SIMD ones (for tests that compare the two,
     /// and for benchmarks). The results are identical either way.
     pub fn set_portable_only(&mut self, portable_only: bool) {
-        self.portable_only = portable_only;
+        self.limit = if portable_only {
+            SimdLevel::Portable
+        } else {
+            SimdLevel::Avx512
+        };
+    }
+
+    /// Uses kernels up to `limit` at most (tests compare the levels; benchmarks measure
+    /// them). The results are identical at every level.
+    pub fn set_simd_limit(&mut self, limit: SimdLevel) {
+        self.limit = limit;
     }
 
     /// `dst = src.resize((out_w, out_h), Image.BILINEAR)` as Pillow computes it.
@@ -346,11 +661,12 @@ impl Resizer {
         let (in_w, in_h) = (src.width(), src.height());
         let need_h = out_w != in_w;
         let need_v = out_h != in_h;
-        let avx2 = !self.portable_only && kernels::avx2();
+        let level = self.limit.min(SimdLevel::detected());
+        let avx2 = level >= SimdLevel::Avx2;
         if !need_h {
             // Pillow copies (or runs only the vertical pass); a flip reverses the pixels.
             if need_v {
-                self.vert.prepare(in_h, out_h);
+                self.vert.prepare_with(in_h, out_h, false, level);
             }
             let row_len = 3 * out_w as usize;
             if flip && self.tmp.len() < row_len {
@@ -376,10 +692,16 @@ impl Resizer {
             }
             return Ok(());
         }
-        self.horiz.prepare_mirrored(in_w, out_w, flip);
+        self.horiz.prepare_with(in_w, out_w, flip, level);
         self.horiz.ensure_padded();
         if need_v {
-            self.vert.prepare(in_h, out_h);
+            self.vert.prepare_with(in_h, out_h, false, level);
+        }
+        #[cfg(target_arch = "x86_64")]
+        if level == SimdLevel::Avx512 && self.zmm.prepare(&self.horiz, need_v.then_some(&self.vert))
+        {
+            x512::resize(self, src, out_h, need_v, sink);
+            return Ok(());
         }
         #[cfg(target_arch = "x86_64")]
         {
@@ -502,6 +824,54 @@ fn check_sizes(src: &RgbView<'_>, out_h: u32, out_w: u32) -> Result<()> {
     Ok(())
 }
 
+/// Source rows a SIMD horizontal pass prefetches while it computes others: `rows` rows from
+/// `base`, `stride` bytes apart. Only ever prefetched, never read (a prefetch takes any
+/// address and never faults).
+#[cfg(target_arch = "x86_64")]
+#[derive(Clone, Copy, Debug)]
+struct Ahead {
+    base: *const u8,
+    stride: usize,
+    rows: usize,
+}
+
+#[cfg(target_arch = "x86_64")]
+impl Ahead {
+    /// Nothing to prefetch.
+    const NONE: Ahead = Ahead {
+        base: std::ptr::null(),
+        stride: 0,
+        rows: 0,
+    };
+
+    /// Rows `y..y + rows` of `src` (none when `rows` is 0).
+    fn rows(src: &RgbView<'_>, y: usize, rows: usize) -> Ahead {
+        if rows == 0 {
+            return Ahead::NONE;
+        }
+        Ahead {
+            base: src.row(y as u32).as_ptr(),
+            stride: src.stride(),
+            rows,
+        }
+    }
+
+    /// Prefetches (into L2) byte `offset` of every row.
+    ///
+    /// # Safety
+    /// SSE (every x86-64 CPU). Nothing else: no memory is accessed.
+    #[inline(always)]
+    unsafe fn prefetch(&self, offset: usize) {
+        use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T1};
+        let mut p = self.base.wrapping_add(offset);
+        for _ in 0..self.rows {
+            // SAFETY: a prefetch is a hint: it never faults and reads nothing.
+            unsafe { _mm_prefetch::<_MM_HINT_T1>(p.cast()) };
+            p = p.wrapping_add(self.stride);
+        }
+    }
+}
+
 /// Kernel dispatch: the portable kernels, compiled for AVX2 too when the CPU has it.
 mod kernels {
     use super::{portable, AxisCoeffs};
@@ -512,6 +882,24 @@ mod kernels {
         #[cfg(target_arch = "x86_64")]
         {
             std::arch::is_x86_feature_detected!("avx2")
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        {
+            false
+        }
+    }
+
+    /// Whether this CPU runs the AVX-512 kernels: F, BW, VL, VBMI (byte permutes) and VNNI
+    /// (dot products). Cached by std after the first call.
+    #[inline]
+    pub(super) fn avx512() -> bool {
+        #[cfg(target_arch = "x86_64")]
+        {
+            std::arch::is_x86_feature_detected!("avx512f")
+                && std::arch::is_x86_feature_detected!("avx512bw")
+                && std::arch::is_x86_feature_detected!("avx512vl")
+                && std::arch::is_x86_feature_detected!("avx512vbmi")
+                && std::arch::is_x86_feature_detected!("avx512vnni")
         }
         #[cfg(not(target_arch = "x86_64"))]
         {
@@ -700,7 +1088,9 @@ mod portable {
 mod x86 {
     use std::arch::x86_64::*;
 
-    use super::{portable, vertical_first, AxisCoeffs, Resizer, RowSink, HALF, PRECISION_BITS};
+    use super::{
+        portable, vertical_first, Ahead, AxisCoeffs, Resizer, RowSink, HALF, PRECISION_BITS,
+    };
     use crate::image::RgbView;
 
     /// Rows the horizontal kernel processes per block (keeps source and output in L1/L2).
@@ -852,18 +1242,22 @@ mod x86 {
                         whi[q] = ((wa >> 11) & 0xffff) | ((wb >> 11) << 16);
                         wlo[q] = (wa & 0x7ff) | ((wb & 0x7ff) << 16);
                     }
+                    let lane_masks = 16 * lane..16 * lane + 16;
+                    if !wide {
+                        // Positions are below 16 (checked above): the mask as it is.
+                        self.masks[e][lane_masks].copy_from_slice(&mask[..16]);
+                        continue;
+                    }
                     // Split window positions into the two 16-byte halves' masks; 0x80
                     // makes `pshufb` write 0, so OR-ing the two shuffles merges them.
-                    for (i, &at) in mask.iter().enumerate().take(16) {
-                        let (first, second) = match at {
+                    let first = &mut self.masks[e][lane_masks.clone()];
+                    let second = &mut self.masks_hi[e][lane_masks];
+                    for ((&at, f), s) in mask.iter().zip(first).zip(second) {
+                        (*f, *s) = match at {
                             0x80 => (0x80, 0x80),
                             0..=15 => (at, 0x80),
                             _ => (0x80, at - 16),
                         };
-                        self.masks[e][16 * lane + i] = first;
-                        if wide {
-                            self.masks_hi[e][16 * lane + i] = second;
-                        }
                     }
                 }
             }
@@ -950,7 +1344,10 @@ mod x86 {
                         *slot = src.row((y0 + i) as u32);
                     }
                 }
-                horizontal_u8(plan, &rows[..n], &mut simd.block, stride);
+                // Without a vertical pass the next block's source rows come next.
+                let n_ahead = if need_v { 0 } else { n.min(out_h - y0 - n) };
+                let ahead = Ahead::rows(&src, y0 + n, n_ahead);
+                horizontal_u8(plan, &rows[..n], ahead, &mut simd.block, stride);
                 for (i, row) in simd.block.chunks_exact(stride).take(n).enumerate() {
                     sink.row_mut(y0 + i).copy_from_slice(&row[..values]);
                     sink.row_done(y0 + i);
@@ -971,11 +1368,12 @@ mod x86 {
         {
             let y0 = first + b * BLOCK_ROWS;
             let n = out.len() / stride;
+            let ahead = Ahead::rows(&src, y0 + n, BLOCK_ROWS.min(end - y0 - n));
             let mut rows: [&[u8]; BLOCK_ROWS] = [&[]; BLOCK_ROWS];
             for (i, slot) in rows.iter_mut().take(n).enumerate() {
                 *slot = src.row((y0 + i) as u32);
             }
-            horizontal_pairs(plan, &rows[..n], out, stride);
+            horizontal_pairs(plan, &rows[..n], ahead, out, stride);
         }
         let tmp = &simd.pairs[..tmp_rows * stride];
         for yy in 0..out_h as usize {
@@ -987,18 +1385,26 @@ mod x86 {
     }
 
     /// Horizontal pass of `rows` into u8 rows of `out`, `stride` bytes apart.
-    fn horizontal_u8(plan: &HPlan, rows: &[&[u8]], out: &mut [u8], stride: usize) {
+    fn horizontal_u8(plan: &HPlan, rows: &[&[u8]], ahead: Ahead, out: &mut [u8], stride: usize) {
         let mut store = U8Store { out, stride };
-        run_horizontal(plan, rows, &mut store);
+        run_horizontal(plan, rows, ahead, &mut store);
     }
 
     /// Horizontal pass of `rows` into pair-format rows of `out`, `stride` values apart.
-    fn horizontal_pairs(plan: &HPlan, rows: &[&[u8]], out: &mut [i32], stride: usize) {
+    fn horizontal_pairs(
+        plan: &HPlan,
+        rows: &[&[u8]],
+        ahead: Ahead,
+        out: &mut [i32],
+        stride: usize,
+    ) {
         let mut store = PairStore { out, stride };
-        run_horizontal(plan, rows, &mut store);
+        run_horizontal(plan, rows, ahead, &mut store);
     }
 
-    fn run_horizontal<S: Store>(plan: &HPlan, rows: &[&[u8]], store: &mut S) {
+    /// The horizontal pass of `rows` into `store`, prefetching (into L2) the rows `ahead`,
+    /// the next block's: the source image is often cold (just decoded, or one of many).
+    fn run_horizontal<S: Store>(plan: &HPlan, rows: &[&[u8]], ahead: Ahead, store: &mut S) {
         // Every window lies in `[0, row_bytes)`: the kernel's loads need rows that long, and
         // the stores need `rows.len()` rows of `chunks * 8` values.
         assert!(rows.iter().all(|r| r.len() >= plan.row_bytes));
@@ -1010,17 +1416,17 @@ mod x86 {
         // bounds the kernel relies on were asserted just above.
         unsafe {
             match (plan.wide, plan.pairs) {
-                (false, 1) => horizontal_kernel::<1, false, S>(plan, rows, store),
-                (false, 2) => horizontal_kernel::<2, false, S>(plan, rows, store),
-                (false, 3) => horizontal_kernel::<3, false, S>(plan, rows, store),
-                (false, _) => horizontal_kernel::<4, false, S>(plan, rows, store),
-                (true, 2) => horizontal_kernel::<2, true, S>(plan, rows, store),
-                (true, 3) => horizontal_kernel::<3, true, S>(plan, rows, store),
-                (true, 4) => horizontal_kernel::<4, true, S>(plan, rows, store),
-                (true, 5) => horizontal_kernel::<5, true, S>(plan, rows, store),
-                (true, 6) => horizontal_kernel::<6, true, S>(plan, rows, store),
-                (true, 7) => horizontal_kernel::<7, true, S>(plan, rows, store),
-                (true, 8) => horizontal_kernel::<8, true, S>(plan, rows, store),
+                (false, 1) => horizontal_kernel::<1, false, S>(plan, rows, ahead, store),
+                (false, 2) => horizontal_kernel::<2, false, S>(plan, rows, ahead, store),
+                (false, 3) => horizontal_kernel::<3, false, S>(plan, rows, ahead, store),
+                (false, _) => horizontal_kernel::<4, false, S>(plan, rows, ahead, store),
+                (true, 2) => horizontal_kernel::<2, true, S>(plan, rows, ahead, store),
+                (true, 3) => horizontal_kernel::<3, true, S>(plan, rows, ahead, store),
+                (true, 4) => horizontal_kernel::<4, true, S>(plan, rows, ahead, store),
+                (true, 5) => horizontal_kernel::<5, true, S>(plan, rows, ahead, store),
+                (true, 6) => horizontal_kernel::<6, true, S>(plan, rows, ahead, store),
+                (true, 7) => horizontal_kernel::<7, true, S>(plan, rows, ahead, store),
+                (true, 8) => horizontal_kernel::<8, true, S>(plan, rows, ahead, store),
                 (true, _) => unreachable!("asserted above: wide plans have 2 to 8 pairs"),
             }
         }
@@ -1097,12 +1503,14 @@ mod x86 {
     unsafe fn horizontal_kernel<const P: usize, const WIDE: bool, S: Store>(
         plan: &HPlan,
         rows: &[&[u8]],
+        ahead: Ahead,
         store: &mut S,
     ) {
         // SAFETY: window offsets are at most `row_bytes - 16` (narrow) or `row_bytes - 32`
         // (wide; the second load is at +16) per HPlan::build, and rows are at least
         // `row_bytes` long, so every 16-byte load is in bounds; the table reads are
-        // bounds-checked; the stores are within what the caller checked with `fits`.
+        // bounds-checked; the stores are within what the caller checked with `fits`; the
+        // prefetches access nothing.
         unsafe {
             let half = _mm256_set1_epi32(HALF);
             for m in 0..plan.chunks {
@@ -1119,6 +1527,11 @@ mod x86 {
                     }
                     whi[p] = _mm256_loadu_si256(plan.whi[t + p].as_ptr().cast());
                     wlo[p] = _mm256_loadu_si256(plan.wlo[t + p].as_ptr().cast());
+                }
+                // Every fourth chunk (32 values, about a cache line of the source or less):
+                // prefetch the line after the window's start in the next block's rows.
+                if m % 4 == 0 {
+                    ahead.prefetch(win[0][0] as usize + 64);
                 }
                 for (r, row) in rows.iter().enumerate() {
                     let ptr = row.as_ptr();
@@ -1231,6 +1644,961 @@ mod x86 {
     }
 }
 
+/// AVX-512 kernels (F, BW, VL, VBMI, VNNI): 16 values per vector, byte permutes over 64-byte
+/// windows and dot-product instructions, so that a tap costs about one permute and one `vpdp*`.
+///
+/// Weights are split as `w = 256 h + l` with `l` in `[-128, 127]` and `h <= 2^14`. The high
+/// parts multiply `256 (v - 128)`: the tap's byte XOR 0x80 put into the high byte of an i16
+/// lane (the low byte taken from a zeroed byte of the window), two taps per `vpdpwssd`; the
+/// low parts multiply the plain bytes, four taps per `vpdpbusd` (unsigned bytes times signed
+/// bytes). Both land in one i32 accumulator that starts at `HALF + 32768 * sum(h)`, which
+/// cancels the `- 128`: the accumulator ends at exactly Pillow's `HALF + sum(v w)`. The sum's
+/// range is the same as in the AVX2 kernels (non-negative, below `2^30`), so no clamping.
+///
+/// The horizontal pass runs chunk by chunk over blocks of rows (each chunk's plan loaded once a
+/// block), prefetching the next block's source rows into L2. The horizontal-first order keeps
+/// only the rows the vertical pass still needs, in a ring of 64-byte aligned pair-format rows
+/// (see [`x86`]) that stays in L1/L2, instead of the whole intermediate image; the vertical
+/// pass is then one `vpdpwssd` per tap and 16 values. The vertical-first order widens each
+/// source row once into a ring of `(v, 256 (v - 128))` lane pairs, runs the same vertical
+/// kernel over them against `(w mod 256, w / 256)` weights (the bias again cancels the
+/// `- 128`) into u8 rows, and those through the horizontal pass.
+///
+/// `vpdpwssd`/`vpdpbusd` and zero-masked `vpermb` are issued with `asm!`: LLVM otherwise
+/// splits some dot products into `vpmaddwd` + `vpaddd`, and turns the masked permute into a
+/// two-table one or a permute and an AND, each a second uop on the ports these kernels
+/// saturate.
+#[cfg(target_arch = "x86_64")]
+mod x512 {
+    use std::arch::asm;
+    use std::arch::x86_64::*;
+
+    use super::{vertical_first, Ahead, AxisCoeffs, Resizer, RowSink, HALF, PRECISION_BITS};
+    use crate::image::RgbView;
+
+    /// Rows the horizontal kernel runs per block (each chunk's plan is loaded once a block).
+    const BLOCK: usize = 32;
+    /// Tap pairs the horizontal plan handles: 16 taps, downscales up to about 7x (when the
+    /// windows fit).
+    const MAX_PAIRS: usize = 8;
+    /// Taps the vertical kernels take (downscales up to about 30x); beyond, AVX2/portable.
+    const MAX_V_TAPS: usize = 64;
+    /// Bytes 0 and 3 of every dword: where [`widen`] puts each value.
+    const LO_HI_BYTES: u64 = 0x9999_9999_9999_9999;
+
+    /// 64 bytes, aligned for vector loads and stores.
+    #[repr(C, align(64))]
+    #[derive(Clone, Copy, Debug)]
+    struct Z([u8; 64]);
+
+    impl Default for Z {
+        fn default() -> Self {
+            Z([0; 64])
+        }
+    }
+
+    /// `acc + dot(a, b)` over i16 pairs (`vpdpwssd`).
+    #[target_feature(enable = "avx512f,avx512vnni")]
+    #[inline]
+    fn dpwssd(mut acc: __m512i, a: __m512i, b: __m512i) -> __m512i {
+        // SAFETY: a register-only instruction of the enabled features; no memory, stack or
+        // flags touched.
+        unsafe {
+            asm!(
+                "vpdpwssd {acc}, {a}, {b}",
+                acc = inout(zmm_reg) acc,
+                a = in(zmm_reg) a,
+                b = in(zmm_reg) b,
+                options(pure, nomem, nostack, preserves_flags),
+            );
+        }
+        acc
+    }
+
+    /// `vpermb` with zero-masking: byte `i` = `table[idx[i] & 63]` where bit `i` of `keep` is
+    /// set, else 0. (LLVM turns the intrinsic into a two-table permute against zero, two or
+    /// three uops on Ice Lake, or a permute and an AND.)
+    #[target_feature(enable = "avx512f,avx512bw,avx512vbmi")]
+    #[inline]
+    fn permb_z(keep: u64, idx: __m512i, table: __m512i) -> __m512i {
+        let out: __m512i;
+        // SAFETY: a register-only instruction of the enabled features; no memory, stack or
+        // flags touched.
+        unsafe {
+            asm!(
+                "vpermb {out}{{{k}}}{{z}}, {idx}, {table}",
+                k = in(kreg) keep,
+                out = out(zmm_reg) out,
+                idx = in(zmm_reg) idx,
+                table = in(zmm_reg) table,
+                options(pure, nomem, nostack, preserves_flags),
+            );
+        }
+        out
+    }
+
+    /// `acc + dot(a, b)` over 4 unsigned bytes of `a` times 4 signed bytes of `b` (`vpdpbusd`).
+    #[target_feature(enable = "avx512f,avx512vnni")]
+    #[inline]
+    fn dpbusd(mut acc: __m512i, a: __m512i, b: __m512i) -> __m512i {
+        // SAFETY: as in `dpwssd`.
+        unsafe {
+            asm!(
+                "vpdpbusd {acc}, {a}, {b}",
+                acc = inout(zmm_reg) acc,
+                a = in(zmm_reg) a,
+                b = in(zmm_reg) b,
+                options(pure, nomem, nostack, preserves_flags),
+            );
+        }
+        acc
+    }
+
+    /// The horizontal pass per 16-value chunk: a window offset and, in `data`, the start value
+    /// of the accumulators, the permute indices and weights of the high parts (two taps per
+    /// vector) and of the low parts (four taps per vector).
+    #[derive(Clone, Debug, Default)]
+    pub(super) struct ZPlan {
+        /// The coefficients' key it was built for, and whether the kernel can run it.
+        key: Option<((u32, u32, bool), bool)>,
+        /// High-part vectors per chunk (`taps / 2` rounded up); low-part ones are half that.
+        pairs: usize,
+        /// 128-byte windows (two-table permutes) instead of 64-byte ones.
+        two: bool,
+        chunks: usize,
+        /// Values per output row, `3 * out_w`.
+        values: usize,
+        /// Source row length the windows were checked against, `3 * in_w`.
+        row_bytes: usize,
+        /// Per chunk: the window's first byte in the source row.
+        win: Vec<u32>,
+        /// Per chunk: the dwords of the (two) window(s) to keep in the flipped copy; the one
+        /// left out is zeroed (the high parts' zero low bytes).
+        zmask: Vec<u32>,
+        /// Per chunk: the range of `fetch_blocks` its windows reach first (each 64-byte
+        /// block of a row once), which the kernel prefetches in the next block's rows.
+        fetch: Vec<(u16, u16)>,
+        fetch_blocks: Vec<u16>,
+        /// Which 64-byte blocks of a row the windows so far reach (while building).
+        reached: Vec<bool>,
+        /// Per chunk, `per_chunk()` vectors: bias, high indices, high weights, low indices,
+        /// low weights.
+        data: Vec<Z>,
+        /// Per output pixel (`out_w + 16` entries, zero padded, per pair or quad): the
+        /// accumulator start, the first byte it reads, the high-part weight pairs and the
+        /// low-part weight quads; the chunks are expanded from these.
+        px_bias: Vec<i32>,
+        px_pos: Vec<i32>,
+        px_hi: Vec<i32>,
+        px_lo: Vec<i32>,
+    }
+
+    impl ZPlan {
+        fn quads(&self) -> usize {
+            self.pairs.div_ceil(2)
+        }
+
+        fn per_chunk(&self) -> usize {
+            1 + 2 * self.pairs + 2 * self.quads()
+        }
+
+        /// Window bytes.
+        fn window(two: bool) -> usize {
+            if two {
+                128
+            } else {
+                64
+            }
+        }
+
+        /// Builds the plan for `c` unless it is the cached one; returns whether the kernel
+        /// can run it. Only called where the CPU has the module's features.
+        fn prepare(&mut self, c: &AxisCoeffs) -> bool {
+            if let Some((key, ok)) = self.key {
+                if key == c.key() {
+                    return ok;
+                }
+            }
+            let ok = self.build(c);
+            self.key = Some((c.key(), ok));
+            ok
+        }
+
+        fn build(&mut self, c: &AxisCoeffs) -> bool {
+            let taps = c.taps;
+            let pairs = taps.div_ceil(2);
+            let row_bytes = 3 * c.in_size as usize;
+            // (Row blocks are numbered in u16: rows up to 4 MiB.)
+            if pairs > MAX_PAIRS
+                || row_bytes < 64
+                || row_bytes > 64 * usize::from(u16::MAX)
+                || !c.simd_friendly()
+                || !c.padded_ready
+            {
+                return false;
+            }
+            let out = c.out_size as usize;
+            self.pairs = pairs;
+            self.values = 3 * out;
+            self.chunks = self.values.div_ceil(16);
+            self.row_bytes = row_bytes;
+            let quads = self.quads();
+            // Per pixel, in blocks of 16 (and 16 more entries: the chunks load 16 from any
+            // pixel); every entry a chunk uses is overwritten, so the arrays only grow.
+            let len = out.next_multiple_of(16) + 16;
+            for (v, n) in [
+                (&mut self.px_bias, len),
+                (&mut self.px_pos, len),
+                (&mut self.px_hi, pairs * len),
+                (&mut self.px_lo, quads * len),
+            ] {
+                if v.len() < n {
+                    v.resize(n, 0);
+                }
+            }
+            // SAFETY: plans are only prepared on the AVX-512 path (the CPU has the features);
+            // the arrays were sized above; `pweights` holds `out * taps` weights and `pstart`
+            // `out` starts (padded coefficients, checked ready above).
+            unsafe { self.fill_pixels(&c.pweights[..out * taps], &c.pstart[..out], taps, len) };
+            // Every vector is overwritten: growing only.
+            self.data
+                .resize(self.chunks * self.per_chunk(), Z::default());
+            for two in [false, true] {
+                if row_bytes < Self::window(two) {
+                    break;
+                }
+                self.two = two;
+                // SAFETY: plans are only prepared on the AVX-512 path (the CPU has the
+                // features); the per-pixel arrays hold `len` entries per pair/quad and `data`
+                // `chunks * per_chunk()` vectors, as `expand` needs.
+                if unsafe { self.expand(taps, len) } {
+                    return true;
+                }
+            }
+            false
+        }
+
+        /// The per-pixel arrays from the padded coefficients, 16 pixels at a time.
+        ///
+        /// # Safety
+        /// The module's AVX-512 features; `pweights.len() == pstart.len() * taps`; the arrays
+        /// hold `len >= pstart.len()` rounded up to 16 entries (per pair or quad).
+        #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vbmi,avx512vnni")]
+        unsafe fn fill_pixels(
+            &mut self,
+            pweights: &[i32],
+            pstart: &[u32],
+            taps: usize,
+            len: usize,
+        ) {
+            let out = pstart.len();
+            let lane = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+            for p0 in (0..out).step_by(16) {
+                let valid = ((1u32 << (out - p0).min(16)) - 1) as __mmask16;
+                let first = _mm512_mullo_epi32(
+                    _mm512_add_epi32(_mm512_set1_epi32(p0 as i32), lane),
+                    _mm512_set1_epi32(taps as i32),
+                );
+                let mut hsum = _mm512_setzero_si512();
+                let mut hi = [_mm512_setzero_si512(); MAX_PAIRS];
+                let mut lo = [_mm512_setzero_si512(); MAX_PAIRS / 2];
+                for k in 0..taps {
+                    let at = _mm512_add_epi32(first, _mm512_set1_epi32(k as i32));
+                    // SAFETY: valid lanes read weight `(p0 + lane) * taps + k` of the
+                    // `out * taps`; the others are masked off (not read).
+                    let w = unsafe {
+                        _mm512_mask_i32gather_epi32::<4>(
+                            _mm512_setzero_si512(),
+                            valid,
+                            at,
+                            pweights.as_ptr(),
+                        )
+                    };
+                    // w = 256 h + l, l in [-128, 127].
+                    let h = _mm512_srai_epi32::<8>(_mm512_add_epi32(w, _mm512_set1_epi32(128)));
+                    let l = _mm512_sub_epi32(w, _mm512_slli_epi32::<8>(h));
+                    hsum = _mm512_add_epi32(hsum, h);
+                    let hs = _mm_cvtsi32_si128(16 * (k % 2) as i32);
+                    hi[k / 2] = _mm512_or_si512(hi[k / 2], _mm512_sll_epi32(h, hs));
+                    let l = _mm512_and_si512(l, _mm512_set1_epi32(0xff));
+                    let ls = _mm_cvtsi32_si128(8 * (k % 4) as i32);
+                    lo[k / 4] = _mm512_or_si512(lo[k / 4], _mm512_sll_epi32(l, ls));
+                }
+                let bias = _mm512_add_epi32(_mm512_set1_epi32(HALF), _mm512_slli_epi32::<15>(hsum));
+                // SAFETY: 16 entries from `p0 < out` lie within `len` (a multiple of 16 at
+                // least `out`); the start load is masked to the `out - p0` left.
+                unsafe {
+                    let st = _mm512_maskz_loadu_epi32(valid, pstart[p0..].as_ptr().cast());
+                    let pos = _mm512_mullo_epi32(st, _mm512_set1_epi32(3));
+                    _mm512_storeu_si512(self.px_pos[p0..p0 + 16].as_mut_ptr().cast(), pos);
+                    _mm512_storeu_si512(self.px_bias[p0..p0 + 16].as_mut_ptr().cast(), bias);
+                    for (p, v) in hi.iter().enumerate().take(taps.div_ceil(2)) {
+                        let at = p * len + p0;
+                        _mm512_storeu_si512(self.px_hi[at..at + 16].as_mut_ptr().cast(), *v);
+                    }
+                    for (q, v) in lo.iter().enumerate().take(taps.div_ceil(4)) {
+                        let at = q * len + p0;
+                        _mm512_storeu_si512(self.px_lo[at..at + 16].as_mut_ptr().cast(), *v);
+                    }
+                }
+            }
+        }
+
+        /// Fills `win` and `data` from the per-pixel arrays; false if a chunk's taps do not
+        /// fit its window.
+        ///
+        /// # Safety
+        /// The module's AVX-512 features; `px_*` hold `len = out_w + 16` entries (per pair
+        /// or quad), `data` `chunks * per_chunk()` vectors.
+        #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vbmi,avx512vnni")]
+        unsafe fn expand(&mut self, taps: usize, len: usize) -> bool {
+            let (pairs, quads, per) = (self.pairs, self.quads(), self.per_chunk());
+            self.win.clear();
+            self.zmask.clear();
+            self.fetch.clear();
+            self.fetch_blocks.clear();
+            self.reached.clear();
+            self.reached.resize(self.row_bytes.div_ceil(64), false);
+            let window = Self::window(self.two);
+            let limit = (self.row_bytes - window) as i32;
+            // Value 16 m + q of the row is channel c of pixel 16m / 3 + rel: with
+            // r = m mod 3 (16 = 1 mod 3), rel = (r + q) / 3 and c = (r + q) mod 3.
+            let pattern = |f: fn(usize) -> usize| -> [__m512i; 3] {
+                std::array::from_fn(|r| {
+                    let v: [i32; 16] = std::array::from_fn(|q| f(r + q) as i32);
+                    // SAFETY: reads the 64 bytes of `v`.
+                    unsafe { _mm512_loadu_si512(v.as_ptr().cast()) }
+                })
+            };
+            let rel = pattern(|x| x / 3);
+            let chan = pattern(|x| x % 3);
+            let base = self.data.as_mut_ptr();
+            for m in 0..self.chunks {
+                let (px0, r) = (16 * m / 3, m % 3);
+                let n = (self.values - 16 * m).min(16);
+                let valid = ((1u32 << n) - 1) as __mmask16;
+                debug_assert!(px0 + 16 <= len);
+                // SAFETY: `px0 < out`, so the 16 entries from `px0` lie within `len`; the
+                // 1 + 2 pairs + 2 quads vectors of chunk `m` lie within `data`.
+                unsafe {
+                    let gather = |v: &[i32]| {
+                        _mm512_permutexvar_epi32(
+                            rel[r],
+                            _mm512_loadu_si512(v[px0..].as_ptr().cast()),
+                        )
+                    };
+                    let pos = _mm512_add_epi32(gather(&self.px_pos), chan[r]);
+                    let lo = _mm512_mask_reduce_min_epi32(valid, pos);
+                    let hi = _mm512_mask_reduce_max_epi32(valid, pos);
+                    let wo = lo.min(limit);
+                    // The taps' bytes in the window, and a 4-byte block clear of them whose
+                    // flipped copy the kernel zeroes (the high parts' zero low bytes).
+                    let (first, last) = (lo - wo, hi + 3 * (taps as i32 - 1) - wo);
+                    if last >= window as i32 {
+                        return false;
+                    }
+                    let z = if first >= 4 {
+                        0
+                    } else if last < window as i32 - 4 {
+                        window as i32 / 4 - 1
+                    } else {
+                        return false;
+                    };
+                    self.win.push(wo as u32);
+                    self.zmask.push(!(1u32 << z));
+                    let first_block = self.fetch_blocks.len() as u16;
+                    let blocks = wo as usize / 64..(wo as usize + window).div_ceil(64);
+                    for k in blocks {
+                        if !self.reached[k] {
+                            self.reached[k] = true;
+                            self.fetch_blocks.push(k as u16);
+                        }
+                    }
+                    let count = self.fetch_blocks.len() as u16 - first_block;
+                    self.fetch.push((first_block, count));
+                    // Tap 0's byte in the window (0 in the padding lanes).
+                    let b = _mm512_maskz_sub_epi32(valid, pos, _mm512_set1_epi32(wo));
+                    let d = base.add(m * per).cast::<__m512i>();
+                    _mm512_store_si512(d, gather(&self.px_bias));
+                    let zeros = _mm512_set1_epi32((4 * z) | ((4 * z) << 16));
+                    for p in 0..pairs {
+                        let t = _mm512_add_epi32(b, _mm512_set1_epi32(6 * p as i32));
+                        let t3 = _mm512_add_epi32(t, _mm512_set1_epi32(3));
+                        let idx = _mm512_or_si512(
+                            zeros,
+                            _mm512_or_si512(_mm512_slli_epi32::<8>(t), _mm512_slli_epi32::<24>(t3)),
+                        );
+                        _mm512_store_si512(d.add(1 + p), idx);
+                        _mm512_store_si512(d.add(1 + pairs + p), gather(&self.px_hi[p * len..]));
+                    }
+                    for q in 0..quads {
+                        let t = _mm512_add_epi32(b, _mm512_set1_epi32(12 * q as i32));
+                        let idx = _mm512_add_epi32(
+                            _mm512_mullo_epi32(t, _mm512_set1_epi32(0x0101_0101)),
+                            _mm512_set1_epi32(0x0906_0300),
+                        );
+                        _mm512_store_si512(d.add(1 + 2 * pairs + q), idx);
+                        let lw = gather(&self.px_lo[q * len..]);
+                        _mm512_store_si512(d.add(1 + 2 * pairs + quads + q), lw);
+                    }
+                }
+            }
+            true
+        }
+    }
+
+    /// The AVX-512 path's plan and buffers.
+    #[derive(Clone, Debug, Default)]
+    pub(super) struct Scratch {
+        /// The plans of the last two horizontal coefficient sets (a random flip alternates
+        /// between the two orders of the same outputs), `plans[cur]` the current one.
+        plans: [ZPlan; 2],
+        cur: usize,
+        /// The ring: pair-format rows of the horizontal-first order (`BLOCK + taps` of them),
+        /// or widened source rows of the vertical-first order (`taps`).
+        ring: Vec<i32>,
+        /// Per vertical tap, where its row starts in the ring.
+        offs: Vec<usize>,
+        /// u8 rows out of the horizontal kernel, `chunks * 16` bytes apart.
+        block: Vec<u8>,
+        /// u8 rows into the horizontal kernel in the vertical-first order.
+        rows: Vec<u8>,
+        /// Vertical weights for the vertical-first order as i16 pairs `(w mod 256, w / 256)`,
+        /// and per output row the accumulator start `HALF + 32768 * sum(w / 256)`; for `vkey`.
+        vweights: Vec<i32>,
+        vbias: Vec<i32>,
+        vkey: Option<(u32, u32, bool)>,
+    }
+
+    impl Scratch {
+        /// Prepares the horizontal plan; returns whether this path can run the resize
+        /// (`vert`: the vertical pass, when there is one). Only called where the CPU has the
+        /// module's features.
+        pub(super) fn prepare(&mut self, horiz: &AxisCoeffs, vert: Option<&AxisCoeffs>) -> bool {
+            let key = Some(horiz.key());
+            if self.plans[self.cur].key.map(|k| k.0) != key {
+                // The other plan: the cached one if it matches, else the older one, rebuilt.
+                self.cur = 1 - self.cur;
+            }
+            if !self.plans[self.cur].prepare(horiz) {
+                return false;
+            }
+            match vert {
+                None => true,
+                Some(v) => v.taps <= MAX_V_TAPS && v.simd_friendly(),
+            }
+        }
+
+        /// The vertical-first order's weights for `vert`.
+        fn prepare_u8_vertical(&mut self, vert: &AxisCoeffs) {
+            if self.vkey == Some(vert.key()) {
+                return;
+            }
+            self.vweights.clear();
+            self.vweights.extend(vert.weights.iter().map(|&w| {
+                let (h, l) = (w >> 8, w & 255);
+                l | (h << 16)
+            }));
+            self.vbias.clear();
+            self.vbias.extend(
+                vert.weights
+                    .chunks_exact(vert.stride)
+                    .map(|w| HALF + 32768 * w.iter().map(|&w| w >> 8).sum::<i32>()),
+            );
+            self.vkey = Some(vert.key());
+        }
+    }
+
+    /// The whole resize with the AVX-512 kernels (`horiz` needed; `vert` when `need_v`); the
+    /// caller checked the CPU and [`Scratch::prepare`].
+    pub(super) fn resize<S: RowSink + ?Sized>(
+        r: &mut Resizer,
+        src: RgbView<'_>,
+        out_h: u32,
+        need_v: bool,
+        sink: &mut S,
+    ) {
+        let Resizer {
+            horiz, vert, zmm, ..
+        } = r;
+        let (in_w, in_h) = (src.width(), src.height());
+        let out_w = horiz.out_size;
+        let vfirst = need_v && vertical_first(in_w, in_h, out_w, out_h);
+        if vfirst {
+            zmm.prepare_u8_vertical(vert);
+        }
+        let plan = &zmm.plans[zmm.cur];
+        let stride = plan.chunks * 16;
+        let values = plan.values;
+        let out_h = out_h as usize;
+        // Row y of a ring lives in slot y mod cap; rows only move forward, so the slots are
+        // tracked by subtraction instead of divisions.
+        let slot = |y: usize, cap: usize, base: &mut usize| {
+            while y >= *base + cap {
+                *base += cap;
+            }
+            y - *base
+        };
+        if !need_v || vfirst {
+            // Blocks of output rows: (vertical pass into `rows`,) horizontal pass into
+            // `block`, then out to the sink. The vertical pass reads the source rows widened
+            // once each into a ring of `(v, 256 (v - 128))` lane pairs.
+            let row_bytes = 3 * in_w as usize;
+            let wide = row_bytes.next_multiple_of(16);
+            let cap = vert.taps;
+            let mut ring: &mut [i32] = &mut [];
+            if need_v {
+                if zmm.rows.len() < BLOCK * row_bytes {
+                    zmm.rows.resize(BLOCK * row_bytes, 0);
+                }
+                if zmm.ring.len() < cap * wide + 16 {
+                    zmm.ring.resize(cap * wide + 16, 0);
+                }
+                let align = zmm.ring.as_ptr().align_offset(64).min(16);
+                ring = &mut zmm.ring[align..align + cap * wide];
+            }
+            if zmm.block.len() < BLOCK * stride {
+                zmm.block.resize(BLOCK * stride, 0);
+            }
+            let (mut next, mut next_base, mut start_base) = (0, 0, 0);
+            for y0 in (0..out_h).step_by(BLOCK) {
+                let n = BLOCK.min(out_h - y0);
+                let mut rows: [&[u8]; BLOCK] = [&[]; BLOCK];
+                if need_v {
+                    for (i, dst) in zmm.rows.chunks_exact_mut(row_bytes).take(n).enumerate() {
+                        let yy = y0 + i;
+                        let (start, count) = (vert.start[yy] as usize, vert.count[yy] as usize);
+                        // Rows [start, start + count) fit: count <= taps = cap.
+                        while next < start + count {
+                            let at = slot(next, cap, &mut next_base) * wide;
+                            // Prefetching a few rows ahead hides a cold source's latency.
+                            let ahead =
+                                (next + 4 < in_h as usize).then(|| src.row(next as u32 + 4));
+                            widen(src.row(next as u32), ahead, &mut ring[at..at + wide]);
+                            next += 1;
+                        }
+                        let s0 = slot(start, cap, &mut start_base);
+                        zmm.offs.clear();
+                        zmm.offs.extend((s0..s0 + count).map(|s| {
+                            // `count <= cap`: at most one wrap.
+                            let slot = if s >= cap { s - cap } else { s };
+                            slot * wide
+                        }));
+                        let w = &zmm.vweights[yy * vert.stride..yy * vert.stride + count];
+                        vertical_pairs(ring, &zmm.offs, w, zmm.vbias[yy], dst);
+                    }
+                    for (slot, row) in rows.iter_mut().zip(zmm.rows.chunks_exact(row_bytes)) {
+                        *slot = row;
+                    }
+                } else {
+                    for (i, slot) in rows.iter_mut().take(n).enumerate() {
+                        *slot = src.row((y0 + i) as u32);
+                    }
+                }
+                let mut store = U8Rows {
+                    out: &mut zmm.block,
+                    stride,
+                };
+                // Without a vertical pass the next block's source rows come next.
+                let n_ahead = if need_v { 0 } else { n.min(out_h - y0 - n) };
+                run_horizontal(
+                    plan,
+                    &rows[..n],
+                    Ahead::rows(&src, y0 + n, n_ahead),
+                    &mut store,
+                );
+                for (i, row) in zmm.block.chunks_exact(stride).take(n).enumerate() {
+                    sink.row_mut(y0 + i).copy_from_slice(&row[..values]);
+                    sink.row_done(y0 + i);
+                }
+            }
+            return;
+        }
+        // Horizontal first: source rows go through the horizontal pass in blocks, into a ring
+        // of pair-format rows, as the vertical pass comes to need them.
+        vert.ensure_pairs();
+        let (first, end) = vert.span();
+        let cap = BLOCK + vert.taps;
+        // 64-byte aligned rows (`stride` values are a multiple of 64 bytes): no load of the
+        // vertical pass straddles cache lines.
+        if zmm.ring.len() < cap * stride + 16 {
+            zmm.ring.resize(cap * stride + 16, 0);
+        }
+        let align = zmm.ring.as_ptr().align_offset(64).min(16);
+        let ring = &mut zmm.ring[align..align + cap * stride];
+        let (mut next_base, mut start_base) = (first - first % cap, first - first % cap);
+        let mut next = first;
+        for yy in 0..out_h {
+            let (start, w) = vert.pair_taps_of(yy);
+            while next < start + w.len() {
+                // Rows [start, next + n) fit: next < start + taps, n <= BLOCK.
+                let n = BLOCK.min(end - next);
+                let ahead = Ahead::rows(&src, next + n, BLOCK.min(end - next - n));
+                let mut src_rows: [&[u8]; BLOCK] = [&[]; BLOCK];
+                for (i, slot) in src_rows.iter_mut().take(n).enumerate() {
+                    *slot = src.row((next + i) as u32);
+                }
+                let (head, tail) = ring.split_at_mut(slot(next, cap, &mut next_base) * stride);
+                let mut outs: [&mut [i32]; BLOCK] = Default::default();
+                let slots = tail
+                    .chunks_exact_mut(stride)
+                    .chain(head.chunks_exact_mut(stride));
+                for (o, slot) in outs.iter_mut().zip(slots).take(n) {
+                    *o = slot;
+                }
+                let mut store = PairRows {
+                    rows: &mut outs[..n],
+                };
+                run_horizontal(plan, &src_rows[..n], ahead, &mut store);
+                next += n;
+            }
+            let s0 = slot(start, cap, &mut start_base);
+            zmm.offs.clear();
+            zmm.offs.extend((s0..s0 + w.len()).map(|s| {
+                // `w.len() <= taps < cap`: at most one wrap.
+                let slot = if s >= cap { s - cap } else { s };
+                slot * stride
+            }));
+            let out = sink.row_mut(yy);
+            vertical_pairs(ring, &zmm.offs, w, HALF, &mut out[..values]);
+            sink.row_done(yy);
+        }
+    }
+
+    /// Where the horizontal kernel puts the 16 accumulators of row `r`, chunk `m`.
+    trait Store {
+        /// Whether `rows` rows of `values` values fit.
+        fn fits(&self, rows: usize, values: usize) -> bool;
+        /// Stores `acc` (16 i32 sums, `HALF` included, each in `[0, 2^30)`).
+        ///
+        /// # Safety
+        /// The AVX-512 features of the module, and `r`, `m` within what [`Store::fits`]
+        /// accepted.
+        unsafe fn store(&mut self, r: usize, m: usize, acc: __m512i);
+    }
+
+    /// u8 rows, `stride` bytes apart.
+    struct U8Rows<'a> {
+        out: &'a mut [u8],
+        stride: usize,
+    }
+
+    impl Store for U8Rows<'_> {
+        fn fits(&self, rows: usize, values: usize) -> bool {
+            self.stride >= values && self.out.len() >= rows * self.stride
+        }
+
+        #[inline(always)]
+        unsafe fn store(&mut self, r: usize, m: usize, acc: __m512i) {
+            // SAFETY: `fits` guaranteed `r * stride + 16 m + 16 <= out.len()`.
+            unsafe {
+                let p = self.out.as_mut_ptr().add(r * self.stride + 16 * m);
+                let v = _mm512_srai_epi32::<PRECISION_BITS>(acc);
+                _mm_storeu_si128(p.cast(), _mm512_cvtepi32_epi8(v));
+            }
+        }
+    }
+
+    /// Pair-format rows (`v | v << 23`, the i16 pair `(v, 128 v)`), one slice each.
+    struct PairRows<'a, 'b> {
+        rows: &'b mut [&'a mut [i32]],
+    }
+
+    impl Store for PairRows<'_, '_> {
+        fn fits(&self, rows: usize, values: usize) -> bool {
+            self.rows.len() >= rows && self.rows.iter().all(|r| r.len() >= values)
+        }
+
+        #[inline(always)]
+        unsafe fn store(&mut self, r: usize, m: usize, acc: __m512i) {
+            // SAFETY: `fits` guaranteed row `r` holds `16 m + 16` values.
+            unsafe {
+                // v = acc >> 22 (bits 22..29; bits 30, 31 are 0). Per dword, byte 0 takes bits
+                // 22..29 (v), byte 3 bits 23..30 (v >> 1), byte 2 bits 15..22 of which only
+                // bit 22 (v & 1, at bit 7) is kept: v + (v << 23).
+                let ctrl = _mm512_set1_epi64(i64::from_le_bytes([22, 0, 15, 23, 54, 0, 47, 55]));
+                let spread = _mm512_multishift_epi64_epi8(ctrl, acc);
+                let v = _mm512_and_si512(spread, _mm512_set1_epi32(0xFF80_00FF_u32 as i32));
+                _mm512_storeu_si512(self.rows[r].as_mut_ptr().add(16 * m).cast(), v);
+            }
+        }
+    }
+
+    /// The horizontal pass of `rows` into `store`, prefetching (into L2) the windows of the
+    /// rows `ahead`, the next block's: the source image is often cold (just decoded, or one of
+    /// many), and one block of computing hides the next block's memory latency.
+    fn run_horizontal<S: Store>(plan: &ZPlan, rows: &[&[u8]], ahead: Ahead, store: &mut S) {
+        // Every window lies in `[0, row_bytes)`: the kernel's loads need rows that long, and
+        // the stores need `rows.len()` rows of `chunks * 16` values.
+        assert!(rows.iter().all(|r| r.len() >= plan.row_bytes));
+        assert!(store.fits(rows.len(), plan.chunks * 16));
+        assert_eq!(plan.win.len(), plan.chunks);
+        assert_eq!(plan.zmask.len(), plan.chunks);
+        assert_eq!(plan.fetch.len(), plan.chunks);
+        assert!(plan.fetch.iter().all(|&(first, count)| {
+            let blocks = plan
+                .fetch_blocks
+                .get(first as usize..(first + count) as usize);
+            blocks.is_some_and(|b| b.iter().all(|&k| 64 * (k as usize) < plan.row_bytes))
+        }));
+        assert_eq!(plan.data.len(), plan.chunks * plan.per_chunk());
+        let window = ZPlan::window(plan.two);
+        assert!(plan
+            .win
+            .iter()
+            .all(|&w| w as usize + window <= plan.row_bytes));
+        assert!((1..=MAX_PAIRS).contains(&plan.pairs));
+        // SAFETY: (every arm) the resize runs this only on CPUs with the module's AVX-512
+        // features; the row, window and store bounds the kernel relies on were asserted above.
+        unsafe {
+            match (plan.two, plan.pairs) {
+                (false, 1) => horizontal_kernel::<1, false, S>(plan, rows, ahead, store),
+                (false, 2) => horizontal_kernel::<2, false, S>(plan, rows, ahead, store),
+                (false, 3) => horizontal_kernel::<3, false, S>(plan, rows, ahead, store),
+                (false, 4) => horizontal_kernel::<4, false, S>(plan, rows, ahead, store),
+                (false, 5) => horizontal_kernel::<5, false, S>(plan, rows, ahead, store),
+                (false, 6) => horizontal_kernel::<6, false, S>(plan, rows, ahead, store),
+                (false, 7) => horizontal_kernel::<7, false, S>(plan, rows, ahead, store),
+                (false, _) => horizontal_kernel::<8, false, S>(plan, rows, ahead, store),
+                (true, 1) => horizontal_kernel::<1, true, S>(plan, rows, ahead, store),
+                (true, 2) => horizontal_kernel::<2, true, S>(plan, rows, ahead, store),
+                (true, 3) => horizontal_kernel::<3, true, S>(plan, rows, ahead, store),
+                (true, 4) => horizontal_kernel::<4, true, S>(plan, rows, ahead, store),
+                (true, 5) => horizontal_kernel::<5, true, S>(plan, rows, ahead, store),
+                (true, 6) => horizontal_kernel::<6, true, S>(plan, rows, ahead, store),
+                (true, 7) => horizontal_kernel::<7, true, S>(plan, rows, ahead, store),
+                (true, _) => horizontal_kernel::<8, true, S>(plan, rows, ahead, store),
+            }
+        }
+    }
+
+    /// # Safety
+    /// AVX-512 F/BW/VL/VBMI/VNNI; `plan.pairs == P`, `plan.two == TWO`; every row at least
+    /// `plan.row_bytes` long and every window inside it; `store` fits
+    /// `rows.len()` rows of `plan.chunks * 16` values; `plan.data` holds
+    /// `chunks * per_chunk()` vectors.
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vbmi,avx512vnni")]
+    unsafe fn horizontal_kernel<const P: usize, const TWO: bool, S: Store>(
+        plan: &ZPlan,
+        rows: &[&[u8]],
+        ahead: Ahead,
+        store: &mut S,
+    ) {
+        let quads = P.div_ceil(2);
+        let per = 1 + 2 * P + 2 * quads;
+        let flip = _mm512_set1_epi8(0x80u8 as i8);
+        for m in 0..plan.chunks {
+            // SAFETY: chunk `m`'s `per` vectors lie within `data` (caller).
+            let d = unsafe { plan.data.as_ptr().add(m * per).cast::<__m512i>() };
+            // SAFETY: as above; `Z` is 64-aligned.
+            let load = |i: usize| unsafe { _mm512_load_si512(d.add(i)) };
+            let bias = load(0);
+            let mut hidx = [_mm512_setzero_si512(); P];
+            let mut hw = [_mm512_setzero_si512(); P];
+            let mut lidx = [_mm512_setzero_si512(); 4];
+            let mut lw = [_mm512_setzero_si512(); 4];
+            for p in 0..P {
+                hidx[p] = load(1 + p);
+                hw[p] = load(1 + P + p);
+            }
+            for q in 0..quads {
+                lidx[q] = load(1 + 2 * P + q);
+                lw[q] = load(1 + 2 * P + quads + q);
+            }
+            let wo = plan.win[m] as usize;
+            let keep = plan.zmask[m];
+            let (keep_a, keep_b) = (keep as __mmask16, (keep >> 16) as __mmask16);
+            // The row blocks this chunk's windows reach first: prefetch them in the next
+            // block's rows (each block once a row, about every third chunk).
+            let (first, count) = plan.fetch[m];
+            for &k in &plan.fetch_blocks[first as usize..(first + count) as usize] {
+                // SAFETY: prefetches only (the caller's features include SSE).
+                unsafe { ahead.prefetch(64 * k as usize) };
+            }
+            for (r, row) in rows.iter().enumerate() {
+                // SAFETY: the window `[wo, wo + 64)` (and `[wo + 64, wo + 128)` when TWO) lies
+                // within the row (caller).
+                let (a, b) = unsafe {
+                    let ptr = row.as_ptr().add(wo);
+                    let a = _mm512_loadu_si512(ptr.cast());
+                    let b = if TWO {
+                        _mm512_loadu_si512(ptr.add(64).cast())
+                    } else {
+                        a
+                    };
+                    (a, b)
+                };
+                // The flipped window with one dword zeroed: the high-part permutes fetch their
+                // zero low bytes there.
+                let xa = _mm512_maskz_xor_epi32(keep_a, a, flip);
+                let xb = if TWO {
+                    _mm512_maskz_xor_epi32(keep_b, b, flip)
+                } else {
+                    xa
+                };
+                let mut acc = bias;
+                for p in 0..P {
+                    let g = if TWO {
+                        _mm512_permutex2var_epi8(xa, hidx[p], xb)
+                    } else {
+                        _mm512_permutexvar_epi8(hidx[p], xa)
+                    };
+                    acc = dpwssd(acc, g, hw[p]);
+                }
+                for q in 0..quads {
+                    let g = if TWO {
+                        _mm512_permutex2var_epi8(a, lidx[q], b)
+                    } else {
+                        _mm512_permutexvar_epi8(lidx[q], a)
+                    };
+                    acc = dpbusd(acc, g, lw[q]);
+                }
+                // SAFETY: `r < rows.len()` and `m < chunks`, within what the caller checked.
+                unsafe { store.store(r, m, acc) };
+            }
+        }
+    }
+
+    /// 4 x 16 sums to 64 bytes in value order.
+    #[target_feature(enable = "avx512f,avx512bw")]
+    #[inline]
+    fn pack64(acc: [__m512i; 4]) -> __m512i {
+        let s = acc.map(|a| _mm512_srai_epi32::<PRECISION_BITS>(a));
+        let w01 = _mm512_packus_epi32(s[0], s[1]);
+        let w23 = _mm512_packus_epi32(s[2], s[3]);
+        // Per 128-bit lane l: 4 values of each of s[0..4] (dword j of lane l = s[j]'s values
+        // 4l..4l + 4); gather them back: dword 4j + l <- dword 4l + j.
+        let b = _mm512_packus_epi16(w01, w23);
+        let order = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
+        _mm512_permutexvar_epi32(order, b)
+    }
+
+    /// Mask of the first `n` (at most 64) bytes.
+    #[inline(always)]
+    fn first_bytes(n: usize) -> u64 {
+        if n >= 64 {
+            u64::MAX
+        } else {
+            (1u64 << n) - 1
+        }
+    }
+
+    /// One output row of the vertical pass over rows of i16 lane pairs:
+    /// `out[i] = clip8(bias + sum_k dot(ring[offs[k] + i], w[k]))`. With pair-format rows and
+    /// weights (the horizontal-first order), `bias = HALF`; with `(v, 256 (v - 128))` rows
+    /// ([`widen`]) and `(w mod 256, w / 256)` weights, `bias = HALF + 32768 sum(w / 256)`.
+    fn vertical_pairs(ring: &[i32], offs: &[usize], w: &[i32], bias: i32, out: &mut [u8]) {
+        let n16 = out.len().div_ceil(16) * 16;
+        assert!(offs.len() == w.len() && offs.iter().all(|&o| o + n16 <= ring.len()));
+        // SAFETY: the resize runs this only on CPUs with the module's AVX-512 features;
+        // bounds asserted above.
+        unsafe { vertical_pairs_kernel(ring, offs, w, bias, out) }
+    }
+
+    /// # Safety
+    /// AVX-512 F/BW/VL/VNNI; `offs.len() == w.len()`; `ring` holds `ceil(out.len() / 16) * 16`
+    /// values from every offset.
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vbmi,avx512vnni")]
+    unsafe fn vertical_pairs_kernel(
+        ring: &[i32],
+        offs: &[usize],
+        w: &[i32],
+        bias: i32,
+        out: &mut [u8],
+    ) {
+        let n = out.len();
+        let n16 = n.div_ceil(16) * 16;
+        let dst = out.as_mut_ptr();
+        let base = ring.as_ptr();
+        let half = _mm512_set1_epi32(bias);
+        let mut m = 0;
+        // SAFETY: loads read values `[off + m, off + m + 64)` or `[off + m, off + m + 16)`
+        // with `m + 64`/`m + 16 <= n16`, inside `ring` (caller); stores cover `[m, m + 64)`
+        // within `out`, or are masked to `[m, n)`.
+        unsafe {
+            while m + 64 <= n16 {
+                let mut acc = [half; 4];
+                for (&off, &wk) in offs.iter().zip(w) {
+                    let wk = _mm512_set1_epi32(wk);
+                    let p = base.add(off + m);
+                    for (i, a) in acc.iter_mut().enumerate() {
+                        *a = dpwssd(*a, _mm512_loadu_si512(p.add(16 * i).cast()), wk);
+                    }
+                }
+                let bytes = pack64(acc);
+                if m + 64 <= n {
+                    _mm512_storeu_si512(dst.add(m).cast(), bytes);
+                } else {
+                    _mm512_mask_storeu_epi8(dst.add(m).cast(), first_bytes(n - m), bytes);
+                }
+                m += 64;
+            }
+            while m < n16 {
+                let mut acc = half;
+                for (&off, &wk) in offs.iter().zip(w) {
+                    let v = _mm512_loadu_si512(base.add(off + m).cast());
+                    acc = dpwssd(acc, v, _mm512_set1_epi32(wk));
+                }
+                let v = _mm512_srai_epi32::<PRECISION_BITS>(acc);
+                let mask = first_bytes(n - m) as u16;
+                _mm_mask_storeu_epi8(dst.add(m).cast(), mask, _mm512_cvtepi32_epi8(v));
+                m += 16;
+            }
+        }
+    }
+
+    /// A u8 row as `(v, 256 (v - 128))` i16 lane pairs, one dword per value: `dst` holds
+    /// `src.len()` rounded up to 16 values (the padding gets 0 bytes' pairs). Prefetches
+    /// `ahead` (into L2) as it goes.
+    fn widen(src: &[u8], ahead: Option<&[u8]>, dst: &mut [i32]) {
+        assert!(dst.len() >= src.len().div_ceil(16) * 16);
+        // SAFETY: the resize runs this only on CPUs with the module's AVX-512 features;
+        // bounds asserted above.
+        unsafe { widen_kernel(src, ahead.unwrap_or(&[]), dst) }
+    }
+
+    /// # Safety
+    /// AVX-512 F/BW/VL/VBMI; `dst.len() >= ceil(src.len() / 16) * 16`.
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vbmi,avx512vnni")]
+    unsafe fn widen_kernel(src: &[u8], ahead: &[u8], dst: &mut [i32]) {
+        let n = src.len();
+        let n16 = n.div_ceil(16) * 16;
+        let flip = _mm512_set1_epi32(0x8000_0000_u32 as i32);
+        // Sub-vector s, dword q: bytes 0 and 3 take byte 16 s + q of the 64 loaded (the
+        // mask zeroes bytes 1 and 2): lanes (v, 256 v), then 256 (v - 128) by the flip.
+        let idx: [__m512i; 4] = std::array::from_fn(|s| {
+            let mut z = Z::default();
+            for q in 0..16 {
+                z.0[4 * q] = (16 * s + q) as u8;
+                z.0[4 * q + 3] = (16 * s + q) as u8;
+            }
+            // SAFETY: reads the 64 bytes of `z`.
+            unsafe { _mm512_load_si512(z.0.as_ptr().cast()) }
+        });
+        let mut m = 0;
+        while m < n {
+            let len = (n - m).min(64);
+            if m < ahead.len() {
+                // SAFETY: a prefetch (no access) of a byte inside `ahead`.
+                unsafe { _mm_prefetch::<_MM_HINT_T1>(ahead.as_ptr().add(m).cast()) };
+            }
+            // SAFETY: masked to the `len` bytes of `src` from `m`.
+            let v =
+                unsafe { _mm512_maskz_loadu_epi8(first_bytes(len), src.as_ptr().add(m).cast()) };
+            for (s, &ix) in idx.iter().enumerate() {
+                let at = m + 16 * s;
+                if at >= n16 {
+                    break;
+                }
+                let g = _mm512_xor_si512(permb_z(LO_HI_BYTES, ix, v), flip);
+                // SAFETY: values `[at, at + 16)` with `at + 16 <= n16 <= dst.len()`.
+                unsafe { _mm512_storeu_si512(dst.as_mut_ptr().add(at).cast(), g) };
+            }
+            m += 64;
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1251,6 +2619,42 @@ mod tests {
         assert_eq!(start, 1);
         assert_eq!(w, &[expect(0.25), expect(0.75), expect(0.75)]);
         assert_eq!(c.span(), (0, 4));
+    }
+
+    #[test]
+    fn simd_coefficients_equal_scalar_ones() {
+        // The vectorized f64 coefficient computation (where this CPU has it) must give
+        // exactly the scalar one's windows and weights: every size up to 600 against the
+        // usual outputs, both orders, and windows wider than the SIMD code takes.
+        let mut sizes = Vec::new();
+        for in_size in 1..=600 {
+            for out in [1, 2, 3, 7, 100, 223, 224, 225, 333, 599] {
+                sizes.push((in_size, out));
+            }
+        }
+        sizes.extend([
+            (4000, 224),
+            (4000, 100),
+            (20_000, 333),
+            (16_777_215, 224),
+            (7, 5000),
+        ]);
+        for (in_size, out) in sizes {
+            for mirrored in [false, true] {
+                let mut scalar = AxisCoeffs::default();
+                scalar.prepare_with(in_size, out, mirrored, SimdLevel::Portable);
+                for level in [SimdLevel::Avx2, SimdLevel::Avx512] {
+                    let mut simd = AxisCoeffs::default();
+                    simd.prepare_with(in_size, out, mirrored, level);
+                    let what = format!("{in_size} -> {out}, mirrored {mirrored}, {level:?}");
+                    assert_eq!(simd.start, scalar.start, "{what}");
+                    assert_eq!(simd.count, scalar.count, "{what}");
+                    assert!(simd.weights == scalar.weights, "{what}");
+                    assert_eq!(simd.taps, scalar.taps, "{what}");
+                    assert_eq!(simd.simd_friendly, scalar.simd_friendly, "{what}");
+                }
+            }
+        }
     }
 
     #[test]
@@ -1312,10 +2716,22 @@ mod tests {
 
     #[test]
     fn simd_and_portable_kernels_agree() {
-        // Whatever kernels this CPU runs must equal the portable ones, for every pass order,
-        // tap count (including the ones the SIMD plan rejects) and the tiny widths whose rows
-        // are shorter than a SIMD window.
-        let mut fast = Resizer::new();
+        // Whatever kernels this CPU runs (AVX-512, AVX2) must equal the portable ones, for
+        // every pass order, tap count (including the ones the SIMD plans reject, and the
+        // AVX-512 plan's two-window case), and the tiny widths whose rows are shorter than a
+        // SIMD window.
+        let levels: Vec<SimdLevel> = [SimdLevel::Avx2, SimdLevel::Avx512]
+            .into_iter()
+            .filter(|&l| l <= SimdLevel::detected())
+            .collect();
+        let mut fast: Vec<Resizer> = levels
+            .iter()
+            .map(|&l| {
+                let mut r = Resizer::new();
+                r.set_simd_limit(l);
+                r
+            })
+            .collect();
         let mut portable = Resizer::new();
         portable.set_portable_only(true);
         let (mut a, mut b) = (RgbImage::new(), RgbImage::new());
@@ -1333,6 +2749,19 @@ mod tests {
             (120, 110, 224, 224),
             (300, 300, 250, 199),
             (300, 300, 250, 200),
+            // Horizontal downscales: two 64-byte windows (3.5x, 4.5x), beyond them (9x).
+            (791, 599, 224, 224),
+            (1000, 300, 224, 224),
+            (1200, 900, 300, 40),
+            (2000, 100, 224, 50),
+            // Vertical downscales: 61 taps (vertical first), 77 taps (beyond the kernels).
+            (300, 3000, 280, 100),
+            (300, 5000, 280, 100),
+            (2000, 1500, 100, 40),
+            // Rows of 21 and 22 pixels (63 and 66 bytes: around the 64-byte window).
+            (21, 50, 30, 30),
+            (22, 50, 13, 30),
+            (43, 80, 17, 60),
         ];
         let mut state = 12345u64;
         let mut next = |n: u64| {
@@ -1345,11 +2774,24 @@ mod tests {
             let (iw, ih) = (next(400) as u32, next(400) as u32);
             sizes.push((iw, ih, next(300) as u32, next(300) as u32));
         }
+        for _ in 0..40 {
+            let (iw, ih) = (next(1200) as u32, next(1200) as u32);
+            sizes.push((iw, ih, next(300) as u32, next(300) as u32));
+        }
+        // RandomResizedCrop's shapes: near 224 on either side (both pass orders), one side
+        // equal to 224 (a single pass).
+        for _ in 0..60 {
+            let (iw, ih) = (150 + next(300) as u32, 150 + next(300) as u32);
+            sizes.push((iw, ih, 224, 224));
+        }
+        sizes.extend([(224, 300, 224, 224), (300, 224, 224, 224)]);
         for (i, &(iw, ih, ow, oh)) in sizes.iter().enumerate() {
             let img = test_image(iw, ih, i as u64);
-            fast.resize(img.view(), oh, ow, &mut a).expect("valid");
             portable.resize(img.view(), oh, ow, &mut b).expect("valid");
-            assert!(a == b, "{iw}x{ih} -> {ow}x{oh}");
+            for (r, level) in fast.iter_mut().zip(&levels) {
+                r.resize(img.view(), oh, ow, &mut a).expect("valid");
+                assert!(a == b, "{iw}x{ih} -> {ow}x{oh}, {level:?}");
+            }
         }
     }
 
@@ -1366,11 +2808,14 @@ mod tests {
             (120, 110, 224, 224),
             (40, 1000, 33, 200),
             (5, 5, 17, 2),
+            (229, 267, 224, 224),
+            (791, 599, 224, 224),
         ];
-        for portable_only in [false, true] {
+        for level in [SimdLevel::Portable, SimdLevel::Avx2, SimdLevel::Avx512] {
             let mut r = Resizer::new();
-            r.set_portable_only(portable_only);
-            let (mut plain, mut flipped) = (RgbImage::new(), RgbImage::new());
+            r.set_simd_limit(level);
+            let (mut plain, mut flipped, mut again) =
+                (RgbImage::new(), RgbImage::new(), RgbImage::new());
             for (i, &(iw, ih, ow, oh)) in sizes.iter().enumerate() {
                 let img = test_image(iw, ih, 100 + i as u64);
                 r.resize(img.view(), oh, ow, &mut plain).expect("valid");
@@ -1382,10 +2827,11 @@ mod tests {
                 };
                 r.resize_into(img.view(), oh, ow, true, &mut sink)
                     .expect("valid");
-                assert!(
-                    plain == flipped,
-                    "{iw}x{ih} -> {ow}x{oh}, portable {portable_only}"
-                );
+                assert!(plain == flipped, "{iw}x{ih} -> {ow}x{oh}, {level:?}");
+                // And back: the cached coefficients and plans turn around again.
+                r.resize(img.view(), oh, ow, &mut again).expect("valid");
+                crate::tensor::hflip(&mut again);
+                assert!(again == plain, "{iw}x{ih} -> {ow}x{oh} again, {level:?}");
             }
         }
     }
