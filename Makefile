@@ -70,6 +70,7 @@ loader-bench: deps $(FIXTURES)/folder/.done ## Loader throughput vs a plain loop
 bench: deps $(FIXTURES)/bench/.done ## criterion benches (ops, fused vs op-by-op), then ratios
 	$(CARGO) bench --bench transforms
 	$(PY) scripts/bench_ratios.py target/criterion 48
+	$(CARGO) bench --bench loader_profile
 
 demo: build ## Run the main job on an embedded default dataset
 	@echo "demo: not built yet (issue 6)"; exit 1
