@@ -86,50 +86,30 @@ pub fn normalize_value(x: f32, mean: f32, std: f32) -> f32 {
 /// torchvision's `ToTensor` on an RGB image: `out` (length `3 * h * w`) receives the CHW
 /// float32 tensor `img / 255`.
 pub fn to_tensor(img: RgbView<'_>, out: &mut [f32]) -> Result<()> {
-    let (w, h) = (img.width() as usize, img.height() as usize);
-    let plane = w * h;
-    if out.len() != 3 * plane {
-        return Err(Error::invalid(
-            "out",
-            format!(
-                "{} floats for a 3x{h}x{w} tensor, expected {}",
-                out.len(),
-                3 * plane
-            ),
-        ));
-    }
-    if plane == 0 {
-        return Ok(());
-    }
-    let (r, gb) = out.split_at_mut(plane);
-    let (g, b) = gb.split_at_mut(plane);
-    for y in 0..h {
-        let src = img.row(y as u32);
-        let dst = y * w..(y + 1) * w;
-        for (((px, r), g), b) in src
-            .chunks_exact(3)
-            .zip(&mut r[dst.clone()])
-            .zip(&mut g[dst.clone()])
-            .zip(&mut b[dst])
-        {
-            *r = to_tensor_value(px[0]);
-            *g = to_tensor_value(px[1]);
-            *b = to_tensor_value(px[2]);
-        }
-    }
-    Ok(())
+    split_planes(img, out, "floats", to_tensor_value)
 }
 
 /// torchvision's `PILToTensor` on an RGB image: `out` (length `3 * h * w`) receives the CHW
 /// uint8 planes.
 pub fn to_chw_u8(img: RgbView<'_>, out: &mut [u8]) -> Result<()> {
+    split_planes(img, out, "bytes", |v| v)
+}
+
+/// HWC pixels to three CHW planes, each value through `convert`; `unit` names the element in
+/// the size error.
+fn split_planes<T>(
+    img: RgbView<'_>,
+    out: &mut [T],
+    unit: &str,
+    convert: impl Fn(u8) -> T,
+) -> Result<()> {
     let (w, h) = (img.width() as usize, img.height() as usize);
     let plane = w * h;
     if out.len() != 3 * plane {
         return Err(Error::invalid(
             "out",
             format!(
-                "{} bytes for a 3x{h}x{w} tensor, expected {}",
+                "{} {unit} for a 3x{h}x{w} tensor, expected {}",
                 out.len(),
                 3 * plane
             ),
@@ -149,9 +129,9 @@ pub fn to_chw_u8(img: RgbView<'_>, out: &mut [u8]) -> Result<()> {
             .zip(&mut g[dst.clone()])
             .zip(&mut b[dst])
         {
-            *r = px[0];
-            *g = px[1];
-            *b = px[2];
+            *r = convert(px[0]);
+            *g = convert(px[1]);
+            *b = convert(px[2]);
         }
     }
     Ok(())
