@@ -1,7 +1,7 @@
 //! Errors of the profiler crate. Recording never fails (it drops and counts instead); only
 //! setup (registering too many ops) and profile files can.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 /// What went wrong in the profiler.
 #[derive(Debug, thiserror::Error)]
@@ -39,4 +39,22 @@ pub enum ProfilerError {
         /// The newest version this crate reads.
         supported: u32,
     },
+}
+
+impl ProfilerError {
+    /// Maps an I/O error on `path` to [`ProfilerError::Io`].
+    pub(crate) fn io_at(path: &Path) -> impl FnOnce(std::io::Error) -> Self + '_ {
+        move |source| ProfilerError::Io {
+            path: path.into(),
+            source,
+        }
+    }
+}
+
+/// Writes `value` as compact JSON to `path` through a buffer; errors name the file.
+pub(crate) fn write_json(path: &Path, value: &impl serde::Serialize) -> Result<(), ProfilerError> {
+    let file = std::fs::File::create(path).map_err(ProfilerError::io_at(path))?;
+    let mut w = std::io::BufWriter::new(file);
+    serde_json::to_writer(&mut w, value)?;
+    std::io::Write::flush(&mut w).map_err(ProfilerError::io_at(path))
 }

@@ -387,17 +387,7 @@ impl Profile {
 
     /// Writes the profile as JSON to `path`.
     pub fn save(&self, path: impl AsRef<Path>) -> Result<(), ProfilerError> {
-        let path = path.as_ref();
-        let file = std::fs::File::create(path).map_err(|source| ProfilerError::Io {
-            path: path.into(),
-            source,
-        })?;
-        let mut w = std::io::BufWriter::new(file);
-        serde_json::to_writer(&mut w, self)?;
-        std::io::Write::flush(&mut w).map_err(|source| ProfilerError::Io {
-            path: path.into(),
-            source,
-        })
+        crate::error::write_json(path.as_ref(), self)
     }
 
     /// Reads a profile written by [`Profile::save`] or by the Python instrumentation.

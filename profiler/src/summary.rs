@@ -555,10 +555,7 @@ impl Summary {
     /// Writes `summary.json`.
     pub fn save_json(&self, path: impl AsRef<Path>) -> Result<(), ProfilerError> {
         let path = path.as_ref();
-        std::fs::write(path, self.to_json()?).map_err(|source| ProfilerError::Io {
-            path: path.into(),
-            source,
-        })
+        std::fs::write(path, self.to_json()?).map_err(ProfilerError::io_at(path))
     }
 
     /// One CSV row per (pipeline, op), with a header row.
@@ -622,10 +619,7 @@ impl Summary {
     /// Writes the CSV of [`Summary::to_csv`].
     pub fn save_csv(&self, path: impl AsRef<Path>) -> Result<(), ProfilerError> {
         let path = path.as_ref();
-        std::fs::write(path, self.to_csv()).map_err(|source| ProfilerError::Io {
-            path: path.into(),
-            source,
-        })
+        std::fs::write(path, self.to_csv()).map_err(ProfilerError::io_at(path))
     }
 
     /// A plain-text table for terminals.
