@@ -393,10 +393,7 @@ impl Profile {
     /// Reads a profile written by [`Profile::save`] or by the Python instrumentation.
     pub fn load(path: impl AsRef<Path>) -> Result<Self, ProfilerError> {
         let path = path.as_ref();
-        let text = std::fs::read_to_string(path).map_err(|source| ProfilerError::Io {
-            path: path.into(),
-            source,
-        })?;
+        let text = std::fs::read_to_string(path).map_err(ProfilerError::io_at(path))?;
         Self::from_json(&text)
     }
 
