@@ -20,6 +20,15 @@ pub enum BatchImages<'a> {
     U8(&'a [u8]),
 }
 
+/// The images of a batch, typed and writable (see [`Batch::parts_mut`]).
+#[derive(Debug)]
+pub enum BatchImagesMut<'a> {
+    /// Float samples.
+    F32(&'a mut [f32]),
+    /// Byte samples.
+    U8(&'a mut [u8]),
+}
+
 /// When things happened to a batch: `CLOCK_MONOTONIC` nanoseconds, read with
 /// [`ferroloader_profiler::now_ns`], the clock of profiles and of Python's `time.monotonic_ns()`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -114,6 +123,20 @@ impl Batch {
             // length is a whole number of f32 samples.
             DType::F32 => BatchImages::F32(bytemuck::cast_slice(bytes)),
         }
+    }
+
+    /// The images, labels and dataset indices, writable, all at once (disjoint borrows). For
+    /// consumers that transform a batch in place, and for handing the buffer to code that may
+    /// write into it (numpy arrays are writable): the batch owns its buffer until it drops, and
+    /// the loader overwrites all of it before delivering it again.
+    pub fn parts_mut(&mut self) -> (BatchImagesMut<'_>, &mut [i64], &mut [usize]) {
+        let bytes = &mut self.buffer.images[..self.len * self.sample_bytes];
+        let images = match self.layout.dtype {
+            DType::U8 => BatchImagesMut::U8(bytes),
+            // Cannot panic: as in `images`.
+            DType::F32 => BatchImagesMut::F32(bytemuck::cast_slice_mut(bytes)),
+        };
+        (images, &mut self.buffer.labels, &mut self.buffer.indices)
     }
 
     /// The raw bytes of sample `i` of the batch.

@@ -32,7 +32,7 @@ pub mod sampler;
 pub use ferroloader_profiler as profiler;
 pub use ferroloader_transforms as transforms;
 
-pub use batch::{Batch, BatchImages, BatchTiming};
+pub use batch::{Batch, BatchImages, BatchImagesMut, BatchTiming};
 pub use dataset::{
     FileList, FileListOptions, ImageFolder, ImageFolderOptions, InMemory, Source, IMG_EXTENSIONS,
 };

@@ -11,8 +11,8 @@ use std::time::Duration;
 
 use common::*;
 use ferroloader_loader::{
-    DType, Delivery, ErrorPolicy, Instrument, Loader, LoaderError, LoaderOptions, Op, OpHooks,
-    SampleContext, Sampler, Shard, TransformOp,
+    BatchImages, BatchImagesMut, DType, Delivery, ErrorPolicy, Instrument, Loader, LoaderError,
+    LoaderOptions, Op, OpHooks, SampleContext, Sampler, Shard, TransformOp,
 };
 
 fn opts(batch: usize, workers: usize) -> LoaderOptions {
@@ -634,4 +634,39 @@ fn loaders_iterators_and_batches_cross_threads() {
     send::<ferroloader_loader::EpochIter<ferroloader_loader::InMemory, TestProc>>();
     send_sync::<ferroloader_loader::Batch>();
     send_sync::<LoaderError>();
+}
+
+#[test]
+fn a_batch_written_in_place_is_rewritten_whole_before_it_is_delivered_again() {
+    // One buffer in flight plus the two the consumer may hold: the ring has 3 buffers, so the
+    // 5 batches of the epoch reuse the ones scribbled on.
+    let loader = Loader::new(
+        dataset(20, &[]),
+        TestProc::f32(),
+        opts(4, 2).prefetch_batches(1),
+    )
+    .expect("valid");
+    let records = with_timeout(60, move || {
+        let mut records = Vec::new();
+        for batch in loader.epoch(0) {
+            let mut batch = batch.expect("no failures");
+            let clean = record(&batch);
+            let (images, labels, indices) = batch.parts_mut();
+            match images {
+                BatchImagesMut::F32(values) => values.fill(f32::NAN),
+                BatchImagesMut::U8(_) => panic!("f32 layout"),
+            }
+            labels.fill(-1);
+            indices.fill(usize::MAX);
+            assert!(batch.labels().iter().all(|&l| l == -1));
+            match batch.images() {
+                BatchImages::F32(values) => assert!(values.iter().all(|v| v.is_nan())),
+                BatchImages::U8(_) => panic!("f32 layout"),
+            }
+            records.push(clean);
+        }
+        records
+    });
+    assert_eq!(records.len(), 5);
+    assert_eq!(all_indices(&records), (0..20).collect::<Vec<_>>());
 }

@@ -357,10 +357,10 @@ pub(crate) fn explain(err: &std::io::Error, paranoid: Option<i32>) -> String {
 }
 
 #[cfg(target_os = "linux")]
-pub(crate) use linux::CounterSet;
+pub use linux::CounterSet;
 
 #[cfg(not(target_os = "linux"))]
-pub(crate) use other::CounterSet;
+pub use other::CounterSet;
 
 #[cfg(target_os = "linux")]
 mod linux {
@@ -378,8 +378,10 @@ mod linux {
     /// `nr`, `time_enabled`, `time_running`, then `(value, id)` per member.
     const READ_WORDS: usize = 3 + 2 * MAX_MEMBERS;
 
-    /// The open counter groups of one thread.
-    pub(crate) struct CounterSet {
+    /// The open counter groups of one thread: what a [`ThreadRecorder`](crate::ThreadRecorder)
+    /// reads at op boundaries, and what code outside the loader (the Python-side
+    /// instrumentation) opens to count its own ops. Reads count only the thread that opened it.
+    pub struct CounterSet {
         groups: Vec<OpenGroup>,
         mask: u16,
     }
@@ -760,7 +762,7 @@ mod linux {
     impl CounterSet {
         /// Opens the requested groups on the calling thread. Never fails: what could not be
         /// opened is described in the returned availability.
-        pub(crate) fn open(config: CounterConfig) -> (Option<CounterSet>, CounterAvailability) {
+        pub fn open(config: CounterConfig) -> (Option<CounterSet>, CounterAvailability) {
             let paranoid = read_paranoid();
             let mut groups = Vec::with_capacity(2);
             let hardware = if config.hardware {
@@ -790,14 +792,14 @@ mod linux {
         }
 
         /// Bit mask of the counters this set reads.
-        pub(crate) fn mask(&self) -> u16 {
+        pub fn mask(&self) -> u16 {
             self.mask
         }
 
         /// Reads every group into `out` (one `read(2)` per group). False if a read failed; the
         /// values of that group are left as they were.
         #[inline]
-        pub(crate) fn read(&mut self, out: &mut CounterArray) -> bool {
+        pub fn read(&mut self, out: &mut CounterArray) -> bool {
             let mut ok = true;
             for g in &mut self.groups {
                 ok &= g.read_into(out).is_ok();
@@ -807,7 +809,7 @@ mod linux {
 
         /// Lowest `time_running / time_enabled` over the groups at the last read: below 1 means
         /// the kernel multiplexed a group and its counts cover only part of the time.
-        pub(crate) fn running_fraction(&self) -> f64 {
+        pub fn running_fraction(&self) -> f64 {
             self.groups
                 .iter()
                 .filter(|g| g.time_enabled > 0)
@@ -985,22 +987,26 @@ mod other {
 
     /// Counter groups need Linux's `perf_event_open`; elsewhere nothing opens.
     #[derive(Debug)]
-    pub(crate) struct CounterSet;
+    pub struct CounterSet;
 
     impl CounterSet {
-        pub(crate) fn open(_config: CounterConfig) -> (Option<CounterSet>, CounterAvailability) {
+        /// Never opens anything here.
+        pub fn open(_config: CounterConfig) -> (Option<CounterSet>, CounterAvailability) {
             (
                 None,
                 CounterAvailability::not_requested("perf_event_open exists only on Linux"),
             )
         }
-        pub(crate) fn mask(&self) -> u16 {
+        /// No counters.
+        pub fn mask(&self) -> u16 {
             0
         }
-        pub(crate) fn read(&mut self, _out: &mut CounterArray) -> bool {
+        /// Reads nothing.
+        pub fn read(&mut self, _out: &mut CounterArray) -> bool {
             false
         }
-        pub(crate) fn running_fraction(&self) -> f64 {
+        /// Always 1.
+        pub fn running_fraction(&self) -> f64 {
             1.0
         }
     }

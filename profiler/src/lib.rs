@@ -47,7 +47,7 @@ pub mod trace;
 pub use clock::now_ns;
 pub use counters::{
     CounterArray, CounterAvailability, CounterConfig, CounterDeltas, CounterGroupKind, CounterKind,
-    EventAvailability, GroupAvailability,
+    CounterSet, EventAvailability, GroupAvailability,
 };
 pub use error::ProfilerError;
 pub use ops::OpId;

@@ -6,8 +6,8 @@
 //! `torch.from_numpy` tensors) is gone, the `Batch` drops and its buffer goes back to the
 //! loader's ring. Must never copy the images.
 
-use ferroloader_loader::{Batch, BatchImages};
-use numpy::ndarray::{ArrayView, ArrayView1, ArrayView4, Dimension};
+use ferroloader_loader::{Batch, BatchImagesMut};
+use numpy::ndarray::{ArrayViewMut1, ArrayViewMut4, Dimension, Ix4, RawArrayViewMut};
 use numpy::{Element, PyArray};
 use pyo3::exceptions::PyRuntimeError;
 use pyo3::prelude::*;
@@ -19,6 +19,9 @@ use crate::fork::ForkLocal;
 #[derive(Debug)]
 pub(crate) struct BatchMemory {
     batch: ForkLocal<Batch>,
+    /// Where the images start, kept apart so that reading it never borrows the images, which
+    /// Python may be writing through the arrays.
+    images_address: usize,
 }
 
 #[pymethods]
@@ -26,8 +29,8 @@ impl BatchMemory {
     /// Address of the first image byte in the loader's ring buffer (the arrays' data pointer;
     /// for tests proving that nothing was copied).
     #[getter]
-    fn images_address(&self) -> PyResult<usize> {
-        Ok(self.batch.get("batch")?.image_bytes().as_ptr() as usize)
+    fn images_address(&self) -> usize {
+        self.images_address
     }
 
     /// Samples in the batch.
@@ -54,67 +57,74 @@ impl BatchMemory {
     }
 }
 
+/// The images of a batch as a raw `[B, ...sample shape]` view, typed.
+enum RawImages {
+    F32(RawArrayViewMut<f32, Ix4>),
+    U8(RawArrayViewMut<u8, Ix4>),
+}
+
 /// Images (float32 or uint8, `[B, ...sample shape]`), labels (int64 `[B]`) and dataset indices
-/// (`uintp` `[B]`) of `batch`, as numpy arrays viewing its buffer.
+/// (`uintp` `[B]`) of `batch`, as writable numpy arrays viewing its buffer.
 pub(crate) fn into_arrays(
     py: Python<'_>,
-    batch: Batch,
+    mut batch: Batch,
 ) -> PyResult<(Bound<'_, PyAny>, Bound<'_, PyAny>, Bound<'_, PyAny>)> {
+    let shape = batch.shape();
+    let images_address = batch.image_bytes().as_ptr() as usize;
+    // Raw views made from the batch's one `&mut` borrow of its buffers: the arrays write through
+    // them, so they must carry write permission, which views made later from `&Batch` (the
+    // owner below hands out only shared borrows) would not.
+    let (images, labels, indices) = batch.parts_mut();
+    let images = match images {
+        BatchImagesMut::F32(data) => RawImages::F32(images_view(shape, data)?.raw_view_mut()),
+        BatchImagesMut::U8(data) => RawImages::U8(images_view(shape, data)?.raw_view_mut()),
+    };
+    let labels = ArrayViewMut1::from(labels).raw_view_mut();
+    let indices = ArrayViewMut1::from(indices).raw_view_mut();
     let owner = Bound::new(
         py,
         BatchMemory {
             batch: ForkLocal::new(batch),
+            images_address,
         },
-    )?;
-    let is_f32 = matches!(
-        owner.get().batch.get("batch")?.images(),
-        BatchImages::F32(_)
-    );
-    let images = if is_f32 {
-        batch_array(&owner, |b| match b.images() {
-            BatchImages::F32(data) => images_view(b, data),
-            BatchImages::U8(_) => Err(PyRuntimeError::new_err("batch changed type")),
-        })?
-        .into_any()
-    } else {
-        batch_array(&owner, |b| match b.images() {
-            BatchImages::U8(data) => images_view(b, data),
-            BatchImages::F32(_) => Err(PyRuntimeError::new_err("batch changed type")),
-        })?
-        .into_any()
+    )?
+    .into_any();
+    let images = match images {
+        RawImages::F32(view) => borrow_into_array(view, &owner).into_any(),
+        RawImages::U8(view) => borrow_into_array(view, &owner).into_any(),
     };
-    let labels = batch_array(&owner, |b| Ok(ArrayView1::from(b.labels())))?;
-    let indices = batch_array(&owner, |b| Ok(ArrayView1::from(b.indices())))?;
-    Ok((images, labels.into_any(), indices.into_any()))
+    let labels = borrow_into_array(labels, &owner).into_any();
+    let indices = borrow_into_array(indices, &owner).into_any();
+    Ok((images, labels, indices))
 }
 
 /// `[B, ...sample shape]` over a batch's images.
-fn images_view<'a, T>(batch: &Batch, data: &'a [T]) -> PyResult<ArrayView4<'a, T>> {
-    let shape = batch.shape();
-    ArrayView4::from_shape(shape, data).map_err(|e| {
+fn images_view<T>(shape: [usize; 4], data: &mut [T]) -> PyResult<ArrayViewMut4<'_, T>> {
+    ArrayViewMut4::from_shape(shape, data).map_err(|e| {
         PyRuntimeError::new_err(format!(
             "batch of shape {shape:?} does not match its buffer: {e}"
         ))
     })
 }
 
-/// A numpy array over part of the batch that `owner` holds (`select` picks it), with `owner`
-/// as the array's `base`.
-fn batch_array<'py, T, D>(
-    owner: &Bound<'py, BatchMemory>,
-    select: impl for<'a> FnOnce(&'a Batch) -> PyResult<ArrayView<'a, T, D>>,
-) -> PyResult<Bound<'py, PyArray<T, D>>>
+/// A numpy array over `view`, part of the batch that `owner` holds, with `owner` as its `base`.
+fn borrow_into_array<'py, T, D>(
+    view: RawArrayViewMut<T, D>,
+    owner: &Bound<'py, PyAny>,
+) -> Bound<'py, PyArray<T, D>>
 where
     T: Element,
     D: Dimension,
 {
-    let view = select(owner.get().batch.get("batch")?)?;
-    // SAFETY: `view` borrows from the batch that `owner` owns (or from static data), and
-    // nothing touches (let alone reallocates) the batch's buffer until `owner` is dropped: a
-    // `Batch` gives its buffer back to the ring only in its destructor, and `owner` becomes the
-    // `base` of the array, so Python keeps it alive as long as the array (or anything viewing
-    // it without a copy, such as a tensor from `torch.from_numpy`). numpy marks the array
-    // writable; writes from Python only reach this batch's own buffer, which Rust does not read
-    // again before reusing it (see the report on `Batch::images_mut`).
-    Ok(unsafe { PyArray::borrow_from_array(&view, owner.clone().into_any()) })
+    // SAFETY: `view` was made from the `&mut` borrow `Batch::parts_mut` gave of the batch's
+    // heap buffers, which moving the `Batch` into `owner` does not move. Nothing else touches
+    // that memory until `owner` is dropped: `BatchMemory` only reads the batch's other fields,
+    // and a `Batch` gives its buffer back to the ring only in its destructor. `owner` becomes
+    // the array's `base`, so Python keeps it alive as long as the array or anything viewing it
+    // without a copy (a tensor from `torch.from_numpy`). The arrays are disjoint, and Python
+    // reads and writes them only while holding the GIL.
+    unsafe {
+        let view = view.deref_into_view_mut();
+        PyArray::borrow_from_array(&view, owner.clone())
+    }
 }

@@ -8,7 +8,8 @@
 //!   `UnidentifiedImageError` is, so code that catches image-reading failures as `OSError` keeps
 //!   working), naming the file, the op and the cause in its message and its attributes (`path`,
 //!   not `filename`, which would make `OSError` rewrite the message);
-//! - bad arguments or configurations: `ValueError` naming the Python argument;
+//! - bad arguments or configurations: `ValueError` naming the Python argument; a file that is
+//!   not a readable profile: `ValueError` saying why;
 //! - a sampler index out of range: `IndexError`; loader bugs and panics: `RuntimeError`.
 //!
 //! Must not decide anything but the exception type and its message.
@@ -16,6 +17,7 @@
 use std::io;
 use std::path::Path;
 
+use ferroloader_loader::profiler::ProfilerError;
 use ferroloader_loader::transforms::Error as TransformError;
 use ferroloader_loader::LoaderError;
 use pyo3::exceptions::{
@@ -61,6 +63,16 @@ impl ToPyErr for TransformError {
 
 /// A refused transform configuration: `ValueError` naming the argument and, for the spec's own
 /// checks, the op argument (`scale`, `size`, ...).
+impl ToPyErr for ProfilerError {
+    /// Files: the `OSError` of the OS error; anything about a file's contents: `ValueError`.
+    fn to_py_err(self, _py: Python<'_>) -> PyErr {
+        match self {
+            ProfilerError::Io { path, source } => os_error(&source, &path, None),
+            other => PyValueError::new_err(other.to_string()),
+        }
+    }
+}
+
 pub(crate) fn transform_config_error(arg: &str, e: &TransformError) -> PyErr {
     PyValueError::new_err(format!("{arg}: {e}"))
 }

@@ -4,7 +4,8 @@
 //! crop parameters all come from `ferroloader_loader` (and the transforms crate it re-exports).
 //! What lives here is only what the crossing needs: argument conversion, error mapping by kind
 //! ([`errors`]), one helper for every long call that releases the GIL and answers Ctrl-C
-//! ([`detach`]), zero-copy batch arrays ([`batch`]) and fork safety ([`fork`]). The Python
+//! ([`detach`]), zero-copy batch arrays ([`batch`]), profiles and counter groups ([`profile`]) and fork safety
+//! ([`fork`]). The Python
 //! package (`python/ferroloader`) re-exports what users touch and owns argument checking.
 
 mod batch;
@@ -14,6 +15,7 @@ mod errors;
 mod fork;
 mod loader;
 mod ops;
+mod profile;
 
 use pyo3::prelude::*;
 
@@ -28,6 +30,10 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<loader::PyLoader>()?;
     m.add_class::<loader::PyEpochIter>()?;
     m.add_class::<batch::BatchMemory>()?;
+    m.add_class::<profile::PyProfile>()?;
+    m.add_class::<profile::PySummary>()?;
+    m.add_class::<profile::PyCounterGroup>()?;
+    m.add_function(wrap_pyfunction!(profile::now_ns, m)?)?;
     m.add_function(wrap_pyfunction!(fork::fork_generation, m)?)?;
     m.add_function(wrap_pyfunction!(ops::random_resized_crop_params, m)?)?;
     m.add_function(wrap_pyfunction!(ops::resized_crop, m)?)?;

@@ -14,10 +14,12 @@
 //! forked child. Must not hold the GIL while waiting, nor keep a thread running once the
 //! iterator is gone and its last `next()` has returned.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender, SyncSender};
-use std::sync::{Arc, Mutex, TryLockError};
-use std::thread;
+use std::sync::{Arc, Mutex, PoisonError, TryLockError};
+use std::thread::{self, JoinHandle};
 
+use ferroloader_loader::profiler::{Mode, ProfilerConfig};
 use ferroloader_loader::transforms::spec::PipelineSpec;
 use ferroloader_loader::{
     Batch, DType, Delivery, EpochIter, ErrorPolicy, ImagePipeline, Loader, LoaderError,
@@ -31,6 +33,7 @@ use crate::dataset::as_source;
 use crate::detach::run_detached;
 use crate::errors::{transform_config_error, ToPyErr};
 use crate::fork::ForkLocal;
+use crate::profile::PyProfile;
 
 type NativeLoader = Loader<Arc<dyn Source>, ImagePipeline>;
 type NativeEpoch = EpochIter<Arc<dyn Source>, ImagePipeline>;
@@ -55,6 +58,9 @@ pub(crate) fn plan_pipeline(spec: &str) -> PyResult<ImagePipeline> {
 #[derive(Debug)]
 pub(crate) struct PyLoader {
     inner: ForkLocal<NativeLoader>,
+    /// The pump threads of this loader's epochs, so `profile()` can wait for the epochs the
+    /// consumer has finished or dropped to flush their workers' spans.
+    pumps: ForkLocal<Mutex<Vec<PumpThread>>>,
 }
 
 #[pymethods]
@@ -64,7 +70,7 @@ impl PyLoader {
     #[new]
     #[pyo3(signature = (
         dataset, spec, *, batch_size, shuffle, drop_last, seed, num_workers, prefetch_batches,
-        in_order, on_error, rank = None, world_size = None
+        in_order, on_error, rank = None, world_size = None, profile = "off"
     ))]
     #[allow(clippy::too_many_arguments)]
     fn new(
@@ -80,6 +86,7 @@ impl PyLoader {
         on_error: &str,
         rank: Option<usize>,
         world_size: Option<usize>,
+        profile: &str,
     ) -> PyResult<Self> {
         let source = as_source(dataset)?;
         let pipeline = plan_pipeline(spec)?;
@@ -115,17 +122,52 @@ impl PyLoader {
                 ))
             }
         }
-        let loader =
-            Loader::new(source, pipeline, options).map_err(|e| e.to_py_err(dataset.py()))?;
+        let mode = match profile {
+            "off" => Mode::Off,
+            "spans" => Mode::Spans,
+            "counters" => Mode::Counters,
+            other => {
+                return Err(PyValueError::new_err(format!(
+                    "profile: expected 'off', 'spans' or 'counters', got {other:?}"
+                )))
+            }
+        };
+        // The spec goes into the profile so a report can say what pipeline ran.
+        let profiler = ProfilerConfig::new(mode)
+            .label("native")
+            .meta("pipeline", spec)
+            .meta(
+                "decoder",
+                format!("{:?}", pipeline.pipeline().spec().decoder).to_lowercase(),
+            );
+        let loader = Loader::new(source, pipeline, options)
+            .map_err(|e| e.to_py_err(dataset.py()))?
+            .with_profiler(profiler);
         Ok(PyLoader {
             inner: ForkLocal::new(loader),
+            pumps: ForkLocal::new(Mutex::new(Vec::new())),
         })
+    }
+
+    /// Everything recorded since the loader was made or last taken from (empty with
+    /// `profile="off"`); epochs still running are included up to their workers' last hand-off.
+    fn profile(&self, py: Python<'_>) -> PyResult<PyProfile> {
+        let loader = self.inner.get("loader")?;
+        self.settle_released_epochs(py)?;
+        Ok(PyProfile::new(py.detach(|| loader.profile())))
+    }
+
+    /// Like `profile`, then forgets it: the next profile starts from here.
+    fn take_profile(&self, py: Python<'_>) -> PyResult<PyProfile> {
+        let loader = self.inner.get("loader")?;
+        self.settle_released_epochs(py)?;
+        Ok(PyProfile::new(py.detach(|| loader.take_profile())))
     }
 
     /// Starts the next epoch (the one `set_epoch` chose, then the following ones).
     fn iter(&self) -> PyResult<PyEpochIter> {
         let loader = self.inner.get("loader")?;
-        PyEpochIter::start(loader.iter())
+        self.start(loader.iter())
     }
 
     /// Starts the next epoch over the dataset indices given, in that order (a user sampler's
@@ -146,7 +188,7 @@ impl PyLoader {
             .epoch_with_indices(epoch, plan)
             .map_err(|e| e.to_py_err(py))?;
         loader.set_epoch(epoch.wrapping_add(1));
-        PyEpochIter::start(iter)
+        self.start(iter)
     }
 
     /// Sets the epoch the next `iter` runs (it seeds the shuffle and every sample's draws).
@@ -217,6 +259,53 @@ impl PyLoader {
     }
 }
 
+impl PyLoader {
+    /// Runs `iter` on a pump thread this loader keeps track of.
+    fn start(&self, iter: NativeEpoch) -> PyResult<PyEpochIter> {
+        let (epoch, num_batches) = (iter.epoch(), iter.num_batches());
+        let (pump, thread) = Pump::start(iter)?;
+        let mut pumps = self
+            .pumps
+            .get("loader")?
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        pumps.retain(|p| !p.handle.is_finished());
+        pumps.push(thread);
+        Ok(PyEpochIter::new(pump, epoch, num_batches))
+    }
+
+    /// Waits (GIL released) for the pumps of epochs the consumer has ended or dropped, so that
+    /// their workers have been joined and every span they recorded is in the profile. A user
+    /// who breaks out of a loop and asks for the profile at once would otherwise race the pump
+    /// ending the epoch on its own thread.
+    fn settle_released_epochs(&self, py: Python<'_>) -> PyResult<()> {
+        let mut pumps = self
+            .pumps
+            .get("loader")?
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        let (released, live): (Vec<_>, Vec<_>) = std::mem::take(&mut *pumps)
+            .into_iter()
+            .partition(|p| p.released.load(Ordering::Acquire));
+        *pumps = live;
+        py.detach(|| {
+            for pump in released {
+                // A pump that panicked has nothing more to flush.
+                let _ = pump.handle.join();
+            }
+        });
+        Ok(())
+    }
+}
+
+/// The loader's handle on an epoch's pump thread.
+#[derive(Debug)]
+struct PumpThread {
+    handle: JoinHandle<()>,
+    /// The consumer has seen the epoch end or dropped its iterator: the pump is ending it.
+    released: Arc<AtomicBool>,
+}
+
 /// What the pump sends back for one request.
 struct Reply {
     item: Option<Result<Batch, LoaderError>>,
@@ -233,24 +322,42 @@ struct Pump {
     pending: bool,
     ended: bool,
     skipped: Vec<(usize, String, String)>,
+    /// Shared with the loader's [`PumpThread`]; set once this side is done with the epoch.
+    released: Arc<AtomicBool>,
+}
+
+impl Drop for Pump {
+    fn drop(&mut self) {
+        self.released.store(true, Ordering::Release);
+    }
 }
 
 impl Pump {
-    fn start(iter: NativeEpoch) -> PyResult<Self> {
+    fn start(iter: NativeEpoch) -> PyResult<(Self, PumpThread)> {
         let (requests, request_rx) = mpsc::channel::<()>();
         // Capacity 1: the pump never runs ahead of the consumer by more than the batch asked for.
         let (reply_tx, replies) = mpsc::sync_channel::<Reply>(1);
-        thread::Builder::new()
+        let handle = thread::Builder::new()
             .name("ferroloader-pump".to_owned())
             .spawn(move || pump_main(iter, &request_rx, &reply_tx))
             .map_err(|e| PyRuntimeError::new_err(format!("cannot start the epoch thread: {e}")))?;
-        Ok(Pump {
+        let released = Arc::new(AtomicBool::new(false));
+        let pump = Pump {
             requests,
             replies,
             pending: false,
             ended: false,
             skipped: Vec::new(),
-        })
+            released: Arc::clone(&released),
+        };
+        Ok((pump, PumpThread { handle, released }))
+    }
+
+    /// Marks the epoch over on this side: no more requests, and the loader may wait for the
+    /// pump to finish it.
+    fn end(&mut self) {
+        self.ended = true;
+        self.released.store(true, Ordering::Release);
     }
 
     /// The next batch, `None` at the end of the epoch. Waits with the GIL released; a
@@ -261,7 +368,7 @@ impl Pump {
         }
         if !self.pending {
             if self.requests.send(()).is_err() {
-                self.ended = true;
+                self.end();
                 return Err(PyRuntimeError::new_err(
                     "the epoch thread ended unexpectedly",
                 ));
@@ -276,7 +383,7 @@ impl Pump {
         })?;
         self.pending = false;
         let Some(reply) = reply else {
-            self.ended = true;
+            self.end();
             return Err(PyRuntimeError::new_err(
                 "the epoch thread ended unexpectedly",
             ));
@@ -286,11 +393,11 @@ impl Pump {
             Some(Ok(batch)) => Ok(Some(batch)),
             Some(Err(e)) => {
                 // The loader ends an epoch after an error.
-                self.ended = true;
+                self.end();
                 Err(e.to_py_err(py))
             }
             None => {
-                self.ended = true;
+                self.end();
                 Ok(None)
             }
         }
@@ -346,14 +453,12 @@ impl std::fmt::Debug for PyEpochIter {
 type Arrays<'py> = (Bound<'py, PyAny>, Bound<'py, PyAny>, Bound<'py, PyAny>);
 
 impl PyEpochIter {
-    fn start(iter: NativeEpoch) -> PyResult<Self> {
-        let epoch = iter.epoch();
-        let num_batches = iter.num_batches();
-        Ok(PyEpochIter {
-            pump: ForkLocal::new(Mutex::new(Pump::start(iter)?)),
+    fn new(pump: Pump, epoch: u64, num_batches: usize) -> Self {
+        PyEpochIter {
+            pump: ForkLocal::new(Mutex::new(pump)),
             epoch,
             num_batches,
-        })
+        }
     }
 
     /// Runs `f` on the pump, which one thread at a time may use.

@@ -155,14 +155,6 @@ def test_no_thread_outlives_its_epoch(folder: Path) -> None:
     assert _wait_for_native_threads(0, timeout=5.0) == 0
 
 
-def test_profile_modes_are_accepted(folder: Path) -> None:
-    for mode in ("off", "spans", "counters"):
-        loader = fl.Loader(fl.ImageFolder(folder), batch_size=9, num_workers=1, profile=mode, transform=small_transform())
-        assert loader.profile_mode == mode and len(list(loader)) == 2
-    with pytest.raises(NotImplementedError):
-        loader.profile()
-
-
 def _child_iterates(folder: str, queue: Any) -> None:
     loader = fl.Loader(fl.ImageFolder(folder), batch_size=6, num_workers=2, transform=small_transform())
     queue.put([tuple(images.shape) for images, _ in loader])

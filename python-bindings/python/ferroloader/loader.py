@@ -15,6 +15,7 @@ import numpy as np
 
 from ferroloader import _native
 from ferroloader._native import FileList, ImageFolder
+from ferroloader.profiling import Profile
 from ferroloader.transforms import Compose, as_compose, pipeline_spec
 
 __all__ = ["Loader", "LoaderIterator"]
@@ -71,8 +72,8 @@ class Loader:
     - ``decoder``: ``"turbo"`` (libjpeg-turbo, Pillow-exact) or ``"zune"`` (pure Rust).
     - ``on_error``: ``"raise"`` (the first bad sample ends the epoch with its error) or
       ``"skip"`` (bad samples are dropped; see ``LoaderIterator.skipped``).
-    - ``profile``: ``"off"``, ``"spans"`` or ``"counters"`` (accepted; recording is not wired
-      into the Python package yet).
+    - ``profile``: ``"off"``, ``"spans"`` (a span per op per sample, batch events) or
+      ``"counters"`` (spans with CPU counter deltas); read it with ``loader.profile()``.
     - ``rank``/``world_size``: this process's share, cut as ``DistributedSampler`` cuts it; or
       ``sampler``: any iterable of dataset indices, iterated once per epoch.
     - ``tensor_type``: ``"torch"`` (default) or ``"numpy"`` arrays (no torch needed).
@@ -168,6 +169,7 @@ class Loader:
             on_error=self.on_error,
             rank=self.rank,
             world_size=self.world_size,
+            profile=self.profile_mode,
         )
 
     def _loader(self) -> _native.Loader:
@@ -228,11 +230,16 @@ class Loader:
         consumer to apply as ``(x / 255 - mean) / std``; else ``None``."""
         return self._loader().deferred_normalize
 
-    def profile(self) -> Any:
-        """The profile recorded so far (not available yet from Python)."""
-        raise NotImplementedError(
-            "Loader.profile(): the native profiler is not wired into the Python package yet"
-        )
+    def profile(self) -> Profile:
+        """Everything recorded since the loader was made (or since ``take_profile``), as one
+        pipeline labelled ``"native"``: empty unless made with ``profile="spans"`` or
+        ``"counters"``. An epoch still running is included up to its workers' last hand-off;
+        finish or drop its iterator first for all of it."""
+        return Profile(self._loader().profile())
+
+    def take_profile(self) -> Profile:
+        """Like ``profile()``, then forgets it (bounds memory over long runs)."""
+        return Profile(self._loader().take_profile())
 
     # -- pickling: by configuration ----------------------------------------------------------
 
