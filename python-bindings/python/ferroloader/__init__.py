@@ -11,6 +11,7 @@
 ...     loader.set_epoch(epoch)
 ...     for images, labels in loader:   # torch.float32 [B,3,224,224], torch.int64 [B]
 ...         ...
+>>> prof = loader.profile()     # with profile="spans": summary(), save_trace(path), to_html(path)
 
 Errors: missing files raise ``FileNotFoundError``; bad arguments ``TypeError``/``ValueError``
 naming the argument; images that cannot be decoded :class:`DecodeError` (an ``OSError``)
@@ -19,9 +20,13 @@ naming the file and the cause.
 
 from __future__ import annotations
 
+import importlib
+from typing import TYPE_CHECKING, Any
+
 from ferroloader import transforms
 from ferroloader._native import DecodeError, FileList, ImageFolder, __version__
 from ferroloader.loader import Loader, LoaderIterator
+from ferroloader.profiling import Profile, Summary
 
 __all__ = [
     "DecodeError",
@@ -29,6 +34,23 @@ __all__ = [
     "ImageFolder",
     "Loader",
     "LoaderIterator",
+    "Profile",
+    "Summary",
+    "report",
+    "torch",
     "transforms",
     "__version__",
 ]
+
+if TYPE_CHECKING:
+    from ferroloader import report, torch
+
+# Imported on first use: `ferroloader.torch` imports PyTorch and torchvision, `report` matplotlib,
+# which `import ferroloader` alone must not pay for.
+_LAZY = ("report", "torch")
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        return importlib.import_module(f"ferroloader.{name}")
+    raise AttributeError(f"module 'ferroloader' has no attribute {name!r}")
