@@ -26,7 +26,6 @@
 //! `--bench` (as `cargo test --benches` runs it) it does one short round, as a smoke test.
 
 use std::hint::black_box;
-use std::path::PathBuf;
 use std::time::Instant;
 
 use ferroloader::loader::transforms::spec::PipelineSpec;
@@ -44,28 +43,12 @@ fn env_usize(name: &str, default: usize) -> usize {
         .unwrap_or(default)
 }
 
+#[path = "../tests/support/fixtures.rs"]
+mod fixtures;
+
 /// The corpus' files, repeated `repeat` times.
 fn corpus(repeat: usize) -> InMemory {
-    let dir = std::env::var_os("FERROLOADER_BENCH_CORPUS")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target/fixtures/bench"));
-    let mut paths: Vec<_> = std::fs::read_dir(&dir)
-        .unwrap_or_else(|e| {
-            panic!(
-                "{}: {e}; run `make bench` (it generates the corpus) or set \
-                 FERROLOADER_BENCH_CORPUS",
-                dir.display()
-            )
-        })
-        .filter_map(|e| e.ok().map(|e| e.path()))
-        .filter(|p| p.extension().is_some_and(|x| x == "jpg"))
-        .collect();
-    paths.sort();
-    assert!(!paths.is_empty(), "no JPEGs in {}", dir.display());
-    let files: Vec<Vec<u8>> = paths
-        .iter()
-        .map(|p| std::fs::read(p).expect("corpus file readable"))
-        .collect();
+    let files = fixtures::bench_corpus();
     InMemory::from_samples(
         (0..repeat)
             .flat_map(|_| files.iter())

@@ -5,7 +5,6 @@
 //! compare ratios within one run (`scripts/bench_ratios.py` prints them), not absolute times.
 
 use std::hint::black_box;
-use std::path::PathBuf;
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use ferroloader::transforms::crop::RandomResizedCrop;
@@ -18,26 +17,11 @@ use ferroloader::transforms::spec::{
 };
 use ferroloader::transforms::{CropRect, RgbImage};
 
+#[path = "../tests/support/fixtures.rs"]
+mod fixtures;
+
 fn corpus() -> Vec<Vec<u8>> {
-    let dir = std::env::var_os("FERROLOADER_BENCH_CORPUS")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target/fixtures/bench"));
-    let mut paths: Vec<_> = std::fs::read_dir(&dir)
-        .unwrap_or_else(|e| {
-            panic!(
-                "{}: {e}; run `make bench` (it generates the corpus)",
-                dir.display()
-            )
-        })
-        .filter_map(|e| e.ok().map(|e| e.path()))
-        .filter(|p| p.extension().is_some_and(|x| x == "jpg"))
-        .collect();
-    paths.sort();
-    assert!(!paths.is_empty(), "no JPEGs in {}", dir.display());
-    paths
-        .iter()
-        .map(|p| std::fs::read(p).expect("corpus file readable"))
-        .collect()
+    fixtures::bench_corpus()
 }
 
 /// The crop RandomResizedCrop(224) draws for image `i` (fixed seed, so every bench sees the same).

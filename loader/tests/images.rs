@@ -13,17 +13,11 @@ use ferroloader_loader::{
     Source, TransformOp,
 };
 
+#[path = "../../tests/support/fixtures.rs"]
+mod fixtures;
+
 fn corpus_dir() -> PathBuf {
-    let dir = std::env::var_os("FERROLOADER_FIXTURES")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/fixtures"))
-        .join("decode");
-    assert!(
-        dir.join("manifest.json").exists(),
-        "{}: run `make fixtures`",
-        dir.display()
-    );
-    dir
+    fixtures::fixture_dir("decode", "make fixtures")
 }
 
 /// An ImageFolder of the corpus' small and medium JPEGs split over 3 classes, plus `extra`

@@ -28,17 +28,11 @@ const BATCH: usize = 4;
 /// The ops a sample of the fused train pipeline reports, besides the `process` span around them.
 const SAMPLE_OPS: [&str; 4] = ["read", "decode", "crop_params", "fused"];
 
+#[path = "../../tests/support/fixtures.rs"]
+mod fixtures;
+
 fn corpus_dir() -> PathBuf {
-    let dir = std::env::var_os("FERROLOADER_FIXTURES")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/fixtures"))
-        .join("decode");
-    assert!(
-        dir.join("manifest.json").exists(),
-        "{}: run `make fixtures`",
-        dir.display()
-    );
-    dir
+    fixtures::fixture_dir("decode", "make fixtures")
 }
 
 /// The corpus' JPEGs (all but the huge one), sorted by name.

@@ -33,18 +33,11 @@ const SCALED_MEAN_ABS_DIFF: [(u8, f64); 3] = [(2, 0.5), (4, 0.5), (8, 0.5)];
 // Corpus
 // ---------------------------------------------------------------------------------------------
 
-fn fixtures() -> PathBuf {
-    let root = std::env::var_os("FERROLOADER_FIXTURES")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/fixtures"));
-    let dir = root.join("decode");
-    if !dir.join("manifest.json").is_file() {
-        panic!(
-            "decode fixtures not found in {}: run `make fixtures`",
-            dir.display()
-        );
-    }
-    dir
+#[path = "../../tests/support/fixtures.rs"]
+mod fixtures;
+
+fn fixture_dir() -> PathBuf {
+    fixtures::fixture_dir("decode", "make fixtures")
 }
 
 struct Entry {
@@ -79,7 +72,7 @@ fn text(v: &Value, key: &str) -> String {
 }
 
 fn corpus() -> Corpus {
-    let dir = fixtures();
+    let dir = fixture_dir();
     let manifest: Value = serde_json::from_slice(
         &std::fs::read(dir.join("manifest.json")).expect("read manifest.json"),
     )

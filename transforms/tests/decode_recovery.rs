@@ -1,17 +1,14 @@
 //! A decode context stays usable after a bad image: the next good image decodes exactly as on
 //! a fresh context, on every decode path.
 
-use std::path::PathBuf;
-
 use ferroloader_transforms::decode::{DecodeContext, DecodeOptions, Decoder};
 use ferroloader_transforms::{CropRect, RgbImage};
 
+#[path = "../../tests/support/fixtures.rs"]
+mod fixtures;
+
 fn fixture(name: &str) -> Vec<u8> {
-    let dir = std::env::var_os("FERROLOADER_FIXTURES")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/fixtures"))
-        .join("decode");
-    std::fs::read(dir.join(name)).unwrap_or_else(|e| panic!("{name}: {e}; run `make fixtures`"))
+    fixtures::read_fixture("decode", name)
 }
 
 #[test]

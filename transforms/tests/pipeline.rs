@@ -13,22 +13,16 @@ use ferroloader_transforms::spec::{
 };
 use ferroloader_transforms::Error;
 
-fn fixtures() -> PathBuf {
-    let dir = std::env::var_os("FERROLOADER_FIXTURES")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/fixtures"))
-        .join("decode");
-    assert!(
-        dir.join("manifest.json").exists(),
-        "{} has no manifest.json: run `make fixtures`",
-        dir.display()
-    );
-    dir
+#[path = "../../tests/support/fixtures.rs"]
+mod fixtures;
+
+fn fixture_dir() -> PathBuf {
+    fixtures::fixture_dir("decode", "make fixtures")
 }
 
 /// Every decodable image of the corpus (JPEG and the other formats), by name.
 fn corpus() -> Vec<(String, Vec<u8>)> {
-    let dir = fixtures();
+    let dir = fixture_dir();
     let manifest: serde_json::Value =
         serde_json::from_slice(&std::fs::read(dir.join("manifest.json")).expect("manifest"))
             .expect("manifest is JSON");

@@ -107,14 +107,12 @@ struct Corpus {
     images: Vec<(String, RgbImage)>,
 }
 
+#[path = "../../tests/support/fixtures.rs"]
+mod fixtures;
+
 impl Corpus {
     fn load() -> Corpus {
-        let root = std::env::var_os("FERROLOADER_FIXTURES")
-            .map(PathBuf::from)
-            .unwrap_or_else(|| {
-                PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/fixtures")
-            });
-        let dir = root.join("resize");
+        let dir = fixtures::fixture_dir("resize", "make fixtures");
         let text = std::fs::read_to_string(dir.join("manifest.json")).unwrap_or_else(|e| {
             panic!(
                 "no resize fixtures at {} ({e}): run `make fixtures`",
