@@ -16,6 +16,7 @@
 //! [`FusedKernel`] and are reused. Must not decide anything random: the crop and the flip come
 //! in as arguments, drawn by the caller from the sample's RNG.
 
+use crate::cpu;
 use crate::error::{Error, Result};
 use crate::image::{CropRect, RgbView};
 use crate::resize::{Resizer, RowSink};
@@ -175,7 +176,7 @@ impl FusedKernel {
                     row: &mut self.row[..row_len],
                     lut: &self.lut,
                     fast: self.fast,
-                    avx512: convert::avx512(),
+                    avx512: cpu::avx512_vbmi(),
                     width: w as usize,
                     plane: h as usize * w as usize,
                 };
@@ -190,8 +191,8 @@ impl FusedKernel {
                     row: &mut self.row[..row_len],
                     width: w as usize,
                     plane: h as usize * w as usize,
-                    avx2: convert::avx2(),
-                    avx512: convert::avx512(),
+                    avx2: cpu::avx2(),
+                    avx512: cpu::avx512_vbmi(),
                 };
                 self.resizer.resize_into(view, h, w, flip, &mut sink)
             }
@@ -258,7 +259,7 @@ impl FusedKernel {
         self.fast = [convert::Quotient::Split, convert::Quotient::Corrected]
             .into_iter()
             .map(fast)
-            .find(|f| convert::fma() && f.matches(&self.lut));
+            .find(|f| cpu::avx2_fma() && f.matches(&self.lut));
         self.lut_key = key;
         Ok(())
     }
@@ -333,46 +334,6 @@ impl RowSink for U8HwcSink<'_> {
 
 /// Packed RGB rows to planar rows: table lookups (float kinds) or plain bytes.
 mod convert {
-    /// Whether this CPU runs AVX2.
-    pub(super) fn avx2() -> bool {
-        #[cfg(target_arch = "x86_64")]
-        {
-            std::arch::is_x86_feature_detected!("avx2")
-        }
-        #[cfg(not(target_arch = "x86_64"))]
-        {
-            false
-        }
-    }
-
-    /// Whether this CPU runs the AVX-512 conversions (F, BW, VL, VBMI).
-    pub(super) fn avx512() -> bool {
-        #[cfg(target_arch = "x86_64")]
-        {
-            std::arch::is_x86_feature_detected!("avx512f")
-                && std::arch::is_x86_feature_detected!("avx512bw")
-                && std::arch::is_x86_feature_detected!("avx512vl")
-                && std::arch::is_x86_feature_detected!("avx512vbmi")
-        }
-        #[cfg(not(target_arch = "x86_64"))]
-        {
-            false
-        }
-    }
-
-    /// Whether this CPU runs AVX2 and FMA.
-    pub(super) fn fma() -> bool {
-        #[cfg(target_arch = "x86_64")]
-        {
-            std::arch::is_x86_feature_detected!("avx2")
-                && std::arch::is_x86_feature_detected!("fma")
-        }
-        #[cfg(not(target_arch = "x86_64"))]
-        {
-            false
-        }
-    }
-
     /// `1 / 255` rounded to float32.
     const RECIP_255: f32 = 1.0 / 255.0;
     /// What `RECIP_255` misses of `1 / 255`, rounded to float32.
@@ -478,10 +439,10 @@ mod convert {
     ) {
         let done = match fast {
             #[cfg(target_arch = "x86_64")]
-            // SAFETY: `avx512` is only set where `avx512()` saw the features.
+            // SAFETY: `avx512` is only set where `cpu::avx512_vbmi()` saw the features.
             Some(fast) if avx512 => unsafe { x86::f32_row_512(row, fast, &mut planes) },
             #[cfg(target_arch = "x86_64")]
-            // SAFETY: `fast` is only set after `fma()` saw AVX2 and FMA.
+            // SAFETY: `fast` is only set after `cpu::avx2_fma()` saw AVX2 and FMA.
             Some(fast) => unsafe { x86::f32_row(row, fast, &mut planes) },
             _ => 0,
         };
@@ -503,7 +464,7 @@ mod convert {
     pub(super) fn u8_row(avx2: bool, avx512: bool, row: &[u8], mut planes: [&mut [u8]; 3]) {
         let done = if avx512 {
             #[cfg(target_arch = "x86_64")]
-            // SAFETY: the caller saw `avx512()`.
+            // SAFETY: the caller saw `cpu::avx512_vbmi()`.
             unsafe {
                 x86::u8_row_512(row, &mut planes)
             }
@@ -883,9 +844,9 @@ mod tests {
                     .map(|i| ((i / 3 * 97 + i % 3 * 31) % 256) as u8)
                     .collect();
                 let mut variants = vec![(None, false)];
-                if convert::fma() {
+                if cpu::avx2_fma() {
                     variants.push((Some(&fast), false));
-                    if convert::avx512() {
+                    if cpu::avx512_vbmi() {
                         variants.push((Some(&fast), true));
                     }
                 }
@@ -903,7 +864,7 @@ mod tests {
                     }
                 }
                 for (avx2, avx512) in [(false, false), (true, false), (true, true)] {
-                    if (avx2 && !convert::avx2()) || (avx512 && !convert::avx512()) {
+                    if (avx2 && !cpu::avx2()) || (avx512 && !cpu::avx512_vbmi()) {
                         continue;
                     }
                     let mut out = vec![0xAAu8; 3 * px];

@@ -22,6 +22,7 @@
 //! given: crops are views, and what happens to an output row (copy, flip, to-tensor) is the
 //! caller's [`RowSink`].
 
+use crate::cpu;
 use crate::error::{Error, Result};
 use crate::image::{RgbImage, RgbView};
 
@@ -575,9 +576,9 @@ pub enum SimdLevel {
 impl SimdLevel {
     /// The best level this CPU runs (detected at run time).
     pub fn detected() -> SimdLevel {
-        if kernels::avx512() {
+        if cpu::avx512_vnni() {
             SimdLevel::Avx512
-        } else if kernels::avx2() {
+        } else if cpu::avx2() {
             SimdLevel::Avx2
         } else {
             SimdLevel::Portable
@@ -875,37 +876,6 @@ impl Ahead {
 /// Kernel dispatch: the portable kernels, compiled for AVX2 too when the CPU has it.
 mod kernels {
     use super::{portable, AxisCoeffs};
-
-    /// Whether this CPU runs AVX2 (cached by std after the first call).
-    #[inline]
-    pub(super) fn avx2() -> bool {
-        #[cfg(target_arch = "x86_64")]
-        {
-            std::arch::is_x86_feature_detected!("avx2")
-        }
-        #[cfg(not(target_arch = "x86_64"))]
-        {
-            false
-        }
-    }
-
-    /// Whether this CPU runs the AVX-512 kernels: F, BW, VL, VBMI (byte permutes) and VNNI
-    /// (dot products). Cached by std after the first call.
-    #[inline]
-    pub(super) fn avx512() -> bool {
-        #[cfg(target_arch = "x86_64")]
-        {
-            std::arch::is_x86_feature_detected!("avx512f")
-                && std::arch::is_x86_feature_detected!("avx512bw")
-                && std::arch::is_x86_feature_detected!("avx512vl")
-                && std::arch::is_x86_feature_detected!("avx512vbmi")
-                && std::arch::is_x86_feature_detected!("avx512vnni")
-        }
-        #[cfg(not(target_arch = "x86_64"))]
-        {
-            false
-        }
-    }
 
     /// One row of the horizontal pass; see [`portable::horizontal`].
     #[inline]
