@@ -167,6 +167,19 @@ fn sum_ns<'a>(spans: impl IntoIterator<Item = &'a SpanRecord>) -> u64 {
     spans.into_iter().map(SpanRecord::dur_ns).sum()
 }
 
+/// The median over `samples` of the share of a sample's time its ops cover. A median, not a
+/// total: a worker preempted between two ops (2 cores, tests side by side) leaves a gap in a
+/// few samples, while an op the spans missed would leave one in every sample.
+fn median_coverage(p: &Pipeline, samples: &[&SpanRecord]) -> f64 {
+    let mut coverage: Vec<f64> = samples
+        .iter()
+        .map(|s| sum_ns(children(p, s)) as f64 / s.dur_ns().max(1) as f64)
+        .collect();
+    assert!(!coverage.is_empty());
+    coverage.sort_by(f64::total_cmp);
+    coverage[coverage.len() / 2]
+}
+
 /// Every sample is a `process` span on a worker holding its ops in order, with its batch and
 /// dataset index; returns the process spans.
 fn check_sample_spans<'a>(
@@ -300,13 +313,11 @@ fn spans_mode_records_every_op_batch_event_wait_and_flow() {
             "busy time is the process spans"
         );
         // The ops cover the sample time: what is left is the loader's own glue.
-        let ops: u64 = own.iter().map(|s| sum_ns(children(p, s))).sum();
-        let rel = (w.busy_ns - ops) as f64 / w.busy_ns as f64;
+        let covered = median_coverage(p, &own);
         assert!(
-            rel < 0.02,
-            "worker {}: ops {ops} ns of {} ns busy",
-            w.worker,
-            w.busy_ns
+            covered > 0.98,
+            "worker {}: ops cover {covered} of the median sample",
+            w.worker
         );
     }
     for op in ["process", "read", "crop_params", "fused"] {
@@ -427,28 +438,23 @@ fn an_injected_2ms_op_is_found_and_its_time_attributed() {
         .sum();
     let measured = loader.processor().process_ns.load(Ordering::Relaxed);
     let rel = (measured as f64 - inside as f64).abs() / measured as f64;
-    assert!(rel < 0.02, "spans {inside} ns vs {measured} ns measured");
-    let mut coverage: Vec<f64> = process
-        .iter()
-        .map(|s| sum_ns(children(p, s)) as f64 / s.dur_ns() as f64)
-        .collect();
-    coverage.sort_by(f64::total_cmp);
-    assert!(
-        coverage[coverage.len() / 2] > 0.98,
-        "median sample coverage {coverage:?}"
-    );
+    // 5%: a worker preempted between two spans (2 cores, tests running side by side) adds
+    // milliseconds to the processor's own measure and none to the spans; a missing op would
+    // miss far more (the slow op alone is most of the time).
+    assert!(rel < 0.05, "spans {inside} ns vs {measured} ns measured");
+    let covered = median_coverage(p, &process);
+    assert!(covered > 0.98, "median sample coverage {covered}");
     for w in &ps.workers {
-        let ops: u64 = process
+        let own: Vec<&SpanRecord> = process
             .iter()
+            .copied()
             .filter(|s| s.worker == w.worker)
-            .map(|s| sum_ns(children(p, s)))
-            .sum();
-        let rel = (w.busy_ns as f64 - ops as f64) / w.busy_ns as f64;
+            .collect();
+        let covered = median_coverage(p, &own);
         assert!(
-            (0.0..0.02).contains(&rel),
-            "worker {}: {ops} of {} ns",
-            w.worker,
-            w.busy_ns
+            (0.98..=1.0).contains(&covered),
+            "worker {}: ops cover {covered} of the median sample",
+            w.worker
         );
     }
 }
@@ -506,7 +512,10 @@ fn counters_mode_counts_software_events_and_says_why_hardware_is_missing() {
         let c = s.counters.as_ref().expect("worker spans carry counters");
         let tc = c.task_clock.expect("task clock");
         // CPU time of the thread within the span: never more than the span (plus clock skew).
-        assert!(tc <= s.dur_ns() + s.dur_ns() / 10 + 20_000, "{s:?}");
+        // The slack: the exit's counter read comes after its clock read, and on a loaded
+        // machine the kernel's task-clock accounting around a context switch was seen to add
+        // up to ~60 us to a span; a span counting another's time would be off by far more.
+        assert!(tc <= s.dur_ns() + s.dur_ns() / 10 + 100_000, "{s:?}");
         assert!(c.page_faults.is_some() && c.context_switches.is_some());
         if !p.counters.hardware.available {
             assert!(c.cycles.is_none() && c.instructions.is_none());

@@ -687,13 +687,16 @@ impl Pipeline {
         } = ctx;
         match &self.geometry {
             Geometry::RandomResizedCrop(rrc) => {
-                let info = observed(obs, Op::Decode, || decode.info(bytes))?;
-                let (crop, flipped) = observed(obs, Op::CropParams, || {
-                    let crop = rrc.get_params(info.width, info.height, rng);
-                    (crop, self.draw_flip(rng))
-                });
-                let inner = observed(obs, Op::Decode, || {
-                    if self.spec.dct_scaling {
+                // One decode span per sample: the crop is drawn between reading the header
+                // and decoding the region, so its span nests inside decode's.
+                obs.enter(Op::Decode);
+                let decoded_crop = (|| {
+                    let info = decode.info(bytes)?;
+                    let (crop, flipped) = observed(obs, Op::CropParams, || {
+                        let crop = rrc.get_params(info.width, info.height, rng);
+                        (crop, self.draw_flip(rng))
+                    });
+                    let inner = if self.spec.dct_scaling {
                         decode
                             .decode_region_scaled(bytes, crop, self.out_h, self.out_w, decoded)
                             .map(|(rect, _)| rect)
@@ -701,8 +704,11 @@ impl Pipeline {
                         decode.decode_region(bytes, crop, decoded)
                     } else {
                         decode.decode(bytes, decoded).map(|_| crop)
-                    }
-                })?;
+                    }?;
+                    Ok::<_, Error>((info, crop, flipped, inner))
+                })();
+                obs.exit(Op::Decode);
+                let (info, crop, flipped, inner) = decoded_crop?;
                 observed(obs, Op::Fused, || {
                     let size = (self.out_h, self.out_w);
                     kernel.run(decoded.view(), inner, size, flipped, &self.output, out)
