@@ -45,7 +45,7 @@ __all__ = [
 if TYPE_CHECKING:
     from ferroloader import report, torch
 
-# Imported on first use: `ferroloader.torch` imports PyTorch and torchvision, `report` matplotlib,
+# Imported on first use: `ferroloader.torch` imports PyTorch, `report` matplotlib,
 # which `import ferroloader` alone must not pay for.
 _LAZY = ("report", "torch")
 

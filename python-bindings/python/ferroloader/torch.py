@@ -1,0 +1,1199 @@
+"""``ferroloader.torch``: profile a stock ``torch.utils.data.DataLoader`` in ferroloader's schema.
+
+>>> import ferroloader as fl
+>>> loader = torch.utils.data.DataLoader(torchvision.datasets.ImageFolder(root, transform=tf),
+...                                      batch_size=64, shuffle=True, num_workers=8)
+>>> with fl.torch.profile(loader) as pdl:
+...     for images, labels in pdl:          # exactly what ``loader`` yields
+...         ...
+>>> pdl.profile().summary()                 # or .merge(native_profile).save_trace("both.json")
+
+:func:`profile` builds a :class:`ProfiledDataLoader`: a new ``DataLoader`` with the user's
+loader's settings (sampler, workers, pinning, timeout, ``worker_init_fn``, start method,
+generator...) over an *instrumented shallow copy* of its dataset. For a torchvision
+``DatasetFolder`` (``ImageFolder``) the copy's ``loader`` is split into ``read`` (the file's
+bytes) and ``decode`` (``PIL.Image.open(...).convert("RGB")``, the same pixels as torchvision's
+``pil_loader``), any other loader is one ``load`` span, and each transform of a ``Compose`` is
+timed on its own under its class name (``RandomResizedCrop``, ``ToTensor``...). A ``process``
+span (depth 0) covers each sample's whole ``__getitem__``, a ``collate`` span each batch.
+
+Spans are recorded where they happen, in the DataLoader's worker processes (fork, spawn or
+forkserver): each process appends ``(op, sample, start, end, depth[, counters])`` tuples to a
+buffer of its own, and the timed ``collate_fn`` hands the records gathered since the worker's
+previous batch to the main process *inside the batch* (a small picklable :class:`_Carrier`,
+which also survives ``pin_memory=True``); the main process's iterator takes the carrier off
+again, and notes when each batch was delivered and how long ``next()`` blocked. A sample that
+raises is recorded as a failure (sent from workers over a small side queue, since the batch it
+belonged to never arrives) and the exception propagates unchanged. Batch numbers are delivery
+ordinals, unique across epochs; timestamps are ``time.monotonic_ns()`` (CLOCK_MONOTONIC, the
+native profiler's clock), so a ``torchvision`` and a ``native`` pipeline share one timeline.
+
+With ``mode="counters"`` each worker process opens the native counter groups
+(``ferroloader._native.CounterGroup``) once, lazily, for its own thread, and every span carries
+its counter deltas. ``mode="off"`` iterates the user's loader itself and records nothing.
+
+Batch events: ``planned_ns`` when torch took the batch's indices from the sampler (main
+process), ``first_started_ns`` its first span, ``completed_ns``/``completed_by`` the end of its
+collate and the worker, ``delivered_ns`` and ``wait_ns`` (how long ``next()`` blocked) in the
+main process. ``out_of_order``: it finished before a batch delivered ahead of it (torch held it
+back to keep order), or, with ``in_order=False``, it was delivered ahead of a batch the sampler
+planned earlier. Without persistent workers each epoch starts new processes under the same
+worker numbers: a thread entry names the first, ``meta["worker_pids"]`` all of them. Past
+``max_spans`` spans only batch events are kept (``stats.dropped_spans`` counts the rest).
+Datasets with ``__getitems__`` are fetched one sample at a time (each sample needs its spans).
+
+What this module must not do: mutate the user's DataLoader, dataset, transforms or sampler
+(it copies and wraps; samplers and the generator are shared, exactly as iterating the original
+would use them); change what is yielded or the random stream; hold per-batch data (tensors)
+beyond delivery; do anything on the per-op path but read the clock (and the counters) and
+append one tuple; build dicts before :meth:`ProfiledDataLoader.profile` asks for them.
+Summaries and traces are computed by :class:`ferroloader.Profile` (the native profiler crate),
+not here.
+"""
+
+from __future__ import annotations
+
+import copy
+import importlib
+import inspect
+import io
+import multiprocessing
+import operator
+import os
+import sys
+import threading
+import uuid
+import weakref
+from collections import deque
+from time import monotonic_ns as _now
+from typing import (
+    TYPE_CHECKING,
+    Any,
+    Callable,
+    Deque,
+    Dict,
+    Iterable,
+    Iterator,
+    List,
+    Optional,
+    Sequence,
+    Tuple,
+    Type,
+)
+
+import torch
+from torch.utils.data import DataLoader, Dataset, IterableDataset, Subset, get_worker_info
+
+if TYPE_CHECKING:
+    from types import TracebackType
+
+    from ferroloader.profiling import Profile
+
+__all__ = ["profile", "ProfiledDataLoader", "MODES"]
+
+MODES = ("off", "spans", "counters")
+"""The recording modes, as in the schema: nothing, spans and batch events, spans plus counters."""
+
+SCHEMA_NAME = "ferroloader.profile"
+SCHEMA_VERSION = 1
+
+HARDWARE_COUNTERS = (
+    "cycles",
+    "instructions",
+    "cache_references",
+    "cache_misses",
+    "branch_instructions",
+    "branch_misses",
+    "stalled_cycles_frontend",
+    "stalled_cycles_backend",
+)
+SOFTWARE_COUNTERS = ("task_clock", "page_faults", "context_switches", "cpu_migrations")
+
+# A span as recorded on the hot path: (op, sample, start_ns, end_ns, depth) in "spans" mode,
+# plus (counters_before, counters_after) raw tuples in "counters" mode. Dicts are built later.
+Record = Tuple[Any, ...]
+# Who recorded a batch: (worker, pid, tid, counter names, counter availability or None).
+WorkerIdentity = Tuple[int, int, int, Tuple[str, ...], Optional[Dict[str, Any]]]
+# A failed sample: (sample, t_ns, op, cause).
+FailureRecord = Tuple[Any, int, str, str]
+# What a process reports about a failed sample: who, the failure, the failed batch's spans.
+FailureReport = Tuple[WorkerIdentity, FailureRecord, List[Record]]
+CounterReader = Callable[[], Tuple[int, ...]]
+
+
+def _no_counters() -> Tuple[int, ...]:
+    return ()
+
+
+# -- per-process recording -------------------------------------------------------------------
+
+# The recorders alive in this process, by session: wrappers unpickled in a spawned worker find
+# their session's one here, and a forked child resets every one it inherited.
+_LIVE: "weakref.WeakValueDictionary[str, _Recorder]" = weakref.WeakValueDictionary()
+
+
+class _Recorder:
+    """One profiling session's span buffer in one process (the main one or a worker).
+
+    The wrappers of a session share it: the process span sets ``sample`` for the op spans
+    nested in it, every span appends one tuple to ``records``, and the timed ``collate_fn``
+    takes the records of the batch it just collated. Pickles by session (a spawned worker gets
+    a fresh, empty recorder); a forked child clears what it inherited.
+    """
+
+    __slots__ = (
+        "session",
+        "counting",
+        "queue",
+        "records",
+        "sample",
+        "failed_op",
+        "side",
+        "_identity",
+        "_read",
+        "_names",
+        "_availability",
+        "_counters_pid",
+        "__weakref__",
+    )
+
+    def __init__(self, session: str, counting: bool, queue: Any = None) -> None:
+        self.session = session
+        self.counting = counting
+        self.queue: Any = queue
+        """Where a worker process sends failure reports (a ``SimpleQueue``), when it has one."""
+        self._reset()
+        _LIVE[session] = self
+
+    def _reset(self) -> None:
+        self.records: List[Record] = []
+        self.sample: Any = None
+        self.failed_op: Optional[str] = None
+        self.side: List[FailureReport] = []
+        self._identity: Optional[WorkerIdentity] = None
+        self._read: Optional[CounterReader] = None
+        self._names: Tuple[str, ...] = ()
+        self._availability: Optional[Dict[str, Any]] = None
+        self._counters_pid = 0
+
+    def __reduce__(self) -> Tuple[Callable[..., "_Recorder"], Tuple[Any, ...]]:
+        return (_recorder_for, (self.session, self.counting, self.queue))
+
+    def reader(self) -> CounterReader:
+        """The counter read function of this process's thread, opening the groups once."""
+        read = self._read
+        if read is None or self._counters_pid != os.getpid():
+            read = self._open_counters()
+        return read
+
+    def _open_counters(self) -> CounterReader:
+        from ferroloader import _native
+
+        read: CounterReader
+        try:
+            group = _native.CounterGroup(hardware=True, software=True)
+            self._names = tuple(group.names)
+            self._availability = dict(group.availability)
+            read = group.read
+            read()  # a group that opens but cannot be read counts as unavailable
+        except Exception as e:  # counters missing must never fail the pipeline
+            reason = f"CounterGroup failed: {type(e).__name__}: {e}"
+            self._names = ()
+            self._availability = _unavailable(reason)
+            read = _no_counters
+        self._read = read
+        self._counters_pid = os.getpid()
+        self._identity = None
+        return read
+
+    def identity(self) -> WorkerIdentity:
+        """(worker, pid, tid, counter names, availability) of the calling process."""
+        ident = self._identity
+        if ident is None:
+            if self.counting:
+                self.reader()
+            info = get_worker_info()
+            ident = (
+                0 if info is None else int(info.id),
+                os.getpid(),
+                threading.get_native_id(),
+                self._names,
+                self._availability,
+            )
+            self._identity = ident
+        return ident
+
+    def take(self) -> List[Record]:
+        """The records gathered since the last take."""
+        records = self.records
+        self.records = []
+        return records
+
+    def fail(self, sample: Any, error: BaseException, op: str, path: Optional[str]) -> None:
+        """Reports a failed sample (or collate, with ``sample=None``) with the spans recorded
+        for its batch so far, which no batch will carry now."""
+        cause = f"{type(error).__name__}: {error}"
+        if path is not None:
+            cause = f"{path}: {cause}"
+        report: FailureReport = (self.identity(), (sample, _now(), op, cause), self.take())
+        self.failed_op = None
+        if get_worker_info() is None:
+            self.side.append(report)
+        elif self.queue is not None:
+            try:
+                self.queue.put(report)
+            except Exception:  # the report is lost; the sample's own error still propagates
+                pass
+
+
+def _recorder_for(session: str, counting: bool, queue: Any = None) -> _Recorder:
+    """This process's recorder of ``session`` (unpickling target)."""
+    rec = _LIVE.get(session)
+    if rec is None:
+        rec = _Recorder(session, counting, queue)
+    return rec
+
+
+def _after_fork_in_child() -> None:
+    for rec in list(_LIVE.values()):
+        rec._reset()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+# -- the timed wrappers (module level, so spawn can pickle them) ------------------------------
+
+
+class _TimedOp:
+    """Calls ``fn`` inside a depth-1 span named ``op`` (a transform, a loader)."""
+
+    __slots__ = ("fn", "op", "rec")
+
+    def __init__(self, fn: Callable[[Any], Any], op: str, rec: _Recorder) -> None:
+        self.fn = fn
+        self.op = op
+        self.rec = rec
+
+    def __call__(self, x: Any) -> Any:
+        rec = self.rec
+        if rec.counting:
+            read = rec.reader()
+            c0 = read()
+            t0 = _now()
+            try:
+                y = self.fn(x)
+            except Exception:
+                _failed_in(rec, self.op, t0)
+                raise
+            t1 = _now()
+            rec.records.append((self.op, rec.sample, t0, t1, 1, c0, read()))
+            return y
+        t0 = _now()
+        try:
+            y = self.fn(x)
+        except Exception:
+            _failed_in(rec, self.op, t0)
+            raise
+        rec.records.append((self.op, rec.sample, t0, _now(), 1))
+        return y
+
+    def __getstate__(self) -> Tuple[Any, str, _Recorder]:
+        return (self.fn, self.op, self.rec)
+
+    def __setstate__(self, state: Tuple[Any, str, _Recorder]) -> None:
+        self.fn, self.op, self.rec = state
+
+    def __repr__(self) -> str:
+        return f"timed({self.fn!r})"
+
+
+def _failed_in(rec: _Recorder, op: str, t0: int) -> None:
+    """Notes the innermost op that raised, and its span up to the failure."""
+    if rec.failed_op is None:
+        rec.failed_op = op
+        rec.records.append((op, rec.sample, t0, _now(), 1))
+
+
+class _TimedCompose:
+    """Applies timed transforms in order: what torchvision's ``Compose`` does with one input."""
+
+    __slots__ = ("transforms",)
+
+    def __init__(self, transforms: List[_TimedOp]) -> None:
+        self.transforms = transforms
+
+    def __call__(self, x: Any) -> Any:
+        for t in self.transforms:
+            x = t(x)
+        return x
+
+    def __getstate__(self) -> List[_TimedOp]:
+        return self.transforms
+
+    def __setstate__(self, state: List[_TimedOp]) -> None:
+        self.transforms = state
+
+    def __repr__(self) -> str:
+        return f"timed(Compose({[t.fn for t in self.transforms]!r}))"
+
+
+class _TimedPilLoader:
+    """torchvision's ``pil_loader`` in two spans: ``read`` (the file's bytes) and ``decode``
+    (``Image.open(BytesIO(data)).convert("RGB")``, the same pixels)."""
+
+    __slots__ = ("rec",)
+
+    def __init__(self, rec: _Recorder) -> None:
+        self.rec = rec
+
+    def __call__(self, path: Any) -> Any:
+        from PIL import Image
+
+        rec = self.rec
+        sample = rec.sample
+        counting = rec.counting
+        if counting:
+            read = rec.reader()
+            c0 = read()
+        t0 = _now()
+        try:
+            with open(path, "rb") as f:
+                data = f.read()
+        except Exception:
+            _failed_in(rec, "read", t0)
+            raise
+        t1 = _now()
+        if counting:
+            c1 = read()
+        try:
+            img = Image.open(io.BytesIO(data)).convert("RGB")
+        except Exception:
+            _failed_in(rec, "decode", t1)
+            raise
+        t2 = _now()
+        if counting:
+            c2 = read()
+            rec.records.append(("read", sample, t0, t1, 1, c0, c1))
+            rec.records.append(("decode", sample, t1, t2, 1, c1, c2))
+        else:
+            rec.records.append(("read", sample, t0, t1, 1))
+            rec.records.append(("decode", sample, t1, t2, 1))
+        return img
+
+    def __getstate__(self) -> _Recorder:
+        return self.rec
+
+    def __setstate__(self, state: _Recorder) -> None:
+        self.rec = state
+
+
+class _Carrier:
+    """A collated batch on its way from a worker to the main process, with the spans recorded
+    for it. Not a tensor, mapping or sequence, so torch's pinning calls our ``pin_memory``."""
+
+    __slots__ = ("batch", "records", "identity", "done_ns")
+
+    def __init__(
+        self, batch: Any, records: List[Record], identity: WorkerIdentity, done_ns: int
+    ) -> None:
+        self.batch = batch
+        self.records = records
+        self.identity = identity
+        self.done_ns = done_ns
+
+    def pin_memory(self, device: Optional[str] = None) -> "_Carrier":
+        """The same carrier around the pinned batch (called by torch's pin-memory thread)."""
+        # torch's own recursive pinning, so the batch is pinned exactly as without us.
+        pin: Callable[[Any, Optional[str]], Any] = importlib.import_module(
+            "torch.utils.data._utils.pin_memory"
+        ).pin_memory
+        return _Carrier(pin(self.batch, device), self.records, self.identity, self.done_ns)
+
+    def __getstate__(self) -> Tuple[Any, List[Record], WorkerIdentity, int]:
+        return (self.batch, self.records, self.identity, self.done_ns)
+
+    def __setstate__(self, state: Tuple[Any, List[Record], WorkerIdentity, int]) -> None:
+        self.batch, self.records, self.identity, self.done_ns = state
+
+
+class _TimedCollate:
+    """The user's ``collate_fn`` in a ``collate`` span; returns a :class:`_Carrier` holding the
+    batch and every record of this process since its previous batch."""
+
+    __slots__ = ("fn", "rec")
+
+    def __init__(self, fn: Callable[[Any], Any], rec: _Recorder) -> None:
+        self.fn = fn
+        self.rec = rec
+
+    def __call__(self, data: Any) -> _Carrier:
+        rec = self.rec
+        counting = rec.counting
+        if counting:
+            read = rec.reader()
+            c0 = read()
+        t0 = _now()
+        try:
+            batch = self.fn(data)
+        except Exception as e:
+            rec.fail(None, e, "collate", None)
+            raise
+        t1 = _now()
+        if counting:
+            rec.records.append(("collate", None, t0, t1, 0, c0, read()))
+        else:
+            rec.records.append(("collate", None, t0, t1, 0))
+        return _Carrier(batch, rec.take(), rec.identity(), t1)
+
+    def __getstate__(self) -> Tuple[Any, _Recorder]:
+        return (self.fn, self.rec)
+
+    def __setstate__(self, state: Tuple[Any, _Recorder]) -> None:
+        self.fn, self.rec = state
+
+
+class _ProfiledDataset(Dataset[Any]):
+    """The dataset torch's fetcher sees: each ``__getitem__`` of the instrumented copy inside a
+    ``process`` span. Public attributes are read from and set on the copy, so a
+    ``worker_init_fn`` that configures ``get_worker_info().dataset`` configures the dataset
+    that loads. Defines no ``__getitems__``: samples are fetched one by one, each in its
+    spans."""
+
+    def __init__(self, inner: Any, original: Any, rec: _Recorder) -> None:
+        object.__setattr__(self, "_inner", inner)
+        object.__setattr__(self, "_original", original)
+        object.__setattr__(self, "_rec", rec)
+
+    def __getitem__(self, index: Any) -> Any:
+        rec = self._rec
+        rec.sample = index
+        rec.failed_op = None
+        if rec.counting:
+            read = rec.reader()
+            c0 = read()
+            t0 = _now()
+            try:
+                item = self._inner[index]
+            except Exception as e:
+                self._failed(index, e, t0)
+                raise
+            t1 = _now()
+            rec.records.append(("process", index, t0, t1, 0, c0, read()))
+            return item
+        t0 = _now()
+        try:
+            item = self._inner[index]
+        except Exception as e:
+            self._failed(index, e, t0)
+            raise
+        rec.records.append(("process", index, t0, _now(), 0))
+        return item
+
+    def _failed(self, index: Any, error: Exception, t0: int) -> None:
+        rec = self._rec
+        op = rec.failed_op or "process"
+        rec.records.append(("process", index, t0, _now(), 0))
+        rec.fail(index, error, op, _sample_path(self._original, index))
+
+    def __len__(self) -> int:
+        return len(self._inner)
+
+    def __getattr__(self, name: str) -> Any:
+        inner = self.__dict__.get("_inner")
+        if inner is None or name.startswith("__"):
+            raise AttributeError(name)
+        return getattr(inner, name)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name.startswith("_"):
+            object.__setattr__(self, name, value)
+        else:
+            setattr(self._inner, name, value)
+
+
+def _sample_path(dataset: Any, index: Any) -> Optional[str]:
+    """The file of sample ``index`` of a ``DatasetFolder`` (or a ``Subset`` of one), if known."""
+    try:
+        while isinstance(dataset, Subset):
+            index = dataset.indices[index]
+            dataset = dataset.dataset
+        samples = getattr(dataset, "samples", None)
+        if samples is None:
+            return None
+        return str(os.fspath(samples[index][0]))
+    except Exception:
+        return None
+
+
+# -- instrumenting a dataset ------------------------------------------------------------------
+
+
+def _op_name(fn: Any) -> str:
+    """A transform's span name: its class name (a plain function's own name)."""
+    if inspect.isfunction(fn) or inspect.isbuiltin(fn):
+        return str(fn.__name__)
+    return type(fn).__name__
+
+
+def _torchvision() -> Any:
+    """The torchvision package, or None without it (any map-style dataset still works)."""
+    try:
+        return importlib.import_module("torchvision")
+    except ImportError:
+        return None
+
+
+def _compose_types(tv: Any) -> Tuple[type, ...]:
+    types: List[type] = [tv.transforms.Compose]
+    try:
+        types.append(importlib.import_module("torchvision.transforms.v2").Compose)
+    except ImportError:
+        pass
+    return tuple(types)
+
+
+def _timed_transform(transform: Any, rec: _Recorder, tv: Any) -> Any:
+    """One timed op per transform of a (exactly) torchvision ``Compose``; else one for all."""
+    if tv is not None and type(transform) in _compose_types(tv):
+        return _TimedCompose([_TimedOp(t, _op_name(t), rec) for t in transform.transforms])
+    return _TimedOp(transform, _op_name(transform), rec)
+
+
+def _instrument(dataset: Any, rec: _Recorder, meta: Dict[str, str]) -> Any:
+    """A shallow copy of ``dataset`` whose loader and transforms record spans (a
+    ``DatasetFolder``, or a ``Subset`` of one); other datasets are returned as they are."""
+    tv = _torchvision()
+    if isinstance(dataset, Subset):
+        sub = copy.copy(dataset)
+        sub.dataset = _instrument(dataset.dataset, rec, meta)
+        return sub
+    if tv is None or not isinstance(dataset, tv.datasets.DatasetFolder):
+        meta.setdefault("instrumented", "process and collate only (not a DatasetFolder)")
+        return dataset
+    folder = importlib.import_module("torchvision.datasets.folder")
+    ds = copy.copy(dataset)
+    loader = dataset.loader
+    pil = loader is folder.pil_loader or (
+        loader is folder.default_loader and tv.get_image_backend() == "PIL"
+    )
+    if pil:
+        import PIL
+
+        ds.loader = _TimedPilLoader(rec)
+        meta["decoder"] = f"PIL {PIL.__version__}"
+    else:
+        ds.loader = _TimedOp(loader, "load", rec)
+        meta["decoder"] = f"loader {_op_name(loader)}"
+    if dataset.transform is not None:
+        ds.transform = _timed_transform(dataset.transform, rec, tv)
+    if dataset.target_transform is not None:
+        ds.target_transform = _TimedOp(dataset.target_transform, "target_transform", rec)
+    standard = importlib.import_module("torchvision.datasets.vision").StandardTransform
+    if isinstance(getattr(dataset, "transforms", None), standard):
+        ds.transforms = standard(ds.transform, ds.target_transform)
+    meta["instrumented"] = "read/decode, each transform, process, collate" if pil else (
+        "load, each transform, process, collate"
+    )
+    return ds
+
+
+class _PlanningSampler:
+    """Yields what the user's (batch) sampler yields, noting for each item when torch took it
+    (the batch's ``planned_ns``) and which epoch it belongs to. Runs in the main process."""
+
+    def __init__(self, inner: Iterable[Any], session: "_Session") -> None:
+        self._inner = inner
+        self._session = session
+
+    def __iter__(self) -> Iterator[Any]:
+        # A generator, like torch's samplers: nothing is drawn before the first next().
+        session = self._session
+        for item in self._inner:
+            session.plans.append((session.epoch, _now(), _plan_hash(item)))
+            yield item
+
+    def __len__(self) -> int:
+        return len(self._inner)  # type: ignore[arg-type]
+
+
+# -- the main-process side --------------------------------------------------------------------
+
+# What a batch's spans say about it: (its samples, when its first span started).
+BatchFacts = Tuple[Tuple[Optional[int], ...], Optional[int]]
+# A delivered batch: (epoch, records, identity, completed_ns, next() entered, next() returned,
+# the facts of a batch whose records were dropped (over max_spans), else None).
+Delivery = Tuple[int, List[Record], WorkerIdentity, int, int, int, Optional[BatchFacts]]
+
+
+def _batch_facts(records: List[Record]) -> BatchFacts:
+    samples = tuple(_as_index(r[1]) for r in records if r[0] == "process")
+    return samples, min((r[2] for r in records), default=None)
+
+
+class _Session:
+    """What the main process collects for one :class:`ProfiledDataLoader`: deliveries and
+    plans as raw tuples (dicts are built by :func:`_profile_dict`), failures, run times."""
+
+    def __init__(self, label: str, mode: str, max_spans: int) -> None:
+        self.label = label
+        self.mode = mode
+        self.max_spans = max_spans
+        self.spans = 0
+        self.dropped_spans = 0
+        self.id = f"{os.getpid()}-{uuid.uuid4().hex}"
+        self.rec = _Recorder(self.id, mode == "counters")
+        self.epoch = -1
+        self.created_ns = _now()
+        self.start_ns: Optional[int] = None
+        self.end_ns: Optional[int] = None
+        self.deliveries: List[Delivery] = []
+        self.plans: List[Tuple[int, int, Optional[int]]] = []
+        """(epoch, planned_ns, hash of the batch's sample indices) per batch the sampler gave."""
+        self.reports: List[FailureReport] = []
+
+    def drain(self) -> None:
+        """Moves failure reports from the workers' queue and the main process's list here."""
+        rec = self.rec
+        if rec.side:
+            self.reports.extend(rec.side)
+            rec.side = []
+        q = rec.queue
+        if q is not None:
+            try:
+                while not q.empty():
+                    self.reports.append(q.get())
+            except (OSError, EOFError, ValueError):
+                pass
+
+
+class _ProfiledIter:
+    """One epoch of the instrumented loader: yields the user's batches, noting each delivery."""
+
+    def __init__(self, it: Iterator[Any], session: _Session) -> None:
+        self._it = it
+        self._session = session
+        self._epoch = session.epoch
+
+    def __iter__(self) -> "_ProfiledIter":
+        return self
+
+    def __next__(self) -> Any:
+        session = self._session
+        t0 = _now()
+        try:
+            out = next(self._it)
+        except StopIteration:
+            session.end_ns = _now()
+            raise
+        except Exception:
+            session.end_ns = _now()
+            session.drain()
+            raise
+        t1 = _now()
+        session.end_ns = t1
+        if type(out) is _Carrier:
+            records = out.records
+            facts: Optional[BatchFacts] = None
+            session.spans += len(records)
+            if session.spans > session.max_spans:
+                # Keep the batch event, not its spans: memory stays bounded on long runs.
+                facts = _batch_facts(records)
+                session.dropped_spans += len(records)
+                records = []
+            session.deliveries.append(
+                (self._epoch, records, out.identity, out.done_ns, t0, t1, facts)
+            )
+            return out.batch
+        return out
+
+    def __len__(self) -> int:
+        return len(self._it)  # type: ignore[arg-type]
+
+
+def _loader_kwargs(dl: DataLoader[Any]) -> Dict[str, Any]:
+    """The settings of ``dl`` that a rebuilt DataLoader must share (those this torch has)."""
+    params = inspect.signature(DataLoader.__init__).parameters
+    kwargs: Dict[str, Any] = {
+        "num_workers": dl.num_workers,
+        "pin_memory": dl.pin_memory,
+        "timeout": dl.timeout,
+        "worker_init_fn": dl.worker_init_fn,
+        "multiprocessing_context": dl.multiprocessing_context,
+        "generator": dl.generator,
+    }
+    optional = {
+        "prefetch_factor": getattr(dl, "prefetch_factor", None),
+        "persistent_workers": getattr(dl, "persistent_workers", False),
+        "pin_memory_device": getattr(dl, "pin_memory_device", ""),
+        "in_order": getattr(dl, "in_order", True),
+    }
+    for name, value in optional.items():
+        if name in params:
+            kwargs[name] = value
+    if dl.num_workers == 0:
+        kwargs.pop("prefetch_factor", None)
+        kwargs["multiprocessing_context"] = None
+    return kwargs
+
+
+class ProfiledDataLoader:
+    """A profiled copy of a torch ``DataLoader``: iterate it instead of the original.
+
+    Yields exactly what the original yields (same samplers, generator, workers, transforms);
+    ``len()`` is the original's; several epochs accumulate into one profile. Use it plainly or
+    as a context manager (leaving the ``with`` block calls :meth:`close`, which joins the
+    worker processes). :meth:`profile` returns what was recorded so far; its run spans from
+    the first ``iter()`` to the end of the last batch or epoch. Made by :func:`profile`.
+    """
+
+    def __init__(
+        self, dataloader: DataLoader[Any], *, label: str, mode: str, max_spans: int = 8_000_000
+    ) -> None:
+        self.dataloader = dataloader
+        """The user's DataLoader (never modified)."""
+        self.label = label
+        self.mode = mode
+        self._session = _Session(label, mode, max_spans)
+        self._meta = _meta(dataloader)
+        self._inner: Optional[DataLoader[Any]] = None
+        self._epoch_iter: Optional["weakref.ReferenceType[Any]"] = None
+        if mode != "off":
+            self._inner = self._build()
+
+    def _build(self) -> DataLoader[Any]:
+        dl = self.dataloader
+        session = self._session
+        dataset = _ProfiledDataset(
+            _instrument(dl.dataset, session.rec, self._meta), dl.dataset, session.rec
+        )
+        collate = _TimedCollate(dl.collate_fn, session.rec)
+        kwargs = _loader_kwargs(dl)
+        if dl.batch_sampler is not None:
+            return DataLoader(
+                dataset,
+                batch_sampler=_PlanningSampler(dl.batch_sampler, session),
+                collate_fn=collate,
+                **kwargs,
+            )
+        return DataLoader(
+            dataset,
+            batch_size=None,
+            sampler=_PlanningSampler(dl.sampler, session),
+            collate_fn=collate,
+            **kwargs,
+        )
+
+    # -- iteration ----------------------------------------------------------------------------
+
+    def __iter__(self) -> Iterator[Any]:
+        session = self._session
+        now = _now()
+        if session.start_ns is None:
+            session.start_ns = now
+        session.end_ns = now
+        if self._inner is None:
+            return iter(self.dataloader)
+        session.epoch += 1
+        if self.dataloader.num_workers > 0 and session.rec.queue is None:
+            # Made before the workers start (fork inherits it, spawn pickles it with the
+            # dataset), from the context the workers are started with.
+            ctx = self.dataloader.multiprocessing_context or multiprocessing.get_context()
+            session.rec.queue = ctx.SimpleQueue()
+        it = iter(self._inner)
+        self._epoch_iter = weakref.ref(it)
+        return _ProfiledIter(it, session)
+
+    def __len__(self) -> int:
+        return len(self.dataloader)
+
+    @property
+    def dataset(self) -> Any:
+        """The user's dataset (never modified)."""
+        return self.dataloader.dataset
+
+    @property
+    def batch_size(self) -> Optional[int]:
+        """The original loader's ``batch_size``."""
+        return self.dataloader.batch_size
+
+    @property
+    def num_workers(self) -> int:
+        """The original loader's ``num_workers``."""
+        return self.dataloader.num_workers
+
+    def __enter__(self) -> "ProfiledDataLoader":
+        return self
+
+    def __exit__(
+        self,
+        exc_type: Optional[Type[BaseException]],
+        exc: Optional[BaseException],
+        tb: Optional["TracebackType"],
+    ) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Ends the run: stops and joins the worker processes (persistent ones, or those of an
+        epoch left unfinished), so their CPU time is the parent's to count. Iterating again
+        starts new ones."""
+        iterators = [self._epoch_iter() if self._epoch_iter is not None else None]
+        if self._inner is not None:
+            iterators.append(getattr(self._inner, "_iterator", None))
+            self._inner._iterator = None
+        for it in iterators:
+            # torch's own shutdown (idempotent): what its iterator's __del__ would do, now.
+            shutdown = getattr(it, "_shutdown_workers", None)
+            if callable(shutdown):
+                shutdown()
+        self._session.drain()
+        if self._session.end_ns is None:
+            self._session.end_ns = _now()
+
+    # -- results ------------------------------------------------------------------------------
+
+    def profile_dict(self) -> Dict[str, Any]:
+        """What was recorded so far, as plain data in the ``ferroloader.profile`` schema v1."""
+        session = self._session
+        session.drain()
+        return _profile_dict(self.dataloader, session, self._meta)
+
+    def profile(self) -> "Profile":
+        """What was recorded so far, as a :class:`ferroloader.Profile` (summary, trace...)."""
+        from ferroloader.profiling import Profile
+
+        return Profile.from_dict(self.profile_dict())
+
+    def __repr__(self) -> str:
+        return (
+            f"ProfiledDataLoader(label={self.label!r}, mode={self.mode!r}, "
+            f"batches={len(self._session.deliveries)}, dataloader={self.dataloader!r})"
+        )
+
+
+def profile(
+    dataloader: DataLoader[Any],
+    *,
+    label: str = "torchvision",
+    mode: str = "spans",
+    max_spans: int = 8_000_000,
+) -> ProfiledDataLoader:
+    """Profiles a stock torch ``DataLoader`` (any map-style dataset; per-op spans for a
+    torchvision ``DatasetFolder``/``ImageFolder`` and ``Compose``): iterate the returned
+    :class:`ProfiledDataLoader` instead, then call its ``profile()``.
+
+    ``label`` names the pipeline in the profile; ``mode`` is ``"spans"`` (spans and batch
+    events), ``"counters"`` (plus CPU counter deltas per span, opened in each worker) or
+    ``"off"`` (iterates ``dataloader`` itself, records nothing). Past ``max_spans`` spans
+    (the native profiler's default cap; about 100 bytes each) only batch events are kept and
+    the rest are counted in ``stats.dropped_spans``. The user's loader, dataset and
+    transforms are not modified.
+    """
+    if not isinstance(dataloader, DataLoader):
+        raise TypeError(
+            f"dataloader: expected a torch.utils.data.DataLoader, got {type(dataloader).__name__}"
+        )
+    if not isinstance(label, str):
+        raise TypeError(f"label: expected a str, got {type(label).__name__} {label!r}")
+    if not label:
+        raise ValueError("label: must not be empty")
+    if not isinstance(mode, str):
+        raise TypeError(f"mode: expected one of {MODES}, got {type(mode).__name__} {mode!r}")
+    if mode not in MODES:
+        raise ValueError(f"mode: expected one of {MODES}, got {mode!r}")
+    if not isinstance(max_spans, int) or isinstance(max_spans, bool):
+        raise TypeError(f"max_spans: expected an int, got {type(max_spans).__name__}")
+    if max_spans < 0:
+        raise ValueError(f"max_spans: must be at least 0, got {max_spans}")
+    if isinstance(dataloader.dataset, IterableDataset):
+        raise TypeError(
+            "dataloader: only map-style datasets can be profiled (an IterableDataset has no "
+            "per-sample __getitem__ to time)"
+        )
+    return ProfiledDataLoader(dataloader, label=label, mode=mode, max_spans=max_spans)
+
+
+# -- building the profile (only when asked) ---------------------------------------------------
+
+
+def _meta(dl: DataLoader[Any]) -> Dict[str, str]:
+    dataset = dl.dataset
+    meta: Dict[str, str] = {
+        "dataset": type(dataset).__name__,
+        "torch": str(torch.__version__),
+        "python": sys.version.split()[0],
+        "pin_memory": str(bool(dl.pin_memory)),
+        "in_order": str(getattr(dl, "in_order", True)),
+        "persistent_workers": str(getattr(dl, "persistent_workers", False)),
+    }
+    tv = _torchvision()
+    if tv is not None:
+        meta["torchvision"] = str(tv.__version__)
+    inner = dataset
+    while isinstance(inner, Subset):
+        inner = inner.dataset
+    root = getattr(inner, "root", None)
+    if root is not None:
+        meta["dataset_root"] = os.fspath(root)
+    try:
+        meta["samples"] = str(len(dataset))  # type: ignore[arg-type]
+    except TypeError:
+        pass
+    transform = getattr(inner, "transform", None)
+    if transform is not None:
+        meta["transform"] = repr(transform)
+    if dl.num_workers > 0 and dl.prefetch_factor is not None:
+        meta["prefetch_factor"] = str(dl.prefetch_factor)
+    return meta
+
+
+def _start_method(dl: DataLoader[Any]) -> str:
+    if dl.num_workers == 0:
+        return "none (num_workers=0)"
+    ctx = dl.multiprocessing_context
+    if ctx is not None:
+        return str(ctx.get_start_method())
+    # Asking the default context would fix the start method; read it only if already fixed.
+    return multiprocessing.get_start_method(allow_none=True) or "default"
+
+
+def _as_index(sample: Any) -> Optional[int]:
+    if sample is None:
+        return None
+    try:
+        value = operator.index(sample)
+    except TypeError:
+        return None
+    return value if value >= 0 else None
+
+
+def _event_mask(names: Sequence[str], availability: Optional[Dict[str, Any]]) -> List[bool]:
+    """Which of ``names`` are counted, per the availability's events (all, if it says nothing)."""
+    if availability is None:
+        return [False] * len(names)
+    counted: Dict[str, bool] = {}
+    for group in ("hardware", "software"):
+        for event in (availability.get(group) or {}).get("events") or []:
+            counted[str(event.get("counter"))] = bool(event.get("available"))
+    return [counted.get(name, True) for name in names]
+
+
+def _unavailable(reason: str) -> Dict[str, Any]:
+    """A counter availability in which nothing is counted, for ``reason``."""
+
+    def group(names: Tuple[str, ...]) -> Dict[str, Any]:
+        return {
+            "available": False,
+            "reason": reason,
+            "exclude_kernel": False,
+            "events": [{"counter": n, "available": False, "reason": reason} for n in names],
+        }
+
+    availability: Dict[str, Any] = {
+        "hardware": group(HARDWARE_COUNTERS),
+        "software": group(SOFTWARE_COUNTERS),
+    }
+    paranoid = _perf_event_paranoid()
+    if paranoid is not None:
+        availability["perf_event_paranoid"] = paranoid
+    return availability
+
+
+def _perf_event_paranoid() -> Optional[int]:
+    try:
+        with open("/proc/sys/kernel/perf_event_paranoid") as f:
+            return int(f.read().strip())
+    except (OSError, ValueError):
+        return None
+
+
+class _SpanWriter:
+    """Turns raw records into schema span dicts, with counter deltas per known process."""
+
+    def __init__(self) -> None:
+        self.spans: List[Dict[str, Any]] = []
+        self._masks: Dict[Tuple[Tuple[str, ...], int], List[bool]] = {}
+
+    def add(self, records: List[Record], identity: WorkerIdentity, batch: Optional[int]) -> None:
+        worker, pid, _, names, availability = identity
+        key = (names, pid)
+        mask = self._masks.get(key)
+        if mask is None:
+            mask = self._masks[key] = _event_mask(names, availability)
+        for r in records:
+            span: Dict[str, Any] = {
+                "op": r[0],
+                "worker": worker,
+                "start_ns": r[2],
+                "end_ns": r[3],
+                "depth": r[4],
+            }
+            if batch is not None:
+                span["batch"] = batch
+            sample = _as_index(r[1])
+            if sample is not None:
+                span["sample"] = sample
+            if len(r) > 5:
+                counters = {
+                    name: max(0, int(after) - int(before))
+                    for name, before, after, counted in zip(names, r[5], r[6], mask)
+                    if counted
+                }
+                if counters:
+                    span["counters"] = counters
+            self.spans.append(span)
+
+
+def _plan_hash(item: Any) -> Optional[int]:
+    """Hash of the sample indices of a sampler's item (a batch's list, or one index): a
+    delivered batch is matched to its plan by the samples its spans name."""
+    try:
+        if isinstance(item, (list, tuple)) or (
+            isinstance(item, torch.Tensor) and item.dim() == 1
+        ):
+            return hash(tuple(_as_index(i) for i in item))
+        return hash((_as_index(item),))
+    except Exception:
+        return None
+
+
+def _profile_dict(dl: DataLoader[Any], session: _Session, meta: Dict[str, str]) -> Dict[str, Any]:
+    now = _now()
+    start = session.start_ns if session.start_ns is not None else session.created_ns
+    end = session.end_ns if session.end_ns is not None else now
+    meta = dict(meta)
+    meta["start_method"] = _start_method(dl)
+    batch_size = dl.batch_size
+    if batch_size is None:
+        batch_size = getattr(dl.batch_sampler, "batch_size", None) or (
+            1 if dl.batch_sampler is None else 0
+        )
+
+    writer = _SpanWriter()
+    threads: Dict[int, WorkerIdentity] = {}
+
+    # Plans of each epoch, by the batch's sample indices, in sampler order.
+    plans: Dict[int, Dict[int, Deque[Tuple[int, int]]]] = {}
+    ordinal: Dict[int, int] = {}
+    for epoch, planned_ns, key in session.plans:
+        n = ordinal.get(epoch, 0)
+        ordinal[epoch] = n + 1
+        if key is not None:
+            plans.setdefault(epoch, {}).setdefault(key, deque()).append((n, planned_ns))
+
+    batches: List[Dict[str, Any]] = []
+    plan_of: List[Optional[int]] = []
+    latest_completion = 0
+    for number, delivery in enumerate(session.deliveries):
+        epoch, records, identity, done_ns, t0, t1, facts = delivery
+        threads.setdefault(identity[0], identity)
+        writer.add(records, identity, number)
+        samples, first_started = facts or _batch_facts(records)
+        record: Dict[str, Any] = {
+            "batch": number,
+            "completed_ns": done_ns,
+            "completed_by": identity[0],
+            "delivered_ns": t1,
+            "wait_ns": max(0, t1 - t0),
+            # Finished before a batch delivered ahead of it: torch held it back for order.
+            "out_of_order": done_ns < latest_completion,
+        }
+        latest_completion = max(latest_completion, done_ns)
+        if samples:
+            record["size"] = len(samples)
+        if first_started is not None:
+            record["first_started_ns"] = first_started
+        queue = plans.get(epoch, {}).get(hash(samples))
+        if queue:
+            n, planned_ns = queue.popleft()
+            record["planned_ns"] = planned_ns
+            plan_of.append(n)
+        else:
+            plan_of.append(None)
+        batches.append(record)
+
+    # Delivered out of sampler order (in_order=False): a batch planned earlier came later.
+    later_min: Dict[int, int] = {}
+    for i in range(len(batches) - 1, -1, -1):
+        epoch = session.deliveries[i][0]
+        planned = plan_of[i]
+        if planned is None:
+            continue
+        if planned > later_min.get(epoch, planned):
+            batches[i]["out_of_order"] = True
+        later_min[epoch] = min(later_min.get(epoch, planned), planned)
+
+    failures: List[Dict[str, Any]] = []
+    for identity, (sample, t_ns, op, cause), orphans in session.reports:
+        threads.setdefault(identity[0], identity)
+        writer.add(orphans, identity, None)
+        failure: Dict[str, Any] = {"worker": identity[0], "t_ns": t_ns, "op": op, "cause": cause}
+        index = _as_index(sample)
+        if index is not None:
+            failure["sample"] = index
+        failures.append(failure)
+
+    # A worker number is reused by each epoch's new process (without persistent workers):
+    # its thread entry names the first, the meta all of them.
+    pids: Dict[int, List[int]] = {}
+    for delivery in session.deliveries:
+        worker, pid = delivery[2][0], delivery[2][1]
+        if pid not in pids.setdefault(worker, []):
+            pids[worker].append(pid)
+    if pids:
+        meta["worker_pids"] = " ".join(
+            f"{w}:{','.join(map(str, p))}" for w, p in sorted(pids.items())
+        )
+
+    counting = session.mode == "counters"
+    thread_dicts: List[Dict[str, Any]] = []
+    for worker in sorted(threads):
+        _, pid, tid, _, availability = threads[worker]
+        thread: Dict[str, Any] = {"worker": worker, "name": f"worker-{worker}", "pid": pid, "tid": tid}
+        if counting and availability is not None:
+            thread["counters"] = availability
+        thread_dicts.append(thread)
+
+    if counting:
+        availability = next(
+            (t[4] for t in threads.values() if t[4] is not None), None
+        ) or _probe_availability(session)
+    else:
+        availability = _unavailable(f"profiler mode is {session.mode}")
+
+    writer.spans.sort(key=lambda s: (s["start_ns"], s["depth"]))
+    pipeline: Dict[str, Any] = {
+        "label": session.label,
+        "pid": os.getpid(),
+        "mode": session.mode,
+        "num_workers": dl.num_workers,
+        "batch_size": batch_size,
+        "start_ns": start,
+        "end_ns": max(start, end),
+        "meta": meta,
+        "counters": availability,
+        "threads": thread_dicts,
+        "spans": writer.spans,
+        "batches": batches,
+        "failures": failures,
+        "stats": {
+            "dropped_spans": session.dropped_spans,
+            "unbalanced_exits": 0,
+            "counter_read_errors": 0,
+            "unflushed_recorders": 0,
+        },
+    }
+    return {
+        "schema": SCHEMA_NAME,
+        "version": SCHEMA_VERSION,
+        "clock": "CLOCK_MONOTONIC",
+        "pipelines": [pipeline],
+    }
+
+
+def _probe_availability(session: _Session) -> Dict[str, Any]:
+    """The counters this (main) process can open, when no worker reported any."""
+    session.rec.reader()
+    availability = session.rec._availability
+    return availability if availability is not None else _unavailable("no counters opened")

@@ -1,0 +1,196 @@
+#!/usr/bin/env python3
+"""Head-to-head: ferroloader against the torchvision DataLoader on the same ImageFolder.
+
+Both pipelines load the same ImageNet-like JPEGs with the same batch size, worker count,
+float32 output and ImageNet train transform (RandomResizedCrop(224), RandomHorizontalFlip,
+ToTensor, Normalize), shuffled. They run *alternately* in one process tree, R rounds of N
+batches each (the order flips every round; a warm-up round is discarded), because absolute
+speeds wander on shared machines while ratios taken side by side hold. Prints each
+pipeline's median images/s and the throughput ratio (median of the per-round ratios, with
+min and max).
+
+``--overhead`` adds two more pipelines to every round and prints what profiling costs: the
+torchvision DataLoader instrumented by ``ferroloader.torch.profile`` against the plain one,
+and ferroloader with ``profile="spans"`` against ``profile="off"``.
+
+The torch DataLoaders keep their workers between rounds (``persistent_workers=True``), as
+ferroloader keeps its threads, so a round measures loading, not process start-up.
+
+Usage: bench_vs_torch.py [FOLDER] [--batch-size 64] [--workers CORES] [--rounds 5]
+       [--batches N] [--overhead]
+(FOLDER defaults to target/fixtures/folder: ``make_bench_corpus.py target/fixtures/folder 512
+--classes 8`` writes it.)
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any, Dict, Iterable, List
+
+import torch
+import torchvision  # type: ignore[import-untyped]
+import torchvision.transforms as tvT  # type: ignore[import-untyped]
+from torch.utils.data import DataLoader
+
+import ferroloader as fl
+import ferroloader.torch as flt
+from ferroloader import transforms as T
+
+MEAN = [0.485, 0.456, 0.406]
+STD = [0.229, 0.224, 0.225]
+
+
+def cores() -> int:
+    """CPUs this process may run on."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:
+        return os.cpu_count() or 1
+
+
+def train_transform() -> tvT.Compose:
+    """torchvision's ImageNet train transform."""
+    return tvT.Compose(
+        [tvT.RandomResizedCrop(224), tvT.RandomHorizontalFlip(), tvT.ToTensor(), tvT.Normalize(MEAN, STD)]
+    )
+
+
+def torch_loader(folder: Path, batch_size: int, workers: int, seed: int) -> DataLoader[Any]:
+    """The stock pipeline: torchvision ImageFolder + Compose in a torch DataLoader."""
+    dataset = torchvision.datasets.ImageFolder(str(folder), transform=train_transform())
+    return DataLoader(
+        dataset,
+        batch_size=batch_size,
+        shuffle=True,
+        num_workers=workers,
+        persistent_workers=workers > 0,
+        generator=torch.Generator().manual_seed(seed),
+    )
+
+
+def native_loader(folder: Path, batch_size: int, workers: int, seed: int, profile: str) -> fl.Loader:
+    """ferroloader with the same transform, converted from torchvision's."""
+    return fl.Loader(
+        fl.ImageFolder(folder),
+        batch_size=batch_size,
+        shuffle=True,
+        seed=seed,
+        num_workers=workers,
+        transform=T.from_torchvision(train_transform()),
+        output="float32",
+        profile=profile,
+    )
+
+
+def images_per_second(loader: Iterable[Any], batches: int) -> float:
+    """Throughput of the next ``batches`` batches (epochs chained if one is too short)."""
+    got = images = 0
+    start = time.perf_counter()
+    while got < batches:
+        before = got
+        for x, _ in loader:
+            images += int(x.shape[0])
+            got += 1
+            if got == batches:
+                break
+        if got == before:
+            raise RuntimeError("the loader yielded no batch")
+    return images / (time.perf_counter() - start)
+
+
+def spread(values: List[float]) -> str:
+    return f"median {statistics.median(values):.3f}  min {min(values):.3f}  max {max(values):.3f}"
+
+
+def overhead(plain: List[float], profiled: List[float]) -> str:
+    """Per-round slowdown of the profiled pipeline, ``plain / profiled - 1``, in percent."""
+    costs = [100 * (p / q - 1) for p, q in zip(plain, profiled)]
+    return (
+        f"median {statistics.median(costs):+.1f}%  min {min(costs):+.1f}%  "
+        f"max {max(costs):+.1f}%  (rounds: {' '.join(f'{c:+.1f}' for c in costs)})"
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
+    parser.add_argument("folder", nargs="?", type=Path, default=Path("target/fixtures/folder"))
+    parser.add_argument("--batch-size", type=int, default=64)
+    parser.add_argument("--workers", type=int, default=cores(), help="default: all cores")
+    parser.add_argument("--rounds", type=int, default=5, help="measured rounds (plus a warm-up)")
+    parser.add_argument("--batches", type=int, default=None, help="per round; default: one epoch")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--overhead", action="store_true", help="also measure the profilers' cost")
+    args = parser.parse_args()
+    if not args.folder.is_dir():
+        sys.exit(
+            f"{args.folder}: no such folder (make it with: scripts/make_bench_corpus.py "
+            f"{args.folder} 512 --classes 8)"
+        )
+
+    plain_torch = torch_loader(args.folder, args.batch_size, args.workers, args.seed)
+    batches = args.batches or len(plain_torch)
+    pipelines: Dict[str, Iterable[Any]] = {
+        "ferroloader": native_loader(args.folder, args.batch_size, args.workers, args.seed, "off"),
+        "torchvision": plain_torch,
+    }
+    if args.overhead:
+        pipelines["torchvision+profile"] = flt.profile(
+            torch_loader(args.folder, args.batch_size, args.workers, args.seed)
+        )
+        pipelines["ferroloader+profile"] = native_loader(
+            args.folder, args.batch_size, args.workers, args.seed, "spans"
+        )
+
+    samples = len(plain_torch.dataset)  # type: ignore[arg-type]
+    print(
+        f"{args.folder}: {samples} images, batch {args.batch_size}, {args.workers} workers, "
+        f"{batches} batches x {args.rounds} rounds (+1 warm-up), float32 224x224; "
+        f"torch {torch.__version__}, torchvision {torchvision.__version__}, "
+        f"ferroloader {fl.__version__}, {cores()} cores"
+    )
+    print(f"load average before: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+
+    results: Dict[str, List[float]] = {name: [] for name in pipelines}
+    names = list(pipelines)
+    for round_ in range(args.rounds + 1):
+        order = names if round_ % 2 == 0 else names[::-1]
+        speeds: Dict[str, float] = {}
+        for name in order:
+            speeds[name] = images_per_second(pipelines[name], batches)
+        label = "warm-up" if round_ == 0 else f"round {round_}"
+        print(f"{label:>8}: " + "  ".join(f"{n} {speeds[n]:7.1f} img/s" for n in names))
+        if round_ > 0:
+            for name in names:
+                results[name].append(speeds[name])
+
+    print()
+    for name in names:
+        print(f"{name:>20}: median {statistics.median(results[name]):8.1f} img/s")
+    ratios = [f / t for f, t in zip(results["ferroloader"], results["torchvision"])]
+    print(f"ferroloader / torchvision throughput: {spread(ratios)}")
+    if args.overhead:
+        print(
+            "profiling overhead, torchvision (fl.torch.profile vs plain): "
+            + overhead(results["torchvision"], results["torchvision+profile"])
+        )
+        print(
+            "profiling overhead, ferroloader (profile='spans' vs 'off'): "
+            + overhead(results["ferroloader"], results["ferroloader+profile"])
+        )
+        profiled = pipelines["torchvision+profile"]
+        assert isinstance(profiled, flt.ProfiledDataLoader)
+        recorded = profiled.profile_dict()["pipelines"][0]
+        print(
+            f"(torchvision profile: {len(recorded['spans'])} spans, "
+            f"{len(recorded['batches'])} batches recorded)"
+        )
+    print(f"load average after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+
+
+if __name__ == "__main__":
+    main()
