@@ -6,13 +6,17 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 FIXTURES := target/fixtures
 CARGO ?= cargo
+# Where `make demo` writes its report folder.
+DEMO_OUT ?= report
+# The photo-like JPEG generator behind the sample data, the bench corpus and the loader folder.
+SAMPLE_GEN := scripts/make_bench_corpus.py python-bindings/python/ferroloader/sample_data.py
 
 .PHONY: help deps venv fixtures build py-build test test-rust test-python lint fmt bench loader-bench demo clean
 
 help: ## Show this help
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN{FS=":.*## "}{printf "  make %-10s %s\n", $$1, $$2}'
 
-deps: ## Install system packages the build needs (cmake, nasm for libjpeg-turbo) if missing
+deps: ## Install system packages if missing (cmake, nasm for libjpeg-turbo; chromium for the report test)
 	@scripts/install-deps.sh
 
 $(VENV)/.installed: requirements-dev.txt
@@ -21,7 +25,7 @@ $(VENV)/.installed: requirements-dev.txt
 	$(PY) -m pip install -q -r requirements-dev.txt
 	@touch $@
 
-venv: $(VENV)/.installed ## Create the Python venv (Pillow reference, maturin, pytest)
+venv: $(VENV)/.installed ## Create the Python venv (Pillow reference, maturin, pytest, torch, CLI deps)
 
 $(FIXTURES)/.done: $(VENV)/.installed scripts/fixtures_decode.py scripts/fixtures_resize.py
 	@mkdir -p $(FIXTURES)
@@ -55,12 +59,12 @@ lint: deps py-build ## rustfmt, clippy with warnings as errors, mypy --strict an
 	$(PY) -m mypy --strict python-bindings/python/ferroloader
 	$(PY) -m mypy.stubtest ferroloader._native
 
-$(FIXTURES)/bench/.done: $(VENV)/.installed scripts/make_bench_corpus.py
+$(FIXTURES)/bench/.done: $(VENV)/.installed $(SAMPLE_GEN)
 	$(PY) scripts/make_bench_corpus.py $(FIXTURES)/bench
 	@touch $@
 
 # An ImageFolder of ImageNet-like JPEGs (8 classes) for loader throughput runs.
-$(FIXTURES)/folder/.done: $(VENV)/.installed scripts/make_bench_corpus.py
+$(FIXTURES)/folder/.done: $(VENV)/.installed $(SAMPLE_GEN)
 	$(PY) scripts/make_bench_corpus.py $(FIXTURES)/folder 512 --classes 8
 	@touch $@
 
@@ -72,8 +76,11 @@ bench: deps $(FIXTURES)/bench/.done ## criterion benches (ops, fused vs op-by-op
 	$(PY) scripts/bench_ratios.py target/criterion 48
 	$(CARGO) bench --bench loader_profile
 
-demo: build ## Run the main job on an embedded default dataset
-	@echo "demo: not built yet (issue 6)"; exit 1
+# Builds, generates the sample ImageFolder once (cached in $$XDG_CACHE_HOME/ferroloader or
+# ~/.cache/ferroloader), profiles torchvision's DataLoader and ferroloader on it, writes the report.
+demo: py-build ## Compare torchvision and ferroloader on generated sample data; report in report/
+	$(PY) -m ferroloader demo --out $(DEMO_OUT)
+	@echo "demo: open $(abspath $(DEMO_OUT))/report.html in a browser"
 
 clean: ## Remove build outputs and fixtures
 	$(CARGO) clean

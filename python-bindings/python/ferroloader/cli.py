@@ -1,0 +1,589 @@
+"""The ``ferroloader`` command line (also ``python -m ferroloader``).
+
+``compare`` profiles the torchvision DataLoader pipeline and ferroloader's on the same data
+and writes a report folder; ``profile`` runs the native pipeline alone; ``sweep`` measures both
+against the number of workers; ``demo`` does ``compare`` on a generated sample data set;
+``sample-data`` writes that data set; ``report`` renders a saved profile again.
+
+Options are parsed by click, progress and tables drawn by rich. Progress goes to stderr, the
+summary tables and the report's location to stdout. The runs themselves are in
+``ferroloader.compare``, the report in ``ferroloader.report``; this module only wires them up.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import shlex
+import sys
+from pathlib import Path
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, TypeVar
+
+import click
+from rich.console import Console
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    SpinnerColumn,
+    TaskID,
+    TextColumn,
+    TimeElapsedColumn,
+)
+from rich.table import Table
+
+from ferroloader import __version__
+
+__all__ = ["main"]
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+_CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
+
+
+def _stdout() -> Console:
+    console = Console(highlight=False)
+    if not console.is_terminal:
+        # Piped or captured: a fixed width, so tables do not wrap at 80 columns.
+        console = Console(highlight=False, width=120)
+    return console
+
+
+def _stderr() -> Console:
+    return Console(stderr=True, highlight=False)
+
+
+class _Bars:
+    """Rich progress bars, one per run, fed by ``compare``'s progress callback."""
+
+    def __init__(self, quiet: bool) -> None:
+        self._progress = Progress(
+            SpinnerColumn(),
+            TextColumn("[bold]{task.description:<24}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TextColumn("{task.fields[unit]}"),
+            TimeElapsedColumn(),
+            console=_stderr(),
+            disable=quiet,
+        )
+        self._tasks: Dict[str, TaskID] = {}
+
+    def __enter__(self) -> "_Bars":
+        self._progress.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._progress.stop()
+
+    def batch(self, label: str, done: int, total: int) -> None:
+        """``compare``'s progress callback."""
+        task = self._tasks.get(label)
+        if task is None:
+            task = self._tasks[label] = self._progress.add_task(label, total=total, unit="batches")
+        self._progress.update(task, completed=done)
+
+    def files(self, description: str) -> Callable[[int, int], None]:
+        """A progress callback for ``sample_data``; the bar appears with the first file (none
+        when the data is already cached)."""
+
+        def update(done: int, total: int) -> None:
+            task = self._tasks.get(description)
+            if task is None:
+                task = self._tasks[description] = self._progress.add_task(
+                    description, total=total, unit="images"
+                )
+            self._progress.update(task, completed=done, total=total)
+
+        return update
+
+
+def _int_list(ctx: click.Context, param: click.Parameter, value: str) -> List[int]:
+    """Parses a comma-separated list of positive integers (``1,2,4``), sorted, no repeats."""
+    try:
+        items = sorted({int(v) for v in value.split(",") if v.strip()})
+    except ValueError:
+        raise click.BadParameter(f"expected comma-separated integers, got {value!r}") from None
+    if not items or items[0] < 1:
+        raise click.BadParameter(f"expected positive integers, got {value!r}")
+    return items
+
+
+def _cpus() -> int:
+    from ferroloader.compare import _default_workers
+
+    return _default_workers()
+
+
+def _run_options(*, workers: bool = True, out: str = "report") -> Callable[[F], F]:
+    """The options every run command shares."""
+
+    def decorate(f: F) -> F:
+        options = [
+            click.option("--batch-size", "-b", type=click.IntRange(min=1), default=64,
+                         show_default=True, help="Samples per batch."),
+            click.option("--batches", "-n", type=click.IntRange(min=1), default=50,
+                         show_default=True,
+                         help="Batches per pipeline per round (epochs repeat on a small "
+                         "data set)."),
+            click.option("--decoder", type=click.Choice(["turbo", "zune"]), default="turbo",
+                         show_default=True,
+                         help="Native JPEG decoder: libjpeg-turbo (Pillow's pixels exactly) "
+                         "or zune-jpeg (pure Rust)."),
+            click.option("--output", type=click.Choice(["float32", "uint8"]), default="float32",
+                         show_default=True,
+                         help="float32: ToTensor + Normalize; uint8: PILToTensor, normalize "
+                         "on the GPU (both pipelines)."),
+            click.option("--step-ms", type=click.FloatRange(min=0), default=0.0,
+                         show_default=True,
+                         help="Simulated training step: the consumer sleeps this long after "
+                         "each batch; the report then shows how long it waits for data (the "
+                         "GPU idle share)."),
+            click.option("--step-busy", is_flag=True,
+                         help="Spin on the CPU during the step instead of sleeping (a CPU-bound "
+                         "training loop competing with the loader)."),
+            click.option("--rounds", type=click.IntRange(min=1), default=1, show_default=True,
+                         help="Run each pipeline this many times, alternating which goes first."),
+            click.option("--counters", is_flag=True,
+                         help="Also read CPU counters per op (profile mode 'counters'; "
+                         "software counters only where the machine exposes no PMU)."),
+            click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True,
+                         help="Shuffle and augmentation seed."),
+            click.option("--size", type=click.IntRange(min=8), default=224, show_default=True,
+                         help="RandomResizedCrop output size."),
+            click.option("--out", "-o", type=click.Path(file_okay=False, path_type=Path),
+                         default=Path(out), show_default=True,
+                         help="Report folder (created; files in it are replaced)."),
+            click.option("--quiet", "-q", is_flag=True, help="No progress bars."),
+        ]
+        if workers:
+            options.insert(1, click.option(
+                "--workers", "-w", type=click.IntRange(min=0), default=0,
+                help=f"Worker threads (native) and processes (torchvision); 0, the default: "
+                f"one per available CPU ({_cpus()} here)."))
+        for option in reversed(options):
+            f = option(f)
+        return f
+
+    return decorate
+
+
+def _data_argument(f: F) -> F:
+    return click.argument(
+        "data", type=click.Path(exists=True, file_okay=False, path_type=Path)
+    )(f)
+
+
+def _config(kwargs: Mapping[str, Any], data: Path, **override: Any) -> Any:
+    from ferroloader.compare import RunConfig
+
+    values = dict(
+        data=data,
+        batch_size=kwargs["batch_size"],
+        workers=kwargs.get("workers", 0),
+        batches=kwargs["batches"],
+        decoder=kwargs["decoder"],
+        output=kwargs["output"],
+        step_ms=kwargs["step_ms"],
+        step_busy=kwargs["step_busy"],
+        rounds=kwargs["rounds"],
+        mode="counters" if kwargs["counters"] else "spans",
+        seed=kwargs["seed"],
+        size=kwargs["size"],
+    )
+    values.update(override)
+    return RunConfig(**values)
+
+
+def _command_line(name: str, cfg: Any, extra: Sequence[str] = ()) -> str:
+    """The command that reproduces a run, every setting spelled out."""
+    args = [
+        "ferroloader", name, os.fspath(cfg.data),
+        "--batch-size", str(cfg.batch_size), "--batches", str(cfg.batches),
+        *extra,
+        "--decoder", cfg.decoder, "--output", cfg.output,
+    ]
+    if cfg.step_ms:
+        args += ["--step-ms", f"{cfg.step_ms:g}"] + (["--step-busy"] if cfg.step_busy else [])
+    if cfg.rounds > 1:
+        args += ["--rounds", str(cfg.rounds)]
+    if cfg.mode == "counters":
+        args.append("--counters")
+    if cfg.seed:
+        args += ["--seed", str(cfg.seed)]
+    if cfg.size != 224:
+        args += ["--size", str(cfg.size)]
+    return shlex.join(args)
+
+
+def _dataset_note(data: Path) -> str:
+    classes = [d for d in sorted(data.iterdir()) if d.is_dir()]
+    images = sum(1 for c in classes for f in c.rglob("*") if f.is_file())
+    return f"{data} ({images} files in {len(classes)} classes)"
+
+
+def _report_config(cfg: Any, *, workers: Optional[str] = None) -> Dict[str, str]:
+    import torch
+
+    from ferroloader.compare import _torchvision
+
+    torchvision = _torchvision()
+
+    return {
+        "data": _dataset_note(cfg.data),
+        "transform": (
+            f"RandomResizedCrop({cfg.size}), RandomHorizontalFlip(), "
+            + ("PILToTensor()" if cfg.output == "uint8" else "ToTensor(), Normalize(ImageNet)")
+        ),
+        "batch size": str(cfg.batch_size),
+        "workers": workers or str(cfg.num_workers),
+        "batches per run": str(cfg.batches),
+        "rounds": str(cfg.rounds),
+        "native decoder": cfg.decoder,
+        "output": cfg.output,
+        "step ms": f"{cfg.step_ms:g}" + (" (busy)" if cfg.step_busy and cfg.step_ms else ""),
+        "profile mode": cfg.mode,
+        "versions": f"ferroloader {__version__}, torch {torch.__version__}, "
+        f"torchvision {torchvision.__version__}, Python {platform.python_version()}",
+    }
+
+
+# -- terminal summary --------------------------------------------------------------------------
+
+
+def _summary_tables(
+    summary: Mapping[str, Any],
+    cpu_per_image: Mapping[str, float],
+) -> List[Table]:
+    """The pipelines table and the time-per-op table."""
+    from ferroloader.report import STAGES, ratio, stage_times
+
+    pipelines = list(summary.get("pipelines", []))
+    base = next((p for p in pipelines if str(p["label"]).startswith("torchvision")), None)
+    t = Table(title="Pipelines", title_justify="left", title_style="bold")
+    t.add_column("pipeline")
+    t.add_column("workers", justify="right")
+    t.add_column("images/s", justify="right")
+    if base is not None and len(pipelines) > 1:
+        t.add_column("speedup", justify="right")
+    t.add_column("CPU ms/image", justify="right")
+    t.add_column("consumer waiting", justify="right")
+    t.add_column("batch latency ms", justify="right")
+    t.add_column("bottleneck")
+    for p in pipelines:
+        label = str(p["label"])
+        row = [label, str(p["num_workers"]), f"{float(p['images_per_s']):,.1f}"]
+        if base is not None and len(pipelines) > 1:
+            rate = float(base["images_per_s"])
+            row.append(f"{float(p['images_per_s']) / rate:.2f}×" if rate else "–")
+        cpu = cpu_per_image.get(label)
+        if cpu is None and p.get("cpu_seconds_per_image") is not None:
+            cpu = float(p["cpu_seconds_per_image"])
+        row.append(f"{cpu * 1e3:.2f}" if cpu is not None else "–")
+        row.append(f"{float(p['consumer_wait_share']) * 100:.1f}%")
+        lat = p.get("batch_latency") or {}
+        row.append(
+            f"{lat['mean_ns'] / 1e6:.1f} ± {lat['std_ns'] / 1e6:.1f}" if lat else "–"
+        )
+        row.append(str(p.get("bottleneck") or "–"))
+        t.add_row(*row)
+
+    times = [stage_times(p) for p in pipelines]
+    keys = [s.key for s in STAGES if any(x.get(s.key, 0) > 0 for x in times)]
+    keys += sorted({k for x in times for k in x} - set(keys) - {s.key for s in STAGES})
+    titles = {s.key: s.title for s in STAGES}
+    ops = Table(title="Worker time per image, by op (ms)", title_justify="left",
+                title_style="bold")
+    ops.add_column("op")
+    for p in pipelines:
+        ops.add_column(str(p["label"]), justify="right")
+    pair = [str(p["label"]) for p in pipelines] == ["torchvision", "native"]
+    if pair:
+        ops.add_column("torchvision / native", justify="right")
+    for k in keys + ["__total"]:
+        vals = [sum(x.values()) if k == "__total" else x.get(k, 0.0) for x in times]
+        row = ["total" if k == "__total" else titles.get(k, k)]
+        row += [f"{v / 1e6:.3f}" if v else "–" for v in vals]
+        if pair:
+            row.append(ratio(vals[0], vals[1]))
+        ops.add_row(*row, style="bold" if k == "__total" else None)
+    return [t, ops]
+
+
+def _print_summary(
+    console: Console, summary: Mapping[str, Any], cpu_per_image: Mapping[str, float]
+) -> None:
+    for table in _summary_tables(summary, cpu_per_image):
+        console.print(table)
+        console.print()
+
+
+def _print_files(console: Console, files: Any, extra: Sequence[Path] = ()) -> None:
+    html = files.html.resolve()
+    console.print(f"[bold]Report:[/bold] {html}")
+    console.print(f"        open it in a browser: file://{html}")
+    others = [files.trace, files.profile, files.summary_json, files.summary_csv, *extra]
+    console.print("        " + ", ".join(os.fspath(p) for p in others))
+    console.print(f"        {files.trace} opens in Perfetto (ui.perfetto.dev) or chrome://tracing")
+
+
+def _fail_cleanly(fn: Callable[[], Any]) -> Any:
+    """Runs ``fn``, turning the errors a user can fix (bad data, bad arguments) into a one-line
+    message and exit status 1, rather than a traceback."""
+    try:
+        return fn()
+    except (FileNotFoundError, ValueError, TypeError, OSError) as e:
+        raise click.ClickException(f"{type(e).__name__}: {e}") from e
+
+
+def _compare_and_report(
+    cfg: Any, out: Path, quiet: bool, *, command: str, pipelines: Sequence[str]
+) -> None:
+    from ferroloader import compare, report
+
+    with _Bars(quiet) as bars:
+        profile, runs = _fail_cleanly(
+            lambda: compare.compare(cfg, pipelines=pipelines, progress=bars.batch)
+        )
+    cpu = {r.label: r.cpu_s_per_image for r in runs if r.cpu_s_per_image is not None}
+    files = report.write_report(
+        profile, out, command=command, config=_report_config(cfg), cpu_per_image=cpu
+    )
+    console = _stdout()
+    console.print()
+    _print_summary(console, profile.summary().to_dict(), cpu)
+    _print_files(console, files)
+
+
+# -- commands ----------------------------------------------------------------------------------
+
+
+@click.group(context_settings=_CONTEXT)
+@click.version_option(__version__, "--version", "-V", prog_name="ferroloader",
+                      message="%(prog)s %(version)s")
+def main() -> None:
+    """ferroloader: a native image-classification data loader for PyTorch, with a profiler in
+    every op.
+
+    \b
+    Start with:
+      ferroloader demo                 compare both pipelines on generated sample data
+      ferroloader compare DATA         the same on your ImageFolder
+    Each command has --help.
+    """
+
+
+@main.command(context_settings=_CONTEXT)
+@_data_argument
+@_run_options()
+def compare(data: Path, out: Path, quiet: bool, **kwargs: Any) -> None:
+    """Profile torchvision's DataLoader and ferroloader on the same ImageFolder DATA.
+
+    Both run the ImageNet training transform (RandomResizedCrop, RandomHorizontalFlip,
+    ToTensor, Normalize): torchvision's ImageFolder + DataLoader, instrumented per op, and
+    ferroloader.Loader with the same Compose converted. Runs alternate between the two. Writes
+    report.html (self-contained), trace.json (Perfetto), profile.json, summary.json and
+    summary.csv to --out, and prints a summary.
+    """
+    cfg = _config(kwargs, data)
+    _compare_and_report(
+        cfg, out, quiet, command=_command_line("compare", cfg, ["--workers", str(cfg.num_workers)]),
+        pipelines=("torchvision", "native"),
+    )
+
+
+@main.command(context_settings=_CONTEXT)
+@_data_argument
+@_run_options()
+def profile(data: Path, out: Path, quiet: bool, **kwargs: Any) -> None:
+    """Profile ferroloader's native pipeline alone on the ImageFolder DATA.
+
+    The same transform and report as `compare`, without the torchvision run.
+    """
+    cfg = _config(kwargs, data)
+    _compare_and_report(
+        cfg, out, quiet, command=_command_line("profile", cfg, ["--workers", str(cfg.num_workers)]),
+        pipelines=("native",),
+    )
+
+
+@main.command(context_settings=_CONTEXT)
+@_data_argument
+@click.option("--workers", "-w", "worker_counts", callback=_int_list, default="1,2,4",
+              metavar="N,N,...",
+              show_default=True, help="Worker counts to measure, comma-separated.")
+@click.option("--pipelines", type=click.Choice(["both", "torchvision", "native"]),
+              default="both", show_default=True, help="Which pipelines to sweep.")
+@_run_options(workers=False)
+def sweep(data: Path, worker_counts: List[int], pipelines: str, out: Path, quiet: bool,
+          **kwargs: Any) -> None:
+    """Throughput and CPU seconds per image against the number of workers, on DATA.
+
+    Runs each pipeline at each worker count (alternating) and marks the count after which one
+    more step gains less than 10% throughput: where more workers stop paying off. CPU seconds
+    are the OS's (this process and its joined worker processes), per image.
+    """
+    from ferroloader import compare as runs_mod
+    from ferroloader import report
+
+    cfg = _config(kwargs, data)
+    which = ("torchvision", "native") if pipelines == "both" else (pipelines,)
+    with _Bars(quiet) as bars:
+        result = _fail_cleanly(
+            lambda: runs_mod.sweep(cfg, worker_counts, pipelines=which, progress=bars.batch)
+        )
+    out.mkdir(parents=True, exist_ok=True)
+    sweep_json = out / "sweep.json"
+    sweep_csv = out / "sweep.csv"
+    _write_sweep(result.points, sweep_json, sweep_csv)
+    counts = ",".join(str(w) for w in worker_counts)
+    files = report.write_report(
+        result.profile, out,
+        title="ferroloader: scaling with workers",
+        command=_command_line("sweep", cfg, ["--workers", counts]
+                              + ([] if pipelines == "both" else ["--pipelines", pipelines])),
+        config=_report_config(cfg, workers=counts),
+        sweep=result.points,
+        cpu_per_image={r.label: r.cpu_s_per_image for r in result.runs
+                       if r.cpu_s_per_image is not None},
+        extra_files=[("sweep.json", "the scaling points"), ("sweep.csv", "the same as CSV")],
+    )
+    console = _stdout()
+    console.print()
+    console.print(_sweep_table(result.points))
+    console.print()
+    _print_files(console, files, [sweep_json, sweep_csv])
+
+
+def _write_sweep(points: Sequence[Mapping[str, Any]], json_path: Path, csv_path: Path) -> None:
+    import csv
+    import json
+
+    json_path.write_text(json.dumps({"points": list(points)}, indent=2))
+    fields = ["pipeline", "workers", "images", "wall_s", "cpu_s", "images_per_s",
+              "cpu_s_per_image", "gain", "enough"]
+    with csv_path.open("w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=fields, extrasaction="ignore")
+        writer.writeheader()
+        writer.writerows(points)
+
+
+def _sweep_table(points: Sequence[Mapping[str, Any]]) -> Table:
+    t = Table(title="Scaling with workers", title_justify="left", title_style="bold")
+    for name, justify in (("pipeline", "left"), ("workers", "right"), ("images/s", "right"),
+                          ("CPU ms/image", "right"), ("gain", "right"), ("", "left")):
+        t.add_column(name, justify=justify)  # type: ignore[arg-type]
+    for p in sorted(points, key=lambda p: (str(p["pipeline"]), int(p["workers"]))):
+        cpu = p.get("cpu_s_per_image")
+        gain = p.get("gain")
+        t.add_row(
+            str(p["pipeline"]), str(p["workers"]), f"{float(p['images_per_s']):,.1f}",
+            f"{cpu * 1e3:.2f}" if cpu is not None else "–",
+            f"{gain * 100:+.0f}%" if gain is not None else "",
+            "← more workers stop paying off" if p.get("enough") else "",
+        )
+    return t
+
+
+@main.command(context_settings=_CONTEXT)
+@click.option("--data", type=click.Path(exists=True, file_okay=False, path_type=Path),
+              default=None, help="Use this ImageFolder instead of the generated sample.")
+@click.option("--classes", type=click.IntRange(min=1), default=8, show_default=True,
+              help="Classes of the sample data set.")
+@click.option("--per-class", type=click.IntRange(min=1), default=32, show_default=True,
+              help="Images per class of the sample data set.")
+@click.option("--batch-size", "-b", type=click.IntRange(min=1), default=32, show_default=True,
+              help="Samples per batch.")
+@click.option("--batches", "-n", type=click.IntRange(min=1), default=16, show_default=True,
+              help="Batches per pipeline.")
+@click.option("--workers", "-w", type=click.IntRange(min=0), default=0,
+              help="Workers of each pipeline; 0, the default: one per available CPU.")
+@click.option("--step-ms", type=click.FloatRange(min=0), default=60.0, show_default=True,
+              help="Simulated training step per batch, in ms.")
+@click.option("--counters/--no-counters", default=True, show_default=True,
+              help="Read CPU counters per op (software ones where the machine has no PMU).")
+@click.option("--out", "-o", type=click.Path(file_okay=False, path_type=Path),
+              default=Path("report"), show_default=True, help="Report folder.")
+@click.option("--quiet", "-q", is_flag=True, help="No progress bars.")
+def demo(data: Optional[Path], classes: int, per_class: int, batch_size: int, batches: int,
+         workers: int, step_ms: float, counters: bool, out: Path, quiet: bool) -> None:
+    """Compare both pipelines on a generated sample data set (no data needed).
+
+    Generates, once, a deterministic ImageFolder of photo-like JPEGs with ImageNet's sizes and
+    encodings into the cache folder ($FERROLOADER_CACHE, else $XDG_CACHE_HOME/ferroloader,
+    else ~/.cache/ferroloader), then runs `compare` on it with a simulated training step, and
+    prints where the report is.
+    """
+    from ferroloader import sample_data
+    from ferroloader.compare import RunConfig
+
+    err = _stderr()
+    if data is None:
+        with _Bars(quiet) as bars:
+            data = sample_data.sample_dataset(
+                classes, per_class, progress=bars.files("generating sample data")
+            )
+        err.print(f"sample data: {data}")
+    cfg = RunConfig(data=data, batch_size=batch_size, workers=workers, batches=batches,
+                    step_ms=step_ms, mode="counters" if counters else "spans")
+    err.print(
+        f"comparing torchvision and ferroloader: {cfg.batches} batches of {cfg.batch_size}, "
+        f"{cfg.num_workers} workers each, a {cfg.step_ms:g} ms training step per batch"
+    )
+    _compare_and_report(
+        cfg, out, quiet,
+        command=_command_line("compare", cfg, ["--workers", str(cfg.num_workers)]),
+        pipelines=("torchvision", "native"),
+    )
+
+
+@main.command("sample-data", context_settings=_CONTEXT)
+@click.argument("out", type=click.Path(file_okay=False, path_type=Path))
+@click.option("--classes", type=click.IntRange(min=1), default=8, show_default=True,
+              help="Class folders.")
+@click.option("--per-class", type=click.IntRange(min=1), default=32, show_default=True,
+              help="Images per class.")
+@click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True,
+              help="Another seed, other images.")
+@click.option("--scale", type=click.FloatRange(min=0.01, max=8.0), default=1.0,
+              show_default=True, help="Scale every image size by this (0.25: quick tests).")
+@click.option("--quiet", "-q", is_flag=True, help="No progress bar.")
+def sample_data_cmd(out: Path, classes: int, per_class: int, seed: int, scale: float,
+                    quiet: bool) -> None:
+    """Write the sample ImageFolder to OUT: photo-like JPEGs of ImageNet's sizes and encodings
+    (mostly 4:2:0, some 4:4:4, a few progressive and grayscale, quality 75-95), the same
+    bytes on every run."""
+    from ferroloader import sample_data
+
+    with _Bars(quiet) as bars:
+        sample_data.write_image_folder(
+            out, classes, per_class, seed=seed, scale=scale, progress=bars.files("writing")
+        )
+    _stdout().print(f"{classes * per_class} images in {classes} classes: {out}")
+
+
+@main.command("report", context_settings=_CONTEXT)
+@click.argument("profile_json", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.option("--out", "-o", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="Report folder (default: the profile's folder).")
+def report_cmd(profile_json: Path, out: Optional[Path]) -> None:
+    """Write the report (HTML, trace, summaries) of a saved PROFILE_JSON: any profile, from
+    `compare`, `Loader.profile().save(...)` or `ferroloader.torch.profile`."""
+    from ferroloader import report
+    from ferroloader.profiling import Profile
+
+    prof = _fail_cleanly(lambda: Profile.load(profile_json))
+    folder = out if out is not None else profile_json.parent
+    files = report.write_report(prof, folder, command=f"ferroloader report {profile_json}")
+    console = _stdout()
+    _print_summary(console, prof.summary().to_dict(), {})
+    _print_files(console, files)
+
+
+def run(argv: Optional[Sequence[str]] = None) -> None:
+    """Runs the command line with ``argv`` (default: ``sys.argv[1:]``); exits."""
+    main.main(args=list(argv) if argv is not None else None, prog_name="ferroloader")
+
+
+if __name__ == "__main__":  # pragma: no cover
+    run(sys.argv[1:])

@@ -1,0 +1,373 @@
+"""Runs the torchvision DataLoader pipeline and ferroloader's on the same data, profiled.
+
+What ``ferroloader compare``, ``profile``, ``sweep`` and ``demo`` run; the command line
+(``ferroloader.cli``) only parses options and prints. Both pipelines read the same ImageFolder
+through the same ImageNet training transform (``RandomResizedCrop``, ``RandomHorizontalFlip``,
+``ToTensor``, ``Normalize``): torchvision's ``ImageFolder`` and ``DataLoader`` instrumented by
+``ferroloader.torch.profile``, and ``ferroloader.Loader`` with the same ``Compose`` converted by
+``ferroloader.transforms.from_torchvision``. Runs alternate between the pipelines, round after
+round, so a machine that slows down or speeds up during the measurement affects both alike.
+
+A consumer step (``step_ms``) stands for the training step a GPU would run on each batch: the
+consumer sleeps (or spins, with ``step_busy``) that long after each batch, and the time it then
+spends blocked in ``next()`` is the time the GPU would idle waiting for data.
+
+CPU seconds come from the OS (this process's threads, plus its child processes once they are
+joined, which torch's worker processes are when the run ends: ``getrusage``), so they count
+everything a pipeline costs, whatever the profiler saw.
+
+This module must not print: it reports progress through a callback.
+"""
+
+from __future__ import annotations
+
+import gc
+import importlib
+import os
+import time
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple
+
+if TYPE_CHECKING:
+    from ferroloader.profiling import Profile
+
+__all__ = [
+    "PIPELINES",
+    "RunConfig",
+    "RunResult",
+    "SweepResult",
+    "compare",
+    "imagenet_train_transform",
+    "mark_enough",
+    "profile_native",
+    "run_pipeline",
+    "sweep",
+]
+
+#: The pipelines, as labelled in profiles.
+PIPELINES = ("torchvision", "native")
+#: A worker count "pays off" when it gains at least this much throughput over the previous one.
+PAYS_OFF = 0.10
+
+Progress = Callable[[str, int, int], None]
+"""Called as ``progress(label, batches_done, batches_total)`` after each batch."""
+
+
+def _default_workers() -> int:
+    return max(1, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1))
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """What to run: the data, the loader settings both pipelines share, and the consumer."""
+
+    data: Path
+    batch_size: int = 64
+    workers: int = 0
+    """Worker threads (native) or processes (torchvision); 0 means one per available CPU."""
+    batches: int = 50
+    """Batches per pipeline per round (epochs repeat when the data set is smaller)."""
+    decoder: str = "turbo"
+    output: str = "float32"
+    step_ms: float = 0.0
+    step_busy: bool = False
+    rounds: int = 1
+    mode: str = "spans"
+    """Profile mode of both pipelines: ``"spans"`` or ``"counters"``."""
+    seed: int = 0
+    size: int = 224
+
+    @property
+    def num_workers(self) -> int:
+        """The worker count actually used."""
+        return self.workers if self.workers > 0 else _default_workers()
+
+
+@dataclass
+class RunResult:
+    """One run of one pipeline."""
+
+    label: str
+    pipeline: str
+    workers: int
+    images: int
+    batches: int
+    wall_s: float
+    cpu_s: float
+    """User + system CPU seconds of this process and its joined children during the run."""
+    profile: "Profile"
+
+    @property
+    def images_per_s(self) -> float:
+        return self.images / self.wall_s if self.wall_s > 0 else 0.0
+
+    @property
+    def cpu_s_per_image(self) -> Optional[float]:
+        return self.cpu_s / self.images if self.images else None
+
+
+@dataclass
+class SweepResult:
+    """Throughput and CPU cost against worker count, per pipeline."""
+
+    points: List[Dict[str, Any]]
+    """One dict per (pipeline, workers): ``images_per_s``, ``cpu_s_per_image``, ``gain`` over
+    the previous worker count, and ``enough`` on the count after which more stops paying."""
+    runs: List[RunResult]
+    profile: "Profile"
+
+
+def _torchvision() -> Any:
+    """torchvision, imported when a run needs it (it ships no type information)."""
+    return importlib.import_module("torchvision")
+
+
+def imagenet_train_transform(size: int = 224, output: str = "float32") -> Any:
+    """torchvision's ImageNet training transform. For ``uint8`` output, the pixels as uint8
+    (``PILToTensor``), normalization left to the GPU, on both sides."""
+    tv = _torchvision().transforms
+
+    if output == "uint8":
+        return tv.Compose([tv.RandomResizedCrop(size), tv.RandomHorizontalFlip(), tv.PILToTensor()])
+    return tv.Compose(
+        [
+            tv.RandomResizedCrop(size),
+            tv.RandomHorizontalFlip(),
+            tv.ToTensor(),
+            tv.Normalize([0.485, 0.456, 0.406], [0.229, 0.224, 0.225]),
+        ]
+    )
+
+
+def _step(ms: float, busy: bool) -> None:
+    """The simulated training step."""
+    if ms <= 0:
+        return
+    if not busy:
+        time.sleep(ms / 1e3)
+        return
+    end = time.perf_counter() + ms / 1e3
+    while time.perf_counter() < end:
+        pass
+
+
+def _cpu_seconds() -> float:
+    """CPU seconds of this process (all threads, nanosecond clock) and of its waited-for
+    children (microseconds). ``os.times`` would do, but counts in 10 ms ticks."""
+    own = time.process_time()
+    try:
+        import resource
+    except ImportError:  # not Unix: children as os.times counts them
+        t = os.times()
+        return own + t.children_user + t.children_system
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own + children.ru_utime + children.ru_stime
+
+
+def _batches(make_epoch: Callable[[], Iterator[Any]], count: int) -> Iterator[Any]:
+    """``count`` batches, over as many epochs as it takes. Each epoch's iterator is dropped as
+    soon as it is left, so worker processes are joined before the CPU time is read."""
+    done = 0
+    while done < count:
+        it = make_epoch()
+        got = 0
+        for batch in it:
+            yield batch
+            got += 1
+            done += 1
+            if done >= count:
+                break
+        del it
+        if got == 0:
+            raise ValueError("the data set yields no batch (is it empty?)")
+
+
+def _relabel(profile: "Profile", label: str) -> "Profile":
+    from ferroloader.profiling import Profile
+
+    if profile.labels == [label]:
+        return profile
+    data = profile.to_dict()
+    for p in data["pipelines"]:
+        p["label"] = label
+    return Profile.from_dict(data)
+
+
+def run_pipeline(
+    cfg: RunConfig,
+    pipeline: str,
+    *,
+    label: Optional[str] = None,
+    progress: Optional[Progress] = None,
+) -> RunResult:
+    """Runs ``cfg.batches`` batches of ``pipeline`` (``"torchvision"`` or ``"native"``)."""
+    if pipeline not in PIPELINES:
+        raise ValueError(f"pipeline: expected one of {PIPELINES}, got {pipeline!r}")
+    label = label or pipeline
+    transform = imagenet_train_transform(cfg.size, cfg.output)
+    workers = cfg.num_workers
+    gc.collect()  # garbage of the previous run is not this run's cost
+    if pipeline == "native":
+        import ferroloader as fl
+
+        loader = fl.Loader(
+            fl.ImageFolder(cfg.data),
+            batch_size=cfg.batch_size,
+            shuffle=True,
+            seed=cfg.seed,
+            num_workers=workers,
+            transform=fl.transforms.from_torchvision(transform),
+            output=cfg.output,
+            decoder=cfg.decoder,
+            profile=cfg.mode,
+        )
+        make_epoch: Callable[[], Iterator[Any]] = lambda: iter(loader)
+        join: Callable[[], None] = lambda: None
+        collect: Callable[[], "Profile"] = loader.profile
+    else:
+        import torch
+        import ferroloader.torch as fltorch
+
+        torchvision = _torchvision()
+
+        dataset = torchvision.datasets.ImageFolder(os.fspath(cfg.data), transform=transform)
+        generator = torch.Generator()
+        generator.manual_seed(cfg.seed)
+        dl = torch.utils.data.DataLoader(
+            dataset,
+            batch_size=cfg.batch_size,
+            shuffle=True,
+            num_workers=workers,
+            generator=generator,
+            # Workers live across epochs, as in real training: a small data set repeated
+            # must not pay worker start-up once per pass.
+            persistent_workers=workers > 0,
+        )
+        profiled = fltorch.profile(dl, label=label, mode=cfg.mode)
+        make_epoch = lambda: iter(profiled)
+        join = profiled.close  # joins the worker processes, so their CPU time is counted
+        collect = profiled.profile
+
+    cpu0 = _cpu_seconds()
+    t0 = time.monotonic()
+    images = 0
+    n = 0
+    for images_batch, _labels in _batches(make_epoch, cfg.batches):
+        images += int(images_batch.shape[0])
+        n += 1
+        if progress is not None:
+            progress(label, n, cfg.batches)
+        _step(cfg.step_ms, cfg.step_busy)
+    wall = time.monotonic() - t0
+    if n:
+        del images_batch, _labels  # hand the last batch's buffer back before finishing
+    join()
+    cpu = _cpu_seconds() - cpu0
+    profile = collect()
+    return RunResult(
+        label=label,
+        pipeline=pipeline,
+        workers=workers,
+        images=images,
+        batches=n,
+        wall_s=wall,
+        cpu_s=cpu,
+        profile=_relabel(profile, label),
+    )
+
+
+def _merge(runs: Sequence[RunResult]) -> "Profile":
+    merged = runs[0].profile
+    for r in runs[1:]:
+        merged = merged.merge(r.profile)
+    return merged
+
+
+def _ordered(runs: Sequence[RunResult]) -> List[RunResult]:
+    """torchvision's runs first, then native's, each in run order: the report reads left to
+    right as "before" and "after"."""
+    return sorted(runs, key=lambda r: PIPELINES.index(r.pipeline) if r.pipeline in PIPELINES else 9)
+
+
+def compare(
+    cfg: RunConfig,
+    *,
+    pipelines: Sequence[str] = PIPELINES,
+    progress: Optional[Progress] = None,
+) -> Tuple["Profile", List[RunResult]]:
+    """Runs every pipeline ``cfg.rounds`` times, alternating which goes first; returns the
+    merged profile (``torchvision``, ``native``, then ``torchvision#2``... for later rounds)
+    and the runs."""
+    runs: List[RunResult] = []
+    for r in range(cfg.rounds):
+        order = list(pipelines) if r % 2 == 0 else list(reversed(pipelines))
+        for p in order:
+            label = p if r == 0 else f"{p}#{r + 1}"
+            runs.append(run_pipeline(cfg, p, label=label, progress=progress))
+    runs = _ordered(runs)
+    return _merge(runs), runs
+
+
+def profile_native(cfg: RunConfig, *, progress: Optional[Progress] = None) -> Tuple["Profile", List[RunResult]]:
+    """The native pipeline alone, ``cfg.rounds`` times."""
+    return compare(cfg, pipelines=("native",), progress=progress)
+
+
+def mark_enough(points: List[Dict[str, Any]]) -> None:
+    """Sets each point's ``gain`` (throughput over the previous worker count's) and marks with
+    ``enough`` the worker count after which the next gains less than ``PAYS_OFF``."""
+    for fam in dict.fromkeys(str(p["pipeline"]) for p in points):
+        pts = sorted((p for p in points if p["pipeline"] == fam), key=lambda p: int(p["workers"]))
+        for prev, cur in zip([None, *pts], pts):
+            cur["gain"] = (
+                cur["images_per_s"] / prev["images_per_s"] - 1.0
+                if prev is not None and prev["images_per_s"] > 0
+                else None
+            )
+            cur["enough"] = False
+        for cur, nxt in zip(pts, pts[1:]):
+            if nxt["gain"] is not None and nxt["gain"] < PAYS_OFF:
+                cur["enough"] = True
+                break
+
+
+def sweep(
+    cfg: RunConfig,
+    workers: Sequence[int],
+    *,
+    pipelines: Sequence[str] = PIPELINES,
+    progress: Optional[Progress] = None,
+) -> SweepResult:
+    """Runs every pipeline at every worker count (alternating the order at each count),
+    ``cfg.rounds`` times; throughput and CPU seconds per image are summed over rounds."""
+    runs: List[RunResult] = []
+    points: List[Dict[str, Any]] = []
+    for i, w in enumerate(workers):
+        order = list(pipelines) if i % 2 == 0 else list(reversed(pipelines))
+        at: Dict[str, List[RunResult]] = {p: [] for p in pipelines}
+        for r in range(cfg.rounds):
+            for p in order if r % 2 == 0 else reversed(order):
+                label = f"{p} w={w}" + (f"#{r + 1}" if r else "")
+                run = run_pipeline(replace(cfg, workers=w), p, label=label, progress=progress)
+                at[p].append(run)
+                runs.append(run)
+        for p in pipelines:
+            rs = at[p]
+            images = sum(r.images for r in rs)
+            wall = sum(r.wall_s for r in rs)
+            cpu = sum(r.cpu_s for r in rs)
+            points.append(
+                {
+                    "pipeline": p,
+                    "workers": w,
+                    "images": images,
+                    "wall_s": wall,
+                    "cpu_s": cpu,
+                    "images_per_s": images / wall if wall > 0 else 0.0,
+                    "cpu_s_per_image": cpu / images if images else None,
+                }
+            )
+    mark_enough(points)
+    runs = _ordered(runs)
+    return SweepResult(points=points, runs=runs, profile=_merge(runs))

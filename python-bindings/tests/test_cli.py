@@ -1,0 +1,223 @@
+"""The ``ferroloader`` command: ``compare``, ``profile``, ``sweep``, ``demo`` and ``report`` run
+the real pipelines on a small generated ImageFolder and write the report folder, whose files
+are checked here (profile schema, both pipelines in the trace, summary keys and CSV header);
+``sample-data`` and the generator behind it are deterministic and ImageNet-like.
+
+Runs are kept tiny (16 small images, batches of 4, 2 batches, 1 worker) so the whole file takes
+seconds on 2 cores: what is checked is the plumbing and the files, not the speed.
+"""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import io
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any, Dict, List, Sequence
+
+import pytest
+from click.testing import CliRunner, Result
+from PIL import Image
+
+import ferroloader as fl
+from ferroloader import sample_data
+from ferroloader.cli import main
+
+SMALL = ["--batch-size", "4", "--batches", "2", "--quiet"]
+
+
+def invoke(args: Sequence[str]) -> Result:
+    result = CliRunner().invoke(main, list(args), catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    return result
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """2 classes x 8 photo-like JPEGs at a quarter of ImageNet's sizes."""
+    return sample_data.write_image_folder(
+        tmp_path_factory.mktemp("data"), classes=2, per_class=8, scale=0.25
+    )
+
+
+def trace_labels(trace: Dict[str, Any]) -> Dict[str, int]:
+    """Pipeline label -> number of span events, from a Chrome trace."""
+    names = {
+        e["pid"]: e["args"]["name"]
+        for e in trace["traceEvents"]
+        if e["ph"] == "M" and e["name"] == "process_name"
+    }
+    counts = {label: 0 for label in names.values()}
+    for e in trace["traceEvents"]:
+        if e["ph"] == "X" and e["pid"] in names:
+            counts[names[e["pid"]]] += 1
+    return counts
+
+
+def check_report(out: Path, labels: List[str]) -> Dict[str, Any]:
+    """The report folder's files are there and hold ``labels``' pipelines; returns the
+    summary."""
+    profile = fl.Profile.load(out / "profile.json")
+    assert profile.labels == labels
+    for label in labels:
+        pipeline = profile.pipeline(label)
+        delivered = [b for b in pipeline["batches"] if b.get("delivered_ns") is not None]
+        # Batches prefetched but never asked for may be recorded too, undelivered.
+        assert pipeline["spans"] and len(delivered) == 2, label
+    counts = trace_labels(json.loads((out / "trace.json").read_text()))
+    for label in labels:
+        assert counts.get(label, 0) > 0, (label, counts)
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["schema"] == "ferroloader.summary"
+    assert [p["label"] for p in summary["pipelines"]] == labels
+    for p in summary["pipelines"]:
+        for key in ("images", "images_per_s", "consumer_wait_share", "batch_latency", "ops",
+                    "workers", "bottleneck"):
+            assert key in p, key
+        assert p["images"] == 8 and p["images_per_s"] > 0
+    rows = list(csv.DictReader(io.StringIO((out / "summary.csv").read_text())))
+    assert rows and {"pipeline", "op", "count", "self_ns", "p99_ns"} <= set(rows[0])
+    assert {r["pipeline"] for r in rows} == set(labels)
+    html = (out / "report.html").read_text()
+    assert html.startswith("<!DOCTYPE html>") and 'id="fig-timeline"' in html
+    return summary
+
+
+def test_compare_writes_the_report_of_both_pipelines(data: Path, tmp_path: Path) -> None:
+    out = tmp_path / "report"
+    result = invoke(["compare", str(data), "--workers", "1", "--step-ms", "2", "--out", str(out),
+                     *SMALL])
+    summary = check_report(out, ["torchvision", "native"])
+    ops = {p["label"]: {o["op"] for o in p["ops"]} for p in summary["pipelines"]}
+    assert {"read", "decode", "RandomResizedCrop", "ToTensor", "Normalize"} <= ops["torchvision"]
+    assert {"read", "decode", "fused"} <= ops["native"]
+    # The terminal summary: both pipelines, the speedup, the per-op table, where the report is.
+    assert "torchvision" in result.output and "native" in result.output
+    assert "speedup" in result.output and "decode JPEG" in result.output
+    assert str((out / "report.html").resolve()) in result.output
+    page = (out / "report.html").read_text()
+    assert "ferroloader compare" in page and "--step-ms 2" in page
+
+
+def test_profile_runs_the_native_pipeline_alone(data: Path, tmp_path: Path) -> None:
+    out = tmp_path / "report"
+    invoke(["profile", str(data), "--workers", "2", "--counters", "--out", str(out), *SMALL])
+    summary = check_report(out, ["native"])
+    native = summary["pipelines"][0]
+    assert native["num_workers"] == 2 and native["mode"] == "counters"
+
+
+def test_sweep_measures_each_worker_count(data: Path, tmp_path: Path) -> None:
+    out = tmp_path / "sweep"
+    result = invoke(["sweep", str(data), "--workers", "2,1", "--out", str(out), *SMALL])
+    points = json.loads((out / "sweep.json").read_text())["points"]
+    assert sorted((p["pipeline"], p["workers"]) for p in points) == [
+        ("native", 1), ("native", 2), ("torchvision", 1), ("torchvision", 2)
+    ]
+    for p in points:
+        assert p["images"] == 8 and p["images_per_s"] > 0 and p["cpu_s_per_image"] > 0
+    assert sum(p["enough"] for p in points) <= 2
+    with (out / "sweep.csv").open() as f:
+        assert next(csv.reader(f))[:3] == ["pipeline", "workers", "images"]
+    labels = fl.Profile.load(out / "profile.json").labels
+    assert sorted(labels) == sorted(["torchvision w=1", "torchvision w=2", "native w=1",
+                                     "native w=2"])
+    assert 'id="fig-sweep"' in (out / "report.html").read_text()
+    assert "Scaling with workers" in result.output
+
+
+def test_demo_on_given_data_and_report_from_a_saved_profile(data: Path, tmp_path: Path) -> None:
+    out = tmp_path / "demo"
+    result = invoke(["demo", "--data", str(data), "--workers", "1", "--step-ms", "1",
+                     "--no-counters", "--out", str(out), *SMALL])
+    check_report(out, ["torchvision", "native"])
+    assert "Report:" in result.output
+    # `report` renders a saved profile again, into another folder.
+    again = tmp_path / "again"
+    invoke(["report", str(out / "profile.json"), "--out", str(again)])
+    check_report(again, ["torchvision", "native"])
+
+
+def test_mark_enough_finds_where_workers_stop_paying_off() -> None:
+    from ferroloader.compare import mark_enough
+
+    points: List[Dict[str, Any]] = [
+        {"pipeline": "native", "workers": w, "images_per_s": r}
+        for w, r in ((1, 100.0), (2, 190.0), (4, 200.0), (8, 205.0))
+    ]
+    mark_enough(points)
+    assert [p["enough"] for p in points] == [False, True, False, False]
+    assert points[0]["gain"] is None and points[1]["gain"] == pytest.approx(0.9)
+    still = [{"pipeline": "native", "workers": w, "images_per_s": 100.0 * w} for w in (1, 2)]
+    mark_enough(still)
+    assert not any(p["enough"] for p in still)
+
+
+def test_every_command_has_help() -> None:
+    runner = CliRunner()
+    for args in ([], ["compare"], ["profile"], ["sweep"], ["demo"], ["sample-data"], ["report"]):
+        result = runner.invoke(main, [*args, "--help"])
+        assert result.exit_code == 0 and "Usage: " in result.output, args
+    assert "--step-ms" in runner.invoke(main, ["compare", "--help"]).output
+
+
+def test_bad_input_is_a_one_line_error(tmp_path: Path) -> None:
+    runner = CliRunner()
+    missing = runner.invoke(main, ["compare", str(tmp_path / "nope")])
+    assert missing.exit_code == 2 and "does not exist" in missing.output
+    (tmp_path / "empty" / "class0").mkdir(parents=True)
+    empty = runner.invoke(main, ["profile", str(tmp_path / "empty"), "-q"])
+    assert empty.exit_code == 1 and "Error:" in empty.output and "Traceback" not in empty.output
+    bad = runner.invoke(main, ["sweep", str(tmp_path), "--workers", "1,x"])
+    assert bad.exit_code == 2 and "comma-separated" in bad.output
+
+
+def test_python_dash_m_runs_the_command_line() -> None:
+    out = subprocess.run([sys.executable, "-m", "ferroloader", "--help"], capture_output=True,
+                         text=True, check=True)
+    assert out.stdout.startswith("Usage: ferroloader ") and "compare" in out.stdout
+
+
+def _digest(root: Path) -> Dict[str, str]:
+    return {
+        str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(root.rglob("*.jpg"))
+    }
+
+
+def test_sample_data_is_deterministic_and_imagenet_like(tmp_path: Path) -> None:
+    invoke(["sample-data", str(tmp_path / "a"), "--classes", "4", "--per-class", "8",
+            "--scale", "0.1", "--quiet"])
+    sample_data.write_image_folder(tmp_path / "b", classes=4, per_class=8, scale=0.1)
+    a, b = _digest(tmp_path / "a"), _digest(tmp_path / "b")
+    assert len(a) == 32 and a == b
+    assert sorted(p.name for p in (tmp_path / "a").iterdir()) == [f"class{i:02d}" for i in range(4)]
+    # ImageNet's mix of encodings, spread so that even 32 images have some of each.
+    kinds: Dict[str, int] = {}
+    for path in sorted((tmp_path / "a").rglob("*.jpg")):
+        with Image.open(path) as im:
+            if im.mode == "L":
+                kind = "gray"
+            elif im.info.get("progressive"):
+                kind = "progressive"
+            else:
+                # Pillow's JPEG layers: (component id, h, v sampling, table) per component.
+                kind = {(2, 2): "4:2:0", (1, 1): "4:4:4"}[tuple(getattr(im, "layer")[0][1:3])]
+            kinds[kind] = kinds.get(kind, 0) + 1
+    assert kinds["4:2:0"] > kinds["4:4:4"] > 0 and kinds["gray"] >= 1 and kinds["progressive"] >= 1
+    specs = [sample_data.image_spec(i) for i in range(200)]
+    assert any(s.width > s.height for s in specs) and any(s.height > s.width for s in specs)
+    assert {s.quality for s in specs} <= {75, 80, 85, 90, 95}
+
+
+def test_sample_dataset_is_cached(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("FERROLOADER_CACHE", str(tmp_path / "cache"))
+    calls: List[int] = []
+    first = sample_data.sample_dataset(2, 2, scale=0.1, progress=lambda d, t: calls.append(d))
+    assert first.parent == tmp_path / "cache" and calls == [1, 2, 3, 4]
+    again = sample_data.sample_dataset(2, 2, scale=0.1, progress=lambda d, t: calls.append(d))
+    assert again == first and calls == [1, 2, 3, 4]  # nothing written the second time
+    assert len(fl.ImageFolder(first)) == 4
