@@ -11,7 +11,7 @@ DEMO_OUT ?= report
 # The photo-like JPEG generator behind the sample data, the bench corpus and the loader folder.
 SAMPLE_GEN := scripts/make_bench_corpus.py python-bindings/python/ferroloader/sample_data.py
 
-.PHONY: help deps venv fixtures build py-build test test-rust test-python lint fmt bench loader-bench demo clean
+.PHONY: help deps venv fixtures build py-build test test-rust test-python lint fmt bench loader-bench bench-torch demo clean
 
 help: ## Show this help
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN{FS=":.*## "}{printf "  make %-10s %s\n", $$1, $$2}'
@@ -68,13 +68,16 @@ $(FIXTURES)/folder/.done: $(VENV)/.installed $(SAMPLE_GEN)
 	$(PY) scripts/make_bench_corpus.py $(FIXTURES)/folder 512 --classes 8
 	@touch $@
 
-loader-bench: deps $(FIXTURES)/folder/.done ## Loader throughput vs a plain loop, 1..cores workers
-	$(CARGO) run --release -p ferroloader-loader --example throughput -- $(FIXTURES)/folder
+loader-bench: deps $(FIXTURES)/folder/.done ## Loader throughput vs a plain loop, 1..cores workers, 4 epochs
+	$(CARGO) run --release -p ferroloader-loader --example throughput -- $(FIXTURES)/folder --epochs 4
 
 bench: deps $(FIXTURES)/bench/.done ## criterion benches (ops, fused vs op-by-op), then ratios
 	$(CARGO) bench --bench transforms
 	$(PY) scripts/bench_ratios.py target/criterion 48
 	$(CARGO) bench --bench loader_profile
+
+bench-torch: py-build $(FIXTURES)/folder/.done ## ferroloader vs the torchvision DataLoader, alternating rounds, ratio
+	$(PY) scripts/bench_vs_torch.py $(FIXTURES)/folder --overhead
 
 # Builds, generates the sample ImageFolder once (cached in $$XDG_CACHE_HOME/ferroloader or
 # ~/.cache/ferroloader), profiles torchvision's DataLoader and ferroloader on it, writes the report.
