@@ -51,12 +51,23 @@ impl CropRect {
 }
 
 /// Packed 8-bit RGB pixels, row stride `3 * width`, owning a buffer that only grows.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default)]
 pub struct RgbImage {
     width: u32,
     height: u32,
+    /// The pixels, then whatever a larger earlier image left: `data` keeps the length of the
+    /// largest image so far, so that a decode into it never zero-fills what it will overwrite
+    /// (`Vec::resize` fills every byte a smaller image had truncated away).
     data: Vec<u8>,
 }
+
+impl PartialEq for RgbImage {
+    fn eq(&self, other: &Self) -> bool {
+        (self.width, self.height) == (other.width, other.height) && self.as_raw() == other.as_raw()
+    }
+}
+
+impl Eq for RgbImage {}
 
 impl RgbImage {
     /// An empty image; the first decode sizes it.
@@ -95,17 +106,24 @@ impl RgbImage {
 
     /// The packed pixels, `3 * width * height` bytes.
     pub fn as_raw(&self) -> &[u8] {
-        &self.data
+        &self.data[..self.byte_len()]
     }
 
     /// Mutable packed pixels.
     pub fn as_raw_mut(&mut self) -> &mut [u8] {
-        &mut self.data
+        let len = self.byte_len();
+        &mut self.data[..len]
     }
 
     /// Gives the buffer up.
-    pub fn into_raw(self) -> Vec<u8> {
+    pub fn into_raw(mut self) -> Vec<u8> {
+        self.data.truncate(self.byte_len());
         self.data
+    }
+
+    /// `3 * width * height`.
+    fn byte_len(&self) -> usize {
+        3 * self.width as usize * self.height as usize
     }
 
     /// Sets the size and returns the pixels to overwrite. Keeps the allocation when it is big
@@ -113,14 +131,17 @@ impl RgbImage {
     pub fn reset(&mut self, width: u32, height: u32) -> &mut [u8] {
         self.width = width;
         self.height = height;
-        self.data.resize(3 * width as usize * height as usize, 0);
-        &mut self.data
+        let len = self.byte_len();
+        if self.data.len() < len {
+            self.data.resize(len, 0);
+        }
+        &mut self.data[..len]
     }
 
     /// A borrowed view of the whole image.
     pub fn view(&self) -> RgbView<'_> {
         RgbView {
-            data: &self.data,
+            data: self.as_raw(),
             width: self.width,
             height: self.height,
             stride: 3 * self.width as usize,
@@ -278,5 +299,18 @@ mod tests {
         img.reset(50, 50);
         assert_eq!(img.data.capacity(), cap);
         assert_eq!(img.as_raw().len(), 50 * 50 * 3);
+        assert_eq!(img.view().row(49).len(), 50 * 3);
+        assert_eq!(img.clone().into_raw().len(), 50 * 50 * 3);
+    }
+
+    #[test]
+    fn equality_ignores_what_a_larger_image_left_behind() {
+        let mut reused = RgbImage::new();
+        reused.reset(4, 4).fill(9);
+        reused.reset(2, 2).fill(1);
+        let fresh = RgbImage::from_raw(2, 2, vec![1; 12]).expect("sizes match");
+        assert_eq!(reused, fresh);
+        reused.as_raw_mut()[0] = 2;
+        assert_ne!(reused, fresh);
     }
 }
