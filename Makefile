@@ -74,6 +74,7 @@ loader-bench: deps $(FIXTURES)/folder/.done ## Loader throughput vs a plain loop
 bench: deps $(FIXTURES)/bench/.done ## criterion benches (ops, fused vs op-by-op), then ratios
 	$(CARGO) bench --bench transforms
 	$(PY) scripts/bench_ratios.py target/criterion 48
+	$(CARGO) bench --bench train_ratio
 	$(CARGO) bench --bench loader_profile
 
 bench-torch: py-build $(FIXTURES)/folder/.done ## ferroloader vs the torchvision DataLoader, alternating rounds, ratio
