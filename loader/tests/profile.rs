@@ -312,13 +312,19 @@ fn spans_mode_records_every_op_batch_event_wait_and_flow() {
             sum_ns(own.iter().copied()),
             "busy time is the process spans"
         );
-        // The ops cover the sample time: what is left is the loader's own glue.
+        // The ops cover the sample time: what is left is the loader's own glue. Asserted on
+        // the median sample; the worker's total is printed (99.8% on a quiet machine), not
+        // asserted: one preemption between two ops, with the other tests of this file running
+        // on the same 2 cores, took it to 93%.
         let covered = median_coverage(p, &own);
         assert!(
             covered > 0.98,
             "worker {}: ops cover {covered} of the median sample",
             w.worker
         );
+        let ops: u64 = own.iter().map(|s| sum_ns(children(p, s))).sum();
+        let total = ops as f64 / w.busy_ns.max(1) as f64;
+        eprintln!("worker {}: ops cover {total:.4} of the busy time", w.worker);
     }
     for op in ["process", "read", "crop_params", "fused"] {
         assert_eq!(ps.op(op).map(|o| o.count), Some(2 * n as u64), "{op}");
@@ -508,19 +514,30 @@ fn counters_mode_counts_software_events_and_says_why_hardware_is_missing() {
     }
     assert!(ps.counters_available.contains(&CounterKind::TaskClock));
     assert_eq!(ps.cpu_time_source, "task_clock");
+    // CPU time of the thread within a span is at most the span, summed over every worker span
+    // (10% slack for the clock and counter reads being a few instructions apart), and span by
+    // span for all but a few: the kernel's task clock was seen to credit up to 137 us to one
+    // 0.5 us span once in ~25 runs, while a span counting another thread's time, or a parent's,
+    // would be off in every sample.
+    let (mut tc_sum, mut dur_sum, mut over) = (0u64, 0u64, Vec::new());
     for s in p.spans.iter().filter(|s| s.worker != CONSUMER) {
         let c = s.counters.as_ref().expect("worker spans carry counters");
         let tc = c.task_clock.expect("task clock");
-        // CPU time of the thread within the span: never more than the span (plus clock skew).
-        // The slack: the exit's counter read comes after its clock read, and on a loaded
-        // machine the kernel's task-clock accounting around a context switch was seen to add
-        // up to ~60 us to a span; a span counting another's time would be off by far more.
-        assert!(tc <= s.dur_ns() + s.dur_ns() / 10 + 100_000, "{s:?}");
+        tc_sum += tc;
+        dur_sum += s.dur_ns();
+        if tc > s.dur_ns() + s.dur_ns() / 10 + 20_000 {
+            over.push(s);
+        }
         assert!(c.page_faults.is_some() && c.context_switches.is_some());
         if !p.counters.hardware.available {
             assert!(c.cycles.is_none() && c.instructions.is_none());
         }
     }
+    assert!(
+        tc_sum <= dur_sum + dur_sum / 10,
+        "{tc_sum} ns of CPU in {dur_sum} ns of spans"
+    );
+    assert!(over.len() <= p.spans.len() / 100 + 1, "{over:#?}");
     // Counts nest: a sample's process span counted at least what its ops counted.
     for s in &process {
         let tc = |s: &SpanRecord| s.counters.as_ref().and_then(|c| c.task_clock).unwrap_or(0);
