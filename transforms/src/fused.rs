@@ -19,7 +19,7 @@
 use crate::cpu;
 use crate::error::{Error, Result};
 use crate::image::{CropRect, RgbView};
-use crate::resize::{Resizer, RowSink};
+use crate::resize::{Resizer, RowSink, SimdLevel};
 use crate::tensor::{normalize_value, to_tensor_value, Normalize};
 
 /// What a sample becomes in its batch slot.
@@ -116,7 +116,18 @@ pub struct FusedKernel {
     /// The SIMD arithmetic for the loaded float kind, when it was verified to give the
     /// table's bits for all 256 inputs of every channel (and the CPU has AVX2 and FMA).
     fast: Option<convert::FastFloat>,
+    /// The widest kernels the resize and the byte conversions may use (the float conversion's
+    /// AVX2+FMA arithmetic is chosen by `fast`).
+    simd: SimdLevel,
 }
+
+/// The kernels a [`FusedKernel`] uses unless told otherwise: AVX2, even on CPUs with AVX-512.
+/// Alone, the AVX-512 kernels are faster (a typical crop's resize 38 us against 87 us), but in
+/// the pipeline they made every sample slower: after 512-bit code the core runs the next decode
+/// (libjpeg-turbo's AVX2 code, most of a sample's time) at a lower clock. `cargo bench --bench
+/// train_ratio` on this project's Xeon, three alternating pairs: fused + ROI decode 1181-1280 us
+/// per image with AVX2 against 1346-1464 us with AVX-512.
+pub const DEFAULT_SIMD: SimdLevel = SimdLevel::Avx2;
 
 impl Default for FusedKernel {
     fn default() -> Self {
@@ -127,13 +138,28 @@ impl Default for FusedKernel {
 impl FusedKernel {
     /// An empty context.
     pub fn new() -> Self {
-        FusedKernel {
+        let mut kernel = FusedKernel {
             resizer: Resizer::new(),
             row: Vec::new(),
             lut: Box::new([[0.0; 256]; 3]),
             lut_key: LutKey::Empty,
             fast: None,
-        }
+            simd: DEFAULT_SIMD,
+        };
+        kernel.set_simd_limit(DEFAULT_SIMD);
+        kernel
+    }
+
+    /// Uses kernels up to `limit` at most ([`DEFAULT_SIMD`] unless set). The results are
+    /// identical at every level.
+    pub fn set_simd_limit(&mut self, limit: SimdLevel) {
+        self.simd = limit;
+        self.resizer.set_simd_limit(limit);
+    }
+
+    /// Whether the conversions may use the AVX-512 kernels.
+    fn avx512(&self) -> bool {
+        self.simd >= SimdLevel::Avx512 && cpu::avx512_vbmi()
     }
 
     /// Crops `crop` (in `src`'s coordinates) out of `src`, resizes it to `size` = `(h, w)`
@@ -165,6 +191,7 @@ impl FusedKernel {
             ));
         }
         let row_len = 3 * w as usize;
+        let avx512 = self.avx512();
         match (kind, out) {
             (OutputKind::F32Chw { .. } | OutputKind::F32ChwUnnormalized, OutputSlot::F32(out)) => {
                 self.load_lut(kind)?;
@@ -176,7 +203,7 @@ impl FusedKernel {
                     row: &mut self.row[..row_len],
                     lut: &self.lut,
                     fast: self.fast,
-                    avx512: cpu::avx512_vbmi(),
+                    avx512,
                     width: w as usize,
                     plane: h as usize * w as usize,
                 };
@@ -191,8 +218,8 @@ impl FusedKernel {
                     row: &mut self.row[..row_len],
                     width: w as usize,
                     plane: h as usize * w as usize,
-                    avx2: cpu::avx2(),
-                    avx512: cpu::avx512_vbmi(),
+                    avx2: self.simd >= SimdLevel::Avx2 && cpu::avx2(),
+                    avx512,
                 };
                 self.resizer.resize_into(view, h, w, flip, &mut sink)
             }
@@ -881,6 +908,65 @@ mod tests {
                         }
                     }
                 }
+            }
+        }
+    }
+
+    #[test]
+    fn every_simd_level_gives_the_same_sample() {
+        // A textured 301x217 image, cropped off-center, shrunk and enlarged, both flips.
+        let (iw, ih) = (301u32, 217u32);
+        let pixels: Vec<u8> = (0..3 * iw * ih)
+            .map(|i| ((i * 37 + (i / 903) * 11) % 251) as u8)
+            .collect();
+        let img = RgbImage::from_raw(iw, ih, pixels).expect("sizes match");
+        let crop = CropRect {
+            top: 13,
+            left: 29,
+            height: 181,
+            width: 250,
+        };
+        let float = OutputKind::F32Chw {
+            mean: [0.485, 0.456, 0.406],
+            std: [0.229, 0.224, 0.225],
+        };
+        for (h, w) in [(64, 48), (224, 224), (300, 400)] {
+            for flip in [false, true] {
+                let run = |level: SimdLevel| {
+                    let mut kernel = FusedKernel::new();
+                    kernel.set_simd_limit(level);
+                    let mut f = vec![0f32; float.elements_per_sample(h, w)];
+                    kernel
+                        .run(
+                            img.view(),
+                            crop,
+                            (h, w),
+                            flip,
+                            &float,
+                            OutputSlot::F32(&mut f),
+                        )
+                        .expect("runs");
+                    let mut u = vec![0u8; OutputKind::U8Chw.elements_per_sample(h, w)];
+                    kernel
+                        .run(
+                            img.view(),
+                            crop,
+                            (h, w),
+                            flip,
+                            &OutputKind::U8Chw,
+                            OutputSlot::U8(&mut u),
+                        )
+                        .expect("runs");
+                    (f.iter().map(|v| v.to_bits()).collect::<Vec<_>>(), u)
+                };
+                let portable = run(SimdLevel::Portable);
+                assert_eq!(run(SimdLevel::Avx2), portable, "{h}x{w} flip {flip}: AVX2");
+                assert_eq!(
+                    run(SimdLevel::Avx512),
+                    portable,
+                    "{h}x{w} flip {flip}: AVX-512"
+                );
+                assert_eq!(run(DEFAULT_SIMD), portable, "{h}x{w} flip {flip}: default");
             }
         }
     }
