@@ -23,16 +23,7 @@ fn corpus_dir() -> PathBuf {
 /// An ImageFolder of the corpus' small and medium JPEGs split over 3 classes, plus `extra`
 /// (name, bytes) files in class `b`.
 fn folder(tmp: &Path, extra: &[(&str, &[u8])]) -> ImageFolder {
-    let mut jpegs: Vec<PathBuf> = fs::read_dir(corpus_dir())
-        .expect("corpus")
-        .filter_map(|e| e.ok().map(|e| e.path()))
-        .filter(|p| {
-            let name = p.file_name().and_then(|n| n.to_str()).unwrap_or("");
-            name.starts_with("jpeg_") && name.ends_with(".jpg") && !name.contains("huge")
-        })
-        .collect();
-    jpegs.sort();
-    assert!(jpegs.len() >= 10, "corpus has {} JPEGs", jpegs.len());
+    let jpegs = fixtures::small_corpus_jpegs();
     for (i, path) in jpegs.iter().enumerate() {
         let class = ["a", "b", "c"][i % 3];
         fs::create_dir_all(tmp.join(class)).expect("mkdir");

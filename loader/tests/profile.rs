@@ -37,17 +37,7 @@ fn corpus_dir() -> PathBuf {
 
 /// The corpus' JPEGs (all but the huge one), sorted by name.
 fn jpegs() -> Vec<Vec<u8>> {
-    let mut paths: Vec<PathBuf> = fs::read_dir(corpus_dir())
-        .expect("corpus")
-        .filter_map(|e| e.ok().map(|e| e.path()))
-        .filter(|p| {
-            let name = p.file_name().and_then(|n| n.to_str()).unwrap_or("");
-            name.starts_with("jpeg_") && name.ends_with(".jpg") && !name.contains("huge")
-        })
-        .collect();
-    paths.sort();
-    assert!(paths.len() >= 10, "corpus has {} JPEGs", paths.len());
-    paths
+    fixtures::small_corpus_jpegs()
         .iter()
         .map(|p| fs::read(p).expect("readable"))
         .collect()

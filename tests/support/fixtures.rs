@@ -62,3 +62,20 @@ pub fn bench_corpus() -> Vec<Vec<u8>> {
         .unwrap_or_else(|| fixture_dir("bench", "make bench"));
     read_jpegs(&dir)
 }
+
+/// The decode corpus' baseline and progressive JPEGs small enough for loader tests (all
+/// `jpeg_*.jpg` but the huge one), sorted by name.
+pub fn small_corpus_jpegs() -> Vec<PathBuf> {
+    let dir = fixture_dir("decode", "make fixtures");
+    let mut paths: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| {
+            let name = p.file_name().and_then(|n| n.to_str()).unwrap_or("");
+            name.starts_with("jpeg_") && name.ends_with(".jpg") && !name.contains("huge")
+        })
+        .collect();
+    paths.sort();
+    assert!(paths.len() >= 10, "corpus has {} JPEGs", paths.len());
+    paths
+}
