@@ -157,6 +157,15 @@ fn sum_ns<'a>(spans: impl IntoIterator<Item = &'a SpanRecord>) -> u64 {
     spans.into_iter().map(SpanRecord::dur_ns).sum()
 }
 
+/// The spans of `spans` that `worker` recorded.
+fn of_worker<'a>(spans: &[&'a SpanRecord], worker: u32) -> Vec<&'a SpanRecord> {
+    spans
+        .iter()
+        .copied()
+        .filter(|s| s.worker == worker)
+        .collect()
+}
+
 /// The median over `samples` of the share of a sample's time its ops cover. A median, not a
 /// total: a worker preempted between two ops (2 cores, tests side by side) leaves a gap in a
 /// few samples, while an op the spans missed would leave one in every sample.
@@ -292,11 +301,7 @@ fn spans_mode_records_every_op_batch_event_wait_and_flow() {
     assert_eq!(ps.consumer_wait_ns, waits);
     assert_eq!(ps.workers.len(), WORKERS, "the consumer is not a worker");
     for w in &ps.workers {
-        let own: Vec<&SpanRecord> = process
-            .iter()
-            .copied()
-            .filter(|s| s.worker == w.worker)
-            .collect();
+        let own = of_worker(&process, w.worker);
         assert_eq!(
             w.busy_ns,
             sum_ns(own.iter().copied()),
@@ -441,11 +446,7 @@ fn an_injected_2ms_op_is_found_and_its_time_attributed() {
     let covered = median_coverage(p, &process);
     assert!(covered > 0.98, "median sample coverage {covered}");
     for w in &ps.workers {
-        let own: Vec<&SpanRecord> = process
-            .iter()
-            .copied()
-            .filter(|s| s.worker == w.worker)
-            .collect();
+        let own = of_worker(&process, w.worker);
         let covered = median_coverage(p, &own);
         assert!(
             (0.98..=1.0).contains(&covered),
