@@ -126,7 +126,9 @@ pub struct FusedKernel {
 /// the pipeline they made every sample slower: after 512-bit code the core runs the next decode
 /// (libjpeg-turbo's AVX2 code, most of a sample's time) at a lower clock. `cargo bench --bench
 /// train_ratio` on this project's Xeon, three alternating pairs: fused + ROI decode 1181-1280 us
-/// per image with AVX2 against 1346-1464 us with AVX-512.
+/// per image with AVX2 against 1346-1464 us with AVX-512. The AVX2 kernels with AVX-512 VNNI's
+/// 256-bit `vpdpwssd` in place of `vpmaddwd` + `vpaddd` were slower too, alone and in the
+/// pipeline (decode + fused 1.29-1.34x the bare decode against 1.20-1.23x, three runs).
 pub const DEFAULT_SIMD: SimdLevel = SimdLevel::Avx2;
 
 impl Default for FusedKernel {

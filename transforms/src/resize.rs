@@ -1239,7 +1239,7 @@ mod x86 {
     #[derive(Clone, Debug, Default)]
     pub(super) struct Scratch {
         plan: HPlan,
-        /// Horizontal-pass output in pair format, rows `chunks * 8` values apart.
+        /// A ring of horizontal-pass rows in pair format, `chunks * 8` values each.
         pairs: Vec<i32>,
         /// u8 rows out of the horizontal kernel, `chunks * 8` bytes apart.
         block: Vec<u8>,
@@ -1325,31 +1325,58 @@ mod x86 {
             }
             return;
         }
-        // Horizontal first, into pair format, then the vertical pass straight into the sink.
+        // Horizontal first: source rows go through the horizontal pass in blocks, into a ring
+        // of pair-format rows, as the vertical pass comes to need them; the ring stays in
+        // L1/L2 where the whole intermediate image (4 bytes per value) would not.
         vert.ensure_pairs();
         let (first, end) = vert.span();
-        let tmp_rows = end - first;
-        if simd.pairs.len() < tmp_rows * stride {
-            simd.pairs.resize(tmp_rows * stride, 0);
+        let cap = BLOCK_ROWS + vert.taps;
+        // 32-byte aligned rows (`stride` values are a multiple of 32 bytes): no load of the
+        // vertical pass straddles cache lines.
+        if simd.pairs.len() < cap * stride + 8 {
+            simd.pairs.resize(cap * stride + 8, 0);
         }
-        for (b, out) in simd.pairs[..tmp_rows * stride]
-            .chunks_mut(BLOCK_ROWS * stride)
-            .enumerate()
-        {
-            let y0 = first + b * BLOCK_ROWS;
-            let n = out.len() / stride;
-            let ahead = Ahead::rows(&src, y0 + n, BLOCK_ROWS.min(end - y0 - n));
-            let mut rows: [&[u8]; BLOCK_ROWS] = [&[]; BLOCK_ROWS];
-            for (i, slot) in rows.iter_mut().take(n).enumerate() {
-                *slot = src.row((y0 + i) as u32);
+        let align = simd.pairs.as_ptr().align_offset(32).min(8);
+        let ring = &mut simd.pairs[align..align + cap * stride];
+        // Row y lives in slot y mod cap; rows only move forward, so the slots are tracked by
+        // subtraction instead of divisions.
+        let slot = |y: usize, base: &mut usize| {
+            while y >= *base + cap {
+                *base += cap;
             }
-            horizontal_pairs(plan, &rows[..n], ahead, out, stride);
-        }
-        let tmp = &simd.pairs[..tmp_rows * stride];
+            y - *base
+        };
+        let (mut next_base, mut start_base) = (first - first % cap, first - first % cap);
+        let mut next = first;
+        let mut offs = [0usize; MAX_V_TAPS];
         for yy in 0..out_h as usize {
             let (start, w) = vert.pair_taps_of(yy);
+            while next < start + w.len() {
+                // Rows [start, next + n) fit: next < start + taps, n <= BLOCK_ROWS.
+                let n = BLOCK_ROWS.min(end - next);
+                let ahead = Ahead::rows(&src, next + n, BLOCK_ROWS.min(end - next - n));
+                let mut src_rows: [&[u8]; BLOCK_ROWS] = [&[]; BLOCK_ROWS];
+                for (i, row) in src_rows.iter_mut().take(n).enumerate() {
+                    *row = src.row((next + i) as u32);
+                }
+                let (head, tail) = ring.split_at_mut(slot(next, &mut next_base) * stride);
+                let mut outs: [&mut [i32]; BLOCK_ROWS] = Default::default();
+                let slots = tail
+                    .chunks_exact_mut(stride)
+                    .chain(head.chunks_exact_mut(stride));
+                for (o, s) in outs.iter_mut().zip(slots).take(n) {
+                    *o = s;
+                }
+                horizontal_pairs(plan, &src_rows[..n], ahead, &mut outs[..n]);
+                next += n;
+            }
+            let s0 = slot(start, &mut start_base);
+            for (o, s) in offs.iter_mut().zip(s0..s0 + w.len()) {
+                // `w.len() <= taps < cap`: at most one wrap.
+                *o = if s >= cap { s - cap } else { s } * stride;
+            }
             let out = sink.row_mut(yy);
-            vertical_pairs(tmp, stride, start - first, w, &mut out[..values]);
+            vertical_pairs(ring, &offs[..w.len()], w, &mut out[..values]);
             sink.row_done(yy);
         }
     }
@@ -1361,14 +1388,8 @@ mod x86 {
     }
 
     /// Horizontal pass of `rows` into pair-format rows of `out`, `stride` values apart.
-    fn horizontal_pairs(
-        plan: &HPlan,
-        rows: &[&[u8]],
-        ahead: Ahead,
-        out: &mut [i32],
-        stride: usize,
-    ) {
-        let mut store = PairStore { out, stride };
+    fn horizontal_pairs(plan: &HPlan, rows: &[&[u8]], ahead: Ahead, out: &mut [&mut [i32]]) {
+        let mut store = PairStore { rows: out };
         run_horizontal(plan, rows, ahead, &mut store);
     }
 
@@ -1433,21 +1454,21 @@ mod x86 {
         }
     }
 
-    struct PairStore<'a> {
-        out: &'a mut [i32],
-        stride: usize,
+    /// Pair-format rows (`v | v << 23`, the i16 pair `(v, 128 v)`), one slice each.
+    struct PairStore<'a, 'b> {
+        rows: &'b mut [&'a mut [i32]],
     }
 
-    impl Store for PairStore<'_> {
+    impl Store for PairStore<'_, '_> {
         fn fits(&self, rows: usize, values: usize) -> bool {
-            self.stride >= values && self.out.len() >= rows * self.stride
+            self.rows.len() >= rows && self.rows.iter().all(|r| r.len() >= values)
         }
 
         #[inline(always)]
         unsafe fn store(&mut self, r: usize, m: usize, v: __m256i) {
-            // SAFETY: `fits` guaranteed `r * stride + 8 * m + 8 <= out.len()`.
+            // SAFETY: `fits` guaranteed row `r` holds `8 m + 8` values.
             unsafe {
-                let p = self.out.as_mut_ptr().add(r * self.stride + 8 * m);
+                let p = self.rows[r].as_mut_ptr().add(8 * m);
                 let pair = _mm256_or_si256(v, _mm256_slli_epi32::<23>(v));
                 _mm256_storeu_si256(p.cast(), pair);
             }
@@ -1530,31 +1551,24 @@ mod x86 {
         }
     }
 
-    /// One output row of the vertical pass over pair-format rows: output row = rows
-    /// `base..base + w.len()` of `tmp` (`stride` values apart) weighted by `w` (pairs).
-    fn vertical_pairs(tmp: &[i32], stride: usize, base: usize, w: &[i32], out: &mut [u8]) {
+    /// One output row of the vertical pass over pair-format rows: output row = the rows at
+    /// `offs` (value offsets into `ring`) weighted by `w` (pairs).
+    fn vertical_pairs(ring: &[i32], offs: &[usize], w: &[i32], out: &mut [u8]) {
         let chunks = out.len().div_ceil(8);
-        assert!(w.len() <= MAX_V_TAPS && chunks * 8 <= stride);
-        assert!((base + w.len()) * stride <= tmp.len());
+        assert!(w.len() <= MAX_V_TAPS && offs.len() == w.len());
+        assert!(offs.iter().all(|&o| o + chunks * 8 <= ring.len()));
         // SAFETY: the resize runs this only on CPUs with AVX2; bounds asserted above.
-        unsafe { vertical_pairs_kernel(tmp, stride, base, w, out) }
+        unsafe { vertical_pairs_kernel(ring, offs, w, out) }
     }
 
     /// # Safety
-    /// AVX2; `w.len() <= MAX_V_TAPS`; rows `base..base + w.len()` of `stride` values lie in
-    /// `tmp`; `stride >= 8 * ceil(out.len() / 8)`.
+    /// AVX2; `w.len() <= MAX_V_TAPS` and `offs.len() == w.len()`; each row at `offs` holds
+    /// `8 * ceil(out.len() / 8)` values of `ring`.
     #[target_feature(enable = "avx2")]
-    unsafe fn vertical_pairs_kernel(
-        tmp: &[i32],
-        stride: usize,
-        base: usize,
-        w: &[i32],
-        out: &mut [u8],
-    ) {
-        // SAFETY: each load reads 8 values at `(base + k) * stride + v` with `v + 8 <= stride`
-        // (v < 8 * ceil(n / 8) <= stride) and `base + k < base + w.len()`, inside `tmp`;
-        // stores cover `[8m, 8m + 32)` or `[8m, 8m + 8)` only when that lies within `out`,
-        // and the tail goes through a copy.
+    unsafe fn vertical_pairs_kernel(ring: &[i32], offs: &[usize], w: &[i32], out: &mut [u8]) {
+        // SAFETY: each load reads 8 values at `offs[k] + v` with `v + 8 <= 8 * ceil(n / 8)`,
+        // inside `ring`; stores cover `[8m, 8m + 32)` or `[8m, 8m + 8)` only when that lies
+        // within `out`, and the tail goes through a copy.
         unsafe {
             let mut wv = [_mm256_setzero_si256(); MAX_V_TAPS];
             for (v, &wk) in wv.iter_mut().zip(w) {
@@ -1562,7 +1576,10 @@ mod x86 {
             }
             let taps = w.len();
             let half = _mm256_set1_epi32(HALF);
-            let rows = tmp.as_ptr().add(base * stride);
+            let mut rows = [ring.as_ptr(); MAX_V_TAPS];
+            for (r, &o) in rows.iter_mut().zip(offs) {
+                *r = ring.as_ptr().add(o);
+            }
             let n = out.len();
             let mut m = 0;
             // 32 values per step: four accumulators share each weight broadcast, and one
@@ -1570,8 +1587,8 @@ mod x86 {
             let order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
             while 8 * m + 32 <= n {
                 let (mut a0, mut a1, mut a2, mut a3) = (half, half, half, half);
-                for (k, &wk) in wv.iter().enumerate().take(taps) {
-                    let p = rows.add(k * stride + 8 * m);
+                for (&row, &wk) in rows.iter().zip(&wv).take(taps) {
+                    let p = row.add(8 * m);
                     a0 = _mm256_add_epi32(a0, _mm256_madd_epi16(_mm256_loadu_si256(p.cast()), wk));
                     let p1 = p.add(8).cast();
                     a1 = _mm256_add_epi32(a1, _mm256_madd_epi16(_mm256_loadu_si256(p1), wk));
@@ -1596,8 +1613,8 @@ mod x86 {
             }
             while 8 * m < n {
                 let mut acc = half;
-                for (k, &wk) in wv.iter().enumerate().take(taps) {
-                    let v = _mm256_loadu_si256(rows.add(k * stride + 8 * m).cast());
+                for (&row, &wk) in rows.iter().zip(&wv).take(taps) {
+                    let v = _mm256_loadu_si256(row.add(8 * m).cast());
                     acc = _mm256_add_epi32(acc, _mm256_madd_epi16(v, wk));
                 }
                 let bytes = pack8(_mm256_srai_epi32::<{ PRECISION_BITS as i32 }>(acc));
