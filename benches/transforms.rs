@@ -10,7 +10,7 @@ use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use ferroloader::transforms::crop::RandomResizedCrop;
 use ferroloader::transforms::decode::{DecodeContext, DecodeOptions, Decoder};
 use ferroloader::transforms::fused::{FusedKernel, OutputKind, OutputSlot};
-use ferroloader::transforms::resize::Resizer;
+use ferroloader::transforms::resize::{Resizer, SimdLevel};
 use ferroloader::transforms::rng::sample_rng;
 use ferroloader::transforms::spec::{
     Execution, Pipeline, PipelineSpec, IMAGENET_MEAN, IMAGENET_STD,
@@ -102,16 +102,21 @@ fn bench_ops(c: &mut Criterion) {
             }
         })
     });
-    let mut resizer = Resizer::new();
-    let mut out = RgbImage::new();
-    g.bench_function("resize_crop_to_224", |b| {
-        b.iter(|| {
-            for (img, r) in decoded.iter().zip(&rects) {
-                let view = img.crop_view(*r).expect("crop fits");
-                resizer.resize(view, 224, 224, &mut out).expect("resizes");
-            }
-        })
-    });
+    // The resize alone at the AVX2 level (the fused kernel's default) and at the AVX-512 one
+    // (a standalone Resizer's).
+    for (name, level) in [("avx2", SimdLevel::Avx2), ("avx512", SimdLevel::Avx512)] {
+        let mut resizer = Resizer::new();
+        resizer.set_simd_limit(level);
+        let mut out = RgbImage::new();
+        g.bench_function(format!("resize_crop_to_224/{name}"), |b| {
+            b.iter(|| {
+                for (img, r) in decoded.iter().zip(&rects) {
+                    let view = img.crop_view(*r).expect("crop fits");
+                    resizer.resize(view, 224, 224, &mut out).expect("resizes");
+                }
+            })
+        });
+    }
     let mut kernel = FusedKernel::new();
     let mut slot = vec![0f32; 3 * 224 * 224];
     let kind = OutputKind::F32Chw {
