@@ -10,7 +10,7 @@ use serde::{Deserialize, Serialize};
 use crate::crop::{center_crop_rect, resize_shorter_side, RandomResizedCrop};
 use crate::decode::{DecodeContext, DecodeOptions, Decoder};
 use crate::error::{Error, Result};
-use crate::fused::{FusedKernel, OutputKind, OutputSlot};
+use crate::fused::{self, FusedKernel, OutputKind, OutputSlot};
 use crate::image::{CropRect, RgbImage, RgbView};
 use crate::resize::Resizer;
 use crate::rng::SampleRng;
@@ -620,7 +620,13 @@ impl Pipeline {
         Ok(PipelineContext {
             decode: DecodeContext::new(options)?,
             kernel: FusedKernel::new(),
-            resizer: Resizer::new(),
+            resizer: {
+                // The kernels the fused path uses, for the same reason (fused::DEFAULT_SIMD):
+                // AVX-512 code here would slow the next sample's decode down.
+                let mut resizer = Resizer::new();
+                resizer.set_simd_limit(fused::DEFAULT_SIMD);
+                resizer
+            },
             decoded: RgbImage::new(),
             stage_a: RgbImage::new(),
             stage_b: RgbImage::new(),
