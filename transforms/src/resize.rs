@@ -1196,9 +1196,13 @@ mod x86 {
                     }
                     let e = m * pairs + p;
                     self.win[e][lane] = wo as u32;
-                    let mut mask = [0x80u8; 32];
                     let whi = &mut self.whi[e][4 * lane..4 * lane + 4];
                     let wlo = &mut self.wlo[e][4 * lane..4 * lane + 4];
+                    // The masks start as 0x80 (`pshufb` writes 0): each tap's window position
+                    // goes into the first 16-byte half's mask, or (wide plans) the second's,
+                    // so that OR-ing the two shuffles merges them.
+                    let first = &mut self.masks[e][16 * lane..16 * lane + 16];
+                    let mut second = self.masks_hi.get_mut(e).map(|m| &mut m[16 * lane..]);
                     for q in 0..n {
                         let w = &pweights[wrow[q]..wrow[q] + taps];
                         let a = base[q] + 3 * ka - wo;
@@ -1207,27 +1211,15 @@ mod x86 {
                         } else {
                             (a, w[ka], 0)
                         };
-                        mask[4 * q] = a as u8;
-                        mask[4 * q + 2] = b as u8;
+                        for (slot, at) in [(4 * q, a), (4 * q + 2, b)] {
+                            match (at, second.as_deref_mut()) {
+                                (16.., Some(second)) => second[slot] = (at - 16) as u8,
+                                // Below 16 (narrow plans: checked above).
+                                _ => first[slot] = at as u8,
+                            }
+                        }
                         whi[q] = ((wa >> 11) & 0xffff) | ((wb >> 11) << 16);
                         wlo[q] = (wa & 0x7ff) | ((wb & 0x7ff) << 16);
-                    }
-                    let lane_masks = 16 * lane..16 * lane + 16;
-                    if !wide {
-                        // Positions are below 16 (checked above): the mask as it is.
-                        self.masks[e][lane_masks].copy_from_slice(&mask[..16]);
-                        continue;
-                    }
-                    // Split window positions into the two 16-byte halves' masks; 0x80
-                    // makes `pshufb` write 0, so OR-ing the two shuffles merges them.
-                    let first = &mut self.masks[e][lane_masks.clone()];
-                    let second = &mut self.masks_hi[e][lane_masks];
-                    for ((&at, f), s) in mask.iter().zip(first).zip(second) {
-                        (*f, *s) = match at {
-                            0x80 => (0x80, 0x80),
-                            0..=15 => (at, 0x80),
-                            _ => (0x80, at - 16),
-                        };
                     }
                 }
             }
