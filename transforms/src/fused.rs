@@ -937,28 +937,15 @@ mod tests {
                 let run = |level: SimdLevel| {
                     let mut kernel = FusedKernel::new();
                     kernel.set_simd_limit(level);
+                    let mut sample = |kind: &OutputKind, slot: OutputSlot<'_>| {
+                        kernel
+                            .run(img.view(), crop, (h, w), flip, kind, slot)
+                            .expect("runs")
+                    };
                     let mut f = vec![0f32; float.elements_per_sample(h, w)];
-                    kernel
-                        .run(
-                            img.view(),
-                            crop,
-                            (h, w),
-                            flip,
-                            &float,
-                            OutputSlot::F32(&mut f),
-                        )
-                        .expect("runs");
+                    sample(&float, OutputSlot::F32(&mut f));
                     let mut u = vec![0u8; OutputKind::U8Chw.elements_per_sample(h, w)];
-                    kernel
-                        .run(
-                            img.view(),
-                            crop,
-                            (h, w),
-                            flip,
-                            &OutputKind::U8Chw,
-                            OutputSlot::U8(&mut u),
-                        )
-                        .expect("runs");
+                    sample(&OutputKind::U8Chw, OutputSlot::U8(&mut u));
                     (f.iter().map(|v| v.to_bits()).collect::<Vec<_>>(), u)
                 };
                 let portable = run(SimdLevel::Portable);
