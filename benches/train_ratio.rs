@@ -11,21 +11,56 @@
 //! ```
 //!
 //! Variants: the bare full decode (libjpeg-turbo into a reused image), and the train pipeline
-//! (RandomResizedCrop 224, flip, to-tensor, normalize to f32) fused after a full decode, fused
-//! after a region-of-interest decode, and op by op. Without `--bench` (as `cargo test --benches`
+//! (RandomResizedCrop 224, flip, to-tensor, normalize to f32) fused after a full decode (with
+//! the default kernels, and with the AVX2 ones only: what the 256-bit AVX-512 ones bring),
+//! fused after a region-of-interest decode, and op by op. For the fused variants, the median
+//! share of the kernel (the pipeline's `Fused` op, timed through its observer hooks) and of
+//! the rest (decode, crop draw) are printed as ratios to the bare decode too: the rest above
+//! 1.0 is what the kernel costs the decode that follows it. Without `--bench` (as `cargo test --benches`
 //! runs it) it does one round, as a smoke test.
 
 use std::hint::black_box;
 use std::time::{Duration, Instant};
 
 use ferroloader::transforms::decode::{DecodeContext, DecodeOptions};
-use ferroloader::transforms::fused::OutputSlot;
+use ferroloader::transforms::fused::{OutputSlot, DEFAULT_SIMD};
+use ferroloader::transforms::resize::SimdLevel;
 use ferroloader::transforms::rng::sample_rng;
-use ferroloader::transforms::spec::{Execution, Pipeline, PipelineContext, PipelineSpec};
+use ferroloader::transforms::spec::{
+    Execution, Op, OpObserver, Pipeline, PipelineContext, PipelineSpec,
+};
 use ferroloader::transforms::RgbImage;
 
 #[path = "../tests/support/fixtures.rs"]
 mod fixtures;
+
+/// Time spent inside the fused kernel (the pipeline's `Fused` op), through the pipeline's own
+/// observer hooks: the rest of a sample is the decode (and drawing the crop).
+#[derive(Default)]
+struct KernelTime {
+    entered: Option<Instant>,
+    total: Duration,
+}
+
+impl OpObserver for KernelTime {
+    fn enter(&mut self, op: Op) {
+        if op == Op::Fused {
+            self.entered = Some(Instant::now());
+        }
+    }
+
+    fn exit(&mut self, op: Op) {
+        if let (Op::Fused, Some(t)) = (op, self.entered.take()) {
+            self.total += t.elapsed();
+        }
+    }
+}
+
+/// One round's time for a variant, and the part of it in the fused kernel.
+struct Timing {
+    total: Duration,
+    kernel: Duration,
+}
 
 /// One way of processing the corpus, timed over all of it.
 enum Variant {
@@ -42,8 +77,14 @@ enum Variant {
 
 impl Variant {
     fn pipeline(spec: PipelineSpec) -> Variant {
+        Variant::pipeline_at(spec, DEFAULT_SIMD)
+    }
+
+    /// The pipeline with its kernels limited to `simd`.
+    fn pipeline_at(spec: PipelineSpec, simd: SimdLevel) -> Variant {
         let pipeline = Pipeline::new(spec).expect("valid spec");
-        let ctx = Box::new(pipeline.new_context().expect("context"));
+        let mut ctx = Box::new(pipeline.new_context().expect("context"));
+        ctx.set_simd_limit(simd);
         let slot = vec![0f32; pipeline.sample_len()];
         Variant::Pipeline {
             pipeline,
@@ -53,7 +94,8 @@ impl Variant {
     }
 
     /// Processes every file once; returns the time it took.
-    fn run(&mut self, files: &[Vec<u8>]) -> Duration {
+    fn run(&mut self, files: &[Vec<u8>]) -> Timing {
+        let mut kernel = KernelTime::default();
         let start = Instant::now();
         match self {
             Variant::BareDecode { ctx, img } => {
@@ -69,13 +111,22 @@ impl Variant {
                 for (i, f) in files.iter().enumerate() {
                     let mut rng = sample_rng(0, 0, i as u64);
                     pipeline
-                        .run(black_box(f), &mut rng, ctx, OutputSlot::F32(slot), &mut ())
+                        .run(
+                            black_box(f),
+                            &mut rng,
+                            ctx,
+                            OutputSlot::F32(slot),
+                            &mut kernel,
+                        )
                         .expect("the corpus runs");
                 }
             }
         }
         black_box(&*self);
-        start.elapsed()
+        Timing {
+            total: start.elapsed(),
+            kernel: kernel.total,
+        }
     }
 }
 
@@ -109,6 +160,13 @@ fn main() {
             Variant::pipeline(PipelineSpec::imagenet_train(224).roi_decode(false)),
         ),
         (
+            "fused, full, AVX2 only",
+            Variant::pipeline_at(
+                PipelineSpec::imagenet_train(224).roi_decode(false),
+                SimdLevel::Avx2,
+            ),
+        ),
+        (
             "fused, ROI decode",
             Variant::pipeline(PipelineSpec::imagenet_train(224)),
         ),
@@ -122,31 +180,50 @@ fn main() {
         v.run(&files);
     }
     let n = variants.len();
-    let mut times: Vec<Vec<f64>> = vec![Vec::with_capacity(rounds); n];
+    let mut times: Vec<Vec<Timing>> = (0..n).map(|_| Vec::with_capacity(rounds)).collect();
     for round in 0..rounds {
         for k in 0..n {
             let i = (round + k) % n;
-            times[i].push(variants[i].1.run(&files).as_secs_f64());
+            times[i].push(variants[i].1.run(&files));
         }
     }
     println!(
         "{} JPEGs, single thread, {rounds} round(s), each variant once per round in rotating order",
         files.len()
     );
+    // The fused variants' time split: inside the kernel, and the rest (decode, crop draw).
     println!(
-        "{:<24} {:>10} {:>14} {:>10} {:>10}",
-        "variant", "us/image", "x bare decode", "min", "max"
+        "{:<24} {:>10} {:>14} {:>8} {:>8} {:>8} {:>8}",
+        "variant", "us/image", "x bare decode", "min", "max", "kernel", "rest"
     );
     let per_image = |t: f64| t / files.len() as f64 * 1e6;
+    let bare: Vec<f64> = times[0].iter().map(|t| t.total.as_secs_f64()).collect();
+    // Per round, a part of each variant's time over that round's bare decode.
+    let ratios = |i: usize, part: &dyn Fn(&Timing) -> Duration| -> Vec<f64> {
+        times[i]
+            .iter()
+            .zip(&bare)
+            .map(|(t, b)| part(t).as_secs_f64() / b)
+            .collect()
+    };
     for (i, (name, _)) in variants.iter().enumerate() {
-        let ratios: Vec<f64> = times[i].iter().zip(&times[0]).map(|(t, b)| t / b).collect();
-        let (lo, hi) = ratios
+        let total = ratios(i, &|t| t.total);
+        let (lo, hi) = total
             .iter()
             .fold((f64::MAX, f64::MIN), |(lo, hi), &r| (lo.min(r), hi.max(r)));
+        let split = if times[i].iter().any(|t| !t.kernel.is_zero()) {
+            let kernel = median(ratios(i, &|t| t.kernel));
+            let rest = median(ratios(i, &|t| t.total - t.kernel));
+            format!("{kernel:>8.3} {rest:>8.3}")
+        } else {
+            format!("{:>8} {:>8}", "-", "-")
+        };
+        let us = per_image(median(
+            times[i].iter().map(|t| t.total.as_secs_f64()).collect(),
+        ));
         println!(
-            "{name:<24} {:>10.1} {:>14.3} {lo:>10.3} {hi:>10.3}",
-            per_image(median(times[i].clone())),
-            median(ratios),
+            "{name:<24} {us:>10.1} {:>14.3} {lo:>8.3} {hi:>8.3} {split}",
+            median(total)
         );
     }
 }

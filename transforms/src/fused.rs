@@ -121,15 +121,16 @@ pub struct FusedKernel {
     simd: SimdLevel,
 }
 
-/// The kernels a [`FusedKernel`] uses unless told otherwise: AVX2, even on CPUs with AVX-512.
-/// Alone, the AVX-512 kernels are faster (a typical crop's resize 38 us against 87 us), but in
-/// the pipeline they made every sample slower: after 512-bit code the core runs the next decode
-/// (libjpeg-turbo's AVX2 code, most of a sample's time) at a lower clock. `cargo bench --bench
-/// train_ratio` on this project's Xeon, three alternating pairs: fused + ROI decode 1181-1280 us
-/// per image with AVX2 against 1346-1464 us with AVX-512. The AVX2 kernels with AVX-512 VNNI's
-/// 256-bit `vpdpwssd` in place of `vpmaddwd` + `vpaddd` were slower too, alone and in the
-/// pipeline (decode + fused 1.29-1.34x the bare decode against 1.20-1.23x, three runs).
-pub const DEFAULT_SIMD: SimdLevel = SimdLevel::Avx2;
+/// The kernels a [`FusedKernel`] uses unless told otherwise: AVX-512's instructions on 256-bit
+/// registers ([`SimdLevel::Avx512Ymm`]; AVX2 on CPUs without them), never 512-bit registers.
+/// Alone, the 512-bit kernels are the fastest (a typical crop's resize 38 us against 87 us with
+/// AVX2), but in the pipeline they made every sample slower: after 512-bit code the core runs
+/// the next decode (libjpeg-turbo's AVX2 code, most of a sample's time) at a lower clock.
+/// `cargo bench --bench train_ratio` on this project's Xeon, three alternating pairs: fused +
+/// ROI decode 1181-1280 us per image with AVX2 against 1346-1464 us with AVX-512. The 256-bit
+/// permutes and dot products keep the AVX2 clock and cut the kernel's time after a full decode
+/// by about a tenth (the `simd_levels` rows of `train_ratio`).
+pub const DEFAULT_SIMD: SimdLevel = SimdLevel::Avx512Ymm;
 
 impl Default for FusedKernel {
     fn default() -> Self {
@@ -159,9 +160,9 @@ impl FusedKernel {
         self.resizer.set_simd_limit(limit);
     }
 
-    /// Whether the conversions may use the AVX-512 kernels.
-    fn avx512(&self) -> bool {
-        self.simd >= SimdLevel::Avx512 && cpu::avx512_vbmi()
+    /// The kernels the conversions run: the limit, or less where the CPU lacks them.
+    fn level(&self) -> SimdLevel {
+        self.simd.min(SimdLevel::detected())
     }
 
     /// Crops `crop` (in `src`'s coordinates) out of `src`, resizes it to `size` = `(h, w)`
@@ -193,7 +194,7 @@ impl FusedKernel {
             ));
         }
         let row_len = 3 * w as usize;
-        let avx512 = self.avx512();
+        let level = self.level();
         match (kind, out) {
             (OutputKind::F32Chw { .. } | OutputKind::F32ChwUnnormalized, OutputSlot::F32(out)) => {
                 self.load_lut(kind)?;
@@ -205,7 +206,7 @@ impl FusedKernel {
                     row: &mut self.row[..row_len],
                     lut: &self.lut,
                     fast: self.fast,
-                    avx512,
+                    level,
                     width: w as usize,
                     plane: h as usize * w as usize,
                 };
@@ -220,8 +221,7 @@ impl FusedKernel {
                     row: &mut self.row[..row_len],
                     width: w as usize,
                     plane: h as usize * w as usize,
-                    avx2: self.simd >= SimdLevel::Avx2 && cpu::avx2(),
-                    avx512,
+                    level,
                 };
                 self.resizer.resize_into(view, h, w, flip, &mut sink)
             }
@@ -309,8 +309,8 @@ struct F32ChwSink<'a> {
     row: &'a mut [u8],
     lut: &'a [[f32; 256]; 3],
     fast: Option<convert::FastFloat>,
-    /// The CPU runs the AVX-512 conversion.
-    avx512: bool,
+    /// The conversion kernels to run (the CPU has them).
+    level: SimdLevel,
     width: usize,
     plane: usize,
 }
@@ -322,7 +322,7 @@ impl RowSink for F32ChwSink<'_> {
 
     fn row_done(&mut self, y: usize) {
         let planes = plane_rows(self.out, self.plane, self.width, y);
-        convert::f32_row(self.fast.as_ref(), self.avx512, self.row, self.lut, planes);
+        convert::f32_row(self.fast.as_ref(), self.level, self.row, self.lut, planes);
     }
 }
 
@@ -332,8 +332,8 @@ struct U8ChwSink<'a> {
     row: &'a mut [u8],
     width: usize,
     plane: usize,
-    avx2: bool,
-    avx512: bool,
+    /// The split kernels to run (the CPU has them).
+    level: SimdLevel,
 }
 
 impl RowSink for U8ChwSink<'_> {
@@ -343,7 +343,7 @@ impl RowSink for U8ChwSink<'_> {
 
     fn row_done(&mut self, y: usize) {
         let planes = plane_rows(self.out, self.plane, self.width, y);
-        convert::u8_row(self.avx2, self.avx512, self.row, planes);
+        convert::u8_row(self.level, self.row, planes);
     }
 }
 
@@ -363,6 +363,8 @@ impl RowSink for U8HwcSink<'_> {
 
 /// Packed RGB rows to planar rows: table lookups (float kinds) or plain bytes.
 mod convert {
+    use crate::resize::SimdLevel;
+
     /// `1 / 255` rounded to float32.
     const RECIP_255: f32 = 1.0 / 255.0;
     /// What `RECIP_255` misses of `1 / 255`, rounded to float32.
@@ -456,23 +458,30 @@ mod convert {
     }
 
     /// `planes[c][x] = lut[c][row[3x + c]]`, computed with `fast` where given (the caller
-    /// verified it and the CPU's AVX2 and FMA), 16 pixels at a time where `avx512` (the CPU
-    /// runs [`avx512`]), looked up otherwise.
+    /// verified it and the CPU's AVX2 and FMA) by the kernels of `level` (which the CPU runs),
+    /// looked up otherwise.
+    ///
+    /// [`SimdLevel::Avx512Ymm`] runs the AVX2 kernel. A 256-bit form of the AVX-512 one (a
+    /// masked load and one `vpermb` per channel) was measured in the pipeline after a full
+    /// decode: the conversion was no faster there (0.9-1.0x), and the decode that followed ran
+    /// 6-9% slower in three runs of 61 alternating rounds (against 0-1.5% for AVX2), for a
+    /// reason not found: no clock drop showed in a probe after its instructions.
     #[cfg_attr(not(target_arch = "x86_64"), allow(unused_mut, unused_variables))]
     pub(super) fn f32_row(
         fast: Option<&FastFloat>,
-        avx512: bool,
+        level: SimdLevel,
         row: &[u8],
         lut: &[[f32; 256]; 3],
         mut planes: [&mut [f32]; 3],
     ) {
-        let done = match fast {
+        let done = match (fast, level) {
             #[cfg(target_arch = "x86_64")]
-            // SAFETY: `avx512` is only set where `cpu::avx512_vbmi()` saw the features.
-            Some(fast) if avx512 => unsafe { x86::f32_row_512(row, fast, &mut planes) },
+            // SAFETY: the caller's CPU runs `level`'s AVX-512 features, and AVX2 and FMA
+            // (`fast`).
+            (Some(fast), SimdLevel::Avx512) => unsafe { x86::f32_row_512(row, fast, &mut planes) },
             #[cfg(target_arch = "x86_64")]
             // SAFETY: `fast` is only set after `cpu::avx2_fma()` saw AVX2 and FMA.
-            Some(fast) => unsafe { x86::f32_row(row, fast, &mut planes) },
+            (Some(fast), _) => unsafe { x86::f32_row(row, fast, &mut planes) },
             _ => 0,
         };
         let [r, g, b] = planes;
@@ -488,20 +497,20 @@ mod convert {
         }
     }
 
-    /// `planes[c][x] = row[3x + c]`.
+    /// `planes[c][x] = row[3x + c]`, with the kernels of `level` (which the CPU runs).
     #[cfg_attr(not(target_arch = "x86_64"), allow(unused_mut, unused_variables))]
-    pub(super) fn u8_row(avx2: bool, avx512: bool, row: &[u8], mut planes: [&mut [u8]; 3]) {
-        let done = if avx512 {
+    pub(super) fn u8_row(level: SimdLevel, row: &[u8], mut planes: [&mut [u8]; 3]) {
+        let done = if level >= SimdLevel::Avx512 {
             #[cfg(target_arch = "x86_64")]
-            // SAFETY: the caller saw `cpu::avx512_vbmi()`.
+            // SAFETY: the caller's CPU runs the AVX-512 features.
             unsafe {
                 x86::u8_row_512(row, &mut planes)
             }
             #[cfg(not(target_arch = "x86_64"))]
             0
-        } else if avx2 {
+        } else if level >= SimdLevel::Avx2 {
             #[cfg(target_arch = "x86_64")]
-            // SAFETY: the caller saw `is_x86_feature_detected!("avx2")`.
+            // SAFETY: the caller's CPU runs AVX2.
             unsafe {
                 x86::u8_row(row, &mut planes)
             }
@@ -872,41 +881,40 @@ mod tests {
                 let row: Vec<u8> = (0..3 * px)
                     .map(|i| ((i / 3 * 97 + i % 3 * 31) % 256) as u8)
                     .collect();
-                let mut variants = vec![(None, false)];
+                let levels: Vec<SimdLevel> = [
+                    SimdLevel::Portable,
+                    SimdLevel::Avx2,
+                    SimdLevel::Avx512Ymm,
+                    SimdLevel::Avx512,
+                ]
+                .into_iter()
+                .filter(|&l| l <= SimdLevel::detected())
+                .collect();
+                let mut variants = vec![(None, SimdLevel::Portable)];
                 if cpu::avx2_fma() {
-                    variants.push((Some(&fast), false));
-                    if cpu::avx512_vbmi() {
-                        variants.push((Some(&fast), true));
-                    }
+                    variants.extend(levels.iter().map(|&l| (Some(&fast), l)));
                 }
-                for (f, avx512) in variants {
+                for (f, level) in variants {
                     let mut out = vec![f32::NAN; 3 * px];
                     let (r, gb) = out.split_at_mut(px);
                     let (g, b) = gb.split_at_mut(px);
-                    convert::f32_row(f, avx512, &row, &lut, [r, g, b]);
+                    convert::f32_row(f, level, &row, &lut, [r, g, b]);
                     for (x, p) in row.chunks_exact(3).enumerate() {
                         for c in 0..3 {
                             let want = lut[c][usize::from(p[c])].to_bits();
                             let got = out[c * px + x].to_bits();
-                            assert_eq!(got, want, "{px} px, fast {}, avx512 {avx512}", f.is_some());
+                            assert_eq!(got, want, "{px} px, fast {}, {level:?}", f.is_some());
                         }
                     }
                 }
-                for (avx2, avx512) in [(false, false), (true, false), (true, true)] {
-                    if (avx2 && !cpu::avx2()) || (avx512 && !cpu::avx512_vbmi()) {
-                        continue;
-                    }
+                for &level in &levels {
                     let mut out = vec![0xAAu8; 3 * px];
                     let (r, gb) = out.split_at_mut(px);
                     let (g, b) = gb.split_at_mut(px);
-                    convert::u8_row(avx2, avx512, &row, [r, g, b]);
+                    convert::u8_row(level, &row, [r, g, b]);
                     for (x, p) in row.chunks_exact(3).enumerate() {
                         for c in 0..3 {
-                            assert_eq!(
-                                out[c * px + x],
-                                p[c],
-                                "{px} px, avx2 {avx2}, avx512 {avx512}"
-                            );
+                            assert_eq!(out[c * px + x], p[c], "{px} px, {level:?}");
                         }
                     }
                 }
@@ -950,6 +958,11 @@ mod tests {
                 };
                 let portable = run(SimdLevel::Portable);
                 assert_eq!(run(SimdLevel::Avx2), portable, "{h}x{w} flip {flip}: AVX2");
+                assert_eq!(
+                    run(SimdLevel::Avx512Ymm),
+                    portable,
+                    "{h}x{w} flip {flip}: AVX-512 at 256 bits"
+                );
                 assert_eq!(
                     run(SimdLevel::Avx512),
                     portable,

@@ -144,7 +144,9 @@ impl AxisCoeffs {
             SimdLevel::Avx512 => unsafe { coeffs_x86::compute512(&axis, start, count, weights) },
             #[cfg(target_arch = "x86_64")]
             // SAFETY: the CPU has AVX2 (`detected`).
-            SimdLevel::Avx2 => unsafe { coeffs_x86::compute(&axis, start, count, weights) },
+            SimdLevel::Avx2 | SimdLevel::Avx512Ymm => unsafe {
+                coeffs_x86::compute(&axis, start, count, weights)
+            },
             _ => 0,
         };
         let rows = self.weights.chunks_exact_mut(stride).enumerate().skip(done);
@@ -157,7 +159,9 @@ impl AxisCoeffs {
         let (min, max) = match level {
             #[cfg(target_arch = "x86_64")]
             // SAFETY: the CPU has AVX2 (`detected`).
-            SimdLevel::Avx2 | SimdLevel::Avx512 => unsafe { coeffs_x86::min_max(&self.weights) },
+            SimdLevel::Avx2 | SimdLevel::Avx512Ymm | SimdLevel::Avx512 => unsafe {
+                coeffs_x86::min_max(&self.weights)
+            },
             _ => min_max(&self.weights),
         };
         self.simd_friendly = min >= 0 && max <= (1 << PRECISION_BITS) + 127;
@@ -567,6 +571,12 @@ pub enum SimdLevel {
     Portable,
     /// AVX2 kernels (x86-64 with AVX2).
     Avx2,
+    /// The AVX2 kernels' layout with AVX-512 instructions on 256-bit registers (AVX-512 F, BW,
+    /// VL, VBMI and VNNI): one byte permute per tap pair in place of two loads, an insert and
+    /// a shuffle, and dot products that accumulate. Nothing runs on 512-bit registers, which
+    /// on this project's Xeon made the decode after them slower (see
+    /// [`crate::fused::DEFAULT_SIMD`]). Falls back to AVX2 for shapes it does not cover.
+    Avx512Ymm,
     /// AVX-512 kernels (x86-64 with AVX-512 F, BW, VL, VBMI and VNNI; Ice Lake and later,
     /// Zen 4 and later), falling back to AVX2 for shapes they do not cover. The default limit.
     #[default]
@@ -708,10 +718,12 @@ impl Resizer {
         {
             // The pair-format vertical kernel runs only in the horizontal-first order.
             let h_first = need_v && !vertical_first(in_w, in_h, out_w, out_h);
+            // The AVX-512 instructions at 256 bits where allowed and present.
+            let ymm512 = level >= SimdLevel::Avx512Ymm;
             if avx2
                 && self
                     .simd
-                    .prepare(&self.horiz, h_first.then_some(&self.vert))
+                    .prepare(&self.horiz, h_first.then_some(&self.vert), ymm512)
             {
                 x86::resize(self, src, out_h, need_v, sink);
                 return Ok(());
@@ -1045,7 +1057,10 @@ mod portable {
 /// the two input bytes of each value as an i16 pair, and two `pmaddwd`s multiply them by the
 /// high and low 11-bit halves of the weights (exact: `w = 2048 hi + lo`, both < 2^15). The
 /// gather masks, windows and weights depend only on the output column, so they are built once
-/// per coefficient set ([`HPlan`]) and reused for every row.
+/// per coefficient set ([`HPlan`]) and reused for every row. At [`SimdLevel::Avx512Ymm`] the
+/// same plan gathers with one `vpermb` per pair from a 32-byte window per 8 values (64 bytes
+/// with `vpermt2b`), and `vpdpwssd` accumulates in place of `pmaddwd` + `paddd` (here and in
+/// the vertical pass), still on 256-bit registers.
 ///
 /// In the horizontal-first order the horizontal pass stores each value `v` as the i16 pair
 /// `(v, v << 7)`, so that the vertical pass needs one `pmaddwd` per tap and 8 values against
@@ -1056,11 +1071,13 @@ mod portable {
 /// `taps < 16000`, far above what the plan accepts).
 #[cfg(target_arch = "x86_64")]
 mod x86 {
+    use std::arch::asm;
     use std::arch::x86_64::*;
 
     use super::{
         portable, vertical_first, Ahead, AxisCoeffs, Resizer, RowSink, HALF, PRECISION_BITS,
     };
+    use crate::cpu;
     use crate::image::RgbView;
 
     /// Rows the horizontal kernel processes per block (keeps source and output in L1/L2).
@@ -1069,6 +1086,8 @@ mod x86 {
     const MAX_PAIRS: usize = 8;
     /// Taps the pair-format vertical kernel keeps in registers (downscales up to about 7x).
     const MAX_V_TAPS: usize = 16;
+    /// The even bytes of a 256-bit vector: the low bytes of its i16 lanes.
+    const EVEN_BYTES: u32 = 0x5555_5555;
 
     /// The portable horizontal row kernel compiled for AVX2.
     ///
@@ -1093,26 +1112,61 @@ mod x86 {
         portable::vertical(row, w, dst, acc);
     }
 
-    /// The horizontal pass as gather masks, windows and weights per 8-value chunk.
+    /// How the horizontal kernel gathers each tap pair's bytes.
+    #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+    enum Gather {
+        /// AVX2: a 16-byte window per 128-bit lane (4 values), loaded twice and inserted,
+        /// then one `pshufb`; with `wide`, a second 16 bytes per lane and a second `pshufb`.
+        #[default]
+        Shuffle,
+        /// AVX-512 at 256 bits: one window per chunk (8 values), 32 bytes (`vpermb`) or,
+        /// with `wide`, 64 bytes in two loads (`vpermt2b`).
+        Permute,
+    }
+
+    impl Gather {
+        /// Values that share a window: a lane's 4 or a chunk's 8.
+        fn group(self) -> usize {
+            match self {
+                Gather::Shuffle => 4,
+                Gather::Permute => 8,
+            }
+        }
+
+        /// Window bytes.
+        fn window(self, wide: bool) -> usize {
+            match (self, wide) {
+                (Gather::Shuffle, false) => 16,
+                (Gather::Shuffle, true) | (Gather::Permute, false) => 32,
+                (Gather::Permute, true) => 64,
+            }
+        }
+    }
+
+    /// The horizontal pass as gather indices, windows and weights per 8-value chunk.
     #[derive(Clone, Debug, Default)]
     pub(super) struct HPlan {
-        /// The coefficients' key it was built for, and whether the kernel can run it.
-        key: Option<((u32, u32, bool), bool)>,
+        /// The coefficients' key and whether permutes were allowed when it was built, and
+        /// whether the kernel can run it.
+        key: Option<((u32, u32, bool), bool, bool)>,
+        gather: Gather,
         pairs: usize,
-        /// 32-byte windows (two `pshufb`s per pair) instead of 16-byte ones, for downscales
-        /// beyond about 3x where 4 values' taps spread over more than 16 bytes.
+        /// Windows twice as long (see [`Gather`]): for downscales beyond about 3x, where a
+        /// group's taps spread over more bytes than the narrow window.
         wide: bool,
         chunks: usize,
         /// Values per output row, `3 * out_w`.
         values: usize,
         /// Source row length the windows were checked against, `3 * in_w`.
         row_bytes: usize,
-        /// Per chunk and pair: the window offsets of the low and high lane.
+        /// Per chunk and pair: the window offsets of the low and high lane (shuffles), or
+        /// the chunk's window offset twice (permutes).
         win: Vec<[u32; 2]>,
-        /// Per chunk and pair: `pshufb` masks (low lane, high lane) for the window's first
-        /// 16 bytes.
+        /// Per chunk and pair, two bytes per value (taps `2p` and `2p + 1`; the odd bytes
+        /// are zeroed): `pshufb` masks of the lanes' first 16 bytes (0x80 writes 0), or the
+        /// permute's indices into the whole window.
         masks: Vec<[u8; 32]>,
-        /// Likewise for the window's second 16 bytes (wide plans only).
+        /// Likewise for the lanes' second 16 bytes (wide shuffle plans only).
         masks_hi: Vec<[u8; 32]>,
         /// Per chunk and pair: weight high halves as i16 pairs, one i32 per value.
         whi: Vec<[i32; 8]>,
@@ -1121,26 +1175,36 @@ mod x86 {
     }
 
     impl HPlan {
-        /// Builds the plan for `c` unless it is the cached one; returns whether the kernel
-        /// can run it (each gather window must fit 16, or else 32, bytes of the source row).
-        fn prepare(&mut self, c: &AxisCoeffs) -> bool {
-            if let Some((key, ok)) = self.key {
-                if key == c.key() {
+        /// Builds the plan for `c` unless it is the cached one; returns whether a kernel can
+        /// run it (each group's taps must fit its window). With `permute`, the permute
+        /// layouts are tried first.
+        fn prepare(&mut self, c: &AxisCoeffs, permute: bool) -> bool {
+            if let Some((key, allowed, ok)) = self.key {
+                if key == c.key() && allowed == permute {
                     return ok;
                 }
             }
-            let ok = self.build(c, false) || self.build(c, true);
-            self.key = Some((c.key(), ok));
+            let mut layouts = [
+                (Gather::Permute, false),
+                (Gather::Permute, true),
+                (Gather::Shuffle, false),
+                (Gather::Shuffle, true),
+            ]
+            .into_iter()
+            .skip(if permute { 0 } else { 2 });
+            let ok = layouts.any(|(gather, wide)| self.build(c, gather, wide));
+            self.key = Some((c.key(), permute, ok));
             ok
         }
 
-        fn build(&mut self, c: &AxisCoeffs, wide: bool) -> bool {
+        fn build(&mut self, c: &AxisCoeffs, gather: Gather, wide: bool) -> bool {
             let taps = c.taps;
             let pairs = taps.div_ceil(2);
             let row_bytes = 3 * c.in_size as usize;
-            let window = if wide { 32 } else { 16 };
+            let window = gather.window(wide);
             let max_pairs = if wide { MAX_PAIRS } else { MAX_PAIRS / 2 };
-            // (The wide kernel is instantiated for 2 to 8 pairs; 1 pair always fits narrow.)
+            // (The wide kernels are instantiated for 2 to 8 pairs; 1 pair always fits
+            // narrow.)
             if pairs > max_pairs
                 || (wide && pairs < 2)
                 || row_bytes < window
@@ -1152,6 +1216,7 @@ mod x86 {
             let values = 3 * c.out_size as usize;
             let chunks = values.div_ceil(8);
             let entries = chunks * pairs;
+            self.gather = gather;
             self.pairs = pairs;
             self.wide = wide;
             self.chunks = chunks;
@@ -1162,7 +1227,7 @@ mod x86 {
             self.masks.clear();
             self.masks.resize(entries, [0x80; 32]);
             self.masks_hi.clear();
-            if wide {
+            if wide && gather == Gather::Shuffle {
                 self.masks_hi.resize(entries, [0x80; 32]);
             }
             self.whi.clear();
@@ -1170,22 +1235,25 @@ mod x86 {
             self.wlo.clear();
             self.wlo.resize(entries, [0; 8]);
             // Value j of the row is channel j % 3 of output pixel j / 3; its tap k reads source
-            // byte 3 * (pstart + k) + j % 3. Lane `l` of chunk `m` holds values 8m + 4l ..+4.
+            // byte 3 * (pstart + k) + j % 3. Value j sits at bytes 4 (j mod 8) and
+            // 4 (j mod 8) + 2 of its chunk's masks (taps 2p and 2p + 1), and its lane (shuffles)
+            // is 0 or 1.
             let (pstart, pweights) = (&c.pstart[..], &c.pweights[..]);
-            for lane_start in (0..values).step_by(4) {
-                let n = (values - lane_start).min(4);
+            let group = gather.group();
+            for group_start in (0..values).step_by(group) {
+                let n = (values - group_start).min(group);
                 // Per value: its byte for tap 0 and where its pixel's weights start.
-                let mut base = [0usize; 4];
-                let mut wrow = [0usize; 4];
+                let mut base = [0usize; 8];
+                let mut wrow = [0usize; 8];
                 for (q, (b, wr)) in base.iter_mut().zip(&mut wrow).take(n).enumerate() {
-                    let j = lane_start + q;
+                    let j = group_start + q;
                     let px = j / 3;
                     *b = 3 * pstart[px] as usize + (j - 3 * px);
                     *wr = px * taps;
                 }
                 let lo = base[..n].iter().copied().min().unwrap_or(0);
                 let hi = base[..n].iter().copied().max().unwrap_or(0);
-                let (m, lane) = (lane_start / 8, (lane_start / 4) % 2);
+                let (m, lane) = (group_start / 8, (group_start / 4) % 2);
                 for p in 0..pairs {
                     let (ka, kb) = (2 * p, 2 * p + 1);
                     // The pair reads bytes [lo + 3ka, hi + 3kb] (hi + 3ka without tap kb).
@@ -1195,15 +1263,12 @@ mod x86 {
                         return false;
                     }
                     let e = m * pairs + p;
-                    self.win[e][lane] = wo as u32;
-                    let whi = &mut self.whi[e][4 * lane..4 * lane + 4];
-                    let wlo = &mut self.wlo[e][4 * lane..4 * lane + 4];
-                    // The masks start as 0x80 (`pshufb` writes 0): each tap's window position
-                    // goes into the first 16-byte half's mask, or (wide plans) the second's,
-                    // so that OR-ing the two shuffles merges them.
-                    let first = &mut self.masks[e][16 * lane..16 * lane + 16];
-                    let mut second = self.masks_hi.get_mut(e).map(|m| &mut m[16 * lane..]);
+                    match gather {
+                        Gather::Shuffle => self.win[e][lane] = wo as u32,
+                        Gather::Permute => self.win[e] = [wo as u32; 2],
+                    }
                     for q in 0..n {
+                        let j = group_start + q;
                         let w = &pweights[wrow[q]..wrow[q] + taps];
                         let a = base[q] + 3 * ka - wo;
                         let (b, wa, wb) = if kb < taps {
@@ -1211,15 +1276,19 @@ mod x86 {
                         } else {
                             (a, w[ka], 0)
                         };
-                        for (slot, at) in [(4 * q, a), (4 * q + 2, b)] {
-                            match (at, second.as_deref_mut()) {
-                                (16.., Some(second)) => second[slot] = (at - 16) as u8,
-                                // Below 16 (narrow plans: checked above).
-                                _ => first[slot] = at as u8,
-                            }
+                        let v = j % 8;
+                        for (slot, at) in [(4 * v, a), (4 * v + 2, b)] {
+                            // Shuffles: a position past a lane's first 16 bytes goes into the
+                            // mask of its second 16 (wide; narrow ones were checked above), so
+                            // that OR-ing the two shuffles merges them.
+                            let (masks, at) = match gather {
+                                Gather::Shuffle if at >= 16 => (&mut self.masks_hi, at - 16),
+                                _ => (&mut self.masks, at),
+                            };
+                            masks[e][slot] = at as u8;
                         }
-                        whi[q] = ((wa >> 11) & 0xffff) | ((wb >> 11) << 16);
-                        wlo[q] = (wa & 0x7ff) | ((wb & 0x7ff) << 16);
+                        self.whi[e][v] = ((wa >> 11) & 0xffff) | ((wb >> 11) << 16);
+                        self.wlo[e][v] = (wa & 0x7ff) | ((wb & 0x7ff) << 16);
                     }
                 }
             }
@@ -1237,17 +1306,22 @@ mod x86 {
         block: Vec<u8>,
         /// u8 rows into the horizontal kernel in the vertical-first order.
         rows: Vec<u8>,
+        /// The vertical kernel may use VNNI's `vpdpwssd` (the CPU has it; the level allows).
+        vnni: bool,
     }
 
     impl Scratch {
         /// Prepares the horizontal plan; returns whether the SIMD path can run this resize.
-        /// `pair_vert` is the vertical pass when it runs second, over the pair format.
+        /// `pair_vert` is the vertical pass when it runs second, over the pair format;
+        /// `ymm512` allows the AVX-512 instructions at 256 bits where the CPU has them.
         pub(super) fn prepare(
             &mut self,
             horiz: &AxisCoeffs,
             pair_vert: Option<&AxisCoeffs>,
+            ymm512: bool,
         ) -> bool {
-            if !self.plan.prepare(horiz) {
+            self.vnni = ymm512 && cpu::avx512_vnni();
+            if !self.plan.prepare(horiz, self.vnni) {
                 return false;
             }
             match pair_vert {
@@ -1368,7 +1442,7 @@ mod x86 {
                 *o = if s >= cap { s - cap } else { s } * stride;
             }
             let out = sink.row_mut(yy);
-            vertical_pairs(ring, &offs[..w.len()], w, &mut out[..values]);
+            vertical_pairs(ring, &offs[..w.len()], w, &mut out[..values], simd.vnni);
             sink.row_done(yy);
         }
     }
@@ -1394,7 +1468,31 @@ mod x86 {
         assert!(store.fits(rows.len(), plan.chunks * 8));
         assert_eq!(plan.win.len(), plan.chunks * plan.pairs);
         assert!(plan.pairs <= MAX_PAIRS && (plan.pairs <= MAX_PAIRS / 2 || plan.wide));
-        assert!(!plan.wide || (plan.pairs >= 2 && plan.masks_hi.len() == plan.win.len()));
+        assert!(!plan.wide || plan.pairs >= 2);
+        if plan.gather == Gather::Permute {
+            // Plans are only built with permutes where `cpu::avx512_vnni()` said yes.
+            assert!(cpu::avx512_vnni());
+            // SAFETY: (every arm) the CPU has the kernel's features (asserted); the row and
+            // store bounds the kernel relies on were asserted above.
+            unsafe {
+                match (plan.wide, plan.pairs) {
+                    (false, 1) => permute_kernel::<1, false, S>(plan, rows, ahead, store),
+                    (false, 2) => permute_kernel::<2, false, S>(plan, rows, ahead, store),
+                    (false, 3) => permute_kernel::<3, false, S>(plan, rows, ahead, store),
+                    (false, _) => permute_kernel::<4, false, S>(plan, rows, ahead, store),
+                    (true, 2) => permute_kernel::<2, true, S>(plan, rows, ahead, store),
+                    (true, 3) => permute_kernel::<3, true, S>(plan, rows, ahead, store),
+                    (true, 4) => permute_kernel::<4, true, S>(plan, rows, ahead, store),
+                    (true, 5) => permute_kernel::<5, true, S>(plan, rows, ahead, store),
+                    (true, 6) => permute_kernel::<6, true, S>(plan, rows, ahead, store),
+                    (true, 7) => permute_kernel::<7, true, S>(plan, rows, ahead, store),
+                    (true, 8) => permute_kernel::<8, true, S>(plan, rows, ahead, store),
+                    (true, _) => unreachable!("asserted above: wide plans have 2 to 8 pairs"),
+                }
+            }
+            return;
+        }
+        assert!(!plan.wide || plan.masks_hi.len() == plan.win.len());
         // SAFETY: (every arm) the resize runs this only on CPUs with AVX2; the row and store
         // bounds the kernel relies on were asserted just above.
         unsafe {
@@ -1543,21 +1641,161 @@ mod x86 {
         }
     }
 
+    /// The tap pairs' bytes of 8 values as i16 pairs (odd bytes zeroed): `vpermb` of a
+    /// 32-byte window with zero-masking, as one instruction (LLVM otherwise emits a permute
+    /// and an AND).
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vbmi")]
+    #[inline]
+    fn permute_pairs(idx: __m256i, window: __m256i) -> __m256i {
+        let out: __m256i;
+        // SAFETY: a register-only instruction of the enabled features; no memory, stack or
+        // flags touched.
+        unsafe {
+            asm!(
+                "vpermb {out:y}{{{k}}}{{z}}, {idx:y}, {window:y}",
+                k = in(kreg) EVEN_BYTES,
+                out = out(zmm_reg) out,
+                idx = in(zmm_reg) idx,
+                window = in(zmm_reg) window,
+                options(pure, nomem, nostack, preserves_flags),
+            );
+        }
+        out
+    }
+
+    /// [`permute_pairs`] from a 64-byte window in two halves (`vpermt2b`).
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vbmi")]
+    #[inline]
+    fn permute2_pairs(idx: __m256i, first: __m256i, second: __m256i) -> __m256i {
+        let mut out = first;
+        // SAFETY: as in `permute_pairs`.
+        unsafe {
+            asm!(
+                "vpermt2b {out:y}{{{k}}}{{z}}, {idx:y}, {second:y}",
+                k = in(kreg) EVEN_BYTES,
+                out = inout(zmm_reg) out,
+                idx = in(zmm_reg) idx,
+                second = in(zmm_reg) second,
+                options(pure, nomem, nostack, preserves_flags),
+            );
+        }
+        out
+    }
+
+    /// `acc + dot(a, b)` over i16 pairs: one `vpdpwssd` where `VNNI` (the caller's CPU has
+    /// AVX-512 VNNI and VL), else `vpmaddwd` + `vpaddd`. The same wrapping arithmetic; the
+    /// kernels' sums never wrap.
+    ///
+    /// # Safety
+    /// AVX2, and AVX-512 VNNI and VL where `VNNI`.
+    #[target_feature(enable = "avx2")]
+    #[inline]
+    unsafe fn dot_acc<const VNNI: bool>(acc: __m256i, a: __m256i, b: __m256i) -> __m256i {
+        if VNNI {
+            let mut acc = acc;
+            // SAFETY: a register-only instruction the CPU has (caller); no memory, stack or
+            // flags touched.
+            unsafe {
+                asm!(
+                    "vpdpwssd {acc}, {a}, {b}",
+                    acc = inout(ymm_reg) acc,
+                    a = in(ymm_reg) a,
+                    b = in(ymm_reg) b,
+                    options(pure, nomem, nostack, preserves_flags),
+                );
+            }
+            acc
+        } else {
+            _mm256_add_epi32(acc, _mm256_madd_epi16(a, b))
+        }
+    }
+
+    /// The horizontal kernel of the permute plans: per tap pair one window load (two for wide
+    /// plans), one permute and two accumulating dot products, against AVX2's two loads, an
+    /// insert, a shuffle, two multiplies and two adds.
+    ///
+    /// # Safety
+    /// AVX2 and AVX-512 F/BW/VL/VBMI/VNNI; every row at least `plan.row_bytes` long; `store`
+    /// fits `rows.len()` rows of `plan.chunks * 8` values; `plan.gather == Permute`,
+    /// `plan.pairs == P`, `plan.wide == WIDE` and the tables hold `chunks * P` entries.
+    #[target_feature(enable = "avx2,avx512f,avx512bw,avx512vl,avx512vbmi,avx512vnni")]
+    unsafe fn permute_kernel<const P: usize, const WIDE: bool, S: Store>(
+        plan: &HPlan,
+        rows: &[&[u8]],
+        ahead: Ahead,
+        store: &mut S,
+    ) {
+        // SAFETY: window offsets are at most `row_bytes - 32` (or `- 64` for wide plans, whose
+        // second load is at +32) per HPlan::build, and rows are at least `row_bytes` long, so
+        // every 32-byte load is in bounds; the table reads are bounds-checked; the stores are
+        // within what the caller checked with `fits`; the prefetches access nothing.
+        unsafe {
+            let half = _mm256_set1_epi32(HALF);
+            for m in 0..plan.chunks {
+                let t = m * P;
+                let win = &plan.win[t..t + P];
+                let mut idx = [_mm256_setzero_si256(); P];
+                let mut whi = [_mm256_setzero_si256(); P];
+                let mut wlo = [_mm256_setzero_si256(); P];
+                for p in 0..P {
+                    idx[p] = _mm256_loadu_si256(plan.masks[t + p].as_ptr().cast());
+                    whi[p] = _mm256_loadu_si256(plan.whi[t + p].as_ptr().cast());
+                    wlo[p] = _mm256_loadu_si256(plan.wlo[t + p].as_ptr().cast());
+                }
+                if m % 4 == 0 {
+                    ahead.prefetch(win[0][0] as usize + 64);
+                }
+                for (r, row) in rows.iter().enumerate() {
+                    let ptr = row.as_ptr();
+                    let mut hi = _mm256_setzero_si256();
+                    let mut lo = half;
+                    for p in 0..P {
+                        let at = ptr.add(win[p][0] as usize);
+                        let first = _mm256_loadu_si256(at.cast());
+                        let g = if WIDE {
+                            permute2_pairs(idx[p], first, _mm256_loadu_si256(at.add(32).cast()))
+                        } else {
+                            permute_pairs(idx[p], first)
+                        };
+                        hi = dot_acc::<true>(hi, g, whi[p]);
+                        lo = dot_acc::<true>(lo, g, wlo[p]);
+                    }
+                    let sum = _mm256_add_epi32(_mm256_slli_epi32::<11>(hi), lo);
+                    store.store(r, m, _mm256_srai_epi32::<{ PRECISION_BITS as i32 }>(sum));
+                }
+            }
+        }
+    }
+
     /// One output row of the vertical pass over pair-format rows: output row = the rows at
-    /// `offs` (value offsets into `ring`) weighted by `w` (pairs).
-    fn vertical_pairs(ring: &[i32], offs: &[usize], w: &[i32], out: &mut [u8]) {
+    /// `offs` (value offsets into `ring`) weighted by `w` (pairs); with `vnni`, the dot
+    /// products accumulate in one instruction.
+    fn vertical_pairs(ring: &[i32], offs: &[usize], w: &[i32], out: &mut [u8], vnni: bool) {
         let chunks = out.len().div_ceil(8);
         assert!(w.len() <= MAX_V_TAPS && offs.len() == w.len());
         assert!(offs.iter().all(|&o| o + chunks * 8 <= ring.len()));
-        // SAFETY: the resize runs this only on CPUs with AVX2; bounds asserted above.
-        unsafe { vertical_pairs_kernel(ring, offs, w, out) }
+        if vnni {
+            assert!(cpu::avx512_vnni());
+            // SAFETY: the CPU has AVX-512 VNNI and VL (asserted) and AVX2; bounds asserted
+            // above.
+            unsafe { vertical_pairs_kernel::<true>(ring, offs, w, out) }
+        } else {
+            // SAFETY: the resize runs this only on CPUs with AVX2; bounds asserted above.
+            unsafe { vertical_pairs_kernel::<false>(ring, offs, w, out) }
+        }
     }
 
     /// # Safety
-    /// AVX2; `w.len() <= MAX_V_TAPS` and `offs.len() == w.len()`; each row at `offs` holds
-    /// `8 * ceil(out.len() / 8)` values of `ring`.
+    /// AVX2 (and AVX-512 VNNI and VL where `VNNI`); `w.len() <= MAX_V_TAPS` and
+    /// `offs.len() == w.len()`; each row at `offs` holds `8 * ceil(out.len() / 8)` values of
+    /// `ring`.
     #[target_feature(enable = "avx2")]
-    unsafe fn vertical_pairs_kernel(ring: &[i32], offs: &[usize], w: &[i32], out: &mut [u8]) {
+    unsafe fn vertical_pairs_kernel<const VNNI: bool>(
+        ring: &[i32],
+        offs: &[usize],
+        w: &[i32],
+        out: &mut [u8],
+    ) {
         // SAFETY: each load reads 8 values at `offs[k] + v` with `v + 8 <= 8 * ceil(n / 8)`,
         // inside `ring`; stores cover `[8m, 8m + 32)` or `[8m, 8m + 8)` only when that lies
         // within `out`, and the tail goes through a copy.
@@ -1581,13 +1819,10 @@ mod x86 {
                 let (mut a0, mut a1, mut a2, mut a3) = (half, half, half, half);
                 for (&row, &wk) in rows.iter().zip(&wv).take(taps) {
                     let p = row.add(8 * m);
-                    a0 = _mm256_add_epi32(a0, _mm256_madd_epi16(_mm256_loadu_si256(p.cast()), wk));
-                    let p1 = p.add(8).cast();
-                    a1 = _mm256_add_epi32(a1, _mm256_madd_epi16(_mm256_loadu_si256(p1), wk));
-                    let p2 = p.add(16).cast();
-                    a2 = _mm256_add_epi32(a2, _mm256_madd_epi16(_mm256_loadu_si256(p2), wk));
-                    let p3 = p.add(24).cast();
-                    a3 = _mm256_add_epi32(a3, _mm256_madd_epi16(_mm256_loadu_si256(p3), wk));
+                    a0 = dot_acc::<VNNI>(a0, _mm256_loadu_si256(p.cast()), wk);
+                    a1 = dot_acc::<VNNI>(a1, _mm256_loadu_si256(p.add(8).cast()), wk);
+                    a2 = dot_acc::<VNNI>(a2, _mm256_loadu_si256(p.add(16).cast()), wk);
+                    a3 = dot_acc::<VNNI>(a3, _mm256_loadu_si256(p.add(24).cast()), wk);
                 }
                 let s01 = _mm256_packus_epi32(
                     _mm256_srai_epi32::<{ PRECISION_BITS as i32 }>(a0),
@@ -1606,8 +1841,7 @@ mod x86 {
             while 8 * m < n {
                 let mut acc = half;
                 for (&row, &wk) in rows.iter().zip(&wv).take(taps) {
-                    let v = _mm256_loadu_si256(row.add(8 * m).cast());
-                    acc = _mm256_add_epi32(acc, _mm256_madd_epi16(v, wk));
+                    acc = dot_acc::<VNNI>(acc, _mm256_loadu_si256(row.add(8 * m).cast()), wk);
                 }
                 let bytes = pack8(_mm256_srai_epi32::<{ PRECISION_BITS as i32 }>(acc));
                 if 8 * m + 8 <= n {
@@ -1618,6 +1852,44 @@ mod x86 {
                     out[8 * m..].copy_from_slice(&tail[..n - 8 * m]);
                 }
                 m += 1;
+            }
+        }
+    }
+
+    #[cfg(test)]
+    mod tests {
+        use super::*;
+
+        #[test]
+        fn plans_take_the_layout_each_downscale_needs() {
+            // The parity tests compare results; this pins which kernel they exercised. Input
+            // widths to 224 outputs: the 256-bit permutes' 32-byte windows up to about 3.35x
+            // (4 pairs), their 64-byte windows up to about 6.7x, the AVX2 shuffles' 32-byte
+            // lane windows up to 8x (8 pairs); rows shorter than a window take a smaller one.
+            let cases: [(u32, u32, Option<(Gather, bool)>); 8] = [
+                (300, 224, Some((Gather::Permute, false))),
+                (750, 224, Some((Gather::Permute, false))),
+                (751, 224, Some((Gather::Permute, true))),
+                (1400, 224, Some((Gather::Permute, true))),
+                (1680, 224, Some((Gather::Shuffle, true))),
+                (1800, 224, None),
+                (11, 5, Some((Gather::Permute, false))),
+                (10, 7, Some((Gather::Shuffle, false))),
+            ];
+            for (in_size, out, expected) in cases {
+                let mut c = AxisCoeffs::default();
+                c.prepare(in_size, out);
+                c.ensure_padded();
+                let mut plan = HPlan::default();
+                let built = plan
+                    .prepare(&c, cpu::avx512_vnni())
+                    .then_some((plan.gather, plan.wide));
+                let expected = match expected {
+                    // Without AVX-512 the permute layouts are never tried.
+                    Some((Gather::Permute, _)) if !cpu::avx512_vnni() => built,
+                    e => e,
+                };
+                assert_eq!(built, expected, "{in_size} -> {out}");
             }
         }
     }
@@ -2622,7 +2894,7 @@ mod tests {
             for mirrored in [false, true] {
                 let mut scalar = AxisCoeffs::default();
                 scalar.prepare_with(in_size, out, mirrored, SimdLevel::Portable);
-                for level in [SimdLevel::Avx2, SimdLevel::Avx512] {
+                for level in [SimdLevel::Avx2, SimdLevel::Avx512Ymm, SimdLevel::Avx512] {
                     let mut simd = AxisCoeffs::default();
                     simd.prepare_with(in_size, out, mirrored, level);
                     let what = format!("{in_size} -> {out}, mirrored {mirrored}, {level:?}");
@@ -2695,11 +2967,11 @@ mod tests {
 
     #[test]
     fn simd_and_portable_kernels_agree() {
-        // Whatever kernels this CPU runs (AVX-512, AVX2) must equal the portable ones, for
-        // every pass order, tap count (including the ones the SIMD plans reject, and the
-        // AVX-512 plan's two-window case), and the tiny widths whose rows are shorter than a
-        // SIMD window.
-        let levels: Vec<SimdLevel> = [SimdLevel::Avx2, SimdLevel::Avx512]
+        // Whatever kernels this CPU runs (AVX-512, AVX-512 at 256 bits, AVX2) must equal the
+        // portable ones, for every pass order, tap count (including the ones the SIMD plans
+        // reject, and the plans' two-window cases), and the tiny widths whose rows are
+        // shorter than a SIMD window.
+        let levels: Vec<SimdLevel> = [SimdLevel::Avx2, SimdLevel::Avx512Ymm, SimdLevel::Avx512]
             .into_iter()
             .filter(|&l| l <= SimdLevel::detected())
             .collect();
@@ -2737,6 +3009,16 @@ mod tests {
             (300, 3000, 280, 100),
             (300, 5000, 280, 100),
             (2000, 1500, 100, 40),
+            // Around the 256-bit permutes' window sizes (see `plans_take_the_layout_each_
+            // downscale_needs`): 32 or 64 bytes, 64 bytes or the AVX2 kernels.
+            (750, 100, 224, 60),
+            (751, 100, 224, 60),
+            (1400, 200, 224, 50),
+            (1680, 120, 224, 50),
+            // Rows of 10, 11 and 12 pixels (30, 33 and 36 bytes: around the 32-byte window).
+            (10, 20, 7, 9),
+            (11, 20, 5, 9),
+            (12, 20, 9, 9),
             // Rows of 21 and 22 pixels (63 and 66 bytes: around the 64-byte window).
             (21, 50, 30, 30),
             (22, 50, 13, 30),
@@ -2790,7 +3072,12 @@ mod tests {
             (229, 267, 224, 224),
             (791, 599, 224, 224),
         ];
-        for level in [SimdLevel::Portable, SimdLevel::Avx2, SimdLevel::Avx512] {
+        for level in [
+            SimdLevel::Portable,
+            SimdLevel::Avx2,
+            SimdLevel::Avx512Ymm,
+            SimdLevel::Avx512,
+        ] {
             let mut r = Resizer::new();
             r.set_simd_limit(level);
             let (mut plain, mut flipped, mut again) =

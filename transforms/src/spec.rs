@@ -12,7 +12,7 @@ use crate::decode::{DecodeContext, DecodeOptions, Decoder};
 use crate::error::{Error, Result};
 use crate::fused::{self, FusedKernel, OutputKind, OutputSlot};
 use crate::image::{CropRect, RgbImage, RgbView};
-use crate::resize::Resizer;
+use crate::resize::{Resizer, SimdLevel};
 use crate::rng::SampleRng;
 use crate::tensor;
 
@@ -417,6 +417,16 @@ pub struct PipelineContext {
     decoded: RgbImage,
     stage_a: RgbImage,
     stage_b: RgbImage,
+}
+
+impl PipelineContext {
+    /// Runs the resize and conversion kernels up to `limit` ([`fused::DEFAULT_SIMD`] unless
+    /// set), for profiling one kernel set against another. The samples are identical at every
+    /// level.
+    pub fn set_simd_limit(&mut self, limit: SimdLevel) {
+        self.kernel.set_simd_limit(limit);
+        self.resizer.set_simd_limit(limit);
+    }
 }
 
 fn bad_order(reason: &str) -> Error {
