@@ -1663,7 +1663,9 @@ mod x86 {
         out
     }
 
-    /// [`permute_pairs`] from a 64-byte window in two halves (`vpermt2b`).
+    /// [`permute_pairs`] from a 64-byte window in two halves (`vpermt2b`). (With the
+    /// intrinsic, LLVM merges the two adjacent loads into one 512-bit `vpermb`, and 512-bit
+    /// instructions slow the next decode down: see [`crate::fused::DEFAULT_SIMD`].)
     #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vbmi")]
     #[inline]
     fn permute2_pairs(idx: __m256i, first: __m256i, second: __m256i) -> __m256i {
