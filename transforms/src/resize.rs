@@ -1868,7 +1868,9 @@ mod x86 {
             // widths to 224 outputs: the 256-bit permutes' 32-byte windows up to about 3.35x
             // (4 pairs), their 64-byte windows up to about 6.7x, the AVX2 shuffles' 32-byte
             // lane windows up to 8x (8 pairs); rows shorter than a window take a smaller one.
-            let cases: [(u32, u32, Option<(Gather, bool)>); 8] = [
+            // (in, out, the layout: gather and wide, or none that fits)
+            type Case = (u32, u32, Option<(Gather, bool)>);
+            let cases: [Case; 8] = [
                 (300, 224, Some((Gather::Permute, false))),
                 (750, 224, Some((Gather::Permute, false))),
                 (751, 224, Some((Gather::Permute, true))),
