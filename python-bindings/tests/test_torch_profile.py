@@ -339,6 +339,28 @@ def test_a_failing_transform_is_reraised_and_recorded(tv_folder: Path, num_worke
     assert pdl.profile().summary()
 
 
+@pytest.mark.parametrize("mode", ["spans", "counters"])
+def test_a_file_that_fails_to_decode_keeps_its_read_span(tmp_path: Path, mode: str) -> None:
+    rng = np.random.default_rng(9)
+    (tmp_path / "ant").mkdir()
+    for i in range(3):
+        Image.fromarray(natural_image(rng, 30, 20)).save(tmp_path / "ant" / f"img_{i}.jpg")
+    bad = tmp_path / "ant" / "img_1.jpg"
+    bad.write_bytes(b"not an image at all")
+    pdl = flt.profile(make_loader(tmp_path, shuffle=False), mode=mode)
+    with pytest.raises(Exception, match="cannot identify image file"):
+        list(pdl)
+    p = pipeline_of(pdl.profile_dict())
+    (failure,) = p["failures"]
+    assert failure["sample"] == 1 and failure["op"] == "decode"
+    assert failure["cause"].startswith(f"{bad}: UnidentifiedImageError")
+    spans = {s["op"]: s for s in p["spans"] if s["sample"] == 1}
+    assert set(spans) == {"read", "decode", "process"}
+    # The read finished before the decode started; its counters are kept when counting.
+    assert spans["read"]["end_ns"] <= spans["decode"]["start_ns"]
+    assert ("counters" in spans["read"]) == (mode == "counters")
+
+
 @pytest.mark.parametrize("in_order", [True, False])
 def test_batches_finished_ahead_of_an_earlier_one_are_out_of_order(
     tv_folder: Path, in_order: bool

@@ -119,6 +119,9 @@ FailureRecord = Tuple[Any, int, str, str]
 # What a process reports about a failed sample: who, the failure, the failed batch's spans.
 FailureReport = Tuple[WorkerIdentity, FailureRecord, List[Record]]
 CounterReader = Callable[[], Tuple[int, ...]]
+# A span's start as a wrapper holds it: (start_ns, the counter read function when counting,
+# the counters at the start).
+SpanStart = Tuple[int, Optional[CounterReader], Tuple[int, ...]]
 
 
 def _no_counters() -> Tuple[int, ...]:
@@ -223,6 +226,27 @@ class _Recorder:
             self._identity = ident
         return ident
 
+    def start(self) -> SpanStart:
+        """Starts a span: the counters (when counting) are read before the clock, so that
+        reading them falls outside the span."""
+        if self.counting:
+            read = self.reader()
+            c0 = read()
+            return (_now(), read, c0)
+        return (_now(), None, ())
+
+    def end(self, op: Any, sample: Any, depth: int, start: SpanStart) -> SpanStart:
+        """Records the span of ``op`` from ``start`` to now; returns the start of a span that
+        begins where this one ends (the same clock and counter readings)."""
+        t1 = _now()
+        t0, read, c0 = start
+        if read is None:
+            self.records.append((op, sample, t0, t1, depth))
+            return (t1, None, ())
+        c1 = read()
+        self.records.append((op, sample, t0, t1, depth, c0, c1))
+        return (t1, read, c1)
+
     def take(self) -> List[Record]:
         """The records gathered since the last take."""
         records = self.records
@@ -278,25 +302,13 @@ class _TimedOp:
 
     def __call__(self, x: Any) -> Any:
         rec = self.rec
-        if rec.counting:
-            read = rec.reader()
-            c0 = read()
-            t0 = _now()
-            try:
-                y = self.fn(x)
-            except Exception:
-                _failed_in(rec, self.op, t0)
-                raise
-            t1 = _now()
-            rec.records.append((self.op, rec.sample, t0, t1, 1, c0, read()))
-            return y
-        t0 = _now()
+        start = rec.start()
         try:
             y = self.fn(x)
         except Exception:
-            _failed_in(rec, self.op, t0)
+            _failed_in(rec, self.op, start)
             raise
-        rec.records.append((self.op, rec.sample, t0, _now(), 1))
+        rec.end(self.op, rec.sample, 1, start)
         return y
 
     def __getstate__(self) -> Tuple[Any, str, _Recorder]:
@@ -309,11 +321,11 @@ class _TimedOp:
         return f"timed({self.fn!r})"
 
 
-def _failed_in(rec: _Recorder, op: str, t0: int) -> None:
-    """Notes the innermost op that raised, and its span up to the failure."""
+def _failed_in(rec: _Recorder, op: str, start: SpanStart) -> None:
+    """Notes the innermost op that raised, and its span up to the failure (without counters)."""
     if rec.failed_op is None:
         rec.failed_op = op
-        rec.records.append((op, rec.sample, t0, _now(), 1))
+        rec.records.append((op, rec.sample, start[0], _now(), 1))
 
 
 class _TimedCompose:
@@ -352,34 +364,20 @@ class _TimedPilLoader:
         from PIL import Image
 
         rec = self.rec
-        sample = rec.sample
-        counting = rec.counting
-        if counting:
-            read = rec.reader()
-            c0 = read()
-        t0 = _now()
+        start = rec.start()
         try:
             with open(path, "rb") as f:
                 data = f.read()
         except Exception:
-            _failed_in(rec, "read", t0)
+            _failed_in(rec, "read", start)
             raise
-        t1 = _now()
-        if counting:
-            c1 = read()
+        start = rec.end("read", rec.sample, 1, start)
         try:
             img = Image.open(io.BytesIO(data)).convert("RGB")
         except Exception:
-            _failed_in(rec, "decode", t1)
+            _failed_in(rec, "decode", start)
             raise
-        t2 = _now()
-        if counting:
-            c2 = read()
-            rec.records.append(("read", sample, t0, t1, 1, c0, c1))
-            rec.records.append(("decode", sample, t1, t2, 1, c1, c2))
-        else:
-            rec.records.append(("read", sample, t0, t1, 1))
-            rec.records.append(("decode", sample, t1, t2, 1))
+        rec.end("decode", rec.sample, 1, start)
         return img
 
     def __getstate__(self) -> _Recorder:
@@ -430,22 +428,14 @@ class _TimedCollate:
 
     def __call__(self, data: Any) -> _Carrier:
         rec = self.rec
-        counting = rec.counting
-        if counting:
-            read = rec.reader()
-            c0 = read()
-        t0 = _now()
+        start = rec.start()
         try:
             batch = self.fn(data)
         except Exception as e:
             rec.fail(None, e, "collate", None)
             raise
-        t1 = _now()
-        if counting:
-            rec.records.append(("collate", None, t0, t1, 0, c0, read()))
-        else:
-            rec.records.append(("collate", None, t0, t1, 0))
-        return _Carrier(batch, rec.take(), rec.identity(), t1)
+        done_ns = rec.end("collate", None, 0, start)[0]
+        return _Carrier(batch, rec.take(), rec.identity(), done_ns)
 
     def __getstate__(self) -> Tuple[Any, _Recorder]:
         return (self.fn, self.rec)
@@ -470,25 +460,13 @@ class _ProfiledDataset(Dataset[Any]):
         rec = self._rec
         rec.sample = index
         rec.failed_op = None
-        if rec.counting:
-            read = rec.reader()
-            c0 = read()
-            t0 = _now()
-            try:
-                item = self._inner[index]
-            except Exception as e:
-                self._failed(index, e, t0)
-                raise
-            t1 = _now()
-            rec.records.append(("process", index, t0, t1, 0, c0, read()))
-            return item
-        t0 = _now()
+        start = rec.start()
         try:
             item = self._inner[index]
         except Exception as e:
-            self._failed(index, e, t0)
+            self._failed(index, e, start[0])
             raise
-        rec.records.append(("process", index, t0, _now(), 0))
+        rec.end("process", index, 0, start)
         return item
 
     def _failed(self, index: Any, error: Exception, t0: int) -> None:
