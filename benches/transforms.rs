@@ -102,9 +102,14 @@ fn bench_ops(c: &mut Criterion) {
             }
         })
     });
-    // The resize alone at the AVX2 level (the fused kernel's default) and at the AVX-512 one
-    // (a standalone Resizer's).
-    for (name, level) in [("avx2", SimdLevel::Avx2), ("avx512", SimdLevel::Avx512)] {
+    // The resize alone at each level: AVX2, AVX-512 on 256-bit registers (the fused kernel's
+    // default) and AVX-512 (a standalone Resizer's).
+    let levels = [
+        ("avx2", SimdLevel::Avx2),
+        ("avx512ymm", SimdLevel::Avx512Ymm),
+        ("avx512", SimdLevel::Avx512),
+    ];
+    for (name, level) in levels {
         let mut resizer = Resizer::new();
         resizer.set_simd_limit(level);
         let mut out = RgbImage::new();
@@ -113,6 +118,23 @@ fn bench_ops(c: &mut Criterion) {
                 for (img, r) in decoded.iter().zip(&rects) {
                     let view = img.crop_view(*r).expect("crop fits");
                     resizer.resize(view, 224, 224, &mut out).expect("resizes");
+                }
+            })
+        });
+    }
+    // What a new crop width costs before any pixel: the coefficients and the horizontal plan,
+    // measured as the resize of a single row of each crop (every crop's width differs from
+    // the one before, so nothing is cached).
+    for (name, level) in levels {
+        let mut resizer = Resizer::new();
+        resizer.set_simd_limit(level);
+        let mut out = RgbImage::new();
+        g.bench_function(format!("resize_setup_one_row/{name}"), |b| {
+            b.iter(|| {
+                for (img, r) in decoded.iter().zip(&rects) {
+                    let row = CropRect { height: 1, ..*r };
+                    let view = img.crop_view(row).expect("row fits");
+                    resizer.resize(view, 1, 224, &mut out).expect("resizes");
                 }
             })
         });

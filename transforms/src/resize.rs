@@ -1172,6 +1172,8 @@ mod x86 {
         whi: Vec<[i32; 8]>,
         /// Per chunk and pair: weight low halves.
         wlo: Vec<[i32; 8]>,
+        /// Per output pixel and pair: `[whi, wlo]` (scratch for building the tables).
+        pixel_weights: Vec<[i32; 2]>,
     }
 
     impl HPlan {
@@ -1184,116 +1186,166 @@ mod x86 {
                     return ok;
                 }
             }
-            let mut layouts = [
+            let layout = [
                 (Gather::Permute, false),
                 (Gather::Permute, true),
                 (Gather::Shuffle, false),
                 (Gather::Shuffle, true),
             ]
             .into_iter()
-            .skip(if permute { 0 } else { 2 });
-            let ok = layouts.any(|(gather, wide)| self.build(c, gather, wide));
-            self.key = Some((c.key(), permute, ok));
-            ok
+            .skip(if permute { 0 } else { 2 })
+            .find(|&(gather, wide)| fits(c, gather, wide));
+            if let Some((gather, wide)) = layout {
+                self.fill(c, gather, wide);
+            }
+            self.key = Some((c.key(), permute, layout.is_some()));
+            layout.is_some()
         }
 
-        fn build(&mut self, c: &AxisCoeffs, gather: Gather, wide: bool) -> bool {
+        /// Fills the tables for a layout that [`fits`].
+        fn fill(&mut self, c: &AxisCoeffs, gather: Gather, wide: bool) {
             let taps = c.taps;
             let pairs = taps.div_ceil(2);
             let row_bytes = 3 * c.in_size as usize;
             let window = gather.window(wide);
-            let max_pairs = if wide { MAX_PAIRS } else { MAX_PAIRS / 2 };
-            // (The wide kernels are instantiated for 2 to 8 pairs; 1 pair always fits
-            // narrow.)
-            if pairs > max_pairs
-                || (wide && pairs < 2)
-                || row_bytes < window
-                || !c.simd_friendly()
-                || !c.padded_ready
-            {
-                return false;
-            }
             let values = 3 * c.out_size as usize;
-            let chunks = values.div_ceil(8);
-            let entries = chunks * pairs;
+            let entries = values.div_ceil(8) * pairs;
             self.gather = gather;
             self.pairs = pairs;
             self.wide = wide;
-            self.chunks = chunks;
+            self.chunks = values.div_ceil(8);
             self.values = values;
             self.row_bytes = row_bytes;
-            self.win.clear();
-            self.win.resize(entries, [0; 2]);
-            self.masks.clear();
-            self.masks.resize(entries, [0x80; 32]);
-            self.masks_hi.clear();
-            if wide && gather == Gather::Shuffle {
-                self.masks_hi.resize(entries, [0x80; 32]);
+            let HPlan {
+                win,
+                masks,
+                masks_hi,
+                whi,
+                wlo,
+                pixel_weights,
+                ..
+            } = self;
+            win.clear();
+            win.resize(entries, [0; 2]);
+            masks.clear();
+            masks.resize(entries, [0x80; 32]);
+            masks_hi.clear();
+            let split_masks = wide && gather == Gather::Shuffle;
+            if split_masks {
+                masks_hi.resize(entries, [0x80; 32]);
             }
-            self.whi.clear();
-            self.whi.resize(entries, [0; 8]);
-            self.wlo.clear();
-            self.wlo.resize(entries, [0; 8]);
+            whi.clear();
+            whi.resize(entries, [0; 8]);
+            wlo.clear();
+            wlo.resize(entries, [0; 8]);
+            // Each pixel's weights for each pair, high and low halves as i16 pairs (its three
+            // values share them).
+            pixel_weights.clear();
+            pixel_weights.extend(c.pweights.chunks_exact(taps).flat_map(|w| {
+                (0..pairs).map(|p| {
+                    let (wa, wb) = (w[2 * p], w.get(2 * p + 1).copied().unwrap_or(0));
+                    [
+                        ((wa >> 11) & 0xffff) | ((wb >> 11) << 16),
+                        (wa & 0x7ff) | ((wb & 0x7ff) << 16),
+                    ]
+                })
+            }));
             // Value j of the row is channel j % 3 of output pixel j / 3; its tap k reads source
             // byte 3 * (pstart + k) + j % 3. Value j sits at bytes 4 (j mod 8) and
             // 4 (j mod 8) + 2 of its chunk's masks (taps 2p and 2p + 1), and its lane (shuffles)
             // is 0 or 1.
-            let (pstart, pweights) = (&c.pstart[..], &c.pweights[..]);
-            let group = gather.group();
-            for group_start in (0..values).step_by(group) {
-                let n = (values - group_start).min(group);
-                // Per value: its byte for tap 0 and where its pixel's weights start.
-                let mut base = [0usize; 8];
-                let mut wrow = [0usize; 8];
-                for (q, (b, wr)) in base.iter_mut().zip(&mut wrow).take(n).enumerate() {
-                    let j = group_start + q;
-                    let px = j / 3;
-                    *b = 3 * pstart[px] as usize + (j - 3 * px);
-                    *wr = px * taps;
-                }
-                let lo = base[..n].iter().copied().min().unwrap_or(0);
-                let hi = base[..n].iter().copied().max().unwrap_or(0);
+            for (group_start, n, base) in groups(c, gather.group()) {
+                let (lo, _) = span(&base[..n]);
                 let (m, lane) = (group_start / 8, (group_start / 4) % 2);
                 for p in 0..pairs {
-                    let (ka, kb) = (2 * p, 2 * p + 1);
-                    // The pair reads bytes [lo + 3ka, hi + 3kb] (hi + 3ka without tap kb).
-                    let last = hi + 3 * if kb < taps { kb } else { ka };
-                    let wo = (lo + 3 * ka).min(row_bytes - window);
-                    if last >= wo + window {
-                        return false;
-                    }
+                    let ka = 2 * p;
+                    // Without tap 2p + 1 its byte repeats tap 2p's, against a zero weight.
+                    let second = if ka + 1 < taps { 3 } else { 0 };
+                    let wo = window_start(lo, ka, row_bytes, window);
                     let e = m * pairs + p;
                     match gather {
-                        Gather::Shuffle => self.win[e][lane] = wo as u32,
-                        Gather::Permute => self.win[e] = [wo as u32; 2],
+                        Gather::Shuffle => win[e][lane] = wo as u32,
+                        Gather::Permute => win[e] = [wo as u32; 2],
                     }
-                    for q in 0..n {
-                        let j = group_start + q;
-                        let w = &pweights[wrow[q]..wrow[q] + taps];
-                        let a = base[q] + 3 * ka - wo;
-                        let (b, wa, wb) = if kb < taps {
-                            (a + 3, w[ka], w[kb])
-                        } else {
-                            (a, w[ka], 0)
-                        };
-                        let v = j % 8;
-                        for (slot, at) in [(4 * v, a), (4 * v + 2, b)] {
-                            // Shuffles: a position past a lane's first 16 bytes goes into the
-                            // mask of its second 16 (wide; narrow ones were checked above), so
-                            // that OR-ing the two shuffles merges them.
-                            let (masks, at) = match gather {
-                                Gather::Shuffle if at >= 16 => (&mut self.masks_hi, at - 16),
-                                _ => (&mut self.masks, at),
-                            };
-                            masks[e][slot] = at as u8;
+                    let (mask, whi, wlo) = (&mut masks[e], &mut whi[e], &mut wlo[e]);
+                    for (q, &b) in base[..n].iter().enumerate() {
+                        let (v, px) = ((group_start + q) % 8, (group_start + q) / 3);
+                        let a = b + 3 * ka - wo;
+                        mask[4 * v] = a as u8;
+                        mask[4 * v + 2] = (a + second) as u8;
+                        [whi[v], wlo[v]] = pixel_weights[px * pairs + p];
+                    }
+                    if split_masks {
+                        // A position past a lane's first 16 bytes goes into the mask of its
+                        // second 16, so that OR-ing the two shuffles merges them.
+                        for (at, high) in mask.iter_mut().zip(masks_hi[e].iter_mut()) {
+                            if *at != 0x80 && *at >= 16 {
+                                (*high, *at) = (*at - 16, 0x80);
+                            }
                         }
-                        self.whi[e][v] = ((wa >> 11) & 0xffff) | ((wb >> 11) << 16);
-                        self.wlo[e][v] = (wa & 0x7ff) | ((wb & 0x7ff) << 16);
                     }
                 }
             }
-            true
         }
+    }
+
+    /// Whether `c`'s horizontal pass fits the layout: every group's taps within its window,
+    /// and what the kernels are instantiated for.
+    fn fits(c: &AxisCoeffs, gather: Gather, wide: bool) -> bool {
+        let pairs = c.taps.div_ceil(2);
+        let row_bytes = 3 * c.in_size as usize;
+        let window = gather.window(wide);
+        let max_pairs = if wide { MAX_PAIRS } else { MAX_PAIRS / 2 };
+        // (The wide kernels are instantiated for 2 to 8 pairs; 1 pair always fits narrow.)
+        if pairs > max_pairs
+            || (wide && pairs < 2)
+            || row_bytes < window
+            || !c.simd_friendly()
+            || !c.padded_ready
+        {
+            return false;
+        }
+        groups(c, gather.group()).all(|(_, n, base)| {
+            let (lo, hi) = span(&base[..n]);
+            (0..pairs).all(|p| {
+                let (ka, kb) = (2 * p, 2 * p + 1);
+                // The pair reads bytes [lo + 3ka, hi + 3kb] (hi + 3ka without tap kb).
+                let last = hi + 3 * if kb < c.taps { kb } else { ka };
+                last < window_start(lo, ka, row_bytes, window) + window
+            })
+        })
+    }
+
+    /// The groups of `group` values of a row: the first value, how many, and per value its
+    /// byte for tap 0 (`3 * pstart + channel`).
+    fn groups(
+        c: &AxisCoeffs,
+        group: usize,
+    ) -> impl Iterator<Item = (usize, usize, [usize; 8])> + '_ {
+        let values = 3 * c.out_size as usize;
+        let pstart = &c.pstart[..];
+        (0..values).step_by(group).map(move |start| {
+            let n = (values - start).min(group);
+            let mut base = [0usize; 8];
+            for (q, b) in base.iter_mut().take(n).enumerate() {
+                let (px, channel) = ((start + q) / 3, (start + q) % 3);
+                *b = 3 * pstart[px] as usize + channel;
+            }
+            (start, n, base)
+        })
+    }
+
+    /// The lowest and highest of a group's tap-0 bytes.
+    fn span(base: &[usize]) -> (usize, usize) {
+        let lo = base.iter().copied().min().unwrap_or(0);
+        let hi = base.iter().copied().max().unwrap_or(0);
+        (lo, hi)
+    }
+
+    /// Where the window of the pair whose first tap is `ka` starts, for a group whose lowest
+    /// tap-0 byte is `lo`: at the pair's first byte, or as far right as the row allows.
+    fn window_start(lo: usize, ka: usize, row_bytes: usize, window: usize) -> usize {
+        (lo + 3 * ka).min(row_bytes - window)
     }
 
     /// The SIMD path's plan and buffers.
