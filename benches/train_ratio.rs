@@ -16,8 +16,8 @@
 //! fused after a region-of-interest decode, and op by op. For the fused variants, the median
 //! share of the kernel (the pipeline's `Fused` op, timed through its observer hooks) and of
 //! the rest (decode, crop draw) are printed as ratios to the bare decode too: the rest above
-//! 1.0 is what the kernel costs the decode that follows it. Without `--bench` (as `cargo test --benches`
-//! runs it) it does one round, as a smoke test.
+//! 1.0 is what the kernel costs the decode that follows it. Without `--bench` (as `cargo test
+//! --benches` runs it) it does one round, as a smoke test.
 
 use std::hint::black_box;
 use std::time::{Duration, Instant};

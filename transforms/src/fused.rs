@@ -128,8 +128,9 @@ pub struct FusedKernel {
 /// the next decode (libjpeg-turbo's AVX2 code, most of a sample's time) at a lower clock.
 /// `cargo bench --bench train_ratio` on this project's Xeon, three alternating pairs: fused +
 /// ROI decode 1181-1280 us per image with AVX2 against 1346-1464 us with AVX-512. The 256-bit
-/// permutes and dot products keep the AVX2 clock and cut the kernel's time after a full decode
-/// by about a tenth (the `simd_levels` rows of `train_ratio`).
+/// permutes and dot products leave the next decode's speed alone and cut the kernel's time
+/// after a full decode by 10-20% (`train_ratio`'s `kernel` column, default against "AVX2
+/// only").
 pub const DEFAULT_SIMD: SimdLevel = SimdLevel::Avx512Ymm;
 
 impl Default for FusedKernel {

@@ -1640,7 +1640,7 @@ mod x86 {
         store: &mut S,
     ) {
         // SAFETY: window offsets are at most `row_bytes - 16` (narrow) or `row_bytes - 32`
-        // (wide; the second load is at +16) per HPlan::build, and rows are at least
+        // (wide; the second load is at +16) per `window_start`, and rows are at least
         // `row_bytes` long, so every 16-byte load is in bounds; the table reads are
         // bounds-checked; the stores are within what the caller checked with `fits`; the
         // prefetches access nothing.
@@ -1780,7 +1780,7 @@ mod x86 {
         store: &mut S,
     ) {
         // SAFETY: window offsets are at most `row_bytes - 32` (or `- 64` for wide plans, whose
-        // second load is at +32) per HPlan::build, and rows are at least `row_bytes` long, so
+        // second load is at +32) per `window_start`, and rows are at least `row_bytes` long, so
         // every 32-byte load is in bounds; the table reads are bounds-checked; the stores are
         // within what the caller checked with `fits`; the prefetches access nothing.
         unsafe {
