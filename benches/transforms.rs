@@ -109,35 +109,32 @@ fn bench_ops(c: &mut Criterion) {
         ("avx512ymm", SimdLevel::Avx512Ymm),
         ("avx512", SimdLevel::Avx512),
     ];
+    // And what a new crop width costs before any pixel (`resize_setup_one_row`): the
+    // coefficients and the horizontal plan, measured as the resize of a single row of each
+    // crop (every crop's width differs from the one before, so nothing is cached).
     for (name, level) in levels {
-        let mut resizer = Resizer::new();
-        resizer.set_simd_limit(level);
-        let mut out = RgbImage::new();
-        g.bench_function(format!("resize_crop_to_224/{name}"), |b| {
-            b.iter(|| {
-                for (img, r) in decoded.iter().zip(&rects) {
-                    let view = img.crop_view(*r).expect("crop fits");
-                    resizer.resize(view, 224, 224, &mut out).expect("resizes");
-                }
-            })
-        });
-    }
-    // What a new crop width costs before any pixel: the coefficients and the horizontal plan,
-    // measured as the resize of a single row of each crop (every crop's width differs from
-    // the one before, so nothing is cached).
-    for (name, level) in levels {
-        let mut resizer = Resizer::new();
-        resizer.set_simd_limit(level);
-        let mut out = RgbImage::new();
-        g.bench_function(format!("resize_setup_one_row/{name}"), |b| {
-            b.iter(|| {
-                for (img, r) in decoded.iter().zip(&rects) {
-                    let row = CropRect { height: 1, ..*r };
-                    let view = img.crop_view(row).expect("row fits");
-                    resizer.resize(view, 1, 224, &mut out).expect("resizes");
-                }
-            })
-        });
+        for (bench, one_row) in [
+            ("resize_crop_to_224", false),
+            ("resize_setup_one_row", true),
+        ] {
+            let mut resizer = Resizer::new();
+            resizer.set_simd_limit(level);
+            let mut out = RgbImage::new();
+            let out_h = if one_row { 1 } else { 224 };
+            g.bench_function(format!("{bench}/{name}"), |b| {
+                b.iter(|| {
+                    for (img, r) in decoded.iter().zip(&rects) {
+                        let rect = if one_row {
+                            CropRect { height: 1, ..*r }
+                        } else {
+                            *r
+                        };
+                        let view = img.crop_view(rect).expect("crop fits");
+                        resizer.resize(view, out_h, 224, &mut out).expect("resizes");
+                    }
+                })
+            });
+        }
     }
     let mut kernel = FusedKernel::new();
     let mut slot = vec![0f32; 3 * 224 * 224];

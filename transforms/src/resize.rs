@@ -1521,32 +1521,14 @@ mod x86 {
         assert_eq!(plan.win.len(), plan.chunks * plan.pairs);
         assert!(plan.pairs <= MAX_PAIRS && (plan.pairs <= MAX_PAIRS / 2 || plan.wide));
         assert!(!plan.wide || plan.pairs >= 2);
-        if plan.gather == Gather::Permute {
+        match plan.gather {
             // Plans are only built with permutes where `cpu::avx512_vnni()` said yes.
-            assert!(cpu::avx512_vnni());
-            // SAFETY: (every arm) the CPU has the kernel's features (asserted); the row and
-            // store bounds the kernel relies on were asserted above.
-            unsafe {
-                match (plan.wide, plan.pairs) {
-                    (false, 1) => permute_kernel::<1, false, S>(plan, rows, ahead, store),
-                    (false, 2) => permute_kernel::<2, false, S>(plan, rows, ahead, store),
-                    (false, 3) => permute_kernel::<3, false, S>(plan, rows, ahead, store),
-                    (false, _) => permute_kernel::<4, false, S>(plan, rows, ahead, store),
-                    (true, 2) => permute_kernel::<2, true, S>(plan, rows, ahead, store),
-                    (true, 3) => permute_kernel::<3, true, S>(plan, rows, ahead, store),
-                    (true, 4) => permute_kernel::<4, true, S>(plan, rows, ahead, store),
-                    (true, 5) => permute_kernel::<5, true, S>(plan, rows, ahead, store),
-                    (true, 6) => permute_kernel::<6, true, S>(plan, rows, ahead, store),
-                    (true, 7) => permute_kernel::<7, true, S>(plan, rows, ahead, store),
-                    (true, 8) => permute_kernel::<8, true, S>(plan, rows, ahead, store),
-                    (true, _) => unreachable!("asserted above: wide plans have 2 to 8 pairs"),
-                }
-            }
-            return;
+            Gather::Permute => assert!(cpu::avx512_vnni()),
+            Gather::Shuffle => assert!(!plan.wide || plan.masks_hi.len() == plan.win.len()),
         }
-        assert!(!plan.wide || plan.masks_hi.len() == plan.win.len());
-        // SAFETY: (every arm) the resize runs this only on CPUs with AVX2; the row and store
-        // bounds the kernel relies on were asserted just above.
+        // SAFETY: (every arm) the resize runs this only on CPUs with AVX2, and the permute
+        // plans' features were asserted; the row and store bounds the kernels rely on were
+        // asserted above.
         unsafe {
             match (plan.wide, plan.pairs) {
                 (false, 1) => horizontal_kernel::<1, false, S>(plan, rows, ahead, store),
@@ -1561,6 +1543,25 @@ mod x86 {
                 (true, 7) => horizontal_kernel::<7, true, S>(plan, rows, ahead, store),
                 (true, 8) => horizontal_kernel::<8, true, S>(plan, rows, ahead, store),
                 (true, _) => unreachable!("asserted above: wide plans have 2 to 8 pairs"),
+            }
+        }
+    }
+
+    /// The kernel of `plan`'s gather, for `P` pairs and `WIDE` windows.
+    ///
+    /// # Safety
+    /// As [`shuffle_kernel`] or [`permute_kernel`] for `plan.gather`.
+    unsafe fn horizontal_kernel<const P: usize, const WIDE: bool, S: Store>(
+        plan: &HPlan,
+        rows: &[&[u8]],
+        ahead: Ahead,
+        store: &mut S,
+    ) {
+        // SAFETY: the caller's guarantees are the chosen kernel's.
+        unsafe {
+            match plan.gather {
+                Gather::Shuffle => shuffle_kernel::<P, WIDE, S>(plan, rows, ahead, store),
+                Gather::Permute => permute_kernel::<P, WIDE, S>(plan, rows, ahead, store),
             }
         }
     }
@@ -1628,12 +1629,14 @@ mod x86 {
         }
     }
 
+    /// The horizontal kernel of the shuffle plans (AVX2).
+    ///
     /// # Safety
     /// AVX2; every row at least `plan.row_bytes` long; `store` fits `rows.len()` rows of
-    /// `plan.chunks * 8` values; `plan.pairs == P`, `plan.wide == WIDE` and the tables hold
-    /// `chunks * P` entries.
+    /// `plan.chunks * 8` values; `plan.gather == Shuffle`, `plan.pairs == P`,
+    /// `plan.wide == WIDE` and the tables hold `chunks * P` entries.
     #[target_feature(enable = "avx2")]
-    unsafe fn horizontal_kernel<const P: usize, const WIDE: bool, S: Store>(
+    unsafe fn shuffle_kernel<const P: usize, const WIDE: bool, S: Store>(
         plan: &HPlan,
         rows: &[&[u8]],
         ahead: Ahead,
