@@ -129,8 +129,8 @@ pub struct FusedKernel {
 /// `cargo bench --bench train_ratio` on this project's Xeon, three alternating pairs: fused +
 /// ROI decode 1181-1280 us per image with AVX2 against 1346-1464 us with AVX-512. The 256-bit
 /// permutes and dot products leave the next decode's speed alone and cut the kernel's time
-/// after a full decode by 10-20% (`train_ratio`'s `kernel` column, default against "AVX2
-/// only").
+/// after a full decode by 16-26% (`train_ratio`'s `kernel` column, default against "AVX2
+/// only", three runs; 10-20% before the four-tap steps).
 pub const DEFAULT_SIMD: SimdLevel = SimdLevel::Avx512Ymm;
 
 impl Default for FusedKernel {

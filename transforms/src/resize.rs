@@ -1060,7 +1060,13 @@ mod portable {
 /// per coefficient set ([`HPlan`]) and reused for every row. At [`SimdLevel::Avx512Ymm`] the
 /// same plan gathers with one `vpermb` per pair from a 32-byte window per 8 values (64 bytes
 /// with `vpermt2b`), and `vpdpwssd` accumulates in place of `pmaddwd` + `paddd` (here and in
-/// the vertical pass), still on 256-bit registers.
+/// the vertical pass), still on 256-bit registers. From 3 taps on, that level takes four taps
+/// per step where the windows allow ([`Gather::Quad`]): one unmasked `vpermb` puts each value's
+/// four bytes in its dword, and three `vpdpbusd` multiply them by the weights' signed base-256
+/// digits (`w = 65536 a + 256 b + c`, each in `[-128, 127]`); `(A << 16) + (B << 8) + C` of the
+/// three sums is `sum(v w)` (the shifts may wrap, the result, in `[0, 2^30)`, does not). That
+/// is one permute and three dot products per four taps, against two permutes, two mask moves
+/// and four dot products with pairs.
 ///
 /// In the horizontal-first order the horizontal pass stores each value `v` as the i16 pair
 /// `(v, v << 7)`, so that the vertical pass needs one `pmaddwd` per tap and 8 values against
@@ -1084,6 +1090,8 @@ mod x86 {
     const BLOCK_ROWS: usize = 16;
     /// Tap pairs the horizontal kernel handles: up to 16 taps, downscales up to about 7.5x.
     const MAX_PAIRS: usize = 8;
+    /// Tap quads the quad kernel handles (the same 16 taps).
+    const MAX_QUADS: usize = 4;
     /// Taps the pair-format vertical kernel keeps in registers (downscales up to about 7x).
     const MAX_V_TAPS: usize = 16;
     /// The even bytes of a 256-bit vector: the low bytes of its i16 lanes.
@@ -1122,6 +1130,9 @@ mod x86 {
         /// AVX-512 at 256 bits: one window per chunk (8 values), 32 bytes (`vpermb`) or,
         /// with `wide`, 64 bytes in two loads (`vpermt2b`).
         Permute,
+        /// As `Permute`, four taps per step: each value's four bytes land in its dword
+        /// unmasked, for `vpdpbusd` against the weights' signed base-256 digits.
+        Quad,
     }
 
     impl Gather {
@@ -1129,7 +1140,15 @@ mod x86 {
         fn group(self) -> usize {
             match self {
                 Gather::Shuffle => 4,
-                Gather::Permute => 8,
+                Gather::Permute | Gather::Quad => 8,
+            }
+        }
+
+        /// Taps per step: a pair, or a quad.
+        fn taps_per_step(self) -> usize {
+            match self {
+                Gather::Shuffle | Gather::Permute => 2,
+                Gather::Quad => 4,
             }
         }
 
@@ -1137,8 +1156,8 @@ mod x86 {
         fn window(self, wide: bool) -> usize {
             match (self, wide) {
                 (Gather::Shuffle, false) => 16,
-                (Gather::Shuffle, true) | (Gather::Permute, false) => 32,
-                (Gather::Permute, true) => 64,
+                (Gather::Shuffle, true) | (Gather::Permute | Gather::Quad, false) => 32,
+                (Gather::Permute | Gather::Quad, true) => 64,
             }
         }
     }
@@ -1150,7 +1169,8 @@ mod x86 {
         /// whether the kernel can run it.
         key: Option<((u32, u32, bool), bool, bool)>,
         gather: Gather,
-        pairs: usize,
+        /// Tap steps per chunk (pairs, or quads with [`Gather::Quad`]).
+        steps: usize,
         /// Windows twice as long (see [`Gather`]): for downscales beyond about 3x, where a
         /// group's taps spread over more bytes than the narrow window.
         wide: bool,
@@ -1168,15 +1188,19 @@ mod x86 {
         masks: Vec<[u8; 32]>,
         /// Likewise for the lanes' second 16 bytes (wide shuffle plans only).
         masks_hi: Vec<[u8; 32]>,
-        /// Per chunk and pair: weight high halves as i16 pairs, one i32 per value.
+        /// Per chunk and step: weight high halves as i16 pairs, one i32 per value (quads:
+        /// the weights' digits of 65536 as bytes).
         whi: Vec<[i32; 8]>,
-        /// Per chunk and pair: weight low halves.
+        /// Quads only: the digits of 256.
+        wmid: Vec<[i32; 8]>,
+        /// Per chunk and step: weight low halves (quads: the digits of 1).
         wlo: Vec<[i32; 8]>,
         /// Scratch for building the tables, per output pixel (`out_w + 8` entries, per pair
         /// for the weights; the three values of a pixel share them): its tap-0 byte
         /// `3 pstart`, and its pair's weights' high and low halves as i16 pairs.
         px_pos: Vec<i32>,
         px_hi: Vec<i32>,
+        px_mid: Vec<i32>,
         px_lo: Vec<i32>,
     }
 
@@ -1191,10 +1215,17 @@ mod x86 {
                 }
             }
             let built = (permute
-                && [false, true].into_iter().any(|wide| {
+                && [
+                    (Gather::Quad, false),
+                    (Gather::Quad, true),
+                    (Gather::Permute, false),
+                    (Gather::Permute, true),
+                ]
+                .into_iter()
+                .any(|(gather, wide)| {
                     // SAFETY: permutes are only allowed where `cpu::avx512_vnni()` said yes,
                     // and those CPUs have AVX2.
-                    unsafe { self.fill_permute(c, wide) }
+                    unsafe { self.fill_permute(c, gather, wide) }
                 }))
                 || [false, true]
                     .into_iter()
@@ -1209,12 +1240,12 @@ mod x86 {
         fn set_layout(&mut self, c: &AxisCoeffs, gather: Gather, wide: bool) -> usize {
             let values = 3 * c.out_size as usize;
             self.gather = gather;
-            self.pairs = c.taps.div_ceil(2);
+            self.steps = c.taps.div_ceil(gather.taps_per_step());
             self.wide = wide;
             self.chunks = values.div_ceil(8);
             self.values = values;
             self.row_bytes = 3 * c.in_size as usize;
-            self.chunks * self.pairs
+            self.chunks * self.steps
         }
 
         /// Fills the tables for a layout that [`fits`] (one value at a time: the reference
@@ -1223,8 +1254,8 @@ mod x86 {
             let taps = c.taps;
             let window = gather.window(wide);
             let entries = self.set_layout(c, gather, wide);
-            let (pairs, row_bytes) = (self.pairs, self.row_bytes);
-            let len = self.fill_pixels(c);
+            let (pairs, row_bytes) = (self.steps, self.row_bytes);
+            let len = self.fill_pixels(c, gather);
             let HPlan {
                 win,
                 masks,
@@ -1264,6 +1295,7 @@ mod x86 {
                     match gather {
                         Gather::Shuffle => win[e][lane] = wo as u32,
                         Gather::Permute => win[e] = [wo as u32; 2],
+                        Gather::Quad => unreachable!("quad plans are built by fill_permute"),
                     }
                     let (mask, whi, wlo) = (&mut masks[e], &mut whi[e], &mut wlo[e]);
                     for (q, &b) in base[..n].iter().enumerate() {
@@ -1286,26 +1318,42 @@ mod x86 {
             }
         }
 
-        /// Fills the per-pixel scratch (`px_pos`, `px_hi`, `px_lo`) for the current layout's
-        /// pairs; returns the entries per pair, `out_w + 8` (a chunk loads 8 from its first
-        /// pixel).
-        fn fill_pixels(&mut self, c: &AxisCoeffs) -> usize {
-            let (taps, pairs) = (c.taps, self.pairs);
+        /// Fills the per-pixel scratch (`px_pos`, and per step the weights as `gather`'s
+        /// kernel multiplies them); returns the entries per step, `out_w + 8` (a chunk loads 8
+        /// from its first pixel).
+        fn fill_pixels(&mut self, c: &AxisCoeffs, gather: Gather) -> usize {
+            let (taps, steps) = (c.taps, self.steps);
             let len = c.out_size as usize + 8;
+            let quads = gather == Gather::Quad;
             for (v, n) in [
                 (&mut self.px_pos, len),
-                (&mut self.px_hi, pairs * len),
-                (&mut self.px_lo, pairs * len),
+                (&mut self.px_hi, steps * len),
+                (&mut self.px_mid, if quads { steps * len } else { 0 }),
+                (&mut self.px_lo, steps * len),
             ] {
                 v.clear();
                 v.resize(n, 0);
             }
             for (px, (w, &st)) in c.pweights.chunks_exact(taps).zip(&c.pstart).enumerate() {
                 self.px_pos[px] = 3 * st as i32;
-                for p in 0..pairs {
-                    let (wa, wb) = (w[2 * p], w.get(2 * p + 1).copied().unwrap_or(0));
-                    self.px_hi[p * len + px] = ((wa >> 11) & 0xffff) | ((wb >> 11) << 16);
-                    self.px_lo[p * len + px] = (wa & 0x7ff) | ((wb & 0x7ff) << 16);
+                let tap = |k: usize| w.get(k).copied().unwrap_or(0);
+                for step in 0..steps {
+                    let at = step * len + px;
+                    if quads {
+                        // Byte j of each: the digit of tap 4 step + j.
+                        let mut d = [0u32; 3];
+                        for j in 0..4 {
+                            for (d, digit) in d.iter_mut().zip(signed_digits(tap(4 * step + j))) {
+                                *d |= u32::from(digit as u8) << (8 * j);
+                            }
+                        }
+                        let [a, b, lo] = d.map(|v| v as i32);
+                        (self.px_hi[at], self.px_mid[at], self.px_lo[at]) = (a, b, lo);
+                    } else {
+                        let (wa, wb) = (tap(2 * step), tap(2 * step + 1));
+                        self.px_hi[at] = ((wa >> 11) & 0xffff) | ((wb >> 11) << 16);
+                        self.px_lo[at] = (wa & 0x7ff) | ((wb & 0x7ff) << 16);
+                    }
                 }
             }
             len
@@ -1320,19 +1368,23 @@ mod x86 {
         /// # Safety
         /// AVX2.
         #[target_feature(enable = "avx2")]
-        unsafe fn fill_permute(&mut self, c: &AxisCoeffs, wide: bool) -> bool {
-            if !allowed(c, Gather::Permute, wide) {
+        unsafe fn fill_permute(&mut self, c: &AxisCoeffs, gather: Gather, wide: bool) -> bool {
+            if gather == Gather::Shuffle || !allowed(c, gather, wide) {
                 return false;
             }
-            let taps = c.taps;
-            let window = Gather::Permute.window(wide);
-            let entries = self.set_layout(c, Gather::Permute, wide);
-            let (pairs, row_bytes, values) = (self.pairs, self.row_bytes, self.values);
-            let len = self.fill_pixels(c);
+            let (taps, quads) = (c.taps, gather == Gather::Quad);
+            let window = gather.window(wide);
+            let entries = self.set_layout(c, gather, wide);
+            let (steps, row_bytes, values) = (self.steps, self.row_bytes, self.values);
+            let len = self.fill_pixels(c, gather);
             self.masks_hi.clear();
             self.win.resize(entries, [0; 2]);
             self.masks.resize(entries, [0; 32]);
             self.whi.resize(entries, [0; 8]);
+            self.wmid.clear();
+            if quads {
+                self.wmid.resize(entries, [0; 8]);
+            }
             self.wlo.resize(entries, [0; 8]);
             // Value 8m + q of the row is channel k of pixel 8m / 3 + rel: with r = 8m mod 3,
             // rel = (r + q) / 3 and k = (r + q) mod 3.
@@ -1362,54 +1414,70 @@ mod x86 {
                 let (px0, r) = (8 * m / 3, 8 * m % 3);
                 let valid = _mm256_cmpgt_epi32(_mm256_set1_epi32((values - 8 * m) as i32), lane);
                 // SAFETY: `px0 < out`, so 8 entries from `px0` lie within `len` (per pair).
-                let gather = |v: &[i32]| unsafe {
+                let pick = |v: &[i32]| unsafe {
                     _mm256_permutevar8x32_epi32(
                         _mm256_loadu_si256(v[px0..].as_ptr().cast()),
                         rel[r],
                     )
                 };
-                let pos = _mm256_add_epi32(gather(&self.px_pos), chan[r]);
+                let pos = _mm256_add_epi32(pick(&self.px_pos), chan[r]);
                 // Padding lanes take lane 0's byte, which leaves the span alone.
                 let pos0 = _mm256_permutevar8x32_epi32(pos, _mm256_setzero_si256());
                 let pos_span = _mm256_blendv_epi8(pos0, pos, valid);
                 let (lo, hi) = (hmin(pos_span) as usize, hmax(pos_span) as usize);
-                for p in 0..pairs {
-                    let (ka, kb) = (2 * p, 2 * p + 1);
-                    let last = hi + 3 * if kb < taps { kb } else { ka };
-                    let wo = window_start(lo, ka, row_bytes, window);
-                    if last >= wo + window {
+                for step in 0..steps {
+                    let k0 = gather.taps_per_step() * step;
+                    // The step's last tap; the taps past it repeat its byte, against zero
+                    // weights.
+                    let klast = (k0 + gather.taps_per_step() - 1).min(taps - 1);
+                    let wo = window_start(lo, k0, row_bytes, window);
+                    if hi + 3 * klast >= wo + window {
                         return false;
                     }
-                    // Without tap 2p + 1 its byte repeats tap 2p's, against a zero weight.
-                    let second = if kb < taps { 3 } else { 0 };
-                    let a = _mm256_add_epi32(pos, _mm256_set1_epi32((3 * ka) as i32 - wo as i32));
-                    let b = _mm256_add_epi32(a, _mm256_set1_epi32(second));
-                    let idx = _mm256_or_si256(_mm256_or_si256(a, _mm256_slli_epi32::<16>(b)), odd);
-                    let e = m * pairs + p;
+                    let a = _mm256_add_epi32(pos, _mm256_set1_epi32((3 * k0) as i32 - wo as i32));
+                    let idx = if quads {
+                        // Bytes a, a + 3, a + 6, a + 9 (all below the window's 64).
+                        let d = klast - k0;
+                        let offs: usize = (0..4).map(|j| (3 * j.min(d)) << (8 * j)).sum();
+                        _mm256_add_epi32(
+                            _mm256_mullo_epi32(a, _mm256_set1_epi32(0x0101_0101)),
+                            _mm256_set1_epi32(offs as i32),
+                        )
+                    } else {
+                        let b = _mm256_add_epi32(a, _mm256_set1_epi32(3 * (klast - k0) as i32));
+                        _mm256_or_si256(_mm256_or_si256(a, _mm256_slli_epi32::<16>(b)), odd)
+                    };
+                    let e = m * steps + step;
                     self.win[e] = [wo as u32; 2];
-                    // SAFETY: entry `e < chunks * pairs`, the tables' length; 32 bytes each.
+                    let weights = |px: &[i32]| _mm256_and_si256(pick(&px[step * len..]), valid);
+                    // SAFETY: entry `e < chunks * steps`, the tables' length; 32 bytes each.
                     unsafe {
                         _mm256_storeu_si256(
                             self.masks[e].as_mut_ptr().cast(),
                             _mm256_blendv_epi8(unused, idx, valid),
                         );
-                        let (whi, wlo) = (
-                            gather(&self.px_hi[p * len..]),
-                            gather(&self.px_lo[p * len..]),
-                        );
-                        _mm256_storeu_si256(
-                            self.whi[e].as_mut_ptr().cast(),
-                            _mm256_and_si256(whi, valid),
-                        );
-                        _mm256_storeu_si256(
-                            self.wlo[e].as_mut_ptr().cast(),
-                            _mm256_and_si256(wlo, valid),
-                        );
+                        _mm256_storeu_si256(self.whi[e].as_mut_ptr().cast(), weights(&self.px_hi));
+                        _mm256_storeu_si256(self.wlo[e].as_mut_ptr().cast(), weights(&self.px_lo));
+                        if quads {
+                            _mm256_storeu_si256(
+                                self.wmid[e].as_mut_ptr().cast(),
+                                weights(&self.px_mid),
+                            );
+                        }
                     }
                 }
             }
             true
         }
+    }
+
+    /// `w` as signed base-256 digits `[a, b, c]`, `w = 65536 a + 256 b + c`, each in
+    /// `[-128, 127]` for `|w| <= 2^22` (Pillow's weights are in `[0, 2^22]`).
+    fn signed_digits(w: i32) -> [i8; 3] {
+        let c = w as i8;
+        let r = (w - i32::from(c)) >> 8;
+        let b = r as i8;
+        [((r - i32::from(b)) >> 8) as i8, b, c]
     }
 
     /// The smallest of 8 lanes.
@@ -1433,6 +1501,12 @@ mod x86 {
     /// Whether the kernels are instantiated for `c`'s taps in the layout and its rows are at
     /// least a window long (a layout can only fit if so).
     fn allowed(c: &AxisCoeffs, gather: Gather, wide: bool) -> bool {
+        let rows_fit =
+            3 * c.in_size as usize >= gather.window(wide) && c.simd_friendly() && c.padded_ready;
+        if gather == Gather::Quad {
+            // Two taps or fewer: a pair does less work than a quad's three dot products.
+            return rows_fit && c.taps > 2 && c.taps.div_ceil(4) <= MAX_QUADS;
+        }
         let pairs = c.taps.div_ceil(2);
         let max_pairs = if wide { MAX_PAIRS } else { MAX_PAIRS / 2 };
         // (The wide kernels are instantiated for 2 to 8 pairs; 1 pair always fits narrow.)
@@ -1665,19 +1739,38 @@ mod x86 {
         // the stores need `rows.len()` rows of `chunks * 8` values.
         assert!(rows.iter().all(|r| r.len() >= plan.row_bytes));
         assert!(store.fits(rows.len(), plan.chunks * 8));
-        assert_eq!(plan.win.len(), plan.chunks * plan.pairs);
-        assert!(plan.pairs <= MAX_PAIRS && (plan.pairs <= MAX_PAIRS / 2 || plan.wide));
-        assert!(!plan.wide || plan.pairs >= 2);
+        assert_eq!(plan.win.len(), plan.chunks * plan.steps);
+        if plan.gather == Gather::Quad {
+            assert!(cpu::avx512_vnni() && (1..=MAX_QUADS).contains(&plan.steps));
+            assert_eq!(plan.wmid.len(), plan.win.len());
+            // SAFETY: (every arm) the CPU has the quad kernel's features (asserted), and the
+            // row and store bounds it relies on were asserted above.
+            unsafe {
+                match (plan.wide, plan.steps) {
+                    (false, 1) => quad_kernel::<1, false, S>(plan, rows, ahead, store),
+                    (false, 2) => quad_kernel::<2, false, S>(plan, rows, ahead, store),
+                    (false, 3) => quad_kernel::<3, false, S>(plan, rows, ahead, store),
+                    (false, _) => quad_kernel::<4, false, S>(plan, rows, ahead, store),
+                    (true, 1) => quad_kernel::<1, true, S>(plan, rows, ahead, store),
+                    (true, 2) => quad_kernel::<2, true, S>(plan, rows, ahead, store),
+                    (true, 3) => quad_kernel::<3, true, S>(plan, rows, ahead, store),
+                    (true, _) => quad_kernel::<4, true, S>(plan, rows, ahead, store),
+                }
+            }
+            return;
+        }
+        assert!(plan.steps <= MAX_PAIRS && (plan.steps <= MAX_PAIRS / 2 || plan.wide));
+        assert!(!plan.wide || plan.steps >= 2);
         match plan.gather {
             // Plans are only built with permutes where `cpu::avx512_vnni()` said yes.
-            Gather::Permute => assert!(cpu::avx512_vnni()),
+            Gather::Permute | Gather::Quad => assert!(cpu::avx512_vnni()),
             Gather::Shuffle => assert!(!plan.wide || plan.masks_hi.len() == plan.win.len()),
         }
         // SAFETY: (every arm) the resize runs this only on CPUs with AVX2, and the permute
         // plans' features were asserted; the row and store bounds the kernels rely on were
         // asserted above.
         unsafe {
-            match (plan.wide, plan.pairs) {
+            match (plan.wide, plan.steps) {
                 (false, 1) => horizontal_kernel::<1, false, S>(plan, rows, ahead, store),
                 (false, 2) => horizontal_kernel::<2, false, S>(plan, rows, ahead, store),
                 (false, 3) => horizontal_kernel::<3, false, S>(plan, rows, ahead, store),
@@ -1709,6 +1802,7 @@ mod x86 {
             match plan.gather {
                 Gather::Shuffle => shuffle_kernel::<P, WIDE, S>(plan, rows, ahead, store),
                 Gather::Permute => permute_kernel::<P, WIDE, S>(plan, rows, ahead, store),
+                Gather::Quad => unreachable!("quad plans run `quad_kernel`"),
             }
         }
     }
@@ -1971,6 +2065,103 @@ mod x86 {
         }
     }
 
+    /// `vpermt2b` without a mask: byte `i` = byte `idx[i] & 63` of `first ++ second`. (The
+    /// intrinsic lets LLVM merge the two loads into a 512-bit permute; see
+    /// [`permute2_pairs`].)
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vbmi")]
+    #[inline]
+    fn permute2_bytes(idx: __m256i, first: __m256i, second: __m256i) -> __m256i {
+        let mut out = first;
+        // SAFETY: a register-only instruction of the enabled features; no memory, stack or
+        // flags touched.
+        unsafe {
+            asm!(
+                "vpermt2b {out:y}, {idx:y}, {second:y}",
+                out = inout(zmm_reg) out,
+                idx = in(zmm_reg) idx,
+                second = in(zmm_reg) second,
+                options(pure, nomem, nostack, preserves_flags),
+            );
+        }
+        out
+    }
+
+    /// `acc + dot(a, b)` over 4 unsigned bytes of `a` times 4 signed bytes of `b`
+    /// (`vpdpbusd` on 256-bit registers, any of the 32).
+    #[target_feature(enable = "avx512f,avx512vl,avx512vnni")]
+    #[inline]
+    fn dpbusd(mut acc: __m256i, a: __m256i, b: __m256i) -> __m256i {
+        // SAFETY: as in `permute2_bytes`.
+        unsafe {
+            asm!(
+                "vpdpbusd {acc:y}, {a:y}, {b:y}",
+                acc = inout(zmm_reg) acc,
+                a = in(zmm_reg) a,
+                b = in(zmm_reg) b,
+                options(pure, nomem, nostack, preserves_flags),
+            );
+        }
+        acc
+    }
+
+    /// The horizontal kernel of the quad plans: per four taps one window load (two for wide
+    /// plans), one unmasked permute that puts each value's four bytes in its dword, and three
+    /// `vpdpbusd` against the weights' digits of 65536, 256 and 1, whose sums combine exactly
+    /// into Pillow's (the digits are signed, so no offset is needed: the pixels are the
+    /// unsigned operand).
+    ///
+    /// # Safety
+    /// AVX2 and AVX-512 F/BW/VL/VBMI/VNNI; every row at least `plan.row_bytes` long; `store`
+    /// fits `rows.len()` rows of `plan.chunks * 8` values; `plan.gather == Quad`,
+    /// `plan.steps == Q`, `plan.wide == WIDE` and the tables hold `chunks * Q` entries.
+    #[target_feature(enable = "avx2,avx512f,avx512bw,avx512vl,avx512vbmi,avx512vnni")]
+    unsafe fn quad_kernel<const Q: usize, const WIDE: bool, S: Store>(
+        plan: &HPlan,
+        rows: &[&[u8]],
+        ahead: Ahead,
+        store: &mut S,
+    ) {
+        // SAFETY: as in `permute_kernel` (the same windows); the digit tables are
+        // bounds-checked.
+        unsafe {
+            let half = _mm256_set1_epi32(HALF);
+            for m in 0..plan.chunks {
+                let t = m * Q;
+                let win = &plan.win[t..t + Q];
+                let load = |v: &[[i32; 8]], q: usize| _mm256_loadu_si256(v[t + q].as_ptr().cast());
+                let idx: [__m256i; Q] =
+                    std::array::from_fn(|q| _mm256_loadu_si256(plan.masks[t + q].as_ptr().cast()));
+                let wa: [__m256i; Q] = std::array::from_fn(|q| load(&plan.whi, q));
+                let wb: [__m256i; Q] = std::array::from_fn(|q| load(&plan.wmid, q));
+                let wc: [__m256i; Q] = std::array::from_fn(|q| load(&plan.wlo, q));
+                if m % 4 == 0 {
+                    ahead.prefetch(win[0][0] as usize + 64);
+                }
+                for (r, row) in rows.iter().enumerate() {
+                    let ptr = row.as_ptr();
+                    let (mut a, mut b, mut c) =
+                        (_mm256_setzero_si256(), _mm256_setzero_si256(), half);
+                    for q in 0..Q {
+                        let at = ptr.add(win[q][0] as usize);
+                        let first = _mm256_loadu_si256(at.cast());
+                        let g = if WIDE {
+                            permute2_bytes(idx[q], first, _mm256_loadu_si256(at.add(32).cast()))
+                        } else {
+                            _mm256_permutexvar_epi8(idx[q], first)
+                        };
+                        a = dpbusd(a, g, wa[q]);
+                        b = dpbusd(b, g, wb[q]);
+                        c = dpbusd(c, g, wc[q]);
+                    }
+                    let ab =
+                        _mm256_add_epi32(_mm256_slli_epi32::<16>(a), _mm256_slli_epi32::<8>(b));
+                    let sum = _mm256_add_epi32(ab, c);
+                    store.store(r, m, _mm256_srai_epi32::<{ PRECISION_BITS as i32 }>(sum));
+                }
+            }
+        }
+    }
+
     /// One output row of the vertical pass over pair-format rows: output row = the rows at
     /// `offs` (value offsets into `ring`) weighted by `w` (pairs); with `vnni`, the dot
     /// products accumulate in one instruction.
@@ -2067,19 +2258,22 @@ mod x86 {
         #[test]
         fn plans_take_the_layout_each_downscale_needs() {
             // The parity tests compare results; this pins which kernel they exercised. Input
-            // widths to 224 outputs: the 256-bit permutes' 32-byte windows up to about 3.35x
-            // (4 pairs), their 64-byte windows up to about 6.7x, the AVX2 shuffles' 32-byte
-            // lane windows up to 8x (8 pairs); rows shorter than a window take a smaller one.
-            // (in, out, the layout: gather and wide, or none that fits)
+            // widths to 224 outputs: upscales (2 taps) take the 256-bit pair permutes; from 3
+            // taps the quads, in 32-byte windows up to about 2.7x, 64-byte ones up to about 6x;
+            // then the pair permutes' 64-byte windows up to about 6.7x, the AVX2 shuffles'
+            // 32-byte lane windows up to 8x (8 pairs); rows shorter than a window take a
+            // smaller one. (in, out, the layout: gather and wide, or none that fits)
             type Case = (u32, u32, Option<(Gather, bool)>);
-            let cases: [Case; 8] = [
-                (300, 224, Some((Gather::Permute, false))),
-                (750, 224, Some((Gather::Permute, false))),
-                (751, 224, Some((Gather::Permute, true))),
+            let cases: [Case; 10] = [
+                (200, 224, Some((Gather::Permute, false))),
+                (300, 224, Some((Gather::Quad, false))),
+                (600, 224, Some((Gather::Quad, false))),
+                (700, 224, Some((Gather::Quad, true))),
+                (1300, 224, Some((Gather::Quad, true))),
                 (1400, 224, Some((Gather::Permute, true))),
                 (1680, 224, Some((Gather::Shuffle, true))),
                 (1800, 224, None),
-                (11, 5, Some((Gather::Permute, false))),
+                (11, 5, Some((Gather::Quad, false))),
                 (10, 7, Some((Gather::Shuffle, false))),
             ];
             for (in_size, out, expected) in cases {
@@ -2092,10 +2286,18 @@ mod x86 {
                     .then_some((plan.gather, plan.wide));
                 let expected = match expected {
                     // Without AVX-512 the permute layouts are never tried.
-                    Some((Gather::Permute, _)) if !cpu::avx512_vnni() => built,
+                    Some((Gather::Permute | Gather::Quad, _)) if !cpu::avx512_vnni() => built,
                     e => e,
                 };
                 assert_eq!(built, expected, "{in_size} -> {out}");
+            }
+        }
+
+        #[test]
+        fn signed_digits_rebuild_every_weight() {
+            for w in -(1 << 22)..=(1 << 22) {
+                let [a, b, c] = signed_digits(w).map(i32::from);
+                assert_eq!(65536 * a + 256 * b + c, w, "{w}");
             }
         }
 
@@ -2121,13 +2323,17 @@ mod x86 {
                     }
                     let mut vector = HPlan::default();
                     // SAFETY: the CPU has AVX2 (checked above).
-                    assert_eq!(unsafe { vector.fill_permute(&c, wide) }, fits, "{case}");
+                    assert_eq!(
+                        unsafe { vector.fill_permute(&c, Gather::Permute, wide) },
+                        fits,
+                        "{case}"
+                    );
                     if !fits {
                         continue;
                     }
                     checked += 1;
                     let shape =
-                        |p: &HPlan| (p.gather, p.pairs, p.wide, p.chunks, p.values, p.row_bytes);
+                        |p: &HPlan| (p.gather, p.steps, p.wide, p.chunks, p.values, p.row_bytes);
                     assert_eq!(shape(&vector), shape(&scalar), "{case}");
                     assert_eq!(vector.win, scalar.win, "{case}");
                     assert_eq!(vector.masks, scalar.masks, "{case}");
