@@ -837,6 +837,17 @@ fn check_sizes(src: &RgbView<'_>, out_h: u32, out_w: u32) -> Result<()> {
     Ok(())
 }
 
+/// The slot of row `y` in a ring of `cap` rows (row y lives in slot y mod cap), for rows that
+/// only move forward: `base` (a multiple of `cap`, at most `y`) advances by subtraction
+/// instead of a division per row.
+#[cfg(target_arch = "x86_64")]
+fn ring_slot(y: usize, cap: usize, base: &mut usize) -> usize {
+    while y >= *base + cap {
+        *base += cap;
+    }
+    y - *base
+}
+
 /// Source rows a SIMD horizontal pass prefetches while it computes others: `rows` rows from
 /// `base`, `stride` bytes apart. Only ever prefetched, never read (a prefetch takes any
 /// address and never faults).
@@ -1081,7 +1092,8 @@ mod x86 {
     use std::arch::x86_64::*;
 
     use super::{
-        portable, vertical_first, Ahead, AxisCoeffs, Resizer, RowSink, HALF, PRECISION_BITS,
+        portable, ring_slot, vertical_first, Ahead, AxisCoeffs, Resizer, RowSink, HALF,
+        PRECISION_BITS,
     };
     use crate::cpu;
     use crate::image::RgbView;
@@ -1677,14 +1689,6 @@ mod x86 {
         }
         let align = simd.pairs.as_ptr().align_offset(32).min(8);
         let ring = &mut simd.pairs[align..align + cap * stride];
-        // Row y lives in slot y mod cap; rows only move forward, so the slots are tracked by
-        // subtraction instead of divisions.
-        let slot = |y: usize, base: &mut usize| {
-            while y >= *base + cap {
-                *base += cap;
-            }
-            y - *base
-        };
         let (mut next_base, mut start_base) = (first - first % cap, first - first % cap);
         let mut next = first;
         let mut offs = [0usize; MAX_V_TAPS];
@@ -1698,7 +1702,7 @@ mod x86 {
                 for (i, row) in src_rows.iter_mut().take(n).enumerate() {
                     *row = src.row((next + i) as u32);
                 }
-                let (head, tail) = ring.split_at_mut(slot(next, &mut next_base) * stride);
+                let (head, tail) = ring.split_at_mut(ring_slot(next, cap, &mut next_base) * stride);
                 let mut outs: [&mut [i32]; BLOCK_ROWS] = Default::default();
                 let slots = tail
                     .chunks_exact_mut(stride)
@@ -1709,7 +1713,7 @@ mod x86 {
                 horizontal_pairs(plan, &src_rows[..n], ahead, &mut outs[..n]);
                 next += n;
             }
-            let s0 = slot(start, &mut start_base);
+            let s0 = ring_slot(start, cap, &mut start_base);
             for (o, s) in offs.iter_mut().zip(s0..s0 + w.len()) {
                 // `w.len() <= taps < cap`: at most one wrap.
                 *o = if s >= cap { s - cap } else { s } * stride;
@@ -2379,7 +2383,9 @@ mod x512 {
     use std::arch::asm;
     use std::arch::x86_64::*;
 
-    use super::{vertical_first, Ahead, AxisCoeffs, Resizer, RowSink, HALF, PRECISION_BITS};
+    use super::{
+        ring_slot, vertical_first, Ahead, AxisCoeffs, Resizer, RowSink, HALF, PRECISION_BITS,
+    };
     use crate::image::RgbView;
 
     /// Rows the horizontal kernel runs per block (each chunk's plan is loaded once a block).
@@ -2837,14 +2843,6 @@ mod x512 {
         let stride = plan.chunks * 16;
         let values = plan.values;
         let out_h = out_h as usize;
-        // Row y of a ring lives in slot y mod cap; rows only move forward, so the slots are
-        // tracked by subtraction instead of divisions.
-        let slot = |y: usize, cap: usize, base: &mut usize| {
-            while y >= *base + cap {
-                *base += cap;
-            }
-            y - *base
-        };
         if !need_v || vfirst {
             // Blocks of output rows: (vertical pass into `rows`,) horizontal pass into
             // `block`, then out to the sink. The vertical pass reads the source rows widened
@@ -2876,14 +2874,14 @@ mod x512 {
                         let (start, count) = (vert.start[yy] as usize, vert.count[yy] as usize);
                         // Rows [start, start + count) fit: count <= taps = cap.
                         while next < start + count {
-                            let at = slot(next, cap, &mut next_base) * wide;
+                            let at = ring_slot(next, cap, &mut next_base) * wide;
                             // Prefetching a few rows ahead hides a cold source's latency.
                             let ahead =
                                 (next + 4 < in_h as usize).then(|| src.row(next as u32 + 4));
                             widen(src.row(next as u32), ahead, &mut ring[at..at + wide]);
                             next += 1;
                         }
-                        let s0 = slot(start, cap, &mut start_base);
+                        let s0 = ring_slot(start, cap, &mut start_base);
                         zmm.offs.clear();
                         zmm.offs.extend((s0..s0 + count).map(|s| {
                             // `count <= cap`: at most one wrap.
@@ -2944,7 +2942,7 @@ mod x512 {
                 for (i, slot) in src_rows.iter_mut().take(n).enumerate() {
                     *slot = src.row((next + i) as u32);
                 }
-                let (head, tail) = ring.split_at_mut(slot(next, cap, &mut next_base) * stride);
+                let (head, tail) = ring.split_at_mut(ring_slot(next, cap, &mut next_base) * stride);
                 let mut outs: [&mut [i32]; BLOCK] = Default::default();
                 let slots = tail
                     .chunks_exact_mut(stride)
@@ -2958,7 +2956,7 @@ mod x512 {
                 run_horizontal(plan, &src_rows[..n], ahead, &mut store);
                 next += n;
             }
-            let s0 = slot(start, cap, &mut start_base);
+            let s0 = ring_slot(start, cap, &mut start_base);
             zmm.offs.clear();
             zmm.offs.extend((s0..s0 + w.len()).map(|s| {
                 // `w.len() <= taps < cap`: at most one wrap.
