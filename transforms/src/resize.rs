@@ -1061,6 +1061,31 @@ mod portable {
     }
 }
 
+/// A function of one accumulating AVX-512 VNNI instruction, `acc = insn(acc, a, b)`, in any of
+/// the 32 vector registers. Written with `asm!` because LLVM splits some of them into a
+/// multiply and an add, a second uop on the ports the kernels saturate.
+#[cfg(target_arch = "x86_64")]
+macro_rules! dot_instruction {
+    ($(#[$attr:meta])* fn $name:ident($ty:ty) = $insn:literal) => {
+        $(#[$attr])*
+        #[inline]
+        fn $name(mut acc: $ty, a: $ty, b: $ty) -> $ty {
+            // SAFETY: a register-only instruction of the enabled features; no memory, stack
+            // or flags touched.
+            unsafe {
+                std::arch::asm!(
+                    $insn,
+                    acc = inout(zmm_reg) acc,
+                    a = in(zmm_reg) a,
+                    b = in(zmm_reg) b,
+                    options(pure, nomem, nostack, preserves_flags),
+                );
+            }
+            acc
+        }
+    };
+}
+
 /// AVX2 kernels.
 ///
 /// The horizontal pass computes 8 output values (not pixels: RGB values in a row) per vector:
@@ -2090,22 +2115,11 @@ mod x86 {
         out
     }
 
-    /// `acc + dot(a, b)` over 4 unsigned bytes of `a` times 4 signed bytes of `b`
-    /// (`vpdpbusd` on 256-bit registers, any of the 32).
-    #[target_feature(enable = "avx512f,avx512vl,avx512vnni")]
-    #[inline]
-    fn dpbusd(mut acc: __m256i, a: __m256i, b: __m256i) -> __m256i {
-        // SAFETY: as in `permute2_bytes`.
-        unsafe {
-            asm!(
-                "vpdpbusd {acc:y}, {a:y}, {b:y}",
-                acc = inout(zmm_reg) acc,
-                a = in(zmm_reg) a,
-                b = in(zmm_reg) b,
-                options(pure, nomem, nostack, preserves_flags),
-            );
-        }
-        acc
+    dot_instruction! {
+        /// `acc + dot(a, b)` over 4 unsigned bytes of `a` times 4 signed bytes of `b`
+        /// (`vpdpbusd` on 256-bit registers, any of the 32).
+        #[target_feature(enable = "avx512f,avx512vl,avx512vnni")]
+        fn dpbusd(__m256i) = "vpdpbusd {acc:y}, {a:y}, {b:y}"
     }
 
     /// The horizontal kernel of the quad plans: per four taps one window load (two for wide
@@ -2409,22 +2423,10 @@ mod x512 {
         }
     }
 
-    /// `acc + dot(a, b)` over i16 pairs (`vpdpwssd`).
-    #[target_feature(enable = "avx512f,avx512vnni")]
-    #[inline]
-    fn dpwssd(mut acc: __m512i, a: __m512i, b: __m512i) -> __m512i {
-        // SAFETY: a register-only instruction of the enabled features; no memory, stack or
-        // flags touched.
-        unsafe {
-            asm!(
-                "vpdpwssd {acc}, {a}, {b}",
-                acc = inout(zmm_reg) acc,
-                a = in(zmm_reg) a,
-                b = in(zmm_reg) b,
-                options(pure, nomem, nostack, preserves_flags),
-            );
-        }
-        acc
+    dot_instruction! {
+        /// `acc + dot(a, b)` over i16 pairs (`vpdpwssd`).
+        #[target_feature(enable = "avx512f,avx512vnni")]
+        fn dpwssd(__m512i) = "vpdpwssd {acc}, {a}, {b}"
     }
 
     /// `vpermb` with zero-masking: byte `i` = `table[idx[i] & 63]` where bit `i` of `keep` is
@@ -2449,21 +2451,11 @@ mod x512 {
         out
     }
 
-    /// `acc + dot(a, b)` over 4 unsigned bytes of `a` times 4 signed bytes of `b` (`vpdpbusd`).
-    #[target_feature(enable = "avx512f,avx512vnni")]
-    #[inline]
-    fn dpbusd(mut acc: __m512i, a: __m512i, b: __m512i) -> __m512i {
-        // SAFETY: as in `dpwssd`.
-        unsafe {
-            asm!(
-                "vpdpbusd {acc}, {a}, {b}",
-                acc = inout(zmm_reg) acc,
-                a = in(zmm_reg) a,
-                b = in(zmm_reg) b,
-                options(pure, nomem, nostack, preserves_flags),
-            );
-        }
-        acc
+    dot_instruction! {
+        /// `acc + dot(a, b)` over 4 unsigned bytes of `a` times 4 signed bytes of `b`
+        /// (`vpdpbusd`).
+        #[target_feature(enable = "avx512f,avx512vnni")]
+        fn dpbusd(__m512i) = "vpdpbusd {acc}, {a}, {b}"
     }
 
     /// The horizontal pass per 16-value chunk: a window offset and, in `data`, the start value
