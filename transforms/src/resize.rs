@@ -1174,6 +1174,7 @@ mod x86 {
 
     impl Gather {
         /// Values that share a window: a lane's 4 or a chunk's 8.
+        #[cfg(test)]
         fn group(self) -> usize {
             match self {
                 Gather::Shuffle => 4,
@@ -1251,24 +1252,18 @@ mod x86 {
                     return ok;
                 }
             }
-            let built = (permute
-                && [
-                    (Gather::Quad, false),
-                    (Gather::Quad, true),
-                    (Gather::Permute, false),
-                    (Gather::Permute, true),
-                ]
-                .into_iter()
-                .any(|(gather, wide)| {
-                    // SAFETY: permutes are only allowed where `cpu::avx512_vnni()` said yes,
-                    // and those CPUs have AVX2.
-                    unsafe { self.fill_permute(c, gather, wide) }
-                }))
-                || [false, true]
-                    .into_iter()
-                    .find(|&wide| fits(c, Gather::Shuffle, wide))
-                    .map(|wide| self.fill(c, Gather::Shuffle, wide))
-                    .is_some();
+            let built = [
+                (Gather::Quad, false),
+                (Gather::Quad, true),
+                (Gather::Permute, false),
+                (Gather::Permute, true),
+                (Gather::Shuffle, false),
+                (Gather::Shuffle, true),
+            ]
+            .into_iter()
+            .filter(|&(gather, _)| permute || gather == Gather::Shuffle)
+            // SAFETY: plans are only prepared on the AVX2 path (the CPU has AVX2).
+            .any(|(gather, wide)| unsafe { self.fill_vector(c, gather, wide) });
             self.key = Some((c.key(), permute, built));
             built
         }
@@ -1285,8 +1280,9 @@ mod x86 {
             self.chunks * self.steps
         }
 
-        /// Fills the tables for a layout that [`fits`] (one value at a time: the reference
-        /// for [`HPlan::fill_permute`], and the builder of the shuffle layouts).
+        /// Fills the tables for a pair layout that [`fits`], one value at a time: the
+        /// reference that [`HPlan::fill_vector`] is tested against.
+        #[cfg(test)]
         fn fill(&mut self, c: &AxisCoeffs, gather: Gather, wide: bool) {
             let taps = c.taps;
             let window = gather.window(wide);
@@ -1332,7 +1328,7 @@ mod x86 {
                     match gather {
                         Gather::Shuffle => win[e][lane] = wo as u32,
                         Gather::Permute => win[e] = [wo as u32; 2],
-                        Gather::Quad => unreachable!("quad plans are built by fill_permute"),
+                        Gather::Quad => unreachable!("the reference covers the pair layouts"),
                     }
                     let (mask, whi, wlo) = (&mut masks[e], &mut whi[e], &mut wlo[e]);
                     for (q, &b) in base[..n].iter().enumerate() {
@@ -1396,25 +1392,30 @@ mod x86 {
             len
         }
 
-        /// [`HPlan::fill`] for a permute layout, a chunk (8 values) at a time, with the
-        /// [`fits`] check folded in: false if the layout is not [`allowed`] or a chunk's taps
-        /// do not fit its window (the tables are then half filled, and the caller fills
-        /// another layout). The same tables as `fill`, bit for bit (tested), in under half
-        /// the time: this runs for every new crop width.
+        /// Fills the tables for a layout a chunk (8 values) at a time, with the [`fits`]
+        /// check folded in: false if the layout is not [`allowed`] or a group's taps do not
+        /// fit its window (the tables are then half filled, and the caller fills another
+        /// layout). The same tables as [`HPlan::fill`] for the pair layouts, bit for bit
+        /// (tested), in under half the time: this runs for every new crop width.
         ///
         /// # Safety
         /// AVX2.
         #[target_feature(enable = "avx2")]
-        unsafe fn fill_permute(&mut self, c: &AxisCoeffs, gather: Gather, wide: bool) -> bool {
-            if gather == Gather::Shuffle || !allowed(c, gather, wide) {
+        unsafe fn fill_vector(&mut self, c: &AxisCoeffs, gather: Gather, wide: bool) -> bool {
+            if !allowed(c, gather, wide) {
                 return false;
             }
             let (taps, quads) = (c.taps, gather == Gather::Quad);
+            let (shuffle, split_masks) =
+                (gather == Gather::Shuffle, gather == Gather::Shuffle && wide);
             let window = gather.window(wide);
             let entries = self.set_layout(c, gather, wide);
             let (steps, row_bytes, values) = (self.steps, self.row_bytes, self.values);
             let len = self.fill_pixels(c, gather);
             self.masks_hi.clear();
+            if split_masks {
+                self.masks_hi.resize(entries, [0; 32]);
+            }
             self.win.resize(entries, [0; 2]);
             self.masks.resize(entries, [0; 32]);
             self.whi.resize(entries, [0; 8]);
@@ -1458,20 +1459,37 @@ mod x86 {
                     )
                 };
                 let pos = _mm256_add_epi32(pick(&self.px_pos), chan[r]);
-                // Padding lanes take lane 0's byte, which leaves the span alone.
-                let pos0 = _mm256_permutevar8x32_epi32(pos, _mm256_setzero_si256());
-                let pos_span = _mm256_blendv_epi8(pos0, pos, valid);
-                let (lo, hi) = (hmin(pos_span) as usize, hmax(pos_span) as usize);
+                // The span of each 128-bit half's values (a shuffle lane's group), or of the
+                // chunk's; padding lanes are left out, and a half without values keeps
+                // `i32::MAX` as its lowest.
+                let (lo, hi) = {
+                    let lo = half_min(_mm256_blendv_epi8(_mm256_set1_epi32(i32::MAX), pos, valid));
+                    let hi = half_max(_mm256_blendv_epi8(_mm256_set1_epi32(i32::MIN), pos, valid));
+                    if shuffle {
+                        (lo, hi)
+                    } else {
+                        ([lo[0].min(lo[1]); 2], [hi[0].max(hi[1]); 2])
+                    }
+                };
                 for step in 0..steps {
                     let k0 = gather.taps_per_step() * step;
                     // The step's last tap; the taps past it repeat its byte, against zero
                     // weights.
                     let klast = (k0 + gather.taps_per_step() - 1).min(taps - 1);
-                    let wo = window_start(lo, k0, row_bytes, window);
-                    if hi + 3 * klast >= wo + window {
-                        return false;
+                    // Each half's window (a shuffle's half without values keeps 0).
+                    let mut wo = [0usize; 2];
+                    for ((wo, &lo), &hi) in wo.iter_mut().zip(&lo).zip(&hi) {
+                        if lo == i32::MAX {
+                            continue;
+                        }
+                        *wo = window_start(lo as usize, k0, row_bytes, window);
+                        if hi as usize + 3 * klast >= *wo + window {
+                            return false;
+                        }
                     }
-                    let a = _mm256_add_epi32(pos, _mm256_set1_epi32((3 * k0) as i32 - wo as i32));
+                    // Each value's tap-k0 byte in its half's window.
+                    let shift = |h: usize| _mm_set1_epi32((3 * k0) as i32 - wo[h] as i32);
+                    let a = _mm256_add_epi32(pos, _mm256_set_m128i(shift(1), shift(0)));
                     let idx = if quads {
                         // Bytes a, a + 3, a + 6, a + 9 (all below the window's 64).
                         let d = klast - k0;
@@ -1484,15 +1502,28 @@ mod x86 {
                         let b = _mm256_add_epi32(a, _mm256_set1_epi32(3 * (klast - k0) as i32));
                         _mm256_or_si256(_mm256_or_si256(a, _mm256_slli_epi32::<16>(b)), odd)
                     };
+                    let idx = _mm256_blendv_epi8(unused, idx, valid);
                     let e = m * steps + step;
-                    self.win[e] = [wo as u32; 2];
+                    self.win[e] = wo.map(|w| w as u32);
                     let weights = |px: &[i32]| _mm256_and_si256(pick(&px[step * len..]), valid);
                     // SAFETY: entry `e < chunks * steps`, the tables' length; 32 bytes each.
                     unsafe {
-                        _mm256_storeu_si256(
-                            self.masks[e].as_mut_ptr().cast(),
-                            _mm256_blendv_epi8(unused, idx, valid),
-                        );
+                        if split_masks {
+                            // Bytes past a lane's first 16 go into the mask of its second 16
+                            // (0x80 elsewhere), so that OR-ing the two shuffles merges them.
+                            let past = _mm256_cmpgt_epi8(idx, _mm256_set1_epi8(15));
+                            let second = _mm256_sub_epi8(idx, _mm256_set1_epi8(16));
+                            _mm256_storeu_si256(
+                                self.masks[e].as_mut_ptr().cast(),
+                                _mm256_blendv_epi8(idx, unused, past),
+                            );
+                            _mm256_storeu_si256(
+                                self.masks_hi[e].as_mut_ptr().cast(),
+                                _mm256_blendv_epi8(unused, second, past),
+                            );
+                        } else {
+                            _mm256_storeu_si256(self.masks[e].as_mut_ptr().cast(), idx);
+                        }
                         _mm256_storeu_si256(self.whi[e].as_mut_ptr().cast(), weights(&self.px_hi));
                         _mm256_storeu_si256(self.wlo[e].as_mut_ptr().cast(), weights(&self.px_lo));
                         if quads {
@@ -1517,22 +1548,20 @@ mod x86 {
         [((r - i32::from(b)) >> 8) as i8, b, c]
     }
 
-    /// The smallest of 8 lanes.
+    /// The smallest of each 128-bit half's 4 lanes.
     #[target_feature(enable = "avx2")]
-    fn hmin(v: __m256i) -> i32 {
-        let v = _mm256_min_epi32(v, _mm256_permute2x128_si256::<1>(v, v));
+    fn half_min(v: __m256i) -> [i32; 2] {
         let v = _mm256_min_epi32(v, _mm256_shuffle_epi32::<0b01_00_11_10>(v));
         let v = _mm256_min_epi32(v, _mm256_shuffle_epi32::<0b10_11_00_01>(v));
-        _mm256_cvtsi256_si32(v)
+        [_mm256_extract_epi32::<0>(v), _mm256_extract_epi32::<4>(v)]
     }
 
-    /// The largest of 8 lanes.
+    /// The largest of each 128-bit half's 4 lanes.
     #[target_feature(enable = "avx2")]
-    fn hmax(v: __m256i) -> i32 {
-        let v = _mm256_max_epi32(v, _mm256_permute2x128_si256::<1>(v, v));
+    fn half_max(v: __m256i) -> [i32; 2] {
         let v = _mm256_max_epi32(v, _mm256_shuffle_epi32::<0b01_00_11_10>(v));
         let v = _mm256_max_epi32(v, _mm256_shuffle_epi32::<0b10_11_00_01>(v));
-        _mm256_cvtsi256_si32(v)
+        [_mm256_extract_epi32::<0>(v), _mm256_extract_epi32::<4>(v)]
     }
 
     /// Whether the kernels are instantiated for `c`'s taps in the layout and its rows are at
@@ -1556,6 +1585,7 @@ mod x86 {
 
     /// Whether `c`'s horizontal pass fits the layout: [`allowed`], and every group's taps
     /// within its window.
+    #[cfg(test)]
     fn fits(c: &AxisCoeffs, gather: Gather, wide: bool) -> bool {
         let pairs = c.taps.div_ceil(2);
         let row_bytes = 3 * c.in_size as usize;
@@ -1576,6 +1606,7 @@ mod x86 {
 
     /// The groups of `group` values of a row: the first value, how many, and per value its
     /// byte for tap 0 (`3 * pstart + channel`).
+    #[cfg(test)]
     fn groups(
         c: &AxisCoeffs,
         group: usize,
@@ -1594,6 +1625,7 @@ mod x86 {
     }
 
     /// The lowest and highest of a group's tap-0 bytes.
+    #[cfg(test)]
     fn span(base: &[usize]) -> (usize, usize) {
         let lo = base.iter().copied().min().unwrap_or(0);
         let hi = base.iter().copied().max().unwrap_or(0);
@@ -2320,32 +2352,34 @@ mod x86 {
         }
 
         #[test]
-        fn vector_permute_plans_equal_the_scalar_ones() {
+        fn vector_plans_equal_the_scalar_ones() {
             if !cpu::avx2() {
                 return;
             }
             let ins = (1..=80).chain((81..2000).step_by(7));
             let outs = [1, 2, 3, 4, 5, 7, 9, 13, 64, 100, 223, 224, 301];
+            let layouts = [Gather::Permute, Gather::Shuffle].map(|g| [(g, false), (g, true)]);
             let mut checked = 0;
             for (in_size, out) in ins.flat_map(|i| outs.map(|o| (i, o))) {
-                for (mirrored, wide) in [(false, false), (false, true), (true, false), (true, true)]
+                for ((gather, wide), mirrored) in layouts
+                    .into_iter()
+                    .flatten()
+                    .flat_map(|l| [(l, false), (l, true)])
                 {
                     let mut c = AxisCoeffs::default();
                     c.prepare_mirrored(in_size, out, mirrored);
                     c.ensure_padded();
-                    let case = format!("{in_size} -> {out}, mirrored {mirrored}, wide {wide}");
+                    let case =
+                        format!("{in_size} -> {out}, {gather:?}, wide {wide}, mirrored {mirrored}");
                     let mut scalar = HPlan::default();
-                    let fits = fits(&c, Gather::Permute, wide);
+                    let fits = fits(&c, gather, wide);
                     if fits {
-                        scalar.fill(&c, Gather::Permute, wide);
+                        scalar.fill(&c, gather, wide);
                     }
                     let mut vector = HPlan::default();
                     // SAFETY: the CPU has AVX2 (checked above).
-                    assert_eq!(
-                        unsafe { vector.fill_permute(&c, Gather::Permute, wide) },
-                        fits,
-                        "{case}"
-                    );
+                    let built = unsafe { vector.fill_vector(&c, gather, wide) };
+                    assert_eq!(built, fits, "{case}");
                     if !fits {
                         continue;
                     }
@@ -2355,15 +2389,12 @@ mod x86 {
                     assert_eq!(shape(&vector), shape(&scalar), "{case}");
                     assert_eq!(vector.win, scalar.win, "{case}");
                     assert_eq!(vector.masks, scalar.masks, "{case}");
-                    assert!(
-                        vector.masks_hi.is_empty() && scalar.masks_hi.is_empty(),
-                        "{case}"
-                    );
+                    assert_eq!(vector.masks_hi, scalar.masks_hi, "{case}");
                     assert_eq!(vector.whi, scalar.whi, "{case}");
                     assert_eq!(vector.wlo, scalar.wlo, "{case}");
                 }
             }
-            assert!(checked > 1000, "only {checked} plans compared");
+            assert!(checked > 3000, "only {checked} plans compared");
         }
     }
 }
