@@ -1157,7 +1157,7 @@ mod x86 {
         portable::vertical(row, w, dst, acc);
     }
 
-    /// How the horizontal kernel gathers each tap pair's bytes.
+    /// How the horizontal kernel gathers each step's tap bytes.
     #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
     enum Gather {
         /// AVX2: a 16-byte window per 128-bit lane (4 values), loaded twice and inserted,
@@ -1217,12 +1217,13 @@ mod x86 {
         values: usize,
         /// Source row length the windows were checked against, `3 * in_w`.
         row_bytes: usize,
-        /// Per chunk and pair: the window offsets of the low and high lane (shuffles), or
+        /// Per chunk and step: the window offsets of the low and high lane (shuffles), or
         /// the chunk's window offset twice (permutes).
         win: Vec<[u32; 2]>,
-        /// Per chunk and pair, two bytes per value (taps `2p` and `2p + 1`; the odd bytes
-        /// are zeroed): `pshufb` masks of the lanes' first 16 bytes (0x80 writes 0), or the
-        /// permute's indices into the whole window.
+        /// Per chunk and step, per value the bytes of its taps: for pairs two (taps `2p` and
+        /// `2p + 1`, the odd bytes zeroed), `pshufb` masks of the lanes' first 16 bytes (0x80
+        /// writes 0) or the permute's indices into the whole window; for quads four (taps
+        /// `4q` to `4q + 3`).
         masks: Vec<[u8; 32]>,
         /// Likewise for the lanes' second 16 bytes (wide shuffle plans only).
         masks_hi: Vec<[u8; 32]>,
@@ -1935,7 +1936,7 @@ mod x86 {
     ///
     /// # Safety
     /// AVX2; every row at least `plan.row_bytes` long; `store` fits `rows.len()` rows of
-    /// `plan.chunks * 8` values; `plan.gather == Shuffle`, `plan.pairs == P`,
+    /// `plan.chunks * 8` values; `plan.gather == Shuffle`, `plan.steps == P`,
     /// `plan.wide == WIDE` and the tables hold `chunks * P` entries.
     #[target_feature(enable = "avx2")]
     unsafe fn shuffle_kernel<const P: usize, const WIDE: bool, S: Store>(
@@ -2020,18 +2021,20 @@ mod x86 {
         out
     }
 
-    /// [`permute_pairs`] from a 64-byte window in two halves (`vpermt2b`). (With the
-    /// intrinsic, LLVM merges the two adjacent loads into one 512-bit `vpermb`, and 512-bit
-    /// instructions slow the next decode down: see [`crate::fused::DEFAULT_SIMD`].)
+    /// Byte `i` = byte `idx[i] & 63` of the 64-byte window `first ++ second` where bit `i` of
+    /// `keep` is set, else 0 (`vpermt2b` with zero-masking): [`EVEN_BYTES`] for the pair
+    /// kernel, all bytes for the quad kernel. (With the intrinsic, LLVM merges the two adjacent
+    /// loads into one 512-bit `vpermb`, and 512-bit instructions slow the next decode down: see
+    /// [`crate::fused::DEFAULT_SIMD`].)
     #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vbmi")]
     #[inline]
-    fn permute2_pairs(idx: __m256i, first: __m256i, second: __m256i) -> __m256i {
+    fn permute2(keep: u32, idx: __m256i, first: __m256i, second: __m256i) -> __m256i {
         let mut out = first;
         // SAFETY: as in `permute_pairs`.
         unsafe {
             asm!(
                 "vpermt2b {out:y}{{{k}}}{{z}}, {idx:y}, {second:y}",
-                k = in(kreg) EVEN_BYTES,
+                k = in(kreg) keep,
                 out = inout(zmm_reg) out,
                 idx = in(zmm_reg) idx,
                 second = in(zmm_reg) second,
@@ -2076,7 +2079,7 @@ mod x86 {
     /// # Safety
     /// AVX2 and AVX-512 F/BW/VL/VBMI/VNNI; every row at least `plan.row_bytes` long; `store`
     /// fits `rows.len()` rows of `plan.chunks * 8` values; `plan.gather == Permute`,
-    /// `plan.pairs == P`, `plan.wide == WIDE` and the tables hold `chunks * P` entries.
+    /// `plan.steps == P`, `plan.wide == WIDE` and the tables hold `chunks * P` entries.
     #[target_feature(enable = "avx2,avx512f,avx512bw,avx512vl,avx512vbmi,avx512vnni")]
     unsafe fn permute_kernel<const P: usize, const WIDE: bool, S: Store>(
         plan: &HPlan,
@@ -2112,7 +2115,8 @@ mod x86 {
                         let at = ptr.add(win[p][0] as usize);
                         let first = _mm256_loadu_si256(at.cast());
                         let g = if WIDE {
-                            permute2_pairs(idx[p], first, _mm256_loadu_si256(at.add(32).cast()))
+                            let second = _mm256_loadu_si256(at.add(32).cast());
+                            permute2(EVEN_BYTES, idx[p], first, second)
                         } else {
                             permute_pairs(idx[p], first)
                         };
@@ -2124,27 +2128,6 @@ mod x86 {
                 }
             }
         }
-    }
-
-    /// `vpermt2b` without a mask: byte `i` = byte `idx[i] & 63` of `first ++ second`. (The
-    /// intrinsic lets LLVM merge the two loads into a 512-bit permute; see
-    /// [`permute2_pairs`].)
-    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vbmi")]
-    #[inline]
-    fn permute2_bytes(idx: __m256i, first: __m256i, second: __m256i) -> __m256i {
-        let mut out = first;
-        // SAFETY: a register-only instruction of the enabled features; no memory, stack or
-        // flags touched.
-        unsafe {
-            asm!(
-                "vpermt2b {out:y}, {idx:y}, {second:y}",
-                out = inout(zmm_reg) out,
-                idx = in(zmm_reg) idx,
-                second = in(zmm_reg) second,
-                options(pure, nomem, nostack, preserves_flags),
-            );
-        }
-        out
     }
 
     dot_instruction! {
@@ -2195,7 +2178,8 @@ mod x86 {
                         let at = ptr.add(win[q][0] as usize);
                         let first = _mm256_loadu_si256(at.cast());
                         let g = if WIDE {
-                            permute2_bytes(idx[q], first, _mm256_loadu_si256(at.add(32).cast()))
+                            let second = _mm256_loadu_si256(at.add(32).cast());
+                            permute2(u32::MAX, idx[q], first, second)
                         } else {
                             _mm256_permutexvar_epi8(idx[q], first)
                         };
