@@ -16,7 +16,9 @@
 //! fused after a region-of-interest decode, and op by op. For the fused variants, the median
 //! share of the kernel (the pipeline's `Fused` op, timed through its observer hooks) and of
 //! the rest (decode, crop draw) are printed as ratios to the bare decode too: the rest above
-//! 1.0 is what the kernel costs the decode that follows it. Without `--bench` (as `cargo test
+//! 1.0 is what the kernel costs the decode that follows it. One more variant decodes and then
+//! only fills a float32 sample slot (timed as its kernel): the memory cost of the output alone,
+//! which no kernel goes below. Without `--bench` (as `cargo test
 //! --benches` runs it) it does one round, as a smoke test.
 
 use std::hint::black_box;
@@ -68,6 +70,14 @@ enum Variant {
         ctx: DecodeContext,
         img: RgbImage,
     },
+    /// The bare decode, then a plain fill of a sample's float32 slot: what writing the output
+    /// alone costs after a decode (its time goes in the kernel column), the floor under the
+    /// fused kernel's share.
+    DecodeThenFill {
+        ctx: DecodeContext,
+        img: RgbImage,
+        slot: Vec<f32>,
+    },
     Pipeline {
         pipeline: Pipeline,
         ctx: Box<PipelineContext>,
@@ -101,6 +111,15 @@ impl Variant {
             Variant::BareDecode { ctx, img } => {
                 for f in files {
                     ctx.decode(black_box(f), img).expect("the corpus decodes");
+                }
+            }
+            Variant::DecodeThenFill { ctx, img, slot } => {
+                for f in files {
+                    ctx.decode(black_box(f), img).expect("the corpus decodes");
+                    let filling = Instant::now();
+                    slot.fill(black_box(0.5));
+                    black_box(&slot);
+                    kernel.total += filling.elapsed();
                 }
             }
             Variant::Pipeline {
@@ -147,12 +166,21 @@ fn main() {
         1
     };
     let files = fixtures::bench_corpus();
+    let train = Pipeline::new(PipelineSpec::imagenet_train(224)).expect("valid spec");
     let mut variants = [
         (
             "bare full decode",
             Variant::BareDecode {
                 ctx: DecodeContext::new(DecodeOptions::default()).expect("decoder"),
                 img: RgbImage::new(),
+            },
+        ),
+        (
+            "decode, fill f32 slot",
+            Variant::DecodeThenFill {
+                ctx: DecodeContext::new(DecodeOptions::default()).expect("decoder"),
+                img: RgbImage::new(),
+                slot: vec![0f32; train.sample_len()],
             },
         ),
         (
