@@ -18,8 +18,8 @@
 //! the rest (decode, crop draw) are printed as ratios to the bare decode too: the rest above
 //! 1.0 is what the kernel costs the decode that follows it. One more variant decodes and then
 //! only fills a float32 sample slot (timed as its kernel): the memory cost of the output alone,
-//! which no kernel goes below. Without `--bench` (as `cargo test
-//! --benches` runs it) it does one round, as a smoke test.
+//! which no kernel goes below. Without `--bench` (as `cargo test --benches` runs it) it does
+//! one round, as a smoke test.
 
 use std::hint::black_box;
 use std::time::{Duration, Instant};
