@@ -1932,6 +1932,51 @@ mod x86 {
         }
     }
 
+    /// The loop every horizontal kernel shares: per 8-value chunk its `N` steps' tables,
+    /// loaded once by `tables(t)` (`t`: the chunk's first entry), then per row the chunk's
+    /// fixed-point sums from `row_sum(tables, windows, row)`, shifted and stored. Every fourth
+    /// chunk (32 values, about a cache line of the source or less) prefetches the line after
+    /// the window's start in the next block's rows.
+    ///
+    /// # Safety
+    /// `row_sum`'s loads are in bounds for every row of `rows` and the chunk's windows; `store`
+    /// fits `rows.len()` rows of `plan.chunks * 8` values; the CPU has AVX2.
+    #[inline(always)]
+    unsafe fn chunk_rows<const N: usize, T: Copy, S: Store>(
+        plan: &HPlan,
+        rows: &[&[u8]],
+        ahead: Ahead,
+        store: &mut S,
+        tables: impl Fn(usize) -> T,
+        row_sum: impl Fn(T, &[[u32; 2]], *const u8) -> __m256i,
+    ) {
+        for m in 0..plan.chunks {
+            let t = m * N;
+            let win = &plan.win[t..t + N];
+            let tab = tables(t);
+            if m % 4 == 0 {
+                // SAFETY: a prefetch accesses nothing.
+                unsafe { ahead.prefetch(win[0][0] as usize + 64) };
+            }
+            for (r, row) in rows.iter().enumerate() {
+                let sum = row_sum(tab, win, row.as_ptr());
+                // SAFETY: AVX2 and the store bounds are the caller's.
+                unsafe { store.store(r, m, _mm256_srai_epi32::<{ PRECISION_BITS as i32 }>(sum)) };
+            }
+        }
+    }
+
+    /// Entry `i` of a table of 32-byte rows, as a vector.
+    ///
+    /// # Safety
+    /// AVX (`T` is 32 bytes: checked at compile time).
+    #[inline(always)]
+    unsafe fn load256<T>(table: &[T], i: usize) -> __m256i {
+        const { assert!(std::mem::size_of::<T>() == 32) };
+        // SAFETY: `table[i]` is bounds-checked and 32 readable bytes.
+        unsafe { _mm256_loadu_si256((&table[i] as *const T).cast()) }
+    }
+
     /// The horizontal kernel of the shuffle plans (AVX2).
     ///
     /// # Safety
@@ -1952,50 +1997,41 @@ mod x86 {
         // prefetches access nothing.
         unsafe {
             let half = _mm256_set1_epi32(HALF);
-            for m in 0..plan.chunks {
-                let t = m * P;
-                let win = &plan.win[t..t + P];
-                let mut masks = [_mm256_setzero_si256(); P];
-                let mut masks_hi = [_mm256_setzero_si256(); P];
-                let mut whi = [_mm256_setzero_si256(); P];
-                let mut wlo = [_mm256_setzero_si256(); P];
-                for p in 0..P {
-                    masks[p] = _mm256_loadu_si256(plan.masks[t + p].as_ptr().cast());
+            let tables = |t: usize| {
+                let masks: [__m256i; P] = std::array::from_fn(|p| load256(&plan.masks, t + p));
+                let masks_hi: [__m256i; P] = std::array::from_fn(|p| {
                     if WIDE {
-                        masks_hi[p] = _mm256_loadu_si256(plan.masks_hi[t + p].as_ptr().cast());
+                        load256(&plan.masks_hi, t + p)
+                    } else {
+                        _mm256_setzero_si256()
                     }
-                    whi[p] = _mm256_loadu_si256(plan.whi[t + p].as_ptr().cast());
-                    wlo[p] = _mm256_loadu_si256(plan.wlo[t + p].as_ptr().cast());
-                }
-                // Every fourth chunk (32 values, about a cache line of the source or less):
-                // prefetch the line after the window's start in the next block's rows.
-                if m % 4 == 0 {
-                    ahead.prefetch(win[0][0] as usize + 64);
-                }
-                for (r, row) in rows.iter().enumerate() {
-                    let ptr = row.as_ptr();
-                    let mut hi = _mm256_setzero_si256();
-                    let mut lo = half;
-                    for p in 0..P {
-                        let [w0, w1] = win[p];
-                        let (p0, p1) = (ptr.add(w0 as usize), ptr.add(w1 as usize));
-                        let a = _mm_loadu_si128(p0.cast());
-                        let b = _mm_loadu_si128(p1.cast());
+                });
+                let whi: [__m256i; P] = std::array::from_fn(|p| load256(&plan.whi, t + p));
+                let wlo: [__m256i; P] = std::array::from_fn(|p| load256(&plan.wlo, t + p));
+                (masks, masks_hi, whi, wlo)
+            };
+            chunk_rows::<P, _, S>(plan, rows, ahead, store, tables, |tab, win, ptr| {
+                let (masks, masks_hi, whi, wlo) = tab;
+                let mut hi = _mm256_setzero_si256();
+                let mut lo = half;
+                for p in 0..P {
+                    let [w0, w1] = win[p];
+                    let (p0, p1) = (ptr.add(w0 as usize), ptr.add(w1 as usize));
+                    let a = _mm_loadu_si128(p0.cast());
+                    let b = _mm_loadu_si128(p1.cast());
+                    let window = _mm256_inserti128_si256::<1>(_mm256_castsi128_si256(a), b);
+                    let mut g = _mm256_shuffle_epi8(window, masks[p]);
+                    if WIDE {
+                        let a = _mm_loadu_si128(p0.add(16).cast());
+                        let b = _mm_loadu_si128(p1.add(16).cast());
                         let window = _mm256_inserti128_si256::<1>(_mm256_castsi128_si256(a), b);
-                        let mut g = _mm256_shuffle_epi8(window, masks[p]);
-                        if WIDE {
-                            let a = _mm_loadu_si128(p0.add(16).cast());
-                            let b = _mm_loadu_si128(p1.add(16).cast());
-                            let window = _mm256_inserti128_si256::<1>(_mm256_castsi128_si256(a), b);
-                            g = _mm256_or_si256(g, _mm256_shuffle_epi8(window, masks_hi[p]));
-                        }
-                        hi = _mm256_add_epi32(hi, _mm256_madd_epi16(g, whi[p]));
-                        lo = _mm256_add_epi32(lo, _mm256_madd_epi16(g, wlo[p]));
+                        g = _mm256_or_si256(g, _mm256_shuffle_epi8(window, masks_hi[p]));
                     }
-                    let sum = _mm256_add_epi32(_mm256_slli_epi32::<11>(hi), lo);
-                    store.store(r, m, _mm256_srai_epi32::<{ PRECISION_BITS as i32 }>(sum));
+                    hi = _mm256_add_epi32(hi, _mm256_madd_epi16(g, whi[p]));
+                    lo = _mm256_add_epi32(lo, _mm256_madd_epi16(g, wlo[p]));
                 }
-            }
+                _mm256_add_epi32(_mm256_slli_epi32::<11>(hi), lo)
+            });
         }
     }
 
@@ -2093,40 +2129,30 @@ mod x86 {
         // within what the caller checked with `fits`; the prefetches access nothing.
         unsafe {
             let half = _mm256_set1_epi32(HALF);
-            for m in 0..plan.chunks {
-                let t = m * P;
-                let win = &plan.win[t..t + P];
-                let mut idx = [_mm256_setzero_si256(); P];
-                let mut whi = [_mm256_setzero_si256(); P];
-                let mut wlo = [_mm256_setzero_si256(); P];
+            let tables = |t: usize| {
+                let idx: [__m256i; P] = std::array::from_fn(|p| load256(&plan.masks, t + p));
+                let whi: [__m256i; P] = std::array::from_fn(|p| load256(&plan.whi, t + p));
+                let wlo: [__m256i; P] = std::array::from_fn(|p| load256(&plan.wlo, t + p));
+                (idx, whi, wlo)
+            };
+            chunk_rows::<P, _, S>(plan, rows, ahead, store, tables, |tab, win, ptr| {
+                let (idx, whi, wlo) = tab;
+                let mut hi = _mm256_setzero_si256();
+                let mut lo = half;
                 for p in 0..P {
-                    idx[p] = _mm256_loadu_si256(plan.masks[t + p].as_ptr().cast());
-                    whi[p] = _mm256_loadu_si256(plan.whi[t + p].as_ptr().cast());
-                    wlo[p] = _mm256_loadu_si256(plan.wlo[t + p].as_ptr().cast());
+                    let at = ptr.add(win[p][0] as usize);
+                    let first = _mm256_loadu_si256(at.cast());
+                    let g = if WIDE {
+                        let second = _mm256_loadu_si256(at.add(32).cast());
+                        permute2(EVEN_BYTES, idx[p], first, second)
+                    } else {
+                        permute_pairs(idx[p], first)
+                    };
+                    hi = dot_acc::<true>(hi, g, whi[p]);
+                    lo = dot_acc::<true>(lo, g, wlo[p]);
                 }
-                if m % 4 == 0 {
-                    ahead.prefetch(win[0][0] as usize + 64);
-                }
-                for (r, row) in rows.iter().enumerate() {
-                    let ptr = row.as_ptr();
-                    let mut hi = _mm256_setzero_si256();
-                    let mut lo = half;
-                    for p in 0..P {
-                        let at = ptr.add(win[p][0] as usize);
-                        let first = _mm256_loadu_si256(at.cast());
-                        let g = if WIDE {
-                            let second = _mm256_loadu_si256(at.add(32).cast());
-                            permute2(EVEN_BYTES, idx[p], first, second)
-                        } else {
-                            permute_pairs(idx[p], first)
-                        };
-                        hi = dot_acc::<true>(hi, g, whi[p]);
-                        lo = dot_acc::<true>(lo, g, wlo[p]);
-                    }
-                    let sum = _mm256_add_epi32(_mm256_slli_epi32::<11>(hi), lo);
-                    store.store(r, m, _mm256_srai_epi32::<{ PRECISION_BITS as i32 }>(sum));
-                }
-            }
+                _mm256_add_epi32(_mm256_slli_epi32::<11>(hi), lo)
+            });
         }
     }
 
@@ -2158,41 +2184,32 @@ mod x86 {
         // bounds-checked.
         unsafe {
             let half = _mm256_set1_epi32(HALF);
-            for m in 0..plan.chunks {
-                let t = m * Q;
-                let win = &plan.win[t..t + Q];
-                let load = |v: &[[i32; 8]], q: usize| _mm256_loadu_si256(v[t + q].as_ptr().cast());
-                let idx: [__m256i; Q] =
-                    std::array::from_fn(|q| _mm256_loadu_si256(plan.masks[t + q].as_ptr().cast()));
-                let wa: [__m256i; Q] = std::array::from_fn(|q| load(&plan.whi, q));
-                let wb: [__m256i; Q] = std::array::from_fn(|q| load(&plan.wmid, q));
-                let wc: [__m256i; Q] = std::array::from_fn(|q| load(&plan.wlo, q));
-                if m % 4 == 0 {
-                    ahead.prefetch(win[0][0] as usize + 64);
+            let tables = |t: usize| {
+                let idx: [__m256i; Q] = std::array::from_fn(|q| load256(&plan.masks, t + q));
+                let wa: [__m256i; Q] = std::array::from_fn(|q| load256(&plan.whi, t + q));
+                let wb: [__m256i; Q] = std::array::from_fn(|q| load256(&plan.wmid, t + q));
+                let wc: [__m256i; Q] = std::array::from_fn(|q| load256(&plan.wlo, t + q));
+                (idx, wa, wb, wc)
+            };
+            chunk_rows::<Q, _, S>(plan, rows, ahead, store, tables, |tab, win, ptr| {
+                let (idx, wa, wb, wc) = tab;
+                let (mut a, mut b, mut c) = (_mm256_setzero_si256(), _mm256_setzero_si256(), half);
+                for q in 0..Q {
+                    let at = ptr.add(win[q][0] as usize);
+                    let first = _mm256_loadu_si256(at.cast());
+                    let g = if WIDE {
+                        let second = _mm256_loadu_si256(at.add(32).cast());
+                        permute2(u32::MAX, idx[q], first, second)
+                    } else {
+                        _mm256_permutexvar_epi8(idx[q], first)
+                    };
+                    a = dpbusd(a, g, wa[q]);
+                    b = dpbusd(b, g, wb[q]);
+                    c = dpbusd(c, g, wc[q]);
                 }
-                for (r, row) in rows.iter().enumerate() {
-                    let ptr = row.as_ptr();
-                    let (mut a, mut b, mut c) =
-                        (_mm256_setzero_si256(), _mm256_setzero_si256(), half);
-                    for q in 0..Q {
-                        let at = ptr.add(win[q][0] as usize);
-                        let first = _mm256_loadu_si256(at.cast());
-                        let g = if WIDE {
-                            let second = _mm256_loadu_si256(at.add(32).cast());
-                            permute2(u32::MAX, idx[q], first, second)
-                        } else {
-                            _mm256_permutexvar_epi8(idx[q], first)
-                        };
-                        a = dpbusd(a, g, wa[q]);
-                        b = dpbusd(b, g, wb[q]);
-                        c = dpbusd(c, g, wc[q]);
-                    }
-                    let ab =
-                        _mm256_add_epi32(_mm256_slli_epi32::<16>(a), _mm256_slli_epi32::<8>(b));
-                    let sum = _mm256_add_epi32(ab, c);
-                    store.store(r, m, _mm256_srai_epi32::<{ PRECISION_BITS as i32 }>(sum));
-                }
-            }
+                let ab = _mm256_add_epi32(_mm256_slli_epi32::<16>(a), _mm256_slli_epi32::<8>(b));
+                _mm256_add_epi32(ab, c)
+            });
         }
     }
 
