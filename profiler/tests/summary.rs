@@ -9,8 +9,8 @@ use ferroloader_profiler::{Mode, Summary};
 fn span_sums_match_worker_busy_time_and_the_slow_op_ranks_first() {
     // ~0.2 ms ops with an injected 2 ms one, on 2 threads.
     let (fast, slow) = (200_000, 2_000_000);
-    // The workers time each op from outside its span too; a preemption landing between the two
-    // clock reads (tests share 2 cores with each other) widens that gap by a whole time slice.
+    // The workers time each op from outside its span, and the slow op's spin inside it, too; a
+    // preemption landing between a span's and the workload's clock reads (tests share 2 cores with each other) widens that gap by a whole time slice.
     // Such a run says nothing about the profiler, so up to 3 runs are taken and the first
     // undisturbed one is checked.
     let mut attempt = 0;
@@ -18,7 +18,7 @@ fn span_sums_match_worker_busy_time_and_the_slow_op_ranks_first() {
         attempt += 1;
         let w = run_workload(Mode::Spans, 10, fast, slow);
         let summary = Summary::from_profile(&w.profile);
-        match busy_time_mismatch(&w, &summary) {
+        match disturbed(&w, &summary) {
             Some(why) if attempt < 3 => println!("run {attempt} disturbed: {why}"),
             Some(why) => panic!("{attempt} runs, each disturbed; last: {why}"),
             None => break (w, summary),
@@ -49,13 +49,7 @@ fn span_sums_match_worker_busy_time_and_the_slow_op_ranks_first() {
     assert_eq!(p.ops[0].op, "decode");
     let decode = p.op("decode").expect("decode");
     assert_eq!(decode.count, w.samples);
-    let inner: u64 = w.slow_inner_ns.iter().sum();
-    let rel = (decode.total_ns as f64 - inner as f64).abs() / inner as f64;
-    assert!(
-        rel < 0.05,
-        "decode {} ns vs {inner} ns spun",
-        decode.total_ns
-    );
+    // Its total is what the workers spun within 5%: checked in `disturbed`.
     assert!(
         decode.total_ns >= slow * w.samples,
         "spans shorter than the spin"
@@ -138,9 +132,10 @@ fn summary_serializes_to_json_and_csv() {
     }
 }
 
-/// Why the sum of op spans per worker is not within 2% of the busy time the workers measured
-/// around their op calls, if it is not.
-fn busy_time_mismatch(w: &common::Workload, summary: &Summary) -> Option<String> {
+/// Why the run was disturbed, if it was: the sum of op spans per worker is not within 2% of the
+/// busy time the workers measured around their op calls, or the slow op's spans not within 5% of
+/// the time spun inside them.
+fn disturbed(w: &common::Workload, summary: &Summary) -> Option<String> {
     let p = summary.pipeline("synthetic")?;
     for ws in &p.workers {
         let measured = w.measured_op_ns[ws.worker as usize] as f64;
@@ -154,5 +149,10 @@ fn busy_time_mismatch(w: &common::Workload, summary: &Summary) -> Option<String>
             ));
         }
     }
-    None
+    // The spin is timed inside the slow op's span: a preemption between the span's edge and the
+    // spin's own clock read lengthens the span alone.
+    let spans = p.op("decode")?.total_ns as f64;
+    let spun = w.slow_inner_ns.iter().sum::<u64>() as f64;
+    let rel = (spans - spun).abs() / spun;
+    (rel >= 0.05).then(|| format!("decode spans {spans} ns vs {spun} ns spun"))
 }
