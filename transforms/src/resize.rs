@@ -1064,42 +1064,23 @@ mod portable {
 /// `$body` with the const `$t` set to `$taps` when that is 2 to 8 (the vertical windows of
 /// upscales and of downscales up to about 3.5x), else to 0 (meaning: any count, read at run
 /// time). A vertical kernel compiled for a constant count unrolls its tap loop and keeps the
-/// weights and row pointers in registers. The run-time loop cost more than its instructions:
-/// `train_ratio`, 4 runs, the fused kernel after a full decode at 0.117-0.133 of a decode with
-/// constant counts against 0.141-0.147 with the loop (the loop's exit branch is mispredicted
-/// every 32 values wherever the count changes from one output row to the next).
+/// weights and row pointers in registers. Alone, on one hot ring with a fixed count, the
+/// run-time loop was 1.3x slower (its per-tap loads and branches). In the pipeline it cost
+/// more: `train_ratio`, 4 runs, the fused kernel after a full decode at 0.117-0.133 of a decode
+/// with constant counts against 0.141-0.147 with the loop, likely because the count changes
+/// between output rows there and the loop's exit branch is then mispredicted every 32 values
+/// (no PMU on the machine to count it).
 #[cfg(target_arch = "x86_64")]
 macro_rules! with_taps {
     ($taps:expr, |$t:ident| $body:expr) => {
+        with_taps!(@counts $taps, $t, $body, 2 3 4 5 6 7 8)
+    };
+    (@counts $taps:expr, $t:ident, $body:expr, $($n:literal)*) => {
         match $taps {
-            2 => {
-                const $t: usize = 2;
+            $($n => {
+                const $t: usize = $n;
                 $body
-            }
-            3 => {
-                const $t: usize = 3;
-                $body
-            }
-            4 => {
-                const $t: usize = 4;
-                $body
-            }
-            5 => {
-                const $t: usize = 5;
-                $body
-            }
-            6 => {
-                const $t: usize = 6;
-                $body
-            }
-            7 => {
-                const $t: usize = 7;
-                $body
-            }
-            8 => {
-                const $t: usize = 8;
-                $body
-            }
+            })*
             _ => {
                 const $t: usize = 0;
                 $body
