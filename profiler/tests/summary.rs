@@ -10,7 +10,8 @@ fn span_sums_match_worker_busy_time_and_the_slow_op_ranks_first() {
     // ~0.2 ms ops with an injected 2 ms one, on 2 threads.
     let (fast, slow) = (200_000, 2_000_000);
     // The workers time each op from outside its span, and the slow op's spin inside it, too; a
-    // preemption landing between a span's and the workload's clock reads (tests share 2 cores with each other) widens that gap by a whole time slice.
+    // preemption landing between a span's and the workload's clock reads (tests share 2 cores
+    // with each other) widens that gap by a whole time slice.
     // Such a run says nothing about the profiler, so up to 3 runs are taken and the first
     // undisturbed one is checked.
     let mut attempt = 0;
