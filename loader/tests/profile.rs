@@ -107,7 +107,7 @@ struct WithSlowOp {
     measured: Mutex<HashMap<u64, SelfTimed>>,
 }
 
-#[derive(Clone, Copy, Debug)]
+#[derive(Debug)]
 struct SelfTimed {
     spun_ns: u64,
     process_ns: u64,
@@ -444,18 +444,14 @@ fn an_injected_2ms_op_is_found_and_its_time_attributed() {
     // worker preempted between a span's edge and the processor's own clock read (2 cores, tests
     // side by side) adds milliseconds to a few samples, while an op the spans misplaced or
     // missed would be off in every sample.
-    let measured = loader
-        .processor()
-        .measured
-        .lock()
-        .expect("not poisoned")
-        .clone();
+    // The epoch is over: no worker holds the lock any more, so the guard is read in place.
+    let measured = loader.processor().measured.lock().expect("not poisoned");
     assert_eq!(measured.len() as u64, n, "every sample timed itself once");
     let mut slow_excess = Vec::new();
     let mut ops_gap = Vec::new();
     for s in &process {
         let index = s.sample.expect("a sample's dataset index");
-        let own = measured[&index];
+        let own = &measured[&index];
         let kids = children(p, s);
         let [spun_span] = kids.iter().filter(|k| k.op == SLOW_OP).collect::<Vec<_>>()[..] else {
             panic!("one slow op in {s:?}");
