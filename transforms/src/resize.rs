@@ -1738,6 +1738,11 @@ mod x86 {
                 let n = BLOCK_ROWS.min(out_h - y0);
                 let mut rows: [&[u8]; BLOCK_ROWS] = [&[]; BLOCK_ROWS];
                 if need_v {
+                    // The portable kernel, compiled for AVX2. Source rows widened once into a
+                    // ring of pairs for the pair kernel (as the 512-bit path does) were slower
+                    // here even with the per-count kernels: whole resizes 1.0-1.45x (a probe,
+                    // 5 crops to 224x224), the widening's store per 8 values costing about as
+                    // much as the vertical pass itself.
                     for (i, dst) in simd.rows.chunks_exact_mut(row_bytes).take(n).enumerate() {
                         let (start, w) = vert.taps_of(y0 + i);
                         // SAFETY: `resize` runs only after the caller checked AVX2.
