@@ -1317,7 +1317,7 @@ mod x86 {
             let window = gather.window(wide);
             let entries = self.set_layout(c, gather, wide);
             let (pairs, row_bytes) = (self.steps, self.row_bytes);
-            let len = self.fill_pixels(c, gather);
+            let len = self.fill_pixels_scalar(c, gather);
             let HPlan {
                 win,
                 masks,
@@ -1381,9 +1381,11 @@ mod x86 {
         }
 
         /// Fills the per-pixel scratch (`px_pos`, and per step the weights as `gather`'s
-        /// kernel multiplies them); returns the entries per step, `out_w + 8` (a chunk loads 8
-        /// from its first pixel).
-        fn fill_pixels(&mut self, c: &AxisCoeffs, gather: Gather) -> usize {
+        /// kernel multiplies them) one weight at a time; returns the entries per step,
+        /// `out_w + 8` (a chunk loads 8 from its first pixel). The reference that
+        /// [`HPlan::fill_pixels`] is tested against.
+        #[cfg(test)]
+        fn fill_pixels_scalar(&mut self, c: &AxisCoeffs, gather: Gather) -> usize {
             let (taps, steps) = (c.taps, self.steps);
             let len = c.out_size as usize + 8;
             let quads = gather == Gather::Quad;
@@ -1421,6 +1423,67 @@ mod x86 {
             len
         }
 
+        /// [`HPlan::fill_pixels_scalar`] with a pixel's step of taps split at once, bit for
+        /// bit (tested): the scalar digit split was half of building a plan, which runs for
+        /// every new crop width. (A pixel's taps are contiguous: no gathers, which cost more
+        /// here than the split.)
+        ///
+        /// # Safety
+        /// AVX2.
+        #[target_feature(enable = "avx2")]
+        unsafe fn fill_pixels(&mut self, c: &AxisCoeffs, gather: Gather) -> usize {
+            let (taps, steps, per) = (c.taps, self.steps, gather.taps_per_step());
+            let len = c.out_size as usize + 8;
+            let quads = gather == Gather::Quad;
+            for (v, n) in [
+                (&mut self.px_pos, len),
+                (&mut self.px_hi, steps * len),
+                (&mut self.px_mid, if quads { steps * len } else { 0 }),
+                (&mut self.px_lo, steps * len),
+            ] {
+                v.clear();
+                v.resize(n, 0);
+            }
+            assert!(steps * per >= taps && per <= 4);
+            // Byte 0 of each dword (quads: the digits, in tap order), or bytes 0 and 1 of the
+            // first two (pairs: the i16 halves); the other bytes 0.
+            let low = if quads {
+                _mm_setr_epi8(0, 4, 8, 12, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1)
+            } else {
+                _mm_setr_epi8(0, 1, 4, 5, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1)
+            };
+            let pick = |v: __m128i| _mm_cvtsi128_si32(_mm_shuffle_epi8(v, low));
+            // Sign-extends each dword's low byte.
+            let low_i8 = |v: __m128i| _mm_srai_epi32::<24>(_mm_slli_epi32::<24>(v));
+            let lane = _mm_setr_epi32(0, 1, 2, 3);
+            let pixels = c.pweights.chunks_exact(taps).zip(&c.pstart);
+            for (px, (w, &st)) in pixels.enumerate() {
+                self.px_pos[px] = 3 * st as i32;
+                for step in 0..steps {
+                    let k0 = per * step;
+                    // The step's taps; past the last one, zero weights (digits).
+                    let n = per.min(taps - k0);
+                    let keep = _mm_cmpgt_epi32(_mm_set1_epi32(n as i32), lane);
+                    // SAFETY: the kept lanes read `w[k0..k0 + n]`, within the pixel's taps.
+                    let w = unsafe { _mm_maskload_epi32(w[k0..].as_ptr(), keep) };
+                    let at = step * len + px;
+                    if quads {
+                        // w = 65536 a + 256 b + c, each digit in [-128, 127].
+                        let c = low_i8(w);
+                        let r = _mm_srai_epi32::<8>(_mm_sub_epi32(w, c));
+                        let b = low_i8(r);
+                        let a = _mm_srai_epi32::<8>(_mm_sub_epi32(r, b));
+                        (self.px_hi[at], self.px_mid[at]) = (pick(a), pick(b));
+                        self.px_lo[at] = pick(c);
+                    } else {
+                        self.px_hi[at] = pick(_mm_srai_epi32::<11>(w));
+                        self.px_lo[at] = pick(_mm_and_si128(w, _mm_set1_epi32(0x7ff)));
+                    }
+                }
+            }
+            len
+        }
+
         /// Fills the tables for a layout a chunk (8 values) at a time, with the [`fits`]
         /// check folded in: false if the layout is not [`allowed`] or a group's taps do not
         /// fit its window (the tables are then half filled, and the caller fills another
@@ -1440,7 +1503,8 @@ mod x86 {
             let window = gather.window(wide);
             let entries = self.set_layout(c, gather, wide);
             let (steps, row_bytes, values) = (self.steps, self.row_bytes, self.values);
-            let len = self.fill_pixels(c, gather);
+            // SAFETY: AVX2 (this function's features).
+            let len = unsafe { self.fill_pixels(c, gather) };
             self.masks_hi.clear();
             if split_masks {
                 self.masks_hi.resize(entries, [0; 32]);
@@ -1570,6 +1634,7 @@ mod x86 {
 
     /// `w` as signed base-256 digits `[a, b, c]`, `w = 65536 a + 256 b + c`, each in
     /// `[-128, 127]` for `|w| <= 2^22` (Pillow's weights are in `[0, 2^22]`).
+    #[cfg(test)]
     fn signed_digits(w: i32) -> [i8; 3] {
         let c = w as i8;
         let r = (w - i32::from(c)) >> 8;
@@ -2389,6 +2454,39 @@ mod x86 {
                 let [a, b, c] = signed_digits(w).map(i32::from);
                 assert_eq!(65536 * a + 256 * b + c, w, "{w}");
             }
+        }
+
+        #[test]
+        fn vector_pixel_tables_equal_the_scalar_ones() {
+            if !cpu::avx2() {
+                return;
+            }
+            let ins = (1..=40).chain((41..1500).step_by(11));
+            let outs = [1, 2, 3, 7, 8, 9, 64, 223, 224, 301];
+            let mut checked = 0;
+            for (in_size, out) in ins.flat_map(|i| outs.map(|o| (i, o))) {
+                for (gather, mirrored) in [Gather::Quad, Gather::Permute]
+                    .into_iter()
+                    .flat_map(|g| [(g, false), (g, true)])
+                {
+                    let mut c = AxisCoeffs::default();
+                    c.prepare_mirrored(in_size, out, mirrored);
+                    c.ensure_padded();
+                    let case = format!("{in_size} -> {out}, {gather:?}, mirrored {mirrored}");
+                    let (mut scalar, mut vector) = (HPlan::default(), HPlan::default());
+                    scalar.set_layout(&c, gather, false);
+                    vector.set_layout(&c, gather, false);
+                    let len = scalar.fill_pixels_scalar(&c, gather);
+                    // SAFETY: the CPU has AVX2 (checked above).
+                    assert_eq!(unsafe { vector.fill_pixels(&c, gather) }, len, "{case}");
+                    assert_eq!(vector.px_pos, scalar.px_pos, "{case}");
+                    assert_eq!(vector.px_hi, scalar.px_hi, "{case}");
+                    assert_eq!(vector.px_mid, scalar.px_mid, "{case}");
+                    assert_eq!(vector.px_lo, scalar.px_lo, "{case}");
+                    checked += 1;
+                }
+            }
+            assert!(checked > 5000, "only {checked} tables compared");
         }
 
         #[test]
