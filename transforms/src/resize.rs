@@ -1380,15 +1380,10 @@ mod x86 {
             }
         }
 
-        /// Fills the per-pixel scratch (`px_pos`, and per step the weights as `gather`'s
-        /// kernel multiplies them) one weight at a time; returns the entries per step,
-        /// `out_w + 8` (a chunk loads 8 from its first pixel). The reference that
-        /// [`HPlan::fill_pixels`] is tested against.
-        #[cfg(test)]
-        fn fill_pixels_scalar(&mut self, c: &AxisCoeffs, gather: Gather) -> usize {
-            let (taps, steps) = (c.taps, self.steps);
-            let len = c.out_size as usize + 8;
-            let quads = gather == Gather::Quad;
+        /// Zeroes the per-pixel scratch at its size for `c` and the layout's steps (`px_mid`
+        /// only for quads); returns its entries per step.
+        fn reset_pixels(&mut self, c: &AxisCoeffs, quads: bool) -> usize {
+            let (steps, len) = (self.steps, c.out_size as usize + 8);
             for (v, n) in [
                 (&mut self.px_pos, len),
                 (&mut self.px_hi, steps * len),
@@ -1398,6 +1393,18 @@ mod x86 {
                 v.clear();
                 v.resize(n, 0);
             }
+            len
+        }
+
+        /// Fills the per-pixel scratch (`px_pos`, and per step the weights as `gather`'s
+        /// kernel multiplies them) one weight at a time; returns the entries per step,
+        /// `out_w + 8` (a chunk loads 8 from its first pixel). The reference that
+        /// [`HPlan::fill_pixels`] is tested against.
+        #[cfg(test)]
+        fn fill_pixels_scalar(&mut self, c: &AxisCoeffs, gather: Gather) -> usize {
+            let (taps, steps) = (c.taps, self.steps);
+            let quads = gather == Gather::Quad;
+            let len = self.reset_pixels(c, quads);
             for (px, (w, &st)) in c.pweights.chunks_exact(taps).zip(&c.pstart).enumerate() {
                 self.px_pos[px] = 3 * st as i32;
                 let tap = |k: usize| w.get(k).copied().unwrap_or(0);
@@ -1433,17 +1440,8 @@ mod x86 {
         #[target_feature(enable = "avx2")]
         unsafe fn fill_pixels(&mut self, c: &AxisCoeffs, gather: Gather) -> usize {
             let (taps, steps, per) = (c.taps, self.steps, gather.taps_per_step());
-            let len = c.out_size as usize + 8;
             let quads = gather == Gather::Quad;
-            for (v, n) in [
-                (&mut self.px_pos, len),
-                (&mut self.px_hi, steps * len),
-                (&mut self.px_mid, if quads { steps * len } else { 0 }),
-                (&mut self.px_lo, steps * len),
-            ] {
-                v.clear();
-                v.resize(n, 0);
-            }
+            let len = self.reset_pixels(c, quads);
             assert!(steps * per >= taps && per <= 4);
             // Byte 0 of each dword (quads: the digits, in tap order), or bytes 0 and 1 of the
             // first two (pairs: the i16 halves); the other bytes 0.
