@@ -166,6 +166,7 @@ fn bench_typical_crop(c: &mut Criterion, decoded: &[RgbImage], levels: [(&str, S
         .iter()
         .find(|img| (img.width(), img.height()) == (500, 375))
     else {
+        eprintln!("typical_crop: skipped, the corpus has no 500x375 image");
         return;
     };
     let typical = [(328, 298), (330, 300), (332, 302)].map(|(width, height)| CropRect {
