@@ -2306,10 +2306,11 @@ mod x86 {
                     }
                 });
                 if Q == 1 {
-                    // Horner's rule, `((A << 8) + B << 8) + C`, with the rounding bias
-                    // entering as `(HALF >> 16) << 16`: two ops fewer than the general form
-                    // (typical crops, 3-4 taps: their resizes 4-5% faster in a probe). With
-                    // more quads, the chain of 3 Q dot products was 1-3% slower than it.
+                    // Horner's rule, `(((A << 8) + B) << 8) + C`, in one accumulator that
+                    // starts at the rounding bias over 65536: no zeroed accumulators and two
+                    // adds fewer than the general form (typical crops, 3-4 taps: their
+                    // resizes 4-5% faster in a probe). With more quads, one chain of 3 Q dot
+                    // products, or two chains, were 1-3% slower than the general form.
                     let mut acc = bias;
                     acc = dpbusd(acc, g[0], wa[0]);
                     acc = _mm256_slli_epi32::<8>(acc);
