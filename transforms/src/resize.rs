@@ -1198,6 +1198,11 @@ mod x86 {
         /// As `Permute`, four taps per step: each value's four bytes land in its dword
         /// unmasked, for `vpdpbusd` against the weights' signed base-256 digits.
         Quad,
+        /// For 5 or 6 taps: a quad step (taps 0-3), then a pair step (taps 4-5) whose
+        /// weights are split at 8 bits instead of 11, so that both steps' sums join one
+        /// Horner chain. Two quads would spend three dot products on the last two taps (or
+        /// one), this spends two.
+        QuadPair,
     }
 
     impl Gather {
@@ -1206,15 +1211,50 @@ mod x86 {
         fn group(self) -> usize {
             match self {
                 Gather::Shuffle => 4,
-                Gather::Permute | Gather::Quad => 8,
+                Gather::Permute | Gather::Quad | Gather::QuadPair => 8,
             }
         }
 
-        /// Taps per step: a pair, or a quad.
-        fn taps_per_step(self) -> usize {
+        /// Steps for `taps` taps.
+        fn steps(self, taps: usize) -> usize {
             match self {
-                Gather::Shuffle | Gather::Permute => 2,
-                Gather::Quad => 4,
+                Gather::Shuffle | Gather::Permute => taps.div_ceil(2),
+                Gather::Quad => taps.div_ceil(4),
+                Gather::QuadPair => 2,
+            }
+        }
+
+        /// Step `step`'s first tap and how many taps it has room for.
+        fn step_taps(self, step: usize) -> (usize, usize) {
+            match self {
+                Gather::Shuffle | Gather::Permute => (2 * step, 2),
+                Gather::Quad => (4 * step, 4),
+                Gather::QuadPair => [(0, 4), (4, 2)][step],
+            }
+        }
+
+        /// Whether step `step` multiplies digits (a quad), not i16 halves (a pair).
+        fn quad_step(self, step: usize) -> bool {
+            match self {
+                Gather::Shuffle | Gather::Permute => false,
+                Gather::Quad => true,
+                Gather::QuadPair => step == 0,
+            }
+        }
+
+        /// Whether any step is a quad (the plan has digits of 256).
+        fn has_quads(self) -> bool {
+            self.quad_step(0)
+        }
+
+        /// Where a pair step splits each weight into i16 halves, `w = (hi << bits) + lo`:
+        /// 11 bits for the pair kernels' two sums, 8 for [`Gather::QuadPair`]'s Horner
+        /// chain (its `hi` is at most `2^14`, still an i16).
+        fn pair_split(self) -> u32 {
+            if self == Gather::QuadPair {
+                8
+            } else {
+                11
             }
         }
 
@@ -1222,8 +1262,9 @@ mod x86 {
         fn window(self, wide: bool) -> usize {
             match (self, wide) {
                 (Gather::Shuffle, false) => 16,
-                (Gather::Shuffle, true) | (Gather::Permute | Gather::Quad, false) => 32,
-                (Gather::Permute | Gather::Quad, true) => 64,
+                (Gather::Shuffle, true)
+                | (Gather::Permute | Gather::Quad | Gather::QuadPair, false) => 32,
+                (Gather::Permute | Gather::Quad | Gather::QuadPair, true) => 64,
             }
         }
     }
@@ -1282,6 +1323,8 @@ mod x86 {
                 }
             }
             let built = [
+                (Gather::QuadPair, false),
+                (Gather::QuadPair, true),
                 (Gather::Quad, false),
                 (Gather::Quad, true),
                 (Gather::Permute, false),
@@ -1301,7 +1344,7 @@ mod x86 {
         fn set_layout(&mut self, c: &AxisCoeffs, gather: Gather, wide: bool) -> usize {
             let values = 3 * c.out_size as usize;
             self.gather = gather;
-            self.steps = c.taps.div_ceil(gather.taps_per_step());
+            self.steps = gather.steps(c.taps);
             self.wide = wide;
             self.chunks = values.div_ceil(8);
             self.values = values;
@@ -1357,7 +1400,9 @@ mod x86 {
                     match gather {
                         Gather::Shuffle => win[e][lane] = wo as u32,
                         Gather::Permute => win[e] = [wo as u32; 2],
-                        Gather::Quad => unreachable!("the reference covers the pair layouts"),
+                        Gather::Quad | Gather::QuadPair => {
+                            unreachable!("the reference covers the pair layouts")
+                        }
                     }
                     let (mask, whi, wlo) = (&mut masks[e], &mut whi[e], &mut wlo[e]);
                     for (q, &b) in base[..n].iter().enumerate() {
@@ -1403,27 +1448,28 @@ mod x86 {
         #[cfg(test)]
         fn fill_pixels_scalar(&mut self, c: &AxisCoeffs, gather: Gather) -> usize {
             let (taps, steps) = (c.taps, self.steps);
-            let quads = gather == Gather::Quad;
-            let len = self.reset_pixels(c, quads);
+            let len = self.reset_pixels(c, gather.has_quads());
+            let (bits, low) = (gather.pair_split(), (1 << gather.pair_split()) - 1);
             for (px, (w, &st)) in c.pweights.chunks_exact(taps).zip(&c.pstart).enumerate() {
                 self.px_pos[px] = 3 * st as i32;
                 let tap = |k: usize| w.get(k).copied().unwrap_or(0);
                 for step in 0..steps {
                     let at = step * len + px;
-                    if quads {
-                        // Byte j of each: the digit of tap 4 step + j.
+                    let (k0, _) = gather.step_taps(step);
+                    if gather.quad_step(step) {
+                        // Byte j of each: the digit of tap k0 + j.
                         let mut d = [0u32; 3];
                         for j in 0..4 {
-                            for (d, digit) in d.iter_mut().zip(signed_digits(tap(4 * step + j))) {
+                            for (d, digit) in d.iter_mut().zip(signed_digits(tap(k0 + j))) {
                                 *d |= u32::from(digit as u8) << (8 * j);
                             }
                         }
                         let [a, b, lo] = d.map(|v| v as i32);
                         (self.px_hi[at], self.px_mid[at], self.px_lo[at]) = (a, b, lo);
                     } else {
-                        let (wa, wb) = (tap(2 * step), tap(2 * step + 1));
-                        self.px_hi[at] = ((wa >> 11) & 0xffff) | ((wb >> 11) << 16);
-                        self.px_lo[at] = (wa & 0x7ff) | ((wb & 0x7ff) << 16);
+                        let (wa, wb) = (tap(k0), tap(k0 + 1));
+                        self.px_hi[at] = ((wa >> bits) & 0xffff) | ((wb >> bits) << 16);
+                        self.px_lo[at] = (wa & low) | ((wb & low) << 16);
                     }
                 }
             }
@@ -1439,18 +1485,24 @@ mod x86 {
         /// AVX2.
         #[target_feature(enable = "avx2")]
         unsafe fn fill_pixels(&mut self, c: &AxisCoeffs, gather: Gather) -> usize {
-            let (taps, steps, per) = (c.taps, self.steps, gather.taps_per_step());
-            let quads = gather == Gather::Quad;
-            let len = self.reset_pixels(c, quads);
-            assert!(steps * per >= taps && per <= 4);
+            let (taps, steps) = (c.taps, self.steps);
+            let len = self.reset_pixels(c, gather.has_quads());
+            // Every step has a tap (so the loads below start within the pixel's), and the
+            // steps have room for all of them.
+            let (k_last, per_last) = gather.step_taps(steps - 1);
+            assert!(k_last < taps && k_last + per_last >= taps);
+            let bits = gather.pair_split();
+            let (split, low_bits) = (
+                _mm_cvtsi32_si128(bits as i32),
+                _mm_set1_epi32((1 << bits) - 1),
+            );
             // Byte 0 of each dword (quads: the digits, in tap order), or bytes 0 and 1 of the
             // first two (pairs: the i16 halves); the other bytes 0.
-            let low = if quads {
-                _mm_setr_epi8(0, 4, 8, 12, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1)
-            } else {
-                _mm_setr_epi8(0, 1, 4, 5, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1)
-            };
-            let pick = |v: __m128i| _mm_cvtsi128_si32(_mm_shuffle_epi8(v, low));
+            let quad_bytes =
+                _mm_setr_epi8(0, 4, 8, 12, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1);
+            let pair_bytes =
+                _mm_setr_epi8(0, 1, 4, 5, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1);
+            let pick = |v: __m128i, bytes| _mm_cvtsi128_si32(_mm_shuffle_epi8(v, bytes));
             // Sign-extends each dword's low byte.
             let low_i8 = |v: __m128i| _mm_srai_epi32::<24>(_mm_slli_epi32::<24>(v));
             let lane = _mm_setr_epi32(0, 1, 2, 3);
@@ -1458,24 +1510,25 @@ mod x86 {
             for (px, (w, &st)) in pixels.enumerate() {
                 self.px_pos[px] = 3 * st as i32;
                 for step in 0..steps {
-                    let k0 = per * step;
+                    let (k0, per) = gather.step_taps(step);
                     // The step's taps; past the last one, zero weights (digits).
-                    let n = per.min(taps - k0);
+                    let n = per.min(taps.saturating_sub(k0));
                     let keep = _mm_cmpgt_epi32(_mm_set1_epi32(n as i32), lane);
                     // SAFETY: the kept lanes read `w[k0..k0 + n]`, within the pixel's taps.
                     let w = unsafe { _mm_maskload_epi32(w[k0..].as_ptr(), keep) };
                     let at = step * len + px;
-                    if quads {
+                    if gather.quad_step(step) {
                         // w = 65536 a + 256 b + c, each digit in [-128, 127].
                         let c = low_i8(w);
                         let r = _mm_srai_epi32::<8>(_mm_sub_epi32(w, c));
                         let b = low_i8(r);
                         let a = _mm_srai_epi32::<8>(_mm_sub_epi32(r, b));
-                        (self.px_hi[at], self.px_mid[at]) = (pick(a), pick(b));
-                        self.px_lo[at] = pick(c);
+                        (self.px_hi[at], self.px_mid[at]) =
+                            (pick(a, quad_bytes), pick(b, quad_bytes));
+                        self.px_lo[at] = pick(c, quad_bytes);
                     } else {
-                        self.px_hi[at] = pick(_mm_srai_epi32::<11>(w));
-                        self.px_lo[at] = pick(_mm_and_si128(w, _mm_set1_epi32(0x7ff)));
+                        self.px_hi[at] = pick(_mm_sra_epi32(w, split), pair_bytes);
+                        self.px_lo[at] = pick(_mm_and_si128(w, low_bits), pair_bytes);
                     }
                 }
             }
@@ -1495,7 +1548,7 @@ mod x86 {
             if !allowed(c, gather, wide) {
                 return false;
             }
-            let (taps, quads) = (c.taps, gather == Gather::Quad);
+            let (taps, quads) = (c.taps, gather.has_quads());
             let (shuffle, split_masks) =
                 (gather == Gather::Shuffle, gather == Gather::Shuffle && wide);
             let window = gather.window(wide);
@@ -1563,10 +1616,10 @@ mod x86 {
                     }
                 };
                 for step in 0..steps {
-                    let k0 = gather.taps_per_step() * step;
+                    let (k0, per) = gather.step_taps(step);
                     // The step's last tap; the taps past it repeat its byte, against zero
                     // weights.
-                    let klast = (k0 + gather.taps_per_step() - 1).min(taps - 1);
+                    let klast = (k0 + per - 1).min(taps - 1);
                     // Each half's window (a shuffle's half without values keeps 0).
                     let mut wo = [0usize; 2];
                     for ((wo, &lo), &hi) in wo.iter_mut().zip(&lo).zip(&hi) {
@@ -1581,7 +1634,7 @@ mod x86 {
                     // Each value's tap-k0 byte in its half's window.
                     let shift = |h: usize| _mm_set1_epi32((3 * k0) as i32 - wo[h] as i32);
                     let a = _mm256_add_epi32(pos, _mm256_set_m128i(shift(1), shift(0)));
-                    let idx = if quads {
+                    let idx = if gather.quad_step(step) {
                         // Bytes a, a + 3, a + 6, a + 9 (all below the window's 64).
                         let d = klast - k0;
                         let offs: usize = (0..4).map(|j| (3 * j.min(d)) << (8 * j)).sum();
@@ -1661,9 +1714,11 @@ mod x86 {
     fn allowed(c: &AxisCoeffs, gather: Gather, wide: bool) -> bool {
         let rows_fit =
             3 * c.in_size as usize >= gather.window(wide) && c.simd_friendly() && c.padded_ready;
-        if gather == Gather::Quad {
+        match gather {
             // Two taps or fewer: a pair does less work than a quad's three dot products.
-            return rows_fit && c.taps > 2 && c.taps.div_ceil(4) <= MAX_QUADS;
+            Gather::Quad => return rows_fit && c.taps > 2 && c.taps.div_ceil(4) <= MAX_QUADS,
+            Gather::QuadPair => return rows_fit && (5..=6).contains(&c.taps),
+            Gather::Shuffle | Gather::Permute => {}
         }
         let pairs = c.taps.div_ceil(2);
         let max_pairs = if wide { MAX_PAIRS } else { MAX_PAIRS / 2 };
@@ -1886,8 +1941,12 @@ mod x86 {
 
     /// Horizontal pass of `rows` into pair-format rows of `out`, `stride` values apart.
     fn horizontal_pairs(plan: &HPlan, rows: &[&[u8]], ahead: Ahead, out: &mut [&mut [i32]]) {
-        let mut store = PairStore { rows: out };
-        run_horizontal(plan, rows, ahead, &mut store);
+        // The AVX2 shuffle kernel cannot inline the VBMI store.
+        if cpu::avx512_vbmi() && plan.gather != Gather::Shuffle {
+            run_horizontal(plan, rows, ahead, &mut PairStore::<true> { rows: out });
+        } else {
+            run_horizontal(plan, rows, ahead, &mut PairStore::<false> { rows: out });
+        }
     }
 
     /// The horizontal pass of `rows` into `store`, prefetching (into L2) the rows `ahead`,
@@ -1898,6 +1957,19 @@ mod x86 {
         assert!(rows.iter().all(|r| r.len() >= plan.row_bytes));
         assert!(store.fits(rows.len(), plan.chunks * 8));
         assert_eq!(plan.win.len(), plan.chunks * plan.steps);
+        if plan.gather == Gather::QuadPair {
+            assert!(cpu::avx512_vnni() && plan.steps == 2);
+            assert_eq!(plan.wmid.len(), plan.win.len());
+            // SAFETY: (both arms) as for the quad kernel below.
+            unsafe {
+                if plan.wide {
+                    quad_pair_kernel::<true, S>(plan, rows, ahead, store);
+                } else {
+                    quad_pair_kernel::<false, S>(plan, rows, ahead, store);
+                }
+            }
+            return;
+        }
         if plan.gather == Gather::Quad {
             assert!(cpu::avx512_vnni() && (1..=MAX_QUADS).contains(&plan.steps));
             assert_eq!(plan.wmid.len(), plan.win.len());
@@ -1921,7 +1993,7 @@ mod x86 {
         assert!(!plan.wide || plan.steps >= 2);
         match plan.gather {
             // Plans are only built with permutes where `cpu::avx512_vnni()` said yes.
-            Gather::Permute | Gather::Quad => assert!(cpu::avx512_vnni()),
+            Gather::Permute | Gather::Quad | Gather::QuadPair => assert!(cpu::avx512_vnni()),
             Gather::Shuffle => assert!(!plan.wide || plan.masks_hi.len() == plan.win.len()),
         }
         // SAFETY: (every arm) the resize runs this only on CPUs with AVX2, and the permute
@@ -1960,7 +2032,9 @@ mod x86 {
             match plan.gather {
                 Gather::Shuffle => shuffle_kernel::<P, WIDE, S>(plan, rows, ahead, store),
                 Gather::Permute => permute_kernel::<P, WIDE, S>(plan, rows, ahead, store),
-                Gather::Quad => unreachable!("quad plans run `quad_kernel`"),
+                Gather::Quad | Gather::QuadPair => {
+                    unreachable!("quad plans run `quad_kernel` or `quad_pair_kernel`")
+                }
             }
         }
     }
@@ -1969,11 +2043,12 @@ mod x86 {
     trait Store {
         /// Whether `rows` rows of `values` values fit.
         fn fits(&self, rows: usize, values: usize) -> bool;
-        /// Stores `v` (8 i32 in `[0, 255]`).
+        /// Stores the values of 8 fixed-point sums (`sum >> PRECISION_BITS`, each in
+        /// `[0, 255]`; the sums are non-negative and below 2^30).
         ///
         /// # Safety
         /// AVX2, and `r`, `m` within what [`Store::fits`] accepted.
-        unsafe fn store(&mut self, r: usize, m: usize, v: __m256i);
+        unsafe fn store(&mut self, r: usize, m: usize, sum: __m256i);
     }
 
     struct U8Store<'a> {
@@ -1987,34 +2062,54 @@ mod x86 {
         }
 
         #[inline(always)]
-        unsafe fn store(&mut self, r: usize, m: usize, v: __m256i) {
+        unsafe fn store(&mut self, r: usize, m: usize, sum: __m256i) {
             // SAFETY: `fits` guaranteed `r * stride + 8 * m + 8 <= out.len()`.
             unsafe {
                 let p = self.out.as_mut_ptr().add(r * self.stride + 8 * m);
+                let v = _mm256_srai_epi32::<{ PRECISION_BITS as i32 }>(sum);
                 _mm_storel_epi64(p.cast(), pack8(v));
             }
         }
     }
 
-    /// Pair-format rows (`v | v << 23`, the i16 pair `(v, 128 v)`), one slice each.
-    struct PairStore<'a, 'b> {
+    /// Pair-format rows (`v | v << 23`, the i16 pair `(v, 128 v)`), one slice each; with
+    /// `VBMI`, built by [`pair_bytes`] (for the kernels that enable AVX-512 VBMI).
+    struct PairStore<'a, 'b, const VBMI: bool> {
         rows: &'b mut [&'a mut [i32]],
     }
 
-    impl Store for PairStore<'_, '_> {
+    impl<const VBMI: bool> Store for PairStore<'_, '_, VBMI> {
         fn fits(&self, rows: usize, values: usize) -> bool {
             self.rows.len() >= rows && self.rows.iter().all(|r| r.len() >= values)
         }
 
         #[inline(always)]
-        unsafe fn store(&mut self, r: usize, m: usize, v: __m256i) {
-            // SAFETY: `fits` guaranteed row `r` holds `8 m + 8` values.
+        unsafe fn store(&mut self, r: usize, m: usize, sum: __m256i) {
+            // SAFETY: `fits` guaranteed that row `r` exists and holds `8 m + 8` values.
             unsafe {
-                let p = self.rows[r].as_mut_ptr().add(8 * m);
-                let pair = _mm256_or_si256(v, _mm256_slli_epi32::<23>(v));
+                let p = self.rows.get_unchecked_mut(r).as_mut_ptr().add(8 * m);
+                let pair = if VBMI {
+                    pair_bytes(sum)
+                } else {
+                    let v = _mm256_srai_epi32::<{ PRECISION_BITS as i32 }>(sum);
+                    _mm256_or_si256(v, _mm256_slli_epi32::<23>(v))
+                };
                 _mm256_storeu_si256(p.cast(), pair);
             }
         }
+    }
+
+    /// The pair format of 8 sums' values in two instructions instead of three shifts and an
+    /// OR: one `vpmultishiftqb` copies bits 22-29 (`v`) to byte 0, bits 15-22 to byte 2 and
+    /// bits 23-30 to byte 3 of each dword, and an AND keeps byte 0, bit 7 of byte 2 (`v & 1`)
+    /// and byte 3 (`v >> 1`; bit 30 of a sum is 0): `v + (v << 23)`. (The 512-bit kernels do
+    /// the same.)
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vbmi")]
+    #[inline]
+    fn pair_bytes(sum: __m256i) -> __m256i {
+        let ctrl = _mm256_set1_epi64x(i64::from_le_bytes([22, 0, 15, 23, 54, 0, 47, 55]));
+        let spread = _mm256_multishift_epi64_epi8(ctrl, sum);
+        _mm256_and_si256(spread, _mm256_set1_epi32(0xFF80_00FF_u32 as i32))
     }
 
     /// The 8 i32 of `v` (each in `[0, 255]`) as the low 8 bytes.
@@ -2058,7 +2153,7 @@ mod x86 {
             for (r, row) in rows.iter().enumerate() {
                 let sum = row_sum(tab, &win, row.as_ptr());
                 // SAFETY: AVX2 and the store bounds are the caller's.
-                unsafe { store.store(r, m, _mm256_srai_epi32::<{ PRECISION_BITS as i32 }>(sum)) };
+                unsafe { store.store(r, m, sum) };
             }
         }
     }
@@ -2205,6 +2300,33 @@ mod x86 {
         }
     }
 
+    /// One step's tap bytes of 8 values from the window at `at`: 32 bytes through `vpermb`, or
+    /// with `WIDE` 64 bytes in two loads through `vpermt2b`; with `PAIRS` the odd bytes zeroed
+    /// (i16 pairs for `vpdpwssd`), else all four bytes of each dword kept (a quad for
+    /// `vpdpbusd`).
+    ///
+    /// # Safety
+    /// `at` starts `32` (`WIDE`: `64`) readable bytes.
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vbmi")]
+    #[inline]
+    unsafe fn step_bytes<const WIDE: bool, const PAIRS: bool>(
+        at: *const u8,
+        idx: __m256i,
+    ) -> __m256i {
+        // SAFETY: the loads are in bounds (caller); the permutes touch registers only.
+        unsafe {
+            let first = _mm256_loadu_si256(at.cast());
+            let keep = if PAIRS { EVEN_BYTES } else { u32::MAX };
+            if WIDE {
+                permute2(keep, idx, first, _mm256_loadu_si256(at.add(32).cast()))
+            } else if PAIRS {
+                permute_pairs(idx, first)
+            } else {
+                _mm256_permutexvar_epi8(idx, first)
+            }
+        }
+    }
+
     /// The horizontal kernel of the permute plans: per tap pair one window load (two for wide
     /// plans), one permute and two accumulating dot products, against AVX2's two loads, an
     /// insert, a shuffle, two multiplies and two adds.
@@ -2237,14 +2359,7 @@ mod x86 {
                 let mut hi = _mm256_setzero_si256();
                 let mut lo = half;
                 for p in 0..P {
-                    let at = ptr.add(win[p][0] as usize);
-                    let first = _mm256_loadu_si256(at.cast());
-                    let g = if WIDE {
-                        let second = _mm256_loadu_si256(at.add(32).cast());
-                        permute2(EVEN_BYTES, idx[p], first, second)
-                    } else {
-                        permute_pairs(idx[p], first)
-                    };
+                    let g = step_bytes::<WIDE, true>(ptr.add(win[p][0] as usize), idx[p]);
                     hi = dot_acc::<true>(hi, g, whi[p]);
                     lo = dot_acc::<true>(lo, g, wlo[p]);
                 }
@@ -2259,6 +2374,13 @@ mod x86 {
         #[target_feature(enable = "avx512f,avx512vl,avx512vnni")]
         fn dpbusd(__m256i) = "vpdpbusd {acc:y}, {a:y}, {b:y}"
     }
+
+    /// Where the Horner chains of the quad kernels start: the rounding bias over 65536, which
+    /// the chain's two shifts by 8 bring back to `HALF` exactly.
+    const HORNER_BIAS: i32 = {
+        assert!(HALF % (1 << 16) == 0);
+        HALF >> 16
+    };
 
     /// The horizontal kernel of the quad plans: per four taps one window load (two for wide
     /// plans), one unmasked permute that puts each value's four bytes in its dword, and three
@@ -2280,9 +2402,8 @@ mod x86 {
         // SAFETY: as in `permute_kernel` (the same windows); the digit tables are
         // bounds-checked.
         unsafe {
-            const { assert!(HALF % (1 << 16) == 0) };
             let (bias, half, zero) = (
-                _mm256_set1_epi32(HALF >> 16),
+                _mm256_set1_epi32(HORNER_BIAS),
                 _mm256_set1_epi32(HALF),
                 _mm256_setzero_si256(),
             );
@@ -2296,14 +2417,7 @@ mod x86 {
             chunk_rows::<Q, _, S>(plan, rows, ahead, store, tables, |tab, win, ptr| {
                 let (idx, wa, wb, wc) = tab;
                 let g: [__m256i; Q] = std::array::from_fn(|q| {
-                    let at = ptr.add(win[q][0] as usize);
-                    let first = _mm256_loadu_si256(at.cast());
-                    if WIDE {
-                        let second = _mm256_loadu_si256(at.add(32).cast());
-                        permute2(u32::MAX, idx[q], first, second)
-                    } else {
-                        _mm256_permutexvar_epi8(idx[q], first)
-                    }
+                    step_bytes::<WIDE, false>(ptr.add(win[q][0] as usize), idx[q])
                 });
                 if Q == 1 {
                     // Horner's rule, `(((A << 8) + B) << 8) + C`, in one accumulator that
@@ -2328,6 +2442,47 @@ mod x86 {
                         _mm256_add_epi32(_mm256_slli_epi32::<16>(a), _mm256_slli_epi32::<8>(b));
                     _mm256_add_epi32(ab, c)
                 }
+            });
+        }
+    }
+
+    /// The horizontal kernel of the quad-pair plans (5 or 6 taps): per value the quad's three
+    /// digit sums and the pair's two half sums in one Horner chain,
+    /// `(((A << 8) + B + H) << 8) + C + L` from a start at the rounding bias over 65536, where
+    /// `A`, `B`, `C` are the quad's dot products with the digits of 65536, 256 and 1 and `H`,
+    /// `L` the pair's with its weights' `w >> 8` and `w & 255`: the same integer as Pillow's
+    /// sum, so the same pixels. Every operation wraps modulo 2^32, and the final sum is in
+    /// `[0, 2^30)`, so the intermediate values need no range of their own.
+    ///
+    /// # Safety
+    /// As [`quad_kernel`], with `plan.gather == QuadPair` (`plan.steps == 2`).
+    #[target_feature(enable = "avx2,avx512f,avx512bw,avx512vl,avx512vbmi,avx512vnni")]
+    unsafe fn quad_pair_kernel<const WIDE: bool, S: Store>(
+        plan: &HPlan,
+        rows: &[&[u8]],
+        ahead: Ahead,
+        store: &mut S,
+    ) {
+        // SAFETY: as in `permute_kernel` (the same windows); the tables are bounds-checked.
+        unsafe {
+            let bias = _mm256_set1_epi32(HORNER_BIAS);
+            let tables = |t: usize| {
+                let idx: [__m256i; 2] = std::array::from_fn(|s| load256(&plan.masks, t + s));
+                let quad = [&plan.whi, &plan.wmid, &plan.wlo].map(|w| load256(w, t));
+                let pair = [&plan.whi, &plan.wlo].map(|w| load256(w, t + 1));
+                (idx, quad, pair)
+            };
+            chunk_rows::<2, _, S>(plan, rows, ahead, store, tables, |tab, win, ptr| {
+                let (idx, [wa, wb, wc], [wh, wl]) = tab;
+                let quad = step_bytes::<WIDE, false>(ptr.add(win[0][0] as usize), idx[0]);
+                let pair = step_bytes::<WIDE, true>(ptr.add(win[1][0] as usize), idx[1]);
+                let mut acc = dpbusd(bias, quad, wa);
+                acc = _mm256_slli_epi32::<8>(acc);
+                acc = dpbusd(acc, quad, wb);
+                acc = dot_acc::<true>(acc, pair, wh);
+                acc = _mm256_slli_epi32::<8>(acc);
+                acc = dpbusd(acc, quad, wc);
+                dot_acc::<true>(acc, pair, wl)
             });
         }
     }
@@ -2434,22 +2589,26 @@ mod x86 {
         #[test]
         fn plans_take_the_layout_each_downscale_needs() {
             // The parity tests compare results; this pins which kernel they exercised. Input
-            // widths to 224 outputs: upscales (2 taps) take the 256-bit pair permutes; from 3
-            // taps the quads, in 32-byte windows up to about 2.7x, 64-byte ones up to about 6x;
-            // then the pair permutes' 64-byte windows up to about 6.7x, the AVX2 shuffles'
-            // 32-byte lane windows up to 8x (8 pairs); rows shorter than a window take a
-            // smaller one. (in, out, the layout: gather and wide, or none that fits)
+            // widths to 224 outputs: upscales (2 taps) take the 256-bit pair permutes; 3 and 4
+            // taps a quad, 5 and 6 (2x to 3x) a quad and a pair, in 32-byte windows and for a
+            // few widths 64-byte ones; 7 taps and more two quads or more, in 64-byte windows up
+            // to about 6x; then the pair permutes' 64-byte windows up to about 6.7x, the AVX2
+            // shuffles' 32-byte lane windows up to 8x (8 pairs); rows shorter than a window
+            // take a smaller one. (in, out, the layout: gather and wide, or none that fits)
             type Case = (u32, u32, Option<(Gather, bool)>);
-            let cases: [Case; 10] = [
+            let cases: [Case; 13] = [
                 (200, 224, Some((Gather::Permute, false))),
                 (300, 224, Some((Gather::Quad, false))),
-                (600, 224, Some((Gather::Quad, false))),
+                (500, 224, Some((Gather::QuadPair, false))),
+                (600, 224, Some((Gather::QuadPair, false))),
+                (601, 224, Some((Gather::QuadPair, true))),
                 (700, 224, Some((Gather::Quad, true))),
                 (1300, 224, Some((Gather::Quad, true))),
                 (1400, 224, Some((Gather::Permute, true))),
                 (1680, 224, Some((Gather::Shuffle, true))),
                 (1800, 224, None),
-                (11, 5, Some((Gather::Quad, false))),
+                (11, 5, Some((Gather::QuadPair, false))),
+                (17, 5, Some((Gather::Quad, false))),
                 (10, 7, Some((Gather::Shuffle, false))),
             ];
             for (in_size, out, expected) in cases {
@@ -2462,7 +2621,11 @@ mod x86 {
                     .then_some((plan.gather, plan.wide));
                 let expected = match expected {
                     // Without AVX-512 the permute layouts are never tried.
-                    Some((Gather::Permute | Gather::Quad, _)) if !cpu::avx512_vnni() => built,
+                    Some((Gather::Permute | Gather::Quad | Gather::QuadPair, _))
+                        if !cpu::avx512_vnni() =>
+                    {
+                        built
+                    }
                     e => e,
                 };
                 assert_eq!(built, expected, "{in_size} -> {out}");
@@ -2486,13 +2649,16 @@ mod x86 {
             let outs = [1, 2, 3, 7, 8, 9, 64, 223, 224, 301];
             let mut checked = 0;
             for (in_size, out) in ins.flat_map(|i| outs.map(|o| (i, o))) {
-                for (gather, mirrored) in [Gather::Quad, Gather::Permute]
+                for (gather, mirrored) in [Gather::Quad, Gather::QuadPair, Gather::Permute]
                     .into_iter()
                     .flat_map(|g| [(g, false), (g, true)])
                 {
                     let mut c = AxisCoeffs::default();
                     c.prepare_mirrored(in_size, out, mirrored);
                     c.ensure_padded();
+                    if gather == Gather::QuadPair && !(5..=6).contains(&c.taps) {
+                        continue;
+                    }
                     let case = format!("{in_size} -> {out}, {gather:?}, mirrored {mirrored}");
                     let (mut scalar, mut vector) = (HPlan::default(), HPlan::default());
                     scalar.set_layout(&c, gather, false);
@@ -3652,7 +3818,10 @@ mod tests {
             (300, 5000, 280, 100),
             (2000, 1500, 100, 40),
             // Around the 256-bit permutes' window sizes (see `plans_take_the_layout_each_
-            // downscale_needs`): 32 or 64 bytes, 64 bytes or the AVX2 kernels.
+            // downscale_needs`): 32 or 64 bytes, 64 bytes or the AVX2 kernels; a quad and a
+            // pair in 32 and in 64 bytes.
+            (600, 300, 224, 100),
+            (601, 300, 224, 100),
             (750, 100, 224, 60),
             (751, 100, 224, 60),
             (1400, 200, 224, 50),
@@ -3712,6 +3881,8 @@ mod tests {
             (40, 1000, 33, 200),
             (5, 5, 17, 2),
             (229, 267, 224, 224),
+            (500, 375, 224, 224),
+            (601, 300, 224, 100),
             (791, 599, 224, 224),
         ];
         for level in [
