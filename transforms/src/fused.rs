@@ -533,8 +533,9 @@ mod convert {
         }
     }
 
-    /// 8 pixels per step: two overlapping 16-byte loads, and per channel two `pshufb`s that
-    /// pick its 8 bytes (`3i + c`) from whichever load holds them.
+    /// 8 pixels per step: two overlapping 16-byte loads; per channel, two `pshufb`s that pick
+    /// its 8 bytes (`3i + c`) from whichever load holds them (bytes out), or one 256-bit
+    /// `pshufb` over both loads that picks them as dwords (floats out).
     #[cfg(target_arch = "x86_64")]
     mod x86 {
         use std::arch::x86_64::*;
@@ -557,6 +558,39 @@ mod convert {
         }
 
         const MASKS: [([u8; 16], [u8; 16]); 3] = [masks(0), masks(1), masks(2)];
+
+        /// `pshufb` masks for channel `c` of [`pixels8`]'s two lanes: dword `i` of lane 0 takes
+        /// byte `3i + c` of the first load (pixels 0-3), of lane 1 byte `3 (i + 4) + c - 8` of
+        /// the second (pixels 4-7); the other bytes are zeroed.
+        const fn dword_masks(c: usize) -> [u8; 32] {
+            let mut m = [0x80u8; 32];
+            let mut i = 0;
+            while i < 4 {
+                m[4 * i] = (3 * i + c) as u8;
+                m[16 + 4 * i] = (3 * (i + 4) + c - 8) as u8;
+                i += 1;
+            }
+            m
+        }
+
+        const DWORD_MASKS: [[u8; 32]; 3] = [dword_masks(0), dword_masks(1), dword_masks(2)];
+
+        /// Pixels `8g..8g + 8`: bytes `24g..24g + 16` in the low lane, `24g + 8..24g + 24` in
+        /// the high one, so that one in-lane `pshufb` per channel picks its 8 bytes already
+        /// zero-extended to dwords.
+        ///
+        /// # Safety
+        /// AVX2; `row` holds at least `24 (g + 1)` bytes.
+        #[inline(always)]
+        unsafe fn pixels8(row: &[u8], g: usize) -> __m256i {
+            // SAFETY: bytes `24g .. 24g + 24` are in `row` (caller).
+            unsafe {
+                let p = row.as_ptr().add(24 * g);
+                let a = _mm_loadu_si128(p.cast());
+                let b = _mm_loadu_si128(p.add(8).cast());
+                _mm256_inserti128_si256::<1>(_mm256_castsi128_si256(a), b)
+            }
+        }
 
         /// Channel `c` of pixels `8g..8g + 8` in the low 8 bytes.
         ///
@@ -612,10 +646,15 @@ mod convert {
                     _mm256_fmadd_ps(_mm256_fnmadd_ps(q, _mm256_set1_ps(b), a), hi, q)
                 }
             };
+            // SAFETY: the masks are 32 readable bytes each.
+            let masks: [__m256i; 3] = std::array::from_fn(|c| unsafe {
+                _mm256_loadu_si256(DWORD_MASKS[c].as_ptr().cast())
+            });
             for g in 0..groups {
+                // SAFETY: row bytes below `24 (g + 1) <= 3n` (see above).
+                let px = unsafe { pixels8(row, g) };
                 for (c, plane) in planes.iter_mut().enumerate() {
-                    // SAFETY: row bytes below `24 (g + 1) <= 3n` (see above).
-                    let v = _mm256_cvtepu8_epi32(unsafe { channel(row, g, c) });
+                    let v = _mm256_shuffle_epi8(px, masks[c]);
                     let x = _mm256_cvtepi32_ps(v);
                     let mut z = quotient(x, super::RECIP_255, super::RECIP_255_LO, 255.0);
                     if fast.normalize {
@@ -950,7 +989,9 @@ mod tests {
             mean: [0.485, 0.456, 0.406],
             std: [0.229, 0.224, 0.225],
         };
-        for (h, w) in [(64, 48), (224, 224), (300, 400)] {
+        // Widths that are not a multiple of 8 pixels too: the float planes' last group is
+        // partial where the kernels convert 8 pixels at a time.
+        for (h, w) in [(64, 48), (224, 224), (300, 400), (45, 61), (200, 221)] {
             for flip in [false, true] {
                 let run = |level: SimdLevel| {
                     let mut kernel = FusedKernel::new();
@@ -962,9 +1003,12 @@ mod tests {
                     };
                     let mut f = vec![0f32; float.elements_per_sample(h, w)];
                     sample(&float, OutputSlot::F32(&mut f));
+                    let mut f1 = vec![0f32; float.elements_per_sample(h, w)];
+                    sample(&OutputKind::F32ChwUnnormalized, OutputSlot::F32(&mut f1));
                     let mut u = vec![0u8; OutputKind::U8Chw.elements_per_sample(h, w)];
                     sample(&OutputKind::U8Chw, OutputSlot::U8(&mut u));
-                    (f.iter().map(|v| v.to_bits()).collect::<Vec<_>>(), u)
+                    let bits = |f: Vec<f32>| f.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
+                    (bits(f), bits(f1), u)
                 };
                 let portable = run(SimdLevel::Portable);
                 assert_eq!(run(SimdLevel::Avx2), portable, "{h}x{w} flip {flip}: AVX2");
