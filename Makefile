@@ -19,10 +19,12 @@ help: ## Show this help
 deps: ## Install system packages if missing (cmake, nasm for libjpeg-turbo; chromium for the report test)
 	@scripts/install-deps.sh
 
+# --no-cache-dir: torch's wheels run to gigabytes, and a second copy in pip's cache is wasted
+# on a CI disk (one CI run stopped on a full disk while installing pip).
 $(VENV)/.installed: requirements-dev.txt
 	@test -x $(PY) || python3 -m venv $(VENV)
-	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -r requirements-dev.txt
+	$(PY) -m pip install -q --no-cache-dir --upgrade pip
+	$(PY) -m pip install -q --no-cache-dir -r requirements-dev.txt
 	@touch $@
 
 venv: $(VENV)/.installed ## Create the Python venv (Pillow reference, maturin, pytest, torch, CLI deps)
