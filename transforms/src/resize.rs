@@ -1199,9 +1199,9 @@ mod x86 {
         /// unmasked, for `vpdpbusd` against the weights' signed base-256 digits.
         Quad,
         /// For 5 or 6 taps: a quad step (taps 0-3), then a pair step (taps 4-5) whose
-        /// weights are split at 8 bits instead of 11, so that both steps' sums join one
-        /// Horner chain. Two quads would spend three dot products on the last two taps (or
-        /// one), this spends two.
+        /// weights are split at 8 bits (as [`Gather::Permute`]'s), so that both steps' sums
+        /// join one Horner chain. Two quads would spend three dot products on the last two
+        /// taps (or one), this spends two.
         QuadPair,
     }
 
@@ -1248,13 +1248,14 @@ mod x86 {
         }
 
         /// Where a pair step splits each weight into i16 halves, `w = (hi << bits) + lo`:
-        /// 11 bits for the pair kernels' two sums, 8 for [`Gather::QuadPair`]'s Horner
-        /// chain (its `hi` is at most `2^14`, still an i16).
+        /// 8 bits where the sums can join a Horner chain (`hi` is at most `2^14`, still an
+        /// i16), 11 for the AVX2 kernel's `pmaddwd`, whose two sums are always combined by
+        /// a shift and an add.
         fn pair_split(self) -> u32 {
-            if self == Gather::QuadPair {
-                8
-            } else {
+            if self == Gather::Shuffle {
                 11
+            } else {
+                8
             }
         }
 
@@ -2347,7 +2348,7 @@ mod x86 {
         // every 32-byte load is in bounds; the table reads are bounds-checked; the stores are
         // within what the caller checked with `fits`; the prefetches access nothing.
         unsafe {
-            let half = _mm256_set1_epi32(HALF);
+            let (bias, half) = (_mm256_set1_epi32(PAIR_HORNER_BIAS), _mm256_set1_epi32(HALF));
             let tables = |t: usize| {
                 let idx: [__m256i; P] = std::array::from_fn(|p| load256(&plan.masks, t + p));
                 let whi: [__m256i; P] = std::array::from_fn(|p| load256(&plan.whi, t + p));
@@ -2356,14 +2357,23 @@ mod x86 {
             };
             chunk_rows::<P, _, S>(plan, rows, ahead, store, tables, |tab, win, ptr| {
                 let (idx, whi, wlo) = tab;
-                let mut hi = _mm256_setzero_si256();
-                let mut lo = half;
-                for p in 0..P {
-                    let g = step_bytes::<WIDE, true>(ptr.add(win[p][0] as usize), idx[p]);
-                    hi = dot_acc::<true>(hi, g, whi[p]);
-                    lo = dot_acc::<true>(lo, g, wlo[p]);
+                let g: [__m256i; P] = std::array::from_fn(|p| {
+                    step_bytes::<WIDE, true>(ptr.add(win[p][0] as usize), idx[p])
+                });
+                if P == 1 {
+                    // Horner's rule, `(H << 8) + L`, from the rounding bias over 256: no
+                    // zeroed accumulator and no add (1-2 taps, about a quarter of
+                    // RandomResizedCrop's crops).
+                    let acc = dot_acc::<true>(bias, g[0], whi[0]);
+                    dot_acc::<true>(_mm256_slli_epi32::<8>(acc), g[0], wlo[0])
+                } else {
+                    let (mut hi, mut lo) = (_mm256_setzero_si256(), half);
+                    for p in 0..P {
+                        hi = dot_acc::<true>(hi, g[p], whi[p]);
+                        lo = dot_acc::<true>(lo, g[p], wlo[p]);
+                    }
+                    _mm256_add_epi32(_mm256_slli_epi32::<8>(hi), lo)
                 }
-                _mm256_add_epi32(_mm256_slli_epi32::<11>(hi), lo)
             });
         }
     }
@@ -2374,6 +2384,13 @@ mod x86 {
         #[target_feature(enable = "avx512f,avx512vl,avx512vnni")]
         fn dpbusd(__m256i) = "vpdpbusd {acc:y}, {a:y}, {b:y}"
     }
+
+    /// Where the pair kernel's Horner chain starts: the rounding bias over 256, which the
+    /// chain's shift by 8 brings back to `HALF` exactly.
+    const PAIR_HORNER_BIAS: i32 = {
+        assert!(HALF % (1 << 8) == 0);
+        HALF >> 8
+    };
 
     /// Where the Horner chains of the quad kernels start: the rounding bias over 65536, which
     /// the chain's two shifts by 8 bring back to `HALF` exactly.
