@@ -12,7 +12,8 @@
 //!
 //! Variants: the bare full decode (libjpeg-turbo into a reused image), and the train pipeline
 //! (RandomResizedCrop 224, flip, to-tensor, normalize to f32) fused after a full decode (with
-//! the default kernels, and with the AVX2 ones only: what the 256-bit AVX-512 ones bring),
+//! the default kernels, then limited to each kernel set: 512-bit, 256-bit AVX-512, AVX2; which
+//! is best in the pipeline depends on the CPU, see `fused::default_simd`),
 //! fused after a region-of-interest decode, and op by op. For the fused variants, the median
 //! share of the kernel (the pipeline's `Fused` op, timed through its observer hooks) and of
 //! the rest (decode, crop draw) are printed as ratios to the bare decode too: the rest above
@@ -25,7 +26,7 @@ use std::hint::black_box;
 use std::time::{Duration, Instant};
 
 use ferroloader::transforms::decode::{DecodeContext, DecodeOptions};
-use ferroloader::transforms::fused::{OutputSlot, DEFAULT_SIMD};
+use ferroloader::transforms::fused::{default_simd, OutputSlot};
 use ferroloader::transforms::resize::SimdLevel;
 use ferroloader::transforms::rng::sample_rng;
 use ferroloader::transforms::spec::{
@@ -87,7 +88,7 @@ enum Variant {
 
 impl Variant {
     fn pipeline(spec: PipelineSpec) -> Variant {
-        Variant::pipeline_at(spec, DEFAULT_SIMD)
+        Variant::pipeline_at(spec, default_simd())
     }
 
     /// The pipeline with its kernels limited to `simd`.
@@ -192,6 +193,20 @@ fn main() {
         (
             "fused, full decode",
             Variant::pipeline(PipelineSpec::imagenet_train(224).roi_decode(false)),
+        ),
+        (
+            "fused, full, 512-bit",
+            Variant::pipeline_at(
+                PipelineSpec::imagenet_train(224).roi_decode(false),
+                SimdLevel::Avx512,
+            ),
+        ),
+        (
+            "fused, full, 256-bit",
+            Variant::pipeline_at(
+                PipelineSpec::imagenet_train(224).roi_decode(false),
+                SimdLevel::Avx512Ymm,
+            ),
         ),
         (
             "fused, full, AVX2 only",

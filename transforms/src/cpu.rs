@@ -1,6 +1,7 @@
 //! Which SIMD instruction sets this CPU runs, for the kernels that need them (std caches each
-//! detection after its first call). Every `unsafe` call of a `#[target_feature]` kernel relies
-//! on one of these answers. Must not choose a kernel: callers pick by what they need.
+//! detection after its first call), and who made it. Every `unsafe` call of a
+//! `#[target_feature]` kernel relies on one of these answers. Must not choose a kernel:
+//! callers pick by what they need.
 
 /// AVX2.
 #[inline]
@@ -54,5 +55,42 @@ pub(crate) fn avx512_vnni() -> bool {
     #[cfg(not(target_arch = "x86_64"))]
     {
         false
+    }
+}
+
+/// Whether the CPU is AMD's (CPUID vendor "AuthenticAMD"), read once.
+pub(crate) fn amd() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        static AMD: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+        *AMD.get_or_init(|| {
+            let id = std::arch::x86_64::__cpuid(0);
+            // The vendor string's 12 bytes are EBX, EDX, ECX in that order.
+            [id.ebx, id.edx, id.ecx] == [0x6874_7541, 0x6974_6e65, 0x444d_4163]
+        })
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        false
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn vendor_matches_proc_cpuinfo() {
+        // Linux names the vendor in /proc/cpuinfo; elsewhere there is nothing to compare with.
+        let Ok(info) = std::fs::read_to_string("/proc/cpuinfo") else {
+            return;
+        };
+        let Some(vendor) = info.lines().find_map(|l| l.strip_prefix("vendor_id")) else {
+            return;
+        };
+        let vendor = vendor.trim_start_matches([' ', '\t', ':']).trim();
+        assert_eq!(
+            super::amd(),
+            vendor == "AuthenticAMD",
+            "vendor_id {vendor:?}"
+        );
     }
 }

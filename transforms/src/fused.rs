@@ -121,17 +121,33 @@ pub struct FusedKernel {
     simd: SimdLevel,
 }
 
-/// The kernels a [`FusedKernel`] uses unless told otherwise: AVX-512's instructions on 256-bit
-/// registers ([`SimdLevel::Avx512Ymm`]; AVX2 on CPUs without them), never 512-bit registers.
-/// Alone, the 512-bit kernels are the fastest (a typical crop's resize 38 us against 87 us with
-/// AVX2), but in the pipeline they made every sample slower: after 512-bit code the core runs
-/// the next decode (libjpeg-turbo's AVX2 code, most of a sample's time) at a lower clock.
-/// `cargo bench --bench train_ratio` on this project's Xeon, three alternating pairs: fused +
-/// ROI decode 1181-1280 us per image with AVX2 against 1346-1464 us with AVX-512. The 256-bit
-/// permutes and dot products leave the next decode's speed alone and cut the kernel's time
-/// after a full decode by 16-26% (`train_ratio`'s `kernel` column, default against "AVX2
-/// only", three runs; 10-20% before the four-tap steps).
-pub const DEFAULT_SIMD: SimdLevel = SimdLevel::Avx512Ymm;
+/// The kernels a [`FusedKernel`] uses unless told otherwise: on AMD's CPUs the 512-bit
+/// AVX-512 kernels ([`SimdLevel::Avx512`]), on others AVX-512's instructions on 256-bit
+/// registers ([`SimdLevel::Avx512Ymm`]); AVX2 on CPUs without them.
+///
+/// Alone, the 512-bit kernels are the fastest everywhere. In the pipeline it depends on the
+/// core:
+/// - On this project's Ice Lake Xeon they made every sample slower: after 512-bit code the core
+///   runs the next decode (libjpeg-turbo's AVX2 code, most of a sample's time) at a lower
+///   clock. `cargo bench --bench train_ratio`, three alternating pairs: fused + ROI decode
+///   1181-1280 us per image with AVX2 against 1346-1464 us with AVX-512; later (30 paired
+///   rounds) the 512-bit kernel 1.23x slower than the 256-bit one and the decode after it 1.13x.
+///   The 256-bit permutes and dot products leave the next decode's speed alone and cut the
+///   kernel's time after a full decode by 16-26% against AVX2.
+/// - Zen 4 runs 512-bit operations as two 256-bit halves at an unchanged clock: on a Zen 4
+///   EPYC, `train_ratio`'s kernel column was 0.084-0.098 of a decode with the 512-bit kernels
+///   against 0.096-0.106 with the 256-bit ones (three runs of 61 rounds), and the decode after
+///   either ran at the speed of the bare decode.
+///
+/// (glibc's string functions make a similar choice: they avoid 512-bit registers on Intel's
+/// AVX-512 CPUs unless the CPU also has AVX-VNNI, and never on AMD's.)
+pub fn default_simd() -> SimdLevel {
+    if cpu::amd() {
+        SimdLevel::Avx512
+    } else {
+        SimdLevel::Avx512Ymm
+    }
+}
 
 impl Default for FusedKernel {
     fn default() -> Self {
@@ -148,13 +164,13 @@ impl FusedKernel {
             lut: Box::new([[0.0; 256]; 3]),
             lut_key: LutKey::Empty,
             fast: None,
-            simd: DEFAULT_SIMD,
+            simd: default_simd(),
         };
-        kernel.set_simd_limit(DEFAULT_SIMD);
+        kernel.set_simd_limit(kernel.simd);
         kernel
     }
 
-    /// Uses kernels up to `limit` at most ([`DEFAULT_SIMD`] unless set). The results are
+    /// Uses kernels up to `limit` at most ([`default_simd`] unless set). The results are
     /// identical at every level.
     pub fn set_simd_limit(&mut self, limit: SimdLevel) {
         self.simd = limit;
@@ -1022,7 +1038,11 @@ mod tests {
                     portable,
                     "{h}x{w} flip {flip}: AVX-512"
                 );
-                assert_eq!(run(DEFAULT_SIMD), portable, "{h}x{w} flip {flip}: default");
+                assert_eq!(
+                    run(default_simd()),
+                    portable,
+                    "{h}x{w} flip {flip}: default"
+                );
             }
         }
     }

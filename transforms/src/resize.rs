@@ -574,8 +574,8 @@ pub enum SimdLevel {
     /// The AVX2 kernels' layout with AVX-512 instructions on 256-bit registers (AVX-512 F, BW,
     /// VL, VBMI and VNNI): one byte permute per tap pair in place of two loads, an insert and
     /// a shuffle, and dot products that accumulate. Nothing runs on 512-bit registers, which
-    /// on this project's Xeon made the decode after them slower (see
-    /// [`crate::fused::DEFAULT_SIMD`]). Falls back to AVX2 for shapes it does not cover.
+    /// on Intel's Xeons make the decode after them slower (see
+    /// [`crate::fused::default_simd`]). Falls back to AVX2 for shapes it does not cover.
     Avx512Ymm,
     /// AVX-512 kernels (x86-64 with AVX-512 F, BW, VL, VBMI and VNNI; Ice Lake and later,
     /// Zen 4 and later), falling back to AVX2 for shapes they do not cover. The default limit.
@@ -2253,8 +2253,8 @@ mod x86 {
     /// Byte `i` = byte `idx[i] & 63` of the 64-byte window `first ++ second` where bit `i` of
     /// `keep` is set, else 0 (`vpermt2b` with zero-masking): [`EVEN_BYTES`] for the pair
     /// kernel, all bytes for the quad kernel. (With the intrinsic, LLVM merges the two adjacent
-    /// loads into one 512-bit `vpermb`, and 512-bit instructions slow the next decode down: see
-    /// [`crate::fused::DEFAULT_SIMD`].)
+    /// loads into one 512-bit `vpermb`, and on Intel's Xeons 512-bit instructions slow the next
+    /// decode down: see [`crate::fused::default_simd`].)
     #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vbmi")]
     #[inline]
     fn permute2(keep: u32, idx: __m256i, first: __m256i, second: __m256i) -> __m256i {

@@ -420,7 +420,7 @@ pub struct PipelineContext {
 }
 
 impl PipelineContext {
-    /// Runs the resize and conversion kernels up to `limit` ([`fused::DEFAULT_SIMD`] unless
+    /// Runs the resize and conversion kernels up to `limit` ([`fused::default_simd`] unless
     /// set), for profiling one kernel set against another. The samples are identical at every
     /// level.
     pub fn set_simd_limit(&mut self, limit: SimdLevel) {
@@ -631,10 +631,10 @@ impl Pipeline {
             decode: DecodeContext::new(options)?,
             kernel: FusedKernel::new(),
             resizer: {
-                // The kernels the fused path uses, for the same reason (fused::DEFAULT_SIMD):
-                // AVX-512 code here would slow the next sample's decode down.
+                // The kernels the fused path uses, for the same reason (fused::default_simd):
+                // on some CPUs 512-bit code here would slow the next sample's decode down.
                 let mut resizer = Resizer::new();
-                resizer.set_simd_limit(fused::DEFAULT_SIMD);
+                resizer.set_simd_limit(fused::default_simd());
                 resizer
             },
             decoded: RgbImage::new(),
