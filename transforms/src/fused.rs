@@ -139,8 +139,8 @@ pub struct FusedKernel {
 ///   against 0.096-0.106 with the 256-bit ones (three runs of 61 rounds), and the decode after
 ///   either ran at the speed of the bare decode.
 ///
-/// (glibc's string functions make a similar choice: they avoid 512-bit registers on Intel's
-/// AVX-512 CPUs unless the CPU also has AVX-VNNI, and never on AMD's.)
+/// (glibc makes a similar choice for its string functions: its `Prefer_No_AVX512` flag is set
+/// on Intel's AVX-512 CPUs without AVX-VNNI, not on AMD's.)
 pub fn default_simd() -> SimdLevel {
     if cpu::amd() {
         SimdLevel::Avx512
