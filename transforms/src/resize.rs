@@ -2357,20 +2357,20 @@ mod x86 {
             };
             chunk_rows::<P, _, S>(plan, rows, ahead, store, tables, |tab, win, ptr| {
                 let (idx, whi, wlo) = tab;
-                let g: [__m256i; P] = std::array::from_fn(|p| {
-                    step_bytes::<WIDE, true>(ptr.add(win[p][0] as usize), idx[p])
-                });
+                let g = |p: usize| step_bytes::<WIDE, true>(ptr.add(win[p][0] as usize), idx[p]);
                 if P == 1 {
                     // Horner's rule, `(H << 8) + L`, from the rounding bias over 256: no
                     // zeroed accumulator and no add (1-2 taps, about a quarter of
                     // RandomResizedCrop's crops).
-                    let acc = dot_acc::<true>(bias, g[0], whi[0]);
-                    dot_acc::<true>(_mm256_slli_epi32::<8>(acc), g[0], wlo[0])
+                    let g0 = g(0);
+                    let acc = dot_acc::<true>(bias, g0, whi[0]);
+                    dot_acc::<true>(_mm256_slli_epi32::<8>(acc), g0, wlo[0])
                 } else {
                     let (mut hi, mut lo) = (_mm256_setzero_si256(), half);
                     for p in 0..P {
-                        hi = dot_acc::<true>(hi, g[p], whi[p]);
-                        lo = dot_acc::<true>(lo, g[p], wlo[p]);
+                        let gp = g(p);
+                        hi = dot_acc::<true>(hi, gp, whi[p]);
+                        lo = dot_acc::<true>(lo, gp, wlo[p]);
                     }
                     _mm256_add_epi32(_mm256_slli_epi32::<8>(hi), lo)
                 }
