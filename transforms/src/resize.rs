@@ -1450,7 +1450,8 @@ mod x86 {
         fn fill_pixels_scalar(&mut self, c: &AxisCoeffs, gather: Gather) -> usize {
             let (taps, steps) = (c.taps, self.steps);
             let len = self.reset_pixels(c, gather.has_quads());
-            let (bits, low) = (gather.pair_split(), (1 << gather.pair_split()) - 1);
+            let bits = gather.pair_split();
+            let low = (1 << bits) - 1;
             for (px, (w, &st)) in c.pweights.chunks_exact(taps).zip(&c.pstart).enumerate() {
                 self.px_pos[px] = 3 * st as i32;
                 let tap = |k: usize| w.get(k).copied().unwrap_or(0);
