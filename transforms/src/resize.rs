@@ -31,6 +31,34 @@ const PRECISION_BITS: u32 = 32 - 8 - 2;
 /// Added to every sum so that the final shift rounds to nearest.
 const HALF: i32 = 1 << (PRECISION_BITS - 1);
 
+/// `$body` with the const `$t` set to `$taps` when that is 2 to 8 (the vertical windows of
+/// upscales and of downscales up to about 3.5x), else to 0 (meaning: any count, read at run
+/// time). A vertical kernel compiled for a constant count unrolls its tap loop and keeps the
+/// weights and row pointers in registers. Alone, on one hot ring with a fixed count, the
+/// run-time loop was 1.3x slower (its per-tap loads and branches). In the pipeline it cost
+/// more: `train_ratio`, 4 runs, the fused kernel after a full decode at 0.117-0.133 of a decode
+/// with constant counts against 0.141-0.147 with the loop, likely because the count changes
+/// between output rows there and the loop's exit branch is then mispredicted every 32 values
+/// (no PMU on the machine to count it). The horizontal windows' padding uses it too, so that
+/// each output's weights copy without a call to `memcpy`.
+macro_rules! with_taps {
+    ($taps:expr, |$t:ident| $body:expr) => {
+        with_taps!(@counts $taps, $t, $body, 2 3 4 5 6 7 8)
+    };
+    (@counts $taps:expr, $t:ident, $body:expr, $($n:literal)*) => {
+        match $taps {
+            $($n => {
+                const $t: usize = $n;
+                $body
+            })*
+            _ => {
+                const $t: usize = 0;
+                $body
+            }
+        }
+    };
+}
+
 /// Pillow's `clip8`: the fixed-point sum back to a byte, clamped.
 #[inline(always)]
 fn clip8(acc: i32) -> u8 {
@@ -199,23 +227,18 @@ impl AxisCoeffs {
         }
         let taps = self.taps;
         self.pstart.clear();
+        self.pstart.resize(self.start.len(), 0);
         self.pweights.clear();
         self.pweights.resize(self.start.len() * taps, 0);
-        let in_size = self.in_size as usize;
-        let rows = self.weights.chunks_exact(self.stride);
-        for (((padded, w), &start), &count) in self
-            .pweights
-            .chunks_exact_mut(taps)
-            .zip(rows)
-            .zip(&self.start)
-            .zip(&self.count)
-        {
-            let (start, w) = (start as usize, &w[..count as usize]);
-            // count <= in_size, so a window of `taps` fits; shift it left at the end.
-            let pstart = start.min(in_size - taps);
-            padded[start - pstart..start - pstart + w.len()].copy_from_slice(w);
-            self.pstart.push(pstart as u32);
-        }
+        with_taps!(taps, |T| pad_windows::<T>(
+            taps,
+            self.in_size as usize,
+            &self.weights,
+            self.stride,
+            &self.start,
+            &mut self.pstart,
+            &mut self.pweights,
+        ));
         self.padded_ready = true;
     }
 
@@ -226,11 +249,15 @@ impl AxisCoeffs {
             return;
         }
         self.pair.clear();
-        self.pair.extend(self.weights.iter().map(|&w| {
-            let h = (w >> 7).clamp(0, 32767);
-            let l = w - 128 * h;
-            (l & 0xffff) | (h << 16)
-        }));
+        self.pair.resize(self.weights.len(), 0);
+        #[cfg(target_arch = "x86_64")]
+        if cpu::avx512_vnni() {
+            // SAFETY: the CPU has AVX-512 F and BW (implied by `avx512_vnni`'s set).
+            unsafe { coeffs_x86::pairs512(&self.weights, &mut self.pair) };
+            self.pair_ready = true;
+            return;
+        }
+        pairs(&self.weights, &mut self.pair);
         self.pair_ready = true;
     }
 
@@ -329,6 +356,48 @@ impl Axis {
     }
 }
 
+/// `pair[i]` = weight `w[i]` as the i16 pair `(w - 128 h, h)`, `h = min(w >> 7, 32767)` (see
+/// [`AxisCoeffs`]'s `pair`). Branch-free, so that it vectorizes.
+#[inline(always)]
+fn pairs(w: &[i32], pair: &mut [i32]) {
+    for (p, &w) in pair.iter_mut().zip(w) {
+        let h = (w >> 7).clamp(0, 32767);
+        let l = w - 128 * h;
+        *p = (l & 0xffff) | (h << 16);
+    }
+}
+
+/// [`AxisCoeffs::ensure_padded`]'s loop: every output's weights as a window of `taps` (`TAPS`
+/// when not 0, so that the common counts copy without a loop or a call), moved left where
+/// it would pass the end of the input. `weights` holds `stride >= taps` weights per output,
+/// zeros past each count; `pweights` is zeroed on entry.
+#[inline(always)]
+fn pad_windows<const TAPS: usize>(
+    taps: usize,
+    in_size: usize,
+    weights: &[i32],
+    stride: usize,
+    start: &[u32],
+    pstart: &mut [u32],
+    pweights: &mut [i32],
+) {
+    let taps = if TAPS == 0 { taps } else { TAPS };
+    let rows = weights.chunks_exact(stride);
+    for (((padded, w), &start), ps) in pweights
+        .chunks_exact_mut(taps)
+        .zip(rows)
+        .zip(start)
+        .zip(pstart.iter_mut())
+    {
+        let start = start as usize;
+        // count <= in_size, so a window of `taps` fits; shift it left at the end, where
+        // `start + count <= in_size` leaves room: count <= taps - shift.
+        let shift = start - start.min(in_size - taps);
+        padded[shift..].copy_from_slice(&w[..taps - shift]);
+        *ps = (start - shift) as u32;
+    }
+}
+
 /// The smallest and largest of `w` (`(0, 0)` when empty). Min and max reductions vectorize;
 /// an early-exit range check would not.
 #[inline(always)]
@@ -352,6 +421,15 @@ mod coeffs_x86 {
     #[target_feature(enable = "avx2")]
     pub(super) unsafe fn min_max(w: &[i32]) -> (i32, i32) {
         super::min_max(w)
+    }
+
+    /// [`super::pairs`] compiled for AVX-512 (16 weights a step).
+    ///
+    /// # Safety
+    /// The CPU must support AVX-512 F and BW.
+    #[target_feature(enable = "avx512f,avx512bw")]
+    pub(super) unsafe fn pairs512(w: &[i32], pair: &mut [i32]) {
+        super::pairs(w, pair)
     }
 
     /// Window widths (`stride`) handled here; wider ones (downscales beyond 15x) go scalar.
@@ -387,9 +465,8 @@ mod coeffs_x86 {
         let prec = _mm512_set1_pd(f64::from(1u32 << PRECISION_BITS));
         let in_max = _mm256_set1_epi32(axis.in_size as i32);
         let lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
-        // Output j of a group: its weights start `j * stride` after the group's.
-        let rows = _mm256_mullo_epi32(lane, _mm256_set1_epi32(stride as i32));
         let mut w = [_mm512_setzero_pd(); MAX_STRIDE];
+        let mut fixed = [[0i32; 8]; MAX_STRIDE];
         for g in 0..groups {
             let xx = _mm512_cvtepi32_pd(_mm256_add_epi32(lane, _mm256_set1_epi32(8 * g as i32)));
             let center = _mm512_mul_pd(_mm512_add_pd(xx, half), scale);
@@ -424,16 +501,22 @@ mod coeffs_x86 {
             }
             // Past every lane's window the weights are 0 (`0 / ww`): skip those divisions.
             let live = count[first..first + 8].iter().copied().max().unwrap_or(1) as usize;
-            let base = weights[first * stride..(first + 8) * stride].as_mut_ptr();
-            for (k, wk) in w.iter().enumerate().take(live) {
+            for (wk, out) in w.iter().zip(fixed.iter_mut()).take(live) {
                 let q = _mm512_mask_div_pd(*wk, nonzero, *wk, ww);
                 let scaled = _mm512_mul_pd(q, prec);
                 let neg = _mm512_cmp_pd_mask::<_CMP_LT_OQ>(q, zero);
                 let offset = _mm512_mask_blend_pd(neg, half, _mm512_set1_pd(-0.5));
-                let fixed = _mm512_cvttpd_epi32(_mm512_add_pd(offset, scaled));
-                // SAFETY: lane j writes weight `k < live <= stride` of output `first + j`,
-                // inside the group's `8 * stride` weights at `base`.
-                unsafe { _mm256_i32scatter_epi32::<4>(base.add(k), rows, fixed) };
+                let k = _mm512_cvttpd_epi32(_mm512_add_pd(offset, scaled));
+                // SAFETY: `out` is 32 writable bytes.
+                unsafe { _mm256_storeu_si256(out.as_mut_ptr().cast(), k) };
+            }
+            // Tap-major lanes to output-major rows with plain stores: a scatter is slower
+            // (microcoded on Zen 4). `weights` was zeroed: only the live columns need writing.
+            let group = &mut weights[first * stride..(first + 8) * stride];
+            for (j, row) in group.chunks_exact_mut(stride).enumerate() {
+                for (dst, f) in row.iter_mut().zip(&fixed[..live]) {
+                    *dst = f[j];
+                }
             }
         }
         8 * groups
@@ -1059,34 +1142,6 @@ mod portable {
             }
         }
     }
-}
-
-/// `$body` with the const `$t` set to `$taps` when that is 2 to 8 (the vertical windows of
-/// upscales and of downscales up to about 3.5x), else to 0 (meaning: any count, read at run
-/// time). A vertical kernel compiled for a constant count unrolls its tap loop and keeps the
-/// weights and row pointers in registers. Alone, on one hot ring with a fixed count, the
-/// run-time loop was 1.3x slower (its per-tap loads and branches). In the pipeline it cost
-/// more: `train_ratio`, 4 runs, the fused kernel after a full decode at 0.117-0.133 of a decode
-/// with constant counts against 0.141-0.147 with the loop, likely because the count changes
-/// between output rows there and the loop's exit branch is then mispredicted every 32 values
-/// (no PMU on the machine to count it).
-#[cfg(target_arch = "x86_64")]
-macro_rules! with_taps {
-    ($taps:expr, |$t:ident| $body:expr) => {
-        with_taps!(@counts $taps, $t, $body, 2 3 4 5 6 7 8)
-    };
-    (@counts $taps:expr, $t:ident, $body:expr, $($n:literal)*) => {
-        match $taps {
-            $($n => {
-                const $t: usize = $n;
-                $body
-            })*
-            _ => {
-                const $t: usize = 0;
-                $body
-            }
-        }
-    };
 }
 
 /// A function of one accumulating AVX-512 VNNI instruction, `acc = insn(acc, a, b)`, in any of
@@ -2950,10 +3005,39 @@ mod x512 {
                 // features); the per-pixel arrays hold `len` entries per pair/quad and `data`
                 // `chunks * per_chunk()` vectors, as `expand` needs.
                 if unsafe { self.expand(taps, len) } {
-                    return true;
+                    return self.consistent();
                 }
             }
             false
+        }
+
+        /// Whether the plan was built and the kernel can run it (see [`ZPlan::consistent`]).
+        fn runnable(&self) -> bool {
+            matches!(self.key, Some((_, true)))
+        }
+
+        /// The bounds `horizontal_kernel` relies on, checked once per plan rather than on
+        /// every call: one plan serves a whole image, block after block. Nothing changes a
+        /// plan but `build`.
+        fn consistent(&self) -> bool {
+            let window = Self::window(self.two);
+            let chunks = self.chunks;
+            let fetch_in_row = self.fetch.iter().all(|&(first, count)| {
+                let blocks = self
+                    .fetch_blocks
+                    .get(first as usize..(first + count) as usize);
+                blocks.is_some_and(|b| b.iter().all(|&k| 64 * (k as usize) < self.row_bytes))
+            });
+            self.win.len() == chunks
+                && self.zmask.len() == chunks
+                && self.fetch.len() == chunks
+                && fetch_in_row
+                && self.data.len() == chunks * self.per_chunk()
+                && self
+                    .win
+                    .iter()
+                    .all(|&w| w as usize + window <= self.row_bytes)
+                && (1..=MAX_PAIRS).contains(&self.pairs)
         }
 
         /// The per-pixel arrays from the padded coefficients, 16 pixels at a time.
@@ -3398,28 +3482,15 @@ mod x512 {
     /// rows `ahead`, the next block's: the source image is often cold (just decoded, or one of
     /// many), and one block of computing hides the next block's memory latency.
     fn run_horizontal<S: Store>(plan: &ZPlan, rows: &[&[u8]], ahead: Ahead, store: &mut S) {
-        // Every window lies in `[0, row_bytes)`: the kernel's loads need rows that long, and
-        // the stores need `rows.len()` rows of `chunks * 16` values.
+        // The plan's own bounds were checked when it was built (`ZPlan::consistent`); every
+        // window lies in `[0, row_bytes)`: the kernel's loads need rows that long, and the
+        // stores need `rows.len()` rows of `chunks * 16` values.
+        assert!(plan.runnable());
         assert!(rows.iter().all(|r| r.len() >= plan.row_bytes));
         assert!(store.fits(rows.len(), plan.chunks * 16));
-        assert_eq!(plan.win.len(), plan.chunks);
-        assert_eq!(plan.zmask.len(), plan.chunks);
-        assert_eq!(plan.fetch.len(), plan.chunks);
-        assert!(plan.fetch.iter().all(|&(first, count)| {
-            let blocks = plan
-                .fetch_blocks
-                .get(first as usize..(first + count) as usize);
-            blocks.is_some_and(|b| b.iter().all(|&k| 64 * (k as usize) < plan.row_bytes))
-        }));
-        assert_eq!(plan.data.len(), plan.chunks * plan.per_chunk());
-        let window = ZPlan::window(plan.two);
-        assert!(plan
-            .win
-            .iter()
-            .all(|&w| w as usize + window <= plan.row_bytes));
-        assert!((1..=MAX_PAIRS).contains(&plan.pairs));
         // SAFETY: (every arm) the resize runs this only on CPUs with the module's AVX-512
-        // features; the row, window and store bounds the kernel relies on were asserted above.
+        // features; the row, window and store bounds the kernel relies on were asserted above
+        // and, for the plan, when it was built.
         unsafe {
             match (plan.two, plan.pairs) {
                 (false, 1) => horizontal_kernel::<1, false, S>(plan, rows, ahead, store),
