@@ -480,9 +480,18 @@ mod coeffs_x86 {
                 _mm256_set1_epi32(stride as i32),
             );
             let xmin = _mm256_min_epi32(xmin, _mm256_sub_epi32(in_max, _mm256_set1_epi32(1)));
+            let first = 8 * g;
+            // SAFETY: outputs `first..first + 8` exist (`g < n / 8`); 32 bytes each.
+            unsafe {
+                _mm256_storeu_si256(start[first..first + 8].as_mut_ptr().cast(), xmin);
+                _mm256_storeu_si256(count[first..first + 8].as_mut_ptr().cast(), cnt);
+            }
+            // Past every lane's window the weights are 0: skip those taps (adding `+0.0` to
+            // the sum changes nothing) and their divisions (`0 / ww`).
+            let live = count[first..first + 8].iter().copied().max().unwrap_or(1) as usize;
             let xminf = _mm512_cvtepi32_pd(xmin);
             let mut ww = zero;
-            for (k, wk) in w.iter_mut().enumerate().take(stride) {
+            for (k, wk) in w.iter_mut().enumerate().take(live) {
                 // ((xmin + k) - center + 0.5) * ss, then the triangle, zero past the window.
                 let x = _mm512_add_pd(xminf, _mm512_set1_pd(k as f64));
                 let arg = _mm512_mul_pd(_mm512_add_pd(_mm512_sub_pd(x, center), half), ss);
@@ -493,14 +502,6 @@ mod coeffs_x86 {
                 ww = _mm512_add_pd(ww, *wk);
             }
             let nonzero = _mm512_cmp_pd_mask::<_CMP_NEQ_UQ>(ww, zero);
-            let first = 8 * g;
-            // SAFETY: outputs `first..first + 8` exist (`g < n / 8`); 32 bytes each.
-            unsafe {
-                _mm256_storeu_si256(start[first..first + 8].as_mut_ptr().cast(), xmin);
-                _mm256_storeu_si256(count[first..first + 8].as_mut_ptr().cast(), cnt);
-            }
-            // Past every lane's window the weights are 0 (`0 / ww`): skip those divisions.
-            let live = count[first..first + 8].iter().copied().max().unwrap_or(1) as usize;
             for (wk, out) in w.iter().zip(fixed.iter_mut()).take(live) {
                 let q = _mm512_mask_div_pd(*wk, nonzero, *wk, ww);
                 let scaled = _mm512_mul_pd(q, prec);
