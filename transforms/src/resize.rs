@@ -393,7 +393,12 @@ fn pad_windows<const TAPS: usize>(
         // count <= in_size, so a window of `taps` fits; shift it left at the end, where
         // `start + count <= in_size` leaves room: count <= taps - shift.
         let shift = start - start.min(in_size - taps);
-        padded[shift..].copy_from_slice(&w[..taps - shift]);
+        if shift == 0 {
+            // The common case, apart so that its length is the constant.
+            padded.copy_from_slice(&w[..taps]);
+        } else {
+            padded[shift..].copy_from_slice(&w[..taps - shift]);
+        }
         *ps = (start - shift) as u32;
     }
 }
