@@ -40,6 +40,8 @@ pub(crate) struct BatchBuffer {
     pub(crate) labels: Vec<i64>,
     /// Dataset indices of the samples written so far, in slot order.
     pub(crate) indices: Vec<usize>,
+    /// Never filled before: its pages are not mapped yet (see [`touch_pages`]).
+    pub(crate) fresh: bool,
 }
 
 impl BatchBuffer {
@@ -57,6 +59,7 @@ impl BatchBuffer {
             outcomes: Vec::with_capacity(batch_size),
             labels: Vec::with_capacity(batch_size),
             indices: Vec::with_capacity(batch_size),
+            fresh: true,
         }
     }
 
@@ -116,6 +119,24 @@ impl BatchBuffer {
     }
 }
 
+/// Bytes between two writes of [`touch_pages`]: the smallest page size of the platforms the
+/// loader runs on (a larger page is touched more than once, which costs nothing more).
+const PAGE: usize = 4096;
+
+/// Writes into every page `piece` spans, so that the kernel maps them now (a page fault each)
+/// rather than in the first op that writes the slot. The bytes written are zeros, into memory
+/// that `calloc` zeroed, and the slot is overwritten whole by the processor anyway.
+pub(crate) fn touch_pages(piece: &mut [u8]) {
+    for byte in piece.iter_mut().step_by(PAGE) {
+        // Opaque to the optimizer, which could otherwise drop stores of zero into memory it
+        // can prove is zero.
+        *byte = std::hint::black_box(0);
+    }
+    if let Some(last) = piece.last_mut() {
+        *last = std::hint::black_box(0);
+    }
+}
+
 /// Idle batch buffers of one loader, shared by its epochs and the batches it has delivered.
 #[derive(Debug)]
 pub(crate) struct BufferPool {
@@ -155,6 +176,7 @@ impl BufferPool {
             return;
         }
         buffer.outcomes.clear();
+        buffer.fresh = false;
         // A buffer not kept is freed after the guard is gone (locals drop in reverse order).
         let mut free = self.free();
         if free.len() < self.keep {
@@ -171,6 +193,7 @@ mod tests {
     fn split_and_join_round_trip_without_copy() {
         let pool = BufferPool::new(4, 12, 2);
         let mut buf = pool.take();
+        assert!(buf.fresh);
         let base = buf.images.as_ptr() as usize;
         assert_eq!(base % ALIGN, 0);
         assert_eq!(buf.images.len(), 48);
@@ -188,6 +211,8 @@ mod tests {
         pool.put(buf);
         let again = pool.take();
         assert_eq!(again.images.as_ptr() as usize, base, "recycled");
+        assert!(!again.fresh, "a recycled buffer's pages are mapped already");
+        assert!(pool.take().fresh, "a new one's are not");
     }
 
     #[test]
@@ -199,5 +224,19 @@ mod tests {
         assert!(!buf.join());
         pool.put(buf);
         assert!(pool.free().is_empty());
+    }
+
+    #[test]
+    fn touching_writes_one_zero_per_page_and_the_last_byte() {
+        for len in [0, 1, PAGE - 1, PAGE, PAGE + 1, 3 * PAGE + 17] {
+            let mut piece = vec![1u8; len];
+            touch_pages(&mut piece);
+            let zeros: Vec<usize> = (0..len).filter(|&i| piece[i] == 0).collect();
+            let mut want: Vec<usize> = (0..len).step_by(PAGE).collect();
+            if len > 0 && (len - 1) % PAGE != 0 {
+                want.push(len - 1);
+            }
+            assert_eq!(zeros, want, "len {len}");
+        }
     }
 }

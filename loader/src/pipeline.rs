@@ -30,7 +30,7 @@ use bytes::BytesMut;
 use ferroloader_profiler::{now_ns, ops, BatchEvent, Delivery as Arrival};
 
 use crate::batch::{Batch, BatchTiming};
-use crate::buffer::{BatchBuffer, BufferPool, Outcome};
+use crate::buffer::{touch_pages, BatchBuffer, BufferPool, Outcome};
 use crate::dataset::Source;
 use crate::error::LoaderError;
 use crate::options::{Delivery, ErrorPolicy};
@@ -135,6 +135,8 @@ struct Task {
     opened: Option<(u64, usize)>,
     /// When this claim started the batch's first sample, the time (for the profiler).
     started: Option<u64>,
+    /// The piece is part of a buffer never filled before: touch its pages first.
+    fresh: bool,
 }
 
 /// Why one sample failed, before the path is attached.
@@ -186,9 +188,9 @@ where
                     Some(_) => None,
                     None => Some(*p.timing.started_ns.insert(now_ns())),
                 };
-                Some((slot, piece, started))
+                Some((slot, piece, started, p.buffer.fresh))
             });
-            let Some((slot, piece, started)) = claimed else {
+            let Some((slot, piece, started, fresh)) = claimed else {
                 st.fatal
                     .get_or_insert_with(|| format!("batch {batch} lost track of its samples"));
                 drop(st);
@@ -204,6 +206,7 @@ where
                 piece,
                 opened,
                 started,
+                fresh,
             });
         }
     }
@@ -315,6 +318,11 @@ where
         };
         hooks.sample_start(&ctx);
         let mut tracker = OpTracker::new(hooks);
+        if task.fresh {
+            tracker.enter(Op::FirstTouch);
+            touch_pages(&mut task.piece);
+            tracker.exit(Op::FirstTouch);
+        }
         let result = panic::catch_unwind(AssertUnwindSafe(|| {
             tracker.enter(Op::Read);
             let read = self.source.read(task.index, &mut kit.buf);

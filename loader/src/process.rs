@@ -131,6 +131,11 @@ pub enum Op {
     Transform(TransformOp),
     /// The processor as a whole: named in errors raised outside any op span.
     Process,
+    /// The loader touching the pages of a sample's slot in a batch buffer that was never used
+    /// before (run by the loader itself, before [`Op::Read`]). A new buffer's memory is only
+    /// mapped on first write; without this op those page faults would land in whichever op
+    /// writes the slot first, and a short profile would overstate it several times.
+    FirstTouch,
     /// Any other op, by name.
     Custom(&'static str),
 }
@@ -142,6 +147,7 @@ impl Op {
             Op::Read => "read",
             Op::Transform(op) => op.name(),
             Op::Process => "process",
+            Op::FirstTouch => "first_touch",
             Op::Custom(name) => name,
         }
     }

@@ -129,6 +129,7 @@ impl ProfileHooks {
         match op {
             Op::Read => Some(ops::READ),
             Op::Process => Some(ops::PROCESS),
+            Op::FirstTouch => Some(ops::FIRST_TOUCH),
             Op::Transform(t) => match self.transform_ops.get(t as usize) {
                 Some(&id) => id,
                 None => ops::well_known(t.name()),
@@ -431,6 +432,11 @@ mod tests {
         // A well-known name given as a custom op keeps its fixed id.
         assert_eq!(hooks.id(Op::Custom("collate")), Some(ops::COLLATE));
         assert_eq!(hooks.id(Op::Read), Some(ops::READ));
+        assert_eq!(hooks.id(Op::FirstTouch), Some(ops::FIRST_TOUCH));
+        assert_eq!(
+            Op::FirstTouch.name(),
+            ops::WELL_KNOWN[ops::FIRST_TOUCH.0 as usize]
+        );
         assert!(hooks.custom.len() <= 2);
     }
 

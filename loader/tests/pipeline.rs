@@ -486,6 +486,7 @@ struct Counts {
     ends: AtomicUsize,
     failed: AtomicUsize,
     reads: AtomicUsize,
+    touches: AtomicUsize,
     enters: AtomicUsize,
     exits: AtomicUsize,
     bad_worker: AtomicUsize,
@@ -504,6 +505,9 @@ impl OpHooks for Counting {
         self.0.enters.fetch_add(1, Ordering::Relaxed);
         if op == Op::Read {
             self.0.reads.fetch_add(1, Ordering::Relaxed);
+        }
+        if op == Op::FirstTouch {
+            self.0.touches.fetch_add(1, Ordering::Relaxed);
         }
     }
     fn exit(&mut self, _op: Op) {
@@ -542,10 +546,21 @@ fn hooks_see_every_sample_read_and_op() {
     assert_eq!(get(&counts.ends), 42);
     assert_eq!(get(&counts.failed), 1);
     assert_eq!(get(&counts.reads), 42);
-    // read + decode for all, normalize for the 41 good ones.
-    assert_eq!(get(&counts.enters), 42 * 2 + 41);
+    // The pieces of new buffers only: the first batch's, and at most those of the 3 batches in
+    // flight and the 2 the consumer may hold (each batch is dropped before the next here).
+    let touches = get(&counts.touches);
+    assert!((4..=5 * 4).contains(&touches), "{touches} first touches");
+    // read + decode for all, normalize for the 41 good ones, and the first touches.
+    assert_eq!(get(&counts.enters), 42 * 2 + 41 + touches);
     assert_eq!(get(&counts.exits), get(&counts.enters));
     assert_eq!(get(&counts.bad_worker), 0);
+    // Later epochs reuse the buffers: each is touched once in its life, however many epochs
+    // run (the ring never holds more than those 5).
+    for epoch in 1..4 {
+        assert_eq!(all_indices(&drain_ok(loader.epoch(epoch))).len(), 41);
+    }
+    let touches = get(&counts.touches);
+    assert!(touches <= 5 * 4, "{touches} first touches in 4 epochs");
 }
 
 #[test]

@@ -42,9 +42,12 @@ pub const FUSED: OpId = OpId(8);
 pub const COLLATE: OpId = OpId(9);
 /// The whole per-sample processing (a parent span around the ops above).
 pub const PROCESS: OpId = OpId(10);
+/// Touching a new batch buffer's pages for the first time (the page faults of a loader's first
+/// batches, kept out of the op that would otherwise write them first).
+pub const FIRST_TOUCH: OpId = OpId(11);
 
 /// Names of the well-known ops, indexed by their id.
-pub const WELL_KNOWN: [&str; 11] = [
+pub const WELL_KNOWN: [&str; 12] = [
     "read",
     "decode",
     "crop_params",
@@ -56,6 +59,7 @@ pub const WELL_KNOWN: [&str; 11] = [
     "fused",
     "collate",
     "process",
+    "first_touch",
 ];
 
 /// The fixed id of a well-known op name, without a lock (for mapping another crate's op enum to
@@ -84,7 +88,7 @@ impl OpTable {
             ids: HashMap::with_capacity(32),
         };
         for name in WELL_KNOWN {
-            // Cannot fail: 11 names fit in u16.
+            // Cannot fail: a dozen names fit in u16.
             let _ = table.register(name);
         }
         table

@@ -58,6 +58,12 @@ def test_every_sample_has_its_op_spans_and_every_batch_its_events(folder: Path, 
     assert len(process) == 2 * 18
     for op in ("read", "decode", "fused"):
         assert sum(s["op"] == op for s in spans) >= 2 * 18, op
+    # A new loader touches each new batch buffer's pages once, before the slot's other ops, so
+    # that page faults do not land in `fused`. `list()` holds a whole epoch, so the first one
+    # touches every slot; the second reuses the buffers the ring kept (all but one).
+    touched = {(s["batch"], s["sample"]) for s in spans if s["op"] == "first_touch"}
+    first_epoch = {(s["batch"], s["sample"]) for s in process if s["batch"] < BATCHES}
+    assert first_epoch <= touched and len(touched) < 2 * 18
     for s in spans:
         assert s["start_ns"] <= s["end_ns"]
     # Batch numbers are unique across epochs; every batch was delivered with a wait.

@@ -100,6 +100,8 @@ class Stage:
 #: the native loader records its own op names, and with the fused kernel one ``fused`` span
 #: covers crop, resize, flip, to-tensor and normalize in a single pass over the pixels.
 STAGES: Tuple[Stage, ...] = (
+    Stage("first_touch", "first touch of batch memory", (), ("first_touch",), "#d4a6c8",
+          "native: page faults of a new loader's batch buffers, in its first batches only"),
     Stage("read", "read file", ("read",), ("read",), "#9e9e9e"),
     Stage("decode", "decode JPEG", ("decode",), ("decode",), "#4e79a7",
           "native: libjpeg-turbo, decoding only the crop's region when it can"),
