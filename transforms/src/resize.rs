@@ -250,14 +250,12 @@ impl AxisCoeffs {
         }
         self.pair.clear();
         self.pair.resize(self.weights.len(), 0);
-        #[cfg(target_arch = "x86_64")]
-        if cpu::avx512_vnni() {
-            // SAFETY: the CPU has AVX-512 F and BW (implied by `avx512_vnni`'s set).
-            unsafe { coeffs_x86::pairs512(&self.weights, &mut self.pair) };
-            self.pair_ready = true;
-            return;
+        match SimdLevel::detected() {
+            #[cfg(target_arch = "x86_64")]
+            // SAFETY: the CPU has AVX-512 F and BW (part of `detected`'s AVX-512 set).
+            SimdLevel::Avx512 => unsafe { coeffs_x86::pairs512(&self.weights, &mut self.pair) },
+            _ => pairs(&self.weights, &mut self.pair),
         }
-        pairs(&self.weights, &mut self.pair);
         self.pair_ready = true;
     }
 
