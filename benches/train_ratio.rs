@@ -191,24 +191,21 @@ fn main() {
             },
         ),
     ];
-    // After a full decode, one row per kernel set this CPU runs; the default one (it depends on
-    // the CPU, see `fused::default_simd`) is marked rather than run a second time.
-    let effective = |level: SimdLevel| level.min(SimdLevel::detected());
-    let mut ran = Vec::new();
+    // After a full decode, one row per kernel set this CPU runs (a limit above what it has would
+    // run the same kernels under another name); the default one (it depends on the CPU, see
+    // `fused::default_simd`) is marked rather than run a second time.
+    let detected = SimdLevel::detected();
+    let default = default_simd().min(detected);
     for (label, level) in [
         ("512-bit", SimdLevel::Avx512),
         ("256-bit", SimdLevel::Avx512Ymm),
         ("AVX2 only", SimdLevel::Avx2),
+        ("portable", SimdLevel::Portable),
     ] {
-        if ran.contains(&effective(level)) {
+        if level > detected || (level == SimdLevel::Portable && detected != level) {
             continue;
         }
-        ran.push(effective(level));
-        let mark = if effective(level) == effective(default_simd()) {
-            " (default)"
-        } else {
-            ""
-        };
+        let mark = if level == default { " (default)" } else { "" };
         variants.push((
             format!("fused, full, {label}{mark}"),
             Variant::pipeline_at(PipelineSpec::imagenet_train(224).roi_decode(false), level),
