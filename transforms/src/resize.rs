@@ -803,7 +803,7 @@ impl Resizer {
         }
         #[cfg(target_arch = "x86_64")]
         {
-            // The pair-format vertical kernel runs only in the horizontal-first order.
+            // The ring-row vertical kernel runs only in the horizontal-first order.
             let h_first = need_v && !vertical_first(in_w, in_h, out_w, out_h);
             // The AVX-512 instructions at 256 bits where allowed and present.
             let ymm512 = level >= SimdLevel::Avx512Ymm;
@@ -1216,7 +1216,7 @@ mod x86 {
     const MAX_PAIRS: usize = 8;
     /// Tap quads the quad kernel handles (the same 16 taps).
     const MAX_QUADS: usize = 4;
-    /// Taps the pair-format vertical kernel keeps in registers (downscales up to about 7x).
+    /// Taps the ring-row vertical kernel keeps in registers (downscales up to about 7x).
     const MAX_V_TAPS: usize = 16;
     /// The even bytes of a 256-bit vector: the low bytes of its i16 lanes.
     const EVEN_BYTES: u32 = 0x5555_5555;
@@ -1850,19 +1850,21 @@ mod x86 {
     #[derive(Clone, Debug, Default)]
     pub(super) struct Scratch {
         plan: HPlan,
-        /// A ring of horizontal-pass rows in pair format, `chunks * 8` values each.
+        /// A ring of horizontal-pass rows, `chunks * 8` values each: in pair format where
+        /// `vnni`, else as plain values (see [`vertical_ring`]).
         pairs: Vec<i32>,
         /// u8 rows out of the horizontal kernel, `chunks * 8` bytes apart.
         block: Vec<u8>,
         /// u8 rows into the horizontal kernel in the vertical-first order.
         rows: Vec<u8>,
-        /// The vertical kernel may use VNNI's `vpdpwssd` (the CPU has it; the level allows).
+        /// The vertical kernel may use VNNI's `vpdpwssd` (the CPU has it; the level allows),
+        /// over a ring in pair format.
         vnni: bool,
     }
 
     impl Scratch {
         /// Prepares the horizontal plan; returns whether the SIMD path can run this resize.
-        /// `pair_vert` is the vertical pass when it runs second, over the pair format;
+        /// `pair_vert` is the vertical pass when it runs second, over the ring rows;
         /// `ymm512` allows the AVX-512 instructions at 256 bits where the CPU has them.
         pub(super) fn prepare(
             &mut self,
@@ -1947,9 +1949,12 @@ mod x86 {
             return;
         }
         // Horizontal first: source rows go through the horizontal pass in blocks, into a ring
-        // of pair-format rows, as the vertical pass comes to need them; the ring stays in
-        // L1/L2 where the whole intermediate image (4 bytes per value) would not.
-        vert.ensure_pairs();
+        // of rows (pairs or values, see `vertical_ring`), as the vertical pass comes to need
+        // them; the ring stays in L1/L2 where the whole intermediate image (4 bytes per
+        // value) would not.
+        if simd.vnni {
+            vert.ensure_pairs();
+        }
         let (first, end) = vert.span();
         let cap = BLOCK_ROWS + vert.taps;
         // 32-byte aligned rows (`stride` values are a multiple of 32 bytes): no load of the
@@ -1963,7 +1968,11 @@ mod x86 {
         let mut next = first;
         let mut offs = [0usize; MAX_V_TAPS];
         for yy in 0..out_h as usize {
-            let (start, w) = vert.pair_taps_of(yy);
+            let (start, w) = if simd.vnni {
+                vert.pair_taps_of(yy)
+            } else {
+                vert.taps_of(yy)
+            };
             while next < start + w.len() {
                 // Rows [start, next + n) fit: next < start + taps, n <= BLOCK_ROWS.
                 let n = BLOCK_ROWS.min(end - next);
@@ -1980,7 +1989,7 @@ mod x86 {
                 for (o, s) in outs.iter_mut().zip(slots).take(n) {
                     *o = s;
                 }
-                horizontal_pairs(plan, &src_rows[..n], ahead, &mut outs[..n]);
+                horizontal_ring(plan, &src_rows[..n], ahead, &mut outs[..n], simd.vnni);
                 next += n;
             }
             let s0 = ring_slot(start, cap, &mut start_base);
@@ -1989,7 +1998,7 @@ mod x86 {
                 *o = if s >= cap { s - cap } else { s } * stride;
             }
             let out = sink.row_mut(yy);
-            vertical_pairs(ring, &offs[..w.len()], w, &mut out[..values], simd.vnni);
+            vertical_ring(ring, &offs[..w.len()], w, &mut out[..values], simd.vnni);
             sink.row_done(yy);
         }
     }
@@ -2000,10 +2009,19 @@ mod x86 {
         run_horizontal(plan, rows, ahead, &mut store);
     }
 
-    /// Horizontal pass of `rows` into pair-format rows of `out`, `stride` values apart.
-    fn horizontal_pairs(plan: &HPlan, rows: &[&[u8]], ahead: Ahead, out: &mut [&mut [i32]]) {
+    /// Horizontal pass of `rows` into the ring rows `out`: in pair format where `pairs`, else
+    /// as values.
+    fn horizontal_ring(
+        plan: &HPlan,
+        rows: &[&[u8]],
+        ahead: Ahead,
+        out: &mut [&mut [i32]],
+        pairs: bool,
+    ) {
+        if !pairs {
+            run_horizontal(plan, rows, ahead, &mut ValueStore { rows: out });
         // The AVX2 shuffle kernel cannot inline the VBMI store.
-        if cpu::avx512_vbmi() && plan.gather != Gather::Shuffle {
+        } else if cpu::avx512_vbmi() && plan.gather != Gather::Shuffle {
             run_horizontal(plan, rows, ahead, &mut PairStore::<true> { rows: out });
         } else {
             run_horizontal(plan, rows, ahead, &mut PairStore::<false> { rows: out });
@@ -2129,6 +2147,30 @@ mod x86 {
                 let p = self.out.as_mut_ptr().add(r * self.stride + 8 * m);
                 let v = _mm256_srai_epi32::<{ PRECISION_BITS as i32 }>(sum);
                 _mm_storel_epi64(p.cast(), pack8(v));
+            }
+        }
+    }
+
+    /// Value rows (`v`, an i32 in `[0, 255]`), one slice each, for [`vertical_ring`]'s
+    /// `vpmulld`: one shift per 8 values where the pair format costs two more operations,
+    /// and on Zen 3 both shifts queue for the two pipes that also run the shuffles (a probe
+    /// that stored the sums unconverted: whole resizes 11% faster, 67.5 against 76 us).
+    struct ValueStore<'a, 'b> {
+        rows: &'b mut [&'a mut [i32]],
+    }
+
+    impl Store for ValueStore<'_, '_> {
+        fn fits(&self, rows: usize, values: usize) -> bool {
+            self.rows.len() >= rows && self.rows.iter().all(|r| r.len() >= values)
+        }
+
+        #[inline(always)]
+        unsafe fn store(&mut self, r: usize, m: usize, sum: __m256i) {
+            // SAFETY: `fits` guaranteed that row `r` exists and holds `8 m + 8` values.
+            unsafe {
+                let p = self.rows.get_unchecked_mut(r).as_mut_ptr().add(8 * m);
+                let v = _mm256_srai_epi32::<{ PRECISION_BITS as i32 }>(sum);
+                _mm256_storeu_si256(p.cast(), v);
             }
         }
     }
@@ -2333,32 +2375,27 @@ mod x86 {
         out
     }
 
-    /// `acc + dot(a, b)` over i16 pairs: one `vpdpwssd` where `VNNI` (the caller's CPU has
-    /// AVX-512 VNNI and VL), else `vpmaddwd` + `vpaddd`. The same wrapping arithmetic; the
-    /// kernels' sums never wrap.
+    /// `acc + dot(a, b)` over i16 pairs in one `vpdpwssd` (`vpmaddwd` + `vpaddd`'s wrapping
+    /// arithmetic; the kernels' sums never wrap).
     ///
     /// # Safety
-    /// AVX2, and AVX-512 VNNI and VL where `VNNI`.
+    /// AVX2, AVX-512 VNNI and VL.
     #[target_feature(enable = "avx2")]
     #[inline]
-    unsafe fn dot_acc<const VNNI: bool>(acc: __m256i, a: __m256i, b: __m256i) -> __m256i {
-        if VNNI {
-            let mut acc = acc;
-            // SAFETY: a register-only instruction the CPU has (caller); no memory, stack or
-            // flags touched.
-            unsafe {
-                asm!(
-                    "vpdpwssd {acc}, {a}, {b}",
-                    acc = inout(ymm_reg) acc,
-                    a = in(ymm_reg) a,
-                    b = in(ymm_reg) b,
-                    options(pure, nomem, nostack, preserves_flags),
-                );
-            }
-            acc
-        } else {
-            _mm256_add_epi32(acc, _mm256_madd_epi16(a, b))
+    unsafe fn dot_acc(acc: __m256i, a: __m256i, b: __m256i) -> __m256i {
+        let mut acc = acc;
+        // SAFETY: a register-only instruction the CPU has (caller); no memory, stack or flags
+        // touched.
+        unsafe {
+            asm!(
+                "vpdpwssd {acc}, {a}, {b}",
+                acc = inout(ymm_reg) acc,
+                a = in(ymm_reg) a,
+                b = in(ymm_reg) b,
+                options(pure, nomem, nostack, preserves_flags),
+            );
         }
+        acc
     }
 
     /// One step's tap bytes of 8 values from the window at `at`: 32 bytes through `vpermb`, or
@@ -2423,14 +2460,14 @@ mod x86 {
                     // zeroed accumulator and no add (1-2 taps, about a quarter of
                     // RandomResizedCrop's crops).
                     let g0 = g(0);
-                    let acc = dot_acc::<true>(bias, g0, whi[0]);
-                    dot_acc::<true>(_mm256_slli_epi32::<8>(acc), g0, wlo[0])
+                    let acc = dot_acc(bias, g0, whi[0]);
+                    dot_acc(_mm256_slli_epi32::<8>(acc), g0, wlo[0])
                 } else {
                     let (mut hi, mut lo) = (_mm256_setzero_si256(), half);
                     for p in 0..P {
                         let gp = g(p);
-                        hi = dot_acc::<true>(hi, gp, whi[p]);
-                        lo = dot_acc::<true>(lo, gp, wlo[p]);
+                        hi = dot_acc(hi, gp, whi[p]);
+                        lo = dot_acc(lo, gp, wlo[p]);
                     }
                     _mm256_add_epi32(_mm256_slli_epi32::<8>(hi), lo)
                 }
@@ -2556,18 +2593,21 @@ mod x86 {
                 let mut acc = dpbusd(bias, quad, wa);
                 acc = _mm256_slli_epi32::<8>(acc);
                 acc = dpbusd(acc, quad, wb);
-                acc = dot_acc::<true>(acc, pair, wh);
+                acc = dot_acc(acc, pair, wh);
                 acc = _mm256_slli_epi32::<8>(acc);
                 acc = dpbusd(acc, quad, wc);
-                dot_acc::<true>(acc, pair, wl)
+                dot_acc(acc, pair, wl)
             });
         }
     }
 
-    /// One output row of the vertical pass over pair-format rows: output row = the rows at
-    /// `offs` (value offsets into `ring`) weighted by `w` (pairs); with `vnni`, the dot
-    /// products accumulate in one instruction.
-    fn vertical_pairs(ring: &[i32], offs: &[usize], w: &[i32], out: &mut [u8], vnni: bool) {
+    /// One output row of the vertical pass: output row = the rows at `offs` (value offsets into
+    /// `ring`) weighted by `w`. With `vnni`, rows and weights are in pair format and each tap
+    /// is one `vpdpwssd`; else the rows are values and the weights whole, and each tap is a
+    /// `vpmulld` and an add, as many operations as `vpmaddwd` and an add over pairs, with
+    /// cheaper rows (see [`ValueStore`]). (`vpmulld` runs at `vpmaddwd`'s rate on Zen 3, two a
+    /// cycle; on Intel's cores it is two micro-ops.)
+    fn vertical_ring(ring: &[i32], offs: &[usize], w: &[i32], out: &mut [u8], vnni: bool) {
         let chunks = out.len().div_ceil(8);
         assert!(w.len() <= MAX_V_TAPS && offs.len() == w.len());
         assert!(offs.iter().all(|&o| o + chunks * 8 <= ring.len()));
@@ -2575,27 +2615,35 @@ mod x86 {
             assert!(cpu::avx512_vnni());
             // SAFETY: the CPU has AVX-512 VNNI and VL (asserted) and AVX2; bounds asserted
             // above.
-            unsafe {
-                with_taps!(w.len(), |T| vertical_pairs_kernel::<true, T>(
-                    ring, offs, w, out
-                ))
-            }
+            unsafe { with_taps!(w.len(), |T| vertical_kernel::<true, T>(ring, offs, w, out)) }
         } else {
             // SAFETY: the resize runs this only on CPUs with AVX2; bounds asserted above.
-            unsafe {
-                with_taps!(w.len(), |T| vertical_pairs_kernel::<false, T>(
-                    ring, offs, w, out
-                ))
-            }
+            unsafe { with_taps!(w.len(), |T| vertical_kernel::<false, T>(ring, offs, w, out)) }
+        }
+    }
+
+    /// `acc` plus a ring row's 8 entries `a` times a tap's weight `b`: pairs through
+    /// [`dot_acc`] where `PAIRS`, else values by `vpmulld` (whose products stay below 2^30).
+    ///
+    /// # Safety
+    /// AVX2, and AVX-512 VNNI and VL where `PAIRS`.
+    #[target_feature(enable = "avx2")]
+    #[inline]
+    unsafe fn tap_acc<const PAIRS: bool>(acc: __m256i, a: __m256i, b: __m256i) -> __m256i {
+        if PAIRS {
+            // SAFETY: the caller's CPU has VNNI and VL where `PAIRS`.
+            unsafe { dot_acc(acc, a, b) }
+        } else {
+            _mm256_add_epi32(acc, _mm256_mullo_epi32(a, b))
         }
     }
 
     /// # Safety
-    /// AVX2 (and AVX-512 VNNI and VL where `VNNI`); `w.len() <= MAX_V_TAPS`,
+    /// AVX2 (and AVX-512 VNNI and VL where `PAIRS`); `w.len() <= MAX_V_TAPS`,
     /// `offs.len() == w.len()` and, unless 0, `TAPS == w.len()`; each row at `offs` holds
     /// `8 * ceil(out.len() / 8)` values of `ring`.
     #[target_feature(enable = "avx2")]
-    unsafe fn vertical_pairs_kernel<const VNNI: bool, const TAPS: usize>(
+    unsafe fn vertical_kernel<const PAIRS: bool, const TAPS: usize>(
         ring: &[i32],
         offs: &[usize],
         w: &[i32],
@@ -2622,10 +2670,10 @@ mod x86 {
                 let (mut a0, mut a1, mut a2, mut a3) = (half, half, half, half);
                 for (&row, &wk) in rows.iter().zip(&wv).take(taps) {
                     let p = row.add(8 * m);
-                    a0 = dot_acc::<VNNI>(a0, _mm256_loadu_si256(p.cast()), wk);
-                    a1 = dot_acc::<VNNI>(a1, _mm256_loadu_si256(p.add(8).cast()), wk);
-                    a2 = dot_acc::<VNNI>(a2, _mm256_loadu_si256(p.add(16).cast()), wk);
-                    a3 = dot_acc::<VNNI>(a3, _mm256_loadu_si256(p.add(24).cast()), wk);
+                    a0 = tap_acc::<PAIRS>(a0, _mm256_loadu_si256(p.cast()), wk);
+                    a1 = tap_acc::<PAIRS>(a1, _mm256_loadu_si256(p.add(8).cast()), wk);
+                    a2 = tap_acc::<PAIRS>(a2, _mm256_loadu_si256(p.add(16).cast()), wk);
+                    a3 = tap_acc::<PAIRS>(a3, _mm256_loadu_si256(p.add(24).cast()), wk);
                 }
                 let s01 = _mm256_packus_epi32(
                     _mm256_srai_epi32::<{ PRECISION_BITS as i32 }>(a0),
@@ -2644,7 +2692,7 @@ mod x86 {
             while 8 * m < n {
                 let mut acc = half;
                 for (&row, &wk) in rows.iter().zip(&wv).take(taps) {
-                    acc = dot_acc::<VNNI>(acc, _mm256_loadu_si256(row.add(8 * m).cast()), wk);
+                    acc = tap_acc::<PAIRS>(acc, _mm256_loadu_si256(row.add(8 * m).cast()), wk);
                 }
                 let bytes = pack8(_mm256_srai_epi32::<{ PRECISION_BITS as i32 }>(acc));
                 if 8 * m + 8 <= n {
