@@ -1248,7 +1248,9 @@ mod x86 {
     #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
     enum Gather {
         /// AVX2: a 16-byte window per 128-bit lane (4 values), loaded twice and inserted,
-        /// then one `pshufb`; with `wide`, a second 16 bytes per lane and a second `pshufb`.
+        /// then one `pshufb`, or one window for both lanes, broadcast, where the chunk's 8
+        /// values fit it ([`shared_window`]); with `wide`, a second 16 bytes per lane and a
+        /// second `pshufb`.
         #[default]
         Shuffle,
         /// AVX-512 at 256 bits: one window per chunk (8 values), 32 bytes (`vpermb`) or,
@@ -1346,8 +1348,8 @@ mod x86 {
         values: usize,
         /// Source row length the windows were checked against, `3 * in_w`.
         row_bytes: usize,
-        /// Per chunk and step: the window offsets of the low and high lane (shuffles), or
-        /// the chunk's window offset twice (permutes).
+        /// Per chunk and step: the window offsets of the low and high lane (shuffles; the
+        /// same where they share one), or the chunk's window offset twice (permutes).
         win: Vec<[u32; 2]>,
         /// Per chunk and step, per value the bytes of its taps: for pairs two (taps `2p` and
         /// `2p + 1`, the odd bytes zeroed), `pshufb` masks of the lanes' first 16 bytes (0x80
@@ -1448,6 +1450,21 @@ mod x86 {
             // byte 3 * (pstart + k) + j % 3. Value j sits at bytes 4 (j mod 8) and
             // 4 (j mod 8) + 2 of its chunk's masks (taps 2p and 2p + 1), and its lane (shuffles)
             // is 0 or 1.
+            // Per chunk, each half's span of tap-0 bytes (`i32::MAX`/`MIN` where it has no
+            // values), for the shared windows.
+            let spans: Vec<([i32; 2], [i32; 2])> = groups(c, 8)
+                .map(|(_, n, base)| {
+                    let half = |h: usize| {
+                        let values = &base[4 * h..n.max(4 * h).min(4 * h + 4)];
+                        match (values.iter().min(), values.iter().max()) {
+                            (Some(&lo), Some(&hi)) => (lo as i32, hi as i32),
+                            _ => (i32::MAX, i32::MIN),
+                        }
+                    };
+                    let (h0, h1) = (half(0), half(1));
+                    ([h0.0, h1.0], [h0.1, h1.1])
+                })
+                .collect();
             for (group_start, n, base) in groups(c, gather.group()) {
                 let (lo, _) = span(&base[..n]);
                 let (m, lane) = (group_start / 8, (group_start / 4) % 2);
@@ -1455,7 +1472,12 @@ mod x86 {
                     let ka = 2 * p;
                     // Without tap 2p + 1 its byte repeats tap 2p's, against a zero weight.
                     let second = if ka + 1 < taps { 3 } else { 0 };
-                    let wo = window_start(lo, ka, row_bytes, window);
+                    let klast = (ka + 1).min(taps - 1);
+                    let (chunk_lo, chunk_hi) = spans[m];
+                    let shared = (gather == Gather::Shuffle && !wide)
+                        .then(|| shared_window(chunk_lo, chunk_hi, ka, klast, row_bytes))
+                        .flatten();
+                    let wo = shared.unwrap_or_else(|| window_start(lo, ka, row_bytes, window));
                     let e = m * pairs + p;
                     match gather {
                         Gather::Shuffle => win[e][lane] = wo as u32,
@@ -1681,15 +1703,23 @@ mod x86 {
                     // The step's last tap; the taps past it repeat its byte, against zero
                     // weights.
                     let klast = (k0 + per - 1).min(taps - 1);
-                    // Each half's window (a shuffle's half without values keeps 0).
+                    // Each half's window (a shuffle's half without values keeps 0); one for
+                    // both halves of a narrow shuffle where the chunk's bytes fit it.
                     let mut wo = [0usize; 2];
-                    for ((wo, &lo), &hi) in wo.iter_mut().zip(&lo).zip(&hi) {
-                        if lo == i32::MAX {
-                            continue;
-                        }
-                        *wo = window_start(lo as usize, k0, row_bytes, window);
-                        if hi as usize + 3 * klast >= *wo + window {
-                            return false;
+                    let shared = (shuffle && !wide)
+                        .then(|| shared_window(lo, hi, k0, klast, row_bytes))
+                        .flatten();
+                    if let Some(shared) = shared {
+                        wo = [shared; 2];
+                    } else {
+                        for ((wo, &lo), &hi) in wo.iter_mut().zip(&lo).zip(&hi) {
+                            if lo == i32::MAX {
+                                continue;
+                            }
+                            *wo = window_start(lo as usize, k0, row_bytes, window);
+                            if hi as usize + 3 * klast >= *wo + window {
+                                return false;
+                            }
                         }
                     }
                     // Each value's tap-k0 byte in its half's window.
@@ -1844,6 +1874,26 @@ mod x86 {
     /// tap-0 byte is `lo`: at the pair's first byte, or as far right as the row allows.
     fn window_start(lo: usize, ka: usize, row_bytes: usize, window: usize) -> usize {
         (lo + 3 * ka).min(row_bytes - window)
+    }
+
+    /// For a narrow shuffle step whose taps `k0..=klast` of both halves' values (tap-0 bytes
+    /// in `lo[h]..=hi[h]`, `lo[h] == i32::MAX` for a half without values) lie in one 16-byte
+    /// window: that window's start, which both lanes then share. The kernel loads such a
+    /// window once with `vbroadcasti128`, a plain load, where two windows take a load and
+    /// `vinserti128` (on Zen 3 a shuffle-pipe operation, as costly as the `pshufb` after it).
+    fn shared_window(
+        lo: [i32; 2],
+        hi: [i32; 2],
+        k0: usize,
+        klast: usize,
+        row_bytes: usize,
+    ) -> Option<usize> {
+        if lo.contains(&i32::MAX) {
+            return None;
+        }
+        let window = Gather::Shuffle.window(false);
+        let wo = window_start(lo[0].min(lo[1]) as usize, k0, row_bytes, window);
+        (hi[0].max(hi[1]) as usize + 3 * klast < wo + window).then_some(wo)
     }
 
     /// The SIMD path's plan and buffers.
@@ -2307,14 +2357,21 @@ mod x86 {
             };
             chunk_rows::<P, _, S>(plan, rows, ahead, store, tables, |tab, win, ptr| {
                 let (masks, masks_hi, whi, wlo) = tab;
+                // The plan shares a window between the lanes where the chunk's bytes fit
+                // one (`shared_window`): then one broadcast load.
+                let shared = !WIDE && win.iter().all(|&[w0, w1]| w0 == w1);
                 let mut hi = _mm256_setzero_si256();
                 let mut lo = half;
                 for p in 0..P {
                     let [w0, w1] = win[p];
                     let (p0, p1) = (ptr.add(w0 as usize), ptr.add(w1 as usize));
-                    let a = _mm_loadu_si128(p0.cast());
-                    let b = _mm_loadu_si128(p1.cast());
-                    let window = _mm256_inserti128_si256::<1>(_mm256_castsi128_si256(a), b);
+                    let window = if shared {
+                        _mm256_broadcastsi128_si256(_mm_loadu_si128(p0.cast()))
+                    } else {
+                        let a = _mm_loadu_si128(p0.cast());
+                        let b = _mm_loadu_si128(p1.cast());
+                        _mm256_inserti128_si256::<1>(_mm256_castsi128_si256(a), b)
+                    };
                     let mut g = _mm256_shuffle_epi8(window, masks[p]);
                     if WIDE {
                         let a = _mm_loadu_si128(p0.add(16).cast());
@@ -2755,6 +2812,48 @@ mod x86 {
                 };
                 assert_eq!(built, expected, "{in_size} -> {out}");
             }
+        }
+
+        #[test]
+        fn narrow_shuffles_share_a_window_where_the_chunk_fits_one() {
+            if !cpu::avx2() {
+                return;
+            }
+            // Every index of a narrow shuffle plan reads inside its lane's 16 bytes, whether
+            // the window is shared or not; downscales to about 1.5x share most chunks'
+            // windows (the typical crop's 330 -> 224: 72 of 84 chunks), stronger ones fewer.
+            let mut shared_at = Vec::new();
+            for in_size in (2..=40).chain(100..=700) {
+                for out in [1, 5, 224] {
+                    let mut c = AxisCoeffs::default();
+                    c.prepare(in_size, out);
+                    c.ensure_padded();
+                    let mut plan = HPlan::default();
+                    // SAFETY: the CPU has AVX2 (checked above).
+                    if !unsafe { plan.fill_vector(&c, Gather::Shuffle, false) } {
+                        continue;
+                    }
+                    for mask in &plan.masks {
+                        assert!(
+                            mask.iter().all(|&i| i == 0x80 || i < 16),
+                            "{in_size} -> {out}"
+                        );
+                    }
+                    let chunks_shared = plan
+                        .win
+                        .chunks_exact(plan.steps)
+                        .filter(|steps| steps.iter().all(|&[w0, w1]| w0 == w1))
+                        .count();
+                    if out == 224 {
+                        shared_at.push((in_size, chunks_shared));
+                    }
+                }
+            }
+            let shared = |size: u32| shared_at.iter().find(|&&(s, _)| s == size).map(|s| s.1);
+            assert_eq!(shared(224), Some(84), "an identity width's chunks all fit");
+            assert_eq!(shared(330), Some(72));
+            assert_eq!(shared(400), Some(25));
+            assert_eq!(shared(600), Some(1));
         }
 
         #[test]
