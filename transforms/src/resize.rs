@@ -2069,12 +2069,27 @@ mod x86 {
         pairs: bool,
     ) {
         if !pairs {
-            run_horizontal(plan, rows, ahead, &mut ValueStore { rows: out });
+            run_horizontal(
+                plan,
+                rows,
+                ahead,
+                &mut RingStore::<false, false> { rows: out },
+            );
         // The AVX2 shuffle kernel cannot inline the VBMI store.
         } else if cpu::avx512_vbmi() && plan.gather != Gather::Shuffle {
-            run_horizontal(plan, rows, ahead, &mut PairStore::<true> { rows: out });
+            run_horizontal(
+                plan,
+                rows,
+                ahead,
+                &mut RingStore::<true, true> { rows: out },
+            );
         } else {
-            run_horizontal(plan, rows, ahead, &mut PairStore::<false> { rows: out });
+            run_horizontal(
+                plan,
+                rows,
+                ahead,
+                &mut RingStore::<true, false> { rows: out },
+            );
         }
     }
 
@@ -2201,15 +2216,18 @@ mod x86 {
         }
     }
 
-    /// Value rows (`v`, an i32 in `[0, 255]`), one slice each, for [`vertical_ring`]'s
-    /// `vpmulld`: one shift per 8 values where the pair format costs two more operations,
-    /// and on Zen 3 both shifts queue for the two pipes that also run the shuffles (a probe
-    /// that stored the sums unconverted: whole resizes 11% faster, 67.5 against 76 us).
-    struct ValueStore<'a, 'b> {
+    /// The ring's rows, one slice each: values (`v`, an i32 in `[0, 255]`), or with `PAIRS`
+    /// the pair format (`v | v << 23`, the i16 pair `(v, 128 v)`), built by [`pair_bytes`]
+    /// with `VBMI` (for the kernels that enable AVX-512 VBMI). Values take one shift per 8
+    /// values where the pair format takes two more operations, and on Zen 3 both shifts
+    /// queue for the two pipes that also run the shuffles (a probe that stored the sums
+    /// unconverted: whole resizes 11% faster, 67.5 against 76 us); [`vertical_ring`] reads
+    /// values with `vpmulld`.
+    struct RingStore<'a, 'b, const PAIRS: bool, const VBMI: bool> {
         rows: &'b mut [&'a mut [i32]],
     }
 
-    impl Store for ValueStore<'_, '_> {
+    impl<const PAIRS: bool, const VBMI: bool> Store for RingStore<'_, '_, PAIRS, VBMI> {
         fn fits(&self, rows: usize, values: usize) -> bool {
             self.rows.len() >= rows && self.rows.iter().all(|r| r.len() >= values)
         }
@@ -2219,35 +2237,17 @@ mod x86 {
             // SAFETY: `fits` guaranteed that row `r` exists and holds `8 m + 8` values.
             unsafe {
                 let p = self.rows.get_unchecked_mut(r).as_mut_ptr().add(8 * m);
-                let v = _mm256_srai_epi32::<{ PRECISION_BITS as i32 }>(sum);
-                _mm256_storeu_si256(p.cast(), v);
-            }
-        }
-    }
-
-    /// Pair-format rows (`v | v << 23`, the i16 pair `(v, 128 v)`), one slice each; with
-    /// `VBMI`, built by [`pair_bytes`] (for the kernels that enable AVX-512 VBMI).
-    struct PairStore<'a, 'b, const VBMI: bool> {
-        rows: &'b mut [&'a mut [i32]],
-    }
-
-    impl<const VBMI: bool> Store for PairStore<'_, '_, VBMI> {
-        fn fits(&self, rows: usize, values: usize) -> bool {
-            self.rows.len() >= rows && self.rows.iter().all(|r| r.len() >= values)
-        }
-
-        #[inline(always)]
-        unsafe fn store(&mut self, r: usize, m: usize, sum: __m256i) {
-            // SAFETY: `fits` guaranteed that row `r` exists and holds `8 m + 8` values.
-            unsafe {
-                let p = self.rows.get_unchecked_mut(r).as_mut_ptr().add(8 * m);
-                let pair = if VBMI {
+                let entry = if PAIRS && VBMI {
                     pair_bytes(sum)
                 } else {
                     let v = _mm256_srai_epi32::<{ PRECISION_BITS as i32 }>(sum);
-                    _mm256_or_si256(v, _mm256_slli_epi32::<23>(v))
+                    if PAIRS {
+                        _mm256_or_si256(v, _mm256_slli_epi32::<23>(v))
+                    } else {
+                        v
+                    }
                 };
-                _mm256_storeu_si256(p.cast(), pair);
+                _mm256_storeu_si256(p.cast(), entry);
             }
         }
     }
@@ -2662,7 +2662,7 @@ mod x86 {
     /// `ring`) weighted by `w`. With `vnni`, rows and weights are in pair format and each tap
     /// is one `vpdpwssd`; else the rows are values and the weights whole, and each tap is a
     /// `vpmulld` and an add, as many operations as `vpmaddwd` and an add over pairs, with
-    /// cheaper rows (see [`ValueStore`]). (`vpmulld` runs at `vpmaddwd`'s rate on Zen 3, two a
+    /// cheaper rows (see [`RingStore`]). (`vpmulld` runs at `vpmaddwd`'s rate on Zen 3, two a
     /// cycle; on Intel's cores it is two micro-ops.)
     fn vertical_ring(ring: &[i32], offs: &[usize], w: &[i32], out: &mut [u8], vnni: bool) {
         let chunks = out.len().div_ceil(8);
