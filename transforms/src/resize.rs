@@ -1902,7 +1902,7 @@ mod x86 {
         plan: HPlan,
         /// A ring of horizontal-pass rows, `chunks * 8` values each: in pair format where
         /// `vnni`, else as plain values (see [`vertical_ring`]).
-        pairs: Vec<i32>,
+        ring: Vec<i32>,
         /// u8 rows out of the horizontal kernel, `chunks * 8` bytes apart.
         block: Vec<u8>,
         /// u8 rows into the horizontal kernel in the vertical-first order.
@@ -2009,11 +2009,11 @@ mod x86 {
         let cap = BLOCK_ROWS + vert.taps;
         // 32-byte aligned rows (`stride` values are a multiple of 32 bytes): no load of the
         // vertical pass straddles cache lines.
-        if simd.pairs.len() < cap * stride + 8 {
-            simd.pairs.resize(cap * stride + 8, 0);
+        if simd.ring.len() < cap * stride + 8 {
+            simd.ring.resize(cap * stride + 8, 0);
         }
-        let align = simd.pairs.as_ptr().align_offset(32).min(8);
-        let ring = &mut simd.pairs[align..align + cap * stride];
+        let align = simd.ring.as_ptr().align_offset(32).min(8);
+        let ring = &mut simd.ring[align..align + cap * stride];
         let (mut next_base, mut start_base) = (first - first % cap, first - first % cap);
         let mut next = first;
         let mut offs = [0usize; MAX_V_TAPS];
@@ -2068,28 +2068,27 @@ mod x86 {
         out: &mut [&mut [i32]],
         pairs: bool,
     ) {
-        if !pairs {
-            run_horizontal(
+        // The AVX2 shuffle kernel cannot inline the VBMI store.
+        let vbmi = cpu::avx512_vbmi() && plan.gather != Gather::Shuffle;
+        match (pairs, vbmi) {
+            (false, _) => run_horizontal(
                 plan,
                 rows,
                 ahead,
                 &mut RingStore::<false, false> { rows: out },
-            );
-        // The AVX2 shuffle kernel cannot inline the VBMI store.
-        } else if cpu::avx512_vbmi() && plan.gather != Gather::Shuffle {
-            run_horizontal(
+            ),
+            (true, true) => run_horizontal(
                 plan,
                 rows,
                 ahead,
                 &mut RingStore::<true, true> { rows: out },
-            );
-        } else {
-            run_horizontal(
+            ),
+            (true, false) => run_horizontal(
                 plan,
                 rows,
                 ahead,
                 &mut RingStore::<true, false> { rows: out },
-            );
+            ),
         }
     }
 
