@@ -1451,7 +1451,7 @@ mod x86 {
             // 4 (j mod 8) + 2 of its chunk's masks (taps 2p and 2p + 1), and its lane (shuffles)
             // is 0 or 1.
             // Per chunk, each half's span of tap-0 bytes (`i32::MAX`/`MIN` where it has no
-            // values), for the shared windows.
+            // values), for `narrow_windows`.
             let spans: Vec<([i32; 2], [i32; 2])> = groups(c, 8)
                 .map(|(_, n, base)| {
                     let half = |h: usize| {
@@ -1472,12 +1472,14 @@ mod x86 {
                     let ka = 2 * p;
                     // Without tap 2p + 1 its byte repeats tap 2p's, against a zero weight.
                     let second = if ka + 1 < taps { 3 } else { 0 };
-                    let klast = (ka + 1).min(taps - 1);
                     let (chunk_lo, chunk_hi) = spans[m];
-                    let shared = (gather == Gather::Shuffle && !wide)
-                        .then(|| shared_window(chunk_lo, chunk_hi, ka, klast, row_bytes))
+                    let narrow = (gather == Gather::Shuffle && !wide)
+                        .then(|| narrow_windows(chunk_lo, chunk_hi, taps, row_bytes))
                         .flatten();
-                    let wo = shared.unwrap_or_else(|| window_start(lo, ka, row_bytes, window));
+                    let wo = match narrow {
+                        Some(narrow) => narrow[p][lane],
+                        None => window_start(lo, ka, row_bytes, window),
+                    };
                     let e = m * pairs + p;
                     match gather {
                         Gather::Shuffle => win[e][lane] = wo as u32,
@@ -1698,19 +1700,19 @@ mod x86 {
                         ([lo[0].min(lo[1]); 2], [hi[0].max(hi[1]); 2])
                     }
                 };
+                let narrow = (shuffle && !wide)
+                    .then(|| narrow_windows(lo, hi, taps, row_bytes))
+                    .flatten();
                 for step in 0..steps {
                     let (k0, per) = gather.step_taps(step);
                     // The step's last tap; the taps past it repeat its byte, against zero
                     // weights.
                     let klast = (k0 + per - 1).min(taps - 1);
-                    // Each half's window (a shuffle's half without values keeps 0); one for
-                    // both halves of a narrow shuffle where the chunk's bytes fit it.
+                    // Each half's window (a shuffle's half without values keeps 0), or a
+                    // narrow shuffle's cheaper ones where they fit.
                     let mut wo = [0usize; 2];
-                    let shared = (shuffle && !wide)
-                        .then(|| shared_window(lo, hi, k0, klast, row_bytes))
-                        .flatten();
-                    if let Some(shared) = shared {
-                        wo = [shared; 2];
+                    if let Some(narrow) = narrow {
+                        wo = narrow[step];
                     } else {
                         for ((wo, &lo), &hi) in wo.iter_mut().zip(&lo).zip(&hi) {
                             if lo == i32::MAX {
@@ -1876,11 +1878,47 @@ mod x86 {
         (lo + 3 * ka).min(row_bytes - window)
     }
 
-    /// For a narrow shuffle step whose taps `k0..=klast` of both halves' values (tap-0 bytes
-    /// in `lo[h]..=hi[h]`, `lo[h] == i32::MAX` for a half without values) lie in one 16-byte
-    /// window: that window's start, which both lanes then share. The kernel loads such a
-    /// window once with `vbroadcasti128`, a plain load, where two windows take a load and
-    /// `vinserti128` (on Zen 3 a shuffle-pipe operation, as costly as the `pshufb` after it).
+    /// A narrow shuffle chunk's lane windows per pair step, where one of two cheaper
+    /// loads fits (the chunk's halves' tap-0 bytes in `lo[h]..=hi[h]`, `lo[h] == i32::MAX`
+    /// for a half without values, which keeps 0): one window for both lanes, where every
+    /// step's bytes fit one ([`shared_window`]), which the kernel loads per step with
+    /// `vbroadcasti128`, a plain load; else one window per lane for all steps, where each
+    /// lane's bytes of all `taps` taps fit one, which the kernel loads and inserts once per
+    /// chunk. `None`: each step's own lane windows, a load and an insert per step. (On Zen 3
+    /// `vinserti128` runs on the shuffle pipes and costs about as much as the `pshufb` after
+    /// it.) The same choice for every step keeps the kernel on one path per chunk.
+    fn narrow_windows(
+        lo: [i32; 2],
+        hi: [i32; 2],
+        taps: usize,
+        row_bytes: usize,
+    ) -> Option<[[usize; 2]; MAX_PAIRS / 2]> {
+        let mut windows = [[0; 2]; MAX_PAIRS / 2];
+        let steps = taps.div_ceil(2);
+        let all_shared = windows.iter_mut().take(steps).enumerate().all(|(s, w)| {
+            let shared = shared_window(lo, hi, 2 * s, (2 * s + 1).min(taps - 1), row_bytes);
+            *w = [shared.unwrap_or(0); 2];
+            shared.is_some()
+        });
+        if all_shared {
+            return Some(windows);
+        }
+        let window = Gather::Shuffle.window(false);
+        let mut wo = [0usize; 2];
+        for ((wo, &lo), &hi) in wo.iter_mut().zip(&lo).zip(&hi) {
+            if lo == i32::MAX {
+                continue;
+            }
+            *wo = window_start(lo as usize, 0, row_bytes, window);
+            if hi as usize + 3 * (taps - 1) >= *wo + window {
+                return None;
+            }
+        }
+        Some([wo; MAX_PAIRS / 2])
+    }
+
+    /// For a narrow shuffle step whose taps `k0..=klast` of both halves' values lie in one
+    /// 16-byte window (see [`narrow_windows`]): that window's start.
     fn shared_window(
         lo: [i32; 2],
         hi: [i32; 2],
@@ -2356,9 +2394,21 @@ mod x86 {
             };
             chunk_rows::<P, _, S>(plan, rows, ahead, store, tables, |tab, win, ptr| {
                 let (masks, masks_hi, whi, wlo) = tab;
-                // The plan shares a window between the lanes where the chunk's bytes fit
-                // one (`shared_window`): then one broadcast load.
+                // Where the plan gave the lanes one window per step, one broadcast load per
+                // step; where it gave every step the same lane windows, one load and insert
+                // per chunk (`narrow_windows`).
                 let shared = !WIDE && win.iter().all(|&[w0, w1]| w0 == w1);
+                let same = !WIDE && !shared && win.iter().all(|&w| w == win[0]);
+                let lanes = |[w0, w1]: [u32; 2]| {
+                    let a = _mm_loadu_si128(ptr.add(w0 as usize).cast());
+                    let b = _mm_loadu_si128(ptr.add(w1 as usize).cast());
+                    _mm256_inserti128_si256::<1>(_mm256_castsi128_si256(a), b)
+                };
+                let common = if same {
+                    lanes(win[0])
+                } else {
+                    _mm256_setzero_si256()
+                };
                 let mut hi = _mm256_setzero_si256();
                 let mut lo = half;
                 for p in 0..P {
@@ -2366,10 +2416,10 @@ mod x86 {
                     let (p0, p1) = (ptr.add(w0 as usize), ptr.add(w1 as usize));
                     let window = if shared {
                         _mm256_broadcastsi128_si256(_mm_loadu_si128(p0.cast()))
+                    } else if same {
+                        common
                     } else {
-                        let a = _mm_loadu_si128(p0.cast());
-                        let b = _mm_loadu_si128(p1.cast());
-                        _mm256_inserti128_si256::<1>(_mm256_castsi128_si256(a), b)
+                        lanes(win[p])
                     };
                     let mut g = _mm256_shuffle_epi8(window, masks[p]);
                     if WIDE {
@@ -2814,14 +2864,16 @@ mod x86 {
         }
 
         #[test]
-        fn narrow_shuffles_share_a_window_where_the_chunk_fits_one() {
+        fn narrow_shuffles_take_the_cheapest_windows_that_fit() {
             if !cpu::avx2() {
                 return;
             }
-            // Every index of a narrow shuffle plan reads inside its lane's 16 bytes, whether
-            // the window is shared or not; downscales to about 1.5x share most chunks'
-            // windows (the typical crop's 330 -> 224: 72 of 84 chunks), stronger ones fewer.
-            let mut shared_at = Vec::new();
+            // Every index of a narrow shuffle plan reads inside its lane's 16 bytes, whichever
+            // windows it has. Per chunk (`narrow_windows`): downscales to about 1.5x give most
+            // chunks one window for both lanes (the typical crop's 330 -> 224: 72 of 84), up
+            // to about 2x most of the rest one window per lane for all steps; beyond, each
+            // step its own.
+            let mut kinds_at = Vec::new();
             for in_size in (2..=40).chain(100..=700) {
                 for out in [1, 5, 224] {
                     let mut c = AxisCoeffs::default();
@@ -2838,21 +2890,29 @@ mod x86 {
                             "{in_size} -> {out}"
                         );
                     }
-                    let chunks_shared = plan
-                        .win
-                        .chunks_exact(plan.steps)
+                    let chunks = plan.win.chunks_exact(plan.steps);
+                    let shared = chunks
+                        .clone()
                         .filter(|steps| steps.iter().all(|&[w0, w1]| w0 == w1))
                         .count();
+                    let per_lane = chunks
+                        .filter(|steps| steps.iter().all(|&w| w == steps[0] && w[0] != w[1]))
+                        .count();
                     if out == 224 {
-                        shared_at.push((in_size, chunks_shared));
+                        kinds_at.push((in_size, (shared, per_lane)));
                     }
                 }
             }
-            let shared = |size: u32| shared_at.iter().find(|&&(s, _)| s == size).map(|s| s.1);
-            assert_eq!(shared(224), Some(84), "an identity width's chunks all fit");
-            assert_eq!(shared(330), Some(72));
-            assert_eq!(shared(400), Some(25));
-            assert_eq!(shared(600), Some(1));
+            let kinds = |size: u32| kinds_at.iter().find(|&&(s, _)| s == size).map(|s| s.1);
+            assert_eq!(
+                kinds(224),
+                Some((84, 0)),
+                "an identity width's chunks all share"
+            );
+            assert_eq!(kinds(330), Some((72, 12)));
+            assert_eq!(kinds(400), Some((25, 59)));
+            assert_eq!(kinds(430), Some((10, 74)));
+            assert_eq!(kinds(600), Some((1, 0)));
         }
 
         #[test]
