@@ -194,17 +194,14 @@ fn main() {
     // After a full decode, one row per kernel set this CPU runs (a limit above what it has would
     // run the same kernels under another name); the default one (it depends on the CPU, see
     // `fused::default_simd`) is marked rather than run a second time.
-    let detected = SimdLevel::detected();
-    let default = default_simd().min(detected);
-    for (label, level) in [
-        ("512-bit", SimdLevel::Avx512),
-        ("256-bit", SimdLevel::Avx512Ymm),
-        ("AVX2 only", SimdLevel::Avx2),
-        ("portable", SimdLevel::Portable),
-    ] {
-        if level > detected || (level == SimdLevel::Portable && detected != level) {
-            continue;
-        }
+    let default = default_simd().min(SimdLevel::detected());
+    for level in SimdLevel::kernel_sets().into_iter().rev() {
+        let label = match level {
+            SimdLevel::Avx512 => "512-bit",
+            SimdLevel::Avx512Ymm => "256-bit",
+            SimdLevel::Avx2 => "AVX2 only",
+            SimdLevel::Portable => "portable",
+        };
         let mark = if level == default { " (default)" } else { "" };
         variants.push((
             format!("fused, full, {label}{mark}"),

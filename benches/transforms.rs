@@ -106,18 +106,18 @@ fn bench_ops(c: &mut Criterion) {
     // The resize alone at each level this CPU runs: AVX2, AVX-512 on 256-bit registers (the
     // fused kernel's default on Intel) and AVX-512. A level above the CPU's would time the
     // same kernels as a lower one under another name.
-    let levels: Vec<(&str, SimdLevel)> = [
-        ("portable", SimdLevel::Portable),
-        ("avx2", SimdLevel::Avx2),
-        ("avx512ymm", SimdLevel::Avx512Ymm),
-        ("avx512", SimdLevel::Avx512),
-    ]
-    .into_iter()
-    .filter(|&(_, level)| {
-        level <= SimdLevel::detected()
-            && (level > SimdLevel::Portable || SimdLevel::detected() == level)
-    })
-    .collect();
+    let levels: Vec<(&str, SimdLevel)> = SimdLevel::kernel_sets()
+        .into_iter()
+        .map(|level| {
+            let name = match level {
+                SimdLevel::Portable => "portable",
+                SimdLevel::Avx2 => "avx2",
+                SimdLevel::Avx512Ymm => "avx512ymm",
+                SimdLevel::Avx512 => "avx512",
+            };
+            (name, level)
+        })
+        .collect();
     // And what a new crop width costs before any pixel (`resize_setup_one_row`): the
     // coefficients and the horizontal plan, measured as the resize of a single row of each
     // crop (every crop's width differs from the one before, so nothing is cached).

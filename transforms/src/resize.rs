@@ -681,6 +681,18 @@ impl SimdLevel {
             SimdLevel::Portable
         }
     }
+
+    /// One level per distinct kernel set this CPU runs, lowest first: every SIMD level up to
+    /// [`SimdLevel::detected`], or only the portable one where there is none. (A limit above
+    /// the CPU's runs the same kernels as [`SimdLevel::detected`].)
+    pub fn kernel_sets() -> Vec<SimdLevel> {
+        let detected = SimdLevel::detected();
+        [SimdLevel::Avx2, SimdLevel::Avx512Ymm, SimdLevel::Avx512]
+            .into_iter()
+            .filter(|&level| level <= detected)
+            .chain((detected == SimdLevel::Portable).then_some(SimdLevel::Portable))
+            .collect()
+    }
 }
 
 /// Reusable resize context: coefficient caches and the intermediate images of the two-pass
@@ -1248,9 +1260,9 @@ mod x86 {
     #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
     enum Gather {
         /// AVX2: a 16-byte window per 128-bit lane (4 values), loaded twice and inserted,
-        /// then one `pshufb`, or one window for both lanes, broadcast, where the chunk's 8
-        /// values fit it ([`shared_window`]); with `wide`, a second 16 bytes per lane and a
-        /// second `pshufb`.
+        /// then one `pshufb`; where they fit, one window for both lanes, broadcast, or each
+        /// lane's window once for all steps ([`narrow_windows`]); with `wide`, a second 16
+        /// bytes per lane and a second `pshufb`.
         #[default]
         Shuffle,
         /// AVX-512 at 256 bits: one window per chunk (8 values), 32 bytes (`vpermb`) or,
@@ -1450,9 +1462,9 @@ mod x86 {
             // byte 3 * (pstart + k) + j % 3. Value j sits at bytes 4 (j mod 8) and
             // 4 (j mod 8) + 2 of its chunk's masks (taps 2p and 2p + 1), and its lane (shuffles)
             // is 0 or 1.
-            // Per chunk, each half's span of tap-0 bytes (`i32::MAX`/`MIN` where it has no
-            // values), for `narrow_windows`.
-            let spans: Vec<([i32; 2], [i32; 2])> = groups(c, 8)
+            // Per chunk, a narrow shuffle's cheaper windows where they fit (`narrow_windows`,
+            // from each half's span of tap-0 bytes, `i32::MAX`/`MIN` where it has no values).
+            let narrow: Vec<_> = groups(c, 8)
                 .map(|(_, n, base)| {
                     let half = |h: usize| {
                         let values = &base[4 * h..n.max(4 * h).min(4 * h + 4)];
@@ -1462,7 +1474,9 @@ mod x86 {
                         }
                     };
                     let (h0, h1) = (half(0), half(1));
-                    ([h0.0, h1.0], [h0.1, h1.1])
+                    (gather == Gather::Shuffle && !wide)
+                        .then(|| narrow_windows([h0.0, h1.0], [h0.1, h1.1], taps, row_bytes))
+                        .flatten()
                 })
                 .collect();
             for (group_start, n, base) in groups(c, gather.group()) {
@@ -1472,11 +1486,7 @@ mod x86 {
                     let ka = 2 * p;
                     // Without tap 2p + 1 its byte repeats tap 2p's, against a zero weight.
                     let second = if ka + 1 < taps { 3 } else { 0 };
-                    let (chunk_lo, chunk_hi) = spans[m];
-                    let narrow = (gather == Gather::Shuffle && !wide)
-                        .then(|| narrow_windows(chunk_lo, chunk_hi, taps, row_bytes))
-                        .flatten();
-                    let wo = match narrow {
+                    let wo = match narrow[m] {
                         Some(narrow) => narrow[p][lane],
                         None => window_start(lo, ka, row_bytes, window),
                     };
@@ -1952,19 +1962,19 @@ mod x86 {
 
     impl Scratch {
         /// Prepares the horizontal plan; returns whether the SIMD path can run this resize.
-        /// `pair_vert` is the vertical pass when it runs second, over the ring rows;
+        /// `ring_vert` is the vertical pass when it runs second, over the ring rows;
         /// `ymm512` allows the AVX-512 instructions at 256 bits where the CPU has them.
         pub(super) fn prepare(
             &mut self,
             horiz: &AxisCoeffs,
-            pair_vert: Option<&AxisCoeffs>,
+            ring_vert: Option<&AxisCoeffs>,
             ymm512: bool,
         ) -> bool {
             self.vnni = ymm512 && cpu::avx512_vnni();
             if !self.plan.prepare(horiz, self.vnni) {
                 return false;
             }
-            match pair_vert {
+            match ring_vert {
                 None => true,
                 Some(v) => v.taps <= MAX_V_TAPS && v.simd_friendly(),
             }
@@ -4068,6 +4078,18 @@ mod tests {
             }
         }
         RgbImage::from_raw(w, h, data).expect("sizes match")
+    }
+
+    #[test]
+    fn kernel_sets_are_distinct_and_end_at_the_detected_level() {
+        let sets = SimdLevel::kernel_sets();
+        assert_eq!(sets.last(), Some(&SimdLevel::detected()));
+        assert!(sets.windows(2).all(|w| w[0] < w[1]), "{sets:?}");
+        assert_eq!(
+            sets.contains(&SimdLevel::Portable),
+            SimdLevel::detected() == SimdLevel::Portable,
+            "{sets:?}"
+        );
     }
 
     #[test]
