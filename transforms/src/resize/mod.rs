@@ -1,0 +1,1146 @@
+//! Pillow's antialiased bilinear resize (`Image.resize(size, Image.BILINEAR)`), bit-exact with
+//! Pillow 13.
+//!
+//! The algorithm is Pillow's `libImaging/Resample.c` for 8-bit images: per axis, a triangle
+//! filter widened by the downscale factor, weights normalized in f64 and then quantized to
+//! fixed point with 22 fractional bits; two separable passes, each rounding to u8; a pass is
+//! skipped when its dimension does not change. Pillow 13 runs the vertical pass first when the
+//! height shrinks by more than twice as much as the width (`dy > 0 && dy > 2 dx`), the
+//! horizontal pass first otherwise, and then over only the source rows the vertical pass reads.
+//!
+//! Integer sums are exact, so the order of additions is free and the kernels use that (padding
+//! windows with zero weights, splitting weights into 16-bit parts for `pmaddwd`/`vpdpwssd`
+//! and bytes for `vpdpbusd`, offsetting the pixels by 128 and cancelling that in the start
+//! value); every f64 operation in the coefficients and every rounding to u8 between the passes
+//! must stay exactly Pillow's (the coefficients are computed 4 or 8 outputs at a time, with the
+//! same IEEE operations in the same order per lane). Kernels: portable, AVX2, AVX-512 (chosen
+//! at run time, [`SimdLevel`]); the SIMD ones are checked against the portable ones and all
+//! against Pillow.
+//!
+//! Must not allocate per call in the steady state: [`Resizer`] owns the coefficient tables and
+//! the intermediate buffers and only grows them. Must not touch anything but the pixels it is
+//! given: crops are views, and what happens to an output row (copy, flip, to-tensor) is the
+//! caller's [`RowSink`].
+
+use crate::cpu;
+use crate::error::{Error, Result};
+use crate::image::{RgbImage, RgbView};
+
+/// Fractional bits of the fixed-point weights: Pillow's `PRECISION_BITS` (32 - 8 - 2).
+const PRECISION_BITS: u32 = 32 - 8 - 2;
+/// Added to every sum so that the final shift rounds to nearest.
+const HALF: i32 = 1 << (PRECISION_BITS - 1);
+
+/// `$body` with the const `$t` set to `$taps` when that is 2 to 8 (the vertical windows of
+/// upscales and of downscales up to about 3.5x), else to 0 (meaning: any count, read at run
+/// time). A vertical kernel compiled for a constant count unrolls its tap loop and keeps the
+/// weights and row pointers in registers. Alone, on one hot ring with a fixed count, the
+/// run-time loop was 1.3x slower (its per-tap loads and branches). In the pipeline it cost
+/// more: `train_ratio`, 4 runs, the fused kernel after a full decode at 0.117-0.133 of a decode
+/// with constant counts against 0.141-0.147 with the loop, likely because the count changes
+/// between output rows there and the loop's exit branch is then mispredicted every 32 values
+/// (no PMU on the machine to count it). The horizontal windows' padding uses it too, so that
+/// each output's weights copy without a call to `memcpy`.
+macro_rules! with_taps {
+    ($taps:expr, |$t:ident| $body:expr) => {
+        with_taps!(@counts $taps, $t, $body, 2 3 4 5 6 7 8)
+    };
+    (@counts $taps:expr, $t:ident, $body:expr, $($n:literal)*) => {
+        match $taps {
+            $($n => {
+                const $t: usize = $n;
+                $body
+            })*
+            _ => {
+                const $t: usize = 0;
+                $body
+            }
+        }
+    };
+}
+
+/// A function of one accumulating AVX-512 VNNI instruction, `acc = insn(acc, a, b)`, in any of
+/// the 32 vector registers. Written with `asm!` because LLVM splits some of them into a
+/// multiply and an add, a second uop on the ports the kernels saturate.
+#[cfg(target_arch = "x86_64")]
+macro_rules! dot_instruction {
+    ($(#[$attr:meta])* fn $name:ident($ty:ty) = $insn:literal) => {
+        $(#[$attr])*
+        #[inline]
+        fn $name(mut acc: $ty, a: $ty, b: $ty) -> $ty {
+            // SAFETY: a register-only instruction of the enabled features; no memory, stack
+            // or flags touched.
+            unsafe {
+                std::arch::asm!(
+                    $insn,
+                    acc = inout(zmm_reg) acc,
+                    a = in(zmm_reg) a,
+                    b = in(zmm_reg) b,
+                    options(pure, nomem, nostack, preserves_flags),
+                );
+            }
+            acc
+        }
+    };
+}
+
+#[cfg(target_arch = "x86_64")]
+mod coeffs_x86;
+mod portable;
+#[cfg(target_arch = "x86_64")]
+mod x512;
+#[cfg(target_arch = "x86_64")]
+mod x86;
+
+/// Pillow's `clip8`: the fixed-point sum back to a byte, clamped.
+#[inline(always)]
+fn clip8(acc: i32) -> u8 {
+    (acc >> PRECISION_BITS).clamp(0, 255) as u8
+}
+
+/// Pillow's bilinear (triangle) filter, support 1.
+#[inline(always)]
+fn bilinear_filter(x: f64) -> f64 {
+    let x = x.abs();
+    if x < 1.0 {
+        1.0 - x
+    } else {
+        0.0
+    }
+}
+
+/// The fixed-point resampling weights of one axis (`precompute_coeffs` followed by
+/// `normalize_coeffs_8bpc` in Pillow), cached for the last `(in_size, out_size)`, plus the
+/// same weights laid out for the kernels.
+#[derive(Clone, Debug, Default)]
+pub struct AxisCoeffs {
+    in_size: u32,
+    out_size: u32,
+    /// Outputs in reverse order (a horizontally flipped resize).
+    mirrored: bool,
+    /// Weights stored per output (Pillow's `ksize`); unused trailing ones are 0.
+    stride: usize,
+    /// First input index each output reads.
+    start: Vec<u32>,
+    /// Number of inputs each output reads (at least 1).
+    count: Vec<u32>,
+    /// `out_size * stride` weights with `PRECISION_BITS` fractional bits.
+    weights: Vec<i32>,
+    /// f64 weights of one output before quantization.
+    scratch: Vec<f64>,
+    /// The largest `count`: every output as a window of exactly `taps` inputs.
+    taps: usize,
+    /// Start of each output's `taps`-wide window, moved left where it would pass the end.
+    pstart: Vec<u32>,
+    /// `out_size * taps` weights aligned to the padded windows (zeros where padded).
+    pweights: Vec<i32>,
+    /// `out_size * stride` weights as the i16 pair `(w - 128 h, h)`, `h = min(w >> 7, 32767)`,
+    /// for `pmaddwd` against values stored as the pair `(v, v << 7)`.
+    pair: Vec<i32>,
+    /// Whether `pstart`/`pweights` and `pair` match the current weights (built on demand:
+    /// only the horizontal axis needs the first, only the SIMD vertical pass the second).
+    padded_ready: bool,
+    pair_ready: bool,
+    /// Every weight is in `[0, 2^22 + 127]`, the range the SIMD kernels' 16-bit splits and
+    /// their no-clamp argument assume (always true for the bilinear filter).
+    simd_friendly: bool,
+}
+
+impl AxisCoeffs {
+    /// Computes the weights for resampling `in_size` samples to `out_size`, unless they are
+    /// already the cached ones. Both sizes must be at least 1.
+    pub fn prepare(&mut self, in_size: u32, out_size: u32) {
+        self.prepare_mirrored(in_size, out_size, false);
+    }
+
+    /// [`AxisCoeffs::prepare`], with the outputs in reverse order when `mirrored`: output `i`
+    /// gets the taps and weights of output `out_size - 1 - i`. Resampling with these is the
+    /// mirror image of the plain resample, exactly: every output's sum is the same one.
+    pub fn prepare_mirrored(&mut self, in_size: u32, out_size: u32, mirrored: bool) {
+        self.prepare_with(in_size, out_size, mirrored, SimdLevel::Avx512);
+    }
+
+    /// [`AxisCoeffs::prepare_mirrored`], computing four or eight outputs at a time with AVX2
+    /// or AVX-512 where `level` allows and the CPU has it (the same IEEE operations in the
+    /// same order, lane by lane: identical weights).
+    fn prepare_with(&mut self, in_size: u32, out_size: u32, mirrored: bool, level: SimdLevel) {
+        if (self.in_size, self.out_size) == (in_size, out_size) && !self.start.is_empty() {
+            if self.mirrored != mirrored {
+                // The other order of the same outputs (a random flip): just reverse.
+                self.mirror();
+            }
+            return;
+        }
+        self.in_size = in_size;
+        self.out_size = out_size;
+        self.mirrored = false;
+        // Pillow passes the box as floats: `in1 - in0` is a float32 subtraction (exact below
+        // 2^24), then the scale is computed in double.
+        let scale = f64::from(in_size as f32) / f64::from(out_size);
+        let filterscale = scale.max(1.0);
+        // The bilinear filter's support is 1.0, widened by the downscale factor.
+        let support = filterscale;
+        let stride = support.ceil() as usize * 2 + 1;
+        let ss = 1.0 / filterscale;
+        let out = out_size as usize;
+        self.stride = stride;
+        self.start.clear();
+        self.start.resize(out, 0);
+        self.count.clear();
+        self.count.resize(out, 0);
+        self.weights.clear();
+        self.weights.resize(out * stride, 0);
+        let axis = Axis {
+            in_size,
+            scale,
+            support,
+            ss,
+            stride,
+        };
+        let level = level.min(SimdLevel::detected());
+        let (start, count, weights) = (&mut self.start, &mut self.count, &mut self.weights);
+        let done = match level {
+            #[cfg(target_arch = "x86_64")]
+            // SAFETY: the CPU has the AVX-512 features (`detected`).
+            SimdLevel::Avx512 => unsafe { coeffs_x86::compute512(&axis, start, count, weights) },
+            #[cfg(target_arch = "x86_64")]
+            // SAFETY: the CPU has AVX2 (`detected`).
+            SimdLevel::Avx2 | SimdLevel::Avx512Ymm => unsafe {
+                coeffs_x86::compute(&axis, start, count, weights)
+            },
+            _ => 0,
+        };
+        let rows = self.weights.chunks_exact_mut(stride).enumerate().skip(done);
+        for ((xx, k_fixed), (start, count)) in
+            rows.zip(self.start[done..].iter_mut().zip(&mut self.count[done..]))
+        {
+            (*start, *count) = axis.output(xx, k_fixed, &mut self.scratch);
+        }
+        self.taps = self.count.iter().copied().max().unwrap_or(1) as usize;
+        let (min, max) = match level {
+            #[cfg(target_arch = "x86_64")]
+            // SAFETY: the CPU has AVX2 (`detected`).
+            SimdLevel::Avx2 | SimdLevel::Avx512Ymm | SimdLevel::Avx512 => unsafe {
+                coeffs_x86::min_max(&self.weights)
+            },
+            _ => min_max(&self.weights),
+        };
+        self.simd_friendly = min >= 0 && max <= (1 << PRECISION_BITS) + 127;
+        self.padded_ready = false;
+        self.pair_ready = false;
+        if mirrored {
+            self.mirror();
+        }
+    }
+
+    /// Reverses the order of the outputs (and toggles `mirrored`).
+    fn mirror(&mut self) {
+        let stride = self.stride;
+        self.start.reverse();
+        self.count.reverse();
+        let rows = self.weights.len() / stride;
+        for i in 0..rows / 2 {
+            let (head, tail) = self.weights.split_at_mut((rows - 1 - i) * stride);
+            head[i * stride..(i + 1) * stride].swap_with_slice(&mut tail[..stride]);
+        }
+        self.mirrored = !self.mirrored;
+        self.padded_ready = false;
+        self.pair_ready = false;
+    }
+
+    /// `(in_size, out_size, mirrored)` of the current weights.
+    pub fn key(&self) -> (u32, u32, bool) {
+        (self.in_size, self.out_size, self.mirrored)
+    }
+
+    /// Builds `pstart` and `pweights` (the portable and SIMD horizontal kernels read them).
+    fn ensure_padded(&mut self) {
+        if self.padded_ready {
+            return;
+        }
+        let taps = self.taps;
+        self.pstart.clear();
+        self.pstart.resize(self.start.len(), 0);
+        self.pweights.clear();
+        self.pweights.resize(self.start.len() * taps, 0);
+        with_taps!(taps, |T| pad_windows::<T>(
+            taps,
+            self.in_size as usize,
+            &self.weights,
+            self.stride,
+            &self.start,
+            &mut self.pstart,
+            &mut self.pweights,
+        ));
+        self.padded_ready = true;
+    }
+
+    /// Builds `pair` (the SIMD vertical kernel reads it).
+    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+    fn ensure_pairs(&mut self) {
+        if self.pair_ready {
+            return;
+        }
+        self.pair.clear();
+        self.pair.resize(self.weights.len(), 0);
+        match SimdLevel::detected() {
+            #[cfg(target_arch = "x86_64")]
+            // SAFETY: the CPU has AVX-512 F and BW (part of `detected`'s AVX-512 set).
+            SimdLevel::Avx512 => unsafe { coeffs_x86::pairs512(&self.weights, &mut self.pair) },
+            _ => pairs(&self.weights, &mut self.pair),
+        }
+        self.pair_ready = true;
+    }
+
+    /// Output `i`'s first input and its weights.
+    #[inline(always)]
+    fn taps_of(&self, i: usize) -> (usize, &[i32]) {
+        let n = self.count[i] as usize;
+        (
+            self.start[i] as usize,
+            &self.weights[i * self.stride..i * self.stride + n],
+        )
+    }
+
+    /// Output `i`'s first input and its weights as `pmaddwd` pairs.
+    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+    #[inline(always)]
+    fn pair_taps_of(&self, i: usize) -> (usize, &[i32]) {
+        let n = self.count[i] as usize;
+        (
+            self.start[i] as usize,
+            &self.pair[i * self.stride..i * self.stride + n],
+        )
+    }
+
+    /// The input range `[first, end)` that outputs read.
+    fn span(&self) -> (usize, usize) {
+        let first = self.start.first().copied().unwrap_or(0) as usize;
+        let last = self.start.len().saturating_sub(1);
+        let end = match (self.start.get(last), self.count.get(last)) {
+            (Some(&s), Some(&c)) => (s + c) as usize,
+            _ => 0,
+        };
+        (first, end)
+    }
+
+    /// See the `simd_friendly` field.
+    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+    fn simd_friendly(&self) -> bool {
+        self.simd_friendly
+    }
+}
+
+/// One axis's resampling parameters, as Pillow's `precompute_coeffs` computes them.
+#[derive(Clone, Copy, Debug)]
+struct Axis {
+    in_size: u32,
+    scale: f64,
+    support: f64,
+    /// `1 / filterscale`.
+    ss: f64,
+    /// Weights stored per output.
+    stride: usize,
+}
+
+impl Axis {
+    /// Output `xx`'s fixed-point weights into `k_fixed` (`stride` long, zeros beyond the
+    /// window), in Pillow's f64 operations and order; returns its first input and count.
+    fn output(&self, xx: usize, k_fixed: &mut [i32], scratch: &mut Vec<f64>) -> (u32, u32) {
+        let in_max = i64::from(self.in_size);
+        let center = (xx as f64 + 0.5) * self.scale;
+        // `(int)` truncates toward zero; negative starts clamp to 0 either way.
+        let xmin = ((center - self.support + 0.5) as i64).max(0);
+        let xmax = ((center + self.support + 0.5) as i64).min(in_max);
+        // xmin <= center - 0.5 < in_size - 0.5 and xmax >= xmin + 1 (see Pillow): the
+        // window is never empty, but stay defensive against degenerate floats.
+        let count = (xmax - xmin).clamp(1, self.stride as i64) as usize;
+        let xmin = xmin.min(in_max - 1);
+        let mut stack = [0.0f64; 16];
+        let ws = if count <= stack.len() {
+            &mut stack[..count]
+        } else {
+            scratch.resize(count, 0.0);
+            &mut scratch[..count]
+        };
+        let mut ww = 0.0;
+        for (x, slot) in ws.iter_mut().enumerate() {
+            let w = bilinear_filter(((x as i64 + xmin) as f64 - center + 0.5) * self.ss);
+            *slot = w;
+            ww += w;
+        }
+        if ww != 0.0 {
+            for w in ws.iter_mut() {
+                *w /= ww;
+            }
+        }
+        for (k, &w) in k_fixed.iter_mut().zip(ws.iter()) {
+            let scaled = w * f64::from(1u32 << PRECISION_BITS);
+            // `(int)(±0.5 + x)`: round half away from zero, by truncation.
+            *k = if w < 0.0 {
+                (-0.5 + scaled) as i32
+            } else {
+                (0.5 + scaled) as i32
+            };
+        }
+        (xmin as u32, count as u32)
+    }
+}
+
+/// `pair[i]` = weight `w[i]` as the i16 pair `(w - 128 h, h)`, `h = min(w >> 7, 32767)` (see
+/// [`AxisCoeffs`]'s `pair`). Branch-free, so that it vectorizes.
+#[inline(always)]
+fn pairs(w: &[i32], pair: &mut [i32]) {
+    for (p, &w) in pair.iter_mut().zip(w) {
+        let h = (w >> 7).clamp(0, 32767);
+        let l = w - 128 * h;
+        *p = (l & 0xffff) | (h << 16);
+    }
+}
+
+/// [`AxisCoeffs::ensure_padded`]'s loop: every output's weights as a window of `taps` (`TAPS`
+/// when not 0, so that the common counts copy without a loop or a call), moved left where
+/// it would pass the end of the input. `weights` holds `stride >= taps` weights per output,
+/// zeros past each count; `pweights` is zeroed on entry.
+#[inline(always)]
+fn pad_windows<const TAPS: usize>(
+    taps: usize,
+    in_size: usize,
+    weights: &[i32],
+    stride: usize,
+    start: &[u32],
+    pstart: &mut [u32],
+    pweights: &mut [i32],
+) {
+    let taps = if TAPS == 0 { taps } else { TAPS };
+    let rows = weights.chunks_exact(stride);
+    for (((padded, w), &start), ps) in pweights
+        .chunks_exact_mut(taps)
+        .zip(rows)
+        .zip(start)
+        .zip(pstart.iter_mut())
+    {
+        let start = start as usize;
+        // count <= in_size, so a window of `taps` fits; shift it left at the end, where
+        // `start + count <= in_size` leaves room: count <= taps - shift.
+        let shift = start - start.min(in_size - taps);
+        if shift == 0 {
+            // The common case, apart so that its length is the constant.
+            padded.copy_from_slice(&w[..taps]);
+        } else {
+            padded[shift..].copy_from_slice(&w[..taps - shift]);
+        }
+        *ps = (start - shift) as u32;
+    }
+}
+
+/// The smallest and largest of `w` (`(0, 0)` when empty). Min and max reductions vectorize;
+/// an early-exit range check would not.
+#[inline(always)]
+fn min_max(w: &[i32]) -> (i32, i32) {
+    let min = w.iter().copied().min().unwrap_or(0);
+    let max = w.iter().copied().max().unwrap_or(0);
+    (min, max)
+}
+
+/// Receives the output rows of a resize, in order, one at a time.
+///
+/// The resize writes row `y` into [`RowSink::row_mut`]`(y)` (exactly `3 * out_w` bytes, packed
+/// RGB) and then calls [`RowSink::row_done`]`(y)`; a sink can hand out its final destination
+/// (no copy) or a scratch row that `row_done` converts (flip, to-tensor, ...).
+pub trait RowSink {
+    /// The `3 * out_w` bytes to write output row `y` into.
+    fn row_mut(&mut self, y: usize) -> &mut [u8];
+    /// Output row `y` is complete.
+    fn row_done(&mut self, y: usize);
+}
+
+/// A sink writing rows into a packed buffer.
+struct PackedSink<'a> {
+    data: &'a mut [u8],
+    row_len: usize,
+}
+
+impl RowSink for PackedSink<'_> {
+    fn row_mut(&mut self, y: usize) -> &mut [u8] {
+        &mut self.data[y * self.row_len..(y + 1) * self.row_len]
+    }
+
+    fn row_done(&mut self, _y: usize) {}
+}
+
+/// The kernel sets of the resize, in increasing order: a [`Resizer`] runs the best one the CPU
+/// supports up to its limit ([`Resizer::set_simd_limit`]). All give identical results.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum SimdLevel {
+    /// The portable kernels (plain Rust).
+    Portable,
+    /// AVX2 kernels (x86-64 with AVX2).
+    Avx2,
+    /// The AVX2 kernels' layout with AVX-512 instructions on 256-bit registers (AVX-512 F, BW,
+    /// VL, VBMI and VNNI): one byte permute per tap pair in place of two loads, an insert and
+    /// a shuffle, and dot products that accumulate. Nothing runs on 512-bit registers, which
+    /// on Intel's Xeons make the decode after them slower (see
+    /// [`crate::fused::default_simd`]). Falls back to AVX2 for shapes it does not cover.
+    Avx512Ymm,
+    /// AVX-512 kernels (x86-64 with AVX-512 F, BW, VL, VBMI and VNNI; Ice Lake and later,
+    /// Zen 4 and later), falling back to AVX2 for shapes they do not cover. The default limit.
+    #[default]
+    Avx512,
+}
+
+impl SimdLevel {
+    /// The best level this CPU runs (detected at run time).
+    pub fn detected() -> SimdLevel {
+        if cpu::avx512_vnni() {
+            SimdLevel::Avx512
+        } else if cpu::avx2() {
+            SimdLevel::Avx2
+        } else {
+            SimdLevel::Portable
+        }
+    }
+
+    /// One level per distinct kernel set this CPU runs, lowest first: every SIMD level up to
+    /// [`SimdLevel::detected`], or only the portable one where there is none. (A limit above
+    /// the CPU's runs the same kernels as [`SimdLevel::detected`].)
+    pub fn kernel_sets() -> Vec<SimdLevel> {
+        let detected = SimdLevel::detected();
+        [SimdLevel::Avx2, SimdLevel::Avx512Ymm, SimdLevel::Avx512]
+            .into_iter()
+            .filter(|&level| level <= detected)
+            .chain((detected == SimdLevel::Portable).then_some(SimdLevel::Portable))
+            .collect()
+    }
+}
+
+/// Reusable resize context: coefficient caches and the intermediate images of the two-pass
+/// resize. One per worker thread; steady-state calls allocate nothing.
+#[derive(Clone, Debug, Default)]
+pub struct Resizer {
+    horiz: AxisCoeffs,
+    vert: AxisCoeffs,
+    /// u8 intermediate rows (portable horizontal-first pass, vertical-first blocks).
+    tmp: Vec<u8>,
+    /// Accumulators for portable vertical passes with many taps.
+    acc: Vec<i32>,
+    /// The best kernels this context may use.
+    limit: SimdLevel,
+    #[cfg(target_arch = "x86_64")]
+    simd: x86::Scratch,
+    #[cfg(target_arch = "x86_64")]
+    zmm: x512::Scratch,
+}
+
+impl Resizer {
+    /// An empty context; the first calls size its buffers.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Uses only the portable kernels, never the SIMD ones (for tests that compare the two,
+    /// and for benchmarks). The results are identical either way.
+    pub fn set_portable_only(&mut self, portable_only: bool) {
+        self.limit = if portable_only {
+            SimdLevel::Portable
+        } else {
+            SimdLevel::Avx512
+        };
+    }
+
+    /// Uses kernels up to `limit` at most (tests compare the levels; benchmarks measure
+    /// them). The results are identical at every level.
+    pub fn set_simd_limit(&mut self, limit: SimdLevel) {
+        self.limit = limit;
+    }
+
+    /// `dst = src.resize((out_w, out_h), Image.BILINEAR)` as Pillow computes it.
+    ///
+    /// `src` may be a crop view: Pillow's `img.crop(box).resize(...)` equals resizing the view
+    /// of `box`. Errors if `src` is empty or an output side is 0.
+    pub fn resize(
+        &mut self,
+        src: RgbView<'_>,
+        out_h: u32,
+        out_w: u32,
+        dst: &mut RgbImage,
+    ) -> Result<()> {
+        check_sizes(&src, out_h, out_w)?;
+        let row_len = 3 * out_w as usize;
+        let data = dst.reset(out_w, out_h);
+        let mut sink = PackedSink { data, row_len };
+        self.resize_into(src, out_h, out_w, false, &mut sink)
+    }
+
+    /// The resize, mirrored left to right when `flip` (Pillow's resize followed by
+    /// `FLIP_LEFT_RIGHT`, exactly), with each output row handed to `sink` as soon as it is
+    /// computed: the entry the fused kernel uses to convert rows while they are in cache.
+    ///
+    /// The flip costs nothing when the width changes: the horizontal pass writes its outputs
+    /// in mirrored order (see [`AxisCoeffs::prepare_mirrored`]).
+    pub fn resize_into<S: RowSink + ?Sized>(
+        &mut self,
+        src: RgbView<'_>,
+        out_h: u32,
+        out_w: u32,
+        flip: bool,
+        sink: &mut S,
+    ) -> Result<()> {
+        check_sizes(&src, out_h, out_w)?;
+        let (in_w, in_h) = (src.width(), src.height());
+        let need_h = out_w != in_w;
+        let need_v = out_h != in_h;
+        let level = self.limit.min(SimdLevel::detected());
+        let avx2 = level >= SimdLevel::Avx2;
+        if !need_h {
+            // Pillow copies (or runs only the vertical pass); a flip reverses the pixels.
+            if need_v {
+                self.vert.prepare_with(in_h, out_h, false, level);
+            }
+            let row_len = 3 * out_w as usize;
+            if flip && self.tmp.len() < row_len {
+                self.tmp.resize(row_len, 0);
+            }
+            for yy in 0..out_h as usize {
+                let out = sink.row_mut(yy);
+                let dst = if flip {
+                    &mut self.tmp[..row_len]
+                } else {
+                    &mut *out
+                };
+                if need_v {
+                    let (start, w) = self.vert.taps_of(yy);
+                    kernels::vertical(avx2, |k| src.row((start + k) as u32), w, dst, &mut self.acc);
+                } else {
+                    dst.copy_from_slice(src.row(yy as u32));
+                }
+                if flip {
+                    reverse_pixels(&self.tmp[..row_len], out);
+                }
+                sink.row_done(yy);
+            }
+            return Ok(());
+        }
+        self.horiz.prepare_with(in_w, out_w, flip, level);
+        self.horiz.ensure_padded();
+        if need_v {
+            self.vert.prepare_with(in_h, out_h, false, level);
+        }
+        #[cfg(target_arch = "x86_64")]
+        if level == SimdLevel::Avx512 && self.zmm.prepare(&self.horiz, need_v.then_some(&self.vert))
+        {
+            x512::resize(self, src, out_h, need_v, sink);
+            return Ok(());
+        }
+        #[cfg(target_arch = "x86_64")]
+        {
+            // The ring-row vertical kernel runs only in the horizontal-first order.
+            let h_first = need_v && !vertical_first(in_w, in_h, out_w, out_h);
+            // The AVX-512 instructions at 256 bits where allowed and present.
+            let ymm512 = level >= SimdLevel::Avx512Ymm;
+            if avx2
+                && self
+                    .simd
+                    .prepare(&self.horiz, h_first.then_some(&self.vert), ymm512)
+            {
+                x86::resize(self, src, out_h, need_v, sink);
+                return Ok(());
+            }
+        }
+        if !need_v {
+            for y in 0..out_h as usize {
+                kernels::horizontal(avx2, src.row(y as u32), sink.row_mut(y), &self.horiz);
+                sink.row_done(y);
+            }
+        } else if vertical_first(in_w, in_h, out_w, out_h) {
+            self.vertical_then_horizontal(avx2, src, sink);
+        } else {
+            self.horizontal_then_vertical(avx2, src, sink);
+        }
+        Ok(())
+    }
+
+    /// Pillow's usual order. Only the source rows the vertical pass reads go through the
+    /// horizontal pass, into `tmp`.
+    fn horizontal_then_vertical<S: RowSink + ?Sized>(
+        &mut self,
+        avx2: bool,
+        src: RgbView<'_>,
+        sink: &mut S,
+    ) {
+        let row_len = 3 * self.horiz.out_size as usize;
+        let (first, end) = self.vert.span();
+        let tmp_len = (end - first) * row_len;
+        if self.tmp.len() < tmp_len {
+            self.tmp.resize(tmp_len, 0);
+        }
+        let tmp = &mut self.tmp[..tmp_len];
+        for (y, tmp_row) in (first..end).zip(tmp.chunks_exact_mut(row_len)) {
+            kernels::horizontal(avx2, src.row(y as u32), tmp_row, &self.horiz);
+        }
+        let tmp = &self.tmp[..tmp_len];
+        for yy in 0..self.vert.out_size as usize {
+            let (start, w) = self.vert.taps_of(yy);
+            let base = start - first;
+            let out = sink.row_mut(yy);
+            kernels::vertical(
+                avx2,
+                |k| &tmp[(base + k) * row_len..(base + k + 1) * row_len],
+                w,
+                out,
+                &mut self.acc,
+            );
+            sink.row_done(yy);
+        }
+    }
+
+    /// Pillow 13's order when the height shrinks by more than twice as much as the width:
+    /// each output row is one vertical-pass row followed by its horizontal pass, so `tmp`
+    /// holds a single row.
+    fn vertical_then_horizontal<S: RowSink + ?Sized>(
+        &mut self,
+        avx2: bool,
+        src: RgbView<'_>,
+        sink: &mut S,
+    ) {
+        let tmp_len = 3 * src.width() as usize;
+        if self.tmp.len() < tmp_len {
+            self.tmp.resize(tmp_len, 0);
+        }
+        for yy in 0..self.vert.out_size as usize {
+            let (start, w) = self.vert.taps_of(yy);
+            let tmp = &mut self.tmp[..tmp_len];
+            kernels::vertical(avx2, |k| src.row((start + k) as u32), w, tmp, &mut self.acc);
+            kernels::horizontal(avx2, tmp, sink.row_mut(yy), &self.horiz);
+            sink.row_done(yy);
+        }
+    }
+}
+
+/// `dst` = the pixels of `src` in reverse order (same length, packed RGB).
+fn reverse_pixels(src: &[u8], dst: &mut [u8]) {
+    for (d, s) in dst.chunks_exact_mut(3).zip(src.chunks_exact(3).rev()) {
+        d.copy_from_slice(s);
+    }
+}
+
+/// Pillow 13's pass order: vertical first when the height shrinks by more than twice as much as
+/// the width (`dy > 0 && dy > 2 * dx`, in pixels of the box and the output). Each pass rounds
+/// to u8, so the order shows in the results. Earlier Pillow always went horizontal first; the
+/// rule was pinned against Pillow 13.0.0 on thousands of size combinations, boundaries included
+/// (and `scripts/fixtures_resize.py` re-checks it on every run).
+fn vertical_first(in_w: u32, in_h: u32, out_w: u32, out_h: u32) -> bool {
+    let dy = i64::from(in_h) - i64::from(out_h);
+    let dx = i64::from(in_w) - i64::from(out_w);
+    dy > 0 && dy > 2 * dx
+}
+
+fn check_sizes(src: &RgbView<'_>, out_h: u32, out_w: u32) -> Result<()> {
+    if src.width() == 0 || src.height() == 0 {
+        return Err(Error::invalid(
+            "image",
+            format!(
+                "cannot resize an empty {}x{} image",
+                src.width(),
+                src.height()
+            ),
+        ));
+    }
+    if out_h == 0 || out_w == 0 {
+        return Err(Error::invalid(
+            "size",
+            format!("resize to {out_w}x{out_h}: both sides must be at least 1"),
+        ));
+    }
+    Ok(())
+}
+
+/// The slot of row `y` in a ring of `cap` rows (row y lives in slot y mod cap), for rows that
+/// only move forward: `base` (a multiple of `cap`, at most `y`) advances by subtraction
+/// instead of a division per row.
+#[cfg(target_arch = "x86_64")]
+fn ring_slot(y: usize, cap: usize, base: &mut usize) -> usize {
+    while y >= *base + cap {
+        *base += cap;
+    }
+    y - *base
+}
+
+/// Source rows a SIMD horizontal pass prefetches while it computes others: `rows` rows from
+/// `base`, `stride` bytes apart. Only ever prefetched, never read (a prefetch takes any
+/// address and never faults).
+#[cfg(target_arch = "x86_64")]
+#[derive(Clone, Copy, Debug)]
+struct Ahead {
+    base: *const u8,
+    stride: usize,
+    rows: usize,
+}
+
+#[cfg(target_arch = "x86_64")]
+impl Ahead {
+    /// Nothing to prefetch.
+    const NONE: Ahead = Ahead {
+        base: std::ptr::null(),
+        stride: 0,
+        rows: 0,
+    };
+
+    /// Rows `y..y + rows` of `src` (none when `rows` is 0).
+    fn rows(src: &RgbView<'_>, y: usize, rows: usize) -> Ahead {
+        if rows == 0 {
+            return Ahead::NONE;
+        }
+        Ahead {
+            base: src.row(y as u32).as_ptr(),
+            stride: src.stride(),
+            rows,
+        }
+    }
+
+    /// Prefetches (into L2) byte `offset` of every row.
+    ///
+    /// # Safety
+    /// SSE (every x86-64 CPU). Nothing else: no memory is accessed.
+    #[inline(always)]
+    unsafe fn prefetch(&self, offset: usize) {
+        use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T1};
+        let mut p = self.base.wrapping_add(offset);
+        for _ in 0..self.rows {
+            // SAFETY: a prefetch is a hint: it never faults and reads nothing.
+            unsafe { _mm_prefetch::<_MM_HINT_T1>(p.cast()) };
+            p = p.wrapping_add(self.stride);
+        }
+    }
+}
+
+/// Kernel dispatch: the portable kernels, compiled for AVX2 too when the CPU has it.
+mod kernels {
+    use super::{portable, AxisCoeffs};
+
+    /// One row of the horizontal pass; see [`portable::horizontal`].
+    #[inline]
+    pub(super) fn horizontal(avx2: bool, src: &[u8], dst: &mut [u8], c: &AxisCoeffs) {
+        #[cfg(target_arch = "x86_64")]
+        if avx2 {
+            // SAFETY: the caller saw `is_x86_feature_detected!("avx2")`; the function has no
+            // other requirement.
+            unsafe { super::x86::horizontal_portable(src, dst, c) };
+            return;
+        }
+        let _ = avx2;
+        portable::horizontal(src, dst, c);
+    }
+
+    /// One row of the vertical pass; see [`portable::vertical`].
+    #[inline]
+    pub(super) fn vertical<'a>(
+        avx2: bool,
+        row: impl Fn(usize) -> &'a [u8],
+        w: &[i32],
+        dst: &mut [u8],
+        acc: &mut Vec<i32>,
+    ) {
+        #[cfg(target_arch = "x86_64")]
+        if avx2 {
+            // SAFETY: the caller saw `is_x86_feature_detected!("avx2")`; the function has no
+            // other requirement.
+            unsafe { super::x86::vertical_portable(row, w, dst, acc) };
+            return;
+        }
+        let _ = avx2;
+        portable::vertical(row, w, dst, acc);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn coefficients_match_pillow_by_hand() {
+        // 4 -> 2: scale 2, support 2, center 1.0 for output 0: xmin = int(-0.5) = 0,
+        // xmax = int(3.5) = 3; filter((x - 1 + 0.5) / 2) = 0.75, 0.75, 0.25 -> /1.75.
+        let mut c = AxisCoeffs::default();
+        c.prepare(4, 2);
+        let (start, w) = c.taps_of(0);
+        assert_eq!(start, 0);
+        let expect = |v: f64| (0.5 + v / 1.75 * 4_194_304.0) as i32;
+        assert_eq!(w, &[expect(0.75), expect(0.75), expect(0.25)]);
+        // Output 1: center 3.0, xmin = int(1.5) = 1, xmax = min(int(5.5), 4) = 4:
+        // filter((1-3+0.5)/2) = 0.25, 0.75, 0.75.
+        let (start, w) = c.taps_of(1);
+        assert_eq!(start, 1);
+        assert_eq!(w, &[expect(0.25), expect(0.75), expect(0.75)]);
+        assert_eq!(c.span(), (0, 4));
+    }
+
+    #[test]
+    fn simd_coefficients_equal_scalar_ones() {
+        // The vectorized f64 coefficient computation (where this CPU has it) must give
+        // exactly the scalar one's windows and weights: every size up to 600 against the
+        // usual outputs, both orders, and windows wider than the SIMD code takes.
+        let mut sizes = Vec::new();
+        for in_size in 1..=600 {
+            for out in [1, 2, 3, 7, 100, 223, 224, 225, 333, 599] {
+                sizes.push((in_size, out));
+            }
+        }
+        sizes.extend([
+            (4000, 224),
+            (4000, 100),
+            (20_000, 333),
+            (16_777_215, 224),
+            (7, 5000),
+        ]);
+        for (in_size, out) in sizes {
+            for mirrored in [false, true] {
+                let mut scalar = AxisCoeffs::default();
+                scalar.prepare_with(in_size, out, mirrored, SimdLevel::Portable);
+                for level in [SimdLevel::Avx2, SimdLevel::Avx512Ymm, SimdLevel::Avx512] {
+                    let mut simd = AxisCoeffs::default();
+                    simd.prepare_with(in_size, out, mirrored, level);
+                    let what = format!("{in_size} -> {out}, mirrored {mirrored}, {level:?}");
+                    assert_eq!(simd.start, scalar.start, "{what}");
+                    assert_eq!(simd.count, scalar.count, "{what}");
+                    assert!(simd.weights == scalar.weights, "{what}");
+                    assert_eq!(simd.taps, scalar.taps, "{what}");
+                    assert_eq!(simd.simd_friendly, scalar.simd_friendly, "{what}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn identity_scale_is_identity_weights() {
+        let mut c = AxisCoeffs::default();
+        c.prepare(5, 5);
+        for i in 0..5 {
+            let (start, w) = c.taps_of(i);
+            assert_eq!(start, i);
+            assert_eq!(w[0], 1 << PRECISION_BITS);
+            assert!(w[1..].iter().all(|&v| v == 0));
+        }
+    }
+
+    #[test]
+    fn flat_image_stays_flat_at_every_size() {
+        let img = RgbImage::from_raw(7, 5, [10u8, 200, 255].repeat(35)).expect("sizes match");
+        let mut r = Resizer::new();
+        let mut out = RgbImage::new();
+        for (h, w) in [
+            (1, 1),
+            (5, 3),
+            (3, 7),
+            (13, 11),
+            (5, 7),
+            (224, 224),
+            (2, 100),
+        ] {
+            r.resize(img.view(), h, w, &mut out).expect("valid sizes");
+            assert_eq!((out.width(), out.height()), (w, h));
+            for px in out.as_raw().chunks_exact(3) {
+                assert_eq!(px, &[10, 200, 255], "{h}x{w}");
+            }
+        }
+    }
+
+    /// Gradients, noise, saturated bands and hard edges, deterministic.
+    fn test_image(w: u32, h: u32, seed: u64) -> RgbImage {
+        let mut state = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+        let mut data = Vec::with_capacity(3 * (w * h) as usize);
+        for y in 0..h {
+            for x in 0..w {
+                for c in 0..3u32 {
+                    state = state
+                        .wrapping_mul(6_364_136_223_846_793_005)
+                        .wrapping_add(1_442_695_040_888_963_407);
+                    let noise = (state >> 59) as u32;
+                    let v = match (x / 7 + y / 5 + c) % 4 {
+                        0 => 255,
+                        1 => 0,
+                        _ => (x * 3 + y * 5 + c * 40 + noise) % 256,
+                    };
+                    data.push(v as u8);
+                }
+            }
+        }
+        RgbImage::from_raw(w, h, data).expect("sizes match")
+    }
+
+    #[test]
+    fn kernel_sets_are_distinct_and_end_at_the_detected_level() {
+        let sets = SimdLevel::kernel_sets();
+        assert_eq!(sets.last(), Some(&SimdLevel::detected()));
+        assert!(sets.windows(2).all(|w| w[0] < w[1]), "{sets:?}");
+        assert_eq!(
+            sets.contains(&SimdLevel::Portable),
+            SimdLevel::detected() == SimdLevel::Portable,
+            "{sets:?}"
+        );
+    }
+
+    #[test]
+    fn simd_and_portable_kernels_agree() {
+        // Whatever kernels this CPU runs (AVX-512, AVX-512 at 256 bits, AVX2) must equal the
+        // portable ones, for every pass order, tap count (including the ones the SIMD plans
+        // reject, and the plans' two-window cases), and the tiny widths whose rows are
+        // shorter than a SIMD window.
+        let levels: Vec<SimdLevel> = [SimdLevel::Avx2, SimdLevel::Avx512Ymm, SimdLevel::Avx512]
+            .into_iter()
+            .filter(|&l| l <= SimdLevel::detected())
+            .collect();
+        let mut fast: Vec<Resizer> = levels
+            .iter()
+            .map(|&l| {
+                let mut r = Resizer::new();
+                r.set_simd_limit(l);
+                r
+            })
+            .collect();
+        let mut portable = Resizer::new();
+        portable.set_portable_only(true);
+        let (mut a, mut b) = (RgbImage::new(), RgbImage::new());
+        let mut sizes = vec![
+            (1, 1, 1, 1),
+            (1, 1, 7, 3),
+            (5, 2, 3, 9),
+            (6, 6, 5, 5),
+            (300, 280, 224, 224),
+            (274, 346, 224, 224),
+            (500, 375, 224, 224),
+            (500, 375, 61, 47),
+            (1000, 40, 224, 224),
+            (40, 1000, 224, 224),
+            (120, 110, 224, 224),
+            (300, 300, 250, 199),
+            (300, 300, 250, 200),
+            // Horizontal downscales: two 64-byte windows (3.5x, 4.5x), beyond them (9x).
+            (791, 599, 224, 224),
+            (1000, 300, 224, 224),
+            (1200, 900, 300, 40),
+            (2000, 100, 224, 50),
+            // Vertical downscales: 13 taps (horizontal first; beyond the counts `with_taps!`
+            // compiles for), 61 taps (vertical first), 77 taps (beyond the kernels).
+            (900, 700, 224, 120),
+            (300, 3000, 280, 100),
+            (300, 5000, 280, 100),
+            (2000, 1500, 100, 40),
+            // Around the 256-bit permutes' window sizes (see `plans_take_the_layout_each_
+            // downscale_needs`): 32 or 64 bytes, 64 bytes or the AVX2 kernels; a quad and a
+            // pair in 32 and in 64 bytes.
+            (600, 300, 224, 100),
+            (601, 300, 224, 100),
+            (750, 100, 224, 60),
+            (751, 100, 224, 60),
+            (1400, 200, 224, 50),
+            (1680, 120, 224, 50),
+            // Rows of 10, 11 and 12 pixels (30, 33 and 36 bytes: around the 32-byte window).
+            (10, 20, 7, 9),
+            (11, 20, 5, 9),
+            (12, 20, 9, 9),
+            // Rows of 21 and 22 pixels (63 and 66 bytes: around the 64-byte window).
+            (21, 50, 30, 30),
+            (22, 50, 13, 30),
+            (43, 80, 17, 60),
+        ];
+        let mut state = 12345u64;
+        let mut next = |n: u64| {
+            state = state
+                .wrapping_mul(6_364_136_223_846_793_005)
+                .wrapping_add(1_442_695_040_888_963_407);
+            (state >> 33) % n + 1
+        };
+        for _ in 0..150 {
+            let (iw, ih) = (next(400) as u32, next(400) as u32);
+            sizes.push((iw, ih, next(300) as u32, next(300) as u32));
+        }
+        for _ in 0..40 {
+            let (iw, ih) = (next(1200) as u32, next(1200) as u32);
+            sizes.push((iw, ih, next(300) as u32, next(300) as u32));
+        }
+        // RandomResizedCrop's shapes: near 224 on either side (both pass orders), one side
+        // equal to 224 (a single pass).
+        for _ in 0..60 {
+            let (iw, ih) = (150 + next(300) as u32, 150 + next(300) as u32);
+            sizes.push((iw, ih, 224, 224));
+        }
+        sizes.extend([(224, 300, 224, 224), (300, 224, 224, 224)]);
+        for (i, &(iw, ih, ow, oh)) in sizes.iter().enumerate() {
+            let img = test_image(iw, ih, i as u64);
+            portable.resize(img.view(), oh, ow, &mut b).expect("valid");
+            for (r, level) in fast.iter_mut().zip(&levels) {
+                r.resize(img.view(), oh, ow, &mut a).expect("valid");
+                assert!(a == b, "{iw}x{ih} -> {ow}x{oh}, {level:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn flipped_resize_is_the_mirror_image() {
+        // Mirrored horizontal coefficients (or the reversed copy when the width does not
+        // change) must equal resizing and then flipping, with either kernel set.
+        let sizes = [
+            (9, 7, 9, 7),
+            (9, 7, 9, 3),
+            (9, 7, 4, 7),
+            (300, 280, 224, 224),
+            (274, 346, 224, 224),
+            (120, 110, 224, 224),
+            (40, 1000, 33, 200),
+            (5, 5, 17, 2),
+            (229, 267, 224, 224),
+            (500, 375, 224, 224),
+            (601, 300, 224, 100),
+            (791, 599, 224, 224),
+        ];
+        for level in [
+            SimdLevel::Portable,
+            SimdLevel::Avx2,
+            SimdLevel::Avx512Ymm,
+            SimdLevel::Avx512,
+        ] {
+            let mut r = Resizer::new();
+            r.set_simd_limit(level);
+            let (mut plain, mut flipped, mut again) =
+                (RgbImage::new(), RgbImage::new(), RgbImage::new());
+            for (i, &(iw, ih, ow, oh)) in sizes.iter().enumerate() {
+                let img = test_image(iw, ih, 100 + i as u64);
+                r.resize(img.view(), oh, ow, &mut plain).expect("valid");
+                crate::tensor::hflip(&mut plain);
+                let data = flipped.reset(ow, oh);
+                let mut sink = PackedSink {
+                    data,
+                    row_len: 3 * ow as usize,
+                };
+                r.resize_into(img.view(), oh, ow, true, &mut sink)
+                    .expect("valid");
+                assert!(plain == flipped, "{iw}x{ih} -> {ow}x{oh}, {level:?}");
+                // And back: the cached coefficients and plans turn around again.
+                r.resize(img.view(), oh, ow, &mut again).expect("valid");
+                crate::tensor::hflip(&mut again);
+                assert!(again == plain, "{iw}x{ih} -> {ow}x{oh} again, {level:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn pass_order_follows_pillow_13() {
+        assert!(vertical_first(300, 300, 250, 199));
+        assert!(!vertical_first(300, 300, 250, 200));
+        assert!(vertical_first(120, 120, 241, 119));
+        assert!(!vertical_first(500, 375, 224, 224));
+        assert!(!vertical_first(100, 100, 50, 300));
+    }
+
+    #[test]
+    fn zero_sizes_are_errors() {
+        let img = RgbImage::from_raw(2, 2, vec![0; 12]).expect("sizes match");
+        let mut r = Resizer::new();
+        let mut out = RgbImage::new();
+        assert!(r.resize(img.view(), 0, 2, &mut out).is_err());
+        assert!(r.resize(img.view(), 2, 0, &mut out).is_err());
+        let empty = RgbImage::new();
+        assert!(r.resize(empty.view(), 2, 2, &mut out).is_err());
+    }
+}
