@@ -814,6 +814,147 @@ impl Ahead {
     }
 }
 
+/// Most taps [`through_ring`] takes per output row (the most any SIMD vertical kernel runs).
+#[cfg(target_arch = "x86_64")]
+const MAX_RING_TAPS: usize = 64;
+
+/// The row buffers of [`by_blocks`]: `rows` for the vertical pass's output (source-width u8
+/// rows), `block` for the horizontal pass's (`stride` bytes apart, of which the first
+/// `values` are the output row's).
+#[cfg(target_arch = "x86_64")]
+struct BlockRows<'a> {
+    rows: &'a mut Vec<u8>,
+    block: &'a mut Vec<u8>,
+    stride: usize,
+    values: usize,
+}
+
+/// The vertical-first order of the SIMD resizes, and the one without a vertical pass: blocks
+/// of `BLOCK` output rows, each first as source-width rows (`vertical(y, row)` writes output
+/// row `y`'s; without it, the source rows themselves), then through `horizontal(rows, ahead,
+/// block, stride)`, then copied out to `sink`. Without a vertical pass, the next block's source
+/// rows are prefetched while this block's are resized.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+fn by_blocks<const BLOCK: usize, S: RowSink + ?Sized>(
+    src: &RgbView<'_>,
+    out_h: usize,
+    buffers: BlockRows<'_>,
+    mut vertical: Option<impl FnMut(usize, &mut [u8])>,
+    mut horizontal: impl FnMut(&[&[u8]], Ahead, &mut [u8], usize),
+    sink: &mut S,
+) {
+    let BlockRows {
+        rows: rows_buf,
+        block,
+        stride,
+        values,
+    } = buffers;
+    let row_bytes = 3 * src.width() as usize;
+    if vertical.is_some() && rows_buf.len() < BLOCK * row_bytes {
+        rows_buf.resize(BLOCK * row_bytes, 0);
+    }
+    if block.len() < BLOCK * stride {
+        block.resize(BLOCK * stride, 0);
+    }
+    for y0 in (0..out_h).step_by(BLOCK) {
+        let n = BLOCK.min(out_h - y0);
+        let mut rows: [&[u8]; BLOCK] = [&[]; BLOCK];
+        let ahead = match vertical.as_mut() {
+            Some(vertical) => {
+                for (i, dst) in rows_buf.chunks_exact_mut(row_bytes).take(n).enumerate() {
+                    vertical(y0 + i, dst);
+                }
+                for (slot, row) in rows.iter_mut().zip(rows_buf.chunks_exact(row_bytes)) {
+                    *slot = row;
+                }
+                Ahead::NONE
+            }
+            None => {
+                for (i, slot) in rows.iter_mut().take(n).enumerate() {
+                    *slot = src.row((y0 + i) as u32);
+                }
+                Ahead::rows(src, y0 + n, n.min(out_h - y0 - n))
+            }
+        };
+        horizontal(&rows[..n], ahead, block, stride);
+        for (i, row) in block.chunks_exact(stride).take(n).enumerate() {
+            sink.row_mut(y0 + i).copy_from_slice(&row[..values]);
+            sink.row_done(y0 + i);
+        }
+    }
+}
+
+/// The ring of i32 rows of [`through_ring`]: `stride` values a row (a multiple of `ALIGN / 4`),
+/// every row `ALIGN`-byte aligned so that no load of the vertical pass straddles cache lines;
+/// the first `values` of a row are an output row's.
+#[cfg(target_arch = "x86_64")]
+struct Ring<'a, const ALIGN: usize> {
+    buf: &'a mut Vec<i32>,
+    stride: usize,
+    values: usize,
+}
+
+/// The horizontal-first order of the SIMD resizes: source rows go through `horizontal(rows,
+/// ahead, ring rows)`, `BLOCK` at a time, into a ring of rows as the vertical pass comes to need
+/// them (the ring stays in L1/L2 where the whole intermediate image, 4 bytes a value, would
+/// not); then each output row is `vertical(ring, its taps' row offsets, weights, row)`, handed
+/// to `sink`. `taps_of` gives an output row's first source row and weights in the ring's
+/// format; `vert` must have at most [`MAX_RING_TAPS`] taps.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+fn through_ring<const BLOCK: usize, const ALIGN: usize, S: RowSink + ?Sized>(
+    src: &RgbView<'_>,
+    vert: &AxisCoeffs,
+    taps_of: impl Fn(&AxisCoeffs, usize) -> (usize, &[i32]),
+    ring: Ring<'_, ALIGN>,
+    mut horizontal: impl FnMut(&[&[u8]], Ahead, &mut [&mut [i32]]),
+    mut vertical: impl FnMut(&[i32], &[usize], &[i32], &mut [u8]),
+    sink: &mut S,
+) {
+    assert!(vert.taps <= MAX_RING_TAPS);
+    let (first, end) = vert.span();
+    let (stride, values) = (ring.stride, ring.values);
+    let (cap, lanes) = (BLOCK + vert.taps, ALIGN / 4);
+    if ring.buf.len() < cap * stride + lanes {
+        ring.buf.resize(cap * stride + lanes, 0);
+    }
+    let align = ring.buf.as_ptr().align_offset(ALIGN).min(lanes);
+    let ring = &mut ring.buf[align..align + cap * stride];
+    let (mut next_base, mut start_base) = (first - first % cap, first - first % cap);
+    let mut next = first;
+    let mut offs = [0usize; MAX_RING_TAPS];
+    for yy in 0..vert.out_size as usize {
+        let (start, w) = taps_of(vert, yy);
+        while next < start + w.len() {
+            // Rows [start, next + n) fit: next < start + taps, n <= BLOCK.
+            let n = BLOCK.min(end - next);
+            let ahead = Ahead::rows(src, next + n, BLOCK.min(end - next - n));
+            let mut src_rows: [&[u8]; BLOCK] = [&[]; BLOCK];
+            for (i, row) in src_rows.iter_mut().take(n).enumerate() {
+                *row = src.row((next + i) as u32);
+            }
+            let (head, tail) = ring.split_at_mut(ring_slot(next, cap, &mut next_base) * stride);
+            let slots = tail
+                .chunks_exact_mut(stride)
+                .chain(head.chunks_exact_mut(stride));
+            let mut outs: [&mut [i32]; BLOCK] = std::array::from_fn(|_| Default::default());
+            for (o, slot) in outs.iter_mut().zip(slots).take(n) {
+                *o = slot;
+            }
+            horizontal(&src_rows[..n], ahead, &mut outs[..n]);
+            next += n;
+        }
+        let s0 = ring_slot(start, cap, &mut start_base);
+        for (o, s) in offs.iter_mut().zip(s0..s0 + w.len()) {
+            // `w.len() <= taps < cap`: at most one wrap.
+            *o = if s >= cap { s - cap } else { s } * stride;
+        }
+        vertical(ring, &offs[..w.len()], w, &mut sink.row_mut(yy)[..values]);
+        sink.row_done(yy);
+    }
+}
+
 /// Kernel dispatch: the portable kernels, compiled for AVX2 too when the CPU has it.
 mod kernels {
     use super::{portable, AxisCoeffs};

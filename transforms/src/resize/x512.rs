@@ -29,7 +29,10 @@
 use std::arch::asm;
 use std::arch::x86_64::*;
 
-use super::{ring_slot, vertical_first, Ahead, AxisCoeffs, Resizer, RowSink, HALF, PRECISION_BITS};
+use super::{
+    by_blocks, ring_slot, through_ring, vertical_first, Ahead, AxisCoeffs, BlockRows, Resizer,
+    Ring, RowSink, HALF, PRECISION_BITS,
+};
 use crate::image::RgbView;
 
 /// Rows the horizontal kernel runs per block (each chunk's plan is loaded once a block).
@@ -411,8 +414,6 @@ pub(super) struct Scratch {
     /// The ring: pair-format rows of the horizontal-first order (`BLOCK + taps` of them),
     /// or widened source rows of the vertical-first order (`taps`).
     ring: Vec<i32>,
-    /// Per vertical tap, where its row starts in the ring.
-    offs: Vec<usize>,
     /// u8 rows out of the horizontal kernel, `chunks * 16` bytes apart.
     block: Vec<u8>,
     /// u8 rows into the horizontal kernel in the vertical-first order.
@@ -476,138 +477,74 @@ pub(super) fn resize<S: RowSink + ?Sized>(
         horiz, vert, zmm, ..
     } = r;
     let (in_w, in_h) = (src.width(), src.height());
-    let out_w = horiz.out_size;
-    let vfirst = need_v && vertical_first(in_w, in_h, out_w, out_h);
+    let vfirst = need_v && vertical_first(in_w, in_h, horiz.out_size, out_h);
     if vfirst {
         zmm.prepare_u8_vertical(vert);
     }
     let plan = &zmm.plans[zmm.cur];
-    let stride = plan.chunks * 16;
-    let values = plan.values;
-    let out_h = out_h as usize;
+    let (stride, values) = (plan.chunks * 16, plan.values);
     if !need_v || vfirst {
-        // Blocks of output rows: (vertical pass into `rows`,) horizontal pass into
-        // `block`, then out to the sink. The vertical pass reads the source rows widened
-        // once each into a ring of `(v, 256 (v - 128))` lane pairs.
-        let row_bytes = 3 * in_w as usize;
-        let wide = row_bytes.next_multiple_of(16);
+        // The vertical pass reads the source rows widened once each into a ring of
+        // `(v, 256 (v - 128))` lane pairs, `taps` of them.
+        let wide = (3 * in_w as usize).next_multiple_of(16);
         let cap = vert.taps;
         let mut ring: &mut [i32] = &mut [];
         if need_v {
-            if zmm.rows.len() < BLOCK * row_bytes {
-                zmm.rows.resize(BLOCK * row_bytes, 0);
-            }
             if zmm.ring.len() < cap * wide + 16 {
                 zmm.ring.resize(cap * wide + 16, 0);
             }
             let align = zmm.ring.as_ptr().align_offset(64).min(16);
             ring = &mut zmm.ring[align..align + cap * wide];
         }
-        if zmm.block.len() < BLOCK * stride {
-            zmm.block.resize(BLOCK * stride, 0);
-        }
         let (mut next, mut next_base, mut start_base) = (0, 0, 0);
-        for y0 in (0..out_h).step_by(BLOCK) {
-            let n = BLOCK.min(out_h - y0);
-            let mut rows: [&[u8]; BLOCK] = [&[]; BLOCK];
-            if need_v {
-                for (i, dst) in zmm.rows.chunks_exact_mut(row_bytes).take(n).enumerate() {
-                    let yy = y0 + i;
-                    let (start, count) = (vert.start[yy] as usize, vert.count[yy] as usize);
-                    // Rows [start, start + count) fit: count <= taps = cap.
-                    while next < start + count {
-                        let at = ring_slot(next, cap, &mut next_base) * wide;
-                        // Prefetching a few rows ahead hides a cold source's latency.
-                        let ahead = (next + 4 < in_h as usize).then(|| src.row(next as u32 + 4));
-                        widen(src.row(next as u32), ahead, &mut ring[at..at + wide]);
-                        next += 1;
-                    }
-                    let s0 = ring_slot(start, cap, &mut start_base);
-                    zmm.offs.clear();
-                    zmm.offs.extend((s0..s0 + count).map(|s| {
-                        // `count <= cap`: at most one wrap.
-                        let slot = if s >= cap { s - cap } else { s };
-                        slot * wide
-                    }));
-                    let w = &zmm.vweights[yy * vert.stride..yy * vert.stride + count];
-                    vertical_pairs(ring, &zmm.offs, w, zmm.vbias[yy], dst);
-                }
-                for (slot, row) in rows.iter_mut().zip(zmm.rows.chunks_exact(row_bytes)) {
-                    *slot = row;
-                }
-            } else {
-                for (i, slot) in rows.iter_mut().take(n).enumerate() {
-                    *slot = src.row((y0 + i) as u32);
-                }
+        let mut offs = [0usize; MAX_V_TAPS];
+        let (vweights, vbias) = (&zmm.vweights, &zmm.vbias);
+        let vertical = need_v.then_some(|y: usize, dst: &mut [u8]| {
+            let (start, count) = (vert.start[y] as usize, vert.count[y] as usize);
+            // Rows [start, start + count) fit: count <= taps = cap.
+            while next < start + count {
+                let at = ring_slot(next, cap, &mut next_base) * wide;
+                // Prefetching a few rows ahead hides a cold source's latency.
+                let ahead = (next + 4 < in_h as usize).then(|| src.row(next as u32 + 4));
+                widen(src.row(next as u32), ahead, &mut ring[at..at + wide]);
+                next += 1;
             }
-            let mut store = U8Rows {
-                out: &mut zmm.block,
-                stride,
-            };
-            // Without a vertical pass the next block's source rows come next.
-            let n_ahead = if need_v { 0 } else { n.min(out_h - y0 - n) };
-            run_horizontal(
-                plan,
-                &rows[..n],
-                Ahead::rows(&src, y0 + n, n_ahead),
-                &mut store,
-            );
-            for (i, row) in zmm.block.chunks_exact(stride).take(n).enumerate() {
-                sink.row_mut(y0 + i).copy_from_slice(&row[..values]);
-                sink.row_done(y0 + i);
+            let s0 = ring_slot(start, cap, &mut start_base);
+            for (o, s) in offs.iter_mut().zip(s0..s0 + count) {
+                // `count <= cap`: at most one wrap.
+                *o = if s >= cap { s - cap } else { s } * wide;
             }
-        }
+            let w = &vweights[y * vert.stride..y * vert.stride + count];
+            vertical_pairs(ring, &offs[..count], w, vbias[y], dst);
+        });
+        let buffers = BlockRows {
+            rows: &mut zmm.rows,
+            block: &mut zmm.block,
+            stride,
+            values,
+        };
+        let horizontal = |rows: &[&[u8]], ahead, block: &mut [u8], stride| {
+            run_horizontal(plan, rows, ahead, &mut U8Rows { out: block, stride });
+        };
+        by_blocks::<BLOCK, S>(&src, out_h as usize, buffers, vertical, horizontal, sink);
         return;
     }
-    // Horizontal first: source rows go through the horizontal pass in blocks, into a ring
-    // of pair-format rows, as the vertical pass comes to need them.
+    // Horizontal first: a ring of pair-format rows, 64-byte aligned.
     vert.ensure_pairs();
-    let (first, end) = vert.span();
-    let cap = BLOCK + vert.taps;
-    // 64-byte aligned rows (`stride` values are a multiple of 64 bytes): no load of the
-    // vertical pass straddles cache lines.
-    if zmm.ring.len() < cap * stride + 16 {
-        zmm.ring.resize(cap * stride + 16, 0);
-    }
-    let align = zmm.ring.as_ptr().align_offset(64).min(16);
-    let ring = &mut zmm.ring[align..align + cap * stride];
-    let (mut next_base, mut start_base) = (first - first % cap, first - first % cap);
-    let mut next = first;
-    for yy in 0..out_h {
-        let (start, w) = vert.pair_taps_of(yy);
-        while next < start + w.len() {
-            // Rows [start, next + n) fit: next < start + taps, n <= BLOCK.
-            let n = BLOCK.min(end - next);
-            let ahead = Ahead::rows(&src, next + n, BLOCK.min(end - next - n));
-            let mut src_rows: [&[u8]; BLOCK] = [&[]; BLOCK];
-            for (i, slot) in src_rows.iter_mut().take(n).enumerate() {
-                *slot = src.row((next + i) as u32);
-            }
-            let (head, tail) = ring.split_at_mut(ring_slot(next, cap, &mut next_base) * stride);
-            let mut outs: [&mut [i32]; BLOCK] = Default::default();
-            let slots = tail
-                .chunks_exact_mut(stride)
-                .chain(head.chunks_exact_mut(stride));
-            for (o, slot) in outs.iter_mut().zip(slots).take(n) {
-                *o = slot;
-            }
-            let mut store = PairRows {
-                rows: &mut outs[..n],
-            };
-            run_horizontal(plan, &src_rows[..n], ahead, &mut store);
-            next += n;
-        }
-        let s0 = ring_slot(start, cap, &mut start_base);
-        zmm.offs.clear();
-        zmm.offs.extend((s0..s0 + w.len()).map(|s| {
-            // `w.len() <= taps < cap`: at most one wrap.
-            let slot = if s >= cap { s - cap } else { s };
-            slot * stride
-        }));
-        let out = sink.row_mut(yy);
-        vertical_pairs(ring, &zmm.offs, w, HALF, &mut out[..values]);
-        sink.row_done(yy);
-    }
+    let ring = Ring::<64> {
+        buf: &mut zmm.ring,
+        stride,
+        values,
+    };
+    through_ring::<BLOCK, 64, S>(
+        &src,
+        vert,
+        |v, y| v.pair_taps_of(y),
+        ring,
+        |rows, ahead, outs| run_horizontal(plan, rows, ahead, &mut PairRows { rows: outs }),
+        |ring, offs, w, out| vertical_pairs(ring, offs, w, HALF, out),
+        sink,
+    );
 }
 
 /// Where the horizontal kernel puts the 16 accumulators of row `r`, chunk `m`.

@@ -34,7 +34,8 @@ use std::arch::asm;
 use std::arch::x86_64::*;
 
 use super::{
-    portable, ring_slot, vertical_first, Ahead, AxisCoeffs, Resizer, RowSink, HALF, PRECISION_BITS,
+    by_blocks, portable, through_ring, vertical_first, Ahead, AxisCoeffs, BlockRows, Resizer, Ring,
+    RowSink, HALF, PRECISION_BITS,
 };
 use crate::cpu;
 use crate::image::RgbView;
@@ -805,107 +806,54 @@ pub(super) fn resize<S: RowSink + ?Sized>(
         ..
     } = r;
     let plan = &simd.plan;
-    let stride = plan.chunks * 8;
-    let values = plan.values;
-    let (in_w, in_h) = (src.width(), src.height());
-    let out_w = horiz.out_size;
-    if !need_v || vertical_first(in_w, in_h, out_w, out_h) {
-        // Blocks of output rows: (vertical pass into `rows`,) horizontal pass into
-        // `block`, then out to the sink.
-        let row_bytes = 3 * in_w as usize;
-        if need_v && simd.rows.len() < BLOCK_ROWS * row_bytes {
-            simd.rows.resize(BLOCK_ROWS * row_bytes, 0);
-        }
-        if simd.block.len() < BLOCK_ROWS * stride {
-            simd.block.resize(BLOCK_ROWS * stride, 0);
-        }
-        let out_h = out_h as usize;
-        for y0 in (0..out_h).step_by(BLOCK_ROWS) {
-            let n = BLOCK_ROWS.min(out_h - y0);
-            let mut rows: [&[u8]; BLOCK_ROWS] = [&[]; BLOCK_ROWS];
-            if need_v {
-                // The portable kernel, compiled for AVX2. Source rows widened once into a
-                // ring of pairs for the pair kernel (as the 512-bit path does) were slower
-                // here even with the per-count kernels: whole resizes 1.0-1.45x (a probe,
-                // 5 crops to 224x224), the widening's store per 8 values costing about as
-                // much as the vertical pass itself.
-                for (i, dst) in simd.rows.chunks_exact_mut(row_bytes).take(n).enumerate() {
-                    let (start, w) = vert.taps_of(y0 + i);
-                    // SAFETY: `resize` runs only after the caller checked AVX2.
-                    unsafe { vertical_portable(|k| src.row((start + k) as u32), w, dst, acc) };
-                }
-                for (slot, row) in rows.iter_mut().zip(simd.rows.chunks_exact(row_bytes)) {
-                    *slot = row;
-                }
-            } else {
-                for (i, slot) in rows.iter_mut().take(n).enumerate() {
-                    *slot = src.row((y0 + i) as u32);
-                }
-            }
-            // Without a vertical pass the next block's source rows come next.
-            let n_ahead = if need_v { 0 } else { n.min(out_h - y0 - n) };
-            let ahead = Ahead::rows(&src, y0 + n, n_ahead);
-            horizontal_u8(plan, &rows[..n], ahead, &mut simd.block, stride);
-            for (i, row) in simd.block.chunks_exact(stride).take(n).enumerate() {
-                sink.row_mut(y0 + i).copy_from_slice(&row[..values]);
-                sink.row_done(y0 + i);
-            }
-        }
+    let (stride, values) = (plan.chunks * 8, plan.values);
+    if !need_v || vertical_first(src.width(), src.height(), horiz.out_size, out_h) {
+        // The portable vertical kernel, compiled for AVX2. Source rows widened once into a
+        // ring of pairs for the pair kernel (as the 512-bit path does) were slower here even
+        // with the per-count kernels: whole resizes 1.0-1.45x (a probe, 5 crops to 224x224),
+        // the widening's store per 8 values costing about as much as the vertical pass itself.
+        let vertical = need_v.then_some(|y, dst: &mut [u8]| {
+            let (start, w) = vert.taps_of(y);
+            // SAFETY: `resize` runs only after the caller checked AVX2.
+            unsafe { vertical_portable(|k| src.row((start + k) as u32), w, dst, acc) };
+        });
+        let buffers = BlockRows {
+            rows: &mut simd.rows,
+            block: &mut simd.block,
+            stride,
+            values,
+        };
+        let horizontal = |rows: &[&[u8]], ahead, block: &mut [u8], stride| {
+            horizontal_u8(plan, rows, ahead, block, stride);
+        };
+        by_blocks::<BLOCK_ROWS, S>(&src, out_h as usize, buffers, vertical, horizontal, sink);
         return;
     }
-    // Horizontal first: source rows go through the horizontal pass in blocks, into a ring
-    // of rows (pairs or values, see `vertical_ring`), as the vertical pass comes to need
-    // them; the ring stays in L1/L2 where the whole intermediate image (4 bytes per
-    // value) would not.
-    if simd.vnni {
+    // The ring holds pairs or values (see `vertical_ring`), 32-byte aligned rows.
+    let vnni = simd.vnni;
+    if vnni {
         vert.ensure_pairs();
     }
-    let (first, end) = vert.span();
-    let cap = BLOCK_ROWS + vert.taps;
-    // 32-byte aligned rows (`stride` values are a multiple of 32 bytes): no load of the
-    // vertical pass straddles cache lines.
-    if simd.ring.len() < cap * stride + 8 {
-        simd.ring.resize(cap * stride + 8, 0);
-    }
-    let align = simd.ring.as_ptr().align_offset(32).min(8);
-    let ring = &mut simd.ring[align..align + cap * stride];
-    let (mut next_base, mut start_base) = (first - first % cap, first - first % cap);
-    let mut next = first;
-    let mut offs = [0usize; MAX_V_TAPS];
-    for yy in 0..out_h as usize {
-        let (start, w) = if simd.vnni {
-            vert.pair_taps_of(yy)
-        } else {
-            vert.taps_of(yy)
-        };
-        while next < start + w.len() {
-            // Rows [start, next + n) fit: next < start + taps, n <= BLOCK_ROWS.
-            let n = BLOCK_ROWS.min(end - next);
-            let ahead = Ahead::rows(&src, next + n, BLOCK_ROWS.min(end - next - n));
-            let mut src_rows: [&[u8]; BLOCK_ROWS] = [&[]; BLOCK_ROWS];
-            for (i, row) in src_rows.iter_mut().take(n).enumerate() {
-                *row = src.row((next + i) as u32);
+    let ring = Ring::<32> {
+        buf: &mut simd.ring,
+        stride,
+        values,
+    };
+    through_ring::<BLOCK_ROWS, 32, S>(
+        &src,
+        vert,
+        |v, y| {
+            if vnni {
+                v.pair_taps_of(y)
+            } else {
+                v.taps_of(y)
             }
-            let (head, tail) = ring.split_at_mut(ring_slot(next, cap, &mut next_base) * stride);
-            let mut outs: [&mut [i32]; BLOCK_ROWS] = Default::default();
-            let slots = tail
-                .chunks_exact_mut(stride)
-                .chain(head.chunks_exact_mut(stride));
-            for (o, s) in outs.iter_mut().zip(slots).take(n) {
-                *o = s;
-            }
-            horizontal_ring(plan, &src_rows[..n], ahead, &mut outs[..n], simd.vnni);
-            next += n;
-        }
-        let s0 = ring_slot(start, cap, &mut start_base);
-        for (o, s) in offs.iter_mut().zip(s0..s0 + w.len()) {
-            // `w.len() <= taps < cap`: at most one wrap.
-            *o = if s >= cap { s - cap } else { s } * stride;
-        }
-        let out = sink.row_mut(yy);
-        vertical_ring(ring, &offs[..w.len()], w, &mut out[..values], simd.vnni);
-        sink.row_done(yy);
-    }
+        },
+        ring,
+        |rows, ahead, outs| horizontal_ring(plan, rows, ahead, outs, vnni),
+        |ring, offs, w, out| vertical_ring(ring, offs, w, out, vnni),
+        sink,
+    );
 }
 
 /// Horizontal pass of `rows` into u8 rows of `out`, `stride` bytes apart.
