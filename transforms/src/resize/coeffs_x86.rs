@@ -29,6 +29,16 @@ pub(super) unsafe fn pairs512(w: &[i32], pair: &mut [i32]) {
 /// Window widths (`stride`) handled here; wider ones (downscales beyond 15x) go scalar.
 const MAX_STRIDE: usize = 32;
 
+/// Whether [`compute`] and [`compute512`] take `axis` into these tables: windows they have
+/// lanes for, positions their i32 conversions hold, and one `stride` of weights per output.
+fn takes(axis: &Axis, start: &[u32], count: &[u32], weights: &[i32]) -> bool {
+    let n = start.len();
+    axis.stride <= MAX_STRIDE
+        && axis.in_size < 1 << 24
+        && count.len() == n
+        && weights.len() == n * axis.stride
+}
+
 /// [`compute`] with eight lanes: fills outputs `0..8 * floor(n / 8)` and returns how many.
 ///
 /// # Safety
@@ -40,15 +50,10 @@ pub(super) unsafe fn compute512(
     count: &mut [u32],
     weights: &mut [i32],
 ) -> usize {
-    let stride = axis.stride;
-    let n = start.len();
-    if stride > MAX_STRIDE
-        || axis.in_size >= 1 << 24
-        || count.len() != n
-        || weights.len() != n * stride
-    {
+    if !takes(axis, start, count, weights) {
         return 0;
     }
+    let (stride, n) = (axis.stride, start.len());
     let groups = n / 8;
     let scale = _mm512_set1_pd(axis.scale);
     let support = _mm512_set1_pd(axis.support);
@@ -134,15 +139,10 @@ pub(super) unsafe fn compute(
     count: &mut [u32],
     weights: &mut [i32],
 ) -> usize {
-    let stride = axis.stride;
-    let n = start.len();
-    if stride > MAX_STRIDE
-        || axis.in_size >= 1 << 24
-        || count.len() != n
-        || weights.len() != n * stride
-    {
+    if !takes(axis, start, count, weights) {
         return 0;
     }
+    let (stride, n) = (axis.stride, start.len());
     let groups = n / 4;
     let scale = _mm256_set1_pd(axis.scale);
     let support = _mm256_set1_pd(axis.support);
