@@ -60,7 +60,7 @@ fn mutants(good: &[u8], seed: u64) -> Vec<(String, Vec<u8>)> {
     // Truncations: every length through the first headers, then evenly spread.
     let mut cuts: Vec<usize> = (0..len.min(48)).collect();
     cuts.extend((1..32).map(|i| len * i / 32));
-    cuts.extend([len - 1, len - 2]);
+    cuts.extend([len.saturating_sub(1), len.saturating_sub(2)]);
     cuts.sort_unstable();
     cuts.dedup();
     for cut in cuts {

@@ -885,6 +885,17 @@ fn by_blocks<const BLOCK: usize, S: RowSink + ?Sized>(
     }
 }
 
+/// `len` i32s of `buf` (grown as needed, never shrunk) from its first `ALIGN`-byte boundary.
+#[cfg(target_arch = "x86_64")]
+fn aligned_i32s<const ALIGN: usize>(buf: &mut Vec<i32>, len: usize) -> &mut [i32] {
+    let lanes = ALIGN / 4;
+    if buf.len() < len + lanes {
+        buf.resize(len + lanes, 0);
+    }
+    let at = buf.as_ptr().align_offset(ALIGN).min(lanes);
+    &mut buf[at..at + len]
+}
+
 /// The ring of i32 rows of [`through_ring`]: `stride` values a row (a multiple of `ALIGN / 4`),
 /// every row `ALIGN`-byte aligned so that no load of the vertical pass straddles cache lines;
 /// the first `values` of a row are an output row's.
@@ -915,12 +926,8 @@ fn through_ring<const BLOCK: usize, const ALIGN: usize, S: RowSink + ?Sized>(
     assert!(vert.taps <= MAX_RING_TAPS);
     let (first, end) = vert.span();
     let (stride, values) = (ring.stride, ring.values);
-    let (cap, lanes) = (BLOCK + vert.taps, ALIGN / 4);
-    if ring.buf.len() < cap * stride + lanes {
-        ring.buf.resize(cap * stride + lanes, 0);
-    }
-    let align = ring.buf.as_ptr().align_offset(ALIGN).min(lanes);
-    let ring = &mut ring.buf[align..align + cap * stride];
+    let cap = BLOCK + vert.taps;
+    let ring = aligned_i32s::<ALIGN>(ring.buf, cap * stride);
     let (mut next_base, mut start_base) = (first - first % cap, first - first % cap);
     let mut next = first;
     let mut offs = [0usize; MAX_RING_TAPS];

@@ -30,8 +30,8 @@ use std::arch::asm;
 use std::arch::x86_64::*;
 
 use super::{
-    by_blocks, ring_slot, through_ring, vertical_first, Ahead, AxisCoeffs, BlockRows, Resizer,
-    Ring, RowSink, HALF, PRECISION_BITS,
+    aligned_i32s, by_blocks, ring_slot, through_ring, vertical_first, Ahead, AxisCoeffs, BlockRows,
+    Resizer, Ring, RowSink, HALF, PRECISION_BITS,
 };
 use crate::image::RgbView;
 
@@ -490,11 +490,7 @@ pub(super) fn resize<S: RowSink + ?Sized>(
         let cap = vert.taps;
         let mut ring: &mut [i32] = &mut [];
         if need_v {
-            if zmm.ring.len() < cap * wide + 16 {
-                zmm.ring.resize(cap * wide + 16, 0);
-            }
-            let align = zmm.ring.as_ptr().align_offset(64).min(16);
-            ring = &mut zmm.ring[align..align + cap * wide];
+            ring = aligned_i32s::<64>(&mut zmm.ring, cap * wide);
         }
         let (mut next, mut next_base, mut start_base) = (0, 0, 0);
         let mut offs = [0usize; MAX_V_TAPS];
