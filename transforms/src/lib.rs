@@ -3,6 +3,7 @@
 //! Must not spawn threads, touch files or depend on the profiler: every function here takes
 //! bytes or pixels and writes pixels or tensors, so the loader decides where and when it runs.
 
+pub mod augment;
 mod cpu;
 pub mod crop;
 pub mod decode;

@@ -1,0 +1,1 @@
+//! The random draws of torchvision's augmentation policies and random single ops.
