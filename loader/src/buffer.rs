@@ -7,9 +7,10 @@
 //! with no shared mutable state and no `unsafe` here. Must not allocate in steady state: buffers
 //! and their bookkeeping vectors go back to the pool and are reused as they are.
 
+use std::alloc::{self, Layout};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
-use bytes::{Buf, BytesMut};
+use bytes::{Buf, Bytes, BytesMut};
 
 use crate::error::LoaderError;
 
@@ -30,6 +31,8 @@ pub(crate) enum Outcome {
 /// One batch's storage and bookkeeping, reused from batch to batch.
 #[derive(Debug, Default)]
 pub(crate) struct BatchBuffer {
+    /// Samples it holds when whole (its images are `capacity * sample_bytes` long).
+    capacity: usize,
     /// The whole buffer when idle or delivered; while split, only the unsplit tail.
     pub(crate) images: BytesMut,
     /// One piece per sample while the batch is in flight (`None` while a worker holds it).
@@ -45,22 +48,35 @@ pub(crate) struct BatchBuffer {
 }
 
 impl BatchBuffer {
-    /// A zeroed buffer for `batch_size` samples of `sample_bytes`. The zeroed pages come from
-    /// `calloc`, so nothing is touched (faulted in) until the workers write.
-    fn new(batch_size: usize, sample_bytes: usize) -> Self {
-        let len = batch_size * sample_bytes;
-        let mut images = BytesMut::zeroed(len + ALIGN - 1);
+    /// A zeroed buffer for `capacity` samples of `sample_bytes`, or `None` when the allocator
+    /// refuses the memory (a size that follows from the user's options must not abort the
+    /// process). The zeroed pages come from `calloc`, so nothing is touched (faulted in) until
+    /// the workers write.
+    fn try_new(capacity: usize, sample_bytes: usize) -> Option<Self> {
+        let len = capacity.checked_mul(sample_bytes)?;
+        let zeroed = Bytes::from(try_zeroed(len.checked_add(ALIGN - 1)?)?);
+        // The only owner, so this takes the allocation over without a copy.
+        let mut images = zeroed.try_into_mut().ok()?;
         let misalignment = images.as_ptr() as usize % ALIGN;
         images.advance((ALIGN - misalignment) % ALIGN);
         images.truncate(len);
-        BatchBuffer {
+        let mut pieces = Vec::new();
+        let mut outcomes = Vec::new();
+        let mut labels = Vec::new();
+        let mut indices = Vec::new();
+        pieces.try_reserve_exact(capacity).ok()?;
+        outcomes.try_reserve_exact(capacity).ok()?;
+        labels.try_reserve_exact(capacity).ok()?;
+        indices.try_reserve_exact(capacity).ok()?;
+        Some(BatchBuffer {
+            capacity,
             images,
-            pieces: Vec::with_capacity(batch_size),
-            outcomes: Vec::with_capacity(batch_size),
-            labels: Vec::with_capacity(batch_size),
-            indices: Vec::with_capacity(batch_size),
+            pieces,
+            outcomes,
+            labels,
+            indices,
             fresh: true,
-        }
+        })
     }
 
     /// Splits the first `n` samples off into pieces and resets the bookkeeping.
@@ -119,6 +135,24 @@ impl BatchBuffer {
     }
 }
 
+/// `len` zeroed bytes from the allocator's zeroing path (`calloc`: fresh pages are not touched),
+/// or `None` when it refuses them.
+fn try_zeroed(len: usize) -> Option<Vec<u8>> {
+    if len == 0 {
+        return Some(Vec::new());
+    }
+    let layout = Layout::array::<u8>(len).ok()?;
+    // SAFETY: `layout` has a non-zero size (checked above).
+    let ptr = unsafe { alloc::alloc_zeroed(layout) };
+    if ptr.is_null() {
+        return None;
+    }
+    // SAFETY: `ptr` was just allocated by the global allocator with the layout of `[u8; len]`
+    // (alignment 1, size `len`, which is the capacity given), and all `len` bytes are
+    // initialized (zeroed).
+    Some(unsafe { Vec::from_raw_parts(ptr, len, len) })
+}
+
 /// Bytes between two writes of [`touch_pages`]: the smallest page size of the platforms the
 /// loader runs on (a larger page is touched more than once, which costs nothing more).
 const PAGE: usize = 4096;
@@ -138,22 +172,31 @@ pub(crate) fn touch_pages(piece: &mut [u8]) {
 }
 
 /// Idle batch buffers of one loader, shared by its epochs and the batches it has delivered.
+///
+/// Buffers are sized by the epoch that asks (its batch size, or its whole plan when that is
+/// shorter: a batch size far above the dataset's length must not allocate for samples that do
+/// not exist); an idle buffer serves any epoch whose batches fit in it.
 #[derive(Debug)]
 pub(crate) struct BufferPool {
     free: Mutex<Vec<BatchBuffer>>,
     /// Most idle buffers kept; more are freed (a consumer that held many batches at once
     /// does not pin that memory for ever).
     keep: usize,
-    batch_size: usize,
     sample_bytes: usize,
 }
 
+/// The allocator refused a batch buffer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct AllocFailed {
+    /// Bytes of the buffer's images.
+    pub(crate) bytes: usize,
+}
+
 impl BufferPool {
-    pub(crate) fn new(batch_size: usize, sample_bytes: usize, keep: usize) -> Arc<Self> {
+    pub(crate) fn new(sample_bytes: usize, keep: usize) -> Arc<Self> {
         Arc::new(BufferPool {
-            free: Mutex::new(Vec::with_capacity(keep)),
+            free: Mutex::new(Vec::new()),
             keep,
-            batch_size,
             sample_bytes,
         })
     }
@@ -162,16 +205,25 @@ impl BufferPool {
         self.free.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// An idle buffer, or a new one when none is idle.
-    pub(crate) fn take(&self) -> BatchBuffer {
-        let reused = self.free().pop();
-        reused.unwrap_or_else(|| BatchBuffer::new(self.batch_size, self.sample_bytes))
+    /// An idle buffer holding at least `samples` samples, or a new one of exactly `samples`.
+    pub(crate) fn take(&self, samples: usize) -> Result<BatchBuffer, AllocFailed> {
+        let reused = {
+            let mut free = self.free();
+            let fits = free.iter().rposition(|b| b.capacity >= samples);
+            fits.map(|i| free.swap_remove(i))
+        };
+        match reused {
+            Some(buffer) => Ok(buffer),
+            None => BatchBuffer::try_new(samples, self.sample_bytes).ok_or(AllocFailed {
+                bytes: samples.saturating_mul(self.sample_bytes),
+            }),
+        }
     }
 
     /// Returns a buffer; one that is not whole (or one too many) is freed instead.
     pub(crate) fn put(&self, mut buffer: BatchBuffer) {
         let whole =
-            buffer.pieces.is_empty() && buffer.images.len() == self.batch_size * self.sample_bytes;
+            buffer.pieces.is_empty() && buffer.images.len() == buffer.capacity * self.sample_bytes;
         if !whole {
             return;
         }
@@ -191,8 +243,8 @@ mod tests {
 
     #[test]
     fn split_and_join_round_trip_without_copy() {
-        let pool = BufferPool::new(4, 12, 2);
-        let mut buf = pool.take();
+        let pool = BufferPool::new(12, 2);
+        let mut buf = pool.take(4).expect("small");
         assert!(buf.fresh);
         let base = buf.images.as_ptr() as usize;
         assert_eq!(base % ALIGN, 0);
@@ -209,21 +261,52 @@ mod tests {
         assert_eq!(&buf.images[..12], &[3; 12]);
         assert_eq!(&buf.images[12..36], &[[2; 12], [3; 12]].concat()[..]);
         pool.put(buf);
-        let again = pool.take();
-        assert_eq!(again.images.as_ptr() as usize, base, "recycled");
+        let again = pool.take(3).expect("small");
+        assert_eq!(
+            again.images.as_ptr() as usize,
+            base,
+            "recycled for a smaller batch"
+        );
         assert!(!again.fresh, "a recycled buffer's pages are mapped already");
-        assert!(pool.take().fresh, "a new one's are not");
+        assert!(pool.take(4).expect("small").fresh, "a new one's are not");
     }
 
     #[test]
     fn a_lost_piece_makes_the_buffer_unusable_not_wrong() {
-        let pool = BufferPool::new(2, 8, 2);
-        let mut buf = pool.take();
+        let pool = BufferPool::new(8, 2);
+        let mut buf = pool.take(2).expect("small");
         buf.split(2, 8);
         buf.pieces[1] = None;
         assert!(!buf.join());
         pool.put(buf);
         assert!(pool.free().is_empty());
+    }
+
+    #[test]
+    fn a_buffer_too_small_is_not_reused_and_a_refused_one_is_an_error() {
+        let pool = BufferPool::new(8, 2);
+        let small = pool.take(2).expect("small");
+        let base = small.images.as_ptr() as usize;
+        pool.put(small);
+        let big = pool.take(5).expect("small");
+        assert_eq!(big.capacity, 5);
+        assert_ne!(big.images.as_ptr() as usize, base);
+        // More than any address space: the allocator refuses, nothing aborts.
+        let huge = usize::MAX / 16;
+        assert_eq!(
+            pool.take(huge).map(|b| b.capacity),
+            Err(AllocFailed {
+                bytes: huge.saturating_mul(8)
+            })
+        );
+        assert!(try_zeroed(isize::MAX as usize).is_none());
+        let big = BatchBuffer::try_new(1 << 10, 1 << 10).expect("1 MiB");
+        assert_eq!(big.images.len(), 1 << 20);
+        assert_eq!(big.images.as_ptr() as usize % ALIGN, 0);
+        let zeroed = try_zeroed(3 * PAGE + 5).expect("small");
+        assert_eq!(zeroed.len(), 3 * PAGE + 5);
+        assert!(zeroed.iter().all(|&b| b == 0));
+        assert!(try_zeroed(0).expect("empty").is_empty());
     }
 
     #[test]

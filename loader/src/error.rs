@@ -5,6 +5,7 @@
 //! transform failures keep the op that failed and the typed cause. Must not flatten a typed cause
 //! into a string where the cause can be kept.
 
+use std::ffi::OsString;
 use std::io;
 use std::path::{Path, PathBuf};
 
@@ -70,14 +71,14 @@ pub enum LoaderError {
     /// Some class folders hold no file with a supported extension (torchvision's message).
     #[error(
         "Found no valid file for the classes {}. Supported extensions are: {}",
-        classes.join(", "),
+        classes.iter().map(|c| c.to_string_lossy()).collect::<Vec<_>>().join(", "),
         extensions.join(", ")
     )]
     EmptyClasses {
         /// The dataset root.
         root: PathBuf,
         /// The empty classes, sorted.
-        classes: Vec<String>,
+        classes: Vec<OsString>,
         /// The extensions that were accepted.
         extensions: Vec<String>,
     },
@@ -98,6 +99,16 @@ pub enum LoaderError {
         name: &'static str,
         /// What is wrong with it.
         reason: String,
+    },
+    /// Memory that the options ask for could not be allocated (or would exceed the machine's).
+    #[error("{name}: cannot allocate {bytes} bytes for {what}")]
+    OutOfMemory {
+        /// The option that sizes the allocation.
+        name: &'static str,
+        /// What the memory was for.
+        what: String,
+        /// Bytes asked for.
+        bytes: usize,
     },
     /// An explicit index sequence names a sample the dataset does not have.
     #[error("index {index} at position {position} is out of range for a dataset of {len} samples")]
@@ -131,6 +142,7 @@ impl LoaderError {
                 Some(root)
             }
             LoaderError::InvalidOption { .. }
+            | LoaderError::OutOfMemory { .. }
             | LoaderError::IndexOutOfRange { .. }
             | LoaderError::Worker { .. } => None,
         }

@@ -56,6 +56,10 @@ impl SampleProcessor for ImagePipeline {
         None
     }
 
+    fn scratch_bytes(&self, scratch: &Self::Scratch) -> usize {
+        scratch.as_ref().map_or(0, PipelineContext::retained_bytes)
+    }
+
     fn sample_layout(&self) -> SampleLayout {
         let (h, w) = self.pipeline.output_size();
         let (h, w) = (h as usize, w as usize);

@@ -34,13 +34,14 @@ pub use ferroloader_transforms as transforms;
 
 pub use batch::{Batch, BatchImages, BatchImagesMut, BatchTiming};
 pub use dataset::{
-    FileList, FileListOptions, ImageFolder, ImageFolderOptions, InMemory, Source, IMG_EXTENSIONS,
+    Column, FileList, FileListOptions, ImageFolder, ImageFolderOptions, InMemory, ListFormat,
+    PathList, Source, IMG_EXTENSIONS,
 };
 pub use error::{LoaderError, Result};
 pub use image_pipeline::ImagePipeline;
 pub use loader::Loader;
-pub use options::{Delivery, ErrorPolicy, LoaderOptions};
-pub use pipeline::{EpochIter, SkippedSample};
+pub use options::{Delivery, ErrorPolicy, LoaderOptions, MAX_NUM_WORKERS, MAX_PREFETCH_BATCHES};
+pub use pipeline::{EpochIter, ResumePoint, SkippedSample};
 pub use process::{
     in_op, AxisOrder, DType, Instrument, NoHooks, Op, OpHooks, SampleContext, SampleKey,
     SampleLayout, SampleProcessor, SlotMut, TransformOp,

@@ -16,7 +16,7 @@ use crate::dataset::Source;
 use crate::error::{LoaderError, Result};
 use crate::options::LoaderOptions;
 use crate::options::{Delivery, ErrorPolicy};
-use crate::pipeline::{Epoch, EpochIter, KitPool, State};
+use crate::pipeline::{Epoch, EpochIter, KitPool, ResumePoint, State};
 use crate::process::{Instrument, NoHooks, SampleLayout, SampleProcessor};
 use crate::profile::Profiling;
 use crate::sampler::Sampler;
@@ -114,21 +114,20 @@ where
                 format!("{layout:?} has no elements or too many"),
             )
         })?;
-        // Room for a whole batch plus the alignment padding must be addressable.
-        sample_bytes
-            .checked_mul(options.batch_size)
-            .and_then(|n| n.checked_add(ALIGN))
-            .filter(|&n| n <= isize::MAX as usize)
-            .ok_or_else(|| LoaderError::invalid("batch_size", "a batch would not fit in memory"))?;
         let sampler = Sampler::new(source.len(), options.shuffle, options.seed, options.shard)?;
         // The ring keeps the batches in flight plus two the consumer may hold (the one in use
         // and the one just returned), so a consumer that drops each batch in turn never makes
         // the loader allocate.
-        let pool = BufferPool::new(
-            options.batch_size,
-            sample_bytes,
-            options.prefetch_batches + 2,
-        );
+        let ring = options.prefetch_batches + 2;
+        let pool = BufferPool::new(sample_bytes, ring);
+        let buffer_samples = options.batch_size.min(sampler.num_samples()).max(1);
+        check_ring_fits(buffer_samples, sample_bytes, ring)?;
+        // The first buffer now, so that memory the allocator refuses is the constructor's
+        // error, not the first batch's (its pages are not touched until workers write).
+        let first = pool
+            .take(buffer_samples)
+            .map_err(|e| buffer_error(buffer_samples, sample_bytes, e.bytes))?;
+        pool.put(first);
         let profiling = Arc::new(Profiling::new(Self::profiler_config(
             ProfilerConfig::new(options.profile),
             &options,
@@ -289,14 +288,7 @@ where
         epoch: u64,
         indices: Vec<usize>,
     ) -> Result<EpochIter<S, P, H>> {
-        let len = self.source.len();
-        if let Some((position, &index)) = indices.iter().enumerate().find(|(_, &i)| i >= len) {
-            return Err(LoaderError::IndexOutOfRange {
-                index,
-                position,
-                len,
-            });
-        }
+        self.check_indices(&indices)?;
         Ok(self.start(epoch, indices))
     }
 
@@ -308,10 +300,93 @@ where
         }
     }
 
+    /// Starts epoch `epoch` where `from` (an earlier [`EpochIter::resume_point`] of the same
+    /// epoch, loader configuration and dataset) left it: the batches it yields are exactly those
+    /// the first run would have yielded after that point, sample for sample and draw for draw,
+    /// whatever the number of workers. `indices` is the epoch's plan when the first run was
+    /// given one ([`Self::epoch_with_indices`]); `None` for the sampler's. Fails when `from`
+    /// does not fit the plan.
+    pub fn resume(
+        &self,
+        epoch: u64,
+        indices: Option<Vec<usize>>,
+        from: ResumePoint,
+    ) -> Result<EpochIter<S, P, H>> {
+        let mut plan = match indices {
+            Some(indices) => {
+                self.check_indices(&indices)?;
+                indices
+            }
+            None => self.sampler.indices(epoch),
+        };
+        let batch_size = self.options.batch_size;
+        let batches = self.batches_for(plan.len());
+        plan.truncate(batches * batch_size);
+        let bad = |reason: String| Err(LoaderError::invalid("state", reason));
+        let numbers = match self.options.delivery {
+            Delivery::InOrder => {
+                if from.position > plan.len() || !from.delivered.is_empty() {
+                    return bad(format!(
+                        "position {} is past the epoch's {} samples",
+                        from.position,
+                        plan.len()
+                    ));
+                }
+                plan.drain(..from.position);
+                Vec::new()
+            }
+            Delivery::CompletionOrder => {
+                let mut done = vec![false; batches];
+                for &b in &from.delivered {
+                    match done.get_mut(b) {
+                        Some(seen @ false) => *seen = true,
+                        _ => return bad(format!("batch {b} is not an undelivered batch")),
+                    }
+                }
+                let mut rest = Vec::with_capacity(plan.len());
+                let mut numbers = Vec::with_capacity(batches);
+                for (b, chunk) in plan.chunks(batch_size).enumerate() {
+                    if !done[b] {
+                        rest.extend_from_slice(chunk);
+                        numbers.push(b);
+                    }
+                }
+                plan = rest;
+                numbers
+            }
+        };
+        Ok(self.launch(epoch, plan, numbers, from))
+    }
+
+    fn check_indices(&self, indices: &[usize]) -> Result<()> {
+        let len = self.source.len();
+        match indices.iter().enumerate().find(|(_, &i)| i >= len) {
+            Some((position, &index)) => Err(LoaderError::IndexOutOfRange {
+                index,
+                position,
+                len,
+            }),
+            None => Ok(()),
+        }
+    }
+
     fn start(&self, epoch: u64, mut plan: Vec<usize>) -> EpochIter<S, P, H> {
         let batches = self.batches_for(plan.len());
         plan.truncate(batches * self.options.batch_size);
+        self.launch(epoch, plan, Vec::new(), ResumePoint::default())
+    }
+
+    /// Starts the workers over `plan`, already cut to the epoch's batches.
+    fn launch(
+        &self,
+        epoch: u64,
+        plan: Vec<usize>,
+        batch_numbers: Vec<usize>,
+        resume: ResumePoint,
+    ) -> EpochIter<S, P, H> {
+        let batches = plan.len().div_ceil(self.options.batch_size);
         let batch_base = self.profiling.epoch_started(batches);
+        let buffer_samples = self.options.batch_size.min(plan.len()).max(1);
         let shared = Epoch {
             source: Arc::clone(&self.source),
             processor: Arc::clone(&self.processor),
@@ -321,10 +396,13 @@ where
             kits: Arc::clone(&self.kits),
             pool: Arc::clone(&self.pool),
             plan,
+            batch_numbers,
             batch_size: self.options.batch_size,
+            buffer_samples,
             layout: self.layout,
             sample_bytes: self.sample_bytes,
             prefetch: self.options.prefetch_batches,
+            scratch_limit: self.options.scratch_limit,
             seed: self.options.seed,
             epoch,
             state: Mutex::new(State::default()),
@@ -336,7 +414,64 @@ where
             self.options.num_workers,
             self.options.on_error,
             self.options.delivery,
+            resume,
         )
+    }
+}
+
+/// The error for a batch buffer of `samples` samples that cannot be had.
+fn buffer_error(samples: usize, sample_bytes: usize, bytes: usize) -> LoaderError {
+    LoaderError::OutOfMemory {
+        name: "batch_size",
+        what: format!("a batch buffer of {samples} samples of {sample_bytes} bytes"),
+        bytes,
+    }
+}
+
+/// Refuses a ring of batch buffers larger than the machine's physical memory: the allocator
+/// would grant it (pages are only reserved), and the process would be killed once workers
+/// filled it. Names `batch_size` when one buffer alone is too large, else `prefetch_batches`.
+fn check_ring_fits(samples: usize, sample_bytes: usize, ring: usize) -> Result<()> {
+    let Some(buffer) = samples
+        .checked_mul(sample_bytes)
+        .and_then(|n| n.checked_add(ALIGN))
+        .filter(|&n| n <= isize::MAX as usize)
+    else {
+        return Err(buffer_error(samples, sample_bytes, usize::MAX));
+    };
+    let total = buffer.saturating_mul(ring);
+    let Some(memory) = physical_memory() else {
+        return Ok(());
+    };
+    if buffer > memory {
+        return Err(buffer_error(samples, sample_bytes, buffer));
+    }
+    if total > memory {
+        return Err(LoaderError::OutOfMemory {
+            name: "prefetch_batches",
+            what: format!(
+                "{ring} batch buffers (prefetch_batches + 2) of {buffer} bytes each, more than \
+                 this machine's {memory} bytes of memory"
+            ),
+            bytes: total,
+        });
+    }
+    Ok(())
+}
+
+/// Bytes of physical memory, where the OS says.
+fn physical_memory() -> Option<usize> {
+    #[cfg(target_os = "linux")]
+    {
+        let info = rustix::system::sysinfo();
+        // `totalram` is a C `unsigned long`: 32 bits on 32-bit targets.
+        #[allow(clippy::useless_conversion)]
+        let bytes = u64::from(info.totalram).checked_mul(u64::from(info.mem_unit))?;
+        usize::try_from(bytes).ok()
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        None
     }
 }
 

@@ -7,6 +7,14 @@ use ferroloader_profiler::Mode;
 use crate::error::{LoaderError, Result};
 use crate::sampler::Shard;
 
+/// Most worker threads a loader starts: far above any machine's cores, low enough that a typo
+/// (`10**9`) is an error rather than an attempt to start a billion threads.
+pub const MAX_NUM_WORKERS: usize = 4096;
+
+/// Most batches prepared ahead of the consumer: past a few per worker, more only pin memory
+/// (each is a whole batch buffer).
+pub const MAX_PREFETCH_BATCHES: usize = 1024;
+
 /// What to do when a sample cannot be loaded.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum ErrorPolicy {
@@ -46,7 +54,9 @@ pub struct LoaderOptions {
     pub drop_last: bool,
     /// Load only this rank's share of the dataset (torch's `DistributedSampler`). Default: None.
     pub shard: Option<Shard>,
-    /// Worker threads. Default: the number of cores available to the process.
+    /// Worker threads. 0 starts none: the thread that calls `next()` processes each batch's
+    /// samples when asked (torch's `num_workers=0`), with the same batches as any other count.
+    /// Default: the number of cores available to the process.
     pub num_workers: usize,
     /// Batches being prepared at once ahead of the consumer; with `batch_size`, this bounds the
     /// memory of batches in flight. Keep `prefetch_batches * batch_size` above `num_workers`
@@ -56,6 +66,11 @@ pub struct LoaderOptions {
     pub delivery: Delivery,
     /// What a failing sample does. Default: [`ErrorPolicy::Raise`].
     pub on_error: ErrorPolicy,
+    /// Most bytes a worker's scratch (decoded images, file bytes) may keep between samples:
+    /// past it, after an outlier image, the scratch is freed and regrows to what the next
+    /// samples need. Default: 64 MiB, above a 20-megapixel photo's decoded pixels, so typical
+    /// datasets never pay for regrowing.
+    pub scratch_limit: usize,
     /// What the loader's profiler records ([`crate::Loader::profile`]): nothing, op spans and
     /// batch events, or those plus CPU counters per op. Default: [`Mode::Off`], which costs a
     /// branch per op.
@@ -75,6 +90,7 @@ impl Default for LoaderOptions {
             delivery: Delivery::InOrder,
             on_error: ErrorPolicy::Raise,
             profile: Mode::Off,
+            scratch_limit: 64 << 20,
         }
     }
 }
@@ -134,22 +150,42 @@ impl LoaderOptions {
         self
     }
 
+    /// Sets [`Self::scratch_limit`].
+    pub fn scratch_limit(mut self, bytes: usize) -> Self {
+        self.scratch_limit = bytes;
+        self
+    }
+
     /// Sets [`Self::profile`].
     pub fn profile(mut self, mode: Mode) -> Self {
         self.profile = mode;
         self
     }
 
-    /// Checks the values that have no meaning (zero sizes).
+    /// Checks the values that have no meaning: zero batch sizes or prefetch, and more workers
+    /// or batches ahead than [`MAX_NUM_WORKERS`] and [`MAX_PREFETCH_BATCHES`].
     pub fn validate(&self) -> Result<()> {
-        let positive = [
+        for (name, value) in [
             ("batch_size", self.batch_size),
-            ("num_workers", self.num_workers),
             ("prefetch_batches", self.prefetch_batches),
-        ];
-        for (name, value) in positive {
+        ] {
             if value == 0 {
                 return Err(LoaderError::invalid(name, "must be at least 1"));
+            }
+        }
+        for (name, value, max) in [
+            ("num_workers", self.num_workers, MAX_NUM_WORKERS),
+            (
+                "prefetch_batches",
+                self.prefetch_batches,
+                MAX_PREFETCH_BATCHES,
+            ),
+        ] {
+            if value > max {
+                return Err(LoaderError::invalid(
+                    name,
+                    format!("must be at most {max}, got {value}"),
+                ));
             }
         }
         Ok(())

@@ -62,10 +62,17 @@ pub(crate) struct Epoch<S, P: SampleProcessor, H> {
     pub(crate) pool: Arc<BufferPool>,
     /// Dataset index of every position of the epoch.
     pub(crate) plan: Vec<usize>,
+    /// The epoch's own number of each planned batch, when the plan is what is left of an epoch
+    /// resumed in completion order (so batches keep their numbers); empty: the identity.
+    pub(crate) batch_numbers: Vec<usize>,
     pub(crate) batch_size: usize,
+    /// Samples each batch buffer is made for: `batch_size`, or the whole plan when shorter.
+    pub(crate) buffer_samples: usize,
     pub(crate) layout: SampleLayout,
     pub(crate) sample_bytes: usize,
     pub(crate) prefetch: usize,
+    /// [`crate::LoaderOptions::scratch_limit`].
+    pub(crate) scratch_limit: usize,
     pub(crate) seed: u64,
     pub(crate) epoch: u64,
     pub(crate) state: Mutex<State>,
@@ -86,8 +93,9 @@ pub(crate) struct State {
     open: Vec<Planned>,
     /// Set when the iterator is dropped or finished: workers stop claiming.
     shutdown: bool,
-    /// Set when a worker died outside a sample: the consumer reports it instead of waiting.
-    fatal: Option<String>,
+    /// Set when the epoch cannot go on (a worker died outside a sample, a batch buffer could not
+    /// be allocated): the consumer reports it instead of waiting, and workers stop claiming.
+    fatal: Option<LoaderError>,
 }
 
 /// A batch as planned: a run of consecutive positions and the buffer they are written into.
@@ -163,7 +171,7 @@ where
     fn claim(&self) -> Option<Task> {
         let mut st = self.lock();
         loop {
-            if st.shutdown || st.next_position >= self.plan.len() {
+            if st.shutdown || st.fatal.is_some() || st.next_position >= self.plan.len() {
                 return None;
             }
             let position = st.next_position;
@@ -177,7 +185,16 @@ where
                         .unwrap_or_else(PoisonError::into_inner);
                     continue;
                 }
-                opened = Some(self.open_batch(&mut st));
+                match self.open_batch(&mut st) {
+                    Ok(o) => opened = Some(o),
+                    Err(error) => {
+                        st.fatal.get_or_insert(error);
+                        drop(st);
+                        self.done_cv.notify_all();
+                        self.work_cv.notify_all();
+                        return None;
+                    }
+                }
             }
             // The batch is open and its piece home: the consumer only takes a batch once all
             // its samples are back, and each position is claimed once.
@@ -191,8 +208,9 @@ where
                 Some((slot, piece, started, p.buffer.fresh))
             });
             let Some((slot, piece, started, fresh)) = claimed else {
-                st.fatal
-                    .get_or_insert_with(|| format!("batch {batch} lost track of its samples"));
+                st.fatal.get_or_insert_with(|| LoaderError::Worker {
+                    message: format!("batch {batch} lost track of its samples"),
+                });
                 drop(st);
                 self.done_cv.notify_all();
                 return None;
@@ -213,12 +231,22 @@ where
 
     /// Takes a buffer from the ring for the next batch and splits it into per-sample pieces;
     /// returns when it was planned and its size. Allocates only when the ring is empty (at the
-    /// start, or while the consumer holds batches).
-    fn open_batch(&self, st: &mut State) -> (u64, usize) {
+    /// start, or while the consumer holds batches), and fails when the allocator refuses.
+    fn open_batch(&self, st: &mut State) -> Result<(u64, usize), LoaderError> {
         let index = st.opened;
         let start = index * self.batch_size;
         let len = self.batch_size.min(self.plan.len() - start);
-        let mut buffer = self.pool.take();
+        let mut buffer =
+            self.pool
+                .take(self.buffer_samples)
+                .map_err(|e| LoaderError::OutOfMemory {
+                    name: "batch_size",
+                    what: format!(
+                        "a batch buffer of {} samples of {} bytes",
+                        self.buffer_samples, self.sample_bytes
+                    ),
+                    bytes: e.bytes,
+                })?;
         buffer.split(len, self.sample_bytes);
         let planned_ns = now_ns();
         st.open.push(Planned {
@@ -232,7 +260,7 @@ where
             completed_early: false,
         });
         st.opened += 1;
-        (planned_ns, len)
+        Ok((planned_ns, len))
     }
 
     /// The loader-wide number of batch `batch` of this epoch.
@@ -367,6 +395,13 @@ where
                 })
             }
         };
+        // After an outlier, give its memory back (the next samples regrow what they need).
+        if kit.buf.capacity() > self.scratch_limit {
+            kit.buf = Vec::new();
+        }
+        if self.processor.scratch_bytes(&kit.scratch) > self.scratch_limit {
+            kit.scratch = self.processor.new_scratch();
+        }
         let tee = tracker.inner();
         if let Outcome::Failed(error) = &outcome {
             tee.prof.sample_failed(op, error);
@@ -375,10 +410,15 @@ where
         outcome
     }
 
-    /// Waits for a complete batch and takes it out of the window: batch `want`, or with `None`
-    /// the lowest-numbered complete one. Also returns, when profiling, how many other complete
-    /// batches are left in the window.
-    fn take(&self, want: Option<usize>) -> Result<(Planned, usize), LoaderError> {
+    /// Takes a complete batch out of the window: batch `want`, or with `None` the
+    /// lowest-numbered complete one, waiting for it when `wait` (else `None` when there is none
+    /// yet). Also returns, when profiling, how many other complete batches are left in the
+    /// window.
+    fn take(
+        &self,
+        want: Option<usize>,
+        wait: bool,
+    ) -> Result<Option<(Planned, usize)>, LoaderError> {
         let mut st = self.lock();
         loop {
             let complete = st.open.iter().enumerate().filter(|(_, p)| p.done == p.len);
@@ -398,12 +438,13 @@ where
                 };
                 drop(st);
                 self.work_cv.notify_all();
-                return Ok((planned, waiting));
+                return Ok(Some((planned, waiting)));
             }
-            if let Some(message) = &st.fatal {
-                return Err(LoaderError::Worker {
-                    message: message.clone(),
-                });
+            if let Some(error) = st.fatal.take() {
+                return Err(error);
+            }
+            if !wait {
+                return Ok(None);
             }
             st = self
                 .done_cv
@@ -446,8 +487,9 @@ impl Drop for DeathNotice<'_> {
     fn drop(&mut self) {
         if thread::panicking() {
             let mut st = self.state.lock().unwrap_or_else(PoisonError::into_inner);
-            st.fatal
-                .get_or_insert_with(|| format!("worker {} panicked outside a sample", self.worker));
+            st.fatal.get_or_insert_with(|| LoaderError::Worker {
+                message: format!("worker {} panicked outside a sample", self.worker),
+            });
             drop(st);
             self.done_cv.notify_all();
         }
@@ -465,27 +507,75 @@ where
         done_cv: &epoch.done_cv,
         worker,
     };
-    let mut prof: ProfileHooks = epoch.profiling.instrument.worker_hooks(worker);
-    let mut hooks = epoch.instrument.worker_hooks(worker);
-    let reused = epoch
-        .kits
-        .lock()
-        .unwrap_or_else(PoisonError::into_inner)
-        .pop();
-    let mut kit = reused.unwrap_or_else(|| Kit {
-        scratch: epoch.processor.new_scratch(),
-        buf: Vec::new(),
-    });
-    while let Some(mut task) = epoch.claim() {
-        epoch.record_claim(&task, worker);
-        let mut tee = Tee {
-            prof: &mut prof,
-            user: &mut hooks,
-        };
-        let outcome = epoch.run(worker, &mut task, &mut kit, &mut tee);
-        epoch.complete(task, outcome, worker);
+    let mut hand = Hand::new(&epoch, worker);
+    while let Some(task) = epoch.claim() {
+        hand.work(&epoch, task);
     }
-    kit
+    hand.kit
+}
+
+/// What one thread needs to process samples: its kit and its hooks, made on that thread (the
+/// profiler's counters count the thread that makes them).
+struct Hand<T, H> {
+    worker: usize,
+    kit: Kit<T>,
+    prof: ProfileHooks,
+    hooks: H,
+}
+
+impl<T, H: OpHooks> Hand<T, H> {
+    fn new<S, P, I>(epoch: &Epoch<S, P, I>, worker: usize) -> Self
+    where
+        S: Source + 'static,
+        P: SampleProcessor<Scratch = T>,
+        I: Instrument<Hooks = H>,
+    {
+        let reused = epoch
+            .kits
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .pop();
+        let kit = reused.unwrap_or_else(|| Kit {
+            scratch: epoch.processor.new_scratch(),
+            buf: Vec::new(),
+        });
+        Hand {
+            worker,
+            kit,
+            prof: epoch.profiling.instrument.worker_hooks(worker),
+            hooks: epoch.instrument.worker_hooks(worker),
+        }
+    }
+
+    /// Processes one claimed sample and hands it back.
+    fn work<S, P, I>(&mut self, epoch: &Epoch<S, P, I>, mut task: Task)
+    where
+        S: Source + 'static,
+        P: SampleProcessor<Scratch = T>,
+        I: Instrument<Hooks = H>,
+    {
+        epoch.record_claim(&task, self.worker);
+        let mut tee = Tee {
+            prof: &mut self.prof,
+            user: &mut self.hooks,
+        };
+        let outcome = epoch.run(self.worker, &mut task, &mut self.kit, &mut tee);
+        epoch.complete(task, outcome, self.worker);
+    }
+}
+
+/// Where an epoch stands for the consumer, to start it again from there
+/// ([`crate::Loader::resume`]). Small: a few numbers, and in completion order the planned
+/// batches delivered.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ResumePoint {
+    /// Batches delivered (the index the next in-order batch gets).
+    pub batches: usize,
+    /// In order: positions of the epoch's plan that delivered batches used up, skipped samples
+    /// included (the next batch starts there).
+    pub position: usize,
+    /// In completion order: the planned batches delivered, in delivery order.
+    pub delivered: Vec<usize>,
 }
 
 /// A sample dropped under [`ErrorPolicy::Skip`], with why.
@@ -512,6 +602,9 @@ where
 {
     epoch: Arc<Epoch<S, P, H>>,
     workers: Vec<JoinHandle<Kit<P::Scratch>>>,
+    /// With no worker threads, samples are processed by the thread calling `next()`, on
+    /// demand; its kit and hooks, made at the first call (on that thread).
+    inline: Option<Option<Hand<P::Scratch, H::Hooks>>>,
     policy: ErrorPolicy,
     delivery: Delivery,
     /// Batches in the plan.
@@ -530,6 +623,8 @@ where
     /// Skips since the last batch was made.
     skips_since_batch: usize,
     skipped: Vec<SkippedSample>,
+    /// What the consumer has been given so far, to resume from.
+    resume: ResumePoint,
     finished: bool,
     /// Complete batches left in the window at the last take (when profiling).
     window_ready: usize,
@@ -543,12 +638,14 @@ where
     P: SampleProcessor,
     H: Instrument,
 {
-    /// Starts the workers of `epoch`.
+    /// Starts the workers of `epoch`; with `num_workers == 0`, none: `next()` processes the
+    /// samples itself.
     pub(crate) fn start(
         epoch: Epoch<S, P, H>,
         num_workers: usize,
         policy: ErrorPolicy,
         delivery: Delivery,
+        resume: ResumePoint,
     ) -> Self {
         let planned = epoch.plan.len().div_ceil(epoch.batch_size);
         let threads = num_workers.min(epoch.plan.len());
@@ -564,7 +661,9 @@ where
                 Err(e) => {
                     // Fewer workers only make the epoch slower; none at all would make it hang.
                     if workers.is_empty() {
-                        epoch.lock().fatal = Some(format!("cannot start a worker thread: {e}"));
+                        epoch.lock().fatal = Some(LoaderError::Worker {
+                            message: format!("cannot start a worker thread: {e}"),
+                        });
                     }
                     break;
                 }
@@ -583,11 +682,13 @@ where
             walked: 0,
             taken,
             first_untaken: 0,
+            inline: (num_workers == 0).then_some(None),
             partial: None,
             ready: VecDeque::new(),
-            emitted: 0,
+            emitted: resume.batches,
             skips_since_batch: 0,
             skipped: Vec::new(),
+            resume,
             finished: false,
             window_ready: 0,
             profile_live: true,
@@ -597,6 +698,12 @@ where
     /// The epoch number.
     pub fn epoch(&self) -> u64 {
         self.epoch.epoch
+    }
+
+    /// Where this epoch stands after the batches `next()` has returned: what
+    /// [`crate::Loader::resume`] needs to yield exactly the batches that would follow.
+    pub fn resume_point(&self) -> &ResumePoint {
+        &self.resume
     }
 
     /// Batches planned for the epoch (fewer are delivered when samples are skipped or an
@@ -622,7 +729,28 @@ where
             Delivery::InOrder => Some(self.walked),
             Delivery::CompletionOrder => None,
         };
-        let (planned, waiting) = self.epoch.take(want)?;
+        let (planned, waiting) = match &mut self.inline {
+            None => self
+                .epoch
+                .take(want, true)?
+                .ok_or_else(|| LoaderError::Worker {
+                    message: "the batch window closed while waiting".to_owned(),
+                })?,
+            Some(hand) => {
+                let hand = hand.get_or_insert_with(|| Hand::new(&self.epoch, 0));
+                loop {
+                    if let Some(found) = self.epoch.take(want, false)? {
+                        break found;
+                    }
+                    let Some(task) = self.epoch.claim() else {
+                        return Err(LoaderError::Worker {
+                            message: "no sample left to make the next batch from".to_owned(),
+                        });
+                    };
+                    hand.work(&self.epoch, task);
+                }
+            }
+        };
         self.window_ready = waiting;
         if !self.epoch.profiling.enabled() {
             return self.assemble(planned);
@@ -666,7 +794,12 @@ where
                         planned.keep(slot, index, label);
                     }
                 }
-                let index = planned.index;
+                let index = self
+                    .epoch
+                    .batch_numbers
+                    .get(planned.index)
+                    .copied()
+                    .unwrap_or(planned.index);
                 self.emit_or_recycle(planned, out_of_order, index)
             }
         }
@@ -805,6 +938,13 @@ where
         self.finished = true;
         self.epoch.lock().shutdown = true;
         self.epoch.work_cv.notify_all();
+        if let Some(Some(hand)) = self.inline.take() {
+            self.epoch
+                .kits
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .push(hand.kit);
+        }
         for handle in self.workers.drain(..) {
             // A worker that panicked outside a sample has no kit to give back; its death was
             // already reported through `fatal`.
@@ -846,6 +986,11 @@ where
                 let wait_ns = now.saturating_sub(called);
                 batch.wait = Duration::from_nanos(wait_ns);
                 batch.timing.delivered_ns = Some(now);
+                self.resume.batches += 1;
+                match self.delivery {
+                    Delivery::InOrder => self.resume.position += batch.len + batch.skipped,
+                    Delivery::CompletionOrder => self.resume.delivered.push(batch.index),
+                }
                 if self.epoch.profiling.enabled() {
                     self.record_delivery(&batch, wait_ns, now);
                 }

@@ -249,6 +249,12 @@ pub trait SampleProcessor: Send + Sync + 'static {
     /// A fresh scratch state.
     fn new_scratch(&self) -> Self::Scratch;
 
+    /// Bytes `scratch` holds on to, so that the loader can drop a scratch that one outlier
+    /// sample grew (see [`crate::LoaderOptions::scratch_limit`]). Default: 0, never dropped.
+    fn scratch_bytes(&self, _scratch: &Self::Scratch) -> usize {
+        0
+    }
+
     /// The layout of every sample this processor writes. Called once, when the loader is built.
     fn sample_layout(&self) -> SampleLayout;
 

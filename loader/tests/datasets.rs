@@ -7,9 +7,9 @@ use std::path::{Path, PathBuf};
 
 use ferroloader_loader::transforms::Error as TransformError;
 use ferroloader_loader::{
-    DType, ErrorPolicy, FileList, FileListOptions, ImageFolder, ImageFolderOptions, Loader,
-    LoaderError, LoaderOptions, Op, OpHooks, SampleKey, SampleLayout, SampleProcessor, SlotMut,
-    Source, TransformOp,
+    Column, DType, ErrorPolicy, FileList, FileListOptions, ImageFolder, ImageFolderOptions,
+    ListFormat, Loader, LoaderError, LoaderOptions, Op, OpHooks, SampleKey, SampleLayout,
+    SampleProcessor, SlotMut, Source, TransformOp,
 };
 
 /// Writes the first 16 bytes of each file (zero-padded) into a `[16, 1, 1]` u8 slot.
@@ -271,6 +271,28 @@ fn missing_and_unreadable_files_are_reported_or_skipped() {
     assert!(!got.contains(&gone_pos) && !got.contains(&loop_pos));
 }
 
+#[cfg(unix)]
+#[test]
+fn class_folders_that_differ_only_in_undecodable_bytes_stay_two_classes() {
+    use std::ffi::OsStr;
+    use std::os::unix::ffi::OsStrExt;
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let e9 = OsStr::from_bytes(b"cl\xe9");
+    let ea = OsStr::from_bytes(b"cl\xea");
+    touch(&tmp.path().join(e9).join("a.jpg"));
+    touch(&tmp.path().join(ea).join("b.jpg"));
+    let odd = tmp.path().join(ea).join(OsStr::from_bytes(b"c\xff.jpg"));
+    fs::write(&odd, b"img").expect("write");
+    let ds = ImageFolder::new(tmp.path()).expect("valid");
+    assert_eq!(ds.classes(), [e9, ea]);
+    assert_eq!(ds.class_index(ea), Some(1));
+    assert_eq!(ds.len(), 3);
+    assert_eq!(
+        ds.samples()[2].0,
+        tmp.path().join(ea).join(OsStr::from_bytes(b"c\xff.jpg"))
+    );
+}
+
 #[test]
 fn file_list_parses_csv_and_tsv_with_or_without_header() {
     let tmp = tempfile::tempdir().expect("tempdir");
@@ -329,27 +351,49 @@ fn file_list_errors_name_the_file_and_line() {
     let auto = FileListOptions::default();
     assert_eq!(
         parse("path,label\na.jpg,1\nb.jpg,x\n", &auto),
-        "list.csv:3: label \"x\" is not an integer"
+        "list.csv:3: label \"x\" is not an integer, but line 2's is: labels are all integers \
+         or all class names"
     );
     assert_eq!(
         parse("a.jpg,1\nb.jpg\n", &auto),
-        "list.csv:2: expected 2 fields (path, label), found 1 in [\"b.jpg\"]"
-    );
-    assert_eq!(
-        parse("a.jpg,1\nb.jpg,2,3\n", &auto),
-        "list.csv:2: expected 2 fields (path, label), found 3 in [\"b.jpg\", \"2\", \"3\"]"
+        "list.csv:2: expected at least 2 fields, found 1 in [\"b.jpg\"]"
     );
     assert_eq!(parse("a.jpg,1\n,2\n", &auto), "list.csv:2: empty path");
     assert_eq!(
         parse("path,label\n", &auto),
         "list.csv:1: the list has no samples"
     );
+    // A header the caller denies is data: its label is a class name among integers.
     assert_eq!(
         parse(
             "path,label\na.jpg,1\n",
             &FileListOptions::default().has_header(false)
         ),
-        "list.csv:1: label \"label\" is not an integer"
+        "list.csv:2: label \"1\" is an integer, but line 1's (\"label\") is a class name: \
+         labels are all integers or all class names"
+    );
+    // The row a guess used to drop silently: a first row that is not a header by its names.
+    assert_eq!(
+        parse("file,class\na.jpg,1\n", &auto),
+        "list.csv:2: label \"1\" is an integer, but line 1's (\"class\") is a class name: \
+         labels are all integers or all class names"
+    );
+    assert_eq!(
+        parse(
+            "file,y\na.jpg,1\n",
+            &FileListOptions::default().label_column(Column::Name("label".into()))
+        ),
+        "list.csv:1: column \"label\" is not in the first row [\"file\", \"y\"]"
+    );
+    assert_eq!(
+        parse(
+            "file,y\na.jpg,1\n",
+            &FileListOptions::default()
+                .label_column(Column::Name("y".into()))
+                .has_header(false)
+        ),
+        "list.csv:1: columns are named, but has_header is false: there is no header to find \
+         them in"
     );
     let err = FileList::from_bytes(b"a.jpg,1\nb\xff.jpg,2\n", "list.csv", root, &auto)
         .expect_err("not utf-8");
@@ -357,6 +401,22 @@ fn file_list_errors_name_the_file_and_line() {
         matches!(err, LoaderError::FileList { line: 2, .. }),
         "{err:?}"
     );
+    let jsonl = |text: &str| {
+        FileList::from_bytes(text.as_bytes(), "list.jsonl", root, &auto)
+            .map(|_| ())
+            .expect_err("malformed")
+            .to_string()
+    };
+    assert_eq!(
+        jsonl("{\"path\": \"a.jpg\", \"label\": 1}\n{\"path\": \"b.jpg\"}\n"),
+        "list.jsonl:2: no key \"label\""
+    );
+    assert_eq!(
+        jsonl("{\"path\": \"a.jpg\", \"label\": 1.5}\n"),
+        "list.jsonl:1: key \"label\" holds 1.5, not a string or an integer"
+    );
+    assert!(jsonl("[1, 2]\n").starts_with("list.jsonl:1: expected a JSON object"));
+    assert!(jsonl("{\"path\": \n").starts_with("list.jsonl:1: not JSON"));
 
     let missing = Path::new("/definitely/not/here.csv");
     match FileList::new(missing, root) {
@@ -366,6 +426,63 @@ fn file_list_errors_name_the_file_and_line() {
         }
         other => panic!("expected an I/O error, got {other:?}"),
     }
+}
+
+#[test]
+fn file_list_columns_by_name_or_index_and_class_name_labels() {
+    let root = Path::new("/data");
+    let parse = |text: &str, list: &str, options: &FileListOptions| {
+        FileList::from_bytes(text.as_bytes(), list, root, options).expect("valid")
+    };
+    let auto = FileListOptions::default();
+    // Named columns anywhere in the header, extra columns ignored.
+    let list = parse(
+        "id,split,label,path,w\n7,train,3,a.jpg,10\n8,train,1,b.jpg,20\n",
+        "l.csv",
+        &auto,
+    );
+    assert_eq!(list.paths(), [root.join("a.jpg"), root.join("b.jpg")]);
+    assert_eq!(list.labels(), [3, 1]);
+    assert!(list.classes().is_empty());
+    // Caller-named columns; string labels map to sorted class indices as ImageFolder's do.
+    let named = FileListOptions::default()
+        .path_column(Column::Name("file".into()))
+        .label_column(Column::Name("species".into()));
+    let list = parse(
+        "species,file\ncat,a.jpg\ndog,b.jpg\nant,c.jpg\ncat,d.jpg\n",
+        "l.csv",
+        &named,
+    );
+    assert_eq!(list.classes(), ["ant", "cat", "dog"]);
+    assert_eq!(list.labels(), [1, 2, 0, 1]);
+    // Columns by index, no header: every row is data.
+    let by_index = FileListOptions::default()
+        .path_column(Column::Index(2))
+        .label_column(Column::Index(0));
+    let list = parse("5,x,a.jpg\n6,y,b.jpg\n", "l.csv", &by_index);
+    assert_eq!(list.labels(), [5, 6]);
+    assert_eq!(list.paths()[1], root.join("b.jpg"));
+    // Class names without a header: the first row is data too.
+    let list = parse("a.jpg,zebra\nb.jpg,ant\n", "l.csv", &auto);
+    assert_eq!(list.classes(), ["ant", "zebra"]);
+    assert_eq!(list.labels(), [1, 0]);
+    // JSON Lines, by extension or by option; labels as numbers or names.
+    let list = parse(
+        "{\"path\": \"a.jpg\", \"label\": 2, \"extra\": [1]}\n\n{\"label\": 0, \"path\": \"b.jpg\"}\n",
+        "l.jsonl",
+        &auto,
+    );
+    assert_eq!(list.labels(), [2, 0]);
+    let list = parse(
+        "{\"f\": \"a.jpg\", \"y\": \"b\"}\n{\"f\": \"b.jpg\", \"y\": \"a\"}\n",
+        "listing.txt",
+        &FileListOptions::default()
+            .format(ListFormat::JsonLines)
+            .path_column(Column::Name("f".into()))
+            .label_column(Column::Name("y".into())),
+    );
+    assert_eq!(list.classes(), ["a", "b"]);
+    assert_eq!(list.labels(), [1, 0]);
 }
 
 #[test]

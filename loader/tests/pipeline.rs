@@ -12,7 +12,8 @@ use std::time::Duration;
 use common::*;
 use ferroloader_loader::{
     BatchImages, BatchImagesMut, DType, Delivery, ErrorPolicy, Instrument, Loader, LoaderError,
-    LoaderOptions, Op, OpHooks, SampleContext, Sampler, Shard, TransformOp,
+    LoaderOptions, Op, OpHooks, ResumePoint, SampleContext, SampleProcessor, Sampler, Shard,
+    TransformOp, MAX_NUM_WORKERS, MAX_PREFETCH_BATCHES,
 };
 
 fn opts(batch: usize, workers: usize) -> LoaderOptions {
@@ -109,7 +110,7 @@ fn output_is_bit_identical_whatever_the_number_of_workers() {
         };
         let one = run(1, 5, 3);
         assert_eq!(one.len(), 12);
-        for workers in [2, 4] {
+        for workers in [0, 2, 4] {
             assert_eq!(run(workers, 5, 3), one, "{workers} workers, {dtype:?}");
         }
         let other_seed = run(2, 6, 3);
@@ -212,7 +213,7 @@ fn skip_fills_batches_from_the_next_samples_deterministically() {
         assert!(first_error.contains("<memory>/"), "{first_error}");
         assert!(first_error.contains("decode failed"), "{first_error}");
         assert!(first_error.contains("bad sample"), "{first_error}");
-        for (workers, prefetch) in [(2, 1), (2, 3), (4, 2)] {
+        for (workers, prefetch) in [(0, 1), (0, 3), (2, 1), (2, 3), (4, 2)] {
             assert_eq!(
                 run(workers, prefetch).0,
                 records,
@@ -468,8 +469,24 @@ fn invalid_options_are_rejected() {
             ..
         })
     ));
-    assert!(make(opts(2, 0)).is_err());
     assert!(make(opts(2, 1).prefetch_batches(0)).is_err());
+    // Limits that turn a typo into an error rather than an abort.
+    for (options, name) in [
+        (opts(2, MAX_NUM_WORKERS + 1), "num_workers"),
+        (
+            opts(2, 1).prefetch_batches(MAX_PREFETCH_BATCHES + 1),
+            "prefetch_batches",
+        ),
+        (opts(2, 1).prefetch_batches(usize::MAX), "prefetch_batches"),
+    ] {
+        match make(options) {
+            Err(LoaderError::InvalidOption { name: got, reason }) => {
+                assert_eq!(got, name);
+                assert!(reason.starts_with("must be at most"), "{reason}");
+            }
+            other => panic!("{name}: expected an invalid option, got {other:?}"),
+        }
+    }
     assert!(make(opts(2, 1).shard(Shard::new(2, 2))).is_err());
     let mut empty = TestProc::f32();
     empty.layout.shape = [3, 0, 2];
@@ -477,6 +494,231 @@ fn invalid_options_are_rejected() {
     // An empty dataset is fine: no batches.
     let loader = Loader::new(dataset(0, &[]), TestProc::f32(), opts(2, 1)).expect("valid");
     assert_eq!(loader.iter().count(), 0);
+}
+
+#[test]
+fn batch_buffers_are_sized_by_what_an_epoch_can_fill() {
+    // Batch sizes far beyond the dataset (DataLoader gives one batch of everything): no
+    // allocation for samples that do not exist.
+    for batch in [50_000, 1 << 40, usize::MAX] {
+        let loader = Loader::new(dataset(8, &[]), TestProc::f32(), opts(batch, 2)).expect("valid");
+        let records = drain_ok(loader.iter());
+        assert_eq!(records.len(), 1, "batch {batch}");
+        assert_eq!(records[0].indices, (0..8).collect::<Vec<_>>());
+    }
+    // Explicit indices longer than the dataset get buffers of their own size.
+    let loader = Loader::new(dataset(3, &[]), TestProc::f32(), opts(1 << 40, 1)).expect("valid");
+    let records = drain_ok(
+        loader
+            .epoch_with_indices(0, vec![0, 1, 2, 2, 1, 0, 0])
+            .expect("in range"),
+    );
+    assert_eq!(records[0].indices, [0, 1, 2, 2, 1, 0, 0]);
+}
+
+#[test]
+fn memory_beyond_the_machine_is_an_error_naming_the_option_not_an_abort() {
+    // 10^12 samples of 120 bytes: no allocator grants that.
+    let big = Loader::new(dataset(4, &[]), TestProc::f32(), opts(1_000_000, 1)).map(|_| ());
+    assert!(big.is_ok(), "sized by the 4 samples there are: {big:?}");
+    let mut wide = TestProc::f32();
+    wide.layout.shape = [1 << 20, 1 << 20, 1 << 10];
+    match Loader::new(dataset(4, &[]), wide, opts(2, 1)) {
+        Err(LoaderError::OutOfMemory { name, bytes, .. }) => {
+            assert_eq!(name, "batch_size");
+            assert!(bytes > 1 << 50, "{bytes}");
+        }
+        other => panic!("expected out of memory, got {other:?}"),
+    }
+    // Each 4 GiB buffer fits, 1026 of them do not: the option to blame is prefetch_batches.
+    let mut tall = TestProc::f32();
+    tall.layout.shape = [1, 1 << 14, 1 << 14];
+    match Loader::new(
+        dataset(64, &[]),
+        tall,
+        opts(4, 1).prefetch_batches(MAX_PREFETCH_BATCHES),
+    ) {
+        Err(LoaderError::OutOfMemory { name, .. }) => assert_eq!(name, "prefetch_batches"),
+        other => panic!("expected out of memory, got {other:?}"),
+    }
+}
+
+#[test]
+fn with_no_workers_next_processes_the_samples_itself() {
+    let counts = Arc::new(Counts::default());
+    let options = opts(4, 0).shuffle(true).seed(2);
+    let loader = Loader::with_instrument(
+        dataset(10, &[]),
+        TestProc::f32(),
+        CountingInstrument(Arc::clone(&counts)),
+        options.clone(),
+    )
+    .expect("valid");
+    let mut iter = loader.epoch(0);
+    // Nothing is processed before it is asked for.
+    thread::sleep(Duration::from_millis(20));
+    assert_eq!(counts.starts.load(Ordering::Relaxed), 0);
+    let first = iter.next().expect("a batch").expect("ok");
+    assert_eq!(first.len(), 4);
+    assert_eq!(counts.starts.load(Ordering::Relaxed), 4);
+    drop(first);
+    let rest = drain_ok(&mut iter);
+    assert_eq!(rest.len(), 2);
+    assert_eq!(counts.ends.load(Ordering::Relaxed), 10);
+    assert_eq!(counts.bad_worker.load(Ordering::Relaxed), 0);
+    // Completion order and the raise policy behave as with workers.
+    let special = [(5, FAIL)];
+    let raise = Loader::new(dataset(10, &special), TestProc::f32(), opts(4, 0)).expect("valid");
+    let results: Vec<_> = raise.epoch(0).collect();
+    assert_eq!(results.len(), 2);
+    assert!(results[1].is_err());
+    let any_order = Loader::new(
+        dataset(10, &[]),
+        TestProc::f32(),
+        options.delivery(Delivery::CompletionOrder),
+    )
+    .expect("valid");
+    let records = drain_ok(any_order.epoch(0));
+    let mut seen = all_indices(&records);
+    seen.sort_unstable();
+    assert_eq!(seen, (0..10).collect::<Vec<_>>());
+}
+
+#[test]
+fn resume_yields_exactly_the_batches_that_would_have_followed() {
+    let n = 45;
+    let special: Vec<(usize, u8)> = [3usize, 4, 17, 30, 31, 44]
+        .iter()
+        .map(|&i| (i, FAIL))
+        .collect();
+    for delivery in [Delivery::InOrder, Delivery::CompletionOrder] {
+        for drop_last in [false, true] {
+            let make = |workers: usize| {
+                let options = opts(4, workers)
+                    .shuffle(true)
+                    .seed(11)
+                    .drop_last(drop_last)
+                    .delivery(delivery)
+                    .on_error(ErrorPolicy::Skip);
+                Loader::new(
+                    dataset(n, &special),
+                    TestProc::new(DType::F32, 200),
+                    options,
+                )
+                .expect("valid")
+            };
+            let sorted = |mut records: Vec<Record>| {
+                // Which batch overtook which, and so which one counts a skip, is scheduling.
+                records.iter_mut().for_each(|r| r.out_of_order = false);
+                if delivery == Delivery::CompletionOrder {
+                    records.iter_mut().for_each(|r| r.skipped = 0);
+                    records.sort_by_key(|r| r.index);
+                }
+                records
+            };
+            let full = drain_ok(make(2).epoch(3));
+            for k in [0, 1, 4, full.len() - 1, full.len()] {
+                let first = make(1);
+                let mut iter = first.epoch(3);
+                let head: Vec<Record> = (&mut iter)
+                    .take(k)
+                    .map(|b| record(&b.expect("skipped")))
+                    .collect();
+                let point = iter.resume_point().clone();
+                drop(iter);
+                for workers in [0, 3] {
+                    let again = make(workers);
+                    let tail = drain_ok(again.resume(3, None, point.clone()).expect("fits"));
+                    let mut all = head.clone();
+                    all.extend(tail);
+                    assert_eq!(
+                        sorted(all),
+                        sorted(full.clone()),
+                        "{delivery:?}, drop_last={drop_last}, after {k}, {workers} workers"
+                    );
+                }
+            }
+        }
+    }
+    // Explicit indices resume the same way; a point past the plan is refused.
+    let loader = Loader::new(dataset(10, &[]), TestProc::f32(), opts(3, 2)).expect("valid");
+    let plan = vec![9, 1, 8, 2, 7, 3, 6];
+    let full = drain_ok(
+        loader
+            .epoch_with_indices(0, plan.clone())
+            .expect("in range"),
+    );
+    let mut iter = loader
+        .epoch_with_indices(0, plan.clone())
+        .expect("in range");
+    let first = record(&iter.next().expect("one").expect("ok"));
+    let point = iter.resume_point().clone();
+    drop(iter);
+    assert_eq!(point.position, 3);
+    let rest = drain_ok(loader.resume(0, Some(plan.clone()), point).expect("fits"));
+    assert_eq!([vec![first], rest].concat(), full);
+    let past = ResumePoint {
+        position: 8,
+        ..ResumePoint::default()
+    };
+    assert!(matches!(
+        loader.resume(0, Some(plan), past),
+        Err(LoaderError::InvalidOption { name: "state", .. })
+    ));
+}
+
+/// Grows its scratch to the sample's second byte in KiB, and notes the scratch it was handed.
+struct Growing(Arc<std::sync::Mutex<Vec<(usize, usize)>>>);
+
+impl SampleProcessor for Growing {
+    type Scratch = Vec<u8>;
+    fn new_scratch(&self) -> Vec<u8> {
+        Vec::new()
+    }
+    fn scratch_bytes(&self, scratch: &Vec<u8>) -> usize {
+        scratch.capacity()
+    }
+    fn sample_layout(&self) -> ferroloader_loader::SampleLayout {
+        ferroloader_loader::SampleLayout::chw(DType::U8, 1, 1, 1)
+    }
+    fn process(
+        &self,
+        bytes: &[u8],
+        key: ferroloader_loader::SampleKey,
+        scratch: &mut Vec<u8>,
+        _out: ferroloader_loader::SlotMut<'_>,
+        _hooks: &mut dyn OpHooks,
+    ) -> Result<(), ferroloader_loader::transforms::Error> {
+        self.0
+            .lock()
+            .expect("not poisoned")
+            .push((key.index as usize, scratch.capacity()));
+        let want = usize::from(bytes[1]) << 10;
+        if scratch.len() < want {
+            scratch.resize(want, 0);
+        }
+        Ok(())
+    }
+}
+
+#[test]
+fn a_scratch_an_outlier_grew_is_freed_and_a_typical_one_kept() {
+    let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
+    // Samples of 1 KiB, one of 200 KiB at index 3; the limit is 64 KiB.
+    let data = ferroloader_loader::InMemory::from_samples(
+        (0..8u8).map(|i| (vec![i, if i == 3 { 200 } else { 1 }], 0)),
+    );
+    let options = opts(2, 1).scratch_limit(64 << 10);
+    let loader = Loader::new(data, Growing(Arc::clone(&seen)), options).expect("valid");
+    for batch in loader.iter() {
+        batch.expect("no failure");
+    }
+    let seen = seen.lock().expect("not poisoned").clone();
+    let capacity = |index: usize| seen.iter().find(|(i, _)| *i == index).map(|(_, c)| *c);
+    assert_eq!(capacity(0), Some(0), "a fresh scratch first");
+    assert!(capacity(3) >= Some(1 << 10), "a 1 KiB scratch is kept");
+    assert_eq!(capacity(4), Some(0), "the outlier's 200 KiB were freed");
+    assert!(capacity(5) >= Some(1 << 10));
 }
 
 /// Counts what the hooks see, across all workers.

@@ -126,6 +126,11 @@ impl RgbImage {
         3 * self.width as usize * self.height as usize
     }
 
+    /// Bytes of its allocation, which is kept for the largest image so far.
+    pub fn retained_bytes(&self) -> usize {
+        self.data.capacity()
+    }
+
     /// Sets the size and returns the pixels to overwrite. Keeps the allocation when it is big
     /// enough; the contents are unspecified.
     pub fn reset(&mut self, width: u32, height: u32) -> &mut [u8] {

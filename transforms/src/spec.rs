@@ -420,6 +420,15 @@ pub struct PipelineContext {
 }
 
 impl PipelineContext {
+    /// Bytes its image and decode buffers hold on to (they only grow, to the largest image
+    /// seen). The resizer's rows and coefficients, a few rows wide, are not counted.
+    pub fn retained_bytes(&self) -> usize {
+        self.decode.retained_bytes()
+            + self.decoded.retained_bytes()
+            + self.stage_a.retained_bytes()
+            + self.stage_b.retained_bytes()
+    }
+
     /// Runs the resize and conversion kernels up to `limit` ([`fused::default_simd`] unless
     /// set), for profiling one kernel set against another. The samples are identical at every
     /// level.

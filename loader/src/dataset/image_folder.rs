@@ -7,6 +7,7 @@
 //! is the index torchvision would give.
 
 use std::borrow::Cow;
+use std::cmp::Ordering;
 use std::ffi::{OsStr, OsString};
 use std::fs;
 use std::io;
@@ -62,7 +63,9 @@ impl ImageFolderOptions {
 #[derive(Clone, Debug)]
 pub struct ImageFolder {
     root: PathBuf,
-    classes: Vec<String>,
+    /// Folder names as the OS gives them: a name that is not UTF-8 stays what it is (Python
+    /// sees it as `os.fsdecode` does), so two such classes never collapse into one.
+    classes: Vec<OsString>,
     samples: Vec<(PathBuf, usize)>,
 }
 
@@ -88,10 +91,10 @@ impl ImageFolder {
             walk(&class_dir, &mut ancestors, &mut listing);
             // `sorted(os.walk(...))` orders the folders by their path *string*, which is not a
             // depth-first order ("a-b" sorts between "a" and "a/x").
-            listing.sort_by(|a, b| a.0.as_os_str().cmp(b.0.as_os_str()));
+            listing.sort_by(|a, b| python_order(a.0.as_os_str(), b.0.as_os_str()));
             let before = samples.len();
             for (dir, files) in &mut listing {
-                files.sort();
+                files.sort_by(|a, b| python_order(a, b));
                 for name in files.iter() {
                     if has_extension(name, &options.extensions) {
                         samples.push((dir.join(name), class_index));
@@ -99,7 +102,7 @@ impl ImageFolder {
                 }
             }
             if samples.len() == before {
-                empty.push(class.to_string_lossy().into_owned());
+                empty.push(class.clone());
             }
         }
         if !empty.is_empty() && !options.allow_empty {
@@ -109,13 +112,9 @@ impl ImageFolder {
                 extensions: options.extensions.clone(),
             });
         }
-        let classes = class_dirs
-            .iter()
-            .map(|c| c.to_string_lossy().into_owned())
-            .collect();
         Ok(ImageFolder {
             root,
-            classes,
+            classes: class_dirs,
             samples,
         })
     }
@@ -125,13 +124,14 @@ impl ImageFolder {
         &self.root
     }
 
-    /// Class names in label order (sorted).
-    pub fn classes(&self) -> &[String] {
+    /// Class names in label order (sorted as Python sorts the names).
+    pub fn classes(&self) -> &[OsString] {
         &self.classes
     }
 
     /// The label of class `name` (torchvision's `class_to_idx[name]`).
-    pub fn class_index(&self, name: &str) -> Option<usize> {
+    pub fn class_index(&self, name: impl AsRef<OsStr>) -> Option<usize> {
+        let name = name.as_ref();
         self.classes.iter().position(|c| c == name)
     }
 
@@ -174,14 +174,30 @@ fn find_classes(root: &Path) -> Result<Vec<OsString>> {
             classes.push(entry.file_name());
         }
     }
-    // Python sorts str by code point, which is the byte order of UTF-8; `OsString` compares bytes.
-    classes.sort();
+    classes.sort_by(|a, b| python_order(a, b));
     if classes.is_empty() {
         return Err(LoaderError::NoClassFolders {
             root: root.to_path_buf(),
         });
     }
     Ok(classes)
+}
+
+/// The order of `sorted()` over the names as Python holds them (`os.fsdecode`: UTF-8, each
+/// undecodable byte `b` as the lone surrogate `U+DC00 + b`), by code point. It is byte order for
+/// valid UTF-8, but not once a name holds an undecodable byte (`U+DCE9` sorts above `U+D7FF`,
+/// whose UTF-8 bytes `ED 9F BF` sort above the lone byte `E9`).
+fn python_order(a: &OsStr, b: &OsStr) -> Ordering {
+    code_points(a).cmp(code_points(b))
+}
+
+/// The code points of `os.fsdecode(name)` on a UTF-8 file system.
+fn code_points(name: &OsStr) -> impl Iterator<Item = u32> + '_ {
+    name.as_encoded_bytes().utf8_chunks().flat_map(|chunk| {
+        let valid = chunk.valid().chars().map(u32::from);
+        let escaped = chunk.invalid().iter().map(|&b| 0xDC00 + u32::from(b));
+        valid.chain(escaped)
+    })
 }
 
 /// `os.DirEntry.is_dir()`: follows symlinks, and is false when that fails.
@@ -251,6 +267,32 @@ fn has_extension(name: &OsStr, extensions: &[String]) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[cfg(unix)]
+    #[test]
+    fn names_sort_as_python_sorts_their_fsdecoded_strings() {
+        use std::os::unix::ffi::OsStrExt;
+        // sorted(['\ud7ff', 'cl\udce9', 'cl\udcea', 'cl\u00e9', 'cl', 'cm'])
+        let names: Vec<&OsStr> = [
+            &b"\xed\x9f\xbf"[..],
+            b"cl\xe9",
+            b"cl\xea",
+            b"cl\xc3\xa9",
+            b"cl",
+            b"cm",
+        ]
+        .into_iter()
+        .map(OsStr::from_bytes)
+        .collect();
+        let mut sorted = names.clone();
+        sorted.sort_by(|a, b| python_order(a, b));
+        let want = [names[4], names[3], names[1], names[2], names[5], names[0]];
+        assert_eq!(sorted, want);
+        // Byte order puts U+D7FF (ED 9F BF) after the lone byte E9; Python puts it first.
+        let (d7ff, e9) = (names[0], OsStr::from_bytes(b"\xe9"));
+        assert_eq!(python_order(d7ff, e9), Ordering::Less);
+        assert!(d7ff.as_encoded_bytes() > e9.as_encoded_bytes());
+    }
 
     #[test]
     fn extension_match_is_case_insensitive_on_the_name() {

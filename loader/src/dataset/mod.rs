@@ -7,6 +7,7 @@
 mod file_list;
 mod image_folder;
 mod in_memory;
+mod path_list;
 
 use std::borrow::Cow;
 use std::fs::File;
@@ -14,9 +15,10 @@ use std::io::{self, Read};
 use std::path::Path;
 use std::sync::Arc;
 
-pub use file_list::{FileList, FileListOptions};
+pub use file_list::{Column, FileList, FileListOptions, ListFormat};
 pub use image_folder::{ImageFolder, ImageFolderOptions, IMG_EXTENSIONS};
 pub use in_memory::InMemory;
+pub use path_list::PathList;
 
 /// A dataset of encoded samples with integer labels, read concurrently by the workers.
 ///
@@ -68,7 +70,7 @@ forward_source!(&S);
 
 /// Reads a whole file into `buf`, reusing its allocation (`read_to_end` sizes it from the
 /// file's length, so there is one read call and no regrowth once `buf` is large enough).
-pub(crate) fn read_file_into<'a>(path: &Path, buf: &'a mut Vec<u8>) -> io::Result<&'a [u8]> {
+pub fn read_file_into<'a>(path: &Path, buf: &'a mut Vec<u8>) -> io::Result<&'a [u8]> {
     buf.clear();
     File::open(path)?.read_to_end(buf)?;
     Ok(buf)

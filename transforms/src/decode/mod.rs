@@ -167,6 +167,11 @@ impl std::fmt::Debug for DecodeContext {
 }
 
 impl DecodeContext {
+    /// Bytes of its conversion buffer, kept for the largest image so far.
+    pub fn retained_bytes(&self) -> usize {
+        self.scratch.capacity()
+    }
+
     /// A context decoding with `options`. Fails if `max_pixels` is 0 or libjpeg-turbo cannot
     /// start.
     pub fn new(options: DecodeOptions) -> Result<Self> {
