@@ -5,14 +5,22 @@
 //! calls), so they are usable as they are after `fork()`; they pickle by their arguments and
 //! list the files again when unpickled. Must not read or decode images.
 
+use std::borrow::Cow;
 use std::ffi::OsString;
-use std::path::PathBuf;
+use std::fmt;
+use std::io;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::Arc;
 
-use ferroloader_loader::{FileList, FileListOptions, ImageFolder, ImageFolderOptions, Source};
+use ferroloader_loader::dataset::read_file_into;
+use ferroloader_loader::{
+    Column, FileList, FileListOptions, ImageFolder, ImageFolderOptions, ListFormat, PathList,
+    Source,
+};
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
-use pyo3::types::{PyDict, PyTuple};
+use pyo3::types::{PyByteArray, PyBytes, PyDict, PyTuple};
 
 use crate::detach::run_detached;
 
@@ -59,9 +67,9 @@ impl PyImageFolder {
         self.inner.root().as_os_str().to_owned()
     }
 
-    /// Class names in label order (sorted).
+    /// Class names in label order (sorted), as `os.fsdecode` gives them.
     #[getter]
-    fn classes(&self) -> Vec<String> {
+    fn classes(&self) -> Vec<OsString> {
         self.inner.classes().to_vec()
     }
 
@@ -125,7 +133,23 @@ impl PyImageFolder {
     }
 }
 
-/// Files listed in a CSV or TSV file of `path,label` rows, paths relative to `root`.
+/// A column argument: a name (`str`) or a 0-based position (`int`).
+#[derive(Clone, Debug, FromPyObject, IntoPyObject)]
+pub(crate) enum ColumnArg {
+    Index(usize),
+    Name(String),
+}
+
+impl From<ColumnArg> for Column {
+    fn from(arg: ColumnArg) -> Self {
+        match arg {
+            ColumnArg::Index(i) => Column::Index(i),
+            ColumnArg::Name(n) => Column::Name(n),
+        }
+    }
+}
+
+/// Files listed in a CSV, TSV or JSON Lines file, paths relative to `root`.
 #[pyclass(frozen, module = "ferroloader._native", name = "FileList")]
 #[derive(Debug)]
 pub(crate) struct PyFileList {
@@ -133,20 +157,50 @@ pub(crate) struct PyFileList {
     root_given: Option<PathBuf>,
     delimiter: Option<String>,
     has_header: Option<bool>,
+    path_column: Option<ColumnArg>,
+    label_column: Option<ColumnArg>,
+    format: Option<String>,
 }
 
 #[pymethods]
 impl PyFileList {
     #[new]
-    #[pyo3(signature = (path, root = None, delimiter = None, has_header = None))]
+    #[pyo3(signature = (
+        path, root = None, delimiter = None, has_header = None, path_column = None,
+        label_column = None, format = None
+    ))]
+    #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
         path: PathBuf,
         root: Option<PathBuf>,
         delimiter: Option<String>,
         has_header: Option<bool>,
+        path_column: Option<ColumnArg>,
+        label_column: Option<ColumnArg>,
+        format: Option<String>,
     ) -> PyResult<Self> {
         let mut options = FileListOptions::default();
+        if let Some(f) = &format {
+            options = options.format(match f.as_str() {
+                "csv" | "tsv" | "delimited" => ListFormat::Delimited,
+                "jsonl" | "json" => ListFormat::JsonLines,
+                other => {
+                    return Err(PyValueError::new_err(format!(
+                        "format: expected 'csv', 'tsv' or 'jsonl', got {other:?}"
+                    )))
+                }
+            });
+            if f == "tsv" && delimiter.is_none() {
+                options = options.delimiter(b'\t');
+            }
+        }
+        if let Some(c) = &path_column {
+            options = options.path_column(c.clone().into());
+        }
+        if let Some(c) = &label_column {
+            options = options.label_column(c.clone().into());
+        }
         if let Some(d) = &delimiter {
             match d.as_bytes() {
                 [b] if d.is_ascii() => options = options.delimiter(*b),
@@ -174,7 +228,26 @@ impl PyFileList {
             root_given: root,
             delimiter,
             has_header,
+            path_column,
+            label_column,
+            format,
         })
+    }
+
+    /// With class-name labels, the names in label order (sorted); `[]` for integer labels.
+    #[getter]
+    fn classes(&self) -> Vec<String> {
+        self.inner.classes().to_vec()
+    }
+
+    /// `{class name: label}` for class-name labels; `{}` for integer labels.
+    #[getter]
+    fn class_to_idx<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let dict = PyDict::new(py);
+        for (i, name) in self.inner.classes().iter().enumerate() {
+            dict.set_item(name, i)?;
+        }
+        Ok(dict)
     }
 
     /// The list file.
@@ -248,8 +321,170 @@ impl PyFileList {
             this.root_given.as_ref().map(|r| r.as_os_str().to_owned()),
             this.delimiter.clone(),
             this.has_header,
+            this.path_column.clone(),
+            this.label_column.clone(),
+            this.format.clone(),
         );
         Ok((slf.get_type().into_any(), args.into_pyobject(slf.py())?))
+    }
+}
+
+/// Files with labels from lists (what the Python side makes of torchvision's `ImageFolder`, a
+/// list of `(path, label)`, a `Subset` or a `ConcatDataset`): read natively, no GIL per sample.
+#[pyclass(frozen, module = "ferroloader._native", name = "PathList")]
+#[derive(Debug)]
+pub(crate) struct PyPathList {
+    pub(crate) inner: Arc<PathList>,
+}
+
+#[pymethods]
+impl PyPathList {
+    #[new]
+    fn new(paths: Vec<PathBuf>, labels: Vec<i64>) -> PyResult<Self> {
+        let list =
+            PathList::new(paths, labels).map_err(|e| PyValueError::new_err(e.to_string()))?;
+        Ok(PyPathList {
+            inner: Arc::new(list),
+        })
+    }
+
+    /// Every sample's path, in index order.
+    #[getter]
+    fn paths(&self) -> Vec<OsString> {
+        self.inner
+            .paths()
+            .iter()
+            .map(|p| p.as_os_str().to_owned())
+            .collect()
+    }
+
+    /// Every sample's label, in index order.
+    #[getter]
+    fn targets(&self) -> Vec<i64> {
+        self.inner.labels().to_vec()
+    }
+
+    /// `(path, label)` of sample `index` (negative indices count from the end).
+    fn __getitem__(&self, index: isize) -> PyResult<(OsString, i64)> {
+        let i = normalize_index(index, self.inner.len())?;
+        Ok((
+            self.inner.paths()[i].as_os_str().to_owned(),
+            self.inner.labels()[i],
+        ))
+    }
+
+    fn __len__(&self) -> usize {
+        self.inner.len()
+    }
+
+    fn __repr__(&self) -> String {
+        format!("PathList(samples={})", self.inner.len())
+    }
+
+    /// Pickles by its lists.
+    fn __reduce__<'py>(
+        slf: &Bound<'py, Self>,
+    ) -> PyResult<(Bound<'py, PyAny>, Bound<'py, PyTuple>)> {
+        let this = slf.get();
+        let args = (this.paths(), this.targets());
+        Ok((slf.get_type().into_any(), args.into_pyobject(slf.py())?))
+    }
+}
+
+/// A map-style dataset whose `dataset[i]` is `(path or bytes, label)`: asked for each sample by
+/// the worker that reads it, holding the GIL only for that call (a path is then read without it).
+/// Labels are learnt as samples are read; the loader asks for a label only after reading its
+/// sample.
+pub(crate) struct PyItems {
+    dataset: Py<PyAny>,
+    len: usize,
+    labels: Vec<AtomicI64>,
+}
+
+impl fmt::Debug for PyItems {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("PyItems")
+            .field("len", &self.len)
+            .finish_non_exhaustive()
+    }
+}
+
+/// What `dataset[i]` gave for the data.
+enum Item {
+    /// Bytes, copied into the worker's buffer.
+    Copied,
+    /// A file to read.
+    File(PathBuf),
+}
+
+impl PyItems {
+    pub(crate) fn new(dataset: &Bound<'_, PyAny>) -> PyResult<Self> {
+        let len = dataset.len()?;
+        let mut labels = Vec::new();
+        labels.try_reserve_exact(len).map_err(|_| {
+            pyo3::exceptions::PyMemoryError::new_err(format!("dataset: {len} labels"))
+        })?;
+        labels.resize_with(len, || AtomicI64::new(0));
+        Ok(PyItems {
+            dataset: dataset.clone().unbind(),
+            len,
+            labels,
+        })
+    }
+
+    /// `dataset[index]`, checked against the protocol; bytes land in `buf`.
+    fn fetch(&self, py: Python<'_>, index: usize, buf: &mut Vec<u8>) -> PyResult<Item> {
+        let item = self.dataset.bind(py).get_item(index)?;
+        let protocol = || {
+            pyo3::exceptions::PyTypeError::new_err(format!(
+                "dataset[{index}] returned {}, expected (path or bytes, label)",
+                item.get_type()
+                    .name()
+                    .map_or_else(|_| "?".to_owned(), |n| n.to_string())
+            ))
+        };
+        let (data, label): (Bound<'_, PyAny>, Bound<'_, PyAny>) =
+            item.extract().map_err(|_| protocol())?;
+        let label: i64 = label.extract().map_err(|_| protocol())?;
+        self.labels[index].store(label, Ordering::Relaxed);
+        if let Ok(bytes) = data.cast::<PyBytes>() {
+            buf.clear();
+            buf.extend_from_slice(bytes.as_bytes());
+            return Ok(Item::Copied);
+        }
+        if let Ok(bytes) = data.cast::<PyByteArray>() {
+            buf.clear();
+            // `to_vec` copies under the GIL (a bytearray may change once it is released).
+            buf.extend_from_slice(&bytes.to_vec());
+            return Ok(Item::Copied);
+        }
+        let path: PathBuf = data.extract().map_err(|_| protocol())?;
+        Ok(Item::File(path))
+    }
+}
+
+impl Source for PyItems {
+    fn len(&self) -> usize {
+        self.len
+    }
+
+    fn read<'a>(&'a self, index: usize, buf: &'a mut Vec<u8>) -> io::Result<&'a [u8]> {
+        let item = Python::attach(|py| {
+            self.fetch(py, index, buf)
+                .map_err(|e| io::Error::other(format!("dataset[{index}] failed: {e}")))
+        })?;
+        match item {
+            Item::Copied => Ok(buf),
+            Item::File(path) => read_file_into(&path, buf),
+        }
+    }
+
+    fn label(&self, index: usize) -> i64 {
+        self.labels[index].load(Ordering::Relaxed)
+    }
+
+    fn path(&self, index: usize) -> Cow<'_, Path> {
+        Cow::Owned(PathBuf::from(format!("dataset[{index}]")))
     }
 }
 
@@ -267,18 +502,25 @@ fn normalize_index(index: isize, len: usize) -> PyResult<usize> {
     })
 }
 
-/// A dataset argument as the loader's source.
+/// A dataset argument as the loader's source: the native datasets as they are; anything else
+/// (the Python side has turned every listable dataset into a `PathList` already) through the
+/// `(path or bytes, label)` protocol.
 pub(crate) fn as_source(dataset: &Bound<'_, PyAny>) -> PyResult<Arc<dyn Source>> {
     if let Ok(folder) = dataset.cast::<PyImageFolder>() {
-        let source: Arc<dyn Source> = folder.get().inner.clone();
-        return Ok(source);
+        return Ok(folder.get().inner.clone());
     }
     if let Ok(list) = dataset.cast::<PyFileList>() {
-        let source: Arc<dyn Source> = list.get().inner.clone();
-        return Ok(source);
+        return Ok(list.get().inner.clone());
+    }
+    if let Ok(list) = dataset.cast::<PyPathList>() {
+        return Ok(list.get().inner.clone());
+    }
+    if dataset.hasattr("__getitem__")? && dataset.hasattr("__len__")? {
+        return Ok(Arc::new(PyItems::new(dataset)?));
     }
     Err(pyo3::exceptions::PyTypeError::new_err(format!(
-        "dataset: expected a ferroloader.ImageFolder or ferroloader.FileList, got {}",
+        "dataset: expected a ferroloader dataset or a map-style dataset whose items are \
+         (path or bytes, label), got {}",
         dataset.get_type().name()?
     )))
 }

@@ -12,8 +12,13 @@
 //!   not a readable profile: `ValueError` saying why;
 //! - a sampler index out of range: `IndexError`; loader bugs and panics: `RuntimeError`.
 //!
+//! Paths and class names reach Python as `os.fsdecode` gives them (an undecodable byte as a lone
+//! surrogate, which a Rust `String` cannot hold), in messages and attributes alike, so that
+//! `os.path.exists(e.path)` holds for a file whose name is not UTF-8.
+//!
 //! Must not decide anything but the exception type and its message.
 
+use std::ffi::OsStr;
 use std::io;
 use std::path::Path;
 
@@ -21,10 +26,12 @@ use ferroloader_loader::profiler::ProfilerError;
 use ferroloader_loader::transforms::Error as TransformError;
 use ferroloader_loader::LoaderError;
 use pyo3::exceptions::{
-    PyFileNotFoundError, PyIndexError, PyOSError, PyPermissionError, PyRuntimeError, PyValueError,
+    PyFileNotFoundError, PyIndexError, PyMemoryError, PyOSError, PyPermissionError, PyRuntimeError,
+    PyValueError,
 };
 use pyo3::prelude::*;
 use pyo3::types::PyString;
+use pyo3::PyTypeInfo;
 
 pyo3::create_exception!(
     ferroloader,
@@ -65,9 +72,9 @@ impl ToPyErr for TransformError {
 /// checks, the op argument (`scale`, `size`, ...).
 impl ToPyErr for ProfilerError {
     /// Files: the `OSError` of the OS error; anything about a file's contents: `ValueError`.
-    fn to_py_err(self, _py: Python<'_>) -> PyErr {
+    fn to_py_err(self, py: Python<'_>) -> PyErr {
         match self {
-            ProfilerError::Io { path, source } => os_error(&source, &path, None),
+            ProfilerError::Io { path, source } => os_error(py, &source, &path, None),
             other => PyValueError::new_err(other.to_string()),
         }
     }
@@ -88,12 +95,12 @@ fn python_arg(option: &str) -> &str {
 
 fn loader_error(py: Python<'_>, e: LoaderError) -> PyErr {
     match e {
-        LoaderError::Io { path, source } => os_error(&source, &path, None),
+        LoaderError::Io { path, source } => os_error(py, &source, &path, None),
         LoaderError::Read {
             index,
             path,
             source,
-        } => os_error(&source, &path, Some(index)),
+        } => os_error(py, &source, &path, Some(index)),
         LoaderError::Transform {
             index,
             path,
@@ -101,29 +108,65 @@ fn loader_error(py: Python<'_>, e: LoaderError) -> PyErr {
             source,
         } => match decode_reason(&source) {
             Some(reason) => decode_error(py, &path, Some(index), op.name(), reason, &source),
-            None => PyValueError::new_err(format!(
-                "{} (sample {index}): {} failed: {source}",
-                path.display(),
-                op.name()
-            )),
+            None => new_err::<PyValueError>(
+                py,
+                format!(
+                    "{} (sample {index}): {} failed: {source}",
+                    path.display(),
+                    op.name()
+                ),
+                &[path.as_os_str()],
+            ),
         },
         LoaderError::Panic {
             index,
             path,
             op,
             message,
-        } => PyRuntimeError::new_err(format!(
-            "{} (sample {index}): {} panicked: {message}",
-            path.display(),
-            op.name()
-        )),
-        e @ (LoaderError::NoClassFolders { .. } | LoaderError::EmptyClasses { .. }) => {
-            PyFileNotFoundError::new_err(e.to_string())
+        } => new_err::<PyRuntimeError>(
+            py,
+            format!(
+                "{} (sample {index}): {} panicked: {message}",
+                path.display(),
+                op.name()
+            ),
+            &[path.as_os_str()],
+        ),
+        LoaderError::EmptyClasses {
+            root: _,
+            ref classes,
+            ref extensions,
+        } => {
+            // Names that differ only in undecodable bytes look alike once lossy: each is
+            // replaced where it stands, not by a search for its lossy text.
+            let mut text =
+                vec![PyString::new(py, "Found no valid file for the classes ").into_any()];
+            for (i, class) in classes.iter().enumerate() {
+                if i > 0 {
+                    text.push(PyString::new(py, ", ").into_any());
+                }
+                text.push(os_str(py, class));
+            }
+            let tail = format!(". Supported extensions are: {}", extensions.join(", "));
+            text.push(PyString::new(py, &tail).into_any());
+            let joined = PyString::new(py, "")
+                .call_method1("join", (text,))
+                .map(Bound::unbind);
+            match joined {
+                Ok(message) => PyFileNotFoundError::new_err((message,)),
+                Err(_) => PyFileNotFoundError::new_err(e.to_string()),
+            }
         }
-        e @ LoaderError::FileList { .. } => PyValueError::new_err(e.to_string()),
+        LoaderError::NoClassFolders { ref root } => {
+            new_err::<PyFileNotFoundError>(py, e.to_string(), &[root.as_os_str()])
+        }
+        LoaderError::FileList { ref path, .. } => {
+            new_err::<PyValueError>(py, e.to_string(), &[path.as_os_str()])
+        }
         LoaderError::InvalidOption { name, reason } => {
             PyValueError::new_err(format!("{}: {reason}", python_arg(name)))
         }
+        e @ LoaderError::OutOfMemory { .. } => PyMemoryError::new_err(e.to_string()),
         LoaderError::IndexOutOfRange {
             index,
             position,
@@ -134,6 +177,41 @@ fn loader_error(py: Python<'_>, e: LoaderError) -> PyErr {
         )),
         e => PyRuntimeError::new_err(e.to_string()),
     }
+}
+
+/// An exception of type `T` whose message is `message` with each of `names` (shown in it by
+/// `Path::display` or `to_string_lossy`) as `os.fsdecode` gives it.
+fn new_err<T: PyTypeInfo>(py: Python<'_>, message: String, names: &[&OsStr]) -> PyErr {
+    match exact_text(py, &message, names) {
+        Ok(text) => PyErr::new::<T, _>((text.unbind(),)),
+        Err(_) => PyErr::new::<T, _>(message),
+    }
+}
+
+/// `message` with the lossy form of each of `names` replaced by its exact one; names that are
+/// valid UTF-8 show the same either way and are left alone.
+pub(crate) fn exact_text<'py>(
+    py: Python<'py>,
+    message: &str,
+    names: &[&OsStr],
+) -> PyResult<Bound<'py, PyAny>> {
+    let mut text = PyString::new(py, message).into_any();
+    for name in names {
+        if name.to_str().is_none() {
+            text = text.call_method1("replace", (name.to_string_lossy(), os_str(py, name)))?;
+        }
+    }
+    Ok(text)
+}
+
+/// `os.fsdecode(name)`.
+pub(crate) fn os_str<'py>(py: Python<'py>, name: &OsStr) -> Bound<'py, PyAny> {
+    // PyO3 converts an `OsStr` with the file system encoding and its error handler
+    // (`PyUnicode_DecodeFSDefault`), which is what `os.fsdecode` does.
+    name.into_pyobject(py).map_or_else(
+        |_| PyString::new(py, &name.to_string_lossy()).into_any(),
+        |s| s.into_any(),
+    )
 }
 
 /// The `reason` attribute of a [`DecodeError`], or `None` when the transform error is not about
@@ -167,8 +245,9 @@ fn decode_error(
         None => format!("{}: cannot decode image: {source}", path.display()),
     };
     let build = || -> PyResult<PyErr> {
-        let exc = py.get_type::<DecodeError>().call1((message.as_str(),))?;
-        exc.setattr("path", path_str(py, path))?;
+        let text = exact_text(py, &message, &[path.as_os_str()])?;
+        let exc = py.get_type::<DecodeError>().call1((text,))?;
+        exc.setattr("path", os_str(py, path.as_os_str()))?;
         exc.setattr("index", index)?;
         exc.setattr("op", op)?;
         exc.setattr("reason", reason)?;
@@ -177,14 +256,9 @@ fn decode_error(
     build().unwrap_or_else(|_| DecodeError::new_err(message.clone()))
 }
 
-fn path_str<'py>(py: Python<'py>, path: &Path) -> Bound<'py, PyString> {
-    PyString::new(py, &path.to_string_lossy())
-}
-
 /// `OSError(errno, strerror, filename)`: Python picks the subclass from the errno
 /// (`FileNotFoundError` for `ENOENT`, ...). Errors without an errno are mapped by kind.
-fn os_error(e: &io::Error, path: &Path, sample: Option<usize>) -> PyErr {
-    let path = path.to_string_lossy().into_owned();
+fn os_error(py: Python<'_>, e: &io::Error, path: &Path, sample: Option<usize>) -> PyErr {
     let what = match sample {
         Some(index) => format!(" (reading sample {index})"),
         None => String::new(),
@@ -196,14 +270,18 @@ fn os_error(e: &io::Error, path: &Path, sample: Option<usize>) -> PyErr {
             let strerror = strerror
                 .rsplit_once(" (os error")
                 .map_or(strerror.as_str(), |(s, _)| s);
-            PyOSError::new_err((errno, format!("{strerror}{what}"), path))
+            let filename = path.as_os_str().to_owned();
+            PyOSError::new_err((errno, format!("{strerror}{what}"), filename))
         }
         None => {
-            let message = format!("{path}: {e}{what}");
+            let message = format!("{}: {e}{what}", path.display());
+            let names = [path.as_os_str()];
             match e.kind() {
-                io::ErrorKind::NotFound => PyFileNotFoundError::new_err(message),
-                io::ErrorKind::PermissionDenied => PyPermissionError::new_err(message),
-                _ => PyOSError::new_err(message),
+                io::ErrorKind::NotFound => new_err::<PyFileNotFoundError>(py, message, &names),
+                io::ErrorKind::PermissionDenied => {
+                    new_err::<PyPermissionError>(py, message, &names)
+                }
+                _ => new_err::<PyOSError>(py, message, &names),
             }
         }
     }

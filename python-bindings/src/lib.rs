@@ -27,6 +27,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("DecodeError", m.py().get_type::<errors::DecodeError>())?;
     m.add_class::<dataset::PyImageFolder>()?;
     m.add_class::<dataset::PyFileList>()?;
+    m.add_class::<dataset::PyPathList>()?;
     m.add_class::<loader::PyLoader>()?;
     m.add_class::<loader::PyEpochIter>()?;
     m.add_class::<batch::BatchMemory>()?;

@@ -14,6 +14,7 @@
 //! forked child. Must not hold the GIL while waiting, nor keep a thread running once the
 //! iterator is gone and its last `next()` has returned.
 
+use std::ffi::OsString;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender, SyncSender};
 use std::sync::{Arc, Mutex, PoisonError, TryLockError};
@@ -31,7 +32,7 @@ use pyo3::prelude::*;
 use crate::batch::into_arrays;
 use crate::dataset::as_source;
 use crate::detach::run_detached;
-use crate::errors::{transform_config_error, ToPyErr};
+use crate::errors::{exact_text, os_str, transform_config_error, ToPyErr};
 use crate::fork::ForkLocal;
 use crate::profile::PyProfile;
 
@@ -309,8 +310,21 @@ struct PumpThread {
 /// What the pump sends back for one request.
 struct Reply {
     item: Option<Result<Batch, LoaderError>>,
-    /// Samples skipped since the previous reply: `(dataset index, path, why)`.
-    skipped: Vec<(usize, String, String)>,
+    /// Samples skipped since the previous reply.
+    skipped: Vec<Skipped>,
+}
+
+/// `(dataset index, path, why)` of a skipped sample, as Python gets it.
+type SkippedRow<'py> = (usize, Bound<'py, PyAny>, Bound<'py, PyAny>);
+
+/// A sample skipped under `on_error="skip"`, as the pump reports it.
+#[derive(Clone, Debug)]
+struct Skipped {
+    index: usize,
+    /// The file, as the OS names it.
+    path: OsString,
+    /// The error's message (the path in it lossy until it reaches Python).
+    why: String,
 }
 
 /// The consumer's end of an epoch running on its pump thread.
@@ -321,7 +335,7 @@ struct Pump {
     /// A request was sent and its reply not received yet (after a `KeyboardInterrupt`).
     pending: bool,
     ended: bool,
-    skipped: Vec<(usize, String, String)>,
+    skipped: Vec<Skipped>,
     /// Shared with the loader's [`PumpThread`]; set once this side is done with the epoch.
     released: Arc<AtomicBool>,
 }
@@ -419,9 +433,13 @@ fn pump_main(mut iter: NativeEpoch, requests: &Receiver<()>, replies: &SyncSende
                 let path = s
                     .error
                     .path()
-                    .map(|p| p.to_string_lossy().into_owned())
+                    .map(|p| p.as_os_str().to_owned())
                     .unwrap_or_default();
-                (s.index, path, s.error.to_string())
+                Skipped {
+                    index: s.index,
+                    path,
+                    why: s.error.to_string(),
+                }
             })
             .collect();
         forwarded = iter.skipped().len();
@@ -499,9 +517,20 @@ impl PyEpochIter {
         self.epoch
     }
 
-    /// Samples skipped so far (with `on_error="skip"`): `(dataset index, path, why)`.
+    /// Samples skipped so far (with `on_error="skip"`): `(dataset index, path, why)`, the
+    /// path as `os.fsdecode` gives it.
     #[getter]
-    fn skipped(&self) -> PyResult<Vec<(usize, String, String)>> {
-        self.with_pump(|pump| Ok(pump.skipped.clone()))
+    fn skipped<'py>(
+        &self,
+        py: Python<'py>,
+    ) -> PyResult<Vec<SkippedRow<'py>>> {
+        let skipped = self.with_pump(|pump| Ok(pump.skipped.clone()))?;
+        skipped
+            .iter()
+            .map(|s| {
+                let why = exact_text(py, &s.why, &[&s.path])?;
+                Ok((s.index, os_str(py, &s.path), why))
+            })
+            .collect()
     }
 }
