@@ -364,6 +364,12 @@ impl PyPathList {
         self.inner.labels().to_vec()
     }
 
+    /// `[(path, label), ...]` in index order.
+    #[getter]
+    fn samples(&self) -> Vec<(OsString, i64)> {
+        self.paths().into_iter().zip(self.targets()).collect()
+    }
+
     /// `(path, label)` of sample `index` (negative indices count from the end).
     fn __getitem__(&self, index: isize) -> PyResult<(OsString, i64)> {
         let i = normalize_index(index, self.inner.len())?;

@@ -19,12 +19,13 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender, SyncSender};
 use std::sync::{Arc, Mutex, PoisonError, TryLockError};
 use std::thread::{self, JoinHandle};
+use std::time::{Duration, Instant};
 
 use ferroloader_loader::profiler::{Mode, ProfilerConfig};
 use ferroloader_loader::transforms::spec::PipelineSpec;
 use ferroloader_loader::{
     Batch, DType, Delivery, EpochIter, ErrorPolicy, ImagePipeline, Loader, LoaderError,
-    LoaderOptions, Shard, Source,
+    LoaderOptions, ResumePoint, Shard, Source,
 };
 use pyo3::exceptions::{PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
@@ -175,21 +176,55 @@ impl PyLoader {
     /// output); moves the epoch counter on like `iter`.
     fn iter_indices(&self, py: Python<'_>, indices: Vec<i64>) -> PyResult<PyEpochIter> {
         let loader = self.inner.get("loader")?;
-        let mut plan = Vec::with_capacity(indices.len());
-        for (position, &index) in indices.iter().enumerate() {
-            let index = usize::try_from(index).map_err(|_| {
-                pyo3::exceptions::PyIndexError::new_err(format!(
-                    "sampler: index {index} at position {position} is negative"
-                ))
-            })?;
-            plan.push(index);
-        }
+        let plan = sampler_plan(&indices)?;
         let epoch = loader.next_epoch();
         let iter = loader
             .epoch_with_indices(epoch, plan)
             .map_err(|e| e.to_py_err(py))?;
         loader.set_epoch(epoch.wrapping_add(1));
         self.start(iter)
+    }
+
+    /// Starts epoch `epoch` where an earlier run of it stood (`EpochIter.resume_state`), over
+    /// the indices given when that run had them; the epoch counter moves on past it.
+    #[pyo3(signature = (epoch, position, batches, delivered, indices = None))]
+    fn iter_resume(
+        &self,
+        py: Python<'_>,
+        epoch: u64,
+        position: usize,
+        batches: usize,
+        delivered: Vec<usize>,
+        indices: Option<Vec<i64>>,
+    ) -> PyResult<PyEpochIter> {
+        let loader = self.inner.get("loader")?;
+        let plan = indices.as_deref().map(sampler_plan).transpose()?;
+        let point = ResumePoint {
+            batches,
+            position,
+            delivered,
+        };
+        let iter = loader
+            .resume(epoch, plan, point)
+            .map_err(|e| e.to_py_err(py))?;
+        loader.set_epoch(epoch.wrapping_add(1));
+        self.start(iter)
+    }
+
+    /// A checksum of the dataset's length and sample names, to tell a saved state from
+    /// another dataset's.
+    fn dataset_fingerprint(&self, py: Python<'_>) -> PyResult<u32> {
+        let loader = self.inner.get("loader")?;
+        Ok(py.detach(|| {
+            let source = loader.source();
+            let mut hasher = crc32fast::Hasher::new();
+            hasher.update(&(source.len() as u64).to_le_bytes());
+            for i in 0..source.len() {
+                hasher.update(source.path(i).as_os_str().as_encoded_bytes());
+                hasher.update(&[0]);
+            }
+            hasher.finalize()
+        }))
     }
 
     /// Sets the epoch the next `iter` runs (it seeds the shuffle and every sample's draws).
@@ -312,6 +347,8 @@ struct Reply {
     item: Option<Result<Batch, LoaderError>>,
     /// Samples skipped since the previous reply.
     skipped: Vec<Skipped>,
+    /// Where the epoch stands once the consumer has this reply's batch.
+    resume: ResumePoint,
 }
 
 /// `(dataset index, path, why)` of a skipped sample, as Python gets it.
@@ -336,6 +373,10 @@ struct Pump {
     pending: bool,
     ended: bool,
     skipped: Vec<Skipped>,
+    /// Where the epoch stands for the consumer: updated with each batch it receives.
+    resume: ResumePoint,
+    /// Longest wait for one batch (`timeout` of torch's DataLoader); `None`: forever.
+    timeout: Option<Duration>,
     /// Shared with the loader's [`PumpThread`]; set once this side is done with the epoch.
     released: Arc<AtomicBool>,
 }
@@ -362,6 +403,8 @@ impl Pump {
             pending: false,
             ended: false,
             skipped: Vec::new(),
+            resume: ResumePoint::default(),
+            timeout: None,
             released: Arc::clone(&released),
         };
         Ok((pump, PumpThread { handle, released }))
@@ -390,19 +433,43 @@ impl Pump {
             self.pending = true;
         }
         let replies = &mut self.replies;
-        let reply = run_detached(py, move |slice| match replies.recv_timeout(slice) {
-            Ok(reply) => Some(Ok::<_, LoaderError>(Some(reply))),
-            Err(RecvTimeoutError::Timeout) => None,
-            Err(RecvTimeoutError::Disconnected) => Some(Ok(None)),
+        let deadline = self.timeout.map(|t| (t, Instant::now() + t));
+        let waited = run_detached(py, move |slice| {
+            let slice = match deadline {
+                Some((_, at)) => match at.checked_duration_since(Instant::now()) {
+                    Some(left) => slice.min(left),
+                    None => return Some(Ok::<_, LoaderError>(Waited::TimedOut)),
+                },
+                None => slice,
+            };
+            match replies.recv_timeout(slice) {
+                Ok(reply) => Some(Ok(Waited::Reply(Box::new(reply)))),
+                Err(RecvTimeoutError::Timeout) => None,
+                Err(RecvTimeoutError::Disconnected) => Some(Ok(Waited::Gone)),
+            }
         })?;
-        self.pending = false;
-        let Some(reply) = reply else {
-            self.end();
-            return Err(PyRuntimeError::new_err(
-                "the epoch thread ended unexpectedly",
-            ));
+        let reply = match waited {
+            Waited::Reply(reply) => *reply,
+            // The request stays pending: the batch is not lost, a later `next()` gets it.
+            Waited::TimedOut => {
+                let secs = deadline.map_or(0.0, |(t, _)| t.as_secs_f64());
+                return Err(PyRuntimeError::new_err(format!(
+                    "DataLoader timed out after {secs} seconds"
+                )));
+            }
+            Waited::Gone => {
+                self.pending = false;
+                self.end();
+                return Err(PyRuntimeError::new_err(
+                    "the epoch thread ended unexpectedly",
+                ));
+            }
         };
+        self.pending = false;
         self.skipped.extend(reply.skipped);
+        if matches!(reply.item, Some(Ok(_))) {
+            self.resume = reply.resume;
+        }
         match reply.item {
             Some(Ok(batch)) => Ok(Some(batch)),
             Some(Err(e)) => {
@@ -416,6 +483,29 @@ impl Pump {
             }
         }
     }
+}
+
+/// A sampler's output as dataset indices.
+fn sampler_plan(indices: &[i64]) -> PyResult<Vec<usize>> {
+    indices
+        .iter()
+        .enumerate()
+        .map(|(position, &index)| {
+            usize::try_from(index).map_err(|_| {
+                pyo3::exceptions::PyIndexError::new_err(format!(
+                    "sampler: index {index} at position {position} is negative"
+                ))
+            })
+        })
+        .collect()
+}
+
+/// How a wait for the pump's reply ended.
+enum Waited {
+    Reply(Box<Reply>),
+    TimedOut,
+    /// The pump thread is gone.
+    Gone,
 }
 
 /// The pump thread: one `next()` per request, until the epoch ends or the consumer is gone;
@@ -444,7 +534,13 @@ fn pump_main(mut iter: NativeEpoch, requests: &Receiver<()>, replies: &SyncSende
             .collect();
         forwarded = iter.skipped().len();
         let end = item.is_none();
-        if replies.send(Reply { item, skipped }).is_err() || end {
+        let resume = iter.resume_point().clone();
+        let reply = Reply {
+            item,
+            skipped,
+            resume,
+        };
+        if replies.send(reply).is_err() || end {
             break;
         }
     }
@@ -517,13 +613,35 @@ impl PyEpochIter {
         self.epoch
     }
 
+    /// Where the epoch stands after the batches returned so far: `(position, batches,
+    /// delivered)` for `Loader.iter_resume`.
+    #[getter]
+    fn resume_state(&self) -> PyResult<(usize, usize, Vec<usize>)> {
+        self.with_pump(|pump| {
+            let r = &pump.resume;
+            Ok((r.position, r.batches, r.delivered.clone()))
+        })
+    }
+
+    /// Sets the longest wait for one batch, in seconds (`None` or 0: no limit); past it,
+    /// `__next__` raises `RuntimeError` and the batch stays pending.
+    fn set_timeout(&self, seconds: Option<f64>) -> PyResult<()> {
+        let timeout = match seconds {
+            None | Some(0.0) => None,
+            Some(s) => Some(Duration::try_from_secs_f64(s).map_err(|_| {
+                PyValueError::new_err(format!("timeout: expected seconds >= 0, got {s}"))
+            })?),
+        };
+        self.with_pump(|pump| {
+            pump.timeout = timeout;
+            Ok(())
+        })
+    }
+
     /// Samples skipped so far (with `on_error="skip"`): `(dataset index, path, why)`, the
     /// path as `os.fsdecode` gives it.
     #[getter]
-    fn skipped<'py>(
-        &self,
-        py: Python<'py>,
-    ) -> PyResult<Vec<SkippedRow<'py>>> {
+    fn skipped<'py>(&self, py: Python<'py>) -> PyResult<Vec<SkippedRow<'py>>> {
         let skipped = self.with_pump(|pump| Ok(pump.skipped.clone()))?;
         skipped
             .iter()

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import torch
 
 import ferroloader as fl
 from ferroloader import transforms as T
@@ -75,7 +76,20 @@ def test_decode_error_names_the_file_and_cause(corrupt_folder: Path) -> None:
         ({"batch_size": 0}, ValueError, "batch_size"),
         ({"batch_size": "8"}, TypeError, "batch_size"),
         ({"batch_size": 2.0}, TypeError, "batch_size"),
-        ({"num_workers": 0}, ValueError, "num_workers"),
+        ({"num_workers": -1}, ValueError, "num_workers"),
+        ({"num_workers": 5000}, ValueError, "num_workers"),
+        ({"prefetch_batches": 2**64 - 1}, ValueError, "prefetch_batches"),
+        ({"prefetch_batches": 10**9}, ValueError, "prefetch_batches"),
+        ({"worker_init_fn": print}, ValueError, "worker_init_fn"),
+        ({"timeout": -1}, ValueError, "timeout"),
+        ({"num_workers": 0, "prefetch_factor": 2}, ValueError, "prefetch_factor"),
+        ({"num_workers": 0, "persistent_workers": True}, ValueError, "persistent_workers"),
+        ({"seed": 1, "generator": torch.Generator()}, ValueError, "generator"),
+        ({"batch_size": None, "drop_last": True}, ValueError, "batch_size"),
+        ({"collate_fn": 3}, TypeError, "collate_fn"),
+        ({"batch_transform": 3}, TypeError, "batch_transform"),
+        ({"batch_sampler": [[0, 1]], "batch_size": 1}, TypeError, "batch_sampler"),
+        ({"batch_sampler": [[0, 1]], "batch_size": 1, "shuffle": True}, ValueError, "batch_sampler"),
         ({"num_workers": -1}, ValueError, "num_workers"),
         ({"prefetch_batches": 0}, ValueError, "prefetch_batches"),
         ({"shuffle": "yes"}, TypeError, "shuffle"),

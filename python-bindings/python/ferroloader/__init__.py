@@ -23,9 +23,9 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from ferroloader import transforms
-from ferroloader._native import DecodeError, FileList, ImageFolder, __version__
-from ferroloader.loader import Loader, LoaderIterator
+from ferroloader import datasets, transforms
+from ferroloader._native import DecodeError, FileList, ImageFolder, PathList, __version__
+from ferroloader.loader import STATE_VERSION, Loader, LoaderIterator
 from ferroloader.profiling import Profile, Summary
 
 __all__ = [
@@ -34,8 +34,11 @@ __all__ = [
     "ImageFolder",
     "Loader",
     "LoaderIterator",
+    "PathList",
+    "STATE_VERSION",
     "Profile",
     "Summary",
+    "datasets",
     "report",
     "torch",
     "transforms",

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple, Union, final
+from typing import Any, Dict, Iterator, List, Literal, Optional, Sequence, Tuple, Union, final
 
 import numpy as np
 import numpy.typing as npt
@@ -13,6 +13,7 @@ __all__ = [
     "DecodeError",
     "ImageFolder",
     "FileList",
+    "PathList",
     "Loader",
     "EpochIter",
     "BatchMemory",
@@ -64,8 +65,9 @@ class ImageFolder:
 
 @final
 class FileList:
-    """Files listed in a CSV/TSV of ``path,label`` rows, relative to ``root`` (default: the
-    list's folder)."""
+    """Files listed in a CSV, TSV or JSON Lines file, relative to ``root`` (default: the
+    list's folder). Columns by name or 0-based index; class-name labels map to sorted class
+    indices (``classes``, ``class_to_idx``)."""
 
     def __new__(
         cls,
@@ -73,11 +75,33 @@ class FileList:
         root: Optional[_StrPath] = None,
         delimiter: Optional[str] = None,
         has_header: Optional[bool] = None,
+        path_column: Union[str, int, None] = None,
+        label_column: Union[str, int, None] = None,
+        format: Optional[Literal["csv", "tsv", "jsonl", "json", "delimited"]] = None,
     ) -> FileList: ...
+    @property
+    def classes(self) -> List[str]: ...
+    @property
+    def class_to_idx(self) -> Dict[str, int]: ...
     @property
     def path(self) -> str: ...
     @property
     def root(self) -> str: ...
+    @property
+    def paths(self) -> List[str]: ...
+    @property
+    def targets(self) -> List[int]: ...
+    @property
+    def samples(self) -> List[Tuple[str, int]]: ...
+    def __getitem__(self, index: int, /) -> Tuple[str, int]: ...
+    def __len__(self) -> int: ...
+    def __reduce__(self) -> Tuple[type, Tuple[object, ...]]: ...
+
+@final
+class PathList:
+    """Files with labels, from lists: read natively, no GIL per sample."""
+
+    def __new__(cls, paths: Sequence[_StrPath], labels: Sequence[int]) -> PathList: ...
     @property
     def paths(self) -> List[str]: ...
     @property
@@ -115,6 +139,9 @@ class EpochIter(Iterator[_BatchArrays]):
     def epoch(self) -> int: ...
     @property
     def skipped(self) -> List[Tuple[int, str, str]]: ...
+    @property
+    def resume_state(self) -> Tuple[int, int, List[int]]: ...
+    def set_timeout(self, seconds: Optional[float]) -> None: ...
 
 @final
 class Loader:
@@ -122,7 +149,7 @@ class Loader:
 
     def __new__(
         cls,
-        dataset: Union[ImageFolder, FileList],
+        dataset: object,
         spec: str,
         *,
         batch_size: int,
@@ -141,6 +168,15 @@ class Loader:
     def take_profile(self) -> Profile: ...
     def iter(self) -> EpochIter: ...
     def iter_indices(self, indices: Sequence[int]) -> EpochIter: ...
+    def iter_resume(
+        self,
+        epoch: int,
+        position: int,
+        batches: int,
+        delivered: Sequence[int],
+        indices: Optional[Sequence[int]] = None,
+    ) -> EpochIter: ...
+    def dataset_fingerprint(self) -> int: ...
     def set_epoch(self, epoch: int) -> None: ...
     @property
     def next_epoch(self) -> int: ...

@@ -29,6 +29,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple
 
+from ferroloader.loader import DecoderName, Output, ProfileMode
+
 if TYPE_CHECKING:
     from ferroloader.profiling import Profile
 
@@ -68,12 +70,12 @@ class RunConfig:
     """Worker threads (native) or processes (torchvision); 0 means one per available CPU."""
     batches: int = 50
     """Batches per pipeline per round (epochs repeat when the data set is smaller)."""
-    decoder: str = "turbo"
-    output: str = "float32"
+    decoder: DecoderName = "turbo"
+    output: Output = "float32"
     step_ms: float = 0.0
     step_busy: bool = False
     rounds: int = 1
-    mode: str = "spans"
+    mode: ProfileMode = "spans"
     """Profile mode of both pipelines: ``"spans"`` or ``"counters"``."""
     seed: int = 0
     size: int = 224

@@ -1,32 +1,55 @@
-"""``ferroloader.Loader``: a PyTorch-compatible iterable of ``(images, labels)`` batches.
+"""``ferroloader.Loader``: a drop-in for ``torch.utils.data.DataLoader`` over image datasets.
 
-The work happens in native worker threads (``ferroloader._native``); this module checks the
-arguments (``TypeError``/``ValueError`` naming the argument), keeps the configuration (so a
-loader pickles by its configuration and rebuilds itself in a forked child), and turns each
-batch's numpy arrays into torch tensors without a copy (``torch.from_numpy``).
+The work happens in native worker threads (``ferroloader._native``); this module maps
+DataLoader's arguments onto the native loader (``TypeError``/``ValueError`` naming the argument
+where one cannot hold, with the reason), keeps the configuration (so a loader pickles by its
+configuration and rebuilds itself in a forked child), turns each batch's numpy arrays into torch
+tensors without a copy (``torch.from_numpy``), and saves and restores the position in an epoch
+(``state_dict``/``load_state_dict``, torchdata's ``StatefulDataLoader`` names).
 """
 
 from __future__ import annotations
 
 import numbers
-from typing import Any, Dict, Iterable, List, Optional, Tuple, Union
+import os
+import warnings
+from typing import (
+    TYPE_CHECKING,
+    Any,
+    Callable,
+    Dict,
+    Iterable,
+    List,
+    Literal,
+    Optional,
+    Sequence,
+    Tuple,
+    get_args,
+)
 
 import numpy as np
 
 from ferroloader import _native
-from ferroloader._native import FileList, ImageFolder
+from ferroloader.datasets import as_source
 from ferroloader.profiling import Profile
 from ferroloader.transforms import Compose, as_compose, pipeline_spec
 
-__all__ = ["Loader", "LoaderIterator"]
+if TYPE_CHECKING:
+    import torch
 
-Dataset = Union[ImageFolder, FileList]
+__all__ = ["Loader", "LoaderIterator", "STATE_VERSION"]
 
-_OUTPUTS = ("float32", "uint8")
-_DECODERS = ("turbo", "zune")
-_ON_ERROR = ("raise", "skip")
-_PROFILE = ("off", "spans", "counters")
-_TENSOR_TYPES = ("torch", "numpy")
+Output = Literal["float32", "uint8"]
+DecoderName = Literal["turbo", "zune"]
+OnError = Literal["raise", "skip"]
+ProfileMode = Literal["off", "spans", "counters"]
+TensorType = Literal["torch", "numpy"]
+
+#: Version of the dictionaries ``Loader.state_dict`` returns.
+STATE_VERSION = 1
+
+# The settings a saved state must agree with to describe the same epochs.
+_STATE_KEYS = ("seed", "batch_size", "drop_last", "shuffle", "in_order", "rank", "world_size")
 
 
 def _check_int(name: str, value: object, minimum: int, maximum: Optional[int] = None) -> int:
@@ -46,7 +69,8 @@ def _check_bool(name: str, value: object) -> bool:
     raise TypeError(f"{name}: expected a bool, got {type(value).__name__} {value!r}")
 
 
-def _check_choice(name: str, value: object, choices: Tuple[str, ...]) -> str:
+def _check_choice(name: str, value: object, literal: Any) -> str:
+    choices = get_args(literal)
     if not isinstance(value, str):
         raise TypeError(f"{name}: expected one of {choices}, got {type(value).__name__} {value!r}")
     if value not in choices:
@@ -54,74 +78,186 @@ def _check_choice(name: str, value: object, choices: Tuple[str, ...]) -> str:
     return value
 
 
+def _cores() -> int:
+    """The cores this process may run on: the native default for ``num_workers``."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:
+        return os.cpu_count() or 1
+
+
+def _is_default_collate(fn: Any) -> bool:
+    try:
+        from torch.utils.data import default_collate
+    except ImportError:
+        return False
+    return fn is default_collate
+
+
 class Loader:
     """Loads batches of ``dataset`` through ``transform`` with native worker threads.
 
-    Iterating yields ``(images, labels)``: ``torch.float32 [B, 3, H, W]`` (or ``torch.uint8``
-    with ``output="uint8"``) and ``torch.int64 [B]``, handed over without a copy. Each
+    Built as ``torch.utils.data.DataLoader`` is, with the same positional order; iterating
+    yields ``(images, labels)``: ``torch.float32 [B, 3, H, W]`` (``torch.uint8`` with
+    ``output="uint8"``) and ``torch.int64 [B]``, handed over without a copy. Each
     ``iter(loader)`` is one epoch; epochs count up from 0 (``set_epoch`` sets the next one, as
     with torch's ``DistributedSampler``), and the epoch, ``seed`` and sample index alone decide
-    the shuffle and every random crop and flip, whatever ``num_workers``.
+    the shuffle and every random draw, whatever ``num_workers``.
 
-    Arguments not in torch's ``DataLoader``:
+    ``dataset``: a ``ferroloader.ImageFolder``/``FileList``, torchvision's ``ImageFolder`` or
+    ``DatasetFolder`` (its ``transform`` is used when ``transform`` is not given), a sequence of
+    ``(path, label)`` or ``(bytes, label)``, a torch ``Subset``/``ConcatDataset`` of those, or
+    any map-style dataset whose items are ``(path or bytes, label)`` (see
+    ``ferroloader.datasets``).
 
-    - ``prefetch_batches``: batches prepared ahead of the consumer (bounds memory).
-    - ``in_order=False``: deliver batches as they complete (torch's ``in_order``).
-    - ``output``: ``"float32"`` (the transform's tensors) or ``"uint8"`` (pixels, 4x less
-      memory; apply ``deferred_normalize`` on the GPU).
-    - ``decoder``: ``"turbo"`` (libjpeg-turbo, Pillow-exact) or ``"zune"`` (pure Rust).
-    - ``on_error``: ``"raise"`` (the first bad sample ends the epoch with its error) or
-      ``"skip"`` (bad samples are dropped; see ``LoaderIterator.skipped``).
-    - ``profile``: ``"off"``, ``"spans"`` (a span per op per sample, batch events) or
-      ``"counters"`` (spans with CPU counter deltas); read it with ``loader.profile()``.
-    - ``rank``/``world_size``: this process's share, cut as ``DistributedSampler`` cuts it; or
-      ``sampler``: any iterable of dataset indices, iterated once per epoch.
-    - ``tensor_type``: ``"torch"`` (default) or ``"numpy"`` arrays (no torch needed).
+    DataLoader's arguments, where they differ:
+
+    - ``num_workers``: worker *threads*; ``None`` (default) uses every core, ``0`` decodes in
+      one thread on demand (no read-ahead), with the same batches as any other count.
+    - ``batch_sampler``: each batch's indices; every batch but the last must have the
+      sampler's ``batch_size`` (batches are fixed-size buffers).
+    - ``collate_fn``: ``None`` or ``default_collate`` collate natively (no cost); any other
+      callable gets each batch as the list of ``(image, label)`` samples, as DataLoader would
+      give it (each image a view, so ``default_collate`` inside it copies once).
+      ``batch_transform`` is the cheaper way to transform whole batches (MixUp/CutMix).
+    - ``pin_memory``: each batch is copied into page-locked memory (as DataLoader's pinning
+      thread does) when CUDA is available; otherwise a warning, and plain memory.
+    - ``persistent_workers``, ``multiprocessing_context``: accepted; workers are threads of
+      this process, started per epoch at no cost that persisting would save, and their scratch
+      persists anyway.
+    - ``worker_init_fn``: refused: workers run no Python, and their randomness is seeded per
+      sample from ``(seed, epoch, index)``.
+    - ``generator``: the seed is drawn from it once, at construction (``seed`` otherwise;
+      default 0, so runs repeat).
+    - ``prefetch_factor``: batches ahead per worker (``prefetch_batches`` sets the total).
+
+    And of its own: ``transform``, ``output``, ``decoder`` (``"turbo"``: libjpeg-turbo,
+    Pillow-exact; ``"zune"``: pure Rust), ``on_error`` (``"raise"`` or ``"skip"``; see
+    ``LoaderIterator.skipped``), ``profile`` (``"off"``, ``"spans"``, ``"counters"``; read it
+    with ``loader.profile()``), ``rank``/``world_size`` (``DistributedSampler``'s cut),
+    ``tensor_type`` (``"torch"`` or ``"numpy"``), ``batch_transform`` (a callable on each
+    ``(images, labels)`` batch, returning what the iterator yields).
     """
 
     def __init__(
         self,
-        dataset: Dataset,
-        batch_size: int = 32,
-        shuffle: bool = False,
-        drop_last: bool = False,
-        seed: int = 0,
+        dataset: Any,
+        batch_size: Optional[int] = 1,
+        shuffle: Optional[bool] = None,
+        sampler: Optional[Iterable[int]] = None,
+        batch_sampler: Optional[Iterable[Sequence[int]]] = None,
         num_workers: Optional[int] = None,
-        prefetch_batches: int = 2,
-        in_order: bool = True,
+        collate_fn: Optional[Callable[[List[Any]], Any]] = None,
+        pin_memory: bool = False,
+        drop_last: bool = False,
+        timeout: float = 0,
+        worker_init_fn: Optional[Callable[[int], None]] = None,
+        multiprocessing_context: Any = None,
+        generator: Any = None,
         *,
-        transform: Any,
-        output: str = "float32",
-        decoder: str = "turbo",
-        on_error: str = "raise",
-        profile: str = "off",
+        prefetch_factor: Optional[int] = None,
+        persistent_workers: bool = False,
+        pin_memory_device: str = "",
+        in_order: bool = True,
+        transform: Any = None,
+        seed: Optional[int] = None,
+        prefetch_batches: Optional[int] = None,
+        output: Output = "float32",
+        decoder: DecoderName = "turbo",
+        on_error: OnError = "raise",
+        profile: ProfileMode = "off",
         rank: Optional[int] = None,
         world_size: Optional[int] = None,
-        sampler: Optional[Iterable[int]] = None,
-        tensor_type: str = "torch",
+        tensor_type: TensorType = "torch",
+        batch_transform: Optional[Callable[[Any, Any], Any]] = None,
     ) -> None:
-        if not isinstance(dataset, (ImageFolder, FileList)):
-            hint = ""
-            if hasattr(dataset, "root") and hasattr(dataset, "classes"):
-                hint = " (for a torchvision ImageFolder, use ferroloader.ImageFolder(dataset.root))"
-            raise TypeError(
-                "dataset: expected a ferroloader.ImageFolder or ferroloader.FileList, got "
-                f"{type(dataset).__name__}{hint}"
-            )
         self.dataset = dataset
-        self.batch_size = _check_int("batch_size", batch_size, 1)
-        self.shuffle = _check_bool("shuffle", shuffle)
-        self.drop_last = _check_bool("drop_last", drop_last)
-        self.seed = _check_int("seed", seed, 0, 2**64 - 1)
-        self.num_workers = None if num_workers is None else _check_int("num_workers", num_workers, 1)
-        self.prefetch_batches = _check_int("prefetch_batches", prefetch_batches, 1)
-        self.in_order = _check_bool("in_order", in_order)
+        self._source, dataset_transform = as_source(dataset)
+        if transform is None:
+            if dataset_transform is None:
+                raise TypeError(
+                    "transform: required (a ferroloader.transforms.Compose or a torchvision "
+                    "Compose ending in ToTensor/PILToTensor), unless the dataset carries one"
+                )
+            transform = dataset_transform
+        elif dataset_transform is not None:
+            raise ValueError(
+                "transform: given both here and on the dataset; ferroloader runs one pipeline"
+            )
         self.transform: Compose = as_compose(transform)
-        self.output = _check_choice("output", output, _OUTPUTS)
-        self.decoder = _check_choice("decoder", decoder, _DECODERS)
-        self.on_error = _check_choice("on_error", on_error, _ON_ERROR)
-        self.profile_mode = _check_choice("profile", profile, _PROFILE)
-        self.tensor_type = _check_choice("tensor_type", tensor_type, _TENSOR_TYPES)
+        self.unbatched = batch_size is None
+        if self.unbatched and drop_last:
+            raise ValueError(
+                "batch_size: batch_size=None option disables auto-batching and is mutually "
+                "exclusive with drop_last"
+            )
+        self.batch_sampler: Optional[Iterable[Sequence[int]]] = batch_sampler
+        if batch_sampler is not None:
+            if batch_size != 1 or shuffle or sampler is not None or drop_last:
+                raise ValueError(
+                    "batch_sampler: batch_sampler option is mutually exclusive with "
+                    "batch_size, shuffle, sampler, and drop_last"
+                )
+            size = getattr(batch_sampler, "batch_size", None)
+            if size is None:
+                raise TypeError(
+                    "batch_sampler: needs a batch_size attribute (as torch's BatchSampler "
+                    "has): batches are fixed-size buffers, made before the first one is drawn"
+                )
+            batch_size = size
+        self.batch_size = 1 if batch_size is None else _check_int("batch_size", batch_size, 1)
+        self.shuffle = False if shuffle is None else _check_bool("shuffle", shuffle)
+        self.drop_last = _check_bool("drop_last", drop_last)
+        if generator is not None and seed is not None:
+            raise ValueError("generator: give either a generator or a seed, not both")
+        if generator is not None:
+            import torch
+
+            seed = int(torch.empty((), dtype=torch.int64).random_(generator=generator).item())
+        self.seed = 0 if seed is None else _check_int("seed", seed, 0, 2**64 - 1)
+        self.num_workers = None if num_workers is None else _check_int("num_workers", num_workers, 0)
+        if self.num_workers == 0 and prefetch_factor is not None:
+            raise ValueError(
+                "prefetch_factor: prefetch_factor option could only be specified in "
+                "multiprocessing; let num_workers > 0 to enable it, or set prefetch_factor to None"
+            )
+        if self.num_workers == 0 and persistent_workers:
+            raise ValueError("persistent_workers: persistent_workers option needs num_workers > 0")
+        self.persistent_workers = _check_bool("persistent_workers", persistent_workers)
+        if prefetch_factor is not None and prefetch_batches is not None:
+            raise ValueError("prefetch_factor: give prefetch_factor or prefetch_batches, not both")
+        if prefetch_factor is not None:
+            factor = _check_int("prefetch_factor", prefetch_factor, 1)
+            prefetch_batches = factor * (self.num_workers or _cores())
+        self.prefetch_batches = _check_int(
+            "prefetch_batches", 2 if prefetch_batches is None else prefetch_batches, 1
+        )
+        self.in_order = _check_bool("in_order", in_order)
+        if worker_init_fn is not None:
+            raise ValueError(
+                "worker_init_fn: ferroloader's workers are native threads that run no Python, "
+                "and every random draw is seeded per sample from (seed, epoch, index); there "
+                "is nothing for it to set up"
+            )
+        self.multiprocessing_context: Any = multiprocessing_context
+        if isinstance(timeout, bool) or not isinstance(timeout, numbers.Real) or timeout < 0:
+            raise ValueError(f"timeout: timeout option should be non-negative, got {timeout!r}")
+        self.timeout: float = float(timeout)
+        self.collate_fn: Optional[Callable[[List[Any]], Any]] = (
+            None if collate_fn is None or _is_default_collate(collate_fn) else collate_fn
+        )
+        if self.collate_fn is not None and not callable(self.collate_fn):
+            raise TypeError(f"collate_fn: expected a callable, got {collate_fn!r}")
+        if batch_transform is not None and not callable(batch_transform):
+            raise TypeError(f"batch_transform: expected a callable, got {batch_transform!r}")
+        self.batch_transform: Optional[Callable[[Any, Any], Any]] = batch_transform
+        self.pin_memory: bool = _check_bool("pin_memory", pin_memory)
+        self.pin_memory_device: str = pin_memory_device
+        self.output: str = _check_choice("output", output, Output)
+        self.decoder: str = _check_choice("decoder", decoder, DecoderName)
+        self.on_error: str = _check_choice("on_error", on_error, OnError)
+        self.profile_mode: str = _check_choice("profile", profile, ProfileMode)
+        self.tensor_type: str = _check_choice("tensor_type", tensor_type, TensorType)
         if (rank is None) != (world_size is None):
             raise ValueError("rank: rank and world_size must be given together")
         if world_size is not None:
@@ -138,7 +274,7 @@ class Loader:
                 raise ValueError("sampler: sampler option is mutually exclusive with shuffle")
             if self.world_size is not None:
                 raise ValueError("sampler: give either a sampler or rank/world_size, not both")
-        self.sampler = sampler
+        self.sampler: Optional[Iterable[int]] = sampler
         if self.tensor_type == "torch":
             try:
                 import torch
@@ -150,14 +286,21 @@ class Loader:
             self._from_numpy: Any = torch.from_numpy
         else:
             self._from_numpy = None
-        self._native = self._build()
+        self._pin_device: Optional[str] = self._pinning() if self.pin_memory else None
+        self._native: _native.Loader = self._build()
+        self._resume: Optional[Dict[str, Any]] = None
+        # Where the consumer stands in the epoch being iterated: (epoch, (position, batches,
+        # delivered)) after each batch, None once it ended. The iterators write it; the loader
+        # keeps no reference to them, so dropping one still ends its epoch.
+        self._progress: Optional[Tuple[int, Tuple[int, int, List[int]]]] = None
+        self._fingerprint: Optional[int] = None
 
     # -- native loader ------------------------------------------------------------------------
 
     def _build(self) -> _native.Loader:
         spec = pipeline_spec(self.transform, output=self.output, decoder=self.decoder)
         return _native.Loader(
-            self.dataset,
+            self._source,
             spec,
             batch_size=self.batch_size,
             shuffle=self.shuffle,
@@ -181,18 +324,67 @@ class Loader:
             self._native.set_epoch(epoch)
         return self._native
 
+    def _pinning(self) -> Optional[str]:
+        """The device to pin batches for, or ``None`` (with DataLoader's warning) when there is
+        no accelerator."""
+        if self.tensor_type != "torch":
+            raise ValueError("pin_memory: pinning needs tensor_type='torch'")
+        import torch
+
+        device = self.pin_memory_device or "cuda"
+        if device.startswith("cuda") and torch.cuda.is_available():
+            return device
+        warnings.warn(
+            "'pin_memory' argument is set as true but no accelerator is found, then device "
+            "pinned memory won't be used.",
+            stacklevel=3,
+        )
+        return None
+
     # -- iteration ----------------------------------------------------------------------------
+
+    def _plan(self) -> Optional[List[int]]:
+        """The epoch's indices when a sampler or batch sampler gives them; ``None`` for the
+        loader's own order."""
+        if self.batch_sampler is not None:
+            batches = [list(b) for b in self.batch_sampler]
+            for i, b in enumerate(batches[:-1]):
+                if len(b) != self.batch_size:
+                    raise ValueError(
+                        f"batch_sampler: batch {i} has {len(b)} indices; every batch but the "
+                        f"last must have batch_size={self.batch_size}"
+                    )
+            if batches and len(batches[-1]) > self.batch_size:
+                raise ValueError(
+                    f"batch_sampler: the last batch has {len(batches[-1])} indices, more than "
+                    f"batch_size={self.batch_size}"
+                )
+            return [int(i) for b in batches for i in b]
+        if self.sampler is not None:
+            return [int(i) for i in self.sampler]
+        return None
 
     def __iter__(self) -> "LoaderIterator":
         native = self._loader()
-        if self.sampler is None:
+        plan = self._plan()
+        resume, self._resume = self._resume, None
+        if resume is not None and resume["epoch"] == native.next_epoch:
+            it = native.iter_resume(
+                resume["epoch"], resume["position"], resume["batches"], resume["delivered"], plan
+            )
+        elif plan is None:
             it = native.iter()
         else:
-            it = native.iter_indices(list(self.sampler))
-        return LoaderIterator(it, self._from_numpy)
+            it = native.iter_indices(plan)
+        if self.timeout:
+            it.set_timeout(self.timeout)
+        self._progress = (it.epoch, it.resume_state)
+        return LoaderIterator(it, self)
 
     def __len__(self) -> int:
-        """Batches per epoch (when no sample is skipped)."""
+        """Batches per epoch (when no sample is skipped); samples with ``batch_size=None``."""
+        if self.batch_sampler is not None:
+            return len(self.batch_sampler)  # type: ignore[arg-type]
         if self.sampler is None:
             return self._loader().num_batches
         try:
@@ -203,11 +395,14 @@ class Loader:
 
     def set_epoch(self, epoch: int) -> None:
         """Sets the epoch the next ``iter(loader)`` runs (and the sampler's, if it has
-        ``set_epoch``)."""
+        ``set_epoch``). A state loaded for another epoch is dropped."""
         epoch = _check_int("epoch", epoch, 0, 2**64 - 1)
         self._loader().set_epoch(epoch)
-        if self.sampler is not None and hasattr(self.sampler, "set_epoch"):
-            self.sampler.set_epoch(epoch)
+        if self._resume is not None and self._resume["epoch"] != epoch:
+            self._resume = None
+        for s in (self.sampler, self.batch_sampler, getattr(self.batch_sampler, "sampler", None)):
+            if s is not None and hasattr(s, "set_epoch"):
+                s.set_epoch(epoch)
 
     @property
     def epoch(self) -> int:
@@ -241,27 +436,98 @@ class Loader:
         """Like ``profile()``, then forgets it (bounds memory over long runs)."""
         return Profile(self._loader().take_profile())
 
+    # -- resuming -----------------------------------------------------------------------------
+
+    def _dataset_fingerprint(self) -> int:
+        if self._fingerprint is None:
+            self._fingerprint = self._loader().dataset_fingerprint()
+        return self._fingerprint
+
+    def state_dict(self) -> Dict[str, Any]:
+        """Where the loader stands: after the batches the current epoch's iterator has
+        returned, or at the start of the next epoch. Small (a few numbers; in completion order
+        the batches delivered), picklable and versioned; ``load_state_dict`` on a loader built
+        the same way resumes exactly there, whatever its ``num_workers``."""
+        if self._resume is not None:
+            return dict(self._resume)
+        if self._progress is not None:
+            epoch, (position, batches, delivered) = self._progress
+        else:
+            position, batches, delivered, epoch = 0, 0, [], self.epoch
+        state: Dict[str, Any] = {
+            "version": STATE_VERSION,
+            "epoch": epoch,
+            "position": position,
+            "batches": batches,
+            "delivered": list(delivered),
+            "dataset_len": len(self._source),
+            "dataset_fingerprint": self._dataset_fingerprint(),
+        }
+        for key in _STATE_KEYS:
+            state[key] = getattr(self, key)
+        return state
+
+    def load_state_dict(self, state: Dict[str, Any]) -> None:
+        """Makes the next ``iter(loader)`` continue where ``state`` (from ``state_dict``) was:
+        the same batches, sample for sample and draw for draw. Refuses a state of another
+        version, dataset, seed, batching or rank with a ``ValueError`` naming what differs."""
+        if not isinstance(state, dict):
+            raise TypeError(f"state: expected a dict from Loader.state_dict(), got {type(state).__name__}")
+        if state.get("version") != STATE_VERSION:
+            raise ValueError(
+                f"state: version {state.get('version')!r} is not this loader's {STATE_VERSION}"
+            )
+        if state.get("dataset_len") != len(self._source) or state.get(
+            "dataset_fingerprint"
+        ) != self._dataset_fingerprint():
+            raise ValueError(
+                f"state: saved for another dataset ({state.get('dataset_len')} samples, "
+                f"fingerprint {state.get('dataset_fingerprint')}; this one has "
+                f"{len(self._source)}, fingerprint {self._dataset_fingerprint()})"
+            )
+        for key in _STATE_KEYS:
+            if state.get(key) != getattr(self, key):
+                raise ValueError(
+                    f"state: saved with {key}={state.get(key)!r}, this loader has "
+                    f"{key}={getattr(self, key)!r}"
+                )
+        resume = {k: state[k] for k in ("epoch", "position", "batches", "delivered")}
+        resume["epoch"] = _check_int("state epoch", resume["epoch"], 0, 2**64 - 1)
+        self._loader().set_epoch(resume["epoch"])
+        for s in (self.sampler, self.batch_sampler, getattr(self.batch_sampler, "sampler", None)):
+            if s is not None and hasattr(s, "set_epoch"):
+                s.set_epoch(resume["epoch"])
+        self._resume = dict(state)
+
     # -- pickling: by configuration ----------------------------------------------------------
 
     def _config(self) -> Dict[str, Any]:
         return {
             "dataset": self.dataset,
-            "batch_size": self.batch_size,
+            "batch_size": None if self.unbatched else self.batch_size,
             "shuffle": self.shuffle,
-            "drop_last": self.drop_last,
-            "seed": self.seed,
+            "sampler": self.sampler,
+            "batch_sampler": self.batch_sampler,
             "num_workers": self.num_workers,
+            "collate_fn": self.collate_fn,
+            "pin_memory": self.pin_memory,
+            "drop_last": self.drop_last,
+            "timeout": self.timeout,
+            "multiprocessing_context": self.multiprocessing_context,
+            "persistent_workers": self.persistent_workers,
+            "pin_memory_device": self.pin_memory_device,
             "prefetch_batches": self.prefetch_batches,
             "in_order": self.in_order,
             "transform": self.transform,
+            "seed": self.seed,
             "output": self.output,
             "decoder": self.decoder,
             "on_error": self.on_error,
             "profile": self.profile_mode,
             "rank": self.rank,
             "world_size": self.world_size,
-            "sampler": self.sampler,
             "tensor_type": self.tensor_type,
+            "batch_transform": self.batch_transform,
         }
 
     def __getstate__(self) -> Dict[str, Any]:
@@ -270,6 +536,8 @@ class Loader:
     def __setstate__(self, state: Dict[str, Any]) -> None:
         config = dict(state["config"])
         dataset = config.pop("dataset")
+        if config.get("batch_sampler") is not None:
+            config["batch_size"] = 1
         self.__init__(dataset, **config)  # type: ignore[misc]
         self._native.set_epoch(state["epoch"])
 
@@ -285,35 +553,77 @@ class LoaderIterator:
     """One epoch: yields ``(images, labels)`` until the epoch ends.
 
     Waiting for a batch releases the GIL and answers Ctrl-C (``KeyboardInterrupt``; the batch
-    is not lost, the next ``next()`` returns it). Dropping the iterator stops the epoch.
+    is not lost, the next ``next()`` returns it), and likewise past the loader's ``timeout``
+    (``RuntimeError``). Dropping the iterator stops the epoch.
     """
 
-    def __init__(self, native: _native.EpochIter, from_numpy: Any) -> None:
-        self._it = native
-        self._from_numpy = from_numpy
+    def __init__(self, native: _native.EpochIter, loader: Loader) -> None:
+        self._native_iter = native
+        self._loader = loader
+        self._from_numpy = loader._from_numpy
+        self._pin_device = loader._pin_device
+        self._collate_fn = loader.collate_fn
+        self._batch_transform = loader.batch_transform
+        self._unbatched = loader.unbatched
+        self.finished = False
+        """Whether the epoch has ended (``StopIteration`` or an error)."""
+
         self.indices: Optional[np.ndarray] = None
         """Dataset indices of the last batch's samples."""
 
     def __iter__(self) -> "LoaderIterator":
         return self
 
-    def __next__(self) -> Tuple[Any, Any]:
-        images, labels, indices = next(self._it)
+    def __next__(self) -> Tuple["torch.Tensor", "torch.Tensor"]:
+        images: Any
+        labels: Any
+        try:
+            images, labels, indices = next(self._native_iter)
+        except StopIteration:
+            self._end()
+            raise
+        except KeyboardInterrupt:
+            raise  # the batch stays pending
+        except RuntimeError as e:
+            if "timed out" not in str(e):
+                self._end()
+            raise
+        except BaseException:
+            self._end()
+            raise
+        if self._loader._progress is not None and self._loader._progress[0] == self.epoch:
+            self._loader._progress = (self.epoch, self._native_iter.resume_state)
         self.indices = indices
-        if self._from_numpy is None:
-            return images, labels
-        return self._from_numpy(images), self._from_numpy(labels)
+        if self._from_numpy is not None:
+            images, labels = self._from_numpy(images), self._from_numpy(labels)
+            if self._pin_device is not None:
+                images = images.pin_memory(self._pin_device)
+                labels = labels.pin_memory(self._pin_device)
+        if self._unbatched:
+            return images[0], labels[0]
+        if self._collate_fn is not None:
+            samples = [(images[i], int(labels[i])) for i in range(len(labels))]
+            return self._collate_fn(samples)  # type: ignore[no-any-return]
+        if self._batch_transform is not None:
+            return self._batch_transform(images, labels)  # type: ignore[no-any-return]
+        return images, labels
+
+    def _end(self) -> None:
+        self.finished = True
+        progress = self._loader._progress
+        if progress is not None and progress[0] == self.epoch:
+            self._loader._progress = None
 
     def __len__(self) -> int:
-        return len(self._it)
+        return len(self._native_iter)
 
     @property
     def epoch(self) -> int:
         """The epoch being loaded."""
-        return self._it.epoch
+        return self._native_iter.epoch
 
     @property
     def skipped(self) -> List[Tuple[int, str, str]]:
         """Samples skipped so far (``on_error="skip"``): ``(index, path, why)``."""
-        return self._it.skipped
+        return self._native_iter.skipped
 

@@ -271,7 +271,12 @@ class Normalize(Transform):
     """``Normalize(mean, std)``: ``(x - mean) / std`` per channel, after ``ToTensor``. With
     ``output="uint8"`` it is left to the consumer (``Loader.deferred_normalize``)."""
 
-    def __init__(self, mean: Sequence[float], std: Sequence[float], inplace: bool = False) -> None:
+    def __init__(
+        self,
+        mean: Union[float, Sequence[float]],
+        std: Union[float, Sequence[float]],
+        inplace: bool = False,
+    ) -> None:
         self.mean = _triple("Normalize", "mean", mean)
         self.std = _triple("Normalize", "std", std)
         if any(s == 0.0 for s in self.std):
