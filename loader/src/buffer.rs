@@ -43,7 +43,8 @@ pub(crate) struct BatchBuffer {
     pub(crate) labels: Vec<i64>,
     /// Dataset indices of the samples written so far, in slot order.
     pub(crate) indices: Vec<usize>,
-    /// Never filled before: its pages are not mapped yet (see [`touch_pages`]).
+    /// Never filled before: its pages are not mapped yet (see [`touch_pages`]). Cleared when
+    /// the pieces of a batch are joined back.
     pub(crate) fresh: bool,
 }
 
@@ -115,6 +116,8 @@ impl BatchBuffer {
             }
             self.images = w;
         }
+        // Its pages have been written: mapped from now on.
+        self.fresh = false;
         true
     }
 
@@ -228,7 +231,6 @@ impl BufferPool {
             return;
         }
         buffer.outcomes.clear();
-        buffer.fresh = false;
         // A buffer not kept is freed after the guard is gone (locals drop in reverse order).
         let mut free = self.free();
         if free.len() < self.keep {
