@@ -1,0 +1,38 @@
+//! The random draws of torchvision's augmentation policies and random single ops, as plans:
+//! small `Copy` values (no heap) that say which pixel op to run with which parameter, for the
+//! kernels in [`super::color`] and [`super::geometry`] to carry out.
+//!
+//! - [`ops`]: the op vocabulary ([`OpKind`], [`PixelOp`] with the parameter torchvision passes
+//!   to the functional) and the fixed-capacity [`OpSeq`].
+//! - [`space`]: the magnitude tables (`_augmentation_space`) of each policy, computed as torch
+//!   computes them (float32 `linspace` with fused multiply-adds), exactly.
+//! - [`auto`]: `TrivialAugmentWide`, `RandAugment`, `AutoAugment`, `AugMix`.
+//! - [`single`]: `ColorJitter`, `RandomRotation`, `RandomAffine`, `GaussianBlur`,
+//!   `RandomErasing`, `RandomCrop`, `RandomApply`, `RandomChoice`, `RandomOrder` and the
+//!   "apply with probability p" ops.
+//!
+//! Reference: torchvision's v1 classes (`torchvision.transforms`), draw for draw: the same
+//! draws in the same order and number, including draws torchvision makes and then ignores, so
+//! a scripted [`TorchDraws`](crate::rng::TorchDraws) replaying torch's values reproduces
+//! torchvision's choices (transforms/tests/policy_draws.rs does this against recorded runs).
+//! Where v2 (`torchvision.transforms.v2`) draws differently, the item's doc says how.
+//!
+//! Must not touch pixels, allocate, or draw from anything but the sample's draws: a plan is a
+//! pure function of the sample's generator, so output stays a function of (seed, epoch, index).
+
+pub mod auto;
+pub mod ops;
+pub mod single;
+pub mod space;
+
+pub use auto::{
+    AugMix, AugMixChain, AugMixPlan, AutoAugment, AutoAugmentPolicy, PolicyStep, RandAugment,
+    TrivialAugmentWide, MAX_AUGMIX_DEPTH, MAX_AUGMIX_WIDTH, MAX_RAND_AUGMENT_OPS,
+};
+pub use ops::{OpKind, OpSeq, PixelOp};
+pub use single::{
+    draw_apply, draw_p, AffinePlan, ColorJitter, ColorJitterPlan, ColorStep, EraseRect, EraseValue,
+    GaussianBlur, Permutation, RandomAffine, RandomChoice, RandomCrop, RandomCropPlan,
+    RandomErasing, RandomOrder, RandomRotation, MAX_CHOICES,
+};
+pub use space::{torch_linspace, AugmentationSpace};
