@@ -4,6 +4,8 @@ What it records, for transforms/tests/policy_draws.rs to compare with exactly:
 - `spaces`: `_augmentation_space` of TrivialAugmentWide, RandAugment, AutoAugment and AugMix for
   several bin counts and image sizes (float32 magnitudes written as the float64 `.item()` gives).
 - `policies`: AutoAugment's IMAGENET, CIFAR10 and SVHN sub-policy tables.
+- `erasing`: moments of `RandomErasing.get_params` over 200k draws of torch's own generator
+  (seeded), for a distribution check of the 10-attempt loop against an independent sampler.
 - `scripted`: torchvision's `forward` run with `torch.randint`/`torch.rand` (and AugMix's
   `_sample_dirichlet`) replaced by scripted values, with `_apply_op` replaced by a recorder: the
   draws it asked for (kind, range, value) and the (op, magnitude) pairs it applied. The Rust side
@@ -164,10 +166,37 @@ def scripted(rng):
     return cases
 
 
+def erasing():
+    from torchvision import transforms as T
+
+    out = []
+    torch.manual_seed(20)
+    n = 200_000
+    default = ((0.02, 0.33), (0.3, 3.3))
+    # The fourth case makes the 10 attempts fail often, so the fallback's rate is checked too;
+    # the fifth has a lopsided ratio range, so that swapping h and w would show.
+    for h, w, (scale, ratio) in [(16, 24, default), (224, 224, default), (40, 12, default),
+                                 (16, 24, ((0.3, 0.9), (0.3, 3.3))), (40, 12, ((0.02, 0.33), (1.0, 4.0)))]:
+        img = torch.zeros(3, h, w)
+        rows = []
+        for _ in range(n):
+            i, j, eh, ew, _ = T.RandomErasing.get_params(img, scale=scale, ratio=ratio, value=[0.0])
+            rows.append((float(eh == h and ew == w), i, j, eh, ew))
+        t = torch.tensor(rows, dtype=torch.float64)
+        erased = t[t[:, 0] == 0]
+        stats = {"fallback": [f(t[:, 0].mean()), f(t[:, 0].var())]}
+        for k, name in enumerate(["top", "left", "height", "width"], start=1):
+            stats[name] = [f(erased[:, k].mean()), f(erased[:, k].var())]
+        area = erased[:, 3] * erased[:, 4]
+        stats["area"] = [f(area.mean()), f(area.var())]
+        out.append({"height": h, "width": w, "scale": [f(x) for x in scale], "ratio": [f(x) for x in ratio], "n": n, "erased": int(erased.shape[0]), "stats": stats})
+    return out
+
+
 def main():
     rng = random.Random(20)
     data = {"torchvision": __import__("torchvision").__version__, "torch": torch.__version__,
-            "spaces": spaces(), "policies": policies(), "scripted": scripted(rng)}
+            "spaces": spaces(), "policies": policies(), "scripted": scripted(rng), "erasing": erasing()}
     OUT.parent.mkdir(parents=True, exist_ok=True)
     OUT.write_text(json.dumps(data, separators=(",", ":")) + "\n")
     print(f"wrote {OUT} ({OUT.stat().st_size} bytes)")

@@ -854,6 +854,80 @@ fn random_erasing_scripted_and_bounds() {
 }
 
 #[test]
+fn random_erasing_matches_torchs_own_sampler() {
+    // The moments torchvision's get_params gave over 200k draws of torch's generator; ours over
+    // 200k of the sample generator must agree within 6 combined standard errors. This checks the
+    // whole 10-attempt loop (float32 log/exp, rounding, the strict `<` bounds, the fallback)
+    // against an independent sampler, not against a re-derivation of it.
+    let data = fixture();
+    let cases = data["erasing"].as_array().expect("erasing");
+    assert_eq!(cases.len(), 5);
+    for (c, case) in cases.iter().enumerate() {
+        let (h, w) = (u32_of(&case["height"]), u32_of(&case["width"]));
+        let pair = |v: &Value| (num(&v[0]), num(&v[1]));
+        let t = RandomErasing::new(
+            1.0,
+            pair(&case["scale"]),
+            pair(&case["ratio"]),
+            EraseValue::Constant(0.0),
+        )
+        .expect("valid");
+        let n_torch = u32_of(&case["n"]) as f64;
+        let erased_torch = u32_of(&case["erased"]) as f64;
+        let mut rng = sample_rng(13, 0, c as u64);
+        let n = 200_000;
+        let rects: Vec<_> = (0..n).filter_map(|_| t.draw(w, h, &mut rng)).collect();
+        let fallback = 1.0 - rects.len() as f64 / n as f64;
+        let stat = |name: &str, ours: &mut dyn Iterator<Item = f64>, n_theirs: f64| {
+            let (mean, var, k) = moments(ours);
+            let (their_mean, their_var) = pair(&case["stats"][name]);
+            let se = (var / k as f64 + their_var / n_theirs).sqrt().max(1e-9);
+            assert!(
+                (mean - their_mean).abs() < 6.0 * se,
+                "{w}x{h} {name}: ours {mean} vs torch {their_mean} (se {se})"
+            );
+        };
+        stat(
+            "fallback",
+            &mut std::iter::repeat_n(1.0, n - rects.len())
+                .chain(std::iter::repeat_n(0.0, rects.len())),
+            n_torch,
+        );
+        if fallback == 0.0 {
+            assert_eq!(
+                erased_torch, n_torch,
+                "{w}x{h}: torch fell back, we never did"
+            );
+        }
+        stat(
+            "top",
+            &mut rects.iter().map(|r| f64::from(r.top)),
+            erased_torch,
+        );
+        stat(
+            "left",
+            &mut rects.iter().map(|r| f64::from(r.left)),
+            erased_torch,
+        );
+        stat(
+            "height",
+            &mut rects.iter().map(|r| f64::from(r.height)),
+            erased_torch,
+        );
+        stat(
+            "width",
+            &mut rects.iter().map(|r| f64::from(r.width)),
+            erased_torch,
+        );
+        stat(
+            "area",
+            &mut rects.iter().map(|r| f64::from(r.height * r.width)),
+            erased_torch,
+        );
+    }
+}
+
+#[test]
 fn probabilities_choices_and_orders() {
     let mut rng = sample_rng(9, 0, 0);
     let n = 100_000;
