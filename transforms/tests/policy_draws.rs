@@ -16,9 +16,9 @@ use std::cell::Cell;
 use std::collections::{HashMap, VecDeque};
 
 use ferroloader_transforms::augment::policy::{
-    draw_apply, draw_p, AugMix, AugmentationSpace, AutoAugment, AutoAugmentPolicy, ColorJitter,
-    EraseValue, GaussianBlur, OpKind, PixelOp, RandAugment, RandomAffine, RandomChoice, RandomCrop,
-    RandomErasing, RandomOrder, RandomRotation, TrivialAugmentWide,
+    draw_apply, draw_p, draw_p_item, AugMix, AugmentationSpace, AutoAugment, AutoAugmentPolicy,
+    ColorJitter, EraseValue, GaussianBlur, OpKind, PixelOp, RandAugment, RandomAffine,
+    RandomChoice, RandomCrop, RandomErasing, RandomOrder, RandomRotation, TrivialAugmentWide,
 };
 use ferroloader_transforms::rng::{sample_rng, SampleRng, TorchDraws};
 use ferroloader_transforms::CropRect;
@@ -937,6 +937,12 @@ fn probabilities_choices_and_orders() {
     assert_mean(hits as f64 / n as f64, 0.8, 0.16, n, "draw_apply(0.8)");
     assert!(!draw_p(&mut Scripted::new(&[0.5], &[]), 0.5));
     assert!(draw_apply(&mut Scripted::new(&[0.5], &[]), 0.5));
+    // 0.7 narrows to the float32 just below it: the tensor comparison says no, `.item()` yes.
+    assert!(f64::from(0.7f32) < 0.7);
+    assert!(!draw_p(&mut Scripted::new(&[0.7], &[]), 0.7));
+    assert!(draw_p_item(&mut Scripted::new(&[0.7], &[]), 0.7));
+    let hits = (0..n).filter(|_| draw_p_item(&mut rng, 0.3)).count();
+    assert_mean(hits as f64 / n as f64, 0.3, 0.21, n, "draw_p_item(0.3)");
     assert!((0..1000).all(|_| !draw_p(&mut rng, 0.0) && draw_p(&mut rng, 1.0)));
 
     let c = RandomChoice::new(3, Some(&[0.1, 0.2, 0.7])).expect("valid");

@@ -31,8 +31,8 @@ pub use auto::{
 };
 pub use ops::{OpKind, OpSeq, PixelOp};
 pub use single::{
-    draw_apply, draw_p, AffinePlan, ColorJitter, ColorJitterPlan, ColorStep, EraseRect, EraseValue,
-    GaussianBlur, Permutation, RandomAffine, RandomChoice, RandomCrop, RandomCropPlan,
-    RandomErasing, RandomOrder, RandomRotation, MAX_CHOICES,
+    draw_apply, draw_p, draw_p_item, AffinePlan, ColorJitter, ColorJitterPlan, ColorStep,
+    EraseRect, EraseValue, GaussianBlur, Permutation, RandomAffine, RandomChoice, RandomCrop,
+    RandomCropPlan, RandomErasing, RandomOrder, RandomRotation, MAX_CHOICES,
 };
 pub use space::{torch_linspace, AugmentationSpace};

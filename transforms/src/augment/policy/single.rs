@@ -13,12 +13,21 @@ use crate::error::{Error, Result};
 use crate::image::CropRect;
 use crate::rng::TorchDraws;
 
-/// `torch.rand(1) < p`, in float32: whether `RandomGrayscale`, `RandomVerticalFlip`,
-/// `RandomInvert`, `RandomPosterize`, `RandomSolarize`, `RandomEqualize`,
-/// `RandomAutocontrast`, `RandomAdjustSharpness` or `RandomErasing` runs. Always one draw.
-/// (v2 draws the same: `torch.rand(1) >= p` skips.)
+/// `torch.rand(1) < p`, compared in float32 (a float32 tensor against a Python float): whether
+/// v1's `RandomGrayscale`, `RandomVerticalFlip` or `RandomErasing` runs, and every v2
+/// single op with a `p` (`_RandomApplyTransform` skips when `torch.rand(1) >= p`). Always one
+/// draw. For the v1 ops that compare `.item()` use [`draw_p_item`].
 pub fn draw_p<D: TorchDraws + ?Sized>(draws: &mut D, p: f64) -> bool {
     draws.uniform_f32(0.0, 1.0) < p as f32
+}
+
+/// `torch.rand(1).item() < p`, compared in float64: whether v1's `RandomInvert`,
+/// `RandomPosterize`, `RandomSolarize`, `RandomAdjustSharpness`, `RandomAutocontrast` or
+/// `RandomEqualize` runs. Differs from [`draw_p`] only for the one draw equal to `p` narrowed
+/// to float32 when that rounds down (e.g. `p = 0.7`): there this runs and [`draw_p`] does
+/// not. Always one draw.
+pub fn draw_p_item<D: TorchDraws + ?Sized>(draws: &mut D, p: f64) -> bool {
+    f64::from(draws.uniform_f32(0.0, 1.0)) < p
 }
 
 /// `RandomApply(transforms, p)`: runs unless `p < torch.rand(1)`, so a draw equal to `p`
@@ -563,7 +572,7 @@ impl RandomErasing {
         self.value
     }
 
-    /// `forward` on a `height` x `width` image: `torch.rand(1) < p`, then `get_params`: up to
+    /// `forward` on a `width` x `height` image: `torch.rand(1) < p`, then `get_params`: up to
     /// 10 attempts of `erase_area = area * uniform(scale)`, `aspect = exp(uniform(log ratio))`
     /// (float32 log and exp), `h = round(sqrt(erase_area * aspect))`,
     /// `w = round(sqrt(erase_area / aspect))` (half to even); the first with `h < height` and
@@ -571,7 +580,7 @@ impl RandomErasing {
     ///
     /// `None` when the draw says not to erase or all 10 attempts fail (torchvision then
     /// "erases" the image with itself: a no-op). A 0 x 0 rectangle can be returned when the
-    /// scale range allows it, as in torchvision (erasing nothing).
+    /// scale range allows it, as in torchvision (erasing nothing). v2 draws the same.
     pub fn draw<D: TorchDraws + ?Sized>(
         &self,
         width: u32,
