@@ -16,10 +16,11 @@ use super::space::AugmentationSpace;
 use crate::error::{Error, Result};
 use crate::rng::TorchDraws;
 
-/// The op `space.ops()[index]` at a magnitude bin drawn by `bin` (only when the op has a
-/// table), with a sign drawn by `randint(2)` (only when signed): the common inner step of
-/// `TrivialAugmentWide`, `RandAugment` and `AugMix`. `negative_on` is the sign draw's value
-/// that flips the magnitude.
+/// The op `space.ops()[op_index]` at a magnitude bin drawn by `bin` (only when the op has a
+/// table), with a sign drawn by `randint(2)` (only when signed; 1 flips the magnitude, as
+/// Python's `if signed and torch.randint(2, (1,))`): the common inner step of
+/// `TrivialAugmentWide`, `RandAugment` and `AugMix`. AutoAugment's sign rule differs (0
+/// flips, drawn up front) and does not use it.
 fn op_at<D: TorchDraws + ?Sized>(
     draws: &mut D,
     space: AugmentationSpace,

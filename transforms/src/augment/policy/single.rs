@@ -3,7 +3,7 @@
 //! `RandomErasing`, `RandomCrop`, `RandomApply`, `RandomChoice`, `RandomOrder`, and the ops
 //! that only decide whether to run (`RandomGrayscale`, `RandomVerticalFlip`, `RandomInvert`,
 //! `RandomPosterize`, `RandomSolarize`, `RandomEqualize`, `RandomAutocontrast`,
-//! `RandomAdjustSharpness`: [`draw_p`]).
+//! `RandomAdjustSharpness`: [`draw_p`] or [`draw_p_item`], as each compares).
 //!
 //! Uniform draws are torch's float32 `uniform_(lo, hi)` with the bounds narrowed to float32,
 //! then widened (`.item()`, `float(...)`) for the float64 arithmetic that follows, as in
