@@ -4,6 +4,8 @@ What it records, for transforms/tests/policy_draws.rs to compare with exactly:
 - `spaces`: `_augmentation_space` of TrivialAugmentWide, RandAugment, AutoAugment and AugMix for
   several bin counts and image sizes (float32 magnitudes written as the float64 `.item()` gives).
 - `policies`: AutoAugment's IMAGENET, CIFAR10 and SVHN sub-policy tables.
+- `crops`: `RandomCrop(size, padding, pad_if_needed)` forward on small images with
+  `torch.randint` scripted: the paddings it applied, the crop it took (or that it raised).
 - `erasing`: moments of `RandomErasing.get_params` over 200k draws of torch's own generator
   (seeded), for a distribution check of the 10-attempt loop against an independent sampler.
 - `scripted`: torchvision's `forward` run with `torch.randint`/`torch.rand` (and AugMix's
@@ -166,6 +168,44 @@ def scripted(rng):
     return cases
 
 
+def crops(rng):
+    from torchvision.transforms import functional as F
+    from torchvision.transforms import transforms as T
+
+    out = []
+    real_randint, real_pad, real_crop = torch.randint, F.pad, F.crop
+    for _ in range(120):
+        w, h = rng.randint(1, 30), rng.randint(1, 30)
+        size = (rng.randint(1, 36), rng.randint(1, 36))
+        padding = rng.choice([None, rng.randint(0, 4), [rng.randint(0, 4) for _ in range(4)]])
+        pad_if_needed = rng.random() < 0.6
+        script = Script(rng)
+        pads, crop = [], []
+
+        def pad(img, padding, fill=0, padding_mode="constant"):
+            p = [padding] * 4 if isinstance(padding, int) else list(padding)
+            pads.append(p * 2 if len(p) == 2 else p)
+            return real_pad(img, padding, fill, padding_mode)
+
+        def crop_(img, i, j, ch, cw):
+            crop.extend([int(i), int(j), int(ch), int(cw)])
+            return real_crop(img, i, j, ch, cw)
+
+        error = False
+        try:
+            torch.randint, F.pad, F.crop = script.randint, pad, crop_
+            T.RandomCrop(size, padding=padding, pad_if_needed=pad_if_needed)(Image.new("RGB", (w, h)))
+        except ValueError:
+            error = True
+        finally:
+            torch.randint, F.pad, F.crop = real_randint, real_pad, real_crop
+        total = [sum(p[k] for p in pads) for k in range(4)]
+        out.append({"width": w, "height": h, "size": list(size), "padding": padding,
+                    "pad_if_needed": pad_if_needed, "draws": script.log, "pad": total,
+                    "crop": crop, "error": error})
+    return out
+
+
 def erasing():
     from torchvision import transforms as T
 
@@ -196,7 +236,7 @@ def erasing():
 def main():
     rng = random.Random(20)
     data = {"torchvision": __import__("torchvision").__version__, "torch": torch.__version__,
-            "spaces": spaces(), "policies": policies(), "scripted": scripted(rng), "erasing": erasing()}
+            "spaces": spaces(), "policies": policies(), "scripted": scripted(rng), "crops": crops(rng), "erasing": erasing()}
     OUT.parent.mkdir(parents=True, exist_ok=True)
     OUT.write_text(json.dumps(data, separators=(",", ":")) + "\n")
     print(f"wrote {OUT} ({OUT.stat().st_size} bytes)")

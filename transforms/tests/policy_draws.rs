@@ -307,6 +307,60 @@ fn replayed_draws_give_torchvisions_ops() {
     }
 }
 
+#[test]
+fn random_crop_pads_and_crops_as_torchvision() {
+    let data = fixture();
+    let cases = data["crops"].as_array().expect("crops");
+    let mut errors = 0;
+    for case in cases {
+        let (w, h) = (u32_of(&case["width"]), u32_of(&case["height"]));
+        let size = (u32_of(&case["size"][0]), u32_of(&case["size"][1]));
+        let padding = match &case["padding"] {
+            Value::Null => [0; 4],
+            Value::Array(p) => [0, 1, 2, 3].map(|k| u32_of(&p[k])),
+            p => [u32_of(p); 4],
+        };
+        let t = RandomCrop::new(
+            size,
+            padding,
+            case["pad_if_needed"].as_bool().expect("flag"),
+        )
+        .expect("valid");
+        let draws = case["draws"]
+            .as_array()
+            .expect("draws")
+            .iter()
+            .map(|d| Draw::Int(u32_of(&d[1]), u32_of(&d[2])))
+            .collect();
+        let mut replay = Replay {
+            draws,
+            dirichlets: VecDeque::new(),
+        };
+        let got = t.draw(w, h, &mut replay);
+        if case["error"].as_bool().expect("error") {
+            assert!(got.is_err(), "{case}: torchvision raised");
+            errors += 1;
+            continue;
+        }
+        let plan = got.unwrap_or_else(|e| panic!("{case}: {e}"));
+        assert_eq!(
+            plan.pad,
+            [0, 1, 2, 3].map(|k| u32_of(&case["pad"][k])),
+            "{case}"
+        );
+        let c = &case["crop"];
+        let rect = CropRect {
+            top: u32_of(&c[0]),
+            left: u32_of(&c[1]),
+            height: u32_of(&c[2]),
+            width: u32_of(&c[3]),
+        };
+        assert_eq!(plan.rect, rect, "{case}");
+        assert!(replay.draws.is_empty(), "{case}: torchvision drew more");
+    }
+    assert!(errors > 5 && errors < cases.len() - 40, "{errors} errors");
+}
+
 // ---------------------------------------------------------------- statistics helpers
 
 /// Pearson's chi-square statistic of `observed` counts against `expected` counts.
