@@ -6,6 +6,10 @@ What it records, for transforms/tests/policy_draws.rs to compare with exactly:
 - `policies`: AutoAugment's IMAGENET, CIFAR10 and SVHN sub-policy tables.
 - `crops`: `RandomCrop(size, padding, pad_if_needed)` forward on small images with
   `torch.randint` scripted: the paddings it applied, the crop it took (or that it raised).
+- `singles`: `ColorJitter.get_params`, `RandomRotation.get_params`, `RandomAffine.get_params`,
+  `GaussianBlur.get_params` and `RandomErasing.forward` with `torch.empty(1).uniform_`,
+  `torch.rand`, `torch.randint` and `torch.randperm` scripted: the ranges asked for (as float32
+  bounds), the values returned, and torchvision's results.
 - `erasing`: moments of `RandomErasing.get_params` over 200k draws of torch's own generator
   (seeded), for a distribution check of the 10-attempt loop against an independent sampler.
 - `scripted`: torchvision's `forward` run with `torch.randint`/`torch.rand` (and AugMix's
@@ -24,6 +28,7 @@ import json
 import random
 from pathlib import Path
 
+import numpy as np
 import torch
 from PIL import Image
 from torchvision.transforms import autoaugment as aa
@@ -168,6 +173,103 @@ def scripted(rng):
     return cases
 
 
+class Uniform:
+    """Stands in for `torch.empty(1)`: its `uniform_(a, b)` answers a scripted float32 in [a, b)."""
+
+    def __init__(self, script):
+        self.script = script
+
+    def uniform_(self, a, b):
+        a32, b32 = np.float32(float(a)), np.float32(float(b))
+        u = np.float32(self.script.rng.randrange(1 << 24) / float(1 << 24))
+        v = np.float32(u * np.float32(b32 - a32) + a32)
+        if not v < b32 and a32 < b32:
+            v = np.nextafter(b32, np.float32(-np.inf))
+        self.script.log.append(["uniform", f(a32), f(b32), f(v)])
+        return torch.tensor([float(v)], dtype=torch.float32)
+
+
+def singles(rng):
+    from torchvision.transforms import functional as F
+    from torchvision.transforms import transforms as T
+
+    out = []
+    real = (torch.randint, torch.rand, torch.empty, torch.randperm, F.erase)
+    for k in range(150):
+        kind = ["ColorJitter", "RandomRotation", "RandomAffine", "GaussianBlur", "RandomErasing"][k % 5]
+        script = Script(rng)
+        case = {"transform": kind}
+
+        def empty(*size, **kwargs):
+            if size in ((1,), ([1],)) and not kwargs:
+                return Uniform(script)
+            return real[2](*size, **kwargs)
+
+        def randperm(n, **kwargs):
+            perm = list(range(n))
+            rng.shuffle(perm)
+            # The Fisher-Yates draws that make `perm` the way ATen's randperm_cpu does.
+            cur = list(range(n))
+            for i in range(n - 1):
+                z = cur.index(perm[i]) - i
+                script.log.append(["randint", n - i, z])
+                cur[i], cur[i + z] = cur[i + z], cur[i]
+            return torch.tensor(perm)
+
+        erased = []
+
+        def erase(img, i, j, h, w, v, inplace=False):
+            erased.extend([int(i), int(j), int(h), int(w)])
+            return img
+
+        try:
+            torch.randint, torch.rand, torch.empty, torch.randperm, F.erase = (
+                script.randint, script.rand, empty, randperm, erase)
+            if kind == "ColorJitter":
+                args = [rng.choice([0.0, round(rng.uniform(0, 1.2), 3)]) for _ in range(3)]
+                args.append(rng.choice([0.0, round(rng.uniform(0, 0.5), 3)]))
+                t = T.ColorJitter(*args)
+                fn_idx, b, c, sat, h = t.get_params(t.brightness, t.contrast, t.saturation, t.hue)
+                case.update(args=[f(a) for a in args], order=[int(i) for i in fn_idx],
+                            factors=[None if x is None else f(x) for x in (b, c, sat, h)])
+            elif kind == "RandomRotation":
+                lo = round(rng.uniform(-90, 10), 2)
+                hi = round(lo + rng.uniform(0, 100), 2)
+                angle = T.RandomRotation.get_params([lo, hi])
+                case.update(args=[f(lo), f(hi)], angle=f(angle))
+            elif kind == "RandomAffine":
+                lo = round(rng.uniform(-45, 0), 2)
+                degrees = [lo, round(lo + rng.uniform(0, 60), 2)]
+                translate = rng.choice([None, [round(rng.uniform(0, 1), 3), round(rng.uniform(0, 1), 3)]])
+                scale = rng.choice([None, [0.75, 1.3], [0.5, 0.5]])
+                shear = rng.choice([None, [-10.0, 10.0], [-7.5, 2.5, 0.0, 12.0]])
+                size = [rng.randint(1, 300), rng.randint(1, 300)]
+                angle, (tx, ty), sc, (sx, sy) = T.RandomAffine.get_params(degrees, translate, scale, shear, size)
+                case.update(degrees=[f(d) for d in degrees],
+                            translate=None if translate is None else [f(x) for x in translate],
+                            scale=None if scale is None else [f(x) for x in scale],
+                            shear=None if shear is None else [f(x) for x in shear], size=size,
+                            angle=f(angle), tx=tx, ty=ty, scale_factor=f(sc), shear_xy=[f(sx), f(sy)])
+            elif kind == "GaussianBlur":
+                lo = round(rng.uniform(0.05, 2), 3)
+                hi = rng.choice([lo, round(lo + rng.uniform(0, 3), 3)])
+                sigma = T.GaussianBlur.get_params(lo, hi)
+                case.update(args=[f(lo), f(hi)], sigma=f(sigma))
+            else:
+                p = rng.choice([0.25, 0.5, 1.0])
+                scale = rng.choice([(0.02, 0.33), (0.3, 0.9)])
+                ratio = rng.choice([(0.3, 3.3), (1.0, 4.0)])
+                h, w = rng.randint(2, 40), rng.randint(2, 40)
+                T.RandomErasing(p=p, scale=scale, ratio=ratio)(real[2](3, h, w))
+                case.update(p=f(p), scale=[f(x) for x in scale], ratio=[f(x) for x in ratio],
+                            height=h, width=w, erase=erased or None)
+        finally:
+            torch.randint, torch.rand, torch.empty, torch.randperm, F.erase = real
+        case["draws"] = script.log
+        out.append(case)
+    return out
+
+
 def crops(rng):
     from torchvision.transforms import functional as F
     from torchvision.transforms import transforms as T
@@ -236,7 +338,8 @@ def erasing():
 def main():
     rng = random.Random(20)
     data = {"torchvision": __import__("torchvision").__version__, "torch": torch.__version__,
-            "spaces": spaces(), "policies": policies(), "scripted": scripted(rng), "crops": crops(rng), "erasing": erasing()}
+            "spaces": spaces(), "policies": policies(), "scripted": scripted(rng), "crops": crops(rng), "singles": singles(rng),
+            "erasing": erasing()}
     OUT.parent.mkdir(parents=True, exist_ok=True)
     OUT.write_text(json.dumps(data, separators=(",", ":")) + "\n")
     print(f"wrote {OUT} ({OUT.stat().st_size} bytes)")

@@ -581,6 +581,11 @@ impl RandomErasing {
     /// `None` when the draw says not to erase or all 10 attempts fail (torchvision then
     /// "erases" the image with itself: a no-op). A 0 x 0 rectangle can be returned when the
     /// scale range allows it, as in torchvision (erasing nothing). v2 draws the same.
+    ///
+    /// The log-ratio bounds are the correctly rounded float32 `ln`; torch's vectorized float32
+    /// log is within one unit in the last place and differs for some inputs (`ln 3.3`: torch
+    /// 1.1939225, here 1.1939224), moving a bound by about 1e-7. Not reproduced: it would
+    /// take a port of torch's SLEEF log, and the distribution does not notice.
     pub fn draw<D: TorchDraws + ?Sized>(
         &self,
         width: u32,
