@@ -270,6 +270,51 @@ def singles(rng):
     return out
 
 
+def choices(rng):
+    """RandomChoice and RandomOrder (v1) with Python's `random` scripted: `random()` answered as
+    CPython builds it from a 27-bit and a 26-bit draw (logged as two randints), `_randbelow(n)`
+    logged as one randint."""
+    import random as pyrandom
+
+    from torchvision.transforms import transforms as T
+
+    inst = pyrandom._inst
+    out = []
+    for k in range(80):
+        script = Script(rng)
+
+        def random_():
+            a, b = rng.randrange(1 << 27), rng.randrange(1 << 26)
+            script.log.append(["randint", 1 << 27, a])
+            script.log.append(["randint", 1 << 26, b])
+            return (a * 67108864.0 + b) * (1.0 / 9007199254740992.0)
+
+        def randbelow(n):
+            v = rng.randrange(n)
+            script.log.append(["randint", n, v])
+            return v
+
+        n = rng.randint(1, 6)
+        try:
+            inst.random, inst._randbelow = random_, randbelow
+            if k % 2 == 0:
+                p = rng.choice([None, [rng.choice([0.0, 0.5, 1.0, 2.0, rng.random()]) for _ in range(n)]])
+                if p is not None and sum(p) == 0:
+                    p[0] = 1.0
+                chosen = T.RandomChoice([lambda x, i=i: i for i in range(n)], p=p)(None)
+                case = {"transform": "RandomChoice", "n": n, "p": None if p is None else [f(x) for x in p],
+                        "chosen": chosen}
+            else:
+                ran = []
+                T.RandomOrder([lambda x, i=i: ran.append(i) for i in range(n)])(None)
+                case = {"transform": "RandomOrder", "n": n, "order": ran}
+        finally:
+            del inst.random, inst._randbelow
+        case["draws"] = script.log
+        out.append(case)
+    return out
+
+
 def crops(rng):
     from torchvision.transforms import functional as F
     from torchvision.transforms import transforms as T
@@ -339,6 +384,7 @@ def main():
     rng = random.Random(20)
     data = {"torchvision": __import__("torchvision").__version__, "torch": torch.__version__,
             "spaces": spaces(), "policies": policies(), "scripted": scripted(rng), "crops": crops(rng), "singles": singles(rng),
+            "choices": choices(rng),
             "erasing": erasing()}
     OUT.parent.mkdir(parents=True, exist_ok=True)
     OUT.write_text(json.dumps(data, separators=(",", ":")) + "\n")

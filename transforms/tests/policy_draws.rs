@@ -510,6 +510,49 @@ fn single_ops_replay_torchvisions_draws() {
     assert!(ulp_off > 0, "the known log difference did not show");
 }
 
+#[test]
+fn random_choice_and_order_replay_pythons_random() {
+    let data = fixture();
+    let cases = data["choices"].as_array().expect("choices");
+    assert!(cases.len() >= 40);
+    for case in cases {
+        let mut replay = Replay {
+            draws: case["draws"]
+                .as_array()
+                .expect("draws")
+                .iter()
+                .map(parse_draw)
+                .collect(),
+            dirichlets: VecDeque::new(),
+            ulp_off: 0,
+        };
+        let n = u32_of(&case["n"]) as usize;
+        match case["transform"].as_str() {
+            Some("RandomChoice") => {
+                let p: Option<Vec<f64>> = case["p"].as_array().map(|p| p.iter().map(num).collect());
+                let t = RandomChoice::new(n, p.as_deref()).expect("valid");
+                assert_eq!(
+                    t.draw(&mut replay),
+                    u32_of(&case["chosen"]) as usize,
+                    "{case}"
+                );
+            }
+            Some("RandomOrder") => {
+                let t = RandomOrder::new(n).expect("valid");
+                let order: Vec<u8> = case["order"]
+                    .as_array()
+                    .expect("order")
+                    .iter()
+                    .map(|v| u32_of(v) as u8)
+                    .collect();
+                assert_eq!(t.draw(&mut replay).as_slice(), order.as_slice(), "{case}");
+            }
+            other => panic!("unknown transform {other:?}"),
+        }
+        assert!(replay.draws.is_empty(), "{case}: Python drew more");
+    }
+}
+
 // ---------------------------------------------------------------- statistics helpers
 
 /// Pearson's chi-square statistic of `observed` counts against `expected` counts.

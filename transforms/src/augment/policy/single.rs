@@ -585,7 +585,7 @@ impl RandomErasing {
     /// The log-ratio bounds are the correctly rounded float32 `ln`; torch's vectorized float32
     /// log is within one unit in the last place and differs for some inputs (`ln 3.3`: torch
     /// 1.1939225, here 1.1939224), moving a bound by about 1e-7. Not reproduced: it would
-    /// take a port of torch's SLEEF log, and the distribution does not notice.
+    /// take a port of torch's vectorized log, and the distribution does not notice.
     pub fn draw<D: TorchDraws + ?Sized>(
         &self,
         width: u32,
