@@ -1,6 +1,6 @@
 """Writes transforms/tests/data/policy_tables.json from the installed torchvision (v1 classes).
 
-What it records, for transforms/tests/policy_draws.rs to compare with exactly:
+What it records, for transforms/tests/policy_draws.rs to compare with:
 - `spaces`: `_augmentation_space` of TrivialAugmentWide, RandAugment, AutoAugment and AugMix for
   several bin counts and image sizes (float32 magnitudes written as the float64 `.item()` gives).
 - `policies`: AutoAugment's IMAGENET, CIFAR10 and SVHN sub-policy tables.
@@ -10,6 +10,8 @@ What it records, for transforms/tests/policy_draws.rs to compare with exactly:
   `GaussianBlur.get_params` and `RandomErasing.forward` with `torch.empty(1).uniform_`,
   `torch.rand`, `torch.randint` and `torch.randperm` scripted: the ranges asked for (as float32
   bounds), the values returned, and torchvision's results.
+- `choices`: v1 `RandomChoice` (with and without weights) and `RandomOrder` with Python's
+  `random` scripted (`random()` as two randints, `_randbelow`) and what they chose.
 - `erasing`: moments of `RandomErasing.get_params` over 200k draws of torch's own generator
   (seeded), for a distribution check of the 10-attempt loop against an independent sampler.
 - `scripted`: torchvision's `forward` run with `torch.randint`/`torch.rand` (and AugMix's

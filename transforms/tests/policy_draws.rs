@@ -6,6 +6,10 @@
 //!   torchvision wrote into tests/data/policy_tables.json (scripts/fixtures_policy.py), and
 //!   replaying the draws of recorded torchvision runs (its `torch.randint`/`torch.rand`
 //!   scripted) yields the ops torchvision applied, asking for the same ranges in the same order.
+//!   Likewise for the single ops: RandomCrop's padding and offsets, ColorJitter, RandomRotation,
+//!   RandomAffine, GaussianBlur and RandomErasing (their `torch.empty(1).uniform_` bounds and
+//!   results), RandomChoice and RandomOrder (Python's `random`); and RandomErasing's rectangle
+//!   moments against torchvision's own sampler on torch's generator.
 //! - Statistical: fixed seeds, so deterministic; bounds are chi-square critical values far in
 //!   the tail (p < 1e-6 for a correct sampler) or several standard errors, loose enough not to
 //!   flake when a seed changes and tight enough that a wrong op list, bin count, sign rule or

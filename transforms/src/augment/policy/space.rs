@@ -78,7 +78,59 @@ const AUGMIX: [(OpKind, bool); 13] = [
     (OpKind::Sharpness, true),
 ];
 
+/// `"Policy/Op"` for every op in [`OpKind::ALL`] order, as `'static` strings so that naming a
+/// span per sample allocates nothing.
+macro_rules! span_names {
+    ($policy:literal) => {
+        [
+            concat!($policy, "/Identity"),
+            concat!($policy, "/ShearX"),
+            concat!($policy, "/ShearY"),
+            concat!($policy, "/TranslateX"),
+            concat!($policy, "/TranslateY"),
+            concat!($policy, "/Rotate"),
+            concat!($policy, "/Brightness"),
+            concat!($policy, "/Color"),
+            concat!($policy, "/Contrast"),
+            concat!($policy, "/Sharpness"),
+            concat!($policy, "/Posterize"),
+            concat!($policy, "/Solarize"),
+            concat!($policy, "/AutoContrast"),
+            concat!($policy, "/Equalize"),
+            concat!($policy, "/Invert"),
+        ]
+    };
+}
+
+const TRIVIAL_SPANS: [&str; 15] = span_names!("TrivialAugmentWide");
+const RAND_SPANS: [&str; 15] = span_names!("RandAugment");
+const AUTO_SPANS: [&str; 15] = span_names!("AutoAugment");
+const AUGMIX_SPANS: [&str; 15] = span_names!("AugMix");
+
 impl AugmentationSpace {
+    /// torchvision's class name of the policy.
+    pub fn policy_name(self) -> &'static str {
+        match self {
+            AugmentationSpace::TrivialAugmentWide => "TrivialAugmentWide",
+            AugmentationSpace::RandAugment => "RandAugment",
+            AugmentationSpace::AutoAugment => "AutoAugment",
+            AugmentationSpace::AugMix { .. } => "AugMix",
+        }
+    }
+
+    /// The profiler span name of `op` chosen by this policy, e.g.
+    /// `"TrivialAugmentWide/Solarize"` (issue 20: an op chosen by a policy is named by both).
+    pub fn span_name(self, op: OpKind) -> &'static str {
+        let names = match self {
+            AugmentationSpace::TrivialAugmentWide => &TRIVIAL_SPANS,
+            AugmentationSpace::RandAugment => &RAND_SPANS,
+            AugmentationSpace::AutoAugment => &AUTO_SPANS,
+            AugmentationSpace::AugMix { .. } => &AUGMIX_SPANS,
+        };
+        let index = OpKind::ALL.iter().position(|&k| k == op).unwrap_or(0);
+        names.get(index).copied().unwrap_or("")
+    }
+
     /// The ops and their `signed` flags, in torchvision's order.
     pub fn ops(self) -> &'static [(OpKind, bool)] {
         match self {
@@ -195,6 +247,23 @@ mod tests {
         };
         assert_eq!(mix(0), Some(4.0));
         assert_eq!(mix(9), Some(0.0));
+    }
+
+    #[test]
+    fn span_names_join_policy_and_op() {
+        for space in [
+            AugmentationSpace::TrivialAugmentWide,
+            AugmentationSpace::RandAugment,
+            AugmentationSpace::AutoAugment,
+            AugmentationSpace::AugMix { all_ops: false },
+        ] {
+            for op in OpKind::ALL {
+                assert_eq!(
+                    space.span_name(op),
+                    format!("{}/{}", space.policy_name(), op.name())
+                );
+            }
+        }
     }
 
     #[test]
