@@ -101,28 +101,47 @@ pub trait TorchDraws {
     /// ([`py_random`](Self::py_random)) and float64 Box-Muller normals.
     ///
     /// `alpha <= 0` (or NaN) gives 0. Must terminate whatever the draws are (a scripted source
-    /// may repeat one value forever): after 1000 rejections it returns the mean `alpha`,
-    /// something a real generator reaches with probability below 0.05^1000.
+    /// may repeat one value forever): after 1000 rejections it gives up and returns the mean
+    /// (of the boosted `alpha`, scaled), which a real generator reaches with probability below
+    /// 0.05^1000.
     fn gamma(&mut self, alpha: f64) -> f64 {
         gamma_marsaglia_tsang(self, alpha)
     }
 
-    /// `torch._sample_dirichlet(torch.tensor([alpha] * out.len()))` into `out`: Gamma draws
-    /// normalized by their sum, each clamped to float32's smallest normal number first as torch
-    /// does, the division in float32. Empty `out` draws nothing.
+    /// `torch._sample_dirichlet(torch.tensor([alpha] * out.len()))` into `out`, as ATen's
+    /// `_s_dirichlet_cpu`: Gamma draws kept in float64 (small `alpha` gives draws far below
+    /// float32's range), normalized by their float64 sum, then narrowed to float32 and clamped
+    /// to `[f32::MIN_POSITIVE, 1 - 2^-24]`. Empty `out` draws nothing.
     ///
-    /// Scripted implementations may override it to replay weights taken from torch.
+    /// Up to [`DIRICHLET_F64_LEN`] weights are held in float64 on the stack; longer slices (no
+    /// policy asks for them) keep each draw in float32, floored at `f32::MIN_POSITIVE`. Scripted
+    /// implementations may override it to replay weights taken from torch.
     fn dirichlet(&mut self, alpha: f32, out: &mut [f32]) {
-        let mut sum = 0.0f32;
+        let clamp = |w: f32| w.clamp(f32::MIN_POSITIVE, 1.0 - f32::EPSILON / 2.0);
+        let mut wide = [0.0f64; DIRICHLET_F64_LEN];
+        if let Some(wide) = wide.get_mut(..out.len()) {
+            for w in wide.iter_mut() {
+                *w = self.gamma(f64::from(alpha));
+            }
+            let sum: f64 = wide.iter().sum();
+            for (o, w) in out.iter_mut().zip(wide.iter()) {
+                *o = clamp((w / sum) as f32);
+            }
+            return;
+        }
+        let mut sum = 0.0f64;
         for w in out.iter_mut() {
             *w = (self.gamma(f64::from(alpha)) as f32).max(f32::MIN_POSITIVE);
-            sum += *w;
+            sum += f64::from(*w);
         }
         for w in out.iter_mut() {
-            *w /= sum;
+            *w = clamp((f64::from(*w) / sum) as f32);
         }
     }
 }
+
+/// How many Dirichlet weights [`TorchDraws::dirichlet`] normalizes in float64.
+pub const DIRICHLET_F64_LEN: usize = 32;
 
 /// Box-Muller over two float32 uniforms in `[0, 1)` as torch's `normal_fill_16`: both branches.
 fn box_muller(u1: f32, u2: f32) -> (f32, f32) {

@@ -897,6 +897,18 @@ fn gamma_dirichlet_and_beta_moments() {
     }));
     assert_mean(mean, 0.25, 1.0 / 48.0, k, "Dirichlet mean");
     assert!((var - 1.0 / 48.0).abs() < 0.001, "Dirichlet variance {var}");
+    // A tiny concentration puts draws far below float32's range: normalized in float64, the
+    // weights stay finite, positive and summing to 1 (torch's `_s_dirichlet_cpu` likewise).
+    for _ in 0..2000 {
+        rng.dirichlet(0.01, &mut pair);
+        assert!(pair.iter().all(|w| w.is_finite() && *w > 0.0), "{pair:?}");
+        assert!((pair[0] + pair[1] - 1.0).abs() < 1e-6, "{pair:?}");
+    }
+    // Past the float64 buffer the float32 path still gives a distribution.
+    let mut many = [0.0f32; 40];
+    rng.dirichlet(1.0, &mut many);
+    assert!((many.iter().sum::<f32>() - 1.0).abs() < 1e-5);
+    assert!(many.iter().all(|&w| w > 0.0));
 }
 
 #[test]
