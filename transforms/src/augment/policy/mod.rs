@@ -17,6 +17,28 @@
 //! torchvision's choices (transforms/tests/policy_draws.rs does this against recorded runs).
 //! Where v2 (`torchvision.transforms.v2`) draws differently, the item's doc says how.
 //!
+//! | torchvision (v1) | here | plan |
+//! |---|---|---|
+//! | `TrivialAugmentWide` | [`TrivialAugmentWide::draw`] | one [`PixelOp`] |
+//! | `RandAugment` | [`RandAugment::draw`] | [`OpSeq`] of `num_ops` |
+//! | `AutoAugment` | [`AutoAugment::draw`] | [`OpSeq`] of 0 to 2 |
+//! | `AugMix` | [`AugMix::draw`] | [`AugMixPlan`]: weights and chains (tensor semantics) |
+//! | `ColorJitter` | [`ColorJitter::draw`] | [`ColorJitterPlan`] (order, factors) |
+//! | `RandomRotation` | [`RandomRotation::draw`] | angle |
+//! | `RandomAffine` | [`RandomAffine::draw`] | [`AffinePlan`] |
+//! | `GaussianBlur` | [`GaussianBlur::draw`] | sigma |
+//! | `RandomErasing` | [`RandomErasing::draw`] | `Option<`[`EraseRect`]`>`; "random" values via [`fill_standard_normal`](crate::rng::TorchDraws::fill_standard_normal) |
+//! | `RandomCrop` | [`RandomCrop::draw`] | [`RandomCropPlan`] (padding, crop) |
+//! | `RandomApply` | [`draw_apply`] | bool |
+//! | `RandomChoice`, `RandomOrder` | [`RandomChoice::draw`], [`RandomOrder::draw`] | index, [`Permutation`] |
+//! | `RandomGrayscale`, `RandomVerticalFlip` | [`draw_p`] | bool |
+//! | `RandomInvert`, `RandomPosterize`, `RandomSolarize`, `RandomAdjustSharpness`, `RandomAutocontrast`, `RandomEqualize` | [`draw_p_item`] | bool |
+//!
+//! A sample's ops must draw in pipeline order from the one sample generator, each op's draws
+//! complete before the next op's (the kernels of `RandomErasing(value="random")` draw their
+//! normals right after its plan). Span names for ops a policy chose:
+//! [`AugmentationSpace::span_name`].
+//!
 //! Must not touch pixels, allocate, or draw from anything but the sample's draws: a plan is a
 //! pure function of the sample's generator, so output stays a function of (seed, epoch, index).
 
