@@ -26,6 +26,7 @@ use ferroloader_transforms::augment::policy::{
 };
 use ferroloader_transforms::rng::{sample_rng, SampleRng, TorchDraws};
 use ferroloader_transforms::CropRect;
+use proptest::prelude::*;
 use serde_json::Value;
 
 // ---------------------------------------------------------------- allocation counting
@@ -1400,4 +1401,52 @@ fn draws_do_not_allocate() {
     }
     assert_eq!(allocations() - before, 0, "draws allocated");
     assert!(sink.is_finite());
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(300))]
+
+    /// Any image size, including empty and huge ones, and any seed: every draw returns a plan
+    /// (no panic, no overflow) whose rectangles lie inside the image.
+    #[test]
+    fn draws_never_panic_and_stay_inside(
+        width in prop_oneof![0u32..64, Just(u32::MAX), 1u32..100_000],
+        height in prop_oneof![0u32..64, Just(u32::MAX), 1u32..100_000],
+        seed in any::<u64>(),
+        scale_lo in 0.0f64..0.5,
+    ) {
+        let mut rng = sample_rng(seed, 0, 0);
+        let ta = TrivialAugmentWide::new(31).expect("valid");
+        let ra = RandAugment::new(3, 30, 31).expect("valid");
+        let mix = AugMix::new(10, 8, -1, 0.5, true).expect("valid");
+        let er = RandomErasing::new(1.0, (scale_lo, 1.0), (0.1, 10.0), EraseValue::Random).expect("valid");
+        let af = RandomAffine::new((-180.0, 180.0), Some((1.0, 1.0)), Some((0.1, 10.0)), Some(&[-45.0, 45.0, -45.0, 45.0])).expect("valid");
+        let cr = RandomCrop::new((32, 32), [3; 4], true).expect("valid");
+        for _ in 0..20 {
+            ta.draw(&mut rng);
+            prop_assert_eq!(ra.draw(width, height, &mut rng).len(), 3);
+            for policy in [AutoAugmentPolicy::ImageNet, AutoAugmentPolicy::Cifar10, AutoAugmentPolicy::Svhn] {
+                prop_assert!(AutoAugment::new(policy).draw(width, height, &mut rng).len() <= 2);
+            }
+            let plan = mix.draw(width, height, &mut rng);
+            prop_assert!(plan.chains().iter().all(|c| (1..=3).contains(&c.ops.len())));
+            if let Some(r) = er.draw(width, height, &mut rng) {
+                prop_assert!(r.height < height && r.width < width);
+                prop_assert!(u64::from(r.top) + u64::from(r.height) <= u64::from(height));
+                prop_assert!(u64::from(r.left) + u64::from(r.width) <= u64::from(width));
+            }
+            let p = af.draw(width, height, &mut rng);
+            prop_assert!(p.scale.is_finite() && p.angle.abs() <= 180.0);
+            match cr.draw(width, height, &mut rng) {
+                Ok(plan) => {
+                    let padded_w = u64::from(width) + u64::from(plan.pad[0]) + u64::from(plan.pad[2]);
+                    let padded_h = u64::from(height) + u64::from(plan.pad[1]) + u64::from(plan.pad[3]);
+                    prop_assert!(u64::from(plan.rect.left) + 32 <= padded_w);
+                    prop_assert!(u64::from(plan.rect.top) + 32 <= padded_h);
+                }
+                // Only a padded size past u32 is refused.
+                Err(_) => prop_assert!(width > u32::MAX - 6 || height > u32::MAX - 6),
+            }
+        }
+    }
 }

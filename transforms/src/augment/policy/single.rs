@@ -607,10 +607,11 @@ impl RandomErasing {
             if !(h < f64::from(height) && w < f64::from(width)) {
                 continue;
             }
-            // 0 <= h < height and 0 <= w < width, so both fit u32.
+            // 0 <= h < height and 0 <= w < width, so both fit u32. A 0-pixel side on a
+            // u32::MAX image would ask for 2^32 offsets: saturate (one offset in 2^32 lost).
             let (h, w) = (h as u32, w as u32);
-            let top = draws.randint(height - h + 1);
-            let left = draws.randint(width - w + 1);
+            let top = draws.randint((height - h).saturating_add(1));
+            let left = draws.randint((width - w).saturating_add(1));
             return Some(EraseRect {
                 top,
                 left,
