@@ -14,6 +14,9 @@ What it records, for transforms/tests/policy_draws.rs to compare with:
   `random` scripted (`random()` as two randints, `_randbelow`) and what they chose.
 - `erasing`: moments of `RandomErasing.get_params` over 200k draws of torch's own generator
   (seeded), for a distribution check of the 10-attempt loop against an independent sampler.
+- `scripted_v2`: the same for the v2 classes (`torchvision.transforms.v2`), with
+  `_apply_image_or_video_transform` recorded; a Solarize magnitude is written as the threshold
+  v2 passes (`255.0 * magnitude`).
 - `scripted`: torchvision's `forward` run with `torch.randint`/`torch.rand` (and AugMix's
   `_sample_dirichlet`) replaced by scripted values, with `_apply_op` replaced by a recorder: the
   draws it asked for (kind, range, value) and the (op, magnitude) pairs it applied. The Rust side
@@ -382,11 +385,73 @@ def erasing():
     return out
 
 
+def scripted_v2(rng):
+    from torchvision.transforms import v2
+    from torchvision.transforms.v2 import _auto_augment as v2aa
+
+    cases = []
+    img = Image.new("RGB", (37, 23))
+    base = v2aa._AutoAugmentBase
+    real_randint, real_rand, real_apply = torch.randint, torch.rand, base._apply_image_or_video_transform
+    configs = (
+        [("TrivialAugmentWide", {"num_magnitude_bins": b}) for b in (31, 31, 5)]
+        + [("RandAugment", {"num_ops": n, "magnitude": m, "num_magnitude_bins": b})
+           for (n, m, b) in ((2, 9, 31), (3, 30, 31), (1, 4, 5))]
+        + [("AutoAugment", {"policy": p}) for p in ("imagenet", "cifar10", "svhn")]
+        + [("AugMix", {"severity": s, "mixture_width": w, "chain_depth": d, "all_ops": a})
+           for (s, w, d, a) in ((3, 3, -1, True), (10, 2, 2, True), (1, 4, -1, False))]
+    )
+    policies = {"imagenet": v2.AutoAugmentPolicy.IMAGENET, "cifar10": v2.AutoAugmentPolicy.CIFAR10,
+                "svhn": v2.AutoAugmentPolicy.SVHN}
+    for name, args in configs:
+        for _ in range(25):
+            script = Script(rng)
+            applied = []
+
+            def record(self, image, transform_id, magnitude, interpolation, fill):
+                m = 255.0 * magnitude if transform_id == "Solarize" else magnitude
+                applied.append([transform_id, f(m)])
+                return image
+
+            extra = {}
+            try:
+                torch.randint, torch.rand = script.randint, script.rand
+                base._apply_image_or_video_transform = record
+                if name == "AutoAugment":
+                    t = v2.AutoAugment(policies[args["policy"]])
+                else:
+                    t = getattr(v2, name)(**args)
+                if name == "AugMix":
+                    dirichlets = []
+
+                    def dirichlet(params, dirichlets=dirichlets):
+                        k = params.shape[-1]
+                        g = torch.tensor([rng.uniform(0.05, 3.0) for _ in range(k)], dtype=torch.float32)
+                        d = (g / g.sum()).reshape(1, k)
+                        dirichlets.append([float(v) for v in d[0].tolist()])
+                        return d
+
+                    t._sample_dirichlet = dirichlet
+                t(img)
+                if name == "AugMix":
+                    m, w = dirichlets
+                    combined = (torch.tensor([w]) * torch.tensor([m])[:, 1].reshape([1, -1]))[0]
+                    extra = {"dirichlet": [[f(v) for v in d] for d in dirichlets], "original_weight": f(m[0]),
+                             "chain_weights": [f(v) for v in combined.tolist()]}
+            finally:
+                torch.randint, torch.rand = real_randint, real_rand
+                base._apply_image_or_video_transform = real_apply
+            cases.append({"transform": name, "args": args, "height": 23, "width": 37,
+                          "draws": script.log, "ops": applied, **extra})
+    return cases
+
+
 def main():
     rng = random.Random(20)
     data = {"torchvision": __import__("torchvision").__version__, "torch": torch.__version__,
             "spaces": spaces(), "policies": policies(), "scripted": scripted(rng), "crops": crops(rng), "singles": singles(rng),
             "choices": choices(rng),
+            "scripted_v2": scripted_v2(rng),
             "erasing": erasing()}
     OUT.parent.mkdir(parents=True, exist_ok=True)
     OUT.write_text(json.dumps(data, separators=(",", ":")) + "\n")

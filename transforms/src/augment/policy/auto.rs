@@ -6,13 +6,15 @@
 //! skip a draw torchvision makes nor add one, or a scripted replay of torch's values diverges;
 //! transforms/tests/policy_draws.rs replays recorded torchvision runs.
 //!
-//! v2 (`torchvision.transforms.v2`) differs in its draws, not its distributions: the sign is
+//! v2 (`torchvision.transforms.v2`) draws differently, with the same distributions: the sign is
 //! `torch.rand(()) <= 0.5` (a float draw) instead of `torch.randint(2)`; `AutoAugment` draws a
-//! probability (and a sign) per sub-policy step as it goes instead of two of each up front;
-//! Solarize tables run from 1.0 to 0.0 and are scaled by 255 for uint8 images.
+//! probability (and a sign) per sub-policy step as it goes instead of two of each up front. And
+//! one difference shows in pixels: v2's Solarize table runs from 1.0 to 0.0 and is scaled by 255
+//! in float64, so its thresholds sit just above v1's float32 ones (v1 238.0, v2 238.0000010:
+//! v1 inverts a pixel of 238, v2 does not). [`Api`] selects which to follow; v1 is the default.
 
 use super::ops::{OpKind, OpSeq, PixelOp};
-use super::space::AugmentationSpace;
+use super::space::{torch_linspace, AugmentationSpace};
 use crate::error::{Error, Result};
 use crate::rng::TorchDraws;
 
@@ -23,6 +25,7 @@ use crate::rng::TorchDraws;
 /// flips, drawn up front) and does not use it.
 fn op_at<D: TorchDraws + ?Sized>(
     draws: &mut D,
+    api: Api,
     space: AugmentationSpace,
     op_index: u32,
     num_bins: u32,
@@ -37,15 +40,54 @@ fn op_at<D: TorchDraws + ?Sized>(
         return PixelOp::from_magnitude(kind, 0.0);
     }
     let b = bin(draws);
-    let mut magnitude = f64::from(
-        space
-            .magnitude(kind, num_bins, b, height, width)
-            .unwrap_or(0.0),
-    );
-    if signed && draws.randint(2) == 1 {
+    let mut magnitude = table_magnitude(api, space, kind, num_bins, b, (height, width));
+    if signed && api.draw_negative(draws) {
         magnitude = -magnitude;
     }
     PixelOp::from_magnitude(kind, magnitude)
+}
+
+/// Which torchvision API a policy follows: the classes of `torchvision.transforms` (v1, the
+/// default and the reference) or of `torchvision.transforms.v2`. See the module doc for what
+/// differs.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum Api {
+    /// `torchvision.transforms`.
+    #[default]
+    V1,
+    /// `torchvision.transforms.v2`.
+    V2,
+}
+
+impl Api {
+    /// The sign draw of a signed op: v1 `torch.randint(2, (1,))` is truthy (1 flips), v2
+    /// `torch.rand(()) <= 0.5` (float32 compare) flips.
+    fn draw_negative<D: TorchDraws + ?Sized>(self, draws: &mut D) -> bool {
+        match self {
+            Api::V1 => draws.randint(2) == 1,
+            Api::V2 => draws.uniform_f32(0.0, 1.0) <= 0.5,
+        }
+    }
+}
+
+/// Bin `bin` of `kind`'s table before the sign, as `_apply_op` receives it: v1's float32 table
+/// widened, except v2's Solarize, `255.0 * float(linspace(1.0, 0.0)[bin])` in float64.
+fn table_magnitude(
+    api: Api,
+    space: AugmentationSpace,
+    kind: OpKind,
+    num_bins: u32,
+    bin: u32,
+    (height, width): (u32, u32),
+) -> f64 {
+    if api == Api::V2 && kind == OpKind::Solarize {
+        return 255.0 * f64::from(torch_linspace(1.0, 0.0, num_bins, bin));
+    }
+    f64::from(
+        space
+            .magnitude(kind, num_bins, bin, height, width)
+            .unwrap_or(0.0),
+    )
 }
 
 fn check_bins(num_magnitude_bins: u32) -> Result<()> {
@@ -63,13 +105,22 @@ fn check_bins(num_magnitude_bins: u32) -> Result<()> {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct TrivialAugmentWide {
     num_magnitude_bins: u32,
+    api: Api,
 }
 
 impl TrivialAugmentWide {
     /// With `num_magnitude_bins` bins (torchvision's default 31); at least 2.
     pub fn new(num_magnitude_bins: u32) -> Result<Self> {
         check_bins(num_magnitude_bins)?;
-        Ok(TrivialAugmentWide { num_magnitude_bins })
+        Ok(TrivialAugmentWide {
+            num_magnitude_bins,
+            api: Api::V1,
+        })
+    }
+
+    /// Follow `api`'s draws (v1 unless told).
+    pub fn with_api(self, api: Api) -> Self {
+        TrivialAugmentWide { api, ..self }
     }
 
     /// The number of magnitude bins.
@@ -85,7 +136,9 @@ impl TrivialAugmentWide {
         let space = AugmentationSpace::TrivialAugmentWide;
         let op_index = draws.randint(space.ops().len() as u32);
         let bins = self.num_magnitude_bins;
-        op_at(draws, space, op_index, bins, (1, 1), |d| d.randint(bins))
+        op_at(draws, self.api, space, op_index, bins, (1, 1), |d| {
+            d.randint(bins)
+        })
     }
 }
 
@@ -100,6 +153,7 @@ pub struct RandAugment {
     num_ops: u32,
     magnitude: u32,
     num_magnitude_bins: u32,
+    api: Api,
 }
 
 impl RandAugment {
@@ -123,7 +177,13 @@ impl RandAugment {
             num_ops,
             magnitude,
             num_magnitude_bins,
+            api: Api::V1,
         })
+    }
+
+    /// Follow `api`'s draws (v1 unless told).
+    pub fn with_api(self, api: Api) -> Self {
+        RandAugment { api, ..self }
     }
 
     /// The ops for one sample of a `width` x `height` image (translations scale with it):
@@ -141,6 +201,7 @@ impl RandAugment {
             let bin = self.magnitude;
             plan.push(op_at(
                 draws,
+                self.api,
                 space,
                 op_index,
                 self.num_magnitude_bins,
@@ -188,12 +249,21 @@ const fn step(op: OpKind, probability: f64, magnitude_bin: Option<u8>) -> Policy
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct AutoAugment {
     policy: AutoAugmentPolicy,
+    api: Api,
 }
 
 impl AutoAugment {
     /// With the sub-policies of `policy`.
     pub fn new(policy: AutoAugmentPolicy) -> Self {
-        AutoAugment { policy }
+        AutoAugment {
+            policy,
+            api: Api::V1,
+        }
+    }
+
+    /// Follow `api`'s draws (v1 unless told).
+    pub fn with_api(self, api: Api) -> Self {
+        AutoAugment { api, ..self }
     }
 
     /// The sub-policies, in torchvision's order.
@@ -209,7 +279,13 @@ impl AutoAugment {
     /// makes the same five draws, used or not: `randint(25)` for the sub-policy, two
     /// `torch.rand` for the steps' probabilities (a step runs when `rand <= p`), two
     /// `randint(2)` for the signs (0 means negative, unlike the other policies).
+    ///
+    /// v2 ([`Api::V2`]) draws `randint(25)`, then per step `torch.rand(())` (skip unless
+    /// `<= p`) and, for a signed op that runs, `torch.rand(()) <= 0.5` for a negative sign.
     pub fn draw<D: TorchDraws + ?Sized>(&self, width: u32, height: u32, draws: &mut D) -> OpSeq<2> {
+        if self.api == Api::V2 {
+            return self.draw_v2(width, height, draws);
+        }
         let policies = self.sub_policies();
         let id = draws.randint(policies.len() as u32) as usize;
         let probs = [draws.uniform_f32(0.0, 1.0), draws.uniform_f32(0.0, 1.0)];
@@ -238,6 +314,33 @@ impl AutoAugment {
         }
         plan
     }
+
+    fn draw_v2<D: TorchDraws + ?Sized>(&self, width: u32, height: u32, draws: &mut D) -> OpSeq<2> {
+        let policies = self.sub_policies();
+        let id = draws.randint(policies.len() as u32) as usize;
+        let mut plan = OpSeq::new();
+        let Some(sub) = policies.get(id) else {
+            return plan;
+        };
+        let space = AugmentationSpace::AutoAugment;
+        for step in sub {
+            if draws.uniform_f32(0.0, 1.0) > step.probability as f32 {
+                continue;
+            }
+            let signed = space.ops().iter().any(|&(k, s)| k == step.op && s);
+            let has_table = space.magnitude(step.op, 10, 0, height, width).is_some();
+            let mut magnitude = 0.0;
+            if let (true, Some(bin)) = (has_table, step.magnitude_bin) {
+                let size = (height, width);
+                magnitude = table_magnitude(Api::V2, space, step.op, 10, u32::from(bin), size);
+                if signed && Api::V2.draw_negative(draws) {
+                    magnitude = -magnitude;
+                }
+            }
+            plan.push(PixelOp::from_magnitude(step.op, magnitude));
+        }
+        plan
+    }
 }
 
 /// The most chains (`mixture_width`) an [`AugMix`] plan holds.
@@ -259,6 +362,7 @@ pub struct AugMix {
     chain_depth: i32,
     alpha: f32,
     all_ops: bool,
+    api: Api,
 }
 
 /// One AugMix chain: its weight in the mix and its ops, applied in order to the original image.
@@ -331,7 +435,13 @@ impl AugMix {
             chain_depth,
             alpha,
             all_ops,
+            api: Api::V1,
         })
+    }
+
+    /// Follow `api`'s draws (v1 unless told).
+    pub fn with_api(self, api: Api) -> Self {
+        AugMix { api, ..self }
     }
 
     /// The plan for one sample of a `width` x `height` image, in torchvision's order: a
@@ -373,11 +483,15 @@ impl AugMix {
             };
             for _ in 0..depth {
                 let op_index = draws.randint(space.ops().len() as u32);
-                chain
-                    .ops
-                    .push(op_at(draws, space, op_index, 10, (height, width), |d| {
-                        d.randint(severity)
-                    }));
+                chain.ops.push(op_at(
+                    draws,
+                    self.api,
+                    space,
+                    op_index,
+                    10,
+                    (height, width),
+                    |d| d.randint(severity),
+                ));
             }
         }
         plan

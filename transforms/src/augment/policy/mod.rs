@@ -48,7 +48,7 @@ pub mod single;
 pub mod space;
 
 pub use auto::{
-    AugMix, AugMixChain, AugMixPlan, AutoAugment, AutoAugmentPolicy, PolicyStep, RandAugment,
+    Api, AugMix, AugMixChain, AugMixPlan, AutoAugment, AutoAugmentPolicy, PolicyStep, RandAugment,
     TrivialAugmentWide, MAX_AUGMIX_DEPTH, MAX_AUGMIX_WIDTH, MAX_RAND_AUGMENT_OPS,
 };
 pub use ops::{OpKind, OpSeq, PixelOp};
