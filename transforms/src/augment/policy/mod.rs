@@ -34,6 +34,10 @@
 //! | `RandomGrayscale`, `RandomVerticalFlip` | [`draw_p`] | bool |
 //! | `RandomInvert`, `RandomPosterize`, `RandomSolarize`, `RandomAdjustSharpness`, `RandomAutocontrast`, `RandomEqualize` | [`draw_p_item`] | bool |
 //!
+//! For the v2 classes: the policies take [`Api::V2`] (`with_api`); v2's `RandomApply` and
+//! every v2 op with a `p` is [`draw_p`]; the other single ops draw as v1 up to stream order
+//! (each item's doc says where), with the same distributions.
+//!
 //! A sample's ops must draw in pipeline order from the one sample generator, each op's draws
 //! complete before the next op's (the kernels of `RandomErasing(value="random")` draw their
 //! normals right after its plan). Span names for ops a policy chose:

@@ -31,8 +31,8 @@ pub fn draw_p_item<D: TorchDraws + ?Sized>(draws: &mut D, p: f64) -> bool {
 }
 
 /// `RandomApply(transforms, p)`: runs unless `p < torch.rand(1)`, so a draw equal to `p`
-/// runs (unlike [`draw_p`]). Always one draw; v2 skips when `torch.rand(1) >= p`, so there a
-/// draw equal to `p` does not run.
+/// runs (unlike [`draw_p`]). Always one draw. v2's `RandomApply` skips when
+/// `torch.rand(1) >= p`, which is [`draw_p`].
 pub fn draw_apply<D: TorchDraws + ?Sized>(draws: &mut D, p: f64) -> bool {
     draws.uniform_f32(0.0, 1.0) <= p as f32
 }
