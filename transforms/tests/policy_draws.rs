@@ -1087,7 +1087,8 @@ fn color_jitter_scripted_permutation_and_factors() {
 fn random_erasing_scripted_and_bounds() {
     let t = RandomErasing::new(0.5, (0.02, 0.33), (0.3, 3.3), EraseValue::Constant(0.0))
         .expect("valid");
-    // p draw 0.25 < 0.5; area 100 * 200 * 0.1 = 2000; log-ratio 0 -> aspect 1: h = w = round(44.72) = 45.
+    // p draw 0.25 < 0.5; area 100 * 200 * 0.1 = 2000; log-ratio 0 -> aspect 1:
+    // h = w = round(44.72) = 45.
     let mut d = Scripted::new(&[0.25, 0.1, 0.0], &[7, 9]);
     let rect = t.draw(200, 100, &mut d).expect("erases");
     assert_eq!(
@@ -1456,13 +1457,18 @@ proptest! {
         let ta = TrivialAugmentWide::new(31).expect("valid");
         let ra = RandAugment::new(3, 30, 31).expect("valid");
         let mix = AugMix::new(10, 8, -1, 0.5, true).expect("valid");
-        let er = RandomErasing::new(1.0, (scale_lo, 1.0), (0.1, 10.0), EraseValue::Random).expect("valid");
-        let af = RandomAffine::new((-180.0, 180.0), Some((1.0, 1.0)), Some((0.1, 10.0)), Some(&[-45.0, 45.0, -45.0, 45.0])).expect("valid");
+        let er = RandomErasing::new(1.0, (scale_lo, 1.0), (0.1, 10.0), EraseValue::Random)
+            .expect("valid");
+        let shear = [-45.0, 45.0, -45.0, 45.0];
+        let (degrees, translate, scale) = ((-180.0, 180.0), Some((1.0, 1.0)), Some((0.1, 10.0)));
+        let af = RandomAffine::new(degrees, translate, scale, Some(&shear)).expect("valid");
         let cr = RandomCrop::new((32, 32), [3; 4], true).expect("valid");
         for _ in 0..20 {
             ta.draw(&mut rng);
             prop_assert_eq!(ra.draw(width, height, &mut rng).len(), 3);
-            for policy in [AutoAugmentPolicy::ImageNet, AutoAugmentPolicy::Cifar10, AutoAugmentPolicy::Svhn] {
+            let policies =
+                [AutoAugmentPolicy::ImageNet, AutoAugmentPolicy::Cifar10, AutoAugmentPolicy::Svhn];
+            for policy in policies {
                 prop_assert!(AutoAugment::new(policy).draw(width, height, &mut rng).len() <= 2);
             }
             let plan = mix.draw(width, height, &mut rng);
@@ -1476,8 +1482,9 @@ proptest! {
             prop_assert!(p.scale.is_finite() && p.angle.abs() <= 180.0);
             match cr.draw(width, height, &mut rng) {
                 Ok(plan) => {
-                    let padded_w = u64::from(width) + u64::from(plan.pad[0]) + u64::from(plan.pad[2]);
-                    let padded_h = u64::from(height) + u64::from(plan.pad[1]) + u64::from(plan.pad[3]);
+                    let [l, t, r, b] = plan.pad.map(u64::from);
+                    let padded_w = u64::from(width) + l + r;
+                    let padded_h = u64::from(height) + t + b;
                     prop_assert!(u64::from(plan.rect.left) + 32 <= padded_w);
                     prop_assert!(u64::from(plan.rect.top) + 32 <= padded_h);
                 }
