@@ -1425,6 +1425,13 @@ fn draws_do_not_allocate() {
         sink += ra.draw(224, 224, &mut rng).len() as f64;
         sink += aa.draw(224, 224, &mut rng).len() as f64;
         sink += f64::from(mix.draw(224, 224, &mut rng).original_weight());
+        sink += f64::from(ta.with_api(Api::V2).draw(&mut rng).kind() as u8);
+        sink += aa.with_api(Api::V2).draw(224, 224, &mut rng).len() as f64;
+        sink += f64::from(
+            mix.with_api(Api::V2)
+                .draw(64, 64, &mut rng)
+                .original_weight(),
+        );
         sink += cj.draw(&mut rng).steps().count() as f64;
         sink += er
             .draw(224, 224, &mut rng)
