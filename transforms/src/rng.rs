@@ -43,8 +43,10 @@ pub fn sample_rng(seed: u64, epoch: u64, index: u64) -> SampleRng {
     SampleRng::from_seed(state.to_le_bytes())
 }
 
-/// The two kinds of random draws torchvision's classification transforms make, in torch's
-/// float32 arithmetic.
+/// The random draws torchvision's classification transforms make, in torch's float32
+/// arithmetic: two primitive ones ([`uniform_f32`](Self::uniform_f32),
+/// [`randint`](Self::randint)) and, with default implementations built on those two, Python's
+/// `random.random()`, normals, Gamma and Dirichlet draws.
 ///
 /// [`SampleRng`] implements it with torch's formulas over its own bits; tests implement it with
 /// scripted values to replay draws taken from torch.
@@ -55,6 +57,142 @@ pub trait TorchDraws {
     /// `torch.randint(0, high, size=(1,)).item()`: an integer in `[0, high)`. `high` is at
     /// least 1 (callers guarantee it; implementations may return 0 otherwise).
     fn randint(&mut self, high: u32) -> u32;
+
+    /// Python's `random.random()` (the module torchvision v1's `RandomChoice` and
+    /// `RandomOrder` draw from, not torch's generator): a float64 in `[0, 1)` with 53 random
+    /// bits, built as CPython builds it from two 32-bit draws (27 and 26 bits kept).
+    ///
+    /// The default takes two [`randint`](Self::randint) draws, so scripted implementations need
+    /// not know about it.
+    fn py_random(&mut self) -> f64 {
+        let a = f64::from(self.randint(1 << 27));
+        let b = f64::from(self.randint(1 << 26));
+        (a * 67_108_864.0 + b) * (1.0 / 9_007_199_254_740_992.0)
+    }
+
+    /// One standard normal float32, as torch's `normal_()` makes them on a float32 tensor of
+    /// 16 or more elements: Box-Muller over two float32 uniforms `u1, u2`, radius
+    /// `sqrt(-2 ln(1 - u1))`, angle `2 pi u2`, the cosine branch.
+    ///
+    /// Like torch's, the tails stop near 5.8 standard deviations (24-bit uniforms). The
+    /// default takes two [`uniform_f32`](Self::uniform_f32) draws.
+    fn standard_normal(&mut self) -> f32 {
+        let (z, _) = box_muller(self.uniform_f32(0.0, 1.0), self.uniform_f32(0.0, 1.0));
+        z
+    }
+
+    /// Fills `out` with standard normal float32s (`torch.empty(..).normal_()`), both
+    /// Box-Muller branches used, so one uniform per value (an odd tail takes one extra pair).
+    /// `RandomErasing(value="random")` fills its rectangle with these.
+    fn fill_standard_normal(&mut self, out: &mut [f32]) {
+        let mut pairs = out.chunks_exact_mut(2);
+        for pair in &mut pairs {
+            let (z0, z1) = box_muller(self.uniform_f32(0.0, 1.0), self.uniform_f32(0.0, 1.0));
+            pair[0] = z0;
+            pair[1] = z1;
+        }
+        if let [last] = pairs.into_remainder() {
+            *last = self.standard_normal();
+        }
+    }
+
+    /// A Gamma(`alpha`, 1) draw in float64 with torch's `sample_gamma` (Marsaglia and Tsang's
+    /// rejection method, `alpha < 1` boosted by `u^(1/alpha)`), over float64 uniforms
+    /// ([`py_random`](Self::py_random)) and float64 Box-Muller normals.
+    ///
+    /// `alpha <= 0` (or NaN) gives 0. Must terminate whatever the draws are (a scripted source
+    /// may repeat one value forever): after 1000 rejections it gives up and returns the mean
+    /// (of the boosted `alpha`, scaled), which a real generator reaches with probability below
+    /// 0.05^1000.
+    fn gamma(&mut self, alpha: f64) -> f64 {
+        gamma_marsaglia_tsang(self, alpha)
+    }
+
+    /// `torch._sample_dirichlet(torch.tensor([alpha] * out.len()))` into `out`, as ATen's
+    /// `_s_dirichlet_cpu`: Gamma draws kept in float64 (small `alpha` gives draws far below
+    /// float32's range), normalized by their float64 sum, then narrowed to float32 and clamped
+    /// to `[f32::MIN_POSITIVE, 1 - 2^-24]`. Empty `out` draws nothing.
+    ///
+    /// Up to [`DIRICHLET_F64_LEN`] weights are held in float64 on the stack; longer slices (no
+    /// policy asks for them) keep each draw in float32, floored at `f32::MIN_POSITIVE`. Scripted
+    /// implementations may override it to replay weights taken from torch.
+    fn dirichlet(&mut self, alpha: f32, out: &mut [f32]) {
+        let clamp = |w: f32| w.clamp(f32::MIN_POSITIVE, 1.0 - f32::EPSILON / 2.0);
+        let mut wide = [0.0f64; DIRICHLET_F64_LEN];
+        if let Some(wide) = wide.get_mut(..out.len()) {
+            for w in wide.iter_mut() {
+                *w = self.gamma(f64::from(alpha));
+            }
+            let sum: f64 = wide.iter().sum();
+            for (o, w) in out.iter_mut().zip(wide.iter()) {
+                *o = clamp((w / sum) as f32);
+            }
+            return;
+        }
+        let mut sum = 0.0f64;
+        for w in out.iter_mut() {
+            *w = (self.gamma(f64::from(alpha)) as f32).max(f32::MIN_POSITIVE);
+            sum += f64::from(*w);
+        }
+        for w in out.iter_mut() {
+            *w = clamp((f64::from(*w) / sum) as f32);
+        }
+    }
+}
+
+/// How many Dirichlet weights [`TorchDraws::dirichlet`] normalizes in float64.
+pub const DIRICHLET_F64_LEN: usize = 32;
+
+/// Box-Muller over two float32 uniforms in `[0, 1)` as torch's `normal_fill_16`: both branches.
+fn box_muller(u1: f32, u2: f32) -> (f32, f32) {
+    let radius = (-2.0 * (1.0 - u1).ln()).sqrt();
+    let theta = 2.0 * std::f32::consts::PI * u2;
+    (radius * theta.cos(), radius * theta.sin())
+}
+
+/// ATen's `sample_gamma` (Distributions.h) in float64; see [`TorchDraws::gamma`].
+fn gamma_marsaglia_tsang<D: TorchDraws + ?Sized>(draws: &mut D, alpha: f64) -> f64 {
+    if alpha.is_nan() || alpha <= 0.0 {
+        return 0.0;
+    }
+    let mut alpha = alpha;
+    let mut scale = 1.0f64;
+    if alpha < 1.0 {
+        scale *= (1.0 - draws.py_random()).powf(1.0 / alpha);
+        alpha += 1.0;
+    }
+    let d = alpha - 1.0 / 3.0;
+    let c = 1.0 / (9.0 * d).sqrt();
+    for _ in 0..1000 {
+        let mut x = 0.0;
+        let mut y = 0.0;
+        for _ in 0..1000 {
+            x = normal_f64(draws);
+            y = 1.0 + c * x;
+            if y > 0.0 {
+                break;
+            }
+        }
+        if y <= 0.0 {
+            break;
+        }
+        let v = y * y * y;
+        let u = 1.0 - draws.py_random();
+        let xx = x * x;
+        if u < 1.0 - 0.0331 * xx * xx || u.ln() < 0.5 * xx + d * (1.0 - v + v.ln()) {
+            return scale * d * v;
+        }
+    }
+    // Only a degenerate scripted source gets here; the boosted mean keeps the result sane.
+    scale * alpha
+}
+
+/// A standard normal float64 (Box-Muller over two float64 uniforms, cosine branch), as
+/// `at::normal_distribution<double>` samples for `sample_gamma`.
+fn normal_f64<D: TorchDraws + ?Sized>(draws: &mut D) -> f64 {
+    let u1 = draws.py_random();
+    let u2 = draws.py_random();
+    (-2.0 * (1.0 - u1).ln()).sqrt() * (2.0 * std::f64::consts::PI * u2).cos()
 }
 
 impl TorchDraws for SampleRng {
@@ -82,6 +220,26 @@ impl<T: TorchDraws + ?Sized> TorchDraws for &mut T {
 
     fn randint(&mut self, high: u32) -> u32 {
         (**self).randint(high)
+    }
+
+    fn py_random(&mut self) -> f64 {
+        (**self).py_random()
+    }
+
+    fn standard_normal(&mut self) -> f32 {
+        (**self).standard_normal()
+    }
+
+    fn fill_standard_normal(&mut self, out: &mut [f32]) {
+        (**self).fill_standard_normal(out)
+    }
+
+    fn gamma(&mut self, alpha: f64) -> f64 {
+        (**self).gamma(alpha)
+    }
+
+    fn dirichlet(&mut self, alpha: f32, out: &mut [f32]) {
+        (**self).dirichlet(alpha, out)
     }
 }
 

@@ -1,1 +1,0 @@
-//! The random draws of torchvision's augmentation policies and random single ops.
