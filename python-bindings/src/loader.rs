@@ -72,7 +72,7 @@ impl PyLoader {
     #[new]
     #[pyo3(signature = (
         dataset, spec, *, batch_size, shuffle, drop_last, seed, num_workers, prefetch_batches,
-        in_order, on_error, rank = None, world_size = None, profile = "off"
+        in_order, on_error, rank = None, world_size = None, profile = "off", scratch_limit = None
     ))]
     #[allow(clippy::too_many_arguments)]
     fn new(
@@ -89,6 +89,7 @@ impl PyLoader {
         rank: Option<usize>,
         world_size: Option<usize>,
         profile: &str,
+        scratch_limit: Option<usize>,
     ) -> PyResult<Self> {
         let source = as_source(dataset)?;
         let pipeline = plan_pipeline(spec)?;
@@ -114,6 +115,9 @@ impl PyLoader {
             });
         if let Some(n) = num_workers {
             options = options.num_workers(n);
+        }
+        if let Some(bytes) = scratch_limit {
+            options = options.scratch_limit(bytes);
         }
         match (rank, world_size) {
             (None, None) => {}

@@ -418,3 +418,21 @@ def test_mypy_flags_a_bad_option_literal(tmp_path: Path) -> None:
     )
     assert 'Argument "profile" to "Loader" has incompatible type "Literal[\'spanz\']"' in result.stdout, result.stdout
     assert result.stdout.count("error:") == 1, result.stdout
+
+
+def test_the_readme_quickstart_runs_with_dataloader_and_with_ferroloader(folder: Path) -> None:
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    quickstart = readme[readme.index("## Python quickstart") :]
+    snippet = quickstart[quickstart.index("```python\n") + 10 :]
+    snippet = snippet[: snippet.index("```")].replace('"/data/train"', repr(str(folder)))
+    snippet = snippet.replace("num_workers=8", "num_workers=0")
+    torch_line = next(line for line in snippet.splitlines() if line.startswith("# loader = torch"))
+    ours_line = next(line for line in snippet.splitlines() if line.startswith("loader = fl.Loader"))
+    as_torch = snippet.replace(ours_line, torch_line[2:]).replace(torch_line, "")
+    for code in (snippet, as_torch):
+        seen: List[int] = []
+        body = code.replace("        ...", "        seen.append(len(labels))")
+        namespace = {"train_transform": tv_transform(), "epochs": 2, "start_epoch": 0, "seen": seen, "torch": torch}
+        exec(body, namespace)
+        assert seen == [18, 18], code
+        assert isinstance(namespace["loader"], fl.Loader) == (code is snippet)

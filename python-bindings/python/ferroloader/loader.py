@@ -136,7 +136,9 @@ class Loader:
     ``LoaderIterator.skipped``), ``profile`` (``"off"``, ``"spans"``, ``"counters"``; read it
     with ``loader.profile()``), ``rank``/``world_size`` (``DistributedSampler``'s cut),
     ``tensor_type`` (``"torch"`` or ``"numpy"``), ``batch_transform`` (a callable on each
-    ``(images, labels)`` batch, returning what the iterator yields).
+    ``(images, labels)`` batch, returning what the iterator yields), ``scratch_limit`` (bytes
+    of decode scratch a worker keeps between samples, default 64 MiB: more, after an outlier
+    image, is freed and regrown as needed).
     """
 
     def __init__(
@@ -170,6 +172,7 @@ class Loader:
         world_size: Optional[int] = None,
         tensor_type: TensorType = "torch",
         batch_transform: Optional[Callable[[Any, Any], Any]] = None,
+        scratch_limit: int = 64 << 20,
     ) -> None:
         self.dataset = dataset
         self._source, dataset_transform = as_source(dataset)
@@ -233,6 +236,7 @@ class Loader:
             "prefetch_batches", 2 if prefetch_batches is None else prefetch_batches, 1
         )
         self.in_order = _check_bool("in_order", in_order)
+        self.scratch_limit = _check_int("scratch_limit", scratch_limit, 0, 2**64 - 1)
         if worker_init_fn is not None:
             raise ValueError(
                 "worker_init_fn: ferroloader's workers are native threads that run no Python, "
@@ -313,6 +317,7 @@ class Loader:
             rank=self.rank,
             world_size=self.world_size,
             profile=self.profile_mode,
+            scratch_limit=self.scratch_limit,
         )
 
     def _loader(self) -> _native.Loader:
@@ -528,6 +533,7 @@ class Loader:
             "world_size": self.world_size,
             "tensor_type": self.tensor_type,
             "batch_transform": self.batch_transform,
+            "scratch_limit": self.scratch_limit,
         }
 
     def __getstate__(self) -> Dict[str, Any]:
