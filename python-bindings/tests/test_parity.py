@@ -18,6 +18,7 @@ import torch
 import torchvision
 import torchvision.transforms as tvT
 import torchvision.transforms.functional as F
+import torchvision.transforms.v2 as v2
 from PIL import Image
 
 import ferroloader as fl
@@ -189,3 +190,74 @@ def test_draw_params_validates() -> None:
         T.RandomResizedCrop(224, scale=(1.0, 0.5))
     with pytest.raises(ValueError, match="flip_p"):
         _native.random_resized_crop_params(10, 10, [0], flip_p=2.0)
+
+
+def _presets(crop: int, resize: int) -> dict:
+    """torchvision's references/classification/presets.py, without auto-augment or erasing:
+    ClassificationPresetTrain/Eval in their v1 (PIL) and v2 (tensor) forms."""
+    mean, std = IMAGENET_MEAN, IMAGENET_STD
+    bilinear = tvT.InterpolationMode.BILINEAR
+    return {
+        "train_v1": tvT.Compose([
+            tvT.RandomResizedCrop(crop, interpolation=bilinear, antialias=True),
+            tvT.RandomHorizontalFlip(0.5),
+            tvT.PILToTensor(),
+            tvT.ConvertImageDtype(torch.float),
+            tvT.Normalize(mean, std),
+        ]),
+        "train_v2": v2.Compose([
+            v2.ToImage(),
+            v2.RandomResizedCrop(crop, interpolation=bilinear, antialias=True),
+            v2.RandomHorizontalFlip(0.5),
+            v2.ToDtype(torch.float, scale=True),
+            v2.Normalize(mean, std),
+            v2.ToPureTensor(),
+        ]),
+        "eval_v1": tvT.Compose([
+            tvT.Resize(resize, interpolation=bilinear, antialias=True),
+            tvT.CenterCrop(crop),
+            tvT.PILToTensor(),
+            tvT.ConvertImageDtype(torch.float),
+            tvT.Normalize(mean, std),
+        ]),
+        "eval_v2": v2.Compose([
+            v2.ToImage(),
+            v2.Resize(resize, interpolation=bilinear, antialias=True),
+            v2.CenterCrop(crop),
+            v2.ToDtype(torch.float, scale=True),
+            v2.Normalize(mean, std),
+            v2.ToPureTensor(),
+        ]),
+    }
+
+
+@pytest.mark.parametrize("resize", [232, 256])
+def test_reference_presets_convert_in_both_forms_and_match_torchvision(folder: Path, resize: int) -> None:
+    presets = _presets(96, resize)
+    train = [T.from_torchvision(presets[k]) for k in ("train_v1", "train_v2")]
+    assert train[0] == train[1] == T.Compose(
+        [T.RandomResizedCrop([96, 96]), T.RandomHorizontalFlip(0.5), T.ToTensor(), T.Normalize(IMAGENET_MEAN, IMAGENET_STD)]
+    )
+    evals = [T.from_torchvision(presets[k]) for k in ("eval_v1", "eval_v2")]
+    assert evals[0] == evals[1]
+    for form, limit_levels in (("eval_v1", 1), ("eval_v2", 2)):
+        reference = torchvision.datasets.ImageFolder(str(folder), transform=presets[form])
+        loader = fl.Loader(reference, batch_size=6, num_workers=2)
+        worst = 0.0
+        for b, (images, _) in enumerate(loader):
+            for k in range(images.shape[0]):
+                worst = max(worst, float((images[k] - reference[6 * b + k][0]).abs().max()))
+        # v1 is Pillow's arithmetic (ours); v2 resizes the tensor with torch's antialiasing.
+        assert worst <= limit_levels * LEVEL / min(IMAGENET_STD) + EPS, f"{form}: {worst:.6f}"
+    # The uint8 eval form: PILToTensor alone.
+    u8 = T.from_torchvision(v2.Compose([v2.ToImage(), v2.Resize(resize), v2.CenterCrop(96), v2.ToDtype(torch.uint8)]))
+    assert u8 == T.Compose([T.Resize(resize), T.CenterCrop([96, 96]), T.PILToTensor()])
+
+
+def test_refused_dtypes_name_the_dtype() -> None:
+    with pytest.raises(ValueError, match=r"ToDtype\(dtype=torch.float16, scale=True\).*dtype=torch.float16"):
+        T.from_torchvision(v2.Compose([v2.ToImage(), v2.CenterCrop(8), v2.ToDtype(torch.float16, scale=True)]))
+    with pytest.raises(ValueError, match=r"ToDtype\(dtype=torch.float32, scale=False\)"):
+        T.from_torchvision(v2.Compose([v2.CenterCrop(8), v2.ToImage(), v2.ToDtype(torch.float32)]))
+    with pytest.raises(ValueError, match="normalizes a uint8 image tensor"):
+        T.from_torchvision(v2.Compose([v2.ToImage(), v2.CenterCrop(8), v2.Normalize([0.5] * 3, [0.5] * 3)]))

@@ -361,15 +361,22 @@ def _is_torchvision(obj: object) -> bool:
 
 _SUPPORTED = (
     "RandomResizedCrop, Resize, CenterCrop, RandomHorizontalFlip, ToTensor, PILToTensor, "
-    "Normalize (and, from transforms.v2, ToImage, ToDtype(torch.float32, scale=True), "
-    "ToPureTensor)"
+    "Normalize, ConvertImageDtype(torch.float) (and, from transforms.v2, ToImage, "
+    "ToDtype(torch.float32, scale=True), ToPureTensor)"
 )
 
 
 def from_torchvision(compose: Any) -> Compose:
     """Converts a torchvision ``Compose`` (``torchvision.transforms`` or ``.v2``), a list of
     torchvision transforms, or a single one. Raises ``ValueError`` naming the first transform
-    that has no ferroloader equivalent (or whose arguments are not supported)."""
+    that has no ferroloader equivalent (or whose arguments are not supported).
+
+    torchvision's reference recipes convert in both forms: v1's ``PILToTensor`` then
+    ``ConvertImageDtype(torch.float)`` is ``ToTensor``; v2's ``ToImage()`` first (the image
+    becomes a tensor before the crop) is the same pipeline with the conversion where
+    ``ToDtype(torch.float32, scale=True)`` stands. On a tensor torchvision resizes with its own
+    antialiasing, which can differ from Pillow's (what ferroloader computes) by a level.
+    """
     if isinstance(compose, (list, tuple)):
         items = list(compose)
     elif type(compose).__name__ == "Compose" and hasattr(compose, "transforms"):
@@ -377,13 +384,21 @@ def from_torchvision(compose: Any) -> Compose:
     else:
         items = [compose]
     out: List[Transform] = []
+    # A ToImage/PILToTensor met before the geometric ops: the conversion happens after them.
+    pending_tensor = False
     for i, t in enumerate(items):
         name = type(t).__name__
-        where = f"from_torchvision: transform #{i} {t!r}"
+        where = f"from_torchvision: transform #{i} {_describe(t)}"
         if isinstance(t, (Transform, Compose)):
             raise TypeError(f"{where} is already a ferroloader transform; pass it directly")
         if not _is_torchvision(t):
             raise ValueError(f"{where} is not a torchvision transform; supported: {_SUPPORTED}")
+        if name in ("ToImage", "PILToTensor") and not any(isinstance(o, (ToTensor, PILToTensor)) for o in out):
+            pending_tensor = True
+            continue
+        if pending_tensor and name in ("ToDtype", "ConvertImageDtype"):
+            out.append(PILToTensor())
+            pending_tensor = False
         try:
             converted = _convert_one(name, t, out)
         except (TypeError, ValueError) as e:
@@ -391,8 +406,23 @@ def from_torchvision(compose: Any) -> Compose:
         if converted is None:
             raise ValueError(f"{where} has no ferroloader equivalent; supported: {_SUPPORTED}")
         if converted is not _SKIP:
+            if pending_tensor and isinstance(converted, Normalize):
+                raise ValueError(
+                    f"{where} normalizes a uint8 image tensor: convert it first with "
+                    "ToDtype(torch.float32, scale=True)"
+                )
             out.append(converted)  # type: ignore[arg-type]
+    if pending_tensor:
+        out.append(PILToTensor())
     return Compose(out)
+
+
+def _describe(t: Any) -> str:
+    """``repr(t)``, with the arguments torchvision's repr leaves out (ToDtype's dtype)."""
+    name = type(t).__name__
+    if name in ("ToDtype", "ConvertImageDtype"):
+        return f"{name}(dtype={t.dtype}, scale={getattr(t, 'scale', True)})"
+    return repr(t)
 
 
 _SKIP = object()
@@ -418,19 +448,21 @@ def _convert_one(name: str, t: Any, done: List[Transform]) -> object:
         return Normalize(list(map(float, t.mean)), list(map(float, t.std)))
     if name == "ToPureTensor":
         return _SKIP
-    if name == "ToDtype":
+    if name in ("ToDtype", "ConvertImageDtype"):
         import torch  # only reachable with torchvision installed
 
         dtype = t.dtype
+        scale = getattr(t, "scale", True)  # ConvertImageDtype always scales
         if isinstance(dtype, dict):
-            raise ValueError("per-type dtypes are not supported")
-        if dtype == torch.float32 and t.scale and done and isinstance(done[-1], PILToTensor):
+            raise ValueError(f"per-type dtypes are not supported: {dtype}")
+        after_tensor = bool(done) and isinstance(done[-1], PILToTensor)
+        if dtype == torch.float32 and scale and after_tensor:
             done[-1] = ToTensor()
             return _SKIP
-        if dtype == torch.uint8 and done and isinstance(done[-1], PILToTensor):
+        if dtype == torch.uint8 and after_tensor:
             return _SKIP
         raise ValueError(
-            "only ToDtype(torch.float32, scale=True) or ToDtype(torch.uint8) right after "
-            "ToImage/PILToTensor is supported"
+            f"dtype={dtype}, scale={scale}: only torch.float32 with scale=True, or torch.uint8, "
+            "right after ToImage/PILToTensor is supported"
         )
     return None
