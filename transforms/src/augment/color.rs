@@ -1,1 +1,548 @@
 //! Point ops and blends on packed RGB: ImageOps LUTs, ImageEnhance blends, grayscale, hue.
+//!
+//! Each kernel reproduces, bit for bit, what `torchvision.transforms.functional` returns for a
+//! PIL RGB image (Pillow 13), so a policy run natively draws the same pixels as one run through
+//! PIL. That fixes the arithmetic: Pillow's `Image.blend` works in `float` with the factor
+//! narrowed to `f32` and truncates; `convert("L")` uses 16-bit fixed-point weights; the SMOOTH
+//! filter sums in `f32` in a fixed order; `rgb2hsv`/`hsv2rgb` mix `float` and `double` steps.
+//! The code below keeps every one of those roundings, in Pillow's order, and must not be
+//! "simplified" into exact or fused arithmetic (no `mul_add`, no reassociation): either changes
+//! some outputs by one level.
+//!
+//! Kernels work in place on an [`RgbImage`] and take their parameters already drawn. They must
+//! not allocate once warm: the one op that needs rows of the source after overwriting them
+//! (sharpness) keeps them in a [`ColorScratch`] that only grows. Histogram-based ops keep their
+//! tables on the stack.
+
+use crate::error::{Error, Result};
+use crate::image::RgbImage;
+
+/// Reusable buffers for the colour ops that need a copy of source rows (sharpness keeps the
+/// previous and the current source row while it overwrites the image). Only grows.
+#[derive(Debug, Default, Clone)]
+pub struct ColorScratch {
+    rows: Vec<u8>,
+}
+
+impl ColorScratch {
+    /// Empty scratch; the first call sizes it.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Two row buffers of `row_len` bytes each.
+    fn two_rows(&mut self, row_len: usize) -> (&mut [u8], &mut [u8]) {
+        if self.rows.len() < 2 * row_len {
+            self.rows.resize(2 * row_len, 0);
+        }
+        let (a, b) = self.rows.split_at_mut(row_len);
+        (a, &mut b[..row_len])
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Helpers shared by the ops.
+
+/// Pillow's `convert("L")` of one pixel: ITU-R 601-2 weights in 16-bit fixed point, rounded
+/// (`L24` in libImaging/Convert.c).
+#[inline]
+pub fn luma(r: u8, g: u8, b: u8) -> u8 {
+    ((u32::from(r) * 19595 + u32::from(g) * 38470 + u32::from(b) * 7471 + 0x8000) >> 16) as u8
+}
+
+/// `Image.blend`'s factor: Python's float narrowed to C `float`, rejected when not finite
+/// (Pillow would cast a NaN to `UINT8`, which is undefined behaviour in C).
+fn blend_alpha(name: &'static str, factor: f64) -> Result<f32> {
+    if !factor.is_finite() {
+        return Err(Error::invalid(
+            name,
+            format!("{factor} is not a finite number"),
+        ));
+    }
+    Ok(factor as f32)
+}
+
+/// One channel value of `Image.blend(degenerate, image, alpha)`: `d + alpha * (x - d)` in
+/// `f32`, clamped to 0..=255 and truncated. Pillow has two loops (interpolation without the
+/// clamp for alpha in [0, 1], extrapolation with it); in [0, 1] the value never leaves
+/// 0..=255, so one saturating cast (`as u8`: truncates, clamps, NaN impossible) is both.
+#[inline(always)]
+fn blend1(d: u8, x: u8, alpha: f32) -> u8 {
+    let d = f32::from(d);
+    (d + alpha * (f32::from(x) - d)) as u8
+}
+
+/// The table of `blend1(d, x, alpha)` for every `x`, when the degenerate value is one
+/// constant (brightness: 0, contrast: the mean).
+fn blend_lut(d: u8, alpha: f32) -> [u8; 256] {
+    let mut lut = [0u8; 256];
+    for (x, v) in lut.iter_mut().enumerate() {
+        *v = blend1(d, x as u8, alpha);
+    }
+    lut
+}
+
+/// Applies one table to every byte.
+fn apply_lut(data: &mut [u8], lut: &[u8; 256]) {
+    for v in data {
+        *v = lut[usize::from(*v)];
+    }
+}
+
+/// Applies a table per channel.
+fn apply_luts(data: &mut [u8], luts: &[[u8; 256]; 3]) {
+    for px in data.chunks_exact_mut(3) {
+        px[0] = luts[0][usize::from(px[0])];
+        px[1] = luts[1][usize::from(px[1])];
+        px[2] = luts[2][usize::from(px[2])];
+    }
+}
+
+/// Per-channel histograms (`Image.histogram()` of an RGB image).
+fn histograms(data: &[u8]) -> [[u32; 256]; 3] {
+    let mut h = [[0u32; 256]; 3];
+    for px in data.chunks_exact(3) {
+        h[0][usize::from(px[0])] += 1;
+        h[1][usize::from(px[1])] += 1;
+        h[2][usize::from(px[2])] += 1;
+    }
+    h
+}
+
+// ---------------------------------------------------------------------------------------------
+// ImageOps.
+
+/// `ImageOps.invert`: `255 - v` on every channel.
+pub fn invert(img: &mut RgbImage) {
+    for v in img.as_raw_mut() {
+        *v = 255 - *v;
+    }
+}
+
+/// `ImageOps.posterize(img, bits)`: keeps the top `bits` bits of every channel. `bits` must be
+/// 1..=8, as Pillow requires (torchvision's own check lets 0 through to Pillow, which raises).
+pub fn posterize(img: &mut RgbImage, bits: u8) -> Result<()> {
+    if !(1..=8).contains(&bits) {
+        return Err(Error::invalid(
+            "bits",
+            format!("{bits} is not between 1 and 8"),
+        ));
+    }
+    let mask = !((1u16 << (8 - bits)) - 1) as u8;
+    for v in img.as_raw_mut() {
+        *v &= mask;
+    }
+    Ok(())
+}
+
+/// `ImageOps.solarize(img, threshold)`: every channel value `v` with `v >= threshold` becomes
+/// `255 - v`. The threshold is compared as Python compares an int with a float, so fractional
+/// thresholds (TrivialAugmentWide's bins, such as 246.5) behave as Pillow's do. A NaN
+/// threshold inverts everything, as in Pillow (`v < NaN` is false for every level).
+pub fn solarize(img: &mut RgbImage, threshold: f64) {
+    // The first level that is not below the threshold: 0..=256 (256: nothing inverts).
+    let cut = (0u16..256)
+        .find(|&i| f64::from(i).partial_cmp(&threshold) != Some(std::cmp::Ordering::Less))
+        .unwrap_or(256);
+    for v in img.as_raw_mut() {
+        if u16::from(*v) >= cut {
+            *v = 255 - *v;
+        }
+    }
+}
+
+/// `ImageOps.equalize(img)` (no mask): per channel, Pillow's cumulative-histogram table. A
+/// channel with a single level, or too few pixels besides its top level (`step == 0`), stays
+/// as it is.
+pub fn equalize(img: &mut RgbImage) {
+    let data = img.as_raw_mut();
+    let h = histograms(data);
+    let mut luts = [[0u8; 256]; 3];
+    for (lut, hist) in luts.iter_mut().zip(&h) {
+        *lut = equalize_lut(hist);
+    }
+    apply_luts(data, &luts);
+}
+
+fn identity_lut() -> [u8; 256] {
+    let mut lut = [0u8; 256];
+    for (i, v) in lut.iter_mut().enumerate() {
+        *v = i as u8;
+    }
+    lut
+}
+
+fn equalize_lut(h: &[u32; 256]) -> [u8; 256] {
+    let nonzero = h.iter().filter(|&&c| c != 0).count();
+    let Some(&last) = h.iter().rev().find(|&&c| c != 0) else {
+        return identity_lut();
+    };
+    if nonzero <= 1 {
+        return identity_lut();
+    }
+    let total: u64 = h.iter().map(|&c| u64::from(c)).sum();
+    let step = (total - u64::from(last)) / 255;
+    if step == 0 {
+        return identity_lut();
+    }
+    let mut lut = [0u8; 256];
+    let mut n = step / 2;
+    for (v, &c) in lut.iter_mut().zip(h) {
+        // Pillow's list holds n // step, which can reach 256 for the top levels;
+        // `Image.point` clips it to 255.
+        *v = (n / step).min(255) as u8;
+        n += u64::from(c);
+    }
+    lut
+}
+
+/// `ImageOps.autocontrast(img)` with torchvision's arguments (cutoff 0, no ignore, no mask):
+/// per channel, stretches the lowest..highest level present to 0..=255 with Pillow's double
+/// arithmetic (`int(ix * scale + offset)`, clamped). A channel with one level stays.
+pub fn autocontrast(img: &mut RgbImage) {
+    let data = img.as_raw_mut();
+    let h = histograms(data);
+    let mut luts = [[0u8; 256]; 3];
+    for (lut, hist) in luts.iter_mut().zip(&h) {
+        *lut = autocontrast_lut(hist);
+    }
+    apply_luts(data, &luts);
+}
+
+fn autocontrast_lut(h: &[u32; 256]) -> [u8; 256] {
+    let lo = h.iter().position(|&c| c != 0);
+    let hi = h.iter().rposition(|&c| c != 0);
+    let (Some(lo), Some(hi)) = (lo, hi) else {
+        return identity_lut();
+    };
+    if hi <= lo {
+        return identity_lut();
+    }
+    let scale = 255.0 / (hi - lo) as f64;
+    let offset = -(lo as f64) * scale;
+    let mut lut = [0u8; 256];
+    for (ix, v) in lut.iter_mut().enumerate() {
+        // Python's int() truncates toward zero; the clamp follows.
+        let t = (ix as f64 * scale + offset) as i64;
+        *v = t.clamp(0, 255) as u8;
+    }
+    lut
+}
+
+// ---------------------------------------------------------------------------------------------
+// ImageEnhance.
+
+/// `ImageEnhance.Brightness(img).enhance(factor)`: a blend with black, so one table.
+/// Errors if `factor` is not finite.
+pub fn adjust_brightness(img: &mut RgbImage, factor: f64) -> Result<()> {
+    let alpha = blend_alpha("brightness_factor", factor)?;
+    if alpha == 1.0 {
+        return Ok(());
+    }
+    apply_lut(img.as_raw_mut(), &blend_lut(0, alpha));
+    Ok(())
+}
+
+/// `ImageEnhance.Contrast(img).enhance(factor)`: a blend with the flat gray image of the mean
+/// of `convert("L")` (rounded half up, as `int(mean + 0.5)`), so one table.
+/// Errors if `factor` is not finite.
+pub fn adjust_contrast(img: &mut RgbImage, factor: f64) -> Result<()> {
+    let alpha = blend_alpha("contrast_factor", factor)?;
+    if alpha == 1.0 {
+        return Ok(());
+    }
+    let mean = gray_mean(img.as_raw());
+    apply_lut(img.as_raw_mut(), &blend_lut(mean, alpha));
+    Ok(())
+}
+
+/// `int(ImageStat.Stat(img.convert("L")).mean[0] + 0.5)`: the exact sum of the L levels over
+/// the pixel count, one correctly rounded double division (as Python's int / int), then
+/// truncation. 0 for an empty image, as ImageStat gives.
+fn gray_mean(data: &[u8]) -> u8 {
+    let mut hist = [0u64; 256];
+    for px in data.chunks_exact(3) {
+        hist[usize::from(luma(px[0], px[1], px[2]))] += 1;
+    }
+    let count: u64 = hist.iter().sum();
+    if count == 0 {
+        return 0;
+    }
+    let sum: u64 = hist.iter().enumerate().map(|(j, &c)| j as u64 * c).sum();
+    // sum < 2^53 for any image that fits in memory, so both conversions are exact.
+    let mean = sum as f64 / count as f64;
+    (mean + 0.5) as u8
+}
+
+/// `ImageEnhance.Color(img).enhance(factor)` (torchvision's `adjust_saturation`): a blend with
+/// `convert("L").convert("RGB")`, the gray level computed per pixel on the fly.
+/// Errors if `factor` is not finite.
+pub fn adjust_saturation(img: &mut RgbImage, factor: f64) -> Result<()> {
+    let alpha = blend_alpha("saturation_factor", factor)?;
+    if alpha == 1.0 {
+        return Ok(());
+    }
+    for px in img.as_raw_mut().chunks_exact_mut(3) {
+        let l = luma(px[0], px[1], px[2]);
+        px[0] = blend1(l, px[0], alpha);
+        px[1] = blend1(l, px[1], alpha);
+        px[2] = blend1(l, px[2], alpha);
+    }
+    Ok(())
+}
+
+/// SMOOTH's weights as `_imaging.c` hands them to the filter: each integer weight divided by
+/// the divisor 13 in `f32`.
+const SMOOTH_EDGE: f32 = 1.0 / 13.0;
+const SMOOTH_CENTER: f32 = 5.0 / 13.0;
+
+/// `ImageEnhance.Sharpness(img).enhance(factor)`: a blend with `img.filter(ImageFilter.SMOOTH)`.
+///
+/// Pillow's 3x3 filter leaves the first and last row and column as they are (so the blend
+/// leaves them too) and leaves an image under 3 pixels in either direction whole. Inside, each
+/// channel is `0.5 + row(y+1) + row(y) + row(y-1)` summed in `f32` in that order, each row
+/// `(left * k0 + centre * k1) + right * k2`, then truncated and clamped. The smoothed value is
+/// computed on the fly; `scratch` keeps the source rows `y-1` and `y` while row `y` is
+/// overwritten. Errors if `factor` is not finite.
+pub fn adjust_sharpness(img: &mut RgbImage, factor: f64, scratch: &mut ColorScratch) -> Result<()> {
+    let alpha = blend_alpha("sharpness_factor", factor)?;
+    let (w, h) = (img.width() as usize, img.height() as usize);
+    if alpha == 1.0 || w < 3 || h < 3 {
+        return Ok(());
+    }
+    let row_len = 3 * w;
+    let (mut prev, mut cur) = scratch.two_rows(row_len);
+    let data = img.as_raw_mut();
+    prev.copy_from_slice(&data[..row_len]);
+    for y in 1..h - 1 {
+        let (head, tail) = data.split_at_mut((y + 1) * row_len);
+        let out = &mut head[y * row_len..];
+        let below = &tail[..row_len];
+        cur.copy_from_slice(out);
+        sharpen_row(prev, cur, below, out, alpha);
+        std::mem::swap(&mut prev, &mut cur);
+    }
+    Ok(())
+}
+
+/// One interior row of [`adjust_sharpness`]: `above`, `centre` and `below` are the source rows
+/// `y-1`, `y`, `y+1`; `out` (row `y`, holding the source too) gets the blend except its first
+/// and last pixel.
+fn sharpen_row(above: &[u8], centre: &[u8], below: &[u8], out: &mut [u8], alpha: f32) {
+    let n = out.len() - 6;
+    // Equal-length windows, so the loop carries no bounds checks and vectorizes.
+    let (a0, a1, a2) = (&above[..n], &above[3..3 + n], &above[6..6 + n]);
+    let (c0, c1, c2) = (&centre[..n], &centre[3..3 + n], &centre[6..6 + n]);
+    let (b0, b1, b2) = (&below[..n], &below[3..3 + n], &below[6..6 + n]);
+    let out = &mut out[3..3 + n];
+    let (k, k5) = (SMOOTH_EDGE, SMOOTH_CENTER);
+    for i in 0..n {
+        let f = |v: u8| f32::from(v);
+        let mut ss = 0.5f32;
+        ss += f(b0[i]) * k + f(b1[i]) * k + f(b2[i]) * k;
+        ss += f(c0[i]) * k + f(c1[i]) * k5 + f(c2[i]) * k;
+        ss += f(a0[i]) * k + f(a1[i]) * k + f(a2[i]) * k;
+        let smooth = ss as u8;
+        out[i] = blend1(smooth, c1[i], alpha);
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Grayscale.
+
+/// `rgb_to_grayscale(img, num_output_channels=3)`: `convert("L")` replicated into R, G and B.
+pub fn to_grayscale_rgb(img: &mut RgbImage) {
+    for px in img.as_raw_mut().chunks_exact_mut(3) {
+        let l = luma(px[0], px[1], px[2]);
+        px.fill(l);
+    }
+}
+
+/// `rgb_to_grayscale(img, num_output_channels=1)`: `convert("L")` into `out`, one byte per
+/// pixel, rows `width` bytes apart. Errors unless `out` holds exactly `width * height` bytes.
+pub fn to_grayscale(img: &RgbImage, out: &mut [u8]) -> Result<()> {
+    let pixels = img.width() as usize * img.height() as usize;
+    if out.len() != pixels {
+        return Err(Error::invalid(
+            "out",
+            format!(
+                "{} bytes for a {}x{} gray plane, expected {pixels}",
+                out.len(),
+                img.width(),
+                img.height()
+            ),
+        ));
+    }
+    for (o, px) in out.iter_mut().zip(img.as_raw().chunks_exact(3)) {
+        *o = luma(px[0], px[1], px[2]);
+    }
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------------------------
+// Hue.
+
+/// torchvision's `adjust_hue` on a PIL image: `convert("HSV")`, H shifted by
+/// `uint8(int32(hue_factor * 255))` with wrap-around, back to RGB, with Pillow's own
+/// `rgb2hsv`/`hsv2rgb` (each channel 8 bits, so the round trip itself moves colours: a factor
+/// of 0 is not the identity, and this reproduces that). Errors unless `hue_factor` is in
+/// [-0.5, 0.5], as torchvision does.
+pub fn adjust_hue(img: &mut RgbImage, hue_factor: f64) -> Result<()> {
+    if !(-0.5..=0.5).contains(&hue_factor) {
+        return Err(Error::invalid(
+            "hue_factor",
+            format!("{hue_factor} is not in [-0.5, 0.5]"),
+        ));
+    }
+    // np.int32(x) truncates toward zero; .astype(np.uint8) keeps the low 8 bits.
+    let shift = (hue_factor * 255.0) as i32 as u8;
+    for px in img.as_raw_mut().chunks_exact_mut(3) {
+        let [h, s, v] = rgb_to_hsv([px[0], px[1], px[2]]);
+        let rgb = hsv_to_rgb([h.wrapping_add(shift), s, v]);
+        px.copy_from_slice(&rgb);
+    }
+    Ok(())
+}
+
+/// Pillow's `rgb2hsv_row` (libImaging/Convert.c), one pixel, keeping its mix of `float` and
+/// `double` steps: the hue offsets 2 and 4 and the wrap `fmod(h / 6 + 1, 1)` are `double`,
+/// the ratios `float`; H and S truncate from `double`.
+pub fn rgb_to_hsv([r, g, b]: [u8; 3]) -> [u8; 3] {
+    let maxc = r.max(g).max(b);
+    let minc = r.min(g).min(b);
+    if maxc == minc {
+        return [0, 0, maxc];
+    }
+    let cr = f32::from(maxc - minc);
+    let s = cr / f32::from(maxc);
+    let rc = f32::from(maxc - r) / cr;
+    let gc = f32::from(maxc - g) / cr;
+    let bc = f32::from(maxc - b) / cr;
+    let h: f32 = if r == maxc {
+        bc - gc
+    } else if g == maxc {
+        (2.0 + f64::from(rc) - f64::from(bc)) as f32
+    } else {
+        (4.0 + f64::from(gc) - f64::from(rc)) as f32
+    };
+    // fmod(x, 1.0) for x = h / 6 + 1, which lies in [0.83, 1.84) (h is in [-1, 5]): x - 1 when
+    // x >= 1, exact there (Sterbenz), so the same double as the libm call, without the call.
+    let x = f64::from(h) / 6.0 + 1.0;
+    let h = (if x >= 1.0 { x - 1.0 } else { x }) as f32;
+    let uh = clip8((f64::from(h) * 255.0) as i32);
+    let us = clip8((f64::from(s) * 255.0) as i32);
+    [uh, us, maxc]
+}
+
+/// Pillow's `hsv2rgb` (libImaging/Convert.c), one pixel: sector and fraction in `double`
+/// narrowed to `float`, `q` from a `float` product, `round` half away from zero.
+pub fn hsv_to_rgb([h, s, v]: [u8; 3]) -> [u8; 3] {
+    if s == 0 {
+        return [v, v, v];
+    }
+    let h6 = f64::from(h) * 6.0 / 255.0;
+    // floor of a non-negative value: truncation.
+    let i = h6 as i32;
+    let f = (h6 - f64::from(i as f32)) as f32;
+    let fs = (f64::from(s) / 255.0) as f32;
+    let vf = f64::from(v);
+    let p = clip8(round_half_up(vf * (1.0 - f64::from(fs))));
+    let q = clip8(round_half_up(vf * (1.0 - f64::from(fs * f))));
+    let t = clip8(round_half_up(
+        vf * (1.0 - f64::from(fs) * (1.0 - f64::from(f))),
+    ));
+    match i % 6 {
+        0 => [v, t, p],
+        1 => [q, v, p],
+        2 => [p, v, t],
+        3 => [p, q, v],
+        4 => [t, p, v],
+        _ => [v, p, q],
+    }
+}
+
+/// C's `round` (half away from zero) of a value in [0, 255], without the libm call that
+/// `f64::round` becomes on baseline x86-64: `x - trunc(x)` is exact for non-negative `x`, so
+/// the comparison with 0.5 decides exactly as `round` does.
+#[inline]
+fn round_half_up(x: f64) -> i32 {
+    let t = x as i32;
+    t + i32::from(x - f64::from(t) >= 0.5)
+}
+
+/// Pillow's `CLIP8`.
+#[inline]
+fn clip8(v: i32) -> u8 {
+    v.clamp(0, 255) as u8
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn image(w: u32, h: u32, seed: u32) -> RgbImage {
+        let mut s = seed;
+        let data = (0..3 * w * h)
+            .map(|_| {
+                s = s.wrapping_mul(1_664_525).wrapping_add(1_013_904_223);
+                (s >> 24) as u8
+            })
+            .collect();
+        RgbImage::from_raw(w, h, data).expect("size")
+    }
+
+    #[test]
+    fn luma_weights_sum_to_one() {
+        assert_eq!(luma(0, 0, 0), 0);
+        assert_eq!(luma(255, 255, 255), 255);
+        assert_eq!(luma(255, 0, 0), 76);
+        assert_eq!(luma(0, 255, 0), 150);
+        assert_eq!(luma(0, 0, 255), 29);
+    }
+
+    #[test]
+    fn invalid_arguments_are_errors() {
+        let mut img = image(4, 4, 1);
+        let before = img.clone();
+        assert!(posterize(&mut img, 0).is_err());
+        assert!(posterize(&mut img, 9).is_err());
+        assert!(adjust_hue(&mut img, 0.51).is_err());
+        assert!(adjust_hue(&mut img, f64::NAN).is_err());
+        assert!(adjust_brightness(&mut img, f64::NAN).is_err());
+        assert!(adjust_contrast(&mut img, f64::INFINITY).is_err());
+        assert!(adjust_saturation(&mut img, f64::NEG_INFINITY).is_err());
+        let mut scratch = ColorScratch::new();
+        assert!(adjust_sharpness(&mut img, f64::NAN, &mut scratch).is_err());
+        assert_eq!(img, before, "a refused call leaves the image alone");
+        let mut plane = vec![0u8; 15];
+        assert!(to_grayscale(&img, &mut plane).is_err());
+    }
+
+    #[test]
+    fn factor_one_is_identity_and_zero_is_degenerate() {
+        let img = image(9, 7, 2);
+        let mut scratch = ColorScratch::new();
+        let mut a = img.clone();
+        adjust_brightness(&mut a, 1.0).expect("finite");
+        adjust_contrast(&mut a, 1.0).expect("finite");
+        adjust_saturation(&mut a, 1.0).expect("finite");
+        adjust_sharpness(&mut a, 1.0, &mut scratch).expect("finite");
+        assert_eq!(a, img);
+        let mut black = img.clone();
+        adjust_brightness(&mut black, 0.0).expect("finite");
+        assert!(black.as_raw().iter().all(|&v| v == 0));
+        let mut gray = img.clone();
+        adjust_saturation(&mut gray, 0.0).expect("finite");
+        let mut gray3 = img.clone();
+        to_grayscale_rgb(&mut gray3);
+        assert_eq!(gray, gray3);
+    }
+
+    #[test]
+    fn hsv_round_trip_of_grays_is_exact() {
+        for v in 0..=255u8 {
+            assert_eq!(rgb_to_hsv([v, v, v]), [0, 0, v]);
+            assert_eq!(hsv_to_rgb([0, 0, v]), [v, v, v]);
+        }
+    }
+}
