@@ -397,11 +397,99 @@ pub fn adjust_hue(img: &mut RgbImage, hue_factor: f64) -> Result<()> {
     // np.int32(x) truncates toward zero; .astype(np.uint8) keeps the low 8 bits.
     let shift = (hue_factor * 255.0) as i32 as u8;
     for px in img.as_raw_mut().chunks_exact_mut(3) {
-        let [h, s, v] = rgb_to_hsv([px[0], px[1], px[2]]);
-        let rgb = hsv_to_rgb([h.wrapping_add(shift), s, v]);
+        let rgb = shift_hue([px[0], px[1], px[2]], shift);
         px.copy_from_slice(&rgb);
     }
     Ok(())
+}
+
+/// Per value of H: `hsv2rgb`'s sector `i % 6` and fraction `f`, which depend on H alone
+/// (computed at compile time with the same double and float steps as [`hsv_to_rgb`]).
+const HUE_SECTORS: [(u8, f32); 256] = {
+    let mut t = [(0u8, 0f32); 256];
+    let mut h = 0;
+    while h < 256 {
+        let h6 = h as f64 * 6.0 / 255.0;
+        let i = h6 as i32;
+        t[h] = ((i % 6) as u8, (h6 - (i as f32) as f64) as f32);
+        h += 1;
+    }
+    t
+};
+
+/// Per value of S: `hsv2rgb`'s `fs = s / 255.0` narrowed to float.
+const SATURATIONS: [f32; 256] = {
+    let mut t = [0f32; 256];
+    let mut s = 0;
+    while s < 256 {
+        t[s] = (s as f64 / 255.0) as f32;
+        s += 1;
+    }
+    t
+};
+
+/// Where R, G and B come from in `[v, p, q, t]`, per sector (hsv2rgb's switch).
+const SECTOR_ORDER: [[u8; 3]; 6] = [
+    [0, 3, 1],
+    [2, 0, 1],
+    [1, 0, 3],
+    [1, 2, 0],
+    [3, 1, 0],
+    [0, 1, 2],
+];
+
+/// `hsv_to_rgb(rgb_to_hsv(rgb))` with H shifted by `shift`, without branches on the data:
+/// the same arithmetic as the two reference functions (the unit tests compare them over a
+/// large share of all colours), rearranged only where the result is provably the same.
+///
+/// - Pillow's three hue formulas are one, `(base + a / cr) - b / cr` in double narrowed to
+///   float: for the red-is-max case Pillow subtracts in float, but the double difference of
+///   two floats is exact, so its one rounding to float is the float subtraction.
+/// - A gray pixel (no hue) gets S = 0, and `hsv2rgb` with `fs = 0` yields (v, v, v) from
+///   every sector, which is the pixel itself; the division by zero is avoided with `cr >= 1`.
+#[inline]
+fn shift_hue([r, g, b]: [u8; 3], shift: u8) -> [u8; 3] {
+    let maxc = r.max(g).max(b);
+    let minc = r.min(g).min(b);
+    let gray = maxc == minc;
+    let cr = f32::from((maxc - minc).max(1));
+    // (base, numerator of a, numerator of b) by which channel is the maximum, in Pillow's
+    // order of tests (red first, then green).
+    let (base, na, nb) = if r == maxc {
+        (0.0, maxc - b, maxc - g)
+    } else if g == maxc {
+        (2.0, maxc - r, maxc - b)
+    } else {
+        (4.0, maxc - g, maxc - r)
+    };
+    let a = f32::from(na) / cr;
+    let bq = f32::from(nb) / cr;
+    let h = (base + f64::from(a) - f64::from(bq)) as f32;
+    let x = f64::from(h) / 6.0 + 1.0;
+    let h = (if x >= 1.0 { x - 1.0 } else { x }) as f32;
+    let uh = clip8((f64::from(h) * 255.0) as i32);
+    let s = cr / f32::from(maxc.max(1));
+    let us = if gray {
+        0
+    } else {
+        clip8((f64::from(s) * 255.0) as i32)
+    };
+
+    let (sector, f) = HUE_SECTORS[usize::from(uh.wrapping_add(shift))];
+    let fs = SATURATIONS[usize::from(us)];
+    let vf = f64::from(maxc);
+    let p = clip8(round_half_up(vf * (1.0 - f64::from(fs))));
+    let q = clip8(round_half_up(vf * (1.0 - f64::from(fs * f))));
+    let t = clip8(round_half_up(
+        vf * (1.0 - f64::from(fs) * (1.0 - f64::from(f))),
+    ));
+    let vals = [maxc, p, q, t];
+    let order = SECTOR_ORDER[usize::from(sector)];
+    [
+        vals[usize::from(order[0] & 3)],
+        vals[usize::from(order[1] & 3)],
+        vals[usize::from(order[2] & 3)],
+    ]
 }
 
 /// Pillow's `rgb2hsv_row` (libImaging/Convert.c), one pixel, keeping its mix of `float` and
@@ -536,6 +624,20 @@ mod tests {
         let mut gray3 = img.clone();
         to_grayscale_rgb(&mut gray3);
         assert_eq!(gray, gray3);
+    }
+
+    #[test]
+    fn fused_hue_shift_equals_the_reference_round_trip() {
+        // Every 7th colour (2.4 million per shift, all branches and sectors), with
+        // shifts that wrap and that do not.
+        for shift in [0u8, 1, 33, 127, 128, 200, 255] {
+            for c in (0..1u32 << 24).step_by(7) {
+                let rgb = [(c >> 16) as u8, (c >> 8) as u8, c as u8];
+                let [h, s, v] = rgb_to_hsv(rgb);
+                let want = hsv_to_rgb([h.wrapping_add(shift), s, v]);
+                assert_eq!(shift_hue(rgb, shift), want, "{rgb:?} shift {shift}");
+            }
+        }
     }
 
     #[test]
