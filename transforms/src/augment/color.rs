@@ -65,11 +65,24 @@ fn blend_alpha(name: &'static str, factor: f64) -> Result<f32> {
 /// One channel value of `Image.blend(degenerate, image, alpha)`: `d + alpha * (x - d)` in
 /// `f32`, clamped to 0..=255 and truncated. Pillow has two loops (interpolation without the
 /// clamp for alpha in [0, 1], extrapolation with it); in [0, 1] the value never leaves
-/// 0..=255, so one saturating cast (`as u8`: truncates, clamps, NaN impossible) is both.
+/// 0..=255, so one clamp and truncation is both.
 #[inline(always)]
 fn blend1(d: u8, x: u8, alpha: f32) -> u8 {
     let d = f32::from(d);
-    (d + alpha * (f32::from(x) - d)) as u8
+    trunc8(d + alpha * (f32::from(x) - d))
+}
+
+/// `v` clamped to 0..=255 and truncated, as `v as u8` (and Pillow's `clip8`) do, NaN giving 0.
+/// Rust's saturating casts compile to a compare-and-branch per element, which keeps the blend
+/// loops scalar; the clamp written as selects (x86 MAXPS/MINPS) and an unchecked conversion
+/// vectorize.
+#[inline(always)]
+fn trunc8(v: f32) -> u8 {
+    let v = if v > 0.0 { v } else { 0.0 };
+    let v = if v < 255.0 { v } else { 255.0 };
+    // SAFETY: `v` is in [0, 255] here (a NaN fails `v > 0.0` and became 0), so it is finite
+    // and its truncation fits in i32, the conditions of `to_int_unchecked`.
+    unsafe { v.to_int_unchecked::<i32>() as u8 }
 }
 
 /// The table of `blend1(d, x, alpha)` for every `x`, when the degenerate value is one
@@ -282,13 +295,48 @@ pub fn adjust_saturation(img: &mut RgbImage, factor: f64) -> Result<()> {
     if alpha == 1.0 {
         return Ok(());
     }
-    for px in img.as_raw_mut().chunks_exact_mut(3) {
-        let l = luma(px[0], px[1], px[2]);
-        px[0] = blend1(l, px[0], alpha);
-        px[1] = blend1(l, px[1], alpha);
-        px[2] = blend1(l, px[2], alpha);
+    let avx2 = crate::cpu::avx2();
+    // Blocks of pixels: the gray levels replicated into a small stack buffer, then one flat
+    // blend loop over the block's bytes, which vectorizes (an interleaved per-pixel loop
+    // does not).
+    let mut gray = [0u8; 3 * GRAY_BLOCK];
+    for block in img.as_raw_mut().chunks_mut(3 * GRAY_BLOCK) {
+        let gray = &mut gray[..block.len()];
+        for (g, px) in gray.chunks_exact_mut(3).zip(block.chunks_exact(3)) {
+            g.fill(luma(px[0], px[1], px[2]));
+        }
+        blend_bytes(gray, block, alpha, avx2);
     }
     Ok(())
+}
+
+/// Pixels per block of [`adjust_saturation`]: small enough for the stack and L1.
+const GRAY_BLOCK: usize = 256;
+
+/// `data[i] = blend1(degenerate[i], data[i], alpha)`, with the AVX2 build when `avx2`.
+fn blend_bytes(degenerate: &[u8], data: &mut [u8], alpha: f32, avx2: bool) {
+    #[cfg(target_arch = "x86_64")]
+    if avx2 {
+        // SAFETY: `avx2` comes from `crate::cpu::avx2()`, so the CPU runs AVX2 code; the
+        // function has no other requirement.
+        unsafe { blend_bytes_avx2(degenerate, data, alpha) };
+        return;
+    }
+    let _ = avx2;
+    blend_bytes_body(degenerate, data, alpha);
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+fn blend_bytes_avx2(degenerate: &[u8], data: &mut [u8], alpha: f32) {
+    blend_bytes_body(degenerate, data, alpha);
+}
+
+#[inline(always)]
+fn blend_bytes_body(degenerate: &[u8], data: &mut [u8], alpha: f32) {
+    for (x, &d) in data.iter_mut().zip(degenerate) {
+        *x = blend1(d, *x, alpha);
+    }
 }
 
 /// SMOOTH's weights as `_imaging.c` hands them to the filter: each integer weight divided by
@@ -310,6 +358,7 @@ pub fn adjust_sharpness(img: &mut RgbImage, factor: f64, scratch: &mut ColorScra
     if alpha == 1.0 || w < 3 || h < 3 {
         return Ok(());
     }
+    let avx2 = crate::cpu::avx2();
     let row_len = 3 * w;
     let (mut prev, mut cur) = scratch.two_rows(row_len);
     let data = img.as_raw_mut();
@@ -319,7 +368,7 @@ pub fn adjust_sharpness(img: &mut RgbImage, factor: f64, scratch: &mut ColorScra
         let out = &mut head[y * row_len..];
         let below = &tail[..row_len];
         cur.copy_from_slice(out);
-        sharpen_row(prev, cur, below, out, alpha);
+        sharpen_row(prev, cur, below, out, alpha, avx2);
         std::mem::swap(&mut prev, &mut cur);
     }
     Ok(())
@@ -327,8 +376,29 @@ pub fn adjust_sharpness(img: &mut RgbImage, factor: f64, scratch: &mut ColorScra
 
 /// One interior row of [`adjust_sharpness`]: `above`, `centre` and `below` are the source rows
 /// `y-1`, `y`, `y+1`; `out` (row `y`, holding the source too) gets the blend except its first
-/// and last pixel.
-fn sharpen_row(above: &[u8], centre: &[u8], below: &[u8], out: &mut [u8], alpha: f32) {
+/// and last pixel. Runs the AVX2 build when `avx2`.
+fn sharpen_row(above: &[u8], centre: &[u8], below: &[u8], out: &mut [u8], alpha: f32, avx2: bool) {
+    #[cfg(target_arch = "x86_64")]
+    if avx2 {
+        // SAFETY: `avx2` comes from `crate::cpu::avx2()`, so the CPU runs AVX2 code; the
+        // function has no other requirement.
+        unsafe { sharpen_row_avx2(above, centre, below, out, alpha) };
+        return;
+    }
+    let _ = avx2;
+    sharpen_row_body(above, centre, below, out, alpha);
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+fn sharpen_row_avx2(above: &[u8], centre: &[u8], below: &[u8], out: &mut [u8], alpha: f32) {
+    sharpen_row_body(above, centre, below, out, alpha);
+}
+
+/// The loop of [`sharpen_row`], inlined into each build. The same IEEE operations in the
+/// same order whatever the instruction set: Rust never contracts `a * b + c` into an FMA.
+#[inline(always)]
+fn sharpen_row_body(above: &[u8], centre: &[u8], below: &[u8], out: &mut [u8], alpha: f32) {
     let n = out.len() - 6;
     // Equal-length windows, so the loop carries no bounds checks and vectorizes.
     let (a0, a1, a2) = (&above[..n], &above[3..3 + n], &above[6..6 + n]);
@@ -342,7 +412,7 @@ fn sharpen_row(above: &[u8], centre: &[u8], below: &[u8], out: &mut [u8], alpha:
         ss += f(b0[i]) * k + f(b1[i]) * k + f(b2[i]) * k;
         ss += f(c0[i]) * k + f(c1[i]) * k5 + f(c2[i]) * k;
         ss += f(a0[i]) * k + f(a1[i]) * k + f(a2[i]) * k;
-        let smooth = ss as u8;
+        let smooth = trunc8(ss);
         out[i] = blend1(smooth, c1[i], alpha);
     }
 }
@@ -580,6 +650,27 @@ mod tests {
     }
 
     #[test]
+    fn trunc8_is_the_saturating_cast() {
+        let mut v = -300.0f32;
+        while v < 300.0 {
+            assert_eq!(trunc8(v), v as u8, "{v}");
+            v += 0.125;
+        }
+        for v in [
+            f32::NAN,
+            f32::INFINITY,
+            f32::NEG_INFINITY,
+            f32::MAX,
+            f32::MIN,
+            254.99998,
+            -0.0,
+            1e-30,
+        ] {
+            assert_eq!(trunc8(v), v as u8, "{v}");
+        }
+    }
+
+    #[test]
     fn luma_weights_sum_to_one() {
         assert_eq!(luma(0, 0, 0), 0);
         assert_eq!(luma(255, 255, 255), 255);
@@ -637,6 +728,24 @@ mod tests {
                 let want = hsv_to_rgb([h.wrapping_add(shift), s, v]);
                 assert_eq!(shift_hue(rgb, shift), want, "{rgb:?} shift {shift}");
             }
+        }
+    }
+
+    #[test]
+    fn avx2_and_baseline_builds_agree() {
+        let img = image(67, 5, 3);
+        let row = img.as_raw();
+        let r = 3 * 67;
+        for alpha in [0.0f32, 0.37, 1.0, 1.9, 3.3] {
+            let (mut a, mut b) = (row.to_vec(), row.to_vec());
+            blend_bytes(&row[r..], &mut a[..4 * r], alpha, false);
+            blend_bytes(&row[r..], &mut b[..4 * r], alpha, crate::cpu::avx2());
+            assert_eq!(a, b, "blend, alpha {alpha}");
+            let (mut a, mut b) = (row[r..2 * r].to_vec(), row[r..2 * r].to_vec());
+            let (above, centre, below) = (&row[..r], &row[r..2 * r], &row[2 * r..3 * r]);
+            sharpen_row(above, centre, below, &mut a, alpha, false);
+            sharpen_row(above, centre, below, &mut b, alpha, crate::cpu::avx2());
+            assert_eq!(a, b, "sharpen, alpha {alpha}");
         }
     }
 
