@@ -482,58 +482,68 @@ pub fn adjust_hue(img: &mut RgbImage, hue_factor: f64) -> Result<()> {
     }
     // np.int32(x) truncates toward zero; .astype(np.uint8) keeps the low 8 bits.
     let shift = (hue_factor * 255.0) as i32 as u8;
-    for px in img.as_raw_mut().chunks_exact_mut(3) {
-        let rgb = shift_hue([px[0], px[1], px[2]], shift);
-        px.copy_from_slice(&rgb);
+    let avx2 = crate::cpu::avx2();
+    for block in img.as_raw_mut().chunks_mut(3 * HUE_BLOCK) {
+        hue_block(block, shift, avx2);
     }
     Ok(())
 }
 
-/// Per value of H: `hsv2rgb`'s sector `i % 6` and fraction `f`, which depend on H alone
-/// (computed at compile time with the same double and float steps as [`hsv_to_rgb`]).
-const HUE_SECTORS: [(u8, f32); 256] = {
-    let mut t = [(0u8, 0f32); 256];
-    let mut h = 0;
-    while h < 256 {
-        let h6 = h as f64 * 6.0 / 255.0;
-        let i = h6 as i32;
-        t[h] = ((i % 6) as u8, (h6 - (i as f32) as f64) as f32);
-        h += 1;
+/// Pixels per block of [`adjust_hue`].
+const HUE_BLOCK: usize = 128;
+
+/// One block of at most [`HUE_BLOCK`] pixels: split into planes on the stack, shifted plane
+/// by plane (a flat loop over lanes, which vectorizes), interleaved back.
+fn hue_block(block: &mut [u8], shift: u8, avx2: bool) {
+    #[cfg(target_arch = "x86_64")]
+    if avx2 {
+        // SAFETY: `avx2` comes from `crate::cpu::avx2()`, so the CPU runs AVX2 code; the
+        // function has no other requirement.
+        unsafe { hue_block_avx2(block, shift) };
+        return;
     }
-    t
-};
+    let _ = avx2;
+    hue_block_body(block, shift);
+}
 
-/// Per value of S: `hsv2rgb`'s `fs = s / 255.0` narrowed to float.
-const SATURATIONS: [f32; 256] = {
-    let mut t = [0f32; 256];
-    let mut s = 0;
-    while s < 256 {
-        t[s] = (s as f64 / 255.0) as f32;
-        s += 1;
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+fn hue_block_avx2(block: &mut [u8], shift: u8) {
+    hue_block_body(block, shift);
+}
+
+#[inline(always)]
+fn hue_block_body(block: &mut [u8], shift: u8) {
+    let mut planes = [[0u8; HUE_BLOCK]; 3];
+    let n = (block.len() / 3).min(HUE_BLOCK);
+    for (i, px) in block.chunks_exact(3).take(n).enumerate() {
+        planes[0][i] = px[0];
+        planes[1][i] = px[1];
+        planes[2][i] = px[2];
     }
-    t
-};
+    let [r, g, b] = &mut planes;
+    for ((r, g), b) in r[..n].iter_mut().zip(&mut g[..n]).zip(&mut b[..n]) {
+        [*r, *g, *b] = shift_hue([*r, *g, *b], shift);
+    }
+    for (i, px) in block.chunks_exact_mut(3).take(n).enumerate() {
+        px[0] = planes[0][i];
+        px[1] = planes[1][i];
+        px[2] = planes[2][i];
+    }
+}
 
-/// Where R, G and B come from in `[v, p, q, t]`, per sector (hsv2rgb's switch).
-const SECTOR_ORDER: [[u8; 3]; 6] = [
-    [0, 3, 1],
-    [2, 0, 1],
-    [1, 0, 3],
-    [1, 2, 0],
-    [3, 1, 0],
-    [0, 1, 2],
-];
-
-/// `hsv_to_rgb(rgb_to_hsv(rgb))` with H shifted by `shift`, without branches on the data:
-/// the same arithmetic as the two reference functions (the unit tests compare them over a
-/// large share of all colours), rearranged only where the result is provably the same.
+/// `hsv_to_rgb(rgb_to_hsv(rgb))` with H shifted by `shift`, without branches or table
+/// lookups, so that a loop of it vectorizes: the same arithmetic as the two reference
+/// functions (the unit tests compare them over a large share of all colours), rearranged only
+/// where the result is provably the same.
 ///
 /// - Pillow's three hue formulas are one, `(base + a / cr) - b / cr` in double narrowed to
 ///   float: for the red-is-max case Pillow subtracts in float, but the double difference of
 ///   two floats is exact, so its one rounding to float is the float subtraction.
 /// - A gray pixel (no hue) gets S = 0, and `hsv2rgb` with `fs = 0` yields (v, v, v) from
 ///   every sector, which is the pixel itself; the division by zero is avoided with `cr >= 1`.
-#[inline]
+/// - `hsv2rgb`'s `floor` of a non-negative value is a truncation, its switch a set of selects.
+#[inline(always)]
 fn shift_hue([r, g, b]: [u8; 3], shift: u8) -> [u8; 3] {
     let maxc = r.max(g).max(b);
     let minc = r.min(g).min(b);
@@ -541,41 +551,102 @@ fn shift_hue([r, g, b]: [u8; 3], shift: u8) -> [u8; 3] {
     let cr = f32::from((maxc - minc).max(1));
     // (base, numerator of a, numerator of b) by which channel is the maximum, in Pillow's
     // order of tests (red first, then green).
-    let (base, na, nb) = if r == maxc {
-        (0.0, maxc - b, maxc - g)
-    } else if g == maxc {
-        (2.0, maxc - r, maxc - b)
+    let rmax = r == maxc;
+    let gmax = !rmax && g == maxc;
+    let base: f64 = if rmax {
+        0.0
+    } else if gmax {
+        2.0
     } else {
-        (4.0, maxc - g, maxc - r)
+        4.0
+    };
+    let na = if rmax {
+        maxc - b
+    } else if gmax {
+        maxc - r
+    } else {
+        maxc - g
+    };
+    let nb = if rmax {
+        maxc - g
+    } else if gmax {
+        maxc - b
+    } else {
+        maxc - r
     };
     let a = f32::from(na) / cr;
     let bq = f32::from(nb) / cr;
     let h = (base + f64::from(a) - f64::from(bq)) as f32;
     let x = f64::from(h) / 6.0 + 1.0;
     let h = (if x >= 1.0 { x - 1.0 } else { x }) as f32;
-    let uh = clip8((f64::from(h) * 255.0) as i32);
+    let uh = trunc8_f64(f64::from(h) * 255.0);
     let s = cr / f32::from(maxc.max(1));
     let us = if gray {
         0
     } else {
-        clip8((f64::from(s) * 255.0) as i32)
+        trunc8_f64(f64::from(s) * 255.0)
     };
 
-    let (sector, f) = HUE_SECTORS[usize::from(uh.wrapping_add(shift))];
-    let fs = SATURATIONS[usize::from(us)];
+    let h2 = uh.wrapping_add(shift);
+    let h6 = f64::from(h2) * 6.0 / 255.0;
+    let i = trunc8_f64(h6);
+    let f = (h6 - f64::from(f32::from(i))) as f32;
+    let fs = (f64::from(us) / 255.0) as f32;
     let vf = f64::from(maxc);
-    let p = clip8(round_half_up(vf * (1.0 - f64::from(fs))));
-    let q = clip8(round_half_up(vf * (1.0 - f64::from(fs * f))));
-    let t = clip8(round_half_up(
-        vf * (1.0 - f64::from(fs) * (1.0 - f64::from(f))),
-    ));
-    let vals = [maxc, p, q, t];
-    let order = SECTOR_ORDER[usize::from(sector)];
-    [
-        vals[usize::from(order[0] & 3)],
-        vals[usize::from(order[1] & 3)],
-        vals[usize::from(order[2] & 3)],
-    ]
+    let p = round8(vf * (1.0 - f64::from(fs)));
+    let q = round8(vf * (1.0 - f64::from(fs * f)));
+    let t = round8(vf * (1.0 - f64::from(fs) * (1.0 - f64::from(f))));
+    let v = maxc;
+    // hsv2rgb's switch on i % 6 (i is 0..=6, and 6 is sector 0):
+    // 0: (v, t, p)  1: (q, v, p)  2: (p, v, t)  3: (p, q, v)  4: (t, p, v)  5: (v, p, q)
+    let red = if i == 0 || i == 5 || i == 6 {
+        v
+    } else if i == 1 {
+        q
+    } else if i == 4 {
+        t
+    } else {
+        p
+    };
+    let green = if i == 1 || i == 2 {
+        v
+    } else if i == 0 || i == 6 {
+        t
+    } else if i == 3 {
+        q
+    } else {
+        p
+    };
+    let blue = if i == 3 || i == 4 {
+        v
+    } else if i == 2 {
+        t
+    } else if i == 5 {
+        q
+    } else {
+        p
+    };
+    [red, green, blue]
+}
+
+/// `v` (a double) clamped to 0..=255 and truncated, NaN giving 0, in a form that vectorizes
+/// (see [`trunc8`]).
+#[inline(always)]
+fn trunc8_f64(v: f64) -> u8 {
+    let v = if v > 0.0 { v } else { 0.0 };
+    let v = if v < 255.0 { v } else { 255.0 };
+    // SAFETY: `v` is in [0, 255] here (a NaN fails `v > 0.0` and became 0), so it is finite
+    // and its truncation fits in i32, the conditions of `to_int_unchecked`.
+    unsafe { v.to_int_unchecked::<i32>() as u8 }
+}
+
+/// C's `round` (half away from zero) then `CLIP8` of a value in [0, 255]: `x - trunc(x)` is
+/// exact for non-negative `x`, so comparing it with 0.5 decides exactly as `round` does.
+#[inline(always)]
+fn round8(x: f64) -> u8 {
+    let t = trunc8_f64(x);
+    let up = x - f64::from(t) >= 0.5;
+    t.saturating_add(u8::from(up))
 }
 
 /// Pillow's `rgb2hsv_row` (libImaging/Convert.c), one pixel, keeping its mix of `float` and
@@ -761,6 +832,15 @@ mod tests {
             blend_const(97, &mut a, alpha, false);
             blend_const(97, &mut b, alpha, crate::cpu::avx2());
             assert_eq!(a, b, "flat blend, alpha {alpha}");
+            let shift = (alpha * 77.0) as u8;
+            let (mut a, mut b) = (row.to_vec(), row.to_vec());
+            hue_block(&mut a[..3 * HUE_BLOCK.min(67 * 5)], shift, false);
+            hue_block(
+                &mut b[..3 * HUE_BLOCK.min(67 * 5)],
+                shift,
+                crate::cpu::avx2(),
+            );
+            assert_eq!(a, b, "hue, shift {shift}");
             let (mut a, mut b) = (row[r..2 * r].to_vec(), row[r..2 * r].to_vec());
             let (above, centre, below) = (&row[..r], &row[r..2 * r], &row[2 * r..3 * r]);
             sharpen_row(above, centre, below, &mut a, alpha, false);
