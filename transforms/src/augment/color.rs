@@ -56,6 +56,45 @@ pub fn luma(r: u8, g: u8, b: u8) -> u8 {
     ((u32::from(r) * 19595 + u32::from(g) * 38470 + u32::from(b) * 7471 + 0x8000) >> 16) as u8
 }
 
+/// Pixels per block of the gray-level loops: planes of this many bytes live on the stack.
+const LUMA_BLOCK: usize = 128;
+
+/// [`luma`] of each pixel of `px` (at most [`LUMA_BLOCK`] packed RGB pixels) into `out`,
+/// one per pixel: split into planes first, so that the weighted sum runs as a flat loop,
+/// which vectorizes (a loop over interleaved pixels does not). AVX2 build when `avx2`.
+fn lumas(px: &[u8], out: &mut [u8], avx2: bool) {
+    #[cfg(target_arch = "x86_64")]
+    if avx2 {
+        // SAFETY: `avx2` comes from `crate::cpu::avx2()`, so the CPU runs AVX2 code; the
+        // function has no other requirement.
+        unsafe { lumas_avx2(px, out) };
+        return;
+    }
+    let _ = avx2;
+    lumas_body(px, out);
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+fn lumas_avx2(px: &[u8], out: &mut [u8]) {
+    lumas_body(px, out);
+}
+
+#[inline(always)]
+fn lumas_body(px: &[u8], out: &mut [u8]) {
+    let mut planes = [[0u8; LUMA_BLOCK]; 3];
+    let n = out.len().min(px.len() / 3).min(LUMA_BLOCK);
+    for (i, p) in px.chunks_exact(3).take(n).enumerate() {
+        planes[0][i] = p[0];
+        planes[1][i] = p[1];
+        planes[2][i] = p[2];
+    }
+    let [r, g, b] = &planes;
+    for (((o, &r), &g), &b) in out[..n].iter_mut().zip(&r[..n]).zip(&g[..n]).zip(&b[..n]) {
+        *o = luma(r, g, b);
+    }
+}
+
 /// `Image.blend`'s factor: Python's float narrowed to C `float`, rejected when not finite
 /// (Pillow would cast a NaN to `UINT8`, which is undefined behaviour in C).
 fn blend_alpha(name: &'static str, factor: f64) -> Result<f32> {
@@ -266,10 +305,14 @@ fn gray_mean(data: &[u8]) -> u8 {
         return 0;
     }
     // ImageStat sums level * count over the histogram: the same integer as summing the levels.
-    let sum: u64 = data
-        .chunks_exact(3)
-        .map(|px| u64::from(luma(px[0], px[1], px[2])))
-        .sum();
+    let avx2 = crate::cpu::avx2();
+    let mut levels = [0u8; LUMA_BLOCK];
+    let mut sum = 0u64;
+    for block in data.chunks(3 * LUMA_BLOCK) {
+        let levels = &mut levels[..block.len() / 3];
+        lumas(block, levels, avx2);
+        sum += levels.iter().map(|&l| u64::from(l)).sum::<u64>();
+    }
     // sum < 2^53 for any image that fits in memory, so both conversions are exact.
     let mean = sum as f64 / count as f64;
     (mean + 0.5) as u8
@@ -287,19 +330,19 @@ pub fn adjust_saturation(img: &mut RgbImage, factor: f64) -> Result<()> {
     // Blocks of pixels: the gray levels replicated into a small stack buffer, then one flat
     // blend loop over the block's bytes, which vectorizes (an interleaved per-pixel loop
     // does not).
-    let mut gray = [0u8; 3 * GRAY_BLOCK];
-    for block in img.as_raw_mut().chunks_mut(3 * GRAY_BLOCK) {
+    let mut levels = [0u8; LUMA_BLOCK];
+    let mut gray = [0u8; 3 * LUMA_BLOCK];
+    for block in img.as_raw_mut().chunks_mut(3 * LUMA_BLOCK) {
+        let levels = &mut levels[..block.len() / 3];
+        lumas(block, levels, avx2);
         let gray = &mut gray[..block.len()];
-        for (g, px) in gray.chunks_exact_mut(3).zip(block.chunks_exact(3)) {
-            g.fill(luma(px[0], px[1], px[2]));
+        for (g, &l) in gray.chunks_exact_mut(3).zip(levels.iter()) {
+            g.fill(l);
         }
         blend_bytes(gray, block, alpha, avx2);
     }
     Ok(())
 }
-
-/// Pixels per block of [`adjust_saturation`]: small enough for the stack and L1.
-const GRAY_BLOCK: usize = 256;
 
 /// `data[i] = blend1(degenerate[i], data[i], alpha)`, with the AVX2 build when `avx2`.
 fn blend_bytes(degenerate: &[u8], data: &mut [u8], alpha: f32, avx2: bool) {
@@ -438,9 +481,14 @@ fn sharpen_row_body(above: &[u8], centre: &[u8], below: &[u8], out: &mut [u8], a
 
 /// `rgb_to_grayscale(img, num_output_channels=3)`: `convert("L")` replicated into R, G and B.
 pub fn to_grayscale_rgb(img: &mut RgbImage) {
-    for px in img.as_raw_mut().chunks_exact_mut(3) {
-        let l = luma(px[0], px[1], px[2]);
-        px.fill(l);
+    let avx2 = crate::cpu::avx2();
+    let mut levels = [0u8; LUMA_BLOCK];
+    for block in img.as_raw_mut().chunks_mut(3 * LUMA_BLOCK) {
+        let levels = &mut levels[..block.len() / 3];
+        lumas(block, levels, avx2);
+        for (px, &l) in block.chunks_exact_mut(3).zip(levels.iter()) {
+            px.fill(l);
+        }
     }
 }
 
@@ -459,8 +507,12 @@ pub fn to_grayscale(img: &RgbImage, out: &mut [u8]) -> Result<()> {
             ),
         ));
     }
-    for (o, px) in out.iter_mut().zip(img.as_raw().chunks_exact(3)) {
-        *o = luma(px[0], px[1], px[2]);
+    let avx2 = crate::cpu::avx2();
+    for (o, px) in out
+        .chunks_mut(LUMA_BLOCK)
+        .zip(img.as_raw().chunks(3 * LUMA_BLOCK))
+    {
+        lumas(px, o, avx2);
     }
     Ok(())
 }
@@ -832,6 +884,15 @@ mod tests {
             blend_const(97, &mut a, alpha, false);
             blend_const(97, &mut b, alpha, crate::cpu::avx2());
             assert_eq!(a, b, "flat blend, alpha {alpha}");
+            let (mut a, mut b) = ([0u8; LUMA_BLOCK], [0u8; LUMA_BLOCK]);
+            lumas(&row[..3 * LUMA_BLOCK], &mut a, false);
+            lumas(&row[..3 * LUMA_BLOCK], &mut b, crate::cpu::avx2());
+            assert_eq!(a, b, "luma");
+            let by_pixel: Vec<u8> = row[..3 * LUMA_BLOCK]
+                .chunks_exact(3)
+                .map(|p| luma(p[0], p[1], p[2]))
+                .collect();
+            assert_eq!(a.to_vec(), by_pixel, "luma planes");
             let shift = (alpha * 77.0) as u8;
             let (mut a, mut b) = (row.to_vec(), row.to_vec());
             hue_block(&mut a[..3 * HUE_BLOCK.min(67 * 5)], shift, false);
