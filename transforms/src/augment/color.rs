@@ -140,14 +140,32 @@ fn apply_luts(data: &mut [u8], luts: &[[u8; 256]; 3]) {
 }
 
 /// Per-channel histograms (`Image.histogram()` of an RGB image).
+///
+/// Even and odd pixels count into separate tables, summed at the end: runs of equal values
+/// (flat regions) would otherwise make each increment wait for the previous one's store.
 fn histograms(data: &[u8]) -> [[u32; 256]; 3] {
-    let mut h = [[0u32; 256]; 3];
-    for px in data.chunks_exact(3) {
+    let mut h = [[0u32; 256]; 6];
+    let mut pairs = data.chunks_exact(6);
+    for px in &mut pairs {
+        h[0][usize::from(px[0])] += 1;
+        h[1][usize::from(px[1])] += 1;
+        h[2][usize::from(px[2])] += 1;
+        h[3][usize::from(px[3])] += 1;
+        h[4][usize::from(px[4])] += 1;
+        h[5][usize::from(px[5])] += 1;
+    }
+    for px in pairs.remainder().chunks_exact(3) {
         h[0][usize::from(px[0])] += 1;
         h[1][usize::from(px[1])] += 1;
         h[2][usize::from(px[2])] += 1;
     }
-    h
+    let mut out = [[0u32; 256]; 3];
+    for (c, o) in out.iter_mut().enumerate() {
+        for (v, (a, b)) in o.iter_mut().zip(h[c].iter().zip(&h[c + 3])) {
+            *v = a + b;
+        }
+    }
+    out
 }
 
 // ---------------------------------------------------------------------------------------------
