@@ -66,27 +66,29 @@ def enhance_factors() -> list[tuple[float, str]]:
             out.append((1.0 + neg, f"{name} bin {i} -"))
     for f in (0.0, 0.3, 1.0, 1.7, 2.5, 0.5, 1e-9, 1.0 + 1e-9, 3.9):
         out.append((f, "ColorJitter-like factor"))
-    # Deduplicate by bits, keeping the first reason: the same double gives the same output.
+    return unique_by_bits(out)
+
+
+def unique_by_bits(params: list[tuple[float, str]]) -> list[tuple[float, str]]:
+    """Drops repeated doubles, keeping the first reason: the same double gives the same output."""
     seen: set[int] = set()
     unique = []
-    for f, why in out:
-        if bits_of(f) not in seen:
-            seen.add(bits_of(f))
-            unique.append((f, why))
+    for p, why in params:
+        if bits_of(p) not in seen:
+            seen.add(bits_of(p))
+            unique.append((p, why))
     return unique
 
 
 def solarize_thresholds() -> list[tuple[float, str]]:
-    out = [(t, f"TrivialAugmentWide/RandAugment bin {i}") for i, t in enumerate(bins(255.0, 0.0, 31))]
+    out = [
+        (t, f"TrivialAugmentWide/RandAugment bin {i}")
+        for i, t in enumerate(bins(255.0, 0.0, 31))
+    ]
     out += [(t, f"AutoAugment bin {i}") for i, t in enumerate(bins(255.0, 0.0, 10))]
-    out += [(t, "edge threshold") for t in (0.0, 1.0, 127.5, 128.0, 128.25, 254.999, 255.0, 256.0, 300.0, -1.0)]
-    seen: set[int] = set()
-    unique = []
-    for t, why in out:
-        if bits_of(t) not in seen:
-            seen.add(bits_of(t))
-            unique.append((t, why))
-    return unique
+    edges = (0.0, 1.0, 127.5, 128.0, 128.25, 254.999, 255.0, 256.0, 300.0, -1.0)
+    out += [(t, "edge threshold") for t in edges]
+    return unique_by_bits(out)
 
 
 HUES = [-0.5, -0.21, 0.0, 0.13, 0.5, -0.0039, 0.004, 0.25, -0.37]
@@ -132,7 +134,8 @@ def cases_for(full: bool, name: str) -> list[tuple[str, float, str]]:
         return [("hue", h, "many colours") for h in HUES]
     factors = enhance_factors()
     if not full:
-        factors = [(f, why) for f, why in factors if "ColorJitter" in why or "bin 30" in why or "bin 7 " in why]
+        keep = ("ColorJitter", "bin 30", "bin 7 ")
+        factors = [(f, why) for f, why in factors if any(k in why for k in keep)]
     for op in ("brightness", "saturation", "contrast", "sharpness"):
         for f, why in factors:
             out.append((op, f, why))
@@ -215,7 +218,10 @@ def main() -> int:
             n += 1
     (outdir / "expected.bin").write_bytes(bytes(expected))
     (outdir / "manifest.json").write_text(json.dumps(manifest, indent=1) + "\n")
-    print(f"fixtures_color: {len(manifest['images'])} images, {n} cases, {len(expected)} bytes in {outdir}")
+    print(
+        f"fixtures_color: {len(manifest['images'])} images, {n} cases, "
+        f"{len(expected)} bytes in {outdir}"
+    )
     return 0
 
 
