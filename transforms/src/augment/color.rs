@@ -10,15 +10,17 @@
 //! some outputs by one level.
 //!
 //! Kernels work in place on an [`RgbImage`] and take their parameters already drawn. They must
-//! not allocate once warm: the one op that needs rows of the source after overwriting them
-//! (sharpness) keeps them in a [`ColorScratch`] that only grows. Histogram-based ops keep their
-//! tables on the stack.
+//! not allocate once warm: the one op that needs more than the image (sharpness, which keeps
+//! its source rows' filter terms while it overwrites them) uses a [`ColorScratch`] that only
+//! grows; the others keep their small tables and pixel blocks on the stack.
 //!
-//! Speed comes from keeping the loops flat so they vectorize: the blends have AVX2 builds
-//! picked at run time (the same IEEE operations in the same order as the baseline build, which
-//! a unit test checks), the float-to-byte clamp is written so that it vectorizes (the one
-//! `unsafe`, in `trunc8`), and hue runs without data-dependent branches. A faster kernel must
-//! still pass `tests/color_parity.rs` with zero differences.
+//! Speed comes from keeping the loops flat so they vectorize: interleaved pixels are split
+//! into small planes where a per-pixel formula needs all three channels (gray levels, hue),
+//! the loops have AVX2 builds picked at run time (the same IEEE operations in the same order as
+//! the baseline build, which unit tests check), and the float-to-byte clamp is written so that
+//! it vectorizes. `unsafe` appears only in those two places: calls of the AVX2 builds after
+//! the CPU check, and the unchecked conversion after the clamp in `trunc8`/`trunc8_f64`. A
+//! faster kernel must still pass `tests/color_parity.rs` with zero differences.
 
 use crate::error::{Error, Result};
 use crate::image::RgbImage;
@@ -867,6 +869,15 @@ mod tests {
             1e-30,
         ] {
             assert_eq!(trunc8(v), v as u8, "{v}");
+            assert_eq!(trunc8_f64(f64::from(v)), f64::from(v) as u8, "{v}");
+        }
+        let mut v = -300.0f64;
+        while v < 300.0 {
+            assert_eq!(trunc8_f64(v), v as u8, "{v}");
+            v += 0.0625;
+        }
+        for v in [254.999_999_999, 0.499_999_999_999_999_94, 0.5, 254.5, 255.0] {
+            assert_eq!(round8(v), v.round() as u8, "{v}");
         }
     }
 
