@@ -105,6 +105,20 @@ fn loader_error(py: Python<'_>, e: LoaderError) -> PyErr {
             index,
             path,
             op,
+            source: source @ TransformError::OutOfMemory { .. },
+        } => new_err::<PyMemoryError>(
+            py,
+            format!(
+                "{} (sample {index}): {} failed: {source}",
+                path.display(),
+                op.name()
+            ),
+            &[path.as_os_str()],
+        ),
+        LoaderError::Transform {
+            index,
+            path,
+            op,
             source,
         } => match decode_reason(&source) {
             Some(reason) => decode_error(py, &path, Some(index), op.name(), reason, &source),
@@ -223,7 +237,7 @@ fn decode_reason(e: &TransformError) -> Option<&'static str> {
         TransformError::Corrupt { .. } => "corrupt",
         TransformError::Unsupported { .. } => "unsupported",
         TransformError::TooLarge { .. } => "too_large",
-        TransformError::InvalidArgument { .. } => return None,
+        TransformError::InvalidArgument { .. } | TransformError::OutOfMemory { .. } => return None,
         _ => "unknown",
     })
 }

@@ -49,6 +49,13 @@ pub enum Error {
         /// The configured limit.
         limit: u64,
     },
+    /// The allocator refused memory for pixels whose size the image declares (under the pixel
+    /// limit, more than this machine can give).
+    #[error("cannot allocate {bytes} bytes for the image's pixels")]
+    OutOfMemory {
+        /// Bytes asked for.
+        bytes: usize,
+    },
     /// An op was configured or called with an impossible argument.
     #[error("invalid argument `{name}`: {reason}")]
     InvalidArgument {

@@ -5,6 +5,17 @@
 
 use crate::error::{Error, Result};
 
+/// Grows `buf` to at least `len` bytes (new bytes zero), failing with [`Error::OutOfMemory`]
+/// where the allocator refuses instead of aborting the process. Never shrinks.
+pub fn grow_zeroed(buf: &mut Vec<u8>, len: usize) -> Result<()> {
+    if buf.len() < len {
+        buf.try_reserve_exact(len - buf.len())
+            .map_err(|_| Error::OutOfMemory { bytes: len })?;
+        buf.resize(len, 0);
+    }
+    Ok(())
+}
+
 /// A rectangle in torchvision's order: `top`, `left`, `height`, `width` (`i, j, h, w`).
 #[derive(
     Clone, Copy, Debug, PartialEq, Eq, Hash, Default, serde::Serialize, serde::Deserialize,
@@ -129,6 +140,17 @@ impl RgbImage {
     /// Bytes of its allocation, which is kept for the largest image so far.
     pub fn retained_bytes(&self) -> usize {
         self.data.capacity()
+    }
+
+    /// [`Self::reset`] for a size that comes from a file: the allocator's refusal is
+    /// [`Error::OutOfMemory`], not an abort.
+    pub fn try_reset(&mut self, width: u32, height: u32) -> Result<&mut [u8]> {
+        let len = (width as usize)
+            .checked_mul(height as usize)
+            .and_then(|n| n.checked_mul(3))
+            .ok_or(Error::OutOfMemory { bytes: usize::MAX })?;
+        grow_zeroed(&mut self.data, len)?;
+        Ok(self.reset(width, height))
     }
 
     /// Sets the size and returns the pixels to overwrite. Keeps the allocation when it is big
@@ -298,6 +320,17 @@ mod tests {
     #[test]
     fn reset_keeps_capacity() {
         let mut img = RgbImage::new();
+        assert!(matches!(
+            img.try_reset(u32::MAX, u32::MAX),
+            Err(Error::OutOfMemory { .. })
+        ));
+        let mut buf = vec![1u8; 3];
+        assert!(matches!(
+            grow_zeroed(&mut buf, isize::MAX as usize),
+            Err(Error::OutOfMemory { .. })
+        ));
+        grow_zeroed(&mut buf, 5).expect("small");
+        assert_eq!(buf, [1, 1, 1, 0, 0]);
         img.reset(100, 100);
         let cap = img.data.capacity();
         img.reset(10, 10);
