@@ -265,11 +265,7 @@ impl PyFileList {
     /// Every sample's path (root joined), in list order.
     #[getter]
     fn paths(&self) -> Vec<OsString> {
-        self.inner
-            .paths()
-            .iter()
-            .map(|p| p.as_os_str().to_owned())
-            .collect()
+        os_strings(self.inner.paths())
     }
 
     /// Every sample's label, in list order (torchvision's name: `targets`).
@@ -281,21 +277,12 @@ impl PyFileList {
     /// `[(path, label), ...]` in list order.
     #[getter]
     fn samples(&self) -> Vec<(OsString, i64)> {
-        self.inner
-            .paths()
-            .iter()
-            .map(|p| p.as_os_str().to_owned())
-            .zip(self.inner.labels().iter().copied())
-            .collect()
+        listed_samples(self.inner.samples())
     }
 
     /// `(path, label)` of sample `index` (negative indices count from the end).
     fn __getitem__(&self, index: isize) -> PyResult<(OsString, i64)> {
-        let i = normalize_index(index, self.inner.len())?;
-        Ok((
-            self.inner.paths()[i].as_os_str().to_owned(),
-            self.inner.labels()[i],
-        ))
+        listed_sample(self.inner.samples(), index)
     }
 
     fn __len__(&self) -> usize {
@@ -351,11 +338,7 @@ impl PyPathList {
     /// Every sample's path, in index order.
     #[getter]
     fn paths(&self) -> Vec<OsString> {
-        self.inner
-            .paths()
-            .iter()
-            .map(|p| p.as_os_str().to_owned())
-            .collect()
+        os_strings(self.inner.paths())
     }
 
     /// Every sample's label, in index order.
@@ -367,16 +350,12 @@ impl PyPathList {
     /// `[(path, label), ...]` in index order.
     #[getter]
     fn samples(&self) -> Vec<(OsString, i64)> {
-        self.paths().into_iter().zip(self.targets()).collect()
+        listed_samples(&self.inner)
     }
 
     /// `(path, label)` of sample `index` (negative indices count from the end).
     fn __getitem__(&self, index: isize) -> PyResult<(OsString, i64)> {
-        let i = normalize_index(index, self.inner.len())?;
-        Ok((
-            self.inner.paths()[i].as_os_str().to_owned(),
-            self.inner.labels()[i],
-        ))
+        listed_sample(&self.inner, index)
     }
 
     fn __len__(&self) -> usize {
@@ -492,6 +471,25 @@ impl Source for PyItems {
     fn path(&self, index: usize) -> Cow<'_, Path> {
         Cow::Owned(PathBuf::from(format!("dataset[{index}]")))
     }
+}
+
+/// Paths as Python gets them (`os.fsdecode`).
+fn os_strings(paths: &[PathBuf]) -> Vec<OsString> {
+    paths.iter().map(|p| p.as_os_str().to_owned()).collect()
+}
+
+/// `[(path, label), ...]` of a list.
+fn listed_samples(list: &PathList) -> Vec<(OsString, i64)> {
+    os_strings(list.paths())
+        .into_iter()
+        .zip(list.labels().iter().copied())
+        .collect()
+}
+
+/// `(path, label)` of sample `index` of a list (negative indices count from the end).
+fn listed_sample(list: &PathList, index: isize) -> PyResult<(OsString, i64)> {
+    let i = normalize_index(index, list.len())?;
+    Ok((list.paths()[i].as_os_str().to_owned(), list.labels()[i]))
 }
 
 /// Python's indexing rule: `-len <= index < len`.
