@@ -11,13 +11,16 @@ DEMO_OUT ?= report
 # The photo-like JPEG generator behind the sample data, the bench corpus and the loader folder.
 SAMPLE_GEN := scripts/make_bench_corpus.py python-bindings/python/ferroloader/sample_data.py
 
-.PHONY: help deps venv fixtures build py-build test test-rust test-python lint fmt bench loader-bench bench-torch demo clean
+.PHONY: help deps browser venv fixtures build py-build test test-rust test-python lint fmt bench loader-bench bench-torch demo clean
 
 help: ## Show this help
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN{FS=":.*## "}{printf "  make %-10s %s\n", $$1, $$2}'
 
-deps: ## Install system packages if missing (cmake, nasm for libjpeg-turbo; chromium for the report test)
+deps: ## Install system packages if missing (cmake, nasm for libjpeg-turbo)
 	@scripts/install-deps.sh
+
+browser: ## Install Debian's chromium and fonts if missing (the report test renders report.html)
+	@scripts/install-deps.sh --browser
 
 # --no-cache-dir: torch's wheels run to gigabytes, and a second copy in pip's cache is wasted
 # on a CI disk (one CI run stopped on a full disk while installing pip).
@@ -49,7 +52,7 @@ test-rust: deps fixtures ## Rust tests only
 py-build: deps venv ## Build the Python extension into the venv (release)
 	$(PY) -m maturin develop -q --release -m python-bindings/Cargo.toml
 
-test-python: py-build fixtures ## Python tests (pytest, warnings are errors)
+test-python: py-build fixtures browser ## Python tests (pytest, warnings are errors)
 	$(PY) -m pytest python-bindings/tests -W error --timeout 120 -q
 
 test: test-rust test-python ## Run every test (installs what it needs first)
