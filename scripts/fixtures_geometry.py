@@ -25,6 +25,8 @@ Ops, all through torchvision's PIL path (v1 functional API) unless said otherwis
   `value` is a per-channel list or "random" (torch.manual_seed(seed); normal draws written to
   `source_file`); outputs are float32 bytes.
 
+Float parameters are also written as float64 bit patterns under `hex` (kernels' `sigma` only
+so), which the tests read: JSON readers need not round-trip floats exactly.
 `fill` is written as torchvision received it (null, a number or a list); `fill_rgb` is the
 triple it becomes (torchvision's `_parse_fill`: None -> 0, numbers truncated to int).
 
@@ -69,6 +71,17 @@ def fill_rgb(fill) -> list[int]:
 
 def hex64(x: float) -> str:
     return struct.pack(">d", x).hex()
+
+
+def exact(case: dict, keys: tuple[str, ...]) -> dict:
+    """Float parameters as float64 bit patterns (hex): JSON readers need not round-trip floats."""
+    out = {}
+    for k in keys:
+        v = case.get(k)
+        if v is None:
+            continue
+        out[k] = [hex64(float(x)) for x in v] if isinstance(v, (list, tuple)) else hex64(float(v))
+    return out
 
 
 def bins(lo: float, hi: float, num_bins: int) -> list[float]:
@@ -280,6 +293,7 @@ def main() -> int:
             ref = run_geometry(img, c)
             assert ref.mode == "RGB" and ref.size == img.size
             c = dict(c, image=name, fill_rgb=fill_rgb(c["fill"]))
+            c["hex"] = exact(c, ("angle", "translate", "scale", "shear", "center"))
             if c["op"] == "affine":
                 center = c["center"] if c["center"] is not None else [width * 0.5, height * 0.5]
                 m = F._get_inverse_affine_matrix(center, float(c["angle"]), c["translate"], c["scale"],
@@ -304,7 +318,7 @@ def main() -> int:
             if kx // 2 >= width or ky // 2 >= height:
                 continue  # torch's reflect padding refuses pads as large as the image
             ref = F.gaussian_blur(img, [kx, ky], [sx, sy])
-            emit(dict(op="blur", image=name, kernel=[kx, ky], sigma=[sx, sy],
+            emit(dict(op="blur", image=name, kernel=[kx, ky], sigma=[sx, sy], hex=exact({"sigma": [sx, sy]}, ("sigma",)),
                       why=f"gaussian_blur kernel {[kx, ky]} sigma {[sx, sy]}"), ref.tobytes())
 
         if not big:
@@ -333,7 +347,7 @@ def main() -> int:
     for size, sigma in sorted({(k, s) for kx, ky, sx, sy in BLUR for k, s in ((kx, sx), (ky, sy))}):
         kern = F_t._get_gaussian_kernel1d(size, sigma, torch.float32, torch.device("cpu"))
         bits = [int(b) for b in kern.numpy().view(np.uint32)]
-        manifest["kernels"].append({"size": size, "sigma": sigma, "bits": bits})
+        manifest["kernels"].append({"size": size, "sigma": hex64(sigma), "bits": bits})
 
     (outdir / "manifest.json").write_text(json.dumps(manifest, indent=1) + "\n")
     print(f"fixtures_geometry: {len(manifest['images'])} images, {n} cases in {outdir}")

@@ -27,7 +27,8 @@ pub enum Interpolation {
     /// `Image.NEAREST`: bit-exact with Pillow on every engine.
     #[default]
     Nearest,
-    /// `Image.BILINEAR`: Pillow's generic transform filter, reproduced operation by operation.
+    /// `Image.BILINEAR`: Pillow's generic transform filter, reproduced operation by operation
+    /// (bit-exact: the same double arithmetic in the same order).
     Bilinear,
 }
 

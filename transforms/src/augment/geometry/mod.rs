@@ -1,7 +1,7 @@
 //! Geometric ops on packed RGB (affine with a fill, flips, padding, blur) and erasing on a CHW
 //! tensor, with the arithmetic torchvision's PIL path performs, so that outputs match it.
 //!
-//! - [`affine`]: Pillow's affine engines (NEAREST bit-exact, BILINEAR operation for operation)
+//! - [`affine`]: Pillow's affine engines (NEAREST and BILINEAR bit-exact)
 //!   and the matrices of torchvision's `F.affine` and Pillow's `Image.rotate`: Rotate, ShearX/Y,
 //!   TranslateX/Y of the policies, RandomRotation, RandomAffine.
 //! - [`pad`]: Pad and RandomCrop's padding (constant, edge, reflect, symmetric).

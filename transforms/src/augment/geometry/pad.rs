@@ -239,6 +239,9 @@ impl Padder {
     /// Writes `out` (`ow` x `oh`) from the tables.
     fn remap(&mut self, src: RgbView<'_>, fill: [u8; 3], ow: u32, oh: u32, out: &mut RgbImage) {
         self.runs.clear();
+        // At most one run per column: reserved up front so that a source with more mirrored
+        // runs than the last one does not grow the table mid-sample.
+        self.runs.reserve(self.cols.len());
         for &c in &self.cols {
             match self.runs.last_mut() {
                 Some((len, start))
