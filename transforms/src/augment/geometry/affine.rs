@@ -146,8 +146,9 @@ pub fn rotate_matrix(
     ];
     let [cx, cy] = center.unwrap_or([f64::from(width) / 2.0, f64::from(height) / 2.0]);
     let (x, y) = (-cx, -cy);
-    m[2] = m[0] * x + m[1] * y + m[2];
-    m[5] = m[3] * x + m[4] * y + m[5];
+    // Pillow's `a * x + b * y + c`; addition commutes exactly, so `+=` is the same double.
+    m[2] += m[0] * x + m[1] * y;
+    m[5] += m[3] * x + m[4] * y;
     m[2] += cx;
     m[5] += cy;
     m
@@ -246,7 +247,7 @@ impl AffineWarp {
         fill: [u8; 3],
         out: &mut RgbImage,
     ) -> Result<()> {
-        if !(scale > 0.0) {
+        if scale.is_nan() || scale <= 0.0 {
             return Err(Error::invalid("scale", format!("{scale} is not positive")));
         }
         let center = center.unwrap_or_else(|| affine_center(src.width(), src.height()));
