@@ -20,6 +20,7 @@ Ops, all through torchvision's PIL path (v1 functional API) unless said otherwis
 - "pad": F.pad(img, padding, fill, padding_mode);
 - "random_crop": RandomCrop(size, padding, pad_if_needed, fill, padding_mode) with get_params
   replaced by the injected (top, left);
+- "random_crop_v2": the same with torchvision.transforms.v2.RandomCrop (one padding: the sum);
 - "blur": F.gaussian_blur(img, kernel_size, sigma);
 - "erase": F.erase on a CHW float32 tensor (to_tensor + ImageNet normalize of the source);
   `value` is a per-channel list or "random" (torch.manual_seed(seed); normal draws written to
@@ -236,6 +237,23 @@ def run_random_crop(img: Image.Image, c: dict) -> Image.Image:
         T.RandomCrop.get_params = original
 
 
+def run_random_crop_v2(img: Image.Image, c: dict) -> Image.Image:
+    """torchvision.transforms.v2.RandomCrop: pads once by `padding` + what pad_if_needed adds."""
+    from torchvision.transforms import v2
+
+    t = v2.RandomCrop(c["size"], padding=c["padding"], pad_if_needed=c["pad_if_needed"], fill=c["fill"],
+                      padding_mode=c["mode"])
+    make_params = t.make_params
+
+    def injected(flat_inputs):
+        params = make_params(flat_inputs)
+        params.update(top=c["top"], left=c["left"], needs_crop=True)
+        return params
+
+    t.make_params = injected
+    return t(img)
+
+
 BLUR = [
     (3, 3, 0.1, 0.1), (3, 3, 0.8, 0.8), (5, 5, 1.1, 1.1), (9, 9, 2.0, 2.0), (23, 23, 5.0, 5.0),
     (23, 23, 0.3, 0.3), (9, 3, 1.7, 0.5), (5, 23, 3.3, 7.9), (9, 9, 1.5666, 1.5666),
@@ -313,6 +331,10 @@ def main() -> int:
             ref = run_random_crop(img, c)
             assert ref.size == (c["size"][1], c["size"][0])
             emit(dict(c, image=name, fill_rgb=fill_rgb(c["fill"])), ref.tobytes())
+            if not big:
+                ref = run_random_crop_v2(img, c)
+                emit(dict(c, op="random_crop_v2", image=name, fill_rgb=fill_rgb(c["fill"]),
+                          why=f"v2 {c['why']}"), ref.tobytes())
 
         for kx, ky, sx, sy in BLUR if not big else BLUR[1::4]:
             if kx // 2 >= width or ky // 2 >= height:

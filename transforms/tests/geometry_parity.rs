@@ -338,13 +338,24 @@ fn pad_matches_torchvision() {
 
 #[test]
 fn random_crop_matches_torchvision() {
+    random_crop_cases("random_crop");
+}
+
+#[test]
+fn random_crop_matches_torchvision_v2() {
+    random_crop_cases("random_crop_v2");
+}
+
+/// RandomCrop cases of `op`: v1 (`random_crop`, padded twice) or v2 (`random_crop_v2`, padded
+/// once by the sum).
+fn random_crop_cases(op: &str) {
     let corpus = Corpus::load();
     let mut padder = Padder::new();
     let mut out = RgbImage::new();
     let mut failures = Vec::new();
-    for c in corpus.cases("random_crop") {
+    for c in corpus.cases(op) {
         let src = corpus.source(c);
-        let spec = RandomCropSpec {
+        let mut spec = RandomCropSpec {
             height: u32_of(&c["size"][0]),
             width: u32_of(&c["size"][1]),
             padding: (!c["padding"].is_null()).then(|| padding_of(&c["padding"])),
@@ -355,6 +366,15 @@ fn random_crop_matches_torchvision() {
         let (pw, ph) = spec
             .padded_size(src.width(), src.height())
             .expect("padded size");
+        if op == "random_crop_v2" {
+            spec = spec
+                .v2_single_padding(src.width(), src.height())
+                .expect("padding fits");
+            assert_eq!(
+                spec.padded_size(src.width(), src.height()).ok(),
+                Some((pw, ph))
+            );
+        }
         assert!(pw >= spec.width && ph >= spec.height, "{}", c["why"]);
         padder
             .random_crop(

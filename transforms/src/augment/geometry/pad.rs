@@ -280,6 +280,28 @@ impl Padder {
 }
 
 impl RandomCropSpec {
+    /// torchvision v2's `RandomCrop`: it adds what `pad_if_needed` asks to `padding` and pads
+    /// once, where v1 pads twice (so v1's second padding reflects the first one's border). The
+    /// returned spec, given to [`Padder::random_crop`], reproduces v2 for a `width` x `height`
+    /// source; `self` reproduces v1. Both agree in the constant and edge modes.
+    pub fn v2_single_padding(&self, width: u32, height: u32) -> Result<RandomCropSpec> {
+        let [sx, sx2, sy, sy2] = crop_stages(self, width, height)?;
+        let sum = |a: u32, b: u32| {
+            a.checked_add(b)
+                .ok_or_else(|| Error::invalid("padding", "the padded size overflows u32"))
+        };
+        Ok(RandomCropSpec {
+            padding: Some(Padding::ltrb(
+                sum(sx.before, sx2.before)?,
+                sum(sy.before, sy2.before)?,
+                sum(sx.after, sx2.after)?,
+                sum(sy.after, sy2.after)?,
+            )),
+            pad_if_needed: false,
+            ..*self
+        })
+    }
+
     /// The size `RandomCrop.get_params` sees, as (width, height): the image after `padding` and
     /// `pad_if_needed`. Errors on a size past `u32`.
     pub fn padded_size(&self, width: u32, height: u32) -> Result<(u32, u32)> {
