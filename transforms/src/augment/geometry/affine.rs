@@ -349,24 +349,54 @@ impl AffineWarp {
                     continue;
                 }
                 let (xs, ys) = (xs - 0.5, ys - 0.5);
-                let (xf, yf) = (xs.floor(), ys.floor());
-                let (dx, dy) = (xs - xf, ys - yf);
-                let (xi, yi) = (xf as i64, yf as i64);
+                let (xi, yi) = (floor_half(xs), floor_half(ys));
+                // Pillow: `dx = xin - x` with the integer floor converted back, exactly this.
+                let (dx, dy) = (xs - xi as f64, ys - yi as f64);
                 let x0 = 3 * xi.clamp(0, sw - 1) as usize;
                 let x1 = 3 * (xi + 1).clamp(0, sw - 1) as usize;
                 let r0 = src.row(yi.clamp(0, sh - 1) as u32);
-                let r1 = (yi + 1 < sh).then(|| src.row((yi + 1) as u32));
-                for b in 0..3 {
-                    let lerp = |r: &[u8]| {
-                        let (p, q) = (i32::from(r[x0 + b]), i32::from(r[x1 + b]));
-                        f64::from(p) + f64::from(q - p) * dx
-                    };
-                    let v1 = lerp(r0);
-                    let v2 = r1.map_or(v1, lerp);
-                    px[b] = (v1 + (v2 - v1) * dy) as u8;
+                let (p0, q0) = (taps(r0, x0), taps(r0, x1));
+                if yi + 1 < sh {
+                    let r1 = src.row((yi + 1) as u32);
+                    let (p1, q1) = (taps(r1, x0), taps(r1, x1));
+                    for b in 0..3 {
+                        let v1 = lerp(p0[b], q0[b], dx);
+                        let v2 = lerp(p1[b], q1[b], dx);
+                        px[b] = (v1 + (v2 - v1) * dy) as u8;
+                    }
+                } else {
+                    // Pillow's `v2 = v1`: `v1 + (v1 - v1) * dy`, which is v1 itself.
+                    for b in 0..3 {
+                        px[b] = lerp(p0[b], q0[b], dx) as u8;
+                    }
                 }
             }
         }
+    }
+}
+
+/// Pillow's `BILINEAR(v, a, b, d)` on 8-bit taps: `a + (b - a) * d`, the difference taken in
+/// integers.
+#[inline(always)]
+fn lerp(a: u8, b: u8, d: f64) -> f64 {
+    f64::from(a) + f64::from(i32::from(b) - i32::from(a)) * d
+}
+
+/// The three channels at byte offset `x` of a row.
+#[inline(always)]
+fn taps(row: &[u8], x: usize) -> [u8; 3] {
+    [row[x], row[x + 1], row[x + 2]]
+}
+
+/// `floor(v)` (finite, within i64) as Pillow's `FLOOR` gives it, by truncation: `f64::floor` is a libm
+/// call on baseline x86-64 (no SSE4.1), this is two instructions.
+#[inline(always)]
+fn floor_half(v: f64) -> i64 {
+    let t = v as i64;
+    if (t as f64) > v {
+        t - 1
+    } else {
+        t
     }
 }
 
