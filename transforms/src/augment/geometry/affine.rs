@@ -182,6 +182,8 @@ pub struct AffineWarp {
     col_b: Vec<f64>,
     /// Per output column: the source column or -1 (NEAREST scale path).
     col_src: Vec<i64>,
+    /// `col_src` as runs: (output length, first source column or -1).
+    runs: Vec<(usize, i64)>,
 }
 
 impl AffineWarp {
@@ -293,7 +295,8 @@ impl AffineWarp {
     }
 
     /// Pillow's `ImagingScaleAffine`: no rotation or shear; source columns tabulated once by
-    /// accumulating `a0` from the first pixel centre, rows by accumulating `a4`.
+    /// accumulating `a0` from the first pixel centre, rows by accumulating `a4`. The table is
+    /// then cut into runs of consecutive source columns, so a translation copies whole rows.
     fn nearest_scale(&mut self, src: RgbView<'_>, a: &AffineMatrix, fill: [u8; 3], dst: &mut [u8]) {
         let (w, h) = (src.width() as usize, src.height() as usize);
         let (sw, sh) = (i64::from(src.width()), i64::from(src.height()));
@@ -304,6 +307,18 @@ impl AffineWarp {
             self.col_src.push(if xin < sw { xin } else { -1 });
             xo += a[0];
         }
+        self.runs.clear();
+        self.runs.reserve(w);
+        for &xin in &self.col_src {
+            match self.runs.last_mut() {
+                Some((len, start))
+                    if (*start < 0 && xin < 0) || (*start >= 0 && xin == *start + *len as i64) =>
+                {
+                    *len += 1
+                }
+                _ => self.runs.push((1, xin)),
+            }
+        }
         let mut yo = a[5] + a[4] * 0.5;
         for row in dst.chunks_exact_mut(3 * w).take(h) {
             let yin = coord(yo);
@@ -313,13 +328,16 @@ impl AffineWarp {
                 continue;
             }
             let srow = src.row(yin as u32);
-            for (px, &xin) in row.chunks_exact_mut(3).zip(&self.col_src) {
-                if xin < 0 {
-                    px.copy_from_slice(&fill);
+            let mut x = 0;
+            for &(len, start) in &self.runs {
+                let seg = &mut row[3 * x..3 * (x + len)];
+                if start < 0 {
+                    fill_pixels(seg, fill);
                 } else {
-                    let s = 3 * xin as usize;
-                    px.copy_from_slice(&srow[s..s + 3]);
+                    let s = 3 * start as usize;
+                    seg.copy_from_slice(&srow[s..s + seg.len()]);
                 }
+                x += len;
             }
         }
     }
