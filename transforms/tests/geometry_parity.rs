@@ -10,8 +10,8 @@ use std::cell::Cell;
 use std::path::PathBuf;
 
 use ferroloader_transforms::augment::geometry::{
-    erase, gaussian_kernel1d, inverse_affine_matrix, vflip, AffineWarp, EraseValue, GaussianBlur,
-    Interpolation, Padder, Padding, PaddingMode, RandomCropSpec,
+    erase, gaussian_kernel1d, inverse_affine_matrix, parse_fill, vflip, AffineWarp, EraseValue,
+    GaussianBlur, Interpolation, Padder, Padding, PaddingMode, RandomCropSpec,
 };
 use ferroloader_transforms::{CropRect, RgbImage};
 use serde_json::Value;
@@ -146,9 +146,22 @@ fn exact_pair(case: &Value, key: &str) -> [f64; 2] {
     [from_hex(&v[0]), from_hex(&v[1])]
 }
 
+/// The case's `fill` as torchvision received it (null, a number or a list), through
+/// [`parse_fill`], checked against the triple the fixture script wrote.
 fn fill_of(case: &Value) -> [u8; 3] {
-    let f = &case["fill_rgb"];
-    [0, 1, 2].map(|i| u8::try_from(f[i].as_u64().expect("fill")).expect("fill fits u8"))
+    let f = &case["fill"];
+    let values: Option<Vec<f64>> = if f.is_null() {
+        None
+    } else if let Some(list) = f.as_array() {
+        Some(list.iter().map(f64_of).collect())
+    } else {
+        Some(vec![f64_of(f)])
+    };
+    let fill = parse_fill(values.as_deref()).expect("fill parses");
+    let written = &case["fill_rgb"];
+    let written = [0, 1, 2].map(|i| written[i].as_u64().expect("fill_rgb"));
+    assert_eq!(fill.map(u64::from), written, "fill {f}");
+    fill
 }
 
 fn interp_of(case: &Value) -> Interpolation {

@@ -9,6 +9,8 @@
 //! - [`erase`]: RandomErasing's write into the normalized tensor.
 //! - [`vflip`]: RandomVerticalFlip, in place.
 //!
+//! [`parse_fill`] turns torchvision's `fill` into the triple every op takes.
+//!
 //! Parameters come in already drawn; scratch structs ([`AffineWarp`], [`Padder`],
 //! [`GaussianBlur`]) only grow. Must not allocate per sample once warm, draw random numbers, or
 //! panic on input.
@@ -25,7 +27,43 @@ pub use blur::{gaussian_kernel1d, GaussianBlur};
 pub use erase::{erase, EraseValue};
 pub use pad::{Padder, Padding, PaddingMode, RandomCropSpec};
 
+use crate::error::{Error, Result};
 use crate::image::RgbImage;
+
+/// The RGB triple torchvision's `fill` becomes on a PIL image (`_parse_fill`, then Pillow's
+/// colour conversion): None -> black; one number for every channel; else one per channel; each
+/// truncated toward zero as Python's `int()` does, then clipped to 0..=255 as Pillow does
+/// (`(300, -5, 0)` fills with `(255, 0, 0)`).
+///
+/// Errors where torchvision does: a sequence of neither 1 nor 3 values, or a value `int()`
+/// refuses (NaN, infinite).
+pub fn parse_fill(fill: Option<&[f64]>) -> Result<[u8; 3]> {
+    let values = match fill {
+        None => return Ok([0; 3]),
+        Some(v) => v,
+    };
+    let channel = |v: f64| {
+        if v.is_finite() {
+            Ok(v.trunc().clamp(0.0, 255.0) as u8)
+        } else {
+            Err(Error::invalid(
+                "fill",
+                format!("{v} is not a finite number"),
+            ))
+        }
+    };
+    match *values {
+        [v] => Ok([channel(v)?; 3]),
+        [r, g, b] => Ok([channel(r)?, channel(g)?, channel(b)?]),
+        _ => Err(Error::invalid(
+            "fill",
+            format!(
+                "{} values for a 3-channel image (expected 1 or 3)",
+                values.len()
+            ),
+        )),
+    }
+}
 
 /// Pillow's `transpose(FLIP_TOP_BOTTOM)` (torchvision's `F.vflip` on a PIL image), in place:
 /// rows swapped pairwise, no scratch.
@@ -50,6 +88,25 @@ pub fn vflip(img: &mut RgbImage) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn fill_follows_torchvision_and_pillow() {
+        // Observed with torchvision 0.29 / Pillow 13 (F.affine with a translate, pixel (0, 0)).
+        assert_eq!(parse_fill(None).ok(), Some([0, 0, 0]));
+        assert_eq!(
+            parse_fill(Some(&[300.0, -5.0, 0.0])).ok(),
+            Some([255, 0, 0])
+        );
+        assert_eq!(
+            parse_fill(Some(&[255.9, 0.5, -0.7])).ok(),
+            Some([255, 0, 0])
+        );
+        assert_eq!(parse_fill(Some(&[128.7])).ok(), Some([128, 128, 128]));
+        assert_eq!(parse_fill(Some(&[-1.0])).ok(), Some([0, 0, 0]));
+        assert_eq!(parse_fill(Some(&[256.0])).ok(), Some([255, 255, 255]));
+        assert!(parse_fill(Some(&[1.0, 2.0])).is_err());
+        assert!(parse_fill(Some(&[f64::NAN])).is_err());
+    }
 
     #[test]
     fn vflip_reverses_rows_and_is_an_involution() {
