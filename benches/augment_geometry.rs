@@ -92,8 +92,16 @@ fn bench_affine(c: &mut Criterion) {
         });
         g.bench_function(format!("rotate_30/{name}"), |b| {
             b.iter(|| {
-                warp.rotate(black_box(img.view()), 30.0, None, interp, [0; 3], &mut out)
-                    .expect("rotate")
+                warp.rotate(
+                    black_box(img.view()),
+                    30.0,
+                    None,
+                    false,
+                    interp,
+                    [0; 3],
+                    &mut out,
+                )
+                .expect("rotate")
             })
         });
         // RandomAffine(degrees=15, translate=(0.1, 0.1), scale=(0.9, 1.1), shear=(-5, 5, -5, 5)).
@@ -121,6 +129,7 @@ fn bench_affine(c: &mut Criterion) {
                 black_box(img.view()),
                 90.0,
                 None,
+                false,
                 Interpolation::Nearest,
                 [0; 3],
                 &mut out,

@@ -14,8 +14,8 @@ output) and OUTDIR/manifest.json:
 Ops, all through torchvision's PIL path (v1 functional API) unless said otherwise:
 - "affine": F.affine(img, angle, translate, scale, shear, interpolation, fill, center), plus the
   matrix `_get_inverse_affine_matrix` computed (`matrix`, as float64 bit patterns in hex);
-- "rotate": F.rotate(img, angle, interpolation, expand=False, center, fill) (Pillow's
-  Image.rotate, fast paths included);
+- "rotate": F.rotate(img, angle, interpolation, expand, center, fill) (Pillow's
+  Image.rotate, fast paths included; `expand` absent means False);
 - "vflip": F.vflip(img);
 - "pad": F.pad(img, padding, fill, padding_mode);
 - "random_crop": RandomCrop(size, padding, pad_if_needed, fill, padding_mode) with get_params
@@ -142,6 +142,9 @@ def random_geometry_cases(rng: np.random.Generator) -> list[dict]:
         dict(op="rotate", angle=-90.0, center=None, why="rotate -90 (270 fast path if square)"),
         dict(op="rotate", angle=450.0, center=None, why="rotate 450 (mod 360)"),
         dict(op="rotate", angle=0.0, center=None, why="rotate 0 copy"),
+        dict(op="rotate", angle=17.3, center=None, expand=True, why="RandomRotation expand"),
+        dict(op="rotate", angle=-90.0, center=None, expand=True, why="rotate -90 expand (fast path)"),
+        dict(op="rotate", angle=131.0, center=[4.0, 30.5], expand=True, why="rotate expand with center"),
         dict(op="affine", angle=12.0, translate=[3, -2], scale=1.1, shear=[5.0, -7.5], center=None,
              why="RandomAffine all params"),
         dict(op="affine", angle=-170.0, translate=[0, 0], scale=0.7, shear=[0.0, 0.0], center=None,
@@ -176,7 +179,8 @@ def random_geometry_cases(rng: np.random.Generator) -> list[dict]:
 def run_geometry(img: Image.Image, c: dict) -> Image.Image:
     interp = INTERP[c["interp"]]
     if c["op"] == "rotate":
-        return F.rotate(img, c["angle"], interpolation=interp, expand=False, center=c["center"], fill=c["fill"])
+        return F.rotate(img, c["angle"], interpolation=interp, expand=c.get("expand", False), center=c["center"],
+                        fill=c["fill"])
     return F.affine(img, angle=c["angle"], translate=c["translate"], scale=c["scale"], shear=c["shear"],
                     interpolation=interp, fill=c["fill"], center=c["center"])
 
@@ -309,8 +313,8 @@ def main() -> int:
             ]
         for c in geo:
             ref = run_geometry(img, c)
-            assert ref.mode == "RGB" and ref.size == img.size
-            c = dict(c, image=name, fill_rgb=fill_rgb(c["fill"]))
+            assert ref.mode == "RGB" and (c.get("expand") or ref.size == img.size)
+            c = dict(c, image=name, fill_rgb=fill_rgb(c["fill"]), out_w=ref.width, out_h=ref.height)
             c["hex"] = exact(c, ("angle", "translate", "scale", "shear", "center"))
             if c["op"] == "affine":
                 center = c["center"] if c["center"] is not None else [width * 0.5, height * 0.5]

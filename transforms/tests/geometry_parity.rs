@@ -218,7 +218,15 @@ fn run_geometry(warp: &mut AffineWarp, src: &RgbImage, c: &Value, out: &mut RgbI
     let (interp, fill) = (interp_of(c), fill_of(c));
     let center = (!c["center"].is_null()).then(|| exact_pair(c, "center"));
     let result = match c["op"].as_str() {
-        Some("rotate") => warp.rotate(src.view(), exact(c, "angle"), center, interp, fill, out),
+        Some("rotate") => warp.rotate(
+            src.view(),
+            exact(c, "angle"),
+            center,
+            c["expand"].as_bool().unwrap_or(false),
+            interp,
+            fill,
+            out,
+        ),
         Some("affine") => warp.affine(
             src.view(),
             exact(c, "angle"),
@@ -281,12 +289,19 @@ fn affine_and_rotate_match_torchvision() {
         for c in corpus.cases(op) {
             let src = corpus.source(c);
             run_geometry(&mut warp, src, c, &mut out);
+            assert_eq!(
+                (out.width(), out.height()),
+                (u32_of(&c["out_w"]), u32_of(&c["out_h"])),
+                "{op} {} on {}: output size",
+                c["why"],
+                c["image"]
+            );
             let theirs = corpus.read(&c["file"]);
-            let (px, max, first) = compare(out.as_raw(), &theirs, src.width());
+            let (px, max, first) = compare(out.as_raw(), &theirs, out.width());
             if interp_of(c) == Interpolation::Bilinear {
                 bilinear_cases += 1;
                 bilinear_px += px;
-                total_px += (src.width() * src.height()) as usize;
+                total_px += (out.width() * out.height()) as usize;
             }
             // BILINEAR too: the kernel repeats Pillow's double arithmetic operation for
             // operation, so any difference is a bug, not rounding.
@@ -544,7 +559,9 @@ fn warm_calls_allocate_nothing() {
                 &mut out,
             )
             .expect("affine");
-            warp.rotate(img.view(), 30.0, None, interp, [0; 3], &mut out)
+            warp.rotate(img.view(), 30.0, None, false, interp, [0; 3], &mut out)
+                .expect("rotate");
+            warp.rotate(img.view(), 30.0, None, true, interp, [0; 3], &mut work)
                 .expect("rotate");
             warp.affine(
                 img.view(),

@@ -154,6 +154,40 @@ pub fn rotate_matrix(
     m
 }
 
+/// Pillow's `Image.rotate(.., expand=True)` matrix and output size (width, height): the
+/// corners of the source mapped by [`rotate_matrix`], the size `ceil(max) - floor(min)` on each
+/// axis, and the matrix re-centred on it. Errors when that size does not fit `u32`.
+pub fn rotate_expand_matrix(
+    angle: f64,
+    center: Option<[f64; 2]>,
+    width: u32,
+    height: u32,
+) -> Result<(AffineMatrix, (u32, u32))> {
+    let mut m = rotate_matrix(angle, center, width, height);
+    let (w, h) = (f64::from(width), f64::from(height));
+    let map =
+        |m: &AffineMatrix, x: f64, y: f64| (m[0] * x + m[1] * y + m[2], m[3] * x + m[4] * y + m[5]);
+    let (mut x_min, mut x_max) = (f64::INFINITY, f64::NEG_INFINITY);
+    let (mut y_min, mut y_max) = (f64::INFINITY, f64::NEG_INFINITY);
+    for (x, y) in [(0.0, 0.0), (w, 0.0), (w, h), (0.0, h)] {
+        let (tx, ty) = map(&m, x, y);
+        (x_min, x_max) = (x_min.min(tx), x_max.max(tx));
+        (y_min, y_max) = (y_min.min(ty), y_max.max(ty));
+    }
+    let nw = x_max.ceil() - x_min.floor();
+    let nh = y_max.ceil() - y_min.floor();
+    let fits = |v: f64| (0.0..=f64::from(u32::MAX)).contains(&v);
+    if !(fits(nw) && fits(nh)) {
+        return Err(Error::invalid(
+            "expand",
+            format!("a {nw}x{nh} output does not fit"),
+        ));
+    }
+    let (tx, ty) = map(&m, -(nw - w) / 2.0, -(nh - h) / 2.0);
+    (m[2], m[5]) = (tx, ty);
+    Ok((m, (nw as u32, nh as u32)))
+}
+
 /// Pillow's `COORD`: -1 for negative positions (so they fall outside), else truncation.
 /// `as` saturates where C would be undefined; both land outside any image.
 #[inline]
@@ -196,11 +230,26 @@ impl AffineWarp {
     /// into `out` (resized to the source's size): pixels that map outside the source get `fill`.
     ///
     /// torchvision's `F_pil.affine` and `F_pil.rotate` end here; its `fill` (None, a number or a
-    /// sequence) becomes the triple after `_parse_fill` (None -> 0, each value truncated to int).
-    /// Errors on a non-finite matrix; never panics on input.
+    /// sequence) becomes the triple [`super::parse_fill`] gives. Errors on a non-finite matrix;
+    /// never panics on input.
     pub fn warp(
         &mut self,
         src: RgbView<'_>,
+        matrix: &AffineMatrix,
+        interpolation: Interpolation,
+        fill: [u8; 3],
+        out: &mut RgbImage,
+    ) -> Result<()> {
+        let size = (src.width(), src.height());
+        self.warp_to(src, size, matrix, interpolation, fill, out)
+    }
+
+    /// [`AffineWarp::warp`] into an output of `size` = (width, height), Pillow's
+    /// `src.transform(size, ...)` (what `rotate(expand=True)` needs).
+    pub fn warp_to(
+        &mut self,
+        src: RgbView<'_>,
+        size: (u32, u32),
         matrix: &AffineMatrix,
         interpolation: Interpolation,
         fill: [u8; 3],
@@ -212,23 +261,28 @@ impl AffineWarp {
                 format!("affine matrix {matrix:?} is not finite"),
             ));
         }
-        let (w, h) = (src.width(), src.height());
+        let (w, h) = size;
         let dst = out.reset(w, h);
         if w == 0 || h == 0 {
             return Ok(());
         }
+        if src.width() == 0 || src.height() == 0 {
+            fill_pixels(dst, fill);
+            return Ok(());
+        }
+        let dims = (w as usize, h as usize);
         match interpolation {
             Interpolation::Nearest => {
                 let a = matrix;
                 if a[1] == 0.0 && a[3] == 0.0 {
-                    self.nearest_scale(src, a, fill, dst);
+                    self.nearest_scale(src, dims, a, fill, dst);
                 } else if fits_fixed(a, w, h) {
-                    nearest_fixed(src, a, fill, dst);
+                    nearest_fixed(src, dims, a, fill, dst);
                 } else {
-                    nearest_float(src, a, fill, dst);
+                    nearest_float(src, dims, a, fill, dst);
                 }
             }
-            Interpolation::Bilinear => self.bilinear(src, matrix, fill, dst),
+            Interpolation::Bilinear => self.bilinear(src, dims, matrix, fill, dst),
         }
         Ok(())
     }
@@ -257,16 +311,20 @@ impl AffineWarp {
         self.warp(src, &m, interpolation, fill, out)
     }
 
-    /// Pillow's `Image.rotate(angle, resample, expand=False, center, fillcolor=fill)`, which
-    /// torchvision's `F.rotate` calls for a PIL image: without a centre, 0 and 180 degrees (and
-    /// 90 and 270 on a square image) are exact copies or transposes, whatever the filter;
-    /// otherwise [`rotate_matrix`] and [`AffineWarp::warp`]. `angle` is counter-clockwise in
-    /// degrees.
+    /// Pillow's `Image.rotate(angle, resample, expand, center, fillcolor=fill)`, which
+    /// torchvision's `F.rotate` (RandomRotation, the policies' Rotate) calls for a PIL image.
+    /// Without a centre, 0 and 180 degrees (and 90 and 270 on a square image, or on any image
+    /// with `expand`) are exact copies or transposes, whatever the filter; otherwise
+    /// [`rotate_matrix`] (or [`rotate_expand_matrix`]) and [`AffineWarp::warp_to`]. `angle` is
+    /// counter-clockwise in degrees. `out` takes the source's size, or with `expand` the size
+    /// that holds the whole rotated image.
+    #[allow(clippy::too_many_arguments)]
     pub fn rotate(
         &mut self,
         src: RgbView<'_>,
         angle: f64,
         center: Option<[f64; 2]>,
+        expand: bool,
         interpolation: Interpolation,
         fill: [u8; 3],
         out: &mut RgbImage,
@@ -285,20 +343,31 @@ impl AffineWarp {
                 rotate_180(src, out);
                 return Ok(());
             }
-            if (a == 90.0 || a == 270.0) && w == h {
+            if (a == 90.0 || a == 270.0) && (expand || w == h) {
                 rotate_quarter(src, a == 90.0, out);
                 return Ok(());
             }
         }
-        let m = rotate_matrix(angle, center, w, h);
-        self.warp(src, &m, interpolation, fill, out)
+        if expand {
+            let (m, size) = rotate_expand_matrix(angle, center, w, h)?;
+            self.warp_to(src, size, &m, interpolation, fill, out)
+        } else {
+            let m = rotate_matrix(angle, center, w, h);
+            self.warp(src, &m, interpolation, fill, out)
+        }
     }
 
     /// Pillow's `ImagingScaleAffine`: no rotation or shear; source columns tabulated once by
     /// accumulating `a0` from the first pixel centre, rows by accumulating `a4`. The table is
     /// then cut into runs of consecutive source columns, so a translation copies whole rows.
-    fn nearest_scale(&mut self, src: RgbView<'_>, a: &AffineMatrix, fill: [u8; 3], dst: &mut [u8]) {
-        let (w, h) = (src.width() as usize, src.height() as usize);
+    fn nearest_scale(
+        &mut self,
+        src: RgbView<'_>,
+        (w, h): (usize, usize),
+        a: &AffineMatrix,
+        fill: [u8; 3],
+        dst: &mut [u8],
+    ) {
         let (sw, sh) = (i64::from(src.width()), i64::from(src.height()));
         self.col_src.clear();
         let mut xo = a[2] + a[0] * 0.5;
@@ -343,8 +412,14 @@ impl AffineWarp {
     }
 
     /// Pillow's generic transform with `bilinear_filter32RGB`, operation for operation.
-    fn bilinear(&mut self, src: RgbView<'_>, a: &AffineMatrix, fill: [u8; 3], dst: &mut [u8]) {
-        let (w, h) = (src.width() as usize, src.height() as usize);
+    fn bilinear(
+        &mut self,
+        src: RgbView<'_>,
+        (w, h): (usize, usize),
+        a: &AffineMatrix,
+        fill: [u8; 3],
+        dst: &mut [u8],
+    ) {
         let (sw, sh) = (i64::from(src.width()), i64::from(src.height()));
         let (fw, fh) = (f64::from(src.width()), f64::from(src.height()));
         // `a0 * xin` and `a3 * xin` depend on the column only: the same products, tabulated.
@@ -430,9 +505,14 @@ fn fits_fixed(a: &AffineMatrix, w: u32, h: u32) -> bool {
 
 /// Pillow's `affine_fixed`: 16.16 positions, `>> 16` to the pixel, increments added with C's
 /// 32-bit (wrapping) arithmetic.
-fn nearest_fixed(src: RgbView<'_>, a: &AffineMatrix, fill: [u8; 3], dst: &mut [u8]) {
+fn nearest_fixed(
+    src: RgbView<'_>,
+    (w, h): (usize, usize),
+    a: &AffineMatrix,
+    fill: [u8; 3],
+    dst: &mut [u8],
+) {
     let fix = |v: f64| (v * 65536.0 + 0.5).floor() as i32;
-    let (w, h) = (src.width() as usize, src.height() as usize);
     let (sw, sh) = (src.width() as i32, src.height() as i32);
     let (a0, a1, a3, a4) = (fix(a[0]), fix(a[1]), fix(a[3]), fix(a[4]));
     let mut a2 = fix(a[2] + a[0] * 0.5 + a[1] * 0.5);
@@ -456,8 +536,13 @@ fn nearest_fixed(src: RgbView<'_>, a: &AffineMatrix, fill: [u8; 3], dst: &mut [u
 }
 
 /// Pillow's floating-point NEAREST affine (positions beyond fixed point's range).
-fn nearest_float(src: RgbView<'_>, a: &AffineMatrix, fill: [u8; 3], dst: &mut [u8]) {
-    let (w, h) = (src.width() as usize, src.height() as usize);
+fn nearest_float(
+    src: RgbView<'_>,
+    (w, h): (usize, usize),
+    a: &AffineMatrix,
+    fill: [u8; 3],
+    dst: &mut [u8],
+) {
     let (sw, sh) = (i64::from(src.width()), i64::from(src.height()));
     let mut xo = a[2] + a[1] * 0.5 + a[0] * 0.5;
     let mut yo = a[5] + a[4] * 0.5 + a[3] * 0.5;
@@ -495,20 +580,21 @@ fn rotate_180(src: RgbView<'_>, out: &mut RgbImage) {
     }
 }
 
-/// Pillow's `ROTATE_90` (counter-clockwise) or `ROTATE_270` transpose of a square image.
+/// Pillow's `ROTATE_90` (counter-clockwise) or `ROTATE_270` transpose: a `w` x `h` source
+/// gives an `h` x `w` output.
 fn rotate_quarter(src: RgbView<'_>, ccw: bool, out: &mut RgbImage) {
-    let n = src.width();
-    let dst = out.reset(n, n);
-    let row_len = 3 * n as usize;
-    if row_len == 0 {
+    let (w, h) = (src.width(), src.height());
+    let dst = out.reset(h, w);
+    let row_len = 3 * h as usize;
+    if row_len == 0 || w == 0 {
         return;
     }
     for (y, row) in dst.chunks_exact_mut(row_len).enumerate() {
         let y = y as u32;
         for (x, px) in row.chunks_exact_mut(3).enumerate() {
             let x = x as u32;
-            // ROTATE_90: out(row n-1-sx, col sy) = in(sy, sx); ROTATE_270: out(sx, n-1-sy).
-            let (sy, sx) = if ccw { (x, n - 1 - y) } else { (n - 1 - x, y) };
+            // ROTATE_90: out(w-1-sx, sy) = in(sy, sx); ROTATE_270: out(sx, h-1-sy) = in(sy, sx).
+            let (sy, sx) = if ccw { (x, w - 1 - y) } else { (h - 1 - x, y) };
             let s = 3 * sx as usize;
             px.copy_from_slice(&src.row(sy)[s..s + 3]);
         }

@@ -21,7 +21,8 @@ pub mod erase;
 pub mod pad;
 
 pub use affine::{
-    affine_center, inverse_affine_matrix, rotate_matrix, AffineMatrix, AffineWarp, Interpolation,
+    affine_center, inverse_affine_matrix, rotate_expand_matrix, rotate_matrix, AffineMatrix,
+    AffineWarp, Interpolation,
 };
 pub use blur::{gaussian_kernel1d, GaussianBlur};
 pub use erase::{erase, EraseValue};
