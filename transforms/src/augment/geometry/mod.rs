@@ -6,7 +6,7 @@
 //!   TranslateX/Y of the policies, RandomRotation, RandomAffine.
 //! - [`pad`]: Pad and RandomCrop's padding (constant, edge, reflect, symmetric).
 //! - [`blur`]: GaussianBlur, separable, within one level of torchvision.
-//! - [`erase`]: RandomErasing's write into the normalized tensor.
+//! - [`erase`](mod@erase): RandomErasing's write into the normalized tensor.
 //! - [`vflip`]: RandomVerticalFlip, in place.
 //!
 //! [`parse_fill`] turns torchvision's `fill` into the triple every op takes.
