@@ -31,7 +31,7 @@ so), which the tests read: JSON readers need not round-trip floats exactly.
 `fill` is written as torchvision received it (null, a number or a list); `fill_rgb` is the
 triple it becomes (torchvision's `_parse_fill`: None -> 0, numbers truncated to int).
 
-Deterministic (fixed seeds, no timestamps) and small: about 5 MB, a few seconds.
+Deterministic (fixed seeds, no timestamps) and small: about 7 MB, a few seconds.
 """
 
 from __future__ import annotations
@@ -309,7 +309,10 @@ def main() -> int:
             # Keep the corpus small: a spread of the cases on the large images.
             geo = [
                 c for i, c in enumerate(geo)
-                if i % 16 == 0 or "Rotate bin 20" in c["why"] or "fast path" in c["why"]
+                if i % 16 == 0
+                or "Rotate bin 20" in c["why"]
+                # Fast paths ignore the filter: one interpolation is enough.
+                or ("fast path" in c["why"] and c["interp"] == "nearest")
             ]
         for c in geo:
             ref = run_geometry(img, c)
@@ -331,7 +334,7 @@ def main() -> int:
             emit(dict(c, image=name, fill_rgb=fill_rgb(c["fill"]), out_w=ref.width, out_h=ref.height),
                  ref.tobytes())
 
-        for c in crop_cases(width, height, rng) if not big else crop_cases(width, height, rng)[1:3]:
+        for c in crop_cases(width, height, rng) if not big else crop_cases(width, height, rng)[2:3]:
             ref = run_random_crop(img, c)
             assert ref.size == (c["size"][1], c["size"][0])
             emit(dict(c, image=name, fill_rgb=fill_rgb(c["fill"])), ref.tobytes())
