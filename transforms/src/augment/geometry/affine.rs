@@ -188,6 +188,13 @@ pub fn rotate_expand_matrix(
     Ok((m, (nw as u32, nh as u32)))
 }
 
+/// The pixel at column `x` of row `y` (as an array, so that copies are three-byte moves, not
+/// slice copies).
+#[inline(always)]
+fn pixel(src: RgbView<'_>, x: usize, y: u32) -> [u8; 3] {
+    src.row(y).as_chunks::<3>().0[x]
+}
+
 /// Pillow's `COORD`: -1 for negative positions (so they fall outside), else truncation.
 /// `as` saturates where C would be undefined; both land outside any image.
 #[inline]
@@ -202,8 +209,8 @@ fn coord(v: f64) -> i64 {
 /// Writes `fill` into every pixel of `dst` (packed RGB).
 #[inline]
 pub(super) fn fill_pixels(dst: &mut [u8], fill: [u8; 3]) {
-    for px in dst.chunks_exact_mut(3) {
-        px.copy_from_slice(&fill);
+    for px in dst.as_chunks_mut::<3>().0 {
+        *px = fill;
     }
 }
 
@@ -218,6 +225,10 @@ pub struct AffineWarp {
     col_src: Vec<i64>,
     /// `col_src` as runs: (output length, first source column or -1).
     runs: Vec<(usize, i64)>,
+    /// The source's pixels as little-endian `u32` (a spare zero byte), contiguous, for the
+    /// NEAREST engines that jump between rows: Pillow's own layout, one load per pixel and one
+    /// 4-byte store, instead of a row lookup and byte moves (about 1.4x faster).
+    src_px: Vec<u32>,
 }
 
 impl AffineWarp {
@@ -276,10 +287,13 @@ impl AffineWarp {
                 let a = matrix;
                 if a[1] == 0.0 && a[3] == 0.0 {
                     self.nearest_scale(src, dims, a, fill, dst);
-                } else if fits_fixed(a, w, h) {
-                    nearest_fixed(src, dims, a, fill, dst);
                 } else {
-                    nearest_float(src, dims, a, fill, dst);
+                    let src_px = gather(src, &mut self.src_px);
+                    if fits_fixed(a, w, h) {
+                        nearest_fixed(src_px, src.width(), src.height(), dims, a, fill, dst);
+                    } else {
+                        nearest_float(src_px, src.width(), src.height(), dims, a, fill, dst);
+                    }
                 }
             }
             Interpolation::Bilinear => self.bilinear(src, dims, matrix, fill, dst),
@@ -433,12 +447,13 @@ impl AffineWarp {
         for (y, row) in dst.chunks_exact_mut(3 * w).take(h).enumerate() {
             let yin = y as f64 + 0.5;
             let (ry, rx) = (a[1] * yin, a[4] * yin);
-            for ((px, &ca), &cb) in row.chunks_exact_mut(3).zip(&self.col_a).zip(&self.col_b) {
+            let pixels = row.as_chunks_mut::<3>().0;
+            for ((px, &ca), &cb) in pixels.iter_mut().zip(&self.col_a).zip(&self.col_b) {
                 let xs = ca + ry + a[2];
                 let ys = cb + rx + a[5];
                 // Written as Pillow's test, negated, so that a NaN position is filled too.
                 if !(xs >= 0.0 && xs < fw && ys >= 0.0 && ys < fh) {
-                    px.copy_from_slice(&fill);
+                    *px = fill;
                     continue;
                 }
                 let (xs, ys) = (xs - 0.5, ys - 0.5);
@@ -503,33 +518,78 @@ fn fits_fixed(a: &AffineMatrix, w: u32, h: u32) -> bool {
     ok(0.0, 0.0) && ok(w, h) && ok(0.0, h) && ok(w, 0.0)
 }
 
+/// The pixels of `src`, row after row, as `u32` in `buf` (which only grows; nothing is zeroed).
+fn gather<'b>(src: RgbView<'_>, buf: &'b mut Vec<u32>) -> &'b [u32] {
+    let w = src.width() as usize;
+    let n = w * src.height() as usize;
+    if buf.len() < n {
+        buf.resize(n, 0);
+    }
+    let buf = &mut buf[..n];
+    if w == 0 {
+        return buf;
+    }
+    for (y, out) in buf.chunks_exact_mut(w).enumerate() {
+        let row = src.row(y as u32);
+        // A 4-byte load per pixel with the next pixel's first byte masked off (three times
+        // faster than assembling bytes); the last pixel of the row has no byte after it.
+        let (body, last) = out.split_at_mut(w - 1);
+        for (k, o) in body.iter_mut().enumerate() {
+            if let Some(b) = row[3 * k..].first_chunk::<4>() {
+                *o = u32::from_le_bytes(*b) & 0x00ff_ffff;
+            }
+        }
+        let l = &row[3 * (w - 1)..];
+        last[0] = u32::from_le_bytes([l[0], l[1], l[2], 0]);
+    }
+    buf
+}
+
+/// Writes one output row of packed RGB from `next()`, called once per pixel left to right:
+/// 4-byte stores whose spare byte the next pixel overwrites, 3 bytes for the last.
+#[inline(always)]
+fn store_row(row: &mut [u8], mut next: impl FnMut() -> u32) {
+    let w = row.len() / 3;
+    if w == 0 {
+        return;
+    }
+    for k in 0..w - 1 {
+        row[3 * k..3 * k + 4].copy_from_slice(&next().to_le_bytes());
+    }
+    let last = next().to_le_bytes();
+    row[3 * (w - 1)..3 * w].copy_from_slice(&last[..3]);
+}
+
 /// Pillow's `affine_fixed`: 16.16 positions, `>> 16` to the pixel, increments added with C's
 /// 32-bit (wrapping) arithmetic.
 fn nearest_fixed(
-    src: RgbView<'_>,
+    src: &[u32],
+    sw: u32,
+    sh: u32,
     (w, h): (usize, usize),
     a: &AffineMatrix,
     fill: [u8; 3],
     dst: &mut [u8],
 ) {
     let fix = |v: f64| (v * 65536.0 + 0.5).floor() as i32;
-    let (sw, sh) = (src.width() as i32, src.height() as i32);
+    let stride = sw as usize;
+    let (sw, sh) = (sw as i32, sh as i32);
     let (a0, a1, a3, a4) = (fix(a[0]), fix(a[1]), fix(a[3]), fix(a[4]));
     let mut a2 = fix(a[2] + a[0] * 0.5 + a[1] * 0.5);
     let mut a5 = fix(a[5] + a[3] * 0.5 + a[4] * 0.5);
+    let fill = u32::from_le_bytes([fill[0], fill[1], fill[2], 0]);
     for row in dst.chunks_exact_mut(3 * w).take(h) {
         let (mut xx, mut yy) = (a2, a5);
-        for px in row.chunks_exact_mut(3) {
+        store_row(row, || {
             let (xin, yin) = (xx >> 16, yy >> 16);
-            if (0..sw).contains(&xin) && (0..sh).contains(&yin) {
-                let s = 3 * xin as usize;
-                px.copy_from_slice(&src.row(yin as u32)[s..s + 3]);
-            } else {
-                px.copy_from_slice(&fill);
-            }
             xx = xx.wrapping_add(a0);
             yy = yy.wrapping_add(a3);
-        }
+            if (0..sw).contains(&xin) && (0..sh).contains(&yin) {
+                src[yin as usize * stride + xin as usize]
+            } else {
+                fill
+            }
+        });
         a2 = a2.wrapping_add(a1);
         a5 = a5.wrapping_add(a4);
     }
@@ -537,28 +597,31 @@ fn nearest_fixed(
 
 /// Pillow's floating-point NEAREST affine (positions beyond fixed point's range).
 fn nearest_float(
-    src: RgbView<'_>,
+    src: &[u32],
+    sw: u32,
+    sh: u32,
     (w, h): (usize, usize),
     a: &AffineMatrix,
     fill: [u8; 3],
     dst: &mut [u8],
 ) {
-    let (sw, sh) = (i64::from(src.width()), i64::from(src.height()));
+    let stride = sw as usize;
+    let (sw, sh) = (i64::from(sw), i64::from(sh));
     let mut xo = a[2] + a[1] * 0.5 + a[0] * 0.5;
     let mut yo = a[5] + a[4] * 0.5 + a[3] * 0.5;
+    let fill = u32::from_le_bytes([fill[0], fill[1], fill[2], 0]);
     for row in dst.chunks_exact_mut(3 * w).take(h) {
         let (mut xx, mut yy) = (xo, yo);
-        for px in row.chunks_exact_mut(3) {
+        store_row(row, || {
             let (xin, yin) = (coord(xx), coord(yy));
-            if (0..sw).contains(&xin) && (0..sh).contains(&yin) {
-                let s = 3 * xin as usize;
-                px.copy_from_slice(&src.row(yin as u32)[s..s + 3]);
-            } else {
-                px.copy_from_slice(&fill);
-            }
             xx += a[0];
             yy += a[3];
-        }
+            if (0..sw).contains(&xin) && (0..sh).contains(&yin) {
+                src[yin as usize * stride + xin as usize]
+            } else {
+                fill
+            }
+        });
         xo += a[1];
         yo += a[4];
     }
@@ -574,8 +637,13 @@ fn rotate_180(src: RgbView<'_>, out: &mut RgbImage) {
     }
     for (y, row) in dst.chunks_exact_mut(row_len).enumerate() {
         let srow = src.row(h - 1 - y as u32);
-        for (px, spx) in row.chunks_exact_mut(3).zip(srow.chunks_exact(3).rev()) {
-            px.copy_from_slice(spx);
+        for (px, spx) in row
+            .as_chunks_mut::<3>()
+            .0
+            .iter_mut()
+            .zip(srow.as_chunks::<3>().0.iter().rev())
+        {
+            *px = *spx;
         }
     }
 }
@@ -591,12 +659,11 @@ fn rotate_quarter(src: RgbView<'_>, ccw: bool, out: &mut RgbImage) {
     }
     for (y, row) in dst.chunks_exact_mut(row_len).enumerate() {
         let y = y as u32;
-        for (x, px) in row.chunks_exact_mut(3).enumerate() {
+        for (x, px) in row.as_chunks_mut::<3>().0.iter_mut().enumerate() {
             let x = x as u32;
             // ROTATE_90: out(w-1-sx, sy) = in(sy, sx); ROTATE_270: out(sx, h-1-sy) = in(sy, sx).
             let (sy, sx) = if ccw { (x, w - 1 - y) } else { (h - 1 - x, y) };
-            let s = 3 * sx as usize;
-            px.copy_from_slice(&src.row(sy)[s..s + 3]);
+            *px = pixel(src, sx as usize, sy);
         }
     }
 }
