@@ -33,11 +33,12 @@ $(VENV)/.installed: requirements-dev.txt
 venv: $(VENV)/.installed ## Create the Python venv (Pillow reference, maturin, pytest, torch, CLI deps)
 
 $(FIXTURES)/.done: $(VENV)/.installed scripts/fixtures_decode.py scripts/fixtures_resize.py \
-		scripts/fixtures_color.py
+		scripts/fixtures_color.py scripts/fixtures_geometry.py
 	@mkdir -p $(FIXTURES)
 	$(PY) scripts/fixtures_decode.py $(FIXTURES)/decode
 	$(PY) scripts/fixtures_resize.py $(FIXTURES)/resize
 	$(PY) scripts/fixtures_color.py $(FIXTURES)/color
+	$(PY) scripts/fixtures_geometry.py $(FIXTURES)/geometry
 	@touch $@
 
 fixtures: $(FIXTURES)/.done ## Generate the test corpus and Pillow reference outputs
