@@ -5,8 +5,6 @@
 //! Reads the corpus `scripts/fixtures_geometry.py` writes (`make fixtures`): sources, each case's
 //! torchvision output and its parameters in `manifest.json`.
 
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::cell::Cell;
 use std::path::PathBuf;
 
 use ferroloader_transforms::augment::geometry::{
@@ -16,41 +14,9 @@ use ferroloader_transforms::augment::geometry::{
 use ferroloader_transforms::{CropRect, RgbImage};
 use serde_json::Value;
 
-/// Counts this thread's allocations (and reallocations), to check that steady-state calls
-/// allocate nothing.
-struct Counting;
-
-thread_local! {
-    static ALLOCATIONS: Cell<u64> = const { Cell::new(0) };
-}
-
-// SAFETY: every method forwards to the system allocator unchanged; the counter is a
-// const-initialized thread-local without destructor, so touching it never allocates.
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        ALLOCATIONS.with(|n| n.set(n.get() + 1));
-        // SAFETY: same contract as ours.
-        unsafe { System.alloc(layout) }
-    }
-
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        // SAFETY: same contract as ours.
-        unsafe { System.dealloc(ptr, layout) }
-    }
-
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        ALLOCATIONS.with(|n| n.set(n.get() + 1));
-        // SAFETY: same contract as ours.
-        unsafe { System.realloc(ptr, layout, new_size) }
-    }
-}
-
-#[global_allocator]
-static ALLOCATOR: Counting = Counting;
-
-fn allocations() -> u64 {
-    ALLOCATIONS.with(Cell::get)
-}
+#[path = "support/counting_alloc.rs"]
+mod counting_alloc;
+use counting_alloc::allocations;
 
 #[path = "../../tests/support/fixtures.rs"]
 mod fixtures;
