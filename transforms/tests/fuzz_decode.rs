@@ -639,3 +639,41 @@ fn damage_below_a_region_is_seen_only_by_regions_that_reach_it() {
         Err(Error::Corrupt { .. })
     ));
 }
+
+/// Found by the cargo-fuzz `decode` target: a WebP whose canvas (VP8X) is small but whose VP8
+/// frame header claims 5809x16258 passed the pixel limit (checked on the canvas) and image-webp
+/// allocated 95 MB of planes for the frame before failing. Frames are now held to the limit too.
+#[test]
+fn a_webp_frame_larger_than_its_canvas_is_refused_by_the_limit() {
+    // VP8X (canvas 177x119), ALPH, VP8.
+    let mut data = fixtures::read_fixture("decode", "webp_lossy_rgba.webp");
+    assert_eq!(&data[12..16], b"VP8X");
+    let vp8 = data
+        .windows(4)
+        .position(|w| w == b"VP8 ")
+        .expect("a lossy frame");
+    let frame = vp8 + 8;
+    assert_eq!(data[frame + 3..frame + 6], [0x9D, 0x01, 0x2A]);
+    data[frame + 6..frame + 8].copy_from_slice(&5809u16.to_le_bytes());
+    data[frame + 8..frame + 10].copy_from_slice(&16258u16.to_le_bytes());
+    let mut ctx =
+        DecodeContext::new(DecodeOptions::default().max_pixels(MAX_PIXELS)).expect("context");
+    let mut out = RgbImage::new();
+    let info = ctx.info(&data).expect("the canvas reads");
+    assert_eq!((info.width, info.height), (177, 119));
+    fuzz_props::Tracking::reset();
+    let decoded = ctx.decode(&data, &mut out);
+    let largest = fuzz_props::Tracking::largest();
+    assert!(
+        matches!(
+            decoded,
+            Err(Error::TooLarge {
+                width: 5809,
+                height: 16258,
+                ..
+            })
+        ),
+        "{decoded:?}"
+    );
+    assert!(largest < 1 << 20, "allocated {largest} bytes");
+}
