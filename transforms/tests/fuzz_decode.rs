@@ -491,7 +491,7 @@ fn apply(bytes: &mut Vec<u8>, edit: &Edit) {
 }
 
 proptest! {
-    #![proptest_config(config(512))]
+    #![proptest_config(config(4096))]
 
     /// Anything at all, and anything behind a format's magic bytes.
     #[test]
@@ -510,7 +510,7 @@ proptest! {
 }
 
 proptest! {
-    #![proptest_config(config(1024))]
+    #![proptest_config(config(4096))]
 
     /// JPEG streams from the marker grammar. Beyond the shared promises: a frame both backends
     /// take that declares more pixels than the limit is refused by the limit itself, whatever
@@ -534,7 +534,7 @@ proptest! {
 }
 
 proptest! {
-    #![proptest_config(config(256))]
+    #![proptest_config(config(1024))]
 
     /// Corpus images with one to four edits: overwritten bytes and 16-bit fields, insertions,
     /// removals, copied spans, truncation.

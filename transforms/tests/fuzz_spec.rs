@@ -283,7 +283,7 @@ fn spec() -> impl Strategy<Value = Value> {
 }
 
 proptest! {
-    #![proptest_config(config(1024))]
+    #![proptest_config(config(4096))]
 
     /// Any JSON value, and any text, as a spec.
     #[test]
