@@ -108,7 +108,7 @@ fuzz: deps fixtures ## Long fuzz run: each cargo-fuzz target FUZZ_SECONDS (300) 
 	cp fuzz/seeds/spec/*.json fuzz/corpus/spec/
 	for target in $(FUZZ_TARGETS); do \
 	    $(CARGO) fuzz run $(FUZZ_FLAGS) $$target fuzz/corpus/$$target -- \
-	        -max_total_time=$(FUZZ_SECONDS) -max_len=65536 -dict=fuzz/$$target.dict \
+	        -max_total_time=$(FUZZ_SECONDS) -max_len=65536 -timeout=60 -dict=fuzz/$$target.dict \
 	        -print_final_stats=1 || exit 1; \
 	done
 

@@ -11,8 +11,9 @@
 //!   taken from the image's own header);
 //! - no panic in this workspace's code (a panic inside a third-party decoder, turned into
 //!   `Error::Corrupt` by our `catch_unwind`, is allowed: [`install_panic_hook`] tells them apart);
-//! - no call takes longer than [`SLOW`], and none allocates more than [`alloc_bound`] (a decode
-//!   bomb must be refused from its header, not attempted): [`Tracking`] measures it;
+//! - no call takes longer than [`SLOW`] (one still running after [`HANG`] aborts the process,
+//!   naming it), and none allocates more than [`alloc_bound`] at once (a decode bomb must be
+//!   refused from its header, not attempted): [`Tracking`] measures it;
 //! - a context that saw a bad input still decodes a good image exactly.
 
 // Each target uses a part of this file.
@@ -20,6 +21,10 @@
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::{Cell, RefCell};
+use std::collections::HashMap;
+use std::io::Write as _;
+use std::sync::{Mutex, OnceLock};
+use std::thread::ThreadId;
 use std::time::{Duration, Instant};
 
 use ferroloader_transforms::decode::{DecodeContext, DecodeOptions, Decoder, ImageInfo};
@@ -283,12 +288,44 @@ fn data_error(call: &str, e: &Error) -> Result<(), String> {
     Ok(())
 }
 
-/// Runs `f`, failing when it is slower than [`SLOW`] or allocates more than `bound` at once.
+/// A call still running after this long is taken for a hang: the process aborts, naming it,
+/// instead of stalling `make test` without a word (libFuzzer's `-timeout` does the same there).
+pub const HANG: Duration = Duration::from_secs(120);
+
+/// The calls in flight, by thread, for the watchdog.
+fn in_flight() -> &'static Mutex<HashMap<ThreadId, (Instant, String)>> {
+    static IN_FLIGHT: OnceLock<Mutex<HashMap<ThreadId, (Instant, String)>>> = OnceLock::new();
+    IN_FLIGHT.get_or_init(|| {
+        std::thread::spawn(|| loop {
+            std::thread::sleep(Duration::from_secs(1));
+            let calls = in_flight().lock().map(|c| c.clone()).unwrap_or_default();
+            if let Some((_, call)) = calls.values().find(|(start, _)| start.elapsed() > HANG) {
+                // Past the test harness' output capture, which would die with the process.
+                let _ = writeln!(
+                    std::io::stderr(),
+                    "{call} has not returned after {HANG:?}: a hang"
+                );
+                std::process::abort();
+            }
+        });
+        Mutex::default()
+    })
+}
+
+/// Runs `f`, failing when it is slower than [`SLOW`] or allocates more than `bound` at once,
+/// and aborting when it has not returned after [`HANG`].
 fn bounded<T>(call: &str, bound: usize, f: impl FnOnce() -> T) -> Result<T, String> {
+    let id = std::thread::current().id();
+    if let Ok(mut calls) = in_flight().lock() {
+        calls.insert(id, (Instant::now(), call.to_string()));
+    }
     Tracking::reset();
     let start = Instant::now();
     let value = f();
     let (elapsed, largest) = (start.elapsed(), Tracking::largest());
+    if let Ok(mut calls) = in_flight().lock() {
+        calls.remove(&id);
+    }
     if elapsed > SLOW {
         return Err(format!("{call}: took {elapsed:?}"));
     }
