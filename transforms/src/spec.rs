@@ -462,12 +462,18 @@ fn check_output_size(out_h: u32, out_w: u32, max_pixels: u64) -> Result<()> {
     let addressable = pixels
         .checked_mul(3 * 4)
         .is_some_and(|bytes| bytes <= isize::MAX as u64);
-    if pixels > max_pixels || !addressable {
+    if pixels > max_pixels {
         return Err(Error::invalid(
             "size",
             format!(
                 "an output of {out_h}x{out_w} ({pixels} pixels) exceeds max_pixels = {max_pixels}"
             ),
+        ));
+    }
+    if !addressable {
+        return Err(Error::invalid(
+            "size",
+            format!("an output of {out_h}x{out_w} cannot be addressed in memory"),
         ));
     }
     Ok(())
