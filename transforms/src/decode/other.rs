@@ -18,7 +18,7 @@ use image::{ColorType, ImageDecoder, Limits};
 
 use super::{check_limit, convert, Format};
 use crate::error::{Error, Result};
-use crate::image::RgbImage;
+use crate::image::{grow_zeroed, RgbImage};
 
 /// The `image` crate's default allocation cap (512 MiB), raised so a 16-bit RGBA image right at
 /// the pixel limit still fits: 8 bytes a pixel, twice for the decoder's working buffers.
@@ -153,7 +153,7 @@ fn read_rgb(
     let color = decoder.color_type();
     let err = |e| map_error(format, e);
     if color == ColorType::Rgb8 {
-        decoder.read_image(out.reset(w, h)).map_err(err)?;
+        decoder.read_image(out.try_reset(w, h)?).map_err(err)?;
         return Ok((w, h));
     }
     let convert: fn(&[u8], &mut [u8]) = match color {
@@ -177,12 +177,10 @@ fn read_rgb(
         pixels: u64::from(w) * u64::from(h),
         limit: max_pixels,
     })?;
-    if scratch.len() < len {
-        scratch.resize(len, 0);
-    }
+    grow_zeroed(scratch, len)?;
     let raw = &mut scratch[..len];
     decoder.read_image(raw).map_err(err)?;
-    convert(raw, out.reset(w, h));
+    convert(raw, out.try_reset(w, h)?);
     Ok((w, h))
 }
 
