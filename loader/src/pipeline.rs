@@ -27,7 +27,7 @@ use std::thread::{self, JoinHandle};
 use std::time::Duration;
 
 use bytes::BytesMut;
-use ferroloader_profiler::{now_ns, ops, BatchEvent, Delivery as Arrival};
+use ferroloader_profiler::{now_ns, ops, Arrival, BatchEvent};
 
 use crate::batch::{Batch, BatchTiming};
 use crate::buffer::{buffer_error, touch_pages, BatchBuffer, BufferPool, Outcome};
