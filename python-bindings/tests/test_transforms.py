@@ -115,6 +115,7 @@ def test_pixel_ops_convert_from_torchvision(tv: object) -> None:
         {"op": "RandomHorizontalFlip", "p": 0.3},
     ]
     assert ours.to_spec()[-1] == {"op": "ToTensor"}
+    assert T.check(ours)["shape"] == (3, 64, 64)
 
 
 def test_pixel_op_classes_take_torchvision_arguments_and_defaults() -> None:

@@ -560,7 +560,10 @@ def from_torchvision(compose: Any) -> Compose:
     ``ConvertImageDtype(torch.float)`` is ``ToTensor``; v2's ``ToImage()`` first (the image
     becomes a tensor before the crop) is the same pipeline with the conversion where
     ``ToDtype(torch.float32, scale=True)`` stands. On a tensor torchvision resizes with its own
-    antialiasing, which can differ from Pillow's (what ferroloader computes) by a level.
+    antialiasing, which can differ from Pillow's (what ferroloader computes) by a level; likewise
+    the pixel ops (``ColorJitter``, ``RandomEqualize``, ...) after ``ToImage()`` run torchvision's
+    tensor kernels there, while ferroloader always computes them as Pillow does (the v1 PIL path).
+    Random draws follow v1's comparisons; v2's differ only for a draw equal to ``p``.
     """
     if isinstance(compose, (list, tuple)):
         items = list(compose)
