@@ -11,7 +11,7 @@ DEMO_OUT ?= report
 # The photo-like JPEG generator behind the sample data, the bench corpus and the loader folder.
 SAMPLE_GEN := scripts/make_bench_corpus.py python-bindings/python/ferroloader/sample_data.py
 
-.PHONY: help deps browser venv fixtures build py-build test test-rust test-python lint fmt bench loader-bench bench-torch demo clean
+.PHONY: help deps browser venv fixtures build py-build test test-rust test-python lint fmt bench loader-bench bench-torch demo fuzz clean
 
 help: ## Show this help
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN{FS=":.*## "}{printf "  make %-10s %s\n", $$1, $$2}'
@@ -33,11 +33,12 @@ $(VENV)/.installed: requirements-dev.txt
 venv: $(VENV)/.installed ## Create the Python venv (Pillow reference, maturin, pytest, torch, CLI deps)
 
 $(FIXTURES)/.done: $(VENV)/.installed scripts/fixtures_decode.py scripts/fixtures_resize.py \
-		scripts/fixtures_color.py
+		scripts/fixtures_color.py scripts/fixtures_geometry.py
 	@mkdir -p $(FIXTURES)
 	$(PY) scripts/fixtures_decode.py $(FIXTURES)/decode
 	$(PY) scripts/fixtures_resize.py $(FIXTURES)/resize
 	$(PY) scripts/fixtures_color.py $(FIXTURES)/color
+	$(PY) scripts/fixtures_geometry.py $(FIXTURES)/geometry
 	@touch $@
 
 fixtures: $(FIXTURES)/.done ## Generate the test corpus and Pillow reference outputs
@@ -92,6 +93,30 @@ bench-torch: py-build $(FIXTURES)/folder/.done ## ferroloader vs the torchvision
 demo: py-build ## Compare torchvision and ferroloader on generated sample data; report in report/
 	$(PY) -m ferroloader demo --out $(DEMO_OUT)
 	@echo "demo: open $(abspath $(DEMO_OUT))/report.html in a browser"
+
+# The long fuzzing run (the short one is the proptest files transforms/tests/fuzz_*.rs, run by
+# `make test`; `PROPTEST_CASES=20000 cargo test -p ferroloader-transforms --test fuzz_decode`
+# runs those longer). Each cargo-fuzz target runs FUZZ_SECONDS, seeded from the decode corpus
+# and fuzz/seeds; new inputs stay in fuzz/corpus, crashes land in fuzz/artifacts (reproduce:
+# `cargo fuzz run --sanitizer none <target> <file>`). `--sanitizer none` works on the stable
+# toolchain; for AddressSanitizer over our Rust code use
+# `RUSTC_BOOTSTRAP=1 make fuzz FUZZ_FLAGS=` (libjpeg-turbo's C is not instrumented either way).
+FUZZ_SECONDS ?= 300
+FUZZ_TARGETS ?= decode spec
+FUZZ_FLAGS ?= --sanitizer none
+
+fuzz: deps fixtures ## Long fuzz run: each cargo-fuzz target FUZZ_SECONDS (300) seconds, installs cargo-fuzz
+	@$(CARGO) fuzz --version >/dev/null 2>&1 || $(CARGO) install cargo-fuzz --locked
+	@mkdir -p fuzz/corpus/decode fuzz/corpus/spec
+	find $(FIXTURES)/decode -maxdepth 1 -type f -size -64k \( -name '*.jpg' -o -name '*.png' \
+	    -o -name '*.gif' -o -name '*.bmp' -o -name '*.tif' -o -name '*.webp' \) \
+	    -exec cp {} fuzz/corpus/decode/ \;
+	cp fuzz/seeds/spec/*.json fuzz/corpus/spec/
+	for target in $(FUZZ_TARGETS); do \
+	    $(CARGO) fuzz run $(FUZZ_FLAGS) $$target fuzz/corpus/$$target -- \
+	        -max_total_time=$(FUZZ_SECONDS) -max_len=65536 -timeout=60 -dict=fuzz/$$target.dict \
+	        -print_final_stats=1 || exit 1; \
+	done
 
 clean: ## Remove build outputs and fixtures
 	$(CARGO) clean

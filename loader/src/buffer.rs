@@ -195,6 +195,15 @@ pub(crate) struct AllocFailed {
     pub(crate) bytes: usize,
 }
 
+/// The error for a batch buffer of `samples` samples of `sample_bytes` that cannot be had.
+pub(crate) fn buffer_error(samples: usize, sample_bytes: usize, bytes: usize) -> LoaderError {
+    LoaderError::OutOfMemory {
+        name: "batch_size",
+        what: format!("a batch buffer of {samples} samples of {sample_bytes} bytes"),
+        bytes,
+    }
+}
+
 impl BufferPool {
     pub(crate) fn new(sample_bytes: usize, keep: usize) -> Arc<Self> {
         Arc::new(BufferPool {

@@ -11,7 +11,7 @@ use std::sync::{Arc, Condvar, Mutex};
 
 use ferroloader_profiler::{Profile, Profiler, ProfilerConfig};
 
-use crate::buffer::{BufferPool, ALIGN};
+use crate::buffer::{buffer_error, BufferPool, ALIGN};
 use crate::dataset::Source;
 use crate::error::{LoaderError, Result};
 use crate::options::LoaderOptions;
@@ -416,15 +416,6 @@ where
             self.options.delivery,
             resume,
         )
-    }
-}
-
-/// The error for a batch buffer of `samples` samples that cannot be had.
-fn buffer_error(samples: usize, sample_bytes: usize, bytes: usize) -> LoaderError {
-    LoaderError::OutOfMemory {
-        name: "batch_size",
-        what: format!("a batch buffer of {samples} samples of {sample_bytes} bytes"),
-        bytes,
     }
 }
 

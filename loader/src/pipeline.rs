@@ -27,10 +27,10 @@ use std::thread::{self, JoinHandle};
 use std::time::Duration;
 
 use bytes::BytesMut;
-use ferroloader_profiler::{now_ns, ops, BatchEvent, Delivery as Arrival};
+use ferroloader_profiler::{now_ns, ops, Arrival, BatchEvent};
 
 use crate::batch::{Batch, BatchTiming};
-use crate::buffer::{touch_pages, BatchBuffer, BufferPool, Outcome};
+use crate::buffer::{buffer_error, touch_pages, BatchBuffer, BufferPool, Outcome};
 use crate::dataset::Source;
 use crate::error::LoaderError;
 use crate::options::{Delivery, ErrorPolicy};
@@ -236,17 +236,10 @@ where
         let index = st.opened;
         let start = index * self.batch_size;
         let len = self.batch_size.min(self.plan.len() - start);
-        let mut buffer =
-            self.pool
-                .take(self.buffer_samples)
-                .map_err(|e| LoaderError::OutOfMemory {
-                    name: "batch_size",
-                    what: format!(
-                        "a batch buffer of {} samples of {} bytes",
-                        self.buffer_samples, self.sample_bytes
-                    ),
-                    bytes: e.bytes,
-                })?;
+        let mut buffer = self
+            .pool
+            .take(self.buffer_samples)
+            .map_err(|e| buffer_error(self.buffer_samples, self.sample_bytes, e.bytes))?;
         buffer.split(len, self.sample_bytes);
         let planned_ns = now_ns();
         st.open.push(Planned {
@@ -743,9 +736,11 @@ where
                         break found;
                     }
                     let Some(task) = self.epoch.claim() else {
-                        return Err(LoaderError::Worker {
+                        // A buffer that could not be allocated stops the claims: report it.
+                        let fatal = self.epoch.lock().fatal.take();
+                        return Err(fatal.unwrap_or_else(|| LoaderError::Worker {
                             message: "no sample left to make the next batch from".to_owned(),
-                        });
+                        }));
                     };
                     hand.work(&self.epoch, task);
                 }

@@ -13,7 +13,7 @@
 //! `perf_event_paranoid`, seccomp) are recorded with the reason and never make anything fail.
 //!
 //! ```
-//! use ferroloader_profiler::{ops, Delivery, Mode, Profiler, ProfilerConfig};
+//! use ferroloader_profiler::{ops, Arrival, Mode, Profiler, ProfilerConfig};
 //!
 //! let profiler = Profiler::new(ProfilerConfig::new(Mode::Spans).label("native").batch_size(1));
 //! let worker = {
@@ -28,7 +28,7 @@
 //!     })
 //! };
 //! worker.join().unwrap();
-//! profiler.batch_delivered(0, Delivery { wait_ns: 1_000, ..Default::default() });
+//! profiler.batch_delivered(0, Arrival { wait_ns: 1_000, ..Default::default() });
 //! let profile = profiler.finish();
 //! assert_eq!(profile.pipelines[0].spans.len(), 2);
 //! let summary = ferroloader_profiler::Summary::from_profile(&profile);
@@ -52,7 +52,7 @@ pub use counters::{
 pub use error::ProfilerError;
 pub use ops::OpId;
 pub use recorder::{
-    BatchEvent, Delivery, Profiler, ProfilerConfig, RawSpan, Sink, SpanGuard, ThreadRecorder,
+    Arrival, BatchEvent, Profiler, ProfilerConfig, RawSpan, Sink, SpanGuard, ThreadRecorder,
     CONSUMER, COUNTER_REUSE_NS,
 };
 pub use schema::{

@@ -216,12 +216,12 @@ pub enum BatchEvent {
         worker: Option<u32>,
     },
     /// The consumer received the batch.
-    Delivered(Delivery),
+    Delivered(Arrival),
 }
 
 /// How a batch reached the consumer.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Delivery {
+pub struct Arrival {
     /// How long `next()` blocked waiting for it.
     pub wait_ns: u64,
     /// It was not the oldest outstanding batch when it completed (or was delivered out of order).
@@ -586,8 +586,8 @@ impl Profiler {
     }
 
     /// The consumer received `batch`.
-    pub fn batch_delivered(&self, batch: u64, delivery: Delivery) {
-        self.batch_event(batch, BatchEvent::Delivered(delivery));
+    pub fn batch_delivered(&self, batch: u64, arrival: Arrival) {
+        self.batch_event(batch, BatchEvent::Delivered(arrival));
     }
 
     /// Records a skipped or failed sample (rare path: allocates). No-op in [`Mode::Off`].

@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use common::spin_ns;
 use ferroloader_profiler::{
-    ops, BatchEvent, CounterArray, Delivery, Mode, OpId, Profiler, ProfilerConfig, RawSpan, Sink,
+    ops, Arrival, BatchEvent, CounterArray, Mode, OpId, Profiler, ProfilerConfig, RawSpan, Sink,
 };
 
 #[test]
@@ -27,7 +27,7 @@ fn off_mode_records_nothing() {
     rec.sample_failed(Some(ops::DECODE), "corrupt");
     rec.flush();
     profiler.batch_planned(0, 4);
-    profiler.batch_delivered(0, Delivery::default());
+    profiler.batch_delivered(0, Arrival::default());
     drop(rec);
     let profile = profiler.finish();
     let p = &profile.pipelines[0];
@@ -183,7 +183,7 @@ fn batch_events_fold_into_records() {
     profiler.batch_event_at(
         3,
         1500,
-        BatchEvent::Delivered(Delivery {
+        BatchEvent::Delivered(Arrival {
             wait_ns: 40,
             out_of_order: true,
             queue_occupancy: 2,

@@ -931,8 +931,39 @@ fn check_size(name: &'static str, (h, w): (u32, u32)) -> Result<(u32, u32)> {
     Ok((h, w))
 }
 
+/// Refuses a limit of 0 (no image could be decoded) and an output larger than the limit: each
+/// batch slot holds one output, so an output no decodable image could reach would only be a way
+/// to allocate without bound (and `3 * h * w` elements can overflow `usize`).
+fn check_output_size(out_h: u32, out_w: u32, max_pixels: u64) -> Result<()> {
+    if max_pixels == 0 {
+        return Err(Error::invalid("max_pixels", "must be at least 1"));
+    }
+    let pixels = u64::from(out_h) * u64::from(out_w);
+    // Whatever the limit says, a sample of f32 elements must be addressable (u64::MAX as a
+    // limit lets u32::MAX x u32::MAX through).
+    let addressable = pixels
+        .checked_mul(3 * 4)
+        .is_some_and(|bytes| bytes <= isize::MAX as u64);
+    if pixels > max_pixels {
+        return Err(Error::invalid(
+            "size",
+            format!(
+                "an output of {out_h}x{out_w} ({pixels} pixels) exceeds max_pixels = {max_pixels}"
+            ),
+        ));
+    }
+    if !addressable {
+        return Err(Error::invalid(
+            "size",
+            format!("an output of {out_h}x{out_w} cannot be addressed in memory"),
+        ));
+    }
+    Ok(())
+}
+
 impl Pipeline {
-    /// Checks `spec` and plans its execution.
+    /// Checks `spec` and plans its execution. Refused besides a wrong op order or parameter:
+    /// an output of more than `max_pixels` pixels, and `max_pixels` 0.
     pub fn new(spec: PipelineSpec) -> Result<Self> {
         let mut ops = spec.ops.iter().peekable();
         let (geometry, (out_h, out_w)) = match ops.next() {
@@ -1010,6 +1041,7 @@ impl Pipeline {
                 ))
             }
         };
+        check_output_size(out_h, out_w, spec.max_pixels)?;
         // Flips and pixel ops, in the order written, up to the conversion.
         let mut middle = Vec::new();
         while let Some(op) = ops.peek() {
@@ -1334,6 +1366,17 @@ impl Pipeline {
                     Size::Int(s) => resize_shorter_side(w, h, *s, *max_size)?,
                     Size::Pair([ph, pw]) => (*ph, *pw),
                 };
+                // Resize(int) scales the longer side with the shorter: a thin image would be
+                // resized to an intermediate far past the decode limit before the center crop.
+                let pixels = u64::from(rh) * u64::from(rw);
+                if pixels > self.spec.max_pixels {
+                    return Err(Error::TooLarge {
+                        width: rw,
+                        height: rh,
+                        pixels,
+                        limit: self.spec.max_pixels,
+                    });
+                }
                 observed(obs, Op::Resize, || {
                     resizer.resize(decoded.view(), rh, rw, resized)
                 })?;

@@ -10,8 +10,6 @@
 //! after the pixel ops, the spans, no pixel op leaving the single fused pass as it was, no
 //! allocation once warm, and specs refused with the op and argument named.
 
-use std::alloc::{GlobalAlloc, Layout as AllocLayout, System};
-use std::cell::Cell;
 use std::path::PathBuf;
 
 use ferroloader_transforms::augment::color::{self, ColorScratch};
@@ -28,41 +26,9 @@ use ferroloader_transforms::{tensor, Error, RgbImage};
 #[path = "../../tests/support/fixtures.rs"]
 mod fixtures;
 
-// ---------------------------------------------------------------- allocation counting
-
-struct Counting;
-
-thread_local! {
-    static ALLOCATIONS: Cell<u64> = const { Cell::new(0) };
-}
-
-// SAFETY: every method forwards to the system allocator unchanged; the counter is a
-// const-initialized thread-local without destructor, so touching it never allocates.
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: AllocLayout) -> *mut u8 {
-        ALLOCATIONS.with(|n| n.set(n.get() + 1));
-        // SAFETY: same contract as ours, forwarded.
-        unsafe { System.alloc(layout) }
-    }
-
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: AllocLayout) {
-        // SAFETY: `ptr` came from `System` through `alloc`/`realloc` above.
-        unsafe { System.dealloc(ptr, layout) }
-    }
-
-    unsafe fn realloc(&self, ptr: *mut u8, layout: AllocLayout, new_size: usize) -> *mut u8 {
-        ALLOCATIONS.with(|n| n.set(n.get() + 1));
-        // SAFETY: same contract as ours, forwarded.
-        unsafe { System.realloc(ptr, layout, new_size) }
-    }
-}
-
-#[global_allocator]
-static GLOBAL: Counting = Counting;
-
-fn allocations() -> u64 {
-    ALLOCATIONS.with(Cell::get)
-}
+#[path = "support/counting_alloc.rs"]
+mod counting_alloc;
+use counting_alloc::allocations;
 
 // ---------------------------------------------------------------- corpus and helpers
 

@@ -4,8 +4,6 @@
 //! Reads the corpus `scripts/fixtures_color.py` writes (`make fixtures`): sources, the output
 //! of each (op, parameter) case, and each parameter as the float64 bits torchvision computed.
 
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::cell::Cell;
 use std::fmt::Write as _;
 
 use ferroloader_transforms::augment::color::{
@@ -16,41 +14,9 @@ use ferroloader_transforms::augment::color::{
 use ferroloader_transforms::RgbImage;
 use serde::Deserialize;
 
-/// Counts this thread's allocations (and reallocations), to check that steady-state calls
-/// allocate nothing.
-struct Counting;
-
-thread_local! {
-    static ALLOCATIONS: Cell<u64> = const { Cell::new(0) };
-}
-
-// SAFETY: every method forwards to the system allocator unchanged; the counter is a
-// const-initialized thread-local without destructor, so touching it never allocates.
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        ALLOCATIONS.with(|n| n.set(n.get() + 1));
-        // SAFETY: same contract as ours.
-        unsafe { System.alloc(layout) }
-    }
-
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        // SAFETY: same contract as ours.
-        unsafe { System.dealloc(ptr, layout) }
-    }
-
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        ALLOCATIONS.with(|n| n.set(n.get() + 1));
-        // SAFETY: same contract as ours.
-        unsafe { System.realloc(ptr, layout, new_size) }
-    }
-}
-
-#[global_allocator]
-static ALLOCATOR: Counting = Counting;
-
-fn allocations() -> u64 {
-    ALLOCATIONS.with(Cell::get)
-}
+#[path = "support/counting_alloc.rs"]
+mod counting_alloc;
+use counting_alloc::allocations;
 
 #[derive(Deserialize)]
 struct Manifest {

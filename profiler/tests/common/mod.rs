@@ -6,7 +6,7 @@
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 
-use ferroloader_profiler::{now_ns, ops, Delivery, Mode, Profile, Profiler, ProfilerConfig};
+use ferroloader_profiler::{now_ns, ops, Arrival, Mode, Profile, Profiler, ProfilerConfig};
 
 /// Busy-waits until `ns` have passed; returns the time actually spent.
 pub fn spin_ns(ns: u64) -> u64 {
@@ -116,7 +116,7 @@ pub fn run_workload(mode: Mode, batches: u64, fast_ns: u64, slow_ns: u64) -> Wor
             .count() as u32;
         profiler.batch_delivered(
             b,
-            Delivery {
+            Arrival {
                 wait_ns,
                 // Delivered in order, so batch b is the b-th delivery.
                 out_of_order: completed_as[b as usize].load(Ordering::Acquire) != b,

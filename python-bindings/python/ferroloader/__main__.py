@@ -1,10 +1,26 @@
-"""``python -m ferroloader``: the ``ferroloader`` command (see ``ferroloader.cli``)."""
+"""``python -m ferroloader`` and the ``ferroloader`` command (see ``ferroloader.cli``), with a
+one-line hint instead of a traceback when the ``cli`` extra is not installed."""
 
 from __future__ import annotations
 
-from ferroloader.cli import main, run
+import sys
 
-__all__ = ["main"]
+__all__ = ["run_cli"]
+
+
+def run_cli() -> None:
+    """Runs the command line; exits 2 with what to install when its packages are missing."""
+    from ferroloader._extras import CLI, require
+
+    try:
+        require(CLI, "the ferroloader command")
+    except ImportError as e:
+        print(f"ferroloader: {e}", file=sys.stderr)
+        sys.exit(2)
+    from ferroloader.cli import run
+
+    run()
+
 
 if __name__ == "__main__":
-    run()
+    run_cli()

@@ -111,6 +111,9 @@ class Profile:
     def to_html(self, path: StrPath) -> None:
         """Writes a self-contained HTML report of this profile (plots inline, nothing fetched
         from the network)."""
+        from ferroloader._extras import require
+
+        require(("matplotlib",), "Profile.to_html")
         from ferroloader import report
 
         report.write_html(self, path)

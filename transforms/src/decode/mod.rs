@@ -251,10 +251,14 @@ impl DecodeContext {
     /// Decodes at least `rect` (plus a margin, aligned as libjpeg-turbo requires) into `out` and
     /// returns where `rect` lies inside `out`.
     ///
-    /// Guarantee: `out.crop_view(returned)` equals the full decode cropped to `rect`, bit for bit
-    /// (and a file the full decode rejects is rejected here too, even when the damage lies
-    /// outside `rect`). Non-JPEG images and [`Decoder::Zune`] decode the whole image and return
-    /// `rect`. `rect` must fit in the image ([`Error::InvalidArgument`] otherwise).
+    /// Guarantee: `out.crop_view(returned)` equals the full decode cropped to `rect`, bit for bit.
+    /// A file the full decode rejects is rejected here too when the damage lies in the headers,
+    /// in the rows down to `rect`'s last (libjpeg-turbo entropy-decodes the rows above and beside
+    /// a region), or anywhere in a progressive JPEG; damage in the entropy-coded data below
+    /// `rect` of a sequential JPEG goes unseen, because libjpeg-turbo stops reading there (seeing
+    /// it would cost the decode the region saves). Non-JPEG images and [`Decoder::Zune`] decode
+    /// the whole image and return `rect`. `rect` must fit in the image
+    /// ([`Error::InvalidArgument`] otherwise).
     pub fn decode_region(
         &mut self,
         bytes: &[u8],

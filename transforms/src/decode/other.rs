@@ -18,7 +18,7 @@ use image::{ColorType, ImageDecoder, Limits};
 
 use super::{check_limit, convert, Format};
 use crate::error::{Error, Result};
-use crate::image::RgbImage;
+use crate::image::{grow_zeroed, RgbImage};
 
 /// The `image` crate's default allocation cap (512 MiB), raised so a 16-bit RGBA image right at
 /// the pixel limit still fits: 8 bytes a pixel, twice for the decoder's working buffers.
@@ -48,11 +48,54 @@ pub(crate) fn decode(
     out: &mut RgbImage,
     scratch: &mut Vec<u8>,
 ) -> Result<(u32, u32)> {
+    if format == Format::WebP {
+        check_webp_frames(bytes, max_pixels)?;
+    }
     guarded(format, || {
         with_decoder(format, bytes, max_pixels, |decoder| {
             read_rgb(format, decoder, max_pixels, out, scratch)
         })
     })
+}
+
+/// Holds every VP8 / VP8L frame of a WebP (top level, or inside an ANMF animation frame) to the
+/// pixel limit. The canvas size (what `dimensions` reports and `read_rgb` checks) says nothing
+/// about them, and image-webp allocates a frame's planes from its own header: a 177x119 canvas
+/// over a VP8 frame claiming 5809x16258 made it allocate 95 MB before failing.
+fn check_webp_frames(bytes: &[u8], max_pixels: u64) -> Result<()> {
+    // RIFF header (12 bytes), then chunks: fourcc, little-endian size, payload padded to even.
+    check_webp_chunks(bytes.get(12..).unwrap_or_default(), max_pixels, true)
+}
+
+fn check_webp_chunks(mut chunks: &[u8], max_pixels: u64, top: bool) -> Result<()> {
+    while chunks.len() >= 8 {
+        let size = u32::from_le_bytes([chunks[4], chunks[5], chunks[6], chunks[7]]) as usize;
+        let payload = &chunks[8..8 + size.min(chunks.len() - 8)];
+        let dims = match &chunks[..4] {
+            // Frame tag (3 bytes), start code 9D 01 2A, then 14-bit width and height.
+            b"VP8 " if payload.len() >= 10 && payload[3..6] == [0x9D, 0x01, 0x2A] => Some((
+                u32::from(u16::from_le_bytes([payload[6], payload[7]]) & 0x3FFF),
+                u32::from(u16::from_le_bytes([payload[8], payload[9]]) & 0x3FFF),
+            )),
+            // Signature 2F, then 14-bit width - 1 and height - 1.
+            b"VP8L" if payload.len() >= 5 && payload[0] == 0x2F => {
+                let bits = u32::from_le_bytes([payload[1], payload[2], payload[3], payload[4]]);
+                Some(((bits & 0x3FFF) + 1, ((bits >> 14) & 0x3FFF) + 1))
+            }
+            // An animation frame: 16 bytes of placement, then its own chunks.
+            b"ANMF" if top => {
+                check_webp_chunks(payload.get(16..).unwrap_or_default(), max_pixels, false)?;
+                None
+            }
+            _ => None,
+        };
+        if let Some((width, height)) = dims {
+            check_limit(width, height, max_pixels)?;
+        }
+        let next = 8usize.saturating_add(size).saturating_add(size & 1);
+        chunks = chunks.get(next..).unwrap_or_default();
+    }
+    Ok(())
 }
 
 /// Runs `f`, turning a panic inside the `image` crate into [`Error::Corrupt`]: one bad file must
@@ -110,7 +153,7 @@ fn read_rgb(
     let color = decoder.color_type();
     let err = |e| map_error(format, e);
     if color == ColorType::Rgb8 {
-        decoder.read_image(out.reset(w, h)).map_err(err)?;
+        decoder.read_image(out.try_reset(w, h)?).map_err(err)?;
         return Ok((w, h));
     }
     let convert: fn(&[u8], &mut [u8]) = match color {
@@ -134,12 +177,10 @@ fn read_rgb(
         pixels: u64::from(w) * u64::from(h),
         limit: max_pixels,
     })?;
-    if scratch.len() < len {
-        scratch.resize(len, 0);
-    }
+    grow_zeroed(scratch, len)?;
     let raw = &mut scratch[..len];
     decoder.read_image(raw).map_err(err)?;
-    convert(raw, out.reset(w, h));
+    convert(raw, out.try_reset(w, h)?);
     Ok((w, h))
 }
 

@@ -14,7 +14,7 @@ use turbojpeg_sys as tj;
 use super::convert;
 use super::markers::Frame;
 use crate::error::{Error, Result};
-use crate::image::{CropRect, RgbImage};
+use crate::image::{grow_zeroed, CropRect, RgbImage};
 
 const FORMAT: &str = "jpeg";
 
@@ -298,14 +298,12 @@ impl Turbo {
         self.set_cropping(plan.region)?;
         if header.is_cmyk() {
             let len = 4 * w as usize * h as usize;
-            if scratch.len() < len {
-                scratch.resize(len, 0);
-            }
+            grow_zeroed(scratch, len)?;
             let cmyk = &mut scratch[..len];
             self.decompress(bytes, cmyk, w, h, tj::TJPF_TJPF_CMYK)?;
-            convert::adobe_cmyk_to_rgb(cmyk, out.reset(w, h));
+            convert::adobe_cmyk_to_rgb(cmyk, out.try_reset(w, h)?);
         } else {
-            self.decompress(bytes, out.reset(w, h), w, h, tj::TJPF_TJPF_RGB)?;
+            self.decompress(bytes, out.try_reset(w, h)?, w, h, tj::TJPF_TJPF_RGB)?;
         }
         Ok(())
     }

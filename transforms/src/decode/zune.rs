@@ -15,7 +15,7 @@ use zune_jpeg::JpegDecoder;
 use super::convert;
 use super::markers::Frame;
 use crate::error::{Error, Result};
-use crate::image::RgbImage;
+use crate::image::{grow_zeroed, RgbImage};
 
 const FORMAT: &str = "jpeg";
 
@@ -94,16 +94,14 @@ fn decode_inner(
     let len = channels * w * h;
     if channels == 3 {
         decoder
-            .decode_into(out.reset(w32, h32))
+            .decode_into(out.try_reset(w32, h32)?)
             .map_err(map_error)?;
         return Ok(());
     }
-    if scratch.len() < len {
-        scratch.resize(len, 0);
-    }
+    grow_zeroed(scratch, len)?;
     let raw = &mut scratch[..len];
     decoder.decode_into(raw).map_err(map_error)?;
-    let dst = out.reset(w32, h32);
+    let dst = out.try_reset(w32, h32)?;
     match output {
         ColorSpace::Luma => convert::gray_to_rgb(raw, dst),
         ColorSpace::CMYK => convert::adobe_cmyk_to_rgb(raw, dst),

@@ -85,12 +85,12 @@ macro_rules! dot_instruction {
 }
 
 #[cfg(target_arch = "x86_64")]
+mod avx2;
+#[cfg(target_arch = "x86_64")]
+mod avx512;
+#[cfg(target_arch = "x86_64")]
 mod coeffs_x86;
 mod portable;
-#[cfg(target_arch = "x86_64")]
-mod x512;
-#[cfg(target_arch = "x86_64")]
-mod x86;
 
 /// Pillow's `clip8`: the fixed-point sum back to a byte, clamped.
 #[inline(always)]
@@ -527,9 +527,9 @@ pub struct Resizer {
     /// The best kernels this context may use.
     limit: SimdLevel,
     #[cfg(target_arch = "x86_64")]
-    simd: x86::Scratch,
+    simd: avx2::Scratch,
     #[cfg(target_arch = "x86_64")]
-    zmm: x512::Scratch,
+    zmm: avx512::Scratch,
 }
 
 impl Resizer {
@@ -629,7 +629,7 @@ impl Resizer {
         #[cfg(target_arch = "x86_64")]
         if level == SimdLevel::Avx512 && self.zmm.prepare(&self.horiz, need_v.then_some(&self.vert))
         {
-            x512::resize(self, src, out_h, need_v, sink);
+            avx512::resize(self, src, out_h, need_v, sink);
             return Ok(());
         }
         #[cfg(target_arch = "x86_64")]
@@ -643,7 +643,7 @@ impl Resizer {
                     .simd
                     .prepare(&self.horiz, h_first.then_some(&self.vert), ymm512)
             {
-                x86::resize(self, src, out_h, need_v, sink);
+                avx2::resize(self, src, out_h, need_v, sink);
                 return Ok(());
             }
         }
@@ -973,7 +973,7 @@ mod kernels {
         if avx2 {
             // SAFETY: the caller saw `is_x86_feature_detected!("avx2")`; the function has no
             // other requirement.
-            unsafe { super::x86::horizontal_portable(src, dst, c) };
+            unsafe { super::avx2::horizontal_portable(src, dst, c) };
             return;
         }
         let _ = avx2;
@@ -993,7 +993,7 @@ mod kernels {
         if avx2 {
             // SAFETY: the caller saw `is_x86_feature_detected!("avx2")`; the function has no
             // other requirement.
-            unsafe { super::x86::vertical_portable(row, w, dst, acc) };
+            unsafe { super::avx2::vertical_portable(row, w, dst, acc) };
             return;
         }
         let _ = avx2;

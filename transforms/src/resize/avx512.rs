@@ -12,7 +12,7 @@
 //! The horizontal pass runs chunk by chunk over blocks of rows (each chunk's plan loaded once a
 //! block), prefetching the next block's source rows into L2. The horizontal-first order keeps
 //! only the rows the vertical pass still needs, in a ring of 64-byte aligned pair-format rows
-//! (see [`super::x86`]) that stays in L1/L2, instead of the whole intermediate image; the vertical
+//! (see [`super::avx2`]) that stays in L1/L2, instead of the whole intermediate image; the vertical
 //! pass is then one `vpdpwssd` per tap and 16 values. The vertical-first order widens each
 //! source row once into a ring of `(v, 256 (v - 128))` lane pairs, runs the same vertical
 //! kernel over them against `(w mod 256, w / 256)` weights (the bias again cancels the

@@ -1,0 +1,261 @@
+//! Benches of the geometric augmentation kernels on one 224x224 image generated here (no
+//! corpus needed), single thread: the affine engines Pillow picks between (NEAREST scale, fixed
+//! point, BILINEAR), Pillow's rotate fast path, vflip, pad and RandomCrop's padding, Gaussian
+//! blur at several kernel sizes, and erasing on a normalized CHW slot.
+//!
+//! Compare ratios within one run, not absolute times (shared 2-core machines).
+
+use std::hint::black_box;
+use std::time::Duration;
+
+use criterion::{criterion_group, criterion_main, Criterion};
+use ferroloader::transforms::augment::geometry::{
+    erase, vflip, AffineWarp, EraseValue, GaussianBlur, Interpolation, Padder, Padding,
+    PaddingMode, RandomCropSpec,
+};
+use ferroloader::transforms::{CropRect, RgbImage};
+
+const SIZE: u32 = 224;
+
+/// A photo-like 224x224 image: gradients, flat discs, a fine texture and hash noise, so that no
+/// kernel sees a constant input.
+fn photo_like() -> RgbImage {
+    let mut data = Vec::with_capacity(3 * (SIZE * SIZE) as usize);
+    let mut state = 0x2545_f491_4f6c_dd1du64;
+    for y in 0..SIZE {
+        for x in 0..SIZE {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            let noise = (state % 7) as i32 - 3;
+            let (fx, fy) = (x as f32 / SIZE as f32, y as f32 / SIZE as f32);
+            let disc = (fx - 0.6).powi(2) + (fy - 0.4).powi(2) < 0.04;
+            let texture = ((x as f32 * 0.9 + y as f32 * 0.3).sin() * 25.0) as i32;
+            let rgb = if disc {
+                [200, 17, 128]
+            } else {
+                [
+                    40 + (180.0 * fx) as i32 + texture,
+                    30 + (160.0 * fy) as i32,
+                    120 + (90.0 * (3.0 * (fx - fy)).cos()) as i32 - texture,
+                ]
+            };
+            data.extend(rgb.map(|v| (v + noise).clamp(0, 255) as u8));
+        }
+    }
+    RgbImage::from_raw(SIZE, SIZE, data).expect("224x224 RGB")
+}
+
+fn bench_affine(c: &mut Criterion) {
+    let img = photo_like();
+    let mut warp = AffineWarp::new();
+    let mut out = RgbImage::new();
+    let mut g = c.benchmark_group("affine");
+    for (name, interp) in [
+        ("nearest", Interpolation::Nearest),
+        ("bilinear", Interpolation::Bilinear),
+    ] {
+        // TrivialAugmentWide's ShearX at bin 30 (fixed-point engine for NEAREST).
+        let shear = 0.99f64.atan().to_degrees();
+        g.bench_function(format!("shear_x/{name}"), |b| {
+            b.iter(|| {
+                warp.affine(
+                    black_box(img.view()),
+                    0.0,
+                    [0.0, 0.0],
+                    1.0,
+                    [shear, 0.0],
+                    Some([0.0, 0.0]),
+                    interp,
+                    [128; 3],
+                    &mut out,
+                )
+                .expect("affine")
+            })
+        });
+        // TranslateX (Pillow's scale engine for NEAREST).
+        g.bench_function(format!("translate_x/{name}"), |b| {
+            b.iter(|| {
+                warp.affine(
+                    black_box(img.view()),
+                    0.0,
+                    [21.0, 0.0],
+                    1.0,
+                    [0.0, 0.0],
+                    None,
+                    interp,
+                    [0; 3],
+                    &mut out,
+                )
+                .expect("affine")
+            })
+        });
+        g.bench_function(format!("rotate_30/{name}"), |b| {
+            b.iter(|| {
+                warp.rotate(
+                    black_box(img.view()),
+                    30.0,
+                    None,
+                    false,
+                    interp,
+                    [0; 3],
+                    &mut out,
+                )
+                .expect("rotate")
+            })
+        });
+        // RandomAffine(degrees=15, translate=(0.1, 0.1), scale=(0.9, 1.1), shear=(-5, 5, -5, 5)).
+        g.bench_function(format!("random_affine/{name}"), |b| {
+            b.iter(|| {
+                warp.affine(
+                    black_box(img.view()),
+                    -11.5,
+                    [7.0, -12.0],
+                    1.07,
+                    [3.2, -4.1],
+                    None,
+                    interp,
+                    [0; 3],
+                    &mut out,
+                )
+                .expect("affine")
+            })
+        });
+    }
+    // Pillow's transpose fast path (square image, no centre).
+    g.bench_function("rotate_90/fast_path", |b| {
+        b.iter(|| {
+            warp.rotate(
+                black_box(img.view()),
+                90.0,
+                None,
+                false,
+                Interpolation::Nearest,
+                [0; 3],
+                &mut out,
+            )
+            .expect("rotate")
+        })
+    });
+    g.finish();
+}
+
+fn bench_flip_pad_crop(c: &mut Criterion) {
+    let img = photo_like();
+    let mut work = img.clone();
+    let mut padder = Padder::new();
+    let mut out = RgbImage::new();
+    let mut g = c.benchmark_group("pad");
+    g.bench_function("vflip", |b| b.iter(|| vflip(black_box(&mut work))));
+    for (name, mode) in [
+        ("constant", PaddingMode::Constant),
+        ("edge", PaddingMode::Edge),
+        ("reflect", PaddingMode::Reflect),
+        ("symmetric", PaddingMode::Symmetric),
+    ] {
+        g.bench_function(format!("pad_16/{name}"), |b| {
+            b.iter(|| {
+                padder
+                    .pad(
+                        black_box(img.view()),
+                        Padding::all(16),
+                        mode,
+                        [0; 3],
+                        &mut out,
+                    )
+                    .expect("pad")
+            })
+        });
+    }
+    // RandomCrop(224, padding=16, padding_mode="reflect") at an off-centre position.
+    let spec = RandomCropSpec {
+        height: SIZE,
+        width: SIZE,
+        padding: Some(Padding::all(16)),
+        pad_if_needed: false,
+        fill: [0; 3],
+        mode: PaddingMode::Reflect,
+    };
+    g.bench_function("random_crop_224_pad_16/reflect", |b| {
+        b.iter(|| {
+            padder
+                .random_crop(black_box(img.view()), &spec, 5, 27, &mut out)
+                .expect("crop")
+        })
+    });
+    g.finish();
+}
+
+fn bench_blur(c: &mut Criterion) {
+    let img = photo_like();
+    let mut work = img.clone();
+    let mut blur = GaussianBlur::new();
+    let mut g = c.benchmark_group("gaussian_blur");
+    for (k, sigma) in [(3, 0.8), (9, 1.5), (23, 5.0)] {
+        g.bench_function(format!("k{k}"), |b| {
+            b.iter(|| {
+                // Blurring the previous output is as costly as blurring a fresh copy.
+                blur.apply(black_box(&mut work), [k, k], [sigma, sigma])
+                    .expect("blur")
+            })
+        });
+    }
+    g.finish();
+}
+
+fn bench_erase(c: &mut Criterion) {
+    let n = SIZE as usize;
+    let mut slot = vec![0.25f32; 3 * n * n];
+    // RandomErasing's typical rectangle: a third of the area, aspect ratio near one.
+    let rect = CropRect {
+        top: 40,
+        left: 60,
+        height: 130,
+        width: 128,
+    };
+    let noise: Vec<f32> = (0..3 * 130 * 128)
+        .map(|i| (i % 17) as f32 * 0.1 - 0.8)
+        .collect();
+    let mut g = c.benchmark_group("erase");
+    g.bench_function("per_channel", |b| {
+        b.iter(|| {
+            erase(
+                black_box(&mut slot),
+                3,
+                n,
+                n,
+                rect,
+                EraseValue::PerChannel(&[0.0, 0.0, 0.0]),
+            )
+            .expect("erase")
+        })
+    });
+    g.bench_function("random_source", |b| {
+        b.iter(|| {
+            erase(
+                black_box(&mut slot),
+                3,
+                n,
+                n,
+                rect,
+                EraseValue::Source(&noise),
+            )
+            .expect("erase")
+        })
+    });
+    g.finish();
+}
+
+fn config() -> Criterion {
+    Criterion::default()
+        .sample_size(30)
+        .warm_up_time(Duration::from_millis(500))
+        .measurement_time(Duration::from_secs(2))
+}
+
+criterion_group! {
+    name = benches;
+    config = config();
+    targets = bench_affine, bench_flip_pad_crop, bench_blur, bench_erase
+}
+criterion_main!(benches);

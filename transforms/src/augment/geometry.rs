@@ -1,1 +1,0 @@
-//! Geometric ops on packed RGB (affine with a fill, flips, padding, blur) and erasing on a CHW tensor.

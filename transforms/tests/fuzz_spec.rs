@@ -1,0 +1,397 @@
+//! Property-based fuzzing of the pipeline-spec front end: arbitrary JSON values and
+//! structured-random specs (torchvision ops in any order, with zero, negative, huge, NaN and
+//! infinite parameters, empty and odd-length lists) through `serde_json::from_str::<PipelineSpec>`
+//! and `Pipeline::new`, and every accepted spec run on a small real JPEG.
+//!
+//! The promises are those of `tests/support/fuzz_props.rs` (shared with the cargo-fuzz target
+//! `spec`): `Ok` or an error with a message at every step, no panic, no allocation beyond the
+//! bound, and an accepted spec's output no larger than its own pixel limit. The default case
+//! counts keep this file to a few seconds; `PROPTEST_CASES` raises them.
+
+use std::sync::OnceLock;
+
+use proptest::prelude::*;
+use proptest::strategy::ValueTree;
+use proptest::test_runner::TestCaseError;
+use serde_json::{json, Value};
+
+#[path = "../../tests/support/fixtures.rs"]
+mod fixtures;
+#[path = "../../tests/support/fuzz_props.rs"]
+mod fuzz_props;
+
+#[global_allocator]
+static ALLOC: fuzz_props::Tracking = fuzz_props::Tracking;
+
+/// Cases per property unless `PROPTEST_CASES` says otherwise.
+fn config(default_cases: u32) -> ProptestConfig {
+    let cases = std::env::var("PROPTEST_CASES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default_cases);
+    ProptestConfig {
+        cases,
+        failure_persistence: None,
+        ..ProptestConfig::default()
+    }
+}
+
+/// The image accepted specs run on: small, so a run costs little, and odd-sized, so crops and
+/// resizes meet rounding.
+fn image() -> &'static [u8] {
+    static IMAGE: OnceLock<Vec<u8>> = OnceLock::new();
+    IMAGE.get_or_init(|| {
+        fuzz_props::install_panic_hook(false);
+        fixtures::read_fixture("decode", "jpeg_tiny_33x31_422.jpg")
+    })
+}
+
+fn check(json: &str) -> Result<bool, TestCaseError> {
+    fuzz_props::check_spec_json(json, image()).map_err(TestCaseError::fail)
+}
+
+/// Any JSON value, nested a few levels.
+fn json_value() -> impl Strategy<Value = Value> {
+    let leaf = prop_oneof![
+        Just(Value::Null),
+        any::<bool>().prop_map(Value::from),
+        any::<i64>().prop_map(Value::from),
+        any::<u64>().prop_map(Value::from),
+        any::<f64>().prop_map(Value::from),
+        "[a-zA-Z_]{0,12}".prop_map(Value::from),
+    ];
+    leaf.prop_recursive(3, 24, 6, |inner| {
+        prop_oneof![
+            prop::collection::vec(inner.clone(), 0..6).prop_map(Value::from),
+            prop::collection::btree_map(key(), inner, 0..6)
+                .prop_map(|m| Value::Object(m.into_iter().collect())),
+        ]
+    })
+}
+
+/// Field names the spec knows, and a few it does not.
+fn key() -> impl Strategy<Value = String> {
+    prop_oneof![
+        4 => prop::sample::select(vec![
+            "op", "ops", "size", "scale", "ratio", "interpolation", "antialias", "max_size", "p",
+            "mean", "std", "decoder", "output", "layout", "roi_decode", "dct_scaling",
+            "execution", "max_pixels",
+        ])
+        .prop_map(String::from),
+        1 => "[a-z_]{0,10}",
+    ]
+}
+
+/// A number as hostile as the spec may meet: zero, negative, huge, fractional, and (as JSON
+/// cannot spell them, through the strings serde rejects) NaN and infinity.
+fn number() -> impl Strategy<Value = Value> {
+    prop_oneof![
+        60 => (1u32..600).prop_map(Value::from),
+        1 => Just(json!(100_000)),
+        1 => Just(json!(0)),
+        1 => Just(json!(-1)),
+        1 => Just(json!(u32::MAX)),
+        1 => Just(json!(u64::MAX)),
+        1 => Just(json!(i64::MIN)),
+        1 => Just(json!(65536)),
+        1 => Just(json!(1e300)),
+        1 => Just(json!(-0.0)),
+        1 => Just(json!(0.5)),
+        1 => Just(json!(1.0000001)),
+        1 => Just(json!("NaN")),
+        1 => Just(Value::Null),
+        1 => any::<f64>().prop_map(Value::from),
+    ]
+}
+
+/// A size as torchvision takes it, or not: an int, a pair, or a list of another length.
+fn size() -> impl Strategy<Value = Value> {
+    prop_oneof![
+        5 => number(),
+        5 => [number(), number()].prop_map(|[h, w]| json!([h, w])),
+        1 => prop::collection::vec(number(), 0..4).prop_map(Value::from),
+    ]
+}
+
+fn pair() -> impl Strategy<Value = Value> {
+    prop_oneof![
+        1 => [number(), number()].prop_map(|[a, b]| json!([a, b])),
+        1 => (-0.5f64..3.0, -0.5f64..3.0).prop_map(|(a, b)| json!([a, b])),
+        3 => (0.01f64..1.0, 1.0f64..2.0).prop_map(|(a, b)| json!([a, b])),
+        1 => prop::collection::vec(number(), 0..4).prop_map(Value::from),
+    ]
+}
+
+fn triple() -> impl Strategy<Value = Value> {
+    prop_oneof![
+        3 => [number(), number(), number()].prop_map(|t| json!(t)),
+        6 => (0.0f64..1.0, 0.0f64..1.0, 0.0f64..1.0).prop_map(|(a, b, c)| json!([a, b, c])),
+        1 => prop::collection::vec(number(), 0..5).prop_map(Value::from),
+    ]
+}
+
+/// A field's value, or `None` to leave it out.
+type Field = BoxedStrategy<Option<Value>>;
+
+/// Present with probability `p`.
+fn maybe(p: f64, value: impl Strategy<Value = Value> + 'static) -> Field {
+    prop::option::weighted(p, value).boxed()
+}
+
+/// The object `{"op": op, ...fields}`.
+fn object(op: &'static str, fields: Vec<(&'static str, Field)>) -> BoxedStrategy<Value> {
+    let (names, values): (Vec<_>, Vec<_>) = fields.into_iter().unzip();
+    values
+        .prop_map(move |values| {
+            let mut map = serde_json::Map::new();
+            map.insert("op".into(), json!(op));
+            for (name, value) in names.iter().zip(values) {
+                if let Some(value) = value {
+                    map.insert((*name).into(), value);
+                }
+            }
+            Value::Object(map)
+        })
+        .boxed()
+}
+
+/// The op named `name` with its fields drawn (each present or not); unknown names have none.
+fn op_of(name: &'static str) -> BoxedStrategy<Value> {
+    let flag = || maybe(0.5, prop::bool::weighted(0.9).prop_map(Value::from));
+    match name {
+        "RandomResizedCrop" => object(
+            name,
+            vec![
+                ("size", maybe(0.95, size())),
+                ("scale", maybe(0.7, pair())),
+                ("ratio", maybe(0.7, pair())),
+                (
+                    "interpolation",
+                    maybe(
+                        0.3,
+                        prop_oneof![9 => Just(json!("bilinear")), 1 => Just(json!("nearest"))],
+                    ),
+                ),
+                ("antialias", flag()),
+            ],
+        ),
+        "Resize" => object(
+            name,
+            vec![
+                ("size", maybe(0.95, size())),
+                ("max_size", maybe(0.2, number())),
+                ("antialias", flag()),
+            ],
+        ),
+        "CenterCrop" => object(name, vec![("size", maybe(0.95, size()))]),
+        "RandomHorizontalFlip" => object(
+            name,
+            vec![(
+                "p",
+                maybe(
+                    0.8,
+                    prop_oneof![number(), (-0.5f64..1.5).prop_map(Value::from)],
+                ),
+            )],
+        ),
+        "Normalize" => object(
+            name,
+            vec![
+                ("mean", maybe(0.95, triple())),
+                ("std", maybe(0.95, triple())),
+            ],
+        ),
+        _ => Just(json!({ "op": name })).boxed(),
+    }
+}
+
+/// Any op, or one torchvision has and the spec does not.
+fn op() -> impl Strategy<Value = Value> {
+    prop::sample::select(vec![
+        "RandomResizedCrop",
+        "Resize",
+        "CenterCrop",
+        "RandomHorizontalFlip",
+        "ToTensor",
+        "PILToTensor",
+        "Normalize",
+        "Grayscale",
+    ])
+    .prop_flat_map(op_of)
+}
+
+/// One of the ops `names`, drawn like [`op`].
+fn op_named(names: &'static [&'static str]) -> impl Strategy<Value = Value> {
+    prop::sample::select(names).prop_flat_map(op_of)
+}
+
+/// Ops in torchvision's order (geometry, optional crop and flip, conversion, optional
+/// normalization) with parameters drawn hostile, or any ops in any order.
+fn ops() -> impl Strategy<Value = Vec<Value>> {
+    let ordered = (
+        op_named(&["RandomResizedCrop", "Resize", "CenterCrop"]),
+        prop::option::weighted(0.3, op_named(&["CenterCrop"])),
+        prop::option::weighted(0.5, op_named(&["RandomHorizontalFlip"])),
+        prop::option::weighted(0.9, op_named(&["ToTensor", "PILToTensor"])),
+        prop::option::weighted(0.5, op_named(&["Normalize"])),
+    )
+        .prop_map(|(a, b, c, d, e)| [Some(a), b, c, d, e].into_iter().flatten().collect());
+    prop_oneof![
+        1 => prop::collection::vec(op(), 0..6),
+        3 => ordered,
+    ]
+}
+
+fn spec() -> impl Strategy<Value = Value> {
+    let options = (
+        prop_oneof![10 => Just(json!("turbo")), 10 => Just(json!("zune")), 1 => Just(json!("libjpeg"))],
+        prop_oneof![Just(json!("float32")), Just(json!("uint8"))],
+        prop_oneof![Just(json!("chw")), Just(json!("hwc"))],
+        any::<bool>(),
+        any::<bool>(),
+        prop_oneof![Just(json!("fused")), Just(json!("op_by_op"))],
+        prop_oneof![
+            3 => Just(None),
+            1 => Just(Some(json!(0))),
+            1 => Just(Some(json!(1))),
+            1 => Just(Some(json!(u64::MAX))),
+            1 => (1u64..5_000_000).prop_map(|v| Some(json!(v))),
+        ],
+        prop::collection::vec(prop::bool::weighted(0.5), 7),
+    );
+    (ops(), options).prop_map(
+        |(ops, (decoder, output, layout, roi, dct, execution, max_pixels, present))| {
+            let mut map = serde_json::Map::new();
+            map.insert("ops".into(), Value::from(ops));
+            let fields = [
+                ("decoder", Some(decoder)),
+                ("output", Some(output)),
+                ("layout", Some(layout)),
+                ("roi_decode", Some(json!(roi))),
+                ("dct_scaling", Some(json!(dct))),
+                ("execution", Some(execution)),
+                ("max_pixels", max_pixels),
+            ];
+            for ((name, value), keep) in fields.into_iter().zip(present) {
+                if let (Some(value), true) = (value, keep) {
+                    map.insert(name.into(), value);
+                }
+            }
+            Value::Object(map)
+        },
+    )
+}
+
+proptest! {
+    #![proptest_config(config(4096))]
+
+    /// Any JSON value, and any text, as a spec.
+    #[test]
+    fn arbitrary_json(value in json_value(), text in ".{0,64}") {
+        check(&value.to_string())?;
+        check(&text)?;
+    }
+
+    /// Structured specs: parsed, planned and, when accepted, run with every execution.
+    #[test]
+    fn structured_specs(spec in spec()) {
+        check(&spec.to_string())?;
+    }
+}
+
+/// The structured strategy reaches accepted specs (otherwise it tests only the refusals).
+#[test]
+fn structured_specs_are_sometimes_accepted() {
+    let mut runner = proptest::test_runner::TestRunner::deterministic();
+    let strategy = spec();
+    let accepted = (0..400)
+        .filter(|_| {
+            let value = strategy.new_tree(&mut runner).expect("a spec").current();
+            check(&value.to_string()).expect("the checks pass")
+        })
+        .count();
+    assert!(accepted >= 15, "only {accepted} of 400 specs accepted");
+}
+
+// ---------------------------------------------------------------------------------------------
+// Findings, each kept as a named regression test.
+
+/// Found by `structured_specs`: `CenterCrop([4294967295, 1])` was accepted, an output no image
+/// under the pixel limit can fill and whose batch slot `3 * h * w` can overflow; a limit of 0
+/// was accepted and failed only at `new_context`.
+#[test]
+fn an_output_over_the_pixel_limit_is_refused_when_planned() {
+    use ferroloader_transforms::spec::{OpSpec, Pipeline, PipelineSpec, Size};
+    use ferroloader_transforms::Error;
+    let spec = |size: [u32; 2], max_pixels: u64| {
+        PipelineSpec::new(vec![
+            OpSpec::CenterCrop {
+                size: Size::Pair(size),
+            },
+            OpSpec::ToTensor,
+        ])
+        .max_pixels(max_pixels)
+    };
+    for (size, max_pixels) in [
+        ([u32::MAX, 1], 178_956_970),
+        ([u32::MAX, u32::MAX], u64::MAX),
+        ([11, 10], 109),
+    ] {
+        match Pipeline::new(spec(size, max_pixels)) {
+            Err(Error::InvalidArgument {
+                name: "size",
+                reason,
+            }) => {
+                let why = ["exceeds max_pixels", "cannot be addressed"];
+                assert!(why.iter().any(|w| reason.contains(w)), "{reason}")
+            }
+            other => panic!("{size:?} under {max_pixels}: {other:?}"),
+        }
+    }
+    assert!(matches!(
+        Pipeline::new(spec([1, 1], 0)),
+        Err(Error::InvalidArgument {
+            name: "max_pixels",
+            ..
+        })
+    ));
+    let at_limit = Pipeline::new(spec([11, 10], 110)).expect("an output at the limit");
+    assert_eq!(at_limit.sample_len(), 330);
+    let json = r#"{"ops":[{"op":"CenterCrop","size":[4294967295,1]},{"op":"ToTensor"}]}"#;
+    assert!(!fuzz_props::check_spec_json(json, image()).expect("the checks pass"));
+}
+
+/// Found by `structured_specs`: `Resize(65536)` then `CenterCrop(8)` planned a small output but
+/// resized every image to an intermediate of its shorter side 65536 first (13.7 GB for a 33x31
+/// image: the process aborted). The intermediate is now held to the pixel limit.
+#[test]
+fn a_resize_intermediate_over_the_pixel_limit_is_refused() {
+    use ferroloader_transforms::fused::OutputSlot;
+    use ferroloader_transforms::rng::sample_rng;
+    use ferroloader_transforms::spec::{Execution, Pipeline, PipelineSpec};
+    use ferroloader_transforms::Error;
+    for execution in [Execution::Fused, Execution::OpByOp] {
+        let json = r#"{"ops":[{"op":"Resize","size":65536},{"op":"CenterCrop","size":8},{"op":"ToTensor"}]}"#;
+        let spec: PipelineSpec = serde_json::from_str(json).expect("a spec");
+        let pipeline = Pipeline::new(spec.execution(execution)).expect("planned");
+        let mut ctx = pipeline.new_context().expect("context");
+        let mut out = vec![0f32; pipeline.sample_len()];
+        let ran = pipeline.run(
+            image(),
+            &mut sample_rng(1, 0, 0),
+            &mut ctx,
+            OutputSlot::F32(&mut out),
+            &mut (),
+        );
+        match ran {
+            Err(Error::TooLarge {
+                width: 69764,
+                height: 65536,
+                limit: 178_956_970,
+                ..
+            }) => {}
+            other => panic!("{execution:?}: {other:?}"),
+        }
+        assert!(fuzz_props::check_spec_json(json, image()).expect("the checks pass"));
+    }
+}
