@@ -760,3 +760,38 @@ fn completion_order_deliveries_carry_the_out_of_order_flag() {
     let source_len = loader.source().len();
     assert_eq!(source_len, files.len());
 }
+
+#[test]
+fn pixel_ops_are_profiled_as_their_own_spans() {
+    use ferroloader_loader::transforms::spec::{JitterArg, OpSpec};
+    let files = jpegs();
+    let n = files.len() as u64;
+    let mut spec = PipelineSpec::imagenet_train(64);
+    spec.ops.insert(
+        2,
+        OpSpec::ColorJitter {
+            brightness: JitterArg::Number(0.4),
+            contrast: JitterArg::Number(0.4),
+            saturation: JitterArg::Number(0.4),
+            hue: JitterArg::Number(0.1),
+        },
+    );
+    spec.ops.insert(3, OpSpec::RandomInvert { p: 0.5 });
+    let pipeline = ImagePipeline::new(spec).expect("plans");
+    let loader = Loader::new(dataset(&files), pipeline, options(Mode::Spans)).expect("loader");
+    run_epochs(&loader, 1);
+    let summary = Summary::from_profile(&loader.profile());
+    let ps = &summary.pipelines[0];
+    // Staged: the crop + resize into the u8 image, each pixel op, the conversion; no fused pass.
+    for op in [
+        "decode",
+        "crop_params",
+        "resize",
+        "ColorJitter",
+        "RandomInvert",
+        "to_tensor",
+    ] {
+        assert_eq!(ps.op(op).map(|o| o.count), Some(n), "{op}");
+    }
+    assert!(ps.op("fused").is_none());
+}

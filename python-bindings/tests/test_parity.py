@@ -261,3 +261,64 @@ def test_refused_dtypes_name_the_dtype() -> None:
         T.from_torchvision(v2.Compose([v2.CenterCrop(8), v2.ToImage(), v2.ToDtype(torch.float32)]))
     with pytest.raises(ValueError, match="normalizes a uint8 image tensor"):
         T.from_torchvision(v2.Compose([v2.ToImage(), v2.CenterCrop(8), v2.Normalize([0.5] * 3, [0.5] * 3)]))
+
+
+@pytest.mark.parametrize("gray", [False, True], ids=["colour", "grayscale"])
+def test_pixel_ops_match_torchvision_on_pil_exactly(folder: Path, gray: bool) -> None:
+    """The pixel-op stage through the whole loader against torchvision v1 on PIL images, with
+    every op certain (p=1) or with a degenerate range, so no draw decides anything: Pillow's
+    integer arithmetic, so the uint8 pixels are equal, not within a level."""
+    ops = [
+        tvT.Resize(64),
+        tvT.CenterCrop(48),
+        *([tvT.Grayscale(3)] if gray else []),
+        tvT.ColorJitter(brightness=(1.3, 1.3)),
+        tvT.RandomAutocontrast(p=1.0),
+        tvT.RandomSolarize(100, p=1.0),
+        tvT.RandomPosterize(3, p=1.0),
+        tvT.RandomAdjustSharpness(2.0, p=1.0),
+        tvT.RandomEqualize(p=1.0),
+        tvT.RandomInvert(p=1.0),
+        tvT.RandomGrayscale(p=0.0),
+        tvT.PILToTensor(),
+    ]
+    tv_transform = tvT.Compose(ops)
+    reference = torchvision.datasets.ImageFolder(str(folder), transform=tv_transform)
+    loader = fl.Loader(
+        fl.ImageFolder(folder),
+        batch_size=5,
+        num_workers=2,
+        transform=T.from_torchvision(tv_transform),
+        output="uint8",
+    )
+    seen = 0
+    for images, _ in loader:
+        for k in range(images.shape[0]):
+            ref, _ = reference[seen]
+            diff = (images[k].to(torch.int16) - ref.to(torch.int16)).abs().max()
+            assert int(diff) == 0, f"sample {seen}: {int(diff)} levels"
+            seen += 1
+    assert seen == len(reference)
+
+
+def test_random_pixel_ops_are_identical_whatever_the_worker_count(folder: Path) -> None:
+    """Per-sample draws: the same batches with one worker or two, pixel ops at p=0.5 included,
+    and the draws do decide (some samples differ from the pipeline without the ops)."""
+    ops = [
+        T.RandomResizedCrop(40),
+        T.RandomHorizontalFlip(),
+        T.ColorJitter(0.4, 0.4, 0.4, 0.1),
+        T.RandomSolarize(128),
+        T.RandomHorizontalFlip(),
+        T.RandomInvert(),
+        T.ToTensor(),
+    ]
+
+    def run(transform: T.Compose, workers: int) -> torch.Tensor:
+        loader = fl.Loader(fl.ImageFolder(folder), batch_size=3, num_workers=workers, transform=transform, seed=5)
+        return torch.cat([images.clone() for images, _ in loader])
+
+    one = run(T.Compose(ops), 1)
+    assert torch.equal(one, run(T.Compose(ops), 2))
+    plain = run(T.Compose([ops[0], ops[1], ops[-1]]), 1)
+    assert not torch.equal(one, plain)

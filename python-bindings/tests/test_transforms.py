@@ -57,8 +57,10 @@ def test_from_torchvision_v2() -> None:
 
 
 def test_from_torchvision_names_what_it_cannot_convert() -> None:
-    with pytest.raises(ValueError, match=r"transform #2 ColorJitter.*no ferroloader equivalent"):
-        T.from_torchvision(tvT.Compose([tvT.RandomResizedCrop(8), tvT.RandomHorizontalFlip(), tvT.ColorJitter(0.4)]))
+    with pytest.raises(ValueError, match=r"transform #2 RandomRotation.*no ferroloader equivalent"):
+        T.from_torchvision(tvT.Compose([tvT.RandomResizedCrop(8), tvT.RandomHorizontalFlip(), tvT.RandomRotation(10)]))
+    with pytest.raises(ValueError, match=r"transform #1 Grayscale.*num_output_channels=1"):
+        T.from_torchvision([tvT.CenterCrop(8), tvT.Grayscale()])
     with pytest.raises(ValueError, match=r"transform #0 Resize.*interpolation"):
         T.from_torchvision([tvT.Resize(8, interpolation=tvT.InterpolationMode.NEAREST)])
     with pytest.raises(ValueError, match=r"transform #1 .*Lambda"):
@@ -76,3 +78,71 @@ def test_transform_specs_and_reprs() -> None:
     assert T.Resize(8, interpolation=tvT.InterpolationMode.BILINEAR).interpolation == "bilinear"
     with pytest.raises(ValueError, match="max_size"):
         T.Resize((8, 8), max_size=10)
+
+
+@pytest.mark.parametrize("tv", [tvT, v2], ids=["v1", "v2"])
+def test_pixel_ops_convert_from_torchvision(tv: object) -> None:
+    m: object = tv
+    pipeline = m.Compose(  # type: ignore[attr-defined]
+        [
+            m.RandomResizedCrop(64),  # type: ignore[attr-defined]
+            m.RandomHorizontalFlip(),  # type: ignore[attr-defined]
+            m.ColorJitter(0.4, (0.5, 1.5), 0, 0.1),  # type: ignore[attr-defined]
+            m.Grayscale(3),  # type: ignore[attr-defined]
+            m.RandomGrayscale(),  # type: ignore[attr-defined]
+            m.RandomPosterize(4),  # type: ignore[attr-defined]
+            m.RandomSolarize(128, p=0.25),  # type: ignore[attr-defined]
+            m.RandomEqualize(),  # type: ignore[attr-defined]
+            m.RandomAutocontrast(p=1.0),  # type: ignore[attr-defined]
+            m.RandomAdjustSharpness(2),  # type: ignore[attr-defined]
+            m.RandomInvert(0.0),  # type: ignore[attr-defined]
+            m.RandomHorizontalFlip(0.3),  # type: ignore[attr-defined]
+            m.ToTensor() if tv is tvT else m.ToImage(),  # type: ignore[attr-defined]
+        ]
+        + ([] if tv is tvT else [v2.ToDtype(torch.float32, scale=True)])
+    )
+    ours = T.from_torchvision(pipeline)
+    assert ours.to_spec()[2:-1] == [
+        {"op": "ColorJitter", "brightness": [0.6, 1.4], "contrast": [0.5, 1.5], "saturation": 0, "hue": [-0.1, 0.1]},
+        {"op": "Grayscale", "num_output_channels": 3},
+        {"op": "RandomGrayscale", "p": 0.1},
+        {"op": "RandomPosterize", "bits": 4, "p": 0.5},
+        {"op": "RandomSolarize", "threshold": 128.0, "p": 0.25},
+        {"op": "RandomEqualize", "p": 0.5},
+        {"op": "RandomAutocontrast", "p": 1.0},
+        {"op": "RandomAdjustSharpness", "sharpness_factor": 2.0, "p": 0.5},
+        {"op": "RandomInvert", "p": 0.0},
+        {"op": "RandomHorizontalFlip", "p": 0.3},
+    ]
+    assert ours.to_spec()[-1] == {"op": "ToTensor"}
+    assert T.check(ours)["shape"] == (3, 64, 64)
+
+
+def test_pixel_op_classes_take_torchvision_arguments_and_defaults() -> None:
+    assert T.ColorJitter().to_spec() == {"op": "ColorJitter", "brightness": 0.0, "contrast": 0.0, "saturation": 0.0, "hue": 0.0}
+    assert T.ColorJitter(brightness=0.2, hue=(-0.5, 0.5)).hue == [-0.5, 0.5]
+    assert T.RandomGrayscale().p == 0.1
+    assert T.RandomPosterize(2).to_spec() == {"op": "RandomPosterize", "bits": 2, "p": 0.5}
+    assert T.RandomAdjustSharpness(0).sharpness_factor == 0.0
+    for cls in (T.RandomEqualize, T.RandomAutocontrast, T.RandomInvert):
+        assert cls().to_spec() == {"op": cls.__name__, "p": 0.5}
+    assert repr(T.RandomSolarize(192)) == "RandomSolarize(threshold=192.0, p=0.5)"
+    assert T.Grayscale(3) == T.Grayscale(num_output_channels=3)
+    bad = [
+        (lambda: T.ColorJitter(brightness=-0.1), ValueError, "ColorJitter: if brightness"),
+        (lambda: T.ColorJitter(contrast=(1.5, 0.5)), ValueError, "ColorJitter: contrast values"),
+        (lambda: T.ColorJitter(hue=0.6), ValueError, "ColorJitter: hue values"),
+        (lambda: T.ColorJitter(saturation="x"), TypeError, "ColorJitter: saturation"),
+        (lambda: T.Grayscale(), ValueError, "Grayscale: num_output_channels=1 .*3-channel"),
+        (lambda: T.RandomGrayscale(1.5), ValueError, "RandomGrayscale: p"),
+        (lambda: T.RandomPosterize(0), ValueError, "RandomPosterize: bits"),
+        (lambda: T.RandomPosterize(2.5), TypeError, "RandomPosterize: bits"),
+        (lambda: T.RandomSolarize(float("nan")), ValueError, "RandomSolarize: threshold"),
+        (lambda: T.RandomEqualize(-1), ValueError, "RandomEqualize: p"),
+        (lambda: T.RandomAutocontrast(True), TypeError, "RandomAutocontrast: p"),
+        (lambda: T.RandomAdjustSharpness(-1), ValueError, "RandomAdjustSharpness: sharpness_factor"),
+        (lambda: T.RandomInvert(2), ValueError, "RandomInvert: p"),
+    ]
+    for make, kind, message in bad:
+        with pytest.raises(kind, match=message):
+            make()

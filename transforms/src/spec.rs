@@ -2,11 +2,14 @@
 //!
 //! A [`PipelineSpec`] is what users write (or what `from_torchvision` produces); [`Pipeline`]
 //! checks it once, decides whether the crop can drive a region-of-interest decode and whether the
-//! ops fuse, and then runs samples. It must not own threads, files or a profiler: the caller
+//! ops fuse (or, with pixel ops, run in stages over a u8 image of the output size), and then runs
+//! samples. It must not own threads, files or a profiler: the caller
 //! passes bytes, a per-sample RNG and an [`OpObserver`] that sees every op's boundaries.
 
 use serde::{Deserialize, Serialize};
 
+use crate::augment::color::{self, ColorScratch};
+use crate::augment::policy::{draw_p, draw_p_item, ColorJitter, ColorStep};
 use crate::crop::{center_crop_rect, resize_shorter_side, RandomResizedCrop};
 use crate::decode::{DecodeContext, DecodeOptions, Decoder};
 use crate::error::{Error, Result};
@@ -61,6 +64,35 @@ fn default_true() -> bool {
     true
 }
 
+fn default_half() -> f64 {
+    0.5
+}
+
+fn default_grayscale_p() -> f64 {
+    0.1
+}
+
+fn default_one() -> i64 {
+    1
+}
+
+/// One `ColorJitter` argument as torchvision takes it: a single number or a `[min, max]` pair.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum JitterArg {
+    /// `v`: `[max(0, center - v), center + v]` (hue: `[-v, v]`); 0 is off.
+    Number(f64),
+    /// `[min, max]`, within the argument's bounds.
+    Range([f64; 2]),
+}
+
+impl Default for JitterArg {
+    /// 0: the adjustment is off, torchvision's default.
+    fn default() -> Self {
+        JitterArg::Number(0.0)
+    }
+}
+
 /// One op, named and parameterized as in `torchvision.transforms`.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "op", deny_unknown_fields)]
@@ -105,6 +137,78 @@ pub enum OpSpec {
     RandomHorizontalFlip {
         /// Probability of flipping; default 0.5.
         #[serde(default = "default_flip_p")]
+        p: f64,
+    },
+    /// `ColorJitter(brightness=0, contrast=0, saturation=0, hue=0)`: each a number `v`
+    /// (`[max(0, 1 - v), 1 + v]`, hue `[-v, v]` with `v <= 0.5`) or a `[min, max]` pair; 0 (or
+    /// the no-op pair) turns an adjustment off. A pixel op (see [`Pipeline`]).
+    ColorJitter {
+        /// Default 0.
+        #[serde(default)]
+        brightness: JitterArg,
+        /// Default 0.
+        #[serde(default)]
+        contrast: JitterArg,
+        /// Default 0.
+        #[serde(default)]
+        saturation: JitterArg,
+        /// Default 0.
+        #[serde(default)]
+        hue: JitterArg,
+    },
+    /// `Grayscale(num_output_channels=1)`. Only 3 is accepted: samples are 3-channel, and
+    /// torchvision's default 1 would change the sample's shape. A pixel op.
+    Grayscale {
+        /// Default 1 (torchvision's), refused; write 3.
+        #[serde(default = "default_one")]
+        num_output_channels: i64,
+    },
+    /// `RandomGrayscale(p=0.1)`: grayscale replicated into 3 channels. A pixel op.
+    RandomGrayscale {
+        /// Default 0.1.
+        #[serde(default = "default_grayscale_p")]
+        p: f64,
+    },
+    /// `RandomPosterize(bits, p=0.5)`: keeps the top `bits` (1 to 8) bits. A pixel op.
+    RandomPosterize {
+        /// Bits kept per channel, 1 to 8.
+        bits: i64,
+        /// Default 0.5.
+        #[serde(default = "default_half")]
+        p: f64,
+    },
+    /// `RandomSolarize(threshold, p=0.5)`: inverts every level `>= threshold`. A pixel op.
+    RandomSolarize {
+        /// Finite; compared as Python compares an int with a float.
+        threshold: f64,
+        /// Default 0.5.
+        #[serde(default = "default_half")]
+        p: f64,
+    },
+    /// `RandomEqualize(p=0.5)`: Pillow's `ImageOps.equalize`. A pixel op.
+    RandomEqualize {
+        /// Default 0.5.
+        #[serde(default = "default_half")]
+        p: f64,
+    },
+    /// `RandomAutocontrast(p=0.5)`: Pillow's `ImageOps.autocontrast`. A pixel op.
+    RandomAutocontrast {
+        /// Default 0.5.
+        #[serde(default = "default_half")]
+        p: f64,
+    },
+    /// `RandomAdjustSharpness(sharpness_factor, p=0.5)`. A pixel op.
+    RandomAdjustSharpness {
+        /// Non-negative, finite (0 blurs, 1 is the original, 2 sharpens).
+        sharpness_factor: f64,
+        /// Default 0.5.
+        #[serde(default = "default_half")]
+        p: f64,
+    },
+    /// `RandomInvert(p=0.5)`. A pixel op.
+    RandomInvert {
+        /// Default 0.5.
+        #[serde(default = "default_half")]
         p: f64,
     },
     /// `ToTensor()`: u8 HWC to f32 CHW in [0, 1].
@@ -301,23 +405,44 @@ pub enum Op {
     Decode,
     /// Drawing the random crop parameters (and the flip coin).
     CropParams,
-    /// Copying the crop out (op-by-op only).
+    /// Copying the crop out (op-by-op; with pixel ops, the center crop into the staging image).
     Crop,
-    /// Resizing (op-by-op, or the whole-image resize of an eval pipeline).
+    /// Resizing (op-by-op, or the whole-image resize of an eval pipeline; with pixel ops, the
+    /// crop + resize (+ a flip standing before them) into the staging image).
     Resize,
-    /// Horizontal flip (op-by-op only).
+    /// Horizontal flip (op-by-op; with pixel ops, a flip standing between two of them).
     Flip,
-    /// u8 HWC to f32 CHW (op-by-op only).
+    /// u8 HWC to f32 CHW (op-by-op; with pixel ops, the final pass from the staging image into
+    /// the slot, with normalize and a flip standing after them fused in, for every output).
     ToTensor,
     /// Per-channel normalization (op-by-op only).
     Normalize,
     /// Crop + resize + flip + to-tensor + normalize in one pass.
     Fused,
+    /// `ColorJitter`: its draw and all four adjustments, one span.
+    ColorJitter,
+    /// `Grayscale(num_output_channels=3)`.
+    Grayscale,
+    /// `RandomGrayscale`: the coin and, when it says so, the conversion.
+    RandomGrayscale,
+    /// `RandomPosterize`.
+    RandomPosterize,
+    /// `RandomSolarize`.
+    RandomSolarize,
+    /// `RandomEqualize`.
+    RandomEqualize,
+    /// `RandomAutocontrast`.
+    RandomAutocontrast,
+    /// `RandomAdjustSharpness`.
+    RandomAdjustSharpness,
+    /// `RandomInvert`.
+    RandomInvert,
 }
 
 impl Op {
-    /// Every op, in pipeline order.
-    pub const ALL: [Op; 8] = [
+    /// Every op, in declaration order (`op as usize` indexes this array; the loader's
+    /// profiler tables rely on it, so new ops go at the end, here and in the enum).
+    pub const ALL: [Op; 17] = [
         Op::Decode,
         Op::CropParams,
         Op::Crop,
@@ -326,6 +451,15 @@ impl Op {
         Op::ToTensor,
         Op::Normalize,
         Op::Fused,
+        Op::ColorJitter,
+        Op::Grayscale,
+        Op::RandomGrayscale,
+        Op::RandomPosterize,
+        Op::RandomSolarize,
+        Op::RandomEqualize,
+        Op::RandomAutocontrast,
+        Op::RandomAdjustSharpness,
+        Op::RandomInvert,
     ];
 
     /// The name spans and summaries use.
@@ -339,6 +473,15 @@ impl Op {
             Op::ToTensor => "to_tensor",
             Op::Normalize => "normalize",
             Op::Fused => "fused",
+            Op::ColorJitter => "ColorJitter",
+            Op::Grayscale => "Grayscale",
+            Op::RandomGrayscale => "RandomGrayscale",
+            Op::RandomPosterize => "RandomPosterize",
+            Op::RandomSolarize => "RandomSolarize",
+            Op::RandomEqualize => "RandomEqualize",
+            Op::RandomAutocontrast => "RandomAutocontrast",
+            Op::RandomAdjustSharpness => "RandomAdjustSharpness",
+            Op::RandomInvert => "RandomInvert",
         }
     }
 }
@@ -376,7 +519,7 @@ pub struct SampleReport {
     pub height: u32,
     /// The crop taken from the source (the whole image when the pipeline does not crop first).
     pub crop: CropRect,
-    /// Whether the sample was flipped.
+    /// Whether the sample was flipped (mirrored on the whole: an odd number of flips ran).
     pub flipped: bool,
 }
 
@@ -396,11 +539,30 @@ enum Geometry {
 }
 
 /// A checked, planned [`PipelineSpec`]; immutable and shared by every worker.
+///
+/// Without pixel ops a sample is one decode (of the crop's region when it can) and one fused
+/// pass into the slot. With pixel ops (the colour ops of [`OpSpec`], in any order and number,
+/// with flips among them, between the geometry and the conversion) execution is staged: the
+/// same decode; crop + resize (+ a flip written before the pixel ops) into a u8 image of the
+/// output size held by the [`PipelineContext`]; each pixel op in place there, in the order
+/// written, in its own span; then to-tensor (+ normalize, + a flip written after them) into the
+/// slot. The pixel ops see what torchvision's would see on a PIL image (Pillow's arithmetic).
+///
+/// Draws, from the sample's generator, in the order the ops are written (torchvision's):
+/// the crop, then each flip's coin and each pixel op's parameters. A pixel op draws even when
+/// it does not run (`p = 0`, a coin that says no), as torchvision does; a flip with `p = 0`
+/// draws nothing (as before pixel ops existed, so those samples do not change).
+///
+/// Must not allocate per sample once the context is warm, nor draw outside this order: output
+/// must stay a function of (seed, epoch, index), whatever the number of workers.
 #[derive(Clone, Debug)]
 pub struct Pipeline {
     spec: PipelineSpec,
     geometry: Geometry,
+    /// The flip standing right after the geometry (before any pixel op): fused into the resize.
     flip_p: f64,
+    /// The pixel ops; `None` runs the single fused pass.
+    staged: Option<Staged>,
     output: OutputKind,
     deferred_normalize: Option<([f32; 3], [f32; 3])>,
     out_h: u32,
@@ -417,6 +579,7 @@ pub struct PipelineContext {
     decoded: RgbImage,
     stage_a: RgbImage,
     stage_b: RgbImage,
+    color: ColorScratch,
 }
 
 impl PipelineContext {
@@ -443,9 +606,319 @@ fn bad_order(reason: &str) -> Error {
         "ops",
         format!(
             "{reason}; supported: RandomResizedCrop | Resize [CenterCrop] | CenterCrop, then \
-             [RandomHorizontalFlip], then ToTensor [Normalize] or PILToTensor"
+             any number of RandomHorizontalFlip and pixel ops (ColorJitter, Grayscale, \
+             RandomGrayscale, RandomPosterize, RandomSolarize, RandomEqualize, \
+             RandomAutocontrast, RandomAdjustSharpness, RandomInvert) in any order, then \
+             ToTensor [Normalize] or PILToTensor"
         ),
     )
+}
+
+/// `err` with the op it came from named in front of its reason (the argument is named already).
+fn in_op(op: &'static str, err: Error) -> Error {
+    match err {
+        Error::InvalidArgument { name, reason } => Error::InvalidArgument {
+            name,
+            reason: format!("{op}: {reason}"),
+        },
+        other => other,
+    }
+}
+
+/// torchvision v2's check of every `p` (v1 checks none; a `p` outside `[0, 1]` is a mistake).
+fn check_p(op: &'static str, p: f64) -> Result<f64> {
+    if !(0.0..=1.0).contains(&p) {
+        return Err(Error::invalid(
+            "p",
+            format!("{op}: {p} is not a probability in [0, 1]"),
+        ));
+    }
+    Ok(p)
+}
+
+/// A `ColorJitter` argument resolved as torchvision's `_check_input` does.
+fn jitter_range(name: &'static str, arg: JitterArg) -> Result<Option<(f64, f64)>> {
+    match arg {
+        JitterArg::Range([lo, hi]) => Ok(Some((lo, hi))),
+        // The policy owns the single-number rule (clip at 0, hue's bound); ask it for this one.
+        JitterArg::Number(v) => {
+            let (b, c, s, h) = match name {
+                "brightness" => ColorJitter::from_scalars(v, 0.0, 0.0, 0.0),
+                "contrast" => ColorJitter::from_scalars(0.0, v, 0.0, 0.0),
+                "saturation" => ColorJitter::from_scalars(0.0, 0.0, v, 0.0),
+                _ => ColorJitter::from_scalars(0.0, 0.0, 0.0, v),
+            }?
+            .ranges();
+            Ok(b.or(c).or(s).or(h))
+        }
+    }
+}
+
+/// One op of the staged part of a plan, between the geometry and the conversion, parameters
+/// checked. The ops of `augment::geometry` (vertical flip, rotation, affine, blur, padding)
+/// plug in here, an arm each, with their draws and kernels in [`StageOp::run`].
+#[derive(Clone, Debug, PartialEq)]
+enum StageOp {
+    HFlip { p: f64 },
+    ColorJitter(ColorJitter),
+    Grayscale,
+    RandomGrayscale { p: f64 },
+    Posterize { bits: u8, p: f64 },
+    Solarize { threshold: f64, p: f64 },
+    Equalize { p: f64 },
+    Autocontrast { p: f64 },
+    Sharpness { factor: f64, p: f64 },
+    Invert { p: f64 },
+}
+
+impl StageOp {
+    /// `Ok(None)`: `op` is not a flip or a pixel op (the conversion, or an op out of place).
+    fn plan(op: &OpSpec) -> Result<Option<Self>> {
+        Ok(Some(match op {
+            OpSpec::RandomHorizontalFlip { p } => StageOp::HFlip {
+                p: check_p("RandomHorizontalFlip", *p)?,
+            },
+            OpSpec::ColorJitter {
+                brightness,
+                contrast,
+                saturation,
+                hue,
+            } => {
+                let jitter = (|| {
+                    ColorJitter::from_ranges(
+                        jitter_range("brightness", *brightness)?,
+                        jitter_range("contrast", *contrast)?,
+                        jitter_range("saturation", *saturation)?,
+                        jitter_range("hue", *hue)?,
+                    )
+                })()
+                .map_err(|e| in_op("ColorJitter", e))?;
+                StageOp::ColorJitter(jitter)
+            }
+            OpSpec::Grayscale {
+                num_output_channels,
+            } => {
+                if *num_output_channels != 3 {
+                    return Err(Error::invalid(
+                        "num_output_channels",
+                        format!(
+                            "Grayscale: {num_output_channels} is not supported, samples are \
+                             3-channel (torchvision's default is 1); write num_output_channels=3"
+                        ),
+                    ));
+                }
+                StageOp::Grayscale
+            }
+            OpSpec::RandomGrayscale { p } => StageOp::RandomGrayscale {
+                p: check_p("RandomGrayscale", *p)?,
+            },
+            OpSpec::RandomPosterize { bits, p } => {
+                let bits = u8::try_from(*bits)
+                    .ok()
+                    .filter(|b| (1..=8).contains(b))
+                    .ok_or_else(|| {
+                        Error::invalid(
+                            "bits",
+                            format!("RandomPosterize: {bits} is not between 1 and 8"),
+                        )
+                    })?;
+                StageOp::Posterize {
+                    bits,
+                    p: check_p("RandomPosterize", *p)?,
+                }
+            }
+            OpSpec::RandomSolarize { threshold, p } => {
+                if !threshold.is_finite() {
+                    return Err(Error::invalid(
+                        "threshold",
+                        format!("RandomSolarize: {threshold} is not a finite number"),
+                    ));
+                }
+                StageOp::Solarize {
+                    threshold: *threshold,
+                    p: check_p("RandomSolarize", *p)?,
+                }
+            }
+            OpSpec::RandomEqualize { p } => StageOp::Equalize {
+                p: check_p("RandomEqualize", *p)?,
+            },
+            OpSpec::RandomAutocontrast { p } => StageOp::Autocontrast {
+                p: check_p("RandomAutocontrast", *p)?,
+            },
+            OpSpec::RandomAdjustSharpness {
+                sharpness_factor,
+                p,
+            } => {
+                if !(sharpness_factor.is_finite() && *sharpness_factor >= 0.0) {
+                    return Err(Error::invalid(
+                        "sharpness_factor",
+                        format!(
+                            "RandomAdjustSharpness: {sharpness_factor} is not a finite \
+                             non-negative number"
+                        ),
+                    ));
+                }
+                StageOp::Sharpness {
+                    factor: *sharpness_factor,
+                    p: check_p("RandomAdjustSharpness", *p)?,
+                }
+            }
+            OpSpec::RandomInvert { p } => StageOp::Invert {
+                p: check_p("RandomInvert", *p)?,
+            },
+            _ => return Ok(None),
+        }))
+    }
+
+    /// The span this op runs in.
+    fn span(&self) -> Op {
+        match self {
+            StageOp::HFlip { .. } => Op::Flip,
+            StageOp::ColorJitter(_) => Op::ColorJitter,
+            StageOp::Grayscale => Op::Grayscale,
+            StageOp::RandomGrayscale { .. } => Op::RandomGrayscale,
+            StageOp::Posterize { .. } => Op::RandomPosterize,
+            StageOp::Solarize { .. } => Op::RandomSolarize,
+            StageOp::Equalize { .. } => Op::RandomEqualize,
+            StageOp::Autocontrast { .. } => Op::RandomAutocontrast,
+            StageOp::Sharpness { .. } => Op::RandomAdjustSharpness,
+            StageOp::Invert { .. } => Op::RandomInvert,
+        }
+    }
+
+    /// Draws this op's parameters from `rng` (torchvision's draws, in its order and number:
+    /// one coin per `Random*` op even at `p` 0 or 1, `randperm(4)` and a factor per enabled
+    /// adjustment for `ColorJitter`; flips keep the pipeline's rule of no coin at `p = 0`)
+    /// and applies it to `img` in place. Returns whether it mirrored the image.
+    ///
+    /// The coins are v1's comparisons (`draw_p` for `RandomGrayscale`, `draw_p_item` for the
+    /// others); v2 compares in float32 throughout, which differs only for the one draw equal
+    /// to `p` narrowed to float32.
+    fn run(
+        &self,
+        img: &mut RgbImage,
+        scratch: &mut ColorScratch,
+        rng: &mut SampleRng,
+    ) -> Result<bool> {
+        match *self {
+            StageOp::HFlip { p } => {
+                let flip = p > 0.0 && tensor::draw_flip(rng, p);
+                if flip {
+                    tensor::hflip(img);
+                }
+                return Ok(flip);
+            }
+            StageOp::ColorJitter(jitter) => {
+                let plan = jitter.draw(rng);
+                for step in plan.steps() {
+                    match step {
+                        ColorStep::Brightness(f) => color::adjust_brightness(img, f)?,
+                        ColorStep::Contrast(f) => color::adjust_contrast(img, f)?,
+                        ColorStep::Saturation(f) => color::adjust_saturation(img, f)?,
+                        ColorStep::Hue(f) => color::adjust_hue(img, f)?,
+                    }
+                }
+            }
+            StageOp::Grayscale => color::to_grayscale_rgb(img),
+            StageOp::RandomGrayscale { p } => {
+                if draw_p(rng, p) {
+                    color::to_grayscale_rgb(img);
+                }
+            }
+            StageOp::Posterize { bits, p } => {
+                if draw_p_item(rng, p) {
+                    color::posterize(img, bits)?;
+                }
+            }
+            StageOp::Solarize { threshold, p } => {
+                if draw_p_item(rng, p) {
+                    color::solarize(img, threshold);
+                }
+            }
+            StageOp::Equalize { p } => {
+                if draw_p_item(rng, p) {
+                    color::equalize(img);
+                }
+            }
+            StageOp::Autocontrast { p } => {
+                if draw_p_item(rng, p) {
+                    color::autocontrast(img);
+                }
+            }
+            StageOp::Sharpness { factor, p } => {
+                if draw_p_item(rng, p) {
+                    color::adjust_sharpness(img, factor, scratch)?;
+                }
+            }
+            StageOp::Invert { p } => {
+                if draw_p_item(rng, p) {
+                    color::invert(img);
+                }
+            }
+        }
+        Ok(false)
+    }
+}
+
+/// The staged part of a plan: pixel ops (and flips between them) in place on a u8 image of
+/// the output size, then a flip standing after the last of them, fused into the conversion.
+#[derive(Clone, Debug, PartialEq)]
+struct Staged {
+    ops: Vec<StageOp>,
+    post_flip_p: f64,
+}
+
+impl Staged {
+    /// Splits the ops between geometry and conversion into the flip fused into the resize,
+    /// and the stages; `None` when only that flip (or nothing) stands there, so the single
+    /// fused pass runs exactly as without pixel ops.
+    fn split(mut middle: Vec<StageOp>) -> (f64, Option<Staged>) {
+        let flip_p = match middle.first() {
+            Some(&StageOp::HFlip { p }) => {
+                middle.remove(0);
+                p
+            }
+            _ => 0.0,
+        };
+        if middle.is_empty() {
+            return (flip_p, None);
+        }
+        let post_flip_p = match middle.last() {
+            Some(&StageOp::HFlip { p }) => {
+                middle.pop();
+                p
+            }
+            _ => 0.0,
+        };
+        (
+            flip_p,
+            Some(Staged {
+                ops: middle,
+                post_flip_p,
+            }),
+        )
+    }
+
+    /// Runs the stage ops in order on `img`, each in its own span; whether they mirrored it
+    /// (an odd number of flips).
+    fn run_ops(
+        &self,
+        img: &mut RgbImage,
+        scratch: &mut ColorScratch,
+        rng: &mut SampleRng,
+        obs: &mut dyn OpObserver,
+    ) -> Result<bool> {
+        let mut flipped = false;
+        for op in &self.ops {
+            flipped ^= observed(obs, op.span(), || op.run(img, scratch, rng))?;
+        }
+        Ok(flipped)
+    }
+
+    /// The coin of the flip after the pixel ops (none when there is no such flip or `p = 0`).
+    fn draw_post_flip(&self, rng: &mut SampleRng) -> bool {
+        self.post_flip_p > 0.0 && tensor::draw_flip(rng, self.post_flip_p)
+    }
 }
 
 fn check_size(name: &'static str, (h, w): (u32, u32)) -> Result<(u32, u32)> {
@@ -569,17 +1042,16 @@ impl Pipeline {
             }
         };
         check_output_size(out_h, out_w, spec.max_pixels)?;
-        let flip_p = match ops.peek() {
-            Some(OpSpec::RandomHorizontalFlip { p }) => {
-                let p = *p;
-                if !(0.0..=1.0).contains(&p) {
-                    return Err(Error::invalid("p", format!("{p} is not a probability")));
-                }
-                ops.next();
-                p
-            }
-            _ => 0.0,
-        };
+        // Flips and pixel ops, in the order written, up to the conversion.
+        let mut middle = Vec::new();
+        while let Some(op) = ops.peek() {
+            let Some(stage) = StageOp::plan(op)? else {
+                break;
+            };
+            middle.push(stage);
+            ops.next();
+        }
+        let (flip_p, staged) = Staged::split(middle);
         let (float, mut normalize) = match (ops.next(), ops.next()) {
             (Some(OpSpec::ToTensor), None) => (true, None),
             (Some(OpSpec::ToTensor), Some(OpSpec::Normalize { mean, std })) => {
@@ -621,6 +1093,7 @@ impl Pipeline {
             spec,
             geometry,
             flip_p,
+            staged,
             output,
             deferred_normalize,
             out_h,
@@ -681,11 +1154,14 @@ impl Pipeline {
             decoded: RgbImage::new(),
             stage_a: RgbImage::new(),
             stage_b: RgbImage::new(),
+            color: ColorScratch::new(),
         })
     }
 
     /// Decodes `bytes` and runs the ops, writing one sample into `out`. Random draws come from
-    /// `rng` in a fixed order (crop, then flip), so fused and op-by-op runs give the same sample.
+    /// `rng` in a fixed order (crop, then flips and pixel ops as written), so fused, staged and
+    /// op-by-op runs give the same sample. The report's `flipped` is the net mirror (an odd
+    /// number of flips ran).
     pub fn run(
         &self,
         bytes: &[u8],
@@ -695,9 +1171,10 @@ impl Pipeline {
         obs: &mut dyn OpObserver,
     ) -> Result<SampleReport> {
         self.check_slot(&out)?;
-        match self.spec.execution {
-            Execution::Fused => self.run_fused(bytes, rng, ctx, out, obs),
-            Execution::OpByOp => self.run_op_by_op(bytes, rng, ctx, out, obs),
+        match (self.spec.execution, &self.staged) {
+            (Execution::Fused, None) => self.run_fused(bytes, rng, ctx, out, obs),
+            (Execution::Fused, Some(staged)) => self.run_staged(staged, bytes, rng, ctx, out, obs),
+            (Execution::OpByOp, _) => self.run_op_by_op(bytes, rng, ctx, out, obs),
         }
     }
 
@@ -742,6 +1219,84 @@ impl Pipeline {
             stage_a,
             ..
         } = ctx;
+        let (src, rect, report) =
+            self.decode_stage(bytes, rng, decode, resizer, decoded, stage_a, obs)?;
+        observed(obs, Op::Fused, || {
+            let size = (self.out_h, self.out_w);
+            kernel.run(src, rect, size, report.flipped, &self.output, out)
+        })?;
+        Ok(report)
+    }
+
+    /// Staged execution (pixel ops present): the fused pass's decode, then crop + resize (+ the
+    /// flip standing before the pixel ops) into `stage_b`, a u8 image of the output size, by
+    /// the fused kernel's own resize (so the pixels are those the single pass would convert);
+    /// the pixel ops in place there; then the fused kernel again, at the same size (a copy,
+    /// no resampling), for the flip standing after them and the conversion into the slot.
+    fn run_staged(
+        &self,
+        staged: &Staged,
+        bytes: &[u8],
+        rng: &mut SampleRng,
+        ctx: &mut PipelineContext,
+        out: OutputSlot<'_>,
+        obs: &mut dyn OpObserver,
+    ) -> Result<SampleReport> {
+        let PipelineContext {
+            decode,
+            kernel,
+            resizer,
+            decoded,
+            stage_a,
+            stage_b,
+            color,
+            ..
+        } = ctx;
+        let (src, rect, mut report) =
+            self.decode_stage(bytes, rng, decode, resizer, decoded, stage_a, obs)?;
+        let size = (self.out_h, self.out_w);
+        let into_stage = match self.geometry {
+            Geometry::RandomResizedCrop(_) => Op::Resize,
+            _ => Op::Crop,
+        };
+        observed(obs, into_stage, || {
+            let pixels = stage_b.try_reset(self.out_w, self.out_h)?;
+            kernel.run(
+                src,
+                rect,
+                size,
+                report.flipped,
+                &OutputKind::U8Hwc,
+                OutputSlot::U8(pixels),
+            )
+        })?;
+        report.flipped ^= staged.run_ops(stage_b, color, rng, obs)?;
+        let post_flip = observed(obs, Op::ToTensor, || {
+            let flip = staged.draw_post_flip(rng);
+            let full = CropRect::full(self.out_w, self.out_h);
+            kernel
+                .run(stage_b.view(), full, size, flip, &self.output, out)
+                .map(|()| flip)
+        })?;
+        report.flipped ^= post_flip;
+        Ok(report)
+    }
+
+    /// Decode and crop parameters, as the fused pass runs them: the image the output's crop is
+    /// taken from (the decoded region, or for eval pipelines the resized image), the crop in
+    /// it, and the report (the crop drawn, the coin of the flip fused into the resize).
+    #[allow(clippy::too_many_arguments)]
+    #[inline]
+    fn decode_stage<'a>(
+        &self,
+        bytes: &[u8],
+        rng: &mut SampleRng,
+        decode: &mut DecodeContext,
+        resizer: &mut Resizer,
+        decoded: &'a mut RgbImage,
+        resized: &'a mut RgbImage,
+        obs: &mut dyn OpObserver,
+    ) -> Result<(RgbView<'a>, CropRect, SampleReport)> {
         match &self.geometry {
             Geometry::RandomResizedCrop(rrc) => {
                 // One decode span per sample: the crop is drawn between reading the header
@@ -766,31 +1321,27 @@ impl Pipeline {
                 })();
                 obs.exit(Op::Decode);
                 let (info, crop, flipped, inner) = decoded_crop?;
-                observed(obs, Op::Fused, || {
-                    let size = (self.out_h, self.out_w);
-                    kernel.run(decoded.view(), inner, size, flipped, &self.output, out)
-                })?;
-                Ok(SampleReport {
+                let decoded: &'a RgbImage = decoded;
+                let report = SampleReport {
                     width: info.width,
                     height: info.height,
                     crop,
                     flipped,
-                })
+                };
+                Ok((decoded.view(), inner, report))
             }
             Geometry::Resize { .. } | Geometry::CenterCrop(_) => {
                 let info = observed(obs, Op::Decode, || decode.decode(bytes, decoded))?;
                 let flipped = observed(obs, Op::CropParams, || self.draw_flip(rng));
-                let (src, rect, crop) = self.eval_source(decoded, resizer, stage_a, obs)?;
-                observed(obs, Op::Fused, || {
-                    let size = (self.out_h, self.out_w);
-                    kernel.run(src, rect, size, flipped, &self.output, out)
-                })?;
-                Ok(SampleReport {
+                let decoded: &'a RgbImage = decoded;
+                let (src, rect, crop) = self.eval_source(decoded, resizer, resized, obs)?;
+                let report = SampleReport {
                     width: info.width,
                     height: info.height,
                     crop,
                     flipped,
-                })
+                };
+                Ok((src, rect, report))
             }
         }
     }
@@ -858,6 +1409,7 @@ impl Pipeline {
             decoded,
             stage_a,
             stage_b,
+            color,
             ..
         } = ctx;
         let info = observed(obs, Op::Decode, || decode.decode(bytes, decoded))?;
@@ -886,6 +1438,20 @@ impl Pipeline {
         }
         if flipped {
             observed(obs, Op::Flip, || tensor::hflip(stage_a));
+        }
+        let mut flipped = flipped;
+        if let Some(staged) = &self.staged {
+            flipped ^= staged.run_ops(stage_a, color, rng, obs)?;
+            if staged.post_flip_p > 0.0 {
+                let post = observed(obs, Op::Flip, || {
+                    let flip = staged.draw_post_flip(rng);
+                    if flip {
+                        tensor::hflip(stage_a);
+                    }
+                    flip
+                });
+                flipped ^= post;
+            }
         }
         match (self.output, out) {
             (OutputKind::F32ChwUnnormalized, OutputSlot::F32(dst)) => {

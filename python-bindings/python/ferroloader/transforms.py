@@ -4,8 +4,14 @@ These objects only *describe* a pipeline: the loader runs them natively (decode,
 flip, to-tensor and normalize fused into one pass per sample). Supported shapes of a pipeline::
 
     RandomResizedCrop | Resize [CenterCrop] | CenterCrop      (fixes the output size)
-    [RandomHorizontalFlip]
+    RandomHorizontalFlip and pixel ops, any number, any order
     ToTensor [Normalize]  |  PILToTensor                      (float32 / uint8 output)
+
+The pixel ops (``ColorJitter``, ``Grayscale(num_output_channels=3)``, ``RandomGrayscale``,
+``RandomPosterize``, ``RandomSolarize``, ``RandomEqualize``, ``RandomAutocontrast``,
+``RandomAdjustSharpness``, ``RandomInvert``) run on the 8-bit image of the output size, with
+Pillow's arithmetic (what torchvision computes on a PIL image), each drawing its parameters from
+the sample's generator in pipeline order. With none of them the single fused pass runs.
 
 ``from_torchvision(compose)`` converts a torchvision ``Compose`` (v1 or v2) of these transforms,
 naming any transform it cannot convert. Arguments are checked here (``TypeError`` or
@@ -35,6 +41,15 @@ __all__ = [
     "ToTensor",
     "PILToTensor",
     "Normalize",
+    "ColorJitter",
+    "Grayscale",
+    "RandomGrayscale",
+    "RandomPosterize",
+    "RandomSolarize",
+    "RandomEqualize",
+    "RandomAutocontrast",
+    "RandomAdjustSharpness",
+    "RandomInvert",
     "from_torchvision",
     "check",
 ]
@@ -119,6 +134,46 @@ def _triple(op: str, name: str, value: object) -> List[float]:
     if not all(math.isfinite(v) for v in values):
         raise ValueError(f"{op}: {name} must be finite, got {value!r}")
     return values
+
+
+def _number(op: str, name: str, value: object) -> float:
+    """A finite real number (not a bool)."""
+    if not isinstance(value, numbers.Real) or isinstance(value, bool):
+        raise TypeError(f"{op}: {name} must be a number, got {value!r}")
+    number = float(value)
+    if not math.isfinite(number):
+        raise ValueError(f"{op}: {name} must be finite, got {value!r}")
+    return number
+
+
+def _probability(op: str, value: object) -> float:
+    """``p`` in [0, 1], as torchvision v2 checks it (v1 does not)."""
+    p = _number(op, "p", value)
+    if not 0.0 <= p <= 1.0:
+        raise ValueError(f"{op}: p must be a probability in [0, 1], got {value!r}")
+    return p
+
+
+def _jitter(
+    op: str, name: str, value: object, center: float, bound: Tuple[float, float]
+) -> Union[float, List[float]]:
+    """One ``ColorJitter`` argument, checked as torchvision's ``_check_input``: a non-negative
+    number (``[max(0, center - v), center + v]``; hue ``[-v, v]``), or a ``(min, max)`` pair
+    within ``bound``. Kept in the form given: the native planner resolves it the same way."""
+    if isinstance(value, numbers.Real) and not isinstance(value, bool):
+        v = _number(op, name, value)
+        if v < 0:
+            raise ValueError(f"{op}: if {name} is a single number, it must be non negative, got {value!r}")
+        lo, hi = (max(center - v, 0.0) if center else -v), center + v
+        if not bound[0] <= lo <= hi <= bound[1]:
+            raise ValueError(f"{op}: {name} values should be between {bound}, got {value!r}")
+        return v
+    if isinstance(value, (list, tuple)) and len(value) == 2:
+        lo, hi = (_number(op, name, v) for v in value)
+        if not bound[0] <= lo <= hi <= bound[1]:
+            raise ValueError(f"{op}: {name} values should be between {bound}, got {value!r}")
+        return [lo, hi]
+    raise TypeError(f"{op}: {name} should be a single number or a (min, max) pair, got {value!r}")
 
 
 class Transform:
@@ -287,6 +342,134 @@ class Normalize(Transform):
         return {"op": "Normalize", "mean": self.mean, "std": self.std}
 
 
+class ColorJitter(Transform):
+    """``ColorJitter(brightness=0, contrast=0, saturation=0, hue=0)``: each a number or a
+    ``(min, max)`` pair; the four adjustments in a random order with random factors."""
+
+    def __init__(
+        self,
+        brightness: Union[float, Sequence[float]] = 0,
+        contrast: Union[float, Sequence[float]] = 0,
+        saturation: Union[float, Sequence[float]] = 0,
+        hue: Union[float, Sequence[float]] = 0,
+    ) -> None:
+        inf = float("inf")
+        self.brightness = _jitter("ColorJitter", "brightness", brightness, 1.0, (0.0, inf))
+        self.contrast = _jitter("ColorJitter", "contrast", contrast, 1.0, (0.0, inf))
+        self.saturation = _jitter("ColorJitter", "saturation", saturation, 1.0, (0.0, inf))
+        self.hue = _jitter("ColorJitter", "hue", hue, 0.0, (-0.5, 0.5))
+
+    def to_spec(self) -> Spec:
+        return {
+            "op": "ColorJitter",
+            "brightness": self.brightness,
+            "contrast": self.contrast,
+            "saturation": self.saturation,
+            "hue": self.hue,
+        }
+
+
+class Grayscale(Transform):
+    """``Grayscale(num_output_channels=1)``: only ``num_output_channels=3`` is supported (the
+    gray level in all three channels), since every sample is 3-channel; torchvision's default 1
+    is refused rather than silently changed."""
+
+    def __init__(self, num_output_channels: int = 1) -> None:
+        if not _is_int(num_output_channels):
+            raise TypeError(f"Grayscale: num_output_channels must be an int, got {num_output_channels!r}")
+        if num_output_channels != 3:
+            raise ValueError(
+                f"Grayscale: num_output_channels={num_output_channels} is not supported: samples "
+                "are 3-channel; use num_output_channels=3"
+            )
+        self.num_output_channels = 3
+
+    def to_spec(self) -> Spec:
+        return {"op": "Grayscale", "num_output_channels": self.num_output_channels}
+
+
+class RandomGrayscale(Transform):
+    """``RandomGrayscale(p=0.1)``: grayscale (in all three channels) with probability ``p``."""
+
+    def __init__(self, p: float = 0.1) -> None:
+        self.p = _probability("RandomGrayscale", p)
+
+    def to_spec(self) -> Spec:
+        return {"op": "RandomGrayscale", "p": self.p}
+
+
+class RandomPosterize(Transform):
+    """``RandomPosterize(bits, p=0.5)``: keep the top ``bits`` (1 to 8) bits of each channel."""
+
+    def __init__(self, bits: int, p: float = 0.5) -> None:
+        if not _is_int(bits):
+            raise TypeError(f"RandomPosterize: bits must be an int, got {bits!r}")
+        if not 1 <= int(bits) <= 8:
+            raise ValueError(f"RandomPosterize: bits must be between 1 and 8, got {bits!r}")
+        self.bits = int(bits)
+        self.p = _probability("RandomPosterize", p)
+
+    def to_spec(self) -> Spec:
+        return {"op": "RandomPosterize", "bits": self.bits, "p": self.p}
+
+
+class RandomSolarize(Transform):
+    """``RandomSolarize(threshold, p=0.5)``: invert every level at or above ``threshold``."""
+
+    def __init__(self, threshold: float, p: float = 0.5) -> None:
+        self.threshold = _number("RandomSolarize", "threshold", threshold)
+        self.p = _probability("RandomSolarize", p)
+
+    def to_spec(self) -> Spec:
+        return {"op": "RandomSolarize", "threshold": self.threshold, "p": self.p}
+
+
+class RandomEqualize(Transform):
+    """``RandomEqualize(p=0.5)``: Pillow's histogram equalization with probability ``p``."""
+
+    def __init__(self, p: float = 0.5) -> None:
+        self.p = _probability("RandomEqualize", p)
+
+    def to_spec(self) -> Spec:
+        return {"op": "RandomEqualize", "p": self.p}
+
+
+class RandomAutocontrast(Transform):
+    """``RandomAutocontrast(p=0.5)``: stretch each channel to 0..255 with probability ``p``."""
+
+    def __init__(self, p: float = 0.5) -> None:
+        self.p = _probability("RandomAutocontrast", p)
+
+    def to_spec(self) -> Spec:
+        return {"op": "RandomAutocontrast", "p": self.p}
+
+
+class RandomAdjustSharpness(Transform):
+    """``RandomAdjustSharpness(sharpness_factor, p=0.5)``: 0 blurs, 1 keeps, 2 sharpens."""
+
+    def __init__(self, sharpness_factor: float, p: float = 0.5) -> None:
+        factor = _number("RandomAdjustSharpness", "sharpness_factor", sharpness_factor)
+        if factor < 0:
+            raise ValueError(
+                f"RandomAdjustSharpness: sharpness_factor must be non negative, got {sharpness_factor!r}"
+            )
+        self.sharpness_factor = factor
+        self.p = _probability("RandomAdjustSharpness", p)
+
+    def to_spec(self) -> Spec:
+        return {"op": "RandomAdjustSharpness", "sharpness_factor": self.sharpness_factor, "p": self.p}
+
+
+class RandomInvert(Transform):
+    """``RandomInvert(p=0.5)``: ``255 - v`` with probability ``p``."""
+
+    def __init__(self, p: float = 0.5) -> None:
+        self.p = _probability("RandomInvert", p)
+
+    def to_spec(self) -> Spec:
+        return {"op": "RandomInvert", "p": self.p}
+
+
 class Compose:
     """``Compose(transforms)``: the ops in order."""
 
@@ -361,7 +544,9 @@ def _is_torchvision(obj: object) -> bool:
 
 _SUPPORTED = (
     "RandomResizedCrop, Resize, CenterCrop, RandomHorizontalFlip, ToTensor, PILToTensor, "
-    "Normalize, ConvertImageDtype(torch.float) (and, from transforms.v2, ToImage, "
+    "Normalize, ColorJitter, Grayscale(num_output_channels=3), RandomGrayscale, "
+    "RandomPosterize, RandomSolarize, RandomEqualize, RandomAutocontrast, RandomAdjustSharpness, "
+    "RandomInvert, ConvertImageDtype(torch.float) (and, from transforms.v2, ToImage, "
     "ToDtype(torch.float32, scale=True), ToPureTensor)"
 )
 
@@ -375,7 +560,10 @@ def from_torchvision(compose: Any) -> Compose:
     ``ConvertImageDtype(torch.float)`` is ``ToTensor``; v2's ``ToImage()`` first (the image
     becomes a tensor before the crop) is the same pipeline with the conversion where
     ``ToDtype(torch.float32, scale=True)`` stands. On a tensor torchvision resizes with its own
-    antialiasing, which can differ from Pillow's (what ferroloader computes) by a level.
+    antialiasing, which can differ from Pillow's (what ferroloader computes) by a level; likewise
+    the pixel ops (``ColorJitter``, ``RandomEqualize``, ...) after ``ToImage()`` run torchvision's
+    tensor kernels there, while ferroloader always computes them as Pillow does (the v1 PIL path).
+    Random draws follow v1's comparisons; v2's differ only for a draw equal to ``p``.
     """
     if isinstance(compose, (list, tuple)):
         items = list(compose)
@@ -446,6 +634,28 @@ def _convert_one(name: str, t: Any, done: List[Transform]) -> object:
         return PILToTensor()
     if name == "Normalize":
         return Normalize(list(map(float, t.mean)), list(map(float, t.std)))
+    if name == "ColorJitter":
+        # torchvision keeps each argument resolved by _check_input: None (off) or (min, max).
+        def jitter(value: Any) -> Union[float, List[float]]:
+            return 0 if value is None else [float(v) for v in value]
+
+        return ColorJitter(jitter(t.brightness), jitter(t.contrast), jitter(t.saturation), jitter(t.hue))
+    if name == "Grayscale":
+        return Grayscale(t.num_output_channels)
+    if name == "RandomGrayscale":
+        return RandomGrayscale(float(t.p))
+    if name == "RandomPosterize":
+        return RandomPosterize(t.bits, float(t.p))
+    if name == "RandomSolarize":
+        return RandomSolarize(t.threshold, float(t.p))
+    if name == "RandomEqualize":
+        return RandomEqualize(float(t.p))
+    if name == "RandomAutocontrast":
+        return RandomAutocontrast(float(t.p))
+    if name == "RandomAdjustSharpness":
+        return RandomAdjustSharpness(t.sharpness_factor, float(t.p))
+    if name == "RandomInvert":
+        return RandomInvert(float(t.p))
     if name == "ToPureTensor":
         return _SKIP
     if name in ("ToDtype", "ConvertImageDtype"):
