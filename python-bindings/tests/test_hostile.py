@@ -31,9 +31,12 @@ def test_batch_sizes_beyond_the_dataset_give_one_batch_of_everything(folder: Pat
 
 
 def test_memory_no_machine_has_is_a_memory_error_naming_the_argument(folder: Path) -> None:
-    huge = T.Compose([T.Resize([100_000, 100_000]), T.ToTensor()])
-    with pytest.raises(MemoryError, match=r"^batch_size: cannot allocate \d+ bytes for a batch buffer of 2 samples"):
-        fl.Loader(fl.ImageFolder(folder), batch_size=2, transform=huge)
+    # 13000x13000 is under the pixel limit: 2 GB per float32 sample, 2 TB for a batch of 1000
+    # (the listing need not exist: nothing is read before the first batch).
+    huge = T.Compose([T.Resize([13_000, 13_000]), T.ToTensor()])
+    listing = [(str(folder / "missing.jpg"), 0)] * 1000
+    with pytest.raises(MemoryError, match=r"^batch_size: cannot allocate \d+ bytes for a batch buffer of 1000 samples"):
+        fl.Loader(listing, batch_size=1000, transform=huge)
     tall = T.Compose([T.Resize([8192, 8192]), T.ToTensor()])
     with pytest.raises(MemoryError, match=r"^prefetch_batches: cannot allocate"):
         fl.Loader(fl.ImageFolder(folder), batch_size=4, prefetch_batches=1000, transform=tall)
