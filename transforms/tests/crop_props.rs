@@ -2,8 +2,6 @@
 //! cases worked out by hand from torchvision's code (`RandomResizedCrop.get_params`,
 //! `F.center_crop`, `_compute_resized_output_size`).
 
-use std::collections::VecDeque;
-
 use ferroloader_transforms::crop::{
     center_crop_rect, resize_shorter_side, RandomResizedCrop, DEFAULT_RATIO, DEFAULT_SCALE,
 };
@@ -11,46 +9,9 @@ use ferroloader_transforms::rng::{sample_rng, SampleRng, TorchDraws};
 use ferroloader_transforms::{CropRect, Error};
 use proptest::prelude::*;
 
-/// Replays scripted draws (the values torch would have returned) and records what was asked.
-#[derive(Default)]
-struct Scripted {
-    uniforms: VecDeque<f32>,
-    ints: VecDeque<u32>,
-    /// `(from, to)` of each uniform draw.
-    uniform_ranges: Vec<(f32, f32)>,
-    /// `high` of each randint draw.
-    int_highs: Vec<u32>,
-}
-
-impl Scripted {
-    fn new(uniforms: &[f32], ints: &[u32]) -> Self {
-        Scripted {
-            uniforms: uniforms.iter().copied().collect(),
-            ints: ints.iter().copied().collect(),
-            ..Default::default()
-        }
-    }
-}
-
-impl TorchDraws for Scripted {
-    fn uniform_f32(&mut self, from: f32, to: f32) -> f32 {
-        self.uniform_ranges.push((from, to));
-        let v = self
-            .uniforms
-            .pop_front()
-            .expect("script has another uniform draw");
-        // Only values torch could have drawn: `uniform_` returns [from, to).
-        assert!((from..to).contains(&v), "{v} outside [{from}, {to})");
-        v
-    }
-
-    fn randint(&mut self, high: u32) -> u32 {
-        self.int_highs.push(high);
-        let v = self.ints.pop_front().expect("script has another int draw");
-        assert!(v < high, "{v} outside [0, {high})");
-        v
-    }
-}
+#[path = "support/scripted.rs"]
+mod scripted;
+use scripted::Scripted;
 
 /// Passes draws through to a real generator, counting the integer draws: an accepted attempt
 /// makes exactly two, the fallback none.
@@ -88,7 +49,7 @@ fn accepted_first_attempt_by_hand() {
     // 500x375, area 187500. Scale draw 0.5 -> target area 93750; log-ratio draw 0 -> ratio 1;
     // w = h = round(sqrt(93750) = 306.19) = 306. Fits, so i ~ randint(0, 375 - 306 + 1 = 70)
     // and j ~ randint(0, 500 - 306 + 1 = 195).
-    let mut d = Scripted::new(&[0.5, 0.0], &[13, 42]);
+    let mut d = Scripted::in_range(&[0.5, 0.0], &[13, 42]);
     let got = rrc_default().get_params(500, 375, &mut d);
     assert_eq!(got, rect(13, 42, 306, 306));
     assert_eq!(d.int_highs, [70, 195]);
@@ -104,12 +65,12 @@ fn accepted_first_attempt_by_hand() {
 fn python_rounds_half_to_even() {
     // 8x8, area 64. Scale 25/256 (in [0.08, 1)) -> area 6.25 -> sqrt 2.5 -> round() gives 2,
     // not 3; i, j ~ randint(0, 7).
-    let mut d = Scripted::new(&[25.0 / 256.0, 0.0], &[0, 0]);
+    let mut d = Scripted::in_range(&[25.0 / 256.0, 0.0], &[0, 0]);
     let got = rrc_default().get_params(8, 8, &mut d);
     assert_eq!((got.width, got.height), (2, 2));
     assert_eq!(d.int_highs, [7, 7]);
     // Scale 49/256 -> area 12.25 -> sqrt 3.5 -> round() gives 4.
-    let mut d = Scripted::new(&[49.0 / 256.0, 0.0], &[1, 2]);
+    let mut d = Scripted::in_range(&[49.0 / 256.0, 0.0], &[1, 2]);
     let got = rrc_default().get_params(8, 8, &mut d);
     assert_eq!(got, rect(1, 2, 4, 4));
     assert_eq!(d.int_highs, [5, 5]);
@@ -121,7 +82,7 @@ fn rejected_attempt_then_accepted_by_hand() {
     // w = round(sqrt(1155.6)) = 34, h = round(sqrt(700.9) = 26.47) = 26 > 10: rejected, no
     // integer draws. Attempt 2: scale 0.08 -> 80, ratio 1: w = h = round(8.94) = 9, fits:
     // i ~ randint(0, 2), j ~ randint(0, 92).
-    let mut d = Scripted::new(&[0.9, 0.25, 0.08, 0.0], &[1, 90]);
+    let mut d = Scripted::in_range(&[0.9, 0.25, 0.08, 0.0], &[1, 90]);
     let got = rrc_default().get_params(100, 10, &mut d);
     assert_eq!(got, rect(1, 90, 9, 9));
     assert_eq!(d.int_highs, [2, 92]);
@@ -135,7 +96,7 @@ fn fallback_by_hand() {
     // Wide 100x10: ratio 1 gives w = h = round(sqrt(990) = 31.46) = 31 > 10, ten times.
     // in_ratio 10 > 4/3, so h = 10, w = int(round(10 * 4/3 = 13.33)) = 13,
     // i = (10 - 10) // 2 = 0, j = (100 - 13) // 2 = 43.
-    let mut d = Scripted::new(&ten(0.0), &[]);
+    let mut d = Scripted::in_range(&ten(0.0), &[]);
     assert_eq!(
         rrc_default().get_params(100, 10, &mut d),
         rect(0, 43, 10, 13)
@@ -144,7 +105,7 @@ fn fallback_by_hand() {
     assert_eq!(d.uniform_ranges.len(), 20);
     // Tall 10x100: in_ratio 0.1 < 3/4, so w = 10, h = int(round(10 / 0.75 = 13.33)) = 13,
     // i = (100 - 13) // 2 = 43, j = 0.
-    let mut d = Scripted::new(&ten(0.0), &[]);
+    let mut d = Scripted::in_range(&ten(0.0), &[]);
     assert_eq!(
         rrc_default().get_params(10, 100, &mut d),
         rect(43, 0, 13, 10)
@@ -152,10 +113,10 @@ fn fallback_by_hand() {
     // Half to even in the fallback: ratio (2, 3) on 5x100 (the attempts: area 495, ratio
     // exp(ln 2) = 2, w = round(31.46) = 31 > 5): h = round(5 / 2 = 2.5) = 2, i = 49.
     let rrc = RandomResizedCrop::new((8, 8), DEFAULT_SCALE, (2.0, 3.0)).expect("valid");
-    let mut d = Scripted::new(&ten(2.0f32.ln()), &[]);
+    let mut d = Scripted::in_range(&ten(2.0f32.ln()), &[]);
     assert_eq!(rrc.get_params(5, 100, &mut d), rect(49, 0, 2, 5));
     // In range: the whole image. 100x90, area 9000: w = h = round(sqrt(8910) = 94.4) = 94 > 90.
-    let mut d = Scripted::new(&ten(0.0), &[]);
+    let mut d = Scripted::in_range(&ten(0.0), &[]);
     assert_eq!(
         rrc_default().get_params(100, 90, &mut d),
         rect(0, 0, 90, 100)

@@ -30,6 +30,10 @@ use serde_json::Value;
 
 // ---------------------------------------------------------------- allocation counting
 
+#[path = "support/scripted.rs"]
+mod scripted;
+use scripted::Scripted;
+
 #[path = "support/counting_alloc.rs"]
 mod counting_alloc;
 use counting_alloc::allocations;
@@ -990,41 +994,6 @@ fn color_jitter_orders_uniformly_and_factors_in_range() {
     // brightness 1.5 clips its low end at 0, as `max(0, 1 - 1.5)`.
     let t = ColorJitter::from_scalars(1.5, 0.0, 0.0, 0.0).expect("valid");
     assert_eq!(t.ranges().0, Some((0.0, 2.5)));
-}
-
-/// Scripted draws for the single ops: uniforms (checked to lie in the asked range) and ints.
-#[derive(Default)]
-struct Scripted {
-    uniforms: VecDeque<f32>,
-    ints: VecDeque<u32>,
-    uniform_ranges: Vec<(f32, f32)>,
-    int_highs: Vec<u32>,
-}
-
-impl Scripted {
-    fn new(uniforms: &[f32], ints: &[u32]) -> Self {
-        Scripted {
-            uniforms: uniforms.iter().copied().collect(),
-            ints: ints.iter().copied().collect(),
-            ..Default::default()
-        }
-    }
-}
-
-impl TorchDraws for Scripted {
-    fn uniform_f32(&mut self, from: f32, to: f32) -> f32 {
-        self.uniform_ranges.push((from, to));
-        self.uniforms
-            .pop_front()
-            .expect("script has another uniform")
-    }
-
-    fn randint(&mut self, high: u32) -> u32 {
-        self.int_highs.push(high);
-        let v = self.ints.pop_front().expect("script has another int");
-        assert!(v < high, "{v} outside [0, {high})");
-        v
-    }
 }
 
 #[test]
