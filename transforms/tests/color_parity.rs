@@ -27,14 +27,6 @@ struct Manifest {
 }
 
 #[derive(Deserialize)]
-struct ImageEntry {
-    name: String,
-    file: String,
-    width: u32,
-    height: u32,
-}
-
-#[derive(Deserialize)]
 struct Case {
     image: String,
     op: String,
@@ -54,6 +46,9 @@ impl Case {
 
 #[path = "../../tests/support/fixtures.rs"]
 mod fixtures;
+#[path = "support/rgb_corpus.rs"]
+mod rgb_corpus;
+use rgb_corpus::ImageEntry;
 
 struct Corpus {
     manifest: Manifest,
@@ -63,23 +58,8 @@ struct Corpus {
 
 impl Corpus {
     fn load() -> Corpus {
-        let dir = fixtures::fixture_dir("color", "make fixtures");
-        let text = std::fs::read_to_string(dir.join("manifest.json")).unwrap_or_else(|e| {
-            panic!(
-                "no color fixtures at {} ({e}): run `make fixtures`",
-                dir.display()
-            )
-        });
-        let manifest: Manifest = serde_json::from_str(&text).expect("manifest parses");
-        let images = manifest
-            .images
-            .iter()
-            .map(|e| {
-                let data = std::fs::read(dir.join(&e.file)).expect("source readable");
-                let img = RgbImage::from_raw(e.width, e.height, data).expect("source size");
-                (e.name.clone(), img)
-            })
-            .collect();
+        let (dir, manifest): (_, Manifest) = rgb_corpus::manifest("color");
+        let images = rgb_corpus::sources(&dir, &manifest.images);
         let expected = std::fs::read(dir.join("expected.bin")).expect("expected.bin readable");
         Corpus {
             manifest,

@@ -20,6 +20,8 @@ use counting_alloc::allocations;
 
 #[path = "../../tests/support/fixtures.rs"]
 mod fixtures;
+#[path = "support/rgb_corpus.rs"]
+mod rgb_corpus;
 
 struct Corpus {
     dir: PathBuf,
@@ -29,26 +31,10 @@ struct Corpus {
 
 impl Corpus {
     fn load() -> Corpus {
-        let dir = fixtures::fixture_dir("geometry", "make fixtures");
-        let text = std::fs::read_to_string(dir.join("manifest.json")).unwrap_or_else(|e| {
-            panic!(
-                "no geometry fixtures at {} ({e}): run `make fixtures`",
-                dir.display()
-            )
-        });
-        let manifest: Value = serde_json::from_str(&text).expect("manifest parses");
-        let images = manifest["images"]
-            .as_array()
-            .expect("images")
-            .iter()
-            .map(|e| {
-                let data = std::fs::read(dir.join(e["file"].as_str().expect("file")))
-                    .expect("source readable");
-                let (w, h) = (u32_of(&e["width"]), u32_of(&e["height"]));
-                let img = RgbImage::from_raw(w, h, data).expect("source size");
-                (e["name"].as_str().expect("name").to_string(), img)
-            })
-            .collect();
+        let (dir, manifest): (_, Value) = rgb_corpus::manifest("geometry");
+        let entries: Vec<rgb_corpus::ImageEntry> =
+            serde_json::from_value(manifest["images"].clone()).expect("images");
+        let images = rgb_corpus::sources(&dir, &entries);
         Corpus {
             dir,
             manifest,

@@ -29,14 +29,6 @@ struct Manifest {
 }
 
 #[derive(Deserialize)]
-struct ImageEntry {
-    name: String,
-    file: String,
-    width: u32,
-    height: u32,
-}
-
-#[derive(Deserialize)]
 struct Case {
     image: String,
     /// Pillow's box: left, top, right, bottom.
@@ -75,26 +67,14 @@ struct Corpus {
 
 #[path = "../../tests/support/fixtures.rs"]
 mod fixtures;
+#[path = "support/rgb_corpus.rs"]
+mod rgb_corpus;
+use rgb_corpus::ImageEntry;
 
 impl Corpus {
     fn load() -> Corpus {
-        let dir = fixtures::fixture_dir("resize", "make fixtures");
-        let text = std::fs::read_to_string(dir.join("manifest.json")).unwrap_or_else(|e| {
-            panic!(
-                "no resize fixtures at {} ({e}): run `make fixtures`",
-                dir.display()
-            )
-        });
-        let manifest: Manifest = serde_json::from_str(&text).expect("manifest parses");
-        let images = manifest
-            .images
-            .iter()
-            .map(|e| {
-                let data = std::fs::read(dir.join(&e.file)).expect("source readable");
-                let img = RgbImage::from_raw(e.width, e.height, data).expect("source size");
-                (e.name.clone(), img)
-            })
-            .collect();
+        let (dir, manifest): (_, Manifest) = rgb_corpus::manifest("resize");
+        let images = rgb_corpus::sources(&dir, &manifest.images);
         Corpus {
             dir,
             manifest,
