@@ -105,33 +105,22 @@ fn loader_error(py: Python<'_>, e: LoaderError) -> PyErr {
             index,
             path,
             op,
-            source: source @ TransformError::OutOfMemory { .. },
-        } => new_err::<PyMemoryError>(
-            py,
-            format!(
+            source,
+        } => {
+            if let Some(reason) = decode_reason(&source) {
+                return decode_error(py, &path, Some(index), op.name(), reason, &source);
+            }
+            let message = format!(
                 "{} (sample {index}): {} failed: {source}",
                 path.display(),
                 op.name()
-            ),
-            &[path.as_os_str()],
-        ),
-        LoaderError::Transform {
-            index,
-            path,
-            op,
-            source,
-        } => match decode_reason(&source) {
-            Some(reason) => decode_error(py, &path, Some(index), op.name(), reason, &source),
-            None => new_err::<PyValueError>(
-                py,
-                format!(
-                    "{} (sample {index}): {} failed: {source}",
-                    path.display(),
-                    op.name()
-                ),
-                &[path.as_os_str()],
-            ),
-        },
+            );
+            let names = [path.as_os_str()];
+            match source {
+                TransformError::OutOfMemory { .. } => new_err::<PyMemoryError>(py, message, &names),
+                _ => new_err::<PyValueError>(py, message, &names),
+            }
+        }
         LoaderError::Panic {
             index,
             path,
