@@ -45,6 +45,14 @@ impl OpObserver for Forward<'_> {
     fn exit(&mut self, op: TransformOp) {
         self.0.exit(Op::Transform(op));
     }
+    #[inline]
+    fn enter_named(&mut self, name: &'static str) {
+        self.0.enter(Op::Custom(name));
+    }
+    #[inline]
+    fn exit_named(&mut self, name: &'static str) {
+        self.0.exit(Op::Custom(name));
+    }
 }
 
 impl SampleProcessor for ImagePipeline {

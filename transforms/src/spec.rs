@@ -8,8 +8,6 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::augment::color::{self, ColorScratch};
-use crate::augment::policy::{draw_p, draw_p_item, ColorJitter, ColorStep};
 use crate::crop::{center_crop_rect, resize_shorter_side, RandomResizedCrop};
 use crate::decode::{DecodeContext, DecodeOptions, Decoder};
 use crate::error::{Error, Result};
@@ -18,6 +16,10 @@ use crate::image::{CropRect, RgbImage, RgbView};
 use crate::resize::{Resizer, SimdLevel};
 use crate::rng::SampleRng;
 use crate::tensor;
+
+mod stage;
+
+use stage::{StageOp, StageScratch, Staged};
 
 /// `int` (square, or the shorter side for `Resize`) or `[height, width]`, as torchvision takes it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -437,12 +439,40 @@ pub enum Op {
     RandomAdjustSharpness,
     /// `RandomInvert`.
     RandomInvert,
+    /// `RandomVerticalFlip`.
+    RandomVerticalFlip,
+    /// `RandomRotation`.
+    RandomRotation,
+    /// `RandomAffine`.
+    RandomAffine,
+    /// `GaussianBlur`.
+    GaussianBlur,
+    /// `Pad`.
+    Pad,
+    /// `RandomCrop` (its padding and crop).
+    RandomCrop,
+    /// `TrivialAugmentWide`: its draw and the chosen op, which has a nested named span.
+    TrivialAugmentWide,
+    /// `RandAugment`: its draws and the chosen ops (nested named spans).
+    RandAugment,
+    /// `AutoAugment`: its draws and the chosen ops (nested named spans).
+    AutoAugment,
+    /// `AugMix`: its draws, chains and mix.
+    AugMix,
+    /// `RandomApply`: its coin; the applied ops have their own spans.
+    RandomApply,
+    /// `RandomChoice`: its draw; the chosen op has its own span.
+    RandomChoice,
+    /// `RandomOrder`: its permutation; the ops have their own spans.
+    RandomOrder,
+    /// `RandomErasing`, on the tensor in the batch slot.
+    RandomErasing,
 }
 
 impl Op {
     /// Every op, in declaration order (`op as usize` indexes this array; the loader's
     /// profiler tables rely on it, so new ops go at the end, here and in the enum).
-    pub const ALL: [Op; 17] = [
+    pub const ALL: [Op; 31] = [
         Op::Decode,
         Op::CropParams,
         Op::Crop,
@@ -460,6 +490,20 @@ impl Op {
         Op::RandomAutocontrast,
         Op::RandomAdjustSharpness,
         Op::RandomInvert,
+        Op::RandomVerticalFlip,
+        Op::RandomRotation,
+        Op::RandomAffine,
+        Op::GaussianBlur,
+        Op::Pad,
+        Op::RandomCrop,
+        Op::TrivialAugmentWide,
+        Op::RandAugment,
+        Op::AutoAugment,
+        Op::AugMix,
+        Op::RandomApply,
+        Op::RandomChoice,
+        Op::RandomOrder,
+        Op::RandomErasing,
     ];
 
     /// The name spans and summaries use.
@@ -482,12 +526,26 @@ impl Op {
             Op::RandomAutocontrast => "RandomAutocontrast",
             Op::RandomAdjustSharpness => "RandomAdjustSharpness",
             Op::RandomInvert => "RandomInvert",
+            Op::RandomVerticalFlip => "RandomVerticalFlip",
+            Op::RandomRotation => "RandomRotation",
+            Op::RandomAffine => "RandomAffine",
+            Op::GaussianBlur => "GaussianBlur",
+            Op::Pad => "Pad",
+            Op::RandomCrop => "RandomCrop",
+            Op::TrivialAugmentWide => "TrivialAugmentWide",
+            Op::RandAugment => "RandAugment",
+            Op::AutoAugment => "AutoAugment",
+            Op::AugMix => "AugMix",
+            Op::RandomApply => "RandomApply",
+            Op::RandomChoice => "RandomChoice",
+            Op::RandomOrder => "RandomOrder",
+            Op::RandomErasing => "RandomErasing",
         }
     }
 }
 
 /// Sees the boundaries of every op a sample runs through (the profiler's attachment point).
-/// Both hooks default to nothing, so `&mut ()` observes nothing at no cost.
+/// Every hook defaults to nothing, so `&mut ()` observes nothing at no cost.
 pub trait OpObserver {
     /// Called right before `op` starts.
     fn enter(&mut self, op: Op) {
@@ -497,13 +555,23 @@ pub trait OpObserver {
     fn exit(&mut self, op: Op) {
         let _ = op;
     }
+    /// Called right before an op named at run time starts: the op a policy chose, named by
+    /// both (`TrivialAugmentWide/Solarize`), nested in the policy's [`Op`] span. Names are
+    /// `'static` so an observer can key them by address.
+    fn enter_named(&mut self, name: &'static str) {
+        let _ = name;
+    }
+    /// Called right after the op named `name` ends, also when it failed.
+    fn exit_named(&mut self, name: &'static str) {
+        let _ = name;
+    }
 }
 
 impl OpObserver for () {}
 
 /// Runs `f` as op `op` for `obs`.
 #[inline]
-fn observed<T>(obs: &mut dyn OpObserver, op: Op, f: impl FnOnce() -> T) -> T {
+pub(crate) fn observed<T>(obs: &mut dyn OpObserver, op: Op, f: impl FnOnce() -> T) -> T {
     obs.enter(op);
     let out = f();
     obs.exit(op);
@@ -565,6 +633,9 @@ pub struct Pipeline {
     staged: Option<Staged>,
     output: OutputKind,
     deferred_normalize: Option<([f32; 3], [f32; 3])>,
+    /// `(height, width)` the geometry produces: what the stage ops start from.
+    geometry_size: (u32, u32),
+    /// The sample's size: the geometry's, changed by stage ops that pad.
     out_h: u32,
     out_w: u32,
 }
@@ -579,7 +650,7 @@ pub struct PipelineContext {
     decoded: RgbImage,
     stage_a: RgbImage,
     stage_b: RgbImage,
-    color: ColorScratch,
+    stage: StageScratch,
 }
 
 impl PipelineContext {
@@ -590,6 +661,7 @@ impl PipelineContext {
             + self.decoded.retained_bytes()
             + self.stage_a.retained_bytes()
             + self.stage_b.retained_bytes()
+            + self.stage.retained_bytes()
     }
 
     /// Runs the resize and conversion kernels up to `limit` ([`fused::default_simd`] unless
@@ -612,313 +684,6 @@ fn bad_order(reason: &str) -> Error {
              ToTensor [Normalize] or PILToTensor"
         ),
     )
-}
-
-/// `err` with the op it came from named in front of its reason (the argument is named already).
-fn in_op(op: &'static str, err: Error) -> Error {
-    match err {
-        Error::InvalidArgument { name, reason } => Error::InvalidArgument {
-            name,
-            reason: format!("{op}: {reason}"),
-        },
-        other => other,
-    }
-}
-
-/// torchvision v2's check of every `p` (v1 checks none; a `p` outside `[0, 1]` is a mistake).
-fn check_p(op: &'static str, p: f64) -> Result<f64> {
-    if !(0.0..=1.0).contains(&p) {
-        return Err(Error::invalid(
-            "p",
-            format!("{op}: {p} is not a probability in [0, 1]"),
-        ));
-    }
-    Ok(p)
-}
-
-/// A `ColorJitter` argument resolved as torchvision's `_check_input` does.
-fn jitter_range(name: &'static str, arg: JitterArg) -> Result<Option<(f64, f64)>> {
-    match arg {
-        JitterArg::Range([lo, hi]) => Ok(Some((lo, hi))),
-        // The policy owns the single-number rule (clip at 0, hue's bound); ask it for this one.
-        JitterArg::Number(v) => {
-            let (b, c, s, h) = match name {
-                "brightness" => ColorJitter::from_scalars(v, 0.0, 0.0, 0.0),
-                "contrast" => ColorJitter::from_scalars(0.0, v, 0.0, 0.0),
-                "saturation" => ColorJitter::from_scalars(0.0, 0.0, v, 0.0),
-                _ => ColorJitter::from_scalars(0.0, 0.0, 0.0, v),
-            }?
-            .ranges();
-            Ok(b.or(c).or(s).or(h))
-        }
-    }
-}
-
-/// One op of the staged part of a plan, between the geometry and the conversion, parameters
-/// checked. The ops of `augment::geometry` (vertical flip, rotation, affine, blur, padding)
-/// plug in here, an arm each, with their draws and kernels in [`StageOp::run`].
-#[derive(Clone, Debug, PartialEq)]
-enum StageOp {
-    HFlip { p: f64 },
-    ColorJitter(ColorJitter),
-    Grayscale,
-    RandomGrayscale { p: f64 },
-    Posterize { bits: u8, p: f64 },
-    Solarize { threshold: f64, p: f64 },
-    Equalize { p: f64 },
-    Autocontrast { p: f64 },
-    Sharpness { factor: f64, p: f64 },
-    Invert { p: f64 },
-}
-
-impl StageOp {
-    /// `Ok(None)`: `op` is not a flip or a pixel op (the conversion, or an op out of place).
-    fn plan(op: &OpSpec) -> Result<Option<Self>> {
-        Ok(Some(match op {
-            OpSpec::RandomHorizontalFlip { p } => StageOp::HFlip {
-                p: check_p("RandomHorizontalFlip", *p)?,
-            },
-            OpSpec::ColorJitter {
-                brightness,
-                contrast,
-                saturation,
-                hue,
-            } => {
-                let jitter = (|| {
-                    ColorJitter::from_ranges(
-                        jitter_range("brightness", *brightness)?,
-                        jitter_range("contrast", *contrast)?,
-                        jitter_range("saturation", *saturation)?,
-                        jitter_range("hue", *hue)?,
-                    )
-                })()
-                .map_err(|e| in_op("ColorJitter", e))?;
-                StageOp::ColorJitter(jitter)
-            }
-            OpSpec::Grayscale {
-                num_output_channels,
-            } => {
-                if *num_output_channels != 3 {
-                    return Err(Error::invalid(
-                        "num_output_channels",
-                        format!(
-                            "Grayscale: {num_output_channels} is not supported, samples are \
-                             3-channel (torchvision's default is 1); write num_output_channels=3"
-                        ),
-                    ));
-                }
-                StageOp::Grayscale
-            }
-            OpSpec::RandomGrayscale { p } => StageOp::RandomGrayscale {
-                p: check_p("RandomGrayscale", *p)?,
-            },
-            OpSpec::RandomPosterize { bits, p } => {
-                let bits = u8::try_from(*bits)
-                    .ok()
-                    .filter(|b| (1..=8).contains(b))
-                    .ok_or_else(|| {
-                        Error::invalid(
-                            "bits",
-                            format!("RandomPosterize: {bits} is not between 1 and 8"),
-                        )
-                    })?;
-                StageOp::Posterize {
-                    bits,
-                    p: check_p("RandomPosterize", *p)?,
-                }
-            }
-            OpSpec::RandomSolarize { threshold, p } => {
-                if !threshold.is_finite() {
-                    return Err(Error::invalid(
-                        "threshold",
-                        format!("RandomSolarize: {threshold} is not a finite number"),
-                    ));
-                }
-                StageOp::Solarize {
-                    threshold: *threshold,
-                    p: check_p("RandomSolarize", *p)?,
-                }
-            }
-            OpSpec::RandomEqualize { p } => StageOp::Equalize {
-                p: check_p("RandomEqualize", *p)?,
-            },
-            OpSpec::RandomAutocontrast { p } => StageOp::Autocontrast {
-                p: check_p("RandomAutocontrast", *p)?,
-            },
-            OpSpec::RandomAdjustSharpness {
-                sharpness_factor,
-                p,
-            } => {
-                if !(sharpness_factor.is_finite() && *sharpness_factor >= 0.0) {
-                    return Err(Error::invalid(
-                        "sharpness_factor",
-                        format!(
-                            "RandomAdjustSharpness: {sharpness_factor} is not a finite \
-                             non-negative number"
-                        ),
-                    ));
-                }
-                StageOp::Sharpness {
-                    factor: *sharpness_factor,
-                    p: check_p("RandomAdjustSharpness", *p)?,
-                }
-            }
-            OpSpec::RandomInvert { p } => StageOp::Invert {
-                p: check_p("RandomInvert", *p)?,
-            },
-            _ => return Ok(None),
-        }))
-    }
-
-    /// The span this op runs in.
-    fn span(&self) -> Op {
-        match self {
-            StageOp::HFlip { .. } => Op::Flip,
-            StageOp::ColorJitter(_) => Op::ColorJitter,
-            StageOp::Grayscale => Op::Grayscale,
-            StageOp::RandomGrayscale { .. } => Op::RandomGrayscale,
-            StageOp::Posterize { .. } => Op::RandomPosterize,
-            StageOp::Solarize { .. } => Op::RandomSolarize,
-            StageOp::Equalize { .. } => Op::RandomEqualize,
-            StageOp::Autocontrast { .. } => Op::RandomAutocontrast,
-            StageOp::Sharpness { .. } => Op::RandomAdjustSharpness,
-            StageOp::Invert { .. } => Op::RandomInvert,
-        }
-    }
-
-    /// Draws this op's parameters from `rng` (torchvision's draws, in its order and number:
-    /// one coin per `Random*` op even at `p` 0 or 1, `randperm(4)` and a factor per enabled
-    /// adjustment for `ColorJitter`; flips keep the pipeline's rule of no coin at `p = 0`)
-    /// and applies it to `img` in place. Returns whether it mirrored the image.
-    ///
-    /// The coins are v1's comparisons (`draw_p` for `RandomGrayscale`, `draw_p_item` for the
-    /// others); v2 compares in float32 throughout, which differs only for the one draw equal
-    /// to `p` narrowed to float32.
-    fn run(
-        &self,
-        img: &mut RgbImage,
-        scratch: &mut ColorScratch,
-        rng: &mut SampleRng,
-    ) -> Result<bool> {
-        match *self {
-            StageOp::HFlip { p } => {
-                let flip = p > 0.0 && tensor::draw_flip(rng, p);
-                if flip {
-                    tensor::hflip(img);
-                }
-                return Ok(flip);
-            }
-            StageOp::ColorJitter(jitter) => {
-                let plan = jitter.draw(rng);
-                for step in plan.steps() {
-                    match step {
-                        ColorStep::Brightness(f) => color::adjust_brightness(img, f)?,
-                        ColorStep::Contrast(f) => color::adjust_contrast(img, f)?,
-                        ColorStep::Saturation(f) => color::adjust_saturation(img, f)?,
-                        ColorStep::Hue(f) => color::adjust_hue(img, f)?,
-                    }
-                }
-            }
-            StageOp::Grayscale => color::to_grayscale_rgb(img),
-            StageOp::RandomGrayscale { p } => {
-                if draw_p(rng, p) {
-                    color::to_grayscale_rgb(img);
-                }
-            }
-            StageOp::Posterize { bits, p } => {
-                if draw_p_item(rng, p) {
-                    color::posterize(img, bits)?;
-                }
-            }
-            StageOp::Solarize { threshold, p } => {
-                if draw_p_item(rng, p) {
-                    color::solarize(img, threshold);
-                }
-            }
-            StageOp::Equalize { p } => {
-                if draw_p_item(rng, p) {
-                    color::equalize(img);
-                }
-            }
-            StageOp::Autocontrast { p } => {
-                if draw_p_item(rng, p) {
-                    color::autocontrast(img);
-                }
-            }
-            StageOp::Sharpness { factor, p } => {
-                if draw_p_item(rng, p) {
-                    color::adjust_sharpness(img, factor, scratch)?;
-                }
-            }
-            StageOp::Invert { p } => {
-                if draw_p_item(rng, p) {
-                    color::invert(img);
-                }
-            }
-        }
-        Ok(false)
-    }
-}
-
-/// The staged part of a plan: pixel ops (and flips between them) in place on a u8 image of
-/// the output size, then a flip standing after the last of them, fused into the conversion.
-#[derive(Clone, Debug, PartialEq)]
-struct Staged {
-    ops: Vec<StageOp>,
-    post_flip_p: f64,
-}
-
-impl Staged {
-    /// Splits the ops between geometry and conversion into the flip fused into the resize,
-    /// and the stages; `None` when only that flip (or nothing) stands there, so the single
-    /// fused pass runs exactly as without pixel ops.
-    fn split(mut middle: Vec<StageOp>) -> (f64, Option<Staged>) {
-        let flip_p = match middle.first() {
-            Some(&StageOp::HFlip { p }) => {
-                middle.remove(0);
-                p
-            }
-            _ => 0.0,
-        };
-        if middle.is_empty() {
-            return (flip_p, None);
-        }
-        let post_flip_p = match middle.last() {
-            Some(&StageOp::HFlip { p }) => {
-                middle.pop();
-                p
-            }
-            _ => 0.0,
-        };
-        (
-            flip_p,
-            Some(Staged {
-                ops: middle,
-                post_flip_p,
-            }),
-        )
-    }
-
-    /// Runs the stage ops in order on `img`, each in its own span; whether they mirrored it
-    /// (an odd number of flips).
-    fn run_ops(
-        &self,
-        img: &mut RgbImage,
-        scratch: &mut ColorScratch,
-        rng: &mut SampleRng,
-        obs: &mut dyn OpObserver,
-    ) -> Result<bool> {
-        let mut flipped = false;
-        for op in &self.ops {
-            flipped ^= observed(obs, op.span(), || op.run(img, scratch, rng))?;
-        }
-        Ok(flipped)
-    }
-
-    /// The coin of the flip after the pixel ops (none when there is no such flip or `p = 0`).
-    fn draw_post_flip(&self, rng: &mut SampleRng) -> bool {
-        self.post_flip_p > 0.0 && tensor::draw_flip(rng, self.post_flip_p)
-    }
 }
 
 fn check_size(name: &'static str, (h, w): (u32, u32)) -> Result<(u32, u32)> {
@@ -966,7 +731,7 @@ impl Pipeline {
     /// an output of more than `max_pixels` pixels, and `max_pixels` 0.
     pub fn new(spec: PipelineSpec) -> Result<Self> {
         let mut ops = spec.ops.iter().peekable();
-        let (geometry, (out_h, out_w)) = match ops.next() {
+        let (geometry, geometry_size) = match ops.next() {
             Some(OpSpec::RandomResizedCrop {
                 size,
                 scale,
@@ -1041,7 +806,7 @@ impl Pipeline {
                 ))
             }
         };
-        check_output_size(out_h, out_w, spec.max_pixels)?;
+        check_output_size(geometry_size.0, geometry_size.1, spec.max_pixels)?;
         // Flips and pixel ops, in the order written, up to the conversion.
         let mut middle = Vec::new();
         while let Some(op) = ops.peek() {
@@ -1052,6 +817,11 @@ impl Pipeline {
             ops.next();
         }
         let (flip_p, staged) = Staged::split(middle);
+        let (out_h, out_w) = match &staged {
+            Some(staged) => staged.output_size(geometry_size)?,
+            None => geometry_size,
+        };
+        check_output_size(out_h, out_w, spec.max_pixels)?;
         let (float, mut normalize) = match (ops.next(), ops.next()) {
             (Some(OpSpec::ToTensor), None) => (true, None),
             (Some(OpSpec::ToTensor), Some(OpSpec::Normalize { mean, std })) => {
@@ -1096,6 +866,7 @@ impl Pipeline {
             staged,
             output,
             deferred_normalize,
+            geometry_size,
             out_h,
             out_w,
         })
@@ -1154,7 +925,7 @@ impl Pipeline {
             decoded: RgbImage::new(),
             stage_a: RgbImage::new(),
             stage_b: RgbImage::new(),
-            color: ColorScratch::new(),
+            stage: StageScratch::default(),
         })
     }
 
@@ -1198,6 +969,24 @@ impl Pipeline {
         Ok(())
     }
 
+    /// The planned sizes make this an invariant; checked so that a stage op breaking it is an
+    /// error, not a wrong slot.
+    fn check_staged_size(&self, img: &RgbImage) -> Result<()> {
+        if (img.height(), img.width()) != (self.out_h, self.out_w) {
+            return Err(Error::invalid(
+                "ops",
+                format!(
+                    "the stage ops left a {}x{} image, the plan says {}x{}",
+                    img.height(),
+                    img.width(),
+                    self.out_h,
+                    self.out_w
+                ),
+            ));
+        }
+        Ok(())
+    }
+
     /// Draws the flip coin after the crop, as torchvision's Compose order does.
     fn draw_flip(&self, rng: &mut SampleRng) -> bool {
         self.flip_p > 0.0 && tensor::draw_flip(rng, self.flip_p)
@@ -1222,7 +1011,7 @@ impl Pipeline {
         let (src, rect, report) =
             self.decode_stage(bytes, rng, decode, resizer, decoded, stage_a, obs)?;
         observed(obs, Op::Fused, || {
-            let size = (self.out_h, self.out_w);
+            let size = self.geometry_size;
             kernel.run(src, rect, size, report.flipped, &self.output, out)
         })?;
         Ok(report)
@@ -1249,18 +1038,18 @@ impl Pipeline {
             decoded,
             stage_a,
             stage_b,
-            color,
+            stage,
             ..
         } = ctx;
         let (src, rect, mut report) =
             self.decode_stage(bytes, rng, decode, resizer, decoded, stage_a, obs)?;
-        let size = (self.out_h, self.out_w);
+        let size = self.geometry_size;
         let into_stage = match self.geometry {
             Geometry::RandomResizedCrop(_) => Op::Resize,
             _ => Op::Crop,
         };
         observed(obs, into_stage, || {
-            let pixels = stage_b.try_reset(self.out_w, self.out_h)?;
+            let pixels = stage_b.try_reset(size.1, size.0)?;
             kernel.run(
                 src,
                 rect,
@@ -1270,10 +1059,12 @@ impl Pipeline {
                 OutputSlot::U8(pixels),
             )
         })?;
-        report.flipped ^= staged.run_ops(stage_b, color, rng, obs)?;
+        report.flipped ^= staged.run_ops(stage_b, stage, rng, obs)?;
+        self.check_staged_size(stage_b)?;
         let post_flip = observed(obs, Op::ToTensor, || {
             let flip = staged.draw_post_flip(rng);
             let full = CropRect::full(self.out_w, self.out_h);
+            let size = (self.out_h, self.out_w);
             kernel
                 .run(stage_b.view(), full, size, flip, &self.output, out)
                 .map(|()| flip)
@@ -1302,6 +1093,7 @@ impl Pipeline {
                 // One decode span per sample: the crop is drawn between reading the header
                 // and decoding the region, so its span nests inside decode's.
                 obs.enter(Op::Decode);
+                let (out_h, out_w) = self.geometry_size;
                 let decoded_crop = (|| {
                     let info = decode.info(bytes)?;
                     let (crop, flipped) = observed(obs, Op::CropParams, || {
@@ -1310,7 +1102,7 @@ impl Pipeline {
                     });
                     let inner = if self.spec.dct_scaling {
                         decode
-                            .decode_region_scaled(bytes, crop, self.out_h, self.out_w, decoded)
+                            .decode_region_scaled(bytes, crop, out_h, out_w, decoded)
                             .map(|(rect, _)| rect)
                     } else if self.spec.roi_decode {
                         decode.decode_region(bytes, crop, decoded)
@@ -1409,9 +1201,10 @@ impl Pipeline {
             decoded,
             stage_a,
             stage_b,
-            color,
+            stage,
             ..
         } = ctx;
+        let (out_h, out_w) = self.geometry_size;
         let info = observed(obs, Op::Decode, || decode.decode(bytes, decoded))?;
         let (crop, flipped) = observed(obs, Op::CropParams, || {
             let crop = match &self.geometry {
@@ -1426,7 +1219,7 @@ impl Pipeline {
                     decoded.crop_view(crop).map(|v| v.to_image(stage_b))
                 })?;
                 observed(obs, Op::Resize, || {
-                    resizer.resize(stage_b.view(), self.out_h, self.out_w, stage_a)
+                    resizer.resize(stage_b.view(), out_h, out_w, stage_a)
                 })?;
             }
             _ => {
@@ -1441,8 +1234,9 @@ impl Pipeline {
         }
         let mut flipped = flipped;
         if let Some(staged) = &self.staged {
-            flipped ^= staged.run_ops(stage_a, color, rng, obs)?;
-            if staged.post_flip_p > 0.0 {
+            flipped ^= staged.run_ops(stage_a, stage, rng, obs)?;
+            self.check_staged_size(stage_a)?;
+            if staged.post_flip_p() > 0.0 {
                 let post = observed(obs, Op::Flip, || {
                     let flip = staged.draw_post_flip(rng);
                     if flip {

@@ -1,0 +1,238 @@
+//! The staged part of a plan: the ops between the geometry (which fixes the size the pixel ops
+//! see) and the conversion into the batch slot, run in place on a u8 image (PIL's view of the
+//! sample), each in its own span.
+//!
+//! Ops come in families, a file each: [`color`] (point ops and blends), [`geometric`] (flips,
+//! rotations, affine warps, blur, padding: the ops that need a second image or change the
+//! size), [`policy`] (torchvision's automatic augmentation policies, whose chosen op runs in a
+//! nested span named by both, e.g. `TrivialAugmentWide/Solarize`) and [`choice`]
+//! (`RandomApply`, `RandomChoice`, `RandomOrder` over nested stage ops). A family plans its
+//! [`OpSpec`]s, names its spans and runs its ops; this module only dispatches.
+//!
+//! Must not allocate per sample once the [`StageScratch`] is warm (an op that writes a new
+//! image writes [`StageScratch::spare`] and swaps it with the staging image), nor draw outside
+//! the ops' written order: output must stay a function of (seed, epoch, index).
+
+mod choice;
+mod color;
+mod geometric;
+mod policy;
+
+use crate::augment::color::ColorScratch;
+use crate::augment::geometry::{AffineWarp, GaussianBlur, Padder};
+use crate::error::{Error, Result};
+use crate::image::RgbImage;
+use crate::rng::SampleRng;
+use crate::spec::{observed, OpObserver, OpSpec};
+use crate::tensor;
+
+use choice::ChoiceOp;
+use color::ColorOp;
+use geometric::GeometricOp;
+use policy::PolicyOp;
+
+/// `err` with the op it came from named in front of its reason (the argument is named already).
+pub(super) fn in_op(op: &'static str, err: Error) -> Error {
+    match err {
+        Error::InvalidArgument { name, reason } => Error::InvalidArgument {
+            name,
+            reason: format!("{op}: {reason}"),
+        },
+        other => other,
+    }
+}
+
+/// torchvision v2's check of every `p` (v1 checks none; a `p` outside `[0, 1]` is a mistake).
+pub(super) fn check_p(op: &'static str, p: f64) -> Result<f64> {
+    if !(0.0..=1.0).contains(&p) {
+        return Err(Error::invalid(
+            "p",
+            format!("{op}: {p} is not a probability in [0, 1]"),
+        ));
+    }
+    Ok(p)
+}
+
+/// Per-worker buffers of the stage ops; they only grow, so a warm context allocates nothing.
+#[derive(Debug, Default)]
+pub(in crate::spec) struct StageScratch {
+    /// Sharpness's rows.
+    pub color: ColorScratch,
+    /// Where an op that cannot work in place writes its result before swapping it with the
+    /// staging image.
+    pub spare: RgbImage,
+    /// Rotation and affine tables.
+    pub warp: AffineWarp,
+    /// Blur kernels and rows.
+    pub blur: GaussianBlur,
+    /// Padding state.
+    pub padder: Padder,
+}
+
+impl StageScratch {
+    /// Bytes its images hold on to.
+    pub fn retained_bytes(&self) -> usize {
+        self.spare.retained_bytes()
+    }
+}
+
+/// One op of the staged part of a plan, parameters checked.
+#[derive(Clone, Debug, PartialEq)]
+pub(in crate::spec) enum StageOp {
+    /// `RandomHorizontalFlip`; planned here so flips can stand between the other ops.
+    HFlip {
+        p: f64,
+    },
+    Color(ColorOp),
+    Geometric(GeometricOp),
+    Policy(PolicyOp),
+    Choice(ChoiceOp),
+}
+
+impl StageOp {
+    /// `Ok(None)`: `op` is not a stage op (the conversion, or an op out of place).
+    pub fn plan(op: &OpSpec) -> Result<Option<Self>> {
+        if let OpSpec::RandomHorizontalFlip { p } = op {
+            return Ok(Some(StageOp::HFlip {
+                p: check_p("RandomHorizontalFlip", *p)?,
+            }));
+        }
+        if let Some(op) = ColorOp::plan(op)? {
+            return Ok(Some(StageOp::Color(op)));
+        }
+        if let Some(op) = GeometricOp::plan(op)? {
+            return Ok(Some(StageOp::Geometric(op)));
+        }
+        if let Some(op) = PolicyOp::plan(op)? {
+            return Ok(Some(StageOp::Policy(op)));
+        }
+        Ok(ChoiceOp::plan(op)?.map(StageOp::Choice))
+    }
+
+    /// The `(height, width)` of this op's output for an input of `size`; an error when it
+    /// would depend on the sample (so samples could not be batched).
+    pub fn output_size(&self, size: (u32, u32)) -> Result<(u32, u32)> {
+        match self {
+            StageOp::Geometric(op) => op.output_size(size),
+            StageOp::Choice(op) => op.output_size(size),
+            StageOp::HFlip { .. } | StageOp::Color(_) | StageOp::Policy(_) => Ok(size),
+        }
+    }
+
+    /// Draws this op's parameters from `rng` (torchvision's draws, in its order and number;
+    /// flips keep the pipeline's rule of no coin at `p = 0`) and applies it to `img`, in the
+    /// op's own span (a policy's chosen op in a nested one). Returns whether it mirrored the
+    /// image horizontally.
+    pub fn run(
+        &self,
+        img: &mut RgbImage,
+        scratch: &mut StageScratch,
+        rng: &mut SampleRng,
+        obs: &mut dyn OpObserver,
+    ) -> Result<bool> {
+        match self {
+            StageOp::HFlip { p } => Ok(observed(obs, crate::spec::Op::Flip, || {
+                let flip = *p > 0.0 && tensor::draw_flip(rng, *p);
+                if flip {
+                    tensor::hflip(img);
+                }
+                flip
+            })),
+            StageOp::Color(op) => {
+                observed(obs, op.span(), || op.run(img, scratch, rng))?;
+                Ok(false)
+            }
+            StageOp::Geometric(op) => {
+                observed(obs, op.span(), || op.run(img, scratch, rng))?;
+                Ok(false)
+            }
+            // These two report nested spans (the op a policy or a choice picked) through `obs`.
+            StageOp::Policy(op) => {
+                obs.enter(op.span());
+                let done = op.run(img, scratch, rng, obs);
+                obs.exit(op.span());
+                done.map(|()| false)
+            }
+            StageOp::Choice(op) => {
+                obs.enter(op.span());
+                let mirrored = op.run(img, scratch, rng, obs);
+                obs.exit(op.span());
+                mirrored
+            }
+        }
+    }
+}
+
+/// The staged part of a plan: stage ops (and flips between them) on a u8 image of the
+/// geometry's output size, then a flip standing after the last of them, fused into the
+/// conversion.
+#[derive(Clone, Debug, PartialEq)]
+pub(in crate::spec) struct Staged {
+    ops: Vec<StageOp>,
+    post_flip_p: f64,
+}
+
+impl Staged {
+    /// Splits the ops between geometry and conversion into the flip fused into the resize,
+    /// and the stages; `None` when only that flip (or nothing) stands there, so the single
+    /// fused pass runs exactly as without stage ops.
+    pub fn split(mut middle: Vec<StageOp>) -> (f64, Option<Staged>) {
+        let flip_p = match middle.first() {
+            Some(&StageOp::HFlip { p }) => {
+                middle.remove(0);
+                p
+            }
+            _ => 0.0,
+        };
+        if middle.is_empty() {
+            return (flip_p, None);
+        }
+        let post_flip_p = match middle.last() {
+            Some(&StageOp::HFlip { p }) => {
+                middle.pop();
+                p
+            }
+            _ => 0.0,
+        };
+        (
+            flip_p,
+            Some(Staged {
+                ops: middle,
+                post_flip_p,
+            }),
+        )
+    }
+
+    /// The size the stage ops leave for an input of `size` (the geometry's output).
+    pub fn output_size(&self, size: (u32, u32)) -> Result<(u32, u32)> {
+        self.ops
+            .iter()
+            .try_fold(size, |size, op| op.output_size(size))
+    }
+
+    /// The flip after the stage ops, fused into the conversion (0: none).
+    pub fn post_flip_p(&self) -> f64 {
+        self.post_flip_p
+    }
+
+    /// Runs the stage ops in order on `img`; whether they mirrored it (an odd number of
+    /// flips).
+    pub fn run_ops(
+        &self,
+        img: &mut RgbImage,
+        scratch: &mut StageScratch,
+        rng: &mut SampleRng,
+        obs: &mut dyn OpObserver,
+    ) -> Result<bool> {
+        let mut flipped = false;
+        for op in &self.ops {
+            flipped ^= op.run(img, scratch, rng, obs)?;
+        }
+        Ok(flipped)
+    }
+
+    /// The coin of the flip after the stage ops (none when there is no such flip or `p = 0`).
+    pub fn draw_post_flip(&self, rng: &mut SampleRng) -> bool {
+        self.post_flip_p > 0.0 && tensor::draw_flip(rng, self.post_flip_p)
+    }
+}
