@@ -25,6 +25,7 @@ mod image_pipeline;
 mod loader;
 mod options;
 mod pipeline;
+pub mod prepare;
 pub mod process;
 mod profile;
 pub mod sampler;

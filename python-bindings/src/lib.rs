@@ -15,6 +15,7 @@ mod errors;
 mod fork;
 mod loader;
 mod ops;
+mod prepare;
 mod profile;
 
 use pyo3::prelude::*;
@@ -39,5 +40,6 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(ops::random_resized_crop_params, m)?)?;
     m.add_function(wrap_pyfunction!(ops::resized_crop, m)?)?;
     m.add_function(wrap_pyfunction!(ops::check_pipeline, m)?)?;
+    m.add_function(wrap_pyfunction!(prepare::prepare, m)?)?;
     Ok(())
 }

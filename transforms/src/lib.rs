@@ -7,6 +7,7 @@ pub mod augment;
 mod cpu;
 pub mod crop;
 pub mod decode;
+pub mod encode;
 pub mod error;
 pub mod fused;
 pub mod image;

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 from ferroloader import datasets, transforms
 from ferroloader._native import DecodeError, FileList, ImageFolder, PathList, __version__
 from ferroloader.loader import STATE_VERSION, Loader, LoaderIterator
+from ferroloader.offline import PrepareReport, prepare
 from ferroloader.profiling import Profile, Summary
 
 __all__ = [
@@ -35,10 +36,12 @@ __all__ = [
     "Loader",
     "LoaderIterator",
     "PathList",
+    "PrepareReport",
     "STATE_VERSION",
     "Profile",
     "Summary",
     "datasets",
+    "prepare",
     "report",
     "torch",
     "transforms",

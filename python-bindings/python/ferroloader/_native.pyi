@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from typing import Any, Dict, Iterator, List, Literal, Optional, Sequence, Tuple, Union, final
+from typing import Any, Callable, Dict, Iterator, List, Literal, Optional, Sequence, Tuple, Union, final
 
 import numpy as np
 import numpy.typing as npt
@@ -25,6 +25,7 @@ __all__ = [
     "random_resized_crop_params",
     "resized_crop",
     "check_pipeline",
+    "prepare",
 ]
 __version__: str
 
@@ -261,3 +262,12 @@ def resized_crop(
     roi: bool = True,
 ) -> npt.NDArray[np.generic]: ...
 def check_pipeline(spec: str) -> Dict[str, object]: ...
+def prepare(
+    src: str,
+    dst: str,
+    shorter_side: int,
+    *,
+    quality: int = 90,
+    num_workers: int = 0,
+    progress: Optional[Callable[[int, int], None]] = None,
+) -> Dict[str, Any]: ...

@@ -3,7 +3,8 @@
 ``compare`` profiles the torchvision DataLoader pipeline and ferroloader's on the same data
 and writes a report folder; ``profile`` runs the native pipeline alone; ``sweep`` measures both
 against the number of workers; ``demo`` does ``compare`` on a generated sample data set;
-``sample-data`` writes that data set; ``report`` renders a saved profile again.
+``sample-data`` writes that data set; ``report`` renders a saved profile again; ``prepare``
+re-encodes an ImageFolder at a shorter side, once.
 
 Options are parsed by click, progress and tables drawn by rich. Progress goes to stderr, the
 summary tables and the report's location to stdout. The runs themselves are in
@@ -578,6 +579,39 @@ def report_cmd(profile_json: Path, out: Optional[Path]) -> None:
     console = _stdout()
     _print_summary(console, prof.summary().to_dict(), {})
     _print_files(console, files)
+
+
+@main.command("prepare", context_settings=_CONTEXT)
+@click.argument("src", type=click.Path(exists=True, file_okay=False, path_type=Path))
+@click.argument("dst", type=click.Path(file_okay=False, path_type=Path))
+@click.option("--shorter-side", type=click.IntRange(min=1), required=True,
+              help="Resize images whose shorter side is longer to this (aspect kept).")
+@click.option("--quality", type=click.IntRange(1, 100), default=90, show_default=True,
+              help="JPEG quality of the re-encoded images.")
+@click.option("--workers", "-w", type=click.IntRange(min=0), default=0,
+              help="Threads (default: every core).")
+@click.option("--quiet", "-q", is_flag=True, help="No progress bar.")
+def prepare_cmd(src: Path, dst: Path, shorter_side: int, quality: int, workers: int,
+                quiet: bool) -> None:
+    """Write the ImageFolder SRC to DST with every image larger than --shorter-side resized
+    and re-encoded once (the rest copied), so each epoch decodes fewer pixels. Resumable: run
+    it again after an interruption. Load DST as any ImageFolder."""
+    from ferroloader.offline import prepare
+
+    with _Bars(quiet) as bars:
+        report = _fail_cleanly(lambda: prepare(
+            src, dst, shorter_side=shorter_side, quality=quality, num_workers=workers,
+            progress=bars.files("preparing"),
+        ))
+    console = _stdout()
+    ratio = report.bytes_out / report.bytes_in if report.bytes_in else 1.0
+    console.print(
+        f"{report.resized} resized, {report.copied} copied, {report.reused} already done; "
+        f"{report.bytes_in / 1e6:.1f} MB read, {report.bytes_out / 1e6:.1f} MB written "
+        f"({ratio:.0%}): {dst}"
+    )
+    for path, reason in report.unreadable:
+        console.print(f"[yellow]unreadable, copied as is:[/yellow] {path}: {reason}")
 
 
 def run(argv: Optional[Sequence[str]] = None) -> None:

@@ -25,7 +25,7 @@
 mod convert;
 mod markers;
 mod other;
-mod turbo;
+pub(crate) mod turbo;
 mod zune;
 
 use crate::error::{Error, Result};

@@ -427,6 +427,119 @@ fn is_warning_message(message: &str) -> bool {
 }
 
 /// A fatal libjpeg/TurboJPEG message to our error kinds.
+/// An owned TurboJPEG compression instance set as Pillow's `save(format="JPEG", quality=q)`
+/// sets libjpeg: 4:2:0 chroma, accurate integer DCT, baseline, Huffman tables not optimized.
+pub(crate) struct TurboEncoder {
+    handle: NonNull<c_void>,
+}
+
+// SAFETY: as for `Turbo`: a heap object without thread affinity, reached only through
+// `&mut self`.
+unsafe impl Send for TurboEncoder {}
+
+impl Drop for TurboEncoder {
+    fn drop(&mut self) {
+        // SAFETY: the handle came from tj3Init, is non-null, and is destroyed exactly once, here.
+        unsafe { tj::tj3Destroy(self.handle.as_ptr()) }
+    }
+}
+
+impl TurboEncoder {
+    /// A compressor at `quality` (1 to 100).
+    pub fn new(quality: u8) -> Result<Self> {
+        if !(1..=100).contains(&quality) {
+            return Err(Error::invalid(
+                "quality",
+                format!("{quality} is not between 1 and 100"),
+            ));
+        }
+        // SAFETY: tj3Init takes an init type and returns a new instance or NULL (checked below).
+        let raw = unsafe { tj::tj3Init(tj::TJINIT_TJINIT_COMPRESS as c_int) };
+        let Some(handle) = NonNull::new(raw) else {
+            return Err(Error::Unsupported {
+                format: FORMAT,
+                detail: "libjpeg-turbo could not create a compressor".to_string(),
+            });
+        };
+        let encoder = TurboEncoder { handle };
+        for (param, value) in [
+            (tj::TJPARAM_TJPARAM_QUALITY, c_int::from(quality)),
+            (tj::TJPARAM_TJPARAM_SUBSAMP, tj::TJSAMP_TJSAMP_420 as c_int),
+            (tj::TJPARAM_TJPARAM_FASTDCT, 0),
+            (tj::TJPARAM_TJPARAM_OPTIMIZE, 0),
+            (tj::TJPARAM_TJPARAM_PROGRESSIVE, 0),
+        ] {
+            // SAFETY: valid handle; tj3Set only stores the value (or fails for a bad parameter).
+            let rc = unsafe { tj::tj3Set(encoder.handle.as_ptr(), param as c_int, value) };
+            if rc != 0 {
+                return Err(map_fatal(encoder.error_string()));
+            }
+        }
+        Ok(encoder)
+    }
+
+    /// The message of the last failed call, copied out (see `Turbo::error_string`).
+    fn error_string(&self) -> String {
+        // SAFETY: valid handle; the returned NUL-terminated string stays valid until the next
+        // call on this thread and is copied before any other call.
+        let ptr = unsafe { tj::tj3GetErrorStr(self.handle.as_ptr()) };
+        if ptr.is_null() {
+            return "unknown libjpeg-turbo error".to_string();
+        }
+        // SAFETY: non-null, NUL-terminated (see above).
+        unsafe { CStr::from_ptr(ptr) }
+            .to_string_lossy()
+            .trim()
+            .to_string()
+    }
+
+    /// Compresses `img` and appends the JPEG to `out` (cleared first).
+    pub fn encode(&mut self, img: &RgbImage, out: &mut Vec<u8>) -> Result<()> {
+        out.clear();
+        let (Ok(width), Ok(height)) = (c_int::try_from(img.width()), c_int::try_from(img.height()))
+        else {
+            return Err(Error::invalid(
+                "image",
+                format!("{}x{} is too large to encode", img.width(), img.height()),
+            ));
+        };
+        if width == 0 || height == 0 {
+            return Err(Error::invalid("image", "an empty image cannot be encoded"));
+        }
+        let mut buf: *mut u8 = std::ptr::null_mut();
+        let mut size: tj::size_t = 0;
+        // SAFETY: valid handle; `img` holds `height` packed rows of `width` RGB pixels (pitch 0
+        // = packed), borrowed for the call; tj3Compress8 allocates `buf` with tj3Alloc and
+        // stores its size, or fails and leaves `buf` NULL or to be freed.
+        let rc = unsafe {
+            tj::tj3Compress8(
+                self.handle.as_ptr(),
+                img.as_raw().as_ptr(),
+                width,
+                0,
+                height,
+                tj::TJPF_TJPF_RGB,
+                &mut buf,
+                &mut size,
+            )
+        };
+        let result = if rc == 0 && !buf.is_null() {
+            // SAFETY: on success `buf` points to `size` initialised bytes, owned by us until
+            // tj3Free below.
+            let jpeg = unsafe { std::slice::from_raw_parts(buf, size as usize) };
+            out.try_reserve(jpeg.len())
+                .map_err(|_| Error::OutOfMemory { bytes: jpeg.len() })
+                .map(|()| out.extend_from_slice(jpeg))
+        } else {
+            Err(map_fatal(self.error_string()))
+        };
+        // SAFETY: `buf` is NULL or was allocated by tj3Alloc inside tj3Compress8; tj3Free
+        // accepts both, and nothing refers to it after this.
+        unsafe { tj::tj3Free(buf.cast()) };
+        result
+    }
+}
+
 fn map_fatal(message: String) -> Error {
     const UNSUPPORTED: [&str; 6] = [
         "Unsupported JPEG process",
