@@ -134,7 +134,8 @@ def _run_options(*, workers: bool = True, out: str = "report") -> Callable[[F], 
             click.option("--output", type=click.Choice(["float32", "uint8"]), default="float32",
                          show_default=True,
                          help="float32: ToTensor + Normalize; uint8: PILToTensor, normalize "
-                         "on the GPU (both pipelines)."),
+                         "on the GPU (both pipelines). With --recipe or --transform: what the "
+                         "transform yields."),
             click.option("--step-ms", type=click.FloatRange(min=0), default=0.0,
                          show_default=True,
                          help="Simulated training step: the consumer sleeps this long after "
@@ -191,7 +192,8 @@ def _given(name: str) -> bool:
     """Whether option ``name`` was given (on the command line or by the environment), not
     left at its default."""
     source = click.get_current_context().get_parameter_source(name)
-    return source in (click.core.ParameterSource.COMMANDLINE, click.core.ParameterSource.ENVIRONMENT)
+    given = (click.core.ParameterSource.COMMANDLINE, click.core.ParameterSource.ENVIRONMENT)
+    return source in given
 
 
 def _chosen_transform(kwargs: Mapping[str, Any]) -> Dict[str, Any]:

@@ -65,7 +65,9 @@ Interpolation = Union[str, Any]
 def _transforms(use_v2: bool) -> Any:
     """``torchvision.transforms`` or ``.v2``, imported when a transform is built (torchvision
     ships no type information)."""
-    return importlib.import_module("torchvision.transforms.v2" if use_v2 else "torchvision.transforms")
+    return importlib.import_module(
+        "torchvision.transforms.v2" if use_v2 else "torchvision.transforms"
+    )
 
 
 def _interpolation(value: Interpolation) -> Any:
