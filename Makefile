@@ -85,8 +85,8 @@ bench: deps $(FIXTURES)/bench/.done ## criterion benches (ops, fused vs op-by-op
 	$(CARGO) bench --bench train_ratio
 	$(CARGO) bench --bench loader_profile
 
-bench-torch: py-build $(FIXTURES)/folder/.done ## ferroloader vs the torchvision DataLoader, alternating rounds, ratio
-	$(PY) scripts/bench_vs_torch.py $(FIXTURES)/folder --overhead
+bench-torch: py-build $(FIXTURES)/folder/.done ## ferroloader vs the torchvision DataLoader, alternating rounds, ratio (RECIPE=ta_wide+re: a reference preset)
+	$(PY) scripts/bench_vs_torch.py $(FIXTURES)/folder --overhead $(if $(RECIPE),--recipe $(RECIPE))
 
 # Builds, generates the sample ImageFolder once (cached in $$XDG_CACHE_HOME/ferroloader or
 # ~/.cache/ferroloader), profiles torchvision's DataLoader and ferroloader on it, writes the report.

@@ -1,9 +1,15 @@
 #!/usr/bin/env python3
 """Head-to-head: ferroloader against the torchvision DataLoader on the same ImageFolder.
 
-Both pipelines load the same ImageNet-like JPEGs with the same batch size, worker count,
-float32 output and ImageNet train transform (RandomResizedCrop(224), RandomHorizontalFlip,
-ToTensor, Normalize), shuffled. They run *alternately* in one process tree, R rounds of N
+Both pipelines load the same ImageNet-like JPEGs with the same batch size, worker count and
+torchvision transform, shuffled: by default the ImageNet train transform (RandomResizedCrop(224),
+RandomHorizontalFlip, ToTensor, Normalize); ``--recipe NAME`` a torchvision reference training
+preset (basic, ta_wide, ra, augmix, imagenet, each optionally +re: RandomErasing(0.25); ``--v2``
+builds it from transforms.v2); ``--transform FILE.py:NAME`` your own Compose (or a function of no
+arguments returning one). The torchvision DataLoader runs that transform object as is;
+``ferroloader.Loader(transform=...)`` is handed the same object and converts it. When ferroloader
+refuses an op of it, the script says which and why, and exits with status 1 before any run.
+They run *alternately* in one process tree, R rounds of N
 batches each (the order flips every round; a warm-up round is discarded), because absolute
 speeds wander on shared machines while ratios taken side by side hold. Prints each
 pipeline's median images/s and the throughput ratio (median of the per-round ratios, with
@@ -17,7 +23,7 @@ The torch DataLoaders keep their workers between rounds (``persistent_workers=Tr
 ferroloader keeps its threads, so a round measures loading, not process start-up.
 
 Usage: bench_vs_torch.py [FOLDER] [--batch-size 64] [--workers CORES] [--rounds 5]
-       [--batches N] [--overhead]
+       [--batches N] [--overhead] [--recipe NAME [--v2] | --transform FILE.py:NAME]
 (FOLDER defaults to target/fixtures/folder: ``make_bench_corpus.py target/fixtures/folder 512
 --classes 8`` writes it.)
 """
@@ -30,7 +36,7 @@ import statistics
 import sys
 import time
 from pathlib import Path
-from typing import Any, Dict, Iterable, List
+from typing import Any, Dict, Iterable, List, Tuple
 
 import torch
 import torchvision  # type: ignore[import-untyped]
@@ -39,7 +45,8 @@ from torch.utils.data import DataLoader
 
 import ferroloader as fl
 import ferroloader.torch as flt
-from ferroloader import transforms as T
+from ferroloader import recipes
+from ferroloader.loader import ProfileMode
 
 MEAN = [0.485, 0.456, 0.406]
 STD = [0.229, 0.224, 0.225]
@@ -60,9 +67,23 @@ def train_transform() -> tvT.Compose:
     )
 
 
-def torch_loader(folder: Path, batch_size: int, workers: int, seed: int) -> DataLoader[Any]:
+def chosen_transform(args: argparse.Namespace) -> Tuple[Any, str]:
+    """The torchvision transform both pipelines run, and its name; exits with a one-line
+    message when ``--transform`` cannot be loaded."""
+    if args.transform is not None:
+        try:
+            return recipes.load_transform(args.transform), args.transform
+        except (FileNotFoundError, ImportError, ValueError, TypeError) as e:
+            sys.exit(f"--transform: {e}")
+    if args.recipe is not None:
+        name = f"recipe {args.recipe}" + (" (v2)" if args.v2 else "")
+        return recipes.recipe(args.recipe, use_v2=args.v2), name
+    return train_transform(), "the ImageNet train transform"
+
+
+def torch_loader(folder: Path, batch_size: int, workers: int, seed: int, transform: Any) -> DataLoader[Any]:
     """The stock pipeline: torchvision ImageFolder + Compose in a torch DataLoader."""
-    dataset = torchvision.datasets.ImageFolder(str(folder), transform=train_transform())
+    dataset = torchvision.datasets.ImageFolder(str(folder), transform=transform)
     return DataLoader(
         dataset,
         batch_size=batch_size,
@@ -73,16 +94,19 @@ def torch_loader(folder: Path, batch_size: int, workers: int, seed: int) -> Data
     )
 
 
-def native_loader(folder: Path, batch_size: int, workers: int, seed: int, profile: str) -> fl.Loader:
-    """ferroloader with the same transform, converted from torchvision's."""
+def native_loader(
+    folder: Path, batch_size: int, workers: int, seed: int, profile: ProfileMode, transform: Any
+) -> fl.Loader:
+    """ferroloader with the same transform object, which the Loader converts; the output dtype
+    is the one the transform's own conversion yields."""
     return fl.Loader(
         fl.ImageFolder(folder),
         batch_size=batch_size,
         shuffle=True,
         seed=seed,
         num_workers=workers,
-        transform=T.from_torchvision(train_transform()),
-        output="float32",
+        transform=transform,
+        output=recipes.output_of(transform),
         profile=profile,
     )
 
@@ -125,31 +149,45 @@ def main() -> None:
     parser.add_argument("--batches", type=int, default=None, help="per round; default: one epoch")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--overhead", action="store_true", help="also measure the profilers' cost")
+    choice = parser.add_mutually_exclusive_group()
+    choice.add_argument("--recipe", choices=recipes.RECIPES, metavar="NAME",
+                        help="a torchvision reference training preset: "
+                        + ", ".join(recipes.RECIPES))
+    choice.add_argument("--transform", metavar="FILE.py:NAME",
+                        help="your own torchvision Compose (or a function returning one)")
+    parser.add_argument("--v2", action="store_true", help="build --recipe from transforms.v2")
     args = parser.parse_args()
+    if args.v2 and args.recipe is None:
+        parser.error("--v2 builds a --recipe from transforms.v2; give --recipe")
     if not args.folder.is_dir():
         sys.exit(
             f"{args.folder}: no such folder (make it with: scripts/make_bench_corpus.py "
             f"{args.folder} 512 --classes 8)"
         )
+    transform, transform_name = chosen_transform(args)
 
-    plain_torch = torch_loader(args.folder, args.batch_size, args.workers, args.seed)
+    # The native loader first: a transform ferroloader refuses stops here, before any run.
+    try:
+        native = native_loader(args.folder, args.batch_size, args.workers, args.seed, "off", transform)
+    except (TypeError, ValueError) as e:
+        print(f"ferroloader cannot run {transform_name}: {e}", file=sys.stderr)
+        sys.exit(1)
+    plain_torch = torch_loader(args.folder, args.batch_size, args.workers, args.seed, transform)
     batches = args.batches or len(plain_torch)
-    pipelines: Dict[str, Iterable[Any]] = {
-        "ferroloader": native_loader(args.folder, args.batch_size, args.workers, args.seed, "off"),
-        "torchvision": plain_torch,
-    }
+    pipelines: Dict[str, Iterable[Any]] = {"ferroloader": native, "torchvision": plain_torch}
     if args.overhead:
         pipelines["torchvision+profile"] = flt.profile(
-            torch_loader(args.folder, args.batch_size, args.workers, args.seed)
+            torch_loader(args.folder, args.batch_size, args.workers, args.seed, transform)
         )
         pipelines["ferroloader+profile"] = native_loader(
-            args.folder, args.batch_size, args.workers, args.seed, "spans"
+            args.folder, args.batch_size, args.workers, args.seed, "spans", transform
         )
 
     samples = len(plain_torch.dataset)  # type: ignore[arg-type]
     print(
         f"{args.folder}: {samples} images, batch {args.batch_size}, {args.workers} workers, "
-        f"{batches} batches x {args.rounds} rounds (+1 warm-up), float32 224x224; "
+        f"{batches} batches x {args.rounds} rounds (+1 warm-up), {native.output} output; "
+        f"{transform_name}: {recipes.describe(transform)}; "
         f"torch {torch.__version__}, torchvision {torchvision.__version__}, "
         f"ferroloader {fl.__version__}, {cores()} cores"
     )

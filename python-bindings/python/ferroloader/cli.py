@@ -34,6 +34,7 @@ from rich.progress import (
 from rich.table import Table
 
 from ferroloader import __version__
+from ferroloader.recipes import RECIPES
 
 __all__ = ["main"]
 
@@ -134,7 +135,8 @@ def _run_options(*, workers: bool = True, out: str = "report") -> Callable[[F], 
             click.option("--output", type=click.Choice(["float32", "uint8"]), default="float32",
                          show_default=True,
                          help="float32: ToTensor + Normalize; uint8: PILToTensor, normalize "
-                         "on the GPU (both pipelines)."),
+                         "on the GPU (both pipelines). With --recipe or --transform: what the "
+                         "transform yields."),
             click.option("--step-ms", type=click.FloatRange(min=0), default=0.0,
                          show_default=True,
                          help="Simulated training step: the consumer sleeps this long after "
@@ -151,7 +153,19 @@ def _run_options(*, workers: bool = True, out: str = "report") -> Callable[[F], 
             click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True,
                          help="Shuffle and augmentation seed."),
             click.option("--size", type=click.IntRange(min=8), default=224, show_default=True,
-                         help="RandomResizedCrop output size."),
+                         help="RandomResizedCrop output size (of the default transform and "
+                         "of --recipe)."),
+            click.option("--recipe", type=click.Choice(RECIPES), default=None, metavar="NAME",
+                         help="Run a torchvision reference training preset instead of the "
+                         "default transform: basic, ta_wide (TrivialAugmentWide), ra "
+                         "(RandAugment), augmix, imagenet (AutoAugment); +re adds "
+                         "RandomErasing(0.25), e.g. ta_wide+re."),
+            click.option("--v2", "use_v2", is_flag=True,
+                         help="Build --recipe from torchvision.transforms.v2 (ToImage first)."),
+            click.option("--transform", "transform_spec", metavar="FILE.py:NAME", default=None,
+                         help="Run your own torchvision Compose: NAME in FILE.py, a Compose or "
+                         "a function of no arguments returning one. Both pipelines run it; "
+                         "its own conversion decides the output dtype."),
             click.option("--out", "-o", type=click.Path(file_okay=False, path_type=Path),
                          default=Path(out), show_default=True,
                          help="Report folder (created; files in it are replaced)."),
@@ -175,6 +189,54 @@ def _data_argument(f: F) -> F:
     )(f)
 
 
+def _given(name: str) -> bool:
+    """Whether option ``name`` was given (on the command line or by the environment), not
+    left at its default."""
+    source = click.get_current_context().get_parameter_source(name)
+    given = (click.core.ParameterSource.COMMANDLINE, click.core.ParameterSource.ENVIRONMENT)
+    return source in given
+
+
+def _chosen_transform(kwargs: Mapping[str, Any]) -> Dict[str, Any]:
+    """The ``RunConfig`` fields for ``--recipe``/``--transform`` (none without them): the
+    torchvision transform, its name, and the output it yields."""
+    from ferroloader import recipes
+
+    recipe, spec = kwargs.get("recipe"), kwargs.get("transform_spec")
+    if recipe is not None and spec is not None:
+        raise click.UsageError("--recipe and --transform: give one or the other")
+    if kwargs.get("use_v2") and recipe is None:
+        raise click.UsageError("--v2 builds a --recipe from transforms.v2; give --recipe")
+    if spec is not None:
+        if _given("size"):
+            raise click.UsageError("--size: a --transform sets its own sizes")
+        try:
+            transform = recipes.load_transform(spec)
+        except (FileNotFoundError, ImportError, ValueError, TypeError) as e:
+            raise click.BadParameter(str(e), param_hint="'--transform'") from e
+        name = spec
+    elif recipe is not None:
+        transform = recipes.recipe(recipe, crop_size=kwargs["size"], use_v2=kwargs["use_v2"])
+        name = f"recipe {recipe}" + (" (v2)" if kwargs["use_v2"] else "")
+    else:
+        return {}
+    output = recipes.output_of(transform)
+    if _given("output") and kwargs["output"] != output:
+        raise click.UsageError(
+            f"--output {kwargs['output']}: {name} yields {output} (its own conversion decides)"
+        )
+    return {"transform": transform, "transform_name": name, "output": output}
+
+
+def _transform_args(kwargs: Mapping[str, Any]) -> List[str]:
+    """``--recipe``/``--transform`` as given, for the command line that reproduces a run."""
+    if kwargs.get("transform_spec"):
+        return ["--transform", str(kwargs["transform_spec"])]
+    if kwargs.get("recipe"):
+        return ["--recipe", str(kwargs["recipe"])] + (["--v2"] if kwargs.get("use_v2") else [])
+    return []
+
+
 def _config(kwargs: Mapping[str, Any], data: Path, **override: Any) -> Any:
     from ferroloader.compare import RunConfig
 
@@ -192,6 +254,7 @@ def _config(kwargs: Mapping[str, Any], data: Path, **override: Any) -> Any:
         seed=kwargs["seed"],
         size=kwargs["size"],
     )
+    values.update(_chosen_transform(kwargs))
     values.update(override)
     return RunConfig(**values)
 
@@ -227,6 +290,7 @@ def _report_config(cfg: Any, *, workers: Optional[str] = None) -> Dict[str, str]
     import torch
 
     from ferroloader.compare import _torchvision
+    from ferroloader.recipes import describe
 
     torchvision = _torchvision()
 
@@ -235,6 +299,8 @@ def _report_config(cfg: Any, *, workers: Optional[str] = None) -> Dict[str, str]
         "transform": (
             f"RandomResizedCrop({cfg.size}), RandomHorizontalFlip(), "
             + ("PILToTensor()" if cfg.output == "uint8" else "ToTensor(), Normalize(ImageNet)")
+            if cfg.transform is None
+            else f"{cfg.transform_name}: {describe(cfg.transform)}"
         ),
         "batch size": str(cfg.batch_size),
         "workers": workers or str(cfg.num_workers),
@@ -330,9 +396,14 @@ def _print_files(console: Console, files: Any, extra: Sequence[Path] = ()) -> No
 
 def _fail_cleanly(fn: Callable[[], Any]) -> Any:
     """Runs ``fn``, turning the errors a user can fix (bad data, bad arguments) into a one-line
-    message and exit status 1, rather than a traceback."""
+    message and exit status 1, rather than a traceback. A transform ferroloader refuses is
+    said as such: what it cannot run, and why."""
+    from ferroloader.compare import NativeRefusal
+
     try:
         return fn()
+    except NativeRefusal as e:
+        raise click.ClickException(str(e)) from e
     except (FileNotFoundError, ValueError, TypeError, OSError) as e:
         raise click.ClickException(f"{type(e).__name__}: {e}") from e
 
@@ -381,14 +452,19 @@ def compare(data: Path, out: Path, quiet: bool, **kwargs: Any) -> None:
     """Profile torchvision's DataLoader and ferroloader on the same ImageFolder DATA.
 
     Both run the ImageNet training transform (RandomResizedCrop, RandomHorizontalFlip,
-    ToTensor, Normalize): torchvision's ImageFolder + DataLoader, instrumented per op, and
-    ferroloader.Loader with the same Compose converted. Runs alternate between the two. Writes
+    ToTensor, Normalize), or a torchvision reference recipe (--recipe ta_wide+re), or your own
+    Compose (--transform FILE.py:NAME): torchvision's ImageFolder + DataLoader run it as is,
+    instrumented per op, and ferroloader.Loader with the same Compose converted (a transform
+    it cannot run yet is an error naming the op). Runs alternate between the two. Writes
     report.html (self-contained), trace.json (Perfetto), profile.json, summary.json and
     summary.csv to --out, and prints a summary.
     """
     cfg = _config(kwargs, data)
     _compare_and_report(
-        cfg, out, quiet, command=_command_line("compare", cfg, ["--workers", str(cfg.num_workers)]),
+        cfg, out, quiet,
+        command=_command_line(
+            "compare", cfg, [*_transform_args(kwargs), "--workers", str(cfg.num_workers)]
+        ),
         pipelines=("torchvision", "native"),
     )
 
@@ -403,7 +479,10 @@ def profile(data: Path, out: Path, quiet: bool, **kwargs: Any) -> None:
     """
     cfg = _config(kwargs, data)
     _compare_and_report(
-        cfg, out, quiet, command=_command_line("profile", cfg, ["--workers", str(cfg.num_workers)]),
+        cfg, out, quiet,
+        command=_command_line(
+            "profile", cfg, [*_transform_args(kwargs), "--workers", str(cfg.num_workers)]
+        ),
         pipelines=("native",),
     )
 
@@ -441,7 +520,7 @@ def sweep(data: Path, worker_counts: List[int], pipelines: str, out: Path, quiet
     files = report.write_report(
         result.profile, out,
         title="ferroloader: scaling with workers",
-        command=_command_line("sweep", cfg, ["--workers", counts]
+        command=_command_line("sweep", cfg, [*_transform_args(kwargs), "--workers", counts]
                               + ([] if pipelines == "both" else ["--pipelines", pipelines])),
         config=_report_config(cfg, workers=counts),
         sweep=result.points,

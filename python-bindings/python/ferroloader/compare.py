@@ -2,11 +2,14 @@
 
 What ``ferroloader compare``, ``profile``, ``sweep`` and ``demo`` run; the command line
 (``ferroloader.cli``) only parses options and prints. Both pipelines read the same ImageFolder
-through the same ImageNet training transform (``RandomResizedCrop``, ``RandomHorizontalFlip``,
-``ToTensor``, ``Normalize``): torchvision's ``ImageFolder`` and ``DataLoader`` instrumented by
-``ferroloader.torch.profile``, and ``ferroloader.Loader`` with the same ``Compose`` converted by
-``ferroloader.transforms.from_torchvision``. Runs alternate between the pipelines, round after
-round, so a machine that slows down or speeds up during the measurement affects both alike.
+through the same torchvision ``Compose``: by default the ImageNet training transform
+(``RandomResizedCrop``, ``RandomHorizontalFlip``, ``ToTensor``, ``Normalize``), else the one in
+``RunConfig.transform`` (a reference recipe or the user's own, ``ferroloader.recipes``).
+torchvision's ``ImageFolder`` and ``DataLoader``, instrumented by ``ferroloader.torch.profile``,
+run it as is; ``ferroloader.Loader`` is handed the same object and converts it. A transform the
+Loader refuses is reported (:class:`NativeRefusal`) before either pipeline runs. Runs alternate
+between the pipelines, round after round, so a machine that slows down or speeds up during the
+measurement affects both alike.
 
 A consumer step (``step_ms``) stands for the training step a GPU would run on each batch: the
 consumer sleeps (or spins, with ``step_busy``) that long after each batch, and the time it then
@@ -35,10 +38,12 @@ if TYPE_CHECKING:
     from ferroloader.profiling import Profile
 
 __all__ = [
+    "NativeRefusal",
     "PIPELINES",
     "RunConfig",
     "RunResult",
     "SweepResult",
+    "check_native",
     "compare",
     "imagenet_train_transform",
     "mark_enough",
@@ -79,11 +84,33 @@ class RunConfig:
     """Profile mode of both pipelines: ``"spans"`` or ``"counters"``."""
     seed: int = 0
     size: int = 224
+    transform: Any = None
+    """The torchvision ``Compose`` (v1 or v2) both pipelines run; None: the ImageNet training
+    transform of ``size`` and ``output``. ``output`` must be what the transform yields
+    (``ferroloader.recipes.output_of``)."""
+    transform_name: Optional[str] = None
+    """How ``transform`` was named (a recipe, ``FILE.py:NAME``), for reports and messages."""
 
     @property
     def num_workers(self) -> int:
         """The worker count actually used."""
         return self.workers if self.workers > 0 else _default_workers()
+
+    def train_transform(self) -> Any:
+        """The torchvision transform both pipelines run."""
+        if self.transform is not None:
+            return self.transform
+        return imagenet_train_transform(self.size, self.output)
+
+    @property
+    def transform_label(self) -> str:
+        """The transform, as messages name it."""
+        return self.transform_name or "the ImageNet training transform"
+
+
+class NativeRefusal(ValueError):
+    """ferroloader's Loader refuses the transform: an op it has no kernel for (yet), or
+    arguments it does not support. The message names the transform and the op, and why."""
 
 
 @dataclass
@@ -207,7 +234,7 @@ def run_pipeline(
     if pipeline not in PIPELINES:
         raise ValueError(f"pipeline: expected one of {PIPELINES}, got {pipeline!r}")
     label = label or pipeline
-    transform = imagenet_train_transform(cfg.size, cfg.output)
+    transform = cfg.train_transform()
     workers = cfg.num_workers
     gc.collect()  # garbage of the previous run is not this run's cost
     if pipeline == "native":
@@ -219,7 +246,7 @@ def run_pipeline(
             shuffle=True,
             seed=cfg.seed,
             num_workers=workers,
-            transform=fl.transforms.from_torchvision(transform),
+            transform=transform,
             output=cfg.output,
             decoder=cfg.decoder,
             profile=cfg.mode,
@@ -279,6 +306,31 @@ def run_pipeline(
     )
 
 
+def check_native(cfg: RunConfig) -> None:
+    """Builds the native loader the runs would build, without running it, so that a transform
+    ferroloader refuses stops the comparison before any pipeline spends time on it.
+
+    Raises :class:`NativeRefusal` with the Loader's reason; errors of the data (a missing or
+    empty folder) propagate as they are, since they are not the transform's.
+    """
+    import ferroloader as fl
+
+    dataset = fl.ImageFolder(cfg.data)
+    try:
+        fl.Loader(
+            dataset,
+            batch_size=cfg.batch_size,
+            num_workers=cfg.num_workers,
+            transform=cfg.train_transform(),
+            output=cfg.output,
+            decoder=cfg.decoder,
+        )
+    except (TypeError, ValueError) as e:
+        raise NativeRefusal(
+            f"ferroloader cannot run {cfg.transform_label} (output {cfg.output}): {e}"
+        ) from e
+
+
 def _merge(runs: Sequence[RunResult]) -> "Profile":
     merged = runs[0].profile
     for r in runs[1:]:
@@ -300,7 +352,10 @@ def compare(
 ) -> Tuple["Profile", List[RunResult]]:
     """Runs every pipeline ``cfg.rounds`` times, alternating which goes first; returns the
     merged profile (``torchvision``, ``native``, then ``torchvision#2``... for later rounds)
-    and the runs."""
+    and the runs. Raises :class:`NativeRefusal`, before running anything, when the native
+    pipeline is asked for and ferroloader refuses the transform."""
+    if "native" in pipelines:
+        check_native(cfg)
     runs: List[RunResult] = []
     for r in range(cfg.rounds):
         order = list(pipelines) if r % 2 == 0 else list(reversed(pipelines))
@@ -342,7 +397,10 @@ def sweep(
     progress: Optional[Progress] = None,
 ) -> SweepResult:
     """Runs every pipeline at every worker count (alternating the order at each count),
-    ``cfg.rounds`` times; throughput and CPU seconds per image are summed over rounds."""
+    ``cfg.rounds`` times; throughput and CPU seconds per image are summed over rounds.
+    Raises :class:`NativeRefusal` first, as :func:`compare` does."""
+    if "native" in pipelines:
+        check_native(cfg)
     runs: List[RunResult] = []
     points: List[Dict[str, Any]] = []
     for i, w in enumerate(workers):
