@@ -332,3 +332,65 @@ def test_the_page_renders_in_chromium_with_every_plot_and_no_network(
     page.screenshot(path=str(SCREENSHOT), full_page=True)
     assert SCREENSHOT.stat().st_size > 50_000
     context.close()
+
+
+# -- honest reports ---------------------------------------------------------------------------------
+
+
+def _relabel(data: Json, *labels: str) -> Json:
+    out = dict(data)
+    out["pipelines"] = [dict(p, label=label) for p, label in zip(data["pipelines"], labels)]
+    return out
+
+
+def test_a_short_run_is_flagged_and_a_long_one_is_not(tmp_path: Path) -> None:
+    short = fl.Profile.from_dict(synthetic_profile(batches=6))
+    warnings = report.profile_warnings(short)
+    assert len(warnings) == 2 and all("too short" in w for w in warnings), warnings
+    short.to_html(tmp_path / "short.html")
+    page = (tmp_path / "short.html").read_text()
+    assert 'id="warnings"' in page and "too short" in page and "nothing dropped" not in page
+    long = fl.Profile.from_dict(synthetic_profile(batches=60, step_ms=60.0))
+    assert report.profile_warnings(long) == []
+
+
+def test_worker_time_far_above_cpu_time_is_flagged() -> None:
+    profile = fl.Profile.from_dict(synthetic_profile(batches=60, step_ms=60.0))
+    summary = profile.summary().to_dict()["pipelines"]
+    worker_s = {s["label"]: s["busy_ns"] / s["images"] / 1e9 for s in summary}
+    # The OS counted about as much CPU as the workers' spans: no note.
+    assert report.profile_warnings(profile, worker_s) == []
+    # A third of it: the workers waited for a core.
+    third = {label: v / 3 for label, v in worker_s.items()}
+    notes = report.profile_warnings(profile, third)
+    assert len(notes) == 2 and all("waited for a core" in n for n in notes), notes
+
+
+def test_an_empty_profile_says_profiling_was_off(tmp_path: Path) -> None:
+    folder = tmp_path / "data"
+    for c in range(2):
+        (folder / f"c{c}").mkdir(parents=True)
+        for i in range(2):
+            from PIL import Image
+
+            Image.new("RGB", (40, 30), (c * 90, i * 60, 20)).save(folder / f"c{c}" / f"{i}.jpg")
+    loader = fl.Loader(
+        fl.ImageFolder(folder), batch_size=2, num_workers=1, profile="off",
+        transform=fl.transforms.Compose([fl.transforms.CenterCrop(16), fl.transforms.ToTensor()]),
+    )
+    for _ in loader:
+        pass
+    notes = report.profile_warnings(loader.profile())
+    assert len(notes) == 1 and "profiling was off" in notes[0], notes
+    loader.profile().to_html(tmp_path / "off.html")
+    page = (tmp_path / "off.html").read_text()
+    assert "profiling was off" in page and "nothing dropped" not in page
+
+
+def test_the_speedup_card_takes_any_two_labels(tmp_path: Path) -> None:
+    data = _relabel(synthetic_profile(batches=60, step_ms=60.0), "before", "after")
+    report.write_html(data, tmp_path / "mine.html")
+    page = (tmp_path / "mine.html").read_text()
+    assert 'class="card hero"' in page
+    hero = page.split('class="card hero"', 1)[1].split("</div></div>", 1)[0]
+    assert "after" in hero and "vs before" in hero

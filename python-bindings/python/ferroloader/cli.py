@@ -424,6 +424,8 @@ def _compare_and_report(
     console = _stdout()
     console.print()
     _print_summary(console, profile.summary().to_dict(), cpu)
+    for warning in report.profile_warnings(profile, cpu):
+        console.print(f"[yellow]warning:[/yellow] {warning}")
     _print_files(console, files)
 
 

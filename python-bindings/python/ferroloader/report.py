@@ -234,11 +234,67 @@ def _families(summaries: Sequence[Mapping[str, Any]],
 
 
 def _baseline_and_other(fams: Sequence[_Family]) -> Optional[Tuple[_Family, _Family]]:
-    """(torchvision, native) when both ran, else None."""
+    """(baseline, other): ``torchvision`` and ``native`` when both ran, whatever else did;
+    else the two families of a two-family profile, in the order they ran (a user's own labels,
+    such as a merge of two of their runs); else None."""
     by = {f.name: f for f in fams}
     if "torchvision" in by and "native" in by:
         return by["torchvision"], by["native"]
+    if len(fams) == 2:
+        return fams[0], fams[1]
     return None
+
+
+#: A run shorter than either of these includes too much start-up (the first touch of buffers,
+#: the workers' first decodes) for its throughput to stand for the steady state.
+MIN_BATCHES = 20
+MIN_SECONDS = 2.0
+
+#: Worker time per image above this multiple of the OS's CPU time per image means the worker
+#: threads were runnable but waiting for a core, so every op's time is inflated.
+OVERSUBSCRIBED = 1.5
+
+
+def _recorded(pipeline: Mapping[str, Any], summary: Mapping[str, Any]) -> bool:
+    """Whether a pipeline was recorded at all (profiling on, some spans or batches)."""
+    return str(summary.get("mode")) != "off" and bool(
+        pipeline.get("spans") or pipeline.get("batches")
+    )
+
+
+def run_warnings(pipelines: Sequence[Mapping[str, Any]], summaries: Sequence[Mapping[str, Any]],
+                 cpu_measured: Mapping[str, float]) -> List[str]:
+    """What makes a profile's figures less than they seem, one plain sentence each: a pipeline
+    recorded with profiling off (an empty profile), a run too short for its throughput, and
+    worker time far above the CPU time the OS counted (more workers than free cores)."""
+    notes: List[str] = []
+    for p, s in zip(pipelines, summaries):
+        label = str(s["label"])
+        if not _recorded(p, s):
+            notes.append(
+                f"{label}: nothing was recorded (profiling was off: pass profile=\"spans\" to "
+                "the Loader, or mode=\"spans\" to ferroloader.torch.profile)."
+            )
+            continue
+        batches, seconds = int(s.get("batches") or 0), int(s["wall_ns"]) / 1e9
+        if batches < MIN_BATCHES or seconds < MIN_SECONDS:
+            notes.append(
+                f"{label}: {batches} batches in {seconds:.2f} s is too short for its "
+                f"throughput (start-up is included): run at least {MIN_BATCHES} batches and "
+                f"{MIN_SECONDS:g} s (--batches, --rounds) before trusting a ratio."
+            )
+        images = int(s.get("images") or 0)
+        cpu = cpu_measured.get(label)
+        if images and cpu:
+            worker_ms = int(s.get("busy_ns") or 0) / images / 1e6
+            cpu_ms = float(cpu) * 1e3
+            if worker_ms > OVERSUBSCRIBED * cpu_ms:
+                notes.append(
+                    f"{label}: {worker_ms:.2f} ms of worker time per image against "
+                    f"{cpu_ms:.2f} ms of CPU: the workers waited for a core (more workers than "
+                    "free cores, or another load on this machine), so op times are inflated."
+                )
+    return notes
 
 
 # -- formatting --------------------------------------------------------------------------------
@@ -733,7 +789,7 @@ def _overview(summaries: Sequence[Mapping[str, Any]], order: Sequence[str],
         cards.append(
             '<div class="card hero"><div class="k">speedup</div>'
             f'<div class="v">{_num(speed, 2)}×</div>'
-            f'<div class="d">native {nat.images_per_s:,.0f} img/s vs torchvision '
+            f'<div class="d">{_e(nat.name)} {nat.images_per_s:,.0f} img/s vs {_e(tv.name)} '
             f"{tv.images_per_s:,.0f} img/s"
             + (f"; {_num(cpu_ratio, 2)}× less CPU per image" if cpu_ratio else "")
             + "</div></div>"
@@ -1033,8 +1089,20 @@ def _sweep_section(points: Sequence[Mapping[str, Any]], order: Sequence[str]) ->
     )
 
 
-def _health(pipelines: Sequence[Mapping[str, Any]], summaries: Sequence[Mapping[str, Any]]) -> str:
-    notes = []
+def profile_warnings(profile: ProfileLike, cpu_per_image: Optional[Mapping[str, float]] = None
+                     ) -> List[str]:
+    """:func:`run_warnings` of a whole profile, for a command line to print what the report
+    shows."""
+    data = profile.to_dict()
+    by_label = {str(s["label"]): s for s in profile.summary().to_dict().get("pipelines", [])}
+    pipelines = [p for p in data.get("pipelines", []) if str(p["label"]) in by_label]
+    return run_warnings(pipelines, [by_label[str(p["label"])] for p in pipelines],
+                        dict(cpu_per_image or {}))
+
+
+def _health(pipelines: Sequence[Mapping[str, Any]], summaries: Sequence[Mapping[str, Any]],
+            warnings: Sequence[str]) -> str:
+    notes = [_e(w) for w in warnings]
     for p, s in zip(pipelines, summaries):
         st = p.get("stats") or {}
         for key, what in (
@@ -1049,7 +1117,7 @@ def _health(pipelines: Sequence[Mapping[str, Any]], summaries: Sequence[Mapping[
             notes.append(f"{_e(p['label'])}: {_e(s['failures'])} samples failed or were skipped.")
     if not notes:
         return '<p class="ok">Recorder health: nothing dropped, no failed samples.</p>'
-    return '<ul class="warn">' + "".join(f"<li>{n}</li>" for n in notes) + "</ul>"
+    return '<ul class="warn" id="warnings">' + "".join(f"<li>{n}</li>" for n in notes) + "</ul>"
 
 
 _CSS = """
@@ -1134,9 +1202,19 @@ def _render(
     if command:
         sub.append(f"<code>{_e(command)}</code>")
     sections: List[Tuple[str, str, str]] = []
-    if summaries:
+    # Pipelines recorded with profiling off have nothing to plot; the overview says so.
+    recorded = [(p, s) for p, s in zip(pipelines, summaries) if _recorded(p, s)]
+    if summaries and not recorded:
+        warnings = run_warnings(pipelines, summaries, cpu_per_image)
+        sections.append(("overview", "Overview", _config_list(config)
+                         + _health(pipelines, summaries, warnings)))
+    elif summaries:
+        warnings = run_warnings(pipelines, summaries, cpu_per_image)
+        pipelines = [p for p, _ in recorded]
+        summaries = [s for _, s in recorded]
+        order = [str(p["label"]) for p in pipelines]
         sections.append(("overview", "Overview", _overview(summaries, order, cpu_per_image, sweep)
-                         + _config_list(config) + _health(pipelines, summaries)))
+                         + _config_list(config) + _health(pipelines, summaries, warnings)))
         sections.append(("ops", "Where the time goes, per op", _ops_section(summaries, order)))
         sections.append(("throughput", "Throughput and waiting for data",
                          _throughput_section(summaries, order, config)))
