@@ -5,6 +5,7 @@ yields or the user's objects."""
 from __future__ import annotations
 
 import copy
+import io
 import json
 import multiprocessing
 import time
@@ -56,6 +57,25 @@ class SlowOn:
         if img.size == SLOW_SIZE:
             time.sleep(self.seconds)
         return img
+
+
+class Manifest(torch.utils.data.Dataset):  # type: ignore[type-arg]
+    """A user's own map-style dataset: its own file reading, a span around part of it, and a
+    torchvision ``transform`` attribute (what most custom datasets look like)."""
+
+    def __init__(self, root: Path, transform: Any) -> None:
+        self.items = [(p, i % len(CLASSES)) for i, p in enumerate(sorted(root.rglob("*.jpg")))]
+        self.transform = transform
+
+    def __len__(self) -> int:
+        return len(self.items)
+
+    def __getitem__(self, index: int) -> Tuple[Any, int]:
+        path, label = self.items[index]
+        with flt.span("fetch"):
+            data = path.read_bytes()
+        img = Image.open(io.BytesIO(data)).convert("RGB")
+        return self.transform(img), label
 
 
 def configure_worker(worker_id: int) -> None:
@@ -130,7 +150,7 @@ def check_schema(profile: Dict[str, Any]) -> None:
         for s in p["spans"]:
             assert set(s) <= {"op", "worker", "batch", "sample", "start_ns", "end_ns", "depth", "counters"}
             assert isinstance(s["op"], str) and s["worker"] in workers
-            assert 0 < s["start_ns"] <= s["end_ns"] and s["depth"] in (0, 1)
+            assert 0 < s["start_ns"] <= s["end_ns"] and s["depth"] >= 0
             assert all(isinstance(v, int) and v >= 0 for v in s.get("counters", {}).values())
         numbers = [b["batch"] for b in p["batches"]]
         assert len(set(numbers)) == len(numbers)
@@ -528,3 +548,44 @@ def test_arguments_are_checked(tv_folder: Path) -> None:
     with pytest.raises(TypeError, match="map-style"):
         flt.profile(DataLoader(Stream()))
     assert fl.torch is flt
+
+
+@pytest.mark.parametrize("num_workers", [0, 2])
+def test_a_custom_dataset_times_its_transform_and_the_users_spans(
+    tv_folder: Path, num_workers: int
+) -> None:
+    dataset = Manifest(tv_folder, compose())
+    loader = DataLoader(dataset, batch_size=BATCH, num_workers=num_workers)
+    with flt.profile(loader) as pdl:
+        run_epochs(pdl, 1)
+        profile = pdl.profile_dict()
+    pipeline = pipeline_of(profile)
+    assert "transform" in pipeline["meta"]["instrumented"]
+    by_sample: Dict[Any, Dict[str, Any]] = {}
+    for s in pipeline["spans"]:
+        if s.get("sample") is not None:
+            by_sample.setdefault(s["sample"], {})[s["op"]] = s
+    assert sorted(by_sample) == list(range(SAMPLES))
+    for spans in by_sample.values():
+        assert set(spans) == {"process", "__getitem__", "fetch", *TRANSFORM_OPS}
+        outer, getitem, fetch = spans["process"], spans["__getitem__"], spans["fetch"]
+        assert (outer["depth"], getitem["depth"], fetch["depth"]) == (0, 1, 2)
+        assert all(spans[op]["depth"] == 2 for op in TRANSFORM_OPS)
+        for inner in (fetch, *(spans[op] for op in TRANSFORM_OPS)):
+            assert getitem["start_ns"] <= inner["start_ns"] <= inner["end_ns"] <= getitem["end_ns"]
+    # The report names the dataset's own time for what it is.
+    from ferroloader import report
+
+    summary = fl.Profile.from_dict(profile).summary().to_dict()["pipelines"][0]
+    stages = report.stage_times(summary)
+    assert stages["getitem"] > 0 and stages["fetch"] > 0
+    assert report.stage_of("__getitem__") == "getitem"
+
+
+def test_span_outside_a_profiled_sample_does_nothing() -> None:
+    with flt.span("anything") as sp:
+        pass
+    assert sp.name == "anything"
+    with pytest.raises(ValueError, match="propagates"):
+        with flt.span("failing"):
+            raise ValueError("propagates")

@@ -114,6 +114,9 @@ STAGES: Tuple[Stage, ...] = (
     Stage("fused", "fused crop…normalize", (), ("fused",), "#b07aa1",
           "crop + resize + flip + to-tensor + normalize in one pass"),
     Stage("collate", "collate batch", ("collate",), ("collate",), "#ff9da7"),
+    Stage("getitem", "uninstrumented __getitem__", ("__getitem__",), (), "#c9b18a",
+          "a custom dataset's own code outside its timed transform: split it with "
+          "ferroloader.torch.span(name)"),
     Stage("other", "per-sample overhead", ("process",), ("process",), "#bab0ac",
           "self time of the per-sample span: Python/bookkeeping outside the ops"),
 )

@@ -15,7 +15,9 @@ generator...) over an *instrumented shallow copy* of its dataset. For a torchvis
 bytes) and ``decode`` (``PIL.Image.open(...).convert("RGB")``, the same pixels as torchvision's
 ``pil_loader``), any other loader is one ``load`` span, and each transform of a ``Compose`` is
 timed on its own under its class name (``RandomResizedCrop``, ``ToTensor``...). A ``process``
-span (depth 0) covers each sample's whole ``__getitem__``, a ``collate`` span each batch.
+span (depth 0) covers each sample's whole ``__getitem__``, a ``collate`` span each batch. Any
+other map-style dataset runs in a ``__getitem__`` span (depth 1), the transforms of its
+``transform`` attribute timed inside it; :class:`span` times parts of the user's own code.
 
 Spans are recorded where they happen, in the DataLoader's worker processes (fork, spawn or
 forkserver): each process appends ``(op, sample, start, end, depth[, counters])`` tuples to a
@@ -89,7 +91,7 @@ if TYPE_CHECKING:
 
     from ferroloader.profiling import Profile
 
-__all__ = ["profile", "ProfiledDataLoader", "MODES"]
+__all__ = ["profile", "ProfiledDataLoader", "MODES", "span"]
 
 MODES = ("off", "spans", "counters")
 """The recording modes, as in the schema: nothing, spans and batch events, spans plus counters."""
@@ -151,6 +153,7 @@ class _Recorder:
         "records",
         "sample",
         "failed_op",
+        "depth",
         "side",
         "_identity",
         "_read",
@@ -172,6 +175,8 @@ class _Recorder:
         self.records: List[Record] = []
         self.sample: Any = None
         self.failed_op: Optional[str] = None
+        self.depth = -1
+        """Depth of the innermost open span (0: the sample's ``process`` span; -1: none)."""
         self.side: List[FailureReport] = []
         self._identity: Optional[WorkerIdentity] = None
         self._read: Optional[CounterReader] = None
@@ -270,6 +275,54 @@ class _Recorder:
                 pass
 
 
+# The recorder of the sample being loaded in this process (set around each ``__getitem__``),
+# which :func:`span` records into; None outside a profiled sample.
+_ACTIVE: Optional[_Recorder] = None
+
+
+class span:  # noqa: N801 (used as a function: ``with fl.torch.span("name"):``)
+    """Times a block of the user's own code as an op of the sample being loaded::
+
+        def __getitem__(self, i):
+            with fl.torch.span("fetch"):
+                data = self.store.get(self.keys[i])
+            with fl.torch.span("parse"):
+                image = decode(data)
+            ...
+
+    Inside a dataset profiled by :func:`profile` (in its worker processes too), the block
+    becomes a span named ``name`` nested in whatever span is open (the sample's
+    ``__getitem__``, a transform); anywhere else it does nothing, at the cost of one check.
+    An exception leaving the block marks the sample as failed in ``name`` and propagates.
+    """
+
+    __slots__ = ("name", "_rec", "_start", "_depth")
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self._rec: Optional[_Recorder] = None
+
+    def __enter__(self) -> "span":
+        rec = _ACTIVE
+        if rec is not None:
+            self._rec = rec
+            self._depth = rec.depth + 1
+            rec.depth = self._depth
+            self._start = rec.start()
+        return self
+
+    def __exit__(self, kind: Optional[type], error: Optional[BaseException], tb: Any) -> None:
+        rec = self._rec
+        if rec is None:
+            return
+        self._rec = None
+        rec.depth = self._depth - 1
+        if error is not None:
+            _failed_in(rec, self.name, self._start, self._depth)
+        else:
+            rec.end(self.name, rec.sample, self._depth, self._start)
+
+
 def _recorder_for(session: str, counting: bool, queue: Any = None) -> _Recorder:
     """This process's recorder of ``session`` (unpickling target)."""
     rec = _LIVE.get(session)
@@ -291,7 +344,8 @@ if hasattr(os, "register_at_fork"):
 
 
 class _TimedOp:
-    """Calls ``fn`` inside a depth-1 span named ``op`` (a transform, a loader)."""
+    """Calls ``fn`` inside a span named ``op`` (a transform, a loader), one level below the
+    span open around it."""
 
     __slots__ = ("fn", "op", "rec")
 
@@ -302,13 +356,17 @@ class _TimedOp:
 
     def __call__(self, x: Any) -> Any:
         rec = self.rec
+        depth = rec.depth + 1
+        rec.depth = depth
         start = rec.start()
         try:
             y = self.fn(x)
         except Exception:
-            _failed_in(rec, self.op, start)
+            _failed_in(rec, self.op, start, depth)
             raise
-        rec.end(self.op, rec.sample, 1, start)
+        finally:
+            rec.depth = depth - 1
+        rec.end(self.op, rec.sample, depth, start)
         return y
 
     def __getstate__(self) -> Tuple[Any, str, _Recorder]:
@@ -321,11 +379,11 @@ class _TimedOp:
         return f"timed({self.fn!r})"
 
 
-def _failed_in(rec: _Recorder, op: str, start: SpanStart) -> None:
+def _failed_in(rec: _Recorder, op: str, start: SpanStart, depth: int) -> None:
     """Notes the innermost op that raised, and its span up to the failure (without counters)."""
     if rec.failed_op is None:
         rec.failed_op = op
-        rec.records.append((op, rec.sample, start[0], _now(), 1))
+        rec.records.append((op, rec.sample, start[0], _now(), depth))
 
 
 class _TimedCompose:
@@ -364,20 +422,21 @@ class _TimedPilLoader:
         from PIL import Image
 
         rec = self.rec
+        depth = rec.depth + 1
         start = rec.start()
         try:
             with open(path, "rb") as f:
                 data = f.read()
         except Exception:
-            _failed_in(rec, "read", start)
+            _failed_in(rec, "read", start, depth)
             raise
-        start = rec.end("read", rec.sample, 1, start)
+        start = rec.end("read", rec.sample, depth, start)
         try:
             img = Image.open(io.BytesIO(data)).convert("RGB")
         except Exception:
-            _failed_in(rec, "decode", start)
+            _failed_in(rec, "decode", start, depth)
             raise
-        rec.end("decode", rec.sample, 1, start)
+        rec.end("decode", rec.sample, depth, start)
         return img
 
     def __getstate__(self) -> _Recorder:
@@ -449,23 +508,37 @@ class _ProfiledDataset(Dataset[Any]):
     ``process`` span. Public attributes are read from and set on the copy, so a
     ``worker_init_fn`` that configures ``get_worker_info().dataset`` configures the dataset
     that loads. Defines no ``__getitems__``: samples are fetched one by one, each in its
-    spans."""
+    spans.
 
-    def __init__(self, inner: Any, original: Any, rec: _Recorder) -> None:
+    A dataset whose loading is not instrumented (not a ``DatasetFolder``) runs in a
+    ``__getitem__`` span inside ``process``: its self time is the user's own code, which
+    :func:`span` can split further, and not the profiler's per-sample overhead."""
+
+    def __init__(self, inner: Any, original: Any, rec: _Recorder, opaque: bool) -> None:
         object.__setattr__(self, "_inner", inner)
         object.__setattr__(self, "_original", original)
         object.__setattr__(self, "_rec", rec)
+        object.__setattr__(self, "_opaque", opaque)
 
     def __getitem__(self, index: Any) -> Any:
+        global _ACTIVE
         rec = self._rec
         rec.sample = index
         rec.failed_op = None
+        rec.depth = 0
+        _ACTIVE = rec
         start = rec.start()
         try:
-            item = self._inner[index]
+            if self._opaque:
+                item = _TimedOp(self._inner.__getitem__, "__getitem__", rec)(index)
+            else:
+                item = self._inner[index]
         except Exception as e:
             self._failed(index, e, start[0])
             raise
+        finally:
+            rec.depth = -1
+            _ACTIVE = None
         rec.end("process", index, 0, start)
         return item
 
@@ -539,6 +612,15 @@ def _timed_transform(transform: Any, rec: _Recorder, tv: Any) -> Any:
     return _TimedOp(transform, _op_name(transform), rec)
 
 
+def _is_folder(dataset: Any) -> bool:
+    """Whether ``dataset`` is a torchvision ``DatasetFolder`` (or a ``Subset`` of one), whose
+    loading :func:`_instrument` splits into timed steps."""
+    while isinstance(dataset, Subset):
+        dataset = dataset.dataset
+    tv = _torchvision()
+    return tv is not None and isinstance(dataset, tv.datasets.DatasetFolder)
+
+
 def _instrument(dataset: Any, rec: _Recorder, meta: Dict[str, str]) -> Any:
     """A shallow copy of ``dataset`` whose loader and transforms record spans (a
     ``DatasetFolder``, or a ``Subset`` of one); other datasets are returned as they are."""
@@ -548,8 +630,20 @@ def _instrument(dataset: Any, rec: _Recorder, meta: Dict[str, str]) -> Any:
         sub.dataset = _instrument(dataset.dataset, rec, meta)
         return sub
     if tv is None or not isinstance(dataset, tv.datasets.DatasetFolder):
-        meta.setdefault("instrumented", "process and collate only (not a DatasetFolder)")
-        return dataset
+        transform = getattr(dataset, "transform", None)
+        if transform is None or not callable(transform):
+            meta.setdefault("instrumented", "process, __getitem__ and collate (not a DatasetFolder)")
+            return dataset
+        try:
+            ds = copy.copy(dataset)
+            ds.transform = _timed_transform(transform, rec, tv)
+        except Exception:  # a dataset that cannot be copied or set keeps its own transform
+            meta.setdefault("instrumented", "process, __getitem__ and collate (not a DatasetFolder)")
+            return dataset
+        meta.setdefault(
+            "instrumented", "process, __getitem__, each transform of .transform, collate"
+        )
+        return ds
     folder = importlib.import_module("torchvision.datasets.folder")
     ds = copy.copy(dataset)
     loader = dataset.loader
@@ -744,7 +838,8 @@ class ProfiledDataLoader:
         dl = self.dataloader
         session = self._session
         dataset = _ProfiledDataset(
-            _instrument(dl.dataset, session.rec, self._meta), dl.dataset, session.rec
+            _instrument(dl.dataset, session.rec, self._meta), dl.dataset, session.rec,
+            opaque=not _is_folder(dl.dataset),
         )
         collate = _TimedCollate(dl.collate_fn, session.rec)
         kwargs = _loader_kwargs(dl)
