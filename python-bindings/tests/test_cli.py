@@ -221,3 +221,30 @@ def test_sample_dataset_is_cached(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
     again = sample_data.sample_dataset(2, 2, scale=0.1, progress=lambda d, t: calls.append(d))
     assert again == first and calls == [1, 2, 3, 4]  # nothing written the second time
     assert len(fl.ImageFolder(first)) == 4
+
+
+@pytest.mark.parametrize("first", ["torchvision", "native"])
+def test_a_bad_file_is_named_in_one_line_and_skip_leaves_it_out(
+    data: Path, tmp_path: Path, first: str
+) -> None:
+    import shutil
+
+    from ferroloader import compare
+
+    bad = tmp_path / "data"
+    shutil.copytree(data, bad)
+    victim = sorted((bad / sorted(p.name for p in bad.iterdir())[0]).iterdir())[0]
+    victim.write_bytes(b"<html>not an image</html>")
+    cfg = compare.RunConfig(data=bad, batch_size=4, batches=4, workers=1)
+    with pytest.raises((compare.SampleFailure, fl.DecodeError)) as info:
+        compare.run_pipeline(cfg, first)
+    message = str(info.value)
+    assert victim.name in message and "Traceback" not in message, message
+    result = CliRunner().invoke(main, ["compare", str(bad), *SMALL, "--workers", "1",
+                                       "--out", str(tmp_path / "r")])
+    assert result.exit_code == 1 and victim.name in result.output
+    assert "Traceback" not in result.output and len(result.output.splitlines()) <= 4, result.output
+    skipped = CliRunner().invoke(main, ["compare", str(bad), *SMALL, "--workers", "1",
+                                        "--on-error", "skip", "--batches", "4",
+                                        "--out", str(tmp_path / "s")])
+    assert skipped.exit_code == 0, skipped.output

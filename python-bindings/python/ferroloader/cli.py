@@ -152,6 +152,10 @@ def _run_options(*, workers: bool = True, out: str = "report") -> Callable[[F], 
                          "software counters only where the machine exposes no PMU)."),
             click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True,
                          help="Shuffle and augmentation seed."),
+            click.option("--on-error", type=click.Choice(["raise", "skip"]), default="raise",
+                         show_default=True,
+                         help="A file that fails to load: stop with its name, or leave it "
+                         "out (both pipelines)."),
             click.option("--size", type=click.IntRange(min=8), default=224, show_default=True,
                          help="RandomResizedCrop output size (of the default transform and "
                          "of --recipe)."),
@@ -253,6 +257,7 @@ def _config(kwargs: Mapping[str, Any], data: Path, **override: Any) -> Any:
         mode="counters" if kwargs["counters"] else "spans",
         seed=kwargs["seed"],
         size=kwargs["size"],
+        on_error=kwargs["on_error"],
     )
     values.update(_chosen_transform(kwargs))
     values.update(override)
@@ -277,6 +282,8 @@ def _command_line(name: str, cfg: Any, extra: Sequence[str] = ()) -> str:
         args += ["--seed", str(cfg.seed)]
     if cfg.size != 224:
         args += ["--size", str(cfg.size)]
+    if cfg.on_error != "raise":
+        args += ["--on-error", cfg.on_error]
     return shlex.join(args)
 
 
@@ -398,11 +405,11 @@ def _fail_cleanly(fn: Callable[[], Any]) -> Any:
     """Runs ``fn``, turning the errors a user can fix (bad data, bad arguments) into a one-line
     message and exit status 1, rather than a traceback. A transform ferroloader refuses is
     said as such: what it cannot run, and why."""
-    from ferroloader.compare import NativeRefusal
+    from ferroloader.compare import NativeRefusal, SampleFailure
 
     try:
         return fn()
-    except NativeRefusal as e:
+    except (NativeRefusal, SampleFailure) as e:
         raise click.ClickException(str(e)) from e
     except (FileNotFoundError, ValueError, TypeError, OSError) as e:
         raise click.ClickException(f"{type(e).__name__}: {e}") from e

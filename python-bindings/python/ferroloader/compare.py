@@ -30,7 +30,18 @@ import os
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple
+from typing import (
+    TYPE_CHECKING,
+    Any,
+    Callable,
+    Dict,
+    Iterator,
+    List,
+    Literal,
+    Optional,
+    Sequence,
+    Tuple,
+)
 
 from ferroloader.loader import DecoderName, Output, ProfileMode
 
@@ -90,6 +101,9 @@ class RunConfig:
     (``ferroloader.recipes.output_of``)."""
     transform_name: Optional[str] = None
     """How ``transform`` was named (a recipe, ``FILE.py:NAME``), for reports and messages."""
+    on_error: Literal["raise", "skip"] = "raise"
+    """A sample that fails (a file that does not decode): stop the run with an error naming the
+    file, or skip it in both pipelines (torchvision's by leaving it out of its batch)."""
 
     @property
     def num_workers(self) -> int:
@@ -106,6 +120,36 @@ class RunConfig:
     def transform_label(self) -> str:
         """The transform, as messages name it."""
         return self.transform_name or "the ImageNet training transform"
+
+
+class SampleFailure(RuntimeError):
+    """A sample failed in a pipeline run with ``on_error="raise"``: the message names the
+    pipeline, the file and the cause (not the worker process's traceback)."""
+
+
+def _skipping_folder(torchvision: Any) -> Any:
+    """torchvision's ``ImageFolder`` whose ``__getitem__`` gives None for a sample that fails,
+    left out of its batch by :func:`_collate_present`. A subclass, so profiling still sees a
+    ``DatasetFolder`` and times its read, decode and transforms."""
+
+    class SkippingImageFolder(torchvision.datasets.ImageFolder):  # type: ignore[misc]
+        def __getitem__(self, index: int) -> Any:
+            try:
+                return super().__getitem__(index)
+            except Exception:
+                return None
+
+    return SkippingImageFolder
+
+
+def _collate_present(samples: List[Any]) -> Any:
+    """torch's default collate of the samples that did not fail."""
+    import torch
+
+    kept = [s for s in samples if s is not None]
+    if not kept:
+        return torch.empty(0, 3, 1, 1), torch.empty(0, dtype=torch.int64)
+    return torch.utils.data.default_collate(kept)
 
 
 class NativeRefusal(ValueError):
@@ -250,6 +294,7 @@ def run_pipeline(
             output=cfg.output,
             decoder=cfg.decoder,
             profile=cfg.mode,
+            on_error=cfg.on_error,
         )
         make_epoch: Callable[[], Iterator[Any]] = lambda: iter(loader)
         join: Callable[[], None] = lambda: None
@@ -260,7 +305,9 @@ def run_pipeline(
 
         torchvision = _torchvision()
 
-        dataset = torchvision.datasets.ImageFolder(os.fspath(cfg.data), transform=transform)
+        skip = cfg.on_error == "skip"
+        folder = _skipping_folder(torchvision) if skip else torchvision.datasets.ImageFolder
+        dataset = folder(os.fspath(cfg.data), transform=transform)
         generator = torch.Generator()
         generator.manual_seed(cfg.seed)
         dl = torch.utils.data.DataLoader(
@@ -272,6 +319,7 @@ def run_pipeline(
             # Workers live across epochs, as in real training: a small data set repeated
             # must not pay worker start-up once per pass.
             persistent_workers=workers > 0,
+            collate_fn=_collate_present if skip else None,
         )
         profiled = fltorch.profile(dl, label=label, mode=cfg.mode)
         make_epoch = lambda: iter(profiled)
@@ -282,12 +330,22 @@ def run_pipeline(
     t0 = time.monotonic()
     images = 0
     n = 0
-    for images_batch, _labels in _batches(make_epoch, cfg.batches):
-        images += int(images_batch.shape[0])
-        n += 1
-        if progress is not None:
-            progress(label, n, cfg.batches)
-        _step(cfg.step_ms, cfg.step_busy)
+    try:
+        for images_batch, _labels in _batches(make_epoch, cfg.batches):
+            images += int(images_batch.shape[0])
+            n += 1
+            if progress is not None:
+                progress(label, n, cfg.batches)
+            _step(cfg.step_ms, cfg.step_busy)
+    except Exception as e:
+        if pipeline == "native":
+            raise  # the native loader's errors already name the file and the cause
+        join()
+        failures = [f for p in collect().to_dict()["pipelines"] for f in p["failures"]]
+        cause = failures[0]["cause"] if failures else f"{type(e).__name__}: {e}".splitlines()[0]
+        raise SampleFailure(
+            f"{label}: a sample failed: {cause} (--on-error skip leaves such files out)"
+        ) from None
     wall = time.monotonic() - t0
     if n:
         del images_batch, _labels  # hand the last batch's buffer back before finishing
