@@ -21,8 +21,9 @@ use crate::schema::{Mode, Pipeline, Profile, SpanRecord};
 
 /// The `schema` string of a summary file.
 pub const SUMMARY_SCHEMA: &str = "ferroloader.summary";
-/// The summary schema version.
-pub const SUMMARY_VERSION: u32 = 1;
+/// The summary schema version. 2: `cpu_seconds_per_image` is CPU time only (task-clock), no
+/// longer span time when task-clock was not counted; span time is `worker_seconds_per_image`.
+pub const SUMMARY_VERSION: u32 = 2;
 
 /// A wait at most this long counts as "about zero" (the batch was already there).
 pub const WAIT_NEAR_ZERO_NS: u64 = 10_000;
@@ -71,10 +72,15 @@ pub struct PipelineSummary {
     pub out_of_order_share: f64,
     /// Sum of top-level span time over workers.
     pub busy_ns: u64,
-    /// CPU seconds per image, from task-clock when counted, else from span time.
+    /// CPU seconds per image: the task-clock of the top-level spans, when it was counted.
+    /// Never span time, which includes time a thread waited for a core (see
+    /// `worker_seconds_per_image`).
     pub cpu_seconds_per_image: Option<f64>,
-    /// `"task_clock"` or `"span_time"`.
+    /// `"task_clock"`, or `"not_counted"` when `cpu_seconds_per_image` is `None`.
     pub cpu_time_source: String,
+    /// Wall time inside top-level spans over workers, per image (`busy_ns / images`): what the
+    /// workers spent, running or waiting for a core.
+    pub worker_seconds_per_image: Option<f64>,
     /// The op with the most self time.
     pub bottleneck: Option<String>,
     /// Failed or skipped samples.
@@ -433,9 +439,10 @@ impl PipelineSummary {
         let out_of_order_share = share_of(delivered.iter().filter(|b| b.out_of_order).count());
 
         let (cpu_ns, cpu_time_source) = match top_task_clock {
-            Some(tc) => (tc, "task_clock"),
-            None => (busy_ns, "span_time"),
+            Some(tc) => (Some(tc), "task_clock"),
+            None => (None, "not_counted"),
         };
+        let per_image = |ns: u64| (images > 0 && ns > 0).then(|| ns as f64 / 1e9 / images as f64);
         let seconds = wall_ns as f64 / 1e9;
         let counters_available = p
             .spans
@@ -477,9 +484,9 @@ impl PipelineSummary {
             wait_buckets,
             out_of_order_share,
             busy_ns,
-            cpu_seconds_per_image: (images > 0 && cpu_ns > 0)
-                .then(|| cpu_ns as f64 / 1e9 / images as f64),
+            cpu_seconds_per_image: cpu_ns.and_then(per_image),
             cpu_time_source: cpu_time_source.into(),
+            worker_seconds_per_image: per_image(busy_ns),
             bottleneck: ops.first().map(|o| o.op.clone()),
             failures: p.failures.len() as u64,
             dropped_spans: p.stats.dropped_spans,
@@ -713,9 +720,10 @@ impl fmt::Display for PipelineSummary {
         )?;
         writeln!(
             f,
-            "CPU per image {} ms ({})  bottleneck {}",
+            "CPU per image {} ms ({})  worker time per image {} ms  bottleneck {}",
             opt(self.cpu_seconds_per_image, |s| ms(s * 1e9)),
             self.cpu_time_source,
+            opt(self.worker_seconds_per_image, |s| ms(s * 1e9)),
             self.bottleneck.as_deref().unwrap_or("-")
         )?;
         for w in &self.workers {

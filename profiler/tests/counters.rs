@@ -142,7 +142,8 @@ fn disabled_groups_are_reported_as_such() {
     assert_eq!(p.spans.len(), 1);
     assert!(p.spans[0].counters.is_none());
     let s = Summary::from_profile(&profile);
-    assert_eq!(s.pipelines[0].cpu_time_source, "span_time");
+    assert_eq!(s.pipelines[0].cpu_time_source, "not_counted");
+    assert_eq!(s.pipelines[0].cpu_seconds_per_image, None);
 }
 
 #[test]

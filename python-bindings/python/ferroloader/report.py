@@ -209,14 +209,17 @@ class _Family:
 
 
 def _cpu_per_image(s: Mapping[str, Any], cpu: Mapping[str, float]) -> Tuple[Optional[float], str]:
-    """CPU seconds per image of a pipeline, and where the figure comes from: the OS's count
-    for the whole process and its workers when the caller measured it, else the summary's
-    (task-clock, or the time inside spans)."""
+    """CPU seconds per image of a pipeline, and where the figure comes from. "CPU per image"
+    is always CPU time: the OS's count for the process and its workers when the caller
+    measured it, else the workers' task-clock counter; never span time (a thread waiting for
+    a core is in its span but not on a CPU), which the report calls worker time."""
     label = str(s["label"])
     if label in cpu:
         return float(cpu[label]), "process + workers, from the OS"
     value = s.get("cpu_seconds_per_image")
-    return (None if value is None else float(value)), str(s.get("cpu_time_source", ""))
+    if value is None:
+        return None, "not measured: no OS count, no task-clock"
+    return float(value), "task-clock of the workers' spans"
 
 
 def _families(summaries: Sequence[Mapping[str, Any]],
@@ -286,11 +289,10 @@ def run_warnings(pipelines: Sequence[Mapping[str, Any]], summaries: Sequence[Map
                 f"throughput (start-up is included): run at least {MIN_BATCHES} batches and "
                 f"{MIN_SECONDS:g} s (--batches, --rounds) before trusting a ratio."
             )
-        images = int(s.get("images") or 0)
-        cpu = cpu_measured.get(label)
-        if images and cpu:
-            worker_ms = int(s.get("busy_ns") or 0) / images / 1e6
-            cpu_ms = float(cpu) * 1e3
+        cpu, _ = _cpu_per_image(s, cpu_measured)
+        worker = s.get("worker_seconds_per_image")
+        if cpu and worker:
+            worker_ms, cpu_ms = float(worker) * 1e3, float(cpu) * 1e3
             if worker_ms > OVERSUBSCRIBED * cpu_ms:
                 notes.append(
                     f"{label}: {worker_ms:.2f} ms of worker time per image against "
@@ -811,6 +813,8 @@ def _overview(summaries: Sequence[Mapping[str, Any]], order: Sequence[str],
             f'consumer waiting <b>{_pct(float(s["consumer_wait_share"]))}</b> of the time<br>'
             f'CPU per image {_ms(_opt_mul(cpu, 1e9))} ms'
             f' <span class="muted">({_e(source)})</span><br>'
+            f'worker time per image {_ms(_opt_mul(s.get("worker_seconds_per_image"), 1e9))} ms'
+            ' <span class="muted">(inside spans, running or waiting for a core)</span><br>'
             f'batch latency {_ms(lat.get("mean_ns"))} ms ± {_ms(lat.get("std_ns"))}<br>'
             f'bottleneck: <b>{_e(_stage_title(stage_of(str(s.get("bottleneck") or "–"))))}</b>'
             "</div></div>"
