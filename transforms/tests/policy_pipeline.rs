@@ -219,10 +219,13 @@ fn apply_by_hand(
     out
 }
 
+/// A policy's draw for a `width` x `height` image.
+type Draw = Box<dyn Fn(u32, u32, &mut SampleRng) -> Vec<PixelOp>>;
+
 /// A policy spec and the same policy as the draws module builds it, with its warp settings.
 struct Case {
     spec: OpSpec,
-    draw: Box<dyn Fn(u32, u32, &mut SampleRng) -> Vec<PixelOp>>,
+    draw: Draw,
     interpolation: Interpolation,
     fill: [u8; 3],
 }
