@@ -95,6 +95,59 @@ impl Default for JitterArg {
     }
 }
 
+/// How the warps of the augmentation policies sample (torchvision's `InterpolationMode` for
+/// `TrivialAugmentWide`, `RandAugment`, `AutoAugment`, `AugMix`: only these two are allowed).
+pub type WarpInterpolation = crate::augment::geometry::Interpolation;
+
+/// Whose draws a policy follows (`torchvision.transforms` or `.v2`).
+pub type PolicyApi = crate::augment::policy::Api;
+
+/// `AutoAugmentPolicy`, by its value (`imagenet`, `cifar10`, `svhn`).
+pub type AutoAugmentPolicySpec = crate::augment::policy::AutoAugmentPolicy;
+
+/// torchvision's `fill` on a PIL image: one number for every channel, or a sequence (1 or 3
+/// values, checked when planned).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum FillArg {
+    /// Every channel.
+    Number(f64),
+    /// One value (every channel) or one per channel.
+    Values(Vec<f64>),
+}
+
+fn default_magnitude_bins() -> i64 {
+    31
+}
+
+fn default_rand_augment_ops() -> i64 {
+    2
+}
+
+fn default_rand_augment_magnitude() -> i64 {
+    9
+}
+
+fn default_augmix_severity() -> i64 {
+    3
+}
+
+fn default_augmix_width() -> i64 {
+    3
+}
+
+fn default_augmix_chain_depth() -> i64 {
+    -1
+}
+
+fn default_augmix_alpha() -> f64 {
+    1.0
+}
+
+fn default_augmix_interpolation() -> WarpInterpolation {
+    WarpInterpolation::Bilinear
+}
+
 /// One op, named and parameterized as in `torchvision.transforms`.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "op", deny_unknown_fields)]
@@ -212,6 +265,94 @@ pub enum OpSpec {
         /// Default 0.5.
         #[serde(default = "default_half")]
         p: f64,
+    },
+    /// `TrivialAugmentWide(num_magnitude_bins=31, interpolation=NEAREST, fill=None)`: one op
+    /// of the wide space at a random bin and sign. A pixel op; the chosen op has a nested span
+    /// (`TrivialAugmentWide/Rotate`).
+    TrivialAugmentWide {
+        /// At least 2; default 31.
+        #[serde(default = "default_magnitude_bins")]
+        num_magnitude_bins: i64,
+        /// Of the shears, translations and rotations: `nearest` (default) or `bilinear`.
+        #[serde(default)]
+        interpolation: WarpInterpolation,
+        /// Where the warps uncover the image: None (black, default), a number, or 1 or 3
+        /// numbers, as torchvision's `fill` on a PIL image.
+        #[serde(default)]
+        fill: Option<FillArg>,
+        /// Whose draws: `v1` (`torchvision.transforms`, default) or `v2`
+        /// (`torchvision.transforms.v2`: a float sign draw, Solarize thresholds from a float64
+        /// table).
+        #[serde(default)]
+        api: PolicyApi,
+    },
+    /// `RandAugment(num_ops=2, magnitude=9, num_magnitude_bins=31, interpolation=NEAREST,
+    /// fill=None)`: `num_ops` random ops at bin `magnitude`. A pixel op; nested spans per op.
+    RandAugment {
+        /// 0 to 16; default 2.
+        #[serde(default = "default_rand_augment_ops")]
+        num_ops: i64,
+        /// The bin, below `num_magnitude_bins`; default 9.
+        #[serde(default = "default_rand_augment_magnitude")]
+        magnitude: i64,
+        /// At least 2; default 31.
+        #[serde(default = "default_magnitude_bins")]
+        num_magnitude_bins: i64,
+        /// Default `nearest`.
+        #[serde(default)]
+        interpolation: WarpInterpolation,
+        /// Default None (black).
+        #[serde(default)]
+        fill: Option<FillArg>,
+        /// Default `v1`.
+        #[serde(default)]
+        api: PolicyApi,
+    },
+    /// `AutoAugment(policy=IMAGENET, interpolation=NEAREST, fill=None)`: one of the policy's
+    /// 25 sub-policies. A pixel op; nested spans per op applied.
+    AutoAugment {
+        /// `imagenet` (default), `cifar10` or `svhn`.
+        #[serde(default)]
+        policy: AutoAugmentPolicySpec,
+        /// Default `nearest`.
+        #[serde(default)]
+        interpolation: WarpInterpolation,
+        /// Default None (black).
+        #[serde(default)]
+        fill: Option<FillArg>,
+        /// Default `v1`.
+        #[serde(default)]
+        api: PolicyApi,
+    },
+    /// `AugMix(severity=3, mixture_width=3, chain_depth=-1, alpha=1.0, all_ops=True,
+    /// interpolation=BILINEAR, fill=None)`. Parsed with torchvision's names and defaults but
+    /// refused when planned: torchvision runs it with its tensor kernels (not Pillow's), which
+    /// the stage does not have yet.
+    AugMix {
+        /// Default 3.
+        #[serde(default = "default_augmix_severity")]
+        severity: i64,
+        /// Default 3.
+        #[serde(default = "default_augmix_width")]
+        mixture_width: i64,
+        /// Default -1 (a random depth in 1..=3).
+        #[serde(default = "default_augmix_chain_depth")]
+        chain_depth: i64,
+        /// Default 1.0.
+        #[serde(default = "default_augmix_alpha")]
+        alpha: f64,
+        /// Default true.
+        #[serde(default = "default_true")]
+        all_ops: bool,
+        /// Default `bilinear`.
+        #[serde(default = "default_augmix_interpolation")]
+        interpolation: WarpInterpolation,
+        /// Default None (black).
+        #[serde(default)]
+        fill: Option<FillArg>,
+        /// Default `v1`.
+        #[serde(default)]
+        api: PolicyApi,
     },
     /// `ToTensor()`: u8 HWC to f32 CHW in [0, 1].
     ToTensor,
@@ -680,8 +821,8 @@ fn bad_order(reason: &str) -> Error {
             "{reason}; supported: RandomResizedCrop | Resize [CenterCrop] | CenterCrop, then \
              any number of RandomHorizontalFlip and pixel ops (ColorJitter, Grayscale, \
              RandomGrayscale, RandomPosterize, RandomSolarize, RandomEqualize, \
-             RandomAutocontrast, RandomAdjustSharpness, RandomInvert) in any order, then \
-             ToTensor [Normalize] or PILToTensor"
+             RandomAutocontrast, RandomAdjustSharpness, RandomInvert, TrivialAugmentWide, \
+             RandAugment, AutoAugment) in any order, then ToTensor [Normalize] or PILToTensor"
         ),
     )
 }

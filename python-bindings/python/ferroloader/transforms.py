@@ -12,6 +12,9 @@ The pixel ops (``ColorJitter``, ``Grayscale(num_output_channels=3)``, ``RandomGr
 ``RandomAdjustSharpness``, ``RandomInvert``) run on the 8-bit image of the output size, with
 Pillow's arithmetic (what torchvision computes on a PIL image), each drawing its parameters from
 the sample's generator in pipeline order. With none of them the single fused pass runs.
+So do torchvision's augmentation policies ``TrivialAugmentWide``, ``RandAugment`` and
+``AutoAugment`` (v1 or v2 draws, NEAREST or BILINEAR warps, any ``fill``); ``AugMix``, which
+torchvision computes with its tensor kernels, has no native equivalent.
 
 ``from_torchvision(compose)`` converts a torchvision ``Compose`` (v1 or v2) of these transforms,
 naming any transform it cannot convert. Arguments are checked here (``TypeError`` or
@@ -50,6 +53,9 @@ __all__ = [
     "RandomAutocontrast",
     "RandomAdjustSharpness",
     "RandomInvert",
+    "TrivialAugmentWide",
+    "RandAugment",
+    "AutoAugment",
     "from_torchvision",
     "check",
 ]
@@ -470,6 +476,142 @@ class RandomInvert(Transform):
         return {"op": "RandomInvert", "p": self.p}
 
 
+def _warp_interpolation(op: str, value: object) -> str:
+    """The policies' warp filter: ``NEAREST`` or ``BILINEAR`` (an ``InterpolationMode``, its
+    name, or PIL's code 0 or 2, as torchvision v2 also takes)."""
+    name = getattr(value, "value", value)
+    if _is_int(name):
+        name = {0: "nearest", 2: "bilinear"}.get(int(cast(SupportsIndex, name)), name)
+    if isinstance(name, str) and name.lower() in ("nearest", "bilinear"):
+        return name.lower()
+    raise ValueError(f"{op}: interpolation {value!r} is not supported; only NEAREST and BILINEAR are")
+
+
+def _fill(op: str, value: object) -> Optional[Union[float, List[float]]]:
+    """torchvision's ``fill`` on a PIL image: None (black), a number, or 1 or 3 numbers."""
+    if value is None:
+        return None
+    if isinstance(value, dict):
+        raise ValueError(f"{op}: a per-type fill {value!r} is not supported; give one fill")
+    if isinstance(value, numbers.Real) and not isinstance(value, bool):
+        return _number(op, "fill", value)
+    if isinstance(value, (list, tuple)):
+        values = [_number(op, "fill", v) for v in value]
+        if len(values) not in (1, 3):
+            raise ValueError(f"{op}: fill must have 1 or 3 values (one per channel), got {value!r}")
+        return values
+    raise TypeError(f"{op}: fill must be None, a number or a sequence of numbers, got {value!r}")
+
+
+def _api(op: str, value: object) -> str:
+    if isinstance(value, str) and value in ("v1", "v2"):
+        return value
+    raise ValueError(f"{op}: api must be 'v1' (torchvision.transforms) or 'v2', got {value!r}")
+
+
+def _count(op: str, name: str, value: object, low: int, high: int) -> int:
+    if not _is_int(value):
+        raise TypeError(f"{op}: {name} must be an int, got {value!r}")
+    count = operator.index(cast(SupportsIndex, value))
+    if not low <= count <= high:
+        raise ValueError(f"{op}: {name} must be between {low} and {high}, got {count}")
+    return count
+
+
+class _Policy(Transform):
+    """What the three policies share: the warps' ``interpolation`` and ``fill``, and ``api``,
+    whose draws to follow (``"v1"``: ``torchvision.transforms``, ``"v2"``: ``.v2``, which draws
+    the sign as a float and places Solarize's thresholds a hair higher). The op each draws runs
+    natively with Pillow's arithmetic, in a profiler span named by both (``RandAugment/Rotate``)."""
+
+    _name = ""
+
+    def __init__(self, interpolation: object, fill: object, api: str) -> None:
+        self.interpolation = _warp_interpolation(self._name, interpolation)
+        self.fill = _fill(self._name, fill)
+        self.api = _api(self._name, api)
+
+    def _common(self) -> Spec:
+        return {"interpolation": self.interpolation, "fill": self.fill, "api": self.api}
+
+
+class TrivialAugmentWide(_Policy):
+    """``TrivialAugmentWide(num_magnitude_bins=31, interpolation=NEAREST, fill=None)``: one op
+    of the wide augmentation space, at a random magnitude bin and sign."""
+
+    _name = "TrivialAugmentWide"
+
+    def __init__(
+        self,
+        num_magnitude_bins: int = 31,
+        interpolation: object = "nearest",
+        fill: object = None,
+        *,
+        api: str = "v1",
+    ) -> None:
+        self.num_magnitude_bins = _count(self._name, "num_magnitude_bins", num_magnitude_bins, 2, 1 << 24)
+        super().__init__(interpolation, fill, api)
+
+    def to_spec(self) -> Spec:
+        return {"op": self._name, "num_magnitude_bins": self.num_magnitude_bins, **self._common()}
+
+
+class RandAugment(_Policy):
+    """``RandAugment(num_ops=2, magnitude=9, num_magnitude_bins=31, interpolation=NEAREST,
+    fill=None)``: ``num_ops`` (at most 16) random ops, each at bin ``magnitude``."""
+
+    _name = "RandAugment"
+
+    def __init__(
+        self,
+        num_ops: int = 2,
+        magnitude: int = 9,
+        num_magnitude_bins: int = 31,
+        interpolation: object = "nearest",
+        fill: object = None,
+        *,
+        api: str = "v1",
+    ) -> None:
+        self.num_ops = _count(self._name, "num_ops", num_ops, 0, 16)
+        self.num_magnitude_bins = _count(self._name, "num_magnitude_bins", num_magnitude_bins, 2, 1 << 24)
+        self.magnitude = _count(self._name, "magnitude", magnitude, 0, self.num_magnitude_bins - 1)
+        super().__init__(interpolation, fill, api)
+
+    def to_spec(self) -> Spec:
+        return {
+            "op": self._name,
+            "num_ops": self.num_ops,
+            "magnitude": self.magnitude,
+            "num_magnitude_bins": self.num_magnitude_bins,
+            **self._common(),
+        }
+
+
+class AutoAugment(_Policy):
+    """``AutoAugment(policy=AutoAugmentPolicy.IMAGENET, interpolation=NEAREST, fill=None)``:
+    one of the policy's 25 two-step sub-policies (``imagenet``, ``cifar10`` or ``svhn``, or
+    torchvision's ``AutoAugmentPolicy``)."""
+
+    _name = "AutoAugment"
+
+    def __init__(
+        self,
+        policy: object = "imagenet",
+        interpolation: object = "nearest",
+        fill: object = None,
+        *,
+        api: str = "v1",
+    ) -> None:
+        name = getattr(policy, "value", policy)
+        if not (isinstance(name, str) and name.lower() in ("imagenet", "cifar10", "svhn")):
+            raise ValueError(f"AutoAugment: policy {policy!r} is not IMAGENET, CIFAR10 or SVHN")
+        self.policy = name.lower()
+        super().__init__(interpolation, fill, api)
+
+    def to_spec(self) -> Spec:
+        return {"op": self._name, "policy": self.policy, **self._common()}
+
+
 class Compose:
     """``Compose(transforms)``: the ops in order."""
 
@@ -546,7 +688,7 @@ _SUPPORTED = (
     "RandomResizedCrop, Resize, CenterCrop, RandomHorizontalFlip, ToTensor, PILToTensor, "
     "Normalize, ColorJitter, Grayscale(num_output_channels=3), RandomGrayscale, "
     "RandomPosterize, RandomSolarize, RandomEqualize, RandomAutocontrast, RandomAdjustSharpness, "
-    "RandomInvert, ConvertImageDtype(torch.float) (and, from transforms.v2, ToImage, "
+    "RandomInvert, TrivialAugmentWide, RandAugment, AutoAugment, ConvertImageDtype(torch.float) (and, from transforms.v2, ToImage, "
     "ToDtype(torch.float32, scale=True), ToPureTensor)"
 )
 
@@ -656,6 +798,13 @@ def _convert_one(name: str, t: Any, done: List[Transform]) -> object:
         return RandomAdjustSharpness(t.sharpness_factor, float(t.p))
     if name == "RandomInvert":
         return RandomInvert(float(t.p))
+    if name in ("TrivialAugmentWide", "RandAugment", "AutoAugment"):
+        api = "v2" if type(t).__module__.startswith("torchvision.transforms.v2") else "v1"
+        if name == "TrivialAugmentWide":
+            return TrivialAugmentWide(t.num_magnitude_bins, t.interpolation, t.fill, api=api)
+        if name == "RandAugment":
+            return RandAugment(t.num_ops, t.magnitude, t.num_magnitude_bins, t.interpolation, t.fill, api=api)
+        return AutoAugment(t.policy, t.interpolation, t.fill, api=api)
     if name == "ToPureTensor":
         return _SKIP
     if name in ("ToDtype", "ConvertImageDtype"):

@@ -21,8 +21,12 @@ use crate::image::{RgbImage, RgbView};
 /// samples the input at `(a0*x + a1*y + a2, a3*x + a4*y + a5)`.
 pub type AffineMatrix = [f64; 6];
 
-/// How a warp samples the input (torchvision's `InterpolationMode`, as Pillow filters).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+/// How a warp samples the input (torchvision's `InterpolationMode`, as Pillow filters); in
+/// pipeline specs by torchvision's lowercase names, `nearest` and `bilinear`.
+#[derive(
+    Clone, Copy, Debug, PartialEq, Eq, Hash, Default, serde::Serialize, serde::Deserialize,
+)]
+#[serde(rename_all = "lowercase")]
 pub enum Interpolation {
     /// `Image.NEAREST`: bit-exact with Pillow on every engine.
     #[default]

@@ -49,8 +49,11 @@ fn op_at<D: TorchDraws + ?Sized>(
 
 /// Which torchvision API a policy follows: the classes of `torchvision.transforms` (v1, the
 /// default and the reference) or of `torchvision.transforms.v2`. See the module doc for what
-/// differs.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+/// differs. In pipeline specs: `v1`, `v2`.
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize,
+)]
+#[serde(rename_all = "lowercase")]
 pub enum Api {
     /// `torchvision.transforms`.
     #[default]
@@ -214,9 +217,14 @@ impl RandAugment {
 }
 
 /// The sub-policy tables of `AutoAugment`, from the AutoAugment paper as torchvision has them.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+/// In pipeline specs by torchvision's enum values: `imagenet`, `cifar10`, `svhn`.
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize,
+)]
+#[serde(rename_all = "lowercase")]
 pub enum AutoAugmentPolicy {
     /// `AutoAugmentPolicy.IMAGENET` (torchvision's default).
+    #[default]
     ImageNet,
     /// `AutoAugmentPolicy.CIFAR10`.
     Cifar10,

@@ -1,31 +1,149 @@
 //! torchvision's automatic augmentation policies in a stage: `TrivialAugmentWide`,
-//! `RandAugment`, `AutoAugment`, `AugMix`. The draws are [`crate::augment::policy`]'s; the
-//! chosen ops run with the colour and geometry kernels, each in a nested span named by the
-//! policy and the op (`AugmentationSpace::span_name`, e.g. `TrivialAugmentWide/Solarize`),
-//! through [`OpObserver::enter_named`](crate::spec::OpObserver::enter_named).
+//! `RandAugment`, `AutoAugment` (`AugMix` is parsed but refused: see [`PolicyOp::plan`]). The
+//! draws are [`crate::augment::policy`]'s; the chosen ops run with the colour and geometry
+//! kernels ([`apply_pixel_op`]), each in a nested span named by the policy and the op
+//! (`AugmentationSpace::span_name`, e.g. `TrivialAugmentWide/Solarize`), through
+//! [`OpObserver::enter_named`](crate::spec::OpObserver::enter_named).
 //!
-//! Must not allocate per sample once warm, nor draw outside torchvision's order.
+//! Must not allocate per sample once warm (warps write [`StageScratch::spare`] and swap it
+//! with the staging image), nor draw outside torchvision's order: a policy makes all its draws
+//! before its first op runs, which is torchvision's order too, since its ops draw nothing.
 
-use super::StageScratch;
-use crate::error::Result;
+use super::{in_op, StageScratch};
+use crate::augment::color;
+use crate::augment::geometry::{parse_fill, Interpolation};
+use crate::augment::policy::{
+    AugmentationSpace, AutoAugment, PixelOp, RandAugment, TrivialAugmentWide,
+};
+use crate::error::{Error, Result};
 use crate::image::RgbImage;
 use crate::rng::SampleRng;
-use crate::spec::{Op, OpObserver, OpSpec};
+use crate::spec::{FillArg, Op, OpObserver, OpSpec};
+
+/// How a policy's warps (shears, translations, rotations) sample and fill.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(in crate::spec) struct Warp {
+    /// torchvision's `interpolation`.
+    pub interpolation: Interpolation,
+    /// torchvision's `fill` as Pillow applies it on an RGB image.
+    pub fill: [u8; 3],
+}
+
+impl Warp {
+    fn plan(
+        op: &'static str,
+        interpolation: Interpolation,
+        fill: Option<&FillArg>,
+    ) -> Result<Self> {
+        let fill = match fill {
+            None => parse_fill(None),
+            Some(FillArg::Number(v)) => parse_fill(Some(&[*v])),
+            Some(FillArg::Values(v)) => parse_fill(Some(v)),
+        }
+        .map_err(|e| in_op(op, e))?;
+        Ok(Warp {
+            interpolation,
+            fill,
+        })
+    }
+}
 
 /// A policy, parameters checked.
 #[derive(Clone, Debug, PartialEq)]
-pub(in crate::spec) enum PolicyOp {}
+pub(in crate::spec) enum PolicyOp {
+    TrivialAugmentWide(TrivialAugmentWide, Warp),
+    RandAugment(RandAugment, Warp),
+    AutoAugment(AutoAugment, Warp),
+}
+
+/// `value` as a `u32` when it is in `range`, else an error naming `name` in `op`.
+fn count(
+    op: &'static str,
+    name: &'static str,
+    value: i64,
+    range: std::ops::RangeInclusive<i64>,
+) -> Result<u32> {
+    if !range.contains(&value) {
+        return Err(Error::invalid(
+            name,
+            format!(
+                "{op}: {value} is not in [{}, {}]",
+                range.start(),
+                range.end()
+            ),
+        ));
+    }
+    u32::try_from(value).map_err(|_| Error::invalid(name, format!("{op}: {value} is negative")))
+}
 
 impl PolicyOp {
-    /// `Ok(None)`: `op` is not a policy.
+    /// `Ok(None)`: `op` is not a policy. `AugMix` is refused with the reason: torchvision runs
+    /// it on a uint8 tensor with its tensor kernels (truncating blends, `grid_sample` warps)
+    /// and mixes in float32, which Pillow's kernels here do not reproduce.
     pub(super) fn plan(op: &OpSpec) -> Result<Option<Self>> {
-        let _ = op;
-        Ok(None)
+        Ok(Some(match op {
+            OpSpec::TrivialAugmentWide {
+                num_magnitude_bins,
+                interpolation,
+                fill,
+                api,
+            } => {
+                const NAME: &str = "TrivialAugmentWide";
+                let bins = count(NAME, "num_magnitude_bins", *num_magnitude_bins, 2..=1 << 24)?;
+                let policy = TrivialAugmentWide::new(bins)
+                    .map_err(|e| in_op(NAME, e))?
+                    .with_api(*api);
+                PolicyOp::TrivialAugmentWide(
+                    policy,
+                    Warp::plan(NAME, *interpolation, fill.as_ref())?,
+                )
+            }
+            OpSpec::RandAugment {
+                num_ops,
+                magnitude,
+                num_magnitude_bins,
+                interpolation,
+                fill,
+                api,
+            } => {
+                const NAME: &str = "RandAugment";
+                let max_ops = crate::augment::policy::MAX_RAND_AUGMENT_OPS as i64;
+                let ops = count(NAME, "num_ops", *num_ops, 0..=max_ops)?;
+                let bins = count(NAME, "num_magnitude_bins", *num_magnitude_bins, 2..=1 << 24)?;
+                let magnitude = count(NAME, "magnitude", *magnitude, 0..=i64::from(bins) - 1)?;
+                let policy = RandAugment::new(ops, magnitude, bins)
+                    .map_err(|e| in_op(NAME, e))?
+                    .with_api(*api);
+                PolicyOp::RandAugment(policy, Warp::plan(NAME, *interpolation, fill.as_ref())?)
+            }
+            OpSpec::AutoAugment {
+                policy,
+                interpolation,
+                fill,
+                api,
+            } => PolicyOp::AutoAugment(
+                AutoAugment::new(*policy).with_api(*api),
+                Warp::plan("AutoAugment", *interpolation, fill.as_ref())?,
+            ),
+            OpSpec::AugMix { .. } => {
+                return Err(Error::invalid(
+                    "ops",
+                    "AugMix is not supported natively: torchvision runs it on a uint8 tensor \
+                     with its tensor kernels and mixes in float32, which differ from the \
+                     Pillow kernels of the other policies; run it in Python after the loader",
+                ))
+            }
+            _ => return Ok(None),
+        }))
     }
 
     /// The span the whole policy (its draw and the chosen ops) runs in.
     pub(super) fn span(&self) -> Op {
-        match *self {}
+        match self {
+            PolicyOp::TrivialAugmentWide(..) => Op::TrivialAugmentWide,
+            PolicyOp::RandAugment(..) => Op::RandAugment,
+            PolicyOp::AutoAugment(..) => Op::AutoAugment,
+        }
     }
 
     /// Draws the policy's ops and applies them to `img`, each chosen op in a named span.
@@ -36,7 +154,126 @@ impl PolicyOp {
         rng: &mut SampleRng,
         obs: &mut dyn OpObserver,
     ) -> Result<()> {
-        let _ = (img, scratch, rng, obs);
-        match *self {}
+        let (width, height) = (img.width(), img.height());
+        match self {
+            PolicyOp::TrivialAugmentWide(policy, warp) => {
+                let op = policy.draw(rng);
+                let space = AugmentationSpace::TrivialAugmentWide;
+                run_named(space, &op, img, scratch, warp, obs)
+            }
+            PolicyOp::RandAugment(policy, warp) => {
+                let plan = policy.draw(width, height, rng);
+                let space = AugmentationSpace::RandAugment;
+                plan.as_slice()
+                    .iter()
+                    .try_for_each(|op| run_named(space, op, img, scratch, warp, obs))
+            }
+            PolicyOp::AutoAugment(policy, warp) => {
+                let plan = policy.draw(width, height, rng);
+                let space = AugmentationSpace::AutoAugment;
+                plan.as_slice()
+                    .iter()
+                    .try_for_each(|op| run_named(space, op, img, scratch, warp, obs))
+            }
+        }
     }
+}
+
+/// [`apply_pixel_op`] in the span `space` names `op` by.
+fn run_named(
+    space: AugmentationSpace,
+    op: &PixelOp,
+    img: &mut RgbImage,
+    scratch: &mut StageScratch,
+    warp: &Warp,
+    obs: &mut dyn OpObserver,
+) -> Result<()> {
+    let name = space.span_name(op.kind());
+    obs.enter_named(name);
+    let done = apply_pixel_op(op, img, scratch, warp).map_err(|e| in_op(space.policy_name(), e));
+    obs.exit_named(name);
+    done
+}
+
+/// torchvision's `_apply_op` on a PIL image: `op` applied to `img` with Pillow's kernels. The
+/// warps use `warp`'s interpolation and fill and write [`StageScratch::spare`], which then
+/// trades places with `img`; the others work in place.
+///
+/// Shears turn about the top-left corner (`center=[0, 0]`), translations and rotations about
+/// the image centre (`F.affine`'s and Pillow's defaults), rotations without `expand`.
+pub(in crate::spec) fn apply_pixel_op(
+    op: &PixelOp,
+    img: &mut RgbImage,
+    scratch: &mut StageScratch,
+    warp: &Warp,
+) -> Result<()> {
+    let Warp {
+        interpolation,
+        fill,
+    } = *warp;
+    let affine = |scratch: &mut StageScratch, img: &RgbImage, translate, shear, center| {
+        scratch.warp.affine(
+            img.view(),
+            0.0,
+            translate,
+            1.0,
+            shear,
+            center,
+            interpolation,
+            fill,
+            &mut scratch.spare,
+        )
+    };
+    match *op {
+        PixelOp::Identity => return Ok(()),
+        PixelOp::ShearX { degrees } => {
+            affine(scratch, img, [0.0, 0.0], [degrees, 0.0], Some([0.0, 0.0]))?;
+        }
+        PixelOp::ShearY { degrees } => {
+            affine(scratch, img, [0.0, 0.0], [0.0, degrees], Some([0.0, 0.0]))?;
+        }
+        PixelOp::TranslateX { pixels } => {
+            affine(scratch, img, [f64::from(pixels), 0.0], [0.0, 0.0], None)?;
+        }
+        PixelOp::TranslateY { pixels } => {
+            affine(scratch, img, [0.0, f64::from(pixels)], [0.0, 0.0], None)?;
+        }
+        PixelOp::Rotate { degrees } => {
+            scratch.warp.rotate(
+                img.view(),
+                degrees,
+                None,
+                false,
+                interpolation,
+                fill,
+                &mut scratch.spare,
+            )?;
+        }
+        PixelOp::Brightness { factor } => return color::adjust_brightness(img, factor),
+        PixelOp::Color { factor } => return color::adjust_saturation(img, factor),
+        PixelOp::Contrast { factor } => return color::adjust_contrast(img, factor),
+        PixelOp::Sharpness { factor } => {
+            return color::adjust_sharpness(img, factor, &mut scratch.color)
+        }
+        PixelOp::Posterize { bits } => return color::posterize(img, bits),
+        PixelOp::Solarize { threshold } => {
+            color::solarize(img, threshold);
+            return Ok(());
+        }
+        PixelOp::AutoContrast => {
+            color::autocontrast(img);
+            return Ok(());
+        }
+        PixelOp::Equalize => {
+            color::equalize(img);
+            return Ok(());
+        }
+        PixelOp::Invert => {
+            color::invert(img);
+            return Ok(());
+        }
+    }
+    // Only the warps reach here: their output is in the spare image.
+    std::mem::swap(img, &mut scratch.spare);
+    Ok(())
 }

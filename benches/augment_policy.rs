@@ -1,0 +1,142 @@
+//! The augmentation policies in the pipeline: `CenterCrop(224)`, the policy, `ToTensor` on the
+//! decode corpus' ImageNet-like JPEG (500x375, `make fixtures`), single thread. Only the time
+//! inside the policy's span counts (its draws and the chosen ops on the 224x224 staging image,
+//! measured through the pipeline's observer), so the decode around it adds no noise. Each
+//! iteration runs `SAMPLES` sample indices, so the draws spread over the policy's ops.
+//!
+//! Compare ratios within one run, not absolute times (shared 2-core machines).
+
+use std::hint::black_box;
+use std::time::{Duration, Instant};
+
+use criterion::{criterion_group, criterion_main, Criterion, Throughput};
+use ferroloader::transforms::augment::geometry::Interpolation;
+use ferroloader::transforms::augment::policy::{Api, AutoAugmentPolicy};
+use ferroloader::transforms::fused::OutputSlot;
+use ferroloader::transforms::rng::sample_rng;
+use ferroloader::transforms::spec::{Op, OpObserver, OpSpec, Pipeline, PipelineSpec, Size};
+
+#[path = "../tests/support/fixtures.rs"]
+mod fixtures;
+
+const SAMPLES: u64 = 32;
+
+fn pipeline(policy: Option<OpSpec>) -> Pipeline {
+    let mut ops = vec![OpSpec::CenterCrop {
+        size: Size::Int(224),
+    }];
+    ops.extend(policy);
+    ops.push(OpSpec::ToTensor);
+    Pipeline::new(PipelineSpec::new(ops)).expect("valid spec")
+}
+
+/// Sums the time spent inside spans of `op`.
+struct SpanTimer {
+    op: Op,
+    started: Option<Instant>,
+    total: Duration,
+}
+
+impl OpObserver for SpanTimer {
+    fn enter(&mut self, op: Op) {
+        if op == self.op {
+            self.started = Some(Instant::now());
+        }
+    }
+    fn exit(&mut self, op: Op) {
+        if op == self.op {
+            if let Some(start) = self.started.take() {
+                self.total += start.elapsed();
+            }
+        }
+    }
+}
+
+fn bench_policies(c: &mut Criterion) {
+    let dir = fixtures::fixture_dir("decode", "make fixtures");
+    let bytes = std::fs::read(dir.join("jpeg_imagenet_like.jpg")).expect("corpus JPEG");
+    let mut g = c.benchmark_group("augment_policy");
+    g.throughput(Throughput::Elements(SAMPLES));
+    let variants = [
+        (
+            "trivial_augment_wide",
+            Op::TrivialAugmentWide,
+            Some(OpSpec::TrivialAugmentWide {
+                num_magnitude_bins: 31,
+                interpolation: Interpolation::Nearest,
+                fill: None,
+                api: Api::V1,
+            }),
+        ),
+        (
+            "rand_augment_2_9",
+            Op::RandAugment,
+            Some(OpSpec::RandAugment {
+                num_ops: 2,
+                magnitude: 9,
+                num_magnitude_bins: 31,
+                interpolation: Interpolation::Nearest,
+                fill: None,
+                api: Api::V1,
+            }),
+        ),
+        (
+            "rand_augment_2_9_bilinear",
+            Op::RandAugment,
+            Some(OpSpec::RandAugment {
+                num_ops: 2,
+                magnitude: 9,
+                num_magnitude_bins: 31,
+                interpolation: Interpolation::Bilinear,
+                fill: None,
+                api: Api::V1,
+            }),
+        ),
+        (
+            "auto_augment_imagenet",
+            Op::AutoAugment,
+            Some(OpSpec::AutoAugment {
+                policy: AutoAugmentPolicy::ImageNet,
+                interpolation: Interpolation::Nearest,
+                fill: None,
+                api: Api::V1,
+            }),
+        ),
+    ];
+    for (name, span, policy) in variants {
+        let pipeline = pipeline(policy);
+        let mut ctx = pipeline.new_context().expect("ctx");
+        let mut slot = vec![0f32; pipeline.sample_len()];
+        g.bench_function(name, |b| {
+            b.iter_custom(|iters| {
+                let mut timer = SpanTimer {
+                    op: span,
+                    started: None,
+                    total: Duration::ZERO,
+                };
+                for _ in 0..iters {
+                    for index in 0..SAMPLES {
+                        pipeline
+                            .run(
+                                black_box(&bytes),
+                                &mut sample_rng(0, 0, index),
+                                &mut ctx,
+                                OutputSlot::F32(&mut slot),
+                                &mut timer,
+                            )
+                            .expect("runs");
+                    }
+                }
+                timer.total
+            })
+        });
+    }
+    g.finish();
+}
+
+criterion_group! {
+    name = benches;
+    config = Criterion::default().sample_size(20).warm_up_time(Duration::from_secs(1)).measurement_time(Duration::from_secs(4));
+    targets = bench_policies
+}
+criterion_main!(benches);
