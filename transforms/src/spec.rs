@@ -712,8 +712,14 @@ enum Geometry {
 /// written, in its own span; then to-tensor (+ normalize, + a flip written after them) into the
 /// slot. The pixel ops see what torchvision's would see on a PIL image (Pillow's arithmetic).
 ///
+/// Random compositions (`RandomApply`, `RandomChoice`, `RandomOrder`) are stage ops over
+/// stage ops; a nested `Compose` is flattened where it stands. After the conversion, tensor
+/// ops (`RandomErasing`) run on the float32 sample in the slot, each in its own span; an
+/// erasing written before `Normalize` runs after the fused conversion too, its fill normalized
+/// with the same arithmetic (op by op it runs where written; the samples are equal).
+///
 /// Draws, from the sample's generator, in the order the ops are written (torchvision's):
-/// the crop, then each flip's coin and each pixel op's parameters. A pixel op draws even when
+/// the crop, then each flip's coin and each pixel op's parameters, then each tensor op's. A pixel op draws even when
 /// it does not run (`p = 0`, a coin that says no), as torchvision does; a flip with `p = 0`
 /// draws nothing (as before pixel ops existed, so those samples do not change).
 ///
