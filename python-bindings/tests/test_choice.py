@@ -77,7 +77,7 @@ def test_compositions_with_neutralised_draws_match_torchvision_exactly(folder: P
 def test_from_torchvision_converts_compositions_in_both_apis() -> None:
     want = T.Compose(
         [
-            T.RandomResizedCrop(32),
+            T.RandomResizedCrop([32, 32]),
             T.RandomApply([T.ColorJitter([0.6, 1.4], [0.6, 1.4], 0, 0), T.RandomGrayscale(0.2)], p=0.8),
             T.RandomChoice([T.RandomInvert(1.0), T.Compose([T.RandomEqualize(1.0), T.RandomSolarize(128, 1.0)])]),
             T.RandomOrder([T.RandomHorizontalFlip(1.0), T.RandomPosterize(4, 0.5)]),
@@ -117,8 +117,11 @@ def test_from_torchvision_converts_compositions_in_both_apis() -> None:
 
 
 def test_compositions_refuse_what_cannot_run_inside_them() -> None:
-    with pytest.raises(ValueError, match=r"RandomApply.*transforms\[0\].*ToTensor"):
-        T.from_torchvision(tvT.Compose([tvT.CenterCrop(8), tvT.RandomApply([tvT.ToTensor()]), tvT.ToTensor()]))
+    converted = T.from_torchvision(tvT.Compose([tvT.CenterCrop(8), tvT.RandomApply([tvT.ToTensor()]), tvT.ToTensor()]))
+    with pytest.raises(ValueError, match=r"RandomApply: transforms\[0\] is ToTensor"):
+        T.check(converted)
+    with pytest.raises(ValueError, match=r"(?s)RandomOrder.*transforms\[0\].*no ferroloader equivalent"):
+        T.from_torchvision(tvT.Compose([tvT.CenterCrop(8), tvT.RandomOrder([tvT.Lambda(abs)]), tvT.ToTensor()]))
     with pytest.raises(ValueError, match=r"transforms\[0\] is RandomResizedCrop"):
         T.check(T.Compose([T.CenterCrop(8), T.RandomChoice([T.RandomResizedCrop(8)]), T.ToTensor()]))
     with pytest.raises(ValueError, match="length of p"):
