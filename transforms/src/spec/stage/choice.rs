@@ -219,15 +219,25 @@ fn run_all(
 /// The size `RandomOrder`'s items leave whatever their order: the size itself when every item
 /// keeps it; otherwise every order is tried (up to [`MAX_ORDERS_CHECKED`] items).
 fn order_size(items: &[Vec<StageOp>], size: (u32, u32)) -> Result<(u32, u32)> {
-    let in_order = |e| in_op("RandomOrder", e);
+    order_size_by(items.len(), size, |i, size| {
+        sequence_size(&items[i], size).map_err(|e| in_op("RandomOrder", e))
+    })
+}
+
+/// [`order_size`] over `n` items whose sizes `item_size(i, input)` gives.
+fn order_size_by(
+    n: usize,
+    size: (u32, u32),
+    item_size: impl Fn(usize, (u32, u32)) -> Result<(u32, u32)>,
+) -> Result<(u32, u32)> {
     let mut keep_size = true;
-    for item in items {
-        keep_size &= sequence_size(item, size).map_err(in_order)? == size;
+    for i in 0..n {
+        keep_size &= item_size(i, size)? == size;
     }
     if keep_size {
         return Ok(size);
     }
-    if items.len() > MAX_ORDERS_CHECKED {
+    if n > MAX_ORDERS_CHECKED {
         return Err(Error::invalid(
             "transforms",
             format!(
@@ -237,17 +247,12 @@ fn order_size(items: &[Vec<StageOp>], size: (u32, u32)) -> Result<(u32, u32)> {
         ));
     }
     // Heap's algorithm over the item indices: every order once.
-    let mut order: Vec<usize> = (0..items.len()).collect();
-    let size_of = |order: &[usize]| {
-        order
-            .iter()
-            .try_fold(size, |size, &i| sequence_size(&items[i], size))
-            .map_err(in_order)
-    };
+    let mut order: Vec<usize> = (0..n).collect();
+    let size_of = |order: &[usize]| order.iter().try_fold(size, |size, &i| item_size(i, size));
     let first = size_of(&order)?;
-    let mut counters = vec![0usize; items.len()];
+    let mut counters = vec![0usize; n];
     let mut i = 1;
-    while i < order.len() {
+    while i < n {
         if counters[i] < i {
             let j = if i % 2 == 0 { 0 } else { counters[i] };
             order.swap(j, i);
@@ -263,4 +268,54 @@ fn order_size(items: &[Vec<StageOp>], size: (u32, u32)) -> Result<(u32, u32)> {
         }
     }
     Ok(first)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Items as size maps: `Pad(k)` adds `2k` to both sides (orders commute), `Crop(s)` sets
+    /// the size (orders do not commute with a pad), `Keep` changes nothing.
+    #[derive(Clone, Copy)]
+    enum Item {
+        Pad(u32),
+        Crop(u32),
+        Keep,
+    }
+
+    fn sizes(items: &[Item]) -> Result<(u32, u32)> {
+        order_size_by(items.len(), (10, 10), |i, (h, w)| {
+            Ok(match items[i] {
+                Item::Pad(k) => (h + 2 * k, w + 2 * k),
+                Item::Crop(s) => (s, s),
+                Item::Keep => (h, w),
+            })
+        })
+    }
+
+    #[test]
+    fn every_order_is_checked_when_an_item_changes_the_size() {
+        assert_eq!(sizes(&[Item::Keep, Item::Keep]).ok(), Some((10, 10)));
+        assert_eq!(
+            sizes(&[Item::Pad(1), Item::Keep, Item::Pad(2)]).ok(),
+            Some((16, 16))
+        );
+        // A crop to 8 then a pad gives 10; a pad then the crop gives 8, in some order only.
+        let err = sizes(&[Item::Keep, Item::Pad(1), Item::Keep, Item::Crop(8)])
+            .expect_err("orders differ");
+        assert!(err.to_string().contains("RandomOrder"), "{err}");
+        // Written crop-first: the order that differs (pad first) comes later.
+        let err = sizes(&[Item::Crop(8), Item::Keep, Item::Keep, Item::Pad(1)])
+            .expect_err("orders differ");
+        assert!(err.to_string().contains("two orders"), "{err}");
+        // Crops to the same size in any order agree.
+        assert_eq!(sizes(&[Item::Crop(6), Item::Crop(6)]).ok(), Some((6, 6)));
+        // Too many to try.
+        let many = [Item::Pad(1); MAX_ORDERS_CHECKED + 1];
+        assert!(sizes(&many).is_err());
+        let mut keep = [Item::Keep; MAX_ORDERS_CHECKED + 4];
+        assert_eq!(sizes(&keep).ok(), Some((10, 10)));
+        keep[0] = Item::Crop(3);
+        assert!(sizes(&keep).is_err());
+    }
 }
