@@ -18,8 +18,10 @@ use crate::rng::SampleRng;
 use crate::tensor;
 
 mod stage;
+mod tensor_op;
 
 use stage::{StageOp, StageScratch, Staged};
+use tensor_op::{SlotState, TensorOp};
 
 /// `int` (square, or the shorter side for `Resize`) or `[height, width]`, as torchvision takes it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -146,6 +148,34 @@ fn default_augmix_alpha() -> f64 {
 
 fn default_augmix_interpolation() -> WarpInterpolation {
     WarpInterpolation::Bilinear
+}
+
+fn default_erase_scale() -> [f64; 2] {
+    [0.02, 0.33]
+}
+
+fn default_erase_ratio() -> [f64; 2] {
+    [0.3, 3.3]
+}
+
+/// `RandomErasing`'s `value` as torchvision takes it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum EraseFill {
+    /// One value for every channel.
+    Number(f64),
+    /// One value per channel (3), or one for all (1).
+    Values(Vec<f64>),
+    /// `"random"`: standard normal values from the sample's generator (any other word is
+    /// refused when the pipeline is planned).
+    Word(String),
+}
+
+impl Default for EraseFill {
+    /// 0, torchvision's default.
+    fn default() -> Self {
+        EraseFill::Number(0.0)
+    }
 }
 
 /// One op, named and parameterized as in `torchvision.transforms`.
@@ -353,6 +383,64 @@ pub enum OpSpec {
         /// Default `v1`.
         #[serde(default)]
         api: PolicyApi,
+    },
+    /// `RandomApply(transforms, p=0.5)`: the stage ops `transforms` (a nested `Compose` is
+    /// flattened into them), all or none. One draw: v1's `p < torch.rand(1)` skips, so a draw
+    /// equal to `p` applies; v2 skips on `torch.rand(1) >= p` (they differ only for that one
+    /// value, so `p = 0` applies with probability 2^-24 here, as in v1). Every outcome must
+    /// leave the size the ops found.
+    RandomApply {
+        /// Stage ops, nested compositions included.
+        transforms: Vec<OpSpec>,
+        /// Default 0.5.
+        #[serde(default = "default_half")]
+        p: f64,
+    },
+    /// `RandomChoice(transforms, p=None)`: one of `transforms` (a `Compose` among them is one
+    /// choice running its ops in order), weighted by `p` (`None`: uniform). v1 draws with
+    /// Python's `random.choices`, v2 with `torch.multinomial`: the same distribution. Every
+    /// choice must leave the same size.
+    RandomChoice {
+        /// 1 to 16 stage ops or compositions.
+        transforms: Vec<OpSpec>,
+        /// Non-negative weights, one per transform (need not sum to 1); default uniform.
+        #[serde(default)]
+        p: Option<Vec<f64>>,
+    },
+    /// `RandomOrder(transforms)`: all of `transforms` (a `Compose` among them moves as one) in
+    /// a random order (v1 `random.shuffle`, v2 `torch.randperm`: both uniform). Every order
+    /// must leave the same size.
+    RandomOrder {
+        /// 1 to 16 stage ops or compositions.
+        transforms: Vec<OpSpec>,
+    },
+    /// `Compose(transforms)` nested in a pipeline: its ops stand where it stands (flattened),
+    /// except as one choice of `RandomChoice` or one item of `RandomOrder`, where it is one unit.
+    Compose {
+        /// The ops, in order.
+        transforms: Vec<OpSpec>,
+    },
+    /// `RandomErasing(p=0.5, scale=(0.02, 0.33), ratio=(0.3, 3.3), value=0, inplace=False)`: a
+    /// tensor op, after `ToTensor` (before or after `Normalize`), on the float32 sample in the
+    /// batch slot. `inplace` changes nothing here (the slot is always erased in place). Refused
+    /// with `uint8` output: the slot then holds pixels, and the values erasing writes belong
+    /// to the float tensor. v2's class takes the same arguments and draws the same.
+    RandomErasing {
+        /// Default 0.5.
+        #[serde(default = "default_half")]
+        p: f64,
+        /// Range of the erased area as a fraction of the image's; default `[0.02, 0.33]`.
+        #[serde(default = "default_erase_scale")]
+        scale: [f64; 2],
+        /// Range of the erased rectangle's aspect ratio (h / w); default `[0.3, 3.3]`.
+        #[serde(default = "default_erase_ratio")]
+        ratio: [f64; 2],
+        /// Default 0.
+        #[serde(default)]
+        value: EraseFill,
+        /// Default `false`; accepted for torchvision's signature, no effect.
+        #[serde(default)]
+        inplace: bool,
     },
     /// `ToTensor()`: u8 HWC to f32 CHW in [0, 1].
     ToTensor,
@@ -710,6 +798,14 @@ pub trait OpObserver {
 
 impl OpObserver for () {}
 
+/// A shorter-lived copy of `out`, so the slot can be written again after a kernel took it.
+fn reborrow<'b>(out: &'b mut OutputSlot<'_>) -> OutputSlot<'b> {
+    match out {
+        OutputSlot::F32(s) => OutputSlot::F32(s),
+        OutputSlot::U8(s) => OutputSlot::U8(s),
+    }
+}
+
 /// Runs `f` as op `op` for `obs`.
 #[inline]
 pub(crate) fn observed<T>(obs: &mut dyn OpObserver, op: Op, f: impl FnOnce() -> T) -> T {
@@ -757,8 +853,14 @@ enum Geometry {
 /// written, in its own span; then to-tensor (+ normalize, + a flip written after them) into the
 /// slot. The pixel ops see what torchvision's would see on a PIL image (Pillow's arithmetic).
 ///
+/// Random compositions (`RandomApply`, `RandomChoice`, `RandomOrder`) are stage ops over
+/// stage ops; a nested `Compose` is flattened where it stands. After the conversion, tensor
+/// ops (`RandomErasing`) run on the float32 sample in the slot, each in its own span; an
+/// erasing written before `Normalize` runs after the fused conversion too, its fill normalized
+/// with the same arithmetic (op by op it runs where written; the samples are equal).
+///
 /// Draws, from the sample's generator, in the order the ops are written (torchvision's):
-/// the crop, then each flip's coin and each pixel op's parameters. A pixel op draws even when
+/// the crop, then each flip's coin and each pixel op's parameters, then each tensor op's. A pixel op draws even when
 /// it does not run (`p = 0`, a coin that says no), as torchvision does; a flip with `p = 0`
 /// draws nothing (as before pixel ops existed, so those samples do not change).
 ///
@@ -779,6 +881,9 @@ pub struct Pipeline {
     /// The sample's size: the geometry's, changed by stage ops that pad.
     out_h: u32,
     out_w: u32,
+    /// `RandomErasing`s on the float32 slot after the conversion, in the order written;
+    /// empty (no per-sample cost) for most pipelines.
+    tensor_ops: Vec<TensorOp>,
 }
 
 /// Per-worker scratch of a [`Pipeline`]: decoder handle, resizer, intermediate images.
@@ -792,6 +897,8 @@ pub struct PipelineContext {
     stage_a: RgbImage,
     stage_b: RgbImage,
     stage: StageScratch,
+    /// `RandomErasing(value="random")`'s values, reserved for the largest rectangle.
+    erase_values: Vec<f32>,
 }
 
 impl PipelineContext {
@@ -803,6 +910,7 @@ impl PipelineContext {
             + self.stage_a.retained_bytes()
             + self.stage_b.retained_bytes()
             + self.stage.retained_bytes()
+            + self.erase_values.capacity() * std::mem::size_of::<f32>()
     }
 
     /// Runs the resize and conversion kernels up to `limit` ([`fused::default_simd`] unless
@@ -822,7 +930,9 @@ fn bad_order(reason: &str) -> Error {
              any number of RandomHorizontalFlip and pixel ops (ColorJitter, Grayscale, \
              RandomGrayscale, RandomPosterize, RandomSolarize, RandomEqualize, \
              RandomAutocontrast, RandomAdjustSharpness, RandomInvert, TrivialAugmentWide, \
-             RandAugment, AutoAugment) in any order, then ToTensor [Normalize] or PILToTensor"
+             RandAugment, AutoAugment) and RandomApply, RandomChoice, RandomOrder of those in \
+             any order, then ToTensor [Normalize] (with RandomErasing before or after \
+             Normalize) or PILToTensor; Compose anywhere"
         ),
     )
 }
@@ -867,11 +977,93 @@ fn check_output_size(out_h: u32, out_w: u32, max_pixels: u64) -> Result<()> {
     Ok(())
 }
 
+/// `ops` with every `Compose` replaced by its ops, recursively: a nested `Compose` stands for
+/// its ops where it stands (inside a random composition its owner plans it instead).
+fn flatten_compose<'a>(ops: &'a [OpSpec], flat: &mut Vec<&'a OpSpec>) {
+    for op in ops {
+        match op {
+            OpSpec::Compose { transforms } => flatten_compose(transforms, flat),
+            other => flat.push(other),
+        }
+    }
+}
+
+/// `Normalize(mean, std)` as planned.
+type NormalizeArgs = ([f32; 3], [f32; 3]);
+
+/// The conversion at the end of a plan: `ToTensor`, then `RandomErasing`s and at most one
+/// `Normalize` in any order; or `PILToTensor`; or nothing. Returns whether the conversion is to
+/// float, the `Normalize`, and the tensor ops (each knowing whether it stands before
+/// `Normalize`).
+fn plan_conversion<'a>(
+    ops: &mut impl Iterator<Item = &'a OpSpec>,
+) -> Result<(bool, Option<NormalizeArgs>, Vec<TensorOp>)> {
+    let needs_tensor = || {
+        Error::invalid(
+            "ops",
+            "RandomErasing works on the float tensor: put ToTensor (and Normalize) before it",
+        )
+    };
+    match ops.next() {
+        Some(OpSpec::ToTensor) => {
+            let mut normalize = None;
+            let mut planned = Vec::new();
+            for op in ops {
+                match op {
+                    OpSpec::RandomErasing {
+                        p,
+                        scale,
+                        ratio,
+                        value,
+                        inplace: _,
+                    } => planned.push((
+                        TensorOp::plan(*p, *scale, *ratio, value)?,
+                        normalize.is_none(),
+                    )),
+                    OpSpec::Normalize { mean, std } if normalize.is_none() => {
+                        if std.iter().any(|s| *s == 0.0 || !s.is_finite()) {
+                            return Err(Error::invalid(
+                                "std",
+                                format!("{std:?} must be finite and non-zero"),
+                            ));
+                        }
+                        normalize = Some((*mean, *std));
+                    }
+                    OpSpec::Normalize { .. } => return Err(bad_order("a second Normalize")),
+                    _ => {
+                        return Err(bad_order(
+                            "after ToTensor only Normalize and RandomErasing can run",
+                        ))
+                    }
+                }
+            }
+            let tensor_ops = planned
+                .into_iter()
+                .map(|(op, before)| match normalize {
+                    Some((mean, std)) if before => op.before_normalize(mean, std),
+                    _ => op,
+                })
+                .collect();
+            Ok((true, normalize, tensor_ops))
+        }
+        Some(OpSpec::PilToTensor) => match ops.next() {
+            None => Ok((false, None, Vec::new())),
+            Some(OpSpec::RandomErasing { .. }) => Err(needs_tensor()),
+            Some(_) => Err(bad_order("ops after PILToTensor")),
+        },
+        None => Ok((false, None, Vec::new())),
+        Some(OpSpec::RandomErasing { .. }) => Err(needs_tensor()),
+        Some(_) => Err(bad_order("unexpected op after the geometric ops")),
+    }
+}
+
 impl Pipeline {
     /// Checks `spec` and plans its execution. Refused besides a wrong op order or parameter:
     /// an output of more than `max_pixels` pixels, and `max_pixels` 0.
     pub fn new(spec: PipelineSpec) -> Result<Self> {
-        let mut ops = spec.ops.iter().peekable();
+        let mut flat = Vec::with_capacity(spec.ops.len());
+        flatten_compose(&spec.ops, &mut flat);
+        let mut ops = flat.into_iter().peekable();
         let (geometry, geometry_size) = match ops.next() {
             Some(OpSpec::RandomResizedCrop {
                 size,
@@ -963,28 +1155,20 @@ impl Pipeline {
             None => geometry_size,
         };
         check_output_size(out_h, out_w, spec.max_pixels)?;
-        let (float, mut normalize) = match (ops.next(), ops.next()) {
-            (Some(OpSpec::ToTensor), None) => (true, None),
-            (Some(OpSpec::ToTensor), Some(OpSpec::Normalize { mean, std })) => {
-                if std.iter().any(|s| *s == 0.0 || !s.is_finite()) {
-                    return Err(Error::invalid(
-                        "std",
-                        format!("{std:?} must be finite and non-zero"),
-                    ));
-                }
-                (true, Some((*mean, *std)))
-            }
-            (Some(OpSpec::PilToTensor), None) => (false, None),
-            (None, None) => (false, None),
-            _ => return Err(bad_order("unexpected op after the geometric ops")),
-        };
-        if ops.next().is_some() {
-            return Err(bad_order("ops after Normalize"));
-        }
+        let (float, mut normalize, tensor_ops) = plan_conversion(&mut ops)?;
         if !float && spec.output == OutputDtype::Float32 {
             return Err(Error::invalid(
                 "output",
                 "float32 output needs ToTensor; use output=uint8 with PILToTensor",
+            ));
+        }
+        if !tensor_ops.is_empty() && spec.output == OutputDtype::Uint8 {
+            return Err(Error::invalid(
+                "output",
+                "RandomErasing writes into the float32 tensor (normalized values, or standard \
+                 normals), which uint8 pixels cannot hold, and with uint8 output Normalize is \
+                 left to the consumer; use output=float32, or erase after normalizing on the \
+                 consumer's side",
             ));
         }
         let (output, deferred_normalize) = match spec.output {
@@ -1010,6 +1194,7 @@ impl Pipeline {
             geometry_size,
             out_h,
             out_w,
+            tensor_ops,
         })
     }
 
@@ -1067,6 +1252,12 @@ impl Pipeline {
             stage_a: RgbImage::new(),
             stage_b: RgbImage::new(),
             stage: StageScratch::default(),
+            // A rectangle is smaller than the sample, so one sample's worth never grows.
+            erase_values: if self.tensor_ops.iter().any(TensorOp::draws_values) {
+                Vec::with_capacity(self.sample_len())
+            } else {
+                Vec::new()
+            },
         })
     }
 
@@ -1147,14 +1338,24 @@ impl Pipeline {
             resizer,
             decoded,
             stage_a,
+            erase_values,
             ..
         } = ctx;
+        let mut out = out;
         let (src, rect, report) =
             self.decode_stage(bytes, rng, decode, resizer, decoded, stage_a, obs)?;
         observed(obs, Op::Fused, || {
             let size = self.geometry_size;
-            kernel.run(src, rect, size, report.flipped, &self.output, out)
+            kernel.run(
+                src,
+                rect,
+                size,
+                report.flipped,
+                &self.output,
+                reborrow(&mut out),
+            )
         })?;
+        self.run_tensor_ops(out, SlotState::Normalized, rng, erase_values, obs)?;
         Ok(report)
     }
 
@@ -1180,8 +1381,10 @@ impl Pipeline {
             stage_a,
             stage_b,
             stage,
+            erase_values,
             ..
         } = ctx;
+        let mut out = out;
         let (src, rect, mut report) =
             self.decode_stage(bytes, rng, decode, resizer, decoded, stage_a, obs)?;
         let size = self.geometry_size;
@@ -1207,10 +1410,18 @@ impl Pipeline {
             let full = CropRect::full(self.out_w, self.out_h);
             let size = (self.out_h, self.out_w);
             kernel
-                .run(stage_b.view(), full, size, flip, &self.output, out)
+                .run(
+                    stage_b.view(),
+                    full,
+                    size,
+                    flip,
+                    &self.output,
+                    reborrow(&mut out),
+                )
                 .map(|()| flip)
         })?;
         report.flipped ^= post_flip;
+        self.run_tensor_ops(out, SlotState::Normalized, rng, erase_values, obs)?;
         Ok(report)
     }
 
@@ -1328,6 +1539,47 @@ impl Pipeline {
         }
     }
 
+    /// Runs the tensor ops, each in its own span, on the sample the conversion wrote into
+    /// `out` (nothing when there are none, the common case).
+    #[inline]
+    fn run_tensor_ops(
+        &self,
+        out: OutputSlot<'_>,
+        state: SlotState,
+        rng: &mut SampleRng,
+        values: &mut Vec<f32>,
+        obs: &mut dyn OpObserver,
+    ) -> Result<()> {
+        if self.tensor_ops.is_empty() {
+            return Ok(());
+        }
+        let OutputSlot::F32(slot) = out else {
+            return Err(Error::invalid(
+                "output",
+                "RandomErasing needs float32 output (the plan refuses uint8)",
+            ));
+        };
+        for op in &self.tensor_ops {
+            self.run_tensor_op(op, slot, state, rng, values, obs)?;
+        }
+        Ok(())
+    }
+
+    fn run_tensor_op(
+        &self,
+        op: &TensorOp,
+        slot: &mut [f32],
+        state: SlotState,
+        rng: &mut SampleRng,
+        values: &mut Vec<f32>,
+        obs: &mut dyn OpObserver,
+    ) -> Result<()> {
+        let size = (self.out_h, self.out_w);
+        observed(obs, Op::RandomErasing, || {
+            op.run(slot, size, state, rng, values)
+        })
+    }
+
     fn run_op_by_op(
         &self,
         bytes: &[u8],
@@ -1343,6 +1595,7 @@ impl Pipeline {
             stage_a,
             stage_b,
             stage,
+            erase_values,
             ..
         } = ctx;
         let (out_h, out_w) = self.geometry_size;
@@ -1391,10 +1644,23 @@ impl Pipeline {
         match (self.output, out) {
             (OutputKind::F32ChwUnnormalized, OutputSlot::F32(dst)) => {
                 observed(obs, Op::ToTensor, || tensor::to_tensor(stage_a.view(), dst))?;
+                let tail = OutputSlot::F32(dst);
+                self.run_tensor_ops(tail, SlotState::AsWritten, rng, erase_values, obs)?;
             }
             (OutputKind::F32Chw { mean, std }, OutputSlot::F32(dst)) => {
                 observed(obs, Op::ToTensor, || tensor::to_tensor(stage_a.view(), dst))?;
+                // Each erasing where it is written: on the ToTensor values before Normalize.
+                let (before, after) = self.tensor_ops.split_at(
+                    self.tensor_ops
+                        .partition_point(TensorOp::is_before_normalize),
+                );
+                for op in before {
+                    self.run_tensor_op(op, dst, SlotState::AsWritten, rng, erase_values, obs)?;
+                }
                 observed(obs, Op::Normalize, || tensor::normalize(dst, &mean, &std))?;
+                for op in after {
+                    self.run_tensor_op(op, dst, SlotState::AsWritten, rng, erase_values, obs)?;
+                }
             }
             (OutputKind::U8Chw, OutputSlot::U8(dst)) => {
                 observed(obs, Op::ToTensor, || tensor::to_chw_u8(stage_a.view(), dst))?;

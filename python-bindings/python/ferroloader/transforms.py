@@ -4,8 +4,13 @@ These objects only *describe* a pipeline: the loader runs them natively (decode,
 flip, to-tensor and normalize fused into one pass per sample). Supported shapes of a pipeline::
 
     RandomResizedCrop | Resize [CenterCrop] | CenterCrop      (fixes the output size)
-    RandomHorizontalFlip and pixel ops, any number, any order
+    RandomHorizontalFlip and pixel ops, any number, any order,
+      also inside RandomApply / RandomChoice / RandomOrder (nested at will)
     ToTensor [Normalize]  |  PILToTensor                      (float32 / uint8 output)
+      with RandomErasing after ToTensor, before or after Normalize (float32 output only)
+
+A nested ``Compose`` stands for its ops where it stands (inside ``RandomChoice`` and
+``RandomOrder`` it is one choice, one item).
 
 The pixel ops (``ColorJitter``, ``Grayscale(num_output_channels=3)``, ``RandomGrayscale``,
 ``RandomPosterize``, ``RandomSolarize``, ``RandomEqualize``, ``RandomAutocontrast``,
@@ -56,6 +61,10 @@ __all__ = [
     "TrivialAugmentWide",
     "RandAugment",
     "AutoAugment",
+    "RandomApply",
+    "RandomChoice",
+    "RandomOrder",
+    "RandomErasing",
     "from_torchvision",
     "check",
 ]
@@ -612,25 +621,154 @@ class AutoAugment(_Policy):
         return {"op": self._name, "policy": self.policy, **self._common()}
 
 
-class Compose:
-    """``Compose(transforms)``: the ops in order."""
+# Random compositions and RandomErasing: nested stage ops, and the one tensor op.
 
-    def __init__(self, transforms: Sequence[Transform]) -> None:
+
+def _nested(op: str, transforms: object, *, allow_empty: bool = False) -> List[Union[Transform, "Compose"]]:
+    """``transforms`` of a random composition: a list of ferroloader transforms or Composes."""
+    if isinstance(transforms, (Transform, Compose)) or not isinstance(transforms, (list, tuple)):
+        raise TypeError(f"{op}: transforms must be a list of ferroloader transforms, got {transforms!r}")
+    if not transforms and not allow_empty:
+        raise ValueError(f"{op}: pass at least one transform")
+    for i, t in enumerate(transforms):
+        if not isinstance(t, (Transform, Compose)):
+            raise TypeError(
+                f"{op}: transforms[{i}] is {t!r}, not a ferroloader transform "
+                "(use ferroloader.transforms.from_torchvision for torchvision ones)"
+            )
+    return list(transforms)
+
+
+def _nested_spec(t: Union[Transform, "Compose"]) -> Spec:
+    """One element of a composition's ``transforms``: a ``Compose`` stays one unit (one choice
+    of ``RandomChoice``, one item of ``RandomOrder``)."""
+    if isinstance(t, Compose):
+        return {"op": "Compose", "transforms": [_nested_spec(u) for u in t.transforms]}
+    return t.to_spec()
+
+
+class RandomApply(Transform):
+    """``RandomApply(transforms, p=0.5)``: all of ``transforms`` or none, one coin per sample
+    (v1's comparison: a draw equal to ``p`` applies). Holds ops that stand between the geometry
+    and ``ToTensor`` (flips, pixel ops, other random compositions); they must keep the size."""
+
+    def __init__(self, transforms: Sequence[Union[Transform, "Compose"]], p: float = 0.5) -> None:
+        self.transforms = _nested("RandomApply", transforms, allow_empty=True)
+        self.p = _probability("RandomApply", p)
+
+    def to_spec(self) -> Spec:
+        return {"op": "RandomApply", "transforms": [_nested_spec(t) for t in self.transforms], "p": self.p}
+
+
+class RandomChoice(Transform):
+    """``RandomChoice(transforms, p=None)``: one of ``transforms`` per sample, weighted by ``p``
+    (non-negative, need not sum to 1; ``None`` is uniform). Every choice must leave the same
+    size."""
+
+    def __init__(self, transforms: Sequence[Union[Transform, "Compose"]], p: Optional[Sequence[float]] = None) -> None:
+        self.transforms = _nested("RandomChoice", transforms)
+        if p is None:
+            self.p: Optional[List[float]] = None
+        else:
+            if not isinstance(p, (list, tuple)):
+                raise TypeError(f"RandomChoice: p must be a list of weights or None, got {p!r}")
+            weights = [_number("RandomChoice", "p", w) for w in p]
+            if len(weights) != len(self.transforms):
+                raise ValueError(
+                    f"RandomChoice: length of p doesn't match the number of transforms: "
+                    f"{len(weights)} != {len(self.transforms)}"
+                )
+            if any(w < 0 for w in weights) or sum(weights) <= 0:
+                raise ValueError(f"RandomChoice: p must be non-negative weights with a positive sum, got {p!r}")
+            self.p = weights
+
+    def to_spec(self) -> Spec:
+        return {"op": "RandomChoice", "transforms": [_nested_spec(t) for t in self.transforms], "p": self.p}
+
+
+class RandomOrder(Transform):
+    """``RandomOrder(transforms)``: all of ``transforms`` in a random order per sample (a
+    ``Compose`` among them moves as one). Every order must leave the same size."""
+
+    def __init__(self, transforms: Sequence[Union[Transform, "Compose"]]) -> None:
+        self.transforms = _nested("RandomOrder", transforms)
+
+    def to_spec(self) -> Spec:
+        return {"op": "RandomOrder", "transforms": [_nested_spec(t) for t in self.transforms]}
+
+
+class RandomErasing(Transform):
+    """``RandomErasing(p=0.5, scale=(0.02, 0.33), ratio=(0.3, 3.3), value=0, inplace=False)``:
+    erases a random rectangle of the float32 tensor with ``value`` (a number, one per channel, or
+    ``"random"`` for standard normals). A tensor op: it stands after ``ToTensor``, before or
+    after ``Normalize`` (torchvision's recipes put it after); refused with ``output="uint8"``.
+    ``inplace`` is accepted and changes nothing (the batch slot is always erased in place)."""
+
+    def __init__(
+        self,
+        p: float = 0.5,
+        scale: Sequence[float] = (0.02, 0.33),
+        ratio: Sequence[float] = (0.3, 3.3),
+        value: Union[float, Sequence[float], str] = 0,
+        inplace: bool = False,
+    ) -> None:
+        self.p = _probability("RandomErasing", p)
+        self.scale = _pair("RandomErasing", "scale", scale)
+        self.ratio = _pair("RandomErasing", "ratio", ratio)
+        if not 0.0 <= self.scale[0] <= self.scale[1] <= 1.0:
+            raise ValueError(f"RandomErasing: scale should be an ordered range within [0, 1], got {scale!r}")
+        if not 0.0 < self.ratio[0] <= self.ratio[1]:
+            raise ValueError(f"RandomErasing: ratio should be a positive ordered range, got {ratio!r}")
+        if isinstance(value, str):
+            if value != "random":
+                raise ValueError(f"RandomErasing: if value is str, it should be 'random', got {value!r}")
+            self.value: Union[float, List[float], str] = value
+        elif isinstance(value, (list, tuple)):
+            if len(value) not in (1, 3):
+                raise ValueError(f"RandomErasing: value needs 1 or 3 numbers (one per channel), got {value!r}")
+            self.value = [_number("RandomErasing", "value", v) for v in value]
+        else:
+            self.value = _number("RandomErasing", "value", value)
+        if not isinstance(inplace, bool):
+            raise TypeError(f"RandomErasing: inplace must be a bool, got {inplace!r}")
+        self.inplace = inplace
+
+    def to_spec(self) -> Spec:
+        return {
+            "op": "RandomErasing",
+            "p": self.p,
+            "scale": list(self.scale),
+            "ratio": list(self.ratio),
+            "value": self.value,
+            "inplace": self.inplace,
+        }
+
+
+class Compose:
+    """``Compose(transforms)``: the ops in order; a nested ``Compose`` stands for its ops."""
+
+    def __init__(self, transforms: Sequence[Union[Transform, "Compose"]]) -> None:
         if isinstance(transforms, Transform) or not isinstance(transforms, (list, tuple)):
             raise TypeError(
                 f"Compose: transforms must be a list of ferroloader transforms, got {transforms!r}"
             )
         for i, t in enumerate(transforms):
-            if not isinstance(t, Transform):
+            if not isinstance(t, (Transform, Compose)):
                 raise TypeError(
                     f"Compose: transforms[{i}] is {t!r}, not a ferroloader transform "
                     "(use ferroloader.transforms.from_torchvision for torchvision ones)"
                 )
-        self.transforms: List[Transform] = list(transforms)
+        self.transforms: List[Union[Transform, Compose]] = list(transforms)
 
     def to_spec(self) -> List[Spec]:
-        """The ops of the native pipeline spec, in order."""
-        return [t.to_spec() for t in self.transforms]
+        """The ops of the native pipeline spec, in order, nested Composes flattened."""
+        specs: List[Spec] = []
+        for t in self.transforms:
+            if isinstance(t, Compose):
+                specs.extend(t.to_spec())
+            else:
+                specs.append(t.to_spec())
+        return specs
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, Compose) and self.transforms == other.transforms
@@ -641,7 +779,7 @@ class Compose:
     def __len__(self) -> int:
         return len(self.transforms)
 
-    def __getitem__(self, index: int) -> Transform:
+    def __getitem__(self, index: int) -> Union[Transform, "Compose"]:
         return self.transforms[index]
 
     def __repr__(self) -> str:
@@ -688,7 +826,9 @@ _SUPPORTED = (
     "RandomResizedCrop, Resize, CenterCrop, RandomHorizontalFlip, ToTensor, PILToTensor, "
     "Normalize, ColorJitter, Grayscale(num_output_channels=3), RandomGrayscale, "
     "RandomPosterize, RandomSolarize, RandomEqualize, RandomAutocontrast, RandomAdjustSharpness, "
-    "RandomInvert, TrivialAugmentWide, RandAugment, AutoAugment, ConvertImageDtype(torch.float) (and, from transforms.v2, ToImage, "
+    "RandomInvert, TrivialAugmentWide, RandAugment, AutoAugment, RandomApply, RandomChoice, "
+    "RandomOrder and Compose of those, RandomErasing, "
+    "ConvertImageDtype(torch.float) (and, from transforms.v2, ToImage, "
     "ToDtype(torch.float32, scale=True), ToPureTensor)"
 )
 
@@ -713,6 +853,7 @@ def from_torchvision(compose: Any) -> Compose:
         items = list(compose.transforms)
     else:
         items = [compose]
+    items = _flatten_torchvision_compose(items)
     out: List[Transform] = []
     # A ToImage/PILToTensor met before the geometric ops: the conversion happens after them.
     pending_tensor = False
@@ -745,6 +886,35 @@ def from_torchvision(compose: Any) -> Compose:
     if pending_tensor:
         out.append(PILToTensor())
     return Compose(out)
+
+
+def _flatten_torchvision_compose(items: List[Any]) -> List[Any]:
+    """A torchvision ``Compose`` nested in the list stands for its transforms, where it stands."""
+    flat: List[Any] = []
+    for t in items:
+        if _is_torchvision(t) and type(t).__name__ == "Compose":
+            flat.extend(_flatten_torchvision_compose(list(t.transforms)))
+        else:
+            flat.append(t)
+    return flat
+
+
+def _convert_nested(transforms: Iterable[Any]) -> List[Union[Transform, Compose]]:
+    """The ``transforms`` of a torchvision random composition, converted: stage ops, nested
+    random compositions, and ``Compose`` kept as one unit."""
+    out: List[Union[Transform, Compose]] = []
+    for i, t in enumerate(transforms):
+        name = type(t).__name__
+        if not _is_torchvision(t):
+            raise ValueError(f"transforms[{i}] {t!r} is not a torchvision transform")
+        if name == "Compose":
+            out.append(Compose(_convert_nested(t.transforms)))
+            continue
+        converted = _convert_one(name, t, [])
+        if not isinstance(converted, Transform):
+            raise ValueError(f"transforms[{i}] {_describe(t)} has no ferroloader equivalent inside it")
+        out.append(converted)
+    return out
 
 
 def _describe(t: Any) -> str:
@@ -805,6 +975,16 @@ def _convert_one(name: str, t: Any, done: List[Transform]) -> object:
         if name == "RandAugment":
             return RandAugment(t.num_ops, t.magnitude, t.num_magnitude_bins, t.interpolation, t.fill, api=api)
         return AutoAugment(t.policy, t.interpolation, t.fill, api=api)
+    if name == "RandomApply":
+        return RandomApply(_convert_nested(t.transforms), float(t.p))
+    if name == "RandomChoice":
+        return RandomChoice(_convert_nested(t.transforms), None if t.p is None else [float(w) for w in t.p])
+    if name == "RandomOrder":
+        return RandomOrder(_convert_nested(t.transforms))
+    if name == "RandomErasing":
+        # v2 keeps value as a list of floats, or None for "random".
+        value = "random" if t.value is None else t.value
+        return RandomErasing(float(t.p), tuple(t.scale), tuple(t.ratio), value, bool(t.inplace))
     if name == "ToPureTensor":
         return _SKIP
     if name in ("ToDtype", "ConvertImageDtype"):

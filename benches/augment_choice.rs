@@ -1,0 +1,125 @@
+//! Random compositions and `RandomErasing` in the pipeline, single thread: one 500x375 JPEG,
+//! `CenterCrop(224)`, the op, `ToTensor`, `Normalize`, so every op sees a 224x224 sample. The
+//! `baseline` (no op: the single fused pass) runs in the same group; an op's cost is its time
+//! minus the baseline's. Compare within one run, not across runs.
+
+use std::hint::black_box;
+use std::time::Duration;
+
+use criterion::{criterion_group, criterion_main, Criterion};
+use ferroloader::transforms::fused::OutputSlot;
+use ferroloader::transforms::rng::sample_rng;
+use ferroloader::transforms::spec::{
+    EraseFill, Execution, OpSpec, Pipeline, PipelineSpec, Size, IMAGENET_MEAN, IMAGENET_STD,
+};
+
+#[path = "../tests/support/fixtures.rs"]
+mod fixtures;
+
+fn pipeline(middle: Vec<OpSpec>, tail: Vec<OpSpec>) -> Pipeline {
+    let mut ops = vec![OpSpec::CenterCrop {
+        size: Size::Int(224),
+    }];
+    ops.extend(middle);
+    ops.extend([
+        OpSpec::ToTensor,
+        OpSpec::Normalize {
+            mean: IMAGENET_MEAN,
+            std: IMAGENET_STD,
+        },
+    ]);
+    ops.extend(tail);
+    Pipeline::new(PipelineSpec::new(ops).execution(Execution::Fused)).expect("valid spec")
+}
+
+fn erasing(value: EraseFill) -> OpSpec {
+    OpSpec::RandomErasing {
+        p: 1.0,
+        scale: [0.02, 0.33],
+        ratio: [0.3, 3.3],
+        value,
+        inplace: false,
+    }
+}
+
+fn bench_choice(c: &mut Criterion) {
+    let bytes = fixtures::read_fixture("decode", "jpeg_imagenet_like.jpg");
+    let invert = OpSpec::RandomInvert { p: 1.0 };
+    let equalize = OpSpec::RandomEqualize { p: 1.0 };
+    let variants: Vec<(&str, Pipeline)> = vec![
+        ("baseline", pipeline(vec![], vec![])),
+        ("invert_alone", pipeline(vec![invert.clone()], vec![])),
+        (
+            "random_apply_invert_p1",
+            pipeline(
+                vec![OpSpec::RandomApply {
+                    transforms: vec![invert.clone()],
+                    p: 1.0,
+                }],
+                vec![],
+            ),
+        ),
+        (
+            "random_choice_invert_equalize",
+            pipeline(
+                vec![OpSpec::RandomChoice {
+                    transforms: vec![invert.clone(), equalize.clone()],
+                    p: None,
+                }],
+                vec![],
+            ),
+        ),
+        (
+            "random_order_invert_equalize",
+            pipeline(
+                vec![OpSpec::RandomOrder {
+                    transforms: vec![invert, equalize],
+                }],
+                vec![],
+            ),
+        ),
+        (
+            "random_erasing_zero_p1",
+            pipeline(vec![], vec![erasing(EraseFill::Number(0.0))]),
+        ),
+        (
+            "random_erasing_random_p1",
+            pipeline(vec![], vec![erasing(EraseFill::Word("random".into()))]),
+        ),
+    ];
+    let mut g = c.benchmark_group("augment_choice");
+    for (name, pipeline) in &variants {
+        let mut ctx = pipeline.new_context().expect("ctx");
+        let mut slot = vec![0f32; pipeline.sample_len()];
+        let mut index = 0u64;
+        g.bench_function(*name, |b| {
+            b.iter(|| {
+                index += 1;
+                pipeline
+                    .run(
+                        black_box(&bytes),
+                        &mut sample_rng(0, 0, index),
+                        &mut ctx,
+                        OutputSlot::F32(&mut slot),
+                        &mut (),
+                    )
+                    .expect("runs");
+            })
+        });
+    }
+    g.finish();
+}
+
+fn config() -> Criterion {
+    Criterion::default()
+        .sample_size(30)
+        .warm_up_time(Duration::from_millis(500))
+        .measurement_time(Duration::from_secs(2))
+}
+
+criterion_group! {
+    name = benches;
+    config = config();
+    targets = bench_choice
+}
+criterion_main!(benches);
