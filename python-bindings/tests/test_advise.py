@@ -140,7 +140,8 @@ def test_without_a_step_the_verdict_says_what_it_assumed(photos: Path, tmp_path:
     strategies = {s["name"]: s for s in result.advice["strategies"]}
     for name in ("resized-256", "resized-320", "decoded-uint8"):
         assert strategies[name]["images_per_s"] is None
-        assert strategies[name]["note"].startswith("skipped:") and "budget" in strategies[name]["note"]
+        note = strategies[name]["note"]
+        assert note.startswith("skipped:") and "budget" in note
     assert strategies["uint8-output"]["images_per_s"] is not None
     assert not [a for a in result.actions if a["strategy"] in ("resized-256", "decoded-uint8")]
 
@@ -212,3 +213,35 @@ def test_prepare_decoded_stores_pixels_the_loader_reads(photos: Path, tmp_path: 
     assert np.array_equal(la, lb) and np.array_equal(a, b)
     with pytest.raises(ValueError, match="differ"):
         prepare_decoded(photos, photos)
+
+
+def test_the_page_renders_in_chromium_what_to_do_first(advice: Any) -> None:
+    from test_report import CHROMIUM, CHROMIUM_ARGS
+
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError:
+        pytest.fail("playwright is not installed: pip install -r requirements-dev.txt")
+    shot = Path(__file__).resolve().parents[2] / "target" / "advise-screenshot.png"
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
+        try:
+            page = browser.new_page(viewport={"width": 1280, "height": 900})
+            fetched: List[str] = []
+            page.on("request", lambda r: fetched.append(r.url))
+            page.goto(advice[0].html_path.as_uri())
+            page.wait_for_load_state("load")
+            assert [u for u in fetched if not u.startswith(("file:", "data:"))] == []
+            headings = page.evaluate(
+                "Array.from(document.querySelectorAll('h2')).map(h => h.textContent)")
+            assert headings[0] == "What to do"
+            top = page.evaluate(
+                "document.getElementById('what-to-do').getBoundingClientRect().top")
+            assert top < 300  # the verdict is on the first screen
+            rows = page.evaluate("document.querySelectorAll('#what-to-do tbody tr').length")
+            assert rows == len(advice[0].actions)
+            assert page.evaluate("document.documentElement.scrollWidth") <= 1280
+            shot.parent.mkdir(parents=True, exist_ok=True)
+            page.screenshot(path=str(shot), full_page=True)
+        finally:
+            browser.close()

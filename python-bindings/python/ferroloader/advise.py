@@ -25,7 +25,8 @@ On a random sample of an ImageFolder (same classes), all with the native :class:
   step (``step_ms``), as TensorFlow's input-pipeline analyzer grades it.
 
 Throughputs are medians of ``rounds`` runs, alternating the order each round, so drift on a
-shared machine affects every stage alike. This module must not print; it reports progress
+shared machine affects every stage alike. The ladder holds the sample in memory several times
+over (encoded, decoded, cropped, as batches): about 1.5 MB per ImageNet-sized image. This module must not print; it reports progress
 through a callback. It never changes the source folder: everything it writes goes to a
 temporary folder (removed) and to ``out``.
 """
@@ -346,11 +347,13 @@ class _Runner:
         for batch in loader:
             images += int(batch[0].shape[0])
         wall = time.perf_counter() - t0
-        return images / wall if wall > 0 else 0.0
+        return images / max(wall, 1e-9)
 
-    def timed(self, loader: Loader) -> Callable[[], float]:
-        """A run of :meth:`throughput` on ``loader``, for :meth:`rounds`."""
-        return lambda: self.throughput(loader)
+    def timed(self, source: Any, compose: T.Compose, output: Output,
+              workers: Optional[int] = None) -> Callable[[], float]:
+        """A run of :meth:`throughput`, for :meth:`rounds`: each builds its own loader and
+        drops it after, so that only one run's batch buffers are held at a time."""
+        return lambda: self.throughput(self.loader(source, compose, output, workers=workers))
 
     def rounds(self, phase: str, runs: Dict[str, Callable[[], float]], rounds: int
                ) -> Dict[str, float]:
@@ -381,7 +384,7 @@ def _arrays(loader: Loader) -> Iterator[Tuple[Any, Any]]:
 
 def _level_errors(reference: Any, other: Any) -> Tuple[float, float]:
     """The largest and the mean absolute difference, in 8-bit levels."""
-    diff = np.abs(reference.astype(np.float64) - other.astype(np.float64))
+    diff = np.abs(reference.astype(np.float32) - other.astype(np.float32))
     return float(diff.max()), float(diff.mean())
 
 
@@ -393,7 +396,7 @@ def _replay(batches: Sequence[Tuple[Any, Any]], min_images: int) -> float:
         for x, _labels in batches:
             images += int(x.shape[0])
     wall = time.perf_counter() - t0
-    return images / wall if wall > 0 else float("inf")
+    return images / max(wall, 1e-9)  # a finite figure: advice.json is strict JSON
 
 
 def _ladder(run: _Runner, pipe: _Pipeline, sample: _Sample, rounds: int
@@ -403,17 +406,17 @@ def _ladder(run: _Runner, pipe: _Pipeline, sample: _Sample, rounds: int
     decoded = [(_bmp(_decode(p, None)), y) for p, y in zip(sample.paths, sample.labels)]
     crops = _images(run.loader(files, pipe.geometry_uint8(), "uint8", shuffle=False))
     geometric = [(_bmp(c.transpose(1, 2, 0)), y) for c, y in zip(crops, sample.labels)]
-    batches = [
-        (x.copy(), y.copy()) for x, y in _arrays(run.loader(files, pipe.compose, pipe.output))
-    ]
+    # One pass of the sample, replayed as often as the run needs: how many batches are held
+    # does not change how fast a loop takes them.
+    once = run.loader(files, pipe.compose, pipe.output, shuffle=False)
+    batches = [(x.copy(), y.copy()) for x, y in _arrays(once)]
     after = pipe.after_geometry()
-    loaders = {
-        "files": run.loader(files, pipe.compose, pipe.output),
-        "bytes": run.loader(encoded, pipe.compose, pipe.output),
-        "decoded": run.loader(decoded, pipe.compose, pipe.output),
-        "geometric": run.loader(geometric, after, pipe.output),
+    runs = {
+        "files": run.timed(files, pipe.compose, pipe.output),
+        "bytes": run.timed(encoded, pipe.compose, pipe.output),
+        "decoded": run.timed(decoded, pipe.compose, pipe.output),
+        "geometric": run.timed(geometric, after, pipe.output),
     }
-    runs = {k: run.timed(ld) for k, ld in loaders.items()}
     runs["batches"] = lambda: _replay(batches, run.min_images)
     speed = run.rounds("ladder", runs, rounds)
     notes = {
@@ -425,7 +428,8 @@ def _ladder(run: _Runner, pipe: _Pipeline, sample: _Sample, rounds: int
         "geometric": "each sample's crop at the output size, as BMP in memory, behind a "
                      f"CenterCrop({pipe.out_hw[0]}x{pipe.out_hw[1]}); one epoch's random draws "
                      "frozen; then only "
-                     + (", ".join(type(t).__name__ for t in [*pipe.pixel, *pipe.tail]) or "nothing"),
+                     + (", ".join(type(t).__name__ for t in [*pipe.pixel, *pipe.tail])
+                        or "nothing"),
         "batches": "whole batches replayed from memory: the most the consumer loop itself "
                    "takes (the headspace)",
     }
@@ -474,7 +478,7 @@ def _strategies(run: _Runner, pipe: _Pipeline, sample: _Sample, tmp: Path,
         "note": "the source as it is: the exact pipeline, every epoch",
     }]
     runs: Dict[str, Callable[[], float]] = {
-        "online": run.timed(run.loader(files, pipe.compose, pipe.output)),
+        "online": run.timed(files, pipe.compose, pipe.output),
     }
 
     def over(full_bytes: int) -> Optional[str]:
@@ -507,7 +511,7 @@ def _strategies(run: _Runner, pipe: _Pipeline, sample: _Sample, tmp: Path,
             source = PathList(prepared, sample.labels)
             got = _images(run.loader(source, evaluation, "uint8", shuffle=False))
             entry["max_level_error"], entry["mean_level_error"] = _level_errors(reference, got)
-            runs[name] = run.timed(run.loader(source, pipe.compose, pipe.output))
+            runs[name] = run.timed(source, pipe.compose, pipe.output)
         out.append(entry)
         if progress is not None:
             progress("preparing", i + 1, steps)
@@ -532,7 +536,7 @@ def _strategies(run: _Runner, pipe: _Pipeline, sample: _Sample, tmp: Path,
         source = PathList([os.fspath(t) for t in targets], sample.labels)
         got = _images(run.loader(source, evaluation, "uint8", shuffle=False))
         entry["max_level_error"], entry["mean_level_error"] = _level_errors(reference, got)
-        runs["decoded-uint8"] = run.timed(run.loader(source, pipe.compose, pipe.output))
+        runs["decoded-uint8"] = run.timed(source, pipe.compose, pipe.output)
     out.append(entry)
     if progress is not None:
         progress("preparing", 3, steps)
@@ -552,7 +556,7 @@ def _strategies(run: _Runner, pipe: _Pipeline, sample: _Sample, tmp: Path,
         uint8["max_level_error"], uint8["mean_level_error"] = _level_errors(
             scaled * 255.0, reference)
         variant = pipe.uint8_variant()
-        runs["uint8-output"] = run.timed(run.loader(files, variant, "uint8"))
+        runs["uint8-output"] = run.timed(files, variant, "uint8")
     out.append(uint8)
 
     speed = run.rounds("strategies", runs, rounds)
@@ -589,7 +593,7 @@ def _workers(run: _Runner, pipe: _Pipeline, sample: _Sample, rounds: int) -> Dic
     files = PathList(sample.paths, sample.labels)
     counts = _worker_counts(_cores())
     runs = {
-        str(w): run.timed(run.loader(files, pipe.compose, pipe.output, workers=w))
+        str(w): run.timed(files, pipe.compose, pipe.output, workers=w)
         for w in counts
     }
     speed = run.rounds("workers", runs, rounds)
@@ -824,7 +828,8 @@ def render_html(advice: Dict[str, Any]) -> str:
         f'<div class="card hero"><div class="k">verdict</div>'
         f'<div class="v">{e(v["input_bound"])} <small>{v["wait_share"]:.1%} waiting</small>'
         f'</div><div class="d">{e(_VERDICT_TEXT[v["input_bound"]])}</div></div>',
-        f"<p>{e(v['note'])}. The pipeline's bottleneck: <b>{e(v['bottleneck_is'])}</b> "
+        f"<p>{e(v['note'][:1].upper() + v['note'][1:])}. The pipeline's bottleneck: "
+        f"<b>{e(v['bottleneck_is'])}</b> "
         f"(caching at stage <code>{e(v['bottleneck'])}</code> saves "
         f"{v['bottleneck_saves_ms_per_image']:.3f} ms per image, "
         f"{_n(v['bottleneck_lift'], 2)}x the throughput).</p>",
@@ -843,15 +848,19 @@ def render_html(advice: Dict[str, Any]) -> str:
     else:
         what.append("<p>No strategy measured faster than the online pipeline.</p>")
     ladder = html_table(
-        ["stage", "images/s", "lift", "saves (ms/image)", "what is cached"],
-        [[s["stage"], _n(s["images_per_s"]), "–" if s["lift"] is None else f"{s['lift']:.2f}x",
-          _n(s["saves_ms_per_image"], 3), s["note"]] for s in advice["ladder"]],
+        ["stage", "what is cached", "images/s", "lift", "saves (ms/image)"],
+        [[s["stage"], s["note"], _n(s["images_per_s"]),
+          "–" if s["lift"] is None else f"{s['lift']:.2f}x", _n(s["saves_ms_per_image"], 3)]
+         for s in advice["ladder"]],
+        numeric_from=2,
     )
     strategies = html_table(
-        ["strategy", "storage (dataset)", "prepare (s, dataset)", "images/s",
-         "max error (levels)", "mean error", "note"],
-        [[s["name"], _bytes(s["bytes"]), _n(s["prepare_s"], 1), _n(s["images_per_s"]),
-          _n(s["max_level_error"], 1), _n(s["mean_level_error"], 2), s["note"]] for s in advice["strategies"]],
+        ["strategy", "note", "storage (dataset)", "prepare (s, dataset)", "images/s",
+         "max error (levels)", "mean error"],
+        [[s["name"], s["note"], _bytes(s["bytes"]), _n(s["prepare_s"], 1),
+          _n(s["images_per_s"]), _n(s["max_level_error"], 1), _n(s["mean_level_error"], 2)]
+         for s in advice["strategies"]],
+        numeric_from=2,
     )
     w = advice["workers"]
     workers = html_table(
