@@ -146,6 +146,35 @@ def test_without_a_step_the_verdict_says_what_it_assumed(photos: Path, tmp_path:
     assert not [a for a in result.actions if a["strategy"] in ("resized-256", "decoded-uint8")]
 
 
+def test_the_verdict_grades_a_profile_of_your_own_loop(photos: Path, tmp_path: Path) -> None:
+    import time
+
+    import torch
+    import torchvision
+    from torchvision import transforms as tv
+
+    tf = tv.Compose([tv.RandomResizedCrop(64), tv.ToTensor()])
+    dl = torch.utils.data.DataLoader(torchvision.datasets.ImageFolder(photos, transform=tf),
+                                     batch_size=2, num_workers=0)
+    with fl.torch.profile(dl) as pdl:
+        for _ in pdl:
+            time.sleep(0.04)
+    saved = tmp_path / "train.json"
+    pdl.profile().save(saved)
+    result = fl.advise(photos, training=saved, sample=6, batch_size=2, rounds=1, workers=1,
+                       out=tmp_path / "adv")
+    verdict = result.advice["verdict"]
+    assert verdict["source"] == "training_profile"
+    assert 35 <= verdict["step_ms"] < 200  # the 40 ms sleep, timed from the batch events
+    own = pdl.profile().summary().to_dict()["pipelines"][0]["consumer_wait_share"]
+    assert verdict["wait_share"] == pytest.approx(own)
+    assert "your training loop" in verdict["note"] and 0 <= verdict["native_wait_share"] <= 1
+    with pytest.raises(ValueError, match="not both"):
+        fl.advise(photos, training=saved, step_ms=5, out=tmp_path)
+    with pytest.raises(TypeError, match="Profile"):
+        fl.advise(photos, training=42, out=tmp_path)
+
+
 def test_the_command_line_end_to_end(photos: Path, tmp_path: Path) -> None:
     out = tmp_path / "adv"
     result = CliRunner().invoke(main, [
@@ -168,6 +197,10 @@ def test_the_command_line_refuses_bad_arguments(photos: Path, tmp_path: Path) ->
     both = CliRunner().invoke(main, ["advise", str(photos), "--recipe", "basic", "--transform",
                                      "x.py:T", "--out", str(tmp_path)])
     assert both.exit_code == 2 and "one or the other" in both.output
+    a_file = str(next(photos.rglob("*.jpg")))
+    twice = CliRunner().invoke(main, ["advise", str(photos), "--step-ms", "5",
+                                      "--training-profile", a_file, "--out", str(tmp_path)])
+    assert twice.exit_code == 2 and "one or the other" in twice.output
     missing = CliRunner().invoke(main, ["advise", str(tmp_path / "none"), "--out", str(tmp_path)])
     assert missing.exit_code == 2
 

@@ -21,8 +21,9 @@ On a random sample of an ImageFolder (same classes), all with the native :class:
   pipeline (``Resize``, ``CenterCrop`` to the output size, uint8).
 - **Workers**: throughput against worker threads; ``recommended`` is the count past which the
   next gains less than 10%.
-- **The verdict**: the share of the consumer's time spent waiting for data with a simulated
-  step (``step_ms``), as TensorFlow's input-pipeline analyzer grades it.
+- **The verdict**: the share of the consumer's time spent waiting for data, as TensorFlow's
+  input-pipeline analyzer grades it: measured on the user's own training loop when given its
+  profile (``training``: ``fl.torch.profile``), else with a simulated step (``step_ms``).
 
 Throughputs are medians of ``rounds`` runs, alternating the order each round, so drift on a
 shared machine affects every stage alike. The ladder holds the sample in memory several times
@@ -620,23 +621,81 @@ def _grade(share: float) -> str:
     return "moderate" if share <= HIGH_WAIT else "high"
 
 
-def _verdict(run: _Runner, pipe: _Pipeline, sample: _Sample, step_ms: Optional[float]
-             ) -> Dict[str, Any]:
+def _training_loop(training: Any) -> Dict[str, Any]:
+    """The step time and the wait share of the user's own training loop, recorded by
+    ``fl.torch.profile`` (or a ``Loader(profile="spans")``): a ``Profile`` or its saved JSON.
+
+    The step is the median time between a batch's delivery and the ``next()`` that asks for
+    the following one (what the loop did with the batch: its compute), over consecutive
+    batches of the first pipeline; the wait share is the profile's own summary's."""
+    from ferroloader.profiling import Profile
+
+    if isinstance(training, (str, os.PathLike)):
+        training = Profile.load(training)
+    if not isinstance(training, Profile):
+        raise TypeError(
+            "training: expected a ferroloader Profile of your training loop (fl.torch.profile "
+            f"or Loader(profile='spans')) or the path of its saved JSON, got {training!r:.80}"
+        )
+    pipelines = training.to_dict()["pipelines"]
+    if not pipelines:
+        raise ValueError("training: the profile has no pipeline (was profiling off?)")
+    batches = sorted(pipelines[0]["batches"], key=lambda b: int(b["delivered_ns"]))
+    steps = [
+        (int(b["delivered_ns"]) - int(b["wait_ns"]) - int(a["delivered_ns"])) / 1e6
+        for a, b in zip(batches, batches[1:])
+    ]
+    if len(steps) < 2:
+        raise ValueError(
+            f"training: the profile has {len(batches)} batches; at least 3 are needed to time "
+            "the step between them"
+        )
+    summary = training.summary().to_dict()["pipelines"][0]
+    return {
+        "label": str(pipelines[0]["label"]),
+        "step_ms": max(0.0, statistics.median(steps)),
+        "wait_share": float(summary["consumer_wait_share"]),
+        "batches": len(batches),
+        "batch_size": int(pipelines[0]["batch_size"]),
+    }
+
+
+def _verdict(run: _Runner, pipe: _Pipeline, sample: _Sample, step_ms: Optional[float],
+             loop: Optional[Dict[str, Any]]) -> Dict[str, Any]:
+    """Graded from the user's own loop (``loop``) when given, else from the native loader
+    with the simulated step; the native loader's wait at the step is measured either way."""
     files = PathList(sample.paths, sample.labels)
     loader = run.loader(files, pipe.compose, pipe.output, profile="spans")
-    step = (step_ms or 0.0) / 1e3
+    if loop is not None:
+        # The loop's step per image, at this run's batch size.
+        step_s = loop["step_ms"] * run.batch_size / loop["batch_size"] / 1e3
+    else:
+        step_s = (step_ms or 0.0) / 1e3
     for _ in loader:
-        if step:
-            time.sleep(step)
+        if step_s:
+            time.sleep(step_s)
     summary = loader.profile().summary().to_dict()["pipelines"][0]
-    share = float(summary["consumer_wait_share"])
+    native_share = float(summary["consumer_wait_share"])
+    share = loop["wait_share"] if loop is not None else native_share
     verdict: Dict[str, Any] = {
         "input_bound": _grade(share),
         "wait_share": share,
-        "step_ms": step_ms,
+        "source": "training_profile" if loop is not None else "simulated_step",
+        "step_ms": loop["step_ms"] if loop is not None else step_ms,
+        "native_wait_share": native_share,
         "pipeline_images_per_s": float(summary["images_per_s"]),
     }
-    if step_ms:
+    if loop is not None:
+        verdict["consumer_images_per_s"] = (
+            loop["batch_size"] * 1e3 / loop["step_ms"] if loop["step_ms"] > 0 else None
+        )
+        verdict["note"] = (
+            f"your training loop ({loop['label']}, {loop['batches']} batches of "
+            f"{loop['batch_size']}) computed {loop['step_ms']:.1f} ms per batch and waited for "
+            f"data {share:.1%} of the time; ferroloader's loader here, at that step, made it "
+            f"wait {native_share:.1%}"
+        )
+    elif step_ms:
         verdict["consumer_images_per_s"] = run.batch_size * 1e3 / step_ms
         verdict["note"] = (
             f"with a simulated training step of {step_ms:g} ms per batch of {run.batch_size}, "
@@ -647,7 +706,8 @@ def _verdict(run: _Runner, pipe: _Pipeline, sample: _Sample, step_ms: Optional[f
         verdict["note"] = (
             "no step time given: this assumed no compute, so the loop is input-bound by "
             "construction. Pass --step-ms (step_ms=) with your training step's time, or "
-            "measure your own loop with fl.torch.profile"
+            "record your own loop with fl.torch.profile and pass it (--training-profile, "
+            "training=)"
         )
     return verdict
 
@@ -715,6 +775,7 @@ def advise(
     progress: Optional[Progress] = None,
     rounds: int = 3,
     seed: int = 0,
+    training: Any = None,
 ) -> Advice:
     """Measures the ImageFolder ``data`` (a random ``sample`` of its images) as the module doc
     says, and writes ``out/advice.json`` and ``out/report.html``.
@@ -724,7 +785,9 @@ def advise(
     transform). ``step_ms``: the training step a batch feeds (simulated by sleeping), for the
     verdict. ``storage_budget``: bytes (or ``"50GB"``) a prepared copy of the whole dataset may
     take; strategies over it are skipped and say so. ``workers``: threads of every run but the
-    sweep (``None``: every core). Raises ``ValueError``/``TypeError`` naming a bad argument or
+    sweep (``None``: every core). ``training``: a profile of your own training loop
+    (``fl.torch.profile`` around it, or ``Loader(profile="spans")``), or its saved JSON: the
+    verdict then grades its measured wait, and its measured step replaces ``step_ms``. Raises ``ValueError``/``TypeError`` naming a bad argument or
     the transform's refusal, and what the loader raises for the data.
     """
     from ferroloader._extras import require
@@ -740,6 +803,9 @@ def advise(
     if step_ms is not None and (isinstance(step_ms, bool) or not isinstance(step_ms, (int, float))
                                 or step_ms < 0):
         raise ValueError(f"step_ms: expected a number >= 0, got {step_ms!r}")
+    if training is not None and step_ms is not None:
+        raise ValueError("step_ms: give step_ms or training (a profile of your loop), not both")
+    loop = None if training is None else _training_loop(training)
     budget = None if storage_budget is None else parse_size(storage_budget)
     pipe = _pipeline(transform)
     chosen = _draw_sample(data, sample, seed)
@@ -752,7 +818,7 @@ def advise(
         bottleneck = _bottleneck(ladder)
         strategies = _strategies(run, pipe, chosen, Path(tmp), budget, rounds, progress)
     sweep = _workers(run, pipe, chosen, rounds)
-    verdict = _verdict(run, pipe, chosen, step_ms)
+    verdict = _verdict(run, pipe, chosen, step_ms, loop)
     verdict["bottleneck"] = bottleneck["stage"]
     verdict["bottleneck_lift"] = bottleneck["lift"]
     verdict["bottleneck_saves_ms_per_image"] = bottleneck["saves_ms_per_image"]

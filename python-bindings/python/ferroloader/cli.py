@@ -712,6 +712,10 @@ def prepare_cmd(src: Path, dst: Path, shorter_side: int, quality: int, workers: 
 @click.option("--step-ms", type=click.FloatRange(min=0), default=None,
               help="Your training step per batch, simulated by sleeping: the verdict is the "
               "share of it spent waiting for data. Without it, no compute is assumed.")
+@click.option("--training-profile", type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              default=None, metavar="PROFILE.json",
+              help="A saved profile of your own training loop (fl.torch.profile around it): "
+              "the verdict grades its measured wait for data, at its measured step.")
 @click.option("--storage-budget", metavar="SIZE", default=None,
               help="The most a prepared copy of the whole dataset may take (50GB, 40GiB); "
               "strategies over it are skipped.")
@@ -726,7 +730,8 @@ def prepare_cmd(src: Path, dst: Path, shorter_side: int, quality: int, workers: 
               help="Folder for advice.json and report.html (created).")
 @click.option("--quiet", "-q", is_flag=True, help="No progress bars.")
 def advise_cmd(data: Path, recipe: Optional[str], transform_spec: Optional[str],
-               step_ms: Optional[float], storage_budget: Optional[str], sample: int,
+               step_ms: Optional[float], training_profile: Optional[Path],
+               storage_budget: Optional[str], sample: int,
                batch_size: int, workers: int, out: Path, quiet: bool) -> None:
     """Measure where DATA's input pipeline spends its time and say what to do: a cache ladder
     (the bottleneck stage), offline strategies (throughput, storage, pixel error), a worker
@@ -735,13 +740,16 @@ def advise_cmd(data: Path, recipe: Optional[str], transform_spec: Optional[str],
 
     if recipe is not None and transform_spec is not None:
         raise click.UsageError("--recipe and --transform: give one or the other")
+    if step_ms is not None and training_profile is not None:
+        raise click.UsageError("--step-ms and --training-profile: give one or the other")
     try:
         budget = None if storage_budget is None else parse_size(storage_budget)
     except ValueError as e:
         raise click.BadParameter(str(e), param_hint="'--storage-budget'") from e
     with _Bars(quiet) as bars:
         result = _fail_cleanly(lambda: advise(
-            data, transform=transform_spec or recipe, step_ms=step_ms, storage_budget=budget,
+            data, transform=transform_spec or recipe, step_ms=step_ms, training=training_profile,
+            storage_budget=budget,
             sample=sample, batch_size=batch_size, workers=workers or None, out=out,
             progress=lambda phase, done, total: bars.files(phase, "runs")(done, total),
         ))
@@ -749,7 +757,8 @@ def advise_cmd(data: Path, recipe: Optional[str], transform_spec: Optional[str],
     console = _stdout()
     console.print(
         f"[bold]Input-bound: {verdict['input_bound']}[/bold] "
-        f"({verdict['wait_share']:.1%} of the step waiting for data). {verdict['note']}."
+        f"({verdict['wait_share']:.1%} of the loop's time waiting for data). "
+        f"{verdict['note'][:1].upper()}{verdict['note'][1:]}."
     )
     console.print(f"Bottleneck: {verdict['bottleneck_is']} (stage {verdict['bottleneck']}).")
     for i, action in enumerate(result.actions[:3]):
