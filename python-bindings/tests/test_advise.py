@@ -278,3 +278,30 @@ def test_the_page_renders_in_chromium_what_to_do_first(advice: Any) -> None:
             page.screenshot(path=str(shot), full_page=True)
         finally:
             browser.close()
+
+
+def test_each_cached_stage_gives_the_pipelines_own_pixels(photos: Path) -> None:
+    """The ladder times the same work minus what is cached: the decoded images (BMP) and the
+    cached crops, run through what remains of the pipeline, give the source's output exactly
+    (the crops for the epoch whose draws they froze)."""
+    import sys
+
+    advise_module = sys.modules["ferroloader.advise"]
+    pipe = advise_module._pipeline(None)
+    folder = fl.ImageFolder(photos)
+    paths, labels = [p for p, _ in folder.samples], folder.targets
+
+    def once(source: Any, compose: Any) -> Any:
+        loader = fl.Loader(source, batch_size=len(paths), transform=compose, seed=3,
+                           output=pipe.output, tensor_type="numpy")
+        return next(iter(loader))[0]
+
+    exact = once(fl.PathList(paths, labels), pipe.compose)
+    decoded = [(advise_module._bmp(advise_module._decode(p, None)), y)
+               for p, y in zip(paths, labels)]
+    assert np.array_equal(once(decoded, pipe.compose), exact)
+    crops = fl.Loader(fl.PathList(paths, labels), batch_size=len(paths), seed=3,
+                      transform=pipe.geometry_uint8(), output="uint8", tensor_type="numpy")
+    cached = [(advise_module._bmp(c.transpose(1, 2, 0)), y)
+              for c, y in zip(next(iter(crops))[0], labels)]
+    assert np.array_equal(once(cached, pipe.after_geometry()), exact)

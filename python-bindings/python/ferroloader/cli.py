@@ -451,6 +451,7 @@ def main() -> None:
     Start with:
       ferroloader demo                 compare both pipelines on generated sample data
       ferroloader compare DATA         the same on your ImageFolder
+      ferroloader advise DATA          what to do about its input pipeline, measured
     Each command has --help.
     """
 
