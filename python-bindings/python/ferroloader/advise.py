@@ -40,7 +40,6 @@ import os
 import platform
 import random
 import re
-import shutil
 import statistics
 import tempfile
 import time
