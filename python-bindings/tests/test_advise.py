@@ -280,14 +280,43 @@ def test_the_page_renders_in_chromium_what_to_do_first(advice: Any) -> None:
             browser.close()
 
 
-def test_each_cached_stage_gives_the_pipelines_own_pixels(photos: Path) -> None:
+def _names(ops: Any) -> List[str]:
+    return [type(t).__name__ for t in ops]
+
+
+def test_the_geometry_cached_is_the_pipelines_leading_crop_and_flip() -> None:
+    import sys
+
+    split = sys.modules["ferroloader.advise"]._pipeline
+    later_flip = split(T.Compose([T.RandomResizedCrop(96), T.ColorJitter(0.4),
+                                  T.RandomHorizontalFlip(), T.ToTensor(),
+                                  T.Normalize([0.5] * 3, [0.25] * 3)]))
+    assert _names(later_flip.geometric) == ["RandomResizedCrop"]
+    # Ops after the first non-geometric one keep their order (their draws come in turn).
+    assert _names(later_flip.rest) == ["ColorJitter", "RandomHorizontalFlip", "ToTensor",
+                                       "Normalize"]
+    assert _names(later_flip.after_geometry())[0] == "CenterCrop"
+    uint8 = later_flip.uint8_variant()
+    assert uint8 is not None and _names(uint8)[-1] == "PILToTensor"
+    assert "Normalize" not in _names(uint8)
+
+
+GRAY_AFTER_FLIP = T.Compose([
+    T.RandomResizedCrop(96), T.RandomHorizontalFlip(), T.Grayscale(3), T.ToTensor(),
+    T.Normalize([0.5, 0.5, 0.5], [0.25, 0.25, 0.25]),
+])
+
+
+@pytest.mark.parametrize("transform", [None, GRAY_AFTER_FLIP], ids=["default", "gray"])
+def test_each_cached_stage_gives_the_pipelines_own_pixels(photos: Path, transform: Any) -> None:
     """The ladder times the same work minus what is cached: the decoded images (BMP) and the
     cached crops, run through what remains of the pipeline, give the source's output exactly
-    (the crops for the epoch whose draws they froze)."""
+    (the crops for the epoch whose draws they froze). With random ops after the crop the
+    values differ (they draw other numbers from the sample's stream), the work does not."""
     import sys
 
     advise_module = sys.modules["ferroloader.advise"]
-    pipe = advise_module._pipeline(None)
+    pipe = advise_module._pipeline(transform)
     folder = fl.ImageFolder(photos)
     paths, labels = [p for p, _ in folder.samples], folder.targets
 

@@ -83,7 +83,6 @@ Progress = Callable[[str, int, int], None]
 PathLike = Union[str, "os.PathLike[str]"]
 
 _GEOMETRIC = (T.RandomResizedCrop, T.Resize, T.CenterCrop, T.RandomHorizontalFlip)
-_TAIL = (T.ToTensor, T.PILToTensor, T.Normalize)
 
 
 @dataclass(frozen=True)
@@ -251,26 +250,39 @@ def _decoded_bytes_estimate(path: str, shorter_side: int) -> int:
 
 @dataclass
 class _Pipeline:
+    """The user's pipeline, split where the geometry ends.
+
+    ``geometric`` is the longest run of crop/resize/flip ops the pipeline starts with: what a
+    cache of crops can hold; ``rest`` is every op after it, in the pipeline's order (so each
+    random op still draws in turn, and tensor ops stay after the conversion)."""
+
     compose: T.Compose
     output: Output
     out_hw: Tuple[int, int]
-    geometric: Sequence[T.Transform]
-    pixel: Sequence[T.Transform]
-    tail: Sequence[T.Transform]
+    geometric: Sequence[Any]
+    rest: Sequence[Any]
 
     def after_geometry(self) -> T.Compose:
         """The ops that run on a cached crop: a no-op ``CenterCrop`` as the geometry."""
-        return T.Compose([T.CenterCrop(list(self.out_hw)), *self.pixel, *self.tail])
+        return T.Compose([T.CenterCrop(list(self.out_hw)), *self.rest])
 
     def geometry_uint8(self) -> T.Compose:
         return T.Compose([*self.geometric, T.PILToTensor()])
 
-    def uint8_variant(self) -> T.Compose:
-        """The pipeline ending in ``PILToTensor`` (normalization left to the GPU)."""
-        return T.Compose([*self.geometric, *self.pixel, T.PILToTensor()])
+    def uint8_variant(self) -> Optional[T.Compose]:
+        """The pipeline ending in ``PILToTensor``, normalization left to the GPU; ``None``
+        when an op other than ``Normalize`` follows the conversion (it would see other
+        values)."""
+        convert = [i for i, t in enumerate(self.rest) if isinstance(t, T.ToTensor)]
+        if not convert:
+            return None
+        after = self.rest[convert[0] + 1:]
+        if not all(isinstance(t, T.Normalize) for t in after):
+            return None
+        return T.Compose([*self.geometric, *self.rest[:convert[0]], T.PILToTensor()])
 
     def normalize(self) -> Optional[T.Normalize]:
-        found = [t for t in self.tail if isinstance(t, T.Normalize)]
+        found = [t for t in self.rest if isinstance(t, T.Normalize)]
         return found[0] if found else None
 
     def eval_resize(self) -> int:
@@ -280,6 +292,14 @@ class _Pipeline:
     def evaluation(self, dtype: Output = "uint8") -> T.Compose:
         to: T.Transform = T.PILToTensor() if dtype == "uint8" else T.ToTensor()
         return T.Compose([T.Resize(self.eval_resize()), T.CenterCrop(list(self.out_hw)), to])
+
+
+def _flat(ops: Sequence[Any]) -> List[Any]:
+    """The ops, a nested ``Compose`` standing for its own."""
+    out: List[Any] = []
+    for t in ops:
+        out += _flat(t.transforms) if isinstance(t, T.Compose) else [t]
+    return out
 
 
 def _pipeline(transform: Any) -> _Pipeline:
@@ -296,14 +316,13 @@ def _pipeline(transform: Any) -> _Pipeline:
         else:
             transform = recipes.recipe(transform)
     compose = T.as_compose(transform)
-    output: Output = (
-        "uint8" if any(isinstance(t, T.PILToTensor) for t in compose.transforms) else "float32"
-    )
+    ops = _flat(compose.transforms)
+    output: Output = "uint8" if any(isinstance(t, T.PILToTensor) for t in ops) else "float32"
     shape = T.check(compose, output=output)["shape"]
-    geometric = [t for t in compose.transforms if isinstance(t, _GEOMETRIC)]
-    tail = [t for t in compose.transforms if isinstance(t, _TAIL)]
-    pixel = [t for t in compose.transforms if not isinstance(t, _GEOMETRIC + _TAIL)]
-    return _Pipeline(compose, output, (int(shape[1]), int(shape[2])), geometric, pixel, tail)
+    cut = 0
+    while cut < len(ops) and isinstance(ops[cut], _GEOMETRIC):
+        cut += 1
+    return _Pipeline(compose, output, (int(shape[1]), int(shape[2])), ops[:cut], ops[cut:])
 
 
 # -- measuring -----------------------------------------------------------------------------------
@@ -427,9 +446,9 @@ def _ladder(run: _Runner, pipe: _Pipeline, sample: _Sample, rounds: int
                    "header parse and a copy (the native decoder reads no raw pixels or PPM)",
         "geometric": "each sample's crop at the output size, as BMP in memory, behind a "
                      f"CenterCrop({pipe.out_hw[0]}x{pipe.out_hw[1]}); one epoch's random draws "
-                     "frozen; then only "
-                     + (", ".join(type(t).__name__ for t in [*pipe.pixel, *pipe.tail])
-                        or "nothing"),
+                     "frozen (random ops after it draw other values, with the same work); "
+                     "then only "
+                     + (", ".join(type(t).__name__ for t in pipe.rest) or "nothing"),
         "batches": "whole batches replayed from memory: the most the consumer loop itself "
                    "takes (the headspace)",
     }
@@ -547,15 +566,18 @@ def _strategies(run: _Runner, pipe: _Pipeline, sample: _Sample, tmp: Path,
         "note": 'Loader(output="uint8") with the pipeline ending in PILToTensor; convert '
                 "and normalize on the GPU",
     }
+    variant = pipe.uint8_variant()
     if pipe.output == "uint8":
         uint8["note"] = "the pipeline already yields uint8: the same as online"
         uint8["max_level_error"] = uint8["mean_level_error"] = 0.0
+    elif variant is None:
+        uint8["note"] = ("not applicable: an op other than Normalize follows ToTensor, and "
+                         "would see uint8 values")
     else:
         scaled = _images(run.loader(files, pipe.evaluation("float32"), "float32", shuffle=False))
         # The loader's uint8 pixels, divided by 255 on the GPU, against its float32 output.
         uint8["max_level_error"], uint8["mean_level_error"] = _level_errors(
             scaled * 255.0, reference)
-        variant = pipe.uint8_variant()
         runs["uint8-output"] = run.timed(files, variant, "uint8")
     out.append(uint8)
 
