@@ -12,6 +12,7 @@
 ...     for images, labels in loader:   # torch.float32 [B,3,224,224], torch.int64 [B]
 ...         ...
 >>> prof = loader.profile()     # with profile="spans": summary(), save_trace(path), to_html(path)
+>>> fl.advise("/data/train", step_ms=120, out="advice")  # what to do: advice/report.html
 
 Errors: missing files raise ``FileNotFoundError``; bad arguments ``TypeError``/``ValueError``
 naming the argument; images that cannot be decoded :class:`DecodeError` (an ``OSError``)
@@ -24,12 +25,14 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 from ferroloader import datasets, transforms
+from ferroloader.advise import Advice, advise
 from ferroloader._native import DecodeError, FileList, ImageFolder, PathList, __version__
 from ferroloader.loader import STATE_VERSION, Loader, LoaderIterator
 from ferroloader.offline import PrepareReport, prepare
 from ferroloader.profiling import Profile, Summary
 
 __all__ = [
+    "Advice",
     "DecodeError",
     "FileList",
     "ImageFolder",
@@ -45,6 +48,7 @@ __all__ = [
     "report",
     "torch",
     "transforms",
+    "advise",
     "__version__",
 ]
 

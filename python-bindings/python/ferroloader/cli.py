@@ -4,7 +4,8 @@
 and writes a report folder; ``profile`` runs the native pipeline alone; ``sweep`` measures both
 against the number of workers; ``demo`` does ``compare`` on a generated sample data set;
 ``sample-data`` writes that data set; ``report`` renders a saved profile again; ``prepare``
-re-encodes an ImageFolder at a shorter side, once.
+re-encodes an ImageFolder at a shorter side, once; ``advise`` measures where the input
+pipeline's time goes and says what to do.
 
 Options are parsed by click, progress and tables drawn by rich. Progress goes to stderr, the
 summary tables and the report's location to stdout. The runs themselves are in
@@ -85,15 +86,15 @@ class _Bars:
             task = self._tasks[label] = self._progress.add_task(label, total=total, unit="batches")
         self._progress.update(task, completed=done)
 
-    def files(self, description: str) -> Callable[[int, int], None]:
+    def files(self, description: str, unit: str = "images") -> Callable[[int, int], None]:
         """A progress callback for ``sample_data``; the bar appears with the first file (none
-        when the data is already cached)."""
+        when the data is already cached). ``unit`` names what is counted."""
 
         def update(done: int, total: int) -> None:
             task = self._tasks.get(description)
             if task is None:
                 task = self._tasks[description] = self._progress.add_task(
-                    description, total=total, unit="images"
+                    description, total=total, unit=unit
                 )
             self._progress.update(task, completed=done, total=total)
 
@@ -450,6 +451,7 @@ def main() -> None:
     Start with:
       ferroloader demo                 compare both pipelines on generated sample data
       ferroloader compare DATA         the same on your ImageFolder
+      ferroloader advise DATA          what to do about its input pipeline, measured
     Each command has --help.
     """
 
@@ -700,6 +702,72 @@ def prepare_cmd(src: Path, dst: Path, shorter_side: int, quality: int, workers: 
     )
     for path, reason in report.unreadable:
         console.print(f"[yellow]unreadable, copied as is:[/yellow] {path}: {reason}")
+
+
+@main.command("advise", context_settings=_CONTEXT)
+@_data_argument
+@click.option("--recipe", type=click.Choice(RECIPES), default=None, metavar="NAME",
+              help="A torchvision reference training preset (as compare's --recipe).")
+@click.option("--transform", "transform_spec", metavar="FILE.py:NAME", default=None,
+              help="Your own torchvision Compose: NAME in FILE.py.")
+@click.option("--step-ms", type=click.FloatRange(min=0), default=None,
+              help="Your training step per batch, simulated by sleeping: the verdict is the "
+              "share of it spent waiting for data. Without it, no compute is assumed.")
+@click.option("--training-profile", type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              default=None, metavar="PROFILE.json",
+              help="A saved profile of your own training loop (fl.torch.profile around it): "
+              "the verdict grades its measured wait for data, at its measured step.")
+@click.option("--storage-budget", metavar="SIZE", default=None,
+              help="The most a prepared copy of the whole dataset may take (50GB, 40GiB); "
+              "strategies over it are skipped.")
+@click.option("--sample", type=click.IntRange(min=1), default=256, show_default=True,
+              help="Images sampled at random (same classes) for the measurements.")
+@click.option("--batch-size", "-b", type=click.IntRange(min=1), default=64, show_default=True,
+              help="Samples per batch.")
+@click.option("--workers", "-w", type=click.IntRange(min=0), default=0,
+              help="Worker threads of the ladder and strategies (0: every core).")
+@click.option("--out", "-o", type=click.Path(file_okay=False, path_type=Path),
+              default=Path("advice"), show_default=True,
+              help="Folder for advice.json and report.html (created).")
+@click.option("--quiet", "-q", is_flag=True, help="No progress bars.")
+def advise_cmd(data: Path, recipe: Optional[str], transform_spec: Optional[str],
+               step_ms: Optional[float], training_profile: Optional[Path],
+               storage_budget: Optional[str], sample: int,
+               batch_size: int, workers: int, out: Path, quiet: bool) -> None:
+    """Measure where DATA's input pipeline spends its time and say what to do: a cache ladder
+    (the bottleneck stage), offline strategies (throughput, storage, pixel error), a worker
+    sweep and an input-bound verdict, on a sample. Writes OUT/advice.json and OUT/report.html."""
+    from ferroloader.advise import advise, parse_size
+
+    if recipe is not None and transform_spec is not None:
+        raise click.UsageError("--recipe and --transform: give one or the other")
+    if step_ms is not None and training_profile is not None:
+        raise click.UsageError("--step-ms and --training-profile: give one or the other")
+    try:
+        budget = None if storage_budget is None else parse_size(storage_budget)
+    except ValueError as e:
+        raise click.BadParameter(str(e), param_hint="'--storage-budget'") from e
+    with _Bars(quiet) as bars:
+        result = _fail_cleanly(lambda: advise(
+            data, transform=transform_spec or recipe, step_ms=step_ms, training=training_profile,
+            storage_budget=budget,
+            sample=sample, batch_size=batch_size, workers=workers or None, out=out,
+            progress=lambda phase, done, total: bars.files(phase, "runs")(done, total),
+        ))
+    verdict = result.advice["verdict"]
+    console = _stdout()
+    console.print(
+        f"[bold]Input-bound: {verdict['input_bound']}[/bold] "
+        f"({verdict['wait_share']:.1%} of the loop's time waiting for data). "
+        f"{verdict['note'][:1].upper()}{verdict['note'][1:]}."
+    )
+    console.print(f"Bottleneck: {verdict['bottleneck_is']} (stage {verdict['bottleneck']}).")
+    for i, action in enumerate(result.actions[:3]):
+        console.print(f"{i + 1}. {action['action']} ({action['gain']:.2f}x measured): "
+                      f"{action['apply']}", soft_wrap=True)
+    if not result.actions:
+        console.print("No strategy measured faster than the online pipeline.")
+    console.print(f"[bold]Report:[/bold] {result.html_path.resolve()}  ({result.json_path})")
 
 
 def run(argv: Optional[Sequence[str]] = None) -> None:

@@ -42,6 +42,8 @@ from typing import (
 
 __all__ = [
     "STAGES",
+    "html_page",
+    "html_table",
     "ProfileLike",
     "ReportFiles",
     "SummaryLike",
@@ -1365,3 +1367,28 @@ def write_report(
         config=config, sweep=sweep, files=listed, cpu_per_image=cpu_per_image,
     )
     return files
+
+
+def html_table(headers: Sequence[str], rows: Iterable[Sequence[object]], *,
+               numeric_from: int = 1, raw: bool = False) -> str:
+    """An HTML table in this page's style (cells escaped unless ``raw``), for other pages."""
+    return _table(headers, rows, numeric_from=numeric_from, raw=raw)
+
+
+def html_page(title: str, sections: Sequence[Tuple[str, str, str]], *, subtitle: str = "") -> str:
+    """A self-contained page in this report's style: ``sections`` are ``(id, heading, html)``,
+    in order, each a ``<section id=...>`` linked from the navigation bar."""
+    nav = "\n".join(f'<a href="#{k}">{_e(t)}</a>' for k, t, _ in sections)
+    body = "".join(f'<section id="{k}"><h2>{_e(t)}</h2>{c}</section>' for k, t, c in sections)
+    now = _dt.datetime.now().astimezone().strftime("%Y-%m-%d %H:%M %Z")
+    sub = _e(f"{now} · {subtitle}" if subtitle else now)
+    return (
+        "<!DOCTYPE html>\n"
+        '<html lang="en"><head><meta charset="utf-8">'
+        '<meta name="viewport" content="width=device-width, initial-scale=1">'
+        '<meta http-equiv="Content-Security-Policy" content="default-src \'none\'; '
+        "style-src 'unsafe-inline'; img-src data:\">"
+        f"<title>{_e(title)}</title><style>{_CSS}</style></head><body>"
+        f'<header><h1>{_e(title)}</h1><div class="sub">{sub}</div></header>'
+        f"<nav>{nav}</nav><main>{body}</main></body></html>\n"
+    )
