@@ -25,7 +25,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 from ferroloader import datasets, transforms
-from ferroloader.advise import Advice, advise
+from ferroloader.advisor import Advice, advise
 from ferroloader._native import DecodeError, FileList, ImageFolder, PathList, __version__
 from ferroloader.loader import STATE_VERSION, Loader, LoaderIterator
 from ferroloader.offline import PrepareReport, prepare

@@ -737,7 +737,7 @@ def advise_cmd(data: Path, recipe: Optional[str], transform_spec: Optional[str],
     """Measure where DATA's input pipeline spends its time and say what to do: a cache ladder
     (the bottleneck stage), offline strategies (throughput, storage, pixel error), a worker
     sweep and an input-bound verdict, on a sample. Writes OUT/advice.json and OUT/report.html."""
-    from ferroloader.advise import advise, parse_size
+    from ferroloader.advisor import advise, parse_size
 
     if recipe is not None and transform_spec is not None:
         raise click.UsageError("--recipe and --transform: give one or the other")

@@ -752,7 +752,7 @@ def _actions(data: Path, pipe: _Pipeline, strategies: Sequence[Dict[str, Any]],
             apply = f"ferroloader prepare {data} {data}-{side} --shorter-side {side}"
             what = f"Re-encode the dataset once at shorter side {side}, then load the copy"
         elif name == "decoded-uint8":
-            apply = ("from ferroloader.advise import prepare_decoded; "
+            apply = ("from ferroloader.advisor import prepare_decoded; "
                      f'prepare_decoded("{data}", "{data}-decoded", shorter_side=256)')
             what = "Store the dataset decoded (BMP) at shorter side 256, then load the copy"
         else:
