@@ -110,23 +110,23 @@ impl PyLoader {
                 )))
             }
         };
-        let processor = match (pipeline, tail, tail_runner) {
-            (Some(pipeline), None, None) => Processor::Native(pipeline),
-            (prefix, Some(ops), Some(runner)) => {
-                let input: String = runner.getattr("input_kind")?.extract()?;
-                let tail = PythonTail::new(prefix, TailInput::parse(&input)?, ops, runner.unbind())?;
-                let probe_source = Arc::clone(&source);
-                let tail = py
-                    .detach(move || tail.probe(probe_source.as_ref(), seed, policy))
-                    .map_err(|e| e.to_py_err(py))?;
-                Processor::WithTail(tail)
-            }
-            _ => {
-                return Err(PyValueError::new_err(
+        let processor =
+            match (pipeline, tail, tail_runner) {
+                (Some(pipeline), None, None) => Processor::Native(pipeline),
+                (prefix, Some(ops), Some(runner)) => {
+                    let input: String = runner.getattr("input_kind")?.extract()?;
+                    let tail =
+                        PythonTail::new(prefix, TailInput::parse(&input)?, ops, runner.unbind())?;
+                    let probe_source = Arc::clone(&source);
+                    let tail = py
+                        .detach(move || tail.probe(probe_source.as_ref(), seed, policy))
+                        .map_err(|e| e.to_py_err(py))?;
+                    Processor::WithTail(tail)
+                }
+                _ => return Err(PyValueError::new_err(
                     "transform: a spec, or tail and tail_runner (and a spec for any native prefix)",
-                ))
-            }
-        };
+                )),
+            };
         let mut options = LoaderOptions::default()
             .batch_size(batch_size)
             .shuffle(shuffle)

@@ -219,14 +219,14 @@ impl PythonTail {
                 index: index as u64,
             };
             let mut hooks = LastOp::default();
-            let probed = self.prefix_into(bytes, key, &mut scratch, &mut hooks).and_then(
-                |prefixed| {
+            let probed = self
+                .prefix_into(bytes, key, &mut scratch, &mut hooks)
+                .and_then(|prefixed| {
                     self.locked_python(&mut hooks, |py, hooks| {
                         let array = self.run_ops(py, prefixed, key, hooks)?;
                         layout_of(&array).map_err(|e| external(py, "tail result", &e))
                     })
-                },
-            );
+                });
             match probed {
                 Ok(layout) => {
                     self.layout = Some(layout);
@@ -457,7 +457,11 @@ struct LastOp {
 
 impl LastOp {
     fn failing_op(&self) -> Op {
-        self.open.last().copied().or(self.last).unwrap_or(Op::Process)
+        self.open
+            .last()
+            .copied()
+            .or(self.last)
+            .unwrap_or(Op::Process)
     }
 }
 
@@ -528,9 +532,7 @@ impl SampleProcessor for Processor {
             Processor::Native(p) => p.sample_layout(),
             // `PyLoader::new` probes before building the loader; an unprobed tail (a bug) gets
             // an empty layout, which the loader refuses.
-            Processor::WithTail(t) => t
-                .layout
-                .unwrap_or(SampleLayout::chw(DType::U8, 0, 0, 0)),
+            Processor::WithTail(t) => t.layout.unwrap_or(SampleLayout::chw(DType::U8, 0, 0, 0)),
         }
     }
 
