@@ -2,19 +2,21 @@
 //! native prefix, on what torchvision would hand them there.
 //!
 //! [`Processor`] is what the loader runs per sample: the planned native pipeline alone, or
-//! ([`PythonTail`]) the native prefix into a per-worker scratch, then, under the GIL and the
-//! process-wide [`TAIL_LOCK`], the tail's ops in order, each in its own profiler span, their
-//! result copied into the batch slot. The sample layout is what the whole pipeline gives the
-//! first sample ([`PythonTail::probe`]); a later sample of another shape or dtype fails like any
-//! other sample. The Python side of the crossing (building the PIL image or tensor, seeding,
-//! converting the result) is `ferroloader/_tail.py`'s `TailRunner`.
+//! ([`PythonTail`]) the native prefix into a per-worker scratch, then, under the process-wide
+//! tail lock ([`tail_lock`]) and the GIL, the tail's ops in order, each in its own profiler
+//! span, their result copied into the batch slot. The sample layout is what the whole pipeline
+//! gives the first sample ([`PythonTail::probe`]); a later sample of another shape or dtype
+//! fails like any other sample. The Python side of the crossing (building the PIL image or
+//! tensor, seeding, converting the result) is `ferroloader/_tail.py`'s `TailRunner`.
 //!
-//! Must not hold the GIL while the native prefix runs, nor take [`TAIL_LOCK`] while holding the
+//! Must not hold the GIL while the native prefix runs, nor take the tail lock while holding the
 //! GIL (the lock is always taken first, so a worker waiting for the GIL never blocks one that
 //! holds it).
 
 use std::collections::HashSet;
 use std::fmt;
+use std::ptr;
+use std::sync::atomic::{AtomicPtr, Ordering};
 use std::sync::{Mutex, OnceLock, PoisonError};
 
 use ferroloader_loader::transforms::rng::mix64;
@@ -28,15 +30,57 @@ use numpy::{PyArray1, PyArrayMethods, PyReadonlyArrayDyn, PyUntypedArrayMethods}
 use pyo3::prelude::*;
 use pyo3::types::PyBytes;
 
+use crate::fork;
+
 /// The span around a sample's whole Python tail: waiting for the lock and the GIL, seeding,
 /// building the input, the ops (nested spans of their own) and copying the result.
 pub(crate) const TAIL_SPAN: &str = "python_tail";
 
-/// Serializes tails across the process. The tail's randomness comes from Python's global
+/// Serializes tails across the process (see [`tail_lock`]): the current fork generation's
+/// lock, or null before the first tail. Non-null values come from `Box::into_raw` and are never
+/// freed (one per fork generation that runs a tail).
+static TAIL_LOCK: AtomicPtr<GenerationLock> = AtomicPtr::new(ptr::null_mut());
+
+/// A mutex that belongs to one fork generation.
+struct GenerationLock {
+    generation: u64,
+    mutex: Mutex<()>,
+}
+
+/// The lock every tail runs under. The tail's randomness comes from Python's global
 /// generators, seeded per sample just before its ops run; Python switches threads every few
 /// milliseconds and torch ops release the GIL, so the GIL alone would let another worker
 /// reseed them mid-sample. Costs little: tails hold the GIL anyway.
-static TAIL_LOCK: Mutex<()> = Mutex::new(());
+///
+/// One lock per fork generation: a child forked while a parent's worker held the lock would
+/// otherwise wait forever for a thread that does not exist there.
+fn tail_lock() -> &'static Mutex<()> {
+    let generation = fork::generation();
+    loop {
+        let current = TAIL_LOCK.load(Ordering::Acquire);
+        // SAFETY: a non-null pointer in TAIL_LOCK came from `Box::into_raw` below and is never
+        // freed, so it is valid for the life of the process.
+        if let Some(lock) = unsafe { current.as_ref() } {
+            if lock.generation == generation {
+                return &lock.mutex;
+            }
+        }
+        let fresh = Box::into_raw(Box::new(GenerationLock {
+            generation,
+            mutex: Mutex::new(()),
+        }));
+        if TAIL_LOCK
+            .compare_exchange(current, fresh, Ordering::AcqRel, Ordering::Acquire)
+            .is_ok()
+        {
+            // SAFETY: `fresh` is now published and never freed (see above).
+            return unsafe { &(*fresh).mutex };
+        }
+        // Another thread published its lock first: use that one on the next turn.
+        // SAFETY: `fresh` came from `Box::into_raw` just above and was never shared.
+        drop(unsafe { Box::from_raw(fresh) });
+    }
+}
 
 /// The sample's seed for the tail's Python generators: a 63-bit hash of `(seed, epoch, index)`
 /// keyed apart from the native ops' generator (`sample_rng`), so the two draw unrelated values.
@@ -288,7 +332,7 @@ impl PythonTail {
         }
     }
 
-    /// Takes [`TAIL_LOCK`], then the GIL, and runs `f` inside the [`TAIL_SPAN`] span.
+    /// Takes the tail lock, then the GIL, and runs `f` inside the [`TAIL_SPAN`] span.
     fn locked_python<T>(
         &self,
         hooks: &mut dyn OpHooks,
@@ -296,7 +340,7 @@ impl PythonTail {
     ) -> Result<T, TransformError> {
         hooks.enter(Op::Custom(TAIL_SPAN));
         let result = {
-            let _serial = TAIL_LOCK.lock().unwrap_or_else(PoisonError::into_inner);
+            let _serial = tail_lock().lock().unwrap_or_else(PoisonError::into_inner);
             Python::attach(|py| f(py, &mut *hooks))
         };
         hooks.exit(Op::Custom(TAIL_SPAN));
@@ -575,6 +619,18 @@ mod tests {
             }),
             base
         );
+    }
+
+    #[test]
+    fn one_tail_lock_per_generation() {
+        let a = tail_lock();
+        let b = std::thread::spawn(|| tail_lock() as *const Mutex<()> as usize)
+            .join()
+            .expect("thread");
+        assert_eq!(a as *const Mutex<()> as usize, b);
+        let held = a.lock().expect("lock");
+        assert!(tail_lock().try_lock().is_err());
+        drop(held);
     }
 
     #[test]

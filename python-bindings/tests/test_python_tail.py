@@ -3,8 +3,12 @@ prefix, on what torchvision would hand them, and their result becomes the sample
 
 from __future__ import annotations
 
+import os
 import random
 import re
+import signal
+import threading
+import time
 import warnings
 from pathlib import Path
 from typing import Any, List, Tuple
@@ -213,3 +217,56 @@ def test_the_profile_has_the_tail_spans(folder: Path) -> None:
         outer = by_sample[(s["batch"], s["sample"])]
         assert outer["start_ns"] <= s["start_ns"] <= s["end_ns"] <= outer["end_ns"]
         assert s["depth"] == outer["depth"] + 1
+
+
+@pytest.mark.filterwarnings("ignore:.*fork.*:DeprecationWarning")
+def test_a_child_forked_while_a_tail_runs_can_run_tails(folder: Path) -> None:
+    """The parent's worker holds the tail lock (sleeping in its tail) at the fork: the child,
+    where that thread does not exist, still runs tails of its own."""
+    in_tail = threading.Event()
+
+    def slow(im: Image.Image) -> Image.Image:
+        in_tail.set()
+        time.sleep(0.5)  # releases the GIL, keeps the tail lock
+        return im
+
+    ld = loader(folder, tv.Compose([tv.CenterCrop(32), tv.Lambda(slow), tv.ToTensor()]), num_workers=1)
+    in_tail.clear()  # set by the probe
+    it = iter(ld)
+    consumer = threading.Thread(target=lambda: next(it))
+    consumer.start()
+    assert in_tail.wait(10)
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # child
+        status = 1
+        try:
+            os.close(read)
+            # A hang kills the child (pytest-timeout's SIGALRM handler is Python: it would
+            # never run while the child waits in native code).
+            signal.signal(signal.SIGALRM, signal.SIG_DFL)
+            signal.alarm(30)
+            child = loader(folder, tv.Compose([tv.CenterCrop(32), tv.Lambda(mirror_and_mark), tv.ToTensor()]))
+            x, _ = next(iter(child))
+            assert x.shape == (4, 3, 32, 32)
+            os.write(write, b"ok")
+            status = 0
+        except BaseException as e:  # report anything to the parent
+            os.write(write, repr(e).encode()[:500])
+        finally:
+            os._exit(status)
+    os.close(write)
+    deadline = time.monotonic() + 60
+    done, status = os.waitpid(pid, os.WNOHANG)
+    while done == 0 and time.monotonic() < deadline:
+        time.sleep(0.05)
+        done, status = os.waitpid(pid, os.WNOHANG)
+    if done == 0:
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+    message = os.read(read, 1000).decode()
+    os.close(read)
+    consumer.join()
+    del it
+    assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, (status, message)
+    assert message == "ok"
