@@ -127,8 +127,9 @@ class Loader:
     - ``persistent_workers``, ``multiprocessing_context``: accepted; workers are threads of
       this process, started per epoch at no cost that persisting would save, and their scratch
       persists anyway.
-    - ``worker_init_fn``: refused: workers run no Python, and their randomness is seeded per
-      sample from ``(seed, epoch, index)``.
+    - ``worker_init_fn``: refused: workers are native threads (Python runs there only for a
+      Python tail, below), and their randomness is seeded per sample from ``(seed, epoch,
+      index)``, the tail's too.
     - ``generator``: the seed is drawn from it once, at construction (``seed`` otherwise;
       default 0, so runs repeat).
     - ``prefetch_factor``: batches ahead per worker (``prefetch_batches`` sets the total).
@@ -258,9 +259,9 @@ class Loader:
         self.scratch_limit = _check_int("scratch_limit", scratch_limit, 0, 2**64 - 1)
         if worker_init_fn is not None:
             raise ValueError(
-                "worker_init_fn: ferroloader's workers are native threads that run no Python, "
-                "and every random draw is seeded per sample from (seed, epoch, index); there "
-                "is nothing for it to set up"
+                "worker_init_fn: ferroloader's workers are native threads, not processes, and "
+                "every random draw (a Python tail's too) is seeded per sample from (seed, "
+                "epoch, index); there is nothing for it to set up"
             )
         self.multiprocessing_context: Any = multiprocessing_context
         if isinstance(timeout, bool) or not isinstance(timeout, numbers.Real) or timeout < 0:
