@@ -193,8 +193,12 @@ def test_the_warning_and_python_tail_error(folder: Path) -> None:
     transform = tv.Compose([tv.CenterCrop(32), tv.Lambda(mirror_and_mark), tv.ToTensor()])
     with pytest.warns(UserWarning, match=r"Lambda, ToTensor run in Python.*GIL"):
         fl.Loader(fl.ImageFolder(folder), 4, transform=transform)
-    with pytest.raises(ValueError, match=r"Lambda.*no native equivalent.*python_tail='error'"):
+    with pytest.raises(ValueError, match=r"^from_torchvision: transform #1 Lambda.*python_tail='error'"):
         fl.Loader(fl.ImageFolder(folder), 4, transform=transform, python_tail="error")
+    # Convertible, but the planner refuses the order: its reason, and the op named.
+    unplannable = tv.Compose([tv.Resize(40), tv.ToTensor()])
+    with pytest.raises(ValueError, match=r"Resize \(.*no native equivalent here: .*CenterCrop"):
+        fl.Loader(fl.ImageFolder(folder), 4, transform=unplannable, python_tail="error")
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         fl.Loader(fl.ImageFolder(folder), 4, transform=transform, python_tail="allow")

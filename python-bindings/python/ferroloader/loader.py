@@ -335,10 +335,11 @@ class Loader:
         first = self.python_tail[0]
         names = ", ".join(tail_op_name(op) for op in self.python_tail)
         if self.python_tail_mode == "error":
-            raise ValueError(
-                f"transform: {tail_op_name(first)} ({first!r}) has no native equivalent here "
-                f"({self._split.reason}); python_tail='error' refuses to run it in Python"
-            )
+            # The converter's message names the op already; the planner's names the rule.
+            why = self._split.reason
+            if not why.startswith("from_torchvision:"):
+                why = f"transform: {tail_op_name(first)} ({first!r}) has no native equivalent here: {why}"
+            raise ValueError(f"{why} (python_tail='error' refuses to run it in Python)")
         for op in self.python_tail:
             if not callable(op):
                 raise TypeError(f"transform: {op!r} is neither a known transform nor callable")
