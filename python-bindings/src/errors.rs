@@ -118,6 +118,8 @@ fn loader_error(py: Python<'_>, e: LoaderError) -> PyErr {
             let names = [path.as_os_str()];
             match source {
                 TransformError::OutOfMemory { .. } => new_err::<PyMemoryError>(py, message, &names),
+                // A user's Python transform raised: not a bad argument of ours.
+                TransformError::External { .. } => new_err::<PyRuntimeError>(py, message, &names),
                 _ => new_err::<PyValueError>(py, message, &names),
             }
         }
@@ -226,7 +228,9 @@ fn decode_reason(e: &TransformError) -> Option<&'static str> {
         TransformError::Corrupt { .. } => "corrupt",
         TransformError::Unsupported { .. } => "unsupported",
         TransformError::TooLarge { .. } => "too_large",
-        TransformError::InvalidArgument { .. } | TransformError::OutOfMemory { .. } => return None,
+        TransformError::InvalidArgument { .. }
+        | TransformError::OutOfMemory { .. }
+        | TransformError::External { .. } => return None,
         _ => "unknown",
     })
 }

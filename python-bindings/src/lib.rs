@@ -4,8 +4,8 @@
 //! crop parameters all come from `ferroloader_loader` (and the transforms crate it re-exports).
 //! What lives here is only what the crossing needs: argument conversion, error mapping by kind
 //! ([`errors`]), one helper for every long call that releases the GIL and answers Ctrl-C
-//! ([`detach`]), zero-copy batch arrays ([`batch`]), profiles and counter groups ([`profile`]) and fork safety
-//! ([`fork`]). The Python
+//! ([`detach`]), zero-copy batch arrays ([`batch`]), profiles and counter groups ([`profile`]), fork safety
+//! ([`fork`]) and running a Python tail after the native ops ([`tail`]). The Python
 //! package (`python/ferroloader`) re-exports what users touch and owns argument checking.
 
 mod batch;
@@ -17,6 +17,7 @@ mod loader;
 mod ops;
 mod prepare;
 mod profile;
+mod tail;
 
 use pyo3::prelude::*;
 

@@ -36,9 +36,10 @@ use crate::detach::run_detached;
 use crate::errors::{exact_text, os_str, transform_config_error, ToPyErr};
 use crate::fork::ForkLocal;
 use crate::profile::PyProfile;
+use crate::tail::{Processor, PythonTail, TailInput};
 
-type NativeLoader = Loader<Arc<dyn Source>, ImagePipeline>;
-type NativeEpoch = EpochIter<Arc<dyn Source>, ImagePipeline>;
+type NativeLoader = Loader<Arc<dyn Source>, Processor>;
+type NativeEpoch = EpochIter<Arc<dyn Source>, Processor>;
 
 /// Parses and plans the pipeline spec (JSON of `ferroloader_transforms::spec::PipelineSpec`).
 pub(crate) fn plan_pipeline(spec: &str) -> PyResult<ImagePipeline> {
@@ -67,17 +68,22 @@ pub(crate) struct PyLoader {
 
 #[pymethods]
 impl PyLoader {
-    /// `spec` is the pipeline as JSON (what `ferroloader.transforms` produces); the other
-    /// arguments are the loader options, checked by the Python wrapper first.
+    /// `spec` is the pipeline as JSON (what `ferroloader.transforms` produces); with a Python
+    /// tail, the native prefix's (`None`: no prefix, the tail decodes with Pillow), `tail` the
+    /// `(callable, name)` ops after it and `tail_runner` a `ferroloader._tail.TailRunner`
+    /// whose `input_kind` says what the first op gets. The other arguments are the loader
+    /// options, checked by the Python wrapper first.
     #[new]
     #[pyo3(signature = (
         dataset, spec, *, batch_size, shuffle, drop_last, seed, num_workers, prefetch_batches,
-        in_order, on_error, rank = None, world_size = None, profile = "off", scratch_limit = None
+        in_order, on_error, rank = None, world_size = None, profile = "off", scratch_limit = None,
+        tail = None, tail_runner = None
     ))]
     #[allow(clippy::too_many_arguments)]
     fn new(
+        py: Python<'_>,
         dataset: &Bound<'_, PyAny>,
-        spec: &str,
+        spec: Option<&str>,
         batch_size: usize,
         shuffle: bool,
         drop_last: bool,
@@ -90,9 +96,37 @@ impl PyLoader {
         world_size: Option<usize>,
         profile: &str,
         scratch_limit: Option<usize>,
+        tail: Option<Vec<(Py<PyAny>, String)>>,
+        tail_runner: Option<Bound<'_, PyAny>>,
     ) -> PyResult<Self> {
         let source = as_source(dataset)?;
-        let pipeline = plan_pipeline(spec)?;
+        let pipeline = spec.map(plan_pipeline).transpose()?;
+        let policy = match on_error {
+            "raise" => ErrorPolicy::Raise,
+            "skip" => ErrorPolicy::Skip,
+            other => {
+                return Err(PyValueError::new_err(format!(
+                    "on_error: expected 'raise' or 'skip', got {other:?}"
+                )))
+            }
+        };
+        let processor =
+            match (pipeline, tail, tail_runner) {
+                (Some(pipeline), None, None) => Processor::Native(pipeline),
+                (prefix, Some(ops), Some(runner)) => {
+                    let input: String = runner.getattr("input_kind")?.extract()?;
+                    let tail =
+                        PythonTail::new(prefix, TailInput::parse(&input)?, ops, runner.unbind())?;
+                    let probe_source = Arc::clone(&source);
+                    let tail = py
+                        .detach(move || tail.probe(probe_source.as_ref(), seed, policy))
+                        .map_err(|e| e.to_py_err(py))?;
+                    Processor::WithTail(tail)
+                }
+                _ => return Err(PyValueError::new_err(
+                    "transform: a spec, or tail and tail_runner (and a spec for any native prefix)",
+                )),
+            };
         let mut options = LoaderOptions::default()
             .batch_size(batch_size)
             .shuffle(shuffle)
@@ -104,15 +138,7 @@ impl PyLoader {
             } else {
                 Delivery::CompletionOrder
             })
-            .on_error(match on_error {
-                "raise" => ErrorPolicy::Raise,
-                "skip" => ErrorPolicy::Skip,
-                other => {
-                    return Err(PyValueError::new_err(format!(
-                        "on_error: expected 'raise' or 'skip', got {other:?}"
-                    )))
-                }
-            });
+            .on_error(policy);
         if let Some(n) = num_workers {
             options = options.num_workers(n);
         }
@@ -139,14 +165,20 @@ impl PyLoader {
             }
         };
         // The spec goes into the profile so a report can say what pipeline ran.
-        let profiler = ProfilerConfig::new(mode)
-            .label("native")
-            .meta("pipeline", spec)
-            .meta(
-                "decoder",
-                format!("{:?}", pipeline.pipeline().spec().decoder).to_lowercase(),
-            );
-        let loader = Loader::new(source, pipeline, options)
+        let mut profiler = ProfilerConfig::new(mode).label("native").meta(
+            "decoder",
+            processor.native().map_or_else(
+                || "pillow".to_owned(),
+                |p| format!("{:?}", p.pipeline().spec().decoder).to_lowercase(),
+            ),
+        );
+        if let Some(spec) = spec {
+            profiler = profiler.meta("pipeline", spec);
+        }
+        if let Processor::WithTail(tail) = &processor {
+            profiler = profiler.meta("python_tail", tail.spans().join(", "));
+        }
+        let loader = Loader::new(source, processor, options)
             .map_err(|e| e.to_py_err(dataset.py()))?
             .with_profiler(profiler);
         Ok(PyLoader {
@@ -277,12 +309,7 @@ impl PyLoader {
     #[getter]
     #[allow(clippy::type_complexity)]
     fn deferred_normalize(&self) -> PyResult<Option<([f32; 3], [f32; 3])>> {
-        Ok(self
-            .inner
-            .get("loader")?
-            .processor()
-            .pipeline()
-            .deferred_normalize())
+        Ok(self.inner.get("loader")?.processor().deferred_normalize())
     }
 
     /// Whether this object was inherited through `fork()` (and must be rebuilt).

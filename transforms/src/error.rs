@@ -64,6 +64,13 @@ pub enum Error {
         /// What is wrong with it.
         reason: String,
     },
+    /// An op that the caller plugged in around this crate's pipeline failed (a user's Python
+    /// transform run after the native ops): this crate only carries the caller's description.
+    #[error("{detail}")]
+    External {
+        /// What failed and why, as the caller words it.
+        detail: String,
+    },
 }
 
 /// Result with this crate's [`Error`].

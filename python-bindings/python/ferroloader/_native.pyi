@@ -146,12 +146,21 @@ class EpochIter(Iterator[_BatchArrays]):
 
 @final
 class Loader:
-    """The native loader; ``spec`` is the pipeline as JSON."""
+    """The native loader; ``spec`` is the pipeline as JSON.
+
+    With a Python tail, ``spec`` is the native prefix's (``None``: no prefix, the tail decodes
+    with Pillow), ``tail`` the ``(callable, name)`` ops run after it in Python (each in a
+    ``python:<name>`` profile span inside ``python_tail``), and ``tail_runner`` a
+    ``ferroloader._tail.TailRunner`` (what the first op gets, and how the result becomes the
+    sample). The whole pipeline runs on the first sample here, with the GIL released, to find
+    the sample shape and dtype; the tail runs under the GIL, one sample at a time per process,
+    with torch's CPU generator, ``random`` and numpy seeded from ``(seed, epoch, index)``.
+    """
 
     def __new__(
         cls,
         dataset: object,
-        spec: str,
+        spec: Optional[str],
         *,
         batch_size: int,
         shuffle: bool,
@@ -165,6 +174,8 @@ class Loader:
         world_size: Optional[int] = None,
         profile: str = "off",
         scratch_limit: Optional[int] = None,
+        tail: Optional[Sequence[Tuple[Callable[[Any], Any], str]]] = None,
+        tail_runner: Optional[Any] = None,
     ) -> Loader: ...
     def profile(self) -> Profile: ...
     def take_profile(self) -> Profile: ...

@@ -32,7 +32,8 @@ import numpy as np
 from ferroloader import _native
 from ferroloader.datasets import as_source
 from ferroloader.profiling import Profile
-from ferroloader.transforms import Compose, as_compose, pipeline_spec
+from ferroloader._tail import TailRunner
+from ferroloader.transforms import Compose, TailSplit, split_python_tail, tail_op_name
 
 if TYPE_CHECKING:
     import torch
@@ -44,6 +45,7 @@ DecoderName = Literal["turbo", "zune"]
 OnError = Literal["raise", "skip"]
 ProfileMode = Literal["off", "spans", "counters"]
 TensorType = Literal["torch", "numpy"]
+PythonTail = Literal["warn", "allow", "error"]
 
 #: Version of the dictionaries ``Loader.state_dict`` returns.
 STATE_VERSION = 1
@@ -125,8 +127,9 @@ class Loader:
     - ``persistent_workers``, ``multiprocessing_context``: accepted; workers are threads of
       this process, started per epoch at no cost that persisting would save, and their scratch
       persists anyway.
-    - ``worker_init_fn``: refused: workers run no Python, and their randomness is seeded per
-      sample from ``(seed, epoch, index)``.
+    - ``worker_init_fn``: refused: workers are native threads (Python runs there only for a
+      Python tail, below), and their randomness is seeded per sample from ``(seed, epoch,
+      index)``, the tail's too.
     - ``generator``: the seed is drawn from it once, at construction (``seed`` otherwise;
       default 0, so runs repeat).
     - ``prefetch_factor``: batches ahead per worker (``prefetch_batches`` sets the total).
@@ -138,7 +141,23 @@ class Loader:
     ``tensor_type`` (``"torch"`` or ``"numpy"``), ``batch_transform`` (a callable on each
     ``(images, labels)`` batch, returning what the iterator yields), ``scratch_limit`` (bytes
     of decode scratch a worker keeps between samples, default 64 MiB: more, after an outlier
-    image, is freed and regrown as needed).
+    image, is freed and regrown as needed), ``python_tail`` (below).
+
+    Transforms with no native equivalent (a ``Lambda``, your own callable, a third-party or
+    not-yet-native torchvision transform) run in Python after the longest native prefix, on
+    what torchvision would hand them there: a PIL RGB image when the prefix stops before
+    ``ToTensor``, a CHW tensor after ``ToTensor``/``Normalize``/``PILToTensor``/``ToDtype``
+    (with no native prefix at all, the image as Pillow opens it). The tail's result (a tensor,
+    an array, or a PIL image converted as ``ToTensor``, or ``PILToTensor`` with
+    ``output="uint8"``) is the sample: its shape and dtype are the first sample's, found when
+    the loader is built, and a later sample that differs is that sample's error (``on_error``
+    applies). The tail holds the GIL and runs one sample at a time across the process, in its
+    own profile span (``python_tail``, each op ``python:<Name>``); before each sample, torch's
+    CPU generator, ``random`` and numpy's global generator are seeded from ``(seed, epoch,
+    index)`` and restored after, so batches stay the same whatever ``num_workers``.
+    ``python_tail``: ``"warn"`` (default: one ``UserWarning`` naming the ops run in Python),
+    ``"allow"`` (silently), ``"error"`` (refuse, naming the first op without a native
+    equivalent).
     """
 
     def __init__(
@@ -173,6 +192,7 @@ class Loader:
         tensor_type: TensorType = "torch",
         batch_transform: Optional[Callable[[Any, Any], Any]] = None,
         scratch_limit: int = 64 << 20,
+        python_tail: PythonTail = "warn",
     ) -> None:
         self.dataset = dataset
         self._source, dataset_transform = as_source(dataset)
@@ -187,7 +207,7 @@ class Loader:
             raise ValueError(
                 "transform: given both here and on the dataset; ferroloader runs one pipeline"
             )
-        self.transform: Compose = as_compose(transform)
+        transform_given = transform
         self.unbatched = batch_size is None
         if self.unbatched and drop_last:
             raise ValueError(
@@ -239,9 +259,9 @@ class Loader:
         self.scratch_limit = _check_int("scratch_limit", scratch_limit, 0, 2**64 - 1)
         if worker_init_fn is not None:
             raise ValueError(
-                "worker_init_fn: ferroloader's workers are native threads that run no Python, "
-                "and every random draw is seeded per sample from (seed, epoch, index); there "
-                "is nothing for it to set up"
+                "worker_init_fn: ferroloader's workers are native threads, not processes, and "
+                "every random draw (a Python tail's too) is seeded per sample from (seed, "
+                "epoch, index); there is nothing for it to set up"
             )
         self.multiprocessing_context: Any = multiprocessing_context
         if isinstance(timeout, bool) or not isinstance(timeout, numbers.Real) or timeout < 0:
@@ -262,6 +282,15 @@ class Loader:
         self.on_error: str = _check_choice("on_error", on_error, OnError)
         self.profile_mode: str = _check_choice("profile", profile, ProfileMode)
         self.tensor_type: str = _check_choice("tensor_type", tensor_type, TensorType)
+        self.python_tail_mode: str = _check_choice("python_tail", python_tail, PythonTail)
+        self._transform_given: Any = transform_given
+        self._split: TailSplit = split_python_tail(transform_given, output=self.output, decoder=self.decoder)
+        #: The transforms run natively (the prefix, when some run in Python).
+        self.transform: Compose = self._split.prefix
+        #: The transforms run in Python after them, in order (empty when all are native).
+        self.python_tail: List[Any] = self._split.tail
+        if self.python_tail:
+            self._check_tail()
         if (rank is None) != (world_size is None):
             raise ValueError("rank: rank and world_size must be given together")
         if world_size is not None:
@@ -301,11 +330,35 @@ class Loader:
 
     # -- native loader ------------------------------------------------------------------------
 
+    def _check_tail(self) -> None:
+        """Applies ``python_tail`` to a transform with a Python tail."""
+        first = self.python_tail[0]
+        names = ", ".join(tail_op_name(op) for op in self.python_tail)
+        if self.python_tail_mode == "error":
+            # The converter's message names the op already; the planner's names the rule.
+            why = self._split.reason
+            if not why.startswith("from_torchvision:"):
+                why = f"transform: {tail_op_name(first)} ({first!r}) has no native equivalent here: {why}"
+            raise ValueError(f"{why} (python_tail='error' refuses to run it in Python)")
+        for op in self.python_tail:
+            if not callable(op):
+                raise TypeError(f"transform: {op!r} is neither a known transform nor callable")
+        if self.python_tail_mode == "warn":
+            warnings.warn(
+                f"transform: {names} run in Python after the native ops, holding the GIL "
+                "(one sample at a time, whatever num_workers); python_tail='allow' silences "
+                "this, 'error' refuses",
+                UserWarning,
+                stacklevel=3,
+            )
+
     def _build(self) -> _native.Loader:
-        spec = pipeline_spec(self.transform, output=self.output, decoder=self.decoder)
+        split = self._split
+        tail = [(op, tail_op_name(op)) for op in split.tail] if split.tail else None
+        runner = TailRunner(split.input_kind, self.output) if split.tail else None
         return _native.Loader(
             self._source,
-            spec,
+            split.spec,
             batch_size=self.batch_size,
             shuffle=self.shuffle,
             drop_last=self.drop_last,
@@ -318,6 +371,8 @@ class Loader:
             world_size=self.world_size,
             profile=self.profile_mode,
             scratch_limit=self.scratch_limit,
+            tail=tail,
+            tail_runner=runner,
         )
 
     def _loader(self) -> _native.Loader:
@@ -523,7 +578,7 @@ class Loader:
             "pin_memory_device": self.pin_memory_device,
             "prefetch_batches": self.prefetch_batches,
             "in_order": self.in_order,
-            "transform": self.transform,
+            "transform": self._transform_given,
             "seed": self.seed,
             "output": self.output,
             "decoder": self.decoder,
@@ -534,6 +589,7 @@ class Loader:
             "tensor_type": self.tensor_type,
             "batch_transform": self.batch_transform,
             "scratch_limit": self.scratch_limit,
+            "python_tail": self.python_tail_mode,
         }
 
     def __getstate__(self) -> Dict[str, Any]:
@@ -551,7 +607,7 @@ class Loader:
         return (
             f"Loader(dataset={self.dataset!r}, batch_size={self.batch_size}, "
             f"shuffle={self.shuffle}, num_workers={self.num_workers}, "
-            f"output={self.output!r}, transform={self.transform!r})"
+            f"output={self.output!r}, transform={self._transform_given!r})"
         )
 
 

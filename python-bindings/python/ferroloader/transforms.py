@@ -22,7 +22,9 @@ So do torchvision's augmentation policies ``TrivialAugmentWide``, ``RandAugment`
 torchvision computes with its tensor kernels, has no native equivalent.
 
 ``from_torchvision(compose)`` converts a torchvision ``Compose`` (v1 or v2) of these transforms,
-naming any transform it cannot convert. Arguments are checked here (``TypeError`` or
+naming any transform it cannot convert. ``split_python_tail`` cuts a pipeline with transforms
+that have no native equivalent into the longest native prefix and a Python tail (what
+:class:`ferroloader.Loader` runs). Arguments are checked here (``TypeError`` or
 ``ValueError`` naming the transform and the argument); the order of the ops is checked when the
 pipeline is planned (by :class:`ferroloader.Loader` or :func:`check`).
 """
@@ -33,7 +35,20 @@ import json
 import math
 import numbers
 import operator
-from typing import Any, Dict, Iterable, List, Optional, Sequence, SupportsIndex, Tuple, Union, cast
+import types
+from typing import (
+    Any,
+    Dict,
+    Iterable,
+    List,
+    NamedTuple,
+    Optional,
+    Sequence,
+    SupportsIndex,
+    Tuple,
+    Union,
+    cast,
+)
 
 import numpy as np
 
@@ -67,6 +82,8 @@ __all__ = [
     "RandomErasing",
     "from_torchvision",
     "check",
+    "TailSplit",
+    "split_python_tail",
 ]
 
 SizeArg = Union[int, Sequence[int]]
@@ -1005,3 +1022,88 @@ def _convert_one(name: str, t: Any, done: List[Transform]) -> object:
             "right after ToImage/PILToTensor is supported"
         )
     return None
+
+
+class TailSplit(NamedTuple):
+    """A transform cut into the native prefix and the Python tail after it."""
+
+    #: The prefix's pipeline spec (JSON), or ``None``: no native prefix, the tail gets the
+    #: image as Pillow opens it (``Image.open(f).convert("RGB")``, torchvision's loader).
+    spec: Optional[str]
+    #: The prefix, as ferroloader transforms (empty without one).
+    prefix: Compose
+    #: The transforms (or callables) run in Python after it, in order: the original objects.
+    tail: List[Any]
+    #: What the tail's first op gets: ``"bytes"`` (decoded by Pillow first: no prefix),
+    #: ``"image"`` (a PIL RGB image: the prefix stops before ``ToTensor``), ``"uint8"`` or
+    #: ``"float32"`` (a CHW tensor: it ended with a conversion).
+    input_kind: str
+    #: Why the first tail op is not native (the converter's or the planner's message).
+    reason: str
+
+
+def _tail_items(transform: Any) -> Optional[List[Any]]:
+    """The ops of a transform that may have a Python tail (a torchvision ``Compose``, a list,
+    a torchvision transform or any callable); ``None`` for ferroloader's own transforms, which
+    are native by construction."""
+    if isinstance(transform, (Compose, Transform)):
+        return None
+    if isinstance(transform, (list, tuple)):
+        return None if all(isinstance(t, Transform) for t in transform) else list(transform)
+    if type(transform).__name__ == "Compose" and hasattr(transform, "transforms"):
+        return list(transform.transforms)
+    return [transform] if callable(transform) else None
+
+
+def _planned(compose: Compose, output: str, decoder: str, layout: str = "chw") -> str:
+    """``compose``'s spec, planned (raises what the planner raises)."""
+    spec = json.dumps({"ops": compose.to_spec(), "output": output, "decoder": decoder, "layout": layout})
+    _native.check_pipeline(spec)
+    return spec
+
+
+def split_python_tail(transform: Any, *, output: str = "float32", decoder: str = "turbo") -> TailSplit:
+    """Cuts ``transform`` into the longest prefix the native planner accepts and the rest, the
+    Python tail (empty when everything is native). The planner decides, not a list kept here, so
+    ops made native later move into the prefix on their own.
+
+    The prefix ends before ``ToTensor`` (the tail gets a PIL RGB image with the pixels
+    torchvision would have there) or after ``ToTensor``/``Normalize``/``PILToTensor``/
+    ``ToImage``/``ToDtype`` (a CHW float32 or uint8 tensor). ferroloader's own transforms are
+    never cut: they convert or raise as :func:`as_compose` does.
+    """
+    items = _tail_items(transform)
+    if items is None:
+        compose = as_compose(transform)
+        return TailSplit(pipeline_spec(compose, output=output, decoder=decoder), compose, [], output, "")
+    reason = ""
+    try:
+        compose = from_torchvision(items)
+        return TailSplit(_planned(compose, output, decoder), compose, [], output, "")
+    except (TypeError, ValueError) as e:
+        reason = str(e)
+    for k in range(len(items) - 1, 0, -1):
+        head = items[:k]
+        try:
+            compose = (
+                Compose(list(head)) if all(isinstance(t, Transform) for t in head) else from_torchvision(head)
+            )
+            last = compose.transforms[-1] if compose.transforms else None
+            if isinstance(last, (ToTensor, Normalize)):
+                spec, kind = _planned(compose, "float32", decoder), "float32"
+            elif isinstance(last, PILToTensor):
+                spec, kind = _planned(compose, "uint8", decoder), "uint8"
+            else:
+                spec, kind = _planned(compose, "uint8", decoder, "hwc"), "image"
+        except (TypeError, ValueError) as e:
+            reason = str(e)
+            continue
+        return TailSplit(spec, compose, items[k:], kind, reason)
+    return TailSplit(None, Compose([]), items, "bytes", reason)
+
+
+def tail_op_name(op: Any) -> str:
+    """How profiles and errors name a tail op: its class, or a plain function's name."""
+    if isinstance(op, (types.FunctionType, types.BuiltinFunctionType, types.MethodType)):
+        return str(op.__name__)
+    return type(op).__name__

@@ -1,0 +1,129 @@
+"""The Python side of a Python tail: what the native worker calls around the tail's ops.
+
+A transform with no native equivalent runs after the longest native prefix, on what
+torchvision would hand it there. The native worker (``python-bindings/src/tail.rs``) holds the
+GIL and a process-wide tail lock, then calls, for each sample: :meth:`TailRunner.enter` (seed
+the global generators), :meth:`TailRunner.to_input`, each op in turn (each in its own profiler
+span), :meth:`TailRunner.to_output`, and always :meth:`TailRunner.exit` (restore the
+generators). This module must not run ops itself, nor keep state between samples: a sample's
+result may depend only on its bytes and its ``(seed, epoch, index)`` key.
+"""
+
+from __future__ import annotations
+
+import io
+import random
+from typing import Any, Optional, Tuple
+
+import numpy as np
+
+#: What the tail gets: the file's bytes decoded by Pillow (no native prefix), the native
+#: prefix's RGB image as a PIL image, or its tensor (uint8 or float32, CHW).
+INPUT_KINDS = ("bytes", "image", "uint8", "float32")
+
+_RngState = Tuple[Any, Any, Any]
+
+
+class TailRunner:
+    """Converts between the native prefix's buffers and Python objects, and scopes the seeding.
+
+    ``input_kind`` is one of :data:`INPUT_KINDS`; ``output`` (``"float32"`` or ``"uint8"``)
+    says how a PIL image left at the end of the tail becomes a tensor: as ``ToTensor`` or as
+    ``PILToTensor`` would convert it.
+    """
+
+    def __init__(self, input_kind: str, output: str) -> None:
+        if input_kind not in INPUT_KINDS:
+            raise ValueError(f"python tail: input kind must be one of {INPUT_KINDS}, got {input_kind!r}")
+        self.input_kind = input_kind
+        self.output = output
+        try:
+            import torch
+        except ImportError:  # a tail of plain callables on numpy arrays still works
+            self._torch: Optional[Any] = None
+        else:
+            self._torch = torch
+
+    def enter(self, seed: int) -> _RngState:
+        """Seeds torch's CPU generator, ``random`` and numpy's global generator from ``seed``
+        (the sample's derived seed, < 2**63) and returns their previous states, so that the
+        consumer's own draws are not moved by the loader's samples."""
+        torch = self._torch
+        saved = (
+            None if torch is None else torch.random.default_generator.get_state(),
+            random.getstate(),
+            np.random.get_state(),
+        )
+        if torch is not None:
+            # The CPU generator only: torch.manual_seed would also reseed every CUDA device.
+            torch.random.default_generator.manual_seed(seed)
+        random.seed(seed)
+        np.random.seed(seed % 2**32)
+        return saved
+
+    def exit(self, saved: _RngState) -> None:
+        """Restores the states :meth:`enter` returned."""
+        torch_state, random_state, numpy_state = saved
+        if torch_state is not None and self._torch is not None:
+            self._torch.random.default_generator.set_state(torch_state)
+        random.setstate(random_state)
+        np.random.set_state(numpy_state)
+
+    def to_input(self, data: Any) -> Any:
+        """The tail's first argument: ``data`` is the file's bytes (kind ``"bytes"``), the
+        prefix's ``[H, W, 3]`` uint8 array (``"image"``) or its ``[3, H, W]`` array."""
+        if self.input_kind == "bytes":
+            from PIL import Image
+
+            # torchvision's pil_loader: open, then convert("RGB").
+            with Image.open(io.BytesIO(data)) as img:
+                return img.convert("RGB")
+        if self.input_kind == "image":
+            from PIL import Image
+
+            return Image.fromarray(data, "RGB")
+        if self._torch is not None:
+            return self._torch.from_numpy(data)
+        return data
+
+    def to_output(self, result: Any) -> np.ndarray:
+        """The tail's result as a C-contiguous float32 or uint8 array of 3 dimensions: a tensor
+        or array as it is, a PIL image as ``ToTensor`` (``output="float32"``) or
+        ``PILToTensor`` (``"uint8"``) would convert it. Raises ``TypeError`` naming what was
+        returned otherwise."""
+        torch = self._torch
+        if torch is not None and isinstance(result, torch.Tensor):
+            array = result.detach().cpu().contiguous().numpy()
+        elif isinstance(result, np.ndarray):
+            array = result
+        elif _is_pil_image(result):
+            pixels = np.asarray(result)
+            if pixels.dtype != np.uint8:
+                raise TypeError(
+                    f"returned a PIL image of mode {result.mode!r}; only 8-bit images convert "
+                    "to a batch (add ToTensor to the transform)"
+                )
+            if pixels.ndim == 2:
+                pixels = pixels[:, :, None]
+            chw = pixels.transpose(2, 0, 1)
+            array = chw.astype(np.float32) / np.float32(255) if self.output == "float32" else chw
+        else:
+            raise TypeError(
+                f"returned {type(result).__module__}.{type(result).__qualname__}; expected a "
+                "tensor, a numpy array or a PIL image"
+            )
+        if array.dtype not in (np.float32, np.uint8):
+            raise TypeError(f"returned {array.dtype} values; batches hold float32 or uint8")
+        if array.ndim != 3:
+            raise TypeError(
+                f"returned shape {tuple(array.shape)}; batches hold 3-dimensional samples (C, H, W)"
+            )
+        return np.ascontiguousarray(array)
+
+
+def _is_pil_image(obj: object) -> bool:
+    try:
+        from PIL import Image
+    except ImportError:
+        return False
+    return isinstance(obj, Image.Image)

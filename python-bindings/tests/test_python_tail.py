@@ -1,0 +1,276 @@
+"""Python tails: transforms with no native equivalent run in Python after the longest native
+prefix, on what torchvision would hand them, and their result becomes the sample."""
+
+from __future__ import annotations
+
+import os
+import random
+import re
+import signal
+import threading
+import time
+import warnings
+from pathlib import Path
+from typing import Any, List, Tuple
+
+import numpy as np
+import pytest
+import torch
+import torchvision
+import torchvision.transforms.v2
+from PIL import Image, ImageOps
+
+import ferroloader as fl
+from ferroloader import transforms as T
+
+from conftest import IMAGENET_MEAN, IMAGENET_STD
+
+tv = torchvision.transforms
+Batches = List[Tuple[torch.Tensor, torch.Tensor]]
+
+
+def run(loader: Any) -> Batches:
+    return [(x.clone(), y.clone()) for x, y in loader]
+
+
+def loader(folder: Path, transform: Any, **kw: Any) -> fl.Loader:
+    kw.setdefault("batch_size", 4)
+    kw.setdefault("num_workers", 2)
+    kw.setdefault("python_tail", "allow")
+    return fl.Loader(fl.ImageFolder(folder), transform=transform, **kw)
+
+
+def first_error(ld: fl.Loader) -> str:
+    """The message of the error an epoch raises. Kept as text: a kept exception would keep
+    the epoch (through its traceback) and its thread alive for later tests."""
+    try:
+        run(ld)
+    except RuntimeError as e:
+        return str(e)
+    raise AssertionError("the epoch raised nothing")
+
+
+def torchvision_batches(folder: Path, transform: Any) -> Batches:
+    dataset = torchvision.datasets.ImageFolder(str(folder), transform=transform)
+    return run(torch.utils.data.DataLoader(dataset, batch_size=4, num_workers=0))
+
+
+def mirror_and_mark(im: Image.Image) -> Image.Image:
+    """Deterministic and not native: mirror, then a pixel that says it ran."""
+    out = ImageOps.mirror(im)
+    out.putpixel((0, 0), (255, 0, 255))
+    return out
+
+
+def test_lambda_on_the_pil_image_matches_torchvision(folder: Path) -> None:
+    transform = tv.Compose([tv.Resize(40), tv.CenterCrop(32), tv.Lambda(mirror_and_mark), tv.ToTensor()])
+    got = run(loader(folder, transform))
+    expected = torchvision_batches(folder, transform)
+    assert len(got) == len(expected) == 5
+    for (x, y), (u, v) in zip(got, expected):
+        assert x.dtype == torch.float32 and x.shape[1:] == (3, 32, 32)
+        assert torch.equal(y, v)
+        assert torch.equal(x, u)  # same pixels: the prefix is Pillow-exact, the tail is Python's
+
+
+def test_split_asks_the_planner(folder: Path) -> None:
+    split = T.split_python_tail(
+        tv.Compose([tv.Resize(40), tv.CenterCrop(32), tv.Lambda(mirror_and_mark), tv.ToTensor()])
+    )
+    assert [type(t).__name__ for t in split.prefix] == ["Resize", "CenterCrop"]
+    assert [type(t).__name__ for t in split.tail] == ["Lambda", "ToTensor"]
+    assert split.input_kind == "image"
+    # Resize(int) alone is refused by the planner (no fixed size): nothing runs natively.
+    split = T.split_python_tail(tv.Compose([tv.Resize(40), tv.Lambda(mirror_and_mark), tv.CenterCrop(32)]))
+    assert split.spec is None and split.input_kind == "bytes" and len(split.tail) == 3
+    # Everything native: no tail.
+    split = T.split_python_tail(tv.Compose([tv.CenterCrop(8), tv.ToTensor()]))
+    assert split.tail == [] and split.input_kind == "float32"
+
+
+def test_callable_on_the_normalized_tensor(folder: Path) -> None:
+    native = [tv.Resize(40), tv.CenterCrop(32), tv.ToTensor(), tv.Normalize(IMAGENET_MEAN, IMAGENET_STD)]
+    seen: List[Tuple[type, torch.dtype, Tuple[int, ...]]] = []
+
+    def affine(t: torch.Tensor) -> torch.Tensor:
+        seen.append((type(t), t.dtype, tuple(t.shape)))
+        return t * 2 + 1
+
+    got = run(loader(folder, tv.Compose(native + [affine])))
+    plain = run(loader(folder, tv.Compose(native)))
+    assert {s for s in seen} == {(torch.Tensor, torch.float32, (3, 32, 32))}
+    for (x, y), (u, v) in zip(got, plain):
+        assert torch.equal(x, u * 2 + 1) and torch.equal(y, v)
+    for (x, _), (u, _) in zip(got, torchvision_batches(folder, tv.Compose(native + [affine]))):
+        torch.testing.assert_close(x, u, atol=1e-5, rtol=0)
+
+
+def test_v2_tail_gets_the_uint8_tensor(folder: Path) -> None:
+    v2 = torchvision.transforms.v2
+    keep = v2.Lambda(lambda t: t)
+    head = [v2.ToImage(), v2.Resize(40), v2.CenterCrop(32)]
+    tail_end = [v2.ToDtype(torch.float32, scale=True), v2.Normalize(IMAGENET_MEAN, IMAGENET_STD)]
+    split = T.split_python_tail(v2.Compose(head + [keep] + tail_end))
+    assert split.input_kind == "uint8" and split.tail[0] is keep
+    got = run(loader(folder, v2.Compose(head + [keep] + tail_end)))
+    plain = run(loader(folder, v2.Compose(head + tail_end)))
+    for (x, _), (u, _) in zip(got, plain):
+        torch.testing.assert_close(x, u, atol=1e-5, rtol=0)
+
+
+def test_a_tail_that_changes_the_shape_sets_the_layout(folder: Path) -> None:
+    transform = tv.Compose([tv.Resize(40), tv.CenterCrop(32), tv.ToTensor(), lambda t: t[:2, ::2, 1::4]])
+    ld = loader(folder, transform)
+    assert ld.sample_shape == (2, 16, 8) and ld.dtype == "float32"
+    batches = run(ld)
+    assert all(x.shape[1:] == (2, 16, 8) for x, _ in batches)
+    # A PIL image left at the end becomes what PILToTensor gives with output="uint8".
+    pil_end = tv.Compose([tv.Resize(40), tv.CenterCrop(32), tv.Lambda(mirror_and_mark)])
+    ld = loader(folder, pil_end, output="uint8")
+    assert ld.sample_shape == (3, 32, 32) and ld.dtype == "uint8"
+    x, _ = next(iter(ld))
+    expected = tv.PILToTensor()(
+        mirror_and_mark(tv.CenterCrop(32)(tv.Resize(40)(Image.open(sorted((folder / "ant").iterdir())[0]).convert("RGB"))))
+    )
+    assert torch.equal(x[0], expected)
+
+
+def fails_on_small(im: Image.Image) -> Image.Image:
+    if im.size == (160, 120):
+        raise ZeroDivisionError("too small to divide")
+    return im
+
+
+def test_a_tail_that_raises_names_the_file_and_op(folder: Path) -> None:
+    transform = tv.Compose([tv.Lambda(fails_on_small), tv.Resize(40), tv.CenterCrop(32), tv.ToTensor()])
+    message = first_error(loader(folder, transform))
+    assert "img_03" in message and "Lambda" in message and "ZeroDivisionError: too small to divide" in message
+    ld = loader(folder, transform, on_error="skip")
+    it = iter(ld)
+    batches = [(x.clone(), y) for x, y in it]
+    assert sum(len(y) for _, y in batches) == 18 - 3
+    skipped = it.skipped
+    assert sorted(Path(p).stem for _, p, _ in skipped) == ["img_03"] * 3
+    assert all("ZeroDivisionError" in why for _, _, why in skipped)
+
+
+def test_a_later_sample_of_another_shape_is_a_clear_error(folder: Path) -> None:
+    # No fixed size anywhere: the first sample (320x240) sets (3, 24, 32).
+    ld = loader(folder, tv.Compose([tv.Resize(24), tv.ToTensor()]))
+    assert ld.sample_shape == (3, 24, 32)
+    message = first_error(ld)
+    assert re.search(r"img_01.*\(3, 33, 24\) float32.*\(3, 24, 32\) float32", message), message
+
+
+def random_pipeline() -> Any:
+    return tv.Compose(
+        [
+            tv.RandomResizedCrop(32),
+            tv.Lambda(lambda im: im.rotate(random.uniform(-30, 30))),
+            tv.ToTensor(),
+            tv.Lambda(lambda t: t + torch.rand(1) + float(np.random.rand())),
+        ]
+    )
+
+
+def test_random_python_ops_are_the_same_whatever_num_workers(folder: Path) -> None:
+    torch_state, random_state = torch.get_rng_state(), random.getstate()
+    runs = [
+        run(loader(folder, random_pipeline(), num_workers=n, shuffle=True, seed=11)) for n in (0, 1, 2)
+    ]
+    for other in runs[1:]:
+        assert all(torch.equal(x, u) and torch.equal(y, v) for (x, y), (u, v) in zip(runs[0], other))
+    # The consumer's generators are where they were: each sample's seeding is undone.
+    assert torch.equal(torch.get_rng_state(), torch_state) and random.getstate() == random_state
+    # And the draws do vary: per sample, and per epoch.
+    ld = loader(folder, random_pipeline(), shuffle=False)
+    first, second = run(ld), run(ld)
+    assert not torch.equal(first[0][0], second[0][0])
+    assert not torch.equal(first[0][0][0], first[0][0][1])
+
+
+def test_the_warning_and_python_tail_error(folder: Path) -> None:
+    transform = tv.Compose([tv.CenterCrop(32), tv.Lambda(mirror_and_mark), tv.ToTensor()])
+    with pytest.warns(UserWarning, match=r"Lambda, ToTensor run in Python.*GIL"):
+        fl.Loader(fl.ImageFolder(folder), 4, transform=transform)
+    with pytest.raises(ValueError, match=r"^from_torchvision: transform #1 Lambda.*python_tail='error'"):
+        fl.Loader(fl.ImageFolder(folder), 4, transform=transform, python_tail="error")
+    # Convertible, but the planner refuses the order: its reason, and the op named.
+    unplannable = tv.Compose([tv.Resize(40), tv.ToTensor()])
+    with pytest.raises(ValueError, match=r"Resize \(.*no native equivalent here: .*CenterCrop"):
+        fl.Loader(fl.ImageFolder(folder), 4, transform=unplannable, python_tail="error")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        fl.Loader(fl.ImageFolder(folder), 4, transform=transform, python_tail="allow")
+        fl.Loader(fl.ImageFolder(folder), 4, transform=tv.Compose([tv.CenterCrop(32), tv.ToTensor()]))
+    with pytest.raises(ValueError, match="python_tail"):
+        fl.Loader(fl.ImageFolder(folder), 4, transform=transform, python_tail="sometimes")  # type: ignore[arg-type]
+
+
+def test_the_profile_has_the_tail_spans(folder: Path) -> None:
+    transform = tv.Compose([tv.Resize(40), tv.CenterCrop(32), tv.Lambda(mirror_and_mark), tv.ToTensor()])
+    ld = loader(folder, transform, profile="spans")
+    run(ld)
+    spans = ld.profile().pipeline("native")["spans"]
+    tails = [s for s in spans if s["op"] == "python_tail"]
+    lambdas = [s for s in spans if s["op"] == "python:Lambda"]
+    assert len(tails) == len(lambdas) == 18
+    assert len([s for s in spans if s["op"] == "python:ToTensor"]) == 18
+    by_sample = {(s["batch"], s["sample"]): s for s in tails}
+    for s in lambdas:
+        outer = by_sample[(s["batch"], s["sample"])]
+        assert outer["start_ns"] <= s["start_ns"] <= s["end_ns"] <= outer["end_ns"]
+        assert s["depth"] == outer["depth"] + 1
+
+
+@pytest.mark.filterwarnings("ignore:.*fork.*:DeprecationWarning")
+def test_a_child_forked_while_a_tail_runs_can_run_tails(folder: Path) -> None:
+    """The parent's worker holds the tail lock (sleeping in its tail) at the fork: the child,
+    where that thread does not exist, still runs tails of its own."""
+    in_tail = threading.Event()
+
+    def slow(im: Image.Image) -> Image.Image:
+        in_tail.set()
+        time.sleep(0.5)  # releases the GIL, keeps the tail lock
+        return im
+
+    ld = loader(folder, tv.Compose([tv.CenterCrop(32), tv.Lambda(slow), tv.ToTensor()]), num_workers=1)
+    in_tail.clear()  # set by the probe
+    it = iter(ld)
+    consumer = threading.Thread(target=lambda: next(it))
+    consumer.start()
+    assert in_tail.wait(10)
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # child
+        status = 1
+        try:
+            os.close(read)
+            # A hang kills the child (pytest-timeout's SIGALRM handler is Python: it would
+            # never run while the child waits in native code).
+            signal.signal(signal.SIGALRM, signal.SIG_DFL)
+            signal.alarm(30)
+            child = loader(folder, tv.Compose([tv.CenterCrop(32), tv.Lambda(mirror_and_mark), tv.ToTensor()]))
+            x, _ = next(iter(child))
+            assert x.shape == (4, 3, 32, 32)
+            os.write(write, b"ok")
+            status = 0
+        except BaseException as e:  # report anything to the parent
+            os.write(write, repr(e).encode()[:500])
+        finally:
+            os._exit(status)
+    os.close(write)
+    deadline = time.monotonic() + 60
+    done, status = os.waitpid(pid, os.WNOHANG)
+    while done == 0 and time.monotonic() < deadline:
+        time.sleep(0.05)
+        done, status = os.waitpid(pid, os.WNOHANG)
+    if done == 0:
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+    message = os.read(read, 1000).decode()
+    os.close(read)
+    consumer.join()
+    del it
+    assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, (status, message)
+    assert message == "ok"
