@@ -108,6 +108,7 @@ def native_loader(
         transform=transform,
         output=recipes.output_of(transform),
         profile=profile,
+        python_tail="error",
     )
 
 

@@ -308,7 +308,10 @@ def data(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def refused_recipe(data: Path) -> str:
     """A recipe ferroloader's Loader refuses today (AugMix has no native kernel)."""
     try:
-        fl.Loader(fl.ImageFolder(data), batch_size=4, transform=recipes.recipe("augmix"))
+        fl.Loader(
+            fl.ImageFolder(data), batch_size=4, transform=recipes.recipe("augmix"),
+            python_tail="error",
+        )
     except ValueError:
         return "augmix"
     pytest.skip("the Loader runs AugMix now: the refusal tests need another refused op")

@@ -295,6 +295,7 @@ def run_pipeline(
             decoder=cfg.decoder,
             profile=cfg.mode,
             on_error=cfg.on_error,
+            python_tail="error",
         )
         make_epoch: Callable[[], Iterator[Any]] = lambda: iter(loader)
         join: Callable[[], None] = lambda: None
@@ -382,6 +383,7 @@ def check_native(cfg: RunConfig) -> None:
             transform=cfg.train_transform(),
             output=cfg.output,
             decoder=cfg.decoder,
+            python_tail="error",
         )
     except (TypeError, ValueError) as e:
         raise NativeRefusal(
