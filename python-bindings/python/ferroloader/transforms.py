@@ -3,9 +3,15 @@
 These objects only *describe* a pipeline: the loader runs them natively (decode, crop, resize,
 flip, to-tensor and normalize fused into one pass per sample). Supported shapes of a pipeline::
 
-    RandomResizedCrop | Resize [CenterCrop] | CenterCrop      (fixes the output size)
-    RandomHorizontalFlip and pixel ops, any number, any order
+    RandomResizedCrop | Resize [CenterCrop | RandomCrop] | CenterCrop | RandomCrop
+                                                              (fixes the output size)
+    RandomHorizontalFlip, pixel ops and geometric ops, any number, any order
     ToTensor [Normalize]  |  PILToTensor                      (float32 / uint8 output)
+
+The geometric ops (``RandomVerticalFlip``, ``RandomRotation``, ``RandomAffine``,
+``GaussianBlur``, ``Pad``, ``RandomCrop``, ``CenterCrop``) run on that 8-bit image as torchvision
+does on a PIL image (Pillow's transforms and padding, exactly; ``GaussianBlur`` within one
+level); ``Pad`` and the crops change the sample's size, which is planned once.
 
 The pixel ops (``ColorJitter``, ``Grayscale(num_output_channels=3)``, ``RandomGrayscale``,
 ``RandomPosterize``, ``RandomSolarize``, ``RandomEqualize``, ``RandomAutocontrast``,
@@ -535,8 +541,8 @@ def _padding(op: str, value: object) -> Union[int, List[int]]:
 
 
 def _padding_mode(op: str, value: object) -> str:
-    if value in ("constant", "edge", "reflect", "symmetric"):
-        return cast(str, value)
+    if isinstance(value, str) and value in ("constant", "edge", "reflect", "symmetric"):
+        return value
     raise ValueError(f"{op}: padding_mode should be constant, edge, reflect or symmetric, got {value!r}")
 
 
@@ -647,10 +653,12 @@ class GaussianBlur(Transform):
 
     def __init__(self, kernel_size: Union[int, Sequence[int]], sigma: Union[float, Sequence[float]] = (0.1, 2.0)) -> None:
         op = "GaussianBlur"
-        sizes = [kernel_size] if _is_int(kernel_size) else kernel_size
-        if not (isinstance(sizes, (list, tuple)) and len(sizes) in (1, 2) and all(_is_int(k) for k in sizes)):
+        sizes: List[object] = (
+            [kernel_size] if _is_int(kernel_size) else list(kernel_size) if isinstance(kernel_size, (list, tuple)) else []
+        )
+        if not (len(sizes) in (1, 2) and all(_is_int(k) for k in sizes)):
             raise TypeError(f"{op}: kernel_size must be an int or an (x, y) pair of ints, got {kernel_size!r}")
-        ks = [int(k) for k in sizes] * (2 if len(sizes) == 1 else 1)
+        ks = [operator.index(cast(SupportsIndex, k)) for k in sizes] * (2 if len(sizes) == 1 else 1)
         if any(k <= 0 or k % 2 == 0 for k in ks):
             raise ValueError(f"{op}: kernel size value should be an odd and positive number, got {kernel_size!r}")
         self.kernel_size = ks
@@ -932,7 +940,7 @@ def _tv_size(size: Any) -> SizeArg:
     return cast(int, size) if _is_int(size) else list(size)
 
 
-def _tv_padding(padding: Any) -> Union[None, int, List[int]]:
+def _tv_padding(padding: Any) -> Any:
     return None if padding is None else (cast(int, padding) if _is_int(padding) else list(padding))
 
 
