@@ -804,9 +804,15 @@ enum Geometry {
 /// output size held by the [`PipelineContext`]; each pixel op in place there, in the order
 /// written, in its own span; then to-tensor (+ normalize, + a flip written after them) into the
 /// slot. The pixel ops see what torchvision's would see on a PIL image (Pillow's arithmetic).
+/// Geometric stage ops (flips, rotations, affine warps, blur, padding, crops) run there too;
+/// `Pad` and the crops change the size, planned through the stage once.
+///
+/// A `RandomCrop` standing first (or right after `Resize`) is the geometry: the decoded (or
+/// resized) image of any size, its window taken by the fused pass when nothing pads, else
+/// padded into an image of the crop's size first.
 ///
 /// Draws, from the sample's generator, in the order the ops are written (torchvision's):
-/// the crop, then each flip's coin and each pixel op's parameters. A pixel op draws even when
+/// the crop (`RandomResizedCrop`'s or `RandomCrop`'s), then each flip's coin and each pixel op's parameters. A pixel op draws even when
 /// it does not run (`p = 0`, a coin that says no), as torchvision does; a flip with `p = 0`
 /// draws nothing (as before pixel ops existed, so those samples do not change).
 ///
