@@ -235,7 +235,8 @@ pub enum OpSpec {
         #[serde(default = "default_flip_p")]
         p: f64,
     },
-    /// `RandomVerticalFlip(p=0.5)`: one coin, drawn whatever `p` (as torchvision). A stage op.
+    /// `RandomVerticalFlip(p=0.5)`: one coin, drawn whatever `p` (as torchvision, v1 and v2).
+    /// A stage op.
     RandomVerticalFlip {
         /// Probability of flipping; default 0.5.
         #[serde(default = "default_flip_p")]
@@ -308,6 +309,11 @@ pub enum OpSpec {
     /// `RandomCrop(size, padding=None, pad_if_needed=False, fill=0, padding_mode="constant")`,
     /// with v1's padding (`padding`, then `pad_if_needed`'s, each reflecting the previous
     /// result). The first op (of the decoded image, or after `Resize`) or a stage op.
+    ///
+    /// v2's class pads once by the sum of both paddings: the same pixels except in the
+    /// reflect and symmetric modes with both paddings at work (the Python conversion refuses
+    /// that case); it also skips the offset draw of an axis the crop fills (v1 draws
+    /// `randint(1)` there), which moves later draws in the stream, not their distribution.
     RandomCrop {
         /// Output size.
         size: Size,
