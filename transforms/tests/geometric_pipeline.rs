@@ -679,11 +679,25 @@ fn geometric_runs_allocate_nothing_once_warm() {
         vflip_op(0.5),
         OpSpec::ToTensor,
     ];
+    // After Resize the resized image and the decoded one trade buffers each sample: both
+    // grow to the largest image, then nothing more is allocated.
+    let resized = vec![
+        OpSpec::Resize {
+            size: Size::Int(56),
+            max_size: None,
+            interpolation: Default::default(),
+            antialias: true,
+        },
+        random_crop(48, Some(2), false, PadMode::Edge),
+        OpSpec::ToTensor,
+    ];
     let pipelines = [
         plan(train_with(middle.clone())),
         plan_op_by_op(train_with(middle)),
         plan(first.clone()),
         plan_op_by_op(first),
+        plan(resized.clone()),
+        plan_op_by_op(resized),
     ];
     for pipeline in &pipelines {
         let mut ctx = pipeline.new_context().expect("context");
