@@ -1380,7 +1380,7 @@ impl Pipeline {
                 let report = SampleReport {
                     width: info.width,
                     height: info.height,
-                    crop: plan.rect,
+                    crop: RandomCropOp::source_rect(&plan, resize.is_some(), info),
                     flipped,
                 };
                 let (decoded, resized): (&'a RgbImage, &'a RgbImage) = (decoded, resized);
@@ -1526,7 +1526,10 @@ impl Pipeline {
                 observed(obs, Op::RandomCrop, || {
                     crop.apply(decoded.view(), &plan, &mut stage.padder, stage_a)
                 })?;
-                (plan.rect, flipped)
+                (
+                    RandomCropOp::source_rect(&plan, resize.is_some(), info),
+                    flipped,
+                )
             }
             _ => observed(obs, Op::CropParams, || {
                 let crop = match &self.geometry {

@@ -17,8 +17,9 @@ use crate::augment::geometry::{
 };
 use crate::augment::policy::{self, draw_p, RandomAffine, RandomCropPlan, RandomRotation};
 use crate::crop::center_crop_rect;
+use crate::decode::ImageInfo;
 use crate::error::{Error, Result};
-use crate::image::{RgbImage, RgbView};
+use crate::image::{CropRect, RgbImage, RgbView};
 use crate::rng::SampleRng;
 use crate::spec::{
     Fill, KernelSize, NumberOrRange, Op, OpSpec, PadMode, PaddingArg, Shear, WarpInterpolation,
@@ -139,6 +140,21 @@ impl RandomCropOp {
         self.draw
             .draw(width, height, rng)
             .map_err(|e| in_op("RandomCrop", e))
+    }
+
+    /// What a sample's report calls its crop: the window when it is a plain crop of the
+    /// decoded image, else (padded, or of the resized image) the whole source, as for the
+    /// geometries that do not crop the source first.
+    pub(in crate::spec) fn source_rect(
+        plan: &RandomCropPlan,
+        resized: bool,
+        source: ImageInfo,
+    ) -> CropRect {
+        if Self::is_plain_crop(plan) && !resized {
+            plan.rect
+        } else {
+            CropRect::full(source.width, source.height)
+        }
     }
 
     /// Whether `plan` pads nothing, so its window is a plain crop of the input.
