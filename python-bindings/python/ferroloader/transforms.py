@@ -815,7 +815,9 @@ def from_torchvision(compose: Any) -> Compose:
     antialiasing, which can differ from Pillow's (what ferroloader computes) by a level; likewise
     the pixel ops (``ColorJitter``, ``RandomEqualize``, ...) after ``ToImage()`` run torchvision's
     tensor kernels there, while ferroloader always computes them as Pillow does (the v1 PIL path).
-    Random draws follow v1's comparisons; v2's differ only for a draw equal to ``p``.
+    Random draws follow v1's comparisons; v2's differ only for a draw equal to ``p``. The
+    geometric ops convert from v1 and v2 alike (v2's ``RandomCrop`` with both ``padding`` and
+    ``pad_if_needed`` in a reflect or symmetric mode pads differently and is refused).
     """
     if isinstance(compose, (list, tuple)):
         items = list(compose)
