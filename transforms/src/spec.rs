@@ -8,6 +8,8 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::augment::geometry::Padder;
+use crate::augment::policy::RandomCropPlan;
 use crate::crop::{center_crop_rect, resize_shorter_side, RandomResizedCrop};
 use crate::decode::{DecodeContext, DecodeOptions, Decoder};
 use crate::error::{Error, Result};
@@ -20,7 +22,7 @@ use crate::tensor;
 mod stage;
 mod tensor_op;
 
-use stage::{StageOp, StageScratch, Staged};
+use stage::{RandomCropOp, StageOp, StageScratch, Staged};
 use tensor_op::{SlotState, TensorOp};
 
 /// `int` (square, or the shorter side for `Resize`) or `[height, width]`, as torchvision takes it.
@@ -107,17 +109,6 @@ pub type PolicyApi = crate::augment::policy::Api;
 /// `AutoAugmentPolicy`, by its value (`imagenet`, `cifar10`, `svhn`).
 pub type AutoAugmentPolicySpec = crate::augment::policy::AutoAugmentPolicy;
 
-/// torchvision's `fill` on a PIL image: one number for every channel, or a sequence (1 or 3
-/// values, checked when planned).
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(untagged)]
-pub enum FillArg {
-    /// Every channel.
-    Number(f64),
-    /// One value (every channel) or one per channel.
-    Values(Vec<f64>),
-}
-
 fn default_magnitude_bins() -> i64 {
     31
 }
@@ -178,6 +169,96 @@ impl Default for EraseFill {
     }
 }
 
+fn default_blur_sigma() -> NumberOrRange {
+    NumberOrRange::Range([0.1, 2.0])
+}
+
+/// A range argument as torchvision takes it: one number (each op says what range it means:
+/// `degrees` `d` is `[-d, d]`, `sigma` `s` is `[s, s]`) or a `[min, max]` pair.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum NumberOrRange {
+    /// One number.
+    Number(f64),
+    /// `[min, max]`.
+    Range([f64; 2]),
+}
+
+/// `RandomAffine`'s `shear`: a number `s` (`[-s, s]` on x), or 2 (x) or 4 (x, then y) bounds.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum Shear {
+    /// `s`: x shear in `[-s, s]`.
+    Number(f64),
+    /// `[x_min, x_max]` or `[x_min, x_max, y_min, y_max]`.
+    Bounds(Vec<f64>),
+}
+
+/// torchvision's `fill` for a PIL image: one number for every channel, or one per channel
+/// (truncated toward zero, clipped to 0..=255, as Pillow does).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum Fill {
+    /// One value for every channel.
+    Number(f64),
+    /// One value per channel (or a single one, for every channel).
+    PerChannel(Vec<f64>),
+}
+
+impl Default for Fill {
+    /// 0: black, torchvision's default.
+    fn default() -> Self {
+        Fill::Number(0.0)
+    }
+}
+
+impl Fill {
+    /// The RGB triple it fills with (see [`parse_fill`](crate::augment::geometry::parse_fill)).
+    pub(crate) fn rgb(&self) -> Result<[u8; 3]> {
+        match self {
+            Fill::Number(v) => crate::augment::geometry::parse_fill(Some(&[*v])),
+            Fill::PerChannel(v) => crate::augment::geometry::parse_fill(Some(v)),
+        }
+    }
+}
+
+/// `GaussianBlur`'s `kernel_size`: one odd size, or `[x, y]`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum KernelSize {
+    /// The same size on both axes.
+    Int(i64),
+    /// `[x, y]`: the horizontal kernel's size, then the vertical one's.
+    Pair([i64; 2]),
+}
+
+/// `Pad`'s and `RandomCrop`'s `padding`: one number (every side), or 1, 2
+/// (`[left/right, top/bottom]`) or 4 (`[left, top, right, bottom]`) numbers. Negative values
+/// (torchvision crops then) are refused at plan time.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum PaddingArg {
+    /// Every side.
+    Int(i64),
+    /// 1, 2 or 4 values.
+    Seq(Vec<i64>),
+}
+
+/// torchvision's `padding_mode`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum PadMode {
+    /// The fill colour.
+    #[default]
+    Constant,
+    /// The edge pixel repeated.
+    Edge,
+    /// Mirrored without repeating the edge.
+    Reflect,
+    /// Mirrored with the edge repeated.
+    Symmetric,
+}
+
 /// One op, named and parameterized as in `torchvision.transforms`.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "op", deny_unknown_fields)]
@@ -223,6 +304,101 @@ pub enum OpSpec {
         /// Probability of flipping; default 0.5.
         #[serde(default = "default_flip_p")]
         p: f64,
+    },
+    /// `RandomVerticalFlip(p=0.5)`: one coin, drawn whatever `p` (as torchvision, v1 and v2).
+    /// A stage op.
+    RandomVerticalFlip {
+        /// Probability of flipping; default 0.5.
+        #[serde(default = "default_flip_p")]
+        p: f64,
+    },
+    /// `RandomRotation(degrees, interpolation="nearest", expand=False, center=None, fill=0)`:
+    /// Pillow's `Image.rotate` by an angle drawn from `degrees` (a number `d` is `[-d, d]`).
+    /// `expand=True` is refused (the size would depend on the angle). A stage op.
+    RandomRotation {
+        /// A non-negative number `d` (`[-d, d]`) or a `[min, max]` pair, in degrees.
+        degrees: NumberOrRange,
+        /// Default `nearest`.
+        #[serde(default)]
+        interpolation: WarpInterpolation,
+        /// Default `false`; `true` is refused.
+        #[serde(default)]
+        expand: bool,
+        /// `[x, y]` in pixels; default the image centre.
+        #[serde(default)]
+        center: Option<[f64; 2]>,
+        /// Default 0 (black).
+        #[serde(default)]
+        fill: Fill,
+    },
+    /// `RandomAffine(degrees, translate=None, scale=None, shear=None, interpolation="nearest",
+    /// fill=0, center=None)`: torchvision's `F.affine` on a PIL image. A stage op.
+    RandomAffine {
+        /// A non-negative number `d` (`[-d, d]`) or a `[min, max]` pair, in degrees.
+        degrees: NumberOrRange,
+        /// Maximal fractions `[a, b]` of width and height, each in `[0, 1]`; default none.
+        #[serde(default)]
+        translate: Option<[f64; 2]>,
+        /// `[min, max]`, positive; default none (1).
+        #[serde(default)]
+        scale: Option<[f64; 2]>,
+        /// A number `s` (`[-s, s]` on x), 2 bounds (x) or 4 (x then y), in degrees; default none.
+        #[serde(default)]
+        shear: Option<Shear>,
+        /// Default `nearest`.
+        #[serde(default)]
+        interpolation: WarpInterpolation,
+        /// Default 0 (black).
+        #[serde(default)]
+        fill: Fill,
+        /// `[x, y]` in pixels; default the image centre.
+        #[serde(default)]
+        center: Option<[f64; 2]>,
+    },
+    /// `GaussianBlur(kernel_size, sigma=(0.1, 2.0))`: one sigma drawn for both axes; within
+    /// one level of torchvision (a separable float32 convolution). A stage op.
+    GaussianBlur {
+        /// Odd, positive: one size, or `[x, y]`.
+        kernel_size: KernelSize,
+        /// A positive number `s` (fixed) or a `[min, max]` pair; default `[0.1, 2.0]`.
+        #[serde(default = "default_blur_sigma")]
+        sigma: NumberOrRange,
+    },
+    /// `Pad(padding, fill=0, padding_mode="constant")`: changes the sample's size. A stage op.
+    Pad {
+        /// One number (every side), `[left/right, top/bottom]` or `[left, top, right, bottom]`;
+        /// non-negative.
+        padding: PaddingArg,
+        /// Default 0 (black); used by the constant mode only.
+        #[serde(default)]
+        fill: Fill,
+        /// Default `constant`.
+        #[serde(default)]
+        padding_mode: PadMode,
+    },
+    /// `RandomCrop(size, padding=None, pad_if_needed=False, fill=0, padding_mode="constant")`,
+    /// with v1's padding (`padding`, then `pad_if_needed`'s, each reflecting the previous
+    /// result). The first op (of the decoded image, or after `Resize`) or a stage op.
+    ///
+    /// v2's class pads once by the sum of both paddings: the same pixels except in the
+    /// reflect and symmetric modes with both paddings at work (the Python conversion refuses
+    /// that case); it also skips the offset draw of an axis the crop fills (v1 draws
+    /// `randint(1)` there), which moves later draws in the stream, not their distribution.
+    RandomCrop {
+        /// Output size.
+        size: Size,
+        /// As `Pad`'s; default none.
+        #[serde(default)]
+        padding: Option<PaddingArg>,
+        /// Pad an image smaller than `size` up to it; default `false`.
+        #[serde(default)]
+        pad_if_needed: bool,
+        /// Default 0 (black).
+        #[serde(default)]
+        fill: Fill,
+        /// Default `constant`.
+        #[serde(default)]
+        padding_mode: PadMode,
     },
     /// `ColorJitter(brightness=0, contrast=0, saturation=0, hue=0)`: each a number `v`
     /// (`[max(0, 1 - v), 1 + v]`, hue `[-v, v]` with `v <= 0.5`) or a `[min, max]` pair; 0 (or
@@ -309,7 +485,7 @@ pub enum OpSpec {
         /// Where the warps uncover the image: None (black, default), a number, or 1 or 3
         /// numbers, as torchvision's `fill` on a PIL image.
         #[serde(default)]
-        fill: Option<FillArg>,
+        fill: Option<Fill>,
         /// Whose draws: `v1` (`torchvision.transforms`, default) or `v2`
         /// (`torchvision.transforms.v2`: a float sign draw, Solarize thresholds from a float64
         /// table).
@@ -333,7 +509,7 @@ pub enum OpSpec {
         interpolation: WarpInterpolation,
         /// Default None (black).
         #[serde(default)]
-        fill: Option<FillArg>,
+        fill: Option<Fill>,
         /// Default `v1`.
         #[serde(default)]
         api: PolicyApi,
@@ -349,7 +525,7 @@ pub enum OpSpec {
         interpolation: WarpInterpolation,
         /// Default None (black).
         #[serde(default)]
-        fill: Option<FillArg>,
+        fill: Option<Fill>,
         /// Default `v1`.
         #[serde(default)]
         api: PolicyApi,
@@ -379,7 +555,7 @@ pub enum OpSpec {
         interpolation: WarpInterpolation,
         /// Default None (black).
         #[serde(default)]
-        fill: Option<FillArg>,
+        fill: Option<Fill>,
         /// Default `v1`.
         #[serde(default)]
         api: PolicyApi,
@@ -841,6 +1017,12 @@ enum Geometry {
     },
     /// Center crop of the source at its own resolution.
     CenterCrop((u32, u32)),
+    /// `RandomCrop` of the decoded image of any size (after `Resize` when `resize` is set:
+    /// its size and `max_size`), padded as it says; the crop's size is the output's.
+    RandomCrop {
+        resize: Option<(Size, Option<u32>)>,
+        crop: RandomCropOp,
+    },
 }
 
 /// A checked, planned [`PipelineSpec`]; immutable and shared by every worker.
@@ -852,6 +1034,12 @@ enum Geometry {
 /// output size held by the [`PipelineContext`]; each pixel op in place there, in the order
 /// written, in its own span; then to-tensor (+ normalize, + a flip written after them) into the
 /// slot. The pixel ops see what torchvision's would see on a PIL image (Pillow's arithmetic).
+/// Geometric stage ops (flips, rotations, affine warps, blur, padding, crops) run there too;
+/// `Pad` and the crops change the size, planned through the stage once.
+///
+/// A `RandomCrop` standing first (or right after `Resize`) is the geometry: the decoded (or
+/// resized) image of any size, its window taken by the fused pass when nothing pads, else
+/// padded into an image of the crop's size first.
 ///
 /// Random compositions (`RandomApply`, `RandomChoice`, `RandomOrder`) are stage ops over
 /// stage ops; a nested `Compose` is flattened where it stands. After the conversion, tensor
@@ -860,7 +1048,7 @@ enum Geometry {
 /// with the same arithmetic (op by op it runs where written; the samples are equal).
 ///
 /// Draws, from the sample's generator, in the order the ops are written (torchvision's):
-/// the crop, then each flip's coin and each pixel op's parameters, then each tensor op's. A pixel op draws even when
+/// the crop (`RandomResizedCrop`'s or `RandomCrop`'s), then each flip's coin and each pixel op's parameters, then each tensor op's. A pixel op draws even when
 /// it does not run (`p = 0`, a coin that says no), as torchvision does; a flip with `p = 0`
 /// draws nothing (as before pixel ops existed, so those samples do not change).
 ///
@@ -926,13 +1114,15 @@ fn bad_order(reason: &str) -> Error {
     Error::invalid(
         "ops",
         format!(
-            "{reason}; supported: RandomResizedCrop | Resize [CenterCrop] | CenterCrop, then \
-             any number of RandomHorizontalFlip and pixel ops (ColorJitter, Grayscale, \
-             RandomGrayscale, RandomPosterize, RandomSolarize, RandomEqualize, \
-             RandomAutocontrast, RandomAdjustSharpness, RandomInvert, TrivialAugmentWide, \
-             RandAugment, AutoAugment) and RandomApply, RandomChoice, RandomOrder of those in \
-             any order, then ToTensor [Normalize] (with RandomErasing before or after \
-             Normalize) or PILToTensor; Compose anywhere"
+            "{reason}; supported: RandomResizedCrop | Resize [CenterCrop | RandomCrop] | \
+             CenterCrop | RandomCrop, then any number of RandomHorizontalFlip, pixel ops \
+             (ColorJitter, Grayscale, RandomGrayscale, RandomPosterize, RandomSolarize, \
+             RandomEqualize, RandomAutocontrast, RandomAdjustSharpness, RandomInvert), \
+             policies (TrivialAugmentWide, RandAugment, AutoAugment), geometric ops \
+             (RandomVerticalFlip, RandomRotation, RandomAffine, GaussianBlur, Pad, RandomCrop, \
+             CenterCrop) and RandomApply, RandomChoice, RandomOrder of those, in any order, \
+             then ToTensor [Normalize] (with RandomErasing before or after Normalize) or \
+             PILToTensor; Compose anywhere"
         ),
     )
 }
@@ -1103,16 +1293,32 @@ impl Pipeline {
                         ));
                     }
                 }
-                let center_crop = match ops.peek() {
-                    Some(OpSpec::CenterCrop { size }) => {
-                        let crop = check_size("size", size.square_or_pair())?;
-                        ops.next();
-                        Some(crop)
-                    }
-                    _ => None,
-                };
-                let out_size =
-                    match (center_crop, size) {
+                // `Resize(256)` then `RandomCrop(224)`: the crop fixes the size.
+                if let Some(crop) = ops
+                    .peek()
+                    .map(|op| RandomCropOp::plan(op))
+                    .transpose()?
+                    .flatten()
+                {
+                    ops.next();
+                    let out_size = check_size("size", crop.size())?;
+                    (
+                        Geometry::RandomCrop {
+                            resize: Some((*size, *max_size)),
+                            crop,
+                        },
+                        out_size,
+                    )
+                } else {
+                    let center_crop = match ops.peek() {
+                        Some(OpSpec::CenterCrop { size }) => {
+                            let crop = check_size("size", size.square_or_pair())?;
+                            ops.next();
+                            Some(crop)
+                        }
+                        _ => None,
+                    };
+                    let out_size = match (center_crop, size) {
                         (Some(crop), _) => crop,
                         (None, Size::Pair([h, w])) => (*h, *w),
                         (None, Size::Int(_)) => return Err(bad_order(
@@ -1120,24 +1326,31 @@ impl Pipeline {
                              so samples cannot be batched; add CenterCrop",
                         )),
                     };
-                (
-                    Geometry::Resize {
-                        size: *size,
-                        max_size: *max_size,
-                        center_crop,
-                    },
-                    out_size,
-                )
+                    (
+                        Geometry::Resize {
+                            size: *size,
+                            max_size: *max_size,
+                            center_crop,
+                        },
+                        out_size,
+                    )
+                }
             }
             Some(OpSpec::CenterCrop { size }) => {
                 let size = check_size("size", size.square_or_pair())?;
                 (Geometry::CenterCrop(size), size)
             }
-            _ => {
-                return Err(bad_order(
-                    "the pipeline must start with an op that fixes the output size",
-                ))
-            }
+            other => match other.map(RandomCropOp::plan).transpose()?.flatten() {
+                Some(crop) => {
+                    let size = check_size("size", crop.size())?;
+                    (Geometry::RandomCrop { resize: None, crop }, size)
+                }
+                None => {
+                    return Err(bad_order(
+                        "the pipeline must start with an op that fixes the output size",
+                    ))
+                }
+            },
         };
         check_output_size(geometry_size.0, geometry_size.1, spec.max_pixels)?;
         // Flips and pixel ops, in the order written, up to the conversion.
@@ -1338,12 +1551,21 @@ impl Pipeline {
             resizer,
             decoded,
             stage_a,
+            stage,
             erase_values,
             ..
         } = ctx;
         let mut out = out;
-        let (src, rect, report) =
-            self.decode_stage(bytes, rng, decode, resizer, decoded, stage_a, obs)?;
+        let (src, rect, report) = self.decode_stage(
+            bytes,
+            rng,
+            decode,
+            resizer,
+            decoded,
+            stage_a,
+            &mut stage.padder,
+            obs,
+        )?;
         observed(obs, Op::Fused, || {
             let size = self.geometry_size;
             kernel.run(
@@ -1385,8 +1607,16 @@ impl Pipeline {
             ..
         } = ctx;
         let mut out = out;
-        let (src, rect, mut report) =
-            self.decode_stage(bytes, rng, decode, resizer, decoded, stage_a, obs)?;
+        let (src, rect, mut report) = self.decode_stage(
+            bytes,
+            rng,
+            decode,
+            resizer,
+            decoded,
+            stage_a,
+            &mut stage.padder,
+            obs,
+        )?;
         let size = self.geometry_size;
         let into_stage = match self.geometry {
             Geometry::RandomResizedCrop(_) => Op::Resize,
@@ -1438,6 +1668,7 @@ impl Pipeline {
         resizer: &mut Resizer,
         decoded: &'a mut RgbImage,
         resized: &'a mut RgbImage,
+        padder: &mut Padder,
         obs: &mut dyn OpObserver,
     ) -> Result<(RgbView<'a>, CropRect, SampleReport)> {
         match &self.geometry {
@@ -1474,6 +1705,31 @@ impl Pipeline {
                 };
                 Ok((decoded.view(), inner, report))
             }
+            Geometry::RandomCrop { resize, crop } => {
+                let info = observed(obs, Op::Decode, || decode.decode(bytes, decoded))?;
+                let (plan, flipped) =
+                    self.random_crop_params(*resize, crop, decoded, resized, resizer, rng, obs)?;
+                // Without padding the window is a crop the fused kernel takes itself.
+                let plain = RandomCropOp::is_plain_crop(&plan);
+                if !plain {
+                    observed(obs, Op::RandomCrop, || {
+                        crop.apply(decoded.view(), &plan, padder, resized)
+                    })?;
+                }
+                let report = SampleReport {
+                    width: info.width,
+                    height: info.height,
+                    crop: RandomCropOp::source_rect(&plan, resize.is_some(), info),
+                    flipped,
+                };
+                let (decoded, resized): (&'a RgbImage, &'a RgbImage) = (decoded, resized);
+                Ok(if plain {
+                    (decoded.view(), plan.rect, report)
+                } else {
+                    let (h, w) = crop.size();
+                    (resized.view(), CropRect::full(w, h), report)
+                })
+            }
             Geometry::Resize { .. } | Geometry::CenterCrop(_) => {
                 let info = observed(obs, Op::Decode, || decode.decode(bytes, decoded))?;
                 let flipped = observed(obs, Op::CropParams, || self.draw_flip(rng));
@@ -1506,24 +1762,8 @@ impl Pipeline {
                 max_size,
                 center_crop,
             } => {
-                let (rh, rw) = match size {
-                    Size::Int(s) => resize_shorter_side(w, h, *s, *max_size)?,
-                    Size::Pair([ph, pw]) => (*ph, *pw),
-                };
-                // Resize(int) scales the longer side with the shorter: a thin image would be
-                // resized to an intermediate far past the decode limit before the center crop.
-                let pixels = u64::from(rh) * u64::from(rw);
-                if pixels > self.spec.max_pixels {
-                    return Err(Error::TooLarge {
-                        width: rw,
-                        height: rh,
-                        pixels,
-                        limit: self.spec.max_pixels,
-                    });
-                }
-                observed(obs, Op::Resize, || {
-                    resizer.resize(decoded.view(), rh, rw, resized)
-                })?;
+                let (rh, rw) =
+                    self.resize_whole(decoded, *size, *max_size, resizer, resized, obs)?;
                 let resized: &'a RgbImage = resized;
                 let rect = match center_crop {
                     Some((ch, cw)) => center_crop_rect(rw, rh, *ch, *cw)?,
@@ -1535,7 +1775,9 @@ impl Pipeline {
                 let rect = center_crop_rect(w, h, *ch, *cw)?;
                 Ok((decoded.view(), rect, rect))
             }
-            Geometry::RandomResizedCrop(_) => Err(Error::invalid("ops", "not an eval pipeline")),
+            Geometry::RandomResizedCrop(_) | Geometry::RandomCrop { .. } => {
+                Err(Error::invalid("ops", "not an eval pipeline"))
+            }
         }
     }
 
@@ -1580,6 +1822,62 @@ impl Pipeline {
         })
     }
 
+    /// `Resize(size, max_size)` of the whole `decoded` image into `resized`, in its span;
+    /// returns the new `(height, width)`.
+    fn resize_whole(
+        &self,
+        decoded: &RgbImage,
+        size: Size,
+        max_size: Option<u32>,
+        resizer: &mut Resizer,
+        resized: &mut RgbImage,
+        obs: &mut dyn OpObserver,
+    ) -> Result<(u32, u32)> {
+        let (rh, rw) = match size {
+            Size::Int(s) => resize_shorter_side(decoded.width(), decoded.height(), s, max_size)?,
+            Size::Pair([ph, pw]) => (ph, pw),
+        };
+        // Resize(int) scales the longer side with the shorter: a thin image would be resized
+        // to an intermediate far past the decode limit before the crop.
+        let pixels = u64::from(rh) * u64::from(rw);
+        if pixels > self.spec.max_pixels {
+            return Err(Error::TooLarge {
+                width: rw,
+                height: rh,
+                pixels,
+                limit: self.spec.max_pixels,
+            });
+        }
+        observed(obs, Op::Resize, || {
+            resizer.resize(decoded.view(), rh, rw, resized)
+        })?;
+        Ok((rh, rw))
+    }
+
+    /// For a [`Geometry::RandomCrop`]: the decoded image resized (when the geometry says so)
+    /// into `decoded` itself (its buffer swapped with `spare`'s: no copy, no allocation),
+    /// then the crop's draw and the flip's coin, in that order. Returns the plan.
+    #[allow(clippy::too_many_arguments)]
+    fn random_crop_params(
+        &self,
+        resize: Option<(Size, Option<u32>)>,
+        crop: &RandomCropOp,
+        decoded: &mut RgbImage,
+        spare: &mut RgbImage,
+        resizer: &mut Resizer,
+        rng: &mut SampleRng,
+        obs: &mut dyn OpObserver,
+    ) -> Result<(RandomCropPlan, bool)> {
+        if let Some((size, max_size)) = resize {
+            self.resize_whole(decoded, size, max_size, resizer, spare, obs)?;
+            std::mem::swap(decoded, spare);
+        }
+        observed(obs, Op::CropParams, || {
+            let plan = crop.draw(decoded.width(), decoded.height(), rng)?;
+            Ok((plan, self.draw_flip(rng)))
+        })
+    }
+
     fn run_op_by_op(
         &self,
         bytes: &[u8],
@@ -1600,14 +1898,32 @@ impl Pipeline {
         } = ctx;
         let (out_h, out_w) = self.geometry_size;
         let info = observed(obs, Op::Decode, || decode.decode(bytes, decoded))?;
-        let (crop, flipped) = observed(obs, Op::CropParams, || {
-            let crop = match &self.geometry {
-                Geometry::RandomResizedCrop(rrc) => rrc.get_params(info.width, info.height, rng),
-                _ => CropRect::full(info.width, info.height),
-            };
-            (crop, self.draw_flip(rng))
-        });
+        let (crop, flipped) = match &self.geometry {
+            Geometry::RandomCrop { resize, crop } => {
+                let (plan, flipped) =
+                    self.random_crop_params(*resize, crop, decoded, stage_b, resizer, rng, obs)?;
+                // Always through the padder here, so the fused path's plain crop is checked
+                // against it.
+                observed(obs, Op::RandomCrop, || {
+                    crop.apply(decoded.view(), &plan, &mut stage.padder, stage_a)
+                })?;
+                (
+                    RandomCropOp::source_rect(&plan, resize.is_some(), info),
+                    flipped,
+                )
+            }
+            _ => observed(obs, Op::CropParams, || {
+                let crop = match &self.geometry {
+                    Geometry::RandomResizedCrop(rrc) => {
+                        rrc.get_params(info.width, info.height, rng)
+                    }
+                    _ => CropRect::full(info.width, info.height),
+                };
+                (crop, self.draw_flip(rng))
+            }),
+        };
         match &self.geometry {
+            Geometry::RandomCrop { .. } => {}
             Geometry::RandomResizedCrop(_) => {
                 observed(obs, Op::Crop, || {
                     decoded.crop_view(crop).map(|v| v.to_image(stage_b))

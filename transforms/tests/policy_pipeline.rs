@@ -22,7 +22,7 @@ use ferroloader_transforms::augment::policy::{
 use ferroloader_transforms::fused::OutputSlot;
 use ferroloader_transforms::rng::{sample_rng, SampleRng};
 use ferroloader_transforms::spec::{
-    Execution, FillArg, Layout, Op, OpObserver, OpSpec, OutputDtype, Pipeline, PipelineSpec, Size,
+    Execution, Fill, Layout, Op, OpObserver, OpSpec, OutputDtype, Pipeline, PipelineSpec, Size,
     IMAGENET_MEAN, IMAGENET_STD,
 };
 use ferroloader_transforms::{tensor, Error, RgbImage};
@@ -230,7 +230,7 @@ struct Case {
     fill: [u8; 3],
 }
 
-fn trivial(api: Api, interpolation: Interpolation, fill: Option<FillArg>, rgb: [u8; 3]) -> Case {
+fn trivial(api: Api, interpolation: Interpolation, fill: Option<Fill>, rgb: [u8; 3]) -> Case {
     let policy = TrivialAugmentWide::new(31).expect("policy").with_api(api);
     Case {
         spec: OpSpec::TrivialAugmentWide {
@@ -255,7 +255,7 @@ fn rand_augment(num_ops: u32, magnitude: u32, bins: u32, api: Api) -> Case {
             magnitude: i64::from(magnitude),
             num_magnitude_bins: i64::from(bins),
             interpolation: Interpolation::Bilinear,
-            fill: Some(FillArg::Values(vec![10.0, 200.9, 300.0])),
+            fill: Some(Fill::PerChannel(vec![10.0, 200.9, 300.0])),
             api,
         },
         draw: Box::new(move |w, h, rng| policy.draw(w, h, rng).as_slice().to_vec()),
@@ -270,7 +270,7 @@ fn auto_augment(policy: AutoAugmentPolicy, api: Api) -> Case {
         spec: OpSpec::AutoAugment {
             policy,
             interpolation: Interpolation::Nearest,
-            fill: Some(FillArg::Number(128.0)),
+            fill: Some(Fill::Number(128.0)),
             api,
         },
         draw: Box::new(move |w, h, rng| draws.draw(w, h, rng).as_slice().to_vec()),
@@ -285,7 +285,7 @@ fn cases() -> Vec<Case> {
         trivial(
             Api::V2,
             Interpolation::Bilinear,
-            Some(FillArg::Values(vec![77.0])),
+            Some(Fill::PerChannel(vec![77.0])),
             [77; 3],
         ),
         rand_augment(2, 9, 31, Api::V1),
@@ -355,7 +355,7 @@ fn warps_use_the_interpolation_and_the_fill() {
         magnitude: 30,
         num_magnitude_bins: 31,
         interpolation: Interpolation::Nearest,
-        fill: Some(FillArg::Number(fill)),
+        fill: Some(Fill::Number(fill)),
         api: Api::V1,
     };
     let translate = (0..200)
@@ -497,7 +497,7 @@ fn plan_error(op: OpSpec) -> String {
 
 #[test]
 fn invalid_policies_are_refused_naming_op_and_argument() {
-    let ta = |bins: i64, fill: Option<FillArg>| OpSpec::TrivialAugmentWide {
+    let ta = |bins: i64, fill: Option<Fill>| OpSpec::TrivialAugmentWide {
         num_magnitude_bins: bins,
         interpolation: Interpolation::Nearest,
         fill,
@@ -515,12 +515,12 @@ fn invalid_policies_are_refused_naming_op_and_argument() {
         (ta(1, None), "TrivialAugmentWide", "num_magnitude_bins"),
         (ta(-3, None), "TrivialAugmentWide", "num_magnitude_bins"),
         (
-            ta(31, Some(FillArg::Values(vec![1.0, 2.0]))),
+            ta(31, Some(Fill::PerChannel(vec![1.0, 2.0]))),
             "TrivialAugmentWide",
             "fill",
         ),
         (
-            ta(31, Some(FillArg::Number(f64::NAN))),
+            ta(31, Some(Fill::Number(f64::NAN))),
             "TrivialAugmentWide",
             "fill",
         ),
@@ -533,7 +533,7 @@ fn invalid_policies_are_refused_naming_op_and_argument() {
             OpSpec::AutoAugment {
                 policy: AutoAugmentPolicy::Svhn,
                 interpolation: Interpolation::Bilinear,
-                fill: Some(FillArg::Values(vec![])),
+                fill: Some(Fill::PerChannel(vec![])),
                 api: Api::V2,
             },
             "AutoAugment",
@@ -609,7 +609,7 @@ fn policy_specs_parse_with_torchvision_names_and_defaults() {
         OpSpec::AutoAugment {
             policy: AutoAugmentPolicy::Svhn,
             interpolation: Interpolation::Bilinear,
-            fill: Some(FillArg::Values(vec![1.0, 2.0, 3.0])),
+            fill: Some(Fill::PerChannel(vec![1.0, 2.0, 3.0])),
             api: Api::V2,
         }
     );
@@ -620,7 +620,7 @@ fn policy_specs_parse_with_torchvision_names_and_defaults() {
             magnitude: 9,
             num_magnitude_bins: 31,
             interpolation: Interpolation::Nearest,
-            fill: Some(FillArg::Number(7.0)),
+            fill: Some(Fill::Number(7.0)),
             api: Api::V1,
         }
     );

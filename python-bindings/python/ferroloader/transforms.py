@@ -3,14 +3,20 @@
 These objects only *describe* a pipeline: the loader runs them natively (decode, crop, resize,
 flip, to-tensor and normalize fused into one pass per sample). Supported shapes of a pipeline::
 
-    RandomResizedCrop | Resize [CenterCrop] | CenterCrop      (fixes the output size)
-    RandomHorizontalFlip and pixel ops, any number, any order,
+    RandomResizedCrop | Resize [CenterCrop | RandomCrop] | CenterCrop | RandomCrop
+                                                              (fixes the output size)
+    RandomHorizontalFlip, pixel ops, policies and geometric ops, any number, any order,
       also inside RandomApply / RandomChoice / RandomOrder (nested at will)
     ToTensor [Normalize]  |  PILToTensor                      (float32 / uint8 output)
       with RandomErasing after ToTensor, before or after Normalize (float32 output only)
 
 A nested ``Compose`` stands for its ops where it stands (inside ``RandomChoice`` and
 ``RandomOrder`` it is one choice, one item).
+
+The geometric ops (``RandomVerticalFlip``, ``RandomRotation``, ``RandomAffine``,
+``GaussianBlur``, ``Pad``, ``RandomCrop``, ``CenterCrop``) run on that 8-bit image as torchvision
+does on a PIL image (Pillow's transforms and padding, exactly; ``GaussianBlur`` within one
+level); ``Pad`` and the crops change the sample's size, which is planned once.
 
 The pixel ops (``ColorJitter``, ``Grayscale(num_output_channels=3)``, ``RandomGrayscale``,
 ``RandomPosterize``, ``RandomSolarize``, ``RandomEqualize``, ``RandomAutocontrast``,
@@ -80,6 +86,12 @@ __all__ = [
     "RandomChoice",
     "RandomOrder",
     "RandomErasing",
+    "RandomVerticalFlip",
+    "RandomRotation",
+    "RandomAffine",
+    "GaussianBlur",
+    "Pad",
+    "RandomCrop",
     "from_torchvision",
     "check",
     "TailSplit",
@@ -513,20 +525,236 @@ def _warp_interpolation(op: str, value: object) -> str:
     raise ValueError(f"{op}: interpolation {value!r} is not supported; only NEAREST and BILINEAR are")
 
 
-def _fill(op: str, value: object) -> Optional[Union[float, List[float]]]:
-    """torchvision's ``fill`` on a PIL image: None (black), a number, or 1 or 3 numbers."""
+# ---------------------------------------------------------------- geometric ops
+#
+# Stage ops between the size-fixing op and the conversion, on the 8-bit image with torchvision's
+# PIL arithmetic (Pillow's transform and padding, bit-exact; GaussianBlur within one level).
+# RandomCrop may also stand first (or right after Resize), where it fixes the output size.
+
+
+def _fill(op: str, value: object) -> Union[float, List[float]]:
+    """torchvision's ``fill`` for a PIL image: None (black), a number, or 1 or 3 numbers."""
     if value is None:
-        return None
-    if isinstance(value, dict):
-        raise ValueError(f"{op}: a per-type fill {value!r} is not supported; give one fill")
+        return 0.0
     if isinstance(value, numbers.Real) and not isinstance(value, bool):
         return _number(op, "fill", value)
-    if isinstance(value, (list, tuple)):
-        values = [_number(op, "fill", v) for v in value]
-        if len(values) not in (1, 3):
-            raise ValueError(f"{op}: fill must have 1 or 3 values (one per channel), got {value!r}")
-        return values
-    raise TypeError(f"{op}: fill must be None, a number or a sequence of numbers, got {value!r}")
+    if isinstance(value, dict):
+        raise ValueError(f"{op}: a fill per input type is not supported, got {value!r}")
+    if isinstance(value, (list, tuple)) and len(value) in (1, 3):
+        return [_number(op, "fill", v) for v in value]
+    raise TypeError(f"{op}: fill must be a number or a sequence of 1 or 3 numbers, got {value!r}")
+
+
+def _degrees(op: str, name: str, value: object) -> Union[float, List[float]]:
+    """torchvision's ``_setup_angle``: a non-negative number ``d`` (``[-d, d]``) or a pair."""
+    if isinstance(value, numbers.Real) and not isinstance(value, bool):
+        d = _number(op, name, value)
+        if d < 0:
+            raise ValueError(f"{op}: if {name} is a single number, it must be positive, got {value!r}")
+        return d
+    return list(_pair(op, name, value))
+
+
+def _center(op: str, value: object) -> Optional[List[float]]:
+    if value is None:
+        return None
+    if isinstance(value, (list, tuple)) and len(value) == 2:
+        return [_number(op, "center", v) for v in value]
+    raise TypeError(f"{op}: center must be None or an (x, y) pair, got {value!r}")
+
+
+def _padding(op: str, value: object) -> Union[int, List[int]]:
+    """An int (every side) or 1, 2 (left/right, top/bottom) or 4 (left, top, right, bottom)
+    non-negative ints. torchvision crops for negative values; ferroloader refuses them."""
+    sides = [value] if _is_int(value) else value
+    if not (isinstance(sides, (list, tuple)) and len(sides) in (1, 2, 4) and all(_is_int(v) for v in sides)):
+        raise TypeError(f"{op}: padding must be an int or a sequence of 1, 2 or 4 ints, got {value!r}")
+    ints = [int(v) for v in sides]
+    if min(ints) < 0:
+        raise ValueError(f"{op}: negative padding is not supported, got {value!r}")
+    return ints[0] if _is_int(value) else ints
+
+
+def _padding_mode(op: str, value: object) -> str:
+    if isinstance(value, str) and value in ("constant", "edge", "reflect", "symmetric"):
+        return value
+    raise ValueError(f"{op}: padding_mode should be constant, edge, reflect or symmetric, got {value!r}")
+
+
+class RandomVerticalFlip(Transform):
+    """``RandomVerticalFlip(p=0.5)``: mirror top to bottom with probability ``p``."""
+
+    def __init__(self, p: float = 0.5) -> None:
+        self.p = _probability("RandomVerticalFlip", p)
+
+    def to_spec(self) -> Spec:
+        return {"op": "RandomVerticalFlip", "p": self.p}
+
+
+class RandomRotation(Transform):
+    """``RandomRotation(degrees, interpolation=NEAREST, expand=False, center=None, fill=0)``:
+    Pillow's ``rotate`` by an angle drawn from ``degrees``. ``expand=True`` is refused: the
+    sample's size would depend on its angle."""
+
+    def __init__(
+        self,
+        degrees: Union[float, Sequence[float]],
+        interpolation: Any = "nearest",
+        expand: bool = False,
+        center: Optional[Sequence[float]] = None,
+        fill: Any = 0,
+    ) -> None:
+        op = "RandomRotation"
+        self.degrees = _degrees(op, "degrees", degrees)
+        self.interpolation = _warp_interpolation(op, interpolation)
+        if expand:
+            raise ValueError(
+                f"{op}: expand=True is not supported: the output size would depend on each "
+                "sample's angle, so samples could not be batched"
+            )
+        self.expand = False
+        self.center = _center(op, center)
+        self.fill = _fill(op, fill)
+
+    def to_spec(self) -> Spec:
+        return {
+            "op": "RandomRotation",
+            "degrees": self.degrees,
+            "interpolation": self.interpolation,
+            "expand": self.expand,
+            "center": self.center,
+            "fill": self.fill,
+        }
+
+
+class RandomAffine(Transform):
+    """``RandomAffine(degrees, translate=None, scale=None, shear=None, interpolation=NEAREST,
+    fill=0, center=None)``: torchvision's ``F.affine`` on a PIL image with drawn parameters."""
+
+    def __init__(
+        self,
+        degrees: Union[float, Sequence[float]],
+        translate: Optional[Sequence[float]] = None,
+        scale: Optional[Sequence[float]] = None,
+        shear: Union[None, float, Sequence[float]] = None,
+        interpolation: Any = "nearest",
+        fill: Any = 0,
+        center: Optional[Sequence[float]] = None,
+    ) -> None:
+        op = "RandomAffine"
+        self.degrees = _degrees(op, "degrees", degrees)
+        self.translate: Optional[List[float]] = None
+        if translate is not None:
+            if not (isinstance(translate, (list, tuple)) and len(translate) == 2):
+                raise TypeError(f"{op}: translate should be a sequence of 2 numbers, got {translate!r}")
+            fractions = [_number(op, "translate", v) for v in translate]
+            if not all(0.0 <= v <= 1.0 for v in fractions):
+                raise ValueError(f"{op}: translation values should be between 0 and 1, got {translate!r}")
+            self.translate = fractions
+        self.scale: Optional[List[float]] = None
+        if scale is not None:
+            lo, hi = _pair(op, "scale", scale)
+            if lo <= 0:
+                raise ValueError(f"{op}: scale values should be positive, got {scale!r}")
+            self.scale = [lo, hi]
+        self.shear: Union[None, float, List[float]] = None
+        if shear is not None:
+            if isinstance(shear, (list, tuple)) and len(shear) == 4:
+                x = _pair(op, "shear", shear[:2])
+                y = _pair(op, "shear", shear[2:])
+                self.shear = [*x, *y]
+            else:
+                self.shear = _degrees(op, "shear", shear)
+        self.interpolation = _warp_interpolation(op, interpolation)
+        self.fill = _fill(op, fill)
+        self.center = _center(op, center)
+
+    def to_spec(self) -> Spec:
+        return {
+            "op": "RandomAffine",
+            "degrees": self.degrees,
+            "translate": self.translate,
+            "scale": self.scale,
+            "shear": self.shear,
+            "interpolation": self.interpolation,
+            "fill": self.fill,
+            "center": self.center,
+        }
+
+
+class GaussianBlur(Transform):
+    """``GaussianBlur(kernel_size, sigma=(0.1, 2.0))``: one sigma drawn per sample, for both
+    axes. Within one level of torchvision (a separable float32 convolution, rounded)."""
+
+    def __init__(self, kernel_size: Union[int, Sequence[int]], sigma: Union[float, Sequence[float]] = (0.1, 2.0)) -> None:
+        op = "GaussianBlur"
+        sizes: List[object] = (
+            [kernel_size] if _is_int(kernel_size) else list(kernel_size) if isinstance(kernel_size, (list, tuple)) else []
+        )
+        if not (len(sizes) in (1, 2) and all(_is_int(k) for k in sizes)):
+            raise TypeError(f"{op}: kernel_size must be an int or an (x, y) pair of ints, got {kernel_size!r}")
+        ks = [operator.index(cast(SupportsIndex, k)) for k in sizes] * (2 if len(sizes) == 1 else 1)
+        if any(k <= 0 or k % 2 == 0 for k in ks):
+            raise ValueError(f"{op}: kernel size value should be an odd and positive number, got {kernel_size!r}")
+        self.kernel_size = ks
+        if isinstance(sigma, numbers.Real) and not isinstance(sigma, bool):
+            s = _number(op, "sigma", sigma)
+            if s <= 0:
+                raise ValueError(f"{op}: if sigma is a single number, it must be positive, got {sigma!r}")
+            self.sigma = [s, s]
+        else:
+            lo, hi = _pair(op, "sigma", sigma)
+            if lo <= 0:
+                raise ValueError(f"{op}: sigma values should be positive and of the form (min, max), got {sigma!r}")
+            self.sigma = [lo, hi]
+
+    def to_spec(self) -> Spec:
+        return {"op": "GaussianBlur", "kernel_size": self.kernel_size, "sigma": self.sigma}
+
+
+class Pad(Transform):
+    """``Pad(padding, fill=0, padding_mode="constant")``: changes the sample's size."""
+
+    def __init__(self, padding: Union[int, Sequence[int]], fill: Any = 0, padding_mode: str = "constant") -> None:
+        self.padding = _padding("Pad", padding)
+        self.fill = _fill("Pad", fill)
+        self.padding_mode = _padding_mode("Pad", padding_mode)
+
+    def to_spec(self) -> Spec:
+        return {"op": "Pad", "padding": self.padding, "fill": self.fill, "padding_mode": self.padding_mode}
+
+
+class RandomCrop(Transform):
+    """``RandomCrop(size, padding=None, pad_if_needed=False, fill=0, padding_mode="constant")``:
+    first (any image size; e.g. CIFAR's ``RandomCrop(32, padding=4)``), after ``Resize``, or
+    among the stage ops. A crop larger than the padded image is an error for that sample. v1's
+    padding: ``padding``, then ``pad_if_needed``'s, the second reflecting the first's result."""
+
+    def __init__(
+        self,
+        size: SizeArg,
+        padding: Union[None, int, Sequence[int]] = None,
+        pad_if_needed: bool = False,
+        fill: Any = 0,
+        padding_mode: str = "constant",
+    ) -> None:
+        op = "RandomCrop"
+        self.size = _size(op, "size", size)
+        self.padding = None if padding is None else _padding(op, padding)
+        self.pad_if_needed = bool(pad_if_needed)
+        self.fill = _fill(op, fill)
+        self.padding_mode = _padding_mode(op, padding_mode)
+
+    def to_spec(self) -> Spec:
+        return {
+            "op": "RandomCrop",
+            "size": self.size,
+            "padding": self.padding,
+            "pad_if_needed": self.pad_if_needed,
+            "fill": self.fill,
+            "padding_mode": self.padding_mode,
+        }
+
 
 
 def _api(op: str, value: object) -> str:
@@ -843,8 +1071,9 @@ _SUPPORTED = (
     "RandomResizedCrop, Resize, CenterCrop, RandomHorizontalFlip, ToTensor, PILToTensor, "
     "Normalize, ColorJitter, Grayscale(num_output_channels=3), RandomGrayscale, "
     "RandomPosterize, RandomSolarize, RandomEqualize, RandomAutocontrast, RandomAdjustSharpness, "
-    "RandomInvert, TrivialAugmentWide, RandAugment, AutoAugment, RandomApply, RandomChoice, "
-    "RandomOrder and Compose of those, RandomErasing, "
+    "RandomInvert, TrivialAugmentWide, RandAugment, AutoAugment, RandomVerticalFlip, "
+    "RandomRotation(expand=False), RandomAffine, GaussianBlur, Pad, RandomCrop, RandomApply, "
+    "RandomChoice, RandomOrder and Compose of those, RandomErasing, "
     "ConvertImageDtype(torch.float) (and, from transforms.v2, ToImage, "
     "ToDtype(torch.float32, scale=True), ToPureTensor)"
 )
@@ -862,7 +1091,9 @@ def from_torchvision(compose: Any) -> Compose:
     antialiasing, which can differ from Pillow's (what ferroloader computes) by a level; likewise
     the pixel ops (``ColorJitter``, ``RandomEqualize``, ...) after ``ToImage()`` run torchvision's
     tensor kernels there, while ferroloader always computes them as Pillow does (the v1 PIL path).
-    Random draws follow v1's comparisons; v2's differ only for a draw equal to ``p``.
+    Random draws follow v1's comparisons; v2's differ only for a draw equal to ``p``. The
+    geometric ops convert from v1 and v2 alike (v2's ``RandomCrop`` with both ``padding`` and
+    ``pad_if_needed`` in a reflect or symmetric mode pads differently and is refused).
     """
     if isinstance(compose, (list, tuple)):
         items = list(compose)
@@ -1002,6 +1233,8 @@ def _convert_one(name: str, t: Any, done: List[Transform]) -> object:
         # v2 keeps value as a list of floats, or None for "random".
         value = "random" if t.value is None else t.value
         return RandomErasing(float(t.p), tuple(t.scale), tuple(t.ratio), value, bool(t.inplace))
+    if name in _GEOMETRIC:
+        return _GEOMETRIC[name](t)
     if name == "ToPureTensor":
         return _SKIP
     if name in ("ToDtype", "ConvertImageDtype"):
@@ -1107,3 +1340,41 @@ def tail_op_name(op: Any) -> str:
     if isinstance(op, (types.FunctionType, types.BuiltinFunctionType, types.MethodType)):
         return str(op.__name__)
     return type(op).__name__
+
+
+def _is_v2(t: Any) -> bool:
+    return type(t).__module__.startswith("torchvision.transforms.v2")
+
+
+def _tv_size(size: Any) -> SizeArg:
+    return cast(int, size) if _is_int(size) else list(size)
+
+
+def _tv_padding(padding: Any) -> Any:
+    return None if padding is None else (cast(int, padding) if _is_int(padding) else list(padding))
+
+
+def _tv_random_crop(t: Any) -> RandomCrop:
+    padding = _tv_padding(t.padding)
+    if _is_v2(t) and padding is not None and t.pad_if_needed and t.padding_mode in ("reflect", "symmetric"):
+        # v2 pads once by the sum; v1 (what ferroloader runs) reflects its own first padding.
+        raise ValueError(
+            "v2 RandomCrop with padding, pad_if_needed=True and a reflect/symmetric padding_mode "
+            "pads differently from v1 (once, not twice); not supported"
+        )
+    return RandomCrop(_tv_size(t.size), padding, t.pad_if_needed, t.fill, t.padding_mode)
+
+
+# The geometric ops from torchvision (v1 and v2 keep the same attribute names). v2's draws are
+# v1's up to the order in the sample's stream (v2's RandomCrop draws no offset on an axis the
+# crop fills); the distributions are the same.
+_GEOMETRIC: Dict[str, Any] = {
+    "RandomVerticalFlip": lambda t: RandomVerticalFlip(float(t.p)),
+    "RandomRotation": lambda t: RandomRotation(list(t.degrees), t.interpolation, t.expand, t.center, t.fill),
+    "RandomAffine": lambda t: RandomAffine(
+        list(t.degrees), t.translate, t.scale, None if t.shear is None else list(t.shear), t.interpolation, t.fill, t.center
+    ),
+    "GaussianBlur": lambda t: GaussianBlur(list(t.kernel_size), list(t.sigma)),
+    "Pad": lambda t: Pad(_tv_padding(t.padding), t.fill, t.padding_mode),
+    "RandomCrop": _tv_random_crop,
+}

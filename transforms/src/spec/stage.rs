@@ -29,6 +29,7 @@ use crate::tensor;
 use choice::ChoiceOp;
 use color::ColorOp;
 use geometric::GeometricOp;
+pub(in crate::spec) use geometric::RandomCropOp;
 use policy::PolicyOp;
 
 /// `err` with the op it came from named in front of its reason (the argument is named already).

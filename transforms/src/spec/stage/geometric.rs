@@ -1,47 +1,512 @@
 //! The geometric ops of a stage, on the u8 staging image with the arithmetic of torchvision's
 //! PIL path (the kernels of [`crate::augment::geometry`]): `RandomVerticalFlip`,
-//! `RandomRotation`, `RandomAffine`, `GaussianBlur`, `Pad`.
+//! `RandomRotation`, `RandomAffine`, `GaussianBlur`, `Pad`, `RandomCrop` and `CenterCrop`.
+//! [`RandomCropOp`] also serves the plan's geometry (a `RandomCrop` standing first, or after
+//! `Resize`).
+//!
+//! Every size check that the stage's (known) input size allows is made at plan time
+//! ([`GeometricOp::output_size`]), so a planned op only fails on a sample for reasons the
+//! sample causes.
 //!
 //! An op that cannot work in place writes [`StageScratch::spare`] and swaps it with the staging
 //! image. Must not allocate per sample once warm, nor let the output size depend on a draw.
 
-use super::StageScratch;
-use crate::error::Result;
-use crate::image::RgbImage;
+use super::{check_p, in_op, StageScratch};
+use crate::augment::geometry::{
+    vflip, Interpolation, Padder, Padding, PaddingMode, RandomCropSpec,
+};
+use crate::augment::policy::{self, draw_p, RandomAffine, RandomCropPlan, RandomRotation};
+use crate::crop::center_crop_rect;
+use crate::decode::ImageInfo;
+use crate::error::{Error, Result};
+use crate::image::{CropRect, RgbImage, RgbView};
 use crate::rng::SampleRng;
-use crate::spec::{Op, OpSpec};
+use crate::spec::{KernelSize, NumberOrRange, Op, OpSpec, PadMode, PaddingArg, Shear};
 
 /// A geometric op, parameters checked.
 #[derive(Clone, Debug, PartialEq)]
-pub(in crate::spec) enum GeometricOp {}
+pub(in crate::spec) enum GeometricOp {
+    VFlip {
+        p: f64,
+    },
+    Rotation {
+        angle: RandomRotation,
+        center: Option<[f64; 2]>,
+        interpolation: Interpolation,
+        fill: [u8; 3],
+    },
+    Affine {
+        params: RandomAffine,
+        center: Option<[f64; 2]>,
+        interpolation: Interpolation,
+        fill: [u8; 3],
+    },
+    Blur {
+        sigma: policy::GaussianBlur,
+        /// `[x, y]`.
+        kernel_size: [u32; 2],
+    },
+    Pad {
+        padding: Padding,
+        mode: PaddingMode,
+        fill: [u8; 3],
+    },
+    RandomCrop(RandomCropOp),
+    /// `(height, width)`.
+    CenterCrop((u32, u32)),
+}
+
+/// `RandomCrop(size, padding, pad_if_needed, fill, padding_mode)`, checked: its draw
+/// (torchvision's `get_params` after the padding) and its pixels (v1's two paddings, then the
+/// window).
+#[derive(Clone, Debug, PartialEq)]
+pub(in crate::spec) struct RandomCropOp {
+    draw: policy::RandomCrop,
+    spec: RandomCropSpec,
+}
+
+impl RandomCropOp {
+    /// `Ok(None)`: `op` is not a `RandomCrop`.
+    pub(in crate::spec) fn plan(op: &OpSpec) -> Result<Option<Self>> {
+        let OpSpec::RandomCrop {
+            size,
+            padding,
+            pad_if_needed,
+            fill,
+            padding_mode,
+        } = op
+        else {
+            return Ok(None);
+        };
+        let planned = (|| {
+            let (height, width) = size.square_or_pair();
+            let padding = padding.as_ref().map(parse_padding).transpose()?;
+            let p = padding.unwrap_or_default();
+            let draw = policy::RandomCrop::new(
+                (height, width),
+                [p.left, p.top, p.right, p.bottom],
+                *pad_if_needed,
+            )?;
+            let spec = RandomCropSpec {
+                height,
+                width,
+                padding,
+                pad_if_needed: *pad_if_needed,
+                fill: fill.rgb()?,
+                mode: padding_mode_of(*padding_mode),
+            };
+            Ok(RandomCropOp { draw, spec })
+        })()
+        .map_err(|e| in_op("RandomCrop", e))?;
+        Ok(Some(planned))
+    }
+
+    /// The crop's `(height, width)`: the output size, whatever the input's.
+    pub(in crate::spec) fn size(&self) -> (u32, u32) {
+        (self.spec.height, self.spec.width)
+    }
+
+    /// The `(height, width)` of the output for an input of `size`, or the error every sample
+    /// of that size would raise (a crop larger than the padded image).
+    fn output_size(&self, (h, w): (u32, u32)) -> Result<(u32, u32)> {
+        let (pw, ph) = self
+            .spec
+            .padded_size(w, h)
+            .map_err(|e| in_op("RandomCrop", e))?;
+        if ph < self.spec.height || pw < self.spec.width {
+            return Err(too_small(self.size(), (ph, pw)));
+        }
+        Ok(self.size())
+    }
+
+    /// torchvision's draw for a `width` x `height` input: the padding, then the window's
+    /// position (see [`policy::RandomCrop::draw`]). Errors, naming both sizes, when the crop
+    /// is larger than the padded image.
+    pub(in crate::spec) fn draw(
+        &self,
+        width: u32,
+        height: u32,
+        rng: &mut SampleRng,
+    ) -> Result<RandomCropPlan> {
+        let padded = self
+            .spec
+            .padded_size(width, height)
+            .map_err(|e| in_op("RandomCrop", e))?;
+        if padded.1 < self.spec.height || padded.0 < self.spec.width {
+            return Err(too_small(self.size(), (padded.1, padded.0)));
+        }
+        self.draw
+            .draw(width, height, rng)
+            .map_err(|e| in_op("RandomCrop", e))
+    }
+
+    /// What a sample's report calls its crop: the window when it is a plain crop of the
+    /// decoded image, else (padded, or of the resized image) the whole source, as for the
+    /// geometries that do not crop the source first.
+    pub(in crate::spec) fn source_rect(
+        plan: &RandomCropPlan,
+        resized: bool,
+        source: ImageInfo,
+    ) -> CropRect {
+        if Self::is_plain_crop(plan) && !resized {
+            plan.rect
+        } else {
+            CropRect::full(source.width, source.height)
+        }
+    }
+
+    /// Whether `plan` pads nothing, so its window is a plain crop of the input.
+    pub(in crate::spec) fn is_plain_crop(plan: &RandomCropPlan) -> bool {
+        plan.pad == [0; 4]
+    }
+
+    /// The pixels of `plan` (drawn by [`RandomCropOp::draw`] for `src`'s size) into `out`.
+    pub(in crate::spec) fn apply(
+        &self,
+        src: RgbView<'_>,
+        plan: &RandomCropPlan,
+        padder: &mut Padder,
+        out: &mut RgbImage,
+    ) -> Result<()> {
+        padder
+            .random_crop(src, &self.spec, plan.rect.top, plan.rect.left, out)
+            .map_err(|e| in_op("RandomCrop", e))
+    }
+}
+
+/// torchvision's `ValueError` for a crop larger than the (padded) image, sizes as `(h, w)`.
+fn too_small((th, tw): (u32, u32), (h, w): (u32, u32)) -> Error {
+    Error::invalid(
+        "size",
+        format!(
+            "RandomCrop: the crop of {th}x{tw} (h x w) is larger than the {h}x{w} (padded) \
+             image; pad it (padding, pad_if_needed=True) or crop smaller"
+        ),
+    )
+}
+
+/// torchvision's `padding` forms: an int, or 1, 2 or 4 numbers; negative values refused.
+fn parse_padding(arg: &PaddingArg) -> Result<Padding> {
+    let side = |v: i64| {
+        u32::try_from(v).map_err(|_| {
+            Error::invalid(
+                "padding",
+                format!("{v} is not a non-negative number of pixels below 2^32"),
+            )
+        })
+    };
+    match arg {
+        PaddingArg::Int(p) => Ok(Padding::all(side(*p)?)),
+        PaddingArg::Seq(v) => match v.as_slice() {
+            [p] => Ok(Padding::all(side(*p)?)),
+            [lr, tb] => Ok(Padding::lr_tb(side(*lr)?, side(*tb)?)),
+            [l, t, r, b] => Ok(Padding::ltrb(side(*l)?, side(*t)?, side(*r)?, side(*b)?)),
+            other => Err(Error::invalid(
+                "padding",
+                format!(
+                    "{} values; torchvision takes 1, 2 or 4 (left, top, right, bottom)",
+                    other.len()
+                ),
+            )),
+        },
+    }
+}
+
+fn padding_mode_of(mode: PadMode) -> PaddingMode {
+    match mode {
+        PadMode::Constant => PaddingMode::Constant,
+        PadMode::Edge => PaddingMode::Edge,
+        PadMode::Reflect => PaddingMode::Reflect,
+        PadMode::Symmetric => PaddingMode::Symmetric,
+    }
+}
+
+/// torchvision's `_setup_angle`: a non-negative number `d` is `(-d, d)`.
+fn angle_range(degrees: NumberOrRange) -> Result<RandomRotation> {
+    match degrees {
+        NumberOrRange::Number(d) => RandomRotation::symmetric(d),
+        NumberOrRange::Range([lo, hi]) => RandomRotation::new((lo, hi)),
+    }
+}
+
+fn degrees_pair(degrees: NumberOrRange) -> Result<(f64, f64)> {
+    match degrees {
+        NumberOrRange::Number(d) if d.is_nan() || d < 0.0 => Err(Error::invalid(
+            "degrees",
+            format!("{d}: a single number must be non negative"),
+        )),
+        NumberOrRange::Number(d) => Ok((-d, d)),
+        NumberOrRange::Range([lo, hi]) => Ok((lo, hi)),
+    }
+}
+
+fn check_center(center: Option<[f64; 2]>) -> Result<Option<[f64; 2]>> {
+    if let Some(c) = center {
+        if c.iter().any(|v| !v.is_finite()) {
+            return Err(Error::invalid(
+                "center",
+                format!("{c:?} is not a finite point"),
+            ));
+        }
+    }
+    Ok(center)
+}
+
+fn kernel_sizes(kernel_size: KernelSize) -> Result<[u32; 2]> {
+    let (x, y) = match kernel_size {
+        KernelSize::Int(k) => (k, k),
+        KernelSize::Pair([x, y]) => (x, y),
+    };
+    let odd = |k: i64| {
+        u32::try_from(k).ok().filter(|k| k % 2 == 1).ok_or_else(|| {
+            Error::invalid(
+                "kernel_size",
+                format!("{k}: kernel sizes must be odd and positive"),
+            )
+        })
+    };
+    Ok([odd(x)?, odd(y)?])
+}
 
 impl GeometricOp {
     /// `Ok(None)`: `op` is not a geometric stage op.
     pub(super) fn plan(op: &OpSpec) -> Result<Option<Self>> {
-        let _ = op;
-        Ok(None)
+        Ok(Some(match op {
+            OpSpec::RandomVerticalFlip { p } => GeometricOp::VFlip {
+                p: check_p("RandomVerticalFlip", *p)?,
+            },
+            OpSpec::RandomRotation {
+                degrees,
+                interpolation,
+                expand,
+                center,
+                fill,
+            } => (|| {
+                if *expand {
+                    return Err(Error::invalid(
+                        "expand",
+                        "true is not supported: the output size would depend on each sample's \
+                         angle, so samples could not be batched (crop or resize after it in \
+                         Python, or keep expand=False)",
+                    ));
+                }
+                Ok(GeometricOp::Rotation {
+                    angle: angle_range(*degrees)?,
+                    center: check_center(*center)?,
+                    interpolation: *interpolation,
+                    fill: fill.rgb()?,
+                })
+            })()
+            .map_err(|e| in_op("RandomRotation", e))?,
+            OpSpec::RandomAffine {
+                degrees,
+                translate,
+                scale,
+                shear,
+                interpolation,
+                fill,
+                center,
+            } => (|| {
+                let shear = match shear {
+                    None => None,
+                    Some(Shear::Number(s)) if s.is_nan() || *s < 0.0 => {
+                        return Err(Error::invalid(
+                            "shear",
+                            format!("{s}: a single number must be non negative"),
+                        ))
+                    }
+                    Some(Shear::Number(s)) => Some(vec![-s, *s]),
+                    Some(Shear::Bounds(b)) => Some(b.clone()),
+                };
+                let params = RandomAffine::new(
+                    degrees_pair(*degrees)?,
+                    translate.map(|[a, b]| (a, b)),
+                    scale.map(|[a, b]| (a, b)),
+                    shear.as_deref(),
+                )?;
+                Ok(GeometricOp::Affine {
+                    params,
+                    center: check_center(*center)?,
+                    interpolation: *interpolation,
+                    fill: fill.rgb()?,
+                })
+            })()
+            .map_err(|e| in_op("RandomAffine", e))?,
+            OpSpec::GaussianBlur { kernel_size, sigma } => (|| {
+                let sigma = match *sigma {
+                    NumberOrRange::Number(s) => policy::GaussianBlur::new((s, s)),
+                    NumberOrRange::Range([lo, hi]) => policy::GaussianBlur::new((lo, hi)),
+                }?;
+                Ok(GeometricOp::Blur {
+                    sigma,
+                    kernel_size: kernel_sizes(*kernel_size)?,
+                })
+            })()
+            .map_err(|e| in_op("GaussianBlur", e))?,
+            OpSpec::Pad {
+                padding,
+                fill,
+                padding_mode,
+            } => (|| {
+                Ok(GeometricOp::Pad {
+                    padding: parse_padding(padding)?,
+                    mode: padding_mode_of(*padding_mode),
+                    fill: fill.rgb()?,
+                })
+            })()
+            .map_err(|e| in_op("Pad", e))?,
+            OpSpec::CenterCrop { size } => {
+                let (h, w) = size.square_or_pair();
+                if h == 0 || w == 0 {
+                    return Err(Error::invalid(
+                        "size",
+                        format!("CenterCrop: size {h}x{w} must be positive"),
+                    ));
+                }
+                GeometricOp::CenterCrop((h, w))
+            }
+            other => match RandomCropOp::plan(other)? {
+                Some(crop) => GeometricOp::RandomCrop(crop),
+                None => return Ok(None),
+            },
+        }))
     }
 
-    /// The `(height, width)` this op leaves for an input of `size`.
+    /// The `(height, width)` this op leaves for an input of `size`; an error where every
+    /// sample of that size would fail (a crop or blur kernel larger than the image).
     pub(super) fn output_size(&self, size: (u32, u32)) -> Result<(u32, u32)> {
-        let _ = size;
-        match *self {}
+        let (h, w) = size;
+        match self {
+            GeometricOp::VFlip { .. }
+            | GeometricOp::Rotation { .. }
+            | GeometricOp::Affine { .. } => Ok(size),
+            GeometricOp::Blur { kernel_size, .. } => {
+                if kernel_size[0] / 2 >= w || kernel_size[1] / 2 >= h {
+                    return Err(Error::invalid(
+                        "kernel_size",
+                        format!(
+                            "GaussianBlur: {kernel_size:?} (x, y) pads more than the {h}x{w} \
+                             (h x w) image it would blur can reflect"
+                        ),
+                    ));
+                }
+                Ok(size)
+            }
+            GeometricOp::Pad { padding, .. } => padding
+                .padded_size(w, h)
+                .map(|(pw, ph)| (ph, pw))
+                .ok_or_else(|| {
+                    Error::invalid("padding", format!("Pad: {padding:?} overflows the size"))
+                }),
+            GeometricOp::RandomCrop(crop) => crop.output_size(size),
+            GeometricOp::CenterCrop((ch, cw)) => {
+                if *ch > h || *cw > w {
+                    return Err(Error::invalid(
+                        "size",
+                        format!(
+                            "CenterCrop: a {ch}x{cw} (h x w) crop of the {h}x{w} image before \
+                             it would need padding, which is not supported"
+                        ),
+                    ));
+                }
+                Ok((*ch, *cw))
+            }
+        }
     }
 
     /// The span this op runs in.
     pub(super) fn span(&self) -> Op {
-        match *self {}
+        match self {
+            GeometricOp::VFlip { .. } => Op::RandomVerticalFlip,
+            GeometricOp::Rotation { .. } => Op::RandomRotation,
+            GeometricOp::Affine { .. } => Op::RandomAffine,
+            GeometricOp::Blur { .. } => Op::GaussianBlur,
+            GeometricOp::Pad { .. } => Op::Pad,
+            GeometricOp::RandomCrop(_) => Op::RandomCrop,
+            GeometricOp::CenterCrop(_) => Op::Crop,
+        }
     }
 
-    /// Draws this op's parameters (torchvision's draws, in its order and number) and applies
-    /// it to `img`.
+    /// Draws this op's parameters (torchvision's draws, in its order and number: one coin for
+    /// `RandomVerticalFlip` whatever `p`, the angle, `RandomAffine`'s angle, translation,
+    /// scale and shear as configured, the blur's sigma, the crop's row then column) and
+    /// applies it to `img`.
     pub(super) fn run(
         &self,
         img: &mut RgbImage,
         scratch: &mut StageScratch,
         rng: &mut SampleRng,
     ) -> Result<()> {
-        let _ = (img, scratch, rng);
-        match *self {}
+        match self {
+            GeometricOp::VFlip { p } => {
+                if draw_p(rng, *p) {
+                    vflip(img);
+                }
+            }
+            GeometricOp::Rotation {
+                angle,
+                center,
+                interpolation,
+                fill,
+            } => {
+                let angle = angle.draw(rng);
+                scratch.warp.rotate(
+                    img.view(),
+                    angle,
+                    *center,
+                    false,
+                    *interpolation,
+                    *fill,
+                    &mut scratch.spare,
+                )?;
+                std::mem::swap(img, &mut scratch.spare);
+            }
+            GeometricOp::Affine {
+                params,
+                center,
+                interpolation,
+                fill,
+            } => {
+                let plan = params.draw(img.width(), img.height(), rng);
+                let (tx, ty) = plan.translate;
+                scratch.warp.affine(
+                    img.view(),
+                    plan.angle,
+                    [f64::from(tx), f64::from(ty)],
+                    plan.scale,
+                    [plan.shear.0, plan.shear.1],
+                    *center,
+                    *interpolation,
+                    *fill,
+                    &mut scratch.spare,
+                )?;
+                std::mem::swap(img, &mut scratch.spare);
+            }
+            GeometricOp::Blur { sigma, kernel_size } => {
+                let sigma = sigma.draw(rng);
+                scratch.blur.apply(img, *kernel_size, [sigma, sigma])?;
+            }
+            GeometricOp::Pad {
+                padding,
+                mode,
+                fill,
+            } => {
+                scratch
+                    .padder
+                    .pad(img.view(), *padding, *mode, *fill, &mut scratch.spare)?;
+                std::mem::swap(img, &mut scratch.spare);
+            }
+            GeometricOp::RandomCrop(crop) => {
+                let plan = crop.draw(img.width(), img.height(), rng)?;
+                crop.apply(img.view(), &plan, &mut scratch.padder, &mut scratch.spare)?;
+                std::mem::swap(img, &mut scratch.spare);
+            }
+            GeometricOp::CenterCrop((ch, cw)) => {
+                let rect = center_crop_rect(img.width(), img.height(), *ch, *cw)?;
+                img.crop_view(rect)?.to_image(&mut scratch.spare);
+                std::mem::swap(img, &mut scratch.spare);
+            }
+        }
+        Ok(())
     }
 }

@@ -18,7 +18,7 @@ use crate::augment::policy::{
 use crate::error::{Error, Result};
 use crate::image::RgbImage;
 use crate::rng::SampleRng;
-use crate::spec::{FillArg, Op, OpObserver, OpSpec};
+use crate::spec::{Fill, Op, OpObserver, OpSpec};
 
 /// How a policy's warps (shears, translations, rotations) sample and fill.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -30,17 +30,10 @@ pub(in crate::spec) struct Warp {
 }
 
 impl Warp {
-    fn plan(
-        op: &'static str,
-        interpolation: Interpolation,
-        fill: Option<&FillArg>,
-    ) -> Result<Self> {
-        let fill = match fill {
-            None => parse_fill(None),
-            Some(FillArg::Number(v)) => parse_fill(Some(&[*v])),
-            Some(FillArg::Values(v)) => parse_fill(Some(v)),
-        }
-        .map_err(|e| in_op(op, e))?;
+    fn plan(op: &'static str, interpolation: Interpolation, fill: Option<&Fill>) -> Result<Self> {
+        let fill = fill
+            .map_or_else(|| parse_fill(None), Fill::rgb)
+            .map_err(|e| in_op(op, e))?;
         Ok(Warp {
             interpolation,
             fill,
