@@ -539,10 +539,12 @@ def _fill(op: str, value: object) -> Union[float, List[float]]:
     if isinstance(value, numbers.Real) and not isinstance(value, bool):
         return _number(op, "fill", value)
     if isinstance(value, dict):
-        raise ValueError(f"{op}: a fill per input type is not supported, got {value!r}")
-    if isinstance(value, (list, tuple)) and len(value) in (1, 3):
+        raise ValueError(f"{op}: a per-type fill {value!r} is not supported; give one fill")
+    if isinstance(value, (list, tuple)):
+        if len(value) not in (1, 3):
+            raise ValueError(f"{op}: fill must have 1 or 3 values (one per channel), got {value!r}")
         return [_number(op, "fill", v) for v in value]
-    raise TypeError(f"{op}: fill must be a number or a sequence of 1 or 3 numbers, got {value!r}")
+    raise TypeError(f"{op}: fill must be None, a number or a sequence of numbers, got {value!r}")
 
 
 def _degrees(op: str, name: str, value: object) -> Union[float, List[float]]:
