@@ -1238,6 +1238,47 @@ mod tests {
     }
 
     #[test]
+    fn bicubic_coefficients_match_pillow_by_hand() {
+        // 4 -> 2: scale 2, support 2 * 2, center 1.0 for output 0: xmin = int(-2.5) -> 0,
+        // xmax = min(int(5.5), 4) = 4; cubic((x - 1 + 0.5) / 2) at -0.25, 0.25, 0.75, 1.25 =
+        // 0.8671875, 0.8671875, 0.2265625, -0.0703125 (a negative lobe), sum 1.890625.
+        let mut c = AxisCoeffs::default();
+        c.prepare_with(4, 2, false, Convolution::Cubic, SimdLevel::detected());
+        let (start, w) = c.taps_of(0);
+        assert_eq!(start, 0);
+        let expect = |v: f64| {
+            let scaled = v / 1.890625 * 4_194_304.0;
+            if v < 0.0 {
+                (-0.5 + scaled) as i32
+            } else {
+                (0.5 + scaled) as i32
+            }
+        };
+        let want = [0.8671875, 0.8671875, 0.2265625, -0.0703125].map(expect);
+        assert_eq!(w, &want);
+        assert!(
+            !c.simd_friendly(),
+            "negative weights keep the SIMD kernels off"
+        );
+        // The triangle's weights of the same axis are cached apart: switching recomputes.
+        c.prepare(4, 2);
+        assert_eq!(c.taps_of(0).1.len(), 3);
+        assert!(c.simd_friendly());
+    }
+
+    #[test]
+    fn nearest_steps_follow_pillows_running_coordinate() {
+        // 5 -> 3: step 5/3, coordinates 0.833, 2.5, 4.167 -> columns 0, 2, 4.
+        let mut cols = NearestColumns::default();
+        assert_eq!(cols.prepare(5, 3, false), &[0, 2, 4]);
+        assert_eq!(cols.prepare(5, 3, true), &[4, 2, 0]);
+        // 2 -> 5: step 0.4 from 0.2: 0.2, 0.6, 1.0 (0.6000000000000001 + 0.4), 1.4, 1.8.
+        assert_eq!(cols.prepare(2, 5, false), &[0, 0, 1, 1, 1]);
+        // 1 -> 4: every output reads the only pixel.
+        assert_eq!(cols.prepare(1, 4, false), &[0, 0, 0, 0]);
+    }
+
+    #[test]
     fn simd_coefficients_equal_scalar_ones() {
         // The vectorized f64 coefficient computation (where this CPU has it) must give
         // exactly the scalar one's windows and weights: every size up to 600 against the
@@ -1434,12 +1475,20 @@ mod tests {
             sizes.push((iw, ih, 224, 224));
         }
         sizes.extend([(224, 300, 224, 224), (300, 224, 224, 224)]);
-        for (i, &(iw, ih, ow, oh)) in sizes.iter().enumerate() {
-            let img = test_image(iw, ih, i as u64);
-            portable.resize(img.view(), oh, ow, &mut b).expect("valid");
-            for (r, level) in fast.iter_mut().zip(&levels) {
-                r.resize(img.view(), oh, ow, &mut a).expect("valid");
-                assert!(a == b, "{iw}x{ih} -> {ow}x{oh}, {level:?}");
+        // Bicubic's negative weights send the SIMD paths to the portable kernels compiled for
+        // AVX2 (or to the SIMD kernels where a window cuts the lobes off); nearest has one path.
+        for filter in [Filter::Bilinear, Filter::Bicubic, Filter::Nearest] {
+            portable.set_filter(filter);
+            for r in &mut fast {
+                r.set_filter(filter);
+            }
+            for (i, &(iw, ih, ow, oh)) in sizes.iter().enumerate() {
+                let img = test_image(iw, ih, i as u64);
+                portable.resize(img.view(), oh, ow, &mut b).expect("valid");
+                for (r, level) in fast.iter_mut().zip(&levels) {
+                    r.resize(img.view(), oh, ow, &mut a).expect("valid");
+                    assert!(a == b, "{iw}x{ih} -> {ow}x{oh}, {filter:?}, {level:?}");
+                }
             }
         }
     }
@@ -1462,14 +1511,20 @@ mod tests {
             (601, 300, 224, 100),
             (791, 599, 224, 224),
         ];
-        for level in [
+        let levels = [
             SimdLevel::Portable,
             SimdLevel::Avx2,
             SimdLevel::Avx512Ymm,
             SimdLevel::Avx512,
-        ] {
+        ];
+        let filters = [Filter::Bilinear, Filter::Bicubic, Filter::Nearest];
+        for (level, filter) in levels
+            .into_iter()
+            .flat_map(|l| filters.into_iter().map(move |f| (l, f)))
+        {
             let mut r = Resizer::new();
             r.set_simd_limit(level);
+            r.set_filter(filter);
             let (mut plain, mut flipped, mut again) =
                 (RgbImage::new(), RgbImage::new(), RgbImage::new());
             for (i, &(iw, ih, ow, oh)) in sizes.iter().enumerate() {
@@ -1483,11 +1538,17 @@ mod tests {
                 };
                 r.resize_into(img.view(), oh, ow, true, &mut sink)
                     .expect("valid");
-                assert!(plain == flipped, "{iw}x{ih} -> {ow}x{oh}, {level:?}");
+                assert!(
+                    plain == flipped,
+                    "{iw}x{ih} -> {ow}x{oh}, {filter:?} {level:?}"
+                );
                 // And back: the cached coefficients and plans turn around again.
                 r.resize(img.view(), oh, ow, &mut again).expect("valid");
                 crate::tensor::hflip(&mut again);
-                assert!(again == plain, "{iw}x{ih} -> {ow}x{oh} again, {level:?}");
+                assert!(
+                    again == plain,
+                    "{iw}x{ih} -> {ow}x{oh} again, {filter:?} {level:?}"
+                );
             }
         }
     }
