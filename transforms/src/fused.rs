@@ -1,5 +1,6 @@
-//! The fused per-sample kernel: crop + Pillow resize (bilinear, bicubic or nearest) + horizontal flip + to-tensor +
-//! normalize, written straight into the caller's output slot (a slot of a batch buffer).
+//! The fused per-sample kernel: crop + Pillow resize (bilinear, bicubic or nearest) +
+//! horizontal flip + to-tensor + normalize, written straight into the caller's output slot (a
+//! slot of a batch buffer).
 //!
 //! It produces exactly the numbers of the op-by-op chain
 //! `crop -> Resizer::resize -> hflip -> to_tensor -> Normalize::apply`:
@@ -188,9 +189,9 @@ impl FusedKernel {
     }
 
     /// Crops `crop` (in `src`'s coordinates) out of `src`, resizes it to `size` = `(h, w)`
-    /// with Pillow's filter (see [`FusedKernel::set_filter`]), mirrors it if `flip`, and writes it as `kind` into
-    /// `out`, which must hold exactly `kind.elements_per_sample(h, w)` values of the kind's
-    /// element type.
+    /// with Pillow's filter (see [`FusedKernel::set_filter`]), mirrors it if `flip`, and
+    /// writes it as `kind` into `out`, which must hold exactly `kind.elements_per_sample(h, w)`
+    /// values of the kind's element type.
     ///
     /// Errors (`InvalidArgument`) if the crop does not fit in `src`, a size is 0, the slot has
     /// the wrong type or length, or `kind` has a zero or non-finite std or mean.
