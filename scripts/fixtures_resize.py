@@ -1,21 +1,25 @@
 #!/usr/bin/env python3
-"""Resize test corpus: photo-like RGB sources and Pillow's crop + bilinear resize of them.
+"""Resize test corpus: photo-like RGB sources and Pillow's crop + resize of them, with the
+three filters torchvision uses for PIL images (bilinear, bicubic, nearest).
 
 Usage: fixtures_resize.py OUTDIR   (the Makefile runs it as `make fixtures`)
 
 Writes OUTDIR/src_NAME.rgb (packed RGB sources), OUTDIR/case_NNN.rgb (Pillow's
-`img.crop(box).resize((w, h), Image.BILINEAR)` for each case) and OUTDIR/manifest.json:
+`img.crop(box).resize((w, h), FILTER)` for each case, as torchvision's `F.resized_crop` and
+`F.resize` run it on a PIL image) and OUTDIR/manifest.json:
 
     {"pillow": "13.0.0",
      "images": [{"name", "file", "width", "height"}],
-     "cases":  [{"image", "box": [left, top, right, bottom], "out_w", "out_h", "file", "why"}],
+     "cases":  [{"image", "box": [left, top, right, bottom], "out_w", "out_h", "filter",
+                 "file", "why"}],
      "normalize": {"mean": [...], "std": [...], "bits": [[256 x u32] x 3]}}
 
 `normalize.bits` holds float32 bit patterns of `(np.float32(v) / 255 - mean) / std` computed
 by numpy in float32, an independent reference for the to-tensor + normalize arithmetic that
 torch performs with the same IEEE float32 operations.
 
-Deterministic (fixed seeds, no timestamps) and small: about 10 MB, a few seconds.
+`filter` is "bilinear", "bicubic" or "nearest". Deterministic (fixed seeds, no timestamps)
+and small: about 40 MB, a few seconds.
 """
 
 from __future__ import annotations
@@ -31,6 +35,12 @@ from PIL import Image
 
 IMAGENET_MEAN = [0.485, 0.456, 0.406]
 IMAGENET_STD = [0.229, 0.224, 0.225]
+
+FILTERS = {
+    "bilinear": Image.Resampling.BILINEAR,
+    "bicubic": Image.Resampling.BICUBIC,
+    "nearest": Image.Resampling.NEAREST,
+}
 
 
 def photo_like(width: int, height: int, seed: int) -> np.ndarray:
@@ -78,8 +88,9 @@ def rrc_box(rng: np.random.Generator, width: int, height: int) -> tuple[int, int
     return (0, 0, width, height)
 
 
-def cases_for(name: str, width: int, height: int, seed: int) -> list[tuple]:
-    """(box, out_w, out_h, why) for one source image."""
+def cases_for(width: int, height: int, seed: int, n_rrc: int, n_random: int) -> list[tuple]:
+    """(box, out_w, out_h, why) for one source image: the fixed cases, `n_rrc` random
+    RandomResizedCrop boxes to 224 and `n_random` random boxes to random sizes."""
     full = (0, 0, width, height)
     # Upscales of a corner at most 120 pixels across, to keep the corpus small.
     small = (0, 0, min(width, 120), min(height, 120))
@@ -114,22 +125,22 @@ def cases_for(name: str, width: int, height: int, seed: int) -> list[tuple]:
             ((0, 0, 300, 375), 299, 200, "dx = 1, large dy: vertical pass first"),
         ]
         rng = np.random.default_rng(seed)
-        for i in range(16):
+        for i in range(n_rrc):
             out.append((rrc_box(rng, width, height), 224, 224, f"random RRC box {i}"))
-        for i in range(12):
+        for i in range(n_random):
             box = rrc_box(rng, width, height)
             ow, oh = int(rng.integers(1, 300)), int(rng.integers(1, 300))
             out.append((box, ow, oh, f"random box {i} to random size"))
     return out
 
 
-def pass_order(img: Image.Image, ow: int, oh: int) -> str | None:
+def pass_order(img: Image.Image, ow: int, oh: int, resample: int) -> str | None:
     """Which pass Pillow ran first ("H" or "V"), told apart by redoing the resize as two
     single-pass resizes in each order; None when both orders give the same pixels."""
     iw, ih = img.size
-    full = img.resize((ow, oh), Image.BILINEAR).tobytes()
-    h_first = img.resize((ow, ih), Image.BILINEAR).resize((ow, oh), Image.BILINEAR).tobytes()
-    v_first = img.resize((iw, oh), Image.BILINEAR).resize((ow, oh), Image.BILINEAR).tobytes()
+    full = img.resize((ow, oh), resample).tobytes()
+    h_first = img.resize((ow, ih), resample).resize((ow, oh), resample).tobytes()
+    v_first = img.resize((iw, oh), resample).resize((ow, oh), resample).tobytes()
     if h_first == v_first:
         return None
     return "H" if full == h_first else "V" if full == v_first else "?"
@@ -150,6 +161,8 @@ def main() -> int:
         ("tall_9x700", 9, 700, 5),
         ("tiny_7x5", 7, 5, 6),
         ("dot_1x1", 1, 1, 7),
+        ("column_1x40", 1, 40, 8),
+        ("row_40x1", 40, 1, 9),
     ]
     manifest: dict = {"pillow": PIL.__version__, "images": [], "cases": []}
     n = 0
@@ -161,28 +174,36 @@ def main() -> int:
             {"name": name, "file": src_file, "width": width, "height": height}
         )
         img = Image.fromarray(pixels, "RGB")
-        for box, ow, oh, why in cases_for(name, width, height, seed + 100):
-            cropped = img.crop(box)
-            ref = cropped.resize((ow, oh), Image.BILINEAR)
-            assert ref.mode == "RGB" and ref.size == (ow, oh)
-            # The pass-order cases pin the rule the Rust resize reproduces (Pillow 13).
-            for order, phrase in (("V", "vertical pass first"), ("H", "horizontal pass first")):
-                if phrase in why:
-                    got = pass_order(cropped, ow, oh)
-                    assert got == order, f"{why}: Pillow {PIL.__version__} ran {got} first"
-            case_file = f"case_{n:03d}.rgb"
-            (outdir / case_file).write_bytes(ref.tobytes())
-            manifest["cases"].append(
-                {
-                    "image": name,
-                    "box": list(box),
-                    "out_w": ow,
-                    "out_h": oh,
-                    "file": case_file,
-                    "why": why,
-                }
-            )
-            n += 1
+        for filter_name, resample in FILTERS.items():
+            # Bilinear keeps its full set; the others fewer random boxes (corpus size).
+            n_rrc, n_random = (16, 12) if filter_name == "bilinear" else (8, 8)
+            for box, ow, oh, why in cases_for(width, height, seed + 100, n_rrc, n_random):
+                cropped = img.crop(box)
+                ref = cropped.resize((ow, oh), resample)
+                assert ref.mode == "RGB" and ref.size == (ow, oh)
+                # The pass-order cases pin the rule the Rust resize reproduces (Pillow 13).
+                # Nearest has no passes (one affine sampling).
+                phrases = (("V", "vertical pass first"), ("H", "horizontal pass first"))
+                for order, phrase in phrases:
+                    if phrase in why and filter_name != "nearest":
+                        got = pass_order(cropped, ow, oh, resample)
+                        assert got == order, (
+                            f"{why} ({filter_name}): Pillow {PIL.__version__} ran {got} first"
+                        )
+                case_file = f"case_{n:03d}.rgb"
+                (outdir / case_file).write_bytes(ref.tobytes())
+                manifest["cases"].append(
+                    {
+                        "image": name,
+                        "box": list(box),
+                        "out_w": ow,
+                        "out_h": oh,
+                        "filter": filter_name,
+                        "file": case_file,
+                        "why": why,
+                    }
+                )
+                n += 1
 
     values = np.arange(256, dtype=np.float32) / np.float32(255)
     bits = []

@@ -9,6 +9,7 @@
 use ferroloader_loader::transforms::crop::RandomResizedCrop;
 use ferroloader_loader::transforms::decode::{DecodeContext, DecodeOptions, Decoder};
 use ferroloader_loader::transforms::fused::{FusedKernel, OutputKind, OutputSlot};
+use ferroloader_loader::transforms::resize::Filter;
 use ferroloader_loader::transforms::rng::sample_rng;
 use ferroloader_loader::transforms::tensor::draw_flip;
 use ferroloader_loader::transforms::{CropRect, Error as TransformError, RgbImage};
@@ -73,13 +74,13 @@ pub(crate) fn random_resized_crop_params<'py>(
 
 /// Decodes `data` with the loader's decoder and runs the loader's fused kernel on it with the
 /// crop given: crop `(top, left, height, width)`, resize to `size` = `(h, w)` (Pillow's
-/// antialiased bilinear), mirror if `flip`, then `ToTensor` (+ `Normalize(mean, std)`) for
+/// `interpolation`: antialiased "bilinear" or "bicubic", or "nearest"), mirror if `flip`, then `ToTensor` (+ `Normalize(mean, std)`) for
 /// `float32`, or `PILToTensor` for `uint8`. Returns a `[3, h, w]` array. The region-of-interest
 /// decode is used when `roi` (as the loader does for `RandomResizedCrop`).
 #[pyfunction]
 #[pyo3(signature = (
     data, top, left, height, width, size, *, flip = false, mean = None, std = None,
-    output = "float32", decoder = "turbo", roi = true
+    output = "float32", decoder = "turbo", roi = true, interpolation = "bilinear"
 ))]
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn resized_crop<'py>(
@@ -96,7 +97,18 @@ pub(crate) fn resized_crop<'py>(
     output: &str,
     decoder: &str,
     roi: bool,
+    interpolation: &str,
 ) -> PyResult<Bound<'py, PyAny>> {
+    let filter = match interpolation {
+        "nearest" => Filter::Nearest,
+        "bilinear" => Filter::Bilinear,
+        "bicubic" => Filter::Bicubic,
+        other => {
+            return Err(PyValueError::new_err(format!(
+                "interpolation: expected 'nearest', 'bilinear' or 'bicubic', got {other:?}"
+            )))
+        }
+    };
     let decoder = match decoder {
         "turbo" => Decoder::Turbo,
         "zune" => Decoder::Zune,
@@ -141,7 +153,9 @@ pub(crate) fn resized_crop<'py>(
             ctx.decode(data, &mut image)?;
             crop
         };
-        FusedKernel::new().run(image.view(), inner, size, flip, &kind, slot)
+        let mut kernel = FusedKernel::new();
+        kernel.set_filter(filter);
+        kernel.run(image.view(), inner, size, flip, &kind, slot)
     };
     if kind.is_f32() {
         let mut out = vec![0f32; n];

@@ -192,6 +192,66 @@ def test_draw_params_validates() -> None:
         _native.random_resized_crop_params(10, 10, [0], flip_p=2.0)
 
 
+MODES = [tvT.InterpolationMode.NEAREST, tvT.InterpolationMode.BICUBIC, tvT.InterpolationMode.BILINEAR]
+
+
+@pytest.mark.parametrize("mode", MODES, ids=lambda m: m.value)
+def test_injected_crops_match_torchvision_per_interpolation(folder: Path, mode: tvT.InterpolationMode) -> None:
+    """RandomResizedCrop's resize with each mode, crops injected (downscales, upscales, odd
+    sizes, flips), against torchvision v1 on the PIL image: F.resized_crop then F.hflip."""
+    ds = fl.ImageFolder(folder)
+    rng = np.random.default_rng(1)
+    differing = 0
+    for path, _ in ds.samples:
+        data = Path(path).read_bytes()
+        with Image.open(path) as img:
+            rgb = img.convert("RGB")
+        width, height = rgb.size
+        for _ in range(3):
+            h = int(rng.integers(1, height + 1))
+            w = int(rng.integers(1, width + 1))
+            top = int(rng.integers(0, height - h + 1))
+            left = int(rng.integers(0, width - w + 1))
+            size = [int(rng.integers(1, 160)), int(rng.integers(1, 160))]
+            flip = bool(rng.integers(0, 2))
+            ours = _native.resized_crop(
+                data, top, left, h, w, tuple(size), flip=flip, output="uint8", interpolation=mode.value
+            )
+            ref_img = F.resized_crop(rgb, top, left, h, w, size, interpolation=mode, antialias=True)
+            if flip:
+                ref_img = F.hflip(ref_img)
+            ref = F.pil_to_tensor(ref_img).numpy()
+            assert ours.shape == ref.shape == (3, size[0], size[1])
+            differing += int(not np.array_equal(ours, ref))
+    # The decode and the resize are both Pillow's arithmetic: every crop is exact.
+    assert differing == 0, f"{differing} crops differ from torchvision ({mode.value})"
+
+
+@pytest.mark.parametrize("mode", MODES[:2], ids=lambda m: m.value)
+def test_eval_pipeline_per_interpolation_matches_torchvision(folder: Path, mode: tvT.InterpolationMode) -> None:
+    """Resize(int, mode) + CenterCrop through the whole loader (converted from torchvision),
+    uint8 and normalized float, against torchvision's ImageFolder on PIL images."""
+    for tail, exact in (([tvT.PILToTensor()], True), ([tvT.ToTensor(), tvT.Normalize(IMAGENET_MEAN, IMAGENET_STD)], False)):
+        tv_transform = tvT.Compose([tvT.Resize(80, interpolation=mode), tvT.CenterCrop(64), *tail])
+        ours = T.from_torchvision(tv_transform)
+        assert ours.transforms[0].interpolation == mode.value  # type: ignore[attr-defined]
+        reference = torchvision.datasets.ImageFolder(str(folder), transform=tv_transform)
+        output = "uint8" if exact else "float32"
+        loader = fl.Loader(fl.ImageFolder(folder), batch_size=5, num_workers=2, transform=ours, output=output)
+        seen, worst = 0, 0.0
+        for images, _ in loader:
+            for k in range(images.shape[0]):
+                ref, _target = reference[seen]
+                if exact:
+                    assert torch.equal(images[k], ref), f"sample {seen} ({mode.value})"
+                else:
+                    worst = max(worst, float((images[k] - ref).abs().max()))
+                seen += 1
+        assert seen == len(reference)
+        # to_tensor + normalize: torch's float32 arithmetic, the same operations (exact).
+        assert worst <= EPS, f"{mode.value}: max difference {worst:.6f}"
+
+
 def _presets(crop: int, resize: int) -> dict:
     """torchvision's references/classification/presets.py, without auto-augment or erasing:
     ClassificationPresetTrain/Eval in their v1 (PIL) and v2 (tensor) forms."""

@@ -61,8 +61,8 @@ def test_from_torchvision_names_what_it_cannot_convert() -> None:
         T.from_torchvision(tvT.Compose([tvT.RandomResizedCrop(8), tvT.RandomHorizontalFlip(), tvT.RandomPerspective()]))
     with pytest.raises(ValueError, match=r"transform #1 Grayscale.*num_output_channels=1"):
         T.from_torchvision([tvT.CenterCrop(8), tvT.Grayscale()])
-    with pytest.raises(ValueError, match=r"transform #0 Resize.*interpolation"):
-        T.from_torchvision([tvT.Resize(8, interpolation=tvT.InterpolationMode.NEAREST)])
+    with pytest.raises(ValueError, match=r"transform #0 Resize.*interpolation.*lanczos"):
+        T.from_torchvision([tvT.Resize(8, interpolation=tvT.InterpolationMode.LANCZOS)])
     with pytest.raises(ValueError, match=r"transform #1 .*Lambda"):
         T.from_torchvision(tvT.Compose([tvT.CenterCrop(8), tvT.Lambda(lambda x: x)]))
     with pytest.raises(ValueError, match="not a torchvision transform"):
@@ -76,6 +76,48 @@ def test_transform_specs_and_reprs() -> None:
     assert T.Normalize(0.5, [0.25]).mean == [0.5] * 3
     assert "RandomResizedCrop(size=224" in repr(T.Compose([rrc]))
     assert T.Resize(8, interpolation=tvT.InterpolationMode.BILINEAR).interpolation == "bilinear"
+
+
+def test_interpolation_modes_in_every_form() -> None:
+    from PIL import Image
+
+    forms = {
+        "nearest": ("nearest", "NEAREST", tvT.InterpolationMode.NEAREST, 0, Image.Resampling.NEAREST),
+        "bilinear": ("bilinear", tvT.InterpolationMode.BILINEAR, 2, Image.Resampling.BILINEAR),
+        "bicubic": ("bicubic", tvT.InterpolationMode.BICUBIC, 3, Image.Resampling.BICUBIC),
+    }
+    for name, values in forms.items():
+        for value in values:
+            assert T.Resize(8, interpolation=value).interpolation == name
+            assert T.RandomResizedCrop(8, interpolation=value).interpolation == name
+    # The default stays out of the spec; the others are in it.
+    assert "interpolation" not in T.Resize(8).to_spec()
+    assert T.Resize(8, interpolation="bicubic").to_spec()["interpolation"] == "bicubic"
+    assert T.RandomResizedCrop(8, interpolation=0).to_spec()["interpolation"] == "nearest"
+    assert T.Resize(8, interpolation="bicubic") != T.Resize(8)
+    # from_torchvision keeps the mode, in both torchvision forms.
+    bicubic = tvT.InterpolationMode.BICUBIC
+    for tv in (
+        tvT.Compose([tvT.Resize(232, interpolation=bicubic), tvT.CenterCrop(224), tvT.PILToTensor()]),
+        v2.Compose([v2.Resize(232, interpolation=bicubic), v2.CenterCrop(224), v2.PILToTensor()]),
+    ):
+        ours = T.from_torchvision(tv)
+        assert ours == T.Compose([T.Resize(232, "bicubic"), T.CenterCrop([224, 224]), T.PILToTensor()])
+        assert T.check(ours, output="uint8")["shape"] == (3, 224, 224)
+    rrc = T.from_torchvision([tvT.RandomResizedCrop(64, interpolation=tvT.InterpolationMode.NEAREST)])
+    assert rrc.transforms[0].interpolation == "nearest"  # type: ignore[attr-defined]
+    # Refusals name the mode, in whatever form it came.
+    for value, shown in (
+        ("lanczos", "lanczos"),
+        (tvT.InterpolationMode.BOX, "box"),
+        (5, "hamming"),
+        (Image.Resampling.LANCZOS, "lanczos"),
+        ("nearest-exact", "nearest-exact"),
+    ):
+        with pytest.raises(ValueError, match=rf"Resize: interpolation .*{shown}.* not supported"):
+            T.Resize(8, interpolation=value)
+        with pytest.raises(ValueError, match=rf"RandomResizedCrop: interpolation .*{shown}"):
+            T.RandomResizedCrop(8, interpolation=value)
     with pytest.raises(ValueError, match="max_size"):
         T.Resize((8, 8), max_size=10)
 

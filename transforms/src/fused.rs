@@ -1,5 +1,6 @@
-//! The fused per-sample kernel: crop + Pillow bilinear resize + horizontal flip + to-tensor +
-//! normalize, written straight into the caller's output slot (a slot of a batch buffer).
+//! The fused per-sample kernel: crop + Pillow resize (bilinear, bicubic or nearest) +
+//! horizontal flip + to-tensor + normalize, written straight into the caller's output slot (a
+//! slot of a batch buffer).
 //!
 //! It produces exactly the numbers of the op-by-op chain
 //! `crop -> Resizer::resize -> hflip -> to_tensor -> Normalize::apply`:
@@ -19,7 +20,7 @@
 use crate::cpu;
 use crate::error::{Error, Result};
 use crate::image::{CropRect, RgbView};
-use crate::resize::{Resizer, RowSink, SimdLevel};
+use crate::resize::{Filter, Resizer, RowSink, SimdLevel};
 use crate::tensor::{normalize_value, to_tensor_value, Normalize};
 
 /// What a sample becomes in its batch slot.
@@ -177,15 +178,20 @@ impl FusedKernel {
         self.resizer.set_simd_limit(limit);
     }
 
+    /// Resizes with `filter` from now on ([`Filter::Bilinear`] unless set).
+    pub fn set_filter(&mut self, filter: Filter) {
+        self.resizer.set_filter(filter);
+    }
+
     /// The kernels the conversions run: the limit, or less where the CPU lacks them.
     fn level(&self) -> SimdLevel {
         self.simd.min(SimdLevel::detected())
     }
 
     /// Crops `crop` (in `src`'s coordinates) out of `src`, resizes it to `size` = `(h, w)`
-    /// with Pillow's bilinear filter, mirrors it if `flip`, and writes it as `kind` into
-    /// `out`, which must hold exactly `kind.elements_per_sample(h, w)` values of the kind's
-    /// element type.
+    /// with Pillow's filter (see [`FusedKernel::set_filter`]), mirrors it if `flip`, and
+    /// writes it as `kind` into `out`, which must hold exactly `kind.elements_per_sample(h, w)`
+    /// values of the kind's element type.
     ///
     /// Errors (`InvalidArgument`) if the crop does not fit in `src`, a size is 0, the slot has
     /// the wrong type or length, or `kind` has a zero or non-finite std or mean.

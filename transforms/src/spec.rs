@@ -15,7 +15,7 @@ use crate::decode::{DecodeContext, DecodeOptions, Decoder};
 use crate::error::{Error, Result};
 use crate::fused::{self, FusedKernel, OutputKind, OutputSlot};
 use crate::image::{CropRect, RgbImage, RgbView};
-use crate::resize::{Resizer, SimdLevel};
+use crate::resize::{Filter, Resizer, SimdLevel};
 use crate::rng::SampleRng;
 use crate::tensor;
 
@@ -44,14 +44,30 @@ impl Size {
     }
 }
 
-/// Interpolation modes. Only torchvision's default for these ops (antialiased bilinear on PIL
-/// images) is implemented; naming another is a deserialization error, not a silent substitute.
+/// Interpolation modes of `Resize` and `RandomResizedCrop`, as torchvision applies them to PIL
+/// images (Pillow's filters, bit-exact). The other modes (box, hamming, lanczos) are not
+/// implemented: naming one is a deserialization error that names it, not a silent substitute.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Interpolation {
+    /// Pillow's `NEAREST`: the source pixel under each output pixel's center.
+    Nearest,
     /// Pillow's `BILINEAR` with antialias (support widened by the downscale factor).
     #[default]
     Bilinear,
+    /// Pillow's `BICUBIC` with antialias (support widened by the downscale factor).
+    Bicubic,
+}
+
+impl Interpolation {
+    /// The resize filter that runs it.
+    pub fn filter(self) -> Filter {
+        match self {
+            Interpolation::Nearest => Filter::Nearest,
+            Interpolation::Bilinear => Filter::Bilinear,
+            Interpolation::Bicubic => Filter::Bicubic,
+        }
+    }
 }
 
 fn default_scale() -> [f64; 2] {
@@ -1058,6 +1074,8 @@ enum Geometry {
 pub struct Pipeline {
     spec: PipelineSpec,
     geometry: Geometry,
+    /// The resize filter of the geometry (its `interpolation`; bilinear for `CenterCrop`).
+    filter: Filter,
     /// The flip standing right after the geometry (before any pixel op): fused into the resize.
     flip_p: f64,
     /// The pixel ops; `None` runs the single fused pass.
@@ -1254,13 +1272,13 @@ impl Pipeline {
         let mut flat = Vec::with_capacity(spec.ops.len());
         flatten_compose(&spec.ops, &mut flat);
         let mut ops = flat.into_iter().peekable();
-        let (geometry, geometry_size) = match ops.next() {
+        let (geometry, geometry_size, filter) = match ops.next() {
             Some(OpSpec::RandomResizedCrop {
                 size,
                 scale,
                 ratio,
+                interpolation,
                 antialias,
-                ..
             }) => {
                 if !antialias {
                     return Err(Error::invalid(
@@ -1270,13 +1288,17 @@ impl Pipeline {
                 }
                 let size = check_size("size", size.square_or_pair())?;
                 let rrc = RandomResizedCrop::new(size, (scale[0], scale[1]), (ratio[0], ratio[1]))?;
-                (Geometry::RandomResizedCrop(rrc), size)
+                (
+                    Geometry::RandomResizedCrop(rrc),
+                    size,
+                    interpolation.filter(),
+                )
             }
             Some(OpSpec::Resize {
                 size,
                 max_size,
+                interpolation,
                 antialias,
-                ..
             }) => {
                 if !antialias {
                     return Err(Error::invalid(
@@ -1308,6 +1330,7 @@ impl Pipeline {
                             crop,
                         },
                         out_size,
+                        interpolation.filter(),
                     )
                 } else {
                     let center_crop = match ops.peek() {
@@ -1333,17 +1356,24 @@ impl Pipeline {
                             center_crop,
                         },
                         out_size,
+                        interpolation.filter(),
                     )
                 }
             }
             Some(OpSpec::CenterCrop { size }) => {
                 let size = check_size("size", size.square_or_pair())?;
-                (Geometry::CenterCrop(size), size)
+                // Crops only: the staged pass's same-size resize is a copy whatever the filter.
+                (Geometry::CenterCrop(size), size, Filter::Bilinear)
             }
             other => match other.map(RandomCropOp::plan).transpose()?.flatten() {
                 Some(crop) => {
                     let size = check_size("size", crop.size())?;
-                    (Geometry::RandomCrop { resize: None, crop }, size)
+                    // A crop of the decoded image: no resampling, whatever the filter.
+                    (
+                        Geometry::RandomCrop { resize: None, crop },
+                        size,
+                        Filter::Bilinear,
+                    )
                 }
                 None => {
                     return Err(bad_order(
@@ -1400,6 +1430,7 @@ impl Pipeline {
         Ok(Pipeline {
             spec,
             geometry,
+            filter,
             flip_p,
             staged,
             output,
@@ -1453,12 +1484,17 @@ impl Pipeline {
             .max_pixels(self.spec.max_pixels);
         Ok(PipelineContext {
             decode: DecodeContext::new(options)?,
-            kernel: FusedKernel::new(),
+            kernel: {
+                let mut kernel = FusedKernel::new();
+                kernel.set_filter(self.filter);
+                kernel
+            },
             resizer: {
                 // The kernels the fused path uses, for the same reason (fused::default_simd):
                 // on some CPUs 512-bit code here would slow the next sample's decode down.
                 let mut resizer = Resizer::new();
                 resizer.set_simd_limit(fused::default_simd());
+                resizer.set_filter(self.filter);
                 resizer
             },
             decoded: RgbImage::new(),

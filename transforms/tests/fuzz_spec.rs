@@ -169,7 +169,12 @@ fn op_of(name: &'static str) -> BoxedStrategy<Value> {
                     "interpolation",
                     maybe(
                         0.3,
-                        prop_oneof![9 => Just(json!("bilinear")), 1 => Just(json!("nearest"))],
+                        prop_oneof![
+                            6 => Just(json!("bilinear")),
+                            1 => Just(json!("nearest")),
+                            1 => Just(json!("bicubic")),
+                            1 => Just(json!("lanczos")),
+                        ],
                     ),
                 ),
                 ("antialias", flag()),

@@ -8,8 +8,8 @@ use ferroloader_transforms::decode::Decoder;
 use ferroloader_transforms::fused::{OutputKind, OutputSlot};
 use ferroloader_transforms::rng::sample_rng;
 use ferroloader_transforms::spec::{
-    Execution, Layout, Op, OpObserver, OpSpec, OutputDtype, Pipeline, PipelineSpec, Size,
-    IMAGENET_MEAN, IMAGENET_STD,
+    Execution, Interpolation, Layout, Op, OpObserver, OpSpec, OutputDtype, Pipeline, PipelineSpec,
+    Size, IMAGENET_MEAN, IMAGENET_STD,
 };
 use ferroloader_transforms::Error;
 
@@ -181,6 +181,72 @@ fn eval_pipeline_paths_agree() {
     assert!(ran > 10, "only {ran} images ran the eval pipeline");
 }
 
+/// `spec` with its first op (RandomResizedCrop or Resize) set to `interpolation`.
+fn with_interpolation(mut spec: PipelineSpec, interpolation: Interpolation) -> PipelineSpec {
+    match &mut spec.ops[0] {
+        OpSpec::RandomResizedCrop {
+            interpolation: i, ..
+        }
+        | OpSpec::Resize {
+            interpolation: i, ..
+        } => *i = interpolation,
+        other => panic!("no interpolation in {other:?}"),
+    }
+    spec
+}
+
+#[test]
+fn every_interpolation_runs_the_same_on_every_path() {
+    // Fused (ROI and full decode), staged (a pixel op that never fires: p = 0 still draws) and
+    // op-by-op runs give the same sample with each filter; and the filters differ.
+    for interpolation in [Interpolation::Nearest, Interpolation::Bicubic] {
+        let train = with_interpolation(PipelineSpec::imagenet_train(96), interpolation);
+        let mut staged = train.clone();
+        staged.ops.insert(2, OpSpec::RandomGrayscale { p: 0.0 });
+        let eval = with_interpolation(PipelineSpec::imagenet_eval(110, 96), interpolation);
+        let groups = [
+            vec![
+                train.clone(),
+                train.clone().roi_decode(false),
+                train.clone().execution(Execution::OpByOp),
+                staged.clone(),
+                staged.execution(Execution::OpByOp),
+            ],
+            vec![eval.clone(), eval.execution(Execution::OpByOp)],
+        ];
+        for specs in groups {
+            let bilinear = with_interpolation(specs[0].clone(), Interpolation::Bilinear);
+            let bilinear = Pipeline::new(bilinear).expect("plans");
+            let paths: Vec<Pipeline> = specs
+                .into_iter()
+                .map(|s| Pipeline::new(s).expect("plans"))
+                .collect();
+            let mut differs_from_bilinear = 0;
+            for (name, bytes) in corpus().into_iter().take(8) {
+                for seed in 0..3 {
+                    let (reference, _) = run_f32(&paths[0], &bytes, seed, 5);
+                    for other in &paths[1..] {
+                        let (got, _) = run_f32(other, &bytes, seed, 5);
+                        assert!(
+                            got.iter()
+                                .zip(&reference)
+                                .all(|(a, b)| a.to_bits() == b.to_bits()),
+                            "{name} seed {seed} {interpolation:?}: {:?} differs",
+                            other.spec().ops
+                        );
+                    }
+                    differs_from_bilinear +=
+                        usize::from(run_f32(&bilinear, &bytes, seed, 5).0 != reference);
+                }
+            }
+            assert!(
+                differs_from_bilinear > 0,
+                "{interpolation:?} ran as bilinear"
+            );
+        }
+    }
+}
+
 #[test]
 fn zune_backend_runs_the_same_pipeline() {
     let turbo = Pipeline::new(PipelineSpec::imagenet_train(224)).expect("plans");
@@ -316,9 +382,27 @@ fn spec_parses_torchvision_names_and_round_trips() {
         [3, 224, 200]
     );
 
+    for (name, mode) in [
+        ("nearest", Interpolation::Nearest),
+        ("bilinear", Interpolation::Bilinear),
+        ("bicubic", Interpolation::Bicubic),
+    ] {
+        let json = format!(
+            r#"{{"ops": [{{"op": "Resize", "size": 256, "interpolation": "{name}"}},
+                        {{"op": "CenterCrop", "size": 224}}, {{"op": "ToTensor"}}]}}"#
+        );
+        let spec: PipelineSpec = serde_json::from_str(&json).expect("parses");
+        assert!(
+            matches!(spec.ops[0], OpSpec::Resize { interpolation, .. } if interpolation == mode)
+        );
+        Pipeline::new(spec).expect("plans");
+    }
+    let refused = r#"{"ops": [{"op": "Resize", "size": 8, "interpolation": "hamming"}]}"#;
+    let err = serde_json::from_str::<PipelineSpec>(refused).expect_err("hamming refused");
+    assert!(err.to_string().contains("hamming"), "{err}");
     for bad in [
         r#"{"ops": [{"op": "RandomPerspective", "distortion_scale": 0.5}]}"#,
-        r#"{"ops": [{"op": "RandomResizedCrop", "size": 224, "interpolation": "nearest"}]}"#,
+        r#"{"ops": [{"op": "RandomResizedCrop", "size": 224, "interpolation": "lanczos"}]}"#,
         r#"{"ops": [{"op": "RandomResizedCrop", "size": 224, "sizes": 3}]}"#,
     ] {
         assert!(

@@ -1,14 +1,15 @@
-//! Pillow parity of the bilinear resize, and fused == op-by-op for every output kind.
+//! Pillow parity of the resize (bilinear, bicubic, nearest) on every kernel set, and fused ==
+//! op-by-op for every output kind.
 //!
 //! Reads the corpus `scripts/fixtures_resize.py` writes (`make fixtures`): sources, Pillow's
-//! `img.crop(box).resize((w, h), Image.BILINEAR)` for each case, and numpy's float32
-//! to-tensor + normalize values.
+//! `img.crop(box).resize((w, h), FILTER)` for each case, and numpy's float32 to-tensor +
+//! normalize values.
 
 use std::path::PathBuf;
 
 use ferroloader_transforms::crop::RandomResizedCrop;
 use ferroloader_transforms::fused::{FusedKernel, OutputKind, OutputSlot};
-use ferroloader_transforms::resize::Resizer;
+use ferroloader_transforms::resize::{Filter, Resizer, SimdLevel};
 use ferroloader_transforms::rng::sample_rng;
 use ferroloader_transforms::tensor::{
     hflip, normalize_value, to_chw_u8, to_tensor, to_tensor_value, Normalize,
@@ -36,11 +37,22 @@ struct Case {
     bbox: [u32; 4],
     out_w: u32,
     out_h: u32,
+    /// Pillow's filter: "bilinear", "bicubic" or "nearest".
+    filter: String,
     file: String,
     why: String,
 }
 
 impl Case {
+    fn filter(&self) -> Filter {
+        match self.filter.as_str() {
+            "bilinear" => Filter::Bilinear,
+            "bicubic" => Filter::Bicubic,
+            "nearest" => Filter::Nearest,
+            other => panic!("{}: unknown filter {other:?}", self.file),
+        }
+    }
+
     fn rect(&self) -> CropRect {
         let [left, top, right, bottom] = self.bbox;
         CropRect {
@@ -115,39 +127,54 @@ fn compare(ours: &[u8], pillow: &[u8]) -> (usize, u8) {
 #[test]
 fn resize_matches_pillow_bit_for_bit() {
     let corpus = Corpus::load();
-    // One resizer for every case, as a worker would use it; each case runs twice so the second
-    // run goes through the coefficient cache.
-    let mut resizer = Resizer::new();
-    let mut out = RgbImage::new();
-    let (mut total_px, mut total_diff, mut worst) = (0usize, 0usize, 0u8);
-    for case in &corpus.manifest.cases {
-        let img = corpus.image(&case.image);
-        let view = img.crop_view(case.rect()).expect("box inside the image");
-        let want = std::fs::read(corpus.dir.join(&case.file)).expect("reference readable");
-        for pass in 0..2 {
-            resizer
-                .resize(view, case.out_h, case.out_w, &mut out)
-                .expect("valid sizes");
-            assert_eq!((out.width(), out.height()), (case.out_w, case.out_h));
-            let (diff, max) = compare(out.as_raw(), &want);
-            if diff > 0 {
-                println!(
-                    "{}: {} {:?} -> {}x{} ({}), pass {pass}: {diff} pixels differ, max {max}",
-                    case.file, case.image, case.bbox, case.out_w, case.out_h, case.why
-                );
+    for filter in [Filter::Bilinear, Filter::Bicubic, Filter::Nearest] {
+        let cases = corpus
+            .manifest
+            .cases
+            .iter()
+            .filter(|c| c.filter() == filter);
+        assert!(cases.clone().count() > 50, "{filter:?}: corpus too small");
+        for level in SimdLevel::kernel_sets() {
+            // One resizer for every case, as a worker would use it; each case runs twice so
+            // the second run goes through the coefficient cache.
+            let mut resizer = Resizer::new();
+            resizer.set_simd_limit(level);
+            resizer.set_filter(filter);
+            let mut out = RgbImage::new();
+            let (mut total_px, mut total_diff, mut worst) = (0usize, 0usize, 0u8);
+            for case in cases.clone() {
+                let img = corpus.image(&case.image);
+                let view = img.crop_view(case.rect()).expect("box inside the image");
+                let want = std::fs::read(corpus.dir.join(&case.file)).expect("reference readable");
+                for pass in 0..2 {
+                    resizer
+                        .resize(view, case.out_h, case.out_w, &mut out)
+                        .expect("valid sizes");
+                    assert_eq!((out.width(), out.height()), (case.out_w, case.out_h));
+                    let (diff, max) = compare(out.as_raw(), &want);
+                    if diff > 0 {
+                        println!(
+                            "{}: {} {:?} -> {}x{} ({}, {filter:?}, {level:?}), pass {pass}: \
+                             {diff} pixels differ, max {max}",
+                            case.file, case.image, case.bbox, case.out_w, case.out_h, case.why
+                        );
+                    }
+                    total_px += want.len() / 3;
+                    total_diff += diff;
+                    worst = worst.max(max);
+                }
             }
-            total_px += want.len() / 3;
-            total_diff += diff;
-            worst = worst.max(max);
+            println!(
+                "Pillow {} parity, {filter:?} on {level:?}: {total_diff} of {total_px} pixels \
+                 differ, max diff {worst}",
+                corpus.manifest.pillow,
+            );
+            assert_eq!(
+                total_diff, 0,
+                "{filter:?} on {level:?} is meant to be bit-exact"
+            );
         }
     }
-    println!(
-        "Pillow {} parity: {} cases, {total_diff} of {total_px} pixels differ, max diff {worst}",
-        corpus.manifest.pillow,
-        corpus.manifest.cases.len()
-    );
-    assert!(worst <= 1, "a pixel is off by {worst}");
-    assert_eq!(total_diff, 0, "the resize is meant to be bit-exact");
 }
 
 #[test]
@@ -170,11 +197,14 @@ fn op_by_op(
     size: (u32, u32),
     flip: bool,
     kind: &OutputKind,
+    filter: Filter,
 ) -> (Vec<f32>, Vec<u8>) {
     let mut cropped = RgbImage::new();
     img.crop_view(rect).expect("fits").to_image(&mut cropped);
     let mut resized = RgbImage::new();
-    Resizer::new()
+    let mut resizer = Resizer::new();
+    resizer.set_filter(filter);
+    resizer
         .resize(cropped.view(), size.0, size.1, &mut resized)
         .expect("valid sizes");
     if flip {
@@ -236,9 +266,10 @@ fn fused_equals_op_by_op_for_every_kind_and_flip() {
         let img = corpus.image(&case.image);
         let rect = case.rect();
         let size = (case.out_h, case.out_w);
+        kernel.set_filter(case.filter());
         for kind in &kinds {
             for flip in [false, true] {
-                let (want_f, want_u) = op_by_op(img, rect, size, flip, kind);
+                let (want_f, want_u) = op_by_op(img, rect, size, flip, kind, case.filter());
                 let n = kind.elements_per_sample(size.0, size.1);
                 if kind.is_f32() {
                     slot_f32.clear();
@@ -329,8 +360,12 @@ fn steady_state_allocates_nothing() {
     let mut slot_u8 = vec![0u8; 3 * 224 * 224];
     let mut pass = || {
         let before = allocations();
+        // Every filter, switched per sample: the caches only grow.
+        let filters = [Filter::Bilinear, Filter::Bicubic, Filter::Nearest];
         for (i, &rect) in rects.iter().enumerate() {
             let flip = i % 2 == 1;
+            kernel.set_filter(filters[i % 3]);
+            resizer.set_filter(filters[(i / 2) % 3]);
             for kind in &kinds {
                 let slot = if kind.is_f32() {
                     OutputSlot::F32(&mut slot_f32)

@@ -271,6 +271,7 @@ def resized_crop(
     output: str = "float32",
     decoder: str = "turbo",
     roi: bool = True,
+    interpolation: str = "bilinear",
 ) -> npt.NDArray[np.generic]: ...
 def check_pipeline(spec: str) -> Dict[str, object]: ...
 def prepare(

@@ -136,15 +136,34 @@ def _pair(op: str, name: str, value: object) -> Tuple[float, float]:
     return lo, hi
 
 
+# Pillow's resampling constants, as torchvision maps them to its modes
+# (``_interpolation_modes_from_int``); only the first three are implemented.
+_PIL_FILTERS = {0: "nearest", 2: "bilinear", 3: "bicubic", 4: "box", 5: "hamming", 1: "lanczos"}
+_INTERPOLATIONS = ("nearest", "bilinear", "bicubic")
+
+
 def _interpolation(op: str, value: object) -> str:
-    """Only antialiased bilinear is implemented: torchvision's default for PIL images."""
-    name = getattr(value, "value", value)  # torchvision's InterpolationMode is a str enum
-    if isinstance(name, str) and name.lower() == "bilinear":
-        return "bilinear"
+    """The interpolation's name: a string, torchvision's ``InterpolationMode`` or a Pillow
+    constant (an int, as torchvision accepts them). Nearest, bilinear and bicubic are
+    implemented, as Pillow computes them for PIL images (bilinear and bicubic antialiased)."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        name: object = _PIL_FILTERS.get(int(value), value)
+    else:
+        name = getattr(value, "value", value)  # torchvision's InterpolationMode is a str enum
+    if isinstance(name, str) and name.lower() in _INTERPOLATIONS:
+        return name.lower()
     raise ValueError(
-        f"{op}: interpolation {value!r} is not supported; only bilinear (torchvision's "
-        "default) is implemented"
+        f"{op}: interpolation {value!r} ({name}) is not supported; only nearest, bilinear "
+        "and bicubic are implemented"
     )
+
+
+def _with_interpolation(spec: Spec, interpolation: str) -> Spec:
+    """``spec`` with its interpolation, left out when it is the default (bilinear), so that
+    specs written before the other modes existed stay equal."""
+    if interpolation != "bilinear":
+        spec["interpolation"] = interpolation
+    return spec
 
 
 def _antialias(op: str, value: object) -> bool:
@@ -241,7 +260,8 @@ class Transform:
 class RandomResizedCrop(Transform):
     """``RandomResizedCrop(size, scale=(0.08, 1.0), ratio=(3/4, 4/3))``: a random crop of random
     area and aspect ratio, resized to ``size``; parameters drawn exactly as torchvision's
-    ``get_params`` does, from a per-sample generator seeded by (seed, epoch, index)."""
+    ``get_params`` does, from a per-sample generator seeded by (seed, epoch, index).
+    ``interpolation``: nearest, bilinear (default) or bicubic, as Pillow resizes a PIL image."""
 
     def __init__(
         self,
@@ -263,12 +283,13 @@ class RandomResizedCrop(Transform):
         self.antialias = _antialias(op, antialias)
 
     def to_spec(self) -> Spec:
-        return {
+        spec: Spec = {
             "op": "RandomResizedCrop",
             "size": self.size,
             "scale": list(self.scale),
             "ratio": list(self.ratio),
         }
+        return _with_interpolation(spec, self.interpolation)
 
     def draw_params(
         self,
@@ -299,7 +320,8 @@ class RandomResizedCrop(Transform):
 class Resize(Transform):
     """``Resize(size, max_size=None)``: an int (or 1-sequence) resizes the shorter side to it,
     keeping the aspect ratio (then a ``CenterCrop`` must follow, so samples batch); a
-    ``(height, width)`` pair resizes to exactly that."""
+    ``(height, width)`` pair resizes to exactly that. ``interpolation``: nearest, bilinear
+    (default) or bicubic, as Pillow resizes a PIL image."""
 
     def __init__(
         self,
@@ -324,7 +346,8 @@ class Resize(Transform):
         self.antialias = _antialias(op, antialias)
 
     def to_spec(self) -> Spec:
-        return {"op": "Resize", "size": self.size, "max_size": self.max_size}
+        spec: Spec = {"op": "Resize", "size": self.size, "max_size": self.max_size}
+        return _with_interpolation(spec, self.interpolation)
 
 
 class CenterCrop(Transform):

@@ -1,12 +1,19 @@
-//! Pillow's antialiased bilinear resize (`Image.resize(size, Image.BILINEAR)`), bit-exact with
-//! Pillow 13.
+//! Pillow's resize of an RGB image (`Image.resize(size, resample)`) for the three filters
+//! torchvision passes for PIL images: antialiased `BILINEAR` and `BICUBIC`, and `NEAREST`;
+//! bit-exact with Pillow 13.
 //!
-//! The algorithm is Pillow's `libImaging/Resample.c` for 8-bit images: per axis, a triangle
-//! filter widened by the downscale factor, weights normalized in f64 and then quantized to
-//! fixed point with 22 fractional bits; two separable passes, each rounding to u8; a pass is
-//! skipped when its dimension does not change. Pillow 13 runs the vertical pass first when the
-//! height shrinks by more than twice as much as the width (`dy > 0 && dy > 2 dx`), the
-//! horizontal pass first otherwise, and then over only the source rows the vertical pass reads.
+//! The convolution filters are Pillow's `libImaging/Resample.c` for 8-bit images: per axis, the
+//! filter (triangle, support 1; or Keys' cubic with `a = -0.5`, support 2) widened by the
+//! downscale factor, weights normalized in f64 and then quantized to fixed point with 22
+//! fractional bits; two separable passes, each rounding to u8 with Pillow's `clip8` (the cubic's
+//! negative lobes push sums below 0 and above 255); a pass is skipped when its dimension does
+//! not change. Pillow 13 runs the vertical pass first when the height shrinks by more than
+//! twice as much as the width (`dy > 0 && dy > 2 dx`), the horizontal pass first otherwise, and
+//! then over only the source rows the vertical pass reads.
+//!
+//! `NEAREST` is no convolution in Pillow: `Image.resize` sends it to the affine transform
+//! (`ImagingScaleAffine`), which steps a source coordinate by `in / out` from `in / out / 2`,
+//! adding in f64 (not multiplying: the accumulated rounding picks the pixels) and truncating.
 //!
 //! Integer sums are exact, so the order of additions is free and the kernels use that (padding
 //! windows with zero weights, splitting weights into 16-bit parts for `pmaddwd`/`vpdpwssd`
@@ -98,14 +105,75 @@ fn clip8(acc: i32) -> u8 {
     (acc >> PRECISION_BITS).clamp(0, 255) as u8
 }
 
-/// Pillow's bilinear (triangle) filter, support 1.
-#[inline(always)]
-fn bilinear_filter(x: f64) -> f64 {
-    let x = x.abs();
-    if x < 1.0 {
-        1.0 - x
-    } else {
-        0.0
+/// The resampling filter of a [`Resizer`]: the Pillow filters torchvision's `InterpolationMode`
+/// names for PIL images. Every one is bit-exact with Pillow's `Image.resize`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum Filter {
+    /// `Image.NEAREST`: each output pixel is the source pixel under its center (no averaging).
+    Nearest,
+    /// `Image.BILINEAR`, antialiased: the triangle filter, support 1 widened by the downscale
+    /// factor. torchvision's default.
+    #[default]
+    Bilinear,
+    /// `Image.BICUBIC`, antialiased: Keys' cubic (`a = -0.5`), support 2 widened by the
+    /// downscale factor. Has negative lobes: sums are clamped to 0..=255 (Pillow's `clip8`).
+    Bicubic,
+}
+
+impl Filter {
+    /// The filter's name as torchvision and the pipeline spec spell it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Filter::Nearest => "nearest",
+            Filter::Bilinear => "bilinear",
+            Filter::Bicubic => "bicubic",
+        }
+    }
+}
+
+/// The convolution filters' weight functions (Pillow's `struct filter`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+enum Convolution {
+    /// `bilinear_filter`, support 1.
+    #[default]
+    Triangle,
+    /// `bicubic_filter` with `a = -0.5`, support 2.
+    Cubic,
+}
+
+impl Convolution {
+    /// The filter's support before widening by the downscale factor.
+    fn support(self) -> f64 {
+        match self {
+            Convolution::Triangle => 1.0,
+            Convolution::Cubic => 2.0,
+        }
+    }
+
+    /// The weight at `x`, in Pillow's f64 operations and order (no fused multiply-adds:
+    /// Pillow's wheels are built for baseline x86-64, and Rust never contracts).
+    #[inline(always)]
+    fn weight(self, x: f64) -> f64 {
+        let x = x.abs();
+        match self {
+            Convolution::Triangle => {
+                if x < 1.0 {
+                    1.0 - x
+                } else {
+                    0.0
+                }
+            }
+            Convolution::Cubic => {
+                const A: f64 = -0.5;
+                if x < 1.0 {
+                    ((A + 2.0) * x - (A + 3.0)) * x * x + 1.0
+                } else if x < 2.0 {
+                    (((x - 5.0) * x + 8.0) * x - 4.0) * A
+                } else {
+                    0.0
+                }
+            }
+        }
     }
 }
 
@@ -116,6 +184,8 @@ fn bilinear_filter(x: f64) -> f64 {
 pub struct AxisCoeffs {
     in_size: u32,
     out_size: u32,
+    /// The filter the weights are of.
+    conv: Convolution,
     /// Outputs in reverse order (a horizontally flipped resize).
     mirrored: bool,
     /// Weights stored per output (Pillow's `ksize`); unused trailing ones are 0.
@@ -142,7 +212,9 @@ pub struct AxisCoeffs {
     padded_ready: bool,
     pair_ready: bool,
     /// Every weight is in `[0, 2^22 + 127]`, the range the SIMD kernels' 16-bit splits and
-    /// their no-clamp argument assume (always true for the bilinear filter).
+    /// their no-clamp argument assume (always true for the triangle filter; for the cubic
+    /// only where the window cuts off its negative lobes). Where false, the portable kernels
+    /// run, which clamp as Pillow does.
     simd_friendly: bool,
 }
 
@@ -157,14 +229,30 @@ impl AxisCoeffs {
     /// gets the taps and weights of output `out_size - 1 - i`. Resampling with these is the
     /// mirror image of the plain resample, exactly: every output's sum is the same one.
     pub fn prepare_mirrored(&mut self, in_size: u32, out_size: u32, mirrored: bool) {
-        self.prepare_with(in_size, out_size, mirrored, SimdLevel::Avx512);
+        self.prepare_with(
+            in_size,
+            out_size,
+            mirrored,
+            Convolution::Triangle,
+            SimdLevel::Avx512,
+        );
     }
 
     /// [`AxisCoeffs::prepare_mirrored`], computing four or eight outputs at a time with AVX2
     /// or AVX-512 where `level` allows and the CPU has it (the same IEEE operations in the
-    /// same order, lane by lane: identical weights).
-    fn prepare_with(&mut self, in_size: u32, out_size: u32, mirrored: bool, level: SimdLevel) {
-        if (self.in_size, self.out_size) == (in_size, out_size) && !self.start.is_empty() {
+    /// same order, lane by lane: identical weights). The vectorized code has only the
+    /// triangle filter; the cubic's weights are computed one output at a time.
+    fn prepare_with(
+        &mut self,
+        in_size: u32,
+        out_size: u32,
+        mirrored: bool,
+        conv: Convolution,
+        level: SimdLevel,
+    ) {
+        if (self.in_size, self.out_size, self.conv) == (in_size, out_size, conv)
+            && !self.start.is_empty()
+        {
             if self.mirrored != mirrored {
                 // The other order of the same outputs (a random flip): just reverse.
                 self.mirror();
@@ -173,13 +261,14 @@ impl AxisCoeffs {
         }
         self.in_size = in_size;
         self.out_size = out_size;
+        self.conv = conv;
         self.mirrored = false;
         // Pillow passes the box as floats: `in1 - in0` is a float32 subtraction (exact below
         // 2^24), then the scale is computed in double.
         let scale = f64::from(in_size as f32) / f64::from(out_size);
         let filterscale = scale.max(1.0);
-        // The bilinear filter's support is 1.0, widened by the downscale factor.
-        let support = filterscale;
+        // The filter's support, widened by the downscale factor.
+        let support = conv.support() * filterscale;
         let stride = support.ceil() as usize * 2 + 1;
         let ss = 1.0 / filterscale;
         let out = out_size as usize;
@@ -191,6 +280,7 @@ impl AxisCoeffs {
         self.weights.clear();
         self.weights.resize(out * stride, 0);
         let axis = Axis {
+            conv,
             in_size,
             scale,
             support,
@@ -200,6 +290,7 @@ impl AxisCoeffs {
         let level = level.min(SimdLevel::detected());
         let (start, count, weights) = (&mut self.start, &mut self.count, &mut self.weights);
         let done = match level {
+            _ if conv != Convolution::Triangle => 0,
             #[cfg(target_arch = "x86_64")]
             // SAFETY: the CPU has the AVX-512 features (`detected`).
             SimdLevel::Avx512 => unsafe { coeffs_x86::compute512(&axis, start, count, weights) },
@@ -334,6 +425,7 @@ impl AxisCoeffs {
 /// One axis's resampling parameters, as Pillow's `precompute_coeffs` computes them.
 #[derive(Clone, Copy, Debug)]
 struct Axis {
+    conv: Convolution,
     in_size: u32,
     scale: f64,
     support: f64,
@@ -365,7 +457,9 @@ impl Axis {
         };
         let mut ww = 0.0;
         for (x, slot) in ws.iter_mut().enumerate() {
-            let w = bilinear_filter(((x as i64 + xmin) as f64 - center + 0.5) * self.ss);
+            let w = self
+                .conv
+                .weight(((x as i64 + xmin) as f64 - center + 0.5) * self.ss);
             *slot = w;
             ww += w;
         }
@@ -526,6 +620,10 @@ pub struct Resizer {
     acc: Vec<i32>,
     /// The best kernels this context may use.
     limit: SimdLevel,
+    /// The filter of every resize (default bilinear).
+    filter: Filter,
+    /// Source column of each output column for [`Filter::Nearest`].
+    nearest: NearestColumns,
     #[cfg(target_arch = "x86_64")]
     simd: avx2::Scratch,
     #[cfg(target_arch = "x86_64")]
@@ -554,7 +652,18 @@ impl Resizer {
         self.limit = limit;
     }
 
-    /// `dst = src.resize((out_w, out_h), Image.BILINEAR)` as Pillow computes it.
+    /// Resamples with `filter` from now on (the default is [`Filter::Bilinear`]).
+    pub fn set_filter(&mut self, filter: Filter) {
+        self.filter = filter;
+    }
+
+    /// The filter resizes use.
+    pub fn filter(&self) -> Filter {
+        self.filter
+    }
+
+    /// `dst = src.resize((out_w, out_h), filter)` as Pillow computes it, for the filter set by
+    /// [`Resizer::set_filter`].
     ///
     /// `src` may be a crop view: Pillow's `img.crop(box).resize(...)` equals resizing the view
     /// of `box`. Errors if `src` is empty or an output side is 0.
@@ -592,10 +701,19 @@ impl Resizer {
         let need_v = out_h != in_h;
         let level = self.limit.min(SimdLevel::detected());
         let avx2 = level >= SimdLevel::Avx2;
+        let conv = match self.filter {
+            // Pillow copies when the size does not change, whatever the filter (below).
+            Filter::Nearest if need_h || need_v => {
+                self.resize_nearest(src, out_h, out_w, flip, sink);
+                return Ok(());
+            }
+            Filter::Nearest | Filter::Bilinear => Convolution::Triangle,
+            Filter::Bicubic => Convolution::Cubic,
+        };
         if !need_h {
             // Pillow copies (or runs only the vertical pass); a flip reverses the pixels.
             if need_v {
-                self.vert.prepare_with(in_h, out_h, false, level);
+                self.vert.prepare_with(in_h, out_h, false, conv, level);
             }
             let row_len = 3 * out_w as usize;
             if flip && self.tmp.len() < row_len {
@@ -621,10 +739,10 @@ impl Resizer {
             }
             return Ok(());
         }
-        self.horiz.prepare_with(in_w, out_w, flip, level);
+        self.horiz.prepare_with(in_w, out_w, flip, conv, level);
         self.horiz.ensure_padded();
         if need_v {
-            self.vert.prepare_with(in_h, out_h, false, level);
+            self.vert.prepare_with(in_h, out_h, false, conv, level);
         }
         #[cfg(target_arch = "x86_64")]
         if level == SimdLevel::Avx512 && self.zmm.prepare(&self.horiz, need_v.then_some(&self.vert))
@@ -658,6 +776,39 @@ impl Resizer {
             self.horizontal_then_vertical(avx2, src, sink);
         }
         Ok(())
+    }
+
+    /// [`Filter::Nearest`] (the sizes differ): Pillow's `ImagingScaleAffine` with the
+    /// coefficients `Image.resize` gives it. Output pixels whose source coordinate falls
+    /// outside the image stay 0, as Pillow fills them (it cannot happen for sizes below 2^24,
+    /// but the rule is Pillow's and costs nothing).
+    fn resize_nearest<S: RowSink + ?Sized>(
+        &mut self,
+        src: RgbView<'_>,
+        out_h: u32,
+        out_w: u32,
+        flip: bool,
+        sink: &mut S,
+    ) {
+        let (in_w, in_h) = (src.width(), src.height());
+        let cols = self.nearest.prepare(in_w, out_w, flip);
+        let mut rows = NearestSteps::new(in_h, out_h);
+        for yy in 0..out_h as usize {
+            let out = sink.row_mut(yy);
+            match rows.next_index() {
+                Some(y) => {
+                    let row = src.row(y);
+                    for (px, &x) in out.chunks_exact_mut(3).zip(cols) {
+                        match row.get(3 * x as usize..3 * x as usize + 3) {
+                            Some(p) => px.copy_from_slice(p),
+                            None => px.fill(0),
+                        }
+                    }
+                }
+                None => out.fill(0),
+            }
+            sink.row_done(yy);
+        }
     }
 
     /// Pillow's usual order. Only the source rows the vertical pass reads go through the
@@ -714,6 +865,69 @@ impl Resizer {
             kernels::horizontal(avx2, tmp, sink.row_mut(yy), &self.horiz);
             sink.row_done(yy);
         }
+    }
+}
+
+/// The source positions of Pillow's nearest-neighbour scaling along one axis
+/// (`ImagingScaleAffine`): `Image.resize` passes the step `a = (float)(in - 0) / out` (in f64)
+/// and the start `0 + a * 0.5`; each output adds `a` to the running coordinate (in f64, so
+/// rounding accumulates exactly as Pillow's does) and takes `COORD`: -1 below 0, else the
+/// truncation. Positions outside `0..in` are Pillow's unwritten (zero-filled) pixels.
+#[derive(Clone, Copy, Debug)]
+struct NearestSteps {
+    in_size: u32,
+    step: f64,
+    at: f64,
+}
+
+impl NearestSteps {
+    fn new(in_size: u32, out_size: u32) -> Self {
+        // Pillow's box is float32: `box[2] - box[0]` is a float32 subtraction (exact below
+        // 2^24), converted to double and divided by the int size.
+        let step = f64::from(in_size as f32) / f64::from(out_size);
+        NearestSteps {
+            in_size,
+            step,
+            at: 0.0 + step * 0.5,
+        }
+    }
+
+    /// The next output's source index, `None` when outside the input.
+    fn next_index(&mut self) -> Option<u32> {
+        let at = self.at;
+        self.at += self.step;
+        if at < 0.0 {
+            return None;
+        }
+        // `(int)at`; at >= 0, and an `as` conversion saturates where C's would be undefined.
+        let i = at as i64;
+        (i < i64::from(self.in_size)).then_some(i as u32)
+    }
+}
+
+/// The source column of every output column for [`Filter::Nearest`], cached for the last
+/// `(in_w, out_w, mirrored)`; `u32::MAX` marks a column outside the input (written as 0).
+#[derive(Clone, Debug, Default)]
+struct NearestColumns {
+    key: Option<(u32, u32, bool)>,
+    cols: Vec<u32>,
+}
+
+impl NearestColumns {
+    /// The columns for resampling `in_w` to `out_w`, in reverse order when `mirrored` (a
+    /// flipped resize).
+    fn prepare(&mut self, in_w: u32, out_w: u32, mirrored: bool) -> &[u32] {
+        if self.key != Some((in_w, out_w, mirrored)) {
+            let mut steps = NearestSteps::new(in_w, out_w);
+            self.cols.clear();
+            self.cols
+                .extend((0..out_w).map(|_| steps.next_index().unwrap_or(u32::MAX)));
+            if mirrored {
+                self.cols.reverse();
+            }
+            self.key = Some((in_w, out_w, mirrored));
+        }
+        &self.cols
     }
 }
 
@@ -1024,6 +1238,47 @@ mod tests {
     }
 
     #[test]
+    fn bicubic_coefficients_match_pillow_by_hand() {
+        // 4 -> 2: scale 2, support 2 * 2, center 1.0 for output 0: xmin = int(-2.5) -> 0,
+        // xmax = min(int(5.5), 4) = 4; cubic((x - 1 + 0.5) / 2) at -0.25, 0.25, 0.75, 1.25 =
+        // 0.8671875, 0.8671875, 0.2265625, -0.0703125 (a negative lobe), sum 1.890625.
+        let mut c = AxisCoeffs::default();
+        c.prepare_with(4, 2, false, Convolution::Cubic, SimdLevel::detected());
+        let (start, w) = c.taps_of(0);
+        assert_eq!(start, 0);
+        let expect = |v: f64| {
+            let scaled = v / 1.890625 * 4_194_304.0;
+            if v < 0.0 {
+                (-0.5 + scaled) as i32
+            } else {
+                (0.5 + scaled) as i32
+            }
+        };
+        let want = [0.8671875, 0.8671875, 0.2265625, -0.0703125].map(expect);
+        assert_eq!(w, &want);
+        assert!(
+            !c.simd_friendly(),
+            "negative weights keep the SIMD kernels off"
+        );
+        // The triangle's weights of the same axis are cached apart: switching recomputes.
+        c.prepare(4, 2);
+        assert_eq!(c.taps_of(0).1.len(), 3);
+        assert!(c.simd_friendly());
+    }
+
+    #[test]
+    fn nearest_steps_follow_pillows_running_coordinate() {
+        // 5 -> 3: step 5/3, coordinates 0.833, 2.5, 4.167 -> columns 0, 2, 4.
+        let mut cols = NearestColumns::default();
+        assert_eq!(cols.prepare(5, 3, false), &[0, 2, 4]);
+        assert_eq!(cols.prepare(5, 3, true), &[4, 2, 0]);
+        // 2 -> 5: step 0.4 from 0.2: 0.2, 0.6, 1.0 (0.6000000000000001 + 0.4), 1.4, 1.8.
+        assert_eq!(cols.prepare(2, 5, false), &[0, 0, 1, 1, 1]);
+        // 1 -> 4: every output reads the only pixel.
+        assert_eq!(cols.prepare(1, 4, false), &[0, 0, 0, 0]);
+    }
+
+    #[test]
     fn simd_coefficients_equal_scalar_ones() {
         // The vectorized f64 coefficient computation (where this CPU has it) must give
         // exactly the scalar one's windows and weights: every size up to 600 against the
@@ -1044,10 +1299,16 @@ mod tests {
         for (in_size, out) in sizes {
             for mirrored in [false, true] {
                 let mut scalar = AxisCoeffs::default();
-                scalar.prepare_with(in_size, out, mirrored, SimdLevel::Portable);
+                scalar.prepare_with(
+                    in_size,
+                    out,
+                    mirrored,
+                    Convolution::Triangle,
+                    SimdLevel::Portable,
+                );
                 for level in [SimdLevel::Avx2, SimdLevel::Avx512Ymm, SimdLevel::Avx512] {
                     let mut simd = AxisCoeffs::default();
-                    simd.prepare_with(in_size, out, mirrored, level);
+                    simd.prepare_with(in_size, out, mirrored, Convolution::Triangle, level);
                     let what = format!("{in_size} -> {out}, mirrored {mirrored}, {level:?}");
                     assert_eq!(simd.start, scalar.start, "{what}");
                     assert_eq!(simd.count, scalar.count, "{what}");
@@ -1214,12 +1475,20 @@ mod tests {
             sizes.push((iw, ih, 224, 224));
         }
         sizes.extend([(224, 300, 224, 224), (300, 224, 224, 224)]);
-        for (i, &(iw, ih, ow, oh)) in sizes.iter().enumerate() {
-            let img = test_image(iw, ih, i as u64);
-            portable.resize(img.view(), oh, ow, &mut b).expect("valid");
-            for (r, level) in fast.iter_mut().zip(&levels) {
-                r.resize(img.view(), oh, ow, &mut a).expect("valid");
-                assert!(a == b, "{iw}x{ih} -> {ow}x{oh}, {level:?}");
+        // Bicubic's negative weights send the SIMD paths to the portable kernels compiled for
+        // AVX2 (or to the SIMD kernels where a window cuts the lobes off); nearest has one path.
+        for filter in [Filter::Bilinear, Filter::Bicubic, Filter::Nearest] {
+            portable.set_filter(filter);
+            for r in &mut fast {
+                r.set_filter(filter);
+            }
+            for (i, &(iw, ih, ow, oh)) in sizes.iter().enumerate() {
+                let img = test_image(iw, ih, i as u64);
+                portable.resize(img.view(), oh, ow, &mut b).expect("valid");
+                for (r, level) in fast.iter_mut().zip(&levels) {
+                    r.resize(img.view(), oh, ow, &mut a).expect("valid");
+                    assert!(a == b, "{iw}x{ih} -> {ow}x{oh}, {filter:?}, {level:?}");
+                }
             }
         }
     }
@@ -1242,14 +1511,20 @@ mod tests {
             (601, 300, 224, 100),
             (791, 599, 224, 224),
         ];
-        for level in [
+        let levels = [
             SimdLevel::Portable,
             SimdLevel::Avx2,
             SimdLevel::Avx512Ymm,
             SimdLevel::Avx512,
-        ] {
+        ];
+        let filters = [Filter::Bilinear, Filter::Bicubic, Filter::Nearest];
+        for (level, filter) in levels
+            .into_iter()
+            .flat_map(|l| filters.into_iter().map(move |f| (l, f)))
+        {
             let mut r = Resizer::new();
             r.set_simd_limit(level);
+            r.set_filter(filter);
             let (mut plain, mut flipped, mut again) =
                 (RgbImage::new(), RgbImage::new(), RgbImage::new());
             for (i, &(iw, ih, ow, oh)) in sizes.iter().enumerate() {
@@ -1263,11 +1538,17 @@ mod tests {
                 };
                 r.resize_into(img.view(), oh, ow, true, &mut sink)
                     .expect("valid");
-                assert!(plain == flipped, "{iw}x{ih} -> {ow}x{oh}, {level:?}");
+                assert!(
+                    plain == flipped,
+                    "{iw}x{ih} -> {ow}x{oh}, {filter:?} {level:?}"
+                );
                 // And back: the cached coefficients and plans turn around again.
                 r.resize(img.view(), oh, ow, &mut again).expect("valid");
                 crate::tensor::hflip(&mut again);
-                assert!(again == plain, "{iw}x{ih} -> {ow}x{oh} again, {level:?}");
+                assert!(
+                    again == plain,
+                    "{iw}x{ih} -> {ow}x{oh} again, {filter:?} {level:?}"
+                );
             }
         }
     }
