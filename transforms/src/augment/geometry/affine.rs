@@ -229,6 +229,9 @@ pub struct AffineWarp {
     col_src: Vec<i64>,
     /// `col_src` as runs: (output length, first source column or -1).
     runs: Vec<(usize, i64)>,
+    /// Per output column, its source column taps when they are the same on every row
+    /// (bilinear with `a[1] == 0`); empty otherwise.
+    col_x: Vec<Option<AxisTap>>,
     /// The source's pixels as little-endian `u32` (a spare zero byte), contiguous, for the
     /// NEAREST engines that jump between rows: Pillow's own layout, one load per pixel and one
     /// 4-byte store, instead of a row lookup and byte moves (about 1.4x faster).
@@ -430,6 +433,13 @@ impl AffineWarp {
     }
 
     /// Pillow's generic transform with `bilinear_filter32RGB`, operation for operation.
+    ///
+    /// Three shortcuts, each giving Pillow's bits: a whole-pixel translation samples every
+    /// output at a pixel centre (both fractions 0, so each value is its tap: the NEAREST
+    /// copy); when the matrix has no x term in y (`a[3] == 0`) a row's source rows and `dy`
+    /// are the same for every pixel, and when it has no y term in x (`a[1] == 0`) a column's
+    /// source columns and `dx` are the same for every row, so those are computed once. The
+    /// policies' shears and translations hit them; a rotation takes the general path.
     fn bilinear(
         &mut self,
         src: RgbView<'_>,
@@ -438,6 +448,15 @@ impl AffineWarp {
         fill: [u8; 3],
         dst: &mut [u8],
     ) {
+        let whole_pixel_shift = a[0] == 1.0
+            && a[1] == 0.0
+            && a[3] == 0.0
+            && a[4] == 1.0
+            && a[2].fract() == 0.0
+            && a[5].fract() == 0.0;
+        if whole_pixel_shift {
+            return self.nearest_scale(src, (w, h), a, fill, dst);
+        }
         let (sw, sh) = (i64::from(src.width()), i64::from(src.height()));
         let (fw, fh) = (f64::from(src.width()), f64::from(src.height()));
         // `a0 * xin` and `a3 * xin` depend on the column only: the same products, tabulated.
@@ -448,43 +467,88 @@ impl AffineWarp {
             self.col_a.push(a[0] * xin);
             self.col_b.push(a[3] * xin);
         }
+        // With `a[1] == 0` the row term `a[1] * yin` is a zero, which adds nothing: a column's
+        // source position is the same on every row.
+        self.col_x.clear();
+        if a[1] == 0.0 {
+            self.col_x
+                .extend(self.col_a.iter().map(|&ca| axis_tap(ca + a[2], fw, sw)));
+        }
         for (y, row) in dst.chunks_exact_mut(3 * w).take(h).enumerate() {
             let yin = y as f64 + 0.5;
             let (ry, rx) = (a[1] * yin, a[4] * yin);
             let pixels = row.as_chunks_mut::<3>().0;
-            for ((px, &ca), &cb) in pixels.iter_mut().zip(&self.col_a).zip(&self.col_b) {
-                let xs = ca + ry + a[2];
-                let ys = cb + rx + a[5];
-                // Written as Pillow's test, negated, so that a NaN position is filled too.
-                if !(xs >= 0.0 && xs < fw && ys >= 0.0 && ys < fh) {
+            // With `a[3] == 0` the column term is a zero: the source row is the row's own.
+            let row_tap = (a[3] == 0.0).then(|| axis_tap(rx + a[5], fh, sh));
+            if let Some(None) = row_tap {
+                fill_pixels(row, fill);
+                continue;
+            }
+            for (x, px) in pixels.iter_mut().enumerate() {
+                let xt = match self.col_x.get(x) {
+                    Some(&t) => t,
+                    None => axis_tap(self.col_a[x] + ry + a[2], fw, sw),
+                };
+                let yt = match row_tap {
+                    Some(t) => t,
+                    None => axis_tap(self.col_b[x] + rx + a[5], fh, sh),
+                };
+                // Pillow tests both coordinates together: outside (or NaN) on either fills.
+                let (Some(xt), Some(yt)) = (xt, yt) else {
                     *px = fill;
                     continue;
-                }
-                let (xs, ys) = (xs - 0.5, ys - 0.5);
-                let (xi, yi) = (floor_half(xs), floor_half(ys));
-                // Pillow: `dx = xin - x` with the integer floor converted back, exactly this.
-                let (dx, dy) = (xs - xi as f64, ys - yi as f64);
-                let x0 = 3 * xi.clamp(0, sw - 1) as usize;
-                let x1 = 3 * (xi + 1).clamp(0, sw - 1) as usize;
-                let r0 = src.row(yi.clamp(0, sh - 1) as u32);
+                };
+                let (x0, x1) = (3 * xt.near, 3 * xt.far);
+                let r0 = src.row(yt.near as u32);
                 let (p0, q0) = (taps(r0, x0), taps(r0, x1));
-                if yi + 1 < sh {
-                    let r1 = src.row((yi + 1) as u32);
+                if yt.far_inside {
+                    let r1 = src.row(yt.far as u32);
                     let (p1, q1) = (taps(r1, x0), taps(r1, x1));
                     for b in 0..3 {
-                        let v1 = lerp(p0[b], q0[b], dx);
-                        let v2 = lerp(p1[b], q1[b], dx);
-                        px[b] = (v1 + (v2 - v1) * dy) as u8;
+                        let v1 = lerp(p0[b], q0[b], xt.frac);
+                        let v2 = lerp(p1[b], q1[b], xt.frac);
+                        px[b] = (v1 + (v2 - v1) * yt.frac) as u8;
                     }
                 } else {
                     // Pillow's `v2 = v1`: `v1 + (v1 - v1) * dy`, which is v1 itself.
                     for b in 0..3 {
-                        px[b] = lerp(p0[b], q0[b], dx) as u8;
+                        px[b] = lerp(p0[b], q0[b], xt.frac) as u8;
                     }
                 }
             }
         }
     }
+}
+
+/// One axis of a bilinear sample, as Pillow's `bilinear_filter32RGB` takes it.
+#[derive(Clone, Copy, Debug)]
+struct AxisTap {
+    /// `floor(v - 0.5)`, clamped to the axis.
+    near: usize,
+    /// The next one, clamped to the axis.
+    far: usize,
+    /// Whether that next one is inside the axis before clamping (for rows: Pillow reuses the
+    /// near row on the last one).
+    far_inside: bool,
+    /// `(v - 0.5) - floor(v - 0.5)`, in `f64` as Pillow computes it.
+    frac: f64,
+}
+
+/// The taps of source coordinate `v` on an axis of `len` pixels (`flen` as `f64`); `None`
+/// outside `[0, len)` or for NaN, which Pillow fills.
+#[inline(always)]
+fn axis_tap(v: f64, flen: f64, len: i64) -> Option<AxisTap> {
+    if !(v >= 0.0 && v < flen) {
+        return None;
+    }
+    let v = v - 0.5;
+    let i = floor_half(v);
+    Some(AxisTap {
+        near: i.clamp(0, len - 1) as usize,
+        far: (i + 1).clamp(0, len - 1) as usize,
+        far_inside: i + 1 < len,
+        frac: v - i as f64,
+    })
 }
 
 /// Pillow's `BILINEAR(v, a, b, d)` on 8-bit taps: `a + (b - a) * d`, the difference taken in
@@ -675,6 +739,73 @@ fn rotate_quarter(src: RgbView<'_>, ccw: bool, out: &mut RgbImage) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The bilinear transform pixel by pixel with no shortcut: Pillow's loop as written.
+    fn bilinear_reference(src: &RgbImage, a: &AffineMatrix, fill: [u8; 3]) -> Vec<u8> {
+        let (w, h) = (src.width() as usize, src.height() as usize);
+        let (sw, sh) = (i64::from(src.width()), i64::from(src.height()));
+        let (fw, fh) = (f64::from(src.width()), f64::from(src.height()));
+        let view = src.view();
+        let mut out = vec![0u8; 3 * w * h];
+        for y in 0..h {
+            for x in 0..w {
+                let (xin, yin) = (x as f64 + 0.5, y as f64 + 0.5);
+                let xs = a[0] * xin + a[1] * yin + a[2];
+                let ys = a[3] * xin + a[4] * yin + a[5];
+                let px = &mut out[3 * (y * w + x)..3 * (y * w + x) + 3];
+                if !(xs >= 0.0 && xs < fw && ys >= 0.0 && ys < fh) {
+                    px.copy_from_slice(&fill);
+                    continue;
+                }
+                let (xs, ys) = (xs - 0.5, ys - 0.5);
+                let (xi, yi) = (xs.floor() as i64, ys.floor() as i64);
+                let (dx, dy) = (xs - xi as f64, ys - yi as f64);
+                let x0 = 3 * xi.clamp(0, sw - 1) as usize;
+                let x1 = 3 * (xi + 1).clamp(0, sw - 1) as usize;
+                let r0 = view.row(yi.clamp(0, sh - 1) as u32);
+                let r1 = if yi + 1 < sh {
+                    view.row((yi + 1) as u32)
+                } else {
+                    r0
+                };
+                for b in 0..3 {
+                    let v1 = lerp(r0[x0 + b], r0[x1 + b], dx);
+                    let v2 = lerp(r1[x0 + b], r1[x1 + b], dx);
+                    px[b] = (v1 + (v2 - v1) * dy) as u8;
+                }
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn bilinear_shortcuts_equal_the_plain_loop() {
+        let (w, h) = (37u32, 23u32);
+        let data = (0..3 * w * h).map(|i| (i * 7919 % 251) as u8).collect();
+        let src = RgbImage::from_raw(w, h, data).expect("sized");
+        let fill = [9, 99, 199];
+        let matrices: [AffineMatrix; 8] = [
+            [1.0, 0.0, 3.0, 0.0, 1.0, -2.0], // whole-pixel shift (the NEAREST copy)
+            [1.0, 0.0, -40.0, 0.0, 1.0, 0.0], // shifted out entirely
+            [1.0, 0.0, 2.25, 0.0, 1.0, -1.5], // fractional shift: both axes tabulated
+            [1.0, 0.3, -4.1, 0.0, 1.0, 0.0], // ShearX: rows tabulated
+            [1.0, 0.0, 0.0, -0.27, 1.0, 5.2], // ShearY: columns tabulated
+            [0.9, -0.4, 6.0, 0.4, 0.9, -3.0], // rotation: the general path
+            [1.0, -0.0, 0.5, -0.0, 1.0, 0.5], // negative zeros
+            [1.0, 0.0, 0.0, 0.0, 1.0, 22.5], // the last row alone (Pillow's v2 = v1)
+        ];
+        let mut warp = AffineWarp::new();
+        let mut out = RgbImage::new();
+        for m in &matrices {
+            warp.warp(src.view(), m, Interpolation::Bilinear, fill, &mut out)
+                .expect("warp");
+            assert_eq!(
+                out.as_raw(),
+                &bilinear_reference(&src, m, fill)[..],
+                "matrix {m:?}"
+            );
+        }
+    }
 
     #[test]
     fn python_modulo_and_rounding() {
