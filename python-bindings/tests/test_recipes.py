@@ -438,3 +438,38 @@ def test_bench_script_reports_a_refusal_and_exits_non_zero(data: Path, bench: Be
     assert "AugMix(" in err and "round" not in out
     status, out, err = bench(str(data), "--transform", "nope.py:x")
     assert status == "--transform: nope.py: no such file (from 'nope.py:x')"
+
+
+# -- the presets run in ferroloader's Loader -------------------------------------------------------
+
+
+@pytest.mark.parametrize("use_v2", [False, True], ids=["v1", "v2"])
+@pytest.mark.parametrize("name", recipes.RECIPES)
+def test_every_training_preset_runs_in_the_loader(data: Path, name: str, use_v2: bool) -> None:
+    """torchvision's reference training presets (issue 20's done-when): every op native except
+    AugMix, which runs as a Python tail (and says so)."""
+    transform = recipes.recipe(name, crop_size=48, use_v2=use_v2)
+    native = not name.startswith("augmix")
+    loader = fl.Loader(
+        fl.ImageFolder(data), batch_size=4, num_workers=1, transform=transform,
+        python_tail="error" if native else "allow",
+    )
+    images, labels = next(iter(loader))
+    assert tuple(images.shape) == (4, 3, 48, 48) and images.dtype == torch.float32
+    assert labels.shape == (4,)
+
+
+@pytest.mark.parametrize("use_v2", [False, True], ids=["v1", "v2"])
+@pytest.mark.parametrize("resize,interpolation", [(256, "bilinear"), (232, "bicubic")])
+def test_eval_presets_run_natively(
+    data: Path, resize: int, interpolation: str, use_v2: bool
+) -> None:
+    transform = recipes.eval_preset(
+        crop_size=224, resize_size=resize, interpolation=interpolation, use_v2=use_v2
+    )
+    loader = fl.Loader(
+        fl.ImageFolder(data), batch_size=4, num_workers=1, transform=transform,
+        python_tail="error",
+    )
+    images, _ = next(iter(loader))
+    assert tuple(images.shape) == (4, 3, 224, 224)
