@@ -10,21 +10,20 @@
 //! after the pixel ops, the spans, no pixel op leaving the single fused pass as it was, no
 //! allocation once warm, and specs refused with the op and argument named.
 
-use std::path::PathBuf;
-
 use ferroloader_transforms::augment::color::{self, ColorScratch};
 use ferroloader_transforms::augment::policy::{draw_p, draw_p_item, ColorJitter, ColorStep};
 use ferroloader_transforms::crop::RandomResizedCrop;
 use ferroloader_transforms::fused::{FusedKernel, OutputKind, OutputSlot};
 use ferroloader_transforms::rng::{sample_rng, SampleRng};
 use ferroloader_transforms::spec::{
-    Execution, JitterArg, Layout, Op, OpObserver, OpSpec, OutputDtype, Pipeline, PipelineSpec,
-    Size, IMAGENET_MEAN, IMAGENET_STD,
+    Execution, JitterArg, Layout, Op, OpSpec, OutputDtype, Pipeline, PipelineSpec, Size,
+    IMAGENET_MEAN, IMAGENET_STD,
 };
 use ferroloader_transforms::{tensor, Error, RgbImage};
 
-#[path = "../../tests/support/fixtures.rs"]
-mod fixtures;
+#[path = "support/stage_pipeline.rs"]
+mod stage_pipeline;
+use stage_pipeline::{bits, flip, stage_image, to_normalized};
 
 #[path = "support/counting_alloc.rs"]
 mod counting_alloc;
@@ -35,109 +34,24 @@ use counting_alloc::allocations;
 const SIZE: u32 = 48;
 const SEED: u64 = 20;
 
-/// Small decodable images of the corpus, by name.
 fn corpus() -> Vec<(String, Vec<u8>)> {
-    let dir: PathBuf = fixtures::fixture_dir("decode", "make fixtures");
-    let manifest: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(dir.join("manifest.json")).expect("manifest"))
-            .expect("manifest is JSON");
-    manifest["images"]
-        .as_array()
-        .expect("images list")
-        .iter()
-        .filter(|e| {
-            e["width"].as_u64().unwrap_or(0) * e["height"].as_u64().unwrap_or(0) < 1_000_000
-        })
-        .take(10)
-        .map(|e| {
-            let file = e["file"].as_str().expect("file name");
-            (
-                file.to_string(),
-                std::fs::read(dir.join(file)).expect("fixture readable"),
-            )
-        })
-        .collect()
+    stage_pipeline::corpus(10)
 }
 
 fn rrc() -> OpSpec {
-    OpSpec::RandomResizedCrop {
-        size: Size::Int(SIZE),
-        scale: [0.08, 1.0],
-        ratio: [0.75, 4.0 / 3.0],
-        interpolation: Default::default(),
-        antialias: true,
-    }
+    stage_pipeline::rrc(SIZE)
 }
 
-fn flip(p: f64) -> OpSpec {
-    OpSpec::RandomHorizontalFlip { p }
+fn train_with(middle: Vec<OpSpec>) -> Vec<OpSpec> {
+    stage_pipeline::train_with(SIZE, middle)
 }
 
-fn normalize() -> OpSpec {
-    OpSpec::Normalize {
-        mean: IMAGENET_MEAN,
-        std: IMAGENET_STD,
-    }
-}
-
-/// `RandomResizedCrop`, flip, `pixel`, `ToTensor`, `Normalize`.
-fn train_with(pixel: Vec<OpSpec>) -> Vec<OpSpec> {
-    let mut ops = vec![rrc(), flip(0.5)];
-    ops.extend(pixel);
-    ops.extend([OpSpec::ToTensor, normalize()]);
-    ops
+fn run_f32(pipeline: &Pipeline, bytes: &[u8], index: u64) -> Vec<f32> {
+    stage_pipeline::run_f32(pipeline, bytes, SEED, index)
 }
 
 fn plan(ops: Vec<OpSpec>) -> Pipeline {
     Pipeline::new(PipelineSpec::new(ops)).expect("plans")
-}
-
-fn bits(v: &[f32]) -> Vec<u32> {
-    v.iter().map(|x| x.to_bits()).collect()
-}
-
-/// One float32 sample of `pipeline` for sample `index`.
-fn run_f32(pipeline: &Pipeline, bytes: &[u8], index: u64) -> Vec<f32> {
-    let mut ctx = pipeline.new_context().expect("context");
-    let mut out = vec![0f32; pipeline.sample_len()];
-    pipeline
-        .run(
-            bytes,
-            &mut sample_rng(SEED, 0, index),
-            &mut ctx,
-            OutputSlot::F32(&mut out),
-            &mut (),
-        )
-        .expect("runs");
-    out
-}
-
-/// The op-by-op, uint8 HWC run of the geometric ops `ops` (no pixel op) on `rng`, as an image:
-/// what the pixel ops see. Leaves `rng` after the crop and flip draws.
-fn stage_image(ops: Vec<OpSpec>, bytes: &[u8], rng: &mut SampleRng) -> RgbImage {
-    let mut ops = ops;
-    ops.push(OpSpec::PilToTensor);
-    let pipeline = Pipeline::new(
-        PipelineSpec::new(ops)
-            .output(OutputDtype::Uint8)
-            .layout(Layout::Hwc)
-            .execution(Execution::OpByOp),
-    )
-    .expect("plans");
-    let mut ctx = pipeline.new_context().expect("context");
-    let mut out = vec![0u8; pipeline.sample_len()];
-    pipeline
-        .run(bytes, rng, &mut ctx, OutputSlot::U8(&mut out), &mut ())
-        .expect("runs");
-    RgbImage::from_raw(SIZE, SIZE, out).expect("image")
-}
-
-/// `ToTensor` + `Normalize` of `img`, op by op.
-fn to_normalized(img: &RgbImage) -> Vec<f32> {
-    let mut out = vec![0f32; 3 * (SIZE * SIZE) as usize];
-    tensor::to_tensor(img.view(), &mut out).expect("to_tensor");
-    tensor::normalize(&mut out, &IMAGENET_MEAN, &IMAGENET_STD).expect("normalize");
-    out
 }
 
 /// Draws and applies one pixel op as the reference does: the policy's draw, then the kernel.
@@ -522,32 +436,8 @@ fn uint8_outputs_and_eval_pipelines_are_staged_too() {
     }
 }
 
-#[derive(Default)]
-struct Spans(Vec<(bool, Op)>);
-
-impl OpObserver for Spans {
-    fn enter(&mut self, op: Op) {
-        self.0.push((true, op));
-    }
-    fn exit(&mut self, op: Op) {
-        self.0.push((false, op));
-    }
-}
-
 fn spans(pipeline: &Pipeline, bytes: &[u8]) -> Vec<(bool, Op)> {
-    let mut obs = Spans::default();
-    let mut ctx = pipeline.new_context().expect("context");
-    let mut out = vec![0f32; pipeline.sample_len()];
-    pipeline
-        .run(
-            bytes,
-            &mut sample_rng(SEED, 0, 0),
-            &mut ctx,
-            OutputSlot::F32(&mut out),
-            &mut obs,
-        )
-        .expect("runs");
-    obs.0
+    stage_pipeline::spans(pipeline, bytes, SEED)
 }
 
 #[test]

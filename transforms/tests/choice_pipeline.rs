@@ -10,8 +10,6 @@
 //! op-by-op runs must equal it bit for bit. Also: spans, top-level `Compose` flattened, no
 //! allocation once warm, refusals naming op and argument, JSON names and defaults.
 
-use std::path::PathBuf;
-
 use ferroloader_transforms::augment::color;
 use ferroloader_transforms::augment::geometry::{erase, EraseValue as Fill};
 use ferroloader_transforms::augment::policy::{
@@ -21,13 +19,14 @@ use ferroloader_transforms::fused::OutputSlot;
 use ferroloader_transforms::image::CropRect;
 use ferroloader_transforms::rng::{sample_rng, SampleRng, TorchDraws};
 use ferroloader_transforms::spec::{
-    EraseFill, Execution, Layout, Op, OpObserver, OpSpec, OutputDtype, Pipeline, PipelineSpec,
-    Size, IMAGENET_MEAN, IMAGENET_STD,
+    EraseFill, Execution, Op, OpSpec, OutputDtype, Pipeline, PipelineSpec, IMAGENET_MEAN,
+    IMAGENET_STD,
 };
 use ferroloader_transforms::{tensor, Error, RgbImage};
 
-#[path = "../../tests/support/fixtures.rs"]
-mod fixtures;
+#[path = "support/stage_pipeline.rs"]
+mod stage_pipeline;
+use stage_pipeline::{bits, flip, normalize, to_normalized};
 
 #[path = "support/counting_alloc.rs"]
 mod counting_alloc;
@@ -37,47 +36,30 @@ const SIZE: u32 = 40;
 const SEED: u64 = 21;
 
 fn corpus() -> Vec<(String, Vec<u8>)> {
-    let dir: PathBuf = fixtures::fixture_dir("decode", "make fixtures");
-    let manifest: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(dir.join("manifest.json")).expect("manifest"))
-            .expect("manifest is JSON");
-    manifest["images"]
-        .as_array()
-        .expect("images list")
-        .iter()
-        .filter(|e| {
-            e["width"].as_u64().unwrap_or(0) * e["height"].as_u64().unwrap_or(0) < 1_000_000
-        })
-        .take(6)
-        .map(|e| {
-            let file = e["file"].as_str().expect("file name");
-            (
-                file.to_string(),
-                std::fs::read(dir.join(file)).expect("fixture readable"),
-            )
-        })
-        .collect()
+    stage_pipeline::corpus(6)
 }
 
 fn rrc() -> OpSpec {
-    OpSpec::RandomResizedCrop {
-        size: Size::Int(SIZE),
-        scale: [0.08, 1.0],
-        ratio: [0.75, 4.0 / 3.0],
-        interpolation: Default::default(),
-        antialias: true,
-    }
+    stage_pipeline::rrc(SIZE)
 }
 
-fn flip(p: f64) -> OpSpec {
-    OpSpec::RandomHorizontalFlip { p }
+fn train_with(middle: Vec<OpSpec>) -> Vec<OpSpec> {
+    stage_pipeline::train_with(SIZE, middle)
 }
 
-fn normalize() -> OpSpec {
-    OpSpec::Normalize {
-        mean: IMAGENET_MEAN,
-        std: IMAGENET_STD,
-    }
+fn run_f32(pipeline: &Pipeline, bytes: &[u8], index: u64) -> Vec<f32> {
+    stage_pipeline::run_f32(pipeline, bytes, SEED, index)
+}
+
+/// One float32 sample of `pipeline` for `index`, and the generator after its draws.
+fn run_f32_rng(pipeline: &Pipeline, bytes: &[u8], index: u64) -> (Vec<f32>, SampleRng) {
+    stage_pipeline::try_run_f32(pipeline, bytes, SEED, index).expect("runs")
+}
+
+/// The op-by-op uint8 HWC run of `[RandomResizedCrop, flip(0.5)]` on `rng`: what the stage ops
+/// see. Leaves `rng` after the crop and flip draws.
+fn stage_image(bytes: &[u8], rng: &mut SampleRng) -> RgbImage {
+    stage_pipeline::stage_image(vec![rrc(), flip(0.5)], bytes, rng)
 }
 
 fn invert(p: f64) -> OpSpec {
@@ -125,65 +107,8 @@ fn erasing(p: f64, value: EraseFill) -> OpSpec {
     }
 }
 
-/// `RandomResizedCrop`, flip, `middle`, `ToTensor`, `Normalize`.
-fn train_with(middle: Vec<OpSpec>) -> Vec<OpSpec> {
-    let mut ops = vec![rrc(), flip(0.5)];
-    ops.extend(middle);
-    ops.extend([OpSpec::ToTensor, normalize()]);
-    ops
-}
-
 fn plan_with(ops: Vec<OpSpec>, execution: Execution) -> Pipeline {
     Pipeline::new(PipelineSpec::new(ops).execution(execution)).expect("plans")
-}
-
-fn bits(v: &[f32]) -> Vec<u32> {
-    v.iter().map(|x| x.to_bits()).collect()
-}
-
-/// One float32 sample of `pipeline` for `index`, and the generator after its draws.
-fn run_f32_rng(pipeline: &Pipeline, bytes: &[u8], index: u64) -> (Vec<f32>, SampleRng) {
-    let mut ctx = pipeline.new_context().expect("context");
-    let mut out = vec![0f32; pipeline.sample_len()];
-    let mut rng = sample_rng(SEED, 0, index);
-    pipeline
-        .run(
-            bytes,
-            &mut rng,
-            &mut ctx,
-            OutputSlot::F32(&mut out),
-            &mut (),
-        )
-        .expect("runs");
-    (out, rng)
-}
-
-fn run_f32(pipeline: &Pipeline, bytes: &[u8], index: u64) -> Vec<f32> {
-    run_f32_rng(pipeline, bytes, index).0
-}
-
-/// The op-by-op uint8 HWC run of `[RandomResizedCrop, flip(0.5)]`: what the stage ops see.
-fn stage_image(bytes: &[u8], rng: &mut SampleRng) -> RgbImage {
-    let pipeline = Pipeline::new(
-        PipelineSpec::new(vec![rrc(), flip(0.5), OpSpec::PilToTensor])
-            .output(OutputDtype::Uint8)
-            .layout(Layout::Hwc)
-            .execution(Execution::OpByOp),
-    )
-    .expect("plans");
-    let mut ctx = pipeline.new_context().expect("context");
-    let mut out = vec![0u8; pipeline.sample_len()];
-    pipeline
-        .run(bytes, rng, &mut ctx, OutputSlot::U8(&mut out), &mut ())
-        .expect("runs");
-    RgbImage::from_raw(SIZE, SIZE, out).expect("image")
-}
-
-fn to_normalized(img: &RgbImage) -> Vec<f32> {
-    let mut out = vec![0f32; 3 * (SIZE * SIZE) as usize];
-    tensor::to_tensor(img.view(), &mut out).expect("to_tensor");
-    tensor::normalize(&mut out, &IMAGENET_MEAN, &IMAGENET_STD).expect("normalize");
-    out
 }
 
 /// What happened in a reference run, to check both outcomes of each draw occur.
@@ -543,32 +468,8 @@ fn erasing_at_p_zero_leaves_the_fused_sample_and_two_erasings_draw_in_order() {
 
 // ---------------------------------------------------------------- spans, allocation
 
-#[derive(Default)]
-struct Spans(Vec<(bool, Op)>);
-
-impl OpObserver for Spans {
-    fn enter(&mut self, op: Op) {
-        self.0.push((true, op));
-    }
-    fn exit(&mut self, op: Op) {
-        self.0.push((false, op));
-    }
-}
-
 fn spans(pipeline: &Pipeline, bytes: &[u8]) -> Vec<(bool, Op)> {
-    let mut obs = Spans::default();
-    let mut ctx = pipeline.new_context().expect("context");
-    let mut out = vec![0f32; pipeline.sample_len()];
-    pipeline
-        .run(
-            bytes,
-            &mut sample_rng(SEED, 0, 0),
-            &mut ctx,
-            OutputSlot::F32(&mut out),
-            &mut obs,
-        )
-        .expect("runs");
-    obs.0
+    stage_pipeline::spans(pipeline, bytes, SEED)
 }
 
 #[test]

@@ -10,8 +10,6 @@
 //! standing first (padding, `pad_if_needed`, too small an image), no allocation once warm, and
 //! specs refused with the op and argument named.
 
-use std::path::PathBuf;
-
 use ferroloader_transforms::augment::geometry::{
     vflip, AffineWarp, GaussianBlur, Interpolation, Padder, Padding, PaddingMode, RandomCropSpec,
 };
@@ -22,14 +20,14 @@ use ferroloader_transforms::fused::OutputSlot;
 use ferroloader_transforms::resize::Resizer;
 use ferroloader_transforms::rng::{sample_rng, SampleRng};
 use ferroloader_transforms::spec::{
-    Execution, Fill, KernelSize, Layout, NumberOrRange, Op, OpObserver, OpSpec, OutputDtype,
-    PadMode, PaddingArg, Pipeline, PipelineSpec, Shear, Size, WarpInterpolation, IMAGENET_MEAN,
-    IMAGENET_STD,
+    Execution, Fill, KernelSize, NumberOrRange, Op, OpSpec, PadMode, PaddingArg, Pipeline,
+    PipelineSpec, Shear, Size, WarpInterpolation,
 };
 use ferroloader_transforms::{tensor, Error, RgbImage};
 
-#[path = "../../tests/support/fixtures.rs"]
-mod fixtures;
+#[path = "support/stage_pipeline.rs"]
+mod stage_pipeline;
+use stage_pipeline::{bits, flip, normalize, to_normalized};
 
 #[path = "support/counting_alloc.rs"]
 mod counting_alloc;
@@ -40,57 +38,26 @@ use counting_alloc::allocations;
 const SIZE: u32 = 48;
 const SEED: u64 = 21;
 
-/// Small decodable images of the corpus, by name.
 fn corpus() -> Vec<(String, Vec<u8>)> {
-    let dir: PathBuf = fixtures::fixture_dir("decode", "make fixtures");
-    let manifest: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(dir.join("manifest.json")).expect("manifest"))
-            .expect("manifest is JSON");
-    manifest["images"]
-        .as_array()
-        .expect("images list")
-        .iter()
-        .filter(|e| {
-            e["width"].as_u64().unwrap_or(0) * e["height"].as_u64().unwrap_or(0) < 1_000_000
-        })
-        .take(8)
-        .map(|e| {
-            let file = e["file"].as_str().expect("file name");
-            (
-                file.to_string(),
-                std::fs::read(dir.join(file)).expect("fixture readable"),
-            )
-        })
-        .collect()
+    stage_pipeline::corpus(8)
 }
 
 fn rrc() -> OpSpec {
-    OpSpec::RandomResizedCrop {
-        size: Size::Int(SIZE),
-        scale: [0.08, 1.0],
-        ratio: [0.75, 4.0 / 3.0],
-        interpolation: Default::default(),
-        antialias: true,
-    }
+    stage_pipeline::rrc(SIZE)
 }
 
-fn flip(p: f64) -> OpSpec {
-    OpSpec::RandomHorizontalFlip { p }
-}
-
-fn normalize() -> OpSpec {
-    OpSpec::Normalize {
-        mean: IMAGENET_MEAN,
-        std: IMAGENET_STD,
-    }
-}
-
-/// `RandomResizedCrop`, flip, `middle`, `ToTensor`, `Normalize`.
 fn train_with(middle: Vec<OpSpec>) -> Vec<OpSpec> {
-    let mut ops = vec![rrc(), flip(0.5)];
-    ops.extend(middle);
-    ops.extend([OpSpec::ToTensor, normalize()]);
-    ops
+    stage_pipeline::train_with(SIZE, middle)
+}
+
+fn run_f32(pipeline: &Pipeline, bytes: &[u8], index: u64) -> Result<Vec<f32>, Error> {
+    stage_pipeline::try_run_f32(pipeline, bytes, SEED, index).map(|(out, _)| out)
+}
+
+/// The op-by-op uint8 HWC run of `[RandomResizedCrop, flip(0.5)]` on `rng`: what the stage ops
+/// see. Leaves `rng` after the crop and flip draws.
+fn stage_image(bytes: &[u8], rng: &mut SampleRng) -> RgbImage {
+    stage_pipeline::stage_image(vec![rrc(), flip(0.5)], bytes, rng)
 }
 
 fn plan(ops: Vec<OpSpec>) -> Pipeline {
@@ -99,50 +66,6 @@ fn plan(ops: Vec<OpSpec>) -> Pipeline {
 
 fn plan_op_by_op(ops: Vec<OpSpec>) -> Pipeline {
     Pipeline::new(PipelineSpec::new(ops).execution(Execution::OpByOp)).expect("plans")
-}
-
-fn bits(v: &[f32]) -> Vec<u32> {
-    v.iter().map(|x| x.to_bits()).collect()
-}
-
-/// One float32 sample of `pipeline` for sample `index`.
-fn run_f32(pipeline: &Pipeline, bytes: &[u8], index: u64) -> Result<Vec<f32>, Error> {
-    let mut ctx = pipeline.new_context().expect("context");
-    let mut out = vec![0f32; pipeline.sample_len()];
-    pipeline.run(
-        bytes,
-        &mut sample_rng(SEED, 0, index),
-        &mut ctx,
-        OutputSlot::F32(&mut out),
-        &mut (),
-    )?;
-    Ok(out)
-}
-
-/// The op-by-op, uint8 HWC run of `[RandomResizedCrop, flip(0.5)]` on `rng`: what the stage
-/// ops see. Leaves `rng` after the crop and flip draws.
-fn stage_image(bytes: &[u8], rng: &mut SampleRng) -> RgbImage {
-    let pipeline = Pipeline::new(
-        PipelineSpec::new(vec![rrc(), flip(0.5), OpSpec::PilToTensor])
-            .output(OutputDtype::Uint8)
-            .layout(Layout::Hwc)
-            .execution(Execution::OpByOp),
-    )
-    .expect("plans");
-    let mut ctx = pipeline.new_context().expect("context");
-    let mut out = vec![0u8; pipeline.sample_len()];
-    pipeline
-        .run(bytes, rng, &mut ctx, OutputSlot::U8(&mut out), &mut ())
-        .expect("runs");
-    RgbImage::from_raw(SIZE, SIZE, out).expect("image")
-}
-
-/// `ToTensor` + `Normalize` of `img`, op by op.
-fn to_normalized(img: &RgbImage) -> Vec<f32> {
-    let mut out = vec![0f32; 3 * (img.width() * img.height()) as usize];
-    tensor::to_tensor(img.view(), &mut out).expect("to_tensor");
-    tensor::normalize(&mut out, &IMAGENET_MEAN, &IMAGENET_STD).expect("normalize");
-    out
 }
 
 fn rotation() -> OpSpec {
@@ -592,32 +515,8 @@ fn random_crop_larger_than_the_image_is_a_sample_error_naming_sizes() {
     run_f32(&pipeline, &bytes, 0).expect("padded to fit");
 }
 
-#[derive(Default)]
-struct Spans(Vec<(bool, Op)>);
-
-impl OpObserver for Spans {
-    fn enter(&mut self, op: Op) {
-        self.0.push((true, op));
-    }
-    fn exit(&mut self, op: Op) {
-        self.0.push((false, op));
-    }
-}
-
 fn spans(pipeline: &Pipeline, bytes: &[u8]) -> Vec<(bool, Op)> {
-    let mut obs = Spans::default();
-    let mut ctx = pipeline.new_context().expect("context");
-    let mut out = vec![0f32; pipeline.sample_len()];
-    pipeline
-        .run(
-            bytes,
-            &mut sample_rng(SEED, 0, 0),
-            &mut ctx,
-            OutputSlot::F32(&mut out),
-            &mut obs,
-        )
-        .expect("runs");
-    obs.0
+    stage_pipeline::spans(pipeline, bytes, SEED)
 }
 
 #[test]

@@ -11,7 +11,6 @@
 //! naming the op and the argument (AugMix's included).
 
 use std::collections::HashSet;
-use std::path::PathBuf;
 
 use ferroloader_transforms::augment::color::{self, ColorScratch};
 use ferroloader_transforms::augment::geometry::{AffineWarp, Interpolation};
@@ -22,13 +21,13 @@ use ferroloader_transforms::augment::policy::{
 use ferroloader_transforms::fused::OutputSlot;
 use ferroloader_transforms::rng::{sample_rng, SampleRng};
 use ferroloader_transforms::spec::{
-    Execution, Fill, Layout, Op, OpObserver, OpSpec, OutputDtype, Pipeline, PipelineSpec, Size,
-    IMAGENET_MEAN, IMAGENET_STD,
+    Execution, Fill, Op, OpObserver, OpSpec, Pipeline, PipelineSpec,
 };
-use ferroloader_transforms::{tensor, Error, RgbImage};
+use ferroloader_transforms::{Error, RgbImage};
 
-#[path = "../../tests/support/fixtures.rs"]
-mod fixtures;
+#[path = "support/stage_pipeline.rs"]
+mod stage_pipeline;
+use stage_pipeline::{bits, flip, to_normalized};
 
 #[path = "support/counting_alloc.rs"]
 mod counting_alloc;
@@ -38,105 +37,30 @@ use counting_alloc::allocations;
 
 const SIZE: u32 = 48;
 const SEED: u64 = 20;
-/// Samples per corpus image: enough that every op of a policy's space is drawn somewhere.
-const INDICES: u64 = 40;
 
-/// Small decodable images of the corpus, by name.
 fn corpus() -> Vec<(String, Vec<u8>)> {
-    let dir: PathBuf = fixtures::fixture_dir("decode", "make fixtures");
-    let manifest: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(dir.join("manifest.json")).expect("manifest"))
-            .expect("manifest is JSON");
-    manifest["images"]
-        .as_array()
-        .expect("images list")
-        .iter()
-        .filter(|e| {
-            e["width"].as_u64().unwrap_or(0) * e["height"].as_u64().unwrap_or(0) < 1_000_000
-        })
-        .take(10)
-        .map(|e| {
-            let file = e["file"].as_str().expect("file name");
-            (
-                file.to_string(),
-                std::fs::read(dir.join(file)).expect("fixture readable"),
-            )
-        })
-        .collect()
+    stage_pipeline::corpus(10)
 }
 
 fn rrc() -> OpSpec {
-    OpSpec::RandomResizedCrop {
-        size: Size::Int(SIZE),
-        scale: [0.08, 1.0],
-        ratio: [0.75, 4.0 / 3.0],
-        interpolation: Default::default(),
-        antialias: true,
-    }
+    stage_pipeline::rrc(SIZE)
 }
 
-fn flip(p: f64) -> OpSpec {
-    OpSpec::RandomHorizontalFlip { p }
-}
-
-fn normalize() -> OpSpec {
-    OpSpec::Normalize {
-        mean: IMAGENET_MEAN,
-        std: IMAGENET_STD,
-    }
-}
-
-/// `RandomResizedCrop`, flip, `policy`, `ToTensor`, `Normalize`.
-fn train_with(policy: Vec<OpSpec>) -> Vec<OpSpec> {
-    let mut ops = vec![rrc(), flip(0.5)];
-    ops.extend(policy);
-    ops.extend([OpSpec::ToTensor, normalize()]);
-    ops
-}
-
-fn bits(v: &[f32]) -> Vec<u32> {
-    v.iter().map(|x| x.to_bits()).collect()
+fn train_with(middle: Vec<OpSpec>) -> Vec<OpSpec> {
+    stage_pipeline::train_with(SIZE, middle)
 }
 
 fn run_f32(pipeline: &Pipeline, bytes: &[u8], index: u64) -> Vec<f32> {
-    let mut ctx = pipeline.new_context().expect("context");
-    let mut out = vec![0f32; pipeline.sample_len()];
-    pipeline
-        .run(
-            bytes,
-            &mut sample_rng(SEED, 0, index),
-            &mut ctx,
-            OutputSlot::F32(&mut out),
-            &mut (),
-        )
-        .expect("runs");
-    out
+    stage_pipeline::run_f32(pipeline, bytes, SEED, index)
 }
 
-/// The op-by-op, uint8 HWC run of crop and flip on `rng`: what the policy sees. Leaves `rng`
-/// after the crop and flip draws.
+/// The op-by-op uint8 HWC run of `[RandomResizedCrop, flip(0.5)]` on `rng`: what the stage ops
+/// see. Leaves `rng` after the crop and flip draws.
 fn stage_image(bytes: &[u8], rng: &mut SampleRng) -> RgbImage {
-    let pipeline = Pipeline::new(
-        PipelineSpec::new(vec![rrc(), flip(0.5), OpSpec::PilToTensor])
-            .output(OutputDtype::Uint8)
-            .layout(Layout::Hwc)
-            .execution(Execution::OpByOp),
-    )
-    .expect("plans");
-    let mut ctx = pipeline.new_context().expect("context");
-    let mut out = vec![0u8; pipeline.sample_len()];
-    pipeline
-        .run(bytes, rng, &mut ctx, OutputSlot::U8(&mut out), &mut ())
-        .expect("runs");
-    RgbImage::from_raw(SIZE, SIZE, out).expect("image")
+    stage_pipeline::stage_image(vec![rrc(), flip(0.5)], bytes, rng)
 }
-
-fn to_normalized(img: &RgbImage) -> Vec<f32> {
-    let mut out = vec![0f32; 3 * (SIZE * SIZE) as usize];
-    tensor::to_tensor(img.view(), &mut out).expect("to_tensor");
-    tensor::normalize(&mut out, &IMAGENET_MEAN, &IMAGENET_STD).expect("normalize");
-    out
-}
+/// Samples per corpus image: enough that every op of a policy's space is drawn somewhere.
+const INDICES: u64 = 40;
 
 /// torchvision's `_apply_op(img, op, magnitude, interpolation, fill)` on a PIL image, written
 /// out with the kernels: `F.affine` (shears about `center=[0, 0]`, translations about the

@@ -1,0 +1,163 @@
+//! What the stage-pipeline tests share (augment_pipeline, policy_pipeline, geometric_pipeline,
+//! choice_pipeline): the decode corpus, the train pipeline's ops, a float32 run, and the pieces
+//! of the by-hand reference (the uint8 image the stage ops see, then to-tensor + normalize).
+//!
+//! Each test file keeps its own output size and seed and passes them in.
+
+#![allow(dead_code)] // each test file uses its own subset
+
+use std::path::PathBuf;
+
+use ferroloader_transforms::fused::OutputSlot;
+use ferroloader_transforms::rng::{sample_rng, SampleRng};
+use ferroloader_transforms::spec::{
+    Execution, Layout, Op, OpObserver, OpSpec, OutputDtype, Pipeline, PipelineSpec, Size,
+    IMAGENET_MEAN, IMAGENET_STD,
+};
+use ferroloader_transforms::{tensor, Error, RgbImage};
+
+#[path = "../../../tests/support/fixtures.rs"]
+mod fixtures;
+
+/// Up to `count` decodable images of the decode corpus under a megapixel, by file name.
+pub fn corpus(count: usize) -> Vec<(String, Vec<u8>)> {
+    let dir: PathBuf = fixtures::fixture_dir("decode", "make fixtures");
+    let manifest: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(dir.join("manifest.json")).expect("manifest"))
+            .expect("manifest is JSON");
+    manifest["images"]
+        .as_array()
+        .expect("images list")
+        .iter()
+        .filter(|e| {
+            e["width"].as_u64().unwrap_or(0) * e["height"].as_u64().unwrap_or(0) < 1_000_000
+        })
+        .take(count)
+        .map(|e| {
+            let file = e["file"].as_str().expect("file name");
+            (
+                file.to_string(),
+                std::fs::read(dir.join(file)).expect("fixture readable"),
+            )
+        })
+        .collect()
+}
+
+/// `RandomResizedCrop(size)` with torchvision's defaults.
+pub fn rrc(size: u32) -> OpSpec {
+    OpSpec::RandomResizedCrop {
+        size: Size::Int(size),
+        scale: [0.08, 1.0],
+        ratio: [0.75, 4.0 / 3.0],
+        interpolation: Default::default(),
+        antialias: true,
+    }
+}
+
+pub fn flip(p: f64) -> OpSpec {
+    OpSpec::RandomHorizontalFlip { p }
+}
+
+pub fn normalize() -> OpSpec {
+    OpSpec::Normalize {
+        mean: IMAGENET_MEAN,
+        std: IMAGENET_STD,
+    }
+}
+
+/// `RandomResizedCrop(size)`, flip, `middle`, `ToTensor`, `Normalize`.
+pub fn train_with(size: u32, middle: Vec<OpSpec>) -> Vec<OpSpec> {
+    let mut ops = vec![rrc(size), flip(0.5)];
+    ops.extend(middle);
+    ops.extend([OpSpec::ToTensor, normalize()]);
+    ops
+}
+
+pub fn bits(v: &[f32]) -> Vec<u32> {
+    v.iter().map(|x| x.to_bits()).collect()
+}
+
+/// One float32 sample of `pipeline` for sample `index` of epoch 0 of `seed`, and the
+/// generator after its draws.
+pub fn try_run_f32(
+    pipeline: &Pipeline,
+    bytes: &[u8],
+    seed: u64,
+    index: u64,
+) -> Result<(Vec<f32>, SampleRng), Error> {
+    let mut ctx = pipeline.new_context().expect("context");
+    let mut out = vec![0f32; pipeline.sample_len()];
+    let mut rng = sample_rng(seed, 0, index);
+    pipeline.run(
+        bytes,
+        &mut rng,
+        &mut ctx,
+        OutputSlot::F32(&mut out),
+        &mut (),
+    )?;
+    Ok((out, rng))
+}
+
+/// [`try_run_f32`]'s sample, which must run.
+pub fn run_f32(pipeline: &Pipeline, bytes: &[u8], seed: u64, index: u64) -> Vec<f32> {
+    try_run_f32(pipeline, bytes, seed, index).expect("runs").0
+}
+
+/// The op-by-op, uint8 HWC run of `ops` (a geometry and flips, no stage op) on `rng`, as an
+/// image: what the stage ops see. Leaves `rng` after those ops' draws.
+pub fn stage_image(ops: Vec<OpSpec>, bytes: &[u8], rng: &mut SampleRng) -> RgbImage {
+    let mut ops = ops;
+    ops.push(OpSpec::PilToTensor);
+    let pipeline = Pipeline::new(
+        PipelineSpec::new(ops)
+            .output(OutputDtype::Uint8)
+            .layout(Layout::Hwc)
+            .execution(Execution::OpByOp),
+    )
+    .expect("plans");
+    let mut ctx = pipeline.new_context().expect("context");
+    let mut out = vec![0u8; pipeline.sample_len()];
+    pipeline
+        .run(bytes, rng, &mut ctx, OutputSlot::U8(&mut out), &mut ())
+        .expect("runs");
+    let (h, w) = pipeline.output_size();
+    RgbImage::from_raw(w, h, out).expect("image")
+}
+
+/// `ToTensor` + `Normalize` of `img`, op by op.
+pub fn to_normalized(img: &RgbImage) -> Vec<f32> {
+    let mut out = vec![0f32; 3 * (img.width() * img.height()) as usize];
+    tensor::to_tensor(img.view(), &mut out).expect("to_tensor");
+    tensor::normalize(&mut out, &IMAGENET_MEAN, &IMAGENET_STD).expect("normalize");
+    out
+}
+
+/// Every op boundary a sample crosses: `(true, op)` on entry, `(false, op)` on exit.
+#[derive(Default)]
+pub struct Spans(pub Vec<(bool, Op)>);
+
+impl OpObserver for Spans {
+    fn enter(&mut self, op: Op) {
+        self.0.push((true, op));
+    }
+    fn exit(&mut self, op: Op) {
+        self.0.push((false, op));
+    }
+}
+
+/// The op boundaries of sample 0 of epoch 0 of `seed`, run as float32.
+pub fn spans(pipeline: &Pipeline, bytes: &[u8], seed: u64) -> Vec<(bool, Op)> {
+    let mut obs = Spans::default();
+    let mut ctx = pipeline.new_context().expect("context");
+    let mut out = vec![0f32; pipeline.sample_len()];
+    pipeline
+        .run(
+            bytes,
+            &mut sample_rng(seed, 0, 0),
+            &mut ctx,
+            OutputSlot::F32(&mut out),
+            &mut obs,
+        )
+        .expect("runs");
+    obs.0
+}
