@@ -50,13 +50,6 @@ pub(crate) fn generation() -> u64 {
     GENERATION.load(Ordering::SeqCst)
 }
 
-/// The fork generation of this process: Python objects compare it with the one they were made
-/// in to tell whether they were inherited through `fork()`.
-#[pyfunction]
-pub(crate) fn fork_generation() -> u64 {
-    generation()
-}
-
 /// A value that belongs to the process (fork generation) that made it.
 ///
 /// In a forked child, [`ForkLocal::get`] fails and dropping leaks the value instead of running

@@ -37,7 +37,6 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<profile::PySummary>()?;
     m.add_class::<profile::PyCounterGroup>()?;
     m.add_function(wrap_pyfunction!(profile::now_ns, m)?)?;
-    m.add_function(wrap_pyfunction!(fork::fork_generation, m)?)?;
     m.add_function(wrap_pyfunction!(ops::random_resized_crop_params, m)?)?;
     m.add_function(wrap_pyfunction!(ops::resized_crop, m)?)?;
     m.add_function(wrap_pyfunction!(ops::check_pipeline, m)?)?;

@@ -21,7 +21,6 @@ __all__ = [
     "Summary",
     "CounterGroup",
     "now_ns",
-    "fork_generation",
     "random_resized_crop_params",
     "resized_crop",
     "check_pipeline",
@@ -245,7 +244,6 @@ class CounterGroup:
     def read(self) -> Tuple[int, ...]: ...
 
 def now_ns() -> int: ...
-def fork_generation() -> int: ...
 def random_resized_crop_params(
     width: int,
     height: int,

@@ -1,0 +1,635 @@
+//! The op vocabulary of a [`PipelineSpec`](super::PipelineSpec): [`OpSpec`], one variant per
+//! torchvision transform with its parameter names and defaults, and the argument types they
+//! share (sizes, interpolation modes, fills, ranges), as serde reads them from JSON.
+//!
+//! Must not check values or plan anything: the planner ([`Pipeline::new`](super::Pipeline::new)
+//! and the stage families) owns every check, so a spec always parses and is refused there with
+//! the op and argument named.
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::Result;
+use crate::resize::Filter;
+
+/// `int` (square, or the shorter side for `Resize`) or `[height, width]`, as torchvision takes it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum Size {
+    /// One number.
+    Int(u32),
+    /// `[height, width]`.
+    Pair([u32; 2]),
+}
+
+impl Size {
+    pub(crate) fn square_or_pair(self) -> (u32, u32) {
+        match self {
+            Size::Int(s) => (s, s),
+            Size::Pair([h, w]) => (h, w),
+        }
+    }
+}
+
+/// Interpolation modes of `Resize` and `RandomResizedCrop`, as torchvision applies them to PIL
+/// images (Pillow's filters, bit-exact). The other modes (box, hamming, lanczos) are not
+/// implemented: naming one is a deserialization error that names it, not a silent substitute.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Interpolation {
+    /// Pillow's `NEAREST`: the source pixel under each output pixel's center.
+    Nearest,
+    /// Pillow's `BILINEAR` with antialias (support widened by the downscale factor).
+    #[default]
+    Bilinear,
+    /// Pillow's `BICUBIC` with antialias (support widened by the downscale factor).
+    Bicubic,
+}
+
+impl Interpolation {
+    /// The resize filter that runs it.
+    pub fn filter(self) -> Filter {
+        match self {
+            Interpolation::Nearest => Filter::Nearest,
+            Interpolation::Bilinear => Filter::Bilinear,
+            Interpolation::Bicubic => Filter::Bicubic,
+        }
+    }
+}
+
+pub(super) fn default_scale() -> [f64; 2] {
+    [0.08, 1.0]
+}
+
+pub(super) fn default_ratio() -> [f64; 2] {
+    [3.0 / 4.0, 4.0 / 3.0]
+}
+
+fn default_flip_p() -> f64 {
+    0.5
+}
+
+pub(super) fn default_true() -> bool {
+    true
+}
+
+fn default_half() -> f64 {
+    0.5
+}
+
+fn default_grayscale_p() -> f64 {
+    0.1
+}
+
+fn default_one() -> i64 {
+    1
+}
+
+/// One `ColorJitter` argument as torchvision takes it: a single number or a `[min, max]` pair.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum JitterArg {
+    /// `v`: `[max(0, center - v), center + v]` (hue: `[-v, v]`); 0 is off.
+    Number(f64),
+    /// `[min, max]`, within the argument's bounds.
+    Range([f64; 2]),
+}
+
+impl Default for JitterArg {
+    /// 0: the adjustment is off, torchvision's default.
+    fn default() -> Self {
+        JitterArg::Number(0.0)
+    }
+}
+
+/// How the warps of the augmentation policies sample (torchvision's `InterpolationMode` for
+/// `TrivialAugmentWide`, `RandAugment`, `AutoAugment`, `AugMix`: only these two are allowed).
+pub type WarpInterpolation = crate::augment::geometry::Interpolation;
+
+/// Whose draws a policy follows (`torchvision.transforms` or `.v2`).
+pub type PolicyApi = crate::augment::policy::Api;
+
+/// `AutoAugmentPolicy`, by its value (`imagenet`, `cifar10`, `svhn`).
+pub type AutoAugmentPolicySpec = crate::augment::policy::AutoAugmentPolicy;
+
+fn default_magnitude_bins() -> i64 {
+    31
+}
+
+fn default_rand_augment_ops() -> i64 {
+    2
+}
+
+fn default_rand_augment_magnitude() -> i64 {
+    9
+}
+
+fn default_augmix_severity() -> i64 {
+    3
+}
+
+fn default_augmix_width() -> i64 {
+    3
+}
+
+fn default_augmix_chain_depth() -> i64 {
+    -1
+}
+
+fn default_augmix_alpha() -> f64 {
+    1.0
+}
+
+fn default_augmix_interpolation() -> WarpInterpolation {
+    WarpInterpolation::Bilinear
+}
+
+fn default_erase_scale() -> [f64; 2] {
+    [0.02, 0.33]
+}
+
+fn default_erase_ratio() -> [f64; 2] {
+    [0.3, 3.3]
+}
+
+/// `RandomErasing`'s `value` as torchvision takes it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum EraseFill {
+    /// One value for every channel.
+    Number(f64),
+    /// One value per channel (3), or one for all (1).
+    Values(Vec<f64>),
+    /// `"random"`: standard normal values from the sample's generator (any other word is
+    /// refused when the pipeline is planned).
+    Word(String),
+}
+
+impl Default for EraseFill {
+    /// 0, torchvision's default.
+    fn default() -> Self {
+        EraseFill::Number(0.0)
+    }
+}
+
+fn default_blur_sigma() -> NumberOrRange {
+    NumberOrRange::Range([0.1, 2.0])
+}
+
+/// A range argument as torchvision takes it: one number (each op says what range it means:
+/// `degrees` `d` is `[-d, d]`, `sigma` `s` is `[s, s]`) or a `[min, max]` pair.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum NumberOrRange {
+    /// One number.
+    Number(f64),
+    /// `[min, max]`.
+    Range([f64; 2]),
+}
+
+/// `RandomAffine`'s `shear`: a number `s` (`[-s, s]` on x), or 2 (x) or 4 (x, then y) bounds.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum Shear {
+    /// `s`: x shear in `[-s, s]`.
+    Number(f64),
+    /// `[x_min, x_max]` or `[x_min, x_max, y_min, y_max]`.
+    Bounds(Vec<f64>),
+}
+
+/// torchvision's `fill` for a PIL image: one number for every channel, or one per channel
+/// (truncated toward zero, clipped to 0..=255, as Pillow does).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum Fill {
+    /// One value for every channel.
+    Number(f64),
+    /// One value per channel (or a single one, for every channel).
+    PerChannel(Vec<f64>),
+}
+
+impl Default for Fill {
+    /// 0: black, torchvision's default.
+    fn default() -> Self {
+        Fill::Number(0.0)
+    }
+}
+
+impl Fill {
+    /// The RGB triple it fills with (see [`parse_fill`](crate::augment::geometry::parse_fill)).
+    pub(crate) fn rgb(&self) -> Result<[u8; 3]> {
+        match self {
+            Fill::Number(v) => crate::augment::geometry::parse_fill(Some(&[*v])),
+            Fill::PerChannel(v) => crate::augment::geometry::parse_fill(Some(v)),
+        }
+    }
+}
+
+/// `GaussianBlur`'s `kernel_size`: one odd size, or `[x, y]`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum KernelSize {
+    /// The same size on both axes.
+    Int(i64),
+    /// `[x, y]`: the horizontal kernel's size, then the vertical one's.
+    Pair([i64; 2]),
+}
+
+/// `Pad`'s and `RandomCrop`'s `padding`: one number (every side), or 1, 2
+/// (`[left/right, top/bottom]`) or 4 (`[left, top, right, bottom]`) numbers. Negative values
+/// (torchvision crops then) are refused at plan time.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum PaddingArg {
+    /// Every side.
+    Int(i64),
+    /// 1, 2 or 4 values.
+    Seq(Vec<i64>),
+}
+
+/// torchvision's `padding_mode`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum PadMode {
+    /// The fill colour.
+    #[default]
+    Constant,
+    /// The edge pixel repeated.
+    Edge,
+    /// Mirrored without repeating the edge.
+    Reflect,
+    /// Mirrored with the edge repeated.
+    Symmetric,
+}
+
+/// One op, named and parameterized as in `torchvision.transforms`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "op", deny_unknown_fields)]
+pub enum OpSpec {
+    /// `RandomResizedCrop(size, scale=(0.08, 1.0), ratio=(3/4, 4/3))`.
+    RandomResizedCrop {
+        /// Output size.
+        size: Size,
+        /// Range of the crop's area as a fraction of the image's; default `[0.08, 1.0]`.
+        #[serde(default = "default_scale")]
+        scale: [f64; 2],
+        /// Range of the crop's aspect ratio (w / h); default `[3/4, 4/3]`.
+        #[serde(default = "default_ratio")]
+        ratio: [f64; 2],
+        /// Default `bilinear`.
+        #[serde(default)]
+        interpolation: Interpolation,
+        /// Default `true`; PIL images are always antialiased, so `false` is rejected.
+        #[serde(default = "default_true")]
+        antialias: bool,
+    },
+    /// `Resize(size, max_size=None)`: an int resizes the shorter side, a pair sets both.
+    Resize {
+        /// Shorter side, or `[height, width]`.
+        size: Size,
+        /// Cap on the longer side when `size` is an int; default none.
+        #[serde(default)]
+        max_size: Option<u32>,
+        /// Default `bilinear`.
+        #[serde(default)]
+        interpolation: Interpolation,
+        /// Default `true`.
+        #[serde(default = "default_true")]
+        antialias: bool,
+    },
+    /// `CenterCrop(size)`.
+    CenterCrop {
+        /// Output size.
+        size: Size,
+    },
+    /// `RandomHorizontalFlip(p=0.5)`.
+    RandomHorizontalFlip {
+        /// Probability of flipping; default 0.5.
+        #[serde(default = "default_flip_p")]
+        p: f64,
+    },
+    /// `RandomVerticalFlip(p=0.5)`: one coin, drawn whatever `p` (as torchvision, v1 and v2).
+    /// A stage op.
+    RandomVerticalFlip {
+        /// Probability of flipping; default 0.5.
+        #[serde(default = "default_flip_p")]
+        p: f64,
+    },
+    /// `RandomRotation(degrees, interpolation="nearest", expand=False, center=None, fill=0)`:
+    /// Pillow's `Image.rotate` by an angle drawn from `degrees` (a number `d` is `[-d, d]`).
+    /// `expand=True` is refused (the size would depend on the angle). A stage op.
+    RandomRotation {
+        /// A non-negative number `d` (`[-d, d]`) or a `[min, max]` pair, in degrees.
+        degrees: NumberOrRange,
+        /// Default `nearest`.
+        #[serde(default)]
+        interpolation: WarpInterpolation,
+        /// Default `false`; `true` is refused.
+        #[serde(default)]
+        expand: bool,
+        /// `[x, y]` in pixels; default the image centre.
+        #[serde(default)]
+        center: Option<[f64; 2]>,
+        /// Default 0 (black).
+        #[serde(default)]
+        fill: Fill,
+    },
+    /// `RandomAffine(degrees, translate=None, scale=None, shear=None, interpolation="nearest",
+    /// fill=0, center=None)`: torchvision's `F.affine` on a PIL image. A stage op.
+    RandomAffine {
+        /// A non-negative number `d` (`[-d, d]`) or a `[min, max]` pair, in degrees.
+        degrees: NumberOrRange,
+        /// Maximal fractions `[a, b]` of width and height, each in `[0, 1]`; default none.
+        #[serde(default)]
+        translate: Option<[f64; 2]>,
+        /// `[min, max]`, positive; default none (1).
+        #[serde(default)]
+        scale: Option<[f64; 2]>,
+        /// A number `s` (`[-s, s]` on x), 2 bounds (x) or 4 (x then y), in degrees; default none.
+        #[serde(default)]
+        shear: Option<Shear>,
+        /// Default `nearest`.
+        #[serde(default)]
+        interpolation: WarpInterpolation,
+        /// Default 0 (black).
+        #[serde(default)]
+        fill: Fill,
+        /// `[x, y]` in pixels; default the image centre.
+        #[serde(default)]
+        center: Option<[f64; 2]>,
+    },
+    /// `GaussianBlur(kernel_size, sigma=(0.1, 2.0))`: one sigma drawn for both axes; within
+    /// one level of torchvision (a separable float32 convolution). A stage op.
+    GaussianBlur {
+        /// Odd, positive: one size, or `[x, y]`.
+        kernel_size: KernelSize,
+        /// A positive number `s` (fixed) or a `[min, max]` pair; default `[0.1, 2.0]`.
+        #[serde(default = "default_blur_sigma")]
+        sigma: NumberOrRange,
+    },
+    /// `Pad(padding, fill=0, padding_mode="constant")`: changes the sample's size. A stage op.
+    Pad {
+        /// One number (every side), `[left/right, top/bottom]` or `[left, top, right, bottom]`;
+        /// non-negative.
+        padding: PaddingArg,
+        /// Default 0 (black); used by the constant mode only.
+        #[serde(default)]
+        fill: Fill,
+        /// Default `constant`.
+        #[serde(default)]
+        padding_mode: PadMode,
+    },
+    /// `RandomCrop(size, padding=None, pad_if_needed=False, fill=0, padding_mode="constant")`,
+    /// with v1's padding (`padding`, then `pad_if_needed`'s, each reflecting the previous
+    /// result). The first op (of the decoded image, or after `Resize`) or a stage op.
+    ///
+    /// v2's class pads once by the sum of both paddings: the same pixels except in the
+    /// reflect and symmetric modes with both paddings at work (the Python conversion refuses
+    /// that case); it also skips the offset draw of an axis the crop fills (v1 draws
+    /// `randint(1)` there), which moves later draws in the stream, not their distribution.
+    RandomCrop {
+        /// Output size.
+        size: Size,
+        /// As `Pad`'s; default none.
+        #[serde(default)]
+        padding: Option<PaddingArg>,
+        /// Pad an image smaller than `size` up to it; default `false`.
+        #[serde(default)]
+        pad_if_needed: bool,
+        /// Default 0 (black).
+        #[serde(default)]
+        fill: Fill,
+        /// Default `constant`.
+        #[serde(default)]
+        padding_mode: PadMode,
+    },
+    /// `ColorJitter(brightness=0, contrast=0, saturation=0, hue=0)`: each a number `v`
+    /// (`[max(0, 1 - v), 1 + v]`, hue `[-v, v]` with `v <= 0.5`) or a `[min, max]` pair; 0 (or
+    /// the no-op pair) turns an adjustment off. A pixel op (see [`Pipeline`]).
+    ColorJitter {
+        /// Default 0.
+        #[serde(default)]
+        brightness: JitterArg,
+        /// Default 0.
+        #[serde(default)]
+        contrast: JitterArg,
+        /// Default 0.
+        #[serde(default)]
+        saturation: JitterArg,
+        /// Default 0.
+        #[serde(default)]
+        hue: JitterArg,
+    },
+    /// `Grayscale(num_output_channels=1)`. Only 3 is accepted: samples are 3-channel, and
+    /// torchvision's default 1 would change the sample's shape. A pixel op.
+    Grayscale {
+        /// Default 1 (torchvision's), refused; write 3.
+        #[serde(default = "default_one")]
+        num_output_channels: i64,
+    },
+    /// `RandomGrayscale(p=0.1)`: grayscale replicated into 3 channels. A pixel op.
+    RandomGrayscale {
+        /// Default 0.1.
+        #[serde(default = "default_grayscale_p")]
+        p: f64,
+    },
+    /// `RandomPosterize(bits, p=0.5)`: keeps the top `bits` (1 to 8) bits. A pixel op.
+    RandomPosterize {
+        /// Bits kept per channel, 1 to 8.
+        bits: i64,
+        /// Default 0.5.
+        #[serde(default = "default_half")]
+        p: f64,
+    },
+    /// `RandomSolarize(threshold, p=0.5)`: inverts every level `>= threshold`. A pixel op.
+    RandomSolarize {
+        /// Finite; compared as Python compares an int with a float.
+        threshold: f64,
+        /// Default 0.5.
+        #[serde(default = "default_half")]
+        p: f64,
+    },
+    /// `RandomEqualize(p=0.5)`: Pillow's `ImageOps.equalize`. A pixel op.
+    RandomEqualize {
+        /// Default 0.5.
+        #[serde(default = "default_half")]
+        p: f64,
+    },
+    /// `RandomAutocontrast(p=0.5)`: Pillow's `ImageOps.autocontrast`. A pixel op.
+    RandomAutocontrast {
+        /// Default 0.5.
+        #[serde(default = "default_half")]
+        p: f64,
+    },
+    /// `RandomAdjustSharpness(sharpness_factor, p=0.5)`. A pixel op.
+    RandomAdjustSharpness {
+        /// Non-negative, finite (0 blurs, 1 is the original, 2 sharpens).
+        sharpness_factor: f64,
+        /// Default 0.5.
+        #[serde(default = "default_half")]
+        p: f64,
+    },
+    /// `RandomInvert(p=0.5)`. A pixel op.
+    RandomInvert {
+        /// Default 0.5.
+        #[serde(default = "default_half")]
+        p: f64,
+    },
+    /// `TrivialAugmentWide(num_magnitude_bins=31, interpolation=NEAREST, fill=None)`: one op
+    /// of the wide space at a random bin and sign. A pixel op; the chosen op has a nested span
+    /// (`TrivialAugmentWide/Rotate`).
+    TrivialAugmentWide {
+        /// At least 2; default 31.
+        #[serde(default = "default_magnitude_bins")]
+        num_magnitude_bins: i64,
+        /// Of the shears, translations and rotations: `nearest` (default) or `bilinear`.
+        #[serde(default)]
+        interpolation: WarpInterpolation,
+        /// Where the warps uncover the image: None (black, default), a number, or 1 or 3
+        /// numbers, as torchvision's `fill` on a PIL image.
+        #[serde(default)]
+        fill: Option<Fill>,
+        /// Whose draws: `v1` (`torchvision.transforms`, default) or `v2`
+        /// (`torchvision.transforms.v2`: a float sign draw, Solarize thresholds from a float64
+        /// table).
+        #[serde(default)]
+        api: PolicyApi,
+    },
+    /// `RandAugment(num_ops=2, magnitude=9, num_magnitude_bins=31, interpolation=NEAREST,
+    /// fill=None)`: `num_ops` random ops at bin `magnitude`. A pixel op; nested spans per op.
+    RandAugment {
+        /// 0 to 16; default 2.
+        #[serde(default = "default_rand_augment_ops")]
+        num_ops: i64,
+        /// The bin, below `num_magnitude_bins`; default 9.
+        #[serde(default = "default_rand_augment_magnitude")]
+        magnitude: i64,
+        /// At least 2; default 31.
+        #[serde(default = "default_magnitude_bins")]
+        num_magnitude_bins: i64,
+        /// Default `nearest`.
+        #[serde(default)]
+        interpolation: WarpInterpolation,
+        /// Default None (black).
+        #[serde(default)]
+        fill: Option<Fill>,
+        /// Default `v1`.
+        #[serde(default)]
+        api: PolicyApi,
+    },
+    /// `AutoAugment(policy=IMAGENET, interpolation=NEAREST, fill=None)`: one of the policy's
+    /// 25 sub-policies. A pixel op; nested spans per op applied.
+    AutoAugment {
+        /// `imagenet` (default), `cifar10` or `svhn`.
+        #[serde(default)]
+        policy: AutoAugmentPolicySpec,
+        /// Default `nearest`.
+        #[serde(default)]
+        interpolation: WarpInterpolation,
+        /// Default None (black).
+        #[serde(default)]
+        fill: Option<Fill>,
+        /// Default `v1`.
+        #[serde(default)]
+        api: PolicyApi,
+    },
+    /// `AugMix(severity=3, mixture_width=3, chain_depth=-1, alpha=1.0, all_ops=True,
+    /// interpolation=BILINEAR, fill=None)`. Parsed with torchvision's names and defaults but
+    /// refused when planned: torchvision runs it with its tensor kernels (not Pillow's), which
+    /// the stage does not have yet.
+    AugMix {
+        /// Default 3.
+        #[serde(default = "default_augmix_severity")]
+        severity: i64,
+        /// Default 3.
+        #[serde(default = "default_augmix_width")]
+        mixture_width: i64,
+        /// Default -1 (a random depth in 1..=3).
+        #[serde(default = "default_augmix_chain_depth")]
+        chain_depth: i64,
+        /// Default 1.0.
+        #[serde(default = "default_augmix_alpha")]
+        alpha: f64,
+        /// Default true.
+        #[serde(default = "default_true")]
+        all_ops: bool,
+        /// Default `bilinear`.
+        #[serde(default = "default_augmix_interpolation")]
+        interpolation: WarpInterpolation,
+        /// Default None (black).
+        #[serde(default)]
+        fill: Option<Fill>,
+        /// Default `v1`.
+        #[serde(default)]
+        api: PolicyApi,
+    },
+    /// `RandomApply(transforms, p=0.5)`: the stage ops `transforms` (a nested `Compose` is
+    /// flattened into them), all or none. One draw: v1's `p < torch.rand(1)` skips, so a draw
+    /// equal to `p` applies; v2 skips on `torch.rand(1) >= p` (they differ only for that one
+    /// value, so `p = 0` applies with probability 2^-24 here, as in v1). Every outcome must
+    /// leave the size the ops found.
+    RandomApply {
+        /// Stage ops, nested compositions included.
+        transforms: Vec<OpSpec>,
+        /// Default 0.5.
+        #[serde(default = "default_half")]
+        p: f64,
+    },
+    /// `RandomChoice(transforms, p=None)`: one of `transforms` (a `Compose` among them is one
+    /// choice running its ops in order), weighted by `p` (`None`: uniform). v1 draws with
+    /// Python's `random.choices`, v2 with `torch.multinomial`: the same distribution. Every
+    /// choice must leave the same size.
+    RandomChoice {
+        /// 1 to 16 stage ops or compositions.
+        transforms: Vec<OpSpec>,
+        /// Non-negative weights, one per transform (need not sum to 1); default uniform.
+        #[serde(default)]
+        p: Option<Vec<f64>>,
+    },
+    /// `RandomOrder(transforms)`: all of `transforms` (a `Compose` among them moves as one) in
+    /// a random order (v1 `random.shuffle`, v2 `torch.randperm`: both uniform). Every order
+    /// must leave the same size.
+    RandomOrder {
+        /// 1 to 16 stage ops or compositions.
+        transforms: Vec<OpSpec>,
+    },
+    /// `Compose(transforms)` nested in a pipeline: its ops stand where it stands (flattened),
+    /// except as one choice of `RandomChoice` or one item of `RandomOrder`, where it is one unit.
+    Compose {
+        /// The ops, in order.
+        transforms: Vec<OpSpec>,
+    },
+    /// `RandomErasing(p=0.5, scale=(0.02, 0.33), ratio=(0.3, 3.3), value=0, inplace=False)`: a
+    /// tensor op, after `ToTensor` (before or after `Normalize`), on the float32 sample in the
+    /// batch slot. `inplace` changes nothing here (the slot is always erased in place). Refused
+    /// with `uint8` output: the slot then holds pixels, and the values erasing writes belong
+    /// to the float tensor. v2's class takes the same arguments and draws the same.
+    RandomErasing {
+        /// Default 0.5.
+        #[serde(default = "default_half")]
+        p: f64,
+        /// Range of the erased area as a fraction of the image's; default `[0.02, 0.33]`.
+        #[serde(default = "default_erase_scale")]
+        scale: [f64; 2],
+        /// Range of the erased rectangle's aspect ratio (h / w); default `[0.3, 3.3]`.
+        #[serde(default = "default_erase_ratio")]
+        ratio: [f64; 2],
+        /// Default 0.
+        #[serde(default)]
+        value: EraseFill,
+        /// Default `false`; accepted for torchvision's signature, no effect.
+        #[serde(default)]
+        inplace: bool,
+    },
+    /// `ToTensor()`: u8 HWC to f32 CHW in [0, 1].
+    ToTensor,
+    /// `PILToTensor()`: u8 HWC to u8 CHW.
+    #[serde(rename = "PILToTensor")]
+    PilToTensor,
+    /// `Normalize(mean, std)` per channel.
+    Normalize {
+        /// Per-channel mean.
+        mean: [f32; 3],
+        /// Per-channel standard deviation, non-zero.
+        std: [f32; 3],
+    },
+}
