@@ -404,7 +404,7 @@ pub enum OpSpec {
     },
     /// `ColorJitter(brightness=0, contrast=0, saturation=0, hue=0)`: each a number `v`
     /// (`[max(0, 1 - v), 1 + v]`, hue `[-v, v]` with `v <= 0.5`) or a `[min, max]` pair; 0 (or
-    /// the no-op pair) turns an adjustment off. A pixel op (see [`Pipeline`]).
+    /// the no-op pair) turns an adjustment off. A pixel op (see [`Pipeline`](super::Pipeline)).
     ColorJitter {
         /// Default 0.
         #[serde(default)]
