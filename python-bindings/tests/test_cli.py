@@ -248,3 +248,15 @@ def test_a_bad_file_is_named_in_one_line_and_skip_leaves_it_out(
                                         "--on-error", "skip", "--batches", "4",
                                         "--out", str(tmp_path / "s")])
     assert skipped.exit_code == 0, skipped.output
+
+
+def test_the_skipping_folder_pickles_for_spawned_workers(data: Path) -> None:
+    import pickle
+
+    import torchvision
+
+    from ferroloader import compare
+
+    folder = compare._skipping_folder(torchvision)(str(data))
+    copy = pickle.loads(pickle.dumps(folder))
+    assert type(copy) is type(folder) and len(copy) == len(folder)

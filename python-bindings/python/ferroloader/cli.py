@@ -431,8 +431,9 @@ def _compare_and_report(
     )
     console = _stdout()
     console.print()
-    _print_summary(console, profile.summary().to_dict(), cpu)
-    for warning in report.profile_warnings(profile, cpu):
+    summary = profile.summary().to_dict()
+    _print_summary(console, summary, cpu)
+    for warning in report.profile_warnings(profile, cpu, summary=summary):
         console.print(f"[yellow]warning:[/yellow] {warning}")
     _print_files(console, files)
 

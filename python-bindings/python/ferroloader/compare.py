@@ -127,19 +127,35 @@ class SampleFailure(RuntimeError):
     pipeline, the file and the cause (not the worker process's traceback)."""
 
 
-def _skipping_folder(torchvision: Any) -> Any:
+_SKIPPING_FOLDER: Optional[type] = None
+
+
+def _skipping_folder(torchvision: Any) -> type:
     """torchvision's ``ImageFolder`` whose ``__getitem__`` gives None for a sample that fails,
     left out of its batch by :func:`_collate_present`. A subclass, so profiling still sees a
-    ``DatasetFolder`` and times its read, decode and transforms."""
+    ``DatasetFolder`` and times its read, decode and transforms. Made once, on first use
+    (torchvision is imported only then), and found by pickle as
+    ``ferroloader.compare.SkippingImageFolder`` (the module's ``__getattr__``), so spawned
+    workers can load it."""
+    global _SKIPPING_FOLDER
+    if _SKIPPING_FOLDER is None:
 
-    class SkippingImageFolder(torchvision.datasets.ImageFolder):  # type: ignore[misc]
-        def __getitem__(self, index: int) -> Any:
-            try:
-                return super().__getitem__(index)
-            except Exception:
-                return None
+        class SkippingImageFolder(torchvision.datasets.ImageFolder):  # type: ignore[misc]
+            def __getitem__(self, index: int) -> Any:
+                try:
+                    return super().__getitem__(index)
+                except Exception:
+                    return None
 
-    return SkippingImageFolder
+        SkippingImageFolder.__qualname__ = "SkippingImageFolder"
+        _SKIPPING_FOLDER = SkippingImageFolder
+    return _SKIPPING_FOLDER
+
+
+def __getattr__(name: str) -> Any:
+    if name == "SkippingImageFolder":
+        return _skipping_folder(_torchvision())
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def _collate_present(samples: List[Any]) -> Any:

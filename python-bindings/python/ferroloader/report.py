@@ -1098,12 +1098,14 @@ def _sweep_section(points: Sequence[Mapping[str, Any]], order: Sequence[str]) ->
     )
 
 
-def profile_warnings(profile: ProfileLike, cpu_per_image: Optional[Mapping[str, float]] = None
-                     ) -> List[str]:
+def profile_warnings(profile: ProfileLike, cpu_per_image: Optional[Mapping[str, float]] = None,
+                     *, summary: Optional[Mapping[str, Any]] = None) -> List[str]:
     """:func:`run_warnings` of a whole profile, for a command line to print what the report
-    shows."""
+    shows (``summary``: its summary dict when the caller has it already)."""
     data = profile.to_dict()
-    by_label = {str(s["label"]): s for s in profile.summary().to_dict().get("pipelines", [])}
+    if summary is None:
+        summary = profile.summary().to_dict()
+    by_label = {str(s["label"]): s for s in summary.get("pipelines", [])}
     pipelines = [p for p in data.get("pipelines", []) if str(p["label"]) in by_label]
     return run_warnings(pipelines, [by_label[str(p["label"])] for p in pipelines],
                         dict(cpu_per_image or {}))
