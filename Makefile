@@ -9,7 +9,7 @@ CARGO ?= cargo
 # Where `make demo` writes its report folder.
 DEMO_OUT ?= report
 # The photo-like JPEG generator behind the sample data, the bench corpus and the loader folder.
-SAMPLE_GEN := scripts/make_bench_corpus.py python-bindings/python/ferroloader/sample_data.py
+SAMPLE_GEN := scripts/make_bench_corpus.py python-bindings/python/ferroloader/cli/sample_data.py
 
 .PHONY: help deps browser venv fixtures build py-build test test-rust test-python lint fmt bench loader-bench bench-torch demo fuzz clean
 

@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 from types import ModuleType
 
-SAMPLE_DATA = Path(__file__).resolve().parent.parent / "python-bindings/python/ferroloader/sample_data.py"
+SAMPLE_DATA = Path(__file__).resolve().parent.parent / "python-bindings/python/ferroloader/cli/sample_data.py"
 
 
 def load_sample_data() -> ModuleType:

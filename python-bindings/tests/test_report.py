@@ -20,7 +20,7 @@ from typing import Any, Dict, Iterator, List
 import pytest
 
 import ferroloader as fl
-from ferroloader import report
+from ferroloader.cli import report
 
 CHROMIUM = "/usr/bin/chromium"
 # Where the screenshot goes: the repository's target/ folder.
@@ -199,7 +199,7 @@ SWEEP = [
 
 @pytest.fixture(scope="module")
 def written(tmp_path_factory: pytest.TempPathFactory) -> report.ReportFiles:
-    from ferroloader.compare import mark_enough
+    from ferroloader.cli.compare import mark_enough
 
     points = [dict(p) for p in SWEEP]
     mark_enough(points)

@@ -25,7 +25,6 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 from ferroloader import datasets, transforms
-from ferroloader.advisor import Advice, advise
 from ferroloader._native import DecodeError, FileList, ImageFolder, PathList, __version__
 from ferroloader.loader import STATE_VERSION, Loader, LoaderIterator
 from ferroloader.offline import PrepareReport, prepare
@@ -53,14 +52,29 @@ __all__ = [
 ]
 
 if TYPE_CHECKING:
-    from ferroloader import report, torch
+    from ferroloader import torch
+    from ferroloader.cli import compare, report, sample_data
+    from ferroloader.cli.advisor import Advice, advise
 
-# Imported on first use: `ferroloader.torch` imports PyTorch, `report` matplotlib,
-# which `import ferroloader` alone must not pay for.
-_LAZY = ("report", "torch")
+# Imported on first use: `ferroloader.torch` imports PyTorch, and the tools in
+# `ferroloader.cli` need the `cli` extra (importing one without it raises the ImportError that
+# says what to install), neither of which `import ferroloader` alone may need.
+# Name -> (module, attribute of that module, or None for the module itself).
+_LAZY = {
+    "torch": ("ferroloader.torch", None),
+    "report": ("ferroloader.cli.report", None),
+    "compare": ("ferroloader.cli.compare", None),
+    "sample_data": ("ferroloader.cli.sample_data", None),
+    "advise": ("ferroloader.cli.advisor", "advise"),
+    "Advice": ("ferroloader.cli.advisor", "Advice"),
+}
 
 
 def __getattr__(name: str) -> Any:
-    if name in _LAZY:
-        return importlib.import_module(f"ferroloader.{name}")
-    raise AttributeError(f"module 'ferroloader' has no attribute {name!r}")
+    if name not in _LAZY:
+        raise AttributeError(f"module 'ferroloader' has no attribute {name!r}")
+    module_name, attribute = _LAZY[name]
+    module = importlib.import_module(module_name)
+    value = module if attribute is None else getattr(module, attribute)
+    globals()[name] = value
+    return value

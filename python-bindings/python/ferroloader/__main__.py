@@ -17,7 +17,7 @@ def run_cli() -> None:
     except ImportError as e:
         print(f"ferroloader: {e}", file=sys.stderr)
         sys.exit(2)
-    from ferroloader.cli import run
+    from ferroloader.cli.commands import run
 
     run()
 

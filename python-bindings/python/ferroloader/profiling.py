@@ -114,7 +114,7 @@ class Profile:
         from ferroloader._extras import require
 
         require(("matplotlib",), "Profile.to_html")
-        from ferroloader import report
+        from ferroloader.cli import report
 
         report.write_html(self, path)
 
