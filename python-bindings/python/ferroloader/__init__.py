@@ -11,7 +11,8 @@
 ...     loader.set_epoch(epoch)
 ...     for images, labels in loader:   # torch.float32 [B,3,224,224], torch.int64 [B]
 ...         ...
->>> prof = loader.profile()     # with profile="spans": summary(), save_trace(path), to_html(path)
+>>> prof = loader.profile()     # with profile="spans": summary(), save_trace(path), save(path)
+>>> fl.report.write_html(prof, "report.html")  # the HTML report (the cli extra)
 >>> fl.advise("/data/train", step_ms=120, out="advice")  # what to do: advice/report.html
 
 Errors: missing files raise ``FileNotFoundError``; bad arguments ``TypeError``/``ValueError``
