@@ -1,5 +1,5 @@
-"""The report: ``ferroloader.report.write_html``/``write_report`` on a profile of both
-pipelines, checked as files and as a page rendered in headless Chromium (Debian's
+"""The report: ``ferroloader.cli.report.write_html``/``write_report`` (``fl.report``) on a
+profile of both pipelines, checked as files and as a page rendered in headless Chromium (Debian's
 ``chromium``, driven by Playwright): it renders, every plot is there and has a size, and the
 page fetches nothing but itself. The test saves a screenshot to target/report-screenshot.png.
 

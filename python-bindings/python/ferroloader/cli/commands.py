@@ -9,7 +9,8 @@ pipeline's time goes and says what to do.
 
 Options are parsed by click, progress and tables drawn by rich. Progress goes to stderr, the
 summary tables and the report's location to stdout. The runs themselves are in
-``ferroloader.compare``, the report in ``ferroloader.report``; this module only wires them up.
+``ferroloader.cli.compare``, the report in ``ferroloader.cli.report``; this module only wires
+them up.
 """
 
 from __future__ import annotations
