@@ -284,6 +284,9 @@ def test_the_loader_runs_with_numpy_alone(folder: Path) -> None:
                 getattr(fl, name)
             except ImportError as e:
                 print(f"{{name}}:", e)
+        namespace = {{}}
+        exec("from ferroloader import *", namespace)  # every name in __all__ is there
+        assert "Loader" in namespace and "torch" not in namespace and "report" not in namespace
         for name in ("click", "rich", "matplotlib", "torch"):
             assert name not in sys.modules, name
         print("ok")

@@ -31,8 +31,10 @@ from ferroloader.loader import STATE_VERSION, Loader, LoaderIterator
 from ferroloader.offline import PrepareReport, prepare
 from ferroloader.profiling import Profile, Summary
 
+# Only what `import ferroloader` itself provides: `from ferroloader import *` must work without
+# torch or the cli extra, and must not bind `torch` to ferroloader.torch. The lazy names below
+# (torch, report, compare, sample_data, advise, Advice) are imported by name.
 __all__ = [
-    "Advice",
     "DecodeError",
     "FileList",
     "ImageFolder",
@@ -45,10 +47,7 @@ __all__ = [
     "Summary",
     "datasets",
     "prepare",
-    "report",
-    "torch",
     "transforms",
-    "advise",
     "__version__",
 ]
 
