@@ -251,7 +251,6 @@ def _import_with_blocked(modules: List[str], blocked: Tuple[str, ...]) -> subpro
         "    sys.modules[name] = None  # `import name` raises ImportError\n"
         f"for module in {modules!r}:\n"
         "    importlib.import_module(module)\n"
-        "print('imported', len(" + repr(modules) + "))\n"
     )
     return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
 
