@@ -9,7 +9,7 @@ CARGO ?= cargo
 # Where `make demo` writes its report folder.
 DEMO_OUT ?= report
 # The photo-like JPEG generator behind the sample data, the bench corpus and the loader folder.
-SAMPLE_GEN := scripts/make_bench_corpus.py python-bindings/python/ferroloader/sample_data.py
+SAMPLE_GEN := scripts/make_bench_corpus.py python-bindings/python/ferroloader/cli/sample_data.py
 
 .PHONY: help deps browser venv fixtures build py-build test test-rust test-python lint fmt bench loader-bench bench-torch demo fuzz clean
 
@@ -30,7 +30,7 @@ $(VENV)/.installed: requirements-dev.txt
 	$(PY) -m pip install -q --no-cache-dir -r requirements-dev.txt
 	@touch $@
 
-venv: $(VENV)/.installed ## Create the Python venv (Pillow reference, maturin, pytest, torch, CLI deps)
+venv: $(VENV)/.installed ## Create the Python venv (Pillow reference, maturin, pytest, torch, the cli extra)
 
 $(FIXTURES)/.done: $(VENV)/.installed scripts/fixtures_decode.py scripts/fixtures_resize.py \
 		scripts/fixtures_color.py scripts/fixtures_geometry.py
@@ -53,8 +53,10 @@ test-rust: deps fixtures ## Rust tests only
 py-build: deps venv ## Build the Python extension into the venv (release)
 	$(PY) -m maturin develop -q --release -m python-bindings/Cargo.toml
 
+# test_packaging.py's `slow` test builds a wheel (relinking py-build's release build) and installs
+# it into a fresh venv, numpy and the cli extra from pip's index: PYTEST_ARGS='-m "not slow"' skips it.
 test-python: py-build fixtures browser ## Python tests (pytest, warnings are errors)
-	$(PY) -m pytest python-bindings/tests -W error --timeout 120 -q
+	$(PY) -m pytest python-bindings/tests -W error --timeout 120 -q $(PYTEST_ARGS)
 
 test: test-rust test-python ## Run every test (installs what it needs first)
 

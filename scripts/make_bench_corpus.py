@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Writes a deterministic corpus of ImageNet-like JPEGs for the benches.
 
-The generator is ``ferroloader.sample_data`` (photo-like content, ImageNet's sizes in both
+The generator is ``ferroloader.cli.sample_data`` (photo-like content, ImageNet's sizes in both
 orientations and its mix of encodings); this script only lays the files out. Usage:
 make_bench_corpus.py OUTDIR [COUNT] [--classes N]; with --classes the files go into N class
 folders (an ImageFolder).
@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 from types import ModuleType
 
-SAMPLE_DATA = Path(__file__).resolve().parent.parent / "python-bindings/python/ferroloader/sample_data.py"
+SAMPLE_DATA = Path(__file__).resolve().parent.parent / "python-bindings/python/ferroloader/cli/sample_data.py"
 
 
 def load_sample_data() -> ModuleType:

@@ -19,8 +19,8 @@ from PIL import Image
 
 import ferroloader as fl
 from ferroloader import transforms as T
-from ferroloader.advisor import LADDER, parse_size, prepare_decoded
-from ferroloader.cli import main
+from ferroloader.cli.advisor import LADDER, parse_size, prepare_decoded
+from ferroloader.cli.commands import main
 
 from conftest import natural_image
 
@@ -287,7 +287,7 @@ def _names(ops: Any) -> List[str]:
 def test_the_geometry_cached_is_the_pipelines_leading_crop_and_flip() -> None:
     import sys
 
-    split = sys.modules["ferroloader.advisor"]._pipeline
+    split = sys.modules["ferroloader.cli.advisor"]._pipeline
     later_flip = split(T.Compose([T.RandomResizedCrop(96), T.ColorJitter(0.4),
                                   T.RandomHorizontalFlip(), T.ToTensor(),
                                   T.Normalize([0.5] * 3, [0.25] * 3)]))
@@ -315,7 +315,7 @@ def test_each_cached_stage_gives_the_pipelines_own_pixels(photos: Path, transfor
     values differ (they draw other numbers from the sample's stream), the work does not."""
     import sys
 
-    advise_module = sys.modules["ferroloader.advisor"]
+    advise_module = sys.modules["ferroloader.cli.advisor"]
     pipe = advise_module._pipeline(transform)
     folder = fl.ImageFolder(photos)
     paths, labels = [p for p, _ in folder.samples], folder.targets

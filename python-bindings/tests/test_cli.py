@@ -23,8 +23,8 @@ from click.testing import CliRunner, Result
 from PIL import Image
 
 import ferroloader as fl
-from ferroloader import sample_data
-from ferroloader.cli import main
+from ferroloader.cli import sample_data
+from ferroloader.cli.commands import main
 
 SMALL = ["--batch-size", "4", "--batches", "2", "--quiet"]
 
@@ -142,7 +142,7 @@ def test_demo_on_given_data_and_report_from_a_saved_profile(data: Path, tmp_path
 
 
 def test_mark_enough_finds_where_workers_stop_paying_off() -> None:
-    from ferroloader.compare import mark_enough
+    from ferroloader.cli.compare import mark_enough
 
     points: List[Dict[str, Any]] = [
         {"pipeline": "native", "workers": w, "images_per_s": r}
@@ -229,7 +229,7 @@ def test_a_bad_file_is_named_in_one_line_and_skip_leaves_it_out(
 ) -> None:
     import shutil
 
-    from ferroloader import compare
+    from ferroloader.cli import compare
 
     bad = tmp_path / "data"
     shutil.copytree(data, bad)
@@ -255,7 +255,7 @@ def test_the_skipping_folder_pickles_for_spawned_workers(data: Path) -> None:
 
     import torchvision
 
-    from ferroloader import compare
+    from ferroloader.cli import compare
 
     folder = compare._skipping_folder(torchvision)(str(data))
     copy = pickle.loads(pickle.dumps(folder))

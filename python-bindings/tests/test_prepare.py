@@ -16,7 +16,7 @@ from PIL import Image
 
 import ferroloader as fl
 from ferroloader import transforms as T
-from ferroloader.cli import main
+from ferroloader.cli.commands import main
 
 
 def _photo(w: int, h: int, seed: int) -> Image.Image:

@@ -28,8 +28,9 @@ from PIL import Image
 from torchvision.transforms import InterpolationMode
 
 import ferroloader as fl
-from ferroloader import recipes, sample_data
-from ferroloader.cli import main
+from ferroloader import recipes
+from ferroloader.cli import sample_data
+from ferroloader.cli.commands import main
 
 from conftest import IMAGENET_MEAN, IMAGENET_STD
 

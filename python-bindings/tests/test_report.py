@@ -1,5 +1,5 @@
-"""The report: ``ferroloader.report.write_html``/``write_report`` on a profile of both
-pipelines, checked as files and as a page rendered in headless Chromium (Debian's
+"""The report: ``ferroloader.cli.report.write_html``/``write_report`` (``fl.report``) on a
+profile of both pipelines, checked as files and as a page rendered in headless Chromium (Debian's
 ``chromium``, driven by Playwright): it renders, every plot is there and has a size, and the
 page fetches nothing but itself. The test saves a screenshot to target/report-screenshot.png.
 
@@ -20,7 +20,7 @@ from typing import Any, Dict, Iterator, List
 import pytest
 
 import ferroloader as fl
-from ferroloader import report
+from ferroloader.cli import report
 
 CHROMIUM = "/usr/bin/chromium"
 # Where the screenshot goes: the repository's target/ folder.
@@ -199,7 +199,7 @@ SWEEP = [
 
 @pytest.fixture(scope="module")
 def written(tmp_path_factory: pytest.TempPathFactory) -> report.ReportFiles:
-    from ferroloader.compare import mark_enough
+    from ferroloader.cli.compare import mark_enough
 
     points = [dict(p) for p in SWEEP]
     mark_enough(points)
@@ -245,7 +245,7 @@ def test_write_html_takes_a_single_pipeline_or_a_dict(tmp_path: Path) -> None:
     data = synthetic_profile()
     data["pipelines"] = data["pipelines"][1:]
     native = fl.Profile.from_dict(data)
-    native.to_html(tmp_path / "native.html")  # Profile.to_html calls report.write_html
+    report.write_html(native, tmp_path / "native.html")
     page = (tmp_path / "native.html").read_text()
     assert 'class="card hero"' not in page  # no speedup without two pipelines to compare
     assert 'id="fig-timeline"' in page and 'id="fig-sweep"' not in page
@@ -347,7 +347,7 @@ def test_a_short_run_is_flagged_and_a_long_one_is_not(tmp_path: Path) -> None:
     short = fl.Profile.from_dict(synthetic_profile(batches=6))
     warnings = report.profile_warnings(short)
     assert len(warnings) == 2 and all("too short" in w for w in warnings), warnings
-    short.to_html(tmp_path / "short.html")
+    report.write_html(short, tmp_path / "short.html")
     page = (tmp_path / "short.html").read_text()
     assert 'id="warnings"' in page and "too short" in page and "nothing dropped" not in page
     long = fl.Profile.from_dict(synthetic_profile(batches=60, step_ms=60.0))
@@ -382,7 +382,7 @@ def test_an_empty_profile_says_profiling_was_off(tmp_path: Path) -> None:
         pass
     notes = report.profile_warnings(loader.profile())
     assert len(notes) == 1 and "profiling was off" in notes[0], notes
-    loader.profile().to_html(tmp_path / "off.html")
+    report.write_html(loader.profile(), tmp_path / "off.html")
     page = (tmp_path / "off.html").read_text()
     assert "profiling was off" in page and "nothing dropped" not in page
 

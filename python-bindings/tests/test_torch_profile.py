@@ -574,7 +574,7 @@ def test_a_custom_dataset_times_its_transform_and_the_users_spans(
         for inner in (fetch, *(spans[op] for op in TRANSFORM_OPS)):
             assert getitem["start_ns"] <= inner["start_ns"] <= inner["end_ns"] <= getitem["end_ns"]
     # The report names the dataset's own time for what it is.
-    from ferroloader import report
+    from ferroloader.cli import report
 
     summary = fl.Profile.from_dict(profile).summary().to_dict()["pipelines"][0]
     stages = report.stage_times(summary)

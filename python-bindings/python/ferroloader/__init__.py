@@ -11,7 +11,8 @@
 ...     loader.set_epoch(epoch)
 ...     for images, labels in loader:   # torch.float32 [B,3,224,224], torch.int64 [B]
 ...         ...
->>> prof = loader.profile()     # with profile="spans": summary(), save_trace(path), to_html(path)
+>>> prof = loader.profile()     # with profile="spans": summary(), save_trace(path), save(path)
+>>> fl.report.write_html(prof, "report.html")  # the HTML report (the cli extra)
 >>> fl.advise("/data/train", step_ms=120, out="advice")  # what to do: advice/report.html
 
 Errors: missing files raise ``FileNotFoundError``; bad arguments ``TypeError``/``ValueError``
@@ -25,14 +26,15 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 from ferroloader import datasets, transforms
-from ferroloader.advisor import Advice, advise
 from ferroloader._native import DecodeError, FileList, ImageFolder, PathList, __version__
 from ferroloader.loader import STATE_VERSION, Loader, LoaderIterator
 from ferroloader.offline import PrepareReport, prepare
 from ferroloader.profiling import Profile, Summary
 
+# Only what `import ferroloader` itself provides: `from ferroloader import *` must work without
+# torch or the cli extra, and must not bind `torch` to ferroloader.torch. The lazy names below
+# (torch, report, compare, sample_data, advise, Advice) are imported by name.
 __all__ = [
-    "Advice",
     "DecodeError",
     "FileList",
     "ImageFolder",
@@ -45,22 +47,34 @@ __all__ = [
     "Summary",
     "datasets",
     "prepare",
-    "report",
-    "torch",
     "transforms",
-    "advise",
     "__version__",
 ]
 
 if TYPE_CHECKING:
-    from ferroloader import report, torch
+    from ferroloader import torch
+    from ferroloader.cli import compare, report, sample_data
+    from ferroloader.cli.advisor import Advice, advise
 
-# Imported on first use: `ferroloader.torch` imports PyTorch, `report` matplotlib,
-# which `import ferroloader` alone must not pay for.
-_LAZY = ("report", "torch")
+# Imported on first use: `ferroloader.torch` imports PyTorch, and the tools in
+# `ferroloader.cli` need the `cli` extra (importing one without it raises the ImportError that
+# says what to install), neither of which `import ferroloader` alone may need.
+# Name -> (module, attribute of that module, or None for the module itself).
+_LAZY = {
+    "torch": ("ferroloader.torch", None),
+    "report": ("ferroloader.cli.report", None),
+    "compare": ("ferroloader.cli.compare", None),
+    "sample_data": ("ferroloader.cli.sample_data", None),
+    "advise": ("ferroloader.cli.advisor", "advise"),
+    "Advice": ("ferroloader.cli.advisor", "Advice"),
+}
 
 
 def __getattr__(name: str) -> Any:
-    if name in _LAZY:
-        return importlib.import_module(f"ferroloader.{name}")
-    raise AttributeError(f"module 'ferroloader' has no attribute {name!r}")
+    if name not in _LAZY:
+        raise AttributeError(f"module 'ferroloader' has no attribute {name!r}")
+    module_name, attribute = _LAZY[name]
+    module = importlib.import_module(module_name)
+    value = module if attribute is None else getattr(module, attribute)
+    globals()[name] = value
+    return value

@@ -1,5 +1,7 @@
-"""``python -m ferroloader`` and the ``ferroloader`` command (see ``ferroloader.cli``), with a
-one-line hint instead of a traceback when the ``cli`` extra is not installed."""
+"""``python -m ferroloader`` and the ``ferroloader`` command (see ``ferroloader.cli.commands``),
+with a one-line hint instead of a traceback when the ``cli`` extra is not installed.
+
+The one module outside ``ferroloader.cli`` that imports it, and only after checking the extra."""
 
 from __future__ import annotations
 
@@ -17,7 +19,7 @@ def run_cli() -> None:
     except ImportError as e:
         print(f"ferroloader: {e}", file=sys.stderr)
         sys.exit(2)
-    from ferroloader.cli import run
+    from ferroloader.cli.commands import run
 
     run()
 

@@ -1,8 +1,9 @@
 """What the optional parts of the package need, and the error that says how to get it.
 
 The loader, the transforms, profiling and the torch instrumentation need numpy alone (torch
-for torch tensors); the command line, ``compare``, the HTML report and the sample data need
-the ``cli`` extra. Must not import any of those packages itself.
+for torch tensors); the tools in ``ferroloader.cli`` (the command line, ``compare``, the HTML
+report, ``advise`` and the sample data) need the ``cli`` extra. Must not import any of those
+packages itself.
 """
 
 from __future__ import annotations

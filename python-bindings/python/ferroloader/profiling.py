@@ -7,7 +7,9 @@ samples and which CPU counters were available. Profiles merge, so a native and a
 land in one trace, one summary and one report.
 
 This module must not compute anything from a profile itself: the summary and the trace come from
-the native profiler crate, so both pipelines are measured by the same code.
+the native profiler crate, so both pipelines are measured by the same code. It must not import
+the report (``ferroloader.cli.report``), which imports it: the report is a tool behind the
+``cli`` extra, and a profile is recorded and saved without it.
 """
 
 from __future__ import annotations
@@ -65,8 +67,9 @@ class Summary:
 
 
 class Profile:
-    """A recorded profile: ``summary()``, ``save(path)``, ``save_trace(path)``,
-    ``to_html(path)``; ``merge`` puts pipelines side by side."""
+    """A recorded profile: ``summary()``, ``save(path)``, ``save_trace(path)``; ``merge`` puts
+    pipelines side by side. The HTML report of one is ``ferroloader.report.write_html(profile,
+    path)`` (the ``cli`` extra), which builds on this class, never the reverse."""
 
     def __init__(self, native: _native.Profile) -> None:
         self._native = native
@@ -107,16 +110,6 @@ class Profile:
     def summary(self) -> Summary:
         """Throughput, waits and per-op statistics of each pipeline."""
         return Summary(self._native.summary())
-
-    def to_html(self, path: StrPath) -> None:
-        """Writes a self-contained HTML report of this profile (plots inline, nothing fetched
-        from the network)."""
-        from ferroloader._extras import require
-
-        require(("matplotlib",), "Profile.to_html")
-        from ferroloader import report
-
-        report.write_html(self, path)
 
     def merge(self, other: "Profile") -> "Profile":
         """This profile's pipelines followed by ``other``'s (a repeated label gets ``#2``)."""

@@ -52,7 +52,7 @@ import numpy as np
 
 from ferroloader import transforms as T
 from ferroloader._native import ImageFolder, PathList
-from ferroloader.compare import PAYS_OFF, mark_enough
+from ferroloader.cli.compare import PAYS_OFF, mark_enough
 from ferroloader.loader import Loader, Output
 from ferroloader.offline import prepare
 
@@ -752,7 +752,7 @@ def _actions(data: Path, pipe: _Pipeline, strategies: Sequence[Dict[str, Any]],
             apply = f"ferroloader prepare {data} {data}-{side} --shorter-side {side}"
             what = f"Re-encode the dataset once at shorter side {side}, then load the copy"
         elif name == "decoded-uint8":
-            apply = ("from ferroloader.advisor import prepare_decoded; "
+            apply = ("from ferroloader.cli.advisor import prepare_decoded; "
                      f'prepare_decoded("{data}", "{data}-decoded", shorter_side=256)')
             what = "Store the dataset decoded (BMP) at shorter side 256, then load the copy"
         else:
@@ -907,7 +907,7 @@ _VERDICT_TEXT = {
 
 def render_html(advice: Dict[str, Any]) -> str:
     """``report.html`` for an ``advice.json`` dict: what to do first, then the measurements."""
-    from ferroloader.report import html_page, html_table
+    from ferroloader.cli.report import html_page, html_table
 
     v = advice["verdict"]
     e = _escape

@@ -9,7 +9,8 @@ pipeline's time goes and says what to do.
 
 Options are parsed by click, progress and tables drawn by rich. Progress goes to stderr, the
 summary tables and the report's location to stdout. The runs themselves are in
-``ferroloader.compare``, the report in ``ferroloader.report``; this module only wires them up.
+``ferroloader.cli.compare``, the report in ``ferroloader.cli.report``; this module only wires
+them up.
 """
 
 from __future__ import annotations
@@ -113,7 +114,7 @@ def _int_list(ctx: click.Context, param: click.Parameter, value: str) -> List[in
 
 
 def _cpus() -> int:
-    from ferroloader.compare import _default_workers
+    from ferroloader.cli.compare import _default_workers
 
     return _default_workers()
 
@@ -243,7 +244,7 @@ def _transform_args(kwargs: Mapping[str, Any]) -> List[str]:
 
 
 def _config(kwargs: Mapping[str, Any], data: Path, **override: Any) -> Any:
-    from ferroloader.compare import RunConfig
+    from ferroloader.cli.compare import RunConfig
 
     values = dict(
         data=data,
@@ -297,7 +298,7 @@ def _dataset_note(data: Path) -> str:
 def _report_config(cfg: Any, *, workers: Optional[str] = None) -> Dict[str, str]:
     import torch
 
-    from ferroloader.compare import _torchvision
+    from ferroloader.cli.compare import _torchvision
     from ferroloader.recipes import describe
 
     torchvision = _torchvision()
@@ -331,7 +332,7 @@ def _summary_tables(
     cpu_per_image: Mapping[str, float],
 ) -> List[Table]:
     """The pipelines table and the time-per-op table."""
-    from ferroloader.report import STAGES, ratio, stage_times
+    from ferroloader.cli.report import STAGES, ratio, stage_times
 
     pipelines = list(summary.get("pipelines", []))
     base = next((p for p in pipelines if str(p["label"]).startswith("torchvision")), None)
@@ -406,7 +407,7 @@ def _fail_cleanly(fn: Callable[[], Any]) -> Any:
     """Runs ``fn``, turning the errors a user can fix (bad data, bad arguments) into a one-line
     message and exit status 1, rather than a traceback. A transform ferroloader refuses is
     said as such: what it cannot run, and why."""
-    from ferroloader.compare import NativeRefusal, SampleFailure
+    from ferroloader.cli.compare import NativeRefusal, SampleFailure
 
     try:
         return fn()
@@ -419,7 +420,7 @@ def _fail_cleanly(fn: Callable[[], Any]) -> Any:
 def _compare_and_report(
     cfg: Any, out: Path, quiet: bool, *, command: str, pipelines: Sequence[str]
 ) -> None:
-    from ferroloader import compare, report
+    from ferroloader.cli import compare, report
 
     with _Bars(quiet) as bars:
         profile, runs = _fail_cleanly(
@@ -515,8 +516,8 @@ def sweep(data: Path, worker_counts: List[int], pipelines: str, out: Path, quiet
     more step gains less than 10% throughput: where more workers stop paying off. CPU seconds
     are the OS's (this process and its joined worker processes), per image.
     """
-    from ferroloader import compare as runs_mod
-    from ferroloader import report
+    from ferroloader.cli import compare as runs_mod
+    from ferroloader.cli import report
 
     cfg = _config(kwargs, data)
     which = ("torchvision", "native") if pipelines == "both" else (pipelines,)
@@ -606,8 +607,8 @@ def demo(data: Optional[Path], classes: int, per_class: int, batch_size: int, ba
     else ~/.cache/ferroloader), then runs `compare` on it with a simulated training step, and
     prints where the report is.
     """
-    from ferroloader import sample_data
-    from ferroloader.compare import RunConfig
+    from ferroloader.cli import sample_data
+    from ferroloader.cli.compare import RunConfig
 
     err = _stderr()
     if data is None:
@@ -645,7 +646,7 @@ def sample_data_cmd(out: Path, classes: int, per_class: int, seed: int, scale: f
     """Write the sample ImageFolder to OUT: photo-like JPEGs of ImageNet's sizes and encodings
     (mostly 4:2:0, some 4:4:4, a few progressive and grayscale, quality 75-95), the same
     bytes on every run."""
-    from ferroloader import sample_data
+    from ferroloader.cli import sample_data
 
     with _Bars(quiet) as bars:
         sample_data.write_image_folder(
@@ -661,7 +662,7 @@ def sample_data_cmd(out: Path, classes: int, per_class: int, seed: int, scale: f
 def report_cmd(profile_json: Path, out: Optional[Path]) -> None:
     """Write the report (HTML, trace, summaries) of a saved PROFILE_JSON: any profile, from
     `compare`, `Loader.profile().save(...)` or `ferroloader.torch.profile`."""
-    from ferroloader import report
+    from ferroloader.cli import report
     from ferroloader.profiling import Profile
 
     prof = _fail_cleanly(lambda: Profile.load(profile_json))
@@ -738,7 +739,7 @@ def advise_cmd(data: Path, recipe: Optional[str], transform_spec: Optional[str],
     """Measure where DATA's input pipeline spends its time and say what to do: a cache ladder
     (the bottleneck stage), offline strategies (throughput, storage, pixel error), a worker
     sweep and an input-bound verdict, on a sample. Writes OUT/advice.json and OUT/report.html."""
-    from ferroloader.advisor import advise, parse_size
+    from ferroloader.cli.advisor import advise, parse_size
 
     if recipe is not None and transform_spec is not None:
         raise click.UsageError("--recipe and --transform: give one or the other")

@@ -1,7 +1,7 @@
 """Runs the torchvision DataLoader pipeline and ferroloader's on the same data, profiled.
 
 What ``ferroloader compare``, ``profile``, ``sweep`` and ``demo`` run; the command line
-(``ferroloader.cli``) only parses options and prints. Both pipelines read the same ImageFolder
+(``ferroloader.cli.commands``) only parses options and prints. Both pipelines read the same ImageFolder
 through the same torchvision ``Compose``: by default the ImageNet training transform
 (``RandomResizedCrop``, ``RandomHorizontalFlip``, ``ToTensor``, ``Normalize``), else the one in
 ``RunConfig.transform`` (a reference recipe or the user's own, ``ferroloader.recipes``).
@@ -135,7 +135,7 @@ def _skipping_folder(torchvision: Any) -> type:
     left out of its batch by :func:`_collate_present`. A subclass, so profiling still sees a
     ``DatasetFolder`` and times its read, decode and transforms. Made once, on first use
     (torchvision is imported only then), and found by pickle as
-    ``ferroloader.compare.SkippingImageFolder`` (the module's ``__getattr__``), so spawned
+    ``ferroloader.cli.compare.SkippingImageFolder`` (the module's ``__getattr__``), so spawned
     workers can load it."""
     global _SKIPPING_FOLDER
     if _SKIPPING_FOLDER is None:
