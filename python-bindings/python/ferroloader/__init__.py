@@ -30,6 +30,7 @@ from ferroloader._native import DecodeError, FileList, ImageFolder, PathList, __
 from ferroloader.loader import STATE_VERSION, Loader, LoaderIterator
 from ferroloader.offline import PrepareReport, prepare
 from ferroloader.profiling import Profile, Summary
+from ferroloader.shards import ShardReport, shard
 
 __all__ = [
     "Advice",
@@ -40,12 +41,14 @@ __all__ = [
     "LoaderIterator",
     "PathList",
     "PrepareReport",
+    "ShardReport",
     "STATE_VERSION",
     "Profile",
     "Summary",
     "datasets",
     "prepare",
     "report",
+    "shard",
     "torch",
     "transforms",
     "advise",
