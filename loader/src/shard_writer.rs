@@ -291,6 +291,15 @@ pub fn write_shards<S: Source + ?Sized>(
         ..ShardReport::default()
     };
     let mut position: usize = kept.iter().map(|m| m.sources.len()).sum();
+    if position < plan.order.len() {
+        // An index left by an earlier run would describe shards about to be written again.
+        let index = dst.join(INDEX);
+        if let Err(e) = fs::remove_file(&index) {
+            if e.kind() != io::ErrorKind::NotFound {
+                return Err(io_error(&index, e));
+            }
+        }
+    }
     progress.done.store(position, Ordering::Relaxed);
     let mut shards: Vec<IndexShard> = kept.into_iter().map(|m| m.shard).collect();
 
@@ -1120,9 +1129,14 @@ mod tests {
         assert!(leftovers.is_empty(), "{leftovers:?}");
 
         // A torn shard: shard 2's file cut short, as a copy of DST stopped midway leaves it.
+        // Until it is whole again, no index describes it.
         let torn = dst.path().join(shard_name(2));
         let bytes = fs::read(&torn).expect("read");
         fs::write(&torn, &bytes[..bytes.len() / 2]).expect("truncate");
+        let progress = ShardProgress::new();
+        progress.cancel();
+        let report = write_shards(&folder, None, dst.path(), &options, &progress).expect("cancel");
+        assert!(report.cancelled && !dst.path().join(INDEX).exists());
         let report = run(&folder, None, dst.path(), &options).expect("resume torn");
         assert_eq!(report.reused_shards, 2);
         assert_eq!(shard_files(dst.path()), want);
