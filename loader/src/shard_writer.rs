@@ -590,9 +590,7 @@ struct OpenShard {
 
 impl OpenShard {
     fn create(dst: &Path, number: usize) -> Result<Self> {
-        let mut partial = OsString::from(dst.join(shard_name(number)).into_os_string());
-        partial.push(".partial");
-        let partial = PathBuf::from(partial);
+        let partial = with_suffix(&dst.join(shard_name(number)), ".partial");
         let file = File::create(&partial).map_err(|e| io_error(&partial, e))?;
         let writer = Counting {
             inner: BufWriter::with_capacity(1 << 20, file),
