@@ -17,6 +17,7 @@ mod loader;
 mod ops;
 mod prepare;
 mod profile;
+mod shard;
 mod tail;
 
 use pyo3::prelude::*;
@@ -41,5 +42,6 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(ops::resized_crop, m)?)?;
     m.add_function(wrap_pyfunction!(ops::check_pipeline, m)?)?;
     m.add_function(wrap_pyfunction!(prepare::prepare, m)?)?;
+    m.add_function(wrap_pyfunction!(shard::write_shards, m)?)?;
     Ok(())
 }

@@ -30,6 +30,7 @@ from ferroloader._native import DecodeError, FileList, ImageFolder, PathList, __
 from ferroloader.loader import STATE_VERSION, Loader, LoaderIterator
 from ferroloader.offline import PrepareReport, prepare
 from ferroloader.profiling import Profile, Summary
+from ferroloader.shards import ShardReport, shard
 
 # Only what `import ferroloader` itself provides: `from ferroloader import *` must work without
 # torch or the cli extra, and must not bind `torch` to ferroloader.torch. The lazy names below
@@ -42,11 +43,13 @@ __all__ = [
     "LoaderIterator",
     "PathList",
     "PrepareReport",
+    "ShardReport",
     "STATE_VERSION",
     "Profile",
     "Summary",
     "datasets",
     "prepare",
+    "shard",
     "transforms",
     "__version__",
 ]

@@ -25,6 +25,7 @@ __all__ = [
     "resized_crop",
     "check_pipeline",
     "prepare",
+    "write_shards",
 ]
 __version__: str
 
@@ -278,6 +279,18 @@ def prepare(
     shorter_side: int,
     *,
     quality: int = 90,
+    num_workers: int = 0,
+    progress: Optional[Callable[[int, int], None]] = None,
+) -> Dict[str, Any]: ...
+def write_shards(
+    dataset: Union[ImageFolder, FileList, PathList],
+    dst: str,
+    *,
+    classes: Optional[Sequence[str]] = None,
+    shard_size: int,
+    max_samples_per_shard: Optional[int] = None,
+    shuffle: bool = False,
+    seed: int = 0,
     num_workers: int = 0,
     progress: Optional[Callable[[int, int], None]] = None,
 ) -> Dict[str, Any]: ...

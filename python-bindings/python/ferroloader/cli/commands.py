@@ -4,7 +4,8 @@
 and writes a report folder; ``profile`` runs the native pipeline alone; ``sweep`` measures both
 against the number of workers; ``demo`` does ``compare`` on a generated sample data set;
 ``sample-data`` writes that data set; ``report`` renders a saved profile again; ``prepare``
-re-encodes an ImageFolder at a shorter side, once; ``advise`` measures where the input
+re-encodes an ImageFolder at a shorter side, once; ``shard`` writes a dataset as tar shards
+for streaming; ``advise`` measures where the input
 pipeline's time goes and says what to do.
 
 Options are parsed by click, progress and tables drawn by rich. Progress goes to stderr, the
@@ -704,6 +705,53 @@ def prepare_cmd(src: Path, dst: Path, shorter_side: int, quality: int, workers: 
     )
     for path, reason in report.unreadable:
         console.print(f"[yellow]unreadable, copied as is:[/yellow] {path}: {reason}")
+
+
+@main.command("shard", context_settings=_CONTEXT)
+@click.argument("src", type=click.Path(exists=True, path_type=Path))
+@click.argument("dst", type=click.Path(file_okay=False, path_type=Path))
+@click.option("--shard-size", default="1GB", show_default=True, metavar="SIZE",
+              help="Most bytes per shard: 1GB, 256MB (decimal), 1GiB (binary) or bytes.")
+@click.option("--max-samples-per-shard", type=click.IntRange(min=1), default=None,
+              help="Most samples per shard (default: no limit but the size).")
+@click.option("--shuffle", is_flag=True,
+              help="Write the samples in an order drawn from --seed (advised for streaming: "
+              "readers shuffle only within a buffer).")
+@click.option("--seed", type=click.IntRange(0, 2**64 - 1), default=0, show_default=True,
+              help="The shuffle's seed.")
+@click.option("--root", type=click.Path(exists=True, file_okay=False, path_type=Path),
+              default=None, help="For a list SRC: the folder its paths are relative to "
+              "(default: the list's folder).")
+@click.option("--workers", "-w", type=click.IntRange(min=0), default=0,
+              help="Threads reading files ahead (default: every core).")
+@click.option("--quiet", "-q", is_flag=True, help="No progress bar (none off a terminal).")
+def shard_cmd(src: Path, dst: Path, shard_size: str, max_samples_per_shard: Optional[int],
+              shuffle: bool, seed: int, root: Optional[Path], workers: int, quiet: bool) -> None:
+    """Write SRC, an ImageFolder or a CSV/TSV/JSONL list of path,label, to DST as tar shards
+    in the WebDataset layout (KEY.EXT with the file's bytes unchanged, KEY.cls with its label)
+    and DST/index.json (each image's offset and size in its shard). Images are not decoded.
+    Resumable: run it again after an interruption."""
+    from ferroloader.shards import parse_size, shard
+
+    try:
+        size = parse_size(shard_size)
+    except ValueError as e:
+        raise click.BadParameter(str(e), param_hint="'--shard-size'") from e
+    try:
+        with _Bars(quiet or not sys.stderr.isatty()) as bars:
+            report = _fail_cleanly(lambda: shard(
+                src, dst, shard_size=size, max_samples_per_shard=max_samples_per_shard,
+                shuffle=shuffle, seed=seed, root=root, num_workers=workers,
+                progress=bars.files("sharding", "samples"),
+            ))
+    except KeyboardInterrupt:
+        _stderr().print("interrupted: run the same command again to resume")
+        sys.exit(130)
+    _stdout().print(
+        f"{report.samples} samples in {report.shards} shards ({report.reused_shards} already "
+        f"written); {report.bytes_written / 1e6:.1f} MB written: {report.index}",
+        soft_wrap=True,
+    )
 
 
 @main.command("advise", context_settings=_CONTEXT)
