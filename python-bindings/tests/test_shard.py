@@ -93,8 +93,7 @@ def test_an_image_folder_reads_back_as_torchvision_lists_it(folder: Path, tmp_pa
 
 
 def test_the_fixture_corpus_shuffled(tmp_path: Path) -> None:
-    if not (FIXTURE_FOLDER / "class00").is_dir():
-        pytest.skip("target/fixtures/folder is made by `make loader-bench` (make_bench_corpus.py)")
+    assert (FIXTURE_FOLDER / "class00").is_dir(), "run `make test-python`: it makes target/fixtures/folder"
     dst = tmp_path / "shards"
     report = fl.shard(FIXTURE_FOLDER, dst, shard_size="1MB", shuffle=True, seed=3)
     reference = torchvision.datasets.ImageFolder(str(FIXTURE_FOLDER))
