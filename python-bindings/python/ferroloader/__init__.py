@@ -29,7 +29,7 @@ from ferroloader.advisor import Advice, advise
 from ferroloader._native import DecodeError, FileList, ImageFolder, PathList, __version__
 from ferroloader.loader import STATE_VERSION, Loader, LoaderIterator
 from ferroloader.offline import PrepareReport, prepare
-from ferroloader.profiling import Profile, Summary
+from ferroloader.profiling import Profile, Summary, StrPath, set_html_writer
 
 __all__ = [
     "Advice",
@@ -58,6 +58,17 @@ if TYPE_CHECKING:
 # Imported on first use: `ferroloader.torch` imports PyTorch, `report` matplotlib,
 # which `import ferroloader` alone must not pay for.
 _LAZY = ("report", "torch")
+
+
+def _write_html(profile: Profile, path: StrPath) -> None:
+    from ferroloader import report
+
+    report.write_html(profile, path)
+
+
+# The report reads profiles; the profile model must not import it back, so the package (which
+# knows both) installs the report as what `Profile.to_html` calls.
+set_html_writer(_write_html)
 
 
 def __getattr__(name: str) -> Any:
