@@ -474,7 +474,7 @@ mod tests {
         epoch: u64,
         samples: &[u64],
         completed_ns: u64,
-    ) -> u64 {
+    ) -> Result<u64, ProfilerError> {
         let spans: Vec<RecordedSpan<'_>> = samples
             .iter()
             .map(|&s| span("process", Some(s), 200 + s, 210 + s, 0))
@@ -487,18 +487,18 @@ mod tests {
             requested_ns: completed_ns - 5,
             delivered_ns: completed_ns + 10,
         };
-        b.deliver(&delivery, None, &spans).unwrap()
+        b.deliver(&delivery, None, &spans)
     }
 
     #[test]
-    fn batches_get_their_plan_size_and_delivery_ordinal() {
+    fn batches_get_their_plan_size_and_delivery_ordinal() -> Result<(), ProfilerError> {
         let mut b = ProfileBuilder::new(run(Mode::Spans));
         let w0 = b.process(worker(0, 20));
         b.plan(0, 150, Some(vec![Some(4), Some(5)]));
         b.plan(0, 151, Some(vec![Some(6)]));
-        assert_eq!(deliver(&mut b, w0, 0, &[4, 5], 400), 0);
-        assert_eq!(deliver(&mut b, w0, 0, &[6], 500), 1);
-        let profile = b.finish().unwrap();
+        assert_eq!(deliver(&mut b, w0, 0, &[4, 5], 400)?, 0);
+        assert_eq!(deliver(&mut b, w0, 0, &[6], 500)?, 1);
+        let profile = b.finish()?;
         let p = &profile.pipelines[0];
         assert_eq!(p.batches[0].planned_ns, Some(150));
         assert_eq!(p.batches[1].planned_ns, Some(151));
@@ -518,14 +518,12 @@ mod tests {
             Some("profiler mode is spans")
         );
         // What the builder gives reads back as the same profile from its JSON.
-        assert_eq!(
-            Profile::from_json(&profile.to_json().unwrap()).unwrap(),
-            profile
-        );
+        assert_eq!(Profile::from_json(&profile.to_json()?)?, profile);
+        Ok(())
     }
 
     #[test]
-    fn out_of_order_by_completion_and_by_plan() {
+    fn out_of_order_by_completion_and_by_plan() -> Result<(), ProfilerError> {
         let mut b = ProfileBuilder::new(run(Mode::Spans));
         let w0 = b.process(worker(0, 20));
         let w1 = b.process(worker(1, 21));
@@ -533,34 +531,36 @@ mod tests {
         b.plan(0, 151, Some(vec![Some(1)]));
         b.plan(0, 152, Some(vec![Some(2)]));
         // Delivered in plan order, but batch 1 (worker 1) completed before batch 0.
-        deliver(&mut b, w0, 0, &[0], 900);
-        deliver(&mut b, w1, 0, &[1], 800);
+        deliver(&mut b, w0, 0, &[0], 900)?;
+        deliver(&mut b, w1, 0, &[1], 800)?;
         // The next epoch delivers out of plan order: plan 1 first.
         b.plan(1, 160, Some(vec![Some(0)]));
         b.plan(1, 161, Some(vec![Some(1)]));
-        deliver(&mut b, w1, 1, &[1], 1_000);
-        deliver(&mut b, w0, 1, &[0], 1_100);
-        deliver(&mut b, w0, 0, &[2], 1_200);
-        let p = b.finish().unwrap().pipelines.remove(0);
+        deliver(&mut b, w1, 1, &[1], 1_000)?;
+        deliver(&mut b, w0, 1, &[0], 1_100)?;
+        deliver(&mut b, w0, 0, &[2], 1_200)?;
+        let p = b.finish()?.pipelines.remove(0);
         let flags: Vec<bool> = p.batches.iter().map(|b| b.out_of_order).collect();
         assert_eq!(flags, [false, true, true, false, false]);
         assert_eq!(p.threads.len(), 2);
         assert_eq!(p.meta["worker_pids"], "0:20 1:21");
+        Ok(())
     }
 
     #[test]
-    fn a_reused_worker_number_keeps_its_first_process_and_lists_all() {
+    fn a_reused_worker_number_keeps_its_first_process_and_lists_all() -> Result<(), ProfilerError> {
         let mut b = ProfileBuilder::new(run(Mode::Spans));
         let first = b.process(worker(0, 20));
         let second = b.process(worker(0, 30));
-        deliver(&mut b, first, 0, &[0], 400);
-        deliver(&mut b, second, 1, &[0], 500);
-        let p = b.finish().unwrap().pipelines.remove(0);
+        deliver(&mut b, first, 0, &[0], 400)?;
+        deliver(&mut b, second, 1, &[0], 500)?;
+        let p = b.finish()?.pipelines.remove(0);
         assert_eq!(p.threads.len(), 1);
         assert_eq!(p.threads[0].pid, Some(20));
         assert_eq!(p.meta["worker_pids"], "0:20,30");
         // Unmatched plans leave planned_ns out.
         assert!(p.batches.iter().all(|b| b.planned_ns.is_none()));
+        Ok(())
     }
 
     fn availability(counted: &[CounterKind]) -> CounterAvailability {
@@ -582,7 +582,7 @@ mod tests {
     }
 
     #[test]
-    fn counter_deltas_keep_only_what_the_process_counted() {
+    fn counter_deltas_keep_only_what_the_process_counted() -> Result<(), ProfilerError> {
         let mut b = ProfileBuilder::new(run(Mode::Counters));
         let kinds = vec![CounterKind::TaskClock, CounterKind::PageFaults];
         let w0 = b.process(RecordingProcess {
@@ -595,20 +595,23 @@ mod tests {
         // A counter that went backwards reads 0, never wraps.
         let mut back = s;
         back.counters = Some((&[300, 7], &[200, 9]));
-        b.failure(w0, Some(1), 25, "decode", "bad file", &[s, back])
-            .unwrap();
-        let p = b.finish().unwrap().pipelines.remove(0);
-        let c = p.spans[0].counters.unwrap();
-        assert_eq!((c.task_clock, c.page_faults), (Some(150), None));
-        assert_eq!(p.spans[1].counters.unwrap().task_clock, Some(0));
+        b.failure(w0, Some(1), 25, "decode", "bad file", &[s, back])?;
+        let p = b.finish()?.pipelines.remove(0);
+        let kept = |i: usize| p.spans[i].counters.map(|c| (c.task_clock, c.page_faults));
+        assert_eq!(kept(0), Some((Some(150), None)));
+        assert_eq!(kept(1), Some((Some(0), None)));
         assert!(p.counters.software.available);
         assert_eq!(p.threads[0].counters, Some(p.counters.clone()));
         assert_eq!(p.failures[0].worker, Some(0));
         assert_eq!(p.failures[0].op.as_deref(), Some("decode"));
+        Ok(())
     }
 
     #[test]
-    fn bad_records_are_errors_naming_the_cause() {
+    fn bad_records_are_errors_naming_the_cause() -> Result<(), ProfilerError> {
+        fn message<T>(r: Result<T, ProfilerError>) -> String {
+            r.err().map(|e| e.to_string()).unwrap_or_default()
+        }
         let mut b = ProfileBuilder::new(run(Mode::Counters));
         let w0 = b.process(RecordingProcess {
             counters: vec![CounterKind::TaskClock],
@@ -616,8 +619,8 @@ mod tests {
         });
         let mut s = span("decode", None, 10, 20, 0);
         s.counters = Some((&[1, 2], &[3, 4]));
-        let e = b.failure(w0, None, 1, "decode", "x", &[s]);
-        assert!(e.unwrap_err().to_string().contains("counter readings"));
+        let e = message(b.failure(w0, None, 1, "decode", "x", &[s]));
+        assert!(e.contains("counter readings"), "{e}");
         let delivery = Delivery {
             epoch: 0,
             process: w0,
@@ -629,33 +632,35 @@ mod tests {
             span("collate", None, 1, 2, 0),
             span("decode", None, 20, 10, 0),
         ];
-        let e = b.deliver(&delivery, None, &backwards);
-        assert!(e.unwrap_err().to_string().contains("before its start"));
+        let e = message(b.deliver(&delivery, None, &backwards));
+        assert!(e.contains("before its start"), "{e}");
         // A refused batch leaves nothing behind: the next one is still batch 0.
-        assert_eq!(b.deliver(&delivery, None, &backwards[..1]).unwrap(), 0);
+        assert_eq!(b.deliver(&delivery, None, &backwards[..1])?, 0);
         let mut other = ProfileBuilder::new(run(Mode::Spans));
-        let e = other.failure(w0, None, 1, "decode", "x", &[]);
-        assert!(e.unwrap_err().to_string().contains("not registered"));
+        let e = message(other.failure(w0, None, 1, "decode", "x", &[]));
+        assert!(e.contains("not registered"), "{e}");
         assert!(counter_kind("tsc").is_err());
-        assert_eq!(counter_kind("task_clock").unwrap(), CounterKind::TaskClock);
+        assert_eq!(counter_kind("task_clock")?, CounterKind::TaskClock);
         let empty = ProfileBuilder::new(RunInfo {
             label: String::new(),
             ..run(Mode::Spans)
         });
-        assert!(empty.finish().unwrap_err().to_string().contains("label"));
+        assert!(message(empty.finish()).contains("label"));
+        Ok(())
     }
 
     #[test]
-    fn an_empty_run_still_has_its_header_and_end() {
+    fn an_empty_run_still_has_its_header_and_end() -> Result<(), ProfilerError> {
         let b = ProfileBuilder::new(RunInfo {
             end_ns: 50,
             ..run(Mode::Off)
         });
-        let profile = b.finish().unwrap();
+        let profile = b.finish()?;
         let p = &profile.pipelines[0];
         assert_eq!((p.start_ns, p.end_ns), (100, 100));
         assert!(p.threads.is_empty() && p.batches.is_empty());
         assert!(!p.meta.contains_key("worker_pids"));
         assert_eq!(profile.schema, crate::schema::SCHEMA_NAME);
+        Ok(())
     }
 }
