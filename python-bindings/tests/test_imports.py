@@ -47,8 +47,8 @@ def _imports(tree: ast.AST, modules: Set[str], package: str) -> Set[str]:
 
     def visit(node: ast.AST) -> None:
         if isinstance(node, ast.If) and _is_type_checking(node.test):
-            for child in node.orelse:
-                visit(child)
+            for stmt in node.orelse:
+                visit(stmt)
             return
         if isinstance(node, ast.Import):
             for alias in node.names:
@@ -61,7 +61,8 @@ def _imports(tree: ast.AST, modules: Set[str], package: str) -> Set[str]:
                 base = ".".join(package.split(".")[: len(package.split(".")) - node.level + 1]
                                 + ([base] if base else []))
             for alias in node.names:
-                target = resolve(f"{base}.{alias.name}") if f"{base}.{alias.name}" in modules else resolve(base)
+                submodule = f"{base}.{alias.name}"
+                target = submodule if submodule in modules else resolve(base)
                 if target is not None:
                     found.add(target)
         for child in ast.iter_child_nodes(node):

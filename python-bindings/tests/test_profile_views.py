@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
-from typing import Any, Dict, Mapping, Set
+from typing import Any, Dict, Literal, Mapping, Set
 
 import pytest
 
@@ -36,7 +36,7 @@ def check_view(view: Any, data: Mapping[str, Any]) -> None:
         assert same(plain[key], value), (type(view).__name__, key)
 
 
-def native_profile(folder: Path, mode: str) -> fl.Profile:
+def native_profile(folder: Path, mode: Literal["spans", "counters"]) -> fl.Profile:
     loader = fl.Loader(fl.ImageFolder(folder), batch_size=4, num_workers=2, profile=mode,
                        transform=T.Compose([T.RandomResizedCrop(16), T.ToTensor()]))
     assert len(list(loader)) == 5
@@ -170,7 +170,7 @@ def test_the_builder_refuses_bad_input_naming_it() -> None:
     with pytest.raises(ValueError, match="was not returned"):
         b.deliver(w + 1, 0, [], 1, 1, 1, None)
     with pytest.raises(TypeError, match="expected tuples"):
-        b.deliver(w, 0, [["process", 0, 1, 2, 0]], 1, 1, 1, None)
+        b.deliver(w, 0, [["process", 0, 1, 2, 0]], 1, 1, 1, None)  # type: ignore[list-item]
     with pytest.raises(ValueError, match="5 or 7 items"):
         b.deliver(w, 0, [("process", 0, 1)], 1, 1, 1, None)
     with pytest.raises(ValueError, match="counter readings"):
