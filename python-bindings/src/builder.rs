@@ -14,6 +14,7 @@ use ferroloader_loader::profiler::{
     BatchFacts, CounterAvailability, Delivery, Mode, ProcessId, ProfileBuilder, ProfilerError,
     RecordedSpan, RecordingProcess, RunInfo,
 };
+use pyo3::conversion::FromPyObjectOwned;
 use pyo3::exceptions::{PyRuntimeError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::pybacked::PyBackedStr;
@@ -257,11 +258,11 @@ impl Record {
             None
         };
         Ok(Record {
-            op: tuple.get_item(0)?.extract()?,
+            op: item(tuple, 0, "op")?,
             sample: sample_index(&tuple.get_item(1)?),
-            start_ns: tuple.get_item(2)?.extract()?,
-            end_ns: tuple.get_item(3)?.extract()?,
-            depth: tuple.get_item(4)?.extract()?,
+            start_ns: item(tuple, 2, "start_ns")?,
+            end_ns: item(tuple, 3, "end_ns")?,
+            depth: item(tuple, 4, "depth (0 to 255)")?,
             counters,
         })
     }
@@ -279,6 +280,21 @@ impl Record {
                 .map(|(before, after, n)| (&before[..*n], &after[..*n])),
         }
     }
+}
+
+/// Item `index` of a record, converted; the error names the item and what it held.
+fn item<'py, T: FromPyObjectOwned<'py>>(
+    record: &Bound<'py, PyTuple>,
+    index: usize,
+    name: &str,
+) -> PyResult<T> {
+    let value = record.get_item(index)?;
+    value.extract().map_err(|_| {
+        PyValueError::new_err(format!(
+            "records: a record's {name} cannot be {}",
+            value.repr().map_or_else(|_| "?".into(), |r| r.to_string())
+        ))
+    })
 }
 
 /// Reads a tuple of counter values into `out`; returns how many there were.

@@ -173,6 +173,10 @@ def test_the_builder_refuses_bad_input_naming_it() -> None:
         b.deliver(w, 0, [["process", 0, 1, 2, 0]], 1, 1, 1, None)  # type: ignore[list-item]
     with pytest.raises(ValueError, match="5 or 7 items"):
         b.deliver(w, 0, [("process", 0, 1)], 1, 1, 1, None)
+    with pytest.raises(ValueError, match="depth .* cannot be 300"):
+        b.deliver(w, 0, [("process", 0, 1, 2, 300)], 1, 1, 1, None)
+    with pytest.raises(ValueError, match="start_ns cannot be -1"):
+        b.deliver(w, 0, [("process", 0, -1, 2, 0)], 1, 1, 1, None)
     with pytest.raises(ValueError, match="counter readings"):
         b.deliver(w, 0, [("process", 0, 1, 2, 0, (1, 2), (3, 4))], 1, 1, 1, None)
     with pytest.raises(ValueError, match="before its start"):
