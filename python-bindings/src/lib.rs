@@ -4,8 +4,8 @@
 //! crop parameters all come from `ferroloader_loader` (and the transforms crate it re-exports).
 //! What lives here is only what the crossing needs: argument conversion, error mapping by kind
 //! ([`errors`]), one helper for every long call that releases the GIL and answers Ctrl-C
-//! ([`detach`]), zero-copy batch arrays ([`batch`]), profiles and counter groups ([`profile`]), building a profile from
-//! the Python instrumentation's records ([`builder`]), fork safety
+//! ([`detach`]), zero-copy batch arrays ([`batch`]), profiles and counter groups ([`profile`]),
+//! building a profile from the Python instrumentation's records ([`builder`]), fork safety
 //! ([`fork`]) and running a Python tail after the native ops ([`tail`]). The Python
 //! package (`python/ferroloader`) re-exports what users touch and owns argument checking.
 

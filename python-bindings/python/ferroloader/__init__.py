@@ -29,7 +29,9 @@ from ferroloader.advisor import Advice, advise
 from ferroloader._native import DecodeError, FileList, ImageFolder, PathList, __version__
 from ferroloader.loader import STATE_VERSION, Loader, LoaderIterator
 from ferroloader.offline import PrepareReport, prepare
-from ferroloader.profiling import Profile, Summary, StrPath, set_html_writer
+from ferroloader.profiling import Profile, Summary
+from ferroloader.profiling import StrPath as _StrPath
+from ferroloader.profiling import set_html_writer as _set_html_writer
 
 __all__ = [
     "Advice",
@@ -60,7 +62,7 @@ if TYPE_CHECKING:
 _LAZY = ("report", "torch")
 
 
-def _write_html(profile: Profile, path: StrPath) -> None:
+def _write_html(profile: Profile, path: _StrPath) -> None:
     from ferroloader import report
 
     report.write_html(profile, path)
@@ -68,7 +70,7 @@ def _write_html(profile: Profile, path: StrPath) -> None:
 
 # The report reads profiles; the profile model must not import it back, so the package (which
 # knows both) installs the report as what `Profile.to_html` calls.
-set_html_writer(_write_html)
+_set_html_writer(_write_html)
 
 
 def __getattr__(name: str) -> Any:
