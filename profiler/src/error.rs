@@ -31,6 +31,10 @@ pub enum ProfilerError {
         /// The schema name the file declares.
         found: String,
     },
+    /// A record given to the [`ProfileBuilder`](crate::ProfileBuilder) contradicts the schema
+    /// or the records before it.
+    #[error("invalid profile record: {0}")]
+    InvalidRecord(String),
     /// The profile was written by a newer version of the schema than this crate reads.
     #[error("profile schema version {found} is newer than the supported version {supported}")]
     UnsupportedVersion {

@@ -35,6 +35,7 @@
 //! println!("{}", summary.render_table());
 //! ```
 
+pub mod builder;
 pub mod clock;
 pub mod counters;
 pub mod error;
@@ -44,6 +45,9 @@ pub mod schema;
 pub mod summary;
 pub mod trace;
 
+pub use builder::{
+    BatchFacts, Delivery, ProcessId, ProfileBuilder, RecordedSpan, RecordingProcess, RunInfo,
+};
 pub use clock::now_ns;
 pub use counters::{
     CounterArray, CounterAvailability, CounterConfig, CounterDeltas, CounterGroupKind, CounterKind,

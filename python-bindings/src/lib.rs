@@ -4,11 +4,13 @@
 //! crop parameters all come from `ferroloader_loader` (and the transforms crate it re-exports).
 //! What lives here is only what the crossing needs: argument conversion, error mapping by kind
 //! ([`errors`]), one helper for every long call that releases the GIL and answers Ctrl-C
-//! ([`detach`]), zero-copy batch arrays ([`batch`]), profiles and counter groups ([`profile`]), fork safety
+//! ([`detach`]), zero-copy batch arrays ([`batch`]), profiles and counter groups ([`profile`]),
+//! building a profile from the Python instrumentation's records ([`builder`]), fork safety
 //! ([`fork`]) and running a Python tail after the native ops ([`tail`]). The Python
 //! package (`python/ferroloader`) re-exports what users touch and owns argument checking.
 
 mod batch;
+mod builder;
 mod dataset;
 mod detach;
 mod errors;
@@ -20,6 +22,7 @@ mod profile;
 mod shard;
 mod tail;
 
+use ferroloader_loader::profiler;
 use pyo3::prelude::*;
 
 /// The extension module; the Python package re-exports what users touch.
@@ -37,6 +40,18 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<profile::PyProfile>()?;
     m.add_class::<profile::PySummary>()?;
     m.add_class::<profile::PyCounterGroup>()?;
+    m.add_class::<builder::PyProfileBuilder>()?;
+    m.add_function(wrap_pyfunction!(builder::counters_unavailable, m)?)?;
+    // The schema's constants, declared once in the profiler crate.
+    m.add("PROFILE_SCHEMA", profiler::schema::SCHEMA_NAME)?;
+    m.add("PROFILE_SCHEMA_VERSION", profiler::schema::SCHEMA_VERSION)?;
+    m.add("CONSUMER", profiler::CONSUMER)?;
+    m.add(
+        "COUNTER_NAMES",
+        profiler::CounterKind::ALL
+            .map(profiler::CounterKind::name)
+            .to_vec(),
+    )?;
     m.add_function(wrap_pyfunction!(profile::now_ns, m)?)?;
     m.add_function(wrap_pyfunction!(ops::random_resized_crop_params, m)?)?;
     m.add_function(wrap_pyfunction!(ops::resized_crop, m)?)?;

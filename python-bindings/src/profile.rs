@@ -221,6 +221,13 @@ impl PyCounterGroup {
             .call_method1("loads", (self.availability.as_str(),))
     }
 
+    /// The same availability as JSON text (what `ProfileBuilder.process` takes; a worker
+    /// process ships it to the main one as is).
+    #[getter]
+    fn availability_json(&self) -> &str {
+        &self.availability
+    }
+
     /// The counters' running totals, in `names` order (one `read(2)` per group). Subtract two
     /// reads for the counts in between. Must be called on the thread that made the group.
     fn read<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyTuple>> {

@@ -576,7 +576,7 @@ def test_a_custom_dataset_times_its_transform_and_the_users_spans(
     # The report names the dataset's own time for what it is.
     from ferroloader.cli import report
 
-    summary = fl.Profile.from_dict(profile).summary().to_dict()["pipelines"][0]
+    summary = fl.Profile.from_dict(profile).summary().pipelines[0]
     stages = report.stage_times(summary)
     assert stages["getitem"] > 0 and stages["fetch"] > 0
     assert report.stage_of("__getitem__") == "getitem"

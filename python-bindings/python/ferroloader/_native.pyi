@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from typing import Any, Callable, Dict, Iterator, List, Literal, Optional, Sequence, Tuple, Union, final
+from typing import Any, Callable, Dict, Iterator, List, Literal, Mapping, Optional, Sequence, Tuple, Union, final
 
 import numpy as np
 import numpy.typing as npt
@@ -242,7 +242,61 @@ class CounterGroup:
     def names(self) -> List[str]: ...
     @property
     def availability(self) -> Dict[str, Any]: ...
+    @property
+    def availability_json(self) -> str: ...
     def read(self) -> Tuple[int, ...]: ...
+
+# The profile schema's constants (profiler/src/schema.rs, recorder.rs, counters.rs).
+PROFILE_SCHEMA: str
+PROFILE_SCHEMA_VERSION: int
+CONSUMER: int
+COUNTER_NAMES: List[str]
+
+@final
+class ProfileBuilder:
+    """Builds one pipeline's profile from raw records (the profiler crate's ProfileBuilder)."""
+
+    def __new__(
+        cls,
+        label: str,
+        mode: str,
+        *,
+        pid: int,
+        num_workers: int,
+        batch_size: int,
+        start_ns: int,
+        end_ns: int,
+        meta: Mapping[str, str],
+        dropped_spans: int,
+    ) -> ProfileBuilder: ...
+    def process(
+        self, worker: int, pid: int, tid: int, counters: Sequence[str], availability: Optional[str]
+    ) -> int: ...
+    def plan(
+        self, epoch: int, planned_ns: int, samples: Optional[Sequence[Optional[int]]]
+    ) -> None: ...
+    def deliver(
+        self,
+        process: int,
+        epoch: int,
+        records: Sequence[Tuple[Any, ...]],
+        completed_ns: int,
+        requested_ns: int,
+        delivered_ns: int,
+        facts: Optional[Tuple[Sequence[Optional[int]], Optional[int]]],
+    ) -> int: ...
+    def failure(
+        self,
+        process: int,
+        sample: object,
+        t_ns: int,
+        op: str,
+        cause: str,
+        records: Sequence[Tuple[Any, ...]],
+    ) -> None: ...
+    def finish(self) -> Profile: ...
+
+def counters_unavailable(reason: str) -> str: ...
 
 def now_ns() -> int: ...
 def random_resized_crop_params(

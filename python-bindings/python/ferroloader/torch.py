@@ -48,9 +48,10 @@ What this module must not do: mutate the user's DataLoader, dataset, transforms 
 (it copies and wraps; samplers and the generator are shared, exactly as iterating the original
 would use them); change what is yielded or the random stream; hold per-batch data (tensors)
 beyond delivery; do anything on the per-op path but read the clock (and the counters) and
-append one tuple; build dicts before :meth:`ProfiledDataLoader.profile` asks for them.
-Summaries and traces are computed by :class:`ferroloader.Profile` (the native profiler crate),
-not here.
+append one tuple; feed the records to the native profile builder before
+:meth:`ProfiledDataLoader.profile` asks for them; declare any part of the profile schema (its
+names, counters, defaults: ``ferroloader._native.ProfileBuilder`` and the profiler crate own
+them). Summaries and traces are computed by :class:`ferroloader.Profile`, not here.
 """
 
 from __future__ import annotations
@@ -66,25 +67,24 @@ import sys
 import threading
 import uuid
 import weakref
-from collections import deque
 from time import monotonic_ns as _now
 from typing import (
     TYPE_CHECKING,
     Any,
     Callable,
-    Deque,
     Dict,
     Iterable,
     Iterator,
     List,
     Optional,
-    Sequence,
     Tuple,
     Type,
 )
 
 import torch
 from torch.utils.data import DataLoader, Dataset, IterableDataset, Subset, get_worker_info
+
+from ferroloader import _native
 
 if TYPE_CHECKING:
     from types import TracebackType
@@ -96,26 +96,13 @@ __all__ = ["profile", "ProfiledDataLoader", "MODES", "span"]
 MODES = ("off", "spans", "counters")
 """The recording modes, as in the schema: nothing, spans and batch events, spans plus counters."""
 
-SCHEMA_NAME = "ferroloader.profile"
-SCHEMA_VERSION = 1
-
-HARDWARE_COUNTERS = (
-    "cycles",
-    "instructions",
-    "cache_references",
-    "cache_misses",
-    "branch_instructions",
-    "branch_misses",
-    "stalled_cycles_frontend",
-    "stalled_cycles_backend",
-)
-SOFTWARE_COUNTERS = ("task_clock", "page_faults", "context_switches", "cpu_migrations")
-
 # A span as recorded on the hot path: (op, sample, start_ns, end_ns, depth) in "spans" mode,
-# plus (counters_before, counters_after) raw tuples in "counters" mode. Dicts are built later.
+# plus (counters_before, counters_after) raw tuples in "counters" mode: what
+# ``_native.ProfileBuilder`` takes, in the main process, when a profile is asked for.
 Record = Tuple[Any, ...]
-# Who recorded a batch: (worker, pid, tid, counter names, counter availability or None).
-WorkerIdentity = Tuple[int, int, int, Tuple[str, ...], Optional[Dict[str, Any]]]
+# Who recorded a batch: (worker, pid, tid, counter names, counter availability as the JSON
+# ``CounterGroup.availability_json`` gives, or None when it did not count).
+WorkerIdentity = Tuple[int, int, int, Tuple[str, ...], Optional[str]]
 # A failed sample: (sample, t_ns, op, cause).
 FailureRecord = Tuple[Any, int, str, str]
 # What a process reports about a failed sample: who, the failure, the failed batch's spans.
@@ -181,7 +168,7 @@ class _Recorder:
         self._identity: Optional[WorkerIdentity] = None
         self._read: Optional[CounterReader] = None
         self._names: Tuple[str, ...] = ()
-        self._availability: Optional[Dict[str, Any]] = None
+        self._availability: Optional[str] = None
         self._counters_pid = 0
 
     def __reduce__(self) -> Tuple[Callable[..., "_Recorder"], Tuple[Any, ...]]:
@@ -195,19 +182,17 @@ class _Recorder:
         return read
 
     def _open_counters(self) -> CounterReader:
-        from ferroloader import _native
-
         read: CounterReader
         try:
             group = _native.CounterGroup(hardware=True, software=True)
             self._names = tuple(group.names)
-            self._availability = dict(group.availability)
+            self._availability = group.availability_json
             read = group.read
             read()  # a group that opens but cannot be read counts as unavailable
         except Exception as e:  # counters missing must never fail the pipeline
             reason = f"CounterGroup failed: {type(e).__name__}: {e}"
             self._names = ()
-            self._availability = _unavailable(reason)
+            self._availability = _native.counters_unavailable(reason)
             read = _no_counters
         self._read = read
         self._counters_pid = os.getpid()
@@ -683,7 +668,7 @@ class _PlanningSampler:
         # A generator, like torch's samplers: nothing is drawn before the first next().
         session = self._session
         for item in self._inner:
-            session.plans.append((session.epoch, _now(), _plan_hash(item)))
+            session.plans.append((session.epoch, _now(), _plan_samples(item)))
             yield item
 
     def __len__(self) -> int:
@@ -692,7 +677,8 @@ class _PlanningSampler:
 
 # -- the main-process side --------------------------------------------------------------------
 
-# What a batch's spans say about it: (its samples, when its first span started).
+# What a batch's spans say about it: (its samples, when its first span started); the profile
+# builder works it out from the spans, this stands in for a batch whose spans were dropped.
 BatchFacts = Tuple[Tuple[Optional[int], ...], Optional[int]]
 # A delivered batch: (epoch, records, identity, completed_ns, next() entered, next() returned,
 # the facts of a batch whose records were dropped (over max_spans), else None).
@@ -700,13 +686,17 @@ Delivery = Tuple[int, List[Record], WorkerIdentity, int, int, int, Optional[Batc
 
 
 def _batch_facts(records: List[Record]) -> BatchFacts:
-    samples = tuple(_as_index(r[1]) for r in records if r[0] == "process")
+    """What ``ProfileBuilder`` reads from a batch's spans (``BatchFacts::observe`` in the
+    profiler crate): the indices of the top-level spans that have one, the earliest start."""
+    indices = (_as_index(r[1]) for r in records if r[4] == 0)
+    samples = tuple(i for i in indices if i is not None)
     return samples, min((r[2] for r in records), default=None)
 
 
 class _Session:
     """What the main process collects for one :class:`ProfiledDataLoader`: deliveries and
-    plans as raw tuples (dicts are built by :func:`_profile_dict`), failures, run times."""
+    plans as raw tuples (fed to the profile builder by :func:`_build_profile`), failures, run
+    times."""
 
     def __init__(self, label: str, mode: str, max_spans: int) -> None:
         self.label = label
@@ -721,8 +711,8 @@ class _Session:
         self.start_ns: Optional[int] = None
         self.end_ns: Optional[int] = None
         self.deliveries: List[Delivery] = []
-        self.plans: List[Tuple[int, int, Optional[int]]] = []
-        """(epoch, planned_ns, hash of the batch's sample indices) per batch the sampler gave."""
+        self.plans: List[Tuple[int, int, Optional[Tuple[Optional[int], ...]]]] = []
+        """(epoch, planned_ns, the batch's sample indices) per batch the sampler gave."""
         self.reports: List[FailureReport] = []
 
     def drain(self) -> None:
@@ -927,16 +917,14 @@ class ProfiledDataLoader:
     # -- results ------------------------------------------------------------------------------
 
     def profile_dict(self) -> Dict[str, Any]:
-        """What was recorded so far, as plain data in the ``ferroloader.profile`` schema v1."""
-        session = self._session
-        session.drain()
-        return _profile_dict(self.dataloader, session, self._meta)
+        """What was recorded so far, as plain data in the ``ferroloader.profile`` schema."""
+        return self.profile().to_dict()
 
     def profile(self) -> "Profile":
         """What was recorded so far, as a :class:`ferroloader.Profile` (summary, trace...)."""
-        from ferroloader.profiling import Profile
-
-        return Profile.from_dict(self.profile_dict())
+        session = self._session
+        session.drain()
+        return _build_profile(self.dataloader, session, self._meta)
 
     def __repr__(self) -> str:
         return (
@@ -1041,100 +1029,26 @@ def _as_index(sample: Any) -> Optional[int]:
     return value if value >= 0 else None
 
 
-def _event_mask(names: Sequence[str], availability: Optional[Dict[str, Any]]) -> List[bool]:
-    """Which of ``names`` are counted, per the availability's events (all, if it says nothing)."""
-    if availability is None:
-        return [False] * len(names)
-    counted: Dict[str, bool] = {}
-    for group in ("hardware", "software"):
-        for event in (availability.get(group) or {}).get("events") or []:
-            counted[str(event.get("counter"))] = bool(event.get("available"))
-    return [counted.get(name, True) for name in names]
-
-
-def _unavailable(reason: str) -> Dict[str, Any]:
-    """A counter availability in which nothing is counted, for ``reason``."""
-
-    def group(names: Tuple[str, ...]) -> Dict[str, Any]:
-        return {
-            "available": False,
-            "reason": reason,
-            "exclude_kernel": False,
-            "events": [{"counter": n, "available": False, "reason": reason} for n in names],
-        }
-
-    availability: Dict[str, Any] = {
-        "hardware": group(HARDWARE_COUNTERS),
-        "software": group(SOFTWARE_COUNTERS),
-    }
-    paranoid = _perf_event_paranoid()
-    if paranoid is not None:
-        availability["perf_event_paranoid"] = paranoid
-    return availability
-
-
-def _perf_event_paranoid() -> Optional[int]:
-    try:
-        with open("/proc/sys/kernel/perf_event_paranoid") as f:
-            return int(f.read().strip())
-    except (OSError, ValueError):
-        return None
-
-
-class _SpanWriter:
-    """Turns raw records into schema span dicts, with counter deltas per known process."""
-
-    def __init__(self) -> None:
-        self.spans: List[Dict[str, Any]] = []
-        self._masks: Dict[Tuple[Tuple[str, ...], int], List[bool]] = {}
-
-    def add(self, records: List[Record], identity: WorkerIdentity, batch: Optional[int]) -> None:
-        worker, pid, _, names, availability = identity
-        key = (names, pid)
-        mask = self._masks.get(key)
-        if mask is None:
-            mask = self._masks[key] = _event_mask(names, availability)
-        for r in records:
-            span: Dict[str, Any] = {
-                "op": r[0],
-                "worker": worker,
-                "start_ns": r[2],
-                "end_ns": r[3],
-                "depth": r[4],
-            }
-            if batch is not None:
-                span["batch"] = batch
-            sample = _as_index(r[1])
-            if sample is not None:
-                span["sample"] = sample
-            if len(r) > 5:
-                counters = {
-                    name: max(0, int(after) - int(before))
-                    for name, before, after, counted in zip(names, r[5], r[6], mask)
-                    if counted
-                }
-                if counters:
-                    span["counters"] = counters
-            self.spans.append(span)
-
-
-def _plan_hash(item: Any) -> Optional[int]:
-    """Hash of the sample indices of a sampler's item (a batch's list, or one index): a
-    delivered batch is matched to its plan by the samples its spans name."""
+def _plan_samples(item: Any) -> Optional[Tuple[Optional[int], ...]]:
+    """The sample indices of a sampler's item (a batch's list, or one index): a delivered batch
+    is matched to its plan by the samples its spans name."""
     try:
         if isinstance(item, (list, tuple)) or (
             isinstance(item, torch.Tensor) and item.dim() == 1
         ):
-            return hash(tuple(_as_index(i) for i in item))
-        return hash((_as_index(item),))
+            return tuple(_as_index(i) for i in item)
+        return (_as_index(item),)
     except Exception:
         return None
 
 
-def _profile_dict(dl: DataLoader[Any], session: _Session, meta: Dict[str, str]) -> Dict[str, Any]:
-    now = _now()
+def _build_profile(dl: DataLoader[Any], session: _Session, meta: Dict[str, str]) -> "Profile":
+    """Feeds the session's raw tuples to the native profile builder: it numbers the batches,
+    matches them to their plans, computes counter deltas and fills the schema's defaults."""
+    from ferroloader.profiling import Profile
+
     start = session.start_ns if session.start_ns is not None else session.created_ns
-    end = session.end_ns if session.end_ns is not None else now
+    end = session.end_ns if session.end_ns is not None else _now()
     meta = dict(meta)
     meta["start_method"] = _start_method(dl)
     batch_size = dl.batch_size
@@ -1142,131 +1056,24 @@ def _profile_dict(dl: DataLoader[Any], session: _Session, meta: Dict[str, str]) 
         batch_size = getattr(dl.batch_sampler, "batch_size", None) or (
             1 if dl.batch_sampler is None else 0
         )
+    builder = _native.ProfileBuilder(
+        session.label, session.mode, pid=os.getpid(), num_workers=dl.num_workers,
+        batch_size=batch_size, start_ns=start, end_ns=end, meta=meta,
+        dropped_spans=session.dropped_spans,
+    )
+    processes: Dict[WorkerIdentity, int] = {}
 
-    writer = _SpanWriter()
-    threads: Dict[int, WorkerIdentity] = {}
+    def process(identity: WorkerIdentity) -> int:
+        number = processes.get(identity)
+        if number is None:
+            worker, pid, tid, names, availability = identity
+            number = processes[identity] = builder.process(worker, pid, tid, names, availability)
+        return number
 
-    # Plans of each epoch, by the batch's sample indices, in sampler order.
-    plans: Dict[int, Dict[int, Deque[Tuple[int, int]]]] = {}
-    ordinal: Dict[int, int] = {}
-    for epoch, planned_ns, key in session.plans:
-        n = ordinal.get(epoch, 0)
-        ordinal[epoch] = n + 1
-        if key is not None:
-            plans.setdefault(epoch, {}).setdefault(key, deque()).append((n, planned_ns))
-
-    batches: List[Dict[str, Any]] = []
-    plan_of: List[Optional[int]] = []
-    latest_completion = 0
-    for number, delivery in enumerate(session.deliveries):
-        epoch, records, identity, done_ns, t0, t1, facts = delivery
-        threads.setdefault(identity[0], identity)
-        writer.add(records, identity, number)
-        samples, first_started = facts or _batch_facts(records)
-        record: Dict[str, Any] = {
-            "batch": number,
-            "completed_ns": done_ns,
-            "completed_by": identity[0],
-            "delivered_ns": t1,
-            "wait_ns": max(0, t1 - t0),
-            # Finished before a batch delivered ahead of it: torch held it back for order.
-            "out_of_order": done_ns < latest_completion,
-        }
-        latest_completion = max(latest_completion, done_ns)
-        if samples:
-            record["size"] = len(samples)
-        if first_started is not None:
-            record["first_started_ns"] = first_started
-        queue = plans.get(epoch, {}).get(hash(samples))
-        if queue:
-            n, planned_ns = queue.popleft()
-            record["planned_ns"] = planned_ns
-            plan_of.append(n)
-        else:
-            plan_of.append(None)
-        batches.append(record)
-
-    # Delivered out of sampler order (in_order=False): a batch planned earlier came later.
-    later_min: Dict[int, int] = {}
-    for i in range(len(batches) - 1, -1, -1):
-        epoch = session.deliveries[i][0]
-        planned = plan_of[i]
-        if planned is None:
-            continue
-        if planned > later_min.get(epoch, planned):
-            batches[i]["out_of_order"] = True
-        later_min[epoch] = min(later_min.get(epoch, planned), planned)
-
-    failures: List[Dict[str, Any]] = []
+    for epoch, planned_ns, samples in session.plans:
+        builder.plan(epoch, planned_ns, samples)
+    for epoch, records, identity, done_ns, t0, t1, facts in session.deliveries:
+        builder.deliver(process(identity), epoch, records, done_ns, t0, t1, facts)
     for identity, (sample, t_ns, op, cause), orphans in session.reports:
-        threads.setdefault(identity[0], identity)
-        writer.add(orphans, identity, None)
-        failure: Dict[str, Any] = {"worker": identity[0], "t_ns": t_ns, "op": op, "cause": cause}
-        index = _as_index(sample)
-        if index is not None:
-            failure["sample"] = index
-        failures.append(failure)
-
-    # A worker number is reused by each epoch's new process (without persistent workers):
-    # its thread entry names the first, the meta all of them.
-    pids: Dict[int, List[int]] = {}
-    for delivery in session.deliveries:
-        worker, pid = delivery[2][0], delivery[2][1]
-        if pid not in pids.setdefault(worker, []):
-            pids[worker].append(pid)
-    if pids:
-        meta["worker_pids"] = " ".join(
-            f"{w}:{','.join(map(str, p))}" for w, p in sorted(pids.items())
-        )
-
-    counting = session.mode == "counters"
-    thread_dicts: List[Dict[str, Any]] = []
-    for worker in sorted(threads):
-        _, pid, tid, _, availability = threads[worker]
-        thread: Dict[str, Any] = {"worker": worker, "name": f"worker-{worker}", "pid": pid, "tid": tid}
-        if counting and availability is not None:
-            thread["counters"] = availability
-        thread_dicts.append(thread)
-
-    if counting:
-        availability = next(
-            (t[4] for t in threads.values() if t[4] is not None), None
-        ) or _probe_availability(session)
-    else:
-        availability = _unavailable(f"profiler mode is {session.mode}")
-
-    writer.spans.sort(key=lambda s: (s["start_ns"], s["depth"]))
-    pipeline: Dict[str, Any] = {
-        "label": session.label,
-        "pid": os.getpid(),
-        "mode": session.mode,
-        "num_workers": dl.num_workers,
-        "batch_size": batch_size,
-        "start_ns": start,
-        "end_ns": max(start, end),
-        "meta": meta,
-        "counters": availability,
-        "threads": thread_dicts,
-        "spans": writer.spans,
-        "batches": batches,
-        "failures": failures,
-        "stats": {
-            "dropped_spans": session.dropped_spans,
-            "unbalanced_exits": 0,
-            "counter_read_errors": 0,
-            "unflushed_recorders": 0,
-        },
-    }
-    return {
-        "schema": SCHEMA_NAME,
-        "version": SCHEMA_VERSION,
-        "clock": "CLOCK_MONOTONIC",
-        "pipelines": [pipeline],
-    }
-
-
-def _probe_availability(session: _Session) -> Dict[str, Any]:
-    """The counters this (main) process can open, when no worker reported any."""
-    session.rec.reader()
-    availability = session.rec._availability
-    return availability if availability is not None else _unavailable("no counters opened")
+        builder.failure(process(identity), sample, t_ns, op, cause, orphans)
+    return Profile(builder.finish())

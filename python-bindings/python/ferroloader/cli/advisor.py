@@ -658,12 +658,14 @@ def _training_loop(training: Any) -> Dict[str, Any]:
             "training: expected a ferroloader Profile of your training loop (fl.torch.profile "
             f"or Loader(profile='spans')) or the path of its saved JSON, got {training!r:.80}"
         )
-    pipelines = training.to_dict()["pipelines"]
+    pipelines = training.pipelines
     if not pipelines:
         raise ValueError("training: the profile has no pipeline (was profiling off?)")
-    batches = sorted(pipelines[0]["batches"], key=lambda b: int(b["delivered_ns"]))
+    # The consumer notes delivery and wait for every batch it received.
+    delivered = [b for b in pipelines[0].batches if b.delivered_ns is not None]
+    batches = sorted(delivered, key=lambda b: b.delivered_ns or 0)
     steps = [
-        (int(b["delivered_ns"]) - int(b["wait_ns"]) - int(a["delivered_ns"])) / 1e6
+        ((b.delivered_ns or 0) - (b.wait_ns or 0) - (a.delivered_ns or 0)) / 1e6
         for a, b in zip(batches, batches[1:])
     ]
     if len(steps) < 2:
@@ -671,13 +673,13 @@ def _training_loop(training: Any) -> Dict[str, Any]:
             f"training: the profile has {len(batches)} batches; at least 3 are needed to time "
             "the step between them"
         )
-    summary = training.summary().to_dict()["pipelines"][0]
+    summary = training.summary().pipelines[0]
     return {
-        "label": str(pipelines[0]["label"]),
+        "label": pipelines[0].label,
         "step_ms": max(0.0, statistics.median(steps)),
-        "wait_share": float(summary["consumer_wait_share"]),
+        "wait_share": summary.consumer_wait_share,
         "batches": len(batches),
-        "batch_size": int(pipelines[0]["batch_size"]),
+        "batch_size": pipelines[0].batch_size,
     }
 
 
@@ -695,8 +697,8 @@ def _verdict(run: _Runner, pipe: _Pipeline, sample: _Sample, step_ms: Optional[f
     for _ in loader:
         if step_s:
             time.sleep(step_s)
-    summary = loader.profile().summary().to_dict()["pipelines"][0]
-    native_share = float(summary["consumer_wait_share"])
+    summary = loader.profile().summary().pipelines[0]
+    native_share = summary.consumer_wait_share
     share = loop["wait_share"] if loop is not None else native_share
     verdict: Dict[str, Any] = {
         "input_bound": _grade(share),
@@ -704,7 +706,7 @@ def _verdict(run: _Runner, pipe: _Pipeline, sample: _Sample, step_ms: Optional[f
         "source": "training_profile" if loop is not None else "simulated_step",
         "step_ms": loop["step_ms"] if loop is not None else step_ms,
         "native_wait_share": native_share,
-        "pipeline_images_per_s": float(summary["images_per_s"]),
+        "pipeline_images_per_s": summary.images_per_s,
     }
     if loop is not None:
         verdict["consumer_images_per_s"] = (

@@ -37,6 +37,7 @@ from rich.progress import (
 from rich.table import Table
 
 from ferroloader import __version__
+from ferroloader.profiling import Summary
 from ferroloader.recipes import RECIPES
 
 __all__ = ["main"]
@@ -329,14 +330,14 @@ def _report_config(cfg: Any, *, workers: Optional[str] = None) -> Dict[str, str]
 
 
 def _summary_tables(
-    summary: Mapping[str, Any],
+    summary: Summary,
     cpu_per_image: Mapping[str, float],
 ) -> List[Table]:
     """The pipelines table and the time-per-op table."""
     from ferroloader.cli.report import STAGES, ratio, stage_times
 
-    pipelines = list(summary.get("pipelines", []))
-    base = next((p for p in pipelines if str(p["label"]).startswith("torchvision")), None)
+    pipelines = list(summary.pipelines)
+    base = next((p for p in pipelines if p.label.startswith("torchvision")), None)
     t = Table(title="Pipelines", title_justify="left", title_style="bold")
     t.add_column("pipeline")
     t.add_column("workers", justify="right")
@@ -348,21 +349,21 @@ def _summary_tables(
     t.add_column("batch latency ms", justify="right")
     t.add_column("bottleneck")
     for p in pipelines:
-        label = str(p["label"])
-        row = [label, str(p["num_workers"]), f"{float(p['images_per_s']):,.1f}"]
+        label = p.label
+        row = [label, str(p.num_workers), f"{p.images_per_s:,.1f}"]
         if base is not None and len(pipelines) > 1:
-            rate = float(base["images_per_s"])
-            row.append(f"{float(p['images_per_s']) / rate:.2f}×" if rate else "–")
+            rate = base.images_per_s
+            row.append(f"{p.images_per_s / rate:.2f}×" if rate else "–")
         cpu = cpu_per_image.get(label)
-        if cpu is None and p.get("cpu_seconds_per_image") is not None:
-            cpu = float(p["cpu_seconds_per_image"])
+        if cpu is None:
+            cpu = p.cpu_seconds_per_image
         row.append(f"{cpu * 1e3:.2f}" if cpu is not None else "–")
-        row.append(f"{float(p['consumer_wait_share']) * 100:.1f}%")
-        lat = p.get("batch_latency") or {}
+        row.append(f"{p.consumer_wait_share * 100:.1f}%")
+        lat = p.batch_latency
         row.append(
-            f"{lat['mean_ns'] / 1e6:.1f} ± {lat['std_ns'] / 1e6:.1f}" if lat else "–"
+            f"{lat.mean_ns / 1e6:.1f} ± {lat.std_ns / 1e6:.1f}" if lat else "–"
         )
-        row.append(str(p.get("bottleneck") or "–"))
+        row.append(p.bottleneck or "–")
         t.add_row(*row)
 
     times = [stage_times(p) for p in pipelines]
@@ -373,8 +374,8 @@ def _summary_tables(
                 title_style="bold")
     ops.add_column("op")
     for p in pipelines:
-        ops.add_column(str(p["label"]), justify="right")
-    pair = [str(p["label"]) for p in pipelines] == ["torchvision", "native"]
+        ops.add_column(p.label, justify="right")
+    pair = [p.label for p in pipelines] == ["torchvision", "native"]
     if pair:
         ops.add_column("torchvision / native", justify="right")
     for k in keys + ["__total"]:
@@ -388,7 +389,7 @@ def _summary_tables(
 
 
 def _print_summary(
-    console: Console, summary: Mapping[str, Any], cpu_per_image: Mapping[str, float]
+    console: Console, summary: Summary, cpu_per_image: Mapping[str, float]
 ) -> None:
     for table in _summary_tables(summary, cpu_per_image):
         console.print(table)
@@ -433,7 +434,7 @@ def _compare_and_report(
     )
     console = _stdout()
     console.print()
-    summary = profile.summary().to_dict()
+    summary = profile.summary()
     _print_summary(console, summary, cpu)
     for warning in report.profile_warnings(profile, cpu, summary=summary):
         console.print(f"[yellow]warning:[/yellow] {warning}")
@@ -670,7 +671,7 @@ def report_cmd(profile_json: Path, out: Optional[Path]) -> None:
     folder = out if out is not None else profile_json.parent
     files = report.write_report(prof, folder, command=f"ferroloader report {profile_json}")
     console = _stdout()
-    _print_summary(console, prof.summary().to_dict(), {})
+    _print_summary(console, prof.summary(), {})
     _print_files(console, files)
 
 

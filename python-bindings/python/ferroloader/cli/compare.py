@@ -358,8 +358,8 @@ def run_pipeline(
         if pipeline == "native":
             raise  # the native loader's errors already name the file and the cause
         join()
-        failures = [f for p in collect().to_dict()["pipelines"] for f in p["failures"]]
-        cause = failures[0]["cause"] if failures else f"{type(e).__name__}: {e}".splitlines()[0]
+        failures = [f for p in collect().pipelines for f in p.failures]
+        cause = failures[0].cause if failures else f"{type(e).__name__}: {e}".splitlines()[0]
         raise SampleFailure(
             f"{label}: a sample failed: {cause} (--on-error skip leaves such files out)"
         ) from None

@@ -12,8 +12,9 @@ waits for data; how batch latency moves over the run; what each worker did when 
 what the CPU counters say per op (and why some are missing); and, for a worker sweep, where
 more workers stop paying off.
 
-This module reads profiles and summaries as plain dicts (the ``ferroloader.profile`` and
-``ferroloader.summary`` JSON schemas, version 1) and must not record or run anything.
+This module reads profiles and summaries through their typed views
+(``ferroloader.profiling``: ``Pipeline``, ``PipelineSummary``, ``OpSummary``...) and must not
+record or run anything; sweep points (from ``ferroloader.compare``) are plain dicts.
 """
 
 from __future__ import annotations
@@ -34,19 +35,19 @@ from typing import (
     List,
     Mapping,
     Optional,
-    Protocol,
     Sequence,
     Tuple,
     Union,
 )
 
+from ferroloader._native import CONSUMER, PROFILE_SCHEMA, PROFILE_SCHEMA_VERSION
+from ferroloader.profiling import Pipeline, PipelineSummary, Profile, Span, Summary
+
 __all__ = [
     "STAGES",
     "html_page",
     "html_table",
-    "ProfileLike",
     "ReportFiles",
-    "SummaryLike",
     "ratio",
     "stage_of",
     "stage_times",
@@ -55,32 +56,6 @@ __all__ = [
 ]
 
 StrPath = Union[str, "os.PathLike[str]"]
-Json = Dict[str, Any]
-
-#: Worker number of the consumer thread in the profile schema (``u32::MAX``).
-CONSUMER = 4294967295
-
-
-class SummaryLike(Protocol):
-    """What the report needs of ``ferroloader.Summary``."""
-
-    def to_dict(self) -> Dict[str, Any]: ...
-
-    def save_json(self, path: Path, /) -> None: ...
-
-    def save_csv(self, path: Path, /) -> None: ...
-
-
-class ProfileLike(Protocol):
-    """What the report needs of ``ferroloader.Profile``."""
-
-    def to_dict(self) -> Dict[str, Any]: ...
-
-    def summary(self) -> SummaryLike: ...
-
-    def save(self, path: Path, /) -> None: ...
-
-    def save_trace(self, path: Path, /) -> None: ...
 
 
 # -- op names -----------------------------------------------------------------------------------
@@ -154,14 +129,14 @@ def _op_color(op: str, extra: Dict[str, str]) -> str:
     return extra[op]
 
 
-def stage_times(pipeline_summary: Mapping[str, Any]) -> Dict[str, float]:
+def stage_times(pipeline_summary: PipelineSummary) -> Dict[str, float]:
     """Self time per image in nanoseconds, by stage key, of one pipeline summary (worker ops
     and the consumer thread's ops together: both are the pipeline's cost)."""
-    images = max(1, int(pipeline_summary.get("images") or 0))
+    images = max(1, pipeline_summary.images)
     out: Dict[str, float] = {}
-    for o in [*pipeline_summary.get("ops", []), *pipeline_summary.get("consumer_ops", [])]:
-        key = stage_of(str(o["op"]))
-        out[key] = out.get(key, 0.0) + float(o["self_ns"]) / images
+    for o in (*pipeline_summary.ops, *pipeline_summary.consumer_ops):
+        key = stage_of(o.op)
+        out[key] = out.get(key, 0.0) + o.self_ns / images
     return out
 
 
@@ -210,34 +185,34 @@ class _Family:
         return self.cpu_s / self.cpu_images * 1e3 if self.cpu_images else None
 
 
-def _cpu_per_image(s: Mapping[str, Any], cpu: Mapping[str, float]) -> Tuple[Optional[float], str]:
+def _cpu_per_image(s: PipelineSummary, cpu: Mapping[str, float]) -> Tuple[Optional[float], str]:
     """CPU seconds per image of a pipeline, and where the figure comes from. "CPU per image"
     is always CPU time: the OS's count for the process and its workers when the caller
     measured it, else the workers' task-clock counter; never span time (a thread waiting for
     a core is in its span but not on a CPU), which the report calls worker time."""
-    label = str(s["label"])
+    label = s.label
     if label in cpu:
         return float(cpu[label]), "process + workers, from the OS"
-    value = s.get("cpu_seconds_per_image")
+    value = s.cpu_seconds_per_image
     if value is None:
         return None, "not measured: no OS count, no task-clock"
     return float(value), "task-clock of the workers' spans"
 
 
-def _families(summaries: Sequence[Mapping[str, Any]],
+def _families(summaries: Sequence[PipelineSummary],
               cpu_measured: Mapping[str, float]) -> List[_Family]:
     fams: Dict[str, _Family] = {}
     for s in summaries:
-        label = str(s["label"])
+        label = s.label
         f = fams.setdefault(_family(label), _Family(_family(label)))
         f.labels.append(label)
-        f.images += int(s["images"])
-        f.wall_ns += int(s["wall_ns"])
-        f.wait_ns += int(s["consumer_wait_ns"])
+        f.images += s.images
+        f.wall_ns += s.wall_ns
+        f.wait_ns += s.consumer_wait_ns
         cpu, _ = _cpu_per_image(s, cpu_measured)
         if cpu is not None:
-            f.cpu_s += float(cpu) * int(s["images"])
-            f.cpu_images += int(s["images"])
+            f.cpu_s += cpu * s.images
+            f.cpu_images += s.images
     return list(fams.values())
 
 
@@ -263,28 +238,26 @@ MIN_SECONDS = 2.0
 OVERSUBSCRIBED = 1.5
 
 
-def _recorded(pipeline: Mapping[str, Any], summary: Mapping[str, Any]) -> bool:
+def _recorded(pipeline: Pipeline, summary: PipelineSummary) -> bool:
     """Whether a pipeline was recorded at all (profiling on, some spans or batches)."""
-    return str(summary.get("mode")) != "off" and bool(
-        pipeline.get("spans") or pipeline.get("batches")
-    )
+    return summary.mode != "off" and bool(pipeline.spans or pipeline.batches)
 
 
-def run_warnings(pipelines: Sequence[Mapping[str, Any]], summaries: Sequence[Mapping[str, Any]],
+def run_warnings(pipelines: Sequence[Pipeline], summaries: Sequence[PipelineSummary],
                  cpu_measured: Mapping[str, float]) -> List[str]:
     """What makes a profile's figures less than they seem, one plain sentence each: a pipeline
     recorded with profiling off (an empty profile), a run too short for its throughput, and
     worker time far above the CPU time the OS counted (more workers than free cores)."""
     notes: List[str] = []
     for p, s in zip(pipelines, summaries):
-        label = str(s["label"])
+        label = s.label
         if not _recorded(p, s):
             notes.append(
                 f"{label}: nothing was recorded (profiling was off: pass profile=\"spans\" to "
                 "the Loader, or mode=\"spans\" to ferroloader.torch.profile)."
             )
             continue
-        batches, seconds = int(s.get("batches") or 0), int(s["wall_ns"]) / 1e9
+        batches, seconds = s.batches, s.wall_ns / 1e9
         if batches < MIN_BATCHES or seconds < MIN_SECONDS:
             notes.append(
                 f"{label}: {batches} batches in {seconds:.2f} s is too short for its "
@@ -292,9 +265,9 @@ def run_warnings(pipelines: Sequence[Mapping[str, Any]], summaries: Sequence[Map
                 f"{MIN_SECONDS:g} s (--batches, --rounds) before trusting a ratio."
             )
         cpu, _ = _cpu_per_image(s, cpu_measured)
-        worker = s.get("worker_seconds_per_image")
+        worker = s.worker_seconds_per_image
         if cpu and worker:
-            worker_ms, cpu_ms = float(worker) * 1e3, float(cpu) * 1e3
+            worker_ms, cpu_ms = worker * 1e3, cpu * 1e3
             if worker_ms > OVERSUBSCRIBED * cpu_ms:
                 notes.append(
                     f"{label}: {worker_ms:.2f} ms of worker time per image against "
@@ -454,11 +427,11 @@ def _short(v: float) -> str:
 
 
 @_with_rc
-def _plot_ops_total(summaries: Sequence[Mapping[str, Any]]) -> str:
+def _plot_ops_total(summaries: Sequence[PipelineSummary]) -> str:
     """One stacked bar per pipeline: the worker time per image, split by stage."""
     times = [stage_times(s) for s in summaries]
     keys = _stage_keys(times)
-    labels = [str(s["label"]) for s in summaries]
+    labels = [s.label for s in summaries]
     n = len(labels)
     fig = _new_figure(11.0, 0.9 + 0.55 * n)
     ax = fig.add_subplot()
@@ -482,11 +455,11 @@ def _plot_ops_total(summaries: Sequence[Mapping[str, Any]]) -> str:
 
 
 @_with_rc
-def _plot_ops(summaries: Sequence[Mapping[str, Any]], order: Sequence[str]) -> str:
+def _plot_ops(summaries: Sequence[PipelineSummary], order: Sequence[str]) -> str:
     """Stage by stage, the pipelines side by side."""
     times = [stage_times(s) for s in summaries]
     keys = _stage_keys(times)
-    labels = [str(s["label"]) for s in summaries]
+    labels = [s.label for s in summaries]
     n = len(labels)
     fig = _new_figure(11.0, 0.9 + 0.22 * len(keys) * max(2, n))
     ax = fig.add_subplot()
@@ -509,13 +482,13 @@ def _plot_ops(summaries: Sequence[Mapping[str, Any]], order: Sequence[str]) -> s
 
 
 @_with_rc
-def _plot_throughput(summaries: Sequence[Mapping[str, Any]], order: Sequence[str]) -> str:
-    labels = [str(s["label"]) for s in summaries]
+def _plot_throughput(summaries: Sequence[PipelineSummary], order: Sequence[str]) -> str:
+    labels = [s.label for s in summaries]
     n = len(labels)
     fig = _new_figure(11.0, 0.9 + 0.5 * max(n, 2))
     left, right = fig.subplots(1, 2)
     ys = list(range(n))[::-1]
-    rates = [float(s["images_per_s"]) for s in summaries]
+    rates = [s.images_per_s for s in summaries]
     colors = [_pipeline_color(x, order) for x in labels]
     left.barh(ys, rates, color=colors, height=0.6)
     for y, r in zip(ys, rates):
@@ -525,7 +498,7 @@ def _plot_throughput(summaries: Sequence[Mapping[str, Any]], order: Sequence[str
     left.set_title("Throughput")
     left.margins(x=0.25)
     left.grid(axis="y", visible=False)
-    waits = [float(s["consumer_wait_share"]) for s in summaries]
+    waits = [s.consumer_wait_share for s in summaries]
     right.barh(ys, [w * 100 for w in waits], color="#d93025", height=0.6, label="waiting for data")
     right.barh(ys, [100 - w * 100 for w in waits], left=[w * 100 for w in waits],
                color="#c8e6c9", height=0.6, label="step / consumer work")
@@ -540,31 +513,31 @@ def _plot_throughput(summaries: Sequence[Mapping[str, Any]], order: Sequence[str
     return _svg(fig, "throughput")
 
 
-def _batch_points(p: Mapping[str, Any]) -> List[Tuple[float, Optional[float], Optional[float]]]:
+def _batch_points(p: Pipeline) -> List[Tuple[float, Optional[float], Optional[float]]]:
     """Per batch in delivery order: (time since the run's start in s, latency ns, wait ns).
 
     Latency is completion minus first sample start (else minus plan), as in the summary."""
-    start = int(p.get("start_ns") or 0)
+    start = p.start_ns
     pts = []
-    for b in p.get("batches", []):
-        t = b.get("delivered_ns") or b.get("completed_ns")
+    for b in p.batches:
+        t = b.delivered_ns or b.completed_ns
         if t is None:
             continue
-        first = b.get("first_started_ns") or b.get("planned_ns")
+        first = b.first_started_ns or b.planned_ns
         lat = (
-            float(b["completed_ns"] - first)
-            if b.get("completed_ns") is not None and first is not None
+            float(b.completed_ns - first)
+            if b.completed_ns is not None and first is not None
             else None
         )
-        wait = float(b["wait_ns"]) if b.get("wait_ns") is not None else None
-        pts.append(((int(t) - start) / 1e9, lat, wait))
+        wait = float(b.wait_ns) if b.wait_ns is not None else None
+        pts.append(((t - start) / 1e9, lat, wait))
     pts.sort(key=lambda x: x[0])
     return pts
 
 
 @_with_rc
-def _plot_latency(pipelines: Sequence[Mapping[str, Any]], order: Sequence[str]) -> Optional[str]:
-    series = [(str(p["label"]), _batch_points(p)) for p in pipelines]
+def _plot_latency(pipelines: Sequence[Pipeline], order: Sequence[str]) -> Optional[str]:
+    series = [(p.label, _batch_points(p)) for p in pipelines]
     if not any(pts for _, pts in series):
         return None
     fig = _new_figure(11.0, 5.2)
@@ -611,28 +584,28 @@ def _plot_latency(pipelines: Sequence[Mapping[str, Any]], order: Sequence[str]) 
     return _svg(fig, "latency")
 
 
-def _nest(spans: Sequence[Mapping[str, Any]]) -> List[Tuple[Mapping[str, Any], int]]:
+def _nest(spans: Sequence[Span]) -> List[Tuple[Span, int]]:
     """Spans of one worker with their nesting depth, found from the time intervals (Python
     writers leave ``depth`` out)."""
-    ordered = sorted(spans, key=lambda s: (s["start_ns"], -s["end_ns"]))
+    ordered = sorted(spans, key=lambda s: (s.start_ns, -s.end_ns))
     stack: List[int] = []
-    out: List[Tuple[Mapping[str, Any], int]] = []
+    out: List[Tuple[Span, int]] = []
     for s in ordered:
-        while stack and stack[-1] <= s["start_ns"]:
+        while stack and stack[-1] <= s.start_ns:
             stack.pop()
         out.append((s, len(stack)))
-        stack.append(int(s["end_ns"]))
+        stack.append(s.end_ns)
     return out
 
 
 @_with_rc
-def _plot_timeline(pipelines: Sequence[Mapping[str, Any]], max_pipelines: int = 4) -> Optional[str]:
-    shown = [p for p in pipelines if p.get("spans") or p.get("batches")][:max_pipelines]
+def _plot_timeline(pipelines: Sequence[Pipeline], max_pipelines: int = 4) -> Optional[str]:
+    shown = [p for p in pipelines if p.spans or p.batches][:max_pipelines]
     if not shown:
         return None
     rows_per = []
     for p in shown:
-        workers = sorted({int(s["worker"]) for s in p.get("spans", []) if s["worker"] != CONSUMER})
+        workers = sorted({s.worker for s in p.spans if s.worker != CONSUMER})
         rows_per.append(workers)
     heights = [len(w) + 1 for w in rows_per]
     fig = _new_figure(11.0, 1.3 + 0.42 * sum(heights) + 0.45 * len(shown))
@@ -640,20 +613,20 @@ def _plot_timeline(pipelines: Sequence[Mapping[str, Any]], max_pipelines: int = 
     extra: Dict[str, str] = {}
     seen_ops: Dict[str, str] = {}
     for ax, p, workers in zip(axes, shown, rows_per):
-        start = int(p.get("start_ns") or 0)
+        start = p.start_ns
         row_of = {w: len(workers) - i for i, w in enumerate(workers)}
         row_of[CONSUMER] = 0
-        spans = p.get("spans", [])
+        spans = p.spans
         raster = len(spans) > _RASTER_SPANS
-        by_worker: Dict[int, List[Mapping[str, Any]]] = {}
+        by_worker: Dict[int, List[Span]] = {}
         for s in spans:
-            by_worker.setdefault(int(s["worker"]), []).append(s)
+            by_worker.setdefault(s.worker, []).append(s)
         bars: Dict[Tuple[str, int, int], List[Tuple[float, float]]] = {}
         for w, ws in by_worker.items():
             for s, depth in _nest(ws):
-                key = (str(s["op"]), row_of.get(w, 0), min(depth, 3))
+                key = (s.op, row_of.get(w, 0), min(depth, 3))
                 bars.setdefault(key, []).append(
-                    ((s["start_ns"] - start) / 1e9, (s["end_ns"] - s["start_ns"]) / 1e9)
+                    ((s.start_ns - start) / 1e9, (s.end_ns - s.start_ns) / 1e9)
                 )
         for (op, row, depth), xr in sorted(bars.items(), key=lambda kv: kv[0][2]):
             h = 0.8 * (0.62**depth)
@@ -661,9 +634,9 @@ def _plot_timeline(pipelines: Sequence[Mapping[str, Any]], max_pipelines: int = 
             seen_ops.setdefault(op, color)
             ax.broken_barh(xr, (row - h / 2, h), facecolors=color, linewidth=0, rasterized=raster)
         waits = [
-            ((b["delivered_ns"] - b["wait_ns"] - start) / 1e9, b["wait_ns"] / 1e9)
-            for b in p.get("batches", [])
-            if b.get("delivered_ns") is not None and b.get("wait_ns")
+            ((b.delivered_ns - b.wait_ns - start) / 1e9, b.wait_ns / 1e9)
+            for b in p.batches
+            if b.delivered_ns is not None and b.wait_ns
         ]
         if waits:
             ax.broken_barh(waits, (-0.3, 0.6), facecolors="#d93025", linewidth=0, rasterized=raster)
@@ -675,8 +648,8 @@ def _plot_timeline(pipelines: Sequence[Mapping[str, Any]], max_pipelines: int = 
         ax.set_ylim(-0.6, len(workers) + 0.6)
         ax.grid(axis="y", visible=False)
         ax.set_title(
-            f"{p['label']}: {_workers(p.get('num_workers', len(workers)))}, "
-            f"{(int(p.get('end_ns') or 0) - start) / 1e9:.2f} s",
+            f"{p.label}: {_workers(p.num_workers)}, "
+            f"{(p.end_ns - start) / 1e9:.2f} s",
             loc="left",
         )
     axes[-1].set_xlabel("time since the pipeline started (s); both on the same scale")
@@ -689,20 +662,20 @@ def _plot_timeline(pipelines: Sequence[Mapping[str, Any]], max_pipelines: int = 
 
 
 @_with_rc
-def _plot_counters(summaries: Sequence[Mapping[str, Any]], order: Sequence[str]) -> Optional[str]:
+def _plot_counters(summaries: Sequence[PipelineSummary], order: Sequence[str]) -> Optional[str]:
     """Task-clock (CPU) time per image by stage, next to span self time: where they differ the
     op waited off CPU (I/O, preemption)."""
     rows: List[Tuple[str, Dict[str, float], Dict[str, float]]] = []
     for s in summaries:
-        images = max(1, int(s.get("images") or 0))
+        images = max(1, s.images)
         cpu: Dict[str, float] = {}
-        for o in [*s.get("ops", []), *s.get("consumer_ops", [])]:
-            c = o.get("counters") or {}
-            if c.get("task_clock") is not None:
-                key = stage_of(str(o["op"]))
-                cpu[key] = cpu.get(key, 0.0) + float(c["task_clock"]) / images
+        for o in (*s.ops, *s.consumer_ops):
+            task_clock = (o.counters or {}).get("task_clock")
+            if task_clock is not None:
+                key = stage_of(o.op)
+                cpu[key] = cpu.get(key, 0.0) + task_clock / images
         if cpu:
-            rows.append((str(s["label"]), cpu, stage_times(s)))
+            rows.append((s.label, cpu, stage_times(s)))
     if not rows:
         return None
     keys = _stage_keys([c for _, c, _ in rows])
@@ -768,7 +741,7 @@ def _best(points: Sequence[Mapping[str, Any]], pipeline: str) -> Optional[Mappin
     return max(pts, key=lambda p: float(p["images_per_s"])) if pts else None
 
 
-def _overview(summaries: Sequence[Mapping[str, Any]], order: Sequence[str],
+def _overview(summaries: Sequence[PipelineSummary], order: Sequence[str],
               cpu_measured: Mapping[str, float],
               sweep: Optional[Sequence[Mapping[str, Any]]]) -> str:
     fams = _families(summaries, cpu_measured)
@@ -802,23 +775,24 @@ def _overview(summaries: Sequence[Mapping[str, Any]], order: Sequence[str],
             + "</div></div>"
         )
     for s in summaries:
-        label = str(s["label"])
-        lat = s.get("batch_latency") or {}
+        label = s.label
+        lat = s.batch_latency
         cpu, source = _cpu_per_image(s, cpu_measured)
         cards.append(
             f'<div class="card" style="border-top-color:{_pipeline_color(label, order)}">'
             f'<div class="k">{_e(label)}</div>'
-            f'<div class="v">{float(s["images_per_s"]):,.0f} <small>img/s</small></div>'
+            f'<div class="v">{s.images_per_s:,.0f} <small>img/s</small></div>'
             '<div class="d">'
-            f'{_workers(s.get("num_workers"))} · batch {_e(s.get("batch_size"))} · '
-            f'{_e(s.get("images"))} images in {int(s["wall_ns"]) / 1e9:.2f} s<br>'
-            f'consumer waiting <b>{_pct(float(s["consumer_wait_share"]))}</b> of the time<br>'
+            f'{_workers(s.num_workers)} · batch {_e(s.batch_size)} · '
+            f'{_e(s.images)} images in {s.wall_ns / 1e9:.2f} s<br>'
+            f'consumer waiting <b>{_pct(s.consumer_wait_share)}</b> of the time<br>'
             f'CPU per image {_ms(_opt_mul(cpu, 1e9))} ms'
             f' <span class="muted">({_e(source)})</span><br>'
-            f'worker time per image {_ms(_opt_mul(s.get("worker_seconds_per_image"), 1e9))} ms'
+            f'worker time per image {_ms(_opt_mul(s.worker_seconds_per_image, 1e9))} ms'
             ' <span class="muted">(inside spans, running or waiting for a core)</span><br>'
-            f'batch latency {_ms(lat.get("mean_ns"))} ms ± {_ms(lat.get("std_ns"))}<br>'
-            f'bottleneck: <b>{_e(_stage_title(stage_of(str(s.get("bottleneck") or "–"))))}</b>'
+            f'batch latency {_ms(lat.mean_ns if lat else None)} ms ± '
+            f'{_ms(lat.std_ns if lat else None)}<br>'
+            f'bottleneck: <b>{_e(_stage_title(stage_of(s.bottleneck or "–")))}</b>'
             "</div></div>"
         )
     return f'<div class="cards">{"".join(cards)}</div>'
@@ -833,15 +807,15 @@ def ratio(a: float, b: float) -> str:
     return ">100×" if r >= 100 else f"{r:.1f}×"
 
 
-def _workers(n: Any) -> str:
+def _workers(n: object) -> str:
     return "1 worker" if n == 1 else f"{_e(n)} workers"
 
 
-def _opt_mul(x: Any, k: float) -> Optional[float]:
+def _opt_mul(x: Optional[float], k: float) -> Optional[float]:
     return None if x is None else float(x) * k
 
 
-def _ops_section(summaries: Sequence[Mapping[str, Any]], order: Sequence[str]) -> str:
+def _ops_section(summaries: Sequence[PipelineSummary], order: Sequence[str]) -> str:
     parts = [
         _figure(
             "fig-ops-total",
@@ -854,14 +828,12 @@ def _ops_section(summaries: Sequence[Mapping[str, Any]], order: Sequence[str]) -
                 "The same, op by op: which op a faster pipeline wins on."),
     ]
     times = [stage_times(s) for s in summaries]
-    labels = [str(s["label"]) for s in summaries]
+    labels = [s.label for s in summaries]
     keys = _stage_keys(times)
     op_names: Dict[str, Dict[str, List[str]]] = {}
     for s in summaries:
-        for o in [*s.get("ops", []), *s.get("consumer_ops", [])]:
-            op_names.setdefault(str(s["label"]), {}).setdefault(stage_of(str(o["op"])), []).append(
-                str(o["op"])
-            )
+        for o in (*s.ops, *s.consumer_ops):
+            op_names.setdefault(s.label, {}).setdefault(stage_of(o.op), []).append(o.op)
     pair = _baseline_and_other(_families(summaries, {}))
     rows: List[List[str]] = []
     for k in keys:
@@ -904,17 +876,15 @@ def _ops_section(summaries: Sequence[Mapping[str, Any]], order: Sequence[str]) -
     parts.append(_table(headers, rows, cls="ops-map", raw=True))
     parts.append("<details><summary>Every op of every pipeline (count, percentiles)</summary>")
     for s in summaries:
-        images = max(1, int(s.get("images") or 0))
-        op_rows = []
-        for o, where in [(o, "") for o in s.get("ops", [])] + [
-            (o, " (consumer)") for o in s.get("consumer_ops", [])
-        ]:
+        images = max(1, s.images)
+        op_rows: List[List[object]] = []
+        for o, where in [(o, "") for o in s.ops] + [(o, " (consumer)") for o in s.consumer_ops]:
             op_rows.append([
-                f"{o['op']}{where}", o["count"], _us(o["mean_ns"]), _us(o["p50_ns"]),
-                _us(o["p90_ns"]), _us(o["p99_ns"]), _us(o["max_ns"]),
-                _ms(float(o["self_ns"]) / images, 3), _pct(o["share"]),
+                f"{o.op}{where}", o.count, _us(o.mean_ns), _us(o.p50_ns),
+                _us(o.p90_ns), _us(o.p99_ns), _us(o.max_ns),
+                _ms(o.self_ns / images, 3), _pct(o.share),
             ])
-        parts.append(f"<h4>{_e(s['label'])}</h4>")
+        parts.append(f"<h4>{_e(s.label)}</h4>")
         parts.append(_table(
             ["op", "spans", "mean µs", "p50 µs", "p90 µs", "p99 µs", "max µs",
              "self ms/image", "share of busy"],
@@ -924,7 +894,7 @@ def _ops_section(summaries: Sequence[Mapping[str, Any]], order: Sequence[str]) -
     return "".join(parts)
 
 
-def _throughput_section(summaries: Sequence[Mapping[str, Any]], order: Sequence[str],
+def _throughput_section(summaries: Sequence[PipelineSummary], order: Sequence[str],
                         config: Mapping[str, str]) -> str:
     step = config.get("step ms")
     intro = (
@@ -938,12 +908,12 @@ def _throughput_section(summaries: Sequence[Mapping[str, Any]], order: Sequence[
     )
     rows = []
     for s in summaries:
-        b = s.get("wait_buckets") or {}
+        b = s.wait_buckets
         rows.append([
-            s["label"], f"{float(s['images_per_s']):,.1f}", _ms(float(s["consumer_wait_ns"])),
-            _pct(float(s["consumer_wait_share"])), _pct(b.get("near_zero"), 0),
-            _pct(b.get("under_1ms"), 0), _pct(b.get("over_1ms"), 0),
-            _pct(b.get("over_500ms"), 0), _pct(s.get("out_of_order_share"), 0),
+            s.label, f"{s.images_per_s:,.1f}", _ms(float(s.consumer_wait_ns)),
+            _pct(s.consumer_wait_share), _pct(b.near_zero, 0),
+            _pct(b.under_1ms, 0), _pct(b.over_1ms, 0),
+            _pct(b.over_500ms, 0), _pct(s.out_of_order_share, 0),
         ])
     table = _table(
         ["pipeline", "images/s", "wait ms (total)", "wait share", "batches ready (≈0)",
@@ -956,18 +926,19 @@ def _throughput_section(summaries: Sequence[Mapping[str, Any]], order: Sequence[
     return intro + fig + table
 
 
-def _latency_section(pipelines: Sequence[Mapping[str, Any]],
-                     summaries: Sequence[Mapping[str, Any]], order: Sequence[str]) -> str:
+def _latency_section(pipelines: Sequence[Pipeline],
+                     summaries: Sequence[PipelineSummary], order: Sequence[str]) -> str:
     svg = _plot_latency(pipelines, order)
     if svg is None:
         return "<p>No batch events were recorded.</p>"
     rows = []
     for s in summaries:
-        lat = s.get("batch_latency") or {}
+        lat = s.batch_latency
         rows.append([
-            s["label"], s.get("batches"), _ms(lat.get("mean_ns")), _ms(lat.get("std_ns")),
-            _num(lat.get("cv"), 2), _ms(lat.get("min_ns")), _ms(lat.get("max_ns")),
-            _ms(s.get("batch_delay_mean_ns")),
+            s.label, s.batches, _ms(lat.mean_ns if lat else None),
+            _ms(lat.std_ns if lat else None), _num(lat.cv if lat else None, 2),
+            _ms(lat.min_ns if lat else None), _ms(lat.max_ns if lat else None),
+            _ms(s.batch_delay_mean_ns),
         ])
     return _figure(
         "fig-latency", svg,
@@ -981,11 +952,11 @@ def _latency_section(pipelines: Sequence[Mapping[str, Any]],
     )
 
 
-def _timeline_section(pipelines: Sequence[Mapping[str, Any]]) -> str:
+def _timeline_section(pipelines: Sequence[Pipeline]) -> str:
     svg = _plot_timeline(pipelines)
     if svg is None:
         return "<p>No spans were recorded.</p>"
-    more = len([p for p in pipelines if p.get("spans")]) - 4
+    more = len([p for p in pipelines if p.spans]) - 4
     note = f" {more} more pipelines are in trace.json." if more > 0 else ""
     return _figure(
         "fig-timeline", svg,
@@ -1007,9 +978,9 @@ _COUNTER_COLUMNS: Tuple[Tuple[str, str, Callable[[float], str]], ...] = (
 )
 
 
-def _availability(p: Mapping[str, Any]) -> str:
-    c = p.get("counters") or {}
-    mode = p.get("mode", "spans")
+def _availability(p: Pipeline) -> str:
+    c = p.counters
+    mode = p.mode
     out = []
     if mode != "counters":
         return (
@@ -1017,35 +988,33 @@ def _availability(p: Mapping[str, Any]) -> str:
             f"<code>{_e(mode)}</code>. Run with <code>--counters</code> "
             "(<code>profile=\"counters\"</code>) to read them per op.</li></ul>"
         )
-    for group in ("hardware", "software"):
-        g = c.get(group) or {}
-        events = g.get("events") or []
-        have = [str(e["counter"]) for e in events if e.get("available")]
-        missing = [e for e in events if not e.get("available")]
+    for group, g in (("hardware", c.hardware), ("software", c.software)):
+        have = [e.counter for e in g.events if e.available]
+        missing = [e for e in g.events if not e.available]
         text = f"<b>{group}</b>: "
         if have:
             text += "counted: " + ", ".join(f"<code>{_e(h)}</code>" for h in have)
-            if g.get("exclude_kernel"):
+            if g.exclude_kernel:
                 text += " (kernel side excluded, so context switches read 0)"
             if missing:
-                text += "; missing: " + ", ".join(f"<code>{_e(e['counter'])}</code>" for e in missing)
-        elif mode == "counters" or g.get("reason"):
+                text += "; missing: " + ", ".join(f"<code>{_e(e.counter)}</code>" for e in missing)
+        elif mode == "counters" or g.reason:
             text += "not available"
         else:
             continue
-        reasons = sorted({str(e.get("reason")) for e in missing if e.get("reason")})
-        if g.get("reason"):
-            reasons = [str(g["reason"])] + [r for r in reasons if r != g["reason"]]
+        reasons = sorted({e.reason for e in missing if e.reason})
+        if g.reason:
+            reasons = [g.reason] + [r for r in reasons if r != g.reason]
         if reasons and mode == "counters":
             text += " — " + "; ".join(_e(r) for r in reasons[:2])
         out.append(f"<li>{text}</li>")
-    if c.get("perf_event_paranoid") is not None:
-        out.append(f"<li><code>perf_event_paranoid</code> = {_e(c['perf_event_paranoid'])}</li>")
+    if c.perf_event_paranoid is not None:
+        out.append(f"<li><code>perf_event_paranoid</code> = {_e(c.perf_event_paranoid)}</li>")
     return "<ul>" + "".join(out) + "</ul>"
 
 
-def _counters_section(pipelines: Sequence[Mapping[str, Any]],
-                      summaries: Sequence[Mapping[str, Any]], order: Sequence[str]) -> str:
+def _counters_section(pipelines: Sequence[Pipeline],
+                      summaries: Sequence[PipelineSummary], order: Sequence[str]) -> str:
     parts = [
         "<p>Counters are read per op on each worker thread (Linux <code>perf_event_open</code>). "
         "Hardware counters (cycles, instructions, cache and branch misses) need a CPU "
@@ -1062,17 +1031,17 @@ def _counters_section(pipelines: Sequence[Mapping[str, Any]],
             "file, preempted by another thread).",
         ))
     for p, s in zip(pipelines, summaries):
-        parts.append(f"<h4>{_e(p['label'])}</h4>")
+        parts.append(f"<h4>{_e(p.label)}</h4>")
         parts.append(_availability(p))
-        ops = [*s.get("ops", []), *s.get("consumer_ops", [])]
-        cols = [c for c in _COUNTER_COLUMNS if any((o.get("derived") or {}).get(c[0]) is not None
-                                                   for o in ops)]
+        ops = (*s.ops, *s.consumer_ops)
+        cols = [c for c in _COUNTER_COLUMNS
+                if any(getattr(o.derived, c[0]) is not None for o in ops)]
         if cols:
             rows = []
             for o in ops:
-                d = o.get("derived") or {}
-                rows.append([o["op"]] + [
-                    fmt(d[key]) if d.get(key) is not None else "–" for key, _, fmt in cols
+                values: List[Optional[float]] = [getattr(o.derived, key) for key, _, _ in cols]
+                rows.append([o.op] + [
+                    fmt(v) if v is not None else "–" for v, (_, _, fmt) in zip(values, cols)
                 ])
             parts.append(_table(["op"] + [title for _, title, _ in cols], rows))
     return "".join(parts)
@@ -1098,34 +1067,33 @@ def _sweep_section(points: Sequence[Mapping[str, Any]], order: Sequence[str]) ->
     )
 
 
-def profile_warnings(profile: ProfileLike, cpu_per_image: Optional[Mapping[str, float]] = None,
-                     *, summary: Optional[Mapping[str, Any]] = None) -> List[str]:
+def profile_warnings(profile: Profile, cpu_per_image: Optional[Mapping[str, float]] = None,
+                     *, summary: Optional[Summary] = None) -> List[str]:
     """:func:`run_warnings` of a whole profile, for a command line to print what the report
-    shows (``summary``: its summary dict when the caller has it already)."""
-    data = profile.to_dict()
+    shows (``summary``: its summary when the caller has it already)."""
     if summary is None:
-        summary = profile.summary().to_dict()
-    by_label = {str(s["label"]): s for s in summary.get("pipelines", [])}
-    pipelines = [p for p in data.get("pipelines", []) if str(p["label"]) in by_label]
-    return run_warnings(pipelines, [by_label[str(p["label"])] for p in pipelines],
+        summary = profile.summary()
+    by_label = {s.label: s for s in summary.pipelines}
+    pipelines = [p for p in profile.pipelines if p.label in by_label]
+    return run_warnings(pipelines, [by_label[p.label] for p in pipelines],
                         dict(cpu_per_image or {}))
 
 
-def _health(pipelines: Sequence[Mapping[str, Any]], summaries: Sequence[Mapping[str, Any]],
+def _health(pipelines: Sequence[Pipeline], summaries: Sequence[PipelineSummary],
             warnings: Sequence[str]) -> str:
     notes = [_e(w) for w in warnings]
     for p, s in zip(pipelines, summaries):
-        st = p.get("stats") or {}
-        for key, what in (
-            ("dropped_spans", "spans were dropped (the recorder was full or nesting too deep)"),
-            ("unbalanced_exits", "span exits had no matching enter"),
-            ("counter_read_errors", "counter reads failed"),
-            ("unflushed_recorders", "recorders had not flushed when the profile was taken"),
+        st = p.stats
+        for count, what in (
+            (st.dropped_spans, "spans were dropped (the recorder was full or nesting too deep)"),
+            (st.unbalanced_exits, "span exits had no matching enter"),
+            (st.counter_read_errors, "counter reads failed"),
+            (st.unflushed_recorders, "recorders had not flushed when the profile was taken"),
         ):
-            if st.get(key):
-                notes.append(f"{_e(p['label'])}: {_e(st[key])} {what}.")
-        if s.get("failures"):
-            notes.append(f"{_e(p['label'])}: {_e(s['failures'])} samples failed or were skipped.")
+            if count:
+                notes.append(f"{_e(p.label)}: {_e(count)} {what}.")
+        if s.failures:
+            notes.append(f"{_e(p.label)}: {_e(s.failures)} samples failed or were skipped.")
     if not notes:
         return '<p class="ok">Recorder health: nothing dropped, no failed samples.</p>'
     return '<ul class="warn" id="warnings">' + "".join(f"<li>{n}</li>" for n in notes) + "</ul>"
@@ -1193,8 +1161,8 @@ footer { color:var(--muted); font-size:12.5px; border-top:1px solid var(--line);
 
 
 def _render(
-    profile: Mapping[str, Any],
-    summary: Mapping[str, Any],
+    profile: Profile,
+    summary: Summary,
     *,
     title: str,
     command: Optional[str],
@@ -1203,10 +1171,10 @@ def _render(
     files: Sequence[Tuple[str, str]],
     cpu_per_image: Mapping[str, float],
 ) -> str:
-    pipelines: List[Mapping[str, Any]] = list(profile.get("pipelines", []))
-    by_label = {str(s["label"]): s for s in summary.get("pipelines", [])}
-    summaries = [by_label[str(p["label"])] for p in pipelines if str(p["label"]) in by_label]
-    order = [str(p["label"]) for p in pipelines]
+    pipelines: List[Pipeline] = list(profile.pipelines)
+    by_label = {s.label: s for s in summary.pipelines}
+    summaries = [by_label[p.label] for p in pipelines if p.label in by_label]
+    order = [p.label for p in pipelines]
     now = _dt.datetime.now().astimezone().strftime("%Y-%m-%d %H:%M %Z")
     machine = f"{platform.node()} · {platform.machine()} · {os.cpu_count()} CPUs · {platform.system()}"
     sub = [f"{_e(now)} · {_e(machine)}"]
@@ -1223,7 +1191,7 @@ def _render(
         warnings = run_warnings(pipelines, summaries, cpu_per_image)
         pipelines = [p for p, _ in recorded]
         summaries = [s for _, s in recorded]
-        order = [str(p["label"]) for p in pipelines]
+        order = [p.label for p in pipelines]
         sections.append(("overview", "Overview", _overview(summaries, order, cpu_per_image, sweep)
                          + _config_list(config) + _health(pipelines, summaries, warnings)))
         sections.append(("ops", "Where the time goes, per op", _ops_section(summaries, order)))
@@ -1254,8 +1222,8 @@ def _render(
         f'<header><h1>{_e(title)}</h1><div class="sub">{"<br>".join(sub)}</div></header>'
         f"<nav>{nav}</nav><main>{body}"
         f"<footer>Written by ferroloader's report module (profile schema "
-        f"{_e(profile.get('schema', ''))} v{_e(profile.get('version', ''))}; times on "
-        f"{_e(profile.get('clock', 'CLOCK_MONOTONIC'))}). Absolute times wander between runs "
+        f"{_e(PROFILE_SCHEMA)} v{_e(PROFILE_SCHEMA_VERSION)}; times on "
+        "CLOCK_MONOTONIC). Absolute times wander between runs "
         "on shared machines; compare pipelines within one report.</footer>"
         "</main></body></html>\n"
     )
@@ -1272,10 +1240,10 @@ def _config_list(config: Mapping[str, str]) -> str:
 
 
 def write_html(
-    profile: Union[ProfileLike, Mapping[str, Any]],
+    profile: Union[Profile, Mapping[str, Any]],
     path: StrPath,
     *,
-    summary: Optional[Mapping[str, Any]] = None,
+    summary: Optional[Summary] = None,
     title: Optional[str] = None,
     command: Optional[str] = None,
     config: Optional[Mapping[str, str]] = None,
@@ -1286,8 +1254,8 @@ def write_html(
     """Writes the self-contained HTML report of ``profile`` to ``path``.
 
     ``profile`` is a ``ferroloader.Profile`` (or its ``to_dict()``), with one pipeline or
-    several. Optional extras: ``summary`` (its summary dict, computed from the profile when
-    absent, which needs a ``Profile``), ``title``, the ``command`` line that made it, a
+    several. Optional extras: ``summary`` (its ``Summary``, computed from the profile when
+    absent), ``title``, the ``command`` line that made it, a
     ``config`` shown as a list (``{"batch size": "64"}``), ``sweep`` points (dicts with
     ``pipeline``, ``workers``, ``images_per_s``, ``cpu_s_per_image``, ``gain``, ``enough``)
     the report folder's ``files`` as ``(name, description)``, and ``cpu_per_image``: CPU
@@ -1295,20 +1263,14 @@ def write_html(
     summary's figure, which only sees time inside spans unless task-clock was counted).
     """
     if isinstance(profile, Mapping):
-        data: Mapping[str, Any] = profile
-        if summary is None:
-            from ferroloader.profiling import Profile
-
-            summary = Profile.from_dict(dict(profile)).summary().to_dict()
-    else:
-        data = profile.to_dict()
-        if summary is None:
-            summary = profile.summary().to_dict()
-    labels = [str(p.get("label")) for p in data.get("pipelines", [])]
+        profile = Profile.from_dict(profile)
+    if summary is None:
+        summary = profile.summary()
+    labels = [p.label for p in profile.pipelines]
     if title is None:
         title = "ferroloader: " + (" vs ".join(labels) if labels else "empty profile")
     page = _render(
-        data, summary, title=title, command=command, config=dict(config or {}), sweep=sweep,
+        profile, summary, title=title, command=command, config=dict(config or {}), sweep=sweep,
         files=files, cpu_per_image=dict(cpu_per_image or {}),
     )
     Path(path).write_text(page, encoding="utf-8")
@@ -1327,7 +1289,7 @@ class ReportFiles:
 
 
 def write_report(
-    profile: ProfileLike,
+    profile: Profile,
     folder: StrPath,
     *,
     title: Optional[str] = None,
@@ -1365,7 +1327,7 @@ def write_report(
         *extra_files,
     ]
     write_html(
-        profile, files.html, summary=summary.to_dict(), title=title, command=command,
+        profile, files.html, summary=summary, title=title, command=command,
         config=config, sweep=sweep, files=listed, cpu_per_image=cpu_per_image,
     )
     return files
