@@ -18,7 +18,7 @@ import torchvision
 from click.testing import CliRunner
 
 import ferroloader as fl
-from ferroloader.cli import main
+from ferroloader.cli.commands import main
 from ferroloader.shards import parse_size
 
 REPO = Path(__file__).resolve().parents[2]
