@@ -1,5 +1,5 @@
 //! Errors of the profiler crate. Recording never fails (it drops and counts instead); only
-//! setup (registering too many ops) and profile files can.
+//! setup (registering too many ops, naming a mode) and profile files can.
 
 use std::path::{Path, PathBuf};
 
@@ -29,6 +29,12 @@ pub enum ProfilerError {
     #[error("not a ferroloader profile: schema is {found:?}, expected \"ferroloader.profile\"")]
     WrongSchema {
         /// The schema name the file declares.
+        found: String,
+    },
+    /// A profiler mode name that is none of [`Mode`](crate::Mode)'s.
+    #[error("expected 'off', 'spans' or 'counters', got {found:?}")]
+    UnknownMode {
+        /// The name given.
         found: String,
     },
     /// The profile was written by a newer version of the schema than this crate reads.

@@ -21,12 +21,16 @@ mod tracing_state;
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
 pub use config::ProfilerConfig;
-pub use events::{Arrival, BatchEvent, RawSpan};
+pub use events::{Arrival, BatchEvent};
 pub use profiler::Profiler;
-pub use sink::Sink;
 pub use thread::{SpanGuard, ThreadRecorder};
+// Test hooks: public only for this crate's integration tests.
+#[cfg(feature = "test-hooks")]
+pub use {events::RawSpan, sink::Sink};
+#[cfg(not(feature = "test-hooks"))]
+pub(crate) use {events::RawSpan, sink::Sink};
 
-/// Sentinel of [`RawSpan::batch`] and [`RawSpan::sample`]: no sample context was set.
+/// Sentinel of a raw span's batch and sample: no sample context was set.
 pub const NO_INDEX: u64 = u64::MAX;
 
 /// Worker number of the spans the consumer thread ran ([`Profiler::consumer_span`]: batch

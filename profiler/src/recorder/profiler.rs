@@ -22,8 +22,8 @@ use crate::counters::{CounterAvailability, CounterDeltas, CounterSet};
 use crate::error::ProfilerError;
 use crate::ops::{OpId, OpTable};
 use crate::schema::{
-    BatchRecord, Mode, Pipeline, PipelineStats, Profile, SampleFailure, SpanRecord, ThreadInfo,
-    ThreadStats,
+    BatchRecord, Mode, PipelineRecord, PipelineStats, Profile, SampleFailure, SpanRecord,
+    ThreadInfo, ThreadStats,
 };
 
 pub(super) struct ThreadEntry {
@@ -180,7 +180,8 @@ impl Profiler {
             .map(str::to_owned)
     }
 
-    /// Adds a sink that sees data as it is collected.
+    /// Adds a sink that sees data as it is collected. A test hook (feature `test-hooks`).
+    #[cfg(feature = "test-hooks")]
     pub fn add_sink(&self, sink: Arc<dyn Sink>) {
         self.shared
             .sinks
@@ -448,7 +449,7 @@ impl Profiler {
         };
 
         let end = self.shared.end_ns.load(Ordering::Relaxed);
-        Profile::new(vec![Pipeline {
+        Profile::new(vec![PipelineRecord {
             label: config.label.clone(),
             pid: Some(self.shared.pid),
             mode: config.mode,

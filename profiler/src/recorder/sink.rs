@@ -1,12 +1,14 @@
-//! The hook through which recorded data can be watched as it is collected. Must not be called
-//! on the hot path: hooks run once per chunk, batch event or failure.
+//! The hook through which recorded data can be watched as it is collected: a test hook, public
+//! only with the `test-hooks` feature. Must not be called on the hot path: hooks run once per
+//! chunk, batch event or failure.
 
 use super::{BatchEvent, RawSpan};
 use crate::counters::CounterArray;
 use crate::schema::SampleFailure;
 
 /// Receives recorded data as it reaches the collector, off the hot path (once per chunk, batch
-/// event or failure), for live monitoring or streaming. Every hook defaults to doing nothing.
+/// event or failure); the tests watch chunk hand-offs through it. Every hook defaults to doing
+/// nothing.
 /// Hooks run on the recording thread: keep them short.
 pub trait Sink: Send + Sync + 'static {
     /// A chunk of spans of `worker`; `counters` is empty or holds raw deltas parallel to `spans`

@@ -696,7 +696,7 @@ class _PlanningSampler:
 BatchFacts = Tuple[Tuple[Optional[int], ...], Optional[int]]
 # A delivered batch: (epoch, records, identity, completed_ns, next() entered, next() returned,
 # the facts of a batch whose records were dropped (over max_spans), else None).
-Delivery = Tuple[int, List[Record], WorkerIdentity, int, int, int, Optional[BatchFacts]]
+DeliveredBatch = Tuple[int, List[Record], WorkerIdentity, int, int, int, Optional[BatchFacts]]
 
 
 def _batch_facts(records: List[Record]) -> BatchFacts:
@@ -720,7 +720,7 @@ class _Session:
         self.created_ns = _now()
         self.start_ns: Optional[int] = None
         self.end_ns: Optional[int] = None
-        self.deliveries: List[Delivery] = []
+        self.deliveries: List[DeliveredBatch] = []
         self.plans: List[Tuple[int, int, Optional[int]]] = []
         """(epoch, planned_ns, hash of the batch's sample indices) per batch the sampler gave."""
         self.reports: List[FailureReport] = []
