@@ -19,8 +19,8 @@ pub struct ProfilerConfig {
     /// Samples per batch, for the run metadata. Default: 0.
     pub batch_size: u32,
     /// Spans per chunk handed to the collector (one channel send and one allocation per chunk).
-    /// A recorder's first chunk holds at most [`FIRST_CHUNK`](super::FIRST_CHUNK) spans and each next one twice as
-    /// many, up to this. Default: 4096.
+    /// A recorder's first chunk holds at most [`FIRST_CHUNK`](super::FIRST_CHUNK) spans and
+    /// each next one twice as many, up to this. Default: 4096.
     pub chunk_capacity: usize,
     /// Spans kept at most; later chunks are dropped and counted (bounds memory on long runs:
     /// 40 bytes a span, 136 with counters). Default: 8,000,000.
