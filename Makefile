@@ -32,16 +32,38 @@ $(VENV)/.installed: requirements-dev.txt
 
 venv: $(VENV)/.installed ## Create the Python venv (Pillow reference, maturin, pytest, torch, the cli extra)
 
-$(FIXTURES)/.done: $(VENV)/.installed scripts/fixtures_decode.py scripts/fixtures_resize.py \
-		scripts/fixtures_color.py scripts/fixtures_geometry.py
-	@mkdir -p $(FIXTURES)
+# The fixtures need only part of the venv: Pillow and numpy for every set (the same venv, so
+# `make test` installs nothing twice), torch and torchvision for the sets whose references are
+# torchvision's outputs. `make test-rust` installs no build, test, lint or CLI tools.
+$(VENV)/.fixtures-installed: requirements-fixtures.txt
+	@test -x $(PY) || python3 -m venv $(VENV)
+	$(PY) -m pip install -q --no-cache-dir -r requirements-fixtures.txt
+	@touch $@
+
+$(VENV)/.torchvision-installed: $(VENV)/.fixtures-installed requirements-torchvision.txt
+	$(PY) -m pip install -q --no-cache-dir -r requirements-torchvision.txt
+	@touch $@
+
+# One stamp per set: changing a script regenerates its set only.
+$(FIXTURES)/decode/.done: $(VENV)/.fixtures-installed scripts/fixtures_decode.py
 	$(PY) scripts/fixtures_decode.py $(FIXTURES)/decode
+	@touch $@
+
+$(FIXTURES)/resize/.done: $(VENV)/.fixtures-installed scripts/fixtures_resize.py
 	$(PY) scripts/fixtures_resize.py $(FIXTURES)/resize
+	@touch $@
+
+$(FIXTURES)/color/.done: $(VENV)/.torchvision-installed scripts/fixtures_color.py scripts/fixtures_resize.py
 	$(PY) scripts/fixtures_color.py $(FIXTURES)/color
+	@touch $@
+
+$(FIXTURES)/geometry/.done: $(VENV)/.torchvision-installed scripts/fixtures_geometry.py scripts/fixtures_resize.py
 	$(PY) scripts/fixtures_geometry.py $(FIXTURES)/geometry
 	@touch $@
 
-fixtures: $(FIXTURES)/.done ## Generate the test corpus and Pillow reference outputs
+FIXTURE_SETS := decode resize color geometry
+
+fixtures: $(FIXTURE_SETS:%=$(FIXTURES)/%/.done) ## Generate the test corpus and the Pillow/torchvision reference outputs
 
 build: deps ## Build the Rust workspace
 	$(CARGO) build --workspace
@@ -69,12 +91,12 @@ lint: deps py-build ## rustfmt, clippy with warnings as errors, mypy --strict an
 	$(PY) -m mypy --strict python-bindings/python/ferroloader
 	$(PY) -m mypy.stubtest ferroloader._native
 
-$(FIXTURES)/bench/.done: $(VENV)/.installed $(SAMPLE_GEN)
+$(FIXTURES)/bench/.done: $(VENV)/.fixtures-installed $(SAMPLE_GEN)
 	$(PY) scripts/make_bench_corpus.py $(FIXTURES)/bench
 	@touch $@
 
 # An ImageFolder of ImageNet-like JPEGs (8 classes) for loader throughput runs.
-$(FIXTURES)/folder/.done: $(VENV)/.installed $(SAMPLE_GEN)
+$(FIXTURES)/folder/.done: $(VENV)/.fixtures-installed $(SAMPLE_GEN)
 	$(PY) scripts/make_bench_corpus.py $(FIXTURES)/folder 512 --classes 8
 	@touch $@
 

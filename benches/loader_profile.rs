@@ -142,7 +142,7 @@ fn main() {
                 .num_workers(workers)
                 .shuffle(true)
                 .seed(1)
-                .profile(mode);
+                .profile_mode(mode);
             Loader::new(
                 data.clone(),
                 ImagePipeline::new(spec.clone()).expect("train pipeline plans"),

@@ -21,6 +21,25 @@
 //! only fills a float32 sample slot (timed as its kernel): the memory cost of the output alone,
 //! which no kernel goes below. Without `--bench` (as `cargo test --benches` runs it) it does
 //! one round, as a smoke test.
+//!
+//! What it showed, and the choices that rest on it:
+//! - `fused::default_simd`: on this project's Ice Lake Xeon the 512-bit kernels made every
+//!   sample slower (three alternating pairs: fused + ROI decode 1181-1280 us per image with
+//!   AVX2 against 1346-1464 us with AVX-512; later, 30 paired rounds: the 512-bit kernel 1.23x
+//!   slower than the 256-bit one and the decode after it 1.13x); the 256-bit AVX-512 kernels
+//!   left the next decode's speed alone and cut the kernel's time after a full decode by
+//!   16-26% against AVX2. On a Zen 4 EPYC the kernel column was 0.084-0.098 of a decode with
+//!   the 512-bit kernels against 0.096-0.106 with the 256-bit ones (three runs of 61 rounds),
+//!   and the decode after either ran at the speed of the bare decode.
+//! - The float conversion under `Avx512Ymm` runs the AVX2 kernel: a 256-bit form of the
+//!   AVX-512 one (a masked load and one `vpermb` per channel) was 0.9-1.0x as fast, and the
+//!   decode that followed ran 6-9% slower in three runs of 61 alternating rounds (against
+//!   0-1.5% for AVX2), for a reason not found: no clock drop showed in a probe.
+//! - The float kernel stores plainly: non-temporal stores (`vmovntps`, 64-byte aligned slot)
+//!   took 0.20 against 0.16 of a decode here (in-process toggle, 3 runs), and in a probe (a
+//!   330x300 crop after 3 MB of other writes) about 2x as long, still 1.1-1.3x when each
+//!   plane's cache line was written in one go; alone, filling a slot, they took 26-39 us
+//!   against 59 us. `prefetchw` of the next row's lines was 6% slower in the probe.
 
 use std::hint::black_box;
 use std::time::{Duration, Instant};

@@ -129,7 +129,7 @@ where
             .map_err(|e| buffer_error(buffer_samples, sample_bytes, e.bytes))?;
         pool.put(first);
         let profiling = Arc::new(Profiling::new(Self::profiler_config(
-            ProfilerConfig::new(options.profile),
+            ProfilerConfig::new(options.profile_mode),
             &options,
             source.len(),
         )));
@@ -152,7 +152,7 @@ where
     /// (its mode wins; its worker count and batch size are filled in from the options when
     /// zero). Use it for a label, metadata, the counter groups or the buffer sizes.
     pub fn with_profiler(mut self, config: ProfilerConfig) -> Self {
-        self.options.profile = config.mode;
+        self.options.profile_mode = config.mode;
         let config = Self::profiler_config(config, &self.options, self.source.len());
         self.profiling = Arc::new(Profiling::new(config));
         self

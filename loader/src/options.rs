@@ -74,7 +74,7 @@ pub struct LoaderOptions {
     /// What the loader's profiler records ([`crate::Loader::profile`]): nothing, op spans and
     /// batch events, or those plus CPU counters per op. Default: [`Mode::Off`], which costs a
     /// branch per op.
-    pub profile: Mode,
+    pub profile_mode: Mode,
 }
 
 impl Default for LoaderOptions {
@@ -89,7 +89,7 @@ impl Default for LoaderOptions {
             prefetch_batches: 2,
             delivery: Delivery::InOrder,
             on_error: ErrorPolicy::Raise,
-            profile: Mode::Off,
+            profile_mode: Mode::Off,
             scratch_limit: 64 << 20,
         }
     }
@@ -156,9 +156,9 @@ impl LoaderOptions {
         self
     }
 
-    /// Sets [`Self::profile`].
-    pub fn profile(mut self, mode: Mode) -> Self {
-        self.profile = mode;
+    /// Sets [`Self::profile_mode`].
+    pub fn profile_mode(mut self, mode: Mode) -> Self {
+        self.profile_mode = mode;
         self
     }
 

@@ -18,7 +18,7 @@ use std::fmt;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Mutex, PoisonError};
 
-use ferroloader_profiler::schema::Pipeline;
+use ferroloader_profiler::schema::PipelineRecord;
 use ferroloader_profiler::{
     now_ns, ops, BatchRecord, OpId, Profile, Profiler, ProfilerConfig, ThreadRecorder,
 };
@@ -253,7 +253,7 @@ pub(crate) struct Profiling {
     /// Epochs whose iterator has not finished.
     live_epochs: AtomicUsize,
     /// Everything collected by earlier calls of [`Profiling::collect`].
-    collected: Mutex<Option<Pipeline>>,
+    collected: Mutex<Option<PipelineRecord>>,
 }
 
 impl fmt::Debug for Profiling {
@@ -328,7 +328,7 @@ impl Profiling {
             }
             (Some(old), None) => old,
             (None, Some(new)) => new,
-            (None, None) => Pipeline::new(self.profiler().label()),
+            (None, None) => PipelineRecord::new(self.profiler().label()),
         };
         // The run lasts from the first epoch's start to the last one's end (now, while one is
         // running), rather than from the loader's construction to this call.
@@ -352,7 +352,7 @@ impl Profiling {
 }
 
 /// Adds what a later [`Profiler::finish`] returned to an earlier result of the same profiler.
-fn merge_into(old: &mut Pipeline, new: Pipeline) {
+fn merge_into(old: &mut PipelineRecord, new: PipelineRecord) {
     // A later chunk may hold spans that started before the last one collected.
     let sorted_join = match (old.spans.last(), new.spans.first()) {
         (Some(a), Some(b)) => a.start_ns <= b.start_ns,

@@ -55,14 +55,14 @@ impl Sampler {
         if let Some(s) = shard {
             if s.world_size == 0 {
                 return Err(LoaderError::invalid(
-                    "shard",
-                    "world_size must be at least 1",
+                    "shard.world_size",
+                    "must be at least 1",
                 ));
             }
             if s.rank >= s.world_size {
                 return Err(LoaderError::invalid(
-                    "shard",
-                    format!("rank {} is not below world_size {}", s.rank, s.world_size),
+                    "shard.rank",
+                    format!("{} is not below world_size {}", s.rank, s.world_size),
                 ));
             }
         }
@@ -164,6 +164,22 @@ mod tests {
         let s = Sampler::new(2, false, 0, shard(1, 5, true)).expect("valid");
         assert_eq!(s.num_samples(), 0);
         assert!(s.indices(0).is_empty());
+    }
+
+    #[test]
+    fn a_shard_outside_its_world_names_the_field() {
+        let invalid = |rank, world| match Sampler::new(4, false, 0, shard(rank, world, false)) {
+            Err(LoaderError::InvalidOption { name, reason }) => (name, reason),
+            other => panic!("rank {rank} of {world}: {other:?}"),
+        };
+        assert_eq!(
+            invalid(0, 0),
+            ("shard.world_size", "must be at least 1".to_string())
+        );
+        assert_eq!(
+            invalid(2, 2),
+            ("shard.rank", "2 is not below world_size 2".to_string())
+        );
     }
 
     #[test]

@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use ferroloader_loader::profiler::trace::CONSUMER_TID;
 use ferroloader_loader::profiler::{
-    chrome_trace, now_ns, CounterKind, Mode, Pipeline, Profile, ProfilerConfig, SpanRecord,
+    chrome_trace, now_ns, CounterKind, Mode, PipelineRecord, Profile, ProfilerConfig, SpanRecord,
     Summary, TraceOptions, CONSUMER,
 };
 use ferroloader_loader::transforms::spec::PipelineSpec;
@@ -59,7 +59,7 @@ fn options(mode: Mode) -> LoaderOptions {
         .prefetch_batches(2)
         .shuffle(true)
         .seed(11)
-        .profile(mode)
+        .profile_mode(mode)
 }
 
 /// What the consumer saw of one delivered batch.
@@ -151,7 +151,7 @@ impl SampleProcessor for WithSlowOp {
 }
 
 /// Direct children of each top-level span, per worker (spans nest by time within a worker).
-fn children<'a>(p: &'a Pipeline, parent: &SpanRecord) -> Vec<&'a SpanRecord> {
+fn children<'a>(p: &'a PipelineRecord, parent: &SpanRecord) -> Vec<&'a SpanRecord> {
     p.spans
         .iter()
         .filter(|s| {
@@ -179,7 +179,7 @@ fn of_worker<'a>(spans: &[&'a SpanRecord], worker: u32) -> Vec<&'a SpanRecord> {
 /// The median over `samples` of the share of a sample's time its ops cover. A median, not a
 /// total: a worker preempted between two ops (2 cores, tests side by side) leaves a gap in a
 /// few samples, while an op the spans missed would leave one in every sample.
-fn median_coverage(p: &Pipeline, samples: &[&SpanRecord]) -> f64 {
+fn median_coverage(p: &PipelineRecord, samples: &[&SpanRecord]) -> f64 {
     median(
         samples
             .iter()
@@ -197,7 +197,7 @@ fn median(mut xs: Vec<f64>) -> f64 {
 /// Every sample is a `process` span on a worker holding its ops in order, with its batch and
 /// dataset index; returns the process spans.
 fn check_sample_spans<'a>(
-    p: &'a Pipeline,
+    p: &'a PipelineRecord,
     samples: usize,
     extra_op: Option<&str>,
 ) -> Vec<&'a SpanRecord> {
@@ -638,7 +638,7 @@ fn profiles_round_trip_and_accumulate_until_taken() {
     assert_eq!(b.meta.get("loader.samples"), Some(&n.to_string()));
     assert_eq!(b.num_workers, WORKERS as u32);
     // Every span twice, but the first touches of new buffers: mostly in the first epoch.
-    let untouched = |p: &Pipeline| p.spans.iter().filter(|s| s.op != "first_touch").count();
+    let untouched = |p: &PipelineRecord| p.spans.iter().filter(|s| s.op != "first_touch").count();
     assert_eq!(
         untouched(b),
         2 * untouched(a),

@@ -22,7 +22,7 @@ use std::collections::{BTreeMap, HashMap, VecDeque};
 use crate::counters::{CounterAvailability, CounterConfig, CounterDeltas, CounterKind, CounterSet};
 use crate::error::ProfilerError;
 use crate::schema::{
-    BatchRecord, Mode, Pipeline, PipelineStats, Profile, SampleFailure, SpanRecord, ThreadInfo,
+    BatchRecord, Mode, PipelineRecord, PipelineStats, Profile, SampleFailure, SpanRecord, ThreadInfo,
 };
 
 /// A process (or thread) that recorded spans, as registered with [`ProfileBuilder::process`].
@@ -102,7 +102,7 @@ pub struct Delivery {
     pub delivered_ns: u64,
 }
 
-/// Run-level facts of a pipeline: everything of [`Pipeline`] that is not an event.
+/// Run-level facts of a pipeline: everything of [`PipelineRecord`] that is not an event.
 #[derive(Clone, Debug, PartialEq)]
 pub struct RunInfo {
     /// Pipeline label.
@@ -297,7 +297,7 @@ impl ProfileBuilder {
             meta.insert("worker_pids".into(), pids.join(" "));
         }
         self.spans.sort_by_key(|s| (s.start_ns, s.depth));
-        let pipeline = Pipeline {
+        let pipeline = PipelineRecord {
             label: self.run.label,
             pid: self.run.pid,
             mode: self.run.mode,

@@ -1,5 +1,5 @@
 //! Errors of the profiler crate. Recording never fails (it drops and counts instead); only
-//! setup (registering too many ops) and profile files can.
+//! setup (registering too many ops, naming a mode) and profile files can.
 
 use std::path::{Path, PathBuf};
 
@@ -35,6 +35,12 @@ pub enum ProfilerError {
     /// or the records before it.
     #[error("invalid profile record: {0}")]
     InvalidRecord(String),
+    /// A profiler mode name that is none of [`Mode`](crate::Mode)'s.
+    #[error("expected 'off', 'spans' or 'counters', got {found:?}")]
+    UnknownMode {
+        /// The name given.
+        found: String,
+    },
     /// The profile was written by a newer version of the schema than this crate reads.
     #[error("profile schema version {found} is newer than the supported version {supported}")]
     UnsupportedVersion {

@@ -56,12 +56,14 @@ pub use counters::{
 pub use error::ProfilerError;
 pub use ops::OpId;
 pub use recorder::{
-    Arrival, BatchEvent, Profiler, ProfilerConfig, RawSpan, Sink, SpanGuard, ThreadRecorder,
-    CONSUMER, COUNTER_REUSE_NS,
+    Arrival, BatchEvent, Profiler, ProfilerConfig, SpanGuard, ThreadRecorder, CONSUMER,
+    COUNTER_REUSE_NS,
 };
+#[cfg(feature = "test-hooks")]
+pub use recorder::{RawSpan, Sink};
 pub use schema::{
-    BatchRecord, Mode, Pipeline, PipelineStats, Profile, SampleFailure, SpanRecord, ThreadInfo,
-    ThreadStats,
+    BatchRecord, Mode, PipelineRecord, PipelineStats, Profile, SampleFailure, SpanRecord,
+    ThreadInfo, ThreadStats,
 };
 pub use summary::Summary;
 pub use trace::{chrome_trace, TraceOptions};

@@ -88,6 +88,18 @@ impl Mode {
     }
 }
 
+/// Parses a [`Mode::name`]; any other text is [`ProfilerError::UnknownMode`].
+impl std::str::FromStr for Mode {
+    type Err = ProfilerError;
+
+    fn from_str(name: &str) -> Result<Self, Self::Err> {
+        [Mode::Off, Mode::Spans, Mode::Counters]
+            .into_iter()
+            .find(|m| m.name() == name)
+            .ok_or_else(|| ProfilerError::UnknownMode { found: name.into() })
+    }
+}
+
 /// A whole profile file: one or more pipelines.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Profile {
@@ -99,16 +111,17 @@ pub struct Profile {
     #[serde(default = "default_clock")]
     pub clock: String,
     /// The recorded pipelines.
-    pub pipelines: Vec<Pipeline>,
+    pub pipelines: Vec<PipelineRecord>,
 }
 
 fn default_clock() -> String {
     "CLOCK_MONOTONIC".into()
 }
 
-/// One labelled run of a loading pipeline.
+/// The record of one labelled run of a loading pipeline (a whole loader: the native one or a
+/// torchvision `DataLoader`) in a [`Profile`]; not the transforms crate's planned op pipeline.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct Pipeline {
+pub struct PipelineRecord {
     /// Name of the pipeline (`"native"`, `"torchvision"`); one trace process per label.
     pub label: String,
     /// Process id of the consumer (main) process.
@@ -150,10 +163,10 @@ pub struct Pipeline {
     pub stats: PipelineStats,
 }
 
-impl Pipeline {
+impl PipelineRecord {
     /// An empty pipeline with `label` and no events.
     pub fn new(label: impl Into<String>) -> Self {
-        Pipeline {
+        PipelineRecord {
             label: label.into(),
             pid: None,
             mode: Mode::Spans,
@@ -331,7 +344,7 @@ impl Default for Profile {
 
 impl Profile {
     /// A profile of `pipelines` with the current schema header.
-    pub fn new(pipelines: Vec<Pipeline>) -> Self {
+    pub fn new(pipelines: Vec<PipelineRecord>) -> Self {
         Profile {
             schema: SCHEMA_NAME.into(),
             version: SCHEMA_VERSION,
@@ -341,7 +354,7 @@ impl Profile {
     }
 
     /// The pipeline labelled `label`.
-    pub fn pipeline(&self, label: &str) -> Option<&Pipeline> {
+    pub fn pipeline(&self, label: &str) -> Option<&PipelineRecord> {
         self.pipelines.iter().find(|p| p.label == label)
     }
 

@@ -17,7 +17,7 @@ use serde::{Deserialize, Serialize};
 use crate::counters::{CounterDeltas, CounterKind};
 use crate::error::ProfilerError;
 use crate::recorder::CONSUMER;
-use crate::schema::{Mode, Pipeline, Profile, SpanRecord};
+use crate::schema::{Mode, PipelineRecord, Profile, SpanRecord};
 
 /// The `schema` string of a summary file.
 pub const SUMMARY_SCHEMA: &str = "ferroloader.summary";
@@ -345,7 +345,7 @@ impl OpAcc {
 
 impl PipelineSummary {
     /// Summarizes one pipeline.
-    pub fn from_pipeline(p: &Pipeline) -> Self {
+    pub fn from_pipeline(p: &PipelineRecord) -> Self {
         let wall_ns = p.wall_ns();
         let (child_ns, child_counters, has_parent) = nesting(&p.spans);
 
@@ -788,7 +788,7 @@ mod tests {
             depth: 0,
             counters: None,
         };
-        let mut p = Pipeline::new("t");
+        let mut p = PipelineRecord::new("t");
         p.end_ns = 1000;
         p.spans = vec![
             span("decode", 0, 0, 300),
@@ -825,7 +825,7 @@ mod tests {
             depth,
             counters: None,
         };
-        let mut p = Pipeline::new("t");
+        let mut p = PipelineRecord::new("t");
         p.end_ns = 1000;
         p.spans = vec![
             span("process", 0, 100, 0),

@@ -16,7 +16,7 @@ use serde_json::{Map, Value};
 use crate::counters::CounterKind;
 use crate::error::ProfilerError;
 use crate::recorder::CONSUMER;
-use crate::schema::{Pipeline, Profile};
+use crate::schema::{PipelineRecord, Profile};
 
 /// Thread id of the consumer track in every pipeline's process.
 pub const CONSUMER_TID: u64 = 1_000_000;
@@ -136,7 +136,7 @@ impl ChromeTrace {
 }
 
 /// Earliest time a pipeline recorded anything.
-fn pipeline_origin(p: &Pipeline) -> u64 {
+fn pipeline_origin(p: &PipelineRecord) -> u64 {
     let spans = p.spans.iter().map(|s| s.start_ns);
     let batches = p.batches.iter().filter_map(|b| {
         [
@@ -195,7 +195,7 @@ fn us(t: u64, origin: u64) -> f64 {
 }
 
 fn pipeline_events(
-    p: &Pipeline,
+    p: &PipelineRecord,
     pid: u32,
     origin: u64,
     options: &TraceOptions,
@@ -449,7 +449,7 @@ mod tests {
             counters: None,
             stats: Default::default(),
         };
-        let mut p = Pipeline::new("t");
+        let mut p = PipelineRecord::new("t");
         p.start_ns = 1_000;
         p.end_ns = 10_000;
         p.threads = vec![thread(0, "worker-0"), thread(CONSUMER, "consumer")];

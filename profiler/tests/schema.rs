@@ -203,3 +203,24 @@ fn merging_native_and_torchvision_gives_one_side_by_side_trace() {
         assert_eq!(flows, 2);
     }
 }
+
+#[test]
+fn mode_parses_its_names_and_names_what_it_refuses() {
+    for mode in [Mode::Off, Mode::Spans, Mode::Counters] {
+        assert_eq!(
+            mode.name().parse::<Mode>().expect("a mode's own name"),
+            mode
+        );
+    }
+    for bad in ["all", "Spans", " spans", ""] {
+        let err = bad.parse::<Mode>().expect_err("not a mode name");
+        assert!(
+            matches!(&err, ProfilerError::UnknownMode { found } if found == bad),
+            "{err:?}"
+        );
+        assert_eq!(
+            err.to_string(),
+            format!("expected 'off', 'spans' or 'counters', got {bad:?}")
+        );
+    }
+}

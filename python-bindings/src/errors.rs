@@ -87,7 +87,8 @@ pub(crate) fn transform_config_error(arg: &str, e: &TransformError) -> PyErr {
 /// The Python name of a loader option (the Rust name where it differs).
 fn python_arg(option: &str) -> &str {
     match option {
-        "shard" => "rank",
+        "shard.rank" => "rank",
+        "shard.world_size" => "world_size",
         "sample_layout" => "transform",
         other => other,
     }

@@ -76,7 +76,7 @@ impl PyLoader {
     #[new]
     #[pyo3(signature = (
         dataset, spec, *, batch_size, shuffle, drop_last, seed, num_workers, prefetch_batches,
-        in_order, on_error, rank = None, world_size = None, profile = "off", scratch_limit = None,
+        in_order, on_error, rank = None, world_size = None, profile_mode = "off", scratch_limit = None,
         tail = None, tail_runner = None
     ))]
     #[allow(clippy::too_many_arguments)]
@@ -94,7 +94,7 @@ impl PyLoader {
         on_error: &str,
         rank: Option<usize>,
         world_size: Option<usize>,
-        profile: &str,
+        profile_mode: &str,
         scratch_limit: Option<usize>,
         tail: Option<Vec<(Py<PyAny>, String)>>,
         tail_runner: Option<Bound<'_, PyAny>>,
@@ -154,16 +154,9 @@ impl PyLoader {
                 ))
             }
         }
-        let mode = match profile {
-            "off" => Mode::Off,
-            "spans" => Mode::Spans,
-            "counters" => Mode::Counters,
-            other => {
-                return Err(PyValueError::new_err(format!(
-                    "profile: expected 'off', 'spans' or 'counters', got {other:?}"
-                )))
-            }
-        };
+        let mode: Mode = profile_mode
+            .parse()
+            .map_err(|e| PyValueError::new_err(format!("profile: {e}")))?;
         // The spec goes into the profile so a report can say what pipeline ran.
         let mut profiler = ProfilerConfig::new(mode).label("native").meta(
             "decoder",

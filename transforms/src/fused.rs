@@ -126,19 +126,13 @@ pub struct FusedKernel {
 /// AVX-512 kernels ([`SimdLevel::Avx512`]), on others AVX-512's instructions on 256-bit
 /// registers ([`SimdLevel::Avx512Ymm`]); AVX2 on CPUs without them.
 ///
-/// Alone, the 512-bit kernels are the fastest everywhere. In the pipeline it depends on the
-/// core:
-/// - On this project's Ice Lake Xeon they made every sample slower: after 512-bit code the core
-///   runs the next decode (libjpeg-turbo's AVX2 code, most of a sample's time) at a lower
-///   clock. `cargo bench --bench train_ratio`, three alternating pairs: fused + ROI decode
-///   1181-1280 us per image with AVX2 against 1346-1464 us with AVX-512; later (30 paired
-///   rounds) the 512-bit kernel 1.23x slower than the 256-bit one and the decode after it 1.13x.
-///   The 256-bit permutes and dot products leave the next decode's speed alone and cut the
-///   kernel's time after a full decode by 16-26% against AVX2.
-/// - Zen 4 runs 512-bit operations as two 256-bit halves at an unchanged clock: on a Zen 4
-///   EPYC, `train_ratio`'s kernel column was 0.084-0.098 of a decode with the 512-bit kernels
-///   against 0.096-0.106 with the 256-bit ones (three runs of 61 rounds), and the decode after
-///   either ran at the speed of the bare decode.
+/// Alone, the 512-bit kernels are the fastest everywhere; in the pipeline it depends on the
+/// core. Intel's cores run the code after 512-bit instructions at a lower clock, and that code
+/// is the next sample's decode (libjpeg-turbo's AVX2, most of a sample's time), so the 512-bit
+/// kernels make every sample slower there, while the 256-bit form leaves the decode's speed
+/// alone. Zen 4 runs 512-bit operations as two 256-bit halves at an unchanged clock, so the
+/// 512-bit kernels are the faster choice there. The measurements behind this are in
+/// `benches/train_ratio.rs`.
 ///
 /// (glibc makes a similar choice for its string functions: its `Prefer_No_AVX512` flag is set
 /// on Intel's AVX-512 CPUs without AVX-VNNI, not on AMD's.)

@@ -172,7 +172,7 @@ class Loader:
         on_error: str,
         rank: Optional[int] = None,
         world_size: Optional[int] = None,
-        profile: str = "off",
+        profile_mode: str = "off",
         scratch_limit: Optional[int] = None,
         tail: Optional[Sequence[Tuple[Callable[[Any], Any], str]]] = None,
         tail_runner: Optional[Any] = None,

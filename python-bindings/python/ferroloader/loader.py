@@ -280,7 +280,10 @@ class Loader:
         self.output: str = _check_choice("output", output, Output)
         self.decoder: str = _check_choice("decoder", decoder, DecoderName)
         self.on_error: str = _check_choice("on_error", on_error, OnError)
-        self.profile_mode: str = _check_choice("profile", profile, ProfileMode)
+        # Python checks the type; the native loader parses the mode and names what it refuses.
+        if not isinstance(profile, str):
+            raise TypeError(f"profile: expected a str, got {type(profile).__name__} {profile!r}")
+        self.profile_mode: str = profile
         self.tensor_type: str = _check_choice("tensor_type", tensor_type, TensorType)
         self.python_tail_mode: str = _check_choice("python_tail", python_tail, PythonTail)
         self._transform_given: Any = transform_given
@@ -291,13 +294,12 @@ class Loader:
         self.python_tail: List[Any] = self._split.tail
         if self.python_tail:
             self._check_tail()
-        if (rank is None) != (world_size is None):
-            raise ValueError("rank: rank and world_size must be given together")
-        if world_size is not None:
-            self.world_size: Optional[int] = _check_int("world_size", world_size, 1)
-            self.rank: Optional[int] = _check_int("rank", rank, 0, self.world_size - 1)
-        else:
-            self.world_size = self.rank = None
+        # Converted to ints here; the native sampler checks the pair (both given, rank below
+        # world_size) and names the argument at fault.
+        self.world_size: Optional[int] = (
+            None if world_size is None else _check_int("world_size", world_size, 0)
+        )
+        self.rank: Optional[int] = None if rank is None else _check_int("rank", rank, 0)
         if sampler is not None:
             if not hasattr(sampler, "__iter__"):
                 raise TypeError(
@@ -369,7 +371,7 @@ class Loader:
             on_error=self.on_error,
             rank=self.rank,
             world_size=self.world_size,
-            profile=self.profile_mode,
+            profile_mode=self.profile_mode,
             scratch_limit=self.scratch_limit,
             tail=tail,
             tail_runner=runner,

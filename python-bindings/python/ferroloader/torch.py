@@ -682,7 +682,7 @@ class _PlanningSampler:
 BatchFacts = Tuple[Tuple[Optional[int], ...], Optional[int]]
 # A delivered batch: (epoch, records, identity, completed_ns, next() entered, next() returned,
 # the facts of a batch whose records were dropped (over max_spans), else None).
-Delivery = Tuple[int, List[Record], WorkerIdentity, int, int, int, Optional[BatchFacts]]
+DeliveredBatch = Tuple[int, List[Record], WorkerIdentity, int, int, int, Optional[BatchFacts]]
 
 
 def _batch_facts(records: List[Record]) -> BatchFacts:
@@ -710,7 +710,7 @@ class _Session:
         self.created_ns = _now()
         self.start_ns: Optional[int] = None
         self.end_ns: Optional[int] = None
-        self.deliveries: List[Delivery] = []
+        self.deliveries: List[DeliveredBatch] = []
         self.plans: List[Tuple[int, int, Optional[Tuple[Optional[int], ...]]]] = []
         """(epoch, planned_ns, the batch's sample indices) per batch the sampler gave."""
         self.reports: List[FailureReport] = []

@@ -99,11 +99,8 @@ impl FastFloat {
 /// verified it and the CPU's AVX2 and FMA) by the kernels of `level` (which the CPU runs),
 /// looked up otherwise.
 ///
-/// [`SimdLevel::Avx512Ymm`] runs the AVX2 kernel. A 256-bit form of the AVX-512 one (a
-/// masked load and one `vpermb` per channel) was measured in the pipeline after a full
-/// decode: the conversion was no faster there (0.9-1.0x), and the decode that followed ran
-/// 6-9% slower in three runs of 61 alternating rounds (against 0-1.5% for AVX2), for a
-/// reason not found: no clock drop showed in a probe after its instructions.
+/// [`SimdLevel::Avx512Ymm`] runs the AVX2 kernel: a 256-bit form of the AVX-512 one was no
+/// faster and slowed the decode that followed it (see `benches/train_ratio.rs`).
 #[cfg_attr(not(target_arch = "x86_64"), allow(unused_mut, unused_variables))]
 pub(super) fn f32_row(
     fast: Option<&FastFloat>,
@@ -251,14 +248,9 @@ mod x86 {
     /// Converts the first `8 * floor(n / 8)` pixels with [`super::FastFloat`]'s
     /// arithmetic and returns how many.
     ///
-    /// Plain stores on purpose. Non-temporal ones (`vmovntps`, 64-byte aligned slot) made
-    /// the kernel slower each time they were tried: 0.20 against 0.16 of a decode in
-    /// `train_ratio` (in-process toggle, 3 runs), and in a probe (a 330x300 crop after
-    /// 3 MB of other writes) about 2x slower, still 1.1-1.3x when each plane's cache line
-    /// was written in one go. Alone, filling a slot, they are faster (26-39 us against
-    /// 59 us); between the arithmetic's instructions they are not, likely because their
-    /// write-combining buffers drain before the line is full. `prefetchw` of the next
-    /// row's lines was no help either (6% slower in the probe).
+    /// Plain stores on purpose: between the arithmetic's instructions, non-temporal stores
+    /// and `prefetchw` of the next row made the kernel slower in the pipeline, though
+    /// non-temporal stores alone fill a slot faster (see `benches/train_ratio.rs`).
     ///
     /// # Safety
     /// AVX2 and FMA. (Bounds: checked here.)

@@ -249,7 +249,7 @@ def _decoded_bytes_estimate(path: str, shorter_side: int) -> int:
 
 
 @dataclass
-class _Pipeline:
+class _SplitPipeline:
     """The user's pipeline, split where the geometry ends.
 
     ``geometric`` is the longest run of crop/resize/flip ops the pipeline starts with: what a
@@ -302,7 +302,7 @@ def _flat(ops: Sequence[Any]) -> List[Any]:
     return out
 
 
-def _pipeline(transform: Any) -> _Pipeline:
+def _pipeline(transform: Any) -> _SplitPipeline:
     if transform is None:
         transform = T.Compose([
             T.RandomResizedCrop(224), T.RandomHorizontalFlip(), T.ToTensor(),
@@ -322,7 +322,7 @@ def _pipeline(transform: Any) -> _Pipeline:
     cut = 0
     while cut < len(ops) and isinstance(ops[cut], _GEOMETRIC):
         cut += 1
-    return _Pipeline(compose, output, (int(shape[1]), int(shape[2])), ops[:cut], ops[cut:])
+    return _SplitPipeline(compose, output, (int(shape[1]), int(shape[2])), ops[:cut], ops[cut:])
 
 
 # -- measuring -----------------------------------------------------------------------------------
@@ -418,7 +418,7 @@ def _replay(batches: Sequence[Tuple[Any, Any]], min_images: int) -> float:
     return images / max(wall, 1e-9)  # a finite figure: advice.json is strict JSON
 
 
-def _ladder(run: _Runner, pipe: _Pipeline, sample: _Sample, rounds: int
+def _ladder(run: _Runner, pipe: _SplitPipeline, sample: _Sample, rounds: int
             ) -> List[Dict[str, Any]]:
     files = PathList(sample.paths, sample.labels)
     encoded = [(Path(p).read_bytes(), y) for p, y in zip(sample.paths, sample.labels)]
@@ -484,7 +484,7 @@ _WHAT_CACHING_REMOVES = {
 }
 
 
-def _strategies(run: _Runner, pipe: _Pipeline, sample: _Sample, tmp: Path,
+def _strategies(run: _Runner, pipe: _SplitPipeline, sample: _Sample, tmp: Path,
                 budget: Optional[int], rounds: int, progress: Optional[Progress]
                 ) -> List[Dict[str, Any]]:
     files = PathList(sample.paths, sample.labels)
@@ -611,7 +611,7 @@ def _worker_counts(cores: int) -> List[int]:
     return sorted(counts)
 
 
-def _workers(run: _Runner, pipe: _Pipeline, sample: _Sample, rounds: int) -> Dict[str, Any]:
+def _workers(run: _Runner, pipe: _SplitPipeline, sample: _Sample, rounds: int) -> Dict[str, Any]:
     files = PathList(sample.paths, sample.labels)
     counts = _worker_counts(_cores())
     runs = {
@@ -683,7 +683,7 @@ def _training_loop(training: Any) -> Dict[str, Any]:
     }
 
 
-def _verdict(run: _Runner, pipe: _Pipeline, sample: _Sample, step_ms: Optional[float],
+def _verdict(run: _Runner, pipe: _SplitPipeline, sample: _Sample, step_ms: Optional[float],
              loop: Optional[Dict[str, Any]]) -> Dict[str, Any]:
     """Graded from the user's own loop (``loop``) when given, else from the native loader
     with the simulated step; the native loader's wait at the step is measured either way."""
@@ -738,7 +738,7 @@ def _verdict(run: _Runner, pipe: _Pipeline, sample: _Sample, step_ms: Optional[f
 # -- actions -------------------------------------------------------------------------------------
 
 
-def _actions(data: Path, pipe: _Pipeline, strategies: Sequence[Dict[str, Any]],
+def _actions(data: Path, pipe: _SplitPipeline, strategies: Sequence[Dict[str, Any]],
              workers: Dict[str, Any], workers_used: int) -> List[Dict[str, Any]]:
     online = next(s for s in strategies if s["name"] == "online")["images_per_s"] or 0.0
     actions: List[Dict[str, Any]] = []
