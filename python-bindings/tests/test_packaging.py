@@ -316,9 +316,19 @@ def test_the_dev_requirements_bring_the_cli_extra() -> None:
         found = (re.match(r"[A-Za-z0-9_.-]+", r.split("#")[0].strip()) for r in requirements)
         return {m.group(0).lower() for m in found if m}
 
+    def lines(path: Path) -> List[str]:
+        """The requirement lines of a file and of the files it includes with ``-r``."""
+        out: List[str] = []
+        for line in path.read_text().splitlines():
+            if line.startswith("-r "):
+                out += lines(path.parent / line[3:].strip())
+            else:
+                out.append(line)
+        return out
+
     extra = names(project["optional-dependencies"]["cli"])
     assert extra == {"click", "rich", "matplotlib", "pillow"}
-    assert extra <= names((REPO / "requirements-dev.txt").read_text().splitlines())
+    assert extra <= names(lines(REPO / "requirements-dev.txt"))
     assert names(project["dependencies"]) == {"numpy"}
 
 
