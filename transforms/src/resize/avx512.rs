@@ -31,7 +31,7 @@ use std::arch::x86_64::*;
 
 use super::{
     aligned_i32s, by_blocks, ring_slot, through_ring, vertical_first, Ahead, AxisCoeffs, BlockRows,
-    Resizer, Ring, RowSink, HALF, PRECISION_BITS,
+    CoeffsKey, Resizer, Ring, RowSink, HALF, PRECISION_BITS,
 };
 use crate::image::RgbView;
 
@@ -91,13 +91,20 @@ dot_instruction! {
     fn dpbusd(__m512i) = "vpdpbusd {acc}, {a}, {b}"
 }
 
+/// What a [`HorizontalPlan`] was built for, and whether the kernel can run it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Built {
+    coeffs: CoeffsKey,
+    runnable: bool,
+}
+
 /// The horizontal pass per 16-value chunk: a window offset and, in `data`, the start value
 /// of the accumulators, the permute indices and weights of the high parts (two taps per
 /// vector) and of the low parts (four taps per vector).
 #[derive(Clone, Debug, Default)]
-pub(super) struct ZPlan {
-    /// The coefficients' key it was built for, and whether the kernel can run it.
-    key: Option<((u32, u32, bool), bool)>,
+pub(super) struct HorizontalPlan {
+    /// What it was built for, once built.
+    built: Option<Built>,
     /// High-part vectors per chunk (`taps / 2` rounded up); low-part ones are half that.
     pairs: usize,
     /// 128-byte windows (two-table permutes) instead of 64-byte ones.
@@ -130,7 +137,7 @@ pub(super) struct ZPlan {
     px_lo: Vec<i32>,
 }
 
-impl ZPlan {
+impl HorizontalPlan {
     fn quads(&self) -> usize {
         self.pairs.div_ceil(2)
     }
@@ -151,14 +158,17 @@ impl ZPlan {
     /// Builds the plan for `c` unless it is the cached one; returns whether the kernel
     /// can run it. Only called where the CPU has the module's features.
     fn prepare(&mut self, c: &AxisCoeffs) -> bool {
-        if let Some((key, ok)) = self.key {
-            if key == c.key() {
-                return ok;
+        if let Some(built) = self.built {
+            if built.coeffs == c.key() {
+                return built.runnable;
             }
         }
-        let ok = self.build(c);
-        self.key = Some((c.key(), ok));
-        ok
+        let runnable = self.build(c);
+        self.built = Some(Built {
+            coeffs: c.key(),
+            runnable,
+        });
+        runnable
     }
 
     fn build(&mut self, c: &AxisCoeffs) -> bool {
@@ -215,9 +225,9 @@ impl ZPlan {
         false
     }
 
-    /// Whether the plan was built and the kernel can run it (see [`ZPlan::consistent`]).
+    /// Whether the plan was built and the kernel can run it (see [`HorizontalPlan::consistent`]).
     fn runnable(&self) -> bool {
-        matches!(self.key, Some((_, true)))
+        self.built.is_some_and(|b| b.runnable)
     }
 
     /// The bounds `horizontal_kernel` relies on, checked once per plan rather than on
@@ -409,7 +419,7 @@ impl ZPlan {
 pub(super) struct Scratch {
     /// The plans of the last two horizontal coefficient sets (a random flip alternates
     /// between the two orders of the same outputs), `plans[cur]` the current one.
-    plans: [ZPlan; 2],
+    plans: [HorizontalPlan; 2],
     cur: usize,
     /// The ring: pair-format rows of the horizontal-first order (`BLOCK + taps` of them),
     /// or widened source rows of the vertical-first order (`taps`).
@@ -422,7 +432,7 @@ pub(super) struct Scratch {
     /// and per output row the accumulator start `HALF + 32768 * sum(w / 256)`; for `vkey`.
     vweights: Vec<i32>,
     vbias: Vec<i32>,
-    vkey: Option<(u32, u32, bool)>,
+    vkey: Option<CoeffsKey>,
 }
 
 impl Scratch {
@@ -431,7 +441,7 @@ impl Scratch {
     /// module's features.
     pub(super) fn prepare(&mut self, horiz: &AxisCoeffs, vert: Option<&AxisCoeffs>) -> bool {
         let key = Some(horiz.key());
-        if self.plans[self.cur].key.map(|k| k.0) != key {
+        if self.plans[self.cur].built.map(|b| b.coeffs) != key {
             // The other plan: the cached one if it matches, else the older one, rebuilt.
             self.cur = 1 - self.cur;
         }
@@ -605,8 +615,8 @@ impl Store for PairRows<'_, '_> {
 /// The horizontal pass of `rows` into `store`, prefetching (into L2) the windows of the
 /// rows `ahead`, the next block's: the source image is often cold (just decoded, or one of
 /// many), and one block of computing hides the next block's memory latency.
-fn run_horizontal<S: Store>(plan: &ZPlan, rows: &[&[u8]], ahead: Ahead, store: &mut S) {
-    // The plan's own bounds were checked when it was built (`ZPlan::consistent`); every
+fn run_horizontal<S: Store>(plan: &HorizontalPlan, rows: &[&[u8]], ahead: Ahead, store: &mut S) {
+    // The plan's own bounds were checked when it was built (`HorizontalPlan::consistent`); every
     // window lies in `[0, row_bytes)`: the kernel's loads need rows that long, and the
     // stores need `rows.len()` rows of `chunks * 16` values.
     assert!(plan.runnable());
@@ -644,7 +654,7 @@ fn run_horizontal<S: Store>(plan: &ZPlan, rows: &[&[u8]], ahead: Ahead, store: &
 /// `chunks * per_chunk()` vectors.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vbmi,avx512vnni")]
 unsafe fn horizontal_kernel<const P: usize, const TWO: bool, S: Store>(
-    plan: &ZPlan,
+    plan: &HorizontalPlan,
     rows: &[&[u8]],
     ahead: Ahead,
     store: &mut S,

@@ -41,13 +41,10 @@ const HALF: i32 = 1 << (PRECISION_BITS - 1);
 /// `$body` with the const `$t` set to `$taps` when that is 2 to 8 (the vertical windows of
 /// upscales and of downscales up to about 3.5x), else to 0 (meaning: any count, read at run
 /// time). A vertical kernel compiled for a constant count unrolls its tap loop and keeps the
-/// weights and row pointers in registers. Alone, on one hot ring with a fixed count, the
-/// run-time loop was 1.3x slower (its per-tap loads and branches). In the pipeline it cost
-/// more: `train_ratio`, 4 runs, the fused kernel after a full decode at 0.117-0.133 of a decode
-/// with constant counts against 0.141-0.147 with the loop, likely because the count changes
-/// between output rows there and the loop's exit branch is then mispredicted every 32 values
-/// (no PMU on the machine to count it). The horizontal windows' padding uses it too, so that
-/// each output's weights copy without a call to `memcpy`.
+/// weights and row pointers in registers, where a run-time loop pays per-tap loads and an exit
+/// branch that mispredicts whenever the count changes between output rows (as it does in a
+/// downscale). The horizontal windows' padding uses it too, so that each output's weights copy
+/// without a call to `memcpy`.
 macro_rules! with_taps {
     ($taps:expr, |$t:ident| $body:expr) => {
         with_taps!(@counts $taps, $t, $body, 2 3 4 5 6 7 8)
@@ -339,9 +336,14 @@ impl AxisCoeffs {
         self.pair_ready = false;
     }
 
-    /// `(in_size, out_size, mirrored)` of the current weights.
-    pub fn key(&self) -> (u32, u32, bool) {
-        (self.in_size, self.out_size, self.mirrored)
+    /// What the current weights are of: the kernels' plans built from them are cached under it.
+    pub(crate) fn key(&self) -> CoeffsKey {
+        CoeffsKey {
+            in_size: self.in_size,
+            out_size: self.out_size,
+            mirrored: self.mirrored,
+            conv: self.conv,
+        }
     }
 
     /// Builds `pstart` and `pweights` (the portable and SIMD horizontal kernels read them).
@@ -420,6 +422,17 @@ impl AxisCoeffs {
     fn simd_friendly(&self) -> bool {
         self.simd_friendly
     }
+}
+
+/// What one axis's weights are of ([`AxisCoeffs::key`]): equal keys, equal weights. The filter
+/// is part of it: bilinear and bicubic weights of the same sizes differ.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct CoeffsKey {
+    in_size: u32,
+    out_size: u32,
+    /// Outputs in reverse order.
+    mirrored: bool,
+    conv: Convolution,
 }
 
 /// One axis's resampling parameters, as Pillow's `precompute_coeffs` computes them.
@@ -597,7 +610,9 @@ impl SimdLevel {
 
     /// One level per distinct kernel set this CPU runs, lowest first: every SIMD level up to
     /// [`SimdLevel::detected`], or only the portable one where there is none. (A limit above
-    /// the CPU's runs the same kernels as [`SimdLevel::detected`].)
+    /// the CPU's runs the same kernels as [`SimdLevel::detected`].) For tests and benches that
+    /// compare the levels: behind the `test-hooks` feature.
+    #[cfg(any(test, feature = "test-hooks"))]
     pub fn kernel_sets() -> Vec<SimdLevel> {
         let detected = SimdLevel::detected();
         [SimdLevel::Avx2, SimdLevel::Avx512Ymm, SimdLevel::Avx512]
@@ -634,16 +649,6 @@ impl Resizer {
     /// An empty context; the first calls size its buffers.
     pub fn new() -> Self {
         Self::default()
-    }
-
-    /// Uses only the portable kernels, never the SIMD ones (for tests that compare the two,
-    /// and for benchmarks). The results are identical either way.
-    pub fn set_portable_only(&mut self, portable_only: bool) {
-        self.limit = if portable_only {
-            SimdLevel::Portable
-        } else {
-            SimdLevel::Avx512
-        };
     }
 
     /// Uses kernels up to `limit` at most (tests compare the levels; benchmarks measure
@@ -1378,6 +1383,32 @@ mod tests {
     }
 
     #[test]
+    fn changing_the_filter_rebuilds_the_kernels_plans() {
+        // Same sizes, other filter: the plans cached for the old weights must not run.
+        let src = test_image(97, 61, 5);
+        let (mut out, mut expected) = (RgbImage::new(), RgbImage::new());
+        for level in SimdLevel::kernel_sets() {
+            let mut reused = Resizer::new();
+            reused.set_simd_limit(level);
+            for filter in [Filter::Bilinear, Filter::Bicubic, Filter::Bilinear] {
+                for (out_h, out_w) in [(40, 50), (61, 50), (25, 90)] {
+                    reused.set_filter(filter);
+                    reused
+                        .resize(src.view(), out_h, out_w, &mut out)
+                        .expect("resize");
+                    let mut fresh = Resizer::new();
+                    fresh.set_simd_limit(level);
+                    fresh.set_filter(filter);
+                    fresh
+                        .resize(src.view(), out_h, out_w, &mut expected)
+                        .expect("resize");
+                    assert_eq!(out, expected, "{level:?} {filter:?} {out_w}x{out_h}");
+                }
+            }
+        }
+    }
+
+    #[test]
     fn kernel_sets_are_distinct_and_end_at_the_detected_level() {
         let sets = SimdLevel::kernel_sets();
         assert_eq!(sets.last(), Some(&SimdLevel::detected()));
@@ -1408,7 +1439,7 @@ mod tests {
             })
             .collect();
         let mut portable = Resizer::new();
-        portable.set_portable_only(true);
+        portable.set_simd_limit(SimdLevel::Portable);
         let (mut a, mut b) = (RgbImage::new(), RgbImage::new());
         let mut sizes = vec![
             (1, 1, 1, 1),

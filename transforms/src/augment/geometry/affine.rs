@@ -16,6 +16,7 @@
 
 use crate::error::{Error, Result};
 use crate::image::{RgbImage, RgbView};
+use crate::resize::SimdLevel;
 
 /// An inverse affine map, Pillow's `data` for `Transform.AFFINE`: output pixel centre `(x, y)`
 /// samples the input at `(a0*x + a1*y + a2, a3*x + a4*y + a5)`.
@@ -219,7 +220,7 @@ pub(super) fn fill_pixels(dst: &mut [u8], fill: [u8; 3]) {
 }
 
 /// Reusable state of affine warps: per-column position tables that only grow.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug)]
 pub struct AffineWarp {
     /// Per output column: `a0 * (x + 0.5)` (bilinear) or the source column (scale path).
     col_a: Vec<f64>,
@@ -233,15 +234,41 @@ pub struct AffineWarp {
     /// (bilinear with `a[1] == 0`); empty otherwise.
     col_x: Vec<Option<AxisTap>>,
     /// The source's pixels as little-endian `u32` (a spare zero byte), contiguous, for the
-    /// NEAREST engines that jump between rows: Pillow's own layout, one load per pixel and one
-    /// 4-byte store, instead of a row lookup and byte moves (about 1.4x faster).
+    /// NEAREST engines that jump between rows and for the vector BILINEAR kernels: Pillow's own
+    /// layout, one load (or gather lane) per pixel, instead of a row lookup and byte moves.
     src_px: Vec<u32>,
+    /// The widest kernels the BILINEAR warp may use (all give the scalar path's bits).
+    limit: SimdLevel,
+}
+
+impl Default for AffineWarp {
+    fn default() -> Self {
+        Self {
+            col_a: Vec::new(),
+            col_b: Vec::new(),
+            col_src: Vec::new(),
+            runs: Vec::new(),
+            col_x: Vec::new(),
+            src_px: Vec::new(),
+            // The fused kernel's choice, for the same reason: 512-bit registers only where
+            // they do not slow the decode that follows.
+            limit: crate::fused::default_simd(),
+        }
+    }
 }
 
 impl AffineWarp {
     /// Empty tables; the first warp sizes them.
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// Uses kernels up to `limit` at most for BILINEAR ([`SimdLevel::Portable`]: the scalar
+    /// path; [`SimdLevel::Avx2`] and [`SimdLevel::Avx512Ymm`]: four pixels a step on 256-bit
+    /// registers; [`SimdLevel::Avx512`]: eight on 512-bit ones). The results are identical at
+    /// every level; tests compare them and benchmarks measure them.
+    pub fn set_simd_limit(&mut self, limit: SimdLevel) {
+        self.limit = limit;
     }
 
     /// Pillow's `src.transform(src.size, Transform.AFFINE, matrix, resample, fillcolor=fill)`
@@ -459,20 +486,28 @@ impl AffineWarp {
         }
         let (sw, sh) = (i64::from(src.width()), i64::from(src.height()));
         let (fw, fh) = (f64::from(src.width()), f64::from(src.height()));
-        // `a0 * xin` and `a3 * xin` depend on the column only: the same products, tabulated.
+        // `a0 * xin` and `a3 * xin` depend on the column only: the same products, tabulated
+        // (past `w` to a multiple of 8: the vector kernels' last step reads whole vectors).
         self.col_a.clear();
         self.col_b.clear();
-        for x in 0..w {
+        for x in 0..w.div_ceil(8) * 8 {
             let xin = x as f64 + 0.5;
             self.col_a.push(a[0] * xin);
             self.col_b.push(a[3] * xin);
+        }
+        #[cfg(target_arch = "x86_64")]
+        if self.bilinear_simd(src, w, a, fill, dst) {
+            return;
         }
         // With `a[1] == 0` the row term `a[1] * yin` is a zero, which adds nothing: a column's
         // source position is the same on every row.
         self.col_x.clear();
         if a[1] == 0.0 {
-            self.col_x
-                .extend(self.col_a.iter().map(|&ca| axis_tap(ca + a[2], fw, sw)));
+            self.col_x.extend(
+                self.col_a[..w]
+                    .iter()
+                    .map(|&ca| axis_tap(ca + a[2], fw, sw)),
+            );
         }
         for (y, row) in dst.chunks_exact_mut(3 * w).take(h).enumerate() {
             let yin = y as f64 + 0.5;
@@ -517,6 +552,44 @@ impl AffineWarp {
                 }
             }
         }
+    }
+
+    /// The BILINEAR warp on the vector kernels [`Self::set_simd_limit`] and the CPU allow
+    /// (the column tables already computed); false, with nothing written, where none runs.
+    #[cfg(target_arch = "x86_64")]
+    fn bilinear_simd(
+        &mut self,
+        src: RgbView<'_>,
+        w: usize,
+        a: &AffineMatrix,
+        fill: [u8; 3],
+        dst: &mut [u8],
+    ) -> bool {
+        use super::affine_x86::{bilinear_avx2, bilinear_avx512, BilinearWarp};
+        let level = self.limit.min(SimdLevel::detected());
+        if level == SimdLevel::Portable {
+            return false;
+        }
+        let warp = BilinearWarp {
+            src: gather(src, &mut self.src_px),
+            width: src.width() as usize,
+            height: src.height() as usize,
+            matrix: a,
+            col_a: &self.col_a,
+            col_b: &self.col_b,
+            fill,
+        };
+        if !warp.fits(w) {
+            return false;
+        }
+        if level == SimdLevel::Avx512 {
+            // SAFETY: `detected` saw AVX2 and AVX-512 F, BW and VL (and more); `fits` holds.
+            unsafe { bilinear_avx512(&warp, w, dst) };
+        } else {
+            // SAFETY: `detected` saw AVX2; `fits` holds.
+            unsafe { bilinear_avx2(&warp, w, dst) };
+        }
+        true
     }
 }
 
@@ -796,14 +869,170 @@ mod tests {
         ];
         let mut warp = AffineWarp::new();
         let mut out = RgbImage::new();
-        for m in &matrices {
-            warp.warp(src.view(), m, Interpolation::Bilinear, fill, &mut out)
+        // The scalar path (with its shortcuts) and every vector kernel against the plain loop.
+        for level in SimdLevel::kernel_sets()
+            .into_iter()
+            .chain([SimdLevel::Portable])
+        {
+            warp.set_simd_limit(level);
+            for m in &matrices {
+                warp.warp(src.view(), m, Interpolation::Bilinear, fill, &mut out)
+                    .expect("warp");
+                assert_eq!(
+                    out.as_raw(),
+                    &bilinear_reference(&src, m, fill)[..],
+                    "{level:?}, matrix {m:?}"
+                );
+            }
+        }
+    }
+
+    /// A generator for the tests' random cases (xorshift64*; no dependency, fixed seeds).
+    struct Cases(u64);
+
+    impl Cases {
+        fn next(&mut self) -> u64 {
+            self.0 ^= self.0 >> 12;
+            self.0 ^= self.0 << 25;
+            self.0 ^= self.0 >> 27;
+            self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
+        }
+
+        /// Uniform in `[lo, hi)`.
+        fn uniform(&mut self, lo: f64, hi: f64) -> f64 {
+            lo + (hi - lo) * (self.next() >> 11) as f64 / (1u64 << 53) as f64
+        }
+
+        fn below(&mut self, n: u32) -> u32 {
+            (self.next() % u64::from(n)) as u32
+        }
+    }
+
+    /// Every kernel set this CPU runs, and the portable one.
+    fn warp_levels() -> Vec<SimdLevel> {
+        let mut levels = SimdLevel::kernel_sets();
+        levels.retain(|&l| l != SimdLevel::Portable);
+        levels
+    }
+
+    #[test]
+    fn vector_bilinear_equals_the_scalar_path_bit_for_bit() {
+        let mut rng = Cases(0x9e37_79b9_7f4a_7c15);
+        let mut scalar = AffineWarp::new();
+        scalar.set_simd_limit(SimdLevel::Portable);
+        let mut vector = AffineWarp::new();
+        let (mut expected, mut out) = (RgbImage::new(), RgbImage::new());
+        let levels = warp_levels();
+        for case in 0..600 {
+            // Odd and even sizes, widths that leave every tail length of both vector widths.
+            let (sw, sh) = (1 + rng.below(70), 1 + rng.below(50));
+            let data = (0..3 * sw * sh).map(|_| rng.next() as u8).collect();
+            let src = RgbImage::from_raw(sw, sh, data).expect("sized");
+            let (w, h) = if rng.below(2) == 0 {
+                (sw, sh)
+            } else {
+                (1 + rng.below(70), 1 + rng.below(40))
+            };
+            let center = [
+                rng.uniform(-5.0, f64::from(sw) + 5.0),
+                rng.uniform(-5.0, f64::from(sh) + 5.0),
+            ];
+            let angle = match rng.below(4) {
+                0 => 0.0,
+                1 => rng.uniform(-30.0, 30.0),
+                _ => rng.uniform(-360.0, 360.0),
+            };
+            let translate = [
+                rng.uniform(-0.5, 0.5) * f64::from(sw),
+                rng.uniform(-0.5, 0.5) * f64::from(sh),
+            ];
+            let scale = rng.uniform(0.3, 3.0);
+            let shear = match rng.below(3) {
+                0 => [rng.uniform(-45.0, 45.0), 0.0],
+                1 => [0.0, rng.uniform(-45.0, 45.0)],
+                _ => [rng.uniform(-30.0, 30.0), rng.uniform(-30.0, 30.0)],
+            };
+            let m = inverse_affine_matrix(center, angle, translate, scale, shear);
+            let fill = [rng.next() as u8, rng.next() as u8, rng.next() as u8];
+            scalar
+                .warp_to(
+                    src.view(),
+                    (w, h),
+                    &m,
+                    Interpolation::Bilinear,
+                    fill,
+                    &mut expected,
+                )
                 .expect("warp");
-            assert_eq!(
-                out.as_raw(),
-                &bilinear_reference(&src, m, fill)[..],
-                "matrix {m:?}"
-            );
+            for &level in &levels {
+                vector.set_simd_limit(level);
+                vector
+                    .warp_to(
+                        src.view(),
+                        (w, h),
+                        &m,
+                        Interpolation::Bilinear,
+                        fill,
+                        &mut out,
+                    )
+                    .expect("warp");
+                assert_eq!(
+                    out, expected,
+                    "case {case} {level:?}: {sw}x{sh} -> {w}x{h}, {m:?}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn vector_bilinear_takes_the_matrices_at_the_edges() {
+        // Extreme and degenerate matrices: all outside, huge (non-i32) positions, the last
+        // row and column alone, exact pixel centres, negative zeros, a 1x1 source.
+        let matrices: [AffineMatrix; 8] = [
+            [1.0, 0.0, 0.0, 0.0, 1.0, 22.5],
+            [1.0, 0.0, 36.5, 0.0, 1.0, 0.0],
+            [1e300, 0.0, 0.0, 0.0, 1.0, 0.0],
+            [1.0, 1e12, -3e12, 0.0, 1.0, 0.0],
+            [-1.0, -0.0, 37.0, -0.0, -1.0, 23.0],
+            [0.0, 0.0, 0.25, 0.0, 0.0, 0.75],
+            [0.5, 0.5, -3.0, -0.5, 0.5, 9.0],
+            [1e-300, 0.0, 36.99, 0.0, 1.0, -0.4],
+        ];
+        let mut scalar = AffineWarp::new();
+        scalar.set_simd_limit(SimdLevel::Portable);
+        let mut vector = AffineWarp::new();
+        let (mut expected, mut out) = (RgbImage::new(), RgbImage::new());
+        for (sw, sh) in [(37u32, 23u32), (1, 1), (1, 9), (9, 1)] {
+            let data = (0..3 * sw * sh).map(|i| (i * 7919 % 251) as u8).collect();
+            let src = RgbImage::from_raw(sw, sh, data).expect("sized");
+            for m in &matrices {
+                for size in [(sw, sh), (37, 23), (3, 2), (17, 5)] {
+                    scalar
+                        .warp_to(
+                            src.view(),
+                            size,
+                            m,
+                            Interpolation::Bilinear,
+                            [1, 2, 3],
+                            &mut expected,
+                        )
+                        .expect("warp");
+                    for &level in &warp_levels() {
+                        vector.set_simd_limit(level);
+                        vector
+                            .warp_to(
+                                src.view(),
+                                size,
+                                m,
+                                Interpolation::Bilinear,
+                                [1, 2, 3],
+                                &mut out,
+                            )
+                            .expect("warp");
+                        assert_eq!(out, expected, "{level:?}: {sw}x{sh} -> {size:?}, {m:?}");
+                    }
+                }
+            }
         }
     }
 

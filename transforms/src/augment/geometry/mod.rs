@@ -1,8 +1,8 @@
 //! Geometric ops on packed RGB (affine with a fill, flips, padding, blur) and erasing on a CHW
 //! tensor, with the arithmetic torchvision's PIL path performs, so that outputs match it.
 //!
-//! - [`affine`]: Pillow's affine engines (NEAREST and BILINEAR bit-exact)
-//!   and the matrices of torchvision's `F.affine` and Pillow's `Image.rotate`: Rotate, ShearX/Y,
+//! - [`affine`]: Pillow's affine engines (NEAREST and BILINEAR bit-exact; BILINEAR on AVX2 or
+//!   AVX-512 where the CPU has them, `affine_x86`, with the scalar path's bits) and the matrices of torchvision's `F.affine` and Pillow's `Image.rotate`: Rotate, ShearX/Y,
 //!   TranslateX/Y of the policies, RandomRotation, RandomAffine.
 //! - [`pad`]: Pad and RandomCrop's padding (constant, edge, reflect, symmetric).
 //! - [`blur`]: GaussianBlur, separable, within one level of torchvision.
@@ -16,6 +16,8 @@
 //! panic on input.
 
 pub mod affine;
+#[cfg(target_arch = "x86_64")]
+mod affine_x86;
 pub mod blur;
 pub mod erase;
 pub mod pad;

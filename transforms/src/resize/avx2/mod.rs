@@ -5,7 +5,7 @@
 //! the two input bytes of each value as an i16 pair, and two `pmaddwd`s multiply them by the
 //! high and low 11-bit halves of the weights (exact: `w = 2048 hi + lo`, both < 2^15). The
 //! gather masks, windows and weights depend only on the output column, so they are built once
-//! per coefficient set ([`HPlan`], in [`plan`]) and reused for every row. At
+//! per coefficient set ([`HorizontalPlan`], in [`plan`]) and reused for every row. At
 //! [`SimdLevel::Avx512Ymm`](super::SimdLevel::Avx512Ymm) the same plan gathers with one
 //! `vpermb` per pair from a 32-byte window per 8 values (64 bytes with `vpermt2b`), and
 //! `vpdpwssd` accumulates in place of `pmaddwd` + `paddd` (here and in the vertical pass),
@@ -42,7 +42,7 @@ use crate::image::RgbView;
 
 mod plan;
 
-use plan::{Gather, HPlan};
+use plan::{Gather, HorizontalPlan};
 
 /// Rows the horizontal kernel processes per block (keeps source and output in L1/L2).
 const BLOCK_ROWS: usize = 16;
@@ -81,7 +81,7 @@ pub(super) unsafe fn vertical_portable<'a>(
 /// The SIMD path's plan and buffers.
 #[derive(Clone, Debug, Default)]
 pub(super) struct Scratch {
-    plan: HPlan,
+    plan: HorizontalPlan,
     /// A ring of horizontal-pass rows, `chunks * 8` values each: in pair format where
     /// `vnni`, else as plain values (see [`vertical_ring`]).
     ring: Vec<i32>,
@@ -183,7 +183,13 @@ pub(super) fn resize<S: RowSink + ?Sized>(
 }
 
 /// Horizontal pass of `rows` into u8 rows of `out`, `stride` bytes apart.
-fn horizontal_u8(plan: &HPlan, rows: &[&[u8]], ahead: Ahead, out: &mut [u8], stride: usize) {
+fn horizontal_u8(
+    plan: &HorizontalPlan,
+    rows: &[&[u8]],
+    ahead: Ahead,
+    out: &mut [u8],
+    stride: usize,
+) {
     let mut store = U8Store { out, stride };
     run_horizontal(plan, rows, ahead, &mut store);
 }
@@ -191,7 +197,7 @@ fn horizontal_u8(plan: &HPlan, rows: &[&[u8]], ahead: Ahead, out: &mut [u8], str
 /// Horizontal pass of `rows` into the ring rows `out`: in pair format where `pairs`, else
 /// as values.
 fn horizontal_ring(
-    plan: &HPlan,
+    plan: &HorizontalPlan,
     rows: &[&[u8]],
     ahead: Ahead,
     out: &mut [&mut [i32]],
@@ -223,7 +229,7 @@ fn horizontal_ring(
 
 /// The horizontal pass of `rows` into `store`, prefetching (into L2) the rows `ahead`,
 /// the next block's: the source image is often cold (just decoded, or one of many).
-fn run_horizontal<S: Store>(plan: &HPlan, rows: &[&[u8]], ahead: Ahead, store: &mut S) {
+fn run_horizontal<S: Store>(plan: &HorizontalPlan, rows: &[&[u8]], ahead: Ahead, store: &mut S) {
     // Every window lies in `[0, row_bytes)`: the kernel's loads need rows that long, and
     // the stores need `rows.len()` rows of `chunks * 8` values.
     assert!(rows.iter().all(|r| r.len() >= plan.row_bytes));
@@ -294,7 +300,7 @@ fn run_horizontal<S: Store>(plan: &HPlan, rows: &[&[u8]], ahead: Ahead, store: &
 /// # Safety
 /// As [`shuffle_kernel`] or [`permute_kernel`] for `plan.gather`.
 unsafe fn horizontal_kernel<const P: usize, const WIDE: bool, S: Store>(
-    plan: &HPlan,
+    plan: &HorizontalPlan,
     rows: &[&[u8]],
     ahead: Ahead,
     store: &mut S,
@@ -416,7 +422,7 @@ unsafe fn pack8(v: __m256i) -> __m128i {
 /// fits `rows.len()` rows of `plan.chunks * 8` values; the CPU has AVX2.
 #[inline(always)]
 unsafe fn chunk_rows<const N: usize, T: Copy, S: Store>(
-    plan: &HPlan,
+    plan: &HorizontalPlan,
     rows: &[&[u8]],
     ahead: Ahead,
     store: &mut S,
@@ -458,7 +464,7 @@ unsafe fn load256<T>(table: &[T], i: usize) -> __m256i {
 /// `plan.wide == WIDE` and the tables hold `chunks * P` entries.
 #[target_feature(enable = "avx2")]
 unsafe fn shuffle_kernel<const P: usize, const WIDE: bool, S: Store>(
-    plan: &HPlan,
+    plan: &HorizontalPlan,
     rows: &[&[u8]],
     ahead: Ahead,
     store: &mut S,
@@ -629,7 +635,7 @@ unsafe fn step_bytes<const WIDE: bool, const PAIRS: bool>(at: *const u8, idx: __
 /// `plan.steps == P`, `plan.wide == WIDE` and the tables hold `chunks * P` entries.
 #[target_feature(enable = "avx2,avx512f,avx512bw,avx512vl,avx512vbmi,avx512vnni")]
 unsafe fn permute_kernel<const P: usize, const WIDE: bool, S: Store>(
-    plan: &HPlan,
+    plan: &HorizontalPlan,
     rows: &[&[u8]],
     ahead: Ahead,
     store: &mut S,
@@ -702,7 +708,7 @@ const HORNER_BIAS: i32 = {
 /// `plan.steps == Q`, `plan.wide == WIDE` and the tables hold `chunks * Q` entries.
 #[target_feature(enable = "avx2,avx512f,avx512bw,avx512vl,avx512vbmi,avx512vnni")]
 unsafe fn quad_kernel<const Q: usize, const WIDE: bool, S: Store>(
-    plan: &HPlan,
+    plan: &HorizontalPlan,
     rows: &[&[u8]],
     ahead: Ahead,
     store: &mut S,
@@ -765,7 +771,7 @@ unsafe fn quad_kernel<const Q: usize, const WIDE: bool, S: Store>(
 /// As [`quad_kernel`], with `plan.gather == QuadPair` (`plan.steps == 2`).
 #[target_feature(enable = "avx2,avx512f,avx512bw,avx512vl,avx512vbmi,avx512vnni")]
 unsafe fn quad_pair_kernel<const WIDE: bool, S: Store>(
-    plan: &HPlan,
+    plan: &HorizontalPlan,
     rows: &[&[u8]],
     ahead: Ahead,
     store: &mut S,

@@ -1,4 +1,4 @@
-//! The AVX2 horizontal pass as data ([`HPlan`]): per chunk of 8 output values and per step of
+//! The AVX2 horizontal pass as data ([`HorizontalPlan`]): per chunk of 8 output values and per step of
 //! taps, where each lane's source window starts, which of its bytes each value's taps read
 //! (`pshufb` masks, or `vpermb` indices at the 256-bit AVX-512 level) and the weights' i16
 //! halves or digits, all laid out in the value order the kernels in [`super`] read them.
@@ -11,6 +11,7 @@
 use std::arch::x86_64::*;
 
 use super::{AxisCoeffs, MAX_PAIRS, MAX_QUADS};
+use crate::resize::CoeffsKey;
 
 /// How the horizontal kernel gathers each step's tap bytes.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -99,12 +100,20 @@ impl Gather {
     }
 }
 
+/// What a [`HorizontalPlan`] was built for, and whether a kernel can run it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Built {
+    coeffs: CoeffsKey,
+    /// Whether the permute layouts were allowed.
+    permute: bool,
+    runnable: bool,
+}
+
 /// The horizontal pass as gather indices, windows and weights per 8-value chunk.
 #[derive(Clone, Debug, Default)]
-pub(super) struct HPlan {
-    /// The coefficients' key and whether permutes were allowed when it was built, and
-    /// whether the kernel can run it.
-    key: Option<((u32, u32, bool), bool, bool)>,
+pub(super) struct HorizontalPlan {
+    /// What it was built for, once built.
+    built: Option<Built>,
     pub(super) gather: Gather,
     /// Tap steps per chunk (pairs, or quads with [`Gather::Quad`]).
     pub(super) steps: usize,
@@ -142,14 +151,14 @@ pub(super) struct HPlan {
     px_lo: Vec<i32>,
 }
 
-impl HPlan {
+impl HorizontalPlan {
     /// Builds the plan for `c` unless it is the cached one; returns whether a kernel can
     /// run it (each group's taps must fit its window). With `permute`, the permute
     /// layouts are tried first.
     pub(super) fn prepare(&mut self, c: &AxisCoeffs, permute: bool) -> bool {
-        if let Some((key, allowed, ok)) = self.key {
-            if key == c.key() && allowed == permute {
-                return ok;
+        if let Some(built) = self.built {
+            if built.coeffs == c.key() && built.permute == permute {
+                return built.runnable;
             }
         }
         let built = [
@@ -166,7 +175,11 @@ impl HPlan {
         .filter(|&(gather, _)| permute || gather == Gather::Shuffle)
         // SAFETY: plans are only prepared on the AVX2 path (the CPU has AVX2).
         .any(|(gather, wide)| unsafe { self.fill_vector(c, gather, wide) });
-        self.key = Some((c.key(), permute, built));
+        self.built = Some(Built {
+            coeffs: c.key(),
+            permute,
+            runnable: built,
+        });
         built
     }
 
@@ -183,7 +196,7 @@ impl HPlan {
     }
 
     /// Fills the tables for a pair layout that [`fits`], one value at a time: the
-    /// reference that [`HPlan::fill_vector`] is tested against.
+    /// reference that [`HorizontalPlan::fill_vector`] is tested against.
     #[cfg(test)]
     fn fill(&mut self, c: &AxisCoeffs, gather: Gather, wide: bool) {
         let taps = c.taps;
@@ -191,7 +204,7 @@ impl HPlan {
         let entries = self.set_layout(c, gather, wide);
         let (pairs, row_bytes) = (self.steps, self.row_bytes);
         let len = self.fill_pixels_scalar(c, gather);
-        let HPlan {
+        let HorizontalPlan {
             win,
             masks,
             masks_hi,
@@ -294,7 +307,7 @@ impl HPlan {
     /// Fills the per-pixel scratch (`px_pos`, and per step the weights as `gather`'s
     /// kernel multiplies them) one weight at a time; returns the entries per step,
     /// `out_w + 8` (a chunk loads 8 from its first pixel). The reference that
-    /// [`HPlan::fill_pixels`] is tested against.
+    /// [`HorizontalPlan::fill_pixels`] is tested against.
     #[cfg(test)]
     fn fill_pixels_scalar(&mut self, c: &AxisCoeffs, gather: Gather) -> usize {
         let (taps, steps) = (c.taps, self.steps);
@@ -327,7 +340,7 @@ impl HPlan {
         len
     }
 
-    /// `HPlan::fill_pixels_scalar` (the tests' reference) with a pixel's step of taps split at
+    /// `HorizontalPlan::fill_pixels_scalar` (the tests' reference) with a pixel's step of taps split at
     /// once, bit for bit (tested): the scalar digit split was half of building a plan, which
     /// runs for every new crop width. (A pixel's taps are contiguous: no gathers, which cost
     /// more here than the split.)
@@ -386,7 +399,7 @@ impl HPlan {
     /// Fills the tables for a layout a chunk (8 values) at a time, with the `fits` (test)
     /// check folded in: false if the layout is not [`allowed`] or a group's taps do not
     /// fit its window (the tables are then half filled, and the caller fills another
-    /// layout). The same tables as `HPlan::fill` (the tests') for the pair layouts, bit for bit
+    /// layout). The same tables as `HorizontalPlan::fill` (the tests') for the pair layouts, bit for bit
     /// (tested), in under half the time: this runs for every new crop width.
     ///
     /// # Safety
@@ -724,7 +737,7 @@ mod tests {
             let mut c = AxisCoeffs::default();
             c.prepare(in_size, out);
             c.ensure_padded();
-            let mut plan = HPlan::default();
+            let mut plan = HorizontalPlan::default();
             let built = plan
                 .prepare(&c, cpu::avx512_vnni())
                 .then_some((plan.gather, plan.wide));
@@ -757,7 +770,7 @@ mod tests {
                 let mut c = AxisCoeffs::default();
                 c.prepare(in_size, out);
                 c.ensure_padded();
-                let mut plan = HPlan::default();
+                let mut plan = HorizontalPlan::default();
                 // SAFETY: the CPU has AVX2 (checked above).
                 if !unsafe { plan.fill_vector(&c, Gather::Shuffle, false) } {
                     continue;
@@ -821,7 +834,8 @@ mod tests {
                     continue;
                 }
                 let case = format!("{in_size} -> {out}, {gather:?}, mirrored {mirrored}");
-                let (mut scalar, mut vector) = (HPlan::default(), HPlan::default());
+                let (mut scalar, mut vector) =
+                    (HorizontalPlan::default(), HorizontalPlan::default());
                 scalar.set_layout(&c, gather, false);
                 vector.set_layout(&c, gather, false);
                 let len = scalar.fill_pixels_scalar(&c, gather);
@@ -857,12 +871,12 @@ mod tests {
                 c.ensure_padded();
                 let case =
                     format!("{in_size} -> {out}, {gather:?}, wide {wide}, mirrored {mirrored}");
-                let mut scalar = HPlan::default();
+                let mut scalar = HorizontalPlan::default();
                 let fits = fits(&c, gather, wide);
                 if fits {
                     scalar.fill(&c, gather, wide);
                 }
-                let mut vector = HPlan::default();
+                let mut vector = HorizontalPlan::default();
                 // SAFETY: the CPU has AVX2 (checked above).
                 let built = unsafe { vector.fill_vector(&c, gather, wide) };
                 assert_eq!(built, fits, "{case}");
@@ -870,8 +884,9 @@ mod tests {
                     continue;
                 }
                 checked += 1;
-                let shape =
-                    |p: &HPlan| (p.gather, p.steps, p.wide, p.chunks, p.values, p.row_bytes);
+                let shape = |p: &HorizontalPlan| {
+                    (p.gather, p.steps, p.wide, p.chunks, p.values, p.row_bytes)
+                };
                 assert_eq!(shape(&vector), shape(&scalar), "{case}");
                 assert_eq!(vector.win, scalar.win, "{case}");
                 assert_eq!(vector.masks, scalar.masks, "{case}");
