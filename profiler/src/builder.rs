@@ -22,7 +22,8 @@ use std::collections::{BTreeMap, HashMap, VecDeque};
 use crate::counters::{CounterAvailability, CounterConfig, CounterDeltas, CounterKind, CounterSet};
 use crate::error::ProfilerError;
 use crate::schema::{
-    BatchRecord, Mode, PipelineRecord, PipelineStats, Profile, SampleFailure, SpanRecord, ThreadInfo,
+    BatchRecord, Mode, PipelineRecord, PipelineStats, Profile, SampleFailure, SpanRecord,
+    ThreadInfo,
 };
 
 /// A process (or thread) that recorded spans, as registered with [`ProfileBuilder::process`].
