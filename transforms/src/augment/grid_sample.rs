@@ -1,0 +1,330 @@
+//! Affine warps on packed RGB with torch's tensor semantics: torchvision's `F.affine` and
+//! `F.rotate` on a uint8 tensor build a sampling grid (`_gen_affine_grid`: a float32 `bmm` of
+//! pixel centres with the inverse matrix divided by half the size) and sample it with
+//! `grid_sample(mode, padding_mode="zeros", align_corners=False)`, optionally with a fill
+//! carried through a mask channel, then *round* half to even to uint8. This is not Pillow's
+//! affine (double coordinates, clamped taps, truncation) that [`super::geometry`] reproduces.
+//!
+//! The arithmetic follows torch's CPU kernels in float32, operation by operation: the grid
+//! is `(x * a + y * b) + c` (what `bmm` computes here, checked against torch), the source
+//! coordinate `(g + 1) * (size / 2) - 0.5`, bilinear weights `(1 - dy) * (1 - dx)` etc.
+//! summed as `((nw + ne) + sw) + se` with taps outside the image read as 0, nearest by
+//! round-half-to-even. The fill blend differs between APIs: v1 `v * m + (1 - m) * fill`, v2
+//! `(v - fill) * m + fill`; v2's `rotate` also returns exact copies and quarter turns for
+//! angles of 0, 180 (and 90, 270 on square images) without sampling.
+//!
+//! Must not allocate once warm (the grid's axis tables live in [`GridSampler`] and only
+//! grow), reassociate or fuse the float operations, draw, or panic on input.
+
+use super::geometry::{inverse_affine_matrix, AffineMatrix, Interpolation};
+use super::policy::{torch_linspace, Api};
+use crate::error::{Error, Result};
+use crate::image::RgbImage;
+
+/// torchvision's tensor `fill` as the float32 triple its mask blend uses: `None` samples
+/// outside the image as 0 with no mask channel (not the same as a fill of 0 under BILINEAR).
+pub type TensorFill = Option<[f32; 3]>;
+
+/// Reusable axis tables of the sampling grid; only grows.
+#[derive(Debug, Default, Clone)]
+pub struct GridSampler {
+    xs: Vec<f32>,
+    ys: Vec<f32>,
+}
+
+impl GridSampler {
+    /// Empty; the first warp sizes it.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// `F.affine(img, angle, translate, scale=1, shear, center)` on a uint8 tensor, into
+    /// `out` (same size). `center` is in pixels (`None`: the image centre); the matrix is
+    /// torchvision's `_get_inverse_affine_matrix` about `center - size / 2`.
+    #[allow(clippy::too_many_arguments)]
+    pub fn affine(
+        &mut self,
+        src: &RgbImage,
+        angle: f64,
+        translate: [f64; 2],
+        shear: [f64; 2],
+        center: Option<[f64; 2]>,
+        mode: Interpolation,
+        fill: TensorFill,
+        api: Api,
+        out: &mut RgbImage,
+    ) -> Result<()> {
+        let (w, h) = (f64::from(src.width()), f64::from(src.height()));
+        let center_f = center.map_or([0.0, 0.0], |[cx, cy]| [cx - w * 0.5, cy - h * 0.5]);
+        let matrix = inverse_affine_matrix(center_f, angle, translate, 1.0, shear);
+        self.warp(src, &matrix, mode, fill, api, out)
+    }
+
+    /// `F.rotate(img, angle)` (counter-clockwise degrees, about the centre, no expand) on a
+    /// uint8 tensor, into `out` (same size). v2 takes its shortcuts for angles that are
+    /// multiples of 90 degrees (see the module doc).
+    pub fn rotate(
+        &mut self,
+        src: &RgbImage,
+        angle: f64,
+        mode: Interpolation,
+        fill: TensorFill,
+        api: Api,
+        out: &mut RgbImage,
+    ) -> Result<()> {
+        if api == Api::V2 && quarter_turn(src, angle, out) {
+            return Ok(());
+        }
+        let matrix = inverse_affine_matrix([0.0, 0.0], -angle, [0.0, 0.0], 1.0, [0.0, 0.0]);
+        self.warp(src, &matrix, mode, fill, api, out)
+    }
+
+    /// Samples `src` through the inverse map `matrix` (torchvision's centre-relative
+    /// convention: output pixel centre `(x, y)` measured from the image centre maps to
+    /// `(m0 x + m1 y + m2, m3 x + m4 y + m5)`), into `out` of the same size.
+    pub fn warp(
+        &mut self,
+        src: &RgbImage,
+        matrix: &AffineMatrix,
+        mode: Interpolation,
+        fill: TensorFill,
+        api: Api,
+        out: &mut RgbImage,
+    ) -> Result<()> {
+        if matrix.iter().any(|v| !v.is_finite()) {
+            return Err(Error::invalid(
+                "matrix",
+                format!("{matrix:?} is not finite"),
+            ));
+        }
+        if let Some(f) = fill {
+            if f.iter().any(|v| !(0.0..=255.0).contains(v)) {
+                return Err(Error::invalid(
+                    "fill",
+                    format!("{f:?} is not within 0..=255"),
+                ));
+            }
+        }
+        let (width, height) = (src.width(), src.height());
+        let (w, h) = (width as usize, height as usize);
+        fill_axis(&mut self.xs, width);
+        fill_axis(&mut self.ys, height);
+        // theta in float32, its transpose divided by half the size (float64 `0.5 * w`
+        // narrowed), as `_gen_affine_grid` does.
+        let t = matrix.map(|v| v as f32);
+        let (half_w, half_h) = (
+            (0.5 * f64::from(width)) as f32,
+            (0.5 * f64::from(height)) as f32,
+        );
+        let (ax, bx, cx) = (t[0] / half_w, t[1] / half_w, t[2] / half_w);
+        let (ay, by, cy) = (t[3] / half_h, t[4] / half_h, t[5] / half_h);
+        // grid_sample's unnormalize scale: float32 size over 2.
+        let (scale_x, scale_y) = (width as f32 / 2.0, height as f32 / 2.0);
+        let source = src.as_raw();
+        let dest = out.reset(width, height);
+        let stride = 3 * w;
+        let tap = |x: i64, y: i64| -> Option<usize> {
+            (x >= 0 && y >= 0 && (x as usize) < w && (y as usize) < h)
+                .then(|| y as usize * stride + 3 * x as usize)
+        };
+        let (xs, ys) = (&self.xs, &self.ys);
+        for (oy, row) in dest.chunks_exact_mut(stride).enumerate() {
+            let gy_y = ys[oy];
+            for (ox, px) in row.chunks_exact_mut(3).enumerate() {
+                let gx_x = xs[ox];
+                let gx = gx_x * ax + gy_y * bx + cx;
+                let gy = gx_x * ay + gy_y * by + cy;
+                let ix = (gx + 1.0) * scale_x - 0.5;
+                let iy = (gy + 1.0) * scale_y - 0.5;
+                match mode {
+                    Interpolation::Nearest => {
+                        let at = tap(ix.round_ties_even() as i64, iy.round_ties_even() as i64);
+                        for c in 0..3 {
+                            let v = match (at, fill) {
+                                (Some(i), _) => f32::from(source[i + c]),
+                                (None, Some(f)) => f[c],
+                                (None, None) => 0.0,
+                            };
+                            px[c] = round_u8(v);
+                        }
+                    }
+                    Interpolation::Bilinear => {
+                        let (x0, y0) = (ix.floor(), iy.floor());
+                        let (dx, dy) = (ix - x0, iy - y0);
+                        let (ex, sy) = (1.0 - dx, 1.0 - dy);
+                        let weights = [sy * ex, sy * dx, dy * ex, dy * dx];
+                        let (xi, yi) = (x0 as i64, y0 as i64);
+                        let taps = [
+                            tap(xi, yi),
+                            tap(xi + 1, yi),
+                            tap(xi, yi + 1),
+                            tap(xi + 1, yi + 1),
+                        ];
+                        let sum = |value: &dyn Fn(usize) -> f32| {
+                            let term = |k: usize| taps[k].map_or(0.0, value) * weights[k];
+                            term(0) + term(1) + term(2) + term(3)
+                        };
+                        let mask = fill.map(|_| sum(&|_| 1.0));
+                        for c in 0..3 {
+                            let v = sum(&|i| f32::from(source[i + c]));
+                            let v = match (fill, mask) {
+                                (Some(f), Some(m)) => match api {
+                                    Api::V1 => v * m + (1.0 - m) * f[c],
+                                    Api::V2 => (v - f[c]) * m + f[c],
+                                },
+                                _ => v,
+                            };
+                            px[c] = round_u8(v);
+                        }
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// `torch.linspace((1 - n) / 2, (n - 1) / 2, n)`: the pixel centres of one axis, measured
+/// from the image centre (v1's `-n * 0.5 + 0.5` and `n * 0.5 + 0.5 - 1` are the same
+/// float64 values).
+fn fill_axis(axis: &mut Vec<f32>, n: u32) {
+    axis.clear();
+    let (start, end) = ((1.0 - f64::from(n)) * 0.5, (f64::from(n) - 1.0) * 0.5);
+    axis.extend((0..n).map(|i| torch_linspace(start, end, n, i)));
+}
+
+/// `torch.round(v).to(torch.uint8)` for the values a warp produces (within 0..=255 up to
+/// float32 rounding): half to even, then clamped so a sum that rounded above 255 stays 255.
+#[inline]
+fn round_u8(v: f32) -> u8 {
+    v.round_ties_even().clamp(0.0, 255.0) as u8
+}
+
+/// v2 `rotate_image`'s shortcuts (`angle % 360` of 0 or 180, or 90 and 270 on a square
+/// image: `torch.rot90`), into `out`; false when none applies.
+fn quarter_turn(src: &RgbImage, angle: f64, out: &mut RgbImage) -> bool {
+    let angle = angle.rem_euclid(360.0);
+    let (width, height) = (src.width(), src.height());
+    let square = width == height;
+    let turns = if angle == 0.0 {
+        0
+    } else if angle == 180.0 {
+        2
+    } else if square && angle == 90.0 {
+        1
+    } else if square && angle == 270.0 {
+        3
+    } else {
+        return false;
+    };
+    let (w, h) = (width as usize, height as usize);
+    let source = src.as_raw();
+    let dest = out.reset(width, height);
+    for (y, row) in dest.chunks_exact_mut(3 * w).enumerate() {
+        for (x, px) in row.chunks_exact_mut(3).enumerate() {
+            // torch.rot90 with k counter-clockwise quarter turns over (H, W).
+            let (sx, sy) = match turns {
+                0 => (x, y),
+                1 => (w - 1 - y, x),
+                2 => (w - 1 - x, h - 1 - y),
+                _ => (y, h - 1 - x),
+            };
+            let i = 3 * (sy * w + sx);
+            px.copy_from_slice(&source[i..i + 3]);
+        }
+    }
+    true
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ramp(w: u32, h: u32) -> RgbImage {
+        let data = (0..w * h * 3).map(|i| (i * 7 % 251) as u8).collect();
+        RgbImage::from_raw(w, h, data).expect("image")
+    }
+
+    #[test]
+    fn identity_keeps_pixels() {
+        let src = ramp(9, 7);
+        let mut out = RgbImage::new();
+        let mut g = GridSampler::new();
+        for mode in [Interpolation::Nearest, Interpolation::Bilinear] {
+            for fill in [None, Some([10.0, 20.0, 30.0])] {
+                g.affine(
+                    &src,
+                    0.0,
+                    [0.0, 0.0],
+                    [0.0, 0.0],
+                    None,
+                    mode,
+                    fill,
+                    Api::V1,
+                    &mut out,
+                )
+                .expect("warp");
+                assert_eq!(out.as_raw(), src.as_raw(), "{mode:?} {fill:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn translation_fills_the_uncovered_columns() {
+        let src = ramp(6, 4);
+        let mut out = RgbImage::new();
+        let mut g = GridSampler::new();
+        let fill = Some([1.0, 2.0, 3.0]);
+        g.affine(
+            &src,
+            0.0,
+            [2.0, 0.0],
+            [0.0, 0.0],
+            None,
+            Interpolation::Nearest,
+            fill,
+            Api::V1,
+            &mut out,
+        )
+        .expect("warp");
+        for y in 0..4usize {
+            let row = &out.as_raw()[y * 18..(y + 1) * 18];
+            assert_eq!(&row[..6], &[1, 2, 3, 1, 2, 3]);
+            assert_eq!(&row[6..], &src.as_raw()[y * 18..y * 18 + 12]);
+        }
+    }
+
+    #[test]
+    fn quarter_turns_match_rot90() {
+        // 2x2 [[a, b], [c, d]] turned once counter-clockwise is [[b, d], [a, c]].
+        let src = RgbImage::from_raw(2, 2, vec![1, 1, 1, 2, 2, 2, 3, 3, 3, 4, 4, 4]).expect("img");
+        let mut out = RgbImage::new();
+        assert!(quarter_turn(&src, 90.0, &mut out));
+        assert_eq!(out.as_raw(), &[2, 2, 2, 4, 4, 4, 1, 1, 1, 3, 3, 3]);
+        assert!(quarter_turn(&src, -90.0, &mut out));
+        assert_eq!(out.as_raw(), &[3, 3, 3, 1, 1, 1, 4, 4, 4, 2, 2, 2]);
+        assert!(!quarter_turn(&src, 30.0, &mut out));
+    }
+
+    #[test]
+    fn refuses_bad_matrix_and_fill() {
+        let src = ramp(3, 3);
+        let mut out = RgbImage::new();
+        let mut g = GridSampler::new();
+        let m = [f64::NAN, 0.0, 0.0, 0.0, 1.0, 0.0];
+        assert!(g
+            .warp(&src, &m, Interpolation::Nearest, None, Api::V1, &mut out)
+            .is_err());
+        let m = [1.0, 0.0, 0.0, 0.0, 1.0, 0.0];
+        assert!(g
+            .warp(
+                &src,
+                &m,
+                Interpolation::Nearest,
+                Some([300.0, 0.0, 0.0]),
+                Api::V1,
+                &mut out
+            )
+            .is_err());
+    }
+}
