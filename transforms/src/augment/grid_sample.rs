@@ -6,15 +6,19 @@
 //! affine (double coordinates, clamped taps, truncation) that [`super::geometry`] reproduces.
 //!
 //! The arithmetic follows torch's CPU kernels in float32, operation by operation: the grid
-//! is `(x * a + y * b) + c` (what `bmm` computes here, checked against torch), the source
-//! coordinate `(g + 1) * (size / 2) - 0.5`, bilinear weights `(1 - dy) * (1 - dx)` etc.
-//! summed as `((nw + ne) + sw) + se` with taps outside the image read as 0, nearest by
-//! round-half-to-even. The fill blend differs between APIs: v1 `v * m + (1 - m) * fill`, v2
+//! is `(x * a + y * b) + c` (what `bmm` computes here, checked against torch); in
+//! `grid_sample`'s vectorized kernel the compiler fused its multiply-adds, so the source
+//! coordinate is `fma(g + 1, size / 2, -0.5)` and the bilinear sum
+//! `fma(se_v, se, fma(sw_v, sw, fma(ne_v, ne, nw_v * nw)))` with weights
+//! `(1 - dy) * (1 - dx)` etc. and taps outside the image read as 0 (checked against torch
+//! 2.x on AVX2/AVX-512 builds: the unfused expressions differ in the last place, which moves
+//! a rounded level now and then); nearest rounds half to even. The fill blend differs between APIs: v1 `v * m + (1 - m) * fill`, v2
 //! `(v - fill) * m + fill`; v2's `rotate` also returns exact copies and quarter turns for
 //! angles of 0, 180 (and 90, 270 on square images) without sampling.
 //!
 //! Must not allocate once warm (the grid's axis tables live in [`GridSampler`] and only
-//! grow), reassociate or fuse the float operations, draw, or panic on input.
+//! grow), reassociate the float operations or fuse others than those, draw, or panic on
+//! input.
 
 use super::geometry::{inverse_affine_matrix, AffineMatrix, Interpolation};
 use super::policy::{torch_linspace, Api};
@@ -134,8 +138,8 @@ impl GridSampler {
                 let gx_x = xs[ox];
                 let gx = gx_x * ax + gy_y * bx + cx;
                 let gy = gx_x * ay + gy_y * by + cy;
-                let ix = (gx + 1.0) * scale_x - 0.5;
-                let iy = (gy + 1.0) * scale_y - 0.5;
+                let ix = (gx + 1.0).mul_add(scale_x, -0.5);
+                let iy = (gy + 1.0).mul_add(scale_y, -0.5);
                 match mode {
                     Interpolation::Nearest => {
                         let at = tap(ix.round_ties_even() as i64, iy.round_ties_even() as i64);
@@ -161,8 +165,11 @@ impl GridSampler {
                             tap(xi + 1, yi + 1),
                         ];
                         let sum = |value: &dyn Fn(usize) -> f32| {
-                            let term = |k: usize| taps[k].map_or(0.0, value) * weights[k];
-                            term(0) + term(1) + term(2) + term(3)
+                            let v = |k: usize| taps[k].map_or(0.0, value);
+                            let acc = v(0) * weights[0];
+                            let acc = v(1).mul_add(weights[1], acc);
+                            let acc = v(2).mul_add(weights[2], acc);
+                            v(3).mul_add(weights[3], acc)
                         };
                         let mask = fill.map(|_| sum(&|_| 1.0));
                         for c in 0..3 {
