@@ -124,70 +124,125 @@ impl GridSampler {
         let (ay, by, cy) = (t[3] / half_h, t[4] / half_h, t[5] / half_h);
         // grid_sample's unnormalize scale: float32 size over 2.
         let (scale_x, scale_y) = (width as f32 / 2.0, height as f32 / 2.0);
-        let source = src.as_raw();
-        let dest = out.reset(width, height);
-        let stride = 3 * w;
-        let tap = |x: i64, y: i64| -> Option<usize> {
-            (x >= 0 && y >= 0 && (x as usize) < w && (y as usize) < h)
-                .then(|| y as usize * stride + 3 * x as usize)
+        let params = WarpParams {
+            x: [ax, bx, cx],
+            y: [ay, by, cy],
+            scale: [scale_x, scale_y],
+            size: [w, h],
+            mode,
+            fill,
+            api,
         };
-        let (xs, ys) = (&self.xs, &self.ys);
-        for (oy, row) in dest.chunks_exact_mut(stride).enumerate() {
-            let gy_y = ys[oy];
-            for (ox, px) in row.chunks_exact_mut(3).enumerate() {
-                let gx_x = xs[ox];
-                let gx = gx_x * ax + gy_y * bx + cx;
-                let gy = gx_x * ay + gy_y * by + cy;
-                let ix = (gx + 1.0).mul_add(scale_x, -0.5);
-                let iy = (gy + 1.0).mul_add(scale_y, -0.5);
-                match mode {
-                    Interpolation::Nearest => {
-                        let at = tap(ix.round_ties_even() as i64, iy.round_ties_even() as i64);
-                        for c in 0..3 {
-                            let v = match (at, fill) {
-                                (Some(i), _) => f32::from(source[i + c]),
-                                (None, Some(f)) => f[c],
-                                (None, None) => 0.0,
-                            };
-                            px[c] = round_u8(v);
-                        }
-                    }
-                    Interpolation::Bilinear => {
-                        let (x0, y0) = (ix.floor(), iy.floor());
-                        let (dx, dy) = (ix - x0, iy - y0);
-                        let (ex, sy) = (1.0 - dx, 1.0 - dy);
-                        let weights = [sy * ex, sy * dx, dy * ex, dy * dx];
-                        let (xi, yi) = (x0 as i64, y0 as i64);
-                        let taps = [
-                            tap(xi, yi),
-                            tap(xi + 1, yi),
-                            tap(xi, yi + 1),
-                            tap(xi + 1, yi + 1),
-                        ];
-                        let sum = |value: &dyn Fn(usize) -> f32| {
-                            let v = |k: usize| taps[k].map_or(0.0, value);
-                            let acc = v(0) * weights[0];
-                            let acc = v(1).mul_add(weights[1], acc);
-                            let acc = v(2).mul_add(weights[2], acc);
-                            v(3).mul_add(weights[3], acc)
+        let dest = out.reset(width, height);
+        sample_rows_dispatch(&params, &self.xs, &self.ys, src.as_raw(), dest);
+        Ok(())
+    }
+}
+
+/// A warp's float32 constants: the grid rows `x` and `y` (`(a, b, c)` with `g = (x a + y b) + c`),
+/// grid_sample's unnormalize scales, the image size and how to sample.
+#[derive(Clone, Copy, Debug)]
+struct WarpParams {
+    x: [f32; 3],
+    y: [f32; 3],
+    scale: [f32; 2],
+    size: [usize; 2],
+    mode: Interpolation,
+    fill: TensorFill,
+    api: Api,
+}
+
+/// [`sample_rows`] with hardware fused multiply-adds where the CPU has them (the same
+/// results: `mul_add` is one rounding either way; without the feature it is a libm call).
+fn sample_rows_dispatch(p: &WarpParams, xs: &[f32], ys: &[f32], source: &[u8], dest: &mut [u8]) {
+    #[cfg(target_arch = "x86_64")]
+    if std::is_x86_feature_detected!("fma") {
+        // SAFETY: the CPU supports FMA (checked just above), the only requirement of calling
+        // a `target_feature(enable = "fma")` function; its body is safe code.
+        unsafe { sample_rows_fma(p, xs, ys, source, dest) };
+        return;
+    }
+    sample_rows(p, xs, ys, source, dest);
+}
+
+/// [`sample_rows`] compiled with FMA instructions.
+///
+/// # Safety
+/// The CPU must support FMA.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "fma")]
+unsafe fn sample_rows_fma(p: &WarpParams, xs: &[f32], ys: &[f32], source: &[u8], dest: &mut [u8]) {
+    sample_rows(p, xs, ys, source, dest);
+}
+
+/// The pixel loop of [`GridSampler::warp`]: every output pixel of `dest` (packed RGB of
+/// `p.size`) sampled from `source` (the same size) at its grid point.
+#[inline(always)]
+fn sample_rows(p: &WarpParams, xs: &[f32], ys: &[f32], source: &[u8], dest: &mut [u8]) {
+    let [ax, bx, cx] = p.x;
+    let [ay, by, cy] = p.y;
+    let [scale_x, scale_y] = p.scale;
+    let [w, h] = p.size;
+    let (mode, fill, api) = (p.mode, p.fill, p.api);
+    let stride = 3 * w;
+    let tap = |x: i64, y: i64| -> Option<usize> {
+        (x >= 0 && y >= 0 && (x as usize) < w && (y as usize) < h)
+            .then(|| y as usize * stride + 3 * x as usize)
+    };
+    for (oy, row) in dest.chunks_exact_mut(stride).enumerate() {
+        let gy_y = ys[oy];
+        for (ox, px) in row.chunks_exact_mut(3).enumerate() {
+            let gx_x = xs[ox];
+            let gx = gx_x * ax + gy_y * bx + cx;
+            let gy = gx_x * ay + gy_y * by + cy;
+            let ix = (gx + 1.0).mul_add(scale_x, -0.5);
+            let iy = (gy + 1.0).mul_add(scale_y, -0.5);
+            match mode {
+                Interpolation::Nearest => {
+                    let at = tap(ix.round_ties_even() as i64, iy.round_ties_even() as i64);
+                    for c in 0..3 {
+                        let v = match (at, fill) {
+                            (Some(i), _) => f32::from(source[i + c]),
+                            (None, Some(f)) => f[c],
+                            (None, None) => 0.0,
                         };
-                        let mask = fill.map(|_| sum(&|_| 1.0));
-                        for c in 0..3 {
-                            let v = sum(&|i| f32::from(source[i + c]));
-                            let v = match (fill, mask) {
-                                (Some(f), Some(m)) => match api {
-                                    Api::V1 => v * m + (1.0 - m) * f[c],
-                                    Api::V2 => (v - f[c]) * m + f[c],
-                                },
-                                _ => v,
-                            };
-                            px[c] = round_u8(v);
-                        }
+                        px[c] = round_u8(v);
+                    }
+                }
+                Interpolation::Bilinear => {
+                    let (x0, y0) = (ix.floor(), iy.floor());
+                    let (dx, dy) = (ix - x0, iy - y0);
+                    let (ex, sy) = (1.0 - dx, 1.0 - dy);
+                    let weights = [sy * ex, sy * dx, dy * ex, dy * dx];
+                    let (xi, yi) = (x0 as i64, y0 as i64);
+                    let taps = [
+                        tap(xi, yi),
+                        tap(xi + 1, yi),
+                        tap(xi, yi + 1),
+                        tap(xi + 1, yi + 1),
+                    ];
+                    let sum = |value: &dyn Fn(usize) -> f32| {
+                        let v = |k: usize| taps[k].map_or(0.0, value);
+                        let acc = v(0) * weights[0];
+                        let acc = v(1).mul_add(weights[1], acc);
+                        let acc = v(2).mul_add(weights[2], acc);
+                        v(3).mul_add(weights[3], acc)
+                    };
+                    let mask = fill.map(|_| sum(&|_| 1.0));
+                    for c in 0..3 {
+                        let v = sum(&|i| f32::from(source[i + c]));
+                        let v = match (fill, mask) {
+                            (Some(f), Some(m)) => match api {
+                                Api::V1 => v * m + (1.0 - m) * f[c],
+                                Api::V2 => (v - f[c]) * m + f[c],
+                            },
+                            _ => v,
+                        };
+                        px[c] = round_u8(v);
                     }
                 }
             }
         }
-        Ok(())
     }
 }
 
@@ -311,6 +366,32 @@ mod tests {
         assert!(quarter_turn(&src, -90.0, &mut out));
         assert_eq!(out.as_raw(), &[3, 3, 3, 1, 1, 1, 4, 4, 4, 2, 2, 2]);
         assert!(!quarter_turn(&src, 30.0, &mut out));
+    }
+
+    #[test]
+    fn fma_build_equals_the_baseline() {
+        let src = ramp(23, 17);
+        let mut g = GridSampler::new();
+        fill_axis(&mut g.xs, 23);
+        fill_axis(&mut g.ys, 17);
+        for mode in [Interpolation::Nearest, Interpolation::Bilinear] {
+            for (fill, api) in [(None, Api::V1), (Some([9.5, 0.0, 255.0]), Api::V2)] {
+                let p = WarpParams {
+                    x: [0.93, -0.21, 0.07],
+                    y: [0.19, 1.04, -0.13],
+                    scale: [11.5, 8.5],
+                    size: [23, 17],
+                    mode,
+                    fill,
+                    api,
+                };
+                let mut base = vec![0u8; src.as_raw().len()];
+                let mut fast = base.clone();
+                sample_rows(&p, &g.xs, &g.ys, src.as_raw(), &mut base);
+                sample_rows_dispatch(&p, &g.xs, &g.ys, src.as_raw(), &mut fast);
+                assert_eq!(base, fast, "{mode:?} {fill:?}");
+            }
+        }
     }
 
     #[test]
