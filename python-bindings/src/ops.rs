@@ -1,7 +1,7 @@
 //! Single ops of the transforms crate, exposed for checking ferroloader against torchvision:
 //! the crop rectangles (and flips) the loader draws for a sample, one sample run through the
-//! loader's own decode and fused kernel with a given crop, and planning a spec without a
-//! dataset.
+//! loader's own decode and fused kernel with a given crop, planning a spec without a
+//! dataset, and AugMix's chains and mix with injected draws.
 //!
 //! Only calls into the transforms crate (the same functions the loader's pipeline runs, in the
 //! same order); must not reimplement any op.
@@ -193,4 +193,99 @@ pub(crate) fn check_pipeline<'py>(py: Python<'py>, spec: &str) -> PyResult<Bound
         pipeline.pipeline().deferred_normalize(),
     )?;
     Ok(out)
+}
+
+/// torchvision's `AugMix` with its draws given: `image` (`[h, w, 3]` uint8, the PIL image as
+/// an array) mixed as `original_weight * image + sum(weight * chain(image))` in float32 and
+/// truncated, each chain `(weight, [(op_name, magnitude), ...])` applied with torch's tensor
+/// kernels exactly as `_apply_op(img, op_name, magnitude, interpolation, fill)` receives them
+/// (v2's Solarize magnitude already times 255). `interpolation` is "nearest" or "bilinear";
+/// `fill` None, one or three floats; `api` "v1" or "v2". Returns `[h, w, 3]` uint8.
+#[pyfunction]
+#[pyo3(signature = (
+    image, original_weight, chains, *, interpolation = "bilinear", fill = None, api = "v1"
+))]
+#[allow(clippy::type_complexity)]
+pub(crate) fn augmix_apply<'py>(
+    py: Python<'py>,
+    image: numpy::PyReadonlyArray3<'py, u8>,
+    original_weight: f32,
+    chains: Vec<(f32, Vec<(String, f64)>)>,
+    interpolation: &str,
+    fill: Option<Vec<f32>>,
+    api: &str,
+) -> PyResult<Bound<'py, PyAny>> {
+    use ferroloader_loader::transforms::augment::augmix::{augmix, AugMixScratch, TensorWarp};
+    use ferroloader_loader::transforms::augment::geometry::Interpolation;
+    use ferroloader_loader::transforms::augment::policy::{Api, AugMixPlan, OpKind, PixelOp};
+    use numpy::PyUntypedArrayMethods;
+
+    let value_error = |e: TransformError| PyValueError::new_err(e.to_string());
+    let interpolation = match interpolation {
+        "nearest" => Interpolation::Nearest,
+        "bilinear" => Interpolation::Bilinear,
+        other => {
+            return Err(PyValueError::new_err(format!(
+                "interpolation: expected 'nearest' or 'bilinear', got {other:?}"
+            )))
+        }
+    };
+    let api = match api {
+        "v1" => Api::V1,
+        "v2" => Api::V2,
+        other => {
+            return Err(PyValueError::new_err(format!(
+                "api: expected 'v1' or 'v2', got {other:?}"
+            )))
+        }
+    };
+    let fill = match fill.as_deref() {
+        None => None,
+        Some(&[v]) => Some([v; 3]),
+        Some(&[r, g, b]) => Some([r, g, b]),
+        Some(other) => {
+            return Err(PyValueError::new_err(format!(
+                "fill: {} values, expected 1 or 3",
+                other.len()
+            )))
+        }
+    };
+    let shape = image.shape();
+    let (h, w) = (shape[0], shape[1]);
+    if shape[2] != 3 {
+        return Err(PyValueError::new_err(format!(
+            "image: shape {shape:?} is not [h, w, 3]"
+        )));
+    }
+    let size = |n: usize| {
+        u32::try_from(n).map_err(|_| PyValueError::new_err(format!("image: side {n} too large")))
+    };
+    let mut img = RgbImage::from_raw(
+        size(w)?,
+        size(h)?,
+        image.as_array().iter().copied().collect(),
+    )
+    .map_err(value_error)?;
+    let mut ops: Vec<(f32, Vec<PixelOp>)> = Vec::with_capacity(chains.len());
+    for (weight, chain) in &chains {
+        let mut chain_ops = Vec::with_capacity(chain.len());
+        for (name, magnitude) in chain {
+            let kind = OpKind::from_name(name).ok_or_else(|| {
+                PyValueError::new_err(format!("chains: {name:?} is not an AugMix op"))
+            })?;
+            chain_ops.push(PixelOp::from_magnitude(kind, *magnitude));
+        }
+        ops.push((*weight, chain_ops));
+    }
+    let chains: Vec<(f32, &[PixelOp])> = ops.iter().map(|(w, o)| (*w, o.as_slice())).collect();
+    let plan = AugMixPlan::new(original_weight, &chains).map_err(value_error)?;
+    let warp = TensorWarp {
+        interpolation,
+        fill,
+        api,
+    };
+    augmix(&plan, &mut img, &mut AugMixScratch::new(), &warp).map_err(value_error)?;
+    let out = Array3::from_shape_vec((h, w, 3), img.into_raw())
+        .map_err(|e| PyValueError::new_err(e.to_string()))?;
+    Ok(out.into_pyarray(py).into_any())
 }

@@ -196,8 +196,8 @@ def test_unsupported_policy_arguments_are_refused_by_name() -> None:
         T.AutoAugment(api="v3")
     with pytest.raises(ValueError, match="per-type fill"):
         T.from_torchvision(v2.TrivialAugmentWide(fill={Image.Image: 3}))
-    # AugMix has no native equivalent (torchvision runs its tensor kernels); the spec names why.
-    with pytest.raises(ValueError, match="AugMix is not supported natively"):
-        _native.check_pipeline(
-            '{"ops": [{"op": "CenterCrop", "size": 8}, {"op": "AugMix"}, {"op": "ToTensor"}]}'
-        )
+    # AugMix plans natively (with torch's tensor kernels: test_augmix.py).
+    planned = _native.check_pipeline(
+        '{"ops": [{"op": "CenterCrop", "size": 8}, {"op": "AugMix"}, {"op": "ToTensor"}]}'
+    )
+    assert tuple(planned["shape"]) == (3, 8, 8)

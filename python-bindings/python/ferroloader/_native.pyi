@@ -23,6 +23,7 @@ __all__ = [
     "now_ns",
     "random_resized_crop_params",
     "resized_crop",
+    "augmix_apply",
     "check_pipeline",
     "prepare",
     "write_shards",
@@ -326,6 +327,15 @@ def resized_crop(
     roi: bool = True,
     interpolation: str = "bilinear",
 ) -> npt.NDArray[np.generic]: ...
+def augmix_apply(
+    image: npt.NDArray[np.uint8],
+    original_weight: float,
+    chains: Sequence[Tuple[float, Sequence[Tuple[str, float]]]],
+    *,
+    interpolation: str = "bilinear",
+    fill: Optional[Sequence[float]] = None,
+    api: str = "v1",
+) -> npt.NDArray[np.uint8]: ...
 def check_pipeline(spec: str) -> Dict[str, object]: ...
 def prepare(
     src: str,

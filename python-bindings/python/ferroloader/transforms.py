@@ -24,8 +24,9 @@ The pixel ops (``ColorJitter``, ``Grayscale(num_output_channels=3)``, ``RandomGr
 Pillow's arithmetic (what torchvision computes on a PIL image), each drawing its parameters from
 the sample's generator in pipeline order. With none of them the single fused pass runs.
 So do torchvision's augmentation policies ``TrivialAugmentWide``, ``RandAugment`` and
-``AutoAugment`` (v1 or v2 draws, NEAREST or BILINEAR warps, any ``fill``); ``AugMix``, which
-torchvision computes with its tensor kernels, has no native equivalent.
+``AutoAugment`` (v1 or v2 draws, NEAREST or BILINEAR warps, any ``fill``), and ``AugMix``, which
+runs as torchvision runs it on a PIL image: its chains with torch's *tensor* kernels on the
+uint8 image, mixed in float32 and truncated back.
 
 ``from_torchvision(compose)`` converts a torchvision ``Compose`` (v1 or v2) of these transforms,
 naming any transform it cannot convert. ``split_python_tail`` cuts a pipeline with transforms
@@ -82,6 +83,7 @@ __all__ = [
     "TrivialAugmentWide",
     "RandAugment",
     "AutoAugment",
+    "AugMix",
     "RandomApply",
     "RandomChoice",
     "RandomOrder",
@@ -891,6 +893,75 @@ class AutoAugment(_Policy):
         return {"op": self._name, "policy": self.policy, **self._common()}
 
 
+def _tensor_fill(op: str, value: object) -> Union[None, float, List[float]]:
+    """torchvision's ``fill`` as its tensor kernels take it: None (no fill channel, which
+    differs from 0 under BILINEAR), a number, or 1 or 3 numbers, each within [0, 255] (torch
+    would wrap a value outside it when it casts back to uint8)."""
+    if value is None:
+        return None
+    if isinstance(value, dict):
+        raise ValueError(f"{op}: a per-type fill {value!r} is not supported; give one fill")
+    values = list(value) if isinstance(value, (list, tuple)) else [value]
+    if len(values) not in (1, 3):
+        raise ValueError(f"{op}: fill must have 1 or 3 values (one per channel), got {value!r}")
+    numbers_ = [_number(op, "fill", v) for v in values]
+    if any(not 0.0 <= v <= 255.0 for v in numbers_):
+        raise ValueError(f"{op}: fill values must be within [0, 255], got {value!r}")
+    return numbers_ if isinstance(value, (list, tuple)) else numbers_[0]
+
+
+class AugMix(Transform):
+    """``AugMix(severity=3, mixture_width=3, chain_depth=-1, alpha=1.0, all_ops=True,
+    interpolation=BILINEAR, fill=None)``: ``mixture_width`` (at most 8) chains of
+    ``chain_depth`` ops (at most 8; 0 or below: a random depth from 1 to 3) of the AugMix space
+    at bins below ``severity``, mixed with Dirichlet(``alpha``) weights and a Beta(``alpha``,
+    ``alpha``) share of the original. As torchvision runs it on a PIL image: the uint8 tensor
+    kernels (truncating float32 blends, ``grid_sample`` warps) and a float32 mix. Each chain op
+    has a profiler span named ``AugMix/<Op>``. ``api="v2"`` follows ``torchvision.transforms.v2``
+    (its sign draw, Solarize table and tensor kernels)."""
+
+    _name = "AugMix"
+
+    def __init__(
+        self,
+        severity: int = 3,
+        mixture_width: int = 3,
+        chain_depth: int = -1,
+        alpha: float = 1.0,
+        all_ops: bool = True,
+        interpolation: object = "bilinear",
+        fill: object = None,
+        *,
+        api: str = "v1",
+    ) -> None:
+        op = self._name
+        self.severity = _count(op, "severity", severity, 1, 10)
+        self.mixture_width = _count(op, "mixture_width", mixture_width, 1, 8)
+        self.chain_depth = _count(op, "chain_depth", chain_depth, -(1 << 31), 8)
+        self.alpha = _number(op, "alpha", alpha)
+        if not self.alpha > 0.0:
+            raise ValueError(f"{op}: alpha must be positive, got {alpha!r}")
+        if not isinstance(all_ops, bool):
+            raise TypeError(f"{op}: all_ops must be a bool, got {all_ops!r}")
+        self.all_ops = all_ops
+        self.interpolation = _warp_interpolation(op, interpolation)
+        self.fill = _tensor_fill(op, fill)
+        self.api = _api(op, api)
+
+    def to_spec(self) -> Spec:
+        return {
+            "op": self._name,
+            "severity": self.severity,
+            "mixture_width": self.mixture_width,
+            "chain_depth": self.chain_depth,
+            "alpha": self.alpha,
+            "all_ops": self.all_ops,
+            "interpolation": self.interpolation,
+            "fill": self.fill,
+            "api": self.api,
+        }
+
+
 # Random compositions and RandomErasing: nested stage ops, and the one tensor op.
 
 
@@ -1096,7 +1167,7 @@ _SUPPORTED = (
     "RandomResizedCrop, Resize, CenterCrop, RandomHorizontalFlip, ToTensor, PILToTensor, "
     "Normalize, ColorJitter, Grayscale(num_output_channels=3), RandomGrayscale, "
     "RandomPosterize, RandomSolarize, RandomEqualize, RandomAutocontrast, RandomAdjustSharpness, "
-    "RandomInvert, TrivialAugmentWide, RandAugment, AutoAugment, RandomVerticalFlip, "
+    "RandomInvert, TrivialAugmentWide, RandAugment, AutoAugment, AugMix, RandomVerticalFlip, "
     "RandomRotation(expand=False), RandomAffine, GaussianBlur, Pad, RandomCrop, RandomApply, "
     "RandomChoice, RandomOrder and Compose of those, RandomErasing, "
     "ConvertImageDtype(torch.float) (and, from transforms.v2, ToImage, "
@@ -1248,6 +1319,11 @@ def _convert_one(name: str, t: Any, done: List[Transform]) -> object:
         if name == "RandAugment":
             return RandAugment(t.num_ops, t.magnitude, t.num_magnitude_bins, t.interpolation, t.fill, api=api)
         return AutoAugment(t.policy, t.interpolation, t.fill, api=api)
+    if name == "AugMix":
+        api = "v2" if type(t).__module__.startswith("torchvision.transforms.v2") else "v1"
+        return AugMix(
+            t.severity, t.mixture_width, t.chain_depth, t.alpha, t.all_ops, t.interpolation, t.fill, api=api
+        )
     if name == "RandomApply":
         return RandomApply(_convert_nested(t.transforms), float(t.p))
     if name == "RandomChoice":

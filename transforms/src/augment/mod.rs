@@ -5,6 +5,9 @@
 //! - [`color`]: point ops and blends (ImageOps LUTs, ImageEnhance, grayscale, hue).
 //! - [`geometry`]: affine maps with a fill (rotate, shear, translate), flips, padding, blur,
 //!   erasing.
+//! - [`tensor_color`], [`grid_sample`]: the same ops with torch's *tensor* arithmetic
+//!   (truncating float32 blends, `grid_sample` warps), for the ops torchvision runs on a uint8
+//!   tensor; [`augmix`] runs AugMix's chains with them and mixes them in float32.
 //! - [`policy`]: the random draws of the policies (TrivialAugmentWide, RandAugment,
 //!   AutoAugment, AugMix) and of the random single ops, as torchvision makes them.
 //!
@@ -12,6 +15,9 @@
 //! in place or into caller-owned scratch: must not allocate per sample once warm, draw random
 //! numbers themselves, or know about threads, files or the profiler.
 
+pub mod augmix;
 pub mod color;
 pub mod geometry;
+pub mod grid_sample;
 pub mod policy;
+pub mod tensor_color;

@@ -533,9 +533,9 @@ pub enum OpSpec {
         api: PolicyApi,
     },
     /// `AugMix(severity=3, mixture_width=3, chain_depth=-1, alpha=1.0, all_ops=True,
-    /// interpolation=BILINEAR, fill=None)`. Parsed with torchvision's names and defaults but
-    /// refused when planned: torchvision runs it with its tensor kernels (not Pillow's), which
-    /// the stage does not have yet.
+    /// interpolation=BILINEAR, fill=None)`. A pixel op run as torchvision runs it on a uint8
+    /// tensor (torch's tensor kernels, a float32 mix truncated back); nested spans per op.
+    /// `fill` values are floats within 0..=255 (None: no fill channel, not the same as 0).
     AugMix {
         /// Default 3.
         #[serde(default = "default_augmix_severity")]

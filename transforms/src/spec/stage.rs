@@ -5,7 +5,8 @@
 //! Ops come in families, a file each: [`color`] (point ops and blends), [`geometric`] (flips,
 //! rotations, affine warps, blur, padding: the ops that need a second image or change the
 //! size), [`policy`] (torchvision's automatic augmentation policies, whose chosen op runs in a
-//! nested span named by both, e.g. `TrivialAugmentWide/Solarize`) and [`choice`]
+//! nested span named by both, e.g. `TrivialAugmentWide/Solarize`), [`augmix`] (AugMix, with
+//! torch's tensor kernels and nested `AugMix/<Op>` spans) and [`choice`]
 //! (`RandomApply`, `RandomChoice`, `RandomOrder` over nested stage ops). A family plans its
 //! [`OpSpec`]s, names its spans and runs its ops; this module only dispatches.
 //!
@@ -13,11 +14,13 @@
 //! image writes [`StageScratch::spare`] and swaps it with the staging image), nor draw outside
 //! the ops' written order: output must stay a function of (seed, epoch, index).
 
+mod augmix;
 mod choice;
 mod color;
 mod geometric;
 mod policy;
 
+use crate::augment::augmix::AugMixScratch;
 use crate::augment::color::ColorScratch;
 use crate::augment::geometry::{AffineWarp, GaussianBlur, Padder};
 use crate::error::{Error, Result};
@@ -26,6 +29,7 @@ use crate::rng::SampleRng;
 use crate::spec::{observed, OpObserver, OpSpec};
 use crate::tensor;
 
+use augmix::AugMixOp;
 use choice::ChoiceOp;
 use color::ColorOp;
 use geometric::GeometricOp;
@@ -68,12 +72,14 @@ pub(in crate::spec) struct StageScratch {
     pub blur: GaussianBlur,
     /// Padding state.
     pub padder: Padder,
+    /// AugMix's float32 mix, chain image and grid tables.
+    pub augmix: AugMixScratch,
 }
 
 impl StageScratch {
     /// Bytes its images hold on to.
     pub fn retained_bytes(&self) -> usize {
-        self.spare.retained_bytes()
+        self.spare.retained_bytes() + self.augmix.retained_bytes()
     }
 }
 
@@ -88,6 +94,7 @@ pub(in crate::spec) enum StageOp {
     Geometric(GeometricOp),
     Policy(PolicyOp),
     Choice(ChoiceOp),
+    AugMix(AugMixOp),
 }
 
 impl StageOp {
@@ -107,6 +114,9 @@ impl StageOp {
         if let Some(op) = PolicyOp::plan(op)? {
             return Ok(Some(StageOp::Policy(op)));
         }
+        if let Some(op) = AugMixOp::plan(op)? {
+            return Ok(Some(StageOp::AugMix(op)));
+        }
         Ok(ChoiceOp::plan(op)?.map(StageOp::Choice))
     }
 
@@ -116,7 +126,9 @@ impl StageOp {
         match self {
             StageOp::Geometric(op) => op.output_size(size),
             StageOp::Choice(op) => op.output_size(size),
-            StageOp::HFlip { .. } | StageOp::Color(_) | StageOp::Policy(_) => Ok(size),
+            StageOp::HFlip { .. } | StageOp::Color(_) | StageOp::Policy(_) | StageOp::AugMix(_) => {
+                Ok(size)
+            }
         }
     }
 
@@ -159,6 +171,12 @@ impl StageOp {
                 let mirrored = op.run(img, scratch, rng, obs);
                 obs.exit(op.span());
                 mirrored
+            }
+            StageOp::AugMix(op) => {
+                obs.enter(crate::spec::Op::AugMix);
+                let done = op.run(img, scratch, rng, obs);
+                obs.exit(crate::spec::Op::AugMix);
+                done.map(|()| false)
             }
         }
     }

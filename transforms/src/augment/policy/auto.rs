@@ -391,6 +391,39 @@ pub struct AugMixPlan {
 }
 
 impl AugMixPlan {
+    /// A plan given outright (parity tests inject torchvision's weights and ops): the
+    /// original's weight and up to [`MAX_AUGMIX_WIDTH`] chains, each of up to
+    /// [`MAX_AUGMIX_DEPTH`] ops. Errors when there are more.
+    pub fn new(original_weight: f32, chains: &[(f32, &[PixelOp])]) -> Result<Self> {
+        if chains.len() > MAX_AUGMIX_WIDTH {
+            return Err(Error::invalid(
+                "chains",
+                format!("{} chains, above {MAX_AUGMIX_WIDTH}", chains.len()),
+            ));
+        }
+        let mut plan = AugMixPlan {
+            original_weight,
+            chains: [AugMixChain {
+                weight: 0.0,
+                ops: OpSeq::new(),
+            }; MAX_AUGMIX_WIDTH],
+            len: chains.len(),
+        };
+        for (slot, &(weight, ops)) in plan.chains.iter_mut().zip(chains) {
+            if ops.len() > MAX_AUGMIX_DEPTH {
+                return Err(Error::invalid(
+                    "chains",
+                    format!("a chain of {} ops, above {MAX_AUGMIX_DEPTH}", ops.len()),
+                ));
+            }
+            slot.weight = weight;
+            for &op in ops {
+                slot.ops.push(op);
+            }
+        }
+        Ok(plan)
+    }
+
     /// `m[0]` of the Beta(alpha, alpha) draw (a two-way Dirichlet): the original image's weight.
     pub fn original_weight(&self) -> f32 {
         self.original_weight

@@ -1,5 +1,6 @@
 //! torchvision's automatic augmentation policies in a stage: `TrivialAugmentWide`,
-//! `RandAugment`, `AutoAugment` (`AugMix` is parsed but refused: see [`PolicyOp::plan`]). The
+//! `RandAugment`, `AutoAugment` (`AugMix`, which runs torch's tensor kernels, is
+//! [`super::augmix`]'s). The
 //! draws are [`crate::augment::policy`]'s; the chosen ops run with the colour and geometry
 //! kernels ([`apply_pixel_op`]), each in a nested span named by the policy and the op
 //! (`AugmentationSpace::span_name`, e.g. `TrivialAugmentWide/Solarize`), through
@@ -70,9 +71,7 @@ fn count(
 }
 
 impl PolicyOp {
-    /// `Ok(None)`: `op` is not a policy. `AugMix` is refused with the reason: torchvision runs
-    /// it on a uint8 tensor with its tensor kernels (truncating blends, `grid_sample` warps)
-    /// and mixes in float32, which Pillow's kernels here do not reproduce.
+    /// `Ok(None)`: `op` is not one of these three policies.
     pub(super) fn plan(op: &OpSpec) -> Result<Option<Self>> {
         Ok(Some(match op {
             OpSpec::TrivialAugmentWide {
@@ -118,14 +117,6 @@ impl PolicyOp {
                 AutoAugment::new(*policy).with_api(*api),
                 Warp::plan("AutoAugment", *interpolation, fill.as_ref())?,
             ),
-            OpSpec::AugMix { .. } => {
-                return Err(Error::invalid(
-                    "ops",
-                    "AugMix is not supported natively: torchvision runs it on a uint8 tensor \
-                     with its tensor kernels and mixes in float32, which differ from the \
-                     Pillow kernels of the other policies; run it in Python after the loader",
-                ))
-            }
             _ => return Ok(None),
         }))
     }

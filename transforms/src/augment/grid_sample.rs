@@ -1,0 +1,418 @@
+//! Affine warps on packed RGB with torch's tensor semantics: torchvision's `F.affine` and
+//! `F.rotate` on a uint8 tensor build a sampling grid (`_gen_affine_grid`: a float32 `bmm` of
+//! pixel centres with the inverse matrix divided by half the size) and sample it with
+//! `grid_sample(mode, padding_mode="zeros", align_corners=False)`, optionally with a fill
+//! carried through a mask channel, then *round* half to even to uint8. This is not Pillow's
+//! affine (double coordinates, clamped taps, truncation) that [`super::geometry`] reproduces.
+//!
+//! The arithmetic follows torch's CPU kernels in float32, operation by operation: the grid
+//! is `(x * a + y * b) + c` (what `bmm` computes here, checked against torch); in
+//! `grid_sample`'s vectorized kernel the compiler fused its multiply-adds, so the source
+//! coordinate is `fma(g + 1, size / 2, -0.5)` and the bilinear sum
+//! `fma(se_v, se, fma(sw_v, sw, fma(ne_v, ne, nw_v * nw)))` with weights
+//! `(1 - dy) * (1 - dx)` etc. and taps outside the image read as 0 (checked against torch
+//! 2.x on AVX2/AVX-512 builds: the unfused expressions differ in the last place, which moves
+//! a rounded level now and then); nearest rounds half to even. The fill blend differs between APIs: v1 `v * m + (1 - m) * fill`, v2
+//! `(v - fill) * m + fill`; v2's `rotate` also returns exact copies and quarter turns for
+//! angles of 0, 180 (and 90, 270 on square images) without sampling.
+//!
+//! Must not allocate once warm (the grid's axis tables live in [`GridSampler`] and only
+//! grow), reassociate the float operations or fuse others than those, draw, or panic on
+//! input.
+
+use super::geometry::{inverse_affine_matrix, AffineMatrix, Interpolation};
+use super::policy::{torch_linspace, Api};
+use crate::error::{Error, Result};
+use crate::image::RgbImage;
+
+/// torchvision's tensor `fill` as the float32 triple its mask blend uses: `None` samples
+/// outside the image as 0 with no mask channel (not the same as a fill of 0 under BILINEAR).
+pub type TensorFill = Option<[f32; 3]>;
+
+/// Reusable axis tables of the sampling grid; only grows.
+#[derive(Debug, Default, Clone)]
+pub struct GridSampler {
+    xs: Vec<f32>,
+    ys: Vec<f32>,
+}
+
+impl GridSampler {
+    /// Empty; the first warp sizes it.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// `F.affine(img, angle, translate, scale=1, shear, center)` on a uint8 tensor, into
+    /// `out` (same size). `center` is in pixels (`None`: the image centre); the matrix is
+    /// torchvision's `_get_inverse_affine_matrix` about `center - size / 2`.
+    #[allow(clippy::too_many_arguments)]
+    pub fn affine(
+        &mut self,
+        src: &RgbImage,
+        angle: f64,
+        translate: [f64; 2],
+        shear: [f64; 2],
+        center: Option<[f64; 2]>,
+        mode: Interpolation,
+        fill: TensorFill,
+        api: Api,
+        out: &mut RgbImage,
+    ) -> Result<()> {
+        let (w, h) = (f64::from(src.width()), f64::from(src.height()));
+        let center_f = center.map_or([0.0, 0.0], |[cx, cy]| [cx - w * 0.5, cy - h * 0.5]);
+        let matrix = inverse_affine_matrix(center_f, angle, translate, 1.0, shear);
+        self.warp(src, &matrix, mode, fill, api, out)
+    }
+
+    /// `F.rotate(img, angle)` (counter-clockwise degrees, about the centre, no expand) on a
+    /// uint8 tensor, into `out` (same size). v2 takes its shortcuts for angles that are
+    /// multiples of 90 degrees (see the module doc).
+    pub fn rotate(
+        &mut self,
+        src: &RgbImage,
+        angle: f64,
+        mode: Interpolation,
+        fill: TensorFill,
+        api: Api,
+        out: &mut RgbImage,
+    ) -> Result<()> {
+        if api == Api::V2 && quarter_turn(src, angle, out) {
+            return Ok(());
+        }
+        let matrix = inverse_affine_matrix([0.0, 0.0], -angle, [0.0, 0.0], 1.0, [0.0, 0.0]);
+        self.warp(src, &matrix, mode, fill, api, out)
+    }
+
+    /// Samples `src` through the inverse map `matrix` (torchvision's centre-relative
+    /// convention: output pixel centre `(x, y)` measured from the image centre maps to
+    /// `(m0 x + m1 y + m2, m3 x + m4 y + m5)`), into `out` of the same size.
+    pub fn warp(
+        &mut self,
+        src: &RgbImage,
+        matrix: &AffineMatrix,
+        mode: Interpolation,
+        fill: TensorFill,
+        api: Api,
+        out: &mut RgbImage,
+    ) -> Result<()> {
+        if matrix.iter().any(|v| !v.is_finite()) {
+            return Err(Error::invalid(
+                "matrix",
+                format!("{matrix:?} is not finite"),
+            ));
+        }
+        if let Some(f) = fill {
+            if f.iter().any(|v| !(0.0..=255.0).contains(v)) {
+                return Err(Error::invalid(
+                    "fill",
+                    format!("{f:?} is not within 0..=255"),
+                ));
+            }
+        }
+        let (width, height) = (src.width(), src.height());
+        let (w, h) = (width as usize, height as usize);
+        fill_axis(&mut self.xs, width);
+        fill_axis(&mut self.ys, height);
+        // theta in float32, its transpose divided by half the size (float64 `0.5 * w`
+        // narrowed), as `_gen_affine_grid` does.
+        let t = matrix.map(|v| v as f32);
+        let (half_w, half_h) = (
+            (0.5 * f64::from(width)) as f32,
+            (0.5 * f64::from(height)) as f32,
+        );
+        let (ax, bx, cx) = (t[0] / half_w, t[1] / half_w, t[2] / half_w);
+        let (ay, by, cy) = (t[3] / half_h, t[4] / half_h, t[5] / half_h);
+        // grid_sample's unnormalize scale: float32 size over 2.
+        let (scale_x, scale_y) = (width as f32 / 2.0, height as f32 / 2.0);
+        let params = WarpParams {
+            x: [ax, bx, cx],
+            y: [ay, by, cy],
+            scale: [scale_x, scale_y],
+            size: [w, h],
+            mode,
+            fill,
+            api,
+        };
+        let dest = out.reset(width, height);
+        sample_rows_dispatch(&params, &self.xs, &self.ys, src.as_raw(), dest);
+        Ok(())
+    }
+}
+
+/// A warp's float32 constants: the grid rows `x` and `y` (`(a, b, c)` with `g = (x a + y b) + c`),
+/// grid_sample's unnormalize scales, the image size and how to sample.
+#[derive(Clone, Copy, Debug)]
+struct WarpParams {
+    x: [f32; 3],
+    y: [f32; 3],
+    scale: [f32; 2],
+    size: [usize; 2],
+    mode: Interpolation,
+    fill: TensorFill,
+    api: Api,
+}
+
+/// [`sample_rows`] with hardware fused multiply-adds where the CPU has them (the same
+/// results: `mul_add` is one rounding either way; without the feature it is a libm call).
+fn sample_rows_dispatch(p: &WarpParams, xs: &[f32], ys: &[f32], source: &[u8], dest: &mut [u8]) {
+    #[cfg(target_arch = "x86_64")]
+    if std::is_x86_feature_detected!("fma") {
+        // SAFETY: the CPU supports FMA (checked just above), the only requirement of calling
+        // a `target_feature(enable = "fma")` function; its body is safe code.
+        unsafe { sample_rows_fma(p, xs, ys, source, dest) };
+        return;
+    }
+    sample_rows(p, xs, ys, source, dest);
+}
+
+/// [`sample_rows`] compiled with FMA instructions.
+///
+/// # Safety
+/// The CPU must support FMA.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "fma")]
+unsafe fn sample_rows_fma(p: &WarpParams, xs: &[f32], ys: &[f32], source: &[u8], dest: &mut [u8]) {
+    sample_rows(p, xs, ys, source, dest);
+}
+
+/// The pixel loop of [`GridSampler::warp`]: every output pixel of `dest` (packed RGB of
+/// `p.size`) sampled from `source` (the same size) at its grid point.
+#[inline(always)]
+fn sample_rows(p: &WarpParams, xs: &[f32], ys: &[f32], source: &[u8], dest: &mut [u8]) {
+    let [ax, bx, cx] = p.x;
+    let [ay, by, cy] = p.y;
+    let [scale_x, scale_y] = p.scale;
+    let [w, h] = p.size;
+    let (mode, fill, api) = (p.mode, p.fill, p.api);
+    let stride = 3 * w;
+    let tap = |x: i64, y: i64| -> Option<usize> {
+        (x >= 0 && y >= 0 && (x as usize) < w && (y as usize) < h)
+            .then(|| y as usize * stride + 3 * x as usize)
+    };
+    for (oy, row) in dest.chunks_exact_mut(stride).enumerate() {
+        let gy_y = ys[oy];
+        for (ox, px) in row.chunks_exact_mut(3).enumerate() {
+            let gx_x = xs[ox];
+            let gx = gx_x * ax + gy_y * bx + cx;
+            let gy = gx_x * ay + gy_y * by + cy;
+            let ix = (gx + 1.0).mul_add(scale_x, -0.5);
+            let iy = (gy + 1.0).mul_add(scale_y, -0.5);
+            match mode {
+                Interpolation::Nearest => {
+                    let at = tap(ix.round_ties_even() as i64, iy.round_ties_even() as i64);
+                    for c in 0..3 {
+                        let v = match (at, fill) {
+                            (Some(i), _) => f32::from(source[i + c]),
+                            (None, Some(f)) => f[c],
+                            (None, None) => 0.0,
+                        };
+                        px[c] = round_u8(v);
+                    }
+                }
+                Interpolation::Bilinear => {
+                    let (x0, y0) = (ix.floor(), iy.floor());
+                    let (dx, dy) = (ix - x0, iy - y0);
+                    let (ex, sy) = (1.0 - dx, 1.0 - dy);
+                    let weights = [sy * ex, sy * dx, dy * ex, dy * dx];
+                    let (xi, yi) = (x0 as i64, y0 as i64);
+                    let taps = [
+                        tap(xi, yi),
+                        tap(xi + 1, yi),
+                        tap(xi, yi + 1),
+                        tap(xi + 1, yi + 1),
+                    ];
+                    let sum = |value: &dyn Fn(usize) -> f32| {
+                        let v = |k: usize| taps[k].map_or(0.0, value);
+                        let acc = v(0) * weights[0];
+                        let acc = v(1).mul_add(weights[1], acc);
+                        let acc = v(2).mul_add(weights[2], acc);
+                        v(3).mul_add(weights[3], acc)
+                    };
+                    let mask = fill.map(|_| sum(&|_| 1.0));
+                    for c in 0..3 {
+                        let v = sum(&|i| f32::from(source[i + c]));
+                        let v = match (fill, mask) {
+                            (Some(f), Some(m)) => match api {
+                                Api::V1 => v * m + (1.0 - m) * f[c],
+                                Api::V2 => (v - f[c]) * m + f[c],
+                            },
+                            _ => v,
+                        };
+                        px[c] = round_u8(v);
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// `torch.linspace((1 - n) / 2, (n - 1) / 2, n)`: the pixel centres of one axis, measured
+/// from the image centre (v1's `-n * 0.5 + 0.5` and `n * 0.5 + 0.5 - 1` are the same
+/// float64 values).
+fn fill_axis(axis: &mut Vec<f32>, n: u32) {
+    axis.clear();
+    let (start, end) = ((1.0 - f64::from(n)) * 0.5, (f64::from(n) - 1.0) * 0.5);
+    axis.extend((0..n).map(|i| torch_linspace(start, end, n, i)));
+}
+
+/// `torch.round(v).to(torch.uint8)` for the values a warp produces (within 0..=255 up to
+/// float32 rounding): half to even, then clamped so a sum that rounded above 255 stays 255.
+#[inline]
+fn round_u8(v: f32) -> u8 {
+    v.round_ties_even().clamp(0.0, 255.0) as u8
+}
+
+/// v2 `rotate_image`'s shortcuts (`angle % 360` of 0 or 180, or 90 and 270 on a square
+/// image: `torch.rot90`), into `out`; false when none applies.
+fn quarter_turn(src: &RgbImage, angle: f64, out: &mut RgbImage) -> bool {
+    let angle = angle.rem_euclid(360.0);
+    let (width, height) = (src.width(), src.height());
+    let square = width == height;
+    let turns = if angle == 0.0 {
+        0
+    } else if angle == 180.0 {
+        2
+    } else if square && angle == 90.0 {
+        1
+    } else if square && angle == 270.0 {
+        3
+    } else {
+        return false;
+    };
+    let (w, h) = (width as usize, height as usize);
+    let source = src.as_raw();
+    let dest = out.reset(width, height);
+    for (y, row) in dest.chunks_exact_mut(3 * w).enumerate() {
+        for (x, px) in row.chunks_exact_mut(3).enumerate() {
+            // torch.rot90 with k counter-clockwise quarter turns over (H, W).
+            let (sx, sy) = match turns {
+                0 => (x, y),
+                1 => (w - 1 - y, x),
+                2 => (w - 1 - x, h - 1 - y),
+                _ => (y, h - 1 - x),
+            };
+            let i = 3 * (sy * w + sx);
+            px.copy_from_slice(&source[i..i + 3]);
+        }
+    }
+    true
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ramp(w: u32, h: u32) -> RgbImage {
+        let data = (0..w * h * 3).map(|i| (i * 7 % 251) as u8).collect();
+        RgbImage::from_raw(w, h, data).expect("image")
+    }
+
+    #[test]
+    fn identity_keeps_pixels() {
+        let src = ramp(9, 7);
+        let mut out = RgbImage::new();
+        let mut g = GridSampler::new();
+        for mode in [Interpolation::Nearest, Interpolation::Bilinear] {
+            for fill in [None, Some([10.0, 20.0, 30.0])] {
+                g.affine(
+                    &src,
+                    0.0,
+                    [0.0, 0.0],
+                    [0.0, 0.0],
+                    None,
+                    mode,
+                    fill,
+                    Api::V1,
+                    &mut out,
+                )
+                .expect("warp");
+                assert_eq!(out.as_raw(), src.as_raw(), "{mode:?} {fill:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn translation_fills_the_uncovered_columns() {
+        let src = ramp(6, 4);
+        let mut out = RgbImage::new();
+        let mut g = GridSampler::new();
+        let fill = Some([1.0, 2.0, 3.0]);
+        g.affine(
+            &src,
+            0.0,
+            [2.0, 0.0],
+            [0.0, 0.0],
+            None,
+            Interpolation::Nearest,
+            fill,
+            Api::V1,
+            &mut out,
+        )
+        .expect("warp");
+        for y in 0..4usize {
+            let row = &out.as_raw()[y * 18..(y + 1) * 18];
+            assert_eq!(&row[..6], &[1, 2, 3, 1, 2, 3]);
+            assert_eq!(&row[6..], &src.as_raw()[y * 18..y * 18 + 12]);
+        }
+    }
+
+    #[test]
+    fn quarter_turns_match_rot90() {
+        // 2x2 [[a, b], [c, d]] turned once counter-clockwise is [[b, d], [a, c]].
+        let src = RgbImage::from_raw(2, 2, vec![1, 1, 1, 2, 2, 2, 3, 3, 3, 4, 4, 4]).expect("img");
+        let mut out = RgbImage::new();
+        assert!(quarter_turn(&src, 90.0, &mut out));
+        assert_eq!(out.as_raw(), &[2, 2, 2, 4, 4, 4, 1, 1, 1, 3, 3, 3]);
+        assert!(quarter_turn(&src, -90.0, &mut out));
+        assert_eq!(out.as_raw(), &[3, 3, 3, 1, 1, 1, 4, 4, 4, 2, 2, 2]);
+        assert!(!quarter_turn(&src, 30.0, &mut out));
+    }
+
+    #[test]
+    fn fma_build_equals_the_baseline() {
+        let src = ramp(23, 17);
+        let mut g = GridSampler::new();
+        fill_axis(&mut g.xs, 23);
+        fill_axis(&mut g.ys, 17);
+        for mode in [Interpolation::Nearest, Interpolation::Bilinear] {
+            for (fill, api) in [(None, Api::V1), (Some([9.5, 0.0, 255.0]), Api::V2)] {
+                let p = WarpParams {
+                    x: [0.93, -0.21, 0.07],
+                    y: [0.19, 1.04, -0.13],
+                    scale: [11.5, 8.5],
+                    size: [23, 17],
+                    mode,
+                    fill,
+                    api,
+                };
+                let mut base = vec![0u8; src.as_raw().len()];
+                let mut fast = base.clone();
+                sample_rows(&p, &g.xs, &g.ys, src.as_raw(), &mut base);
+                sample_rows_dispatch(&p, &g.xs, &g.ys, src.as_raw(), &mut fast);
+                assert_eq!(base, fast, "{mode:?} {fill:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn refuses_bad_matrix_and_fill() {
+        let src = ramp(3, 3);
+        let mut out = RgbImage::new();
+        let mut g = GridSampler::new();
+        let m = [f64::NAN, 0.0, 0.0, 0.0, 1.0, 0.0];
+        assert!(g
+            .warp(&src, &m, Interpolation::Nearest, None, Api::V1, &mut out)
+            .is_err());
+        let m = [1.0, 0.0, 0.0, 0.0, 1.0, 0.0];
+        assert!(g
+            .warp(
+                &src,
+                &m,
+                Interpolation::Nearest,
+                Some([300.0, 0.0, 0.0]),
+                Api::V1,
+                &mut out
+            )
+            .is_err());
+    }
+}
