@@ -6,8 +6,8 @@ The presets are checked against the structure torchvision's
 ``references/classification/presets.py`` documents, op by op with its parameters, written out
 here rather than rebuilt by a second copy of the same logic. The eval preset is also run by
 torchvision and by ferroloader on the same JPEGs: the converted pipeline computes the same
-pixels. The refusal tests use AugMix, which ferroloader has no kernel for; when it gains one,
-they skip and say so (another op must then stand in).
+pixels. Every preset runs natively, so the refusal tests use the user's own transform with a
+``Lambda``, which the head-to-head refuses to run as a Python tail.
 """
 
 from __future__ import annotations
@@ -306,16 +306,16 @@ def data(tmp_path_factory: pytest.TempPathFactory) -> Path:
     )
 
 
-def refused_recipe(data: Path) -> str:
-    """A recipe ferroloader's Loader refuses today (AugMix has no native kernel)."""
-    try:
-        fl.Loader(
-            fl.ImageFolder(data), batch_size=4, transform=recipes.recipe("augmix"),
-            python_tail="error",
-        )
-    except ValueError:
-        return "augmix"
-    pytest.skip("the Loader runs AugMix now: the refusal tests need another refused op")
+def refused_transform(tmp_path: Path) -> str:
+    """A ``--transform FILE.py:NAME`` with a ``Lambda``: no native equivalent, and the
+    head-to-head runs no Python tail."""
+    path = tmp_path / "refused.py"
+    path.write_text(textwrap.dedent("""
+        import torchvision.transforms as T
+
+        train = T.Compose([T.RandomResizedCrop(32), T.Lambda(lambda x: x), T.ToTensor()])
+    """))
+    return f"{path}:train"
 
 
 def test_compare_runs_a_recipe_on_both_sides(data: Path, tmp_path: Path) -> None:
@@ -354,17 +354,18 @@ def test_compare_runs_the_users_transform(data: Path, tmp_path: Path) -> None:
 
 
 def test_a_refused_recipe_is_a_clean_message_before_any_run(data: Path, tmp_path: Path) -> None:
-    name = refused_recipe(data)
+    spec = refused_transform(tmp_path)
     out = tmp_path / "report"
-    result = CliRunner().invoke(main, ["compare", str(data), "--recipe", name, "--out", str(out),
+    result = CliRunner().invoke(main, ["compare", str(data), "--transform", spec, "--out", str(out),
                                        *SMALL])
     assert result.exit_code == 1
-    assert result.output.startswith(f"Error: ferroloader cannot run recipe {name} (output float32): ")
-    assert "AugMix(" in result.output and "has no ferroloader equivalent" in result.output
+    assert result.output.startswith(f"Error: ferroloader cannot run {spec} (output float32): ")
+    assert "Lambda()" in result.output and "has no ferroloader equivalent" in result.output
+    assert "python_tail='error'" in result.output
     assert "Traceback" not in result.output and not out.exists()
-    sweep = CliRunner().invoke(main, ["sweep", str(data), "--recipe", f"{name}+re", "-w", "1",
+    sweep = CliRunner().invoke(main, ["sweep", str(data), "--transform", spec, "-w", "1",
                                       "--out", str(out), "--quiet"])
-    assert sweep.exit_code == 1 and "ferroloader cannot run recipe" in sweep.output
+    assert sweep.exit_code == 1 and f"ferroloader cannot run {spec}" in sweep.output
 
 
 def test_recipe_and_transform_options_are_checked(data: Path, tmp_path: Path) -> None:
@@ -431,12 +432,14 @@ def test_bench_script_runs_the_users_transform_on_both_sides(
     assert "ferroloader / torchvision throughput: median" in out
 
 
-def test_bench_script_reports_a_refusal_and_exits_non_zero(data: Path, bench: Bench) -> None:
-    name = refused_recipe(data)
-    status, out, err = bench(str(data), "--recipe", name, "--v2", "--workers", "1")
+def test_bench_script_reports_a_refusal_and_exits_non_zero(
+    data: Path, tmp_path: Path, bench: Bench
+) -> None:
+    spec = refused_transform(tmp_path)
+    status, out, err = bench(str(data), "--transform", spec, "--workers", "1")
     assert status == 1
-    assert err.startswith(f"ferroloader cannot run recipe {name} (v2): from_torchvision:")
-    assert "AugMix(" in err and "round" not in out
+    assert err.startswith(f"ferroloader cannot run {spec}: from_torchvision:")
+    assert "Lambda()" in err and "round" not in out
     status, out, err = bench(str(data), "--transform", "nope.py:x")
     assert status == "--transform: nope.py: no such file (from 'nope.py:x')"
 
