@@ -53,7 +53,7 @@ pub use error::ProfilerError;
 pub use ops::OpId;
 pub use recorder::{
     Arrival, BatchEvent, Profiler, ProfilerConfig, RawSpan, Sink, SpanGuard, ThreadRecorder,
-    CONSUMER, COUNTER_REUSE_NS,
+    CONSUMER, COUNTER_REUSE_NS, IO,
 };
 pub use schema::{
     BatchRecord, Mode, Pipeline, PipelineStats, Profile, SampleFailure, SpanRecord, ThreadInfo,
