@@ -29,6 +29,7 @@ pub mod prepare;
 pub mod process;
 mod profile;
 pub mod sampler;
+pub mod shards;
 
 pub use ferroloader_profiler as profiler;
 pub use ferroloader_transforms as transforms;
