@@ -18,6 +18,7 @@ mod ops;
 mod prepare;
 mod profile;
 mod tail;
+mod webdataset;
 
 use pyo3::prelude::*;
 
@@ -30,6 +31,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<dataset::PyImageFolder>()?;
     m.add_class::<dataset::PyFileList>()?;
     m.add_class::<dataset::PyPathList>()?;
+    m.add_class::<webdataset::PyWebDataset>()?;
     m.add_class::<loader::PyLoader>()?;
     m.add_class::<loader::PyEpochIter>()?;
     m.add_class::<batch::BatchMemory>()?;
