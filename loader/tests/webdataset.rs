@@ -205,9 +205,11 @@ fn order_is_the_same_whatever_the_workers_and_after_a_resume() {
         .map(|n| format!("file://{}", tmp.path().join("shards").join(n).display()))
         .collect();
     let make = |workers: usize| {
-        let mut opts = WebDatasetOptions::default();
-        opts.shuffle_buffer = 6;
-        opts.read_ahead_shards = 2;
+        let opts = WebDatasetOptions {
+            shuffle_buffer: 6,
+            read_ahead_shards: 2,
+            ..WebDatasetOptions::default()
+        };
         let data = WebDataset::new(&urls, opts).expect("dataset");
         let lo = options().num_workers(workers).shuffle(true).seed(11);
         Loader::new(data, pipeline(), lo.shard(Shard::new(1, 2))).expect("loader")
@@ -475,8 +477,10 @@ fn s3_two_ranks_read_every_sample_once_with_the_files_bytes() {
     let want = folder_bytes(&folder);
     let mut seen = HashMap::new();
     for rank in 0..2 {
-        let mut opts = WebDatasetOptions::default();
-        opts.store = server.store_options(2);
+        let opts = WebDatasetOptions {
+            store: server.store_options(2),
+            ..WebDatasetOptions::default()
+        };
         let data = WebDataset::new(s3_urls(&names), opts).expect("dataset from s3");
         let lo = options().shuffle(true).seed(1).shard(Shard::new(rank, 2));
         let loader = Loader::new(data, pipeline(), lo).expect("loader");
@@ -510,10 +514,12 @@ fn server_gone_mid_epoch_gives_an_error_naming_the_url_and_skip_reports_the_lost
     let tmp = tempfile::tempdir().expect("tempdir");
     let (_, names, mut server) = s3_fixture(tmp.path());
     let make = |policy: ErrorPolicy, server: &S3Server| {
-        let mut opts = WebDatasetOptions::default();
-        opts.store = server.store_options(1);
-        opts.read_ahead_shards = 1;
-        opts.read_ahead_bytes = 1;
+        let opts = WebDatasetOptions {
+            store: server.store_options(1),
+            read_ahead_shards: 1,
+            read_ahead_bytes: 1,
+            ..WebDatasetOptions::default()
+        };
         let data = WebDataset::new(s3_urls(&names), opts).expect("dataset");
         let lo = LoaderOptions::default()
             .batch_size(PER_SHARD)
@@ -565,16 +571,20 @@ fn corrupt_shards_name_the_url_and_member() {
     let cut = third.offset as usize + 10;
     fs::write(&victim, &bytes[..cut]).expect("truncate");
     // Without the index the shard is read at construction: the member is named.
-    let mut opts = WebDatasetOptions::default();
-    opts.index = None;
+    let opts = WebDatasetOptions {
+        index: None,
+        ..WebDatasetOptions::default()
+    };
     fs::rename(shards.join("index.json"), shards.join("saved.json")).expect("move");
     let err = WebDataset::new([victim.to_string_lossy()], opts).expect_err("corrupt");
     let msg = err.to_string();
     let member = format!("{}.jpg", third.key);
     assert!(msg.contains(&names[1]) && msg.contains(&member), "{msg}");
     // With the index the read fails, naming the URL and the sample.
-    let mut opts = WebDatasetOptions::default();
-    opts.index = Some(shards.join("saved.json").to_string_lossy().into_owned());
+    let opts = WebDatasetOptions {
+        index: Some(shards.join("saved.json").to_string_lossy().into_owned()),
+        ..WebDatasetOptions::default()
+    };
     let urls: Vec<String> = names
         .iter()
         .map(|n| shards.join(n).to_string_lossy().into_owned())
@@ -594,9 +604,11 @@ fn the_cache_serves_later_epochs_with_the_server_stopped() {
     let tmp = tempfile::tempdir().expect("tempdir");
     let (folder, names, mut server) = s3_fixture(tmp.path());
     let cache = tmp.path().join("cache");
-    let mut opts = WebDatasetOptions::default();
-    opts.store = server.store_options(0);
-    opts.cache_dir = Some(cache.clone());
+    let opts = WebDatasetOptions {
+        store: server.store_options(0),
+        cache_dir: Some(cache.clone()),
+        ..WebDatasetOptions::default()
+    };
     let data = WebDataset::new(s3_urls(&names), opts).expect("dataset");
     let loader = Loader::new(data, pipeline(), options().shuffle(true)).expect("loader");
     let first: usize = loader.epoch(0).map(|b| b.expect("epoch 0").len()).sum();
@@ -632,15 +644,55 @@ fn without_an_index_the_shards_are_scanned_and_num_samples_checked() {
         scanned.index().shards[0].samples,
         with_index.index().shards[0].samples
     );
-    let mut opts = WebDatasetOptions::default();
-    opts.num_samples = Some(folder.len() + 1);
+    let opts = WebDatasetOptions {
+        num_samples: Some(folder.len() + 1),
+        ..WebDatasetOptions::default()
+    };
     let err = WebDataset::new(&urls, opts).expect_err("mismatch");
     let msg = err.to_string();
     assert!(
         msg.contains("num_samples") && msg.contains(&folder.len().to_string()),
         "{msg}"
     );
-    let mut opts = WebDatasetOptions::default();
-    opts.num_samples = Some(folder.len());
+    let opts = WebDatasetOptions {
+        num_samples: Some(folder.len()),
+        ..WebDatasetOptions::default()
+    };
     assert!(WebDataset::new(&urls, opts).is_ok());
+}
+
+#[test]
+fn each_shard_request_is_an_io_span_with_its_bytes() {
+    use ferroloader_loader::profiler::{Mode, Summary, IO};
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let folder = small_folder(&tmp.path().join("folder"));
+    let shards = tmp.path().join("shards");
+    let names = write_shards(&folder, &shards);
+    let urls: Vec<String> = names
+        .iter()
+        .map(|n| shards.join(n).to_string_lossy().into_owned())
+        .collect();
+    let data = WebDataset::new(&urls, WebDatasetOptions::default()).expect("dataset");
+    let loader = Loader::new(data, pipeline(), options().profile(Mode::Spans)).expect("loader");
+    let delivered: usize = loader.epoch(0).map(|b| b.expect("batch").len()).sum();
+    assert_eq!(delivered, folder.len());
+    let profile = loader.profile();
+    let reads: Vec<_> = profile.pipelines[0]
+        .spans
+        .iter()
+        .filter(|s| s.op == "shard_read")
+        .collect();
+    assert_eq!(reads.len(), names.len(), "one span per shard request");
+    let sizes: u64 = names
+        .iter()
+        .map(|n| fs::metadata(shards.join(n)).expect("size").len())
+        .sum();
+    assert!(reads.iter().all(|s| s.worker == IO && s.bytes.is_some()));
+    assert_eq!(reads.iter().filter_map(|s| s.bytes).sum::<u64>(), sizes);
+    let summary = Summary::from_profile(&profile);
+    assert_eq!(summary.pipelines[0].io_bytes, sizes);
+    assert!(
+        summary.pipelines[0].op("shard_read").is_none(),
+        "not counted as worker time"
+    );
 }
