@@ -56,8 +56,8 @@ struct Args {
 impl PyWebDataset {
     #[new]
     #[pyo3(signature = (
-        urls, index = None, num_samples = None, label_key = "cls".to_owned(),
-        shuffle_buffer = 1000, read_ahead_shards = 4, read_ahead_bytes = 1 << 30,
+        urls, index = None, num_samples = None, label_key = "cls",
+        shuffle_buffer = 1000, read_ahead_shards = 4, read_ahead_bytes = 1_073_741_824,
         cache_dir = None, cache_limit_bytes = None, retries = 5, retry_backoff = 0.2,
         storage_options = None
     ))]
@@ -67,7 +67,7 @@ impl PyWebDataset {
         urls: UrlsArg,
         index: Option<String>,
         num_samples: Option<usize>,
-        label_key: String,
+        label_key: &str,
         shuffle_buffer: usize,
         read_ahead_shards: usize,
         read_ahead_bytes: u64,
@@ -91,7 +91,7 @@ impl PyWebDataset {
             urls,
             index,
             num_samples,
-            label_key,
+            label_key: label_key.to_owned(),
             shuffle_buffer,
             read_ahead_shards,
             read_ahead_bytes,
