@@ -11,7 +11,7 @@ DEMO_OUT ?= report
 # The photo-like JPEG generator behind the sample data, the bench corpus and the loader folder.
 SAMPLE_GEN := scripts/make_bench_corpus.py python-bindings/python/ferroloader/cli/sample_data.py
 
-.PHONY: help deps browser venv fixtures build py-build test test-rust test-python lint fmt bench loader-bench bench-torch demo fuzz clean
+.PHONY: help deps browser venv fixtures build py-build test test-rust test-python lint fmt bench loader-bench bench-torch demo fuzz clean s3-server
 
 help: ## Show this help
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN{FS=":.*## "}{printf "  make %-10s %s\n", $$1, $$2}'
@@ -68,7 +68,16 @@ fixtures: $(FIXTURE_SETS:%=$(FIXTURES)/%/.done) ## Generate the test corpus and 
 build: deps ## Build the Rust workspace
 	$(CARGO) build --workspace
 
-test-rust: deps fixtures ## Rust tests only
+# s3s-fs, a real S3-compatible server over a folder, for the WebDataset tests (0.15+ needs a newer
+# rustc than ours). The tests start it on a free port and find it here or at $FERROLOADER_S3S_FS.
+S3S_FS := target/tools/bin/s3s-fs
+
+$(S3S_FS):
+	$(CARGO) install s3s-fs --version 0.14.1 --features binary --locked --root target/tools
+
+s3-server: $(S3S_FS) ## Install the local S3 test server (s3s-fs) into target/tools
+
+test-rust: deps fixtures $(FIXTURES)/folder/.done s3-server ## Rust tests only
 	$(CARGO) test --workspace
 	$(CARGO) test -p ferroloader-profiler --features tracing
 
@@ -77,7 +86,7 @@ py-build: deps venv ## Build the Python extension into the venv (release)
 
 # test_packaging.py's `slow` test builds a wheel (relinking py-build's release build) and installs
 # it into a fresh venv, numpy and the cli extra from pip's index: PYTEST_ARGS='-m "not slow"' skips it.
-test-python: py-build fixtures $(FIXTURES)/folder/.done browser ## Python tests (pytest, warnings are errors)
+test-python: py-build fixtures $(FIXTURES)/folder/.done browser s3-server ## Python tests (pytest, warnings are errors)
 	$(PY) -m pytest python-bindings/tests -W error --timeout 120 -q $(PYTEST_ARGS)
 
 test: test-rust test-python ## Run every test (installs what it needs first)

@@ -30,6 +30,7 @@ pub mod process;
 mod profile;
 pub mod sampler;
 pub mod shard_writer;
+pub mod shards;
 
 pub use ferroloader_profiler as profiler;
 pub use ferroloader_transforms as transforms;

@@ -133,6 +133,7 @@ where
             &options,
             source.len(),
         )));
+        source.attach_profiler(profiling.profiler());
         Ok(Loader {
             source: Arc::new(source),
             processor: Arc::new(processor),
@@ -155,6 +156,7 @@ where
         self.options.profile_mode = config.mode;
         let config = Self::profiler_config(config, &self.options, self.source.len());
         self.profiling = Arc::new(Profiling::new(config));
+        self.source.attach_profiler(self.profiling.profiler());
         self
     }
 
@@ -278,7 +280,15 @@ where
     /// Starts epoch `epoch` (the counter of [`Self::iter`] is left alone). Any number of
     /// epochs, of this loader or others, may run at once.
     pub fn epoch(&self, epoch: u64) -> EpochIter<S, P, H> {
-        self.start(epoch, self.sampler.indices(epoch))
+        self.start(epoch, self.epoch_order(epoch))
+    }
+
+    /// The sample order of epoch `epoch`: the source's own ([`Source::epoch_order`]) where it
+    /// has one, else the sampler's.
+    pub fn epoch_order(&self, epoch: u64) -> Vec<usize> {
+        self.source
+            .epoch_order(epoch, &self.sampler)
+            .unwrap_or_else(|| self.sampler.indices(epoch))
     }
 
     /// Starts an epoch over the dataset indices given, in that order (no shuffling or sharding
@@ -304,8 +314,8 @@ where
     /// epoch, loader configuration and dataset) left it: the batches it yields are exactly those
     /// the first run would have yielded after that point, sample for sample and draw for draw,
     /// whatever the number of workers. `indices` is the epoch's plan when the first run was
-    /// given one ([`Self::epoch_with_indices`]); `None` for the sampler's. Fails when `from`
-    /// does not fit the plan.
+    /// given one ([`Self::epoch_with_indices`]); `None` for the epoch's own order
+    /// ([`Self::epoch_order`]). Fails when `from` does not fit the plan.
     pub fn resume(
         &self,
         epoch: u64,
@@ -317,7 +327,7 @@ where
                 self.check_indices(&indices)?;
                 indices
             }
-            None => self.sampler.indices(epoch),
+            None => self.epoch_order(epoch),
         };
         let batch_size = self.options.batch_size;
         let batches = self.batches_for(plan.len());
@@ -384,6 +394,7 @@ where
         batch_numbers: Vec<usize>,
         resume: ResumePoint,
     ) -> EpochIter<S, P, H> {
+        self.source.epoch_plan(&plan);
         let batches = plan.len().div_ceil(self.options.batch_size);
         let batch_base = self.profiling.epoch_started(batches);
         let buffer_samples = self.options.batch_size.min(plan.len()).max(1);

@@ -74,6 +74,21 @@ impl Sampler {
         })
     }
 
+    /// Whether epochs are shuffled.
+    pub fn shuffle(&self) -> bool {
+        self.shuffle
+    }
+
+    /// The seed of the shuffle.
+    pub fn seed(&self) -> u64 {
+        self.seed
+    }
+
+    /// This rank's share of a distributed job, if any.
+    pub fn shard(&self) -> Option<Shard> {
+        self.shard
+    }
+
     /// The dataset length this sampler covers.
     pub fn dataset_len(&self) -> usize {
         self.len

@@ -45,18 +45,13 @@ use serde::{Deserialize, Serialize};
 use crate::dataset::Source;
 use crate::error::{LoaderError, Result};
 use crate::sampler::Sampler;
+use crate::shards::index::{SampleEntry, ShardEntry, ShardIndex, DEFAULT_INDEX_NAME};
 
-/// The index's file name inside the destination.
-pub const INDEX: &str = "index.json";
+/// The index's file name inside the destination (the reader's default).
+pub const INDEX: &str = DEFAULT_INDEX_NAME;
 
 /// The progress manifest's file name inside the destination.
 pub const MANIFEST: &str = "shard-manifest.jsonl";
-
-/// The index's `format` field.
-pub const INDEX_FORMAT: &str = "ferroloader-shards";
-
-/// The index's `version` field.
-pub const INDEX_VERSION: u32 = 1;
 
 /// Version of the progress manifest's format, on its first line.
 const MANIFEST_VERSION: u32 = 1;
@@ -190,43 +185,6 @@ pub struct ShardReport {
     pub cancelled: bool,
 }
 
-// The index's schema. The shard reader owns the public type; these mirror it field for field
-// and are the only place this module spells the schema out.
-
-/// `DST/index.json`.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-struct Index {
-    format: String,
-    version: u32,
-    shards: Vec<IndexShard>,
-    num_samples: u64,
-    /// Class names in label order, when the source has them.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    classes: Option<Vec<String>>,
-}
-
-/// One shard of the index.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-struct IndexShard {
-    /// The shard's file name, relative to the index.
-    url: String,
-    num_samples: u64,
-    /// The shard file's length.
-    bytes: u64,
-    samples: Vec<IndexSample>,
-}
-
-/// One sample of the index.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-struct IndexSample {
-    key: String,
-    /// Where the image member's data starts in the shard file.
-    offset: u64,
-    /// The image's length (the source file's).
-    size: u64,
-    label: i64,
-}
-
 /// The manifest's first line: what must not change between a run and its resumption.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 struct Settings {
@@ -245,7 +203,7 @@ struct Settings {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 struct ManifestShard {
     #[serde(flatten)]
-    shard: IndexShard,
+    shard: ShardEntry,
     sources: Vec<String>,
 }
 
@@ -301,7 +259,7 @@ pub fn write_shards<S: Source + ?Sized>(
         }
     }
     progress.done.store(position, Ordering::Relaxed);
-    let mut shards: Vec<IndexShard> = kept.into_iter().map(|m| m.shard).collect();
+    let mut shards: Vec<ShardEntry> = kept.into_iter().map(|m| m.shard).collect();
 
     let pool = rayon::ThreadPoolBuilder::new()
         .num_threads(options.num_threads)
@@ -371,12 +329,9 @@ pub fn write_shards<S: Source + ?Sized>(
     report.shards = shards.len();
     report.samples = shards.iter().map(|s| s.samples.len()).sum();
     if !report.cancelled {
-        let index = Index {
-            format: INDEX_FORMAT.to_owned(),
-            version: INDEX_VERSION,
-            num_samples: report.samples as u64,
-            shards,
+        let index = ShardIndex {
             classes: classes.map(<[String]>::to_vec),
+            ..ShardIndex::new(shards)
         };
         let path = dst.join(INDEX);
         write_json_atomically(&path, &index)?;
@@ -584,7 +539,7 @@ struct OpenShard {
     number: usize,
     partial: PathBuf,
     builder: tar::Builder<Counting<BufWriter<File>>>,
-    samples: Vec<IndexSample>,
+    samples: Vec<SampleEntry>,
     sources: Vec<String>,
 }
 
@@ -628,7 +583,7 @@ impl OpenShard {
         let image_name = format!("{}.{}", member.key, member.extension);
         let offset = self.append(&image_name, image)?;
         self.append(&format!("{}.cls", member.key), label_text.as_bytes())?;
-        self.samples.push(IndexSample {
+        self.samples.push(SampleEntry {
             key: member.key.clone(),
             offset,
             size: image.len() as u64,
@@ -667,7 +622,7 @@ impl OpenShard {
     }
 
     /// Ends the archive, syncs it, renames it into place and records it in the manifest.
-    fn finish(self, dst: &Path, manifest: &mut File, manifest_path: &Path) -> Result<IndexShard> {
+    fn finish(self, dst: &Path, manifest: &mut File, manifest_path: &Path) -> Result<ShardEntry> {
         let partial = self.partial;
         let counting = self
             .builder
@@ -684,7 +639,7 @@ impl OpenShard {
         let path = dst.join(&url);
         fs::rename(&partial, &path).map_err(|e| io_error(&path, e))?;
         let entry = ManifestShard {
-            shard: IndexShard {
+            shard: ShardEntry {
                 url,
                 num_samples: self.samples.len() as u64,
                 bytes,
@@ -872,7 +827,7 @@ mod tests {
         write_shards(source, classes, dst, options, &ShardProgress::new())
     }
 
-    fn read_index(dst: &Path) -> Index {
+    fn read_index(dst: &Path) -> ShardIndex {
         serde_json::from_slice(&fs::read(dst.join(INDEX)).expect("index")).expect("parse")
     }
 

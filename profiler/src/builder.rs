@@ -372,6 +372,7 @@ impl ProfileBuilder {
                     end_ns: span.end_ns,
                     depth: span.depth,
                     counters,
+                    bytes: None,
                 })
             })
             .collect()

@@ -57,7 +57,7 @@ pub use error::ProfilerError;
 pub use ops::OpId;
 pub use recorder::{
     Arrival, BatchEvent, Profiler, ProfilerConfig, SpanGuard, ThreadRecorder, CONSUMER,
-    COUNTER_REUSE_NS,
+    COUNTER_REUSE_NS, IO,
 };
 #[cfg(feature = "test-hooks")]
 pub use recorder::{RawSpan, Sink};

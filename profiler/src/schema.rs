@@ -253,6 +253,9 @@ pub struct SpanRecord {
     /// Counter deltas over the span (inclusive of nested spans).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub counters: Option<CounterDeltas>,
+    /// Bytes the span moved, for I/O spans (a shard request).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bytes: Option<u64>,
 }
 
 impl SpanRecord {

@@ -16,7 +16,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::counters::{CounterDeltas, CounterKind};
 use crate::error::ProfilerError;
-use crate::recorder::CONSUMER;
+use crate::recorder::{CONSUMER, IO};
 use crate::schema::{Mode, PipelineRecord, Profile, SpanRecord};
 
 /// The `schema` string of a summary file.
@@ -97,6 +97,13 @@ pub struct PipelineSummary {
     /// is of wall time.
     #[serde(default)]
     pub consumer_ops: Vec<OpSummary>,
+    /// Seconds of I/O requests (spans of worker [`IO`], such as shard reads), summed over
+    /// requests that may overlap: compare with the workers' decode time.
+    #[serde(default)]
+    pub io_seconds: f64,
+    /// Bytes those requests moved.
+    #[serde(default)]
+    pub io_bytes: u64,
 }
 
 /// Mean, spread and extremes of a set of durations.
@@ -354,12 +361,18 @@ impl PipelineSummary {
         let mut workers: BTreeMap<u32, (u64, u64)> = BTreeMap::new();
         let mut busy_ns = 0u64;
         let mut top_task_clock: Option<u64> = None;
+        let (mut io_ns, mut io_bytes) = (0u64, 0u64);
         for (i, s) in p.spans.iter().enumerate() {
             let d = s.dur_ns();
             let own = s
                 .counters
                 .as_ref()
                 .map(|c| c.saturating_sub(&child_counters[i]));
+            if s.worker == IO {
+                io_ns += d;
+                io_bytes += s.bytes.unwrap_or(0);
+                continue;
+            }
             let target = if s.worker == CONSUMER {
                 &mut consumer_per_op
             } else {
@@ -506,6 +519,8 @@ impl PipelineSummary {
                 .collect(),
             ops,
             consumer_ops,
+            io_seconds: io_ns as f64 / 1e9,
+            io_bytes,
         }
     }
 
@@ -718,6 +733,14 @@ impl fmt::Display for PipelineSummary {
             b.over_500ms * 100.0,
             self.out_of_order_share * 100.0
         )?;
+        if self.io_bytes > 0 || self.io_seconds > 0.0 {
+            writeln!(
+                f,
+                "io {:.3} s in requests  {:.1} MB",
+                self.io_seconds,
+                self.io_bytes as f64 / 1e6
+            )?;
+        }
         writeln!(
             f,
             "CPU per image {} ms ({})  worker time per image {} ms  bottleneck {}",
@@ -787,6 +810,7 @@ mod tests {
             end_ns: end,
             depth: 0,
             counters: None,
+            bytes: None,
         };
         let mut p = PipelineRecord::new("t");
         p.end_ns = 1000;
@@ -824,6 +848,7 @@ mod tests {
             end_ns: end,
             depth,
             counters: None,
+            bytes: None,
         };
         let mut p = PipelineRecord::new("t");
         p.end_ns = 1000;

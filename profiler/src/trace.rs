@@ -440,6 +440,7 @@ mod tests {
             end_ns: end,
             depth: 0,
             counters: None,
+            bytes: None,
         };
         let thread = |worker, name: &str| ThreadInfo {
             worker,

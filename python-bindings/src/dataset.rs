@@ -519,6 +519,9 @@ pub(crate) fn as_source(dataset: &Bound<'_, PyAny>) -> PyResult<Arc<dyn Source>>
     if let Ok(list) = dataset.cast::<PyPathList>() {
         return Ok(list.get().inner.clone());
     }
+    if let Ok(shards) = dataset.cast::<crate::webdataset::PyWebDataset>() {
+        return Ok(shards.get().inner.clone());
+    }
     if dataset.hasattr("__getitem__")? && dataset.hasattr("__len__")? {
         return Ok(Arc::new(PyItems::new(dataset)?));
     }

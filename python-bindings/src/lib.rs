@@ -21,6 +21,7 @@ mod prepare;
 mod profile;
 mod shard;
 mod tail;
+mod webdataset;
 
 use ferroloader_loader::profiler;
 use pyo3::prelude::*;
@@ -34,6 +35,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<dataset::PyImageFolder>()?;
     m.add_class::<dataset::PyFileList>()?;
     m.add_class::<dataset::PyPathList>()?;
+    m.add_class::<webdataset::PyWebDataset>()?;
     m.add_class::<loader::PyLoader>()?;
     m.add_class::<loader::PyEpochIter>()?;
     m.add_class::<batch::BatchMemory>()?;

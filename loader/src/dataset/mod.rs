@@ -15,6 +15,10 @@ use std::io::{self, Read};
 use std::path::Path;
 use std::sync::Arc;
 
+use ferroloader_profiler::Profiler;
+
+use crate::sampler::Sampler;
+
 pub use file_list::{Column, FileList, FileListOptions, ListFormat};
 pub use image_folder::{ImageFolder, ImageFolderOptions, IMG_EXTENSIONS};
 pub use in_memory::InMemory;
@@ -43,6 +47,25 @@ pub trait Source: Send + Sync {
 
     /// The file (or a made-up name) of sample `index`, for error messages. Not on the hot path.
     fn path(&self, index: usize) -> Cow<'_, Path>;
+
+    /// The order epoch `epoch` visits the samples in, when the source knows a better one than
+    /// `sampler`'s (shards read one after another instead of samples scattered over them).
+    /// `None`, the default, keeps the sampler's. When given, it must be a pure function of the
+    /// source, `epoch` and the sampler's settings, and hold `sampler.num_samples()` indices, so
+    /// that reruns, resumes and every worker count see the same order.
+    fn epoch_order(&self, _epoch: u64, _sampler: &Sampler) -> Option<Vec<usize>> {
+        None
+    }
+
+    /// Told, as an epoch starts, the reads it will make, in order (what is left of the plan
+    /// when resuming), so a source that fetches ahead knows what to fetch and when its data
+    /// can be freed. Reads outside the latest plan must still succeed. Default: ignored.
+    fn epoch_plan(&self, _plan: &[usize]) {}
+
+    /// The loader's profiler, handed over when the loader is made (and again when it is
+    /// replaced), for a source that does I/O of its own to record it (as
+    /// [`Profiler::io_span`]s). Default: ignored.
+    fn attach_profiler(&self, _profiler: &Profiler) {}
 }
 
 macro_rules! forward_source {
@@ -59,6 +82,15 @@ macro_rules! forward_source {
             }
             fn path(&self, index: usize) -> Cow<'_, Path> {
                 (**self).path(index)
+            }
+            fn epoch_order(&self, epoch: u64, sampler: &Sampler) -> Option<Vec<usize>> {
+                (**self).epoch_order(epoch, sampler)
+            }
+            fn epoch_plan(&self, plan: &[usize]) {
+                (**self).epoch_plan(plan)
+            }
+            fn attach_profiler(&self, profiler: &Profiler) {
+                (**self).attach_profiler(profiler)
             }
         }
     };

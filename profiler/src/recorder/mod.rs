@@ -38,6 +38,11 @@ pub const NO_INDEX: u64 = u64::MAX;
 /// worker time in summaries.
 pub const CONSUMER: u32 = u32::MAX;
 
+/// Worker number of the spans of I/O threads ([`Profiler::io_span`]: a dataset fetching its
+/// data, such as a shard request). They are not counted as worker time in summaries (the
+/// workers' waiting for them is).
+pub const IO: u32 = u32::MAX - 1;
+
 /// Spans in a recorder's first chunk at most; each later chunk doubles, up to
 /// [`ProfilerConfig::chunk_capacity`]. Chunks are faulted in when made (about 3 us a page on
 /// some machines), so a recorder that lives briefly (a worker of a short epoch) must not pay for

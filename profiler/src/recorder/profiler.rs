@@ -14,8 +14,8 @@ use super::thread::{current_tid, Chunk, Frame, Inner, LastRead, ThreadRecorder};
 #[cfg(feature = "tracing")]
 use super::tracing_state::TracingState;
 use super::{
-    lock, Arrival, BatchEvent, ProfilerConfig, RawSpan, Sink, CONSUMER, FIRST_CHUNK, MAX_DEPTH,
-    NO_INDEX,
+    lock, Arrival, BatchEvent, ProfilerConfig, RawSpan, Sink, CONSUMER, FIRST_CHUNK, IO,
+    MAX_DEPTH, NO_INDEX,
 };
 use crate::clock::now_ns;
 use crate::counters::{CounterAvailability, CounterDeltas, CounterSet};
@@ -37,6 +37,10 @@ struct Events {
     failures: Vec<SampleFailure>,
     /// Spans of the consumer thread ([`Profiler::consumer_span`]).
     consumer_spans: Vec<RawSpan>,
+    /// Spans of I/O threads and the bytes each moved ([`Profiler::io_span`]).
+    io_spans: Vec<(RawSpan, u64)>,
+    /// Whether the I/O track is listed among the threads.
+    io_thread_listed: bool,
 }
 
 pub(super) struct Shared {
@@ -300,6 +304,45 @@ impl Profiler {
         lock(&self.shared.events).consumer_spans.push(span);
     }
 
+    /// Records a span of `op` that an I/O thread ran from `start_ns` to `end_ns` ([`now_ns`]
+    /// readings), moving `bytes` bytes: worker [`IO`] (a thread named `"io"`), no sample, no
+    /// counters. Takes a lock, so it is for requests (a shard fetch), not per-sample work.
+    /// No-op in [`Mode::Off`].
+    pub fn io_span(&self, op: OpId, start_ns: u64, end_ns: u64, bytes: u64) {
+        if !self.is_enabled() {
+            return;
+        }
+        let span = RawSpan {
+            start_ns,
+            end_ns: end_ns.max(start_ns),
+            batch: NO_INDEX,
+            sample: NO_INDEX,
+            op,
+            depth: 0,
+        };
+        if self.shared.has_sinks() {
+            for s in self.shared.sinks() {
+                s.on_spans(IO, std::slice::from_ref(&span), &[]);
+            }
+        }
+        let mut events = lock(&self.shared.events);
+        if !events.io_thread_listed {
+            events.io_thread_listed = true;
+            lock(&self.shared.threads).push(ThreadEntry {
+                info: ThreadInfo {
+                    worker: IO,
+                    name: "io".to_owned(),
+                    pid: Some(self.shared.pid),
+                    tid: None,
+                    counters: None,
+                    stats: ThreadStats::default(),
+                },
+                mask: 0,
+            });
+        }
+        events.io_spans.push((span, bytes));
+    }
+
     /// Records a batch event now. No-op in [`Mode::Off`].
     pub fn batch_event(&self, batch: u64, event: BatchEvent) {
         if self.is_enabled() {
@@ -378,12 +421,13 @@ impl Profiler {
             let masks: Vec<u16> = t.iter().map(|t| t.mask).collect();
             (threads, masks)
         };
-        let (raw_batches, failures, consumer_spans) = {
+        let (raw_batches, failures, consumer_spans, io_spans) = {
             let mut e = lock(&self.shared.events);
             (
                 std::mem::take(&mut e.batches),
                 std::mem::take(&mut e.failures),
                 std::mem::take(&mut e.consumer_spans),
+                std::mem::take(&mut e.io_spans),
             )
         };
 
@@ -411,6 +455,7 @@ impl Profiler {
                     end_ns: s.end_ns,
                     depth: s.depth,
                     counters,
+                    bytes: None,
                 });
             }
         }
@@ -427,6 +472,23 @@ impl Profiler {
                 end_ns: s.end_ns,
                 depth: 0,
                 counters: None,
+                bytes: None,
+            });
+        }
+        for (s, bytes) in &io_spans {
+            spans.push(SpanRecord {
+                op: names
+                    .get(usize::from(s.op.0))
+                    .cloned()
+                    .unwrap_or_else(|| s.op.to_string()),
+                worker: IO,
+                batch: None,
+                sample: None,
+                start_ns: s.start_ns,
+                end_ns: s.end_ns,
+                depth: 0,
+                counters: None,
+                bytes: Some(*bytes),
             });
         }
         spans.sort_by_key(|s| (s.start_ns, s.worker, s.depth));

@@ -26,7 +26,14 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 from ferroloader import datasets, transforms
-from ferroloader._native import DecodeError, FileList, ImageFolder, PathList, __version__
+from ferroloader._native import (
+    DecodeError,
+    FileList,
+    ImageFolder,
+    PathList,
+    WebDataset,
+    __version__,
+)
 from ferroloader.loader import STATE_VERSION, Loader, LoaderIterator
 from ferroloader.offline import PrepareReport, prepare
 from ferroloader.profiling import Profile, Summary
@@ -47,6 +54,7 @@ __all__ = [
     "STATE_VERSION",
     "Profile",
     "Summary",
+    "WebDataset",
     "datasets",
     "prepare",
     "shard",

@@ -14,6 +14,7 @@ __all__ = [
     "ImageFolder",
     "FileList",
     "PathList",
+    "WebDataset",
     "Loader",
     "EpochIter",
     "BatchMemory",
@@ -62,6 +63,46 @@ class ImageFolder:
     @property
     def targets(self) -> List[int]: ...
     def __getitem__(self, index: int, /) -> Tuple[str, int]: ...
+    def __len__(self) -> int: ...
+    def __reduce__(self) -> Tuple[type, Tuple[object, ...]]: ...
+
+@final
+class WebDataset:
+    """Tar shards in the WebDataset layout (``KEY.jpg`` + ``KEY.cls`` per sample) from local
+    paths, ``file://``, ``http(s)://``, ``s3://``, ``gs://`` or ``az://`` URLs; brace patterns
+    (``shard-{000000..000099}.tar``) expand to lists. Samples are listed from the index
+    (``index.json`` next to the first shard unless ``index`` names another) or, without one,
+    by reading every shard once; ``num_samples`` is checked against that count. A loader's
+    epochs read whole shards in order, shuffled per (seed, epoch), a contiguous equal share per
+    rank, through a shuffle buffer of ``shuffle_buffer`` samples; fetched up to
+    ``read_ahead_shards`` shards / ``read_ahead_bytes`` bytes ahead, with ``retries`` retries
+    (backoff from ``retry_backoff`` seconds) and an optional disk cache of remote shards.
+    ``storage_options``: object_store configuration keys on top of the environment's
+    (``aws_endpoint``, ``aws_access_key_id``, ...)."""
+
+    def __new__(
+        cls,
+        urls: Union[str, "os.PathLike[str]", Sequence[str]],
+        index: Optional[str] = None,
+        num_samples: Optional[int] = None,
+        label_key: str = "cls",
+        shuffle_buffer: int = 1000,
+        read_ahead_shards: int = 4,
+        read_ahead_bytes: int = 1 << 30,
+        cache_dir: Optional[_StrPath] = None,
+        cache_limit_bytes: Optional[int] = None,
+        retries: int = 5,
+        retry_backoff: float = 0.2,
+        storage_options: Optional[Dict[str, str]] = None,
+    ) -> WebDataset: ...
+    @property
+    def urls(self) -> List[str]: ...
+    @property
+    def shard_sizes(self) -> List[int]: ...
+    @property
+    def targets(self) -> List[int]: ...
+    def key(self, index: int) -> str: ...
+    def index_json(self) -> str: ...
     def __len__(self) -> int: ...
     def __reduce__(self) -> Tuple[type, Tuple[object, ...]]: ...
 

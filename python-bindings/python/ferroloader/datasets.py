@@ -18,12 +18,12 @@ import numbers
 import os
 from typing import Any, List, Optional, Sequence, Tuple, Union
 
-from ferroloader._native import FileList, ImageFolder, PathList
+from ferroloader._native import FileList, ImageFolder, PathList, WebDataset
 
 __all__ = ["Source", "as_source"]
 
 #: What the native loader takes.
-Source = Union[ImageFolder, FileList, PathList, Any]
+Source = Union[ImageFolder, FileList, PathList, WebDataset, Any]
 
 _NATIVE = (ImageFolder, FileList, PathList)
 
@@ -43,7 +43,8 @@ def as_source(dataset: Any) -> Tuple[Source, Any]:
 
     Raises ``TypeError``/``ValueError`` naming what cannot be honoured and why.
     """
-    if isinstance(dataset, _NATIVE):
+    if isinstance(dataset, (*_NATIVE, WebDataset)):
+        # Shards are read natively; a Subset of them cannot be listed as paths.
         return dataset, None
     if isinstance(dataset, (str, bytes, os.PathLike)):
         raise TypeError(

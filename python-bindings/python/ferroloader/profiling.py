@@ -121,6 +121,8 @@ class Span:
     sample: Optional[int] = None
     depth: int = 0
     counters: Optional[Dict[str, int]] = None
+    bytes: Optional[int] = None
+    """Bytes an I/O span moved (a shard request); None for other spans."""
 
 
 @dataclass(frozen=True)

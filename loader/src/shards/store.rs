@@ -1,0 +1,259 @@
+//! Reading whole shards and byte ranges from local disk or object storage.
+//!
+//! Local paths and `file://` URLs are read with plain file I/O; everything else goes through
+//! the `object_store` crate on a small tokio runtime owned here, one store per bucket (or
+//! host), built from the environment the way the cloud SDKs read it (`AWS_ENDPOINT_URL`,
+//! `AWS_ACCESS_KEY_ID`, `GOOGLE_SERVICE_ACCOUNT`, `AZURE_STORAGE_ACCOUNT_NAME`, ...) with
+//! explicit options on top. Must not cache, parse or order anything: it only moves bytes, and
+//! retries what may succeed when tried again.
+
+use std::collections::HashMap;
+use std::fs::File;
+use std::io::{self, Read, Seek, SeekFrom};
+use std::ops::Range;
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Duration;
+
+use object_store::aws::AmazonS3Builder;
+use object_store::azure::MicrosoftAzureBuilder;
+use object_store::gcp::GoogleCloudStorageBuilder;
+use object_store::http::HttpBuilder;
+use object_store::path::Path as StorePath;
+use object_store::{BackoffConfig, ClientConfigKey, ObjectStore, ObjectStoreExt, RetryConfig};
+
+use super::url::Location;
+
+/// How stores are reached and how hard to try.
+#[derive(Clone, Debug)]
+pub struct StoreOptions {
+    /// Store configuration on top of the environment's, by `object_store`'s key names
+    /// (`aws_endpoint`, `aws_access_key_id`, `aws_allow_http`, `google_service_account`, ...).
+    /// Default: none.
+    pub storage_options: Vec<(String, String)>,
+    /// Retries of a failed request (connection refused, a 5xx, a body cut short) before the
+    /// error is final. Default: 5.
+    pub retries: usize,
+    /// The first retry's wait; each further one doubles it, up to 10 s. Default: 200 ms.
+    pub retry_backoff: Duration,
+}
+
+impl Default for StoreOptions {
+    fn default() -> Self {
+        StoreOptions {
+            storage_options: Vec::new(),
+            retries: 5,
+            retry_backoff: Duration::from_millis(200),
+        }
+    }
+}
+
+const MAX_BACKOFF: Duration = Duration::from_secs(10);
+
+/// Reads shards wherever they live; shared by the fetcher threads and the workers.
+pub struct Stores {
+    options: StoreOptions,
+    runtime: OnceLock<io::Result<tokio::runtime::Runtime>>,
+    stores: Mutex<HashMap<(String, String), Arc<dyn ObjectStore>>>,
+}
+
+impl std::fmt::Debug for Stores {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Stores")
+            .field("options", &self.options)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Stores {
+    /// Stores configured by `options`; nothing is connected until the first read.
+    pub fn new(options: StoreOptions) -> Self {
+        Stores {
+            options,
+            runtime: OnceLock::new(),
+            stores: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// The whole object at `url`. Errors keep their kind (a missing object is `NotFound`) and
+    /// leave naming the URL to the caller.
+    pub fn get(&self, url: &str) -> io::Result<Vec<u8>> {
+        self.fetch(url, None)
+    }
+
+    /// Bytes `range` of the object at `url`.
+    pub fn get_range(&self, url: &str, range: Range<u64>) -> io::Result<Vec<u8>> {
+        self.fetch(url, Some(range))
+    }
+
+    /// Writes `data` to `url` (used by tests and tools that upload shards).
+    pub fn put(&self, url: &str, data: Vec<u8>) -> io::Result<()> {
+        match parse(url)? {
+            Location::Local(path) => std::fs::write(path, data),
+            Location::Remote {
+                scheme,
+                authority,
+                path,
+            } => {
+                let store = self.store(&scheme, &authority)?;
+                let path = StorePath::from(path.as_str());
+                self.runtime()?
+                    .block_on(store.put(&path, data.into()))
+                    .map(|_| ())
+                    .map_err(io::Error::from)
+            }
+        }
+    }
+
+    fn fetch(&self, url: &str, range: Option<Range<u64>>) -> io::Result<Vec<u8>> {
+        match parse(url)? {
+            Location::Local(path) => read_local(&path, range),
+            Location::Remote {
+                scheme,
+                authority,
+                path,
+            } => {
+                let store = self.store(&scheme, &authority)?;
+                let path = StorePath::from(path.as_str());
+                let runtime = self.runtime()?;
+                let mut wait = self.options.retry_backoff;
+                let mut attempt = 0;
+                loop {
+                    // object_store retries failed requests itself; this loop adds retries of
+                    // failures while the body streams (a connection cut mid-shard).
+                    let result: Result<Vec<u8>, Outcome> = runtime.block_on(async {
+                        if let Some(r) = &range {
+                            return store
+                                .get_range(&path, r.clone())
+                                .await
+                                .map(Vec::from)
+                                .map_err(Outcome::Request);
+                        }
+                        match store.get(&path).await {
+                            Ok(got) => got.bytes().await.map(Vec::from).map_err(Outcome::Body),
+                            Err(e) => Err(Outcome::Request(e)),
+                        }
+                    });
+                    match result {
+                        Ok(bytes) => return Ok(bytes),
+                        Err(Outcome::Body(_)) if attempt < self.options.retries => {
+                            attempt += 1;
+                            std::thread::sleep(wait);
+                            wait = (wait * 2).min(MAX_BACKOFF);
+                        }
+                        Err(Outcome::Body(e) | Outcome::Request(e)) => return Err(e.into()),
+                    }
+                }
+            }
+        }
+    }
+
+    fn runtime(&self) -> io::Result<&tokio::runtime::Runtime> {
+        let runtime = self.runtime.get_or_init(|| {
+            tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(2)
+                .thread_name("ferroloader-io")
+                .enable_all()
+                .build()
+        });
+        runtime
+            .as_ref()
+            .map_err(|e| io::Error::new(e.kind(), format!("cannot start the I/O runtime: {e}")))
+    }
+
+    fn store(&self, scheme: &str, authority: &str) -> io::Result<Arc<dyn ObjectStore>> {
+        let key = (scheme.to_owned(), authority.to_owned());
+        let mut stores = self.stores.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(store) = stores.get(&key) {
+            return Ok(Arc::clone(store));
+        }
+        let store = self.build(scheme, authority).map_err(|e| {
+            io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("{scheme}://{authority}: cannot set up the store: {e}"),
+            )
+        })?;
+        stores.insert(key, Arc::clone(&store));
+        Ok(store)
+    }
+
+    fn build(&self, scheme: &str, authority: &str) -> object_store::Result<Arc<dyn ObjectStore>> {
+        let retry = RetryConfig {
+            backoff: BackoffConfig {
+                init_backoff: self.options.retry_backoff,
+                max_backoff: MAX_BACKOFF,
+                base: 2.0,
+            },
+            max_retries: self.options.retries,
+            retry_timeout: Duration::from_secs(120),
+        };
+        let options = &self.options.storage_options;
+        let bad_key = |k: &str, e: object_store::Error| object_store::Error::Generic {
+            store: "options",
+            source: format!("storage option {k:?}: {e}").into(),
+        };
+        Ok(match scheme {
+            "s3" => {
+                let mut b = AmazonS3Builder::from_env().with_bucket_name(authority);
+                for (k, v) in options {
+                    b = b.with_config(k.parse().map_err(|e| bad_key(k, e))?, v);
+                }
+                Arc::new(b.with_retry(retry).build()?)
+            }
+            "gs" => {
+                let mut b = GoogleCloudStorageBuilder::from_env().with_bucket_name(authority);
+                for (k, v) in options {
+                    b = b.with_config(k.parse().map_err(|e| bad_key(k, e))?, v);
+                }
+                Arc::new(b.with_retry(retry).build()?)
+            }
+            "az" => {
+                let mut b = MicrosoftAzureBuilder::from_env().with_container_name(authority);
+                for (k, v) in options {
+                    b = b.with_config(k.parse().map_err(|e| bad_key(k, e))?, v);
+                }
+                Arc::new(b.with_retry(retry).build()?)
+            }
+            _ => {
+                // http(s): only the client options apply (timeouts, proxies, ...); an
+                // http:// URL is its own permission to use plain HTTP.
+                let mut b = HttpBuilder::new()
+                    .with_url(format!("{scheme}://{authority}"))
+                    .with_config(ClientConfigKey::AllowHttp, (scheme == "http").to_string());
+                for (k, v) in options {
+                    if let Ok(key) = k.parse() {
+                        b = b.with_config(key, v);
+                    }
+                }
+                Arc::new(b.with_retry(retry).build()?)
+            }
+        })
+    }
+}
+
+enum Outcome {
+    Request(object_store::Error),
+    Body(object_store::Error),
+}
+
+fn parse(url: &str) -> io::Result<Location> {
+    Location::parse(url).map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))
+}
+
+fn read_local(path: &std::path::Path, range: Option<Range<u64>>) -> io::Result<Vec<u8>> {
+    let mut file = File::open(path)?;
+    match range {
+        None => {
+            let mut out = Vec::new();
+            file.read_to_end(&mut out)?;
+            Ok(out)
+        }
+        Some(r) => {
+            let len = usize::try_from(r.end.saturating_sub(r.start))
+                .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "range too large"))?;
+            let mut out = vec![0; len];
+            file.seek(SeekFrom::Start(r.start))?;
+            file.read_exact(&mut out)?;
+            Ok(out)
+        }
+    }
+}

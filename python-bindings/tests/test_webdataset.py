@@ -1,0 +1,294 @@
+"""``fl.WebDataset``: tar shards (written here with ``tarfile``, index by the agreed schema)
+read from local paths, plain HTTP and a real S3-compatible server (s3s-fs, ``make
+s3-server``), through ``fl.Loader`` as a folder is: the same pixels per file, every sample once
+across two ranks, ``state_dict`` resume, the cache with the server stopped, and the errors."""
+
+from __future__ import annotations
+
+import functools
+import http.server
+import io
+import json
+import os
+import pickle
+import shutil
+import socket
+import subprocess
+import tarfile
+import threading
+import time
+from pathlib import Path
+from typing import Dict, Iterator, List, Tuple
+
+import numpy as np
+import pytest
+
+import ferroloader as fl
+from ferroloader import transforms as T
+
+PER_SHARD = 5
+REPO = Path(__file__).resolve().parents[2]
+
+
+def eval_transform() -> T.Compose:
+    return T.Compose([T.Resize(40), T.CenterCrop(32), T.ToTensor()])
+
+
+def key_of(root: Path, path: str) -> str:
+    rel = Path(path).relative_to(root)
+    return str(rel.with_suffix(""))
+
+
+def write_shards(folder: Path, out: Path) -> List[str]:
+    """The folder's samples as tar shards of ``PER_SHARD`` plus ``index.json``."""
+    out.mkdir(parents=True, exist_ok=True)
+    samples = fl.ImageFolder(folder).samples
+    names: List[str] = []
+    shards = []
+    for n in range(0, len(samples), PER_SHARD):
+        name = f"shard-{n // PER_SHARD:06d}.tar"
+        buf = io.BytesIO()
+        with tarfile.open(fileobj=buf, mode="w", format=tarfile.USTAR_FORMAT) as tar:
+            for path, label in samples[n : n + PER_SHARD]:
+                key = key_of(folder, path)
+                image = Path(path).read_bytes()
+                for member, payload in ((key + Path(path).suffix.lower(), image), (key + ".cls", str(label).encode())):
+                    info = tarfile.TarInfo(member)
+                    info.size = len(payload)
+                    tar.addfile(info, io.BytesIO(payload))
+        raw = buf.getvalue()
+        entries = []
+        with tarfile.open(fileobj=io.BytesIO(raw)) as tar:
+            members = tar.getmembers()
+            for image_member, cls_member in zip(members[::2], members[1::2]):
+                label_file = tar.extractfile(cls_member)
+                assert label_file is not None
+                entries.append(
+                    {
+                        "key": image_member.name.rsplit(".", 1)[0],
+                        "offset": image_member.offset_data,
+                        "size": image_member.size,
+                        "label": int(label_file.read()),
+                    }
+                )
+        (out / name).write_bytes(raw)
+        shards.append({"url": name, "num_samples": len(entries), "bytes": len(raw), "samples": entries})
+        names.append(name)
+    index = {
+        "format": "ferroloader-shards",
+        "version": 1,
+        "shards": shards,
+        "num_samples": sum(s["num_samples"] for s in shards),
+    }
+    (out / "index.json").write_text(json.dumps(index))
+    return names
+
+
+@pytest.fixture()
+def shards(folder: Path, tmp_path: Path) -> Tuple[Path, List[str]]:
+    out = tmp_path / "shards"
+    return out, write_shards(folder, out)
+
+
+def by_key(loader: fl.Loader, key) -> Dict[str, Tuple[int, np.ndarray]]:  # type: ignore[no-untyped-def]
+    got: Dict[str, Tuple[int, np.ndarray]] = {}
+    it = iter(loader)
+    for images, labels in it:
+        assert it.indices is not None
+        for slot, index in enumerate(it.indices.tolist()):
+            k = key(index)
+            assert k not in got, f"{k} delivered twice"
+            got[k] = (int(labels[slot]), images[slot].numpy().copy())
+    return got
+
+
+def test_two_ranks_cover_the_folder_with_its_pixels(folder: Path, shards: Tuple[Path, List[str]]) -> None:
+    out, names = shards
+    ref_ds = fl.ImageFolder(folder)
+    ref = by_key(
+        fl.Loader(ref_ds, batch_size=4, transform=eval_transform()),
+        lambda i: key_of(folder, ref_ds.samples[i][0]),
+    )
+    pattern = str(out / f"shard-{{000000..{len(names) - 1:06d}}}.tar")
+    got: Dict[str, Tuple[int, np.ndarray]] = {}
+    for rank in range(2):
+        ds = fl.WebDataset(pattern, shuffle_buffer=4)
+        assert len(ds) == len(ref_ds)
+        loader = fl.Loader(ds, batch_size=4, shuffle=True, seed=3, rank=rank, world_size=2, transform=eval_transform())
+        part = by_key(loader, ds.key)
+        assert not set(part) & set(got), "a sample read by both ranks"
+        got.update(part)
+    assert sorted(got) == sorted(ref)
+    for k, (label, pixels) in ref.items():
+        assert got[k][0] == label
+        np.testing.assert_array_equal(got[k][1], pixels, err_msg=k)
+
+
+class _Quiet(http.server.SimpleHTTPRequestHandler):
+    def log_message(self, format: str, *args: object) -> None:
+        pass
+
+
+@pytest.fixture()
+def http_root(shards: Tuple[Path, List[str]]) -> Iterator[str]:
+    out, _ = shards
+    handler = functools.partial(_Quiet, directory=str(out))
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+    server.server_close()
+
+
+def test_http_shards_resume_from_state_dict_whatever_the_workers(
+    http_root: str, shards: Tuple[Path, List[str]]
+) -> None:
+    _, names = shards
+    urls = [f"{http_root}/{n}" for n in names]
+
+    def make(workers: int) -> fl.Loader:
+        ds = fl.WebDataset(urls, shuffle_buffer=3, read_ahead_shards=2)
+        return fl.Loader(ds, batch_size=4, shuffle=True, seed=9, num_workers=workers, transform=eval_transform())
+
+    def run(loader: fl.Loader, limit: int = 1000) -> List[Tuple[List[int], np.ndarray]]:
+        out = []
+        it = iter(loader)
+        for images, _ in it:
+            assert it.indices is not None
+            out.append((it.indices.tolist(), images.numpy().copy()))
+            if len(out) == limit:
+                break
+        return out
+
+    reference = run(make(0))
+    assert len(reference) >= 4
+    for workers in (1, 2):
+        again = run(make(workers))
+        assert [i for i, _ in again] == [i for i, _ in reference]
+        for (_, a), (_, b) in zip(again, reference):
+            np.testing.assert_array_equal(a, b)
+    first = make(2)
+    head = run(first, limit=2)
+    state = first.state_dict()
+    resumed = make(1)
+    resumed.load_state_dict(state)
+    rest = run(resumed)
+    assert [i for i, _ in head + rest] == [i for i, _ in reference]
+
+
+def s3s_fs_binary() -> Path:
+    path = Path(os.environ.get("FERROLOADER_S3S_FS", REPO / "target" / "tools" / "bin" / "s3s-fs"))
+    if not path.is_file():
+        pytest.fail(f"no S3 test server at {path}: run `make s3-server` (or set FERROLOADER_S3S_FS)")
+    return path
+
+
+class S3Server:
+    """s3s-fs over a temporary folder (a bucket is a subfolder) on a free port."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        (root / "bucket").mkdir(parents=True)
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            self.port = s.getsockname()[1]
+        self.proc = subprocess.Popen(
+            [str(s3s_fs_binary()), "--host", "127.0.0.1", "--port", str(self.port),
+             "--access-key", "AK", "--secret-key", "SK", str(root)],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        deadline = time.monotonic() + 20
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", self.port), timeout=1).close()
+                break
+            except OSError:
+                assert time.monotonic() < deadline, "s3s-fs did not start"
+                time.sleep(0.05)
+
+    def options(self) -> Dict[str, str]:
+        return {
+            "aws_endpoint": f"http://127.0.0.1:{self.port}",
+            "aws_access_key_id": "AK",
+            "aws_secret_access_key": "SK",
+            "aws_region": "us-east-1",
+            "aws_allow_http": "true",
+        }
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+
+
+@pytest.fixture()
+def s3(shards: Tuple[Path, List[str]], tmp_path: Path) -> Iterator[S3Server]:
+    out, names = shards
+    server = S3Server(tmp_path / "s3")
+    for name in names + ["index.json"]:
+        shutil.copy(out / name, server.root / "bucket" / name)
+    yield server
+    server.stop()
+
+
+def test_s3_cache_serves_the_next_epoch_with_the_server_stopped(
+    s3: S3Server, shards: Tuple[Path, List[str]], tmp_path: Path
+) -> None:
+    _, names = shards
+    urls = [f"s3://bucket/{n}" for n in names]
+    ds = fl.WebDataset(urls, cache_dir=tmp_path / "cache", storage_options=s3.options(), retries=0)
+    loader = fl.Loader(ds, batch_size=4, shuffle=True, transform=eval_transform())
+    first = sum(len(labels) for _, labels in loader)
+    assert first == len(ds)
+    s3.stop()
+    second = sum(len(labels) for _, labels in loader)
+    assert second == len(ds)
+
+
+def test_s3_server_gone_names_the_url_and_skip_reports_the_samples(
+    s3: S3Server, shards: Tuple[Path, List[str]]
+) -> None:
+    _, names = shards
+    urls = [f"s3://bucket/{n}" for n in names]
+    ds = fl.WebDataset(urls, storage_options=s3.options(), retries=1, retry_backoff=0.01)
+    s3.stop()
+    with pytest.raises(OSError, match=r"s3://bucket/shard-0000\d\d\.tar"):
+        for _ in fl.Loader(ds, batch_size=4, transform=eval_transform()):
+            pass
+    loader = fl.Loader(ds, batch_size=4, on_error="skip", transform=eval_transform())
+    it = iter(loader)
+    assert sum(len(labels) for _, labels in it) == 0
+    lost = it.skipped
+    assert len(lost) == len(ds)
+    assert all("s3://bucket/shard-" in path for _, path, _ in lost)
+
+
+def test_without_index_shards_are_scanned_and_num_samples_checked(shards: Tuple[Path, List[str]]) -> None:
+    out, names = shards
+    (out / "index.json").unlink()
+    urls = [str(out / n) for n in names]
+    ds = fl.WebDataset(urls)
+    assert len(ds) == sum(ds.shard_sizes)
+    with pytest.raises(ValueError, match="num_samples"):
+        fl.WebDataset(urls, num_samples=len(ds) + 1)
+    again = pickle.loads(pickle.dumps(ds))
+    assert len(again) == len(ds) and again.urls == ds.urls
+    index = json.loads(ds.index_json())
+    assert index["format"] == "ferroloader-shards" and index["num_samples"] == len(ds)
+
+
+def test_a_corrupt_shard_names_the_url_and_member(shards: Tuple[Path, List[str]]) -> None:
+    out, names = shards
+    (out / "index.json").unlink()
+    victim = out / names[0]
+    data = victim.read_bytes()
+    with tarfile.open(victim) as tar:
+        first_cls = next(m for m in tar.getmembers() if m.name.endswith(".cls"))
+    # The label member's data replaced by a non-number.
+    patched = bytearray(data)
+    patched[first_cls.offset_data] = ord("x")
+    victim.write_bytes(bytes(patched))
+    with pytest.raises(OSError, match=rf"{names[0]}.*{first_cls.name}"):
+        fl.WebDataset([str(victim)])
