@@ -48,6 +48,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("PROFILE_SCHEMA", profiler::schema::SCHEMA_NAME)?;
     m.add("PROFILE_SCHEMA_VERSION", profiler::schema::SCHEMA_VERSION)?;
     m.add("CONSUMER", profiler::CONSUMER)?;
+    m.add("IO", profiler::IO)?;
     m.add(
         "COUNTER_NAMES",
         profiler::CounterKind::ALL

@@ -88,7 +88,7 @@ def full_pipeline() -> Dict[str, Any]:
                      "stats": {"dropped_spans": 1, "unbalanced_exits": 2, "counter_read_errors": 3,
                                "counter_running_fraction": 0.5, "moved_across_threads": True}}],
         "spans": [{"op": "decode", "worker": 0, "batch": 0, "sample": 3, "start_ns": 20,
-                   "end_ns": 40, "depth": 1, "counters": {"task_clock": 15}}],
+                   "end_ns": 40, "depth": 1, "counters": {"task_clock": 15}, "bytes": 4096}],
         "batches": [{"batch": 0, "size": 2, "planned_ns": 11, "first_started_ns": 20,
                      "completed_ns": 60, "completed_by": 0, "delivered_ns": 70, "wait_ns": 5,
                      "out_of_order": True, "queue_occupancy": 1}],

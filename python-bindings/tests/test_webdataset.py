@@ -292,3 +292,57 @@ def test_a_corrupt_shard_names_the_url_and_member(shards: Tuple[Path, List[str]]
     victim.write_bytes(bytes(patched))
     with pytest.raises(OSError, match=rf"{names[0]}.*{first_cls.name}"):
         fl.WebDataset([str(victim)])
+
+
+def test_shards_written_by_fl_shard_read_back_as_the_folder(folder: Path, tmp_path: Path) -> None:
+    """The user's path: `ferroloader shard` writes, `fl.WebDataset` reads (two ranks), and the
+    samples are the folder's, pixels and labels (matched as a multiset: the writer's keys are
+    sample numbers, not paths)."""
+    import hashlib
+
+    written = fl.shard(folder, tmp_path / "out", shard_size="64KB", shuffle=True, seed=1)
+    assert written.shards >= 3
+
+    def fingerprints(loader: fl.Loader) -> List[Tuple[int, str]]:
+        return [
+            (int(label), hashlib.sha256(image.numpy().tobytes()).hexdigest())
+            for images, labels in loader
+            for image, label in zip(images, labels)
+        ]
+
+    reference = sorted(fingerprints(fl.Loader(fl.ImageFolder(folder), batch_size=4, transform=eval_transform())))
+    index = json.loads((tmp_path / "out" / "index.json").read_text())
+    urls = [str(tmp_path / "out" / s["url"]) for s in index["shards"]]
+    assert index["classes"] == fl.ImageFolder(folder).classes
+    got: List[Tuple[int, str]] = []
+    for rank in range(2):
+        ds = fl.WebDataset(urls, shuffle_buffer=8)
+        got += fingerprints(fl.Loader(ds, batch_size=4, shuffle=True, seed=2, rank=rank, world_size=2,
+                                      drop_last=False, transform=eval_transform()))
+    # Two ranks pad to an even split as DistributedSampler does: at most one sample repeated.
+    assert len(got) - len(reference) in (0, 1)
+    assert set(got) == set(reference)
+
+
+def test_shard_requests_are_io_spans_and_the_report_weighs_them_against_decode(
+    shards: Tuple[Path, List[str]], tmp_path: Path
+) -> None:
+    out, names = shards
+    ds = fl.WebDataset([str(out / n) for n in names], shuffle_buffer=4)
+    loader = fl.Loader(ds, batch_size=4, shuffle=True, transform=eval_transform(), profile="spans")
+    for _ in loader:
+        pass
+    profile = loader.profile()
+    pipeline = profile.pipelines[0]
+    io_spans = [s for s in pipeline.spans if s.worker == fl._native.IO]
+    assert sorted(s.op for s in io_spans) == ["shard_read"] * len(names)
+    shard_bytes = sum((out / n).stat().st_size for n in names)
+    assert sum(s.bytes or 0 for s in io_spans) == shard_bytes
+    summary = profile.summary().pipelines[0]
+    assert summary.io_bytes == shard_bytes and summary.io_seconds > 0
+    page = tmp_path / "report.html"
+    fl.report.write_html(profile, page)
+    html = page.read_text()
+    assert '<section id="io">' in html
+    section = html.split('<section id="io">', 1)[1].split("</section>", 1)[0]
+    assert f"<td class=\"num\">{len(names)}</td>" in section and "decode s" in section

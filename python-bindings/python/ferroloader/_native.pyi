@@ -292,6 +292,8 @@ class CounterGroup:
 PROFILE_SCHEMA: str
 PROFILE_SCHEMA_VERSION: int
 CONSUMER: int
+IO: int
+"""Worker number of I/O spans (shard requests, with the bytes they moved)."""
 COUNTER_NAMES: List[str]
 
 @final

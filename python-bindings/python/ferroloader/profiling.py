@@ -283,6 +283,10 @@ class PipelineSummary:
     workers: Tuple[WorkerSummary, ...] = ()
     ops: Tuple[OpSummary, ...] = ()
     consumer_ops: Tuple[OpSummary, ...] = ()
+    io_seconds: float = 0.0
+    """Seconds of I/O requests (shard reads), summed over requests that may overlap."""
+    io_bytes: int = 0
+    """Bytes those requests moved."""
 
 
 # -- one conversion from JSON data to the views ------------------------------------------------
