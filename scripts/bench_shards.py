@@ -106,6 +106,9 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--per-shard", type=int, default=64)
+    # A buffer as large as the epoch makes the first batch wait for every shard; real datasets
+    # have far more samples per rank than the buffer holds, so the default is one shard's worth.
+    ap.add_argument("--shuffle-buffer", type=int, default=64)
     args = ap.parse_args()
     folder = Path(args.folder)
     transform = T.Compose([T.RandomResizedCrop(224), T.RandomHorizontalFlip(), T.ToTensor(),
@@ -121,8 +124,9 @@ def main() -> None:
         storage = {"aws_endpoint": f"http://127.0.0.1:{port}", "aws_access_key_id": "AK",
                    "aws_secret_access_key": "SK", "aws_region": "us-east-1", "aws_allow_http": "true"}
         common = dict(batch_size=64, shuffle=True, num_workers=args.workers, transform=transform)
-        local = fl.WebDataset([str(tmp / "shards" / n) for n in names])
-        remote = fl.WebDataset([f"s3://bucket/{n}" for n in names], storage_options=storage)
+        local = fl.WebDataset([str(tmp / "shards" / n) for n in names], shuffle_buffer=args.shuffle_buffer)
+        remote = fl.WebDataset([f"s3://bucket/{n}" for n in names], storage_options=storage,
+                               shuffle_buffer=args.shuffle_buffer)
         folder_ds = fl.ImageFolder(folder)
         setups: Dict[str, Callable[[], fl.Loader]] = {
             "folder": lambda: fl.Loader(folder_ds, **common),
@@ -141,8 +145,8 @@ def main() -> None:
             proc.wait()
     images = len(folder_ds)
     base = statistics.median(times["folder"])
-    print(f"{images} images, {len(names)} shards of {args.per_shard}, {args.workers} workers, "
-          f"{args.rounds} rounds (median)")
+    print(f"{images} images, {len(names)} shards of {args.per_shard}, shuffle buffer "
+          f"{args.shuffle_buffer}, {args.workers} workers, {args.rounds} rounds (median)")
     print(f"{'source':16} {'s/epoch':>8} {'img/s':>8} {'vs folder':>10}")
     for name, ts in times.items():
         med = statistics.median(ts)

@@ -673,7 +673,8 @@ fn each_shard_request_is_an_io_span_with_its_bytes() {
         .map(|n| shards.join(n).to_string_lossy().into_owned())
         .collect();
     let data = WebDataset::new(&urls, WebDatasetOptions::default()).expect("dataset");
-    let loader = Loader::new(data, pipeline(), options().profile_mode(Mode::Spans)).expect("loader");
+    let loader =
+        Loader::new(data, pipeline(), options().profile_mode(Mode::Spans)).expect("loader");
     let delivered: usize = loader.epoch(0).map(|b| b.expect("batch").len()).sum();
     assert_eq!(delivered, folder.len());
     let profile = loader.profile();

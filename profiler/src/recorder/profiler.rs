@@ -14,8 +14,8 @@ use super::thread::{current_tid, Chunk, Frame, Inner, LastRead, ThreadRecorder};
 #[cfg(feature = "tracing")]
 use super::tracing_state::TracingState;
 use super::{
-    lock, Arrival, BatchEvent, ProfilerConfig, RawSpan, Sink, CONSUMER, FIRST_CHUNK, IO,
-    MAX_DEPTH, NO_INDEX,
+    lock, Arrival, BatchEvent, ProfilerConfig, RawSpan, Sink, CONSUMER, FIRST_CHUNK, IO, MAX_DEPTH,
+    NO_INDEX,
 };
 use crate::clock::now_ns;
 use crate::counters::{CounterAvailability, CounterDeltas, CounterSet};
