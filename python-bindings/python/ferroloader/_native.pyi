@@ -28,6 +28,13 @@ __all__ = [
     "check_pipeline",
     "prepare",
     "write_shards",
+    "ProfileBuilder",
+    "PROFILE_SCHEMA",
+    "PROFILE_SCHEMA_VERSION",
+    "CONSUMER",
+    "IO",
+    "COUNTER_NAMES",
+    "counters_unavailable",
 ]
 __version__: str
 
