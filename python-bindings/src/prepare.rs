@@ -7,14 +7,11 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use crossbeam_channel::RecvTimeoutError;
 use ferroloader_loader::prepare::{prepare as prepare_folder, PrepareOptions, PrepareProgress};
-use pyo3::exceptions::PyRuntimeError;
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
-use crate::detach::SLICE;
-use crate::errors::ToPyErr;
+use crate::detach::run_with_progress;
 
 /// Prepares the ImageFolder `src` into `dst` (see `ferroloader.prepare`). `progress(done,
 /// total)` is called from this thread whenever more files are done. A Python exception (from
@@ -34,44 +31,15 @@ pub(crate) fn prepare<'py>(
         .quality(quality)
         .num_threads(num_workers);
     let state = Arc::new(PrepareProgress::new());
-    let (tx, rx) = crossbeam_channel::bounded(1);
     let worker_state = Arc::clone(&state);
-    std::thread::Builder::new()
-        .name("ferroloader-prepare".into())
-        .spawn(move || {
-            // The receiver only goes away after this send or a cancel-and-wait; ignore both.
-            let _ = tx.send(prepare_folder(&src, &dst, &options, &worker_state));
-        })
-        .map_err(|e| PyRuntimeError::new_err(format!("prepare: cannot start a thread: {e}")))?;
-    let mut reported = usize::MAX;
-    let outcome = loop {
-        match py.detach(|| rx.recv_timeout(SLICE)) {
-            Ok(result) => break result,
-            Err(RecvTimeoutError::Timeout) => {}
-            Err(RecvTimeoutError::Disconnected) => {
-                return Err(PyRuntimeError::new_err(
-                    "prepare: the worker thread stopped",
-                ));
-            }
-        }
-        let interrupted = py.check_signals().and_then(|()| match &progress {
-            Some(callback) if state.done() != reported => {
-                reported = state.done();
-                callback.call1((reported, state.total())).map(|_| ())
-            }
-            _ => Ok(()),
-        });
-        if let Err(e) = interrupted {
-            state.cancel();
-            // Let the files in progress finish, so the manifest stays whole.
-            let _ = py.detach(|| rx.recv());
-            return Err(e);
-        }
-    };
-    let report = outcome.map_err(|e| e.to_py_err(py))?;
-    if let Some(callback) = &progress {
-        callback.call1((state.done(), state.total()))?;
-    }
+    let report = run_with_progress(
+        py,
+        "ferroloader-prepare",
+        progress.as_ref(),
+        || (state.done(), state.total()),
+        || state.cancel(),
+        move || prepare_folder(&src, &dst, &options, &worker_state),
+    )?;
     let out = PyDict::new(py);
     out.set_item("resized", report.resized)?;
     out.set_item("copied", report.copied)?;

@@ -7,16 +7,14 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use crossbeam_channel::RecvTimeoutError;
 use ferroloader_loader::shard_writer::{write_shards as write, ShardOptions, ShardProgress};
 use ferroloader_loader::Source;
-use pyo3::exceptions::{PyRuntimeError, PyTypeError};
+use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
 use crate::dataset::{PyFileList, PyImageFolder, PyPathList};
-use crate::detach::SLICE;
-use crate::errors::ToPyErr;
+use crate::detach::run_with_progress;
 
 /// Writes `dataset` (a native ImageFolder, FileList or PathList) into `dst` as tar shards and
 /// their index (see `ferroloader.shard`). `progress(done, total)` is called from this thread
@@ -47,43 +45,15 @@ pub(crate) fn write_shards<'py>(
         .shuffle(shuffle, seed)
         .num_threads(num_workers);
     let state = Arc::new(ShardProgress::new());
-    let (tx, rx) = crossbeam_channel::bounded(1);
     let worker_state = Arc::clone(&state);
-    std::thread::Builder::new()
-        .name("ferroloader-shard".into())
-        .spawn(move || {
-            let result = write(&*source, classes.as_deref(), &dst, &options, &worker_state);
-            // The receiver only goes away after this send or a cancel-and-wait; ignore both.
-            let _ = tx.send(result);
-        })
-        .map_err(|e| PyRuntimeError::new_err(format!("shard: cannot start a thread: {e}")))?;
-    let mut reported = usize::MAX;
-    let outcome = loop {
-        match py.detach(|| rx.recv_timeout(SLICE)) {
-            Ok(result) => break result,
-            Err(RecvTimeoutError::Timeout) => {}
-            Err(RecvTimeoutError::Disconnected) => {
-                return Err(PyRuntimeError::new_err("shard: the worker thread stopped"));
-            }
-        }
-        let interrupted = py.check_signals().and_then(|()| match &progress {
-            Some(callback) if state.done() != reported => {
-                reported = state.done();
-                callback.call1((reported, state.total())).map(|_| ())
-            }
-            _ => Ok(()),
-        });
-        if let Err(e) = interrupted {
-            state.cancel();
-            // Let the sample in progress finish, so the manifest stays whole.
-            let _ = py.detach(|| rx.recv());
-            return Err(e);
-        }
-    };
-    let report = outcome.map_err(|e| e.to_py_err(py))?;
-    if let Some(callback) = &progress {
-        callback.call1((state.done(), state.total()))?;
-    }
+    let report = run_with_progress(
+        py,
+        "ferroloader-shard",
+        progress.as_ref(),
+        || (state.done(), state.total()),
+        || state.cancel(),
+        move || write(&*source, classes.as_deref(), &dst, &options, &worker_state),
+    )?;
     let out = PyDict::new(py);
     out.set_item("shards", report.shards)?;
     out.set_item("samples", report.samples)?;
