@@ -15,18 +15,17 @@ use ferroloader_transforms::augment::geometry::{erase, EraseValue as Fill};
 use ferroloader_transforms::augment::policy::{
     draw_apply, draw_p_item, EraseValue, RandomChoice, RandomErasing, RandomOrder,
 };
-use ferroloader_transforms::fused::OutputSlot;
 use ferroloader_transforms::image::CropRect;
 use ferroloader_transforms::rng::{sample_rng, SampleRng, TorchDraws};
 use ferroloader_transforms::spec::{
     EraseFill, Execution, Op, OpSpec, OutputDtype, Pipeline, PipelineSpec, IMAGENET_MEAN,
     IMAGENET_STD,
 };
-use ferroloader_transforms::{tensor, Error, RgbImage};
+use ferroloader_transforms::{tensor, RgbImage};
 
 #[path = "support/stage_pipeline.rs"]
 mod stage_pipeline;
-use stage_pipeline::{bits, flip, normalize, to_normalized};
+use stage_pipeline::{allocations_over, bits, flip, normalize, plan_error, to_normalized};
 
 #[path = "support/counting_alloc.rs"]
 mod counting_alloc;
@@ -560,21 +559,15 @@ fn compositions_and_erasing_allocate_nothing_once_warm() {
         let mut ctx = pipeline.new_context().expect("context");
         let mut out = vec![0f32; pipeline.sample_len()];
         let mut pass = |indices: std::ops::Range<u64>| {
-            let before = allocations();
-            for (_, bytes) in &corpus {
-                for index in indices.clone() {
-                    pipeline
-                        .run(
-                            bytes,
-                            &mut sample_rng(SEED, 0, index),
-                            &mut ctx,
-                            OutputSlot::F32(&mut out),
-                            &mut (),
-                        )
-                        .expect("runs");
-                }
-            }
-            allocations() - before
+            allocations_over(
+                &pipeline,
+                &mut ctx,
+                &mut out,
+                &corpus,
+                SEED,
+                indices,
+                allocations,
+            )
         };
         pass(0..13);
         assert_eq!(pass(10..13), 0, "{execution:?}: steady state allocated");
@@ -582,14 +575,6 @@ fn compositions_and_erasing_allocate_nothing_once_warm() {
 }
 
 // ---------------------------------------------------------------- refusals, names
-
-fn plan_error(spec: PipelineSpec) -> String {
-    match Pipeline::new(spec) {
-        Err(err @ Error::InvalidArgument { .. }) => err.to_string(),
-        Err(other) => panic!("wrong error kind: {other}"),
-        Ok(_) => panic!("planned"),
-    }
-}
 
 #[test]
 fn invalid_compositions_and_erasings_are_refused_naming_op_and_argument() {

@@ -16,7 +16,6 @@ use ferroloader_transforms::augment::geometry::{
 use ferroloader_transforms::augment::policy::{self, draw_p, RandomAffine, RandomRotation};
 use ferroloader_transforms::crop::{center_crop_rect, resize_shorter_side};
 use ferroloader_transforms::decode::DecodeContext;
-use ferroloader_transforms::fused::OutputSlot;
 use ferroloader_transforms::resize::Resizer;
 use ferroloader_transforms::rng::{sample_rng, SampleRng};
 use ferroloader_transforms::spec::{
@@ -27,7 +26,7 @@ use ferroloader_transforms::{tensor, Error, RgbImage};
 
 #[path = "support/stage_pipeline.rs"]
 mod stage_pipeline;
-use stage_pipeline::{bits, flip, normalize, to_normalized};
+use stage_pipeline::{allocations_over, bits, flip, normalize, to_normalized};
 
 #[path = "support/counting_alloc.rs"]
 mod counting_alloc;
@@ -602,21 +601,15 @@ fn geometric_runs_allocate_nothing_once_warm() {
         let mut ctx = pipeline.new_context().expect("context");
         let mut out = vec![0f32; pipeline.sample_len()];
         let mut pass = || {
-            let before = allocations();
-            for (_, bytes) in &corpus {
-                for index in 0..3 {
-                    pipeline
-                        .run(
-                            bytes,
-                            &mut sample_rng(SEED, 0, index),
-                            &mut ctx,
-                            OutputSlot::F32(&mut out),
-                            &mut (),
-                        )
-                        .expect("runs");
-                }
-            }
-            allocations() - before
+            allocations_over(
+                pipeline,
+                &mut ctx,
+                &mut out,
+                &corpus,
+                SEED,
+                0..3,
+                allocations,
+            )
         };
         pass();
         assert_eq!(pass(), 0, "{:?}: steady state allocated", pipeline.spec());
@@ -624,11 +617,7 @@ fn geometric_runs_allocate_nothing_once_warm() {
 }
 
 fn plan_error(ops: Vec<OpSpec>) -> String {
-    match Pipeline::new(PipelineSpec::new(ops)) {
-        Err(err @ Error::InvalidArgument { .. }) => err.to_string(),
-        Err(other) => panic!("wrong error kind: {other}"),
-        Ok(_) => panic!("planned"),
-    }
+    stage_pipeline::plan_error(PipelineSpec::new(ops))
 }
 
 #[test]

@@ -11,8 +11,8 @@ use std::path::PathBuf;
 use ferroloader_transforms::fused::OutputSlot;
 use ferroloader_transforms::rng::{sample_rng, SampleRng};
 use ferroloader_transforms::spec::{
-    Execution, Layout, Op, OpObserver, OpSpec, OutputDtype, Pipeline, PipelineSpec, Size,
-    IMAGENET_MEAN, IMAGENET_STD,
+    Execution, Layout, Op, OpObserver, OpSpec, OutputDtype, Pipeline, PipelineContext,
+    PipelineSpec, Size, IMAGENET_MEAN, IMAGENET_STD,
 };
 use ferroloader_transforms::{tensor, Error, RgbImage};
 
@@ -160,4 +160,43 @@ pub fn spans(pipeline: &Pipeline, bytes: &[u8], seed: u64) -> Vec<(bool, Op)> {
         )
         .expect("runs");
     obs.0
+}
+
+/// Allocations counted by `allocations` while `pipeline` runs every corpus image at each of
+/// `indices` (samples of epoch 0 under `seed`) with one context and output buffer: run it once
+/// to warm them, then a second call must count 0. The counter comes from the calling test's
+/// allocator (`support/counting_alloc.rs`), which this module does not install.
+pub fn allocations_over(
+    pipeline: &Pipeline,
+    ctx: &mut PipelineContext,
+    out: &mut [f32],
+    corpus: &[(String, Vec<u8>)],
+    seed: u64,
+    indices: std::ops::Range<u64>,
+    allocations: fn() -> u64,
+) -> u64 {
+    let before = allocations();
+    for (_, bytes) in corpus {
+        for index in indices.clone() {
+            pipeline
+                .run(
+                    bytes,
+                    &mut sample_rng(seed, 0, index),
+                    ctx,
+                    OutputSlot::F32(out),
+                    &mut (),
+                )
+                .expect("runs");
+        }
+    }
+    allocations() - before
+}
+
+/// The message of the `InvalidArgument` error planning `spec` must fail with.
+pub fn plan_error(spec: PipelineSpec) -> String {
+    match Pipeline::new(spec) {
+        Err(err @ Error::InvalidArgument { .. }) => err.to_string(),
+        Err(other) => panic!("wrong error kind: {other}"),
+        Ok(_) => panic!("planned"),
+    }
 }
