@@ -12,7 +12,7 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import Any, List
+from typing import Any, Iterator, List
 
 import numpy as np
 import pytest
@@ -71,6 +71,17 @@ def slow_loader(big_folder: Path, batch_size: int) -> fl.Loader:
     )
 
 
+@pytest.fixture()
+def sigint_raises() -> Iterator[None]:
+    """Python's KeyboardInterrupt handler for the test's duration: Python installs it only when
+    SIGINT was not ignored at start-up, and a shell ignores SIGINT in the commands it starts in
+    the background (`make test &`)."""
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, previous)
+
+
+@pytest.mark.usefixtures("sigint_raises")
 def test_ctrl_c_interrupts_a_wait_promptly(big_folder: Path) -> None:
     loader = slow_loader(big_folder, batch_size=48)
     it = iter(loader)
