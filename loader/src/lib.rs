@@ -28,6 +28,7 @@ mod pipeline;
 pub mod prepare;
 pub mod process;
 mod profile;
+pub mod progress;
 pub mod sampler;
 pub mod shard_writer;
 pub mod shards;

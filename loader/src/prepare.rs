@@ -12,7 +12,7 @@
 //! `DST/prepare-manifest.jsonl` (settings on the first line, then one line per source: its path,
 //! BLAKE3 hash and what was done). A second run with the same settings skips every source whose
 //! hash and output match the manifest; other settings are refused. Cancelling
-//! ([`PrepareProgress::cancel`]) stops between files and leaves a consistent manifest.
+//! ([`JobProgress::cancel`]) stops between files and leaves a consistent manifest.
 //!
 //! Must not hold a whole dataset in memory, or change a source file.
 
@@ -21,7 +21,7 @@ use std::ffi::OsString;
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, BufRead, BufReader, Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+
 use std::sync::{Mutex, PoisonError};
 
 use rayon::prelude::*;
@@ -29,6 +29,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::dataset::{read_file_into, ImageFolder, ImageFolderOptions};
 use crate::error::{LoaderError, Result};
+use crate::progress::JobProgress;
 use crate::transforms::crop::resize_shorter_side;
 use crate::transforms::decode::{DecodeContext, DecodeOptions};
 use crate::transforms::encode::JpegEncoder;
@@ -79,40 +80,6 @@ impl PrepareOptions {
     }
 }
 
-/// Shared with the caller while [`prepare`] runs: how far it is, and a way to stop it.
-#[derive(Debug, Default)]
-pub struct PrepareProgress {
-    done: AtomicUsize,
-    total: AtomicUsize,
-    cancel: AtomicBool,
-}
-
-impl PrepareProgress {
-    /// Nothing done, nothing to do yet.
-    pub fn new() -> Self {
-        Self::default()
-    }
-
-    /// Source files finished (prepared, copied or found done).
-    pub fn done(&self) -> usize {
-        self.done.load(Ordering::Relaxed)
-    }
-
-    /// Source files in all; 0 until the source is listed.
-    pub fn total(&self) -> usize {
-        self.total.load(Ordering::Relaxed)
-    }
-
-    /// Asks [`prepare`] to stop after the files in progress.
-    pub fn cancel(&self) {
-        self.cancel.store(true, Ordering::Relaxed);
-    }
-
-    fn cancelled(&self) -> bool {
-        self.cancel.load(Ordering::Relaxed)
-    }
-}
-
 /// What happened to one source file.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -141,7 +108,7 @@ pub struct PrepareReport {
     pub bytes_in: u64,
     /// Bytes written for them.
     pub bytes_out: u64,
-    /// Whether the run stopped early on [`PrepareProgress::cancel`].
+    /// Whether the run stopped early on [`JobProgress::cancel`].
     pub cancelled: bool,
 }
 
@@ -176,16 +143,14 @@ pub fn prepare(
     src: &Path,
     dst: &Path,
     options: &PrepareOptions,
-    progress: &PrepareProgress,
+    progress: &JobProgress,
 ) -> Result<PrepareReport> {
     if options.shorter_side == 0 {
         return Err(invalid("shorter_side", "must be at least 1".into()));
     }
     JpegEncoder::new(options.quality).map_err(|e| invalid("quality", e.to_string()))?;
     let folder = ImageFolder::with_options(src, &ImageFolderOptions::default().allow_empty(true))?;
-    progress
-        .total
-        .store(folder.samples().len(), Ordering::Relaxed);
+    progress.set_total(folder.samples().len());
     fs::create_dir_all(dst).map_err(|e| io_error(dst, e))?;
     for class in folder.classes() {
         let dir = dst.join(class);
@@ -224,7 +189,7 @@ pub fn prepare(
                     let outcome = outcome.and_then(|w| {
                         w.prepare_one(src, dst, path, &done, &manifest, options.shorter_side)
                     });
-                    progress.done.fetch_add(1, Ordering::Relaxed);
+                    progress.add_done(1);
                     outcome
                 },
             )
@@ -547,7 +512,7 @@ mod tests {
     fn prepares_resizes_copies_and_reports() {
         let src = folder();
         let dst = tempfile::tempdir().expect("tempdir");
-        let progress = PrepareProgress::new();
+        let progress = JobProgress::new();
         let report =
             prepare(src.path(), dst.path(), &PrepareOptions::new(256), &progress).expect("prepare");
         assert_eq!((report.resized, report.copied, report.reused), (2, 1, 0));
@@ -585,15 +550,13 @@ mod tests {
         let src = folder();
         let dst = tempfile::tempdir().expect("tempdir");
         let options = PrepareOptions::new(256).num_threads(2);
-        prepare(src.path(), dst.path(), &options, &PrepareProgress::new()).expect("first");
-        let again =
-            prepare(src.path(), dst.path(), &options, &PrepareProgress::new()).expect("second");
+        prepare(src.path(), dst.path(), &options, &JobProgress::new()).expect("first");
+        let again = prepare(src.path(), dst.path(), &options, &JobProgress::new()).expect("second");
         assert_eq!((again.reused, again.resized, again.copied), (4, 0, 0));
         // A changed source and a removed output are done again; the rest is reused.
         fs::write(src.path().join("a/small.jpg"), jpeg(120, 90)).expect("write");
         fs::remove_file(dst.path().join("a/big.jpg")).expect("rm");
-        let third =
-            prepare(src.path(), dst.path(), &options, &PrepareProgress::new()).expect("third");
+        let third = prepare(src.path(), dst.path(), &options, &JobProgress::new()).expect("third");
         assert_eq!((third.reused, third.resized, third.copied), (2, 1, 1));
         assert_eq!(size_of(&dst.path().join("a/small.jpg")), (120, 90));
     }
@@ -602,7 +565,7 @@ mod tests {
     fn interrupted_runs_resume_and_other_settings_are_refused() {
         let src = folder();
         let dst = tempfile::tempdir().expect("tempdir");
-        let progress = PrepareProgress::new();
+        let progress = JobProgress::new();
         progress.cancel();
         let report = prepare(src.path(), dst.path(), &PrepareOptions::new(256), &progress)
             .expect("cancelled run");
@@ -619,7 +582,7 @@ mod tests {
             src.path(),
             dst.path(),
             &PrepareOptions::new(256),
-            &PrepareProgress::new(),
+            &JobProgress::new(),
         )
         .expect("resumed");
         assert_eq!(report.resized, 2);
@@ -627,7 +590,7 @@ mod tests {
             src.path(),
             dst.path(),
             &PrepareOptions::new(320),
-            &PrepareProgress::new(),
+            &JobProgress::new(),
         )
         .expect_err("other settings");
         assert!(err.to_string().contains("shorter_side=256"), "{err}");
@@ -635,7 +598,7 @@ mod tests {
             src.path(),
             dst.path(),
             &PrepareOptions::new(256).quality(0),
-            &PrepareProgress::new(),
+            &JobProgress::new(),
         )
         .expect_err("quality");
         assert!(err.to_string().contains("quality"), "{err}");
@@ -660,7 +623,7 @@ mod tests {
             src.path(),
             dst.path(),
             &PrepareOptions::new(150),
-            &PrepareProgress::new(),
+            &JobProgress::new(),
         )
         .expect("prepare");
         assert_eq!(report.resized, 1);

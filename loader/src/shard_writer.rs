@@ -26,7 +26,7 @@
 //! source list on the first line, then one line per finished shard with its samples and their
 //! source files). A rerun with the same settings and source list keeps every recorded shard
 //! whose file is still whole and writes the rest; other settings or another source list are
-//! refused. Cancelling ([`ShardProgress::cancel`]) stops between samples and leaves the shard in
+//! refused. Cancelling ([`JobProgress::cancel`]) stops between samples and leaves the shard in
 //! progress as a `.partial` file, which the next run writes again.
 //!
 //! The bytes are copied, never decoded: a file that is not a valid image is found by whoever
@@ -37,13 +37,13 @@ use std::ffi::OsString;
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, BufRead, BufReader, BufWriter, Write};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
 
 use crate::dataset::Source;
 use crate::error::{LoaderError, Result};
+use crate::progress::JobProgress;
 use crate::sampler::Sampler;
 use crate::shards::index::{SampleEntry, ShardEntry, ShardIndex, DEFAULT_INDEX_NAME};
 
@@ -132,40 +132,6 @@ impl ShardOptions {
     }
 }
 
-/// Shared with the caller while [`write_shards`] runs: how far it is, and a way to stop it.
-#[derive(Debug, Default)]
-pub struct ShardProgress {
-    done: AtomicUsize,
-    total: AtomicUsize,
-    cancel: AtomicBool,
-}
-
-impl ShardProgress {
-    /// Nothing done, nothing to do yet.
-    pub fn new() -> Self {
-        Self::default()
-    }
-
-    /// Samples written (or found in finished shards of an earlier run).
-    pub fn done(&self) -> usize {
-        self.done.load(Ordering::Relaxed)
-    }
-
-    /// Samples in all; 0 until the source is checked.
-    pub fn total(&self) -> usize {
-        self.total.load(Ordering::Relaxed)
-    }
-
-    /// Asks [`write_shards`] to stop before its next sample.
-    pub fn cancel(&self) {
-        self.cancel.store(true, Ordering::Relaxed);
-    }
-
-    fn cancelled(&self) -> bool {
-        self.cancel.load(Ordering::Relaxed)
-    }
-}
-
 /// What [`write_shards`] did.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct ShardReport {
@@ -181,7 +147,7 @@ pub struct ShardReport {
     pub bytes_written: u64,
     /// The index, once every shard is finished; `None` after a cancel.
     pub index: Option<PathBuf>,
-    /// Whether the run stopped early on [`ShardProgress::cancel`].
+    /// Whether the run stopped early on [`JobProgress::cancel`].
     pub cancelled: bool,
 }
 
@@ -220,10 +186,10 @@ pub fn write_shards<S: Source + ?Sized>(
     classes: Option<&[String]>,
     dst: &Path,
     options: &ShardOptions,
-    progress: &ShardProgress,
+    progress: &JobProgress,
 ) -> Result<ShardReport> {
     let plan = Plan::new(source, options)?;
-    progress.total.store(plan.order.len(), Ordering::Relaxed);
+    progress.set_total(plan.order.len());
     let settings = Settings {
         ferroloader_shard: MANIFEST_VERSION,
         shard_size: options.shard_size,
@@ -258,7 +224,7 @@ pub fn write_shards<S: Source + ?Sized>(
             }
         }
     }
-    progress.done.store(position, Ordering::Relaxed);
+    progress.set_done(position);
     let mut shards: Vec<ShardEntry> = kept.into_iter().map(|m| m.shard).collect();
 
     let pool = rayon::ThreadPoolBuilder::new()
@@ -314,7 +280,7 @@ pub fn write_shards<S: Source + ?Sized>(
             )?;
             report.bytes_read += slot.len() as u64;
             position += 1;
-            progress.done.store(position, Ordering::Relaxed);
+            progress.set_done(position);
         }
     }
     report.cancelled = progress.cancelled() && position < plan.order.len();
@@ -824,7 +790,7 @@ mod tests {
         dst: &Path,
         options: &ShardOptions,
     ) -> Result<ShardReport> {
-        write_shards(source, classes, dst, options, &ShardProgress::new())
+        write_shards(source, classes, dst, options, &JobProgress::new())
     }
 
     fn read_index(dst: &Path) -> ShardIndex {
@@ -1014,7 +980,7 @@ mod tests {
     /// A source that cancels the run when sample `at` is read: an interrupt mid-shard.
     struct CancelAt<'a> {
         inner: &'a ImageFolder,
-        progress: &'a ShardProgress,
+        progress: &'a JobProgress,
         at: usize,
     }
 
@@ -1049,7 +1015,7 @@ mod tests {
         let want_index = read_index(whole.path());
 
         let dst = tempfile::tempdir().expect("tempdir");
-        let progress = ShardProgress::new();
+        let progress = JobProgress::new();
         let cancelling = CancelAt {
             inner: &folder,
             progress: &progress,
@@ -1068,7 +1034,7 @@ mod tests {
             .path()
             .join(format!("{}.partial", shard_name(1)))
             .exists());
-        let progress = ShardProgress::new();
+        let progress = JobProgress::new();
         let report = write_shards(&folder, None, dst.path(), &options, &progress).expect("resume");
         assert_eq!(report.reused_shards, 1);
         assert_eq!((progress.done(), progress.total()), (8, 8));
@@ -1086,7 +1052,7 @@ mod tests {
         let torn = dst.path().join(shard_name(2));
         let bytes = fs::read(&torn).expect("read");
         fs::write(&torn, &bytes[..bytes.len() / 2]).expect("truncate");
-        let progress = ShardProgress::new();
+        let progress = JobProgress::new();
         progress.cancel();
         let report = write_shards(&folder, None, dst.path(), &options, &progress).expect("cancel");
         assert!(report.cancelled && !dst.path().join(INDEX).exists());

@@ -7,7 +7,8 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use ferroloader_loader::prepare::{prepare as prepare_folder, PrepareOptions, PrepareProgress};
+use ferroloader_loader::prepare::{prepare as prepare_folder, PrepareOptions};
+use ferroloader_loader::progress::JobProgress;
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
@@ -30,7 +31,7 @@ pub(crate) fn prepare<'py>(
     let options = PrepareOptions::new(shorter_side)
         .quality(quality)
         .num_threads(num_workers);
-    let state = Arc::new(PrepareProgress::new());
+    let state = Arc::new(JobProgress::new());
     let worker_state = Arc::clone(&state);
     let report = run_with_progress(
         py,

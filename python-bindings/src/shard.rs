@@ -7,7 +7,8 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use ferroloader_loader::shard_writer::{write_shards as write, ShardOptions, ShardProgress};
+use ferroloader_loader::progress::JobProgress;
+use ferroloader_loader::shard_writer::{write_shards as write, ShardOptions};
 use ferroloader_loader::Source;
 use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
@@ -44,7 +45,7 @@ pub(crate) fn write_shards<'py>(
         .max_samples_per_shard(max_samples_per_shard)
         .shuffle(shuffle, seed)
         .num_threads(num_workers);
-    let state = Arc::new(ShardProgress::new());
+    let state = Arc::new(JobProgress::new());
     let worker_state = Arc::clone(&state);
     let report = run_with_progress(
         py,
