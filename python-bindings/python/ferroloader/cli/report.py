@@ -41,7 +41,7 @@ from typing import (
 )
 
 from ferroloader._native import CONSUMER, IO, PROFILE_SCHEMA, PROFILE_SCHEMA_VERSION
-from ferroloader.profiling import Pipeline, PipelineSummary, Profile, Span, Summary
+from ferroloader.profiling import Pipeline, PipelineSummary, Profile, Span, StrPath, Summary
 
 __all__ = [
     "STAGES",
@@ -54,8 +54,6 @@ __all__ = [
     "write_html",
     "write_report",
 ]
-
-StrPath = Union[str, "os.PathLike[str]"]
 
 
 # -- op names -----------------------------------------------------------------------------------
@@ -1243,24 +1241,13 @@ def _render(
     if files:
         items = "".join(f"<li><code>{_e(n)}</code>: {_e(d)}</li>" for n, d in files)
         sections.append(("files", "Files of this report", f'<ul class="files">{items}</ul>'))
-    nav = "\n".join(f'<a href="#{k}">{_e(t)}</a>' for k, t, _ in sections)
-    body = "".join(f'<section id="{k}"><h2>{_e(t)}</h2>{c}</section>' for k, t, c in sections)
-    return (
-        "<!DOCTYPE html>\n"
-        '<html lang="en"><head><meta charset="utf-8">'
-        '<meta name="viewport" content="width=device-width, initial-scale=1">'
-        # The page fetches nothing: forbid it outright, so a stray reference cannot leak out.
-        '<meta http-equiv="Content-Security-Policy" content="default-src \'none\'; '
-        "style-src 'unsafe-inline'; img-src data:\">"
-        f"<title>{_e(title)}</title><style>{_CSS}</style></head><body>"
-        f'<header><h1>{_e(title)}</h1><div class="sub">{"<br>".join(sub)}</div></header>'
-        f"<nav>{nav}</nav><main>{body}"
+    footer = (
         f"<footer>Written by ferroloader's report module (profile schema "
         f"{_e(PROFILE_SCHEMA)} v{_e(PROFILE_SCHEMA_VERSION)}; times on "
         "CLOCK_MONOTONIC). Absolute times wander between runs "
         "on shared machines; compare pipelines within one report.</footer>"
-        "</main></body></html>\n"
     )
+    return _page(title, "<br>".join(sub), sections, footer)
 
 
 def _config_list(config: Mapping[str, str]) -> str:
@@ -1376,17 +1363,24 @@ def html_table(headers: Sequence[str], rows: Iterable[Sequence[object]], *,
 def html_page(title: str, sections: Sequence[Tuple[str, str, str]], *, subtitle: str = "") -> str:
     """A self-contained page in this report's style: ``sections`` are ``(id, heading, html)``,
     in order, each a ``<section id=...>`` linked from the navigation bar."""
+    now = _dt.datetime.now().astimezone().strftime("%Y-%m-%d %H:%M %Z")
+    return _page(title, _e(f"{now} · {subtitle}" if subtitle else now), sections)
+
+
+def _page(title: str, sub_html: str, sections: Sequence[Tuple[str, str, str]],
+          footer_html: str = "") -> str:
+    """The self-contained page every report is: a header, a navigation bar linking each
+    ``(id, heading, html)`` section, the sections, an optional footer."""
     nav = "\n".join(f'<a href="#{k}">{_e(t)}</a>' for k, t, _ in sections)
     body = "".join(f'<section id="{k}"><h2>{_e(t)}</h2>{c}</section>' for k, t, c in sections)
-    now = _dt.datetime.now().astimezone().strftime("%Y-%m-%d %H:%M %Z")
-    sub = _e(f"{now} · {subtitle}" if subtitle else now)
     return (
         "<!DOCTYPE html>\n"
         '<html lang="en"><head><meta charset="utf-8">'
         '<meta name="viewport" content="width=device-width, initial-scale=1">'
+        # The page fetches nothing: forbid it outright, so a stray reference cannot leak out.
         '<meta http-equiv="Content-Security-Policy" content="default-src \'none\'; '
         "style-src 'unsafe-inline'; img-src data:\">"
         f"<title>{_e(title)}</title><style>{_CSS}</style></head><body>"
-        f'<header><h1>{_e(title)}</h1><div class="sub">{sub}</div></header>'
-        f"<nav>{nav}</nav><main>{body}</main></body></html>\n"
+        f'<header><h1>{_e(title)}</h1><div class="sub">{sub_html}</div></header>'
+        f"<nav>{nav}</nav><main>{body}{footer_html}</main></body></html>\n"
     )
