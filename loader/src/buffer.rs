@@ -5,7 +5,9 @@
 //! piece travels to whichever worker processes that sample, and the pieces are joined back
 //! without a copy (`try_unsplit`) once all have returned: workers write straight into the batch
 //! with no shared mutable state and no `unsafe` here. Must not allocate in steady state: buffers
-//! and their bookkeeping vectors go back to the pool and are reused as they are.
+//! and their bookkeeping vectors go back to the pool and are reused as they are. With
+//! [`HostMemory::PageLocked`], each buffer is locked once, when allocated, and unlocked before
+//! it is freed; reuse keeps it locked.
 
 use std::alloc::{self, Layout};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
@@ -13,6 +15,7 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use bytes::{Buf, Bytes, BytesMut};
 
 use crate::error::LoaderError;
+use crate::host_memory::{HostMemory, LockedRegion};
 
 /// Alignment of every batch buffer: a cache line, and more than `f32` needs.
 pub(crate) const ALIGN: usize = 64;
@@ -33,6 +36,9 @@ pub(crate) enum Outcome {
 pub(crate) struct BatchBuffer {
     /// Samples it holds when whole (its images are `capacity * sample_bytes` long).
     capacity: usize,
+    /// The images' page lock, if any. Declared before `images`, so it is dropped (unlocked)
+    /// before the memory can be freed.
+    locked: Option<LockedRegion>,
     /// The whole buffer when idle or delivered; while split, only the unsplit tail.
     pub(crate) images: BytesMut,
     /// One piece per sample while the batch is in flight (`None` while a worker holds it).
@@ -71,6 +77,7 @@ impl BatchBuffer {
         indices.try_reserve_exact(capacity).ok()?;
         Some(BatchBuffer {
             capacity,
+            locked: None,
             images,
             pieces,
             outcomes,
@@ -186,30 +193,50 @@ pub(crate) struct BufferPool {
     /// does not pin that memory for ever).
     keep: usize,
     sample_bytes: usize,
+    memory: HostMemory,
 }
 
-/// The allocator refused a batch buffer.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct AllocFailed {
-    /// Bytes of the buffer's images.
-    pub(crate) bytes: usize,
+/// A batch buffer that could not be had.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum TakeFailed {
+    /// The allocator refused its `bytes` bytes of images.
+    Alloc {
+        /// Bytes of the buffer's images.
+        bytes: usize,
+    },
+    /// The [`HostMemory::PageLocked`] hook refused to lock them.
+    Lock {
+        /// Bytes of the buffer's images.
+        bytes: usize,
+        /// The hook's reason.
+        why: String,
+    },
 }
 
 /// The error for a batch buffer of `samples` samples of `sample_bytes` that cannot be had.
-pub(crate) fn buffer_error(samples: usize, sample_bytes: usize, bytes: usize) -> LoaderError {
-    LoaderError::OutOfMemory {
-        name: "batch_size",
-        what: format!("a batch buffer of {samples} samples of {sample_bytes} bytes"),
-        bytes,
+pub(crate) fn buffer_error(samples: usize, sample_bytes: usize, failed: TakeFailed) -> LoaderError {
+    let what = format!("a batch buffer of {samples} samples of {sample_bytes} bytes");
+    match failed {
+        TakeFailed::Alloc { bytes } => LoaderError::OutOfMemory {
+            name: "batch_size",
+            what,
+            bytes,
+        },
+        TakeFailed::Lock { bytes, why } => LoaderError::OutOfMemory {
+            name: "pin_memory",
+            what: format!("{what}, page-locked ({why})"),
+            bytes,
+        },
     }
 }
 
 impl BufferPool {
-    pub(crate) fn new(sample_bytes: usize, keep: usize) -> Arc<Self> {
+    pub(crate) fn new(sample_bytes: usize, keep: usize, memory: HostMemory) -> Arc<Self> {
         Arc::new(BufferPool {
             free: Mutex::new(Vec::new()),
             keep,
             sample_bytes,
+            memory,
         })
     }
 
@@ -217,19 +244,27 @@ impl BufferPool {
         self.free.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// An idle buffer holding at least `samples` samples, or a new one of exactly `samples`.
-    pub(crate) fn take(&self, samples: usize) -> Result<BatchBuffer, AllocFailed> {
+    /// An idle buffer holding at least `samples` samples, or a new one of exactly `samples`
+    /// (page-locked when the pool's memory is).
+    pub(crate) fn take(&self, samples: usize) -> Result<BatchBuffer, TakeFailed> {
         let reused = {
             let mut free = self.free();
             let fits = free.iter().rposition(|b| b.capacity >= samples);
             fits.map(|i| free.swap_remove(i))
         };
-        match reused {
-            Some(buffer) => Ok(buffer),
-            None => BatchBuffer::try_new(samples, self.sample_bytes).ok_or(AllocFailed {
-                bytes: samples.saturating_mul(self.sample_bytes),
-            }),
+        if let Some(buffer) = reused {
+            return Ok(buffer);
         }
+        let bytes = samples.saturating_mul(self.sample_bytes);
+        let mut buffer =
+            BatchBuffer::try_new(samples, self.sample_bytes).ok_or(TakeFailed::Alloc { bytes })?;
+        if let HostMemory::PageLocked(lock) = &self.memory {
+            let address = buffer.images.as_ptr() as usize;
+            let region = LockedRegion::new(lock, address, buffer.images.len())
+                .map_err(|why| TakeFailed::Lock { bytes, why })?;
+            buffer.locked = Some(region);
+        }
+        Ok(buffer)
     }
 
     /// Returns a buffer; one that is not whole (or one too many) is freed instead.
@@ -251,10 +286,11 @@ impl BufferPool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::host_memory::PageLock;
 
     #[test]
     fn split_and_join_round_trip_without_copy() {
-        let pool = BufferPool::new(12, 2);
+        let pool = BufferPool::new(12, 2, HostMemory::Pageable);
         let mut buf = pool.take(4).expect("small");
         assert!(buf.fresh);
         let base = buf.images.as_ptr() as usize;
@@ -284,7 +320,7 @@ mod tests {
 
     #[test]
     fn a_lost_piece_makes_the_buffer_unusable_not_wrong() {
-        let pool = BufferPool::new(8, 2);
+        let pool = BufferPool::new(8, 2, HostMemory::Pageable);
         let mut buf = pool.take(2).expect("small");
         buf.split(2, 8);
         buf.pieces[1] = None;
@@ -295,7 +331,7 @@ mod tests {
 
     #[test]
     fn a_buffer_too_small_is_not_reused_and_a_refused_one_is_an_error() {
-        let pool = BufferPool::new(8, 2);
+        let pool = BufferPool::new(8, 2, HostMemory::Pageable);
         let small = pool.take(2).expect("small");
         let base = small.images.as_ptr() as usize;
         pool.put(small);
@@ -306,7 +342,7 @@ mod tests {
         let huge = usize::MAX / 16;
         assert_eq!(
             pool.take(huge).map(|b| b.capacity),
-            Err(AllocFailed {
+            Err(TakeFailed::Alloc {
                 bytes: huge.saturating_mul(8)
             })
         );
@@ -318,6 +354,94 @@ mod tests {
         assert_eq!(zeroed.len(), 3 * PAGE + 5);
         assert!(zeroed.iter().all(|&b| b == 0));
         assert!(try_zeroed(0).expect("empty").is_empty());
+    }
+
+    /// Records every lock and unlock; refuses locks past `limit` bytes in total.
+    #[derive(Debug, Default)]
+    struct RecordingLock {
+        limit: usize,
+        events: Mutex<Vec<(&'static str, usize, usize)>>,
+    }
+
+    impl PageLock for RecordingLock {
+        fn lock(&self, address: usize, len: usize) -> Result<(), String> {
+            let mut events = self.events.lock().expect("not poisoned");
+            let locked: usize = events
+                .iter()
+                .map(|e| if e.0 == "lock" { e.2 } else { 0 })
+                .sum();
+            if locked + len > self.limit {
+                return Err("over the test's limit".into());
+            }
+            events.push(("lock", address, len));
+            Ok(())
+        }
+
+        fn unlock(&self, address: usize) {
+            self.events
+                .lock()
+                .expect("not poisoned")
+                .push(("unlock", address, 0));
+        }
+    }
+
+    #[test]
+    fn page_locked_buffers_are_locked_once_and_unlocked_when_freed() {
+        let lock = Arc::new(RecordingLock {
+            limit: 100,
+            ..RecordingLock::default()
+        });
+        let events = || lock.events.lock().expect("not poisoned").clone();
+        let pool = BufferPool::new(8, 1, HostMemory::PageLocked(lock.clone()));
+        let a = pool.take(4).expect("small");
+        let a_at = a.images.as_ptr() as usize;
+        assert_eq!(
+            events(),
+            [("lock", a_at, 32)],
+            "the images, aligned, exactly"
+        );
+        pool.put(a);
+        let a = pool.take(4).expect("reused");
+        assert_eq!(events().len(), 1, "a reused buffer is not locked again");
+        let b = pool.take(4).expect("new");
+        let b_at = b.images.as_ptr() as usize;
+        pool.put(a);
+        pool.put(b); // one more than `keep`: freed
+        assert_eq!(events()[1..], [("lock", b_at, 32), ("unlock", b_at, 0)]);
+        // 32 + 32 locked so far, 32 of them unlocked: 64 more would pass 100.
+        assert_eq!(
+            pool.take(8).map(|b| b.capacity),
+            Err(TakeFailed::Lock {
+                bytes: 64,
+                why: "over the test's limit".into()
+            })
+        );
+        let error = buffer_error(
+            8,
+            8,
+            TakeFailed::Lock {
+                bytes: 64,
+                why: "cudaErrorMemoryAllocation".into(),
+            },
+        );
+        assert!(
+            error
+                .to_string()
+                .starts_with("pin_memory: cannot allocate 64 bytes"),
+            "{error}"
+        );
+        assert!(
+            error
+                .to_string()
+                .contains("page-locked (cudaErrorMemoryAllocation)"),
+            "{error}"
+        );
+        drop(pool);
+        assert_eq!(
+            events().last(),
+            Some(&("unlock", a_at, 0)),
+            "the pool's last buffer too"
+        );
     }
 
     #[test]

@@ -21,6 +21,7 @@ mod batch;
 mod buffer;
 pub mod dataset;
 mod error;
+mod host_memory;
 mod image_pipeline;
 mod loader;
 mod options;
@@ -42,6 +43,7 @@ pub use dataset::{
     PathList, Source, IMG_EXTENSIONS,
 };
 pub use error::{LoaderError, Result};
+pub use host_memory::{HostMemory, PageLock};
 pub use image_pipeline::ImagePipeline;
 pub use loader::Loader;
 pub use options::{Delivery, ErrorPolicy, LoaderOptions, MAX_NUM_WORKERS, MAX_PREFETCH_BATCHES};

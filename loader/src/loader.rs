@@ -11,7 +11,7 @@ use std::sync::{Arc, Condvar, Mutex};
 
 use ferroloader_profiler::{Profile, Profiler, ProfilerConfig};
 
-use crate::buffer::{buffer_error, BufferPool, ALIGN};
+use crate::buffer::{buffer_error, BufferPool, TakeFailed, ALIGN};
 use crate::dataset::Source;
 use crate::error::{LoaderError, Result};
 use crate::options::LoaderOptions;
@@ -118,15 +118,15 @@ where
         // The ring keeps the batches in flight plus two the consumer may hold (the one in use
         // and the one just returned), so a consumer that drops each batch in turn never makes
         // the loader allocate.
-        let ring = options.prefetch_batches + 2;
-        let pool = BufferPool::new(sample_bytes, ring);
+        let ring = options.prefetch_batches + 2 + options.host_memory.held_for_device();
+        let pool = BufferPool::new(sample_bytes, ring, options.host_memory.clone());
         let buffer_samples = options.batch_size.min(sampler.num_samples()).max(1);
         check_ring_fits(buffer_samples, sample_bytes, ring)?;
         // The first buffer now, so that memory the allocator refuses is the constructor's
         // error, not the first batch's (its pages are not touched until workers write).
         let first = pool
             .take(buffer_samples)
-            .map_err(|e| buffer_error(buffer_samples, sample_bytes, e.bytes))?;
+            .map_err(|e| buffer_error(buffer_samples, sample_bytes, e))?;
         pool.put(first);
         let profiling = Arc::new(Profiling::new(Self::profiler_config(
             ProfilerConfig::new(options.profile_mode),
@@ -439,20 +439,28 @@ fn check_ring_fits(samples: usize, sample_bytes: usize, ring: usize) -> Result<(
         .and_then(|n| n.checked_add(ALIGN))
         .filter(|&n| n <= isize::MAX as usize)
     else {
-        return Err(buffer_error(samples, sample_bytes, usize::MAX));
+        return Err(buffer_error(
+            samples,
+            sample_bytes,
+            TakeFailed::Alloc { bytes: usize::MAX },
+        ));
     };
     let total = buffer.saturating_mul(ring);
     let Some(memory) = physical_memory() else {
         return Ok(());
     };
     if buffer > memory {
-        return Err(buffer_error(samples, sample_bytes, buffer));
+        return Err(buffer_error(
+            samples,
+            sample_bytes,
+            TakeFailed::Alloc { bytes: buffer },
+        ));
     }
     if total > memory {
         return Err(LoaderError::OutOfMemory {
             name: "prefetch_batches",
             what: format!(
-                "{ring} batch buffers (prefetch_batches + 2) of {buffer} bytes each, more than \
+                "{ring} batch buffers (prefetch_batches and those the consumer holds) of {buffer} bytes each, more than \
                  this machine's {memory} bytes of memory"
             ),
             bytes: total,

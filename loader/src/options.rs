@@ -5,6 +5,7 @@
 use ferroloader_profiler::Mode;
 
 use crate::error::{LoaderError, Result};
+use crate::host_memory::HostMemory;
 use crate::sampler::Shard;
 
 /// Most worker threads a loader starts: far above any machine's cores, low enough that a typo
@@ -75,6 +76,9 @@ pub struct LoaderOptions {
     /// batch events, or those plus CPU counters per op. Default: [`Mode::Off`], which costs a
     /// branch per op.
     pub profile_mode: Mode,
+    /// Where batch buffers live: [`HostMemory::PageLocked`] locks each one for a device's
+    /// asynchronous copies (`pin_memory`). Default: [`HostMemory::Pageable`].
+    pub host_memory: HostMemory,
 }
 
 impl Default for LoaderOptions {
@@ -91,6 +95,7 @@ impl Default for LoaderOptions {
             on_error: ErrorPolicy::Raise,
             profile_mode: Mode::Off,
             scratch_limit: 64 << 20,
+            host_memory: HostMemory::Pageable,
         }
     }
 }
@@ -153,6 +158,12 @@ impl LoaderOptions {
     /// Sets [`Self::scratch_limit`].
     pub fn scratch_limit(mut self, bytes: usize) -> Self {
         self.scratch_limit = bytes;
+        self
+    }
+
+    /// Sets [`Self::host_memory`].
+    pub fn host_memory(mut self, memory: HostMemory) -> Self {
+        self.host_memory = memory;
         self
     }
 

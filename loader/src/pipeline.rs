@@ -239,7 +239,7 @@ where
         let mut buffer = self
             .pool
             .take(self.buffer_samples)
-            .map_err(|e| buffer_error(self.buffer_samples, self.sample_bytes, e.bytes))?;
+            .map_err(|e| buffer_error(self.buffer_samples, self.sample_bytes, e))?;
         buffer.split(len, self.sample_bytes);
         let planned_ns = now_ns();
         st.open.push(Planned {

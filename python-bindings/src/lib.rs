@@ -11,6 +11,7 @@
 
 mod batch;
 mod builder;
+mod cuda;
 mod dataset;
 mod detach;
 mod errors;

@@ -24,13 +24,14 @@ use std::time::{Duration, Instant};
 use ferroloader_loader::profiler::{Mode, ProfilerConfig};
 use ferroloader_loader::transforms::spec::PipelineSpec;
 use ferroloader_loader::{
-    Batch, DType, Delivery, EpochIter, ErrorPolicy, ImagePipeline, Loader, LoaderError,
+    Batch, DType, Delivery, EpochIter, ErrorPolicy, HostMemory, ImagePipeline, Loader, LoaderError,
     LoaderOptions, ResumePoint, Shard, Source,
 };
 use pyo3::exceptions::{PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
 
 use crate::batch::into_arrays;
+use crate::cuda::CudaPageLock;
 use crate::dataset::as_source;
 use crate::detach::run_detached;
 use crate::errors::{exact_text, os_str, transform_config_error, ToPyErr};
@@ -71,13 +72,14 @@ impl PyLoader {
     /// `spec` is the pipeline as JSON (what `ferroloader.transforms` produces); with a Python
     /// tail, the native prefix's (`None`: no prefix, the tail decodes with Pillow), `tail` the
     /// `(callable, name)` ops after it and `tail_runner` a `ferroloader._tail.TailRunner`
-    /// whose `input_kind` says what the first op gets. The other arguments are the loader
+    /// whose `input_kind` says what the first op gets; `page_lock` the path of the CUDA runtime
+    /// that locks the batch buffers (`pin_memory`). The other arguments are the loader
     /// options, checked by the Python wrapper first.
     #[new]
     #[pyo3(signature = (
         dataset, spec, *, batch_size, shuffle, drop_last, seed, num_workers, prefetch_batches,
         in_order, on_error, rank = None, world_size = None, profile_mode = "off", scratch_limit = None,
-        tail = None, tail_runner = None
+        tail = None, tail_runner = None, page_lock = None
     ))]
     #[allow(clippy::too_many_arguments)]
     fn new(
@@ -98,6 +100,7 @@ impl PyLoader {
         scratch_limit: Option<usize>,
         tail: Option<Vec<(Py<PyAny>, String)>>,
         tail_runner: Option<Bound<'_, PyAny>>,
+        page_lock: Option<&str>,
     ) -> PyResult<Self> {
         let source = as_source(dataset)?;
         let pipeline = spec.map(plan_pipeline).transpose()?;
@@ -144,6 +147,11 @@ impl PyLoader {
         }
         if let Some(bytes) = scratch_limit {
             options = options.scratch_limit(bytes);
+        }
+        if let Some(runtime) = page_lock {
+            let lock = CudaPageLock::open(runtime)
+                .map_err(|e| PyRuntimeError::new_err(format!("pin_memory: {e}")))?;
+            options = options.host_memory(HostMemory::PageLocked(Arc::new(lock)));
         }
         match (rank, world_size) {
             (None, None) => {}

@@ -204,6 +204,8 @@ class Loader:
     sample). The whole pipeline runs on the first sample here, with the GIL released, to find
     the sample shape and dtype; the tail runs under the GIL, one sample at a time per process,
     with torch's CPU generator, ``random`` and numpy seeded from ``(seed, epoch, index)``.
+    ``page_lock``: the path of the CUDA runtime library that page-locks every batch buffer as it
+    is allocated (``pin_memory``).
     """
 
     def __new__(
@@ -225,6 +227,7 @@ class Loader:
         scratch_limit: Optional[int] = None,
         tail: Optional[Sequence[Tuple[Callable[[Any], Any], str]]] = None,
         tail_runner: Optional[Any] = None,
+        page_lock: Optional[str] = None,
     ) -> Loader: ...
     def profile(self) -> Profile: ...
     def take_profile(self) -> Profile: ...

@@ -32,6 +32,7 @@ import numpy as np
 from ferroloader import _native
 from ferroloader.datasets import as_source
 from ferroloader.profiling import Profile
+from ferroloader._pinning import DeviceReadHold, cuda_runtime_path
 from ferroloader._tail import TailRunner
 from ferroloader.transforms import Compose, TailSplit, split_python_tail, tail_op_name
 
@@ -122,8 +123,11 @@ class Loader:
       callable gets each batch as the list of ``(image, label)`` samples, as DataLoader would
       give it (each image a view, so ``default_collate`` inside it copies once).
       ``batch_transform`` is the cheaper way to transform whole batches (MixUp/CutMix).
-    - ``pin_memory``: each batch is copied into page-locked memory (as DataLoader's pinning
-      thread does) when CUDA is available; otherwise a warning, and plain memory.
+    - ``pin_memory``: with CUDA, the batch ring is page-locked, so batches come pinned without
+      the copy DataLoader's pinning thread makes; a ring buffer is reused only after the CUDA
+      work queued on the current stream when its images were freed has finished (copy with
+      ``non_blocking=True`` on that stream: the default, or the side stream in force where the
+      CPU batch is dropped). Without CUDA, a warning and plain memory (``pinning`` says which).
     - ``persistent_workers``, ``multiprocessing_context``: accepted; workers are threads of
       this process, started per epoch at no cost that persisting would save, and their scratch
       persists anyway.
@@ -322,6 +326,20 @@ class Loader:
         else:
             self._from_numpy = None
         self._pin_device: Optional[str] = self._pinning() if self.pin_memory else None
+        # The CUDA runtime that page-locks the ring, when pinning and one is found; otherwise a
+        # pinned loader copies each batch into torch's pinned memory, as DataLoader does.
+        self._page_lock: Optional[str] = None
+        self._device_hold: Optional[DeviceReadHold] = None
+        if self._pin_device is not None:
+            self._page_lock = cuda_runtime_path()
+            if self._page_lock is not None:
+                self._device_hold = DeviceReadHold(self._pin_device)
+        self.pinning: Optional[Literal["ring", "copy"]] = (
+            None if self._pin_device is None else "ring" if self._page_lock else "copy"
+        )
+        """How batches are pinned: ``"ring"``, page-locked where the workers wrote them;
+        ``"copy"``, copied into torch's pinned memory (no CUDA runtime library found to lock
+        with); ``None``, not pinned."""
         self._native: _native.Loader = self._build()
         self._resume: Optional[Dict[str, Any]] = None
         # Where the consumer stands in the epoch being iterated: (epoch, (position, batches,
@@ -375,6 +393,7 @@ class Loader:
             scratch_limit=self.scratch_limit,
             tail=tail,
             tail_runner=runner,
+            page_lock=self._page_lock,
         )
 
     def _loader(self) -> _native.Loader:
@@ -395,6 +414,7 @@ class Loader:
 
         device = self.pin_memory_device or "cuda"
         if device.startswith("cuda") and torch.cuda.is_available():
+            torch.cuda.init()  # type: ignore[no-untyped-call]  # loads the runtime that locks the ring
             return device
         warnings.warn(
             "'pin_memory' argument is set as true but no accelerator is found, then device "
@@ -626,6 +646,7 @@ class LoaderIterator:
         self._loader = loader
         self._from_numpy = loader._from_numpy
         self._pin_device = loader._pin_device
+        self._device_hold = loader._device_hold
         self._collate_fn = loader.collate_fn
         self._batch_transform = loader.batch_transform
         self._unbatched = loader.unbatched
@@ -641,6 +662,8 @@ class LoaderIterator:
     def __next__(self) -> Tuple["torch.Tensor", "torch.Tensor"]:
         images: Any
         labels: Any
+        if self._device_hold is not None:
+            self._device_hold.release_finished()
         try:
             images, labels, indices = next(self._native_iter)
         except StopIteration:
@@ -659,10 +682,14 @@ class LoaderIterator:
             self._loader._progress = (self.epoch, self._native_iter.resume_state)
         self.indices = indices
         if self._from_numpy is not None:
+            if self._device_hold is not None:
+                self._device_hold.watch(images)
             images, labels = self._from_numpy(images), self._from_numpy(labels)
             if self._pin_device is not None:
-                images = images.pin_memory(self._pin_device)
-                labels = labels.pin_memory(self._pin_device)
+                # No device argument: torch deprecates it (2.11); pinned memory serves any device.
+                if self._device_hold is None:
+                    images = images.pin_memory()
+                labels = labels.pin_memory()
         if self._unbatched:
             return images[0], labels[0]
         if self._collate_fn is not None:
