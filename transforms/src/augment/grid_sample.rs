@@ -20,6 +20,7 @@
 //! grow), reassociate the float operations or fuse others than those, draw, or panic on
 //! input.
 
+use super::fma::with_fma;
 use super::geometry::{inverse_affine_matrix, AffineMatrix, Interpolation};
 use super::policy::{torch_linspace, Api};
 use crate::error::{Error, Result};
@@ -152,27 +153,9 @@ struct WarpParams {
     api: Api,
 }
 
-/// [`sample_rows`] with hardware fused multiply-adds where the CPU has them (the same
-/// results: `mul_add` is one rounding either way; without the feature it is a libm call).
+/// [`sample_rows`] with hardware fused multiply-adds where the CPU has them.
 fn sample_rows_dispatch(p: &WarpParams, xs: &[f32], ys: &[f32], source: &[u8], dest: &mut [u8]) {
-    #[cfg(target_arch = "x86_64")]
-    if std::is_x86_feature_detected!("fma") {
-        // SAFETY: the CPU supports FMA (checked just above), the only requirement of calling
-        // a `target_feature(enable = "fma")` function; its body is safe code.
-        unsafe { sample_rows_fma(p, xs, ys, source, dest) };
-        return;
-    }
-    sample_rows(p, xs, ys, source, dest);
-}
-
-/// [`sample_rows`] compiled with FMA instructions.
-///
-/// # Safety
-/// The CPU must support FMA.
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "fma")]
-unsafe fn sample_rows_fma(p: &WarpParams, xs: &[f32], ys: &[f32], source: &[u8], dest: &mut [u8]) {
-    sample_rows(p, xs, ys, source, dest);
+    with_fma(|| sample_rows(p, xs, ys, source, dest));
 }
 
 /// The pixel loop of [`GridSampler::warp`]: every output pixel of `dest` (packed RGB of

@@ -17,6 +17,7 @@
 
 pub mod augmix;
 pub mod color;
+mod fma;
 pub mod geometry;
 pub mod grid_sample;
 pub mod policy;

@@ -21,13 +21,14 @@
 //! caller-owned [`RgbImage`]); must not allocate once warm, draw, or panic on input.
 
 use super::color;
+use super::fma::with_fma;
 use super::policy::Api;
 use crate::error::{Error, Result};
 use crate::image::RgbImage;
 
 /// float32 to uint8 as torch's `.clamp(0, 255).to(torch.uint8)`: clamp, then truncate toward
 /// zero.
-#[inline]
+#[inline(always)]
 fn clamp_trunc(v: f32) -> u8 {
     // `as` truncates toward zero and saturates; the clamp keeps NaN-free inputs in range.
     v.clamp(0.0, 255.0) as u8
@@ -48,7 +49,7 @@ fn factor_f32(name: &'static str, factor: f64) -> Result<(f32, f32)> {
 
 /// `_blend(x, y, ratio)` for one value: v1 `ratio * x + (1 - ratio) * y`, v2
 /// `fma(y, 1 - ratio, x * ratio)`, clamped and truncated.
-#[inline]
+#[inline(always)]
 fn blend(api: Api, x: u8, y: f32, ratio: f32, rest: f32) -> u8 {
     let x = f32::from(x);
     match api {
@@ -61,7 +62,7 @@ fn blend(api: Api, x: u8, y: f32, ratio: f32, rest: f32) -> u8 {
 /// v1 `(0.2989 r + 0.587 g) + 0.114 b`, v2 the same with the two additions fused
 /// (`r.mul(0.2989).add_(g, alpha=0.587).add_(b, alpha=0.114)`). Both then truncate (v1's
 /// `.to(uint8)`, v2's `floor_()`; the level is never negative).
-#[inline]
+#[inline(always)]
 fn gray(api: Api, r: u8, g: u8, b: u8) -> f32 {
     let (r, g, b) = (f32::from(r), f32::from(g), f32::from(b));
     let (wr, wg, wb) = (0.2989f32, 0.587f32, 0.114f32);
@@ -90,13 +91,19 @@ pub fn adjust_brightness(img: &mut RgbImage, factor: f64) -> Result<()> {
 /// gray level of each pixel.
 pub fn adjust_saturation(img: &mut RgbImage, factor: f64, api: Api) -> Result<()> {
     let (ratio, rest) = factor_f32("saturation_factor", factor)?;
-    for px in img.as_raw_mut().chunks_exact_mut(3) {
+    with_fma(|| saturate(img.as_raw_mut(), api, ratio, rest));
+    Ok(())
+}
+
+/// The pixel loop of [`adjust_saturation`].
+#[inline(always)]
+fn saturate(data: &mut [u8], api: Api, ratio: f32, rest: f32) {
+    for px in data.chunks_exact_mut(3) {
         let l = gray(api, px[0], px[1], px[2]);
         for v in px.iter_mut() {
             *v = blend(api, *v, l, ratio, rest);
         }
     }
-    Ok(())
 }
 
 /// `F.adjust_contrast(x, factor)` on a uint8 RGB tensor: a blend with the float32 mean of the
@@ -108,10 +115,7 @@ pub fn adjust_saturation(img: &mut RgbImage, factor: f64, api: Api) -> Result<()
 pub fn adjust_contrast(img: &mut RgbImage, factor: f64, api: Api) -> Result<()> {
     let (ratio, rest) = factor_f32("contrast_factor", factor)?;
     let data = img.as_raw_mut();
-    let mut sum = 0u64;
-    for px in data.chunks_exact(3) {
-        sum += gray(api, px[0], px[1], px[2]) as u64;
-    }
+    let sum = with_fma(|| gray_sum(data, api));
     let n = (data.len() / 3).max(1);
     let mean = sum as f32 / n as f32;
     let mut lut = [0u8; 256];
@@ -124,11 +128,19 @@ pub fn adjust_contrast(img: &mut RgbImage, factor: f64, api: Api) -> Result<()> 
     Ok(())
 }
 
+/// The sum of the truncated gray levels of `data`'s pixels, exact.
+#[inline(always)]
+fn gray_sum(data: &[u8], api: Api) -> u64 {
+    data.chunks_exact(3)
+        .map(|px| gray(api, px[0], px[1], px[2]) as u64)
+        .sum()
+}
+
 /// `round(conv2d(x, [[1, 1, 1], [1, 5, 1], [1, 1, 1]] / 13))` at one interior value, from the
 /// window's sum `n` (the eight neighbours plus five times the centre): `n / 13` is never
 /// halfway between two integers (13 is odd), and torch's float32 error (about 1e-4) is far
 /// below the 1/26 that separates it from one, so the exact rounding is torch's.
-#[inline]
+#[inline(always)]
 fn blurred(n: u32) -> f32 {
     ((2 * n + 13) / 26) as f32
 }
@@ -151,9 +163,15 @@ pub fn adjust_sharpness(
     }
     copy.reset(img.width(), img.height())
         .copy_from_slice(img.as_raw());
-    let src = copy.as_raw();
+    with_fma(|| sharpen(img.as_raw_mut(), copy.as_raw(), [w, h], api, ratio, rest));
+    Ok(())
+}
+
+/// The pixel loop of [`adjust_sharpness`]: `out` from its copy `src`, both packed RGB of `w x h`
+/// with both sides above 2.
+#[inline(always)]
+fn sharpen(out: &mut [u8], src: &[u8], [w, h]: [usize; 2], api: Api, ratio: f32, rest: f32) {
     let stride = 3 * w;
-    let out = img.as_raw_mut();
     for y in 0..h {
         let interior_row = y > 0 && y + 1 < h;
         for x in 0..w {
@@ -184,7 +202,6 @@ pub fn adjust_sharpness(
             }
         }
     }
-    Ok(())
 }
 
 /// `F.posterize(x, bits)` on a uint8 tensor: keeps the top `bits` bits; unlike Pillow's, 0
