@@ -23,8 +23,8 @@ handled:
   generator, which numpy cannot reproduce; the fixtures draw their own values with numpy
   (they are the erase's input, not something torchvision computes).
 
-`python-bindings/tests/test_fixture_drift.py` runs every function here against the installed
-torchvision on a sample of the fixtures' cases, so a change in torchvision shows up there.
+`python-bindings/tests/test_fixture_drift.py` regenerates both sets without torch and checks
+every case against the installed torchvision, so a change in torchvision shows up there.
 
 Must not import torch or torchvision, nor change what the fixtures mean: a function whose
 torchvision counterpart changes behaviour gets changed to match, not the drift test.
@@ -79,8 +79,9 @@ def linspace_f32(start: float, end: float, steps: int) -> np.ndarray:
 
     `start` and `end` become float32 and `step = (end - start) / (steps - 1)` in float32;
     element `i` is `start + step * i` below `steps // 2` and `end - step * (steps - 1 - i)`
-    from there on. torch's AVX2 and AVX-512 builds (every x86 machine it picks those kernels
-    on) compile both expressions to one fused multiply-add, so each element is rounded once.
+    from there on. torch's x86 builds compile their AVX2 and AVX-512 kernels with FMA, and both
+    expressions become one fused multiply-add: each element is rounded once. (A CPU without
+    FMA runs torch's baseline kernel, which rounds twice; the fixtures follow the FMA kernels.)
     """
     if steps < 1:
         raise ValueError(f"linspace needs at least one step, got {steps}")

@@ -206,11 +206,14 @@ def test_color_fixtures_are_torchvisions(color_dir: Path) -> None:
 
 
 def _tv_geometry(img: Image.Image, c: Dict[str, Any]) -> Image.Image:
+    out: Image.Image
     if c["op"] == "rotate":
-        return F.rotate(img, c["angle"], interpolation=INTERP[c["interp"]], expand=c.get("expand", False),
-                        center=c["center"], fill=c["fill"])
-    return F.affine(img, angle=c["angle"], translate=c["translate"], scale=c["scale"], shear=c["shear"],
-                    interpolation=INTERP[c["interp"]], fill=c["fill"], center=c["center"])
+        out = F.rotate(img, c["angle"], interpolation=INTERP[c["interp"]], expand=c.get("expand", False),
+                       center=c["center"], fill=c["fill"])
+    else:
+        out = F.affine(img, angle=c["angle"], translate=c["translate"], scale=c["scale"], shear=c["shear"],
+                       interpolation=INTERP[c["interp"]], fill=c["fill"], center=c["center"])
+    return out
 
 
 def _tv_random_crop(img: Image.Image, c: Dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> Image.Image:
@@ -228,11 +231,11 @@ def _tv_random_crop_v2(img: Image.Image, c: Dict[str, Any]) -> Image.Image:
     make_params = crop.make_params
 
     def injected(flat_inputs: List[Any]) -> Dict[str, Any]:
-        params = make_params(flat_inputs)
+        params: Dict[str, Any] = make_params(flat_inputs)
         params.update(top=c["top"], left=c["left"], needs_crop=True)
         return params
 
-    crop.make_params = injected  # type: ignore[method-assign]
+    crop.make_params = injected
     out: Image.Image = crop(img)
     return out
 
