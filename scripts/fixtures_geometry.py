@@ -22,14 +22,14 @@ Ops, all through torchvision's PIL path (v1 functional API) unless said otherwis
   replaced by the injected (top, left);
 - "random_crop_v2": the same with torchvision.transforms.v2.RandomCrop (one padding: the sum);
 - "blur": F.gaussian_blur(img, kernel_size, sigma), which torchvision computes on a float32
-  tensor: here with torch's formula rounded exactly, so a pixel can be one level from torch's
-  where torch's float sum lies next to a half (tv_pil_ref.gaussian_blur);
+  tensor (tv_pil_ref.gaussian_blur sums each pixel as torch's CPU convolution does);
 - "erase": F.erase on a CHW float32 tensor (to_tensor + ImageNet normalize of the source);
   `value` is a per-channel list or "random" (normal draws from numpy's generator, seeded per
   case, written to `source_file`: torch's own draws need torch); outputs are float32 bytes.
 
-`kernels` are `_get_gaussian_kernel1d(size, sigma, torch.float32)` as tv_pil_ref computes it
-(within an ulp of torch's per tap).
+`kernels` are `_get_gaussian_kernel1d(size, sigma, torch.float32)` as tv_pil_ref computes it:
+torch's float32 steps in torch's order, but a correctly rounded exp, so a tap can be an ulp or
+two from torch's (none is, for these sizes and sigmas, with torch 2.15 on x86).
 
 Needs Pillow and numpy only: `tv_pil_ref.py` makes the Pillow and numpy calls torchvision's PIL
 path makes; python-bindings/tests/test_fixture_drift.py checks it against torchvision itself.
