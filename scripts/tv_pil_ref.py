@@ -461,7 +461,7 @@ def gaussian_kernel1d(kernel_size: int, sigma: float) -> np.ndarray:
     Every step is torch's float32 operation in torch's order (`sum_f32`) except `exp`: torch's
     (MKL's or SLEEF's vectorised exp, by build and CPU) is within an ulp but not correctly
     rounded, and cannot be reproduced here; this one is correctly rounded. A tap can therefore
-    differ from torch's by an ulp, and when that moves the sum, every tap can.
+    differ from torch's by an ulp or two (an ulp of exp, and another when that moves the sum).
     """
     half = (kernel_size - 1) * 0.5
     x = linspace_f32(-half, half, kernel_size)
