@@ -32,16 +32,13 @@ $(VENV)/.installed: requirements-dev.txt
 
 venv: $(VENV)/.installed ## Create the Python venv (Pillow reference, maturin, pytest, torch, the cli extra)
 
-# The fixtures need only part of the venv: Pillow and numpy for every set (the same venv, so
-# `make test` installs nothing twice), torch and torchvision for the sets whose references are
-# torchvision's outputs. `make test-rust` installs no build, test, lint or CLI tools.
+# The fixtures need only part of the venv: Pillow and numpy, for every set (the same venv, so
+# `make test` installs nothing twice). The colour and geometry sets are torchvision's outputs,
+# computed without torch by scripts/tv_pil_ref.py (test_fixture_drift.py checks it against
+# torchvision). `make test-rust` installs no torch, build, test, lint or CLI tools.
 $(VENV)/.fixtures-installed: requirements-fixtures.txt
 	@test -x $(PY) || python3 -m venv $(VENV)
 	$(PY) -m pip install -q --no-cache-dir -r requirements-fixtures.txt
-	@touch $@
-
-$(VENV)/.torchvision-installed: $(VENV)/.fixtures-installed requirements-torchvision.txt
-	$(PY) -m pip install -q --no-cache-dir -r requirements-torchvision.txt
 	@touch $@
 
 # One stamp per set: changing a script regenerates its set only.
@@ -53,17 +50,17 @@ $(FIXTURES)/resize/.done: $(VENV)/.fixtures-installed scripts/fixtures_resize.py
 	$(PY) scripts/fixtures_resize.py $(FIXTURES)/resize
 	@touch $@
 
-$(FIXTURES)/color/.done: $(VENV)/.torchvision-installed scripts/fixtures_color.py scripts/fixtures_resize.py
+$(FIXTURES)/color/.done: $(VENV)/.fixtures-installed scripts/fixtures_color.py scripts/tv_pil_ref.py scripts/fixtures_resize.py
 	$(PY) scripts/fixtures_color.py $(FIXTURES)/color
 	@touch $@
 
-$(FIXTURES)/geometry/.done: $(VENV)/.torchvision-installed scripts/fixtures_geometry.py scripts/fixtures_resize.py
+$(FIXTURES)/geometry/.done: $(VENV)/.fixtures-installed scripts/fixtures_geometry.py scripts/tv_pil_ref.py scripts/fixtures_resize.py
 	$(PY) scripts/fixtures_geometry.py $(FIXTURES)/geometry
 	@touch $@
 
 FIXTURE_SETS := decode resize color geometry
 
-fixtures: $(FIXTURE_SETS:%=$(FIXTURES)/%/.done) ## Generate the test corpus and the Pillow/torchvision reference outputs
+fixtures: $(FIXTURE_SETS:%=$(FIXTURES)/%/.done) ## Generate the test corpus and the Pillow/torchvision reference outputs (Pillow and numpy only)
 
 build: deps ## Build the Rust workspace
 	$(CARGO) build --workspace

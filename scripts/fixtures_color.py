@@ -4,11 +4,11 @@
 Usage: fixtures_color.py OUTDIR   (the Makefile runs it as `make fixtures`)
 
 Writes OUTDIR/src_NAME.rgb (packed RGB sources), OUTDIR/expected.bin (the outputs of every
-case, one after another: each the result of one `torchvision.transforms.functional` call on the
+case, one after another: each what one `torchvision.transforms.functional` call makes of the
 PIL RGB image, packed RGB, or one byte per pixel for `rgb_to_grayscale(img, 1)`) and
 OUTDIR/manifest.json:
 
-    {"pillow": "13.0.0", "torchvision": "...",
+    {"pillow": "13.0.0", "torchvision": "0.29.2" (the release tv_pil_ref.py mirrors),
      "images": [{"name", "file", "width", "height"}],
      "cases":  [{"image", "op", "param", "param_bits", "offset", "len", "why"}]}
 
@@ -19,6 +19,10 @@ JSON might not parse back to the same bits). Integer parameters are stored the s
 Parameters are drawn the way torchvision's policies compute them: magnitude bins from
 `torch.linspace(...)` read back with `float(t[i].item())`, negated with `*= -1.0`, and passed
 as `1.0 + magnitude`; solarize thresholds are the float32 bins; posterize bits `int(...)`.
+
+Needs Pillow and numpy only: `tv_pil_ref.py` makes the Pillow and numpy calls torchvision's PIL
+path makes (and reproduces `torch.linspace`); python-bindings/tests/test_fixture_drift.py checks
+it against torchvision itself.
 
 Deterministic (fixed seeds, no timestamps) and small: about 3 MB, a few seconds.
 """
@@ -32,12 +36,10 @@ from pathlib import Path
 
 import numpy as np
 import PIL
-import torch
-import torchvision
-import torchvision.transforms.functional as F
 from PIL import Image
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import tv_pil_ref as F  # noqa: E402
 from fixtures_resize import photo_like  # noqa: E402
 
 
@@ -47,7 +49,7 @@ def bits_of(x: float) -> int:
 
 def bins(lo: float, hi: float, n: int) -> list[float]:
     """torchvision's magnitude bins: a float32 linspace read back as Python floats."""
-    return [float(v.item()) for v in torch.linspace(lo, hi, n)]
+    return F.magnitude_bins(lo, hi, n)
 
 
 def enhance_factors() -> list[tuple[float, str]]:
@@ -157,9 +159,9 @@ def run(op: str, img: Image.Image, p: float) -> Image.Image:
     if op == "invert":
         return F.invert(img)
     if op == "grayscale1":
-        return F.rgb_to_grayscale(img, num_output_channels=1)
+        return F.rgb_to_grayscale(img, 1)
     if op == "grayscale3":
-        return F.rgb_to_grayscale(img, num_output_channels=3)
+        return F.rgb_to_grayscale(img, 3)
     if op == "posterize":
         return F.posterize(img, int(p))
     if op == "solarize":
@@ -185,7 +187,7 @@ def main() -> int:
     outdir.mkdir(parents=True, exist_ok=True)
     manifest: dict = {
         "pillow": PIL.__version__,
-        "torchvision": torchvision.__version__,
+        "torchvision": F.TORCHVISION_VERSION,
         "images": [],
         "cases": [],
     }

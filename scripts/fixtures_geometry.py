@@ -6,7 +6,7 @@ Usage: fixtures_geometry.py OUTDIR   (the Makefile runs it as `make fixtures`)
 Writes OUTDIR/src_NAME.rgb (packed RGB sources), OUTDIR/case_NNN.bin (each case's reference
 output) and OUTDIR/manifest.json:
 
-    {"pillow": "13.0.0", "torchvision": "...",
+    {"pillow": "13.0.0", "torchvision": "0.29.2" (the release tv_pil_ref.py mirrors),
      "images": [{"name", "file", "width", "height"}],
      "cases":  [{"op", "image", "file", "why", ...op parameters}],
      "kernels": [{"size", "sigma", "bits": [u32 ...]}]}
@@ -21,10 +21,18 @@ Ops, all through torchvision's PIL path (v1 functional API) unless said otherwis
 - "random_crop": RandomCrop(size, padding, pad_if_needed, fill, padding_mode) with get_params
   replaced by the injected (top, left);
 - "random_crop_v2": the same with torchvision.transforms.v2.RandomCrop (one padding: the sum);
-- "blur": F.gaussian_blur(img, kernel_size, sigma);
+- "blur": F.gaussian_blur(img, kernel_size, sigma), which torchvision computes on a float32
+  tensor (tv_pil_ref.gaussian_blur sums each pixel as torch's CPU convolution does);
 - "erase": F.erase on a CHW float32 tensor (to_tensor + ImageNet normalize of the source);
-  `value` is a per-channel list or "random" (torch.manual_seed(seed); normal draws written to
-  `source_file`); outputs are float32 bytes.
+  `value` is a per-channel list or "random" (normal draws from numpy's generator, seeded per
+  case, written to `source_file`: torch's own draws need torch); outputs are float32 bytes.
+
+`kernels` are `_get_gaussian_kernel1d(size, sigma, torch.float32)` as tv_pil_ref computes it:
+torch's float32 steps in torch's order, but a correctly rounded exp, so a tap can be an ulp or
+two from torch's (none is, for these sizes and sigmas, with torch 2.15 on x86).
+
+Needs Pillow and numpy only: `tv_pil_ref.py` makes the Pillow and numpy calls torchvision's PIL
+path makes; python-bindings/tests/test_fixture_drift.py checks it against torchvision itself.
 
 Float parameters are also written as float64 bit patterns under `hex` (kernels' `sigma` only
 so), which the tests read: JSON readers need not round-trip floats exactly.
@@ -44,22 +52,16 @@ from pathlib import Path
 
 import numpy as np
 import PIL
-import torch
-import torchvision
-import torchvision.transforms as T
-import torchvision.transforms.functional as F
 from PIL import Image
-from torchvision.transforms import _functional_tensor as F_t
-from torchvision.transforms.functional import InterpolationMode
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import tv_pil_ref as F  # noqa: E402
 from fixtures_resize import photo_like  # noqa: E402
 
 IMAGENET_MEAN = [0.485, 0.456, 0.406]
 IMAGENET_STD = [0.229, 0.224, 0.225]
 
 FILLS = [None, 0, 128, [10, 200, 30]]
-INTERP = {"nearest": InterpolationMode.NEAREST, "bilinear": InterpolationMode.BILINEAR}
 
 
 def fill_rgb(fill) -> list[int]:
@@ -87,7 +89,7 @@ def exact(case: dict, keys: tuple[str, ...]) -> dict:
 
 def bins(lo: float, hi: float, num_bins: int) -> list[float]:
     """The magnitudes torchvision's policies index: torch.linspace in float32, read as Python floats."""
-    return [float(v) for v in torch.linspace(lo, hi, num_bins)]
+    return F.magnitude_bins(lo, hi, num_bins)
 
 
 def policy_cases(width: int, height: int) -> list[dict]:
@@ -177,12 +179,11 @@ def random_geometry_cases(rng: np.random.Generator) -> list[dict]:
 
 
 def run_geometry(img: Image.Image, c: dict) -> Image.Image:
-    interp = INTERP[c["interp"]]
     if c["op"] == "rotate":
-        return F.rotate(img, c["angle"], interpolation=interp, expand=c.get("expand", False), center=c["center"],
-                        fill=c["fill"])
+        return F.rotate(img, c["angle"], interpolation=c["interp"], expand=c.get("expand", False),
+                        center=c["center"], fill=c["fill"])
     return F.affine(img, angle=c["angle"], translate=c["translate"], scale=c["scale"], shear=c["shear"],
-                    interpolation=interp, fill=c["fill"], center=c["center"])
+                    interpolation=c["interp"], fill=c["fill"], center=c["center"])
 
 
 def pad_cases() -> list[dict]:
@@ -230,32 +231,15 @@ def crop_cases(width: int, height: int, rng: np.random.Generator) -> list[dict]:
 
 
 def run_random_crop(img: Image.Image, c: dict) -> Image.Image:
-    t = T.RandomCrop(c["size"], padding=c["padding"], pad_if_needed=c["pad_if_needed"], fill=c["fill"],
-                     padding_mode=c["mode"])
-    top, left, (h, w) = c["top"], c["left"], c["size"]
-    original = T.RandomCrop.get_params
-    T.RandomCrop.get_params = staticmethod(lambda _img, _size: (top, left, h, w))
-    try:
-        return t(img)
-    finally:
-        T.RandomCrop.get_params = original
+    """torchvision.transforms.RandomCrop with get_params answering the case's (top, left)."""
+    return F.random_crop(img, c["size"], c["padding"], c["pad_if_needed"], c["fill"], c["mode"], c["top"],
+                         c["left"])
 
 
 def run_random_crop_v2(img: Image.Image, c: dict) -> Image.Image:
     """torchvision.transforms.v2.RandomCrop: pads once by `padding` + what pad_if_needed adds."""
-    from torchvision.transforms import v2
-
-    t = v2.RandomCrop(c["size"], padding=c["padding"], pad_if_needed=c["pad_if_needed"], fill=c["fill"],
-                      padding_mode=c["mode"])
-    make_params = t.make_params
-
-    def injected(flat_inputs):
-        params = make_params(flat_inputs)
-        params.update(top=c["top"], left=c["left"], needs_crop=True)
-        return params
-
-    t.make_params = injected
-    return t(img)
+    return F.random_crop_v2(img, c["size"], c["padding"], c["pad_if_needed"], c["fill"], c["mode"], c["top"],
+                            c["left"])
 
 
 BLUR = [
@@ -270,7 +254,6 @@ def main() -> int:
         return 2
     outdir = Path(sys.argv[1])
     outdir.mkdir(parents=True, exist_ok=True)
-    torch.set_num_threads(1)
 
     sources = [
         ("dot_1x1", 1, 1, 11),
@@ -280,7 +263,7 @@ def main() -> int:
     ]
     manifest: dict = {
         "pillow": PIL.__version__,
-        "torchvision": torchvision.__version__,
+        "torchvision": F.TORCHVISION_VERSION,
         "images": [],
         "cases": [],
         "kernels": [],
@@ -323,7 +306,7 @@ def main() -> int:
             c["hex"] = exact(c, ("angle", "translate", "scale", "shear", "center"))
             if c["op"] == "affine":
                 center = c["center"] if c["center"] is not None else [width * 0.5, height * 0.5]
-                m = F._get_inverse_affine_matrix(center, float(c["angle"]), c["translate"], c["scale"],
+                m = F.inverse_affine_matrix(center, float(c["angle"]), c["translate"], c["scale"],
                                                  c["shear"])
                 c["matrix"] = [hex64(v) for v in m]
             emit(c, ref.tobytes())
@@ -364,20 +347,18 @@ def main() -> int:
             for k, ((i, j, h, w), value, why) in enumerate(erase_specs):
                 c = dict(op="erase", image=name, rect=[i, j, h, w], value=value, why=f"erase {why} {[i, j, h, w]}")
                 if value == "random":
-                    torch.manual_seed(100 + k)
-                    v = torch.empty([3, h, w], dtype=torch.float32).normal_()
-                    (outdir / f"erase_src_{n:03d}.bin").write_bytes(v.numpy().tobytes())
+                    v = np.random.default_rng(100 + k).standard_normal((3, h, w), dtype=np.float32)
+                    (outdir / f"erase_src_{n:03d}.bin").write_bytes(v.tobytes())
                     c["source_file"] = f"erase_src_{n:03d}.bin"
                 else:
-                    v = torch.tensor(value)[:, None, None]
-                    assert v.dtype == torch.float32
+                    v = np.asarray(value, dtype=np.float32)[:, None, None]
                 ref = F.erase(t, i, j, h, w, v)
-                emit(c, ref.numpy().astype(np.float32).tobytes())
-            (outdir / f"tensor_{name}.bin").write_bytes(t.numpy().astype(np.float32).tobytes())
+                emit(c, ref.astype(np.float32).tobytes())
+            (outdir / f"tensor_{name}.bin").write_bytes(t.astype(np.float32).tobytes())
 
     for size, sigma in sorted({(k, s) for kx, ky, sx, sy in BLUR for k, s in ((kx, sx), (ky, sy))}):
-        kern = F_t._get_gaussian_kernel1d(size, sigma, torch.float32, torch.device("cpu"))
-        bits = [int(b) for b in kern.numpy().view(np.uint32)]
+        kern = F.gaussian_kernel1d(size, sigma)
+        bits = [int(b) for b in kern.view(np.uint32)]
         manifest["kernels"].append({"size": size, "sigma": hex64(sigma), "bits": bits})
 
     (outdir / "manifest.json").write_text(json.dumps(manifest, indent=1) + "\n")
