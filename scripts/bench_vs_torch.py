@@ -113,7 +113,11 @@ def native_loader(
 
 
 def images_per_second(loader: Iterable[Any], batches: int) -> float:
-    """Throughput of the next ``batches`` batches (epochs chained if one is too short)."""
+    """Throughput of whole epochs, as many as make at least ``batches`` batches.
+
+    Whole epochs only: a torch DataLoader left mid-epoch keeps its workers decoding the batches
+    it had prefetched (``prefetch_factor`` per worker), which would run during the other
+    pipeline's round and be charged to it."""
     got = images = 0
     start = time.perf_counter()
     while got < batches:
@@ -121,8 +125,6 @@ def images_per_second(loader: Iterable[Any], batches: int) -> float:
         for x, _ in loader:
             images += int(x.shape[0])
             got += 1
-            if got == batches:
-                break
         if got == before:
             raise RuntimeError("the loader yielded no batch")
     return images / (time.perf_counter() - start)
@@ -147,7 +149,12 @@ def main() -> None:
     parser.add_argument("--batch-size", type=int, default=64)
     parser.add_argument("--workers", type=int, default=cores(), help="default: all cores")
     parser.add_argument("--rounds", type=int, default=5, help="measured rounds (plus a warm-up)")
-    parser.add_argument("--batches", type=int, default=None, help="per round; default: one epoch")
+    parser.add_argument(
+        "--batches",
+        type=int,
+        default=None,
+        help="per round, rounded up to whole epochs; default: one epoch",
+    )
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--overhead", action="store_true", help="also measure the profilers' cost")
     choice = parser.add_mutually_exclusive_group()
@@ -174,7 +181,8 @@ def main() -> None:
         print(f"ferroloader cannot run {transform_name}: {e}", file=sys.stderr)
         sys.exit(1)
     plain_torch = torch_loader(args.folder, args.batch_size, args.workers, args.seed, transform)
-    batches = args.batches or len(plain_torch)
+    epoch = len(plain_torch)
+    batches = -(-(args.batches or epoch) // epoch) * epoch
     pipelines: Dict[str, Iterable[Any]] = {"ferroloader": native, "torchvision": plain_torch}
     if args.overhead:
         pipelines["torchvision+profile"] = flt.profile(
