@@ -44,9 +44,8 @@ fn bench_resize(c: &mut Criterion) {
     let crops: Vec<CropRect> = (0..16)
         .map(|i| rrc.get_params(img.width(), img.height(), &mut sample_rng(0, 0, i)))
         .collect();
-    let eval = |size: u32| {
-        resize_shorter_side(img.width(), img.height(), size, None).expect("valid size")
-    };
+    let eval =
+        |size: u32| resize_shorter_side(img.width(), img.height(), size, None).expect("valid size");
     let (eval232, eval256) = (eval(232), eval(256));
     let mut g = c.benchmark_group("resize");
     for level in SimdLevel::kernel_sets() {
