@@ -8,13 +8,13 @@ use std::arch::x86_64::*;
 
 use super::{Axis, PRECISION_BITS};
 
-/// [`super::min_max`] compiled for AVX2.
+/// [`super::weight_range`] compiled for AVX2.
 ///
 /// # Safety
 /// The CPU must support AVX2.
 #[target_feature(enable = "avx2")]
-pub(super) unsafe fn min_max(w: &[i32]) -> (i32, i32) {
-    super::min_max(w)
+pub(super) unsafe fn weight_range(w: &[i32], stride: usize) -> super::WeightRange {
+    super::weight_range(w, stride)
 }
 
 /// [`super::pairs`] compiled for AVX-512 (16 weights a step).
