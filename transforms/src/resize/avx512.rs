@@ -13,14 +13,17 @@
 //! stores clamp it to `[0, 255]` as Pillow's `clip8` does (the triangle's sums need not).
 //!
 //! The horizontal pass runs chunk by chunk over blocks of rows (each chunk's plan loaded once a
-//! block), prefetching the next block's source rows into L2. Both orders run one vertical
-//! kernel over rows of `(v, 256 (v - 128))` lane pairs against `(w mod 256, w / 256)` weights
-//! (the bias again cancels the `- 128`), one `vpdpwssd` per tap and 16 values; `w / 256` is
-//! an i16 for every weight the kernels take (the cubic's edge weights above 1 included). The
-//! horizontal-first order keeps only the rows the vertical pass still needs, in a ring of
-//! 64-byte aligned rows of such pairs that stays in L1/L2, instead of the whole intermediate
-//! image. The vertical-first order widens each source row once into a ring of them, and the
-//! vertical kernel's u8 rows go through the horizontal pass.
+//! block), prefetching the next block's source rows into L2. The horizontal-first order keeps
+//! only the rows the vertical pass still needs, in a ring of 64-byte aligned pair-format rows
+//! (see [`super::avx2`]) that stays in L1/L2, instead of the whole intermediate image; the
+//! vertical pass is then one `vpdpwssd` per tap and 16 values. The vertical-first order widens
+//! each source row once into a ring of `(v, 256 (v - 128))` lane pairs, runs the same vertical
+//! kernel over them against `(w mod 256, w / 256)` weights (the bias again cancels the
+//! `- 128`) into u8 rows, and those through the horizontal pass. Where the vertical weights do
+//! not fit the pair format (the cubic's upscales, whose edge weights exceed 1), the
+//! horizontal-first ring holds such lane pairs too: `w / 256` is an i16 for every weight the
+//! kernels take, at the cost of a per-row bias (the bilinear resizes keep the pair format,
+//! whose weights need no separate table).
 //!
 //! `vpdpwssd`/`vpdpbusd` and zero-masked `vpermb` are issued with `asm!`: LLVM otherwise
 //! splits some dot products into `vpmaddwd` + `vpaddd`, and turns the masked permute into a
@@ -494,7 +497,9 @@ pub(super) fn resize<S: RowSink + ?Sized>(
     } = r;
     let (in_w, in_h) = (src.width(), src.height());
     let vfirst = need_v && vertical_first(in_w, in_h, horiz.out_size, out_h);
-    if need_v {
+    // The horizontal-first ring's format: pairs where the weights fit (see the module docs).
+    let pairs = vert.pairs_fit();
+    if vfirst || (need_v && !pairs) {
         zmm.prepare_vertical(vert);
     }
     let plan = &zmm.plans[zmm.cur];
@@ -555,7 +560,12 @@ pub(super) fn resize<S: RowSink + ?Sized>(
         by_blocks::<BLOCK, S>(&src, out_h as usize, buffers, vertical, horizontal, sink);
         return;
     }
-    // Horizontal first: a ring of `(v, 256 (v - 128))` rows, 64-byte aligned.
+    // Horizontal first: a ring of pair-format rows, or of `(v, 256 (v - 128))` ones where
+    // the weights do not fit pairs; 64-byte aligned.
+    if pairs {
+        vert.ensure_pairs();
+    }
+    let vert: &AxisCoeffs = vert;
     let (vweights, vbias) = (&zmm.vweights, &zmm.vbias);
     let ring = Ring::<64> {
         buf: &mut zmm.ring,
@@ -567,18 +577,44 @@ pub(super) fn resize<S: RowSink + ?Sized>(
         &src,
         vert,
         |y| {
-            let (start, count) = (vert.start[y] as usize, vert.count[y] as usize);
-            (start, &vweights[y * vert.stride..y * vert.stride + count])
-        },
-        ring,
-        |rows, ahead, outs| {
-            if clamp {
-                run_horizontal(plan, rows, ahead, &mut PairRows::<true> { rows: outs });
+            if pairs {
+                vert.pair_taps_of(y)
             } else {
-                run_horizontal(plan, rows, ahead, &mut PairRows::<false> { rows: outs });
+                let (start, count) = (vert.start[y] as usize, vert.count[y] as usize);
+                (start, &vweights[y * vert.stride..y * vert.stride + count])
             }
         },
-        |y, ring, offs, w, out| vertical_pairs(ring, offs, w, vbias[y], out),
+        ring,
+        |rows, ahead, outs| match (clamp, pairs) {
+            (false, true) => run_horizontal(
+                plan,
+                rows,
+                ahead,
+                &mut PairRows::<false, false> { rows: outs },
+            ),
+            (true, true) => run_horizontal(
+                plan,
+                rows,
+                ahead,
+                &mut PairRows::<true, false> { rows: outs },
+            ),
+            (false, false) => run_horizontal(
+                plan,
+                rows,
+                ahead,
+                &mut PairRows::<false, true> { rows: outs },
+            ),
+            (true, false) => run_horizontal(
+                plan,
+                rows,
+                ahead,
+                &mut PairRows::<true, true> { rows: outs },
+            ),
+        },
+        |y, ring, offs, w, out| {
+            let bias = if pairs { HALF } else { vbias[y] };
+            vertical_pairs(ring, offs, w, bias, out)
+        },
         sink,
     );
 }
@@ -625,13 +661,14 @@ impl<const CLAMP: bool> Store for U8Rows<'_, CLAMP> {
     }
 }
 
-/// Rows of `v | (v ^ 0x80) << 24`, the i16 pair `(v, 256 (v - 128))` that [`widen`] makes
-/// too, one slice each. With `CLAMP` the sums are clamped first, so that `v = clip8(sum)`.
-struct PairRows<'a, 'b, const CLAMP: bool> {
+/// Pair-format rows (`v | v << 23`, the i16 pair `(v, 128 v)`), or with `BIASED` rows of
+/// `v | (v ^ 0x80) << 24`, the i16 pair `(v, 256 (v - 128))` that [`widen`] makes too; one
+/// slice each. With `CLAMP` the sums are clamped first, so that `v = clip8(sum)`.
+struct PairRows<'a, 'b, const CLAMP: bool, const BIASED: bool> {
     rows: &'b mut [&'a mut [i32]],
 }
 
-impl<const CLAMP: bool> Store for PairRows<'_, '_, CLAMP> {
+impl<const CLAMP: bool, const BIASED: bool> Store for PairRows<'_, '_, CLAMP, BIASED> {
     fn fits(&self, rows: usize, values: usize) -> bool {
         self.rows.len() >= rows && self.rows.iter().all(|r| r.len() >= values)
     }
@@ -647,16 +684,26 @@ impl<const CLAMP: bool> Store for PairRows<'_, '_, CLAMP> {
             } else {
                 acc
             };
-            // v = acc >> 22 (bits 22..29; bits 30, 31 are 0). Per dword, bytes 0 and 3 take
-            // bits 22..29 (v); then one ternary-logic op keeps bytes 0 and 3 and flips bit 7
-            // of byte 3: `(spread & 0xFF0000FF) ^ 0x80000000` (truth table 0x6A).
-            let ctrl = _mm512_set1_epi64(i64::from_le_bytes([22, 0, 0, 22, 54, 0, 0, 54]));
-            let spread = _mm512_multishift_epi64_epi8(ctrl, acc);
-            let v = _mm512_ternarylogic_epi32::<0x6A>(
-                spread,
-                _mm512_set1_epi32(0xFF00_00FF_u32 as i32),
-                _mm512_set1_epi32(0x8000_0000_u32 as i32),
-            );
+            // v = acc >> 22 (bits 22..29; bits 30, 31 are 0).
+            let v = if BIASED {
+                // Per dword, bytes 0 and 3 take bits 22..29 (v); then one ternary-logic op
+                // keeps bytes 0 and 3 and flips bit 7 of byte 3:
+                // `(spread & 0xFF0000FF) ^ 0x80000000` (truth table 0x6A).
+                let ctrl = _mm512_set1_epi64(i64::from_le_bytes([22, 0, 0, 22, 54, 0, 0, 54]));
+                let spread = _mm512_multishift_epi64_epi8(ctrl, acc);
+                _mm512_ternarylogic_epi32::<0x6A>(
+                    spread,
+                    _mm512_set1_epi32(0xFF00_00FF_u32 as i32),
+                    _mm512_set1_epi32(0x8000_0000_u32 as i32),
+                )
+            } else {
+                // Per dword, byte 0 takes bits 22..29 (v), byte 3 bits 23..30 (v >> 1),
+                // byte 2 bits 15..22 of which only bit 22 (v & 1, at bit 7) is kept:
+                // v + (v << 23).
+                let ctrl = _mm512_set1_epi64(i64::from_le_bytes([22, 0, 15, 23, 54, 0, 47, 55]));
+                let spread = _mm512_multishift_epi64_epi8(ctrl, acc);
+                _mm512_and_si512(spread, _mm512_set1_epi32(0xFF80_00FF_u32 as i32))
+            };
             _mm512_storeu_si512(self.rows[r].as_mut_ptr().add(16 * m).cast(), v);
         }
     }
@@ -809,9 +856,9 @@ fn first_bytes(n: usize) -> u64 {
 }
 
 /// One output row of the vertical pass over rows of i16 lane pairs:
-/// `out[i] = clip8(bias + sum_k dot(ring[offs[k] + i], w[k]))`: with `(v, 256 (v - 128))`
-/// rows ([`widen`], [`PairRows`]) and `(w mod 256, w / 256)` weights,
-/// `bias = HALF + 32768 sum(w / 256)`.
+/// `out[i] = clip8(bias + sum_k dot(ring[offs[k] + i], w[k]))`. With pair-format rows and
+/// weights, `bias = HALF`; with `(v, 256 (v - 128))` rows ([`widen`], [`PairRows`]) and
+/// `(w mod 256, w / 256)` weights, `bias = HALF + 32768 sum(w / 256)`.
 fn vertical_pairs(ring: &[i32], offs: &[usize], w: &[i32], bias: i32, out: &mut [u8]) {
     let n16 = out.len().div_ceil(16) * 16;
     assert!(offs.len() == w.len() && offs.iter().all(|&o| o + n16 <= ring.len()));
