@@ -58,8 +58,9 @@ const SIMD_ABS_SUM_LIMIT: i64 = (i32::MAX as i64 - HALF as i64) / 255;
 
 /// The largest sum of an output's weights, all non-negative, whose sums need no clamp:
 /// `HALF + 255 * sum(w)` stays below `256 << PRECISION_BITS`, so the shift lies in
-/// `[0, 255]`. Pillow's triangle sums to at most `2^22 + taps / 2` (each weight rounded),
-/// 8223 below this for any window the kernels take.
+/// `[0, 255]`. Pillow's triangle sums to at most `2^22 + taps / 2` (each weight rounded
+/// up by less than 1/2), this limit less 8223: its resizes never clip below 16446 taps,
+/// far more than the SIMD kernels take.
 const NO_CLIP_SUM_LIMIT: i64 = ((256i64 << PRECISION_BITS) - 1 - HALF as i64) / 255;
 
 /// The weight range of the pair format `(w - 128 h, h)`, `h = clamp(w >> 7, -32768, 32767)`
@@ -369,7 +370,7 @@ impl AxisCoeffs {
         }
     }
 
-    /// Sets `simd_friendly`, `pairs_fit` and `negative` from the weights' range.
+    /// Sets `simd_friendly`, `pairs_fit` and `may_clip` from the weights' range.
     fn set_range(&mut self, range: WeightRange) {
         self.simd_friendly = range.min >= -SIMD_WEIGHT_LIMIT
             && range.max <= SIMD_WEIGHT_LIMIT
