@@ -1,22 +1,29 @@
 //! AVX-512 kernels (F, BW, VL, VBMI, VNNI): 16 values per vector, byte permutes over 64-byte
 //! windows and dot-product instructions, so that a tap costs about one permute and one `vpdp*`.
 //!
-//! Weights are split as `w = 256 h + l` with `l` in `[-128, 127]` and `h <= 2^14`. The high
+//! Weights are split as `w = 256 h + l` with `l` in `[-128, 127]` and `|h| < 2^15` (signed:
+//! the cubic's lobes are negative). The high
 //! parts multiply `256 (v - 128)`: the tap's byte XOR 0x80 put into the high byte of an i16
 //! lane (the low byte taken from a zeroed byte of the window), two taps per `vpdpwssd`; the
 //! low parts multiply the plain bytes, four taps per `vpdpbusd` (unsigned bytes times signed
 //! bytes). Both land in one i32 accumulator that starts at `HALF + 32768 * sum(h)`, which
-//! cancels the `- 128`: the accumulator ends at exactly Pillow's `HALF + sum(v w)`. The sum's
-//! range is the same as in the AVX2 kernels (non-negative, below `2^30`), so no clamping.
+//! cancels the `- 128`: the accumulator ends at exactly Pillow's `HALF + sum(v w)`, in i32 for
+//! the weights [`AxisCoeffs::simd_friendly`] accepts (the additions wrap, the result does
+//! not). Shifted, it lies in `[-512, 511]`: where the weights have negative ones, the
+//! stores clamp it to `[0, 255]` as Pillow's `clip8` does (the triangle's sums need not).
 //!
 //! The horizontal pass runs chunk by chunk over blocks of rows (each chunk's plan loaded once a
 //! block), prefetching the next block's source rows into L2. The horizontal-first order keeps
 //! only the rows the vertical pass still needs, in a ring of 64-byte aligned pair-format rows
-//! (see [`super::avx2`]) that stays in L1/L2, instead of the whole intermediate image; the vertical
-//! pass is then one `vpdpwssd` per tap and 16 values. The vertical-first order widens each
-//! source row once into a ring of `(v, 256 (v - 128))` lane pairs, runs the same vertical
+//! (see [`super::avx2`]) that stays in L1/L2, instead of the whole intermediate image; the
+//! vertical pass is then one `vpdpwssd` per tap and 16 values. The vertical-first order widens
+//! each source row once into a ring of `(v, 256 (v - 128))` lane pairs, runs the same vertical
 //! kernel over them against `(w mod 256, w / 256)` weights (the bias again cancels the
-//! `- 128`) into u8 rows, and those through the horizontal pass.
+//! `- 128`) into u8 rows, and those through the horizontal pass. Where the vertical weights do
+//! not fit the pair format (the cubic's upscales, whose edge weights exceed 1), the
+//! horizontal-first ring holds such lane pairs too: `w / 256` is an i16 for every weight the
+//! kernels take, at the cost of a per-row bias (the bilinear resizes keep the pair format,
+//! whose weights need no separate table).
 //!
 //! `vpdpwssd`/`vpdpbusd` and zero-masked `vpermb` are issued with `asm!`: LLVM otherwise
 //! splits some dot products into `vpmaddwd` + `vpaddd`, and turns the masked permute into a
@@ -289,7 +296,9 @@ impl HorizontalPlan {
                 let l = _mm512_sub_epi32(w, _mm512_slli_epi32::<8>(h));
                 hsum = _mm512_add_epi32(hsum, h);
                 let hs = _mm_cvtsi32_si128(16 * (k % 2) as i32);
-                hi[k / 2] = _mm512_or_si512(hi[k / 2], _mm512_sll_epi32(h, hs));
+                // A negative `h` has its sign in the upper 16 bits: keep its i16 only.
+                let h16 = _mm512_and_si512(h, _mm512_set1_epi32(0xffff));
+                hi[k / 2] = _mm512_or_si512(hi[k / 2], _mm512_sll_epi32(h16, hs));
                 let l = _mm512_and_si512(l, _mm512_set1_epi32(0xff));
                 let ls = _mm_cvtsi32_si128(8 * (k % 4) as i32);
                 lo[k / 4] = _mm512_or_si512(lo[k / 4], _mm512_sll_epi32(l, ls));
@@ -428,8 +437,8 @@ pub(super) struct Scratch {
     block: Vec<u8>,
     /// u8 rows into the horizontal kernel in the vertical-first order.
     rows: Vec<u8>,
-    /// Vertical weights for the vertical-first order as i16 pairs `(w mod 256, w / 256)`,
-    /// and per output row the accumulator start `HALF + 32768 * sum(w / 256)`; for `vkey`.
+    /// Vertical weights as i16 pairs `(w mod 256, w / 256)` (`/` rounding down), and per
+    /// output row the accumulator start `HALF + 32768 * sum(w / 256)` (mod 2^32); for `vkey`.
     vweights: Vec<i32>,
     vbias: Vec<i32>,
     vkey: Option<CoeffsKey>,
@@ -454,8 +463,8 @@ impl Scratch {
         }
     }
 
-    /// The vertical-first order's weights for `vert`.
-    fn prepare_u8_vertical(&mut self, vert: &AxisCoeffs) {
+    /// The vertical pass's weights for `vert`.
+    fn prepare_vertical(&mut self, vert: &AxisCoeffs) {
         if self.vkey == Some(vert.key()) {
             return;
         }
@@ -465,11 +474,11 @@ impl Scratch {
             l | (h << 16)
         }));
         self.vbias.clear();
-        self.vbias.extend(
-            vert.weights
-                .chunks_exact(vert.stride)
-                .map(|w| HALF + 32768 * w.iter().map(|&w| w >> 8).sum::<i32>()),
-        );
+        self.vbias
+            .extend(vert.weights.chunks_exact(vert.stride).map(|w| {
+                let high = w.iter().map(|&w| w >> 8).fold(0i32, i32::wrapping_add);
+                HALF.wrapping_add(high.wrapping_mul(32768))
+            }));
         self.vkey = Some(vert.key());
     }
 }
@@ -488,8 +497,10 @@ pub(super) fn resize<S: RowSink + ?Sized>(
     } = r;
     let (in_w, in_h) = (src.width(), src.height());
     let vfirst = need_v && vertical_first(in_w, in_h, horiz.out_size, out_h);
-    if vfirst {
-        zmm.prepare_u8_vertical(vert);
+    // The horizontal-first ring's format: pairs where the weights fit (see the module docs).
+    let pairs = vert.pairs_fit();
+    if vfirst || (need_v && !pairs) {
+        zmm.prepare_vertical(vert);
     }
     let plan = &zmm.plans[zmm.cur];
     let (stride, values) = (plan.chunks * 16, plan.values);
@@ -530,25 +541,80 @@ pub(super) fn resize<S: RowSink + ?Sized>(
             values,
         };
         let horizontal = |rows: &[&[u8]], ahead, block: &mut [u8], stride| {
-            run_horizontal(plan, rows, ahead, &mut U8Rows { out: block, stride });
+            if horiz.may_clip() {
+                run_horizontal(
+                    plan,
+                    rows,
+                    ahead,
+                    &mut U8Rows::<true> { out: block, stride },
+                );
+            } else {
+                run_horizontal(
+                    plan,
+                    rows,
+                    ahead,
+                    &mut U8Rows::<false> { out: block, stride },
+                );
+            }
         };
         by_blocks::<BLOCK, S>(&src, out_h as usize, buffers, vertical, horizontal, sink);
         return;
     }
-    // Horizontal first: a ring of pair-format rows, 64-byte aligned.
-    vert.ensure_pairs();
+    // Horizontal first: a ring of pair-format rows, or of `(v, 256 (v - 128))` ones where
+    // the weights do not fit pairs; 64-byte aligned.
+    if pairs {
+        vert.ensure_pairs();
+    }
+    let vert: &AxisCoeffs = vert;
+    let (vweights, vbias) = (&zmm.vweights, &zmm.vbias);
     let ring = Ring::<64> {
         buf: &mut zmm.ring,
         stride,
         values,
     };
+    let clamp = horiz.may_clip();
     through_ring::<BLOCK, 64, S>(
         &src,
         vert,
-        |v, y| v.pair_taps_of(y),
+        |y| {
+            if pairs {
+                vert.pair_taps_of(y)
+            } else {
+                let (start, count) = (vert.start[y] as usize, vert.count[y] as usize);
+                (start, &vweights[y * vert.stride..y * vert.stride + count])
+            }
+        },
         ring,
-        |rows, ahead, outs| run_horizontal(plan, rows, ahead, &mut PairRows { rows: outs }),
-        |ring, offs, w, out| vertical_pairs(ring, offs, w, HALF, out),
+        |rows, ahead, outs| match (clamp, pairs) {
+            (false, true) => run_horizontal(
+                plan,
+                rows,
+                ahead,
+                &mut PairRows::<false, false> { rows: outs },
+            ),
+            (true, true) => run_horizontal(
+                plan,
+                rows,
+                ahead,
+                &mut PairRows::<true, false> { rows: outs },
+            ),
+            (false, false) => run_horizontal(
+                plan,
+                rows,
+                ahead,
+                &mut PairRows::<false, true> { rows: outs },
+            ),
+            (true, false) => run_horizontal(
+                plan,
+                rows,
+                ahead,
+                &mut PairRows::<true, true> { rows: outs },
+            ),
+        },
+        |y, ring, offs, w, out| {
+            let bias = if pairs { HALF } else { vbias[y] };
+            vertical_pairs(ring, offs, w, bias, out)
+        },
         sink,
     );
 }
@@ -557,7 +623,8 @@ pub(super) fn resize<S: RowSink + ?Sized>(
 trait Store {
     /// Whether `rows` rows of `values` values fit.
     fn fits(&self, rows: usize, values: usize) -> bool;
-    /// Stores `acc` (16 i32 sums, `HALF` included, each in `[0, 2^30)`).
+    /// Stores `clip8` of `acc` (16 exact i32 sums, `HALF` included; shifted, each in
+    /// `[-512, 511]`, and in `[0, 255]` where the store does not clamp).
     ///
     /// # Safety
     /// The AVX-512 features of the module, and `r`, `m` within what [`Store::fits`]
@@ -565,13 +632,14 @@ trait Store {
     unsafe fn store(&mut self, r: usize, m: usize, acc: __m512i);
 }
 
-/// u8 rows, `stride` bytes apart.
-struct U8Rows<'a> {
+/// u8 rows, `stride` bytes apart. With `CLAMP` the shifted sums are clamped to `[0, 255]`
+/// (a max and a saturating narrow), else narrowed by truncation (sums known in range).
+struct U8Rows<'a, const CLAMP: bool> {
     out: &'a mut [u8],
     stride: usize,
 }
 
-impl Store for U8Rows<'_> {
+impl<const CLAMP: bool> Store for U8Rows<'_, CLAMP> {
     fn fits(&self, rows: usize, values: usize) -> bool {
         self.stride >= values && self.out.len() >= rows * self.stride
     }
@@ -582,17 +650,25 @@ impl Store for U8Rows<'_> {
         unsafe {
             let p = self.out.as_mut_ptr().add(r * self.stride + 16 * m);
             let v = _mm512_srai_epi32::<PRECISION_BITS>(acc);
-            _mm_storeu_si128(p.cast(), _mm512_cvtepi32_epi8(v));
+            let bytes = if CLAMP {
+                // Unsigned saturation of a non-negative value: the clamp to 255.
+                _mm512_cvtusepi32_epi8(_mm512_max_epi32(v, _mm512_setzero_si512()))
+            } else {
+                _mm512_cvtepi32_epi8(v)
+            };
+            _mm_storeu_si128(p.cast(), bytes);
         }
     }
 }
 
-/// Pair-format rows (`v | v << 23`, the i16 pair `(v, 128 v)`), one slice each.
-struct PairRows<'a, 'b> {
+/// Pair-format rows (`v | v << 23`, the i16 pair `(v, 128 v)`), or with `BIASED` rows of
+/// `v | (v ^ 0x80) << 24`, the i16 pair `(v, 256 (v - 128))` that [`widen`] makes too; one
+/// slice each. With `CLAMP` the sums are clamped first, so that `v = clip8(sum)`.
+struct PairRows<'a, 'b, const CLAMP: bool, const BIASED: bool> {
     rows: &'b mut [&'a mut [i32]],
 }
 
-impl Store for PairRows<'_, '_> {
+impl<const CLAMP: bool, const BIASED: bool> Store for PairRows<'_, '_, CLAMP, BIASED> {
     fn fits(&self, rows: usize, values: usize) -> bool {
         self.rows.len() >= rows && self.rows.iter().all(|r| r.len() >= values)
     }
@@ -601,12 +677,33 @@ impl Store for PairRows<'_, '_> {
     unsafe fn store(&mut self, r: usize, m: usize, acc: __m512i) {
         // SAFETY: `fits` guaranteed row `r` holds `16 m + 16` values.
         unsafe {
-            // v = acc >> 22 (bits 22..29; bits 30, 31 are 0). Per dword, byte 0 takes bits
-            // 22..29 (v), byte 3 bits 23..30 (v >> 1), byte 2 bits 15..22 of which only
-            // bit 22 (v & 1, at bit 7) is kept: v + (v << 23).
-            let ctrl = _mm512_set1_epi64(i64::from_le_bytes([22, 0, 15, 23, 54, 0, 47, 55]));
-            let spread = _mm512_multishift_epi64_epi8(ctrl, acc);
-            let v = _mm512_and_si512(spread, _mm512_set1_epi32(0xFF80_00FF_u32 as i32));
+            // Clamped to `[0, 2^30 - 1]`, bits 22..29 are `clip8(acc)`.
+            let acc = if CLAMP {
+                let top = _mm512_set1_epi32((256 << PRECISION_BITS) - 1);
+                _mm512_min_epi32(_mm512_max_epi32(acc, _mm512_setzero_si512()), top)
+            } else {
+                acc
+            };
+            // v = acc >> 22 (bits 22..29; bits 30, 31 are 0).
+            let v = if BIASED {
+                // Per dword, bytes 0 and 3 take bits 22..29 (v); then one ternary-logic op
+                // keeps bytes 0 and 3 and flips bit 7 of byte 3:
+                // `(spread & 0xFF0000FF) ^ 0x80000000` (truth table 0x6A).
+                let ctrl = _mm512_set1_epi64(i64::from_le_bytes([22, 0, 0, 22, 54, 0, 0, 54]));
+                let spread = _mm512_multishift_epi64_epi8(ctrl, acc);
+                _mm512_ternarylogic_epi32::<0x6A>(
+                    spread,
+                    _mm512_set1_epi32(0xFF00_00FF_u32 as i32),
+                    _mm512_set1_epi32(0x8000_0000_u32 as i32),
+                )
+            } else {
+                // Per dword, byte 0 takes bits 22..29 (v), byte 3 bits 23..30 (v >> 1),
+                // byte 2 bits 15..22 of which only bit 22 (v & 1, at bit 7) is kept:
+                // v + (v << 23).
+                let ctrl = _mm512_set1_epi64(i64::from_le_bytes([22, 0, 15, 23, 54, 0, 47, 55]));
+                let spread = _mm512_multishift_epi64_epi8(ctrl, acc);
+                _mm512_and_si512(spread, _mm512_set1_epi32(0xFF80_00FF_u32 as i32))
+            };
             _mm512_storeu_si512(self.rows[r].as_mut_ptr().add(16 * m).cast(), v);
         }
     }
@@ -734,7 +831,7 @@ unsafe fn horizontal_kernel<const P: usize, const TWO: bool, S: Store>(
     }
 }
 
-/// 4 x 16 sums to 64 bytes in value order.
+/// 4 x 16 sums to 64 bytes in value order, each `clip8`ed (saturating packs).
 #[target_feature(enable = "avx512f,avx512bw")]
 #[inline]
 fn pack64(acc: [__m512i; 4]) -> __m512i {
@@ -760,8 +857,8 @@ fn first_bytes(n: usize) -> u64 {
 
 /// One output row of the vertical pass over rows of i16 lane pairs:
 /// `out[i] = clip8(bias + sum_k dot(ring[offs[k] + i], w[k]))`. With pair-format rows and
-/// weights (the horizontal-first order), `bias = HALF`; with `(v, 256 (v - 128))` rows
-/// ([`widen`]) and `(w mod 256, w / 256)` weights, `bias = HALF + 32768 sum(w / 256)`.
+/// weights, `bias = HALF`; with `(v, 256 (v - 128))` rows ([`widen`], [`PairRows`]) and
+/// `(w mod 256, w / 256)` weights, `bias = HALF + 32768 sum(w / 256)`.
 fn vertical_pairs(ring: &[i32], offs: &[usize], w: &[i32], bias: i32, out: &mut [u8]) {
     let n16 = out.len().div_ceil(16) * 16;
     assert!(offs.len() == w.len() && offs.iter().all(|&o| o + n16 <= ring.len()));
@@ -821,7 +918,9 @@ unsafe fn vertical_pairs_kernel<const TAPS: usize>(
             }
             let v = _mm512_srai_epi32::<PRECISION_BITS>(acc);
             let mask = first_bytes(n - m) as u16;
-            _mm_mask_storeu_epi8(dst.add(m).cast(), mask, _mm512_cvtepi32_epi8(v));
+            // `clip8`, as `pack64`'s saturating packs: a max, then unsigned saturation.
+            let bytes = _mm512_cvtusepi32_epi8(_mm512_max_epi32(v, _mm512_setzero_si512()));
+            _mm_mask_storeu_epi8(dst.add(m).cast(), mask, bytes);
             m += 16;
         }
     }

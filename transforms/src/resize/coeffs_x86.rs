@@ -6,7 +6,7 @@
 
 use std::arch::x86_64::*;
 
-use super::{Axis, PRECISION_BITS};
+use super::{Axis, RowSums, PRECISION_BITS};
 
 /// [`super::min_max`] compiled for AVX2.
 ///
@@ -39,7 +39,8 @@ fn takes(axis: &Axis, start: &[u32], count: &[u32], weights: &[i32]) -> bool {
         && weights.len() == n * axis.stride
 }
 
-/// [`compute`] with eight lanes: fills outputs `0..8 * floor(n / 8)` and returns how many.
+/// [`compute`] with eight lanes: fills outputs `0..8 * floor(n / 8)` and returns how many,
+/// and their sums.
 ///
 /// # Safety
 /// The CPU must support AVX-512 F and VL.
@@ -49,12 +50,15 @@ pub(super) unsafe fn compute512(
     start: &mut [u32],
     count: &mut [u32],
     weights: &mut [i32],
-) -> usize {
+) -> (usize, RowSums) {
     if !takes(axis, start, count, weights) {
-        return 0;
+        return (0, RowSums::default());
     }
     let (stride, n) = (axis.stride, start.len());
     let groups = n / 8;
+    // Per lane, the largest sums of |w| and of w of its outputs: at most `MAX_STRIDE` taps
+    // of at most 2^22 (normalized, non-negative triangle weights), no overflow.
+    let (mut abs_max, mut sum_max) = (_mm256_setzero_si256(), _mm256_setzero_si256());
     let scale = _mm512_set1_pd(axis.scale);
     let support = _mm512_set1_pd(axis.support);
     let ss = _mm512_set1_pd(axis.ss);
@@ -101,15 +105,20 @@ pub(super) unsafe fn compute512(
             ww = _mm512_add_pd(ww, *wk);
         }
         let nonzero = _mm512_cmp_pd_mask::<_CMP_NEQ_UQ>(ww, zero);
+        let (mut abs_sum, mut sum) = (_mm256_setzero_si256(), _mm256_setzero_si256());
         for (wk, out) in w.iter().zip(fixed.iter_mut()).take(live) {
             let q = _mm512_mask_div_pd(*wk, nonzero, *wk, ww);
             let scaled = _mm512_mul_pd(q, prec);
             let neg = _mm512_cmp_pd_mask::<_CMP_LT_OQ>(q, zero);
             let offset = _mm512_mask_blend_pd(neg, half, _mm512_set1_pd(-0.5));
             let k = _mm512_cvttpd_epi32(_mm512_add_pd(offset, scaled));
+            abs_sum = _mm256_add_epi32(abs_sum, _mm256_abs_epi32(k));
+            sum = _mm256_add_epi32(sum, k);
             // SAFETY: `out` is 32 writable bytes.
             unsafe { _mm256_storeu_si256(out.as_mut_ptr().cast(), k) };
         }
+        abs_max = _mm256_max_epi32(abs_max, abs_sum);
+        sum_max = _mm256_max_epi32(sum_max, sum);
         // Tap-major lanes to output-major rows with plain stores: a scatter is slower
         // (microcoded on Zen 4). `weights` was zeroed: only the live columns need writing.
         let group = &mut weights[first * stride..(first + 8) * stride];
@@ -119,11 +128,26 @@ pub(super) unsafe fn compute512(
             }
         }
     }
-    8 * groups
+    (8 * groups, lane_max(abs_max, sum_max))
 }
 
-/// Fills outputs `0..4 * floor(n / 4)` (n = `start.len()`) and returns how many; 0 when
-/// the axis is outside what the lanes handle. `count` is as long as `start`, `weights`
+/// The [`RowSums`] of per-lane maxima.
+#[target_feature(enable = "avx2")]
+fn lane_max(abs_max: __m256i, sum_max: __m256i) -> RowSums {
+    let (mut a, mut s) = ([0i32; 8], [0i32; 8]);
+    // SAFETY: `a` and `s` are 32 writable bytes each.
+    unsafe {
+        _mm256_storeu_si256(a.as_mut_ptr().cast(), abs_max);
+        _mm256_storeu_si256(s.as_mut_ptr().cast(), sum_max);
+    }
+    RowSums {
+        abs_max: i64::from(a.into_iter().max().unwrap_or(0)),
+        sum_max: i64::from(s.into_iter().max().unwrap_or(0)),
+    }
+}
+
+/// Fills outputs `0..4 * floor(n / 4)` (n = `start.len()`) and returns how many, and their
+/// sums; 0 when the axis is outside what the lanes handle. `count` is as long as `start`, `weights`
 /// holds `stride` weights per output, all 0 on entry.
 ///
 /// Each lane runs [`Axis::output`]'s f64 operations in its order (IEEE operations are
@@ -138,12 +162,14 @@ pub(super) unsafe fn compute(
     start: &mut [u32],
     count: &mut [u32],
     weights: &mut [i32],
-) -> usize {
+) -> (usize, RowSums) {
     if !takes(axis, start, count, weights) {
-        return 0;
+        return (0, RowSums::default());
     }
     let (stride, n) = (axis.stride, start.len());
     let groups = n / 4;
+    // As in `compute512`.
+    let (mut abs_max, mut sum_max) = (_mm_setzero_si128(), _mm_setzero_si128());
     let scale = _mm256_set1_pd(axis.scale);
     let support = _mm256_set1_pd(axis.support);
     let ss = _mm256_set1_pd(axis.ss);
@@ -191,15 +217,20 @@ pub(super) unsafe fn compute(
         }
         // Past every lane's window the weights are 0 (`0 / ww`): skip those divisions.
         let live = c.iter().copied().max().unwrap_or(1) as usize;
+        let (mut abs_sum, mut sum) = (_mm_setzero_si128(), _mm_setzero_si128());
         for (wk, out) in w.iter().zip(fixed.iter_mut()).take(live) {
             let q = _mm256_blendv_pd(*wk, _mm256_div_pd(*wk, ww), nonzero);
             let scaled = _mm256_mul_pd(q, prec);
             let neg = _mm256_cmp_pd::<_CMP_LT_OQ>(q, _mm256_setzero_pd());
             let offset = _mm256_blendv_pd(half, _mm256_set1_pd(-0.5), neg);
             let k = _mm256_cvttpd_epi32(_mm256_add_pd(offset, scaled));
+            abs_sum = _mm_add_epi32(abs_sum, _mm_abs_epi32(k));
+            sum = _mm_add_epi32(sum, k);
             // SAFETY: `out` is 16 writable bytes.
             unsafe { _mm_storeu_si128(out.as_mut_ptr().cast(), k) };
         }
+        abs_max = _mm_max_epi32(abs_max, abs_sum);
+        sum_max = _mm_max_epi32(sum_max, sum);
         // `weights` was zeroed: only the live columns need writing.
         for j in 0..4 {
             let xx = 4 * g + j;
@@ -211,5 +242,6 @@ pub(super) unsafe fn compute(
             }
         }
     }
-    4 * groups
+    let wide = |v| _mm256_zextsi128_si256(v);
+    (4 * groups, lane_max(wide(abs_max), wide(sum_max)))
 }

@@ -38,6 +38,37 @@ const PRECISION_BITS: u32 = 32 - 8 - 2;
 /// Added to every sum so that the final shift rounds to nearest.
 const HALF: i32 = 1 << (PRECISION_BITS - 1);
 
+/// The largest `|w|` of a weight the SIMD kernels take, `2^23 - 2^16` (about 1.98 in fixed
+/// point; Pillow's cubic reaches about 1.09 where a window cuts a lobe off at an edge). Every
+/// split of theirs holds it: the AVX2 halves `w >> 11` and the 8-bit splits `w >> 8` and
+/// `(w + 128) >> 8` are i16s, and the signed base-256 digits of `w = 65536 a + 256 b + c`
+/// stay in `[-128, 127]` (up to `127 * 65793 = 8355711`).
+pub(crate) const SIMD_WEIGHT_LIMIT: i32 = (1 << 23) - (1 << 16);
+
+/// The largest sum of `|w|` over one output's weights the SIMD kernels take:
+/// `floor((i32::MAX - HALF) / 255)`. With pixels in `[0, 255]` an output's exact sum
+/// `HALF + sum(v w)` then lies in `[HALF - 255 N, HALF + 255 P]` (`P`, `N`: the sums of its
+/// positive and negative weights, `P + N <= ` this), inside i32. The kernels add in
+/// wrapping (mod 2^32) arithmetic, in any order and through any split of the weights, so
+/// a result that fits is the exact one; its shift by `PRECISION_BITS` lies in
+/// `[-512, 511]`, which the kernels' clamps (saturating packs or min/max) bring to
+/// `[0, 255]` as Pillow's `clip8` does. (The triangle's sums are at most `2^22 + taps / 2`,
+/// Pillow's cubic's about `1.25 * 2^22`: both far inside.)
+const SIMD_ABS_SUM_LIMIT: i64 = (i32::MAX as i64 - HALF as i64) / 255;
+
+/// The largest sum of an output's weights, all non-negative, whose sums need no clamp:
+/// `HALF + 255 * sum(w)` stays below `256 << PRECISION_BITS`, so the shift lies in
+/// `[0, 255]`. Pillow's triangle sums to at most `2^22 + taps / 2` (each weight rounded
+/// up by less than 1/2), this limit less 8223: its resizes never clip below 16446 taps,
+/// far more than the SIMD kernels take.
+const NO_CLIP_SUM_LIMIT: i64 = ((256i64 << PRECISION_BITS) - 1 - HALF as i64) / 255;
+
+/// The weight range of the pair format `(w - 128 h, h)`, `h = clamp(w >> 7, -32768, 32767)`
+/// (see [`AxisCoeffs`]'s `pair`): both halves i16. Beyond it (cubic upscales, whose edge
+/// weights exceed 1), the vertical kernels that multiply pairs do not run.
+const PAIR_WEIGHT_MIN: i32 = -(1 << 22) - 32768;
+const PAIR_WEIGHT_MAX: i32 = 128 * 32767 + 32767;
+
 /// `$body` with the const `$t` set to `$taps` when that is 2 to 8 (the vertical windows of
 /// upscales and of downscales up to about 3.5x), else to 0 (meaning: any count, read at run
 /// time). A vertical kernel compiled for a constant count unrolls its tap loop and keeps the
@@ -201,18 +232,28 @@ pub struct AxisCoeffs {
     pstart: Vec<u32>,
     /// `out_size * taps` weights aligned to the padded windows (zeros where padded).
     pweights: Vec<i32>,
-    /// `out_size * stride` weights as the i16 pair `(w - 128 h, h)`, `h = min(w >> 7, 32767)`,
-    /// for `pmaddwd` against values stored as the pair `(v, v << 7)`.
+    /// `out_size * stride` weights as the i16 pair `(w - 128 h, h)`,
+    /// `h = clamp(w >> 7, -32768, 32767)`, for `pmaddwd` against values stored as the pair
+    /// `(v, v << 7)`; exact where `pairs_fit`.
     pair: Vec<i32>,
     /// Whether `pstart`/`pweights` and `pair` match the current weights (built on demand:
     /// only the horizontal axis needs the first, only the SIMD vertical pass the second).
     padded_ready: bool,
     pair_ready: bool,
-    /// Every weight is in `[0, 2^22 + 127]`, the range the SIMD kernels' 16-bit splits and
-    /// their no-clamp argument assume (always true for the triangle filter; for the cubic
-    /// only where the window cuts off its negative lobes). Where false, the portable kernels
-    /// run, which clamp as Pillow does.
+    /// Every weight within `±SIMD_WEIGHT_LIMIT` and every output's sum of `|w|` at most
+    /// `SIMD_ABS_SUM_LIMIT`: what the SIMD kernels' splits and exact wrapping sums need
+    /// (see those constants). Pillow's triangle and cubic weights always are; where not
+    /// (only hand-made weights), the portable kernels run.
     simd_friendly: bool,
+    /// Every weight within `PAIR_WEIGHT_MIN..=PAIR_WEIGHT_MAX` (the pair format is exact).
+    pairs_fit: bool,
+    /// Some weight is negative (the cubic's lobes), or some output's weights sum to more
+    /// than `NO_CLIP_SUM_LIMIT` (only hand-made weights): sums can leave `[0, 255]` after
+    /// the shift, so the SIMD stores that would otherwise truncate must clamp. False for
+    /// the triangle, whose stores then skip the clamp.
+    may_clip: bool,
+    /// What the three flags above were decided from.
+    range: WeightRange,
 }
 
 impl AxisCoeffs {
@@ -286,8 +327,10 @@ impl AxisCoeffs {
         };
         let level = level.min(SimdLevel::detected());
         let (start, count, weights) = (&mut self.start, &mut self.count, &mut self.weights);
-        let done = match level {
-            _ if conv != Convolution::Triangle => 0,
+        // The per-output sums come out of the computation (the vectorized one sums its lanes
+        // as it goes): a separate pass over the rows cost 3% of a bilinear crop's resize.
+        let (done, mut sums) = match level {
+            _ if conv != Convolution::Triangle => (0, RowSums::default()),
             #[cfg(target_arch = "x86_64")]
             // SAFETY: the CPU has the AVX-512 features (`detected`).
             SimdLevel::Avx512 => unsafe { coeffs_x86::compute512(&axis, start, count, weights) },
@@ -296,13 +339,14 @@ impl AxisCoeffs {
             SimdLevel::Avx2 | SimdLevel::Avx512Ymm => unsafe {
                 coeffs_x86::compute(&axis, start, count, weights)
             },
-            _ => 0,
+            _ => (0, RowSums::default()),
         };
         let rows = self.weights.chunks_exact_mut(stride).enumerate().skip(done);
         for ((xx, k_fixed), (start, count)) in
             rows.zip(self.start[done..].iter_mut().zip(&mut self.count[done..]))
         {
             (*start, *count) = axis.output(xx, k_fixed, &mut self.scratch);
+            sums.add_row(&k_fixed[..*count as usize]);
         }
         self.taps = self.count.iter().copied().max().unwrap_or(1) as usize;
         let (min, max) = match level {
@@ -313,12 +357,27 @@ impl AxisCoeffs {
             },
             _ => min_max(&self.weights),
         };
-        self.simd_friendly = min >= 0 && max <= (1 << PRECISION_BITS) + 127;
+        self.set_range(WeightRange {
+            min,
+            max,
+            abs_sum_max: sums.abs_max,
+            sum_max: sums.sum_max,
+        });
         self.padded_ready = false;
         self.pair_ready = false;
         if mirrored {
             self.mirror();
         }
+    }
+
+    /// Sets `simd_friendly`, `pairs_fit` and `may_clip` from the weights' range.
+    fn set_range(&mut self, range: WeightRange) {
+        self.simd_friendly = range.min >= -SIMD_WEIGHT_LIMIT
+            && range.max <= SIMD_WEIGHT_LIMIT
+            && range.abs_sum_max <= SIMD_ABS_SUM_LIMIT;
+        self.pairs_fit = range.min >= PAIR_WEIGHT_MIN && range.max <= PAIR_WEIGHT_MAX;
+        self.may_clip = range.min < 0 || range.sum_max > NO_CLIP_SUM_LIMIT;
+        self.range = range;
     }
 
     /// Reverses the order of the outputs (and toggles `mirrored`).
@@ -422,6 +481,18 @@ impl AxisCoeffs {
     fn simd_friendly(&self) -> bool {
         self.simd_friendly
     }
+
+    /// See the `pairs_fit` field.
+    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+    fn pairs_fit(&self) -> bool {
+        self.pairs_fit
+    }
+
+    /// See the `may_clip` field.
+    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+    fn may_clip(&self) -> bool {
+        self.may_clip
+    }
 }
 
 /// What one axis's weights are of ([`AxisCoeffs::key`]): equal keys, equal weights. The filter
@@ -499,7 +570,7 @@ impl Axis {
 #[inline(always)]
 fn pairs(w: &[i32], pair: &mut [i32]) {
     for (p, &w) in pair.iter_mut().zip(w) {
-        let h = (w >> 7).clamp(0, 32767);
+        let h = (w >> 7).clamp(-32768, 32767);
         let l = w - 128 * h;
         *p = (l & 0xffff) | (h << 16);
     }
@@ -538,6 +609,52 @@ fn pad_windows<const TAPS: usize>(
             padded[shift..].copy_from_slice(&w[..taps - shift]);
         }
         *ps = (start - shift) as u32;
+    }
+}
+
+/// The extremes of an axis's weights that decide which kernels may run them.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+struct WeightRange {
+    min: i32,
+    max: i32,
+    /// The largest sum of `|w|` over one output's weights.
+    abs_sum_max: i64,
+    /// The largest sum of one output's weights.
+    sum_max: i64,
+}
+
+/// The largest per-output sums of `|w|` and of `w` over the outputs seen so far (0 for none).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+struct RowSums {
+    abs_max: i64,
+    sum_max: i64,
+}
+
+impl RowSums {
+    /// Adds one output's weights.
+    #[inline(always)]
+    fn add_row(&mut self, w: &[i32]) {
+        let abs = w.iter().map(|&v| i64::from(v).abs()).sum::<i64>();
+        let sum = w.iter().map(|&v| i64::from(v)).sum::<i64>();
+        self.abs_max = self.abs_max.max(abs);
+        self.sum_max = self.sum_max.max(sum);
+    }
+}
+
+/// The range of `w`, `stride` weights per output (all 0 when empty): what tests compare
+/// [`AxisCoeffs::prepare_with`]'s running sums against, and build hand-made weights' with.
+#[cfg(test)]
+fn weight_range(w: &[i32], stride: usize) -> WeightRange {
+    let (min, max) = min_max(w);
+    let mut sums = RowSums::default();
+    for row in w.chunks_exact(stride.max(1)) {
+        sums.add_row(row);
+    }
+    WeightRange {
+        min,
+        max,
+        abs_sum_max: sums.abs_max,
+        sum_max: sums.sum_max,
     }
 }
 
@@ -1128,18 +1245,18 @@ struct Ring<'a, const ALIGN: usize> {
 /// The horizontal-first order of the SIMD resizes: source rows go through `horizontal(rows,
 /// ahead, ring rows)`, `BLOCK` at a time, into a ring of rows as the vertical pass comes to need
 /// them (the ring stays in L1/L2 where the whole intermediate image, 4 bytes a value, would
-/// not); then each output row is `vertical(ring, its taps' row offsets, weights, row)`, handed
+/// not); then each output row `y` is `vertical(y, ring, its taps' row offsets, weights, row)`, handed
 /// to `sink`. `taps_of` gives an output row's first source row and weights in the ring's
 /// format; `vert` must have at most [`MAX_RING_TAPS`] taps.
 #[cfg(target_arch = "x86_64")]
 #[inline(always)]
-fn through_ring<const BLOCK: usize, const ALIGN: usize, S: RowSink + ?Sized>(
+fn through_ring<'w, const BLOCK: usize, const ALIGN: usize, S: RowSink + ?Sized>(
     src: &RgbView<'_>,
     vert: &AxisCoeffs,
-    taps_of: impl Fn(&AxisCoeffs, usize) -> (usize, &[i32]),
+    taps_of: impl Fn(usize) -> (usize, &'w [i32]),
     ring: Ring<'_, ALIGN>,
     mut horizontal: impl FnMut(&[&[u8]], Ahead, &mut [&mut [i32]]),
-    mut vertical: impl FnMut(&[i32], &[usize], &[i32], &mut [u8]),
+    mut vertical: impl FnMut(usize, &[i32], &[usize], &[i32], &mut [u8]),
     sink: &mut S,
 ) {
     assert!(vert.taps <= MAX_RING_TAPS);
@@ -1151,7 +1268,7 @@ fn through_ring<const BLOCK: usize, const ALIGN: usize, S: RowSink + ?Sized>(
     let mut next = first;
     let mut offs = [0usize; MAX_RING_TAPS];
     for yy in 0..vert.out_size as usize {
-        let (start, w) = taps_of(vert, yy);
+        let (start, w) = taps_of(yy);
         while next < start + w.len() {
             // Rows [start, next + n) fit: next < start + taps, n <= BLOCK.
             let n = BLOCK.min(end - next);
@@ -1176,7 +1293,13 @@ fn through_ring<const BLOCK: usize, const ALIGN: usize, S: RowSink + ?Sized>(
             // `w.len() <= taps < cap`: at most one wrap.
             *o = if s >= cap { s - cap } else { s } * stride;
         }
-        vertical(ring, &offs[..w.len()], w, &mut sink.row_mut(yy)[..values]);
+        vertical(
+            yy,
+            ring,
+            &offs[..w.len()],
+            w,
+            &mut sink.row_mut(yy)[..values],
+        );
         sink.row_done(yy);
     }
 }
@@ -1223,6 +1346,7 @@ mod kernels {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::image::CropRect;
 
     #[test]
     fn coefficients_match_pillow_by_hand() {
@@ -1261,14 +1385,12 @@ mod tests {
         };
         let want = [0.8671875, 0.8671875, 0.2265625, -0.0703125].map(expect);
         assert_eq!(w, &want);
-        assert!(
-            !c.simd_friendly(),
-            "negative weights keep the SIMD kernels off"
-        );
+        // Negative weights: the SIMD kernels take them, with clamping stores.
+        assert!(c.simd_friendly() && c.may_clip() && c.pairs_fit());
         // The triangle's weights of the same axis are cached apart: switching recomputes.
         c.prepare(4, 2);
         assert_eq!(c.taps_of(0).1.len(), 3);
-        assert!(c.simd_friendly());
+        assert!(c.simd_friendly() && !c.may_clip());
     }
 
     #[test]
@@ -1311,6 +1433,9 @@ mod tests {
                     Convolution::Triangle,
                     SimdLevel::Portable,
                 );
+                // The sums kept while computing are those of the rows.
+                let range = weight_range(&scalar.weights, scalar.stride);
+                assert_eq!(scalar.range, range, "{in_size} -> {out}");
                 for level in [SimdLevel::Avx2, SimdLevel::Avx512Ymm, SimdLevel::Avx512] {
                     let mut simd = AxisCoeffs::default();
                     simd.prepare_with(in_size, out, mirrored, Convolution::Triangle, level);
@@ -1320,6 +1445,9 @@ mod tests {
                     assert!(simd.weights == scalar.weights, "{what}");
                     assert_eq!(simd.taps, scalar.taps, "{what}");
                     assert_eq!(simd.simd_friendly, scalar.simd_friendly, "{what}");
+                    assert_eq!(simd.pairs_fit, scalar.pairs_fit, "{what}");
+                    assert_eq!(simd.may_clip, scalar.may_clip, "{what}");
+                    assert_eq!(simd.range, scalar.range, "{what}");
                 }
             }
         }
@@ -1506,8 +1634,8 @@ mod tests {
             sizes.push((iw, ih, 224, 224));
         }
         sizes.extend([(224, 300, 224, 224), (300, 224, 224, 224)]);
-        // Bicubic's negative weights send the SIMD paths to the portable kernels compiled for
-        // AVX2 (or to the SIMD kernels where a window cuts the lobes off); nearest has one path.
+        // Bicubic runs the SIMD kernels with clamping stores (and, for upscales, without the
+        // pair format); nearest has one path.
         for filter in [Filter::Bilinear, Filter::Bicubic, Filter::Nearest] {
             portable.set_filter(filter);
             for r in &mut fast {
@@ -1580,6 +1708,233 @@ mod tests {
                     again == plain,
                     "{iw}x{ih} -> {ow}x{oh} again, {filter:?} {level:?}"
                 );
+            }
+        }
+    }
+
+    /// Hard 0/255 patterns, where the cubic's negative lobes overshoot both ways and
+    /// `clip8` decides the pixel: `kind` 0 vertical stripes, 1 horizontal stripes, 2 a
+    /// checkerboard, 3 single white lines on black, 4 random 0/255 bytes.
+    fn hard_edges(w: u32, h: u32, kind: u32, seed: u64) -> RgbImage {
+        let mut state = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+        let mut data = Vec::with_capacity(3 * (w * h) as usize);
+        for y in 0..h {
+            for x in 0..w {
+                for c in 0..3u32 {
+                    state = state
+                        .wrapping_mul(6_364_136_223_846_793_005)
+                        .wrapping_add(1_442_695_040_888_963_407);
+                    let on = match kind {
+                        0 => (x + c) / 2 % 2 == 0,
+                        1 => (y / 3 + c) % 2 == 0,
+                        2 => (x + y + c) % 2 == 0,
+                        3 => x % 7 == c || y % 5 == c,
+                        _ => state >> 63 == 1,
+                    };
+                    data.push(if on { 255 } else { 0 });
+                }
+            }
+        }
+        RgbImage::from_raw(w, h, data).expect("sizes match")
+    }
+
+    #[test]
+    fn bicubic_simd_kernels_clip_as_the_portable_ones() {
+        // Every kernel set against the portable kernels on hard 0/255 edges: downscales and
+        // upscales (whose edge weights exceed 1 and the pair format), both pass orders, one
+        // pass only, odd sizes, 1-pixel inputs and outputs, and flips.
+        let sizes = [
+            (1, 1, 5, 7),
+            (1, 9, 3, 4),
+            (9, 1, 224, 1),
+            (2, 2, 224, 224),
+            (50, 40, 1, 40),
+            (50, 40, 50, 1),
+            (50, 40, 1, 1),
+            (500, 375, 224, 224),
+            (375, 500, 224, 224),
+            (500, 375, 341, 256),
+            (500, 375, 309, 232),
+            (300, 300, 250, 199),
+            (120, 150, 224, 224),
+            (150, 120, 224, 224),
+            (224, 300, 224, 224),
+            (300, 224, 224, 224),
+            (23, 17, 97, 61),
+            (333, 251, 111, 83),
+            (64, 64, 63, 65),
+            (791, 599, 224, 224),
+            (1000, 40, 224, 224),
+            (40, 1000, 224, 224),
+            (2000, 1500, 100, 40),
+            (21, 50, 30, 30),
+            (22, 50, 13, 30),
+        ];
+        let mut portable = Resizer::new();
+        portable.set_simd_limit(SimdLevel::Portable);
+        portable.set_filter(Filter::Bicubic);
+        let mut fast: Vec<(SimdLevel, Resizer)> = SimdLevel::kernel_sets()
+            .into_iter()
+            .map(|level| {
+                let mut r = Resizer::new();
+                r.set_simd_limit(level);
+                r.set_filter(Filter::Bicubic);
+                (level, r)
+            })
+            .collect();
+        let (mut want, mut got) = (RgbImage::new(), RgbImage::new());
+        for (i, &(iw, ih, ow, oh)) in sizes.iter().enumerate() {
+            for kind in 0..5 {
+                let img = hard_edges(iw, ih, kind, i as u64);
+                for flip in [false, true] {
+                    fn sink_of(img: &mut RgbImage, ow: u32, oh: u32) -> PackedSink<'_> {
+                        PackedSink {
+                            data: img.reset(ow, oh),
+                            row_len: 3 * ow as usize,
+                        }
+                    }
+                    portable
+                        .resize_into(img.view(), oh, ow, flip, &mut sink_of(&mut want, ow, oh))
+                        .expect("valid");
+                    for (level, r) in &mut fast {
+                        r.resize_into(img.view(), oh, ow, flip, &mut sink_of(&mut got, ow, oh))
+                            .expect("valid");
+                        assert!(
+                            got == want,
+                            "{iw}x{ih} -> {ow}x{oh}, pattern {kind}, flip {flip}, {level:?}"
+                        );
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    #[cfg(target_arch = "x86_64")]
+    fn bicubic_runs_the_simd_kernels() {
+        // The shapes of torchvision's recipes: eval resizes, RandomResizedCrop's down- and
+        // upscales. The parity tests compare results; this pins that the SIMD kernels (not
+        // the portable fallback) produced them.
+        let shapes = [
+            (500, 375, 224, 224),
+            (500, 375, 341, 256),
+            (500, 375, 309, 232),
+            (120, 150, 224, 224),
+            (300, 200, 224, 224),
+            (300, 224, 224, 224),
+        ];
+        for (iw, ih, ow, oh) in shapes {
+            let mut horiz = AxisCoeffs::default();
+            let mut vert = AxisCoeffs::default();
+            horiz.prepare_with(iw, ow, false, Convolution::Cubic, SimdLevel::detected());
+            horiz.ensure_padded();
+            vert.prepare_with(ih, oh, false, Convolution::Cubic, SimdLevel::detected());
+            assert!(horiz.simd_friendly() && horiz.may_clip(), "{iw} -> {ow}");
+            assert_eq!(horiz.range, weight_range(&horiz.weights, horiz.stride));
+            assert_eq!(vert.range, weight_range(&vert.weights, vert.stride));
+            assert!(
+                vert.simd_friendly() && (ih == oh || vert.may_clip()),
+                "{ih} -> {oh}"
+            );
+            let need_v = (ih != oh).then_some(&vert);
+            if SimdLevel::detected() >= SimdLevel::Avx2 {
+                let mut simd = avx2::Scratch::default();
+                assert!(simd.prepare(&horiz, need_v, false), "AVX2 {iw}x{ih}");
+            }
+            if SimdLevel::detected() == SimdLevel::Avx512 {
+                let mut simd = avx2::Scratch::default();
+                assert!(simd.prepare(&horiz, need_v, true), "AVX-512 ymm {iw}x{ih}");
+                let mut zmm = avx512::Scratch::default();
+                assert!(zmm.prepare(&horiz, need_v), "AVX-512 {iw}x{ih}");
+            }
+        }
+    }
+
+    /// `Convolution::Cubic` coefficients of `in_size -> out_size` with each output's
+    /// weights replaced by `first` and `second` at two of its taps (moving with the
+    /// output, so that every split position sees them), zeros elsewhere.
+    fn crafted(in_size: u32, out_size: u32, first: i32, second: i32) -> AxisCoeffs {
+        let mut c = AxisCoeffs::default();
+        c.prepare_with(
+            in_size,
+            out_size,
+            false,
+            Convolution::Cubic,
+            SimdLevel::Portable,
+        );
+        let stride = c.stride;
+        for (i, (row, &count)) in c.weights.chunks_exact_mut(stride).zip(&c.count).enumerate() {
+            let count = count as usize;
+            assert!(count >= 2);
+            row.fill(0);
+            row[i % count] = first;
+            row[(i + 1) % count] = second;
+        }
+        let range = weight_range(&c.weights, stride);
+        c.set_range(range);
+        c
+    }
+
+    #[test]
+    fn kernels_are_exact_at_the_weight_bounds() {
+        // Hand-made weights at the limits `simd_friendly` and `pairs_fit` state: sums of
+        // |w| at `SIMD_ABS_SUM_LIMIT` (all positive, all negative, mixed), which take the
+        // exact sums to within 100 of i32's ends, and weights at the pair format's ends.
+        // Every kernel set must give the portable kernels' pixels (which would overflow,
+        // and panic in a test build, past the bound).
+        let limit = SIMD_ABS_SUM_LIMIT as i32;
+        let big = SIMD_WEIGHT_LIMIT;
+        let sets = [
+            (big, limit - big, false),
+            (-big, -(limit - big), false),
+            (PAIR_WEIGHT_MAX, -(limit - PAIR_WEIGHT_MAX), true),
+            (PAIR_WEIGHT_MIN, limit + PAIR_WEIGHT_MIN, true),
+            (PAIR_WEIGHT_MAX + 1, 0, false),
+            (PAIR_WEIGHT_MIN - 1, 0, false),
+        ];
+        for (first, second, pairs) in sets {
+            let c = crafted(40, 20, first, second);
+            assert!(c.simd_friendly(), "{first} {second}");
+            assert_eq!(c.pairs_fit(), pairs, "{first} {second}");
+        }
+        // One past each bound.
+        assert!(!crafted(40, 20, big, limit - big + 1).simd_friendly());
+        assert!(!crafted(40, 20, big + 1, 0).simd_friendly());
+        assert!(!crafted(40, 20, -big - 1, 0).simd_friendly());
+        // (in_w, in_h, out_w, out_h): horizontal first, vertical first, horizontal only.
+        let shapes = [(40, 30, 20, 13), (40, 90, 20, 36), (40, 30, 20, 30)];
+        let mut images: Vec<RgbImage> = (0..3).map(|s| hard_edges(40, 90, 4, s)).collect();
+        images.push(RgbImage::from_raw(40, 90, vec![255; 3 * 40 * 90]).expect("sizes match"));
+        let (mut want, mut got) = (RgbImage::new(), RgbImage::new());
+        for (first, second, _) in sets {
+            for (iw, ih, ow, oh) in shapes {
+                let horiz = crafted(iw, ow, first, second);
+                let vert = crafted(ih, oh, first, second);
+                let run = |level: SimdLevel, img: &RgbImage, out: &mut RgbImage| {
+                    let mut r = Resizer::new();
+                    r.set_simd_limit(level);
+                    r.set_filter(Filter::Bicubic);
+                    // The same sizes and filter: `resize` keeps these as its cached weights.
+                    (r.horiz, r.vert) = (horiz.clone(), vert.clone());
+                    let view = img.crop_view(CropRect {
+                        top: 0,
+                        left: 0,
+                        height: ih,
+                        width: iw,
+                    });
+                    r.resize(view.expect("fits"), oh, ow, out).expect("valid");
+                    assert_eq!(r.horiz.weights, horiz.weights, "cached weights kept");
+                };
+                for img in &images {
+                    run(SimdLevel::Portable, img, &mut want);
+                    for level in SimdLevel::kernel_sets() {
+                        run(level, img, &mut got);
+                        assert!(
+                            got == want,
+                            "{first} {second}: {iw}x{ih} -> {ow}x{oh}, {level:?}"
+                        );
+                    }
+                }
             }
         }
     }

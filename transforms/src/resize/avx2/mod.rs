@@ -13,7 +13,7 @@
 //! per step where the windows allow ([`Gather::Quad`]): one unmasked `vpermb` puts each value's
 //! four bytes in its dword, and three `vpdpbusd` multiply them by the weights' signed base-256
 //! digits (`w = 65536 a + 256 b + c`, each in `[-128, 127]`); `(A << 16) + (B << 8) + C` of the
-//! three sums is `sum(v w)` (the shifts may wrap, the result, in `[0, 2^30)`, does not). That
+//! three sums is `sum(v w)` (the shifts may wrap, the result, an exact i32, does not). That
 //! is one permute and three dot products per four taps, against two permutes, two mask moves
 //! and four dot products with pairs.
 //!
@@ -22,9 +22,14 @@
 //! add; with VNNI each value `v` as the i16 pair `(v, v << 7)`, each tap one `vpdpwssd`
 //! against the weight pair `(w - 128 h, h)`: `v (w - 128 h) + 128 v h = v w`.
 //!
-//! No clamping: the weights are non-negative and sum to at most `2^22 + taps / 2`, so every
-//! sum lies in `[0, 255 * 2^22 + 2^21 + 255 * taps / 2]` and shifts to `[0, 255]` (for
-//! `taps < 16000`, far above what the plan accepts).
+//! Weights may be negative (the cubic's lobes): every split above is of signed weights
+//! (arithmetic shifts, signed digits, signed i16 halves), and within the range
+//! [`AxisCoeffs::simd_friendly`] checks every sum is exact in wrapping i32 arithmetic (see
+//! `SIMD_ABS_SUM_LIMIT`). A sum shifted by `PRECISION_BITS` then lies in `[-512, 511]`, and
+//! is brought to `[0, 255]` as Pillow's `clip8` does: by the saturating packs of the u8
+//! stores and of the vertical kernel (`packus_epi32` then `packus_epi16`), and, for the ring
+//! rows, by a min/max that only plans with negative weights run ([`RingStore`]'s `CLAMP`;
+//! the triangle's sums always shift into `[0, 255]`).
 //!
 //! Must not run a plan on a CPU without the features its layout needs (the drivers assert
 //! them), nor read outside a row: every window was checked against the row's length when the
@@ -89,9 +94,11 @@ pub(super) struct Scratch {
     block: Vec<u8>,
     /// u8 rows into the horizontal kernel in the vertical-first order.
     rows: Vec<u8>,
-    /// The vertical kernel may use VNNI's `vpdpwssd` (the CPU has it; the level allows),
-    /// over a ring in pair format.
+    /// The vertical kernel may use VNNI's `vpdpwssd` (the CPU has it; the level allows;
+    /// the vertical weights fit the pair format), over a ring in pair format.
     vnni: bool,
+    /// The horizontal weights have negative ones: the ring stores clamp.
+    clamp: bool,
 }
 
 impl Scratch {
@@ -104,8 +111,11 @@ impl Scratch {
         ring_vert: Option<&AxisCoeffs>,
         ymm512: bool,
     ) -> bool {
-        self.vnni = ymm512 && cpu::avx512_vnni();
-        if !self.plan.prepare(horiz, self.vnni) {
+        let permute = ymm512 && cpu::avx512_vnni();
+        // Cubic upscales' edge weights exceed the pair format: the ring then holds values.
+        self.vnni = permute && ring_vert.is_none_or(AxisCoeffs::pairs_fit);
+        self.clamp = horiz.may_clip();
+        if !self.plan.prepare(horiz, permute) {
             return false;
         }
         match ring_vert {
@@ -156,7 +166,7 @@ pub(super) fn resize<S: RowSink + ?Sized>(
         return;
     }
     // The ring holds pairs or values (see `vertical_ring`), 32-byte aligned rows.
-    let vnni = simd.vnni;
+    let (vnni, clamp) = (simd.vnni, simd.clamp);
     if vnni {
         vert.ensure_pairs();
     }
@@ -165,19 +175,20 @@ pub(super) fn resize<S: RowSink + ?Sized>(
         stride,
         values,
     };
+    let vert: &AxisCoeffs = vert;
     through_ring::<BLOCK_ROWS, 32, S>(
         &src,
         vert,
-        |v, y| {
+        |y| {
             if vnni {
-                v.pair_taps_of(y)
+                vert.pair_taps_of(y)
             } else {
-                v.taps_of(y)
+                vert.taps_of(y)
             }
         },
         ring,
-        |rows, ahead, outs| horizontal_ring(plan, rows, ahead, outs, vnni),
-        |ring, offs, w, out| vertical_ring(ring, offs, w, out, vnni),
+        |rows, ahead, outs| horizontal_ring(plan, rows, ahead, outs, vnni, clamp),
+        |_, ring, offs, w, out| vertical_ring(ring, offs, w, out, vnni),
         sink,
     );
 }
@@ -195,35 +206,34 @@ fn horizontal_u8(
 }
 
 /// Horizontal pass of `rows` into the ring rows `out`: in pair format where `pairs`, else
-/// as values.
+/// as values; clamped to `[0, 255]` where `clamp` (negative weights).
 fn horizontal_ring(
     plan: &HorizontalPlan,
     rows: &[&[u8]],
     ahead: Ahead,
     out: &mut [&mut [i32]],
     pairs: bool,
+    clamp: bool,
 ) {
     // The AVX2 shuffle kernel cannot inline the VBMI store.
     let vbmi = cpu::avx512_vbmi() && plan.gather != Gather::Shuffle;
-    match (pairs, vbmi) {
-        (false, _) => run_horizontal(
-            plan,
-            rows,
-            ahead,
-            &mut RingStore::<false, false> { rows: out },
-        ),
-        (true, true) => run_horizontal(
-            plan,
-            rows,
-            ahead,
-            &mut RingStore::<true, true> { rows: out },
-        ),
-        (true, false) => run_horizontal(
-            plan,
-            rows,
-            ahead,
-            &mut RingStore::<true, false> { rows: out },
-        ),
+    macro_rules! run {
+        ($pairs:literal, $vbmi:literal, $clamp:literal) => {
+            run_horizontal(
+                plan,
+                rows,
+                ahead,
+                &mut RingStore::<$pairs, $vbmi, $clamp> { rows: out },
+            )
+        };
+    }
+    match (pairs, vbmi, clamp) {
+        (false, _, false) => run!(false, false, false),
+        (false, _, true) => run!(false, false, true),
+        (true, true, false) => run!(true, true, false),
+        (true, true, true) => run!(true, true, true),
+        (true, false, false) => run!(true, false, false),
+        (true, false, true) => run!(true, false, true),
     }
 }
 
@@ -321,8 +331,8 @@ unsafe fn horizontal_kernel<const P: usize, const WIDE: bool, S: Store>(
 trait Store {
     /// Whether `rows` rows of `values` values fit.
     fn fits(&self, rows: usize, values: usize) -> bool;
-    /// Stores the values of 8 fixed-point sums (`sum >> PRECISION_BITS`, each in
-    /// `[0, 255]`; the sums are non-negative and below 2^30).
+    /// Stores the values of 8 fixed-point sums: `clip8(sum)`, Pillow's shift and clamp to
+    /// `[0, 255]` (the shift lies in `[-512, 511]`, see the module docs).
     ///
     /// # Safety
     /// AVX2, and `r`, `m` within what [`Store::fits`] accepted.
@@ -345,6 +355,7 @@ impl Store for U8Store<'_> {
         unsafe {
             let p = self.out.as_mut_ptr().add(r * self.stride + 8 * m);
             let v = _mm256_srai_epi32::<{ PRECISION_BITS as i32 }>(sum);
+            // The saturating packs are the clamp.
             _mm_storel_epi64(p.cast(), pack8(v));
         }
     }
@@ -352,16 +363,21 @@ impl Store for U8Store<'_> {
 
 /// The ring's rows, one slice each: values (`v`, an i32 in `[0, 255]`), or with `PAIRS`
 /// the pair format (`v | v << 23`, the i16 pair `(v, 128 v)`), built by [`pair_bytes`]
-/// with `VBMI` (for the kernels that enable AVX-512 VBMI). Values take one shift per 8
+/// with `VBMI` (for the kernels that enable AVX-512 VBMI). With `CLAMP` (weights with
+/// negative ones) the sums are clamped first, as Pillow's `clip8`; without, they are
+/// known to shift into `[0, 255]`, and the two operations per 8 values are saved (the
+/// bilinear resizes). Values take one shift per 8
 /// values where the pair format takes two more operations, and on Zen 3 both shifts
 /// queue for the two pipes that also run the shuffles (a probe that stored the sums
 /// unconverted: whole resizes 11% faster, 67.5 against 76 us); [`vertical_ring`] reads
 /// values with `vpmulld`.
-struct RingStore<'a, 'b, const PAIRS: bool, const VBMI: bool> {
+struct RingStore<'a, 'b, const PAIRS: bool, const VBMI: bool, const CLAMP: bool> {
     rows: &'b mut [&'a mut [i32]],
 }
 
-impl<const PAIRS: bool, const VBMI: bool> Store for RingStore<'_, '_, PAIRS, VBMI> {
+impl<const PAIRS: bool, const VBMI: bool, const CLAMP: bool> Store
+    for RingStore<'_, '_, PAIRS, VBMI, CLAMP>
+{
     fn fits(&self, rows: usize, values: usize) -> bool {
         self.rows.len() >= rows && self.rows.iter().all(|r| r.len() >= values)
     }
@@ -372,9 +388,22 @@ impl<const PAIRS: bool, const VBMI: bool> Store for RingStore<'_, '_, PAIRS, VBM
         unsafe {
             let p = self.rows.get_unchecked_mut(r).as_mut_ptr().add(8 * m);
             let entry = if PAIRS && VBMI {
+                // Clamped to `[0, 2^30 - 1]`: bits 22-29 hold `clip8(sum)`, bit 30 is 0.
+                let sum = if CLAMP {
+                    let top = _mm256_set1_epi32((256 << PRECISION_BITS) - 1);
+                    _mm256_min_epi32(_mm256_max_epi32(sum, _mm256_setzero_si256()), top)
+                } else {
+                    sum
+                };
                 pair_bytes(sum)
             } else {
                 let v = _mm256_srai_epi32::<{ PRECISION_BITS as i32 }>(sum);
+                let v = if CLAMP {
+                    let top = _mm256_set1_epi32(255);
+                    _mm256_min_epi32(_mm256_max_epi32(v, _mm256_setzero_si256()), top)
+                } else {
+                    v
+                };
                 if PAIRS {
                     _mm256_or_si256(v, _mm256_slli_epi32::<23>(v))
                 } else {
@@ -399,7 +428,8 @@ fn pair_bytes(sum: __m256i) -> __m256i {
     _mm256_and_si256(spread, _mm256_set1_epi32(0xFF80_00FF_u32 as i32))
 }
 
-/// The 8 i32 of `v` (each in `[0, 255]`) as the low 8 bytes.
+/// The 8 i32 of `v` as the low 8 bytes, each clamped to `[0, 255]` (for `v` in i16 range:
+/// the first pack saturates to `[0, 65535]`, the second reads that as i16).
 #[inline(always)]
 unsafe fn pack8(v: __m256i) -> __m128i {
     // SAFETY: AVX2 is enabled in every caller; these intrinsics only touch registers.
@@ -765,7 +795,7 @@ unsafe fn quad_kernel<const Q: usize, const WIDE: bool, S: Store>(
 /// `A`, `B`, `C` are the quad's dot products with the digits of 65536, 256 and 1 and `H`,
 /// `L` the pair's with its weights' `w >> 8` and `w & 255`: the same integer as Pillow's
 /// sum, so the same pixels. Every operation wraps modulo 2^32, and the final sum is in
-/// `[0, 2^30)`, so the intermediate values need no range of their own.
+/// i32 range (`SIMD_ABS_SUM_LIMIT`), so the intermediate values need no range of their own.
 ///
 /// # Safety
 /// As [`quad_kernel`], with `plan.gather == QuadPair` (`plan.steps == 2`).
@@ -822,7 +852,8 @@ fn vertical_ring(ring: &[i32], offs: &[usize], w: &[i32], out: &mut [u8], vnni: 
 }
 
 /// `acc` plus a ring row's 8 entries `a` times a tap's weight `b`: pairs through
-/// [`dot_acc`] where `PAIRS`, else values by `vpmulld` (whose products stay below 2^30).
+/// [`dot_acc`] where `PAIRS`, else values by `vpmulld` (whose products, `255 |w|` with
+/// `|w| < 2^23`, stay below 2^31).
 ///
 /// # Safety
 /// AVX2, and AVX-512 VNNI and VL where `PAIRS`.

@@ -549,7 +549,7 @@ impl HorizontalPlan {
 }
 
 /// `w` as signed base-256 digits `[a, b, c]`, `w = 65536 a + 256 b + c`, each in
-/// `[-128, 127]` for `|w| <= 2^22` (Pillow's weights are in `[0, 2^22]`).
+/// `[-128, 127]` for `|w| <= SIMD_WEIGHT_LIMIT` (the cubic's weights are signed).
 #[cfg(test)]
 fn signed_digits(w: i32) -> [i8; 3] {
     let c = w as i8;
@@ -808,7 +808,8 @@ mod tests {
 
     #[test]
     fn signed_digits_rebuild_every_weight() {
-        for w in -(1 << 22)..=(1 << 22) {
+        let limit = crate::resize::SIMD_WEIGHT_LIMIT;
+        for w in -limit..=limit {
             let [a, b, c] = signed_digits(w).map(i32::from);
             assert_eq!(65536 * a + 256 * b + c, w, "{w}");
         }
