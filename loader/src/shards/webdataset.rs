@@ -823,7 +823,7 @@ fn read_index(stores: &Stores, urls: &[String], index: Option<&str>) -> Result<O
         .map_err(|e| url_error(&url, io::Error::new(io::ErrorKind::InvalidData, e)))
 }
 
-/// The index's entries for `urls`, in that order.
+/// The index's entries for `urls`, in that order, with those URLs.
 fn shards_from_index(
     urls: &[String],
     index: ShardIndex,
@@ -837,9 +837,12 @@ fn shards_from_index(
         .collect();
     urls.iter()
         .map(|u| {
-            by_url.remove(u).ok_or_else(|| {
+            let mut entry = by_url.remove(u).ok_or_else(|| {
                 LoaderError::invalid("index", format!("{index_url} does not list the shard {u}"))
-            })
+            })?;
+            // As given (the index's may be relative to it).
+            entry.url.clone_from(u);
+            Ok(entry)
         })
         .collect()
 }
