@@ -22,6 +22,7 @@ use ferroloader_loader::Source;
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::PyTuple;
+use pyo3::IntoPyObjectExt;
 
 use crate::detach::run_detached;
 use crate::errors::ToPyErr;
@@ -132,8 +133,8 @@ impl PyWebDataset {
         })
     }
 
-    /// Whether this process is not the one that constructed the dataset (a forked child),
-    /// so its reads go through a dataset rebuilt here.
+    /// Whether this dataset's fetchers were inherited through `fork()` and not rebuilt here
+    /// yet (the next loader made over it in this process rebuilds them).
     #[getter]
     fn inherited(&self) -> bool {
         self.current
@@ -194,24 +195,26 @@ impl PyWebDataset {
     fn __reduce__<'py>(
         slf: &Bound<'py, Self>,
     ) -> PyResult<(Bound<'py, PyAny>, Bound<'py, PyTuple>)> {
+        let py = slf.py();
         let a = slf.get().args.clone();
-        let args = (
-            a.urls,
-            a.index,
-            a.num_samples,
-            a.label_key,
-            a.shuffle_buffer,
-            a.read_ahead_shards,
-            a.read_ahead_bytes,
-            a.cache_dir,
-            a.cache_limit_bytes,
-            a.retries,
-            a.retry_backoff,
-            a.storage_options,
-            a.range_bytes,
-            a.max_requests,
-        );
-        Ok((slf.get_type().into_any(), args.into_pyobject(slf.py())?))
+        // More arguments than pyo3 converts as one tuple: converted one by one.
+        let args = [
+            a.urls.into_bound_py_any(py)?,
+            a.index.into_bound_py_any(py)?,
+            a.num_samples.into_bound_py_any(py)?,
+            a.label_key.into_bound_py_any(py)?,
+            a.shuffle_buffer.into_bound_py_any(py)?,
+            a.read_ahead_shards.into_bound_py_any(py)?,
+            a.read_ahead_bytes.into_bound_py_any(py)?,
+            a.cache_dir.into_bound_py_any(py)?,
+            a.cache_limit_bytes.into_bound_py_any(py)?,
+            a.retries.into_bound_py_any(py)?,
+            a.retry_backoff.into_bound_py_any(py)?,
+            a.storage_options.into_bound_py_any(py)?,
+            a.range_bytes.into_bound_py_any(py)?,
+            a.max_requests.into_bound_py_any(py)?,
+        ];
+        Ok((slf.get_type().into_any(), PyTuple::new(py, args)?))
     }
 }
 
