@@ -16,6 +16,10 @@ CPUs, so on a large machine the server does not compete with the loader.
 from __future__ import annotations
 
 import argparse
+import datetime
+import hashlib
+import hmac
+import http.client
 import io
 import json
 import os
@@ -105,6 +109,34 @@ def cpu_set(spec: str) -> Set[int]:
     return cpus
 
 
+def put_object(port: int, bucket: str, name: str, data: bytes) -> None:
+    """A SigV4-signed PUT (keys AK/SK, us-east-1): s3s-fs then stores the object's ETag, as a
+    real store keeps it; a file copied into its folder has none, and s3s-fs hashes the whole
+    file on every GET of it, ranges included, which is no store's real cost."""
+    now = datetime.datetime.now(datetime.timezone.utc)
+    stamp, day = now.strftime("%Y%m%dT%H%M%SZ"), now.strftime("%Y%m%d")
+    host, path, payload = f"127.0.0.1:{port}", f"/{bucket}/{name}", hashlib.sha256(data).hexdigest()
+    signed = "host;x-amz-content-sha256;x-amz-date"
+    canonical = (f"PUT\n{path}\n\nhost:{host}\nx-amz-content-sha256:{payload}\n"
+                 f"x-amz-date:{stamp}\n\n{signed}\n{payload}")
+    scope = f"{day}/us-east-1/s3/aws4_request"
+    to_sign = f"AWS4-HMAC-SHA256\n{stamp}\n{scope}\n{hashlib.sha256(canonical.encode()).hexdigest()}"
+    key = b"AWS4SK"
+    for part in (day, "us-east-1", "s3", "aws4_request"):
+        key = hmac.new(key, part.encode(), hashlib.sha256).digest()
+    signature = hmac.new(key, to_sign.encode(), hashlib.sha256).hexdigest()
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+    conn.request("PUT", path, body=data, headers={
+        "x-amz-date": stamp, "x-amz-content-sha256": payload,
+        "Authorization": f"AWS4-HMAC-SHA256 Credential=AK/{scope}, SignedHeaders={signed}, "
+                         f"Signature={signature}"})
+    response = conn.getresponse()
+    body = response.read()
+    conn.close()
+    if response.status != 200:
+        raise SystemExit(f"PUT {path}: HTTP {response.status}: {body[:300]!r}")
+
+
 def epoch_seconds(make: Callable[[], fl.Loader]) -> float:
     loader = make()
     start = time.perf_counter()
@@ -128,6 +160,9 @@ def main() -> None:
     ap.add_argument("--range-bytes", type=int, default=1 << 20)
     ap.add_argument("--max-requests", type=int, default=8)
     ap.add_argument("--server-cpus", default=None, help="taskset CPU list for s3s-fs, e.g. 12-15")
+    ap.add_argument("--copy", action="store_true",
+                    help="copy the shards into s3s-fs's folder instead of PUT (no stored ETag: "
+                         "s3s-fs then hashes the whole shard on every request)")
     args = ap.parse_args()
     if args.server_cpus:
         server = cpu_set(args.server_cpus)
@@ -143,9 +178,13 @@ def main() -> None:
         (tmp / "shards").mkdir()
         names = write_shards(folder, tmp / "shards", args.per_shard)
         (tmp / "s3" / "bucket").mkdir(parents=True)
-        for name in names + ["index.json"]:
-            shutil.copy(tmp / "shards" / name, tmp / "s3" / "bucket" / name)
+        if args.copy:
+            for name in names + ["index.json"]:
+                shutil.copy(tmp / "shards" / name, tmp / "s3" / "bucket" / name)
         proc, port = start_s3s(tmp / "s3", args.server_cpus)
+        if not args.copy:
+            for name in names + ["index.json"]:
+                put_object(port, "bucket", name, (tmp / "shards" / name).read_bytes())
         storage = {"aws_endpoint": f"http://127.0.0.1:{port}", "aws_access_key_id": "AK",
                    "aws_secret_access_key": "SK", "aws_region": "us-east-1", "aws_allow_http": "true"}
         common = dict(batch_size=64, shuffle=True, num_workers=args.workers, transform=transform)
@@ -177,7 +216,8 @@ def main() -> None:
     print(f"{images} images, {len(names)} shards of {args.per_shard}, shuffle buffer "
           f"{args.shuffle_buffer}, {args.workers} workers, {args.rounds} rounds (median); ranges of "
           f"{args.range_bytes} bytes, {args.max_requests} in flight; server CPUs "
-          f"{args.server_cpus or 'shared'}, loader CPUs {sorted(os.sched_getaffinity(0))}")
+          f"{args.server_cpus or 'shared'}, loader CPUs {sorted(os.sched_getaffinity(0))}; shards "
+          f"{'copied' if args.copy else 'PUT'}")
     print(f"{'source':16} {'s/epoch':>8} {'img/s':>8} {'vs folder':>10}")
     for name, ts in times.items():
         med = statistics.median(ts)
