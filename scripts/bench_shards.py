@@ -6,7 +6,7 @@ concurrent byte ranges, in alternating rounds; prints medians and the ratios to 
 
 Not a test: a benchmark for the note. Usage:
     bench_shards.py [FOLDER] [--rounds N] [--workers N] [--per-shard N] [--range-bytes N]
-                    [--max-requests N] [--server-cpus LIST]
+                    [--max-requests N] [--read-ahead-shards N] [--server-cpus LIST] [--copy]
 FOLDER defaults to target/fixtures/folder (`make loader-bench` writes it); the s3s-fs binary is
 target/tools/bin/s3s-fs or $FERROLOADER_S3S_FS (`make s3-server`). `--server-cpus 12-15` runs
 the server under `taskset -c 12-15` and keeps this process (and its loader threads) off those
@@ -159,6 +159,7 @@ def main() -> None:
     # default) split shards of hundreds of MB.
     ap.add_argument("--range-bytes", type=int, default=1 << 20)
     ap.add_argument("--max-requests", type=int, default=8)
+    ap.add_argument("--read-ahead-shards", type=int, default=4)
     ap.add_argument("--server-cpus", default=None, help="taskset CPU list for s3s-fs, e.g. 12-15")
     ap.add_argument("--copy", action="store_true",
                     help="copy the shards into s3s-fs's folder instead of PUT (no stored ETag: "
@@ -190,10 +191,12 @@ def main() -> None:
         common = dict(batch_size=64, shuffle=True, num_workers=args.workers, transform=transform)
         local = fl.WebDataset([str(tmp / "shards" / n) for n in names], shuffle_buffer=args.shuffle_buffer)
         s3_urls = [f"s3://bucket/{n}" for n in names]
+        ahead = args.read_ahead_shards
         whole = fl.WebDataset(s3_urls, storage_options=storage, shuffle_buffer=args.shuffle_buffer,
-                              range_bytes=0)
+                              range_bytes=0, read_ahead_shards=ahead)
         ranged = fl.WebDataset(s3_urls, storage_options=storage, shuffle_buffer=args.shuffle_buffer,
-                               range_bytes=args.range_bytes, max_requests=args.max_requests)
+                               range_bytes=args.range_bytes, max_requests=args.max_requests,
+                               read_ahead_shards=ahead)
         folder_ds = fl.ImageFolder(folder)
         setups: Dict[str, Callable[[], fl.Loader]] = {
             "folder": lambda: fl.Loader(folder_ds, **common),
@@ -215,7 +218,8 @@ def main() -> None:
     base = statistics.median(times["folder"])
     print(f"{images} images, {len(names)} shards of {args.per_shard}, shuffle buffer "
           f"{args.shuffle_buffer}, {args.workers} workers, {args.rounds} rounds (median); ranges of "
-          f"{args.range_bytes} bytes, {args.max_requests} in flight; server CPUs "
+          f"{args.range_bytes} bytes, {args.max_requests} in flight, {args.read_ahead_shards} shards "
+          f"ahead; server CPUs "
           f"{args.server_cpus or 'shared'}, loader CPUs {sorted(os.sched_getaffinity(0))}; shards "
           f"{'copied' if args.copy else 'PUT'}")
     print(f"{'source':16} {'s/epoch':>8} {'img/s':>8} {'vs folder':>10}")

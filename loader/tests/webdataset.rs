@@ -857,3 +857,42 @@ fn a_truncated_object_fails_exactly_the_samples_of_the_lost_ranges() {
         "{msg}"
     );
 }
+
+/// With ranges, a piece is freed after the plan's last read of it (so samples lingering in
+/// the shuffle buffer do not hold their whole shard); a read the plan did not announce still
+/// gets the right bytes, as a request of its own.
+#[test]
+fn a_read_of_a_freed_piece_fetches_the_sample_alone() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let (folder, names, server) = s3_fixture(tmp.path());
+    let want = folder_bytes(&folder);
+    let opts = WebDatasetOptions {
+        store: server.store_options(1),
+        range_bytes: 1,
+        read_ahead_shards: 1,
+        ..WebDatasetOptions::default()
+    };
+    let data = WebDataset::new(s3_urls(&names), opts).expect("dataset");
+    // Two shards' samples: the first shard's slot stays while the second is read, its
+    // pieces freed one by one.
+    let plan: Vec<usize> = (0..PER_SHARD - 1)
+        .chain(PER_SHARD..PER_SHARD + 3)
+        .chain([PER_SHARD - 1])
+        .collect();
+    data.epoch_plan(&plan);
+    let mut buf = Vec::new();
+    for (n, &i) in plan.iter().enumerate() {
+        if n == PER_SHARD - 1 {
+            // Sample 0 again, unannounced: its piece was freed, its shard is still held for
+            // the plan's last read of it.
+            assert!(data.read(0, &mut buf).expect("read again") == want[data.key(0)]);
+        }
+        assert!(data.read(i, &mut buf).expect("read") == want[data.key(i)]);
+    }
+    for i in [0, 1, PER_SHARD - 1, PER_SHARD, 2 * PER_SHARD] {
+        assert!(
+            data.read(i, &mut buf).expect("read outside the plan") == want[data.key(i)],
+            "sample {i}"
+        );
+    }
+}

@@ -134,6 +134,9 @@ struct FetchState {
     queue: VecDeque<usize>,
     /// Reads of each shard the current plan still has to make.
     remaining: Vec<usize>,
+    /// Reads of each piece of a shard of several pieces the current plan still has to make
+    /// (empty for a shard read whole): a piece's bytes are freed after its last read.
+    piece_reads: Vec<Vec<usize>>,
     slots: HashMap<usize, Slot>,
     /// Bytes of shards loading or loaded.
     held_bytes: u64,
@@ -150,10 +153,13 @@ enum Slot {
     /// The whole shard.
     Ready(Arc<Vec<u8>>),
     Failed(io::ErrorKind, Arc<str>),
-    /// Fetched as ranges ([`Shared::pieces`]), each usable as soon as it is there.
+    /// Fetched as ranges ([`Shared::pieces`]), each usable as soon as it is there and freed
+    /// after the plan's last read of it; `held` bytes of the shard still count against the
+    /// window.
     Ranged {
         fetch: u64,
         pieces: Vec<Piece>,
+        held: u64,
     },
 }
 
@@ -161,6 +167,8 @@ enum Piece {
     Loading,
     Ready(Arc<Vec<u8>>),
     Failed(io::ErrorKind, Arc<str>),
+    /// Read as often as the plan said, and freed.
+    Freed,
 }
 
 /// How a fetch that was just registered in a [`Slot`] is to be made.
@@ -360,7 +368,7 @@ impl Source for WebDataset {
         let sample = &self.shared.samples[index];
         let url = &self.shared.urls[shard];
         buf.clear();
-        match self.shared.bytes_for_read(shard, sample.offset)? {
+        match self.shared.bytes_for_read(shard, index)? {
             Some((bytes, base)) => {
                 let data = member(&bytes, base, sample)
                     .ok_or_else(|| truncated(sample, base, bytes.len()))?;
@@ -426,8 +434,27 @@ impl Source for WebDataset {
             }
             remaining[shard] += 1;
         }
+        let mut piece_reads: Vec<Vec<usize>> = self
+            .shared
+            .pieces
+            .iter()
+            .map(|p| {
+                if p.len() > 1 {
+                    vec![0; p.len()]
+                } else {
+                    Vec::new()
+                }
+            })
+            .collect();
+        for &index in plan {
+            let shard = self.shard_of(index);
+            if let Some(count) = piece_reads[shard].get_mut(self.shared.piece_of(shard, index)) {
+                *count += 1;
+            }
+        }
         let mut state = self.shared.lock();
         state.remaining = remaining;
+        state.piece_reads = piece_reads;
         state.queue = queue;
         // Shards loaded for an earlier plan stay only if this one reads them.
         let stale: Vec<usize> = state
@@ -474,10 +501,20 @@ impl Shared {
                 continue;
             }
             let size = self.shard_bytes[shard];
-            let held = state.slots.len();
-            let fits = held < self.read_ahead_shards
+            // A ranged shard counts by the share of its bytes still held: one whose last
+            // samples linger in the shuffle buffer holds only their pieces, and must not keep
+            // the next shards from being fetched.
+            let held: f64 = state
+                .slots
+                .iter()
+                .map(|(&s, slot)| match slot {
+                    Slot::Ranged { held, .. } => *held as f64 / self.shard_bytes[s].max(1) as f64,
+                    _ => 1.0,
+                })
+                .sum();
+            let fits = held + 1.0 <= self.read_ahead_shards as f64
                 && state.held_bytes.saturating_add(size) <= self.read_ahead_bytes;
-            if !fits && held > 0 {
+            if !fits && !state.slots.is_empty() {
                 return None;
             }
             state.queue.pop_front();
@@ -503,7 +540,15 @@ impl Shared {
         state.fetches += 1;
         let fetch = state.fetches;
         let pieces = (0..pieces).map(|_| Piece::Loading).collect();
-        state.slots.insert(shard, Slot::Ranged { fetch, pieces });
+        let held = self.shard_bytes[shard];
+        state.slots.insert(
+            shard,
+            Slot::Ranged {
+                fetch,
+                pieces,
+                held,
+            },
+        );
         Fetch::Ranged(fetch)
     }
 
@@ -548,9 +593,19 @@ impl Shared {
 
     /// Drops shard `shard`'s slot and its share of the window.
     fn release(&self, state: &mut FetchState, shard: usize) {
-        if state.slots.remove(&shard).is_some() {
-            state.held_bytes = state.held_bytes.saturating_sub(self.shard_bytes[shard]);
-        }
+        let held = match state.slots.remove(&shard) {
+            Some(Slot::Ranged { held, .. }) => held,
+            Some(_) => self.shard_bytes[shard],
+            None => 0,
+        };
+        state.held_bytes = state.held_bytes.saturating_sub(held);
+    }
+
+    /// The piece of shard `shard` holding sample `index`.
+    fn piece_of(&self, shard: usize, index: usize) -> usize {
+        let offset = self.samples[index].offset;
+        // pieces[shard][0] is 0 <= offset: the partition point is at least 1.
+        self.pieces[shard].partition_point(|&start| start <= offset) - 1
     }
 
     /// The loader's profiler and the `shard_read` op, when attached and recording.
@@ -662,8 +717,8 @@ impl Shared {
     /// wakes whoever waits for it.
     fn settle_piece(&self, shard: usize, id: u64, piece: usize, outcome: Piece) {
         let mut state = self.lock();
-        if let Some(Slot::Ranged { fetch, pieces }) = state.slots.get_mut(&shard) {
-            if *fetch == id {
+        if let Some(Slot::Ranged { fetch, pieces, .. }) = state.slots.get_mut(&shard) {
+            if *fetch == id && matches!(pieces[piece], Piece::Loading) {
                 pieces[piece] = outcome;
             }
         }
@@ -671,24 +726,29 @@ impl Shared {
         self.changed.notify_all();
     }
 
-    /// The bytes holding the sample at `offset` of shard `shard` for one read of the current
-    /// plan, with the shard offset where they begin (the whole shard, or the piece holding the
+    /// The bytes holding sample `index` of shard `shard` for one read of the current plan,
+    /// with the shard offset where they begin (the whole shard, or the piece holding the
     /// sample): waiting for them, or fetching the shard here when no fetcher has started on
-    /// it. `None` when the plan does not read this shard (the caller reads the sample alone).
-    fn bytes_for_read(&self, shard: usize, offset: u64) -> io::Result<Option<(Arc<Vec<u8>>, u64)>> {
-        // pieces[shard][0] is 0 <= offset: the partition point is at least 1.
-        let piece = self.pieces[shard].partition_point(|&start| start <= offset) - 1;
+    /// it. `None` when the plan does not read this shard, or its piece was freed after the
+    /// reads the plan announced (the caller reads the sample alone).
+    fn bytes_for_read(
+        &self,
+        shard: usize,
+        index: usize,
+    ) -> io::Result<Option<(Arc<Vec<u8>>, u64)>> {
+        let piece = self.piece_of(shard, index);
         let mut state = self.lock();
         let outcome = loop {
             match state.slots.get(&shard) {
-                Some(Slot::Ready(bytes)) => break Ok((Arc::clone(bytes), 0)),
+                Some(Slot::Ready(bytes)) => break Ok(Some((Arc::clone(bytes), 0))),
                 Some(Slot::Failed(kind, message)) => {
                     break Err(io::Error::new(*kind, message.to_string()))
                 }
                 Some(Slot::Ranged { pieces, .. }) => match &pieces[piece] {
                     Piece::Ready(bytes) => {
-                        break Ok((Arc::clone(bytes), self.pieces[shard][piece]))
+                        break Ok(Some((Arc::clone(bytes), self.pieces[shard][piece])))
                     }
+                    Piece::Freed => break Ok(None),
                     Piece::Failed(kind, message) => {
                         break Err(io::Error::new(*kind, message.to_string()))
                     }
@@ -714,8 +774,41 @@ impl Shared {
             self.release(&mut state, shard);
             drop(state);
             self.changed.notify_all();
+        } else if self.count_piece_read(&mut state, shard, piece) {
+            drop(state);
+            self.changed.notify_all();
         }
-        outcome.map(Some)
+        outcome
+    }
+
+    /// Counts one read of piece `piece` of a ranged shard and frees the piece after the
+    /// plan's last read of it; true when that made room in the window.
+    fn count_piece_read(&self, state: &mut FetchState, shard: usize, piece: usize) -> bool {
+        let FetchState {
+            piece_reads,
+            slots,
+            held_bytes,
+            ..
+        } = state;
+        let Some(count) = piece_reads.get_mut(shard).and_then(|p| p.get_mut(piece)) else {
+            return false;
+        };
+        *count = count.saturating_sub(1);
+        if *count > 0 {
+            return false;
+        }
+        let Some(Slot::Ranged { pieces, held, .. }) = slots.get_mut(&shard) else {
+            return false;
+        };
+        if !matches!(pieces[piece], Piece::Ready(_) | Piece::Failed(..)) {
+            return false;
+        }
+        pieces[piece] = Piece::Freed;
+        let range = self.piece_range(shard, piece);
+        let size = range.end - range.start;
+        *held = held.saturating_sub(size);
+        *held_bytes = held_bytes.saturating_sub(size);
+        true
     }
 }
 
