@@ -11,8 +11,11 @@
 //! A remote shard larger than `range_bytes` is fetched as several byte ranges (pieces) at
 //! once, cut between samples so each sample lies in exactly one piece, with at most
 //! `max_requests` requests in flight over all shards; a sample is served as soon as its piece
-//! has arrived, and a failed piece fails exactly its samples. Local shards, shards the cache
-//! holds and shards of one piece are read whole (one request).
+//! has arrived, a failed piece fails exactly its samples, and a piece is freed after the
+//! plan's last read of it (a ranged shard counts in the read-ahead window by the share of its
+//! bytes still held, so samples lingering in the shuffle buffer do not stall the next
+//! fetches). Local shards, shards the cache holds and shards of one piece are read whole (one
+//! request).
 //!
 //! Must not decode images or hold more than the read-ahead window plus the shards still
 //! being read.
@@ -57,7 +60,7 @@ pub struct WebDatasetOptions {
     /// Samples held by the shuffle buffer of a shuffled epoch. Default: 1000.
     pub shuffle_buffer: usize,
     /// Shards fetched ahead of the one being read (also the number of fetcher threads, up to
-    /// 8). Default: 4.
+    /// 8); a shard fetched as ranges counts by the share of its bytes not yet freed. Default: 4.
     pub read_ahead_shards: usize,
     /// Bytes of shards fetched ahead; one shard is always allowed. Default: 1 GiB.
     pub read_ahead_bytes: u64,
