@@ -1,17 +1,25 @@
 #!/usr/bin/env python3
 """Loader throughput on the same images as an ImageFolder, as local tar shards and as shards
-served by a local S3-compatible server (s3s-fs), in alternating rounds; prints medians and the
-ratios to the folder (absolute times wander on these machines, ratios within a run hold).
+served by a local S3-compatible server (s3s-fs), read whole (one GET per shard) and as
+concurrent byte ranges, in alternating rounds; prints medians and the ratios to the folder
+(absolute times wander on these machines, ratios within a run hold).
 
 Not a test: a benchmark for the note. Usage:
-    bench_shards.py [FOLDER] [--rounds N] [--workers N] [--per-shard N]
+    bench_shards.py [FOLDER] [--rounds N] [--workers N] [--per-shard N] [--range-bytes N]
+                    [--max-requests N] [--read-ahead-shards N] [--server-cpus LIST] [--copy]
 FOLDER defaults to target/fixtures/folder (`make loader-bench` writes it); the s3s-fs binary is
-target/tools/bin/s3s-fs or $FERROLOADER_S3S_FS (`make s3-server`).
+target/tools/bin/s3s-fs or $FERROLOADER_S3S_FS (`make s3-server`). `--server-cpus 12-15` runs
+the server under `taskset -c 12-15` and keeps this process (and its loader threads) off those
+CPUs, so on a large machine the server does not compete with the loader.
 """
 
 from __future__ import annotations
 
 import argparse
+import datetime
+import hashlib
+import hmac
+import http.client
 import io
 import json
 import os
@@ -23,7 +31,7 @@ import tarfile
 import tempfile
 import time
 from pathlib import Path
-from typing import Any, Callable, Dict, List
+from typing import Any, Callable, Dict, List, Optional, Set
 
 import ferroloader as fl
 from ferroloader import transforms as T
@@ -69,15 +77,16 @@ def write_shards(folder: Path, out: Path, per_shard: int) -> List[str]:
     return names
 
 
-def start_s3s(root: Path) -> tuple[subprocess.Popen[bytes], int]:
+def start_s3s(root: Path, cpus: Optional[str]) -> tuple[subprocess.Popen[bytes], int]:
     binary = Path(os.environ.get("FERROLOADER_S3S_FS", REPO / "target/tools/bin/s3s-fs"))
     if not binary.is_file():
         raise SystemExit(f"no s3s-fs at {binary}: run `make s3-server`")
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
+    pin = ["taskset", "-c", cpus] if cpus else []
     proc = subprocess.Popen(
-        [str(binary), "--host", "127.0.0.1", "--port", str(port), "--access-key", "AK",
+        pin + [str(binary), "--host", "127.0.0.1", "--port", str(port), "--access-key", "AK",
          "--secret-key", "SK", str(root)],
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )
@@ -89,6 +98,43 @@ def start_s3s(root: Path) -> tuple[subprocess.Popen[bytes], int]:
             time.sleep(0.05)
     proc.kill()
     raise SystemExit("s3s-fs did not start")
+
+
+def cpu_set(spec: str) -> Set[int]:
+    """A taskset CPU list (``0-3,8``) as a set."""
+    cpus: Set[int] = set()
+    for part in spec.split(","):
+        lo, _, hi = part.partition("-")
+        cpus.update(range(int(lo), int(hi or lo) + 1))
+    return cpus
+
+
+def put_object(port: int, bucket: str, name: str, data: bytes) -> None:
+    """A SigV4-signed PUT (keys AK/SK, us-east-1): s3s-fs then stores the object's ETag, as a
+    real store keeps it; a file copied into its folder has none, and s3s-fs hashes the whole
+    file on every GET of it, ranges included, which is no store's real cost."""
+    now = datetime.datetime.now(datetime.timezone.utc)
+    stamp, day = now.strftime("%Y%m%dT%H%M%SZ"), now.strftime("%Y%m%d")
+    host, path, payload = f"127.0.0.1:{port}", f"/{bucket}/{name}", hashlib.sha256(data).hexdigest()
+    signed = "host;x-amz-content-sha256;x-amz-date"
+    canonical = (f"PUT\n{path}\n\nhost:{host}\nx-amz-content-sha256:{payload}\n"
+                 f"x-amz-date:{stamp}\n\n{signed}\n{payload}")
+    scope = f"{day}/us-east-1/s3/aws4_request"
+    to_sign = f"AWS4-HMAC-SHA256\n{stamp}\n{scope}\n{hashlib.sha256(canonical.encode()).hexdigest()}"
+    key = b"AWS4SK"
+    for part in (day, "us-east-1", "s3", "aws4_request"):
+        key = hmac.new(key, part.encode(), hashlib.sha256).digest()
+    signature = hmac.new(key, to_sign.encode(), hashlib.sha256).hexdigest()
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+    conn.request("PUT", path, body=data, headers={
+        "x-amz-date": stamp, "x-amz-content-sha256": payload,
+        "Authorization": f"AWS4-HMAC-SHA256 Credential=AK/{scope}, SignedHeaders={signed}, "
+                         f"Signature={signature}"})
+    response = conn.getresponse()
+    body = response.read()
+    conn.close()
+    if response.status != 200:
+        raise SystemExit(f"PUT {path}: HTTP {response.status}: {body[:300]!r}")
 
 
 def epoch_seconds(make: Callable[[], fl.Loader]) -> float:
@@ -109,7 +155,22 @@ def main() -> None:
     # A buffer as large as the epoch makes the first batch wait for every shard; real datasets
     # have far more samples per rank than the buffer holds, so the default is one shard's worth.
     ap.add_argument("--shuffle-buffer", type=int, default=64)
+    # The fixture's shards are ~4 MB; 1 MiB pieces split them as 8 MiB pieces (the library's
+    # default) split shards of hundreds of MB.
+    ap.add_argument("--range-bytes", type=int, default=1 << 20)
+    ap.add_argument("--max-requests", type=int, default=8)
+    ap.add_argument("--read-ahead-shards", type=int, default=4)
+    ap.add_argument("--server-cpus", default=None, help="taskset CPU list for s3s-fs, e.g. 12-15")
+    ap.add_argument("--copy", action="store_true",
+                    help="copy the shards into s3s-fs's folder instead of PUT (no stored ETag: "
+                         "s3s-fs then hashes the whole shard on every request)")
     args = ap.parse_args()
+    if args.server_cpus:
+        server = cpu_set(args.server_cpus)
+        rest = os.sched_getaffinity(0) - server
+        if not rest:
+            raise SystemExit(f"--server-cpus {args.server_cpus} leaves no CPU for the loader")
+        os.sched_setaffinity(0, rest)
     folder = Path(args.folder)
     transform = T.Compose([T.RandomResizedCrop(224), T.RandomHorizontalFlip(), T.ToTensor(),
                            T.Normalize([0.485, 0.456, 0.406], [0.229, 0.224, 0.225])])
@@ -118,20 +179,30 @@ def main() -> None:
         (tmp / "shards").mkdir()
         names = write_shards(folder, tmp / "shards", args.per_shard)
         (tmp / "s3" / "bucket").mkdir(parents=True)
-        for name in names + ["index.json"]:
-            shutil.copy(tmp / "shards" / name, tmp / "s3" / "bucket" / name)
-        proc, port = start_s3s(tmp / "s3")
+        if args.copy:
+            for name in names + ["index.json"]:
+                shutil.copy(tmp / "shards" / name, tmp / "s3" / "bucket" / name)
+        proc, port = start_s3s(tmp / "s3", args.server_cpus)
+        if not args.copy:
+            for name in names + ["index.json"]:
+                put_object(port, "bucket", name, (tmp / "shards" / name).read_bytes())
         storage = {"aws_endpoint": f"http://127.0.0.1:{port}", "aws_access_key_id": "AK",
                    "aws_secret_access_key": "SK", "aws_region": "us-east-1", "aws_allow_http": "true"}
         common = dict(batch_size=64, shuffle=True, num_workers=args.workers, transform=transform)
         local = fl.WebDataset([str(tmp / "shards" / n) for n in names], shuffle_buffer=args.shuffle_buffer)
-        remote = fl.WebDataset([f"s3://bucket/{n}" for n in names], storage_options=storage,
-                               shuffle_buffer=args.shuffle_buffer)
+        s3_urls = [f"s3://bucket/{n}" for n in names]
+        ahead = args.read_ahead_shards
+        whole = fl.WebDataset(s3_urls, storage_options=storage, shuffle_buffer=args.shuffle_buffer,
+                              range_bytes=0, read_ahead_shards=ahead)
+        ranged = fl.WebDataset(s3_urls, storage_options=storage, shuffle_buffer=args.shuffle_buffer,
+                               range_bytes=args.range_bytes, max_requests=args.max_requests,
+                               read_ahead_shards=ahead)
         folder_ds = fl.ImageFolder(folder)
         setups: Dict[str, Callable[[], fl.Loader]] = {
             "folder": lambda: fl.Loader(folder_ds, **common),
             "local shards": lambda: fl.Loader(local, **common),
-            "s3s-fs shards": lambda: fl.Loader(remote, **common),
+            "s3s-fs whole": lambda: fl.Loader(whole, **common),
+            "s3s-fs ranges": lambda: fl.Loader(ranged, **common),
         }
         try:
             for make in setups.values():
@@ -146,7 +217,11 @@ def main() -> None:
     images = len(folder_ds)
     base = statistics.median(times["folder"])
     print(f"{images} images, {len(names)} shards of {args.per_shard}, shuffle buffer "
-          f"{args.shuffle_buffer}, {args.workers} workers, {args.rounds} rounds (median)")
+          f"{args.shuffle_buffer}, {args.workers} workers, {args.rounds} rounds (median); ranges of "
+          f"{args.range_bytes} bytes, {args.max_requests} in flight, {args.read_ahead_shards} shards "
+          f"ahead; server CPUs "
+          f"{args.server_cpus or 'shared'}, loader CPUs {sorted(os.sched_getaffinity(0))}; shards "
+          f"{'copied' if args.copy else 'PUT'}")
     print(f"{'source':16} {'s/epoch':>8} {'img/s':>8} {'vs folder':>10}")
     for name, ts in times.items():
         med = statistics.median(ts)

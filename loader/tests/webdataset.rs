@@ -1,9 +1,9 @@
 //! `WebDataset` end to end: shards written from the loader folder fixture (an ImageFolder) and
 //! read from local disk, `file://`, a plain HTTP server and a real S3-compatible server
 //! (s3s-fs, started per test on a free port): pixels equal to the folder loader's, two ranks
-//! covering every sample once, the same batches whatever the worker count and after a resume,
-//! and the failure paths (server gone mid-epoch, corrupt shards, a wrong `num_samples`) with
-//! the URL and member named.
+//! covering every sample once, the same batches whatever the worker count and after a resume
+//! (whole shards and shards fetched as byte ranges alike), and the failure paths (server gone
+//! mid-epoch, corrupt or truncated shards, a wrong `num_samples`) with the URL and member named.
 
 use std::collections::{BTreeMap, HashMap};
 use std::fs;
@@ -204,13 +204,31 @@ fn order_is_the_same_whatever_the_workers_and_after_a_resume() {
         .iter()
         .map(|n| format!("file://{}", tmp.path().join("shards").join(n).display()))
         .collect();
+    check_order(&urls, WebDatasetOptions::default());
+}
+
+#[test]
+fn order_is_the_same_whatever_the_workers_and_after_a_resume_with_ranges() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let (_, names, server) = s3_fixture(tmp.path());
+    let opts = WebDatasetOptions {
+        store: server.store_options(2),
+        range_bytes: 1,
+        max_requests: 3,
+        ..WebDatasetOptions::default()
+    };
+    check_order(&s3_urls(&names), opts);
+}
+
+/// Same batches with 0, 1 and 2 workers; a resume yields exactly the rest.
+fn check_order(urls: &[String], base: WebDatasetOptions) {
     let make = |workers: usize| {
         let opts = WebDatasetOptions {
             shuffle_buffer: 6,
             read_ahead_shards: 2,
-            ..WebDatasetOptions::default()
+            ..base.clone()
         };
-        let data = WebDataset::new(&urls, opts).expect("dataset");
+        let data = WebDataset::new(urls, opts).expect("dataset");
         let lo = options().num_workers(workers).shuffle(true).seed(11);
         Loader::new(data, pipeline(), lo.shard(Shard::new(1, 2))).expect("loader")
     };
@@ -511,6 +529,15 @@ fn s3_two_ranks_read_every_sample_once_with_the_files_bytes() {
 
 #[test]
 fn server_gone_mid_epoch_gives_an_error_naming_the_url_and_skip_reports_the_lost() {
+    server_gone_mid_epoch(0);
+}
+
+#[test]
+fn server_gone_mid_epoch_with_ranges() {
+    server_gone_mid_epoch(1);
+}
+
+fn server_gone_mid_epoch(range_bytes: u64) {
     let tmp = tempfile::tempdir().expect("tempdir");
     let (_, names, mut server) = s3_fixture(tmp.path());
     let make = |policy: ErrorPolicy, server: &S3Server| {
@@ -518,6 +545,8 @@ fn server_gone_mid_epoch_gives_an_error_naming_the_url_and_skip_reports_the_lost
             store: server.store_options(1),
             read_ahead_shards: 1,
             read_ahead_bytes: 1,
+            range_bytes,
+            max_requests: 2,
             ..WebDatasetOptions::default()
         };
         let data = WebDataset::new(s3_urls(&names), opts).expect("dataset");
@@ -601,11 +630,21 @@ fn corrupt_shards_name_the_url_and_member() {
 
 #[test]
 fn the_cache_serves_later_epochs_with_the_server_stopped() {
+    cache_serves_later_epochs(WebDatasetOptions::default().range_bytes);
+}
+
+#[test]
+fn the_cache_keeps_shards_fetched_as_ranges() {
+    cache_serves_later_epochs(1);
+}
+
+fn cache_serves_later_epochs(range_bytes: u64) {
     let tmp = tempfile::tempdir().expect("tempdir");
     let (folder, names, mut server) = s3_fixture(tmp.path());
     let cache = tmp.path().join("cache");
     let opts = WebDatasetOptions {
         store: server.store_options(0),
+        range_bytes,
         cache_dir: Some(cache.clone()),
         ..WebDatasetOptions::default()
     };
@@ -696,4 +735,164 @@ fn each_shard_request_is_an_io_span_with_its_bytes() {
         summary.pipelines[0].op("shard_read").is_none(),
         "not counted as worker time"
     );
+}
+
+/// Pixels of every sample read from S3 as byte ranges (several pieces per shard, a few
+/// requests in flight) equal those of whole-shard reads, and each range request is one
+/// `shard_read` span whose bytes add up to the shards'.
+#[test]
+fn s3_ranges_give_the_same_pixels_as_whole_shards_one_span_per_request() {
+    use ferroloader_loader::profiler::Mode;
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let (folder, names, server) = s3_fixture(tmp.path());
+    let make = |range_bytes: u64| {
+        let opts = WebDatasetOptions {
+            store: server.store_options(2),
+            range_bytes,
+            max_requests: 4,
+            ..WebDatasetOptions::default()
+        };
+        let data = WebDataset::new(s3_urls(&names), opts).expect("dataset");
+        let lo = options().shuffle(true).seed(3).profile_mode(Mode::Spans);
+        Loader::new(data, pipeline(), lo).expect("loader")
+    };
+    let whole = make(0);
+    let want = by_key(&whole, 1, |s: &WebDataset, i| s.key(i).to_owned());
+    assert_eq!(want.len(), folder.len());
+    let spans = |loader: &Loader<WebDataset, ImagePipeline>| -> Vec<u64> {
+        let profile = loader.profile();
+        profile.pipelines[0]
+            .spans
+            .iter()
+            .filter(|s| s.op == "shard_read")
+            .map(|s| s.bytes.expect("bytes"))
+            .collect()
+    };
+    assert_eq!(spans(&whole).len(), names.len(), "one GET per shard");
+    let shard_sizes: u64 = names
+        .iter()
+        .map(|n| {
+            fs::metadata(tmp.path().join("shards").join(n))
+                .expect("size")
+                .len()
+        })
+        .sum();
+    // About 3 samples a piece; 1 byte: every sample a piece of its own.
+    let average = shard_sizes / folder.len() as u64;
+    for range_bytes in [3 * average, 1] {
+        let ranged = make(range_bytes);
+        let got = by_key(&ranged, 1, |s: &WebDataset, i| s.key(i).to_owned());
+        assert!(got == want, "pixels differ with range_bytes={range_bytes}");
+        let reads = spans(&ranged);
+        assert!(
+            reads.len() > names.len(),
+            "{} requests for {} shards with range_bytes={range_bytes}",
+            reads.len(),
+            names.len()
+        );
+        assert_eq!(
+            reads.iter().sum::<u64>(),
+            shard_sizes,
+            "pieces cover the shards"
+        );
+        if range_bytes == 1 {
+            assert_eq!(reads.len(), folder.len(), "one request per sample");
+        }
+    }
+}
+
+/// A shard truncated on the server after the index was written: with one piece per sample,
+/// the samples whose bytes are gone fail, naming `url#key` (and are what skip mode reports),
+/// while the samples before the cut are served.
+#[test]
+fn a_truncated_object_fails_exactly_the_samples_of_the_lost_ranges() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let (_, names, server) = s3_fixture(tmp.path());
+    let stored = server.root.path().join(BUCKET).join(&names[1]);
+    let bytes = fs::read(&stored).expect("read");
+    let samples = read_samples(&bytes, &LabelSource::Cls).expect("intact");
+    let cut = samples[4].offset as usize + 10;
+    fs::write(&stored, &bytes[..cut]).expect("truncate");
+    let lost_keys: Vec<&str> = samples[4..].iter().map(|s| s.key.as_str()).collect();
+    let make = |policy: ErrorPolicy| {
+        let opts = WebDatasetOptions {
+            store: server.store_options(1),
+            range_bytes: 1,
+            ..WebDatasetOptions::default()
+        };
+        let data = WebDataset::new(s3_urls(&names), opts).expect("dataset");
+        let lo = options().on_error(policy);
+        Loader::new(data, pipeline(), lo).expect("loader")
+    };
+    let skip = make(ErrorPolicy::Skip);
+    let mut iter = skip.epoch(0);
+    let delivered: usize = iter.by_ref().map(|b| b.expect("skip mode").len()).sum();
+    let mut lost: Vec<String> = iter
+        .skipped()
+        .iter()
+        .map(|s| {
+            let key = skip.source().key(s.index).to_owned();
+            let m = s.error.to_string();
+            let named = format!("s3://{BUCKET}/{}#{key}", names[1]);
+            assert!(m.contains(&named) && m.contains("bytes"), "{m}");
+            key
+        })
+        .collect();
+    lost.sort();
+    let mut want: Vec<String> = lost_keys.iter().map(|k| (*k).to_owned()).collect();
+    want.sort();
+    assert_eq!(lost, want, "exactly the samples past the cut");
+    assert_eq!(delivered + lost.len(), skip.num_samples());
+    // Raise mode: the first error names the shard and a lost sample.
+    let raise = make(ErrorPolicy::Raise);
+    let err = raise
+        .epoch(0)
+        .find_map(Result::err)
+        .expect("the truncated shard fails");
+    let msg = err.to_string();
+    assert!(
+        lost_keys
+            .iter()
+            .any(|k| msg.contains(&format!("{}#{k}", names[1]))),
+        "{msg}"
+    );
+}
+
+/// With ranges, a piece is freed after the plan's last read of it (so samples lingering in
+/// the shuffle buffer do not hold their whole shard); a read the plan did not announce still
+/// gets the right bytes, as a request of its own.
+#[test]
+fn a_read_of_a_freed_piece_fetches_the_sample_alone() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let (folder, names, server) = s3_fixture(tmp.path());
+    let want = folder_bytes(&folder);
+    let opts = WebDatasetOptions {
+        store: server.store_options(1),
+        range_bytes: 1,
+        read_ahead_shards: 1,
+        ..WebDatasetOptions::default()
+    };
+    let data = WebDataset::new(s3_urls(&names), opts).expect("dataset");
+    // Two shards' samples: the first shard's slot stays while the second is read, its
+    // pieces freed one by one.
+    let plan: Vec<usize> = (0..PER_SHARD - 1)
+        .chain(PER_SHARD..PER_SHARD + 3)
+        .chain([PER_SHARD - 1])
+        .collect();
+    data.epoch_plan(&plan);
+    let mut buf = Vec::new();
+    for (n, &i) in plan.iter().enumerate() {
+        if n == PER_SHARD - 1 {
+            // Sample 0 again, unannounced: its piece was freed, its shard is still held for
+            // the plan's last read of it.
+            assert!(data.read(0, &mut buf).expect("read again") == want[data.key(0)]);
+        }
+        assert!(data.read(i, &mut buf).expect("read") == want[data.key(i)]);
+    }
+    for i in [0, 1, PER_SHARD - 1, PER_SHARD, 2 * PER_SHARD] {
+        assert!(
+            data.read(i, &mut buf).expect("read outside the plan") == want[data.key(i)],
+            "sample {i}"
+        );
+    }
 }

@@ -520,7 +520,7 @@ pub(crate) fn as_source(dataset: &Bound<'_, PyAny>) -> PyResult<Arc<dyn Source>>
         return Ok(list.get().inner.clone());
     }
     if let Ok(shards) = dataset.cast::<crate::webdataset::PyWebDataset>() {
-        return Ok(shards.get().inner.clone());
+        return Ok(shards.get().source(dataset.py())?);
     }
     if dataset.hasattr("__getitem__")? && dataset.hasattr("__len__")? {
         return Ok(Arc::new(PyItems::new(dataset)?));

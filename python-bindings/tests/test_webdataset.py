@@ -1,7 +1,8 @@
 """``fl.WebDataset``: tar shards (written here with ``tarfile``, index by the agreed schema)
 read from local paths, plain HTTP and a real S3-compatible server (s3s-fs, ``make
 s3-server``), through ``fl.Loader`` as a folder is: the same pixels per file, every sample once
-across two ranks, ``state_dict`` resume, the cache with the server stopped, and the errors."""
+across two ranks, ``state_dict`` resume, the cache with the server stopped, byte-range reads
+equal to whole-shard reads, a forked child reading what the parent reads, and the errors."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import functools
 import http.server
 import io
 import json
+import multiprocessing
 import os
 import pickle
 import shutil
@@ -18,7 +20,7 @@ import tarfile
 import threading
 import time
 from pathlib import Path
-from typing import Dict, Iterator, List, Tuple
+from typing import Any, Dict, Iterator, List, Tuple
 
 import numpy as np
 import pytest
@@ -346,3 +348,105 @@ def test_shard_requests_are_io_spans_and_the_report_weighs_them_against_decode(
     assert '<section id="io">' in html
     section = html.split('<section id="io">', 1)[1].split("</section>", 1)[0]
     assert f"<td class=\"num\">{len(names)}</td>" in section and "decode s" in section
+
+
+def epoch_of(loader: fl.Loader) -> List[Tuple[List[int], np.ndarray]]:
+    """Every batch of the loader's next epoch: (indices, pixels)."""
+    out = []
+    it = iter(loader)
+    for images, _ in it:
+        assert it.indices is not None
+        out.append((it.indices.tolist(), images.numpy().copy()))
+    return out
+
+
+def same_epochs(a: List[Tuple[List[int], np.ndarray]], b: List[Tuple[List[int], np.ndarray]]) -> None:
+    assert [i for i, _ in a] == [i for i, _ in b]
+    for (_, x), (_, y) in zip(a, b):
+        np.testing.assert_array_equal(x, y)
+
+
+def test_s3_byte_ranges_read_the_same_samples_as_whole_shards(
+    s3: S3Server, shards: Tuple[Path, List[str]]
+) -> None:
+    _, names = shards
+    urls = [f"s3://bucket/{n}" for n in names]
+
+    def make(range_bytes: int, workers: int) -> fl.Loader:
+        ds = fl.WebDataset(
+            urls, storage_options=s3.options(), range_bytes=range_bytes, max_requests=3, shuffle_buffer=4
+        )
+        return fl.Loader(ds, batch_size=4, shuffle=True, seed=2, num_workers=workers, transform=eval_transform())
+
+    whole = epoch_of(make(0, 2))
+    assert len(whole) >= 4
+    for workers in (0, 1, 2):
+        # 1 byte: every sample a range request of its own.
+        same_epochs(epoch_of(make(1, workers)), whole)
+    ds = fl.WebDataset(urls, storage_options=s3.options(), range_bytes=1, max_requests=3)
+    again = pickle.loads(pickle.dumps(ds))
+    assert again.__reduce__()[1] == ds.__reduce__()[1]
+    with pytest.raises(ValueError, match="max_requests"):
+        fl.WebDataset(urls, storage_options=s3.options(), max_requests=0)
+
+
+def test_s3_truncated_object_fails_the_samples_of_the_lost_ranges(
+    s3: S3Server, shards: Tuple[Path, List[str]]
+) -> None:
+    _, names = shards
+    urls = [f"s3://bucket/{n}" for n in names]
+    ds = fl.WebDataset(urls, storage_options=s3.options(), retries=1, retry_backoff=0.01, range_bytes=1)
+    index = json.loads(ds.index_json())
+    victim = index["shards"][1]
+    cut = victim["samples"][2]["offset"] + 10
+    stored = s3.root / "bucket" / names[1]
+    stored.write_bytes(stored.read_bytes()[:cut])
+    want = sorted(f"{urls[1]}#{s['key']}" for s in victim["samples"][2:])
+    loader = fl.Loader(ds, batch_size=4, on_error="skip", transform=eval_transform())
+    it = iter(loader)
+    delivered = sum(len(labels) for _, labels in it)
+    assert sorted(path for _, path, _ in it.skipped) == want
+    assert delivered == len(ds) - len(want)
+    with pytest.raises(OSError, match=r"s3://bucket/shard-000001\.tar#"):
+        for _ in fl.Loader(ds, batch_size=4, transform=eval_transform()):
+            pass
+
+
+def _child_reads(loader: fl.Loader, ds: fl.WebDataset, queue: Any) -> None:
+    try:
+        inherited = ds.inherited
+        fresh = fl.Loader(ds, batch_size=4, shuffle=True, seed=5, transform=eval_transform())
+        queue.put((inherited, epoch_of(loader), epoch_of(fresh)))  # epochs 2 and 0
+    except BaseException as e:  # report anything to the parent
+        queue.put(repr(e))
+
+
+@pytest.mark.filterwarnings("ignore:.*fork.*:DeprecationWarning")
+@pytest.mark.parametrize("range_bytes", [0, 1])
+def test_a_forked_child_reads_what_the_parent_reads(
+    s3: S3Server, shards: Tuple[Path, List[str]], range_bytes: int
+) -> None:
+    """The child is forked mid-epoch (the parent's fetchers and I/O runtime running): its
+    loaders get a dataset rebuilt there and read the same samples and pixels as the parent."""
+    _, names = shards
+    urls = [f"s3://bucket/{n}" for n in names]
+    ds = fl.WebDataset(urls, storage_options=s3.options(), range_bytes=range_bytes, read_ahead_shards=2)
+    loader = fl.Loader(ds, batch_size=4, shuffle=True, seed=5, num_workers=2, transform=eval_transform())
+    epoch0 = epoch_of(loader)
+    it = iter(loader)  # epoch 1, running while the child is forked
+    next(it)
+    assert not ds.inherited
+    ctx = multiprocessing.get_context("fork")
+    queue = ctx.Queue()
+    child = ctx.Process(target=_child_reads, args=(loader, ds, queue))
+    child.start()
+    got = queue.get(timeout=120)
+    child.join(timeout=60)
+    assert not isinstance(got, str), got
+    assert child.exitcode == 0
+    inherited, child_epoch2, child_epoch0 = got
+    assert inherited
+    assert sum(1 for _ in it) + 1 == len(epoch0), "the parent's epoch goes on"
+    same_epochs(child_epoch0, epoch0)
+    # The inherited loader went on with the epoch after the running one, as the parent does.
+    same_epochs(child_epoch2, epoch_of(loader))

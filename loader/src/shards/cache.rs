@@ -65,6 +65,11 @@ impl ShardCache {
         format!("{}{SUFFIX}", blake3::hash(url.as_bytes()).to_hex())
     }
 
+    /// Whether the cache holds a copy of `url` (without reading or marking it).
+    pub fn contains(&self, url: &str) -> bool {
+        self.lock().files.contains_key(&Self::name(url))
+    }
+
     /// The cached copy of `url`, if any (and marks it used).
     pub fn get(&self, url: &str) -> Option<Vec<u8>> {
         let name = Self::name(url);

@@ -19,7 +19,13 @@ use object_store::azure::MicrosoftAzureBuilder;
 use object_store::gcp::GoogleCloudStorageBuilder;
 use object_store::http::HttpBuilder;
 use object_store::path::Path as StorePath;
-use object_store::{BackoffConfig, ClientConfigKey, ObjectStore, ObjectStoreExt, RetryConfig};
+use object_store::{
+    BackoffConfig, ClientConfigKey, GetOptions, ObjectStore, ObjectStoreExt, RetryConfig,
+};
+use tokio::sync::Semaphore;
+
+use ferroloader_profiler::now_ns;
+use futures_util::stream::{FuturesUnordered, StreamExt};
 
 use super::url::Location;
 
@@ -83,6 +89,102 @@ impl Stores {
     /// Bytes `range` of the object at `url`.
     pub fn get_range(&self, url: &str, range: Range<u64>) -> io::Result<Vec<u8>> {
         self.fetch(url, Some(range))
+    }
+
+    /// Fetches `ranges` of the object at `url` concurrently, each as its own request (retried
+    /// like [`Stores::get`]), with at most `limit`'s permits in flight (a limit shared by every
+    /// caller that passes the same semaphore). `done(i, result, started_ns)` is called on this
+    /// thread as each range `i` arrives or fails, in completion order; `started_ns` is when its
+    /// request started ([`now_ns`]'s clock, after waiting for a permit). A range that comes
+    /// back shorter than asked is an `UnexpectedEof` error. Returns when every range is done;
+    /// fails without calling `done` only when the URL or its store cannot be set up. A local
+    /// file's ranges are read one after another.
+    pub fn get_ranges_each(
+        &self,
+        url: &str,
+        ranges: &[Range<u64>],
+        limit: &Semaphore,
+        mut done: impl FnMut(usize, io::Result<Vec<u8>>, u64),
+    ) -> io::Result<()> {
+        let (scheme, authority, path) = match parse(url)? {
+            Location::Local(path) => {
+                for (i, r) in ranges.iter().enumerate() {
+                    let start = now_ns();
+                    done(i, read_local(&path, Some(r.clone())), start);
+                }
+                return Ok(());
+            }
+            Location::Remote {
+                scheme,
+                authority,
+                path,
+            } => (scheme, authority, path),
+        };
+        let store = self.store(&scheme, &authority)?;
+        let path = StorePath::from(path.as_str());
+        let runtime = self.runtime()?;
+        runtime.block_on(async {
+            let mut pending: FuturesUnordered<_> = ranges
+                .iter()
+                .enumerate()
+                .map(|(i, r)| {
+                    let (store, path) = (&store, &path);
+                    async move {
+                        // A closed semaphore cannot happen (nobody closes it); fetching without
+                        // a permit would then be the only sensible reading of it anyway.
+                        let _permit = limit.acquire().await.ok();
+                        let start = now_ns();
+                        let result = self.range_with_retries(&**store, path, r.clone()).await;
+                        (i, result, start)
+                    }
+                })
+                .collect();
+            while let Some((i, result, start)) = pending.next().await {
+                done(i, result, start);
+            }
+        });
+        Ok(())
+    }
+
+    /// One range request, its body retried like a whole shard's (object_store retries the
+    /// request itself).
+    async fn range_with_retries(
+        &self,
+        store: &dyn ObjectStore,
+        path: &StorePath,
+        range: Range<u64>,
+    ) -> io::Result<Vec<u8>> {
+        let mut wait = self.options.retry_backoff;
+        let mut attempt = 0;
+        loop {
+            let options = GetOptions::default().with_range(Some(range.clone()));
+            let result = match store.get_opts(path, options).await {
+                Ok(got) => got.bytes().await.map_err(Outcome::Body),
+                Err(e) => Err(Outcome::Request(e)),
+            };
+            match result {
+                Ok(bytes) if bytes.len() as u64 == range.end - range.start => {
+                    return Ok(Vec::from(bytes))
+                }
+                Ok(bytes) => {
+                    return Err(io::Error::new(
+                        io::ErrorKind::UnexpectedEof,
+                        format!(
+                            "bytes {}..{} came back as {} bytes",
+                            range.start,
+                            range.end,
+                            bytes.len()
+                        ),
+                    ))
+                }
+                Err(Outcome::Body(_)) if attempt < self.options.retries => {
+                    attempt += 1;
+                    tokio::time::sleep(wait).await;
+                    wait = (wait * 2).min(MAX_BACKOFF);
+                }
+                Err(Outcome::Body(e) | Outcome::Request(e)) => return Err(e.into()),
+            }
+        }
     }
 
     /// Writes `data` to `url` (used by tests and tools that upload shards).

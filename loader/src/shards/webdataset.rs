@@ -2,22 +2,34 @@
 //!
 //! At construction the samples are listed, from the index or by reading every shard once.
 //! Each epoch's order comes from [`order::epoch_order`]; when the loader announces the reads
-//! of an epoch ([`Source::epoch_plan`]), fetcher threads fetch whole shards in the order the
-//! plan first needs them, at most `read_ahead_shards` shards and `read_ahead_bytes` bytes
-//! ahead, and a shard's bytes are freed once the plan's last read of it is done. A worker that
-//! needs a shard nobody is fetching yet fetches it itself (so the read-ahead bound can never
-//! stall the epoch), and a read outside the plan is one range request for that sample alone.
+//! of an epoch ([`Source::epoch_plan`]), fetcher threads fetch shards in the order the plan
+//! first needs them, at most `read_ahead_shards` shards and `read_ahead_bytes` bytes ahead,
+//! and a shard's bytes are freed once the plan's last read of it is done. A worker that needs
+//! a shard nobody is fetching yet fetches it itself (so the read-ahead bound can never stall
+//! the epoch), and a read outside the plan is one range request for that sample alone.
+//!
+//! A remote shard larger than `range_bytes` is fetched as several byte ranges (pieces) at
+//! once, cut between samples so each sample lies in exactly one piece, with at most
+//! `max_requests` requests in flight over all shards; a sample is served as soon as its piece
+//! has arrived, a failed piece fails exactly its samples, and a piece is freed after the
+//! plan's last read of it (a ranged shard counts in the read-ahead window by the share of its
+//! bytes still held, so samples lingering in the shuffle buffer do not stall the next
+//! fetches). Local shards, shards the cache holds and shards of one piece are read whole (one
+//! request).
+//!
 //! Must not decode images or hold more than the read-ahead window plus the shards still
 //! being read.
 
 use std::borrow::Cow;
 use std::collections::{HashMap, VecDeque};
 use std::io;
+use std::ops::Range;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 
 use ferroloader_profiler::{now_ns, OpId, Profiler};
+use tokio::sync::Semaphore;
 
 use super::cache::ShardCache;
 use super::index::{SampleEntry, ShardEntry, ShardIndex, DEFAULT_INDEX_NAME};
@@ -48,10 +60,16 @@ pub struct WebDatasetOptions {
     /// Samples held by the shuffle buffer of a shuffled epoch. Default: 1000.
     pub shuffle_buffer: usize,
     /// Shards fetched ahead of the one being read (also the number of fetcher threads, up to
-    /// 8). Default: 4.
+    /// 8); a shard fetched as ranges counts by the share of its bytes not yet freed. Default: 4.
     pub read_ahead_shards: usize,
     /// Bytes of shards fetched ahead; one shard is always allowed. Default: 1 GiB.
     pub read_ahead_bytes: u64,
+    /// The most bytes one range request of a remote shard asks for: a larger shard is fetched
+    /// as several concurrent requests, cut between samples (a single sample larger than this
+    /// is one piece of its own). 0 reads every shard whole. Default: 8 MiB.
+    pub range_bytes: u64,
+    /// Range requests in flight at once, over all shards. Default: 8.
+    pub max_requests: usize,
     /// A folder that keeps fetched remote shards, so later epochs read them from disk.
     /// Default: none (local shards are never cached).
     pub cache_dir: Option<PathBuf>,
@@ -71,6 +89,8 @@ impl Default for WebDatasetOptions {
             shuffle_buffer: 1000,
             read_ahead_shards: 4,
             read_ahead_bytes: 1 << 30,
+            range_bytes: 8 << 20,
+            max_requests: 8,
             cache_dir: None,
             cache_limit_bytes: None,
             store: StoreOptions::default(),
@@ -95,10 +115,14 @@ struct Shared {
     starts: Vec<usize>,
     /// Each shard's size in bytes.
     shard_bytes: Vec<u64>,
+    /// Where each shard's pieces start ([`split_points`]): `[0]` for a shard read whole.
+    pieces: Vec<Vec<u64>>,
     samples: Vec<SampleEntry>,
     shuffle_buffer: usize,
     read_ahead_shards: usize,
     read_ahead_bytes: u64,
+    /// Permits for range requests in flight, shared by every shard's fetch.
+    requests: Semaphore,
     stores: Stores,
     cache: Option<ShardCache>,
     state: Mutex<FetchState>,
@@ -113,16 +137,48 @@ struct FetchState {
     queue: VecDeque<usize>,
     /// Reads of each shard the current plan still has to make.
     remaining: Vec<usize>,
+    /// Reads of each piece of a shard of several pieces the current plan still has to make
+    /// (empty for a shard read whole): a piece's bytes are freed after its last read.
+    piece_reads: Vec<Vec<usize>>,
     slots: HashMap<usize, Slot>,
     /// Bytes of shards loading or loaded.
     held_bytes: u64,
+    /// Numbers the ranged fetches, so a piece that arrives after its shard was dropped (and
+    /// perhaps fetched again) is not taken for a piece of the newer fetch.
+    fetches: u64,
     shutdown: bool,
 }
 
+/// A shard loading or loaded.
 enum Slot {
+    /// Fetched whole, not there yet.
+    Loading,
+    /// The whole shard.
+    Ready(Arc<Vec<u8>>),
+    Failed(io::ErrorKind, Arc<str>),
+    /// Fetched as ranges ([`Shared::pieces`]), each usable as soon as it is there and freed
+    /// after the plan's last read of it; `held` bytes of the shard still count against the
+    /// window.
+    Ranged {
+        fetch: u64,
+        pieces: Vec<Piece>,
+        held: u64,
+    },
+}
+
+enum Piece {
     Loading,
     Ready(Arc<Vec<u8>>),
     Failed(io::ErrorKind, Arc<str>),
+    /// Read as often as the plan said, and freed.
+    Freed,
+}
+
+/// How a fetch that was just registered in a [`Slot`] is to be made.
+#[derive(Clone, Copy)]
+enum Fetch {
+    Whole,
+    Ranged(u64),
 }
 
 impl WebDataset {
@@ -148,30 +204,56 @@ impl WebDataset {
         }
         let labels = LabelSource::parse(&options.label_key)
             .map_err(|e| LoaderError::invalid("label_key", e))?;
-        if options.read_ahead_shards == 0 {
-            return Err(LoaderError::invalid(
-                "read_ahead_shards",
-                "must be at least 1",
-            ));
-        }
+        check_options(&options)?;
         let stores = Stores::new(options.store.clone());
-        let cache = match &options.cache_dir {
-            Some(dir) => Some(
-                ShardCache::open(dir, options.cache_limit_bytes).map_err(|e| LoaderError::Io {
-                    path: dir.clone(),
-                    source: e,
-                })?,
-            ),
-            None => None,
-        };
+        let cache = open_cache(&options)?;
         let entries = match read_index(&stores, &expanded, options.index.as_deref())? {
             Some(index) => shards_from_index(&expanded, index, options.index.as_deref())?,
             None => scan(&stores, cache.as_ref(), &expanded, &labels)?,
         };
+        Self::assemble(entries, stores, cache, &options)
+    }
+
+    /// A dataset over the shards `index` describes (absolute URLs, as [`WebDataset::index`]
+    /// gives them), without reading anything: how a process that has the listing already
+    /// (a forked child) gets fetchers and an I/O runtime of its own. `options.index` and
+    /// `label_key` play no part; `num_samples` is still checked.
+    pub fn from_index(index: ShardIndex, options: WebDatasetOptions) -> Result<Self> {
+        check_options(&options)?;
+        index
+            .check()
+            .map_err(|e| LoaderError::invalid("index", e))?;
+        if index.shards.is_empty() {
+            return Err(LoaderError::invalid("index", "no shards listed"));
+        }
+        for s in &index.shards {
+            Location::parse(&s.url).map_err(|e| LoaderError::invalid("index", e))?;
+        }
+        let stores = Stores::new(options.store.clone());
+        let cache = open_cache(&options)?;
+        Self::assemble(index.shards, stores, cache, &options)
+    }
+
+    /// The dataset over `entries`, its fetcher threads started.
+    fn assemble(
+        entries: Vec<ShardEntry>,
+        stores: Stores,
+        cache: Option<ShardCache>,
+        options: &WebDatasetOptions,
+    ) -> Result<Self> {
+        let mut urls = Vec::with_capacity(entries.len());
         let mut starts = vec![0];
         let mut samples = Vec::new();
         let mut shard_bytes = Vec::new();
+        let mut pieces = Vec::new();
         for entry in entries {
+            let remote = matches!(Location::parse(&entry.url), Ok(Location::Remote { .. }));
+            pieces.push(if remote {
+                split_points(&entry.samples, options.range_bytes)
+            } else {
+                vec![0]
+            });
+            urls.push(entry.url);
             shard_bytes.push(entry.bytes);
             samples.extend(entry.samples);
             starts.push(samples.len());
@@ -182,7 +264,7 @@ impl WebDataset {
                     "num_samples",
                     format!(
                         "{n} given, but the {} shards hold {} samples",
-                        expanded.len(),
+                        urls.len(),
                         samples.len()
                     ),
                 ));
@@ -190,16 +272,18 @@ impl WebDataset {
         }
         let shared = Arc::new(Shared {
             state: Mutex::new(FetchState {
-                remaining: vec![0; expanded.len()],
+                remaining: vec![0; urls.len()],
                 ..FetchState::default()
             }),
-            urls: expanded,
+            urls,
             starts,
             shard_bytes,
+            pieces,
             samples,
             shuffle_buffer: options.shuffle_buffer,
             read_ahead_shards: options.read_ahead_shards,
             read_ahead_bytes: options.read_ahead_bytes,
+            requests: Semaphore::new(options.max_requests),
             stores,
             cache,
             changed: Condvar::new(),
@@ -287,9 +371,10 @@ impl Source for WebDataset {
         let sample = &self.shared.samples[index];
         let url = &self.shared.urls[shard];
         buf.clear();
-        match self.shared.shard_bytes_for_read(shard)? {
-            Some(bytes) => {
-                let data = member(&bytes, sample).ok_or_else(|| truncated(sample, bytes.len()))?;
+        match self.shared.bytes_for_read(shard, index)? {
+            Some((bytes, base)) => {
+                let data = member(&bytes, base, sample)
+                    .ok_or_else(|| truncated(sample, base, bytes.len()))?;
                 buf.extend_from_slice(data);
             }
             None => {
@@ -298,7 +383,7 @@ impl Source for WebDataset {
                     .stores
                     .get_range(url, sample.offset..sample.offset + sample.size)?;
                 if data.len() as u64 != sample.size {
-                    return Err(truncated(sample, data.len()));
+                    return Err(truncated(sample, sample.offset, data.len()));
                 }
                 buf.extend_from_slice(&data);
             }
@@ -352,8 +437,27 @@ impl Source for WebDataset {
             }
             remaining[shard] += 1;
         }
+        let mut piece_reads: Vec<Vec<usize>> = self
+            .shared
+            .pieces
+            .iter()
+            .map(|p| {
+                if p.len() > 1 {
+                    vec![0; p.len()]
+                } else {
+                    Vec::new()
+                }
+            })
+            .collect();
+        for &index in plan {
+            let shard = self.shard_of(index);
+            if let Some(count) = piece_reads[shard].get_mut(self.shared.piece_of(shard, index)) {
+                *count += 1;
+            }
+        }
         let mut state = self.shared.lock();
         state.remaining = remaining;
+        state.piece_reads = piece_reads;
         state.queue = queue;
         // Shards loaded for an earlier plan stay only if this one reads them.
         let stale: Vec<usize> = state
@@ -363,8 +467,7 @@ impl Source for WebDataset {
             .map(|(s, _)| *s)
             .collect();
         for s in stale {
-            state.slots.remove(&s);
-            state.held_bytes = state.held_bytes.saturating_sub(self.shared.shard_bytes[s]);
+            self.shared.release(&mut state, s);
         }
         drop(state);
         self.shared.changed.notify_all();
@@ -383,40 +486,88 @@ impl Shared {
             if state.shutdown {
                 return;
             }
-            let Some(shard) = self.next_to_fetch(&mut state) else {
+            let Some((shard, fetch)) = self.next_to_fetch(&mut state) else {
                 state = self.changed.wait(state).unwrap_or_else(|e| e.into_inner());
                 continue;
             };
             drop(state);
-            let result = self.fetch_shard(shard);
+            self.run_fetch(shard, fetch);
             state = self.lock();
-            self.settle(&mut state, shard, result);
         }
     }
 
-    /// Pops the queue's next shard when the window has room for it, and marks it loading.
-    fn next_to_fetch(&self, state: &mut FetchState) -> Option<usize> {
+    /// Pops the queue's next shard when the window has room for it, and registers its fetch.
+    fn next_to_fetch(&self, state: &mut FetchState) -> Option<(usize, Fetch)> {
         while let Some(&shard) = state.queue.front() {
             if state.slots.contains_key(&shard) || state.remaining[shard] == 0 {
                 state.queue.pop_front();
                 continue;
             }
             let size = self.shard_bytes[shard];
-            let held = state.slots.len();
-            let fits = held < self.read_ahead_shards
+            // A ranged shard counts by the share of its bytes still held: one whose last
+            // samples linger in the shuffle buffer holds only their pieces, and must not keep
+            // the next shards from being fetched.
+            let held: f64 = state
+                .slots
+                .iter()
+                .map(|(&s, slot)| match slot {
+                    Slot::Ranged { held, .. } => *held as f64 / self.shard_bytes[s].max(1) as f64,
+                    _ => 1.0,
+                })
+                .sum();
+            let fits = held + 1.0 <= self.read_ahead_shards as f64
                 && state.held_bytes.saturating_add(size) <= self.read_ahead_bytes;
-            if !fits && held > 0 {
+            if !fits && !state.slots.is_empty() {
                 return None;
             }
             state.queue.pop_front();
-            state.slots.insert(shard, Slot::Loading);
-            state.held_bytes += size;
-            return Some(shard);
+            return Some((shard, self.start_fetch(state, shard)));
         }
         None
     }
 
-    /// Records a finished fetch and wakes whoever waits for it.
+    /// Registers a fetch of `shard` (which has no slot): ranged when it has several pieces
+    /// and the cache does not hold it, whole otherwise.
+    fn start_fetch(&self, state: &mut FetchState, shard: usize) -> Fetch {
+        state.held_bytes += self.shard_bytes[shard];
+        let pieces = self.pieces[shard].len();
+        let cached = || {
+            self.cache
+                .as_ref()
+                .is_some_and(|c| c.contains(&self.urls[shard]))
+        };
+        if pieces < 2 || cached() {
+            state.slots.insert(shard, Slot::Loading);
+            return Fetch::Whole;
+        }
+        state.fetches += 1;
+        let fetch = state.fetches;
+        let pieces = (0..pieces).map(|_| Piece::Loading).collect();
+        let held = self.shard_bytes[shard];
+        state.slots.insert(
+            shard,
+            Slot::Ranged {
+                fetch,
+                pieces,
+                held,
+            },
+        );
+        Fetch::Ranged(fetch)
+    }
+
+    /// Makes a fetch that [`Shared::start_fetch`] registered and records its outcome.
+    fn run_fetch(&self, shard: usize, fetch: Fetch) {
+        match fetch {
+            Fetch::Whole => {
+                let result = self.fetch_shard(shard);
+                let mut state = self.lock();
+                self.settle(&mut state, shard, result);
+            }
+            Fetch::Ranged(id) => self.fetch_pieces(shard, id),
+        }
+    }
+
+    /// Records a finished whole-shard fetch and wakes whoever waits for it.
     fn settle(&self, state: &mut FetchState, shard: usize, result: io::Result<Vec<u8>>) {
         let slot = match result {
             Ok(bytes) if bytes.len() as u64 == self.shard_bytes[shard] => {
@@ -436,22 +587,42 @@ impl Shared {
         };
         if state.remaining[shard] == 0 {
             // Nobody in the current plan reads it any more.
-            state.slots.remove(&shard);
-            state.held_bytes = state.held_bytes.saturating_sub(self.shard_bytes[shard]);
+            self.release(state, shard);
         } else {
             state.slots.insert(shard, slot);
         }
         self.changed.notify_all();
     }
 
-    /// The whole shard, recorded as a `shard_read` span with its bytes when profiling.
-    fn fetch_shard(&self, shard: usize) -> io::Result<Vec<u8>> {
-        let profiler = self
-            .profiler
+    /// Drops shard `shard`'s slot and its share of the window.
+    fn release(&self, state: &mut FetchState, shard: usize) {
+        let held = match state.slots.remove(&shard) {
+            Some(Slot::Ranged { held, .. }) => held,
+            Some(_) => self.shard_bytes[shard],
+            None => 0,
+        };
+        state.held_bytes = state.held_bytes.saturating_sub(held);
+    }
+
+    /// The piece of shard `shard` holding sample `index`.
+    fn piece_of(&self, shard: usize, index: usize) -> usize {
+        let offset = self.samples[index].offset;
+        // pieces[shard][0] is 0 <= offset: the partition point is at least 1.
+        self.pieces[shard].partition_point(|&start| start <= offset) - 1
+    }
+
+    /// The loader's profiler and the `shard_read` op, when attached and recording.
+    fn profiler(&self) -> Option<(Profiler, OpId)> {
+        self.profiler
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .clone()
-            .filter(|(p, _)| p.is_enabled());
+            .filter(|(p, _)| p.is_enabled())
+    }
+
+    /// The whole shard, recorded as a `shard_read` span with its bytes when profiling.
+    fn fetch_shard(&self, shard: usize) -> io::Result<Vec<u8>> {
+        let profiler = self.profiler();
         let start = now_ns();
         let result = self.fetch_shard_bytes(shard);
         if let Some((profiler, op)) = profiler {
@@ -481,56 +652,246 @@ impl Shared {
         self.stores.get(url)
     }
 
-    /// The bytes of shard `shard` for one read of the current plan (waiting for them, or
-    /// fetching them here when no fetcher has started on them), or `None` when the plan does
-    /// not read this shard (the caller reads the sample alone).
-    fn shard_bytes_for_read(&self, shard: usize) -> io::Result<Option<Arc<Vec<u8>>>> {
+    /// Byte range of piece `piece` of shard `shard`.
+    fn piece_range(&self, shard: usize, piece: usize) -> Range<u64> {
+        let starts = &self.pieces[shard];
+        let end = starts
+            .get(piece + 1)
+            .copied()
+            .unwrap_or(self.shard_bytes[shard]);
+        starts[piece]..end
+    }
+
+    /// Fetches the pieces of ranged fetch `id` of shard `shard` concurrently, each settled
+    /// (and its waiters woken) as it arrives, one `shard_read` span per request. With a
+    /// cache, a shard whose pieces all arrived is cached whole.
+    fn fetch_pieces(&self, shard: usize, id: u64) {
+        let url = &self.urls[shard];
+        let ranges: Vec<Range<u64>> = (0..self.pieces[shard].len())
+            .map(|p| self.piece_range(shard, p))
+            .collect();
+        let profiler = self.profiler();
+        let mut kept: Option<Vec<Option<Arc<Vec<u8>>>>> =
+            self.cache.as_ref().map(|_| vec![None; ranges.len()]);
+        let fetched =
+            self.stores
+                .get_ranges_each(url, &ranges, &self.requests, |p, result, start| {
+                    if let Some((profiler, op)) = &profiler {
+                        let bytes = result.as_ref().map_or(0, |b| b.len() as u64);
+                        profiler.io_span(*op, start, now_ns(), bytes);
+                    }
+                    let piece = match result {
+                        Ok(bytes) => {
+                            let bytes = Arc::new(bytes);
+                            if let Some(kept) = &mut kept {
+                                kept[p] = Some(Arc::clone(&bytes));
+                            }
+                            Piece::Ready(bytes)
+                        }
+                        Err(e) => Piece::Failed(e.kind(), piece_error(&ranges[p], &e).into()),
+                    };
+                    self.settle_piece(shard, id, p, piece);
+                });
+        if let Err(e) = fetched {
+            for (p, range) in ranges.iter().enumerate() {
+                let piece = Piece::Failed(e.kind(), piece_error(range, &e).into());
+                self.settle_piece(shard, id, p, piece);
+            }
+        }
+        if let (Some(cache), Some(kept)) = (&self.cache, kept) {
+            if let Some(parts) = kept.into_iter().collect::<Option<Vec<_>>>() {
+                let whole: Vec<u8> = parts.iter().flat_map(|p| p.iter().copied()).collect();
+                // A cache that cannot be written only costs a fetch next epoch.
+                let _ = cache.put(url, &whole);
+            }
+        }
+        let mut state = self.lock();
+        let ours =
+            matches!(state.slots.get(&shard), Some(Slot::Ranged { fetch, .. }) if *fetch == id);
+        if ours && state.remaining[shard] == 0 {
+            // Nobody in the current plan reads it any more.
+            self.release(&mut state, shard);
+            drop(state);
+            self.changed.notify_all();
+        }
+    }
+
+    /// Records piece `piece` of ranged fetch `id` (unless the shard was dropped since) and
+    /// wakes whoever waits for it.
+    fn settle_piece(&self, shard: usize, id: u64, piece: usize, outcome: Piece) {
+        let mut state = self.lock();
+        if let Some(Slot::Ranged { fetch, pieces, .. }) = state.slots.get_mut(&shard) {
+            if *fetch == id && matches!(pieces[piece], Piece::Loading) {
+                pieces[piece] = outcome;
+            }
+        }
+        drop(state);
+        self.changed.notify_all();
+    }
+
+    /// The bytes holding sample `index` of shard `shard` for one read of the current plan,
+    /// with the shard offset where they begin (the whole shard, or the piece holding the
+    /// sample): waiting for them, or fetching the shard here when no fetcher has started on
+    /// it. `None` when the plan does not read this shard, or its piece was freed after the
+    /// reads the plan announced (the caller reads the sample alone).
+    fn bytes_for_read(
+        &self,
+        shard: usize,
+        index: usize,
+    ) -> io::Result<Option<(Arc<Vec<u8>>, u64)>> {
+        let piece = self.piece_of(shard, index);
         let mut state = self.lock();
         let outcome = loop {
             match state.slots.get(&shard) {
-                Some(Slot::Ready(bytes)) => break Ok(Arc::clone(bytes)),
+                Some(Slot::Ready(bytes)) => break Ok(Some((Arc::clone(bytes), 0))),
                 Some(Slot::Failed(kind, message)) => {
                     break Err(io::Error::new(*kind, message.to_string()))
                 }
+                Some(Slot::Ranged { pieces, .. }) => match &pieces[piece] {
+                    Piece::Ready(bytes) => {
+                        break Ok(Some((Arc::clone(bytes), self.pieces[shard][piece])))
+                    }
+                    Piece::Freed => break Ok(None),
+                    Piece::Failed(kind, message) => {
+                        break Err(io::Error::new(*kind, message.to_string()))
+                    }
+                    Piece::Loading => {
+                        state = self.changed.wait(state).unwrap_or_else(|e| e.into_inner());
+                    }
+                },
                 Some(Slot::Loading) => {
                     state = self.changed.wait(state).unwrap_or_else(|e| e.into_inner());
                 }
                 None if state.remaining[shard] == 0 => return Ok(None),
                 None => {
-                    state.slots.insert(shard, Slot::Loading);
-                    state.held_bytes += self.shard_bytes[shard];
+                    let fetch = self.start_fetch(&mut state, shard);
                     drop(state);
-                    let result = self.fetch_shard(shard);
+                    self.run_fetch(shard, fetch);
                     state = self.lock();
-                    self.settle(&mut state, shard, result);
                 }
             }
         };
         state.remaining[shard] = state.remaining[shard].saturating_sub(1);
         if state.remaining[shard] == 0 {
-            state.slots.remove(&shard);
-            state.held_bytes = state.held_bytes.saturating_sub(self.shard_bytes[shard]);
+            // Pieces still in flight find no slot and are dropped when they arrive.
+            self.release(&mut state, shard);
+            drop(state);
+            self.changed.notify_all();
+        } else if self.count_piece_read(&mut state, shard, piece) {
             drop(state);
             self.changed.notify_all();
         }
-        outcome.map(Some)
+        outcome
+    }
+
+    /// Counts one read of piece `piece` of a ranged shard and frees the piece after the
+    /// plan's last read of it; true when that made room in the window.
+    fn count_piece_read(&self, state: &mut FetchState, shard: usize, piece: usize) -> bool {
+        let FetchState {
+            piece_reads,
+            slots,
+            held_bytes,
+            ..
+        } = state;
+        let Some(count) = piece_reads.get_mut(shard).and_then(|p| p.get_mut(piece)) else {
+            return false;
+        };
+        *count = count.saturating_sub(1);
+        if *count > 0 {
+            return false;
+        }
+        let Some(Slot::Ranged { pieces, held, .. }) = slots.get_mut(&shard) else {
+            return false;
+        };
+        if !matches!(pieces[piece], Piece::Ready(_) | Piece::Failed(..)) {
+            return false;
+        }
+        pieces[piece] = Piece::Freed;
+        let range = self.piece_range(shard, piece);
+        let size = range.end - range.start;
+        *held = held.saturating_sub(size);
+        *held_bytes = held_bytes.saturating_sub(size);
+        true
     }
 }
 
-/// The image member's bytes inside a shard.
-fn member<'a>(shard: &'a [u8], sample: &SampleEntry) -> Option<&'a [u8]> {
-    let start = usize::try_from(sample.offset).ok()?;
-    let end = start.checked_add(usize::try_from(sample.size).ok()?)?;
-    shard.get(start..end)
+/// Where the pieces of a shard with `samples` start when no piece should exceed `range_bytes`:
+/// at sample offsets that no sample's bytes straddle, so each sample lies in exactly one piece
+/// (whatever order the samples are listed in). Always starts with 0; `[0]` alone when
+/// `range_bytes` is 0 or the shard fits in one piece.
+fn split_points(samples: &[SampleEntry], range_bytes: u64) -> Vec<u64> {
+    let mut starts = vec![0];
+    if range_bytes == 0 {
+        return starts;
+    }
+    let mut spans: Vec<(u64, u64)> = samples
+        .iter()
+        .map(|s| (s.offset, s.offset.saturating_add(s.size)))
+        .collect();
+    spans.sort_unstable();
+    // The furthest any sample seen so far reaches: a cut before it would split that sample.
+    let mut reach = 0;
+    let mut piece_start = 0;
+    // A cut before the first sample would make a piece of headers alone: a wasted request.
+    let mut piece_empty = true;
+    for (offset, end) in spans {
+        if !piece_empty && end - piece_start > range_bytes && offset >= reach {
+            starts.push(offset);
+            piece_start = offset;
+        }
+        piece_empty = false;
+        reach = reach.max(end);
+    }
+    starts
 }
 
-fn truncated(sample: &SampleEntry, have: usize) -> io::Error {
+fn piece_error(range: &Range<u64>, e: &io::Error) -> String {
+    format!("bytes {}..{} of the shard: {e}", range.start, range.end)
+}
+
+fn check_options(options: &WebDatasetOptions) -> Result<()> {
+    if options.read_ahead_shards == 0 {
+        return Err(LoaderError::invalid(
+            "read_ahead_shards",
+            "must be at least 1",
+        ));
+    }
+    if options.max_requests == 0 {
+        return Err(LoaderError::invalid("max_requests", "must be at least 1"));
+    }
+    Ok(())
+}
+
+fn open_cache(options: &WebDatasetOptions) -> Result<Option<ShardCache>> {
+    match &options.cache_dir {
+        Some(dir) => ShardCache::open(dir, options.cache_limit_bytes)
+            .map(Some)
+            .map_err(|e| LoaderError::Io {
+                path: dir.clone(),
+                source: e,
+            }),
+        None => Ok(None),
+    }
+}
+
+/// The image member's bytes inside `bytes`, which hold the shard from offset `base` on.
+fn member<'a>(bytes: &'a [u8], base: u64, sample: &SampleEntry) -> Option<&'a [u8]> {
+    let start = usize::try_from(sample.offset.checked_sub(base)?).ok()?;
+    let end = start.checked_add(usize::try_from(sample.size).ok()?)?;
+    bytes.get(start..end)
+}
+
+/// `have` bytes from shard offset `base` on do not hold the sample's member.
+fn truncated(sample: &SampleEntry, base: u64, have: usize) -> io::Error {
     io::Error::new(
         io::ErrorKind::InvalidData,
         format!(
             "the image member of sample {:?} ({} bytes at offset {}) is cut short: the shard \
-             has {have} bytes",
-            sample.key, sample.size, sample.offset
+             has {} bytes",
+            sample.key,
+            sample.size,
+            sample.offset,
+            base + have as u64
         ),
     )
 }
@@ -558,7 +919,7 @@ fn read_index(stores: &Stores, urls: &[String], index: Option<&str>) -> Result<O
         .map_err(|e| url_error(&url, io::Error::new(io::ErrorKind::InvalidData, e)))
 }
 
-/// The index's entries for `urls`, in that order.
+/// The index's entries for `urls`, in that order, with those URLs.
 fn shards_from_index(
     urls: &[String],
     index: ShardIndex,
@@ -572,9 +933,12 @@ fn shards_from_index(
         .collect();
     urls.iter()
         .map(|u| {
-            by_url.remove(u).ok_or_else(|| {
+            let mut entry = by_url.remove(u).ok_or_else(|| {
                 LoaderError::invalid("index", format!("{index_url} does not list the shard {u}"))
-            })
+            })?;
+            // As given (the index's may be relative to it).
+            entry.url.clone_from(u);
+            Ok(entry)
         })
         .collect()
 }
@@ -609,4 +973,92 @@ fn scan(
             })
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample(offset: u64, size: u64) -> SampleEntry {
+        SampleEntry {
+            key: format!("k{offset}"),
+            offset,
+            size,
+            label: 0,
+        }
+    }
+
+    /// Every sample lies inside one piece, and a piece exceeds `limit` only when it holds a
+    /// single sample that does.
+    fn check(samples: &[SampleEntry], limit: u64, bytes: u64) -> Vec<u64> {
+        let starts = split_points(samples, limit);
+        check_sizes(samples, &starts, limit, bytes);
+        starts
+    }
+
+    fn check_sizes(samples: &[SampleEntry], starts: &[u64], limit: u64, bytes: u64) {
+        assert_eq!(starts[0], 0);
+        assert!(starts.windows(2).all(|w| w[0] < w[1]), "{starts:?}");
+        check_whole(samples, starts);
+        for (p, &start) in starts.iter().enumerate() {
+            let end = starts.get(p + 1).copied().unwrap_or(bytes);
+            let inside: Vec<_> = samples
+                .iter()
+                .filter(|s| s.offset >= start && s.offset < end)
+                .collect();
+            let data_end = inside
+                .iter()
+                .map(|s| s.offset + s.size)
+                .max()
+                .unwrap_or(start);
+            assert!(
+                limit == 0 || data_end - start <= limit || inside.len() == 1,
+                "piece {p} of {starts:?} holds {} bytes of samples",
+                data_end - start
+            );
+        }
+    }
+
+    /// Each sample lies inside one piece.
+    fn check_whole(samples: &[SampleEntry], starts: &[u64]) {
+        let piece_of = |at: u64| starts.partition_point(|&s| s <= at) - 1;
+        for s in samples {
+            let last = s.offset + s.size.max(1) - 1;
+            assert_eq!(piece_of(s.offset), piece_of(last), "{s:?} in {starts:?}");
+        }
+    }
+
+    #[test]
+    fn pieces_are_cut_between_samples_within_the_limit() {
+        // Tar-like: 512-byte headers before each member.
+        let samples: Vec<_> = (0..10).map(|i| sample(512 + i * 1536, 1000)).collect();
+        let bytes = 512 + 10 * 1536;
+        assert_eq!(check(&samples, 0, bytes), vec![0]);
+        assert_eq!(check(&samples, 1 << 20, bytes), vec![0]);
+        let starts = check(&samples, 4000, bytes);
+        assert_eq!(
+            starts,
+            vec![
+                0,
+                512 + 2 * 1536,
+                512 + 4 * 1536,
+                512 + 6 * 1536,
+                512 + 8 * 1536
+            ]
+        );
+        // A sample larger than the limit is a piece of its own.
+        let big = vec![sample(512, 100), sample(1024, 10_000), sample(11_264, 100)];
+        assert_eq!(check(&big, 4000, 12_000), vec![0, 1024, 11_264]);
+        // Listed out of order, or overlapping (a corrupt index): still never split.
+        let odd = vec![
+            sample(5000, 100),
+            sample(512, 6000),
+            sample(9000, 100),
+            sample(2000, 10),
+        ];
+        let starts = split_points(&odd, 1000);
+        check_whole(&odd, &starts);
+        // The sample at 512 overlaps those at 2000 and 5000: no cut between them.
+        assert_eq!(starts, vec![0, 9000]);
+    }
 }

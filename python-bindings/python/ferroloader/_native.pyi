@@ -84,8 +84,13 @@ class WebDataset:
     rank, through a shuffle buffer of ``shuffle_buffer`` samples; fetched up to
     ``read_ahead_shards`` shards / ``read_ahead_bytes`` bytes ahead, with ``retries`` retries
     (backoff from ``retry_backoff`` seconds) and an optional disk cache of remote shards.
-    ``storage_options``: object_store configuration keys on top of the environment's
-    (``aws_endpoint``, ``aws_access_key_id``, ...)."""
+    A remote shard larger than ``range_bytes`` (0: never) is fetched as concurrent byte-range
+    requests cut between samples, at most ``max_requests`` in flight over all shards; a
+    sample is served as soon as its range has arrived, and a failed range fails only its
+    samples. ``storage_options``: object_store configuration keys on top of the environment's
+    (``aws_endpoint``, ``aws_access_key_id``, ...). Fork-safe: in a forked child a loader
+    over it gets a dataset rebuilt there from the inherited listing (``inherited``: true in a
+    child until then)."""
 
     def __new__(
         cls,
@@ -101,7 +106,11 @@ class WebDataset:
         retries: int = 5,
         retry_backoff: float = 0.2,
         storage_options: Optional[Dict[str, str]] = None,
+        range_bytes: int = 8 << 20,
+        max_requests: int = 8,
     ) -> WebDataset: ...
+    @property
+    def inherited(self) -> bool: ...
     @property
     def urls(self) -> List[str]: ...
     @property
