@@ -214,3 +214,14 @@ def test_without_a_runtime_to_lock_with_batches_are_copied_pinned(
 def test_an_unpinned_loader_says_so(folder: Path) -> None:
     assert fl.Loader(fl.ImageFolder(folder), 4, transform=transform()).pinning is None
     assert np.dtype("float32").itemsize * 3 * 32 * 32 == SAMPLE_BYTES
+
+
+def test_where_cuda_is_unusable_a_batch_is_not_held() -> None:
+    """At interpreter exit or in a forked child no copy can be running: nothing to wait for."""
+    if torch.cuda.is_available():
+        pytest.skip("needs a process where CUDA cannot record events")
+    hold = DeviceReadHold("cuda")
+    images = np.ones(6, np.float32).reshape(2, 3)  # a view: its base is what the hold keeps
+    hold.watch(images)
+    del images
+    assert len(hold) == 0

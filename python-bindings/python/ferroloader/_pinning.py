@@ -54,8 +54,13 @@ class DeviceReadHold:
         finalizer.atexit = False
 
     def _hold(self, memory: object) -> None:
-        event = self._torch.cuda.Event()  # type: ignore[no-untyped-call]
-        event.record(self._torch.cuda.current_stream(self._device))
+        try:
+            event = self._torch.cuda.Event()  # type: ignore[no-untyped-call]
+            event.record(self._torch.cuda.current_stream(self._device))
+        except RuntimeError:
+            # CUDA is unusable here (torch shut down at exit, a forked child): no copy from
+            # this process can be running, so the batch goes back at once.
+            return
         self._held.append((event, memory))
 
     def release_finished(self) -> None:

@@ -448,6 +448,9 @@ class Loader:
 
     def __iter__(self) -> "LoaderIterator":
         native = self._loader()
+        if self._device_hold is not None:
+            # Before the workers start: they refill what the device has finished reading.
+            self._device_hold.release_finished()
         plan = self._plan()
         resume, self._resume = self._resume, None
         if resume is not None and resume["epoch"] == native.next_epoch:
