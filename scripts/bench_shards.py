@@ -2,7 +2,9 @@
 """Loader throughput on the same images as an ImageFolder, as local tar shards and as shards
 served by a local S3-compatible server (s3s-fs), read whole (one GET per shard) and as
 concurrent byte ranges, in alternating rounds; prints medians and the ratios to the folder
-(absolute times wander on these machines, ratios within a run hold).
+(absolute times wander on these machines, ratios within a run hold): of the whole epoch of a new
+loader, and of its steady state after the first batch (a long epoch is mostly steady state; a
+short benchmark epoch is dominated by the wait for the first shard).
 
 Not a test: a benchmark for the note. Usage:
     bench_shards.py [FOLDER] [--rounds N] [--workers N] [--per-shard N] [--range-bytes N]
@@ -31,7 +33,7 @@ import tarfile
 import tempfile
 import time
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional, Set
+from typing import Any, Callable, Dict, List, NamedTuple, Optional, Set
 
 import ferroloader as fl
 from ferroloader import transforms as T
@@ -137,13 +139,26 @@ def put_object(port: int, bucket: str, name: str, data: bytes) -> None:
         raise SystemExit(f"PUT {path}: HTTP {response.status}: {body[:300]!r}")
 
 
-def epoch_seconds(make: Callable[[], fl.Loader]) -> float:
+class Epoch(NamedTuple):
+    """One epoch of a new loader: its wall time, the wait for its first batch, and the rate
+    after that batch (the steady state a long epoch is made of)."""
+
+    seconds: float
+    first_batch: float
+    steady_images_per_s: float
+
+
+def run_epoch(make: Callable[[], fl.Loader]) -> Epoch:
     loader = make()
     start = time.perf_counter()
-    n = 0
+    first_at = first_size = n = 0
     for _, labels in loader:
         n += len(labels)
-    return time.perf_counter() - start
+        if not first_at:
+            first_at, first_size = time.perf_counter(), n
+    end = time.perf_counter()
+    steady = (n - first_size) / (end - first_at) if end > first_at else float("nan")
+    return Epoch(end - start, first_at - start, steady)
 
 
 def main() -> None:
@@ -206,26 +221,31 @@ def main() -> None:
         }
         try:
             for make in setups.values():
-                epoch_seconds(make)  # warm-up: page cache, first connections
-            times: Dict[str, List[float]] = {k: [] for k in setups}
+                run_epoch(make)  # warm-up: page cache, first connections
+            epochs: Dict[str, List[Epoch]] = {k: [] for k in setups}
             for _ in range(args.rounds):
                 for name, make in setups.items():
-                    times[name].append(epoch_seconds(make))
+                    epochs[name].append(run_epoch(make))
         finally:
             proc.kill()
             proc.wait()
     images = len(folder_ds)
-    base = statistics.median(times["folder"])
+    base = statistics.median(e.seconds for e in epochs["folder"])
+    base_steady = statistics.median(e.steady_images_per_s for e in epochs["folder"])
     print(f"{images} images, {len(names)} shards of {args.per_shard}, shuffle buffer "
           f"{args.shuffle_buffer}, {args.workers} workers, {args.rounds} rounds (median); ranges of "
           f"{args.range_bytes} bytes, {args.max_requests} in flight, {args.read_ahead_shards} shards "
           f"ahead; server CPUs "
           f"{args.server_cpus or 'shared'}, loader CPUs {sorted(os.sched_getaffinity(0))}; shards "
           f"{'copied' if args.copy else 'PUT'}")
-    print(f"{'source':16} {'s/epoch':>8} {'img/s':>8} {'vs folder':>10}")
-    for name, ts in times.items():
-        med = statistics.median(ts)
-        print(f"{name:16} {med:8.3f} {images / med:8.1f} {base / med:10.3f}")
+    print(f"{'source':16} {'s/epoch':>8} {'img/s':>8} {'vs folder':>10} {'1st batch s':>12} "
+          f"{'steady img/s':>13} {'vs folder':>10}")
+    for name, runs in epochs.items():
+        med = statistics.median(e.seconds for e in runs)
+        first = statistics.median(e.first_batch for e in runs)
+        steady = statistics.median(e.steady_images_per_s for e in runs)
+        print(f"{name:16} {med:8.3f} {images / med:8.1f} {base / med:10.3f} {first:12.3f} "
+              f"{steady:13.1f} {steady / base_steady:10.3f}")
 
 
 if __name__ == "__main__":
