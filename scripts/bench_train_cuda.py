@@ -2,7 +2,8 @@
 """A real CUDA training step fed by ferroloader or by torchvision's DataLoader, alternately.
 
 Both feed the same ImageFolder through the same torchvision transform (the ImageNet train
-transform: RandomResizedCrop(224), RandomHorizontalFlip, ToTensor, Normalize) with the same batch
+transform: RandomResizedCrop(224), RandomHorizontalFlip, ToTensor, Normalize; ``--recipe NAME``
+one of torchvision's reference training presets, as in bench_vs_torch.py) with the same batch
 size and worker count, both with ``pin_memory=True`` and ``non_blocking`` copies, into a
 torchvision model trained with SGD under bf16 autocast in channels-last. Each round runs
 ``--steps`` steps of each loader (order flipped every round; a warm-up round discarded) and
@@ -10,7 +11,7 @@ measures images per second and the share of the step time spent waiting for the 
 (``next()`` on the loader). Prints medians over rounds and the ratio. Needs a CUDA device.
 
 Usage: bench_train_cuda.py FOLDER [--model resnet50] [--batch-size 128] [--workers CORES]
-       [--steps 40] [--rounds 3]
+       [--steps 40] [--rounds 3] [--recipe NAME]
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ import torchvision.transforms as tvT  # type: ignore[import-untyped]
 from torch.utils.data import DataLoader
 
 import ferroloader as fl
+from ferroloader import recipes
 
 MEAN = [0.485, 0.456, 0.406]
 STD = [0.229, 0.224, 0.225]
@@ -87,11 +89,13 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=len(os.sched_getaffinity(0)))
     parser.add_argument("--steps", type=int, default=40)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--recipe", default=None, help="a torchvision reference preset: ta_wide+re, ...")
     args = parser.parse_args()
     if not torch.cuda.is_available():
         raise SystemExit("bench_train_cuda: needs a CUDA device")
     torch.backends.cudnn.benchmark = True
-    dataset = torchvision.datasets.ImageFolder(str(args.folder), transform=train_transform())
+    transform = recipes.recipe(args.recipe) if args.recipe else train_transform()
+    dataset = torchvision.datasets.ImageFolder(str(args.folder), transform=transform)
     model = torchvision.models.get_model(args.model, num_classes=len(dataset.classes))
     model = model.cuda().to(memory_format=torch.channels_last)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
@@ -113,6 +117,7 @@ def main() -> None:
     streams = {name: endless(loader) for name, loader in loaders.items()}
     print(
         f"{torch.cuda.get_device_name()}, {args.model} bf16, batch {args.batch_size}, "
+        f"{args.recipe or 'ImageNet train transform'}, "
         f"{args.workers} workers on {os.cpu_count()} cores; ferroloader pinning: "
         f"{loaders['ferroloader'].pinning}"
     )
