@@ -55,6 +55,12 @@ impl Default for StoreOptions {
 
 const MAX_BACKOFF: Duration = Duration::from_secs(10);
 
+/// A URL resolved: a local file, or a path in an object store.
+enum Target {
+    Local(std::path::PathBuf),
+    Remote(Arc<dyn ObjectStore>, StorePath),
+}
+
 /// Reads shards wherever they live; shared by the fetcher threads and the workers.
 pub struct Stores {
     options: StoreOptions,
@@ -106,22 +112,16 @@ impl Stores {
         limit: &Semaphore,
         mut done: impl FnMut(usize, io::Result<Vec<u8>>, u64),
     ) -> io::Result<()> {
-        let (scheme, authority, path) = match parse(url)? {
-            Location::Local(path) => {
+        let (store, path) = match self.target(url)? {
+            Target::Local(path) => {
                 for (i, r) in ranges.iter().enumerate() {
                     let start = now_ns();
                     done(i, read_local(&path, Some(r.clone())), start);
                 }
                 return Ok(());
             }
-            Location::Remote {
-                scheme,
-                authority,
-                path,
-            } => (scheme, authority, path),
+            Target::Remote(store, path) => (store, path),
         };
-        let store = self.store(&scheme, &authority)?;
-        let path = StorePath::from(path.as_str());
         let runtime = self.runtime()?;
         runtime.block_on(async {
             let mut pending: FuturesUnordered<_> = ranges
@@ -134,7 +134,7 @@ impl Stores {
                         // a permit would then be the only sensible reading of it anyway.
                         let _permit = limit.acquire().await.ok();
                         let start = now_ns();
-                        let result = self.range_with_retries(&**store, path, r.clone()).await;
+                        let result = self.get_with_retries(&**store, path, Some(r.clone())).await;
                         (i, result, start)
                     }
                 })
@@ -146,37 +146,38 @@ impl Stores {
         Ok(())
     }
 
-    /// One range request, its body retried like a whole shard's (object_store retries the
-    /// request itself).
-    async fn range_with_retries(
+    /// One GET of `range` (the whole object when `None`). object_store retries the request
+    /// itself; this adds retries of failures while the body streams (a connection cut
+    /// mid-shard). A range that comes back shorter than asked is an `UnexpectedEof` error.
+    async fn get_with_retries(
         &self,
         store: &dyn ObjectStore,
         path: &StorePath,
-        range: Range<u64>,
+        range: Option<Range<u64>>,
     ) -> io::Result<Vec<u8>> {
         let mut wait = self.options.retry_backoff;
         let mut attempt = 0;
         loop {
-            let options = GetOptions::default().with_range(Some(range.clone()));
+            let options = GetOptions::default().with_range(range.clone());
             let result = match store.get_opts(path, options).await {
                 Ok(got) => got.bytes().await.map_err(Outcome::Body),
                 Err(e) => Err(Outcome::Request(e)),
             };
             match result {
-                Ok(bytes) if bytes.len() as u64 == range.end - range.start => {
-                    return Ok(Vec::from(bytes))
-                }
-                Ok(bytes) => {
-                    return Err(io::Error::new(
-                        io::ErrorKind::UnexpectedEof,
-                        format!(
-                            "bytes {}..{} came back as {} bytes",
-                            range.start,
-                            range.end,
-                            bytes.len()
-                        ),
-                    ))
-                }
+                Ok(bytes) => match &range {
+                    Some(r) if bytes.len() as u64 != r.end - r.start => {
+                        return Err(io::Error::new(
+                            io::ErrorKind::UnexpectedEof,
+                            format!(
+                                "bytes {}..{} came back as {} bytes",
+                                r.start,
+                                r.end,
+                                bytes.len()
+                            ),
+                        ))
+                    }
+                    _ => return Ok(Vec::from(bytes)),
+                },
                 Err(Outcome::Body(_)) if attempt < self.options.retries => {
                     attempt += 1;
                     tokio::time::sleep(wait).await;
@@ -189,64 +190,38 @@ impl Stores {
 
     /// Writes `data` to `url` (used by tests and tools that upload shards).
     pub fn put(&self, url: &str, data: Vec<u8>) -> io::Result<()> {
-        match parse(url)? {
-            Location::Local(path) => std::fs::write(path, data),
-            Location::Remote {
-                scheme,
-                authority,
-                path,
-            } => {
-                let store = self.store(&scheme, &authority)?;
-                let path = StorePath::from(path.as_str());
-                self.runtime()?
-                    .block_on(store.put(&path, data.into()))
-                    .map(|_| ())
-                    .map_err(io::Error::from)
-            }
+        match self.target(url)? {
+            Target::Local(path) => std::fs::write(path, data),
+            Target::Remote(store, path) => self
+                .runtime()?
+                .block_on(store.put(&path, data.into()))
+                .map(|_| ())
+                .map_err(io::Error::from),
         }
     }
 
     fn fetch(&self, url: &str, range: Option<Range<u64>>) -> io::Result<Vec<u8>> {
-        match parse(url)? {
-            Location::Local(path) => read_local(&path, range),
+        match self.target(url)? {
+            Target::Local(path) => read_local(&path, range),
+            Target::Remote(store, path) => self
+                .runtime()?
+                .block_on(self.get_with_retries(&*store, &path, range)),
+        }
+    }
+
+    /// Where `url` is read from: a local file, or a path in its (cached) store.
+    fn target(&self, url: &str) -> io::Result<Target> {
+        Ok(match parse(url)? {
+            Location::Local(path) => Target::Local(path),
             Location::Remote {
                 scheme,
                 authority,
                 path,
-            } => {
-                let store = self.store(&scheme, &authority)?;
-                let path = StorePath::from(path.as_str());
-                let runtime = self.runtime()?;
-                let mut wait = self.options.retry_backoff;
-                let mut attempt = 0;
-                loop {
-                    // object_store retries failed requests itself; this loop adds retries of
-                    // failures while the body streams (a connection cut mid-shard).
-                    let result: Result<Vec<u8>, Outcome> = runtime.block_on(async {
-                        if let Some(r) = &range {
-                            return store
-                                .get_range(&path, r.clone())
-                                .await
-                                .map(Vec::from)
-                                .map_err(Outcome::Request);
-                        }
-                        match store.get(&path).await {
-                            Ok(got) => got.bytes().await.map(Vec::from).map_err(Outcome::Body),
-                            Err(e) => Err(Outcome::Request(e)),
-                        }
-                    });
-                    match result {
-                        Ok(bytes) => return Ok(bytes),
-                        Err(Outcome::Body(_)) if attempt < self.options.retries => {
-                            attempt += 1;
-                            std::thread::sleep(wait);
-                            wait = (wait * 2).min(MAX_BACKOFF);
-                        }
-                        Err(Outcome::Body(e) | Outcome::Request(e)) => return Err(e.into()),
-                    }
-                }
-            }
-        }
+            } => Target::Remote(
+                self.store(&scheme, &authority)?,
+                StorePath::from(path.as_str()),
+            ),
+        })
     }
 
     fn runtime(&self) -> io::Result<&tokio::runtime::Runtime> {
