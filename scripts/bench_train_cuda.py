@@ -25,25 +25,11 @@ from typing import Any, Dict, Iterator, List, Tuple
 
 import torch
 import torchvision  # type: ignore[import-untyped]
-import torchvision.transforms as tvT  # type: ignore[import-untyped]
 from torch.utils.data import DataLoader
 
 import ferroloader as fl
+from bench_vs_torch import train_transform  # this script's folder is on sys.path
 from ferroloader import recipes
-
-MEAN = [0.485, 0.456, 0.406]
-STD = [0.229, 0.224, 0.225]
-
-
-def train_transform() -> tvT.Compose:
-    return tvT.Compose(
-        [
-            tvT.RandomResizedCrop(224),
-            tvT.RandomHorizontalFlip(),
-            tvT.ToTensor(),
-            tvT.Normalize(MEAN, STD),
-        ]
-    )
 
 
 def endless(loader: Any) -> Iterator[Tuple[torch.Tensor, torch.Tensor]]:
