@@ -108,16 +108,26 @@ def put_object(port: int, bucket: str, name: str, data: bytes) -> None:
 
 
 class Epoch(NamedTuple):
-    """One epoch of a new loader: its wall time, the wait for its first batch, and the rate
-    after that batch (the steady state a long epoch is made of)."""
+    """One epoch of a new loader: its wall time, the wait for its first batch, the rate after
+    that batch (the steady state a long epoch is made of), and the CPU seconds it took in this
+    process (the loader's threads: fetching, parsing HTTP, decoding) and in the server."""
 
     seconds: float
     first_batch: float
     steady_images_per_s: float
+    loader_cpu: float
+    server_cpu: float
 
 
-def run_epoch(make: Callable[[], fl.Loader]) -> Epoch:
+def process_cpu_seconds(pid: int) -> float:
+    """User + system CPU time of process ``pid`` so far, from /proc (all its threads)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def run_epoch(make: Callable[[], fl.Loader], server_pid: int) -> Epoch:
     loader = make()
+    cpu, server_cpu = time.process_time(), process_cpu_seconds(server_pid)
     start = time.perf_counter()
     first_at = first_size = n = 0
     for _, labels in loader:
@@ -126,7 +136,8 @@ def run_epoch(make: Callable[[], fl.Loader]) -> Epoch:
             first_at, first_size = time.perf_counter(), n
     end = time.perf_counter()
     steady = (n - first_size) / (end - first_at) if end > first_at else float("nan")
-    return Epoch(end - start, first_at - start, steady)
+    return Epoch(end - start, first_at - start, steady, time.process_time() - cpu,
+                 process_cpu_seconds(server_pid) - server_cpu)
 
 
 def main() -> None:
@@ -190,11 +201,11 @@ def main() -> None:
         }
         try:
             for make in setups.values():
-                run_epoch(make)  # warm-up: page cache, first connections
+                run_epoch(make, proc.pid)  # warm-up: page cache, first connections
             epochs: Dict[str, List[Epoch]] = {k: [] for k in setups}
             for _ in range(args.rounds):
                 for name, make in setups.items():
-                    epochs[name].append(run_epoch(make))
+                    epochs[name].append(run_epoch(make, proc.pid))
         finally:
             proc.kill()
             proc.wait()
@@ -207,14 +218,22 @@ def main() -> None:
           f"ahead; server CPUs "
           f"{args.server_cpus or 'shared'}, loader CPUs {sorted(os.sched_getaffinity(0))}; shards "
           f"{'copied' if args.copy else 'PUT'}")
+    # CPU per image says what wall-clock ratios cannot on a machine whose cores the loader
+    # already fills: what reading shards costs the loader's process beyond the folder's reads,
+    # and what the server would need cores for.
+    base_cpu = statistics.median(e.loader_cpu for e in epochs["folder"])
     print(f"{'source':16} {'s/epoch':>8} {'img/s':>8} {'vs folder':>10} {'1st batch s':>12} "
-          f"{'steady img/s':>13} {'vs folder':>10}")
+          f"{'steady img/s':>13} {'vs folder':>10} {'loader CPU ms/img':>18} {'vs folder':>10} "
+          f"{'server CPU ms/img':>18}")
     for name, runs in epochs.items():
         med = statistics.median(e.seconds for e in runs)
         first = statistics.median(e.first_batch for e in runs)
         steady = statistics.median(e.steady_images_per_s for e in runs)
+        cpu = statistics.median(e.loader_cpu for e in runs)
+        server_cpu = statistics.median(e.server_cpu for e in runs)
         print(f"{name:16} {med:8.3f} {images / med:8.1f} {base / med:10.3f} {first:12.3f} "
-              f"{steady:13.1f} {steady / base_steady:10.3f}")
+              f"{steady:13.1f} {steady / base_steady:10.3f} {1e3 * cpu / images:18.3f} "
+              f"{cpu / base_cpu:10.3f} {1e3 * server_cpu / images:18.3f}")
 
 
 if __name__ == "__main__":

@@ -12,7 +12,7 @@ use std::net::{TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Condvar, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -258,8 +258,12 @@ fn check_order(urls: &[String], base: WebDatasetOptions) {
     assert_ne!(batches(&loader, 3), reference);
 }
 
-/// Serves the files of `root` over HTTP/1.1 (GET, whole files, one request per connection)
-/// until dropped.
+/// Called with (file, first byte asked for) before a request is answered: a test delays or
+/// holds chosen requests with it.
+type Hook = Arc<dyn Fn(&str, u64) + Send + Sync>;
+
+/// Serves the files of `root` over HTTP/1.1 (GET, whole files or one byte range, one request
+/// per connection) until dropped.
 struct HttpServer {
     port: u16,
     stop: Arc<AtomicBool>,
@@ -267,6 +271,10 @@ struct HttpServer {
 
 impl HttpServer {
     fn start(root: PathBuf) -> Self {
+        Self::with_hook(root, Arc::new(|_: &str, _: u64| {}))
+    }
+
+    fn with_hook(root: PathBuf, hook: Hook) -> Self {
         let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
         let port = listener.local_addr().expect("addr").port();
         listener.set_nonblocking(true).expect("nonblocking");
@@ -276,8 +284,8 @@ impl HttpServer {
             while !flag.load(Ordering::Relaxed) {
                 match listener.accept() {
                     Ok((stream, _)) => {
-                        let root = root.clone();
-                        thread::spawn(move || serve(stream, &root));
+                        let (root, hook) = (root.clone(), Arc::clone(&hook));
+                        thread::spawn(move || serve(stream, &root, &*hook));
                     }
                     Err(_) => thread::sleep(Duration::from_millis(5)),
                 }
@@ -293,23 +301,36 @@ impl Drop for HttpServer {
     }
 }
 
-fn serve(stream: TcpStream, root: &Path) {
+fn serve(stream: TcpStream, root: &Path, hook: &dyn Fn(&str, u64)) {
     stream.set_nonblocking(false).expect("blocking");
     let mut reader = BufReader::new(stream.try_clone().expect("clone"));
     let mut request = String::new();
     if reader.read_line(&mut request).is_err() {
         return;
     }
+    // `Range: bytes=FIRST-LAST` (inclusive), the only form object_store sends.
+    let mut range: Option<(u64, u64)> = None;
     loop {
         let mut line = String::new();
         if reader.read_line(&mut line).map_or(true, |n| n == 0) || line == "\r\n" {
             break;
         }
+        let lower = line.to_ascii_lowercase();
+        if let Some(spec) = lower.trim().strip_prefix("range: bytes=") {
+            let (first, last) = spec.split_once('-').expect("first-last");
+            range = Some((first.parse().expect("first"), last.parse().expect("last")));
+        }
     }
-    let path = request.split_whitespace().nth(1).unwrap_or("/");
+    let path = request
+        .split_whitespace()
+        .nth(1)
+        .unwrap_or("/")
+        .trim_start_matches('/')
+        .to_owned();
+    hook(&path, range.map_or(0, |r| r.0));
     let mut stream = stream;
-    let _ = match fs::read(root.join(path.trim_start_matches('/'))) {
-        Ok(body) => stream
+    let _ = match (fs::read(root.join(&path)), range) {
+        (Ok(body), None) => stream
             .write_all(
                 format!(
                     "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
@@ -318,7 +339,22 @@ fn serve(stream: TcpStream, root: &Path) {
                 .as_bytes(),
             )
             .and_then(|()| stream.write_all(&body)),
-        Err(_) => stream
+        (Ok(body), Some((first, last))) => {
+            let part = &body[first as usize..=(last as usize).min(body.len() - 1)];
+            stream
+                .write_all(
+                    format!(
+                        "HTTP/1.1 206 Partial Content\r\nContent-Length: {}\r\n\
+                         Content-Range: bytes {first}-{}/{}\r\nConnection: close\r\n\r\n",
+                        part.len(),
+                        first + part.len() as u64 - 1,
+                        body.len()
+                    )
+                    .as_bytes(),
+                )
+                .and_then(|()| stream.write_all(part))
+        }
+        (Err(_), _) => stream
             .write_all(b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"),
     };
 }
@@ -372,12 +408,10 @@ fn file_urls_and_http_read_the_same_bytes_as_the_files() {
                 data.key(i)
             );
         }
-        // Outside a plan a sample is read alone (a range read for a local file).
+        // Outside a plan a sample is read alone (a range request).
         let mut buf = Vec::new();
-        if urls[0].starts_with("file") {
-            let last = data.len() - 1;
-            assert!(data.read(last, &mut buf).expect("read") == want[data.key(last)]);
-        }
+        let last = data.len() - 1;
+        assert!(data.read(last, &mut buf).expect("read") == want[data.key(last)]);
     }
 }
 
@@ -894,5 +928,95 @@ fn a_read_of_a_freed_piece_fetches_the_sample_alone() {
             data.read(i, &mut buf).expect("read outside the plan") == want[data.key(i)],
             "sample {i}"
         );
+    }
+}
+
+/// Shards on a plain HTTP server (`hook` runs before each answer), the folder's bytes by key,
+/// and the shard names, in a temporary folder.
+fn http_fixture(
+    tmp: &Path,
+    hook: impl Fn(&[String], &str, u64) + Send + Sync + 'static,
+) -> (HashMap<String, Vec<u8>>, Vec<String>, HttpServer) {
+    let folder = small_folder(&tmp.join("folder"));
+    let shards = tmp.join("shards");
+    let names = write_shards(&folder, &shards);
+    let hook_names = names.clone();
+    let server = HttpServer::with_hook(
+        shards,
+        Arc::new(move |path: &str, first: u64| hook(&hook_names, path, first)),
+    );
+    (folder_bytes(&folder), names, server)
+}
+
+fn http_urls(server: &HttpServer, names: &[String]) -> Vec<String> {
+    names
+        .iter()
+        .map(|n| format!("http://127.0.0.1:{}/{n}", server.port))
+        .collect()
+}
+
+/// A reader that must start a ranged shard's fetch itself (the read-ahead window is full) gets
+/// its sample when that sample's piece arrives, not after the shard's last piece.
+#[test]
+fn a_reader_starting_a_ranged_fetch_waits_for_its_own_piece_only() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    // The second shard's pieces after its first are held until the gate opens.
+    let gate = Arc::new((Mutex::new(false), Condvar::new()));
+    let hold = Arc::clone(&gate);
+    let (want, names, server) = http_fixture(tmp.path(), move |names, path, first| {
+        if path == names[1] && first > 0 {
+            let (open, opened) = &*hold;
+            let guard = open.lock().expect("gate");
+            drop(opened.wait_while(guard, |open| !*open).expect("gate"));
+        }
+    });
+    let opts = WebDatasetOptions {
+        range_bytes: 1,
+        read_ahead_shards: 1,
+        ..WebDatasetOptions::default()
+    };
+    let data = Arc::new(WebDataset::new(http_urls(&server, &names), opts).expect("dataset"));
+    // The first shard holds the one-shard window until the plan's last read of it, which comes
+    // after a read of the second shard's first sample: that read starts the second shard.
+    let plan: Vec<usize> = [0, PER_SHARD]
+        .into_iter()
+        .chain(1..PER_SHARD)
+        .chain(PER_SHARD + 1..2 * PER_SHARD)
+        .collect();
+    data.epoch_plan(&plan);
+    let (send, receive) = std::sync::mpsc::channel();
+    let reader = Arc::clone(&data);
+    let reads = thread::spawn(move || {
+        let mut buf = Vec::new();
+        for &i in &plan {
+            let bytes = reader.read(i, &mut buf).map(<[u8]>::to_vec);
+            if send.send((i, bytes)).is_err() {
+                return;
+            }
+        }
+    });
+    let mut got = Vec::new();
+    let mut timed_out = false;
+    while got.len() < 2 {
+        match receive.recv_timeout(Duration::from_secs(20)) {
+            Ok(read) => got.push(read),
+            Err(_) => {
+                timed_out = true;
+                break;
+            }
+        }
+    }
+    // Open the gate whatever happened, so the reader thread ends.
+    *gate.0.lock().expect("gate") = true;
+    gate.1.notify_all();
+    assert!(
+        !timed_out,
+        "the read of the second shard's first sample waited for the held pieces"
+    );
+    got.extend(receive.iter());
+    reads.join().expect("reader");
+    assert_eq!(got.len(), 2 * PER_SHARD);
+    for (i, bytes) in got {
+        assert!(bytes.expect("read") == want[data.key(i)], "bytes of {i}");
     }
 }

@@ -5,8 +5,9 @@
 //! of an epoch ([`Source::epoch_plan`]), fetcher threads fetch shards in the order the plan
 //! first needs them, at most `read_ahead_shards` shards and `read_ahead_bytes` bytes ahead,
 //! and a shard's bytes are freed once the plan's last read of it is done. A worker that needs
-//! a shard nobody is fetching yet fetches it itself (so the read-ahead bound can never stall
-//! the epoch), and a read outside the plan is one range request for that sample alone.
+//! a shard nobody is fetching yet starts its fetch itself (so the read-ahead bound can never
+//! stall the epoch) and waits only for the piece it reads, and a read outside the plan is one
+//! range request for that sample alone.
 //!
 //! A remote shard larger than `range_bytes` is fetched as several byte ranges (pieces) at
 //! once, cut between samples so each sample lies in exactly one piece, with at most
@@ -567,6 +568,21 @@ impl Shared {
         }
     }
 
+    /// Makes a fetch a reader had to start: a ranged one in the background (falling back to
+    /// this thread when no thread can be started), a whole one here.
+    fn run_fetch_for_reader(self: &Arc<Self>, shard: usize, fetch: Fetch) {
+        if let Fetch::Ranged(_) = fetch {
+            let shared = Arc::clone(self);
+            let spawned = std::thread::Builder::new()
+                .name("ferroloader-fetch-now".to_owned())
+                .spawn(move || shared.run_fetch(shard, fetch));
+            if spawned.is_ok() {
+                return;
+            }
+        }
+        self.run_fetch(shard, fetch);
+    }
+
     /// Records a finished whole-shard fetch and wakes whoever waits for it.
     fn settle(&self, state: &mut FetchState, shard: usize, result: io::Result<Vec<u8>>) {
         let slot = match result {
@@ -731,11 +747,12 @@ impl Shared {
 
     /// The bytes holding sample `index` of shard `shard` for one read of the current plan,
     /// with the shard offset where they begin (the whole shard, or the piece holding the
-    /// sample): waiting for them, or fetching the shard here when no fetcher has started on
-    /// it. `None` when the plan does not read this shard, or its piece was freed after the
-    /// reads the plan announced (the caller reads the sample alone).
+    /// sample): waiting for them, or starting the shard's fetch when no fetcher has (a whole
+    /// shard is fetched here; a ranged one on a thread of its own, so this read waits for its
+    /// piece only). `None` when the plan does not read this shard, or its piece was freed
+    /// after the reads the plan announced (the caller reads the sample alone).
     fn bytes_for_read(
-        &self,
+        self: &Arc<Self>,
         shard: usize,
         index: usize,
     ) -> io::Result<Option<(Arc<Vec<u8>>, u64)>> {
@@ -766,7 +783,7 @@ impl Shared {
                 None => {
                     let fetch = self.start_fetch(&mut state, shard);
                     drop(state);
-                    self.run_fetch(shard, fetch);
+                    self.run_fetch_for_reader(shard, fetch);
                     state = self.lock();
                 }
             }
