@@ -134,7 +134,7 @@ impl Stores {
                         // a permit would then be the only sensible reading of it anyway.
                         let _permit = limit.acquire().await.ok();
                         let start = now_ns();
-                        let result = self.get_with_retries(&**store, path, Some(r.clone())).await;
+                        let result = self.get_task(store, path, Some(r.clone())).await;
                         (i, result, start)
                     }
                 })
@@ -146,46 +146,25 @@ impl Stores {
         Ok(())
     }
 
-    /// One GET of `range` (the whole object when `None`). object_store retries the request
-    /// itself; this adds retries of failures while the body streams (a connection cut
-    /// mid-shard). A range that comes back shorter than asked is an `UnexpectedEof` error.
-    async fn get_with_retries(
+    /// [`get_with_retries`] as a task of the runtime: the body then streams on the runtime's
+    /// threads, beside the connection's task, and only the whole body crosses to the caller's
+    /// thread (awaited on the caller's thread, every chunk of it would wake that thread).
+    async fn get_task(
         &self,
-        store: &dyn ObjectStore,
+        store: &Arc<dyn ObjectStore>,
         path: &StorePath,
         range: Option<Range<u64>>,
     ) -> io::Result<Vec<u8>> {
-        let mut wait = self.options.retry_backoff;
-        let mut attempt = 0;
-        loop {
-            let options = GetOptions::default().with_range(range.clone());
-            let result = match store.get_opts(path, options).await {
-                Ok(got) => got.bytes().await.map_err(Outcome::Body),
-                Err(e) => Err(Outcome::Request(e)),
-            };
-            match result {
-                Ok(bytes) => match &range {
-                    Some(r) if bytes.len() as u64 != r.end - r.start => {
-                        return Err(io::Error::new(
-                            io::ErrorKind::UnexpectedEof,
-                            format!(
-                                "bytes {}..{} came back as {} bytes",
-                                r.start,
-                                r.end,
-                                bytes.len()
-                            ),
-                        ))
-                    }
-                    _ => return Ok(Vec::from(bytes)),
-                },
-                Err(Outcome::Body(_)) if attempt < self.options.retries => {
-                    attempt += 1;
-                    tokio::time::sleep(wait).await;
-                    wait = (wait * 2).min(MAX_BACKOFF);
-                }
-                Err(Outcome::Body(e) | Outcome::Request(e)) => return Err(e.into()),
-            }
-        }
+        let task = get_with_retries(
+            Arc::clone(store),
+            path.clone(),
+            range,
+            self.options.retries,
+            self.options.retry_backoff,
+        );
+        tokio::spawn(task)
+            .await
+            .unwrap_or_else(|e| Err(io::Error::other(format!("the request's task failed: {e}"))))
     }
 
     /// Writes `data` to `url` (used by tests and tools that upload shards).
@@ -205,7 +184,7 @@ impl Stores {
             Target::Local(path) => read_local(&path, range),
             Target::Remote(store, path) => self
                 .runtime()?
-                .block_on(self.get_with_retries(&*store, &path, range)),
+                .block_on(self.get_task(&store, &path, range)),
         }
     }
 
@@ -304,6 +283,49 @@ impl Stores {
                 Arc::new(b.with_retry(retry).build()?)
             }
         })
+    }
+}
+
+/// One GET of `range` (the whole object when `None`). object_store retries the request
+/// itself; this adds retries of failures while the body streams (a connection cut
+/// mid-shard). A range that comes back shorter than asked is an `UnexpectedEof` error.
+async fn get_with_retries(
+    store: Arc<dyn ObjectStore>,
+    path: StorePath,
+    range: Option<Range<u64>>,
+    retries: usize,
+    backoff: Duration,
+) -> io::Result<Vec<u8>> {
+    let mut wait = backoff;
+    let mut attempt = 0;
+    loop {
+        let options = GetOptions::default().with_range(range.clone());
+        let result = match store.get_opts(&path, options).await {
+            Ok(got) => got.bytes().await.map_err(Outcome::Body),
+            Err(e) => Err(Outcome::Request(e)),
+        };
+        match result {
+            Ok(bytes) => match &range {
+                Some(r) if bytes.len() as u64 != r.end - r.start => {
+                    return Err(io::Error::new(
+                        io::ErrorKind::UnexpectedEof,
+                        format!(
+                            "bytes {}..{} came back as {} bytes",
+                            r.start,
+                            r.end,
+                            bytes.len()
+                        ),
+                    ))
+                }
+                _ => return Ok(Vec::from(bytes)),
+            },
+            Err(Outcome::Body(_)) if attempt < retries => {
+                attempt += 1;
+                tokio::time::sleep(wait).await;
+                wait = (wait * 2).min(MAX_BACKOFF);
+            }
+            Err(Outcome::Body(e) | Outcome::Request(e)) => return Err(e.into()),
+        }
     }
 }
 
