@@ -14,6 +14,7 @@ use std::ops::Range;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
+use bytes::Bytes;
 use object_store::aws::AmazonS3Builder;
 use object_store::azure::MicrosoftAzureBuilder;
 use object_store::gcp::GoogleCloudStorageBuilder;
@@ -25,7 +26,7 @@ use object_store::{
 use tokio::sync::Semaphore;
 
 use ferroloader_profiler::now_ns;
-use futures_util::stream::{FuturesUnordered, StreamExt};
+use futures_util::stream::{FuturesUnordered, StreamExt, TryStreamExt};
 
 use super::url::Location;
 
@@ -54,6 +55,81 @@ impl Default for StoreOptions {
 }
 
 const MAX_BACKOFF: Duration = Duration::from_secs(10);
+
+/// Bytes as a response delivered them: its body's chunks, kept apart. Joined into one buffer,
+/// every byte would be copied once more (into a fresh buffer the kernel faults in page by
+/// page); a reader copies the range it needs out of the chunks instead.
+#[derive(Debug, Default)]
+pub struct Chunks {
+    parts: Vec<Bytes>,
+    /// `ends[i]`: the offset just past part `i` (strictly increasing: no part is empty).
+    ends: Vec<usize>,
+}
+
+impl Chunks {
+    /// The number of bytes.
+    pub fn len(&self) -> usize {
+        self.ends.last().copied().unwrap_or(0)
+    }
+
+    /// Whether there are no bytes.
+    pub fn is_empty(&self) -> bool {
+        self.ends.is_empty()
+    }
+
+    fn push(&mut self, part: Bytes) {
+        if !part.is_empty() {
+            self.ends.push(self.len() + part.len());
+            self.parts.push(part);
+        }
+    }
+
+    /// Appends bytes `range` to `out`; false, with `out` unchanged, when the range does not
+    /// lie within these bytes.
+    pub fn copy_range_to(&self, range: Range<usize>, out: &mut Vec<u8>) -> bool {
+        if range.start > range.end || range.end > self.len() {
+            return false;
+        }
+        out.reserve(range.len());
+        let mut part = self.ends.partition_point(|&end| end <= range.start);
+        let mut at = range.start;
+        while at < range.end {
+            let bytes = &self.parts[part];
+            let part_start = self.ends[part] - bytes.len();
+            let until = (range.end - part_start).min(bytes.len());
+            out.extend_from_slice(&bytes[at - part_start..until]);
+            at = part_start + until;
+            part += 1;
+        }
+        true
+    }
+
+    /// The bytes in one buffer (without a copy when they came as one part that nothing else
+    /// shares).
+    pub fn into_vec(self) -> Vec<u8> {
+        if self.parts.len() == 1 {
+            return self
+                .parts
+                .into_iter()
+                .map(Vec::from)
+                .next()
+                .unwrap_or_default();
+        }
+        let mut out = Vec::with_capacity(self.len());
+        for part in &self.parts {
+            out.extend_from_slice(part);
+        }
+        out
+    }
+}
+
+impl From<Vec<u8>> for Chunks {
+    fn from(bytes: Vec<u8>) -> Self {
+        let mut chunks = Chunks::default();
+        chunks.push(Bytes::from(bytes));
+        chunks
+    }
+}
 
 /// A URL resolved: a local file, or a path in an object store.
 enum Target {
@@ -89,12 +165,17 @@ impl Stores {
     /// The whole object at `url`. Errors keep their kind (a missing object is `NotFound`) and
     /// leave naming the URL to the caller.
     pub fn get(&self, url: &str) -> io::Result<Vec<u8>> {
+        self.fetch(url, None).map(Chunks::into_vec)
+    }
+
+    /// The whole object at `url` as it arrived, like [`Stores::get`].
+    pub fn get_chunks(&self, url: &str) -> io::Result<Chunks> {
         self.fetch(url, None)
     }
 
     /// Bytes `range` of the object at `url`.
     pub fn get_range(&self, url: &str, range: Range<u64>) -> io::Result<Vec<u8>> {
-        self.fetch(url, Some(range))
+        self.fetch(url, Some(range)).map(Chunks::into_vec)
     }
 
     /// Fetches `ranges` of the object at `url` concurrently, each as its own request (retried
@@ -110,13 +191,17 @@ impl Stores {
         url: &str,
         ranges: &[Range<u64>],
         limit: &Semaphore,
-        mut done: impl FnMut(usize, io::Result<Vec<u8>>, u64),
+        mut done: impl FnMut(usize, io::Result<Chunks>, u64),
     ) -> io::Result<()> {
         let (store, path) = match self.target(url)? {
             Target::Local(path) => {
                 for (i, r) in ranges.iter().enumerate() {
                     let start = now_ns();
-                    done(i, read_local(&path, Some(r.clone())), start);
+                    done(
+                        i,
+                        read_local(&path, Some(r.clone())).map(Chunks::from),
+                        start,
+                    );
                 }
                 return Ok(());
             }
@@ -154,7 +239,7 @@ impl Stores {
         store: &Arc<dyn ObjectStore>,
         path: &StorePath,
         range: Option<Range<u64>>,
-    ) -> io::Result<Vec<u8>> {
+    ) -> io::Result<Chunks> {
         let task = get_with_retries(
             Arc::clone(store),
             path.clone(),
@@ -179,9 +264,9 @@ impl Stores {
         }
     }
 
-    fn fetch(&self, url: &str, range: Option<Range<u64>>) -> io::Result<Vec<u8>> {
+    fn fetch(&self, url: &str, range: Option<Range<u64>>) -> io::Result<Chunks> {
         match self.target(url)? {
-            Target::Local(path) => read_local(&path, range),
+            Target::Local(path) => read_local(&path, range).map(Chunks::from),
             Target::Remote(store, path) => self
                 .runtime()?
                 .block_on(self.get_task(&store, &path, range)),
@@ -295,13 +380,20 @@ async fn get_with_retries(
     range: Option<Range<u64>>,
     retries: usize,
     backoff: Duration,
-) -> io::Result<Vec<u8>> {
+) -> io::Result<Chunks> {
     let mut wait = backoff;
     let mut attempt = 0;
     loop {
         let options = GetOptions::default().with_range(range.clone());
         let result = match store.get_opts(&path, options).await {
-            Ok(got) => got.bytes().await.map_err(Outcome::Body),
+            Ok(got) => got
+                .into_stream()
+                .try_fold(Chunks::default(), |mut chunks, part| async move {
+                    chunks.push(part);
+                    Ok(chunks)
+                })
+                .await
+                .map_err(Outcome::Body),
             Err(e) => Err(Outcome::Request(e)),
         };
         match result {
@@ -317,7 +409,7 @@ async fn get_with_retries(
                         ),
                     ))
                 }
-                _ => return Ok(Vec::from(bytes)),
+                _ => return Ok(bytes),
             },
             Err(Outcome::Body(_)) if attempt < retries => {
                 attempt += 1;
@@ -354,5 +446,56 @@ fn read_local(path: &std::path::Path, range: Option<Range<u64>>) -> io::Result<V
             file.read_exact(&mut out)?;
             Ok(out)
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn chunks(parts: &[&[u8]]) -> Chunks {
+        let mut chunks = Chunks::default();
+        for part in parts {
+            chunks.push(Bytes::copy_from_slice(part));
+        }
+        chunks
+    }
+
+    #[test]
+    fn a_range_is_copied_across_the_parts_it_spans() {
+        let c = chunks(&[b"abc", b"", b"defg", b"h", b"ijk"]);
+        let whole = b"abcdefghijk";
+        assert_eq!(c.len(), whole.len());
+        for start in 0..=whole.len() {
+            for end in start..=whole.len() {
+                let mut out = b"<".to_vec();
+                assert!(c.copy_range_to(start..end, &mut out), "{start}..{end}");
+                assert_eq!(&out[1..], &whole[start..end], "{start}..{end}");
+            }
+        }
+        assert_eq!(c.into_vec(), whole);
+    }
+
+    #[test]
+    fn a_range_outside_the_bytes_is_refused_and_copies_nothing() {
+        let c = chunks(&[b"abc", b"de"]);
+        let mut out = Vec::new();
+        assert!(!c.copy_range_to(3..6, &mut out));
+        assert!(!c.copy_range_to(6..6, &mut out));
+        #[allow(clippy::reversed_empty_ranges)]
+        let backwards = 4..2;
+        assert!(!c.copy_range_to(backwards, &mut out));
+        assert!(out.is_empty());
+        let empty = Chunks::default();
+        assert!(empty.is_empty() && empty.copy_range_to(0..0, &mut out));
+        assert!(empty.into_vec().is_empty());
+    }
+
+    #[test]
+    fn one_part_becomes_a_vec_without_a_copy() {
+        let bytes = vec![7u8; 1000];
+        let at = bytes.as_ptr();
+        let v = Chunks::from(bytes).into_vec();
+        assert_eq!(v.as_ptr(), at);
     }
 }

@@ -36,7 +36,7 @@ use super::cache::ShardCache;
 use super::index::{SampleEntry, ShardEntry, ShardIndex, DEFAULT_INDEX_NAME};
 use super::members::{read_samples, LabelSource};
 use super::order::{epoch_order, OrderParams};
-use super::store::{StoreOptions, Stores};
+use super::store::{Chunks, StoreOptions, Stores};
 use super::url::{expand_braces, join, Location};
 use crate::dataset::Source;
 use crate::error::{LoaderError, Result};
@@ -155,7 +155,7 @@ enum Slot {
     /// Fetched whole, not there yet.
     Loading,
     /// The whole shard.
-    Ready(Arc<Vec<u8>>),
+    Ready(Arc<Chunks>),
     Failed(io::ErrorKind, Arc<str>),
     /// Fetched as ranges ([`Shared::pieces`]), each usable as soon as it is there and freed
     /// after the plan's last read of it; `held` bytes of the shard still count against the
@@ -169,7 +169,7 @@ enum Slot {
 
 enum Piece {
     Loading,
-    Ready(Arc<Vec<u8>>),
+    Ready(Arc<Chunks>),
     Failed(io::ErrorKind, Arc<str>),
     /// Read as often as the plan said, and freed.
     Freed,
@@ -374,9 +374,9 @@ impl Source for WebDataset {
         buf.clear();
         match self.shared.bytes_for_read(shard, index)? {
             Some((bytes, base)) => {
-                let data = member(&bytes, base, sample)
-                    .ok_or_else(|| truncated(sample, base, bytes.len()))?;
-                buf.extend_from_slice(data);
+                if !copy_member(&bytes, base, sample, buf) {
+                    return Err(truncated(sample, base, bytes.len()));
+                }
             }
             None => {
                 let data = self
@@ -584,7 +584,7 @@ impl Shared {
     }
 
     /// Records a finished whole-shard fetch and wakes whoever waits for it.
-    fn settle(&self, state: &mut FetchState, shard: usize, result: io::Result<Vec<u8>>) {
+    fn settle(&self, state: &mut FetchState, shard: usize, result: io::Result<Chunks>) {
         let slot = match result {
             Ok(bytes) if bytes.len() as u64 == self.shard_bytes[shard] => {
                 Slot::Ready(Arc::new(bytes))
@@ -637,7 +637,7 @@ impl Shared {
     }
 
     /// The whole shard, recorded as a `shard_read` span with its bytes when profiling.
-    fn fetch_shard(&self, shard: usize) -> io::Result<Vec<u8>> {
+    fn fetch_shard(&self, shard: usize) -> io::Result<Chunks> {
         let profiler = self.profiler();
         let start = now_ns();
         let result = self.fetch_shard_bytes(shard);
@@ -649,13 +649,13 @@ impl Shared {
     }
 
     /// The whole shard, from the cache when it holds it; a fetched remote shard is cached.
-    fn fetch_shard_bytes(&self, shard: usize) -> io::Result<Vec<u8>> {
+    fn fetch_shard_bytes(&self, shard: usize) -> io::Result<Chunks> {
         let url = &self.urls[shard];
         let cacheable = matches!(Location::parse(url), Ok(Location::Remote { .. }));
         if let (Some(cache), true) = (&self.cache, cacheable) {
             if let Some(bytes) = cache.get(url) {
                 if bytes.len() as u64 == self.shard_bytes[shard] {
-                    return Ok(bytes);
+                    return Ok(Chunks::from(bytes));
                 }
             }
             let bytes = self.stores.get(url)?;
@@ -663,9 +663,9 @@ impl Shared {
                 // A cache that cannot be written only costs a fetch next epoch.
                 let _ = cache.put(url, &bytes);
             }
-            return Ok(bytes);
+            return Ok(Chunks::from(bytes));
         }
-        self.stores.get(url)
+        self.stores.get_chunks(url)
     }
 
     /// Byte range of piece `piece` of shard `shard`.
@@ -687,7 +687,7 @@ impl Shared {
             .map(|p| self.piece_range(shard, p))
             .collect();
         let profiler = self.profiler();
-        let mut kept: Option<Vec<Option<Arc<Vec<u8>>>>> =
+        let mut kept: Option<Vec<Option<Arc<Chunks>>>> =
             self.cache.as_ref().map(|_| vec![None; ranges.len()]);
         let fetched =
             self.stores
@@ -716,7 +716,10 @@ impl Shared {
         }
         if let (Some(cache), Some(kept)) = (&self.cache, kept) {
             if let Some(parts) = kept.into_iter().collect::<Option<Vec<_>>>() {
-                let whole: Vec<u8> = parts.iter().flat_map(|p| p.iter().copied()).collect();
+                let mut whole = Vec::with_capacity(parts.iter().map(|p| p.len()).sum());
+                for part in &parts {
+                    part.copy_range_to(0..part.len(), &mut whole);
+                }
                 // A cache that cannot be written only costs a fetch next epoch.
                 let _ = cache.put(url, &whole);
             }
@@ -755,7 +758,7 @@ impl Shared {
         self: &Arc<Self>,
         shard: usize,
         index: usize,
-    ) -> io::Result<Option<(Arc<Vec<u8>>, u64)>> {
+    ) -> io::Result<Option<(Arc<Chunks>, u64)>> {
         let piece = self.piece_of(shard, index);
         let mut state = self.lock();
         let outcome = loop {
@@ -891,11 +894,14 @@ fn open_cache(options: &WebDatasetOptions) -> Result<Option<ShardCache>> {
     }
 }
 
-/// The image member's bytes inside `bytes`, which hold the shard from offset `base` on.
-fn member<'a>(bytes: &'a [u8], base: u64, sample: &SampleEntry) -> Option<&'a [u8]> {
-    let start = usize::try_from(sample.offset.checked_sub(base)?).ok()?;
-    let end = start.checked_add(usize::try_from(sample.size).ok()?)?;
-    bytes.get(start..end)
+/// Appends the image member's bytes to `out` from `bytes`, which hold the shard from offset
+/// `base` on; false when they do not hold all of it.
+fn copy_member(bytes: &Chunks, base: u64, sample: &SampleEntry, out: &mut Vec<u8>) -> bool {
+    let range = (|| {
+        let start = usize::try_from(sample.offset.checked_sub(base)?).ok()?;
+        Some(start..start.checked_add(usize::try_from(sample.size).ok()?)?)
+    })();
+    range.is_some_and(|range| bytes.copy_range_to(range, out))
 }
 
 /// `have` bytes from shard offset `base` on do not hold the sample's member.
