@@ -5,7 +5,7 @@
 //! [`SampleProcessor`] on it, writing straight into its slot of a batch buffer taken from a ring;
 //! complete batches come out of an [`EpochIter`] in order (or in completion order) as [`Batch`]es
 //! that return their buffer to the ring when dropped. Every read and op runs between
-//! [`OpHooks`] calls, where the profiler plugs in: with [`LoaderOptions::profile`] set, each
+//! [`OpHooks`] calls, where the profiler plugs in: with [`LoaderOptions::profile_mode`] set, each
 //! worker records op spans ([`ProfileInstrument`]), the workers and the consumer record batch
 //! events, and [`Loader::profile`] returns the [`Profile`](profiler::Profile) (Chrome trace and
 //! summary come from the [`profiler`] crate).

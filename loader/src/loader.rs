@@ -149,7 +149,7 @@ where
         })
     }
 
-    /// Replaces the profiler made from [`LoaderOptions::profile`] with one made from `config`
+    /// Replaces the profiler made from [`LoaderOptions::profile_mode`] with one made from `config`
     /// (its mode wins; its worker count and batch size are filled in from the options when
     /// zero). Use it for a label, metadata, the counter groups or the buffer sizes.
     pub fn with_profiler(mut self, config: ProfilerConfig) -> Self {

@@ -7,9 +7,9 @@
 //! spans the loader and the processor report; loader [`Op`]s become profiler [`OpId`]s through a
 //! table made when the hooks are made (custom op names are registered the first time a worker
 //! sees them, then found by pointer). A loader makes its own instrument from
-//! [`LoaderOptions::profile`](crate::LoaderOptions::profile) and runs it next to the user's
-//! hooks; [`Profiling`] is the loader's side of it (batch numbering, the run's clock, collecting
-//! the profile).
+//! [`LoaderOptions::profile_mode`](crate::LoaderOptions::profile_mode) and runs it next to the
+//! user's hooks; [`Profiling`] is the loader's side of it (batch numbering, the run's clock,
+//! collecting the profile).
 //!
 //! This module must not do string work, allocate or lock per op, or record anything in
 //! [`Mode::Off`](ferroloader_profiler::Mode::Off) (every hook returns after one branch); it must not know what an op does.

@@ -267,6 +267,51 @@ def test_s3_server_gone_names_the_url_and_skip_reports_the_samples(
     assert all("s3://bucket/shard-" in path for _, path, _ in lost)
 
 
+def aws_profile_env(monkeypatch: pytest.MonkeyPatch, home: Path, credentials: str, config: str) -> None:
+    """``credentials`` and ``config`` as ``HOME/.aws`` holds them, and no ``AWS_*`` variables."""
+    (home / ".aws").mkdir(parents=True)
+    (home / ".aws" / "credentials").write_text(credentials)
+    (home / ".aws" / "config").write_text(config)
+    for var in [v for v in os.environ if v.startswith("AWS_")]:
+        monkeypatch.delenv(var)
+    monkeypatch.setenv("HOME", str(home))
+
+
+def test_s3_credentials_region_and_endpoint_come_from_an_aws_profile(
+    s3: S3Server, shards: Tuple[Path, List[str]], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Set up as ``aws configure`` leaves it, no variables and no storage_options: the profile's
+    keys, region and http:// endpoint reach the server (s3s-fs refuses unsigned requests)."""
+    _, names = shards
+    aws_profile_env(
+        monkeypatch,
+        tmp_path / "home",
+        "[train]\naws_access_key_id = AK\naws_secret_access_key = SK\n",
+        f"[profile train]\nregion = us-east-1\nendpoint_url = http://127.0.0.1:{s3.port}\n",
+    )
+    monkeypatch.setenv("AWS_PROFILE", "train")
+    ds = fl.WebDataset([f"s3://bucket/{n}" for n in names], retries=0)
+    loader = fl.Loader(ds, batch_size=4, transform=eval_transform())
+    assert sum(len(labels) for _, labels in loader) == len(ds)
+    # Wrong keys in the profile: the server refuses, and the error names the URL.
+    (tmp_path / "home" / ".aws" / "credentials").write_text(
+        "[train]\naws_access_key_id = AK\naws_secret_access_key = wrong\n")
+    with pytest.raises(OSError, match=r"s3://bucket/"):
+        fl.WebDataset([f"s3://bucket/{n}" for n in names], retries=0)
+
+
+def test_an_aws_profile_that_fetches_its_credentials_says_how_to_export_them(
+    shards: Tuple[Path, List[str]], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    aws_profile_env(monkeypatch, tmp_path / "home", "",
+                    "[default]\nsso_session = corp\nregion = eu-west-1\n")
+    with pytest.raises(OSError, match=r"sso_session.*export-credentials"):
+        fl.WebDataset(["s3://bucket/shard-000000.tar"], retries=0)
+    monkeypatch.setenv("AWS_PROFILE", "missing")
+    with pytest.raises(OSError, match=r"AWS_PROFILE=missing: no such profile"):
+        fl.WebDataset(["s3://bucket/shard-000000.tar"], retries=0)
+
+
 def test_without_index_shards_are_scanned_and_num_samples_checked(shards: Tuple[Path, List[str]]) -> None:
     out, names = shards
     (out / "index.json").unlink()

@@ -6,12 +6,14 @@
 //! - [`members`]: a tar's members grouped into samples (WebDataset's key rule).
 //! - [`order`]: one rank's epoch order (shard shuffle, rank split, shuffle buffer).
 //! - [`store`]: bytes from disk or a store, with retries.
+//! - [`aws_profile`]: the S3 settings of an AWS profile (`~/.aws/credentials`, `~/.aws/config`).
 //! - [`cache`]: the optional local shard cache.
 //! - [`WebDataset`]: the source, with its read-ahead fetcher.
 //!
 //! Nothing here decodes images or knows about batches: the loader reads sample bytes through
 //! [`Source::read`](crate::Source::read) as from any other dataset.
 
+pub mod aws_profile;
 pub mod cache;
 pub mod index;
 pub mod members;

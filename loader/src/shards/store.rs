@@ -3,9 +3,10 @@
 //! Local paths and `file://` URLs are read with plain file I/O; everything else goes through
 //! the `object_store` crate on a small tokio runtime owned here, one store per bucket (or
 //! host), built from the environment the way the cloud SDKs read it (`AWS_ENDPOINT_URL`,
-//! `AWS_ACCESS_KEY_ID`, `GOOGLE_SERVICE_ACCOUNT`, `AZURE_STORAGE_ACCOUNT_NAME`, ...) with
-//! explicit options on top. Must not cache, parse or order anything: it only moves bytes, and
-//! retries what may succeed when tried again.
+//! `AWS_ACCESS_KEY_ID`, `GOOGLE_SERVICE_ACCOUNT`, `AZURE_STORAGE_ACCOUNT_NAME`, ..., and for
+//! S3 the AWS profile's files below those variables) with explicit options on top. Must not
+//! cache, parse or order anything: it only moves bytes, and retries what may succeed when
+//! tried again.
 
 use std::collections::HashMap;
 use std::fs::File;
@@ -28,14 +29,15 @@ use tokio::sync::Semaphore;
 use ferroloader_profiler::now_ns;
 use futures_util::stream::{FuturesUnordered, StreamExt, TryStreamExt};
 
+use super::aws_profile;
 use super::url::Location;
 
 /// How stores are reached and how hard to try.
 #[derive(Clone, Debug)]
 pub struct StoreOptions {
-    /// Store configuration on top of the environment's, by `object_store`'s key names
-    /// (`aws_endpoint`, `aws_access_key_id`, `aws_allow_http`, `google_service_account`, ...).
-    /// Default: none.
+    /// Store configuration on top of the environment's (for S3, the AWS profile's below the
+    /// `AWS_*` variables: [`aws_profile`]), by `object_store`'s key names (`aws_endpoint`,
+    /// `aws_access_key_id`, `aws_allow_http`, `google_service_account`, ...). Default: none.
     pub storage_options: Vec<(String, String)>,
     /// Retries of a failed request (connection refused, a 5xx, a body cut short) before the
     /// error is final. Default: 5.
@@ -335,7 +337,21 @@ impl Stores {
         Ok(match scheme {
             "s3" => {
                 let mut b = AmazonS3Builder::from_env().with_bucket_name(authority);
-                for (k, v) in options {
+                // Keys of the caller's own: a profile's are not wanted, nor an error about them.
+                let own_keys = options.iter().any(|(k, _)| {
+                    matches!(
+                        k.parse(),
+                        Ok(object_store::aws::AmazonS3ConfigKey::AccessKeyId)
+                    )
+                });
+                let env = |var: &str| std::env::var(var).ok();
+                let profile = aws_profile::s3_settings(&env, own_keys).map_err(|e| {
+                    object_store::Error::Generic {
+                        store: "S3",
+                        source: e.into(),
+                    }
+                })?;
+                for (k, v) in profile.iter().chain(options) {
                     b = b.with_config(k.parse().map_err(|e| bad_key(k, e))?, v);
                 }
                 Arc::new(b.with_retry(retry).build()?)

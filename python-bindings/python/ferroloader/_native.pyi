@@ -88,7 +88,9 @@ class WebDataset:
     requests cut between samples, at most ``max_requests`` in flight over all shards; a
     sample is served as soon as its range has arrived, and a failed range fails only its
     samples. ``storage_options``: object_store configuration keys on top of the environment's
-    (``aws_endpoint``, ``aws_access_key_id``, ...). Fork-safe: in a forked child a loader
+    (``aws_endpoint``, ``aws_access_key_id``, ...); for ``s3://`` the environment includes the
+    AWS profile (``AWS_PROFILE``, ``~/.aws/credentials`` and ``~/.aws/config``: keys, region,
+    ``endpoint_url``), below ``AWS_*`` variables. Fork-safe: in a forked child a loader
     over it gets a dataset rebuilt there from the inherited listing (``inherited``: true in a
     child until then)."""
 
