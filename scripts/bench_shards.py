@@ -4,7 +4,9 @@ served by a local S3-compatible server (s3s-fs), read whole (one GET per shard) 
 concurrent byte ranges, in alternating rounds; prints medians and the ratios to the folder
 (absolute times wander on these machines, ratios within a run hold): of the whole epoch of a new
 loader, and of its steady state after the first batch (a long epoch is mostly steady state; a
-short benchmark epoch is dominated by the wait for the first shard).
+short benchmark epoch is dominated by the wait for the first shard); and the CPU time per image
+of this process (the loader) and of the server, which says what reading shards costs the loader
+where the server shares its cores.
 
 Not a test: a benchmark for the note. Usage:
     bench_shards.py [FOLDER] [--rounds N] [--workers N] [--per-shard N] [--range-bytes N]
