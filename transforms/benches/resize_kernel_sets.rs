@@ -10,31 +10,20 @@ use std::hint::black_box;
 
 use criterion::{criterion_group, criterion_main, Criterion};
 use ferroloader_transforms::crop::{resize_shorter_side, RandomResizedCrop};
-use ferroloader_transforms::resize::{Filter, Resizer, SimdLevel};
+use ferroloader_transforms::resize::{generated_image, Filter, Resizer, SimdLevel};
 use ferroloader_transforms::rng::sample_rng;
 use ferroloader_transforms::{CropRect, RgbImage};
 
 /// A deterministic 500x375 image: gradients, noise and hard 0/255 bands.
 fn source() -> RgbImage {
-    let (w, h) = (500u32, 375u32);
-    let mut state = 0x9e37_79b9_7f4a_7c15u64;
-    let mut data = Vec::with_capacity(3 * (w * h) as usize);
-    for y in 0..h {
-        for x in 0..w {
-            for c in 0..3u32 {
-                state = state
-                    .wrapping_mul(6_364_136_223_846_793_005)
-                    .wrapping_add(1_442_695_040_888_963_407);
-                let v = match (x / 9 + y / 7 + c) % 5 {
-                    0 => 255,
-                    1 => 0,
-                    _ => (x + 2 * y + 40 * c + (state >> 60) as u32) % 256,
-                };
-                data.push(v as u8);
-            }
-        }
-    }
-    RgbImage::from_raw(w, h, data).expect("sizes match")
+    generated_image(500, 375, 1, |x, y, c, draw| {
+        let v = match (x / 9 + y / 7 + c) % 5 {
+            0 => 255,
+            1 => 0,
+            _ => (x + 2 * y + 40 * c + (draw >> 60) as u32) % 256,
+        };
+        v as u8
+    })
 }
 
 fn bench_resize(c: &mut Criterion) {

@@ -1343,6 +1343,31 @@ mod kernels {
     }
 }
 
+/// A deterministic `w`x`h` image for tests and benches: each byte is `pixel(x, y, channel,
+/// draw)`, `draw` a fresh step of a 64-bit LCG seeded from `seed` (use its high bits). Behind
+/// the `test-hooks` feature.
+#[cfg(any(test, feature = "test-hooks"))]
+pub fn generated_image(
+    w: u32,
+    h: u32,
+    seed: u64,
+    mut pixel: impl FnMut(u32, u32, u32, u64) -> u8,
+) -> RgbImage {
+    let mut state = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+    let mut data = Vec::with_capacity(3 * (w * h) as usize);
+    for y in 0..h {
+        for x in 0..w {
+            for c in 0..3u32 {
+                state = state
+                    .wrapping_mul(6_364_136_223_846_793_005)
+                    .wrapping_add(1_442_695_040_888_963_407);
+                data.push(pixel(x, y, c, state));
+            }
+        }
+    }
+    RgbImage::from_raw(w, h, data).expect("sizes match")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1489,25 +1514,15 @@ mod tests {
 
     /// Gradients, noise, saturated bands and hard edges, deterministic.
     fn test_image(w: u32, h: u32, seed: u64) -> RgbImage {
-        let mut state = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
-        let mut data = Vec::with_capacity(3 * (w * h) as usize);
-        for y in 0..h {
-            for x in 0..w {
-                for c in 0..3u32 {
-                    state = state
-                        .wrapping_mul(6_364_136_223_846_793_005)
-                        .wrapping_add(1_442_695_040_888_963_407);
-                    let noise = (state >> 59) as u32;
-                    let v = match (x / 7 + y / 5 + c) % 4 {
-                        0 => 255,
-                        1 => 0,
-                        _ => (x * 3 + y * 5 + c * 40 + noise) % 256,
-                    };
-                    data.push(v as u8);
-                }
-            }
-        }
-        RgbImage::from_raw(w, h, data).expect("sizes match")
+        generated_image(w, h, seed, |x, y, c, draw| {
+            let noise = (draw >> 59) as u32;
+            let v = match (x / 7 + y / 5 + c) % 4 {
+                0 => 255,
+                1 => 0,
+                _ => (x * 3 + y * 5 + c * 40 + noise) % 256,
+            };
+            v as u8
+        })
     }
 
     #[test]
@@ -1716,26 +1731,20 @@ mod tests {
     /// `clip8` decides the pixel: `kind` 0 vertical stripes, 1 horizontal stripes, 2 a
     /// checkerboard, 3 single white lines on black, 4 random 0/255 bytes.
     fn hard_edges(w: u32, h: u32, kind: u32, seed: u64) -> RgbImage {
-        let mut state = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
-        let mut data = Vec::with_capacity(3 * (w * h) as usize);
-        for y in 0..h {
-            for x in 0..w {
-                for c in 0..3u32 {
-                    state = state
-                        .wrapping_mul(6_364_136_223_846_793_005)
-                        .wrapping_add(1_442_695_040_888_963_407);
-                    let on = match kind {
-                        0 => (x + c) / 2 % 2 == 0,
-                        1 => (y / 3 + c) % 2 == 0,
-                        2 => (x + y + c) % 2 == 0,
-                        3 => x % 7 == c || y % 5 == c,
-                        _ => state >> 63 == 1,
-                    };
-                    data.push(if on { 255 } else { 0 });
-                }
+        generated_image(w, h, seed, |x, y, c, draw| {
+            let on = match kind {
+                0 => (x + c) / 2 % 2 == 0,
+                1 => (y / 3 + c) % 2 == 0,
+                2 => (x + y + c) % 2 == 0,
+                3 => x % 7 == c || y % 5 == c,
+                _ => draw >> 63 == 1,
+            };
+            if on {
+                255
+            } else {
+                0
             }
-        }
-        RgbImage::from_raw(w, h, data).expect("sizes match")
+        })
     }
 
     #[test]
