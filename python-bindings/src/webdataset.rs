@@ -57,6 +57,7 @@ struct Args {
     num_samples: Option<usize>,
     label_key: String,
     shuffle_buffer: usize,
+    shuffle_initial: usize,
     read_ahead_shards: usize,
     read_ahead_bytes: u64,
     range_bytes: u64,
@@ -75,7 +76,7 @@ impl PyWebDataset {
         urls, index = None, num_samples = None, label_key = "cls",
         shuffle_buffer = 1000, read_ahead_shards = 4, read_ahead_bytes = 1_073_741_824,
         cache_dir = None, cache_limit_bytes = None, retries = 5, retry_backoff = 0.2,
-        storage_options = None, range_bytes = 8_388_608, max_requests = 8
+        storage_options = None, range_bytes = 8_388_608, max_requests = 8, shuffle_initial = 100
     ))]
     #[allow(clippy::too_many_arguments)]
     fn new(
@@ -94,6 +95,7 @@ impl PyWebDataset {
         storage_options: Option<BTreeMap<String, String>>,
         range_bytes: u64,
         max_requests: usize,
+        shuffle_initial: usize,
     ) -> PyResult<Self> {
         if !retry_backoff.is_finite() || retry_backoff < 0.0 {
             return Err(PyValueError::new_err(format!(
@@ -111,6 +113,7 @@ impl PyWebDataset {
             num_samples,
             label_key: label_key.to_owned(),
             shuffle_buffer,
+            shuffle_initial,
             read_ahead_shards,
             read_ahead_bytes,
             range_bytes,
@@ -213,6 +216,7 @@ impl PyWebDataset {
             a.storage_options.into_bound_py_any(py)?,
             a.range_bytes.into_bound_py_any(py)?,
             a.max_requests.into_bound_py_any(py)?,
+            a.shuffle_initial.into_bound_py_any(py)?,
         ];
         Ok((slf.get_type().into_any(), PyTuple::new(py, args)?))
     }
@@ -246,6 +250,7 @@ impl Args {
             num_samples: self.num_samples,
             label_key: self.label_key.clone(),
             shuffle_buffer: self.shuffle_buffer,
+            shuffle_initial: self.shuffle_initial,
             read_ahead_shards: self.read_ahead_shards,
             read_ahead_bytes: self.read_ahead_bytes,
             range_bytes: self.range_bytes,

@@ -126,6 +126,33 @@ def test_two_ranks_cover_the_folder_with_its_pixels(folder: Path, shards: Tuple[
         np.testing.assert_array_equal(got[k][1], pixels, err_msg=k)
 
 
+def test_the_shuffle_buffer_yields_from_shuffle_initial_samples_on(shards: Tuple[Path, List[str]]) -> None:
+    out, names = shards
+    urls = [str(out / n) for n in names]
+
+    def epoch(**options: int) -> List[int]:
+        ds = fl.WebDataset(urls, **options)
+        it = iter(fl.Loader(ds, batch_size=4, shuffle=True, seed=5, transform=eval_transform()))
+        order: List[int] = []
+        for _ in it:
+            assert it.indices is not None
+            order += it.indices.tolist()
+        return order
+
+    # Shards shuffle the same whatever the buffer: where each sample stands before it.
+    position = {index: p for p, index in enumerate(epoch(shuffle_buffer=1))}
+    early = epoch(shuffle_buffer=16, shuffle_initial=2)
+    full_first = epoch(shuffle_buffer=16, shuffle_initial=16)
+    assert sorted(early) == sorted(full_first) == sorted(position)
+    # Sample k goes out when input 2 + 2k + 1 comes in: the first batch needs 9 samples read,
+    # not the 16 + 4 a buffer filled before its first sample needs.
+    assert max(position[i] for i in early[:4]) < 2 + 2 * 3 + 1
+    assert early != full_first
+    assert epoch(shuffle_buffer=16) == full_first, "the default (100) is clamped to the buffer"
+    ds = fl.WebDataset(urls, shuffle_buffer=16, shuffle_initial=2)
+    assert pickle.loads(pickle.dumps(ds)).__reduce__()[1] == ds.__reduce__()[1]
+
+
 class _Quiet(http.server.SimpleHTTPRequestHandler):
     def log_message(self, format: str, *args: object) -> None:
         pass

@@ -22,6 +22,12 @@ pub struct OrderParams {
     pub shard: Option<Shard>,
     /// Samples held by the shuffle buffer; 0 or 1 keeps the shards' order.
     pub shuffle_buffer: usize,
+    /// Samples the buffer holds before it yields its first one (at least 1, at most
+    /// `shuffle_buffer`); from there it grows by one sample per sample yielded until full, as
+    /// WebDataset's `shuffle(bufsize, initial)` does. The first batch then waits for about
+    /// `initial + 2 * batch_size` samples instead of `shuffle_buffer + batch_size`: with
+    /// remote shards, a wait for data paid at the start of every epoch.
+    pub shuffle_initial: usize,
 }
 
 /// The dataset indices rank `params.shard` reads in epoch `params.epoch`, where shard `i` holds
@@ -33,7 +39,9 @@ pub struct OrderParams {
 /// last ranks' runs wrap around to the sequence's head (`drop_last` cuts the runs to
 /// `total / world_size` instead and leaves the tail out). A rank reads at most two shards in
 /// part; when shards outnumber ranks, whole shards mostly. The shuffle buffer is seeded from
-/// (seed, epoch, rank).
+/// (seed, epoch, rank); it fills to `shuffle_initial` samples, then alternately takes a sample
+/// in and swaps one out for the next (growing by one per sample out) until it holds
+/// `shuffle_buffer`, then swaps one out for every sample in.
 pub fn epoch_order(starts: &[usize], params: OrderParams) -> Vec<usize> {
     let num_shards = starts.len().saturating_sub(1);
     let total = starts.last().copied().unwrap_or(0);
@@ -59,12 +67,22 @@ pub fn epoch_order(starts: &[usize], params: OrderParams) -> Vec<usize> {
         return run.collect();
     }
     let mut rng = rand_pcg::Pcg64::seed_from_u64(mix(params.seed, params.epoch, rank as u64));
-    let mut buffer = Vec::with_capacity(params.shuffle_buffer.min(share));
+    let capacity = params.shuffle_buffer;
+    let initial = params.shuffle_initial.clamp(1, capacity);
+    let mut buffer = Vec::with_capacity(capacity.min(share));
     let mut out = Vec::with_capacity(share);
+    let mut take_in = false;
     for index in run {
-        if buffer.len() < params.shuffle_buffer {
+        if buffer.len() < initial {
             buffer.push(index);
             continue;
+        }
+        if buffer.len() < capacity {
+            take_in = !take_in;
+            if take_in {
+                buffer.push(index);
+                continue;
+            }
         }
         let pick = rng.random_range(0..buffer.len());
         out.push(std::mem::replace(&mut buffer[pick], index));
@@ -98,6 +116,7 @@ mod tests {
             epoch,
             shard,
             shuffle_buffer: 7,
+            shuffle_initial: 7,
         }
     }
 
@@ -139,6 +158,7 @@ mod tests {
             &starts,
             OrderParams {
                 shuffle_buffer: 1,
+                shuffle_initial: 1,
                 ..params(true, 0, None)
             },
         );
@@ -147,5 +167,48 @@ mod tests {
             let got = a.iter().position(|x| x == idx).expect("present");
             assert!(got + 7 > pos, "sample {idx} came out too early");
         }
+    }
+
+    #[test]
+    fn the_buffer_yields_from_its_initial_size_and_grows_to_full() {
+        let starts: Vec<usize> = (0..=10).map(|s| s * 10).collect();
+        let (capacity, initial) = (20, 4);
+        let with = |shuffle_buffer, shuffle_initial| {
+            epoch_order(
+                &starts,
+                OrderParams {
+                    shuffle_buffer,
+                    shuffle_initial,
+                    ..params(true, 0, None)
+                },
+            )
+        };
+        // Where each sample stands in the shuffled shards before the buffer.
+        let unbuffered = with(1, 1);
+        let mut position = vec![0; 100];
+        for (p, &index) in unbuffered.iter().enumerate() {
+            position[index] = p;
+        }
+        let out = with(capacity, initial);
+        let mut sorted = out.clone();
+        sorted.sort_unstable();
+        assert_eq!(sorted, (0..100).collect::<Vec<_>>());
+        let came_from: Vec<usize> = out.iter().map(|&i| position[i]).collect();
+        for (k, &p) in came_from.iter().enumerate().take(100 - capacity) {
+            // Sample k goes out when input `initial + 2k + 1` comes in while the buffer grows,
+            // input `k + capacity` once it is full; it is one of the inputs before.
+            let comes_in = (initial + 2 * k + 1).min(k + capacity);
+            assert!(p < comes_in, "output {k} is input {p}, not yet read then");
+        }
+        // It grew past its initial size: a buffer of `initial` samples yields sample k from
+        // the inputs before `k + initial + 1` at the latest.
+        assert!(came_from.iter().enumerate().any(|(k, &p)| p > k + initial));
+        // The initial size is clamped to 1..=shuffle_buffer; at shuffle_buffer the buffer fills
+        // completely before its first sample goes out.
+        assert_eq!(with(capacity, 0), with(capacity, 1));
+        assert_eq!(with(capacity, 50), with(capacity, capacity));
+        let full = with(capacity, capacity);
+        assert!(full.iter().take(10).all(|&i| position[i] < capacity + 10));
+        assert_ne!(full, out);
     }
 }

@@ -60,6 +60,10 @@ pub struct WebDatasetOptions {
     pub label_key: String,
     /// Samples held by the shuffle buffer of a shuffled epoch. Default: 1000.
     pub shuffle_buffer: usize,
+    /// Samples the shuffle buffer holds before it yields its first one; it grows to
+    /// `shuffle_buffer` as it goes ([`OrderParams::shuffle_initial`]), so the first batch of an
+    /// epoch waits for fewer samples. Default: 100, as WebDataset's `shuffle`.
+    pub shuffle_initial: usize,
     /// Shards fetched ahead of the one being read (also the number of fetcher threads, up to
     /// 8); a shard fetched as ranges counts by the share of its bytes not yet freed. Default: 4.
     pub read_ahead_shards: usize,
@@ -88,6 +92,7 @@ impl Default for WebDatasetOptions {
             num_samples: None,
             label_key: "cls".to_owned(),
             shuffle_buffer: 1000,
+            shuffle_initial: 100,
             read_ahead_shards: 4,
             read_ahead_bytes: 1 << 30,
             range_bytes: 8 << 20,
@@ -120,6 +125,7 @@ struct Shared {
     pieces: Vec<Vec<u64>>,
     samples: Vec<SampleEntry>,
     shuffle_buffer: usize,
+    shuffle_initial: usize,
     read_ahead_shards: usize,
     read_ahead_bytes: u64,
     /// Permits for range requests in flight, shared by every shard's fetch.
@@ -282,6 +288,7 @@ impl WebDataset {
             pieces,
             samples,
             shuffle_buffer: options.shuffle_buffer,
+            shuffle_initial: options.shuffle_initial,
             read_ahead_shards: options.read_ahead_shards,
             read_ahead_bytes: options.read_ahead_bytes,
             requests: Semaphore::new(options.max_requests),
@@ -413,6 +420,7 @@ impl Source for WebDataset {
                 epoch,
                 shard: sampler.shard(),
                 shuffle_buffer: self.shared.shuffle_buffer,
+                shuffle_initial: self.shared.shuffle_initial,
             },
         ))
     }

@@ -81,7 +81,9 @@ class WebDataset:
     (``index.json`` next to the first shard unless ``index`` names another) or, without one,
     by reading every shard once; ``num_samples`` is checked against that count. A loader's
     epochs read whole shards in order, shuffled per (seed, epoch), a contiguous equal share per
-    rank, through a shuffle buffer of ``shuffle_buffer`` samples; fetched up to
+    rank, through a shuffle buffer of ``shuffle_buffer`` samples (it yields from
+    ``shuffle_initial`` samples on and grows to full size as it goes, as WebDataset's
+    ``shuffle(bufsize, initial)``, so an epoch's first batch waits for fewer); fetched up to
     ``read_ahead_shards`` shards / ``read_ahead_bytes`` bytes ahead, with ``retries`` retries
     (backoff from ``retry_backoff`` seconds) and an optional disk cache of remote shards.
     A remote shard larger than ``range_bytes`` (0: never) is fetched as concurrent byte-range
@@ -110,6 +112,7 @@ class WebDataset:
         storage_options: Optional[Dict[str, str]] = None,
         range_bytes: int = 8 << 20,
         max_requests: int = 8,
+        shuffle_initial: int = 100,
     ) -> WebDataset: ...
     @property
     def inherited(self) -> bool: ...
