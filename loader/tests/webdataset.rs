@@ -5,7 +5,7 @@
 //! (whole shards and shards fetched as byte ranges alike), and the failure paths (server gone
 //! mid-epoch, corrupt or truncated shards, a wrong `num_samples`) with the URL and member named.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fs;
 use std::io::{BufRead, BufReader, Write};
 use std::net::{TcpListener, TcpStream};
@@ -970,14 +970,15 @@ fn a_reader_starting_a_ranged_fetch_waits_for_its_own_piece_only() {
             drop(opened.wait_while(guard, |open| !*open).expect("gate"));
         }
     });
+    // A one-byte window: the fetcher fetches a shard only while nothing is held.
     let opts = WebDatasetOptions {
         range_bytes: 1,
-        read_ahead_shards: 1,
+        read_ahead_bytes: 1,
         ..WebDatasetOptions::default()
     };
     let data = Arc::new(WebDataset::new(http_urls(&server, &names), opts).expect("dataset"));
-    // The first shard holds the one-shard window until the plan's last read of it, which comes
-    // after a read of the second shard's first sample: that read starts the second shard.
+    // The first shard is held until the plan's last read of it, which comes after a read of
+    // the second shard's first sample: that read starts the second shard.
     let plan: Vec<usize> = [0, PER_SHARD]
         .into_iter()
         .chain(1..PER_SHARD)
@@ -1018,5 +1019,52 @@ fn a_reader_starting_a_ranged_fetch_waits_for_its_own_piece_only() {
     assert_eq!(got.len(), 2 * PER_SHARD);
     for (i, bytes) in got {
         assert!(bytes.expect("read") == want[data.key(i)], "bytes of {i}");
+    }
+}
+
+/// A shuffle buffer reads a shard's last samples long after its first: the shard (or the
+/// pieces) those samples hold must not keep the next shards from being fetched ahead.
+#[test]
+fn shards_held_by_lingering_samples_leave_the_read_ahead_alone() {
+    for range_bytes in [0, 1] {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let requested = Arc::new(Mutex::new(HashSet::<String>::new()));
+        let seen = Arc::clone(&requested);
+        let (want, names, server) = http_fixture(tmp.path(), move |_, path, _| {
+            seen.lock().expect("requests").insert(path.to_owned());
+        });
+        let opts = WebDatasetOptions {
+            range_bytes,
+            read_ahead_shards: 2,
+            ..WebDatasetOptions::default()
+        };
+        let data = WebDataset::new(http_urls(&server, &names), opts).expect("dataset");
+        // The first shard but its last sample, the next two shards, that last sample.
+        let plan: Vec<usize> = (0..PER_SHARD - 1)
+            .chain(PER_SHARD..3 * PER_SHARD)
+            .chain([PER_SHARD - 1])
+            .collect();
+        data.epoch_plan(&plan);
+        let mut buf = Vec::new();
+        let (lingering, rest) = plan.split_at(PER_SHARD - 1);
+        for &i in lingering {
+            assert!(data.read(i, &mut buf).expect("read") == want[data.key(i)]);
+        }
+        // Two shards ahead of the reads: the second and the third, with the first still held.
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            let seen = requested.lock().expect("requests").clone();
+            if seen.contains(&names[1]) && seen.contains(&names[2]) {
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "range_bytes {range_bytes}: only {seen:?} requested"
+            );
+            thread::sleep(Duration::from_millis(10));
+        }
+        for &i in rest {
+            assert!(data.read(i, &mut buf).expect("read") == want[data.key(i)]);
+        }
     }
 }

@@ -3,20 +3,21 @@
 //! At construction the samples are listed, from the index or by reading every shard once.
 //! Each epoch's order comes from [`order::epoch_order`]; when the loader announces the reads
 //! of an epoch ([`Source::epoch_plan`]), fetcher threads fetch shards in the order the plan
-//! first needs them, at most `read_ahead_shards` shards and `read_ahead_bytes` bytes ahead,
-//! and a shard's bytes are freed once the plan's last read of it is done. A worker that needs
-//! a shard nobody is fetching yet starts its fetch itself (so the read-ahead bound can never
-//! stall the epoch) and waits only for the piece it reads, and a read outside the plan is one
-//! range request for that sample alone.
+//! first needs them, at most `read_ahead_shards` shards ahead of the reads (a shard is ahead
+//! until the plan's first read of it) while all the shards held stay within
+//! `read_ahead_bytes`, and a shard's bytes are freed once the plan's last read of it is done.
+//! A shuffle buffer reads a shard's last samples thousands of reads after its first: the
+//! shards those samples hold count in bytes only, or they would keep the next shards from
+//! being fetched ahead. A worker that needs a shard nobody is fetching yet starts its fetch
+//! itself (so the read-ahead bound can never stall the epoch) and waits only for the piece it
+//! reads, and a read outside the plan is one range request for that sample alone.
 //!
 //! A remote shard larger than `range_bytes` is fetched as several byte ranges (pieces) at
 //! once, cut between samples so each sample lies in exactly one piece, with at most
 //! `max_requests` requests in flight over all shards; a sample is served as soon as its piece
 //! has arrived, a failed piece fails exactly its samples, and a piece is freed after the
-//! plan's last read of it (a ranged shard counts in the read-ahead window by the share of its
-//! bytes still held, so samples lingering in the shuffle buffer do not stall the next
-//! fetches). Local shards, shards the cache holds and shards of one piece are read whole (one
-//! request).
+//! plan's last read of it. Local shards, shards the cache holds and shards of one piece are
+//! read whole (one request).
 //!
 //! Must not decode images or hold more than the read-ahead window plus the shards still
 //! being read.
@@ -64,10 +65,12 @@ pub struct WebDatasetOptions {
     /// `shuffle_buffer` as it goes ([`OrderParams::shuffle_initial`]), so the first batch of an
     /// epoch waits for fewer samples. Default: 100, as WebDataset's `shuffle`.
     pub shuffle_initial: usize,
-    /// Shards fetched ahead of the one being read (also the number of fetcher threads, up to
-    /// 8); a shard fetched as ranges counts by the share of its bytes not yet freed. Default: 4.
+    /// Shards fetched ahead of the reads, each counted until the plan's first read of it
+    /// (also the number of fetcher threads, up to 8). Default: 4.
     pub read_ahead_shards: usize,
-    /// Bytes of shards fetched ahead; one shard is always allowed. Default: 1 GiB.
+    /// Bytes of shards held (fetched ahead, or still read by samples in the shuffle buffer)
+    /// past which nothing more is fetched ahead; when nothing is held, one shard is always
+    /// fetched. Default: 1 GiB.
     pub read_ahead_bytes: u64,
     /// The most bytes one range request of a remote shard asks for: a larger shard is fetched
     /// as several concurrent requests, cut between samples (a single sample larger than this
@@ -144,6 +147,9 @@ struct FetchState {
     queue: VecDeque<usize>,
     /// Reads of each shard the current plan still has to make.
     remaining: Vec<usize>,
+    /// Reads of each shard the current plan makes in all: a shard is ahead of the reads (in
+    /// the read-ahead window) while none of them is done.
+    planned: Vec<usize>,
     /// Reads of each piece of a shard of several pieces the current plan still has to make
     /// (empty for a shard read whole): a piece's bytes are freed after its last read.
     piece_reads: Vec<Vec<usize>>,
@@ -164,8 +170,7 @@ enum Slot {
     Ready(Arc<Chunks>),
     Failed(io::ErrorKind, Arc<str>),
     /// Fetched as ranges ([`Shared::pieces`]), each usable as soon as it is there and freed
-    /// after the plan's last read of it; `held` bytes of the shard still count against the
-    /// window.
+    /// after the plan's last read of it; `held` bytes of the shard are not freed.
     Ranged {
         fetch: u64,
         pieces: Vec<Piece>,
@@ -280,6 +285,7 @@ impl WebDataset {
         let shared = Arc::new(Shared {
             state: Mutex::new(FetchState {
                 remaining: vec![0; urls.len()],
+                planned: vec![0; urls.len()],
                 ..FetchState::default()
             }),
             urls,
@@ -465,6 +471,7 @@ impl Source for WebDataset {
             }
         }
         let mut state = self.shared.lock();
+        state.planned.clone_from(&remaining);
         state.remaining = remaining;
         state.piece_reads = piece_reads;
         state.queue = queue;
@@ -513,18 +520,16 @@ impl Shared {
                 continue;
             }
             let size = self.shard_bytes[shard];
-            // A ranged shard counts by the share of its bytes still held: one whose last
-            // samples linger in the shuffle buffer holds only their pieces, and must not keep
-            // the next shards from being fetched.
-            let held: f64 = state
+            // Only shards no read has used yet count against `read_ahead_shards`: a shuffle
+            // buffer reads a shard's last samples thousands of reads after its first, and the
+            // shards they hold must not keep the next ones from being fetched (they count in
+            // `held_bytes`).
+            let ahead = state
                 .slots
-                .iter()
-                .map(|(&s, slot)| match slot {
-                    Slot::Ranged { held, .. } => *held as f64 / self.shard_bytes[s].max(1) as f64,
-                    _ => 1.0,
-                })
-                .sum();
-            let fits = held + 1.0 <= self.read_ahead_shards as f64
+                .keys()
+                .filter(|&&s| state.remaining[s] == state.planned[s])
+                .count();
+            let fits = ahead < self.read_ahead_shards
                 && state.held_bytes.saturating_add(size) <= self.read_ahead_bytes;
             if !fits && !state.slots.is_empty() {
                 return None;
@@ -799,13 +804,15 @@ impl Shared {
                 }
             }
         };
+        // The shard's first read takes it out of the read-ahead window.
+        let first_read = state.remaining[shard] == state.planned[shard];
         state.remaining[shard] = state.remaining[shard].saturating_sub(1);
         if state.remaining[shard] == 0 {
             // Pieces still in flight find no slot and are dropped when they arrive.
             self.release(&mut state, shard);
             drop(state);
             self.changed.notify_all();
-        } else if self.count_piece_read(&mut state, shard, piece) {
+        } else if self.count_piece_read(&mut state, shard, piece) || first_read {
             drop(state);
             self.changed.notify_all();
         }

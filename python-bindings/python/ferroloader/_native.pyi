@@ -84,7 +84,8 @@ class WebDataset:
     rank, through a shuffle buffer of ``shuffle_buffer`` samples (it yields from
     ``shuffle_initial`` samples on and grows to full size as it goes, as WebDataset's
     ``shuffle(bufsize, initial)``, so an epoch's first batch waits for fewer); fetched up to
-    ``read_ahead_shards`` shards / ``read_ahead_bytes`` bytes ahead, with ``retries`` retries
+    ``read_ahead_shards`` shards ahead of the reads (a shard counts until its first sample is
+    read) while the shards held, ahead or still read, stay within ``read_ahead_bytes``, with ``retries`` retries
     (backoff from ``retry_backoff`` seconds) and an optional disk cache of remote shards.
     A remote shard larger than ``range_bytes`` (0: never) is fetched as concurrent byte-range
     requests cut between samples, at most ``max_requests`` in flight over all shards; a
