@@ -91,10 +91,11 @@ test: test-rust test-python ## Run every test (installs what it needs first)
 fmt: ## Format the Rust code
 	$(CARGO) fmt --all
 
-lint: deps py-build ## rustfmt, clippy with warnings as errors, mypy --strict and stubtest
+lint: deps py-build ## rustfmt, clippy with warnings as errors, mypy (--strict for the package) and stubtest
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
 	$(PY) -m mypy --strict python-bindings/python/ferroloader
+	$(PY) -m mypy scripts
 	$(PY) -m mypy.stubtest ferroloader._native
 
 $(FIXTURES)/bench/.done: $(VENV)/.fixtures-installed $(SAMPLE_GEN)

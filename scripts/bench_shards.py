@@ -131,7 +131,8 @@ def run_epoch(make: Callable[[], fl.Loader], server_pid: int) -> Epoch:
     loader = make()
     cpu, server_cpu = time.process_time(), process_cpu_seconds(server_pid)
     start = time.perf_counter()
-    first_at = first_size = n = 0
+    first_at = 0.0
+    first_size = n = 0
     for _, labels in loader:
         n += len(labels)
         if not first_at:

@@ -249,14 +249,10 @@ class Corpus:
             "height": int(h),
             "pillow_mode": mode,
         }
-        if hashed:
-            entry["reference"] = f"{name}.rowfnv"
-            entry["reference_kind"] = "row_fnv1a64"
-            self._write(entry["reference"], row_fnv1a64(rgb))
-        else:
-            entry["reference"] = f"{name}.rgb"
-            entry["reference_kind"] = "raw"
-            self._write(entry["reference"], rgb.tobytes())
+        reference = f"{name}.rowfnv" if hashed else f"{name}.rgb"
+        entry["reference"] = reference
+        entry["reference_kind"] = "row_fnv1a64" if hashed else "raw"
+        self._write(reference, row_fnv1a64(rgb) if hashed else rgb.tobytes())
         entry.update(meta)
         self.images.append(entry)
 

@@ -352,8 +352,8 @@ def main() -> int:
                     c["source_file"] = f"erase_src_{n:03d}.bin"
                 else:
                     v = np.asarray(value, dtype=np.float32)[:, None, None]
-                ref = F.erase(t, i, j, h, w, v)
-                emit(c, ref.astype(np.float32).tobytes())
+                erased = F.erase(t, i, j, h, w, v)
+                emit(c, erased.astype(np.float32).tobytes())
             (outdir / f"tensor_{name}.bin").write_bytes(t.astype(np.float32).tobytes())
 
     for size, sigma in sorted({(k, s) for kx, ky, sx, sy in BLUR for k, s in ((kx, sx), (ky, sy))}):

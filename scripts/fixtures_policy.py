@@ -36,7 +36,7 @@ from pathlib import Path
 import numpy as np
 import torch
 from PIL import Image
-from torchvision.transforms import autoaugment as aa
+from torchvision.transforms import autoaugment as aa  # type: ignore[import-untyped]
 
 OUT = Path(__file__).resolve().parent.parent / "transforms" / "tests" / "data" / "policy_tables.json"
 
@@ -195,8 +195,8 @@ class Uniform:
 
 
 def singles(rng):
-    from torchvision.transforms import functional as F
-    from torchvision.transforms import transforms as T
+    from torchvision.transforms import functional as F  # type: ignore[import-untyped]
+    from torchvision.transforms import transforms as T  # type: ignore[import-untyped]
 
     out = []
     real = (torch.randint, torch.rand, torch.empty, torch.randperm, F.erase)
@@ -281,7 +281,7 @@ def choices(rng):
     logged as one randint."""
     import random as pyrandom
 
-    from torchvision.transforms import transforms as T
+    from torchvision.transforms import transforms as T  # type: ignore[import-untyped]
 
     inst = pyrandom._inst
     out = []
@@ -321,8 +321,8 @@ def choices(rng):
 
 
 def crops(rng):
-    from torchvision.transforms import functional as F
-    from torchvision.transforms import transforms as T
+    from torchvision.transforms import functional as F  # type: ignore[import-untyped]
+    from torchvision.transforms import transforms as T  # type: ignore[import-untyped]
 
     out = []
     real_randint, real_pad, real_crop = torch.randint, F.pad, F.crop
@@ -359,7 +359,7 @@ def crops(rng):
 
 
 def erasing():
-    from torchvision import transforms as T
+    from torchvision import transforms as T  # type: ignore[import-untyped]
 
     out = []
     torch.manual_seed(20)
@@ -386,8 +386,8 @@ def erasing():
 
 
 def scripted_v2(rng):
-    from torchvision.transforms import v2
-    from torchvision.transforms.v2 import _auto_augment as v2aa
+    from torchvision.transforms import v2  # type: ignore[import-untyped]
+    from torchvision.transforms.v2 import _auto_augment as v2aa  # type: ignore[import-untyped]
 
     cases = []
     img = Image.new("RGB", (37, 23))
