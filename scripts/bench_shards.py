@@ -9,12 +9,14 @@ of this process (the loader) and of the server, which says what reading shards c
 where the server shares its cores.
 
 Not a test: a benchmark for the note. Usage:
-    bench_shards.py [FOLDER] [--rounds N] [--workers N] [--per-shard N] [--range-bytes N]
-                    [--max-requests N] [--read-ahead-shards N] [--server-cpus LIST] [--copy]
+    bench_shards.py [FOLDER] [--rounds N] [--workers N] [--per-shard N] [--shuffle-buffer N]
+                    [--range-bytes N] [--max-requests N] [--read-ahead-shards N]
+                    [--server-cpus LIST] [--copy]
 FOLDER defaults to target/fixtures/folder (`make loader-bench` writes it); the s3s-fs binary is
 target/tools/bin/s3s-fs or $FERROLOADER_S3S_FS (`make s3-server`). `--server-cpus 12-15` runs
 the server under `taskset -c 12-15` and keeps this process (and its loader threads) off those
-CPUs, so on a large machine the server does not compete with the loader.
+CPUs, so the server does not compete with the loader, as a remote store would not; on a 2-core
+machine, `--workers 1 --server-cpus 1` is the same setup scaled down.
 """
 
 from __future__ import annotations
