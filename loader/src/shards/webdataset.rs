@@ -61,9 +61,10 @@ pub struct WebDatasetOptions {
     pub label_key: String,
     /// Samples held by the shuffle buffer of a shuffled epoch. Default: 1000.
     pub shuffle_buffer: usize,
-    /// Samples the shuffle buffer holds before it yields its first one; it grows to
-    /// `shuffle_buffer` as it goes ([`OrderParams::shuffle_initial`]), so the first batch of an
-    /// epoch waits for fewer samples. Default: 100, as WebDataset's `shuffle`.
+    /// Samples the shuffle buffer holds before it yields its first one (clamped to
+    /// `1..=shuffle_buffer`); it grows to `shuffle_buffer` as it goes
+    /// ([`OrderParams::shuffle_initial`]), so the first batch of an epoch waits for fewer
+    /// samples. Default: 100, as WebDataset's `shuffle`.
     pub shuffle_initial: usize,
     /// Shards fetched ahead of the reads, each counted until the plan's first read of it
     /// (also the number of fetcher threads, up to 8). Default: 4.

@@ -75,27 +75,27 @@ class ImageFolder:
 
 @final
 class WebDataset:
-    """Tar shards in the WebDataset layout (``KEY.jpg`` + ``KEY.cls`` per sample) from local
-    paths, ``file://``, ``http(s)://``, ``s3://``, ``gs://`` or ``az://`` URLs; brace patterns
+    """Tar shards in the WebDataset layout (``KEY.jpg`` + ``KEY.cls`` per sample) from local paths,
+    ``file://``, ``http(s)://``, ``s3://``, ``gs://`` or ``az://`` URLs; brace patterns
     (``shard-{000000..000099}.tar``) expand to lists. Samples are listed from the index
-    (``index.json`` next to the first shard unless ``index`` names another) or, without one,
-    by reading every shard once; ``num_samples`` is checked against that count. A loader's
-    epochs read whole shards in order, shuffled per (seed, epoch), a contiguous equal share per
-    rank, through a shuffle buffer of ``shuffle_buffer`` samples (it yields from
-    ``shuffle_initial`` samples on and grows to full size as it goes, as WebDataset's
+    (``index.json`` next to the first shard unless ``index`` names another) or, without one, by
+    reading every shard once; ``num_samples`` is checked against that count. A loader's epochs
+    read whole shards in order, shuffled per (seed, epoch), a contiguous equal share per rank,
+    through a shuffle buffer of ``shuffle_buffer`` samples (it yields from ``shuffle_initial``
+    samples on, at most ``shuffle_buffer``, and grows to full size as it goes, as WebDataset's
     ``shuffle(bufsize, initial)``, so an epoch's first batch waits for fewer); fetched up to
     ``read_ahead_shards`` shards ahead of the reads (a shard counts until its first sample is
-    read) while the shards held, ahead or still read, stay within ``read_ahead_bytes``, with ``retries`` retries
-    (backoff from ``retry_backoff`` seconds) and an optional disk cache of remote shards.
-    A remote shard larger than ``range_bytes`` (0: never) is fetched as concurrent byte-range
-    requests cut between samples, at most ``max_requests`` in flight over all shards; a
-    sample is served as soon as its range has arrived, and a failed range fails only its
-    samples. ``storage_options``: object_store configuration keys on top of the environment's
-    (``aws_endpoint``, ``aws_access_key_id``, ...); for ``s3://`` the environment includes the
-    AWS profile (``AWS_PROFILE``, ``~/.aws/credentials`` and ``~/.aws/config``: keys, region,
-    ``endpoint_url``), below ``AWS_*`` variables. Fork-safe: in a forked child a loader
-    over it gets a dataset rebuilt there from the inherited listing (``inherited``: true in a
-    child until then)."""
+    read) while the shards held, ahead or still read, stay within ``read_ahead_bytes``, with
+    ``retries`` retries (backoff from ``retry_backoff`` seconds) and an optional disk cache of
+    remote shards. A remote shard larger than ``range_bytes`` (0: never) is fetched as
+    concurrent byte-range requests cut between samples, at most ``max_requests`` in flight over
+    all shards; a sample is served as soon as its range has arrived, and a failed range fails
+    only its samples. ``storage_options``: object_store configuration keys on top of the
+    environment's (``aws_endpoint``, ``aws_access_key_id``, ...); for ``s3://`` the environment
+    includes the AWS profile (``AWS_PROFILE``, ``~/.aws/credentials`` and ``~/.aws/config``:
+    keys, region, ``endpoint_url``), below ``AWS_*`` variables. Fork-safe: in a forked child a
+    loader over it gets a dataset rebuilt there from the inherited listing (``inherited``: true
+    in a child until then)."""
 
     def __new__(
         cls,
