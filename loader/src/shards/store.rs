@@ -117,10 +117,8 @@ impl Chunks {
                 .next()
                 .unwrap_or_default();
         }
-        let mut out = Vec::with_capacity(self.len());
-        for part in &self.parts {
-            out.extend_from_slice(part);
-        }
+        let mut out = Vec::new();
+        self.copy_range_to(0..self.len(), &mut out);
         out
     }
 }

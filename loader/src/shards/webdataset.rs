@@ -521,10 +521,8 @@ impl Shared {
                 continue;
             }
             let size = self.shard_bytes[shard];
-            // Only shards no read has used yet count against `read_ahead_shards`: a shuffle
-            // buffer reads a shard's last samples thousands of reads after its first, and the
-            // shards they hold must not keep the next ones from being fetched (they count in
-            // `held_bytes`).
+            // Shards no read has used yet: those kept by samples lingering in the shuffle
+            // buffer count in `held_bytes` only (see the module doc).
             let ahead = state
                 .slots
                 .keys()
@@ -913,11 +911,13 @@ fn open_cache(options: &WebDatasetOptions) -> Result<Option<ShardCache>> {
 /// Appends the image member's bytes to `out` from `bytes`, which hold the shard from offset
 /// `base` on; false when they do not hold all of it.
 fn copy_member(bytes: &Chunks, base: u64, sample: &SampleEntry, out: &mut Vec<u8>) -> bool {
-    let range = (|| {
-        let start = usize::try_from(sample.offset.checked_sub(base)?).ok()?;
-        Some(start..start.checked_add(usize::try_from(sample.size).ok()?)?)
-    })();
-    range.is_some_and(|range| bytes.copy_range_to(range, out))
+    member_range(base, sample).is_some_and(|range| bytes.copy_range_to(range, out))
+}
+
+/// Where the image member lies in bytes that hold the shard from offset `base` on.
+fn member_range(base: u64, sample: &SampleEntry) -> Option<Range<usize>> {
+    let start = usize::try_from(sample.offset.checked_sub(base)?).ok()?;
+    Some(start..start.checked_add(usize::try_from(sample.size).ok()?)?)
 }
 
 /// `have` bytes from shard offset `base` on do not hold the sample's member.
