@@ -149,6 +149,39 @@ def test_random_crop_larger_than_an_image_names_the_sizes(folder: Path) -> None:
         next(iter(loader))
 
 
+def _center_crops_that_pad(tv: Any) -> List[List[Any]]:
+    """CenterCrops larger than their input, where a pipeline can put one: first, after a
+    Resize, and later in the staged ops; odd and even shortfalls, one axis or both."""
+    return [
+        [tv.CenterCrop((700, 333))],  # taller than every image, as wide as some: one axis or both
+        [tv.Resize(40), tv.CenterCrop(64)],
+        [tv.Resize((30, 50)), tv.CenterCrop((41, 44))],  # pads the height only
+        [tv.Resize(48), tv.CenterCrop(40), tv.RandomVerticalFlip(p=1.0), tv.CenterCrop((51, 39))],
+    ]
+
+
+@pytest.mark.parametrize("tv", [tvT, v2], ids=["v1", "v2"])
+@pytest.mark.parametrize("output", ["uint8", "float32"])
+def test_center_crop_larger_than_the_image_pads_with_zeros_as_torchvision(
+    folder: Path, tv: Any, output: str
+) -> None:
+    for ops in _center_crops_that_pad(tv):
+        reference = torchvision.datasets.ImageFolder(str(folder), transform=tv.Compose([*ops, tv.PILToTensor()]))
+        # float32: the fused pass (crop to ToTensor in one), whose values are the levels / 255.
+        to_tensor = tv.PILToTensor() if output == "uint8" else tvT.ToTensor()
+        native = T.from_torchvision(tv.Compose([*ops, to_tensor]))
+        loader = fl.Loader(fl.ImageFolder(folder), batch_size=6, num_workers=2, transform=native, output=output)
+        seen = 0
+        for images, _ in loader:
+            for k in range(images.shape[0]):
+                ref, _ = reference[seen]
+                got = images[k] if output == "uint8" else (images[k] * 255).round()
+                diff = (got.to(torch.int16) - ref.to(torch.int16)).abs().max()
+                assert int(diff) == 0, f"{ops}, sample {seen}: {int(diff)} levels"
+                seen += 1
+        assert seen == len(reference)
+
+
 def test_random_geometric_ops_are_identical_whatever_the_worker_count(folder: Path) -> None:
     ops = [
         T.Resize(56),

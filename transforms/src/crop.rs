@@ -1,5 +1,5 @@
-//! Crop geometry: torchvision's `RandomResizedCrop.get_params`, `center_crop` and the output
-//! size of `Resize(int)`, reproduced to the integer.
+//! Crop geometry: torchvision's `RandomResizedCrop.get_params`, `center_crop` (its padding
+//! included) and the output size of `Resize(int)`, reproduced to the integer.
 //!
 //! Only rectangles and sizes are computed here; no pixel is touched (the crop itself is a view,
 //! [`crate::RgbView::crop`], and the resize lives in [`crate::resize`]). Must not use a
@@ -189,37 +189,69 @@ fn py_int_div_trunc(a: u64, b: u64) -> Result<u64> {
     Ok((a as f64 / b as f64) as u64)
 }
 
-/// torchvision's `center_crop(img, [out_h, out_w])` on a `width` x `height` PIL image:
-/// top = `int(round((height - out_h) / 2.0))` (half to even), likewise left.
-///
-/// torchvision pads the image with zeros when the crop is larger than the image; we do not
-/// pad (the loader never asks for it: `CenterCrop` follows a `Resize` to at least the crop
-/// size) and return [`Error::InvalidArgument`] instead, as for a zero output size.
-pub fn center_crop_rect(width: u32, height: u32, out_h: u32, out_w: u32) -> Result<CropRect> {
+/// torchvision's `center_crop(img, [out_h, out_w])` on a `width` x `height` PIL image: the
+/// zero padding it adds where the crop is larger than the image, and the window in the padded
+/// image.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CenterCrop {
+    /// Zero padding `[left, top, right, bottom]`: `(out - side) // 2` before and
+    /// `(out - side + 1) // 2` after on an axis the crop is longer than, 0 on the others.
+    pub padding: [u32; 4],
+    /// The window, in the padded image: top = `int(round((padded_h - out_h) / 2.0))` (half to
+    /// even), likewise left; so 0 on a padded axis.
+    pub rect: CropRect,
+}
+
+impl CenterCrop {
+    /// Whether the image is padded first (the crop is larger on some side).
+    pub fn pads(&self) -> bool {
+        self.padding != [0; 4]
+    }
+}
+
+/// torchvision's `center_crop(img, [out_h, out_w])` on a `width` x `height` image, padding
+/// included (see [`CenterCrop`]). Errors on an empty output size.
+pub fn center_crop(width: u32, height: u32, out_h: u32, out_w: u32) -> Result<CenterCrop> {
     if out_h == 0 || out_w == 0 {
         return Err(Error::invalid(
             "size",
             format!("center crop to {out_h}x{out_w}: both sides must be at least 1"),
         ));
     }
-    if out_h > height || out_w > width {
+    // (shortfall // 2, (shortfall + 1) // 2) on each axis, and the padded side is then `out`.
+    let pad = |side: u32, out: u32| {
+        let short = out.saturating_sub(side);
+        (short / 2, short - short / 2, side.max(out))
+    };
+    let (left, right, padded_w) = pad(width, out_w);
+    let (top, bottom, padded_h) = pad(height, out_h);
+    // (d / 2.0) is exact in f64 for any u32 d, and so is its half-to-even rounding.
+    let rect = CropRect {
+        top: to_u32(py_round(f64::from(padded_h - out_h) / 2.0)),
+        left: to_u32(py_round(f64::from(padded_w - out_w) / 2.0)),
+        height: out_h,
+        width: out_w,
+    };
+    Ok(CenterCrop {
+        padding: [left, top, right, bottom],
+        rect,
+    })
+}
+
+/// The window of [`center_crop`] where the crop fits the image; [`Error::InvalidArgument`]
+/// where torchvision would pad (the callers that pad use [`center_crop`]).
+pub fn center_crop_rect(width: u32, height: u32, out_h: u32, out_w: u32) -> Result<CropRect> {
+    let crop = center_crop(width, height, out_h, out_w)?;
+    if crop.pads() {
         return Err(Error::invalid(
             "size",
             format!(
                 "center crop of {out_h}x{out_w} (h x w) from a {width}x{height} image would need \
-                 padding, which is not supported"
+                 padding"
             ),
         ));
     }
-    // (d / 2.0) is exact in f64 for any u32 d, and so is its half-to-even rounding.
-    let top = py_round(f64::from(height - out_h) / 2.0);
-    let left = py_round(f64::from(width - out_w) / 2.0);
-    Ok(CropRect {
-        top: to_u32(top),
-        left: to_u32(left),
-        height: out_h,
-        width: out_w,
-    })
+    Ok(crop.rect)
 }
 
 /// The size torchvision's `Resize(size, max_size=max_size)` gives a `width` x `height` image

@@ -10,7 +10,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::augment::geometry::Padder;
 use crate::augment::policy::RandomCropPlan;
-use crate::crop::{center_crop_rect, resize_shorter_side, RandomResizedCrop};
+use crate::crop::{center_crop, resize_shorter_side, RandomResizedCrop};
 use crate::decode::{DecodeContext, DecodeOptions, Decoder};
 use crate::error::{Error, Result};
 use crate::fused::{self, FusedKernel, OutputKind, OutputSlot};
@@ -26,7 +26,7 @@ mod tensor_op;
 pub use op_spec::*;
 use op_spec::{default_ratio, default_scale, default_true};
 
-use stage::{RandomCropOp, StageOp, StageScratch, Staged};
+use stage::{pad_center_crop, RandomCropOp, StageOp, StageScratch, Staged};
 use tensor_op::{SlotState, TensorOp};
 
 /// Element type of the samples written into batch buffers.
@@ -1150,8 +1150,7 @@ impl Pipeline {
             Geometry::Resize { .. } | Geometry::CenterCrop(_) => {
                 let info = observed(obs, Op::Decode, || decode.decode(bytes, decoded))?;
                 let flipped = observed(obs, Op::CropParams, || self.draw_flip(rng));
-                let decoded: &'a RgbImage = decoded;
-                let (src, rect, crop) = self.eval_source(decoded, resizer, resized, obs)?;
+                let (src, rect, crop) = self.eval_source(decoded, resizer, resized, padder, obs)?;
                 let report = SampleReport {
                     width: info.width,
                     height: info.height,
@@ -1164,33 +1163,54 @@ impl Pipeline {
     }
 
     /// For eval pipelines: the view the final crop is taken from (the resized image when the
-    /// pipeline resizes first; Pillow resizes the whole image, then crops, and so do we).
+    /// pipeline resizes first; Pillow resizes the whole image, then crops, and so do we), the
+    /// crop in it, and the report's crop. A `CenterCrop` larger than its input pads with zeros
+    /// as torchvision's does, into whichever of `decoded` and `resized` is free (the view is
+    /// then the whole padded crop).
     fn eval_source<'a>(
         &self,
-        decoded: &'a RgbImage,
+        decoded: &'a mut RgbImage,
         resizer: &mut Resizer,
         resized: &'a mut RgbImage,
+        padder: &mut Padder,
         obs: &mut dyn OpObserver,
     ) -> Result<(RgbView<'a>, CropRect, CropRect)> {
         let (w, h) = (decoded.width(), decoded.height());
+        let source = CropRect::full(w, h);
         match &self.geometry {
             Geometry::Resize {
                 size,
                 max_size,
-                center_crop,
+                center_crop: crop,
             } => {
                 let (rh, rw) =
                     self.resize_whole(decoded, *size, *max_size, resizer, resized, obs)?;
-                let resized: &'a RgbImage = resized;
-                let rect = match center_crop {
-                    Some((ch, cw)) => center_crop_rect(rw, rh, *ch, *cw)?,
-                    None => CropRect::full(rw, rh),
+                let Some((ch, cw)) = *crop else {
+                    return Ok((resized.view(), CropRect::full(rw, rh), source));
                 };
-                Ok((resized.view(), rect, CropRect::full(w, h)))
+                let crop = center_crop(rw, rh, ch, cw)?;
+                if !crop.pads() {
+                    let resized: &'a RgbImage = resized;
+                    return Ok((resized.view(), crop.rect, source));
+                }
+                // The decoded image is no longer needed: the padded crop goes there.
+                observed(obs, Op::Crop, || {
+                    pad_center_crop(resized.view(), &crop, padder, decoded)
+                })?;
+                let decoded: &'a RgbImage = decoded;
+                Ok((decoded.view(), CropRect::full(cw, ch), source))
             }
             Geometry::CenterCrop((ch, cw)) => {
-                let rect = center_crop_rect(w, h, *ch, *cw)?;
-                Ok((decoded.view(), rect, rect))
+                let crop = center_crop(w, h, *ch, *cw)?;
+                if !crop.pads() {
+                    let decoded: &'a RgbImage = decoded;
+                    return Ok((decoded.view(), crop.rect, crop.rect));
+                }
+                observed(obs, Op::Crop, || {
+                    pad_center_crop(decoded.view(), &crop, padder, resized)
+                })?;
+                let resized: &'a RgbImage = resized;
+                Ok((resized.view(), CropRect::full(*cw, *ch), source))
             }
             Geometry::RandomResizedCrop(_) | Geometry::RandomCrop { .. } => {
                 Err(Error::invalid("ops", "not an eval pipeline"))
@@ -1350,7 +1370,8 @@ impl Pipeline {
                 })?;
             }
             _ => {
-                let (src, rect, _) = self.eval_source(decoded, resizer, stage_b, obs)?;
+                let (src, rect, _) =
+                    self.eval_source(decoded, resizer, stage_b, &mut stage.padder, obs)?;
                 observed(obs, Op::Crop, || {
                     src.crop(rect).map(|v| v.to_image(stage_a))
                 })?;

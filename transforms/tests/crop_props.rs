@@ -3,7 +3,8 @@
 //! `F.center_crop`, `_compute_resized_output_size`).
 
 use ferroloader_transforms::crop::{
-    center_crop_rect, resize_shorter_side, RandomResizedCrop, DEFAULT_RATIO, DEFAULT_SCALE,
+    center_crop, center_crop_rect, resize_shorter_side, RandomResizedCrop, DEFAULT_RATIO,
+    DEFAULT_SCALE,
 };
 use ferroloader_transforms::rng::{sample_rng, SampleRng, TorchDraws};
 use ferroloader_transforms::{CropRect, Error};
@@ -158,12 +159,32 @@ fn center_crop_by_hand() {
         center_crop_rect(9, 9, 9, 9).expect("fits"),
         rect(0, 0, 9, 9)
     );
-    // torchvision pads here; we refuse.
+    // torchvision pads here: center_crop_rect, the window alone, refuses.
     assert!(matches!(
         center_crop_rect(100, 100, 101, 50),
         Err(Error::InvalidArgument { .. })
     ));
     assert!(center_crop_rect(100, 100, 0, 50).is_err());
+}
+
+#[test]
+fn center_crop_pads_as_torchvision_by_hand() {
+    // A 40x53 (w x h) image to 64x64: width short by 24 -> 12 + 12, height by 11 -> 5 + 6;
+    // the padded image is the crop, so the window is all of it.
+    let c = center_crop(40, 53, 64, 64).expect("pads");
+    assert!(c.pads());
+    assert_eq!(c.padding, [12, 5, 12, 6]);
+    assert_eq!(c.rect, rect(0, 0, 64, 64));
+    // Padded on one axis only: height 101 from 100 pads (0, 1) below; the width 50 of 100 is
+    // cropped as usual, left = round(50 / 2.0) = 25.
+    let c = center_crop(100, 100, 101, 50).expect("pads");
+    assert_eq!(c.padding, [0, 0, 0, 1]);
+    assert_eq!(c.rect, rect(0, 25, 101, 50));
+    // Fits: no padding, the window of center_crop_rect.
+    let c = center_crop(500, 375, 224, 224).expect("fits");
+    assert!(!c.pads());
+    assert_eq!(c.rect, rect(76, 138, 224, 224));
+    assert!(center_crop(100, 100, 0, 50).is_err());
 }
 
 #[test]
@@ -292,6 +313,29 @@ proptest! {
         let odd_and_rounds_up = d % 2 == 1 && (d / 2) % 2 == 1;
         let expect_top = d / 2 + u32::from(odd_and_rounds_up);
         prop_assert_eq!(top, expect_top);
+    }
+
+    #[test]
+    fn center_crop_padding_is_torchvisions(
+        width in 1u32..3000,
+        height in 1u32..3000,
+        out_h in 1u32..3000,
+        out_w in 1u32..3000,
+    ) {
+        let c = center_crop(width, height, out_h, out_w).expect("valid");
+        let [l, t, r, b] = c.padding;
+        // torchvision: (crop - side) // 2 before and (crop - side + 1) // 2 after, where the
+        // crop is longer; the window then lies in the padded image.
+        let before_after = |side: u32, out: u32| {
+            if out > side { ((out - side) / 2, (out - side + 1) / 2) } else { (0, 0) }
+        };
+        prop_assert_eq!((l, r), before_after(width, out_w));
+        prop_assert_eq!((t, b), before_after(height, out_h));
+        prop_assert!(c.rect.fits_in(width + l + r, height + t + b));
+        prop_assert_eq!((c.rect.height, c.rect.width), (out_h, out_w));
+        if !c.pads() {
+            prop_assert_eq!(Some(c.rect), center_crop_rect(width, height, out_h, out_w).ok());
+        }
     }
 
     #[test]

@@ -14,7 +14,9 @@ use ferroloader_transforms::augment::geometry::{
     vflip, AffineWarp, GaussianBlur, Interpolation, Padder, Padding, PaddingMode, RandomCropSpec,
 };
 use ferroloader_transforms::augment::policy::{self, draw_p, RandomAffine, RandomRotation};
-use ferroloader_transforms::crop::{center_crop_rect, resize_shorter_side};
+use ferroloader_transforms::crop::{
+    center_crop as center_crop_plan, center_crop_rect, resize_shorter_side,
+};
 use ferroloader_transforms::decode::DecodeContext;
 use ferroloader_transforms::resize::Resizer;
 use ferroloader_transforms::rng::{sample_rng, SampleRng};
@@ -290,10 +292,7 @@ fn reference_op(op: &OpSpec, img: &mut RgbImage, rng: &mut SampleRng) -> bool {
                 .random_crop(img.view(), &spec, plan.rect.top, plan.rect.left, &mut out)
                 .expect("crops");
         }
-        OpSpec::CenterCrop { size: Size::Int(s) } => {
-            let rect = center_crop_rect(img.width(), img.height(), *s, *s).expect("fits");
-            img.crop_view(rect).expect("inside").to_image(&mut out);
-        }
+        OpSpec::CenterCrop { size: Size::Int(s) } => out = center_crop_by_hand(img, *s),
         OpSpec::RandomHorizontalFlip { p } => {
             let on = *p > 0.0 && tensor::draw_flip(rng, *p);
             if on {
@@ -309,6 +308,29 @@ fn reference_op(op: &OpSpec, img: &mut RgbImage, rng: &mut SampleRng) -> bool {
 
 /// The reference sample of `[RandomResizedCrop, flip(0.5), middle..., ToTensor, Normalize]`,
 /// and how many of the random ops applied.
+/// torchvision's `center_crop(img, s)` from its parts: `Pad` with zeros where the crop is
+/// longer than the image, then the window.
+fn center_crop_by_hand(img: &RgbImage, s: u32) -> RgbImage {
+    let crop = center_crop_plan(img.width(), img.height(), s, s).expect("valid");
+    let [l, t, r, b] = crop.padding;
+    let mut padded = RgbImage::new();
+    Padder::new()
+        .pad(
+            img.view(),
+            Padding::ltrb(l, t, r, b),
+            PaddingMode::Constant,
+            [0; 3],
+            &mut padded,
+        )
+        .expect("pads");
+    let mut out = RgbImage::new();
+    padded
+        .crop_view(crop.rect)
+        .expect("inside")
+        .to_image(&mut out);
+    out
+}
+
 fn reference(middle: &[OpSpec], bytes: &[u8], index: u64) -> (Vec<f32>, usize) {
     let mut rng = sample_rng(SEED, 0, index);
     let mut img = stage_image(bytes, &mut rng);
@@ -332,6 +354,8 @@ fn every_op() -> Vec<OpSpec> {
         // axis: `pad_if_needed` pads, with v1's second reflection of the first padding.
         random_crop(56, Some(2), true, PadMode::Reflect),
         center_crop(40),
+        // Larger than the 48x48 input on both axes (or one, after the Pad above): zero padding.
+        center_crop(57),
     ]
 }
 
@@ -375,8 +399,8 @@ fn every_op_in_a_row_with_flips_between_draws_in_order() {
     middle.push(flip(0.5));
     let staged = plan(train_with(middle.clone()));
     let op_by_op = plan_op_by_op(train_with(middle.clone()));
-    // Pad (1+3, 2+4), then crops to 40, 56, 40: the planned size follows the ops.
-    assert_eq!(staged.output_size(), (40, 40));
+    // Pad (1+3, 2+4), then crops to 40, 56, 40, 57: the planned size follows the ops.
+    assert_eq!(staged.output_size(), (57, 57));
     for (name, bytes) in corpus.iter().take(4) {
         for index in 0..4 {
             let (want, _) = reference(&middle, bytes, index);
@@ -539,6 +563,7 @@ fn each_op_has_its_span() {
         Op::Pad,
         Op::RandomCrop,
         Op::RandomCrop,
+        Op::Crop,
         Op::Crop,
     ] {
         want.extend([(true, op), (false, op)]);
@@ -734,7 +759,6 @@ fn invalid_specs_are_refused_naming_op_and_argument() {
             "size",
             "RandomCrop",
         ),
-        (center_crop(64), "size", "CenterCrop"),
     ];
     for (op, arg, name) in cases {
         let msg = plan_error(train_with(vec![op.clone()]));
@@ -853,6 +877,48 @@ fn vertical_flip_at_p_one_is_the_flipped_sample_and_draws_at_p_zero() {
         }
     }
     assert!(changed > 0);
+}
+
+#[test]
+fn center_crop_first_or_after_resize_pads_when_larger_than_the_image() {
+    let resize = |size| OpSpec::Resize {
+        size: Size::Int(size),
+        max_size: None,
+        interpolation: Default::default(),
+        antialias: true,
+    };
+    // Taller than every corpus image and narrower than some; larger on both axes after Resize.
+    let cases: Vec<(Option<u32>, u32)> = vec![(None, 700), (Some(40), 64), (Some(40), 41)];
+    let mut decode = DecodeContext::new(Default::default()).expect("decoder");
+    for (resized, size) in cases {
+        let mut ops: Vec<OpSpec> = resized.map(resize).into_iter().collect();
+        ops.extend([center_crop(size), OpSpec::ToTensor, normalize()]);
+        let fused = plan(ops.clone());
+        let op_by_op = plan_op_by_op(ops);
+        for (name, bytes) in corpus().iter().take(4) {
+            let mut img = RgbImage::new();
+            decode.decode(bytes, &mut img).expect("decodes");
+            if let Some(s) = resized {
+                let (h, w) = resize_shorter_side(img.width(), img.height(), s, None).expect("size");
+                let mut out = RgbImage::new();
+                Resizer::new()
+                    .resize(img.view(), h, w, &mut out)
+                    .expect("resizes");
+                img = out;
+            }
+            let want = to_normalized(&center_crop_by_hand(&img, size));
+            let got = run_f32(&fused, bytes, 0).expect("runs");
+            assert!(
+                bits(&got) == bits(&want),
+                "{name}, {resized:?} then {size}: fused"
+            );
+            let got = run_f32(&op_by_op, bytes, 0).expect("runs");
+            assert!(
+                bits(&got) == bits(&want),
+                "{name}, {resized:?} then {size}: op by op"
+            );
+        }
+    }
 }
 
 #[test]

@@ -353,8 +353,8 @@ class Resize(Transform):
 
 
 class CenterCrop(Transform):
-    """``CenterCrop(size)``: the centered ``size`` crop (an int is square). Unlike torchvision,
-    a crop larger than the image is an error rather than zero padding."""
+    """``CenterCrop(size)``: the centered ``size`` crop (an int is square). Where the crop is
+    larger than the image, the image is first padded with zeros, as torchvision does."""
 
     def __init__(self, size: SizeArg) -> None:
         self.size = _size("CenterCrop", "size", size)

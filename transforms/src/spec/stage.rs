@@ -33,7 +33,7 @@ use augmix::AugMixOp;
 use choice::ChoiceOp;
 use color::ColorOp;
 use geometric::GeometricOp;
-pub(in crate::spec) use geometric::RandomCropOp;
+pub(in crate::spec) use geometric::{pad_center_crop, RandomCropOp};
 use policy::PolicyOp;
 
 /// `err` with the op it came from named in front of its reason (the argument is named already).

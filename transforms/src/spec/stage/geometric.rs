@@ -16,7 +16,7 @@ use crate::augment::geometry::{
     vflip, Interpolation, Padder, Padding, PaddingMode, RandomCropSpec,
 };
 use crate::augment::policy::{self, draw_p, RandomAffine, RandomCropPlan, RandomRotation};
-use crate::crop::center_crop_rect;
+use crate::crop::{center_crop, CenterCrop};
 use crate::decode::ImageInfo;
 use crate::error::{Error, Result};
 use crate::image::{CropRect, RgbImage, RgbView};
@@ -172,6 +172,29 @@ impl RandomCropOp {
             .random_crop(src, &self.spec, plan.rect.top, plan.rect.left, out)
             .map_err(|e| in_op("RandomCrop", e))
     }
+}
+
+/// The pixels of a `CenterCrop` that pads (`crop.pads()`): `src` padded with zeros, then the
+/// window, into `out` (the padder's constant mode is the padding torchvision's `center_crop`
+/// calls with `fill=0`).
+pub(in crate::spec) fn pad_center_crop(
+    src: RgbView<'_>,
+    crop: &CenterCrop,
+    padder: &mut Padder,
+    out: &mut RgbImage,
+) -> Result<()> {
+    let [left, top, right, bottom] = crop.padding;
+    let spec = RandomCropSpec {
+        height: crop.rect.height,
+        width: crop.rect.width,
+        padding: Some(Padding::ltrb(left, top, right, bottom)),
+        pad_if_needed: false,
+        fill: [0; 3],
+        mode: PaddingMode::Constant,
+    };
+    padder
+        .random_crop(src, &spec, crop.rect.top, crop.rect.left, out)
+        .map_err(|e| in_op("CenterCrop", e))
 }
 
 /// torchvision's `ValueError` for a crop larger than the (padded) image, sizes as `(h, w)`.
@@ -399,18 +422,7 @@ impl GeometricOp {
                     Error::invalid("padding", format!("Pad: {padding:?} overflows the size"))
                 }),
             GeometricOp::RandomCrop(crop) => crop.output_size(size),
-            GeometricOp::CenterCrop((ch, cw)) => {
-                if *ch > h || *cw > w {
-                    return Err(Error::invalid(
-                        "size",
-                        format!(
-                            "CenterCrop: a {ch}x{cw} (h x w) crop of the {h}x{w} image before \
-                             it would need padding, which is not supported"
-                        ),
-                    ));
-                }
-                Ok((*ch, *cw))
-            }
+            GeometricOp::CenterCrop(size) => Ok(*size),
         }
     }
 
@@ -502,8 +514,12 @@ impl GeometricOp {
                 std::mem::swap(img, &mut scratch.spare);
             }
             GeometricOp::CenterCrop((ch, cw)) => {
-                let rect = center_crop_rect(img.width(), img.height(), *ch, *cw)?;
-                img.crop_view(rect)?.to_image(&mut scratch.spare);
+                let crop = center_crop(img.width(), img.height(), *ch, *cw)?;
+                if crop.pads() {
+                    pad_center_crop(img.view(), &crop, &mut scratch.padder, &mut scratch.spare)?;
+                } else {
+                    img.crop_view(crop.rect)?.to_image(&mut scratch.spare);
+                }
                 std::mem::swap(img, &mut scratch.spare);
             }
         }
