@@ -85,6 +85,14 @@ impl<T> ForkLocal<T> {
         }
     }
 
+    /// The value, unless it was inherited through `fork()` (then it is leaked, as on drop).
+    pub(crate) fn into_inner(mut self) -> Option<T> {
+        if self.inherited() {
+            return None;
+        }
+        self.value.take()
+    }
+
     /// The value whatever process this is, for reads that touch no lock and no thread (an
     /// atomic counter, plain data).
     pub(crate) fn peek(&self) -> Option<&T> {
@@ -136,5 +144,20 @@ mod tests {
         assert!(local.inherited());
         drop(local);
         assert_eq!(std::sync::Arc::strong_count(&drops), 2, "leaked");
+    }
+
+    #[test]
+    fn into_inner_gives_a_value_made_here_and_leaks_an_inherited_one() {
+        let drops = std::sync::Arc::new(());
+        let here = ForkLocal::new(std::sync::Arc::clone(&drops));
+        assert!(here.into_inner().is_some());
+        let mut inherited = ForkLocal::new(std::sync::Arc::clone(&drops));
+        inherited.generation = generation().wrapping_sub(1);
+        assert!(inherited.into_inner().is_none());
+        assert_eq!(
+            std::sync::Arc::strong_count(&drops),
+            2,
+            "the inherited one leaked"
+        );
     }
 }

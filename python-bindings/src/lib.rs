@@ -6,9 +6,11 @@
 //! ([`errors`]), one helper for every long call that releases the GIL and answers Ctrl-C
 //! ([`detach`]), zero-copy batch arrays ([`batch`]), profiles and counter groups ([`profile`]),
 //! building a profile from the Python instrumentation's records ([`builder`]), fork safety
-//! ([`fork`]) and running a Python tail after the native ops ([`tail`]). The Python
-//! package (`python/ferroloader`) re-exports what users touch and owns argument checking.
+//! ([`fork`]), running a Python tail after the native ops ([`tail`]) and ending every epoch
+//! before the interpreter finalizes ([`at_exit`]). The Python package (`python/ferroloader`)
+//! re-exports what users touch and owns argument checking.
 
+mod at_exit;
 mod batch;
 mod builder;
 mod cuda;
@@ -57,6 +59,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
             .to_vec(),
     )?;
     m.add_function(wrap_pyfunction!(profile::now_ns, m)?)?;
+    m.add_function(wrap_pyfunction!(at_exit::end_epochs_at_exit, m)?)?;
     m.add_function(wrap_pyfunction!(ops::random_resized_crop_params, m)?)?;
     m.add_function(wrap_pyfunction!(ops::resized_crop, m)?)?;
     m.add_function(wrap_pyfunction!(ops::augmix_apply, m)?)?;

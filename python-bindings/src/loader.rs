@@ -8,9 +8,10 @@
 //! epoch runs on a *pump* thread that calls `next()` only when asked (no read-ahead beyond the
 //! loader's own prefetch) and sends each result back over a channel; Python waits on the channel
 //! in slices (see [`crate::detach`]). A `KeyboardInterrupt` leaves the request pending: the batch
-//! is not lost, the next `__next__` returns it. Dropping the iterator closes the channel; the pump
+//! is not lost, the next `__next__` returns it. Dropping the iterator asks the pump to stop; it
 //! then ends the epoch (stopping and joining its workers) on its own thread, so Python never
-//! blocks on that. Both objects are [`ForkLocal`]: unusable (and leaked, not destroyed) in a
+//! blocks on that, except at interpreter exit, which waits for every pump ([`crate::at_exit`]).
+//! Both objects are [`ForkLocal`]: unusable (and leaked, not destroyed) in a
 //! forked child. Must not hold the GIL while waiting, nor keep a thread running once the
 //! iterator is gone and its last `next()` has returned.
 
@@ -30,6 +31,7 @@ use ferroloader_loader::{
 use pyo3::exceptions::{PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
 
+use crate::at_exit;
 use crate::batch::into_arrays;
 use crate::cuda::CudaPageLock;
 use crate::dataset::as_source;
@@ -396,10 +398,18 @@ struct Skipped {
     why: String,
 }
 
+/// What the consumer (or interpreter exit) asks of the pump.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Request {
+    /// The next batch.
+    Next,
+    /// End the epoch: the consumer is gone, or the interpreter is exiting.
+    Stop,
+}
+
 /// The consumer's end of an epoch running on its pump thread.
 struct Pump {
-    /// Dropping it tells the pump to end the epoch.
-    requests: Sender<()>,
+    requests: Sender<Request>,
     replies: Receiver<Reply>,
     /// A request was sent and its reply not received yet (after a `KeyboardInterrupt`).
     pending: bool,
@@ -415,19 +425,36 @@ struct Pump {
 
 impl Drop for Pump {
     fn drop(&mut self) {
+        // The exit registry holds a sender too, so the channel stays open: say it.
+        let _ = self.requests.send(Request::Stop);
         self.released.store(true, Ordering::Release);
     }
 }
 
 impl Pump {
     fn start(iter: NativeEpoch) -> PyResult<(Self, PumpThread)> {
-        let (requests, request_rx) = mpsc::channel::<()>();
+        let (requests, request_rx) = mpsc::channel::<Request>();
         // Capacity 1: the pump never runs ahead of the consumer by more than the batch asked for.
         let (reply_tx, replies) = mpsc::sync_channel::<Reply>(1);
+        // Never sent on: dropped when the thread ends, after the epoch (and its workers).
+        let (done_tx, done_rx) = mpsc::channel::<()>();
         let handle = thread::Builder::new()
             .name("ferroloader-pump".to_owned())
-            .spawn(move || pump_main(iter, &request_rx, &reply_tx))
+            .spawn(move || {
+                pump_main(iter, &request_rx, &reply_tx);
+                drop(done_tx);
+            })
             .map_err(|e| PyRuntimeError::new_err(format!("cannot start the epoch thread: {e}")))?;
+        let stop = Mutex::new(requests.clone());
+        at_exit::register(
+            move || {
+                let _ = stop
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .send(Request::Stop);
+            },
+            done_rx,
+        );
         let released = Arc::new(AtomicBool::new(false));
         let pump = Pump {
             requests,
@@ -456,7 +483,7 @@ impl Pump {
             return Ok(None);
         }
         if !self.pending {
-            if self.requests.send(()).is_err() {
+            if self.requests.send(Request::Next).is_err() {
                 self.end();
                 return Err(PyRuntimeError::new_err(
                     "the epoch thread ended unexpectedly",
@@ -542,9 +569,9 @@ enum Waited {
 
 /// The pump thread: one `next()` per request, until the epoch ends or the consumer is gone;
 /// the epoch (and its workers) ends here when `iter` drops.
-fn pump_main(mut iter: NativeEpoch, requests: &Receiver<()>, replies: &SyncSender<Reply>) {
+fn pump_main(mut iter: NativeEpoch, requests: &Receiver<Request>, replies: &SyncSender<Reply>) {
     let mut forwarded = 0;
-    while requests.recv().is_ok() {
+    while requests.recv() == Ok(Request::Next) {
         let item = iter.next();
         let skipped = iter
             .skipped()

@@ -7,6 +7,8 @@ import os
 import random
 import re
 import signal
+import subprocess
+import sys
 import threading
 import time
 import warnings
@@ -274,3 +276,45 @@ def test_a_child_forked_while_a_tail_runs_can_run_tails(folder: Path) -> None:
     del it
     assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, (status, message)
     assert message == "ok"
+
+
+_EXIT_SCRIPT = """
+import sys, time
+import torchvision.transforms as tv
+import ferroloader as fl
+
+class Dataset:
+    # Read through the dataset[i] protocol: workers take the GIL for each sample too.
+    def __init__(self, files):
+        self.files = files
+    def __len__(self):
+        return len(self.files)
+    def __getitem__(self, i):
+        return self.files[i], 0
+
+def slow(img):
+    time.sleep(0.02)  # releases the GIL and takes it back, as Pillow's C calls do
+    return img
+
+files = sys.argv[1:]
+dataset = Dataset(files) if len(files) > 1 else fl.ImageFolder(files[0])
+transform = tv.Compose([tv.Resize((32, 32)), tv.Lambda(slow), tv.ToTensor()])
+loader = fl.Loader(dataset, batch_size=2, num_workers=2, transform=transform, python_tail="allow")
+it = iter(loader)
+next(it)
+if len(files) > 1:
+    del it
+raise SystemExit("left mid-epoch")
+"""
+
+
+@pytest.mark.parametrize("dataset", ["folder, iterator alive", "dataset[i], iterator dropped"])
+def test_leaving_mid_epoch_exits_cleanly_while_workers_run_python(folder: Path, dataset: str) -> None:
+    """Interpreter exit waits for the workers: one that took the GIL back during finalization
+    used to abort the process ("terminate called without an active exception", status 134)."""
+    files = [str(folder)] if dataset.startswith("folder") else [str(p) for p in sorted(folder.rglob("*.jpg"))]
+    out = subprocess.run(
+        [sys.executable, "-W", "ignore", "-c", _EXIT_SCRIPT, *files], capture_output=True, text=True, timeout=120
+    )
+    assert out.returncode == 1, out.stderr
+    assert out.stderr.strip().splitlines()[-1] == "left mid-epoch", out.stderr

@@ -10,6 +10,7 @@ tensors without a copy (``torch.from_numpy``), and saves and restores the positi
 
 from __future__ import annotations
 
+import atexit
 import numbers
 import os
 import warnings
@@ -35,6 +36,10 @@ from ferroloader.profiling import Profile
 from ferroloader._pinning import DeviceReadHold, cuda_runtime_path
 from ferroloader._tail import TailRunner
 from ferroloader.transforms import Compose, TailSplit, split_python_tail, tail_op_name
+
+# Workers that run a Python tail or read `dataset[i]` must be done before the interpreter
+# finalizes: a thread that wants the GIL after that point takes the process down with it.
+atexit.register(_native.end_epochs_at_exit)
 
 if TYPE_CHECKING:
     import torch
