@@ -1,8 +1,8 @@
-//! The resize with each filter torchvision uses for PIL images (bilinear, bicubic, nearest), single
-//! thread, on the bench corpus (`make bench` generates it under target/fixtures/bench):
-//! RandomResizedCrop's crop + resize to 224 and the eval recipe's `Resize(232)` of the whole
-//! image, the resize alone (decoded beforehand), at the default kernel level; and the whole
-//! train and eval pipelines per filter.
+//! The resize with each filter torchvision has for PIL images (bilinear, bicubic, nearest, box,
+//! hamming, lanczos), single thread, on the bench corpus (`make bench` generates it under
+//! target/fixtures/bench): RandomResizedCrop's crop + resize to 224 and the eval recipe's
+//! `Resize(232)` of the whole image, the resize alone (decoded beforehand), at the default kernel
+//! level; and the whole train and eval pipelines per filter.
 //!
 //! Compare filters within one run (ratios), not absolute times across runs.
 
@@ -20,10 +20,13 @@ use ferroloader::transforms::{CropRect, RgbImage};
 #[path = "../tests/support/fixtures.rs"]
 mod fixtures;
 
-const FILTERS: [(&str, Filter, Interpolation); 3] = [
+const FILTERS: [(&str, Filter, Interpolation); 6] = [
     ("bilinear", Filter::Bilinear, Interpolation::Bilinear),
     ("bicubic", Filter::Bicubic, Interpolation::Bicubic),
     ("nearest", Filter::Nearest, Interpolation::Nearest),
+    ("box", Filter::Box, Interpolation::Box),
+    ("hamming", Filter::Hamming, Interpolation::Hamming),
+    ("lanczos", Filter::Lanczos, Interpolation::Lanczos),
 ];
 
 fn bench_resize(c: &mut Criterion) {

@@ -99,15 +99,11 @@ pub(crate) fn resized_crop<'py>(
     roi: bool,
     interpolation: &str,
 ) -> PyResult<Bound<'py, PyAny>> {
-    let filter = match interpolation {
-        "nearest" => Filter::Nearest,
-        "bilinear" => Filter::Bilinear,
-        "bicubic" => Filter::Bicubic,
-        other => {
-            return Err(PyValueError::new_err(format!(
-                "interpolation: expected 'nearest', 'bilinear' or 'bicubic', got {other:?}"
-            )))
-        }
+    let Some(filter) = Filter::ALL.into_iter().find(|f| f.name() == interpolation) else {
+        let names: Vec<&str> = Filter::ALL.iter().map(|f| f.name()).collect();
+        return Err(PyValueError::new_err(format!(
+            "interpolation: expected one of {names:?}, got {interpolation:?}"
+        )));
     };
     let decoder = match decoder {
         "turbo" => Decoder::Turbo,

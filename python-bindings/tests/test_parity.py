@@ -192,7 +192,8 @@ def test_draw_params_validates() -> None:
         _native.random_resized_crop_params(10, 10, [0], flip_p=2.0)
 
 
-MODES = [tvT.InterpolationMode.NEAREST, tvT.InterpolationMode.BICUBIC, tvT.InterpolationMode.BILINEAR]
+_M = tvT.InterpolationMode
+MODES = [_M.NEAREST, _M.BICUBIC, _M.BILINEAR, _M.LANCZOS, _M.BOX, _M.HAMMING]
 
 
 @pytest.mark.parametrize("mode", MODES, ids=lambda m: m.value)
@@ -227,7 +228,7 @@ def test_injected_crops_match_torchvision_per_interpolation(folder: Path, mode: 
     assert differing == 0, f"{differing} crops differ from torchvision ({mode.value})"
 
 
-@pytest.mark.parametrize("mode", MODES[:2], ids=lambda m: m.value)
+@pytest.mark.parametrize("mode", [m for m in MODES if m != _M.BILINEAR], ids=lambda m: m.value)
 def test_eval_pipeline_per_interpolation_matches_torchvision(folder: Path, mode: tvT.InterpolationMode) -> None:
     """Resize(int, mode) + CenterCrop through the whole loader (converted from torchvision),
     uint8 and normalized float, against torchvision's ImageFolder on PIL images."""

@@ -61,8 +61,8 @@ def test_from_torchvision_names_what_it_cannot_convert() -> None:
         T.from_torchvision(tvT.Compose([tvT.RandomResizedCrop(8), tvT.RandomHorizontalFlip(), tvT.RandomPerspective()]))
     with pytest.raises(ValueError, match=r"transform #1 Grayscale.*num_output_channels=1"):
         T.from_torchvision([tvT.CenterCrop(8), tvT.Grayscale()])
-    with pytest.raises(ValueError, match=r"transform #0 Resize.*interpolation.*lanczos"):
-        T.from_torchvision([tvT.Resize(8, interpolation=tvT.InterpolationMode.LANCZOS)])
+    with pytest.raises(ValueError, match=r"transform #0 Resize.*interpolation.*nearest-exact"):
+        T.from_torchvision([tvT.Resize(8, interpolation=tvT.InterpolationMode.NEAREST_EXACT)])
     with pytest.raises(ValueError, match=r"transform #1 .*Lambda"):
         T.from_torchvision(tvT.Compose([tvT.CenterCrop(8), tvT.Lambda(lambda x: x)]))
     with pytest.raises(ValueError, match="not a torchvision transform"):
@@ -85,6 +85,9 @@ def test_interpolation_modes_in_every_form() -> None:
         "nearest": ("nearest", "NEAREST", tvT.InterpolationMode.NEAREST, 0, Image.Resampling.NEAREST),
         "bilinear": ("bilinear", tvT.InterpolationMode.BILINEAR, 2, Image.Resampling.BILINEAR),
         "bicubic": ("bicubic", tvT.InterpolationMode.BICUBIC, 3, Image.Resampling.BICUBIC),
+        "box": ("box", tvT.InterpolationMode.BOX, 4, Image.Resampling.BOX),
+        "hamming": ("hamming", "HAMMING", tvT.InterpolationMode.HAMMING, 5, Image.Resampling.HAMMING),
+        "lanczos": ("lanczos", tvT.InterpolationMode.LANCZOS, 1, Image.Resampling.LANCZOS),
     }
     for name, values in forms.items():
         for value in values:
@@ -108,11 +111,10 @@ def test_interpolation_modes_in_every_form() -> None:
     assert rrc.transforms[0].interpolation == "nearest"  # type: ignore[attr-defined]
     # Refusals name the mode, in whatever form it came.
     for value, shown in (
-        ("lanczos", "lanczos"),
-        (tvT.InterpolationMode.BOX, "box"),
-        (5, "hamming"),
-        (Image.Resampling.LANCZOS, "lanczos"),
         ("nearest-exact", "nearest-exact"),
+        (tvT.InterpolationMode.NEAREST_EXACT, "nearest-exact"),
+        ("lanczos3", "lanczos3"),
+        (7, "7"),
     ):
         with pytest.raises(ValueError, match=rf"Resize: interpolation .*{shown}.* not supported"):
             T.Resize(8, interpolation=value)
@@ -120,6 +122,12 @@ def test_interpolation_modes_in_every_form() -> None:
             T.RandomResizedCrop(8, interpolation=value)
     with pytest.raises(ValueError, match="max_size"):
         T.Resize((8, 8), max_size=10)
+    # torchvision has box, hamming and lanczos for PIL images only: after ToImage it raises.
+    lanczos = tvT.InterpolationMode.LANCZOS
+    with pytest.raises(ValueError, match="lanczos: torchvision has that mode for PIL images only"):
+        T.from_torchvision(v2.Compose([v2.ToImage(), v2.RandomResizedCrop(8, interpolation=lanczos)]))
+    before = T.from_torchvision(v2.Compose([v2.RandomResizedCrop(8, interpolation=lanczos), v2.ToImage()]))
+    assert before.transforms[0].interpolation == "lanczos"  # type: ignore[attr-defined]
 
 
 @pytest.mark.parametrize("tv", [tvT, v2], ids=["v1", "v2"])

@@ -566,7 +566,7 @@ mod tests {
         // partial where the kernels convert 8 pixels at a time. Every filter: bicubic's
         // SIMD kernels clamp overshooting sums before the conversion sees the rows.
         let sizes = [(64, 48), (224, 224), (300, 400), (45, 61), (200, 221)];
-        let filters = [Filter::Bilinear, Filter::Bicubic, Filter::Nearest];
+        let filters = Filter::ALL;
         for ((h, w), filter) in sizes
             .into_iter()
             .flat_map(|s| filters.into_iter().map(move |f| (s, f)))

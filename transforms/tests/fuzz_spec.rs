@@ -174,6 +174,7 @@ fn op_of(name: &'static str) -> BoxedStrategy<Value> {
                             1 => Just(json!("nearest")),
                             1 => Just(json!("bicubic")),
                             1 => Just(json!("lanczos")),
+                            1 => Just(json!("nearest-exact")),
                         ],
                     ),
                 ),

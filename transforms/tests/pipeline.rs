@@ -386,6 +386,9 @@ fn spec_parses_torchvision_names_and_round_trips() {
         ("nearest", Interpolation::Nearest),
         ("bilinear", Interpolation::Bilinear),
         ("bicubic", Interpolation::Bicubic),
+        ("box", Interpolation::Box),
+        ("hamming", Interpolation::Hamming),
+        ("lanczos", Interpolation::Lanczos),
     ] {
         let json = format!(
             r#"{{"ops": [{{"op": "Resize", "size": 256, "interpolation": "{name}"}},
@@ -397,12 +400,13 @@ fn spec_parses_torchvision_names_and_round_trips() {
         );
         Pipeline::new(spec).expect("plans");
     }
-    let refused = r#"{"ops": [{"op": "Resize", "size": 8, "interpolation": "hamming"}]}"#;
-    let err = serde_json::from_str::<PipelineSpec>(refused).expect_err("hamming refused");
-    assert!(err.to_string().contains("hamming"), "{err}");
+    // torchvision's tensor-only mode: no Pillow filter to be exact with.
+    let refused = r#"{"ops": [{"op": "Resize", "size": 8, "interpolation": "nearest-exact"}]}"#;
+    let err = serde_json::from_str::<PipelineSpec>(refused).expect_err("nearest-exact refused");
+    assert!(err.to_string().contains("nearest-exact"), "{err}");
     for bad in [
         r#"{"ops": [{"op": "RandomPerspective", "distortion_scale": 0.5}]}"#,
-        r#"{"ops": [{"op": "RandomResizedCrop", "size": 224, "interpolation": "lanczos"}]}"#,
+        r#"{"ops": [{"op": "RandomResizedCrop", "size": 224, "interpolation": "lanczos3"}]}"#,
         r#"{"ops": [{"op": "RandomResizedCrop", "size": 224, "sizes": 3}]}"#,
     ] {
         assert!(

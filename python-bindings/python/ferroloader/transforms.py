@@ -139,15 +139,18 @@ def _pair(op: str, name: str, value: object) -> Tuple[float, float]:
 
 
 # Pillow's resampling constants, as torchvision maps them to its modes
-# (``_interpolation_modes_from_int``); only the first three are implemented.
+# (``_interpolation_modes_from_int``).
 _PIL_FILTERS = {0: "nearest", 2: "bilinear", 3: "bicubic", 4: "box", 5: "hamming", 1: "lanczos"}
-_INTERPOLATIONS = ("nearest", "bilinear", "bicubic")
+_INTERPOLATIONS = ("nearest", "bilinear", "bicubic", "box", "hamming", "lanczos")
+# Modes torchvision resizes only PIL images with (a tensor raises there).
+_PIL_ONLY_INTERPOLATIONS = ("box", "hamming", "lanczos")
 
 
 def _interpolation(op: str, value: object) -> str:
     """The interpolation's name: a string, torchvision's ``InterpolationMode`` or a Pillow
-    constant (an int, as torchvision accepts them). Nearest, bilinear and bicubic are
-    implemented, as Pillow computes them for PIL images (bilinear and bicubic antialiased)."""
+    constant (an int, as torchvision accepts them). Every mode torchvision has for PIL images
+    is implemented, as Pillow computes it (the convolutions antialiased); ``nearest-exact``
+    (tensors only) is not."""
     if isinstance(value, int) and not isinstance(value, bool):
         name: object = _PIL_FILTERS.get(int(value), value)
     else:
@@ -155,8 +158,8 @@ def _interpolation(op: str, value: object) -> str:
     if isinstance(name, str) and name.lower() in _INTERPOLATIONS:
         return name.lower()
     raise ValueError(
-        f"{op}: interpolation {value!r} ({name}) is not supported; only nearest, bilinear "
-        "and bicubic are implemented"
+        f"{op}: interpolation {value!r} ({name}) is not supported; only Pillow's modes are "
+        "implemented (nearest, bilinear, bicubic, box, hamming, lanczos)"
     )
 
 
@@ -263,7 +266,8 @@ class RandomResizedCrop(Transform):
     """``RandomResizedCrop(size, scale=(0.08, 1.0), ratio=(3/4, 4/3))``: a random crop of random
     area and aspect ratio, resized to ``size``; parameters drawn exactly as torchvision's
     ``get_params`` does, from a per-sample generator seeded by (seed, epoch, index).
-    ``interpolation``: nearest, bilinear (default) or bicubic, as Pillow resizes a PIL image."""
+    ``interpolation``: nearest, bilinear (default), bicubic, box, hamming or lanczos, as Pillow
+    resizes a PIL image."""
 
     def __init__(
         self,
@@ -323,7 +327,7 @@ class Resize(Transform):
     """``Resize(size, max_size=None)``: an int (or 1-sequence) resizes the shorter side to it,
     keeping the aspect ratio (then a ``CenterCrop`` must follow, so samples batch); a
     ``(height, width)`` pair resizes to exactly that. ``interpolation``: nearest, bilinear
-    (default) or bicubic, as Pillow resizes a PIL image."""
+    (default), bicubic, box, hamming or lanczos, as Pillow resizes a PIL image."""
 
     def __init__(
         self,
@@ -1221,6 +1225,12 @@ def from_torchvision(compose: Any) -> Compose:
         if converted is None:
             raise ValueError(f"{where} has no ferroloader equivalent; supported: {_SUPPORTED}")
         if converted is not _SKIP:
+            mode = getattr(converted, "interpolation", None)
+            if pending_tensor and isinstance(converted, (Resize, RandomResizedCrop)) and mode in _PIL_ONLY_INTERPOLATIONS:
+                raise ValueError(
+                    f"{where} resizes an image tensor with {mode}: torchvision has that mode for PIL "
+                    "images only (move it before ToImage/PILToTensor)"
+                )
             if pending_tensor and isinstance(converted, Normalize):
                 raise ValueError(
                     f"{where} normalizes a uint8 image tensor: convert it first with "

@@ -1,12 +1,12 @@
-//! Pillow's resize of an RGB image (`Image.resize(size, resample)`) for the three filters
-//! torchvision passes for PIL images: antialiased `BILINEAR` and `BICUBIC`, and `NEAREST`;
-//! bit-exact with Pillow 13.
+//! Pillow's resize of an RGB image (`Image.resize(size, resample)`) for every filter torchvision
+//! passes for PIL images: the convolutions `BILINEAR`, `BICUBIC`, `BOX`, `HAMMING` and
+//! `LANCZOS` (always antialiased), and `NEAREST`; bit-exact with Pillow 13.
 //!
 //! The convolution filters are Pillow's `libImaging/Resample.c` for 8-bit images: per axis, the
-//! filter (triangle, support 1; or Keys' cubic with `a = -0.5`, support 2) widened by the
-//! downscale factor, weights normalized in f64 and then quantized to fixed point with 22
-//! fractional bits; two separable passes, each rounding to u8 with Pillow's `clip8` (the cubic's
-//! negative lobes push sums below 0 and above 255); a pass is skipped when its dimension does
+//! filter (box, support 0.5; triangle or Hamming, 1; Keys' cubic with `a = -0.5`, 2; Lanczos, 3)
+//! widened by the downscale factor, weights normalized in f64 and then quantized to fixed point
+//! with 22 fractional bits; two separable passes, each rounding to u8 with Pillow's `clip8` (the
+//! negative lobes of the cubic and Lanczos push sums below 0 and above 255); a pass is skipped when its dimension does
 //! not change. Pillow 13 runs the vertical pass first when the height shrinks by more than
 //! twice as much as the width (`dy > 0 && dy > 2 dx`), the horizontal pass first otherwise, and
 //! then over only the source rows the vertical pass reads.
@@ -146,15 +146,35 @@ pub enum Filter {
     /// `Image.BICUBIC`, antialiased: Keys' cubic (`a = -0.5`), support 2 widened by the
     /// downscale factor. Has negative lobes: sums are clamped to 0..=255 (Pillow's `clip8`).
     Bicubic,
+    /// `Image.BOX`: each output the mean of the inputs its (widened) box covers.
+    Box,
+    /// `Image.HAMMING`: a Hamming-windowed sinc, support 1 widened by the downscale factor.
+    Hamming,
+    /// `Image.LANCZOS`: Lanczos-3, support 3 widened by the downscale factor; negative lobes
+    /// clamped as the cubic's.
+    Lanczos,
 }
 
 impl Filter {
+    /// Every filter, for the tests that must cover them all.
+    pub const ALL: [Filter; 6] = [
+        Filter::Nearest,
+        Filter::Bilinear,
+        Filter::Bicubic,
+        Filter::Box,
+        Filter::Hamming,
+        Filter::Lanczos,
+    ];
+
     /// The filter's name as torchvision and the pipeline spec spell it.
     pub fn name(self) -> &'static str {
         match self {
             Filter::Nearest => "nearest",
             Filter::Bilinear => "bilinear",
             Filter::Bicubic => "bicubic",
+            Filter::Box => "box",
+            Filter::Hamming => "hamming",
+            Filter::Lanczos => "lanczos",
         }
     }
 }
@@ -162,37 +182,67 @@ impl Filter {
 /// The convolution filters' weight functions (Pillow's `struct filter`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 enum Convolution {
+    /// `box_filter`, support 0.5.
+    Box,
     /// `bilinear_filter`, support 1.
     #[default]
     Triangle,
+    /// `hamming_filter`, support 1.
+    Hamming,
     /// `bicubic_filter` with `a = -0.5`, support 2.
     Cubic,
+    /// `lanczos_filter` (sinc windowed by sinc, three lobes), support 3.
+    Lanczos,
 }
 
 impl Convolution {
     /// The filter's support before widening by the downscale factor.
     fn support(self) -> f64 {
         match self {
-            Convolution::Triangle => 1.0,
+            Convolution::Box => 0.5,
+            Convolution::Triangle | Convolution::Hamming => 1.0,
             Convolution::Cubic => 2.0,
+            Convolution::Lanczos => 3.0,
         }
     }
 
     /// The weight at `x`, in Pillow's f64 operations and order (no fused multiply-adds:
-    /// Pillow's wheels are built for baseline x86-64, and Rust never contracts).
+    /// Pillow's wheels are built for baseline x86-64, and Rust never contracts). The box and
+    /// Lanczos windows are half-open as Pillow's are, so they take the signed `x`. `sin` and
+    /// `cos` are the C library's, as Pillow's are (Rust's `f64::sin` calls libm's).
     #[inline(always)]
     fn weight(self, x: f64) -> f64 {
-        let x = x.abs();
         match self {
+            Convolution::Box => {
+                if x > -0.5 && x <= 0.5 {
+                    1.0
+                } else {
+                    0.0
+                }
+            }
             Convolution::Triangle => {
+                let x = x.abs();
                 if x < 1.0 {
                     1.0 - x
                 } else {
                     0.0
                 }
             }
+            Convolution::Hamming => {
+                let x = x.abs();
+                if x == 0.0 {
+                    1.0
+                } else if x >= 1.0 {
+                    0.0
+                } else {
+                    // Pillow writes the constants as floats (`0.54f`, `0.46f`).
+                    let x = x * std::f64::consts::PI;
+                    x.sin() / x * (f64::from(0.54f32) + f64::from(0.46f32) * x.cos())
+                }
+            }
             Convolution::Cubic => {
                 const A: f64 = -0.5;
+                let x = x.abs();
                 if x < 1.0 {
                     ((A + 2.0) * x - (A + 3.0)) * x * x + 1.0
                 } else if x < 2.0 {
@@ -201,8 +251,25 @@ impl Convolution {
                     0.0
                 }
             }
+            Convolution::Lanczos => {
+                if (-3.0..3.0).contains(&x) {
+                    sinc(x) * sinc(x / 3.0)
+                } else {
+                    0.0
+                }
+            }
         }
     }
+}
+
+/// Pillow's `sinc_filter`: `sin(pi x) / (pi x)`, 1 at 0.
+#[inline(always)]
+fn sinc(x: f64) -> f64 {
+    if x == 0.0 {
+        return 1.0;
+    }
+    let x = x * std::f64::consts::PI;
+    x.sin() / x
 }
 
 /// The fixed-point resampling weights of one axis (`precompute_coeffs` followed by
@@ -831,6 +898,9 @@ impl Resizer {
             }
             Filter::Nearest | Filter::Bilinear => Convolution::Triangle,
             Filter::Bicubic => Convolution::Cubic,
+            Filter::Box => Convolution::Box,
+            Filter::Hamming => Convolution::Hamming,
+            Filter::Lanczos => Convolution::Lanczos,
         };
         if !need_h {
             // Pillow copies (or runs only the vertical pass); a flip reverses the pixels.
@@ -1649,9 +1719,9 @@ mod tests {
             sizes.push((iw, ih, 224, 224));
         }
         sizes.extend([(224, 300, 224, 224), (300, 224, 224, 224)]);
-        // Bicubic runs the SIMD kernels with clamping stores (and, for upscales, without the
-        // pair format); nearest has one path.
-        for filter in [Filter::Bilinear, Filter::Bicubic, Filter::Nearest] {
+        // Bicubic and Lanczos run the SIMD kernels with clamping stores (and, for upscales,
+        // without the pair format); nearest has one path.
+        for filter in Filter::ALL {
             portable.set_filter(filter);
             for r in &mut fast {
                 r.set_filter(filter);
@@ -1691,7 +1761,7 @@ mod tests {
             SimdLevel::Avx512Ymm,
             SimdLevel::Avx512,
         ];
-        let filters = [Filter::Bilinear, Filter::Bicubic, Filter::Nearest];
+        let filters = Filter::ALL;
         for (level, filter) in levels
             .into_iter()
             .flat_map(|l| filters.into_iter().map(move |f| (l, f)))

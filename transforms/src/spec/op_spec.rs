@@ -31,8 +31,8 @@ impl Size {
 }
 
 /// Interpolation modes of `Resize` and `RandomResizedCrop`, as torchvision applies them to PIL
-/// images (Pillow's filters, bit-exact). The other modes (box, hamming, lanczos) are not
-/// implemented: naming one is a deserialization error that names it, not a silent substitute.
+/// images (Pillow's filters, bit-exact). torchvision's `NEAREST_EXACT` has no Pillow filter:
+/// naming it is a deserialization error that names it, not a silent substitute.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Interpolation {
@@ -43,6 +43,12 @@ pub enum Interpolation {
     Bilinear,
     /// Pillow's `BICUBIC` with antialias (support widened by the downscale factor).
     Bicubic,
+    /// Pillow's `BOX`.
+    Box,
+    /// Pillow's `HAMMING`.
+    Hamming,
+    /// Pillow's `LANCZOS`.
+    Lanczos,
 }
 
 impl Interpolation {
@@ -52,6 +58,9 @@ impl Interpolation {
             Interpolation::Nearest => Filter::Nearest,
             Interpolation::Bilinear => Filter::Bilinear,
             Interpolation::Bicubic => Filter::Bicubic,
+            Interpolation::Box => Filter::Box,
+            Interpolation::Hamming => Filter::Hamming,
+            Interpolation::Lanczos => Filter::Lanczos,
         }
     }
 }
