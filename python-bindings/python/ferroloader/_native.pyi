@@ -22,6 +22,7 @@ __all__ = [
     "Summary",
     "CounterGroup",
     "now_ns",
+    "end_epochs_at_exit",
     "random_resized_crop_params",
     "resized_crop",
     "augmix_apply",
