@@ -272,3 +272,30 @@ def test_vertical_flip_through_the_loader_is_pillows(folder: Path) -> None:
             assert torch.equal(images[k], want), f"sample {seen}"
             seen += 1
     assert seen == len(ds)
+
+
+def test_flips_after_to_tensor_run_natively_as_torchvision_flips_the_tensor(folder: Path) -> None:
+    """``ToTensor(), RandomHorizontalFlip()`` (a common v1 order) converts to a native plan that
+    flips before the conversion: mirroring commutes with ToTensor and Normalize exactly."""
+    tv_transform = tvT.Compose(
+        [
+            tvT.Resize(40),
+            tvT.CenterCrop(32),
+            tvT.ToTensor(),
+            tvT.RandomHorizontalFlip(p=1.0),
+            tvT.Normalize([0.5, 0.4, 0.3], [0.2, 0.3, 0.4]),
+            tvT.RandomVerticalFlip(p=1.0),
+        ]
+    )
+    native = T.from_torchvision(tv_transform)
+    names = [type(t).__name__ for t in native.transforms]
+    assert names == ["Resize", "CenterCrop", "RandomHorizontalFlip", "RandomVerticalFlip", "ToTensor", "Normalize"]
+    reference = torchvision.datasets.ImageFolder(str(folder), transform=tv_transform)
+    loader = fl.Loader(fl.ImageFolder(folder), batch_size=6, num_workers=2, transform=tv_transform, python_tail="error")
+    seen = 0
+    for images, _ in loader:
+        for k in range(images.shape[0]):
+            ref, _ = reference[seen]
+            assert torch.allclose(images[k], ref, atol=1e-6, rtol=0), f"sample {seen}"
+            seen += 1
+    assert seen == len(reference)

@@ -1236,10 +1236,23 @@ def from_torchvision(compose: Any) -> Compose:
                     f"{where} normalizes a uint8 image tensor: convert it first with "
                     "ToDtype(torch.float32, scale=True)"
                 )
-            out.append(converted)  # type: ignore[arg-type]
+            if isinstance(converted, (RandomHorizontalFlip, RandomVerticalFlip)):
+                _insert_flip(out, converted)
+            else:
+                out.append(converted)  # type: ignore[arg-type]
     if pending_tensor:
         out.append(PILToTensor())
     return Compose(out)
+
+
+def _insert_flip(out: List[Transform], flip: Transform) -> None:
+    """Appends ``flip``, moved before the tensor conversion and normalization it follows
+    (``ToTensor(), RandomHorizontalFlip()`` is a common v1 order): mirroring commutes exactly
+    with those per-pixel, per-channel steps, and the native plan flips before them."""
+    at = len(out)
+    while at > 0 and isinstance(out[at - 1], (ToTensor, PILToTensor, Normalize)):
+        at -= 1
+    out.insert(at, flip)
 
 
 def _flatten_torchvision_compose(items: List[Any]) -> List[Any]:
