@@ -99,7 +99,7 @@ enum Variant {
         slot: Vec<f32>,
     },
     Pipeline {
-        pipeline: Pipeline,
+        pipeline: Box<Pipeline>,
         ctx: Box<PipelineContext>,
         slot: Vec<f32>,
     },
@@ -112,7 +112,7 @@ impl Variant {
 
     /// The pipeline with its kernels limited to `simd`.
     fn pipeline_at(spec: PipelineSpec, simd: SimdLevel) -> Variant {
-        let pipeline = Pipeline::new(spec).expect("valid spec");
+        let pipeline = Box::new(Pipeline::new(spec).expect("valid spec"));
         let mut ctx = Box::new(pipeline.new_context().expect("context"));
         ctx.set_simd_limit(simd);
         let slot = vec![0f32; pipeline.sample_len()];

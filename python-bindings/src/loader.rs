@@ -23,6 +23,7 @@ use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
 use ferroloader_loader::profiler::{Mode, ProfilerConfig};
+use ferroloader_loader::transforms::decode::{DecodeContext, DecodeOptions};
 use ferroloader_loader::transforms::spec::PipelineSpec;
 use ferroloader_loader::{
     Batch, DType, Delivery, EpochIter, ErrorPolicy, HostMemory, ImagePipeline, Loader, LoaderError,
@@ -44,10 +45,13 @@ use crate::tail::{Processor, PythonTail, TailInput};
 type NativeLoader = Loader<Arc<dyn Source>, Processor>;
 type NativeEpoch = EpochIter<Arc<dyn Source>, Processor>;
 
-/// Parses and plans the pipeline spec (JSON of `ferroloader_transforms::spec::PipelineSpec`).
-pub(crate) fn plan_pipeline(spec: &str) -> PyResult<ImagePipeline> {
-    let spec: PipelineSpec =
-        serde_json::from_str(spec).map_err(|e| PyValueError::new_err(format!("transform: {e}")))?;
+/// Parses the pipeline spec (JSON of `ferroloader_transforms::spec::PipelineSpec`).
+pub(crate) fn parse_spec(spec: &str) -> PyResult<PipelineSpec> {
+    serde_json::from_str(spec).map_err(|e| PyValueError::new_err(format!("transform: {e}")))
+}
+
+/// Plans a parsed pipeline spec.
+pub(crate) fn plan_spec(spec: PipelineSpec) -> PyResult<ImagePipeline> {
     ImagePipeline::new(spec).map_err(|e| {
         let arg = match &e {
             ferroloader_loader::transforms::Error::InvalidArgument { name: "output", .. } => {
@@ -56,6 +60,62 @@ pub(crate) fn plan_pipeline(spec: &str) -> PyResult<ImagePipeline> {
             _ => "transform",
         };
         transform_config_error(arg, &e)
+    })
+}
+
+/// How many samples the loader tries, in dataset order, for the size of a pipeline that keeps
+/// each image's own size (one that cannot be read is passed over, as the Python tail's probe
+/// passes over bad samples).
+const SIZE_PROBES: usize = 16;
+
+/// Parses and plans `spec` for the samples of `source`: a pipeline with no crop or resize first
+/// takes its images' size from the first sample whose header reads (found with the GIL
+/// released: the source may read files, or take the GIL for `dataset[i]`).
+fn plan_for_source(
+    py: Python<'_>,
+    spec: &str,
+    source: &Arc<dyn Source>,
+) -> PyResult<ImagePipeline> {
+    let mut spec = parse_spec(spec)?;
+    if spec.keeps_image_size() && spec.image_size.is_none() {
+        let (probe_spec, probe_source) = (spec.clone(), Arc::clone(source));
+        let size = py
+            .detach(move || first_image_size(&probe_spec, probe_source.as_ref()))
+            .map_err(PyValueError::new_err)?;
+        spec.image_size = Some(size);
+    }
+    plan_spec(spec)
+}
+
+/// `[height, width]` of the first of the first [`SIZE_PROBES`] samples whose header reads.
+fn first_image_size(spec: &PipelineSpec, source: &dyn Source) -> Result<[u32; 2], String> {
+    let options = DecodeOptions::default()
+        .decoder(spec.decoder)
+        .max_pixels(spec.max_pixels);
+    let mut decode = DecodeContext::new(options).map_err(|e| e.to_string())?;
+    let mut buf = Vec::new();
+    let mut first_error = None;
+    for index in 0..source.len().min(SIZE_PROBES) {
+        let read = source
+            .read(index, &mut buf)
+            .map_err(|e| e.to_string())
+            .and_then(|bytes| decode.info(bytes).map_err(|e| e.to_string()));
+        match read {
+            Ok(info) => return Ok([info.height, info.width]),
+            Err(why) => {
+                first_error
+                    .get_or_insert_with(|| format!("{}: {why}", source.path(index).display()));
+            }
+        }
+    }
+    Err(match first_error {
+        Some(why) => format!(
+            "transform: the pipeline keeps each image's size (no crop or resize first), and no \
+             sample among the first {SIZE_PROBES} could be read to learn it; the first: {why}"
+        ),
+        None => "transform: the pipeline keeps each image's size (no crop or resize first), \
+                 and the dataset is empty"
+            .to_owned(),
     })
 }
 
@@ -105,7 +165,9 @@ impl PyLoader {
         page_lock: Option<&str>,
     ) -> PyResult<Self> {
         let source = as_source(dataset)?;
-        let pipeline = spec.map(plan_pipeline).transpose()?;
+        let pipeline = spec
+            .map(|spec| plan_for_source(py, spec, &source))
+            .transpose()?;
         let policy = match on_error {
             "raise" => ErrorPolicy::Raise,
             "skip" => ErrorPolicy::Skip,

@@ -22,7 +22,7 @@ use pyo3::types::PyDict;
 
 use crate::detach::run_detached;
 use crate::errors::transform_config_error;
-use crate::loader::plan_pipeline;
+use crate::loader::{parse_spec, plan_spec};
 
 /// The crops (and flips) the loader draws for samples `indices` of epoch `epoch` of a run
 /// seeded with `seed`, for an image of `width` x `height`: an int64 array `[n, 5]` of
@@ -168,15 +168,42 @@ pub(crate) fn resized_crop<'py>(
     }
 }
 
+/// Two `[height, width]` image sizes a pipeline that keeps each image's own size is planned
+/// for when no dataset says which (large, so that later crops fit; below the pixel limit).
+const UNKNOWN_SIZES: [[u32; 2]; 2] = [[8192, 8192], [8193, 8195]];
+
 /// Plans a pipeline spec (JSON) without a dataset: raises what the loader would raise for it,
-/// and returns `{"shape": (c, h, w), "dtype": ..., "deferred_normalize": (mean, std) | None}`.
+/// and returns `{"shape": (c, h, w), "dtype": ..., "deferred_normalize": (mean, std) | None}`;
+/// `h` and `w` are None where they are each image's own (no crop or resize fixes them).
 #[pyfunction]
 pub(crate) fn check_pipeline<'py>(py: Python<'py>, spec: &str) -> PyResult<Bound<'py, PyDict>> {
-    let pipeline = plan_pipeline(spec)?;
+    let spec = parse_spec(spec)?;
+    let (pipeline, shape) = if spec.keeps_image_size() && spec.image_size.is_none() {
+        // The images' own size comes from the dataset. Planned for two sizes, the sample's
+        // dimensions that do not follow it (a crop later on) are known; the others are None.
+        let planned = |size: [u32; 2]| {
+            let mut spec = spec.clone();
+            spec.image_size = Some(size);
+            plan_spec(spec)
+        };
+        let (a, b) = (planned(UNKNOWN_SIZES[0])?, planned(UNKNOWN_SIZES[1])?);
+        let known = |x: usize, y: usize| (x == y).then_some(x);
+        let (sa, sb) = (a.sample_layout().shape, b.sample_layout().shape);
+        // Whatever the layout (CHW, or HWC for a tail's input), the channels agree.
+        let shape = (
+            known(sa[0], sb[0]),
+            known(sa[1], sb[1]),
+            known(sa[2], sb[2]),
+        );
+        (a, shape)
+    } else {
+        let pipeline = plan_spec(spec)?;
+        let [c, h, w] = pipeline.sample_layout().shape;
+        (pipeline, (Some(c), Some(h), Some(w)))
+    };
     let layout = pipeline.sample_layout();
     let out = PyDict::new(py);
-    let [a, b, c] = layout.shape;
-    out.set_item("shape", (a, b, c))?;
+    out.set_item("shape", shape)?;
     out.set_item(
         "dtype",
         match layout.dtype {

@@ -183,6 +183,62 @@ def test_file_list_columns_headers_and_class_names(folder: Path, tmp_path: Path)
     assert again.samples == listing.samples and again.classes == listing.classes
 
 
+@pytest.fixture(scope="module")
+def cifar_like(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """3 classes x 4 PNGs and JPEGs of one size (32x32), as CIFAR's images are."""
+    from PIL import Image
+
+    root = tmp_path_factory.mktemp("cifar_like")
+    rng = np.random.default_rng(3)
+    for c in range(3):
+        (root / f"c{c}").mkdir()
+        for i in range(4):
+            pixels = rng.integers(0, 256, (32, 32, 3), dtype=np.uint8)
+            Image.fromarray(pixels).save(root / f"c{c}" / (f"{i}.png" if i % 2 else f"{i}.jpg"))
+    return root
+
+
+def test_transforms_with_no_crop_or_resize_run_natively_at_the_images_size(cifar_like: Path) -> None:
+    """CIFAR's test transforms: the images keep their size (the first sample's), natively."""
+    import torchvision.transforms.v2 as v2
+
+    tv = torchvision.transforms
+    mean, std = [0.49, 0.48, 0.45], [0.25, 0.24, 0.26]
+    for transform in (
+        tv.Compose([tv.ToTensor(), tv.Normalize(mean, std)]),
+        v2.Compose([v2.ToImage(), v2.ToDtype(torch.float32, scale=True), v2.Normalize(mean, std)]),
+        tv.Compose([tv.RandomHorizontalFlip(p=1.0), tv.ColorJitter(brightness=(1.3, 1.3)), tv.PILToTensor()]),
+    ):
+        reference = torchvision.datasets.ImageFolder(str(cifar_like), transform=transform)
+        output = "uint8" if "PILToTensor" in repr(transform) else "float32"
+        loader = fl.Loader(
+            reference, batch_size=5, num_workers=2, output=output, python_tail="error"  # type: ignore[arg-type]
+        )
+        assert loader.sample_shape == (3, 32, 32)
+        got = torch.cat([x for x, _ in loader])
+        want = torch.stack([reference[i][0] for i in range(len(reference))])
+        assert got.dtype == want.dtype
+        assert torch.allclose(got.float(), want.float(), atol=1e-6, rtol=0), repr(transform)
+    # Planned without a dataset, the size is the images' own: unknown until one is read.
+    assert T.check(T.Compose([T.ToTensor()]))["shape"] == (3, None, None)
+    assert T.check(T.Compose([T.ColorJitter(0.1), T.CenterCrop(8), T.ToTensor()]))["shape"] == (3, 8, 8)
+
+
+def test_images_of_another_size_are_errors_when_nothing_crops_or_resizes(folder: Path) -> None:
+    """torch's collate would fail on such a batch; ferroloader names the file and both sizes,
+    and under on_error="skip" leaves those samples out."""
+    transform = torchvision.transforms.ToTensor()
+    loader = fl.Loader(fl.ImageFolder(folder), batch_size=2, num_workers=0, transform=transform)
+    with pytest.raises(ValueError, match=r"img_\d+\.(jpg|png).*the image is \d+x\d+, the pipeline's images \d+x\d+"):
+        for _ in loader:
+            pass
+    skipping = fl.Loader(fl.ImageFolder(folder), batch_size=2, transform=transform, on_error="skip")
+    epoch = iter(skipping)
+    shapes = {tuple(x.shape[1:]) for x, _ in epoch}
+    assert shapes == {skipping.sample_shape}
+    assert len(epoch.skipped) > 0  # type: ignore[attr-defined]
+
+
 def test_num_workers_zero_unbatched_and_the_collate_hooks(folder: Path) -> None:
     want = reference(folder)
     assert same(reference(folder, num_workers=0), want)

@@ -108,7 +108,7 @@ def test_decode_error_names_the_file_and_cause(corrupt_folder: Path) -> None:
         ({"sampler": 5}, TypeError, "sampler"),
         ({"tensor_type": "jax"}, ValueError, "tensor_type"),
         ({"transform": "RandomResizedCrop"}, TypeError, "transform"),
-        ({"transform": T.Compose([T.ToTensor()])}, ValueError, "transform"),
+        ({"transform": T.Compose([T.ToTensor(), T.RandomResizedCrop(8)])}, ValueError, "transform"),
         ({"transform": T.Compose([T.RandomResizedCrop(8), T.ToTensor(), T.RandomHorizontalFlip()])}, ValueError, "transform"),
         ({"transform": T.Compose([T.RandomResizedCrop(8), T.PILToTensor()])}, ValueError, "output"),
     ],

@@ -95,6 +95,12 @@ pub struct PipelineSpec {
     /// Decode-bomb limit in pixels; default 178,956,970 (Pillow's).
     #[serde(default = "default_max_pixels")]
     pub max_pixels: u64,
+    /// `[height, width]` of every image, for a pipeline that does not start with a crop or a
+    /// resize (CIFAR's `ToTensor(), Normalize(...)`): batching needs one size, as torch's
+    /// collate does. The loader sets it from the first sample ([`PipelineSpec::keeps_image_size`]);
+    /// an image of another size is that sample's error.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub image_size: Option<[u32; 2]>,
 }
 
 impl PipelineSpec {
@@ -109,7 +115,24 @@ impl PipelineSpec {
             dct_scaling: false,
             execution: Execution::default(),
             max_pixels: default_max_pixels(),
+            image_size: None,
         }
+    }
+
+    /// Whether the pipeline starts with no crop or resize, so that its images keep their own
+    /// size into the ops after (and [`PipelineSpec::image_size`] must say what it is).
+    pub fn keeps_image_size(&self) -> bool {
+        let mut flat = Vec::with_capacity(self.ops.len());
+        flatten_compose(&self.ops, &mut flat);
+        !matches!(
+            flat.first(),
+            Some(
+                OpSpec::RandomResizedCrop { .. }
+                    | OpSpec::Resize { .. }
+                    | OpSpec::CenterCrop { .. }
+                    | OpSpec::RandomCrop { .. }
+            )
+        )
     }
 
     /// torchvision's ImageNet training pipeline: `RandomResizedCrop(size)`,
@@ -420,6 +443,8 @@ enum Geometry {
         resize: Option<(Size, Option<u32>)>,
         crop: RandomCropOp,
     },
+    /// The decoded image as it is, which must be `(height, width)` (the spec's `image_size`).
+    Whole((u32, u32)),
 }
 
 /// A checked, planned [`PipelineSpec`]; immutable and shared by every worker.
@@ -514,7 +539,7 @@ fn bad_order(reason: &str) -> Error {
         "ops",
         format!(
             "{reason}; supported: RandomResizedCrop | Resize [CenterCrop | RandomCrop] | \
-             CenterCrop | RandomCrop, then any number of RandomHorizontalFlip, pixel ops \
+             CenterCrop | RandomCrop (or none of them: the images' own size), then any number of RandomHorizontalFlip, pixel ops \
              (ColorJitter, Grayscale, RandomGrayscale, RandomPosterize, RandomSolarize, \
              RandomEqualize, RandomAutocontrast, RandomAdjustSharpness, RandomInvert), \
              policies (TrivialAugmentWide, RandAugment, AutoAugment), geometric ops \
@@ -653,7 +678,8 @@ impl Pipeline {
         let mut flat = Vec::with_capacity(spec.ops.len());
         flatten_compose(&spec.ops, &mut flat);
         let mut ops = flat.into_iter().peekable();
-        let (geometry, geometry_size, filter) = match ops.next() {
+        let keeps_size = spec.keeps_image_size();
+        let (geometry, geometry_size, filter) = match ops.next_if(|_| !keeps_size) {
             Some(OpSpec::RandomResizedCrop {
                 size,
                 scale,
@@ -756,11 +782,21 @@ impl Pipeline {
                         Filter::Bilinear,
                     )
                 }
-                None => {
-                    return Err(bad_order(
-                        "the pipeline must start with an op that fixes the output size",
-                    ))
-                }
+                None => match spec.image_size {
+                    Some([h, w]) => {
+                        // Copies only: the staged pass's same-size resize, whatever the filter.
+                        let size = check_size("image_size", (h, w))?;
+                        (Geometry::Whole(size), size, Filter::Bilinear)
+                    }
+                    None => {
+                        return Err(Error::invalid(
+                            "image_size",
+                            "a pipeline that does not start with a crop or resize keeps each \
+                             image's own size: give the size all images have (a loader takes \
+                             it from the first sample)",
+                        ))
+                    }
+                },
             },
         };
         check_output_size(geometry_size.0, geometry_size.1, spec.max_pixels)?;
@@ -1147,7 +1183,7 @@ impl Pipeline {
                     (resized.view(), CropRect::full(w, h), report)
                 })
             }
-            Geometry::Resize { .. } | Geometry::CenterCrop(_) => {
+            Geometry::Resize { .. } | Geometry::CenterCrop(_) | Geometry::Whole(_) => {
                 let info = observed(obs, Op::Decode, || decode.decode(bytes, decoded))?;
                 let flipped = observed(obs, Op::CropParams, || self.draw_flip(rng));
                 let (src, rect, crop) = self.eval_source(decoded, resizer, resized, padder, obs)?;
@@ -1211,6 +1247,20 @@ impl Pipeline {
                 })?;
                 let resized: &'a RgbImage = resized;
                 Ok((resized.view(), CropRect::full(*cw, *ch), source))
+            }
+            Geometry::Whole((h0, w0)) => {
+                if (h, w) != (*h0, *w0) {
+                    return Err(Error::invalid(
+                        "image_size",
+                        format!(
+                            "the image is {w}x{h}, the pipeline's images {w0}x{h0} (the first \
+                             sample's size): with no crop or resize first, every image must \
+                             have one size to be batched; add Resize or a crop"
+                        ),
+                    ));
+                }
+                let decoded: &'a RgbImage = decoded;
+                Ok((decoded.view(), source, source))
             }
             Geometry::RandomResizedCrop(_) | Geometry::RandomCrop { .. } => {
                 Err(Error::invalid("ops", "not an eval pipeline"))

@@ -4,14 +4,14 @@
 
 use std::path::PathBuf;
 
-use ferroloader_transforms::decode::Decoder;
+use ferroloader_transforms::decode::{DecodeContext, Decoder};
 use ferroloader_transforms::fused::{OutputKind, OutputSlot};
 use ferroloader_transforms::rng::sample_rng;
 use ferroloader_transforms::spec::{
     Execution, Interpolation, Layout, Op, OpObserver, OpSpec, OutputDtype, Pipeline, PipelineSpec,
     Size, IMAGENET_MEAN, IMAGENET_STD,
 };
-use ferroloader_transforms::Error;
+use ferroloader_transforms::{tensor, Error, RgbImage};
 
 #[path = "../../tests/support/fixtures.rs"]
 mod fixtures;
@@ -161,16 +161,15 @@ fn eval_pipeline_paths_agree() {
     for (name, bytes) in corpus() {
         let mut ctx = fused.new_context().expect("context");
         let mut out = vec![0f32; fused.sample_len()];
-        // Images smaller than the crop after resizing cannot be center-cropped without padding.
-        let Ok(report) = fused.run(
-            &bytes,
-            &mut sample_rng(0, 0, 0),
-            &mut ctx,
-            OutputSlot::F32(&mut out),
-            &mut (),
-        ) else {
-            continue;
-        };
+        let report = fused
+            .run(
+                &bytes,
+                &mut sample_rng(0, 0, 0),
+                &mut ctx,
+                OutputSlot::F32(&mut out),
+                &mut (),
+            )
+            .unwrap_or_else(|e| panic!("{name}: {e}"));
         assert!(!report.flipped);
         let (expected, _) = run_f32(&op, &bytes, 0, 0);
         assert_eq!(out, expected, "{name}");
@@ -179,6 +178,68 @@ fn eval_pipeline_paths_agree() {
         ran += 1;
     }
     assert!(ran > 10, "only {ran} images ran the eval pipeline");
+}
+
+#[test]
+fn a_pipeline_with_no_crop_or_resize_keeps_the_size_it_is_given() {
+    // CIFAR's test transform, with a flip: the decoded image as it is, then the conversion.
+    let ops = vec![
+        OpSpec::RandomHorizontalFlip { p: 1.0 },
+        OpSpec::ToTensor,
+        OpSpec::Normalize {
+            mean: IMAGENET_MEAN,
+            std: IMAGENET_STD,
+        },
+    ];
+    let mut decode = DecodeContext::new(Default::default()).expect("context");
+    for (name, bytes) in corpus().into_iter().take(8) {
+        let mut img = RgbImage::new();
+        decode.decode(&bytes, &mut img).expect("decodes");
+        let (h, w) = (img.height(), img.width());
+        let mut spec = PipelineSpec::new(ops.clone());
+        assert!(spec.keeps_image_size());
+        spec.image_size = Some([h, w]);
+        let fused = Pipeline::new(spec.clone()).expect("plans");
+        let op_by_op = Pipeline::new(spec.execution(Execution::OpByOp)).expect("plans");
+        assert_eq!(fused.output_size(), (h, w));
+        tensor::hflip(&mut img);
+        let mut want = vec![0f32; fused.sample_len()];
+        tensor::to_tensor(img.view(), &mut want).expect("converts");
+        tensor::normalize(&mut want, &IMAGENET_MEAN, &IMAGENET_STD).expect("normalizes");
+        assert_eq!(
+            run_f32(&fused, &bytes, 0, 0),
+            (want.clone(), true),
+            "{name}: fused"
+        );
+        assert_eq!(
+            run_f32(&op_by_op, &bytes, 0, 0),
+            (want, true),
+            "{name}: op by op"
+        );
+        // An image of another size is that sample's error, naming both sizes.
+        let mut other = PipelineSpec::new(ops.clone());
+        other.image_size = Some([h + 1, w]);
+        let other = Pipeline::new(other).expect("plans");
+        let mut ctx = other.new_context().expect("context");
+        let mut out = vec![0f32; other.sample_len()];
+        let err = other
+            .run(
+                &bytes,
+                &mut sample_rng(0, 0, 0),
+                &mut ctx,
+                OutputSlot::F32(&mut out),
+                &mut (),
+            )
+            .expect_err("another size");
+        let msg = err.to_string();
+        assert!(
+            msg.contains(&format!("the image is {w}x{h}"))
+                && msg.contains(&format!("{w}x{}", h + 1)),
+            "{name}: {msg}"
+        );
+    }
+    // Without the size there is nothing to plan the batch by.
+    assert!(plan_error(ops).contains("`image_size`"));
 }
 
 /// `spec` with its first op (RandomResizedCrop or Resize) set to `interpolation`.
@@ -433,7 +494,7 @@ fn bad_specs_are_invalid_arguments_naming_the_problem() {
         interpolation: Default::default(),
         antialias: true,
     };
-    assert!(plan_error(vec![OpSpec::ToTensor]).contains("must start with"));
+    assert!(plan_error(vec![OpSpec::ToTensor]).contains("`image_size`"));
     assert!(plan_error(vec![
         OpSpec::Resize {
             size: Size::Int(256),

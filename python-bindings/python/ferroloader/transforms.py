@@ -1159,7 +1159,9 @@ def as_compose(transform: Any) -> Compose:
 
 def check(transform: Any, *, output: str = "float32", decoder: str = "turbo") -> Dict[str, Any]:
     """Plans the pipeline as the loader would, raising what the loader would raise, and returns
-    ``{"shape": (C, H, W), "dtype": ..., "deferred_normalize": (mean, std) or None}``."""
+    ``{"shape": (C, H, W), "dtype": ..., "deferred_normalize": (mean, std) or None}``. A
+    pipeline with no crop or resize first keeps each image's own size (the loader takes it from
+    the first sample): ``H`` and ``W`` are then ``None`` unless a later op fixes them."""
     return _native.check_pipeline(pipeline_spec(transform, output=output, decoder=decoder))
 
 

@@ -319,6 +319,12 @@ def _pipeline(transform: Any) -> _SplitPipeline:
     ops = _flat(compose.transforms)
     output: Output = "uint8" if any(isinstance(t, T.PILToTensor) for t in ops) else "float32"
     shape = T.check(compose, output=output)["shape"]
+    if shape[1] is None or shape[2] is None:
+        # The strategies it measures (re-encoding smaller, caching after the crop) need one.
+        raise ValueError(
+            "transform: advise needs a pipeline whose output size is fixed, by a crop or a Resize "
+            "(RandomResizedCrop, Resize + CenterCrop, ...); this one keeps each image's own size"
+        )
     cut = 0
     while cut < len(ops) and isinstance(ops[cut], _GEOMETRIC):
         cut += 1
