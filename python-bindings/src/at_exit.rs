@@ -92,7 +92,9 @@ mod tests {
         let (running_tx, running_rx) = mpsc::channel::<()>();
         let counter = Arc::clone(&stops);
         register(
-            move || drop(counter.fetch_add(1, Ordering::SeqCst)),
+            move || {
+                counter.fetch_add(1, Ordering::SeqCst);
+            },
             ended_rx,
         );
         register(|| {}, running_rx);

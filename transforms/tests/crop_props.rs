@@ -324,10 +324,10 @@ proptest! {
     ) {
         let c = center_crop(width, height, out_h, out_w).expect("valid");
         let [l, t, r, b] = c.padding;
-        // torchvision: (crop - side) // 2 before and (crop - side + 1) // 2 after, where the
-        // crop is longer; the window then lies in the padded image.
+        // torchvision: (crop - side) // 2 before and (crop - side + 1) // 2 (the ceiling)
+        // after, where the crop is longer; the window then lies in the padded image.
         let before_after = |side: u32, out: u32| {
-            if out > side { ((out - side) / 2, (out - side + 1) / 2) } else { (0, 0) }
+            if out > side { ((out - side) / 2, (out - side).div_ceil(2)) } else { (0, 0) }
         };
         prop_assert_eq!((l, r), before_after(width, out_w));
         prop_assert_eq!((t, b), before_after(height, out_h));
