@@ -299,3 +299,27 @@ def test_flips_after_to_tensor_run_natively_as_torchvision_flips_the_tensor(fold
             assert torch.allclose(images[k], ref, atol=1e-6, rtol=0), f"sample {seen}"
             seen += 1
     assert seen == len(reference)
+
+
+@pytest.mark.parametrize("tv", [tvT, v2], ids=["v1", "v2"])
+def test_resize_then_random_resized_crop_runs_natively_as_torchvision(folder: Path, tv: Any) -> None:
+    """``Resize(int)`` then ``RandomResizedCrop`` (a fine-tuning order), each with its own
+    interpolation. scale=(1, 1), ratio=(1, 1) leaves nothing to chance: the square centred on the
+    resized image (the fallback), or all of it when square."""
+    tv_transform = tv.Compose(
+        [
+            tv.Resize(40, interpolation=tvT.InterpolationMode.BICUBIC),
+            tv.RandomResizedCrop(24, scale=(1.0, 1.0), ratio=(1.0, 1.0)),
+            tv.PILToTensor(),
+        ]
+    )
+    reference = torchvision.datasets.ImageFolder(str(folder), transform=tv_transform)
+    native = T.from_torchvision(tv_transform)
+    seen = 0
+    loader = fl.Loader(fl.ImageFolder(folder), batch_size=5, num_workers=2, transform=native, output="uint8")
+    for images, _ in loader:
+        for k in range(images.shape[0]):
+            ref, _ = reference[seen]
+            assert torch.equal(images[k], ref), f"sample {seen}"
+            seen += 1
+    assert seen == len(reference)

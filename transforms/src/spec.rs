@@ -445,6 +445,21 @@ enum Geometry {
     },
     /// The decoded image as it is, which must be `(height, width)` (the spec's `image_size`).
     Whole((u32, u32)),
+    /// `Resize` of the whole image, then `RandomResizedCrop` of the resized one (a fine-tuning
+    /// order): no region decode, the crop is drawn on the resized size.
+    ResizeThenRandomResizedCrop {
+        resize: WholeResize,
+        rrc: RandomResizedCrop,
+    },
+}
+
+/// A `Resize` of the whole image that a later op of the geometry follows.
+#[derive(Clone, Copy, Debug, PartialEq)]
+struct WholeResize {
+    size: Size,
+    max_size: Option<u32>,
+    /// Its own interpolation: the op after it resamples with its own.
+    filter: Filter,
 }
 
 /// A checked, planned [`PipelineSpec`]; immutable and shared by every worker.
@@ -461,7 +476,10 @@ enum Geometry {
 ///
 /// A `RandomCrop` standing first (or right after `Resize`) is the geometry: the decoded (or
 /// resized) image of any size, its window taken by the fused pass when nothing pads, else
-/// padded into an image of the crop's size first.
+/// padded into an image of the crop's size first. A `RandomResizedCrop` right after `Resize` is
+/// drawn on the resized image (decoded whole, no region decode), each resize with its own
+/// filter. With none of these first, the images keep their own size (the spec's
+/// `image_size`).
 ///
 /// Random compositions (`RandomApply`, `RandomChoice`, `RandomOrder`) are stage ops over
 /// stage ops; a nested `Compose` is flattened where it stands. After the conversion, tensor
@@ -534,14 +552,22 @@ impl PipelineContext {
     }
 }
 
+fn no_antialias() -> Error {
+    Error::invalid(
+        "antialias",
+        "PIL images are always resized with antialias; false is not supported",
+    )
+}
+
 fn bad_order(reason: &str) -> Error {
     Error::invalid(
         "ops",
         format!(
-            "{reason}; supported: RandomResizedCrop | Resize [CenterCrop | RandomCrop] | \
-             CenterCrop | RandomCrop (or none of them: the images' own size), then any number of RandomHorizontalFlip, pixel ops \
-             (ColorJitter, Grayscale, RandomGrayscale, RandomPosterize, RandomSolarize, \
-             RandomEqualize, RandomAutocontrast, RandomAdjustSharpness, RandomInvert), \
+            "{reason}; supported: RandomResizedCrop | Resize [CenterCrop | RandomCrop | \
+             RandomResizedCrop] | CenterCrop | RandomCrop (or none of them: the images' own \
+             size), then any number of RandomHorizontalFlip, pixel ops (ColorJitter, \
+             Grayscale, RandomGrayscale, RandomPosterize, RandomSolarize, RandomEqualize, \
+             RandomAutocontrast, RandomAdjustSharpness, RandomInvert), \
              policies (TrivialAugmentWide, RandAugment, AutoAugment), geometric ops \
              (RandomVerticalFlip, RandomRotation, RandomAffine, GaussianBlur, Pad, RandomCrop, \
              CenterCrop) and RandomApply, RandomChoice, RandomOrder of those, in any order, \
@@ -688,10 +714,7 @@ impl Pipeline {
                 antialias,
             }) => {
                 if !antialias {
-                    return Err(Error::invalid(
-                        "antialias",
-                        "PIL images are always resized with antialias; false is not supported",
-                    ));
+                    return Err(no_antialias());
                 }
                 let size = check_size("size", size.square_or_pair())?;
                 let rrc = RandomResizedCrop::new(size, (scale[0], scale[1]), (ratio[0], ratio[1]))?;
@@ -708,10 +731,7 @@ impl Pipeline {
                 antialias,
             }) => {
                 if !antialias {
-                    return Err(Error::invalid(
-                        "antialias",
-                        "PIL images are always resized with antialias; false is not supported",
-                    ));
+                    return Err(no_antialias());
                 }
                 if let Size::Pair(pair) = size {
                     check_size("size", (pair[0], pair[1]))?;
@@ -722,8 +742,34 @@ impl Pipeline {
                         ));
                     }
                 }
-                // `Resize(256)` then `RandomCrop(224)`: the crop fixes the size.
-                if let Some(crop) = ops
+                // `Resize(256)` then `RandomResizedCrop(224)`: the crop fixes the size.
+                if let Some(OpSpec::RandomResizedCrop {
+                    size: crop_size,
+                    scale,
+                    ratio,
+                    interpolation: crop_interpolation,
+                    antialias,
+                }) = ops.peek()
+                {
+                    if !antialias {
+                        return Err(no_antialias());
+                    }
+                    let out = check_size("size", crop_size.square_or_pair())?;
+                    let rrc =
+                        RandomResizedCrop::new(out, (scale[0], scale[1]), (ratio[0], ratio[1]))?;
+                    let filter = crop_interpolation.filter();
+                    ops.next();
+                    let resize = WholeResize {
+                        size: *size,
+                        max_size: *max_size,
+                        filter: interpolation.filter(),
+                    };
+                    (
+                        Geometry::ResizeThenRandomResizedCrop { resize, rrc },
+                        out,
+                        filter,
+                    )
+                } else if let Some(crop) = ops
                     .peek()
                     .map(|op| RandomCropOp::plan(op))
                     .transpose()?
@@ -1072,7 +1118,9 @@ impl Pipeline {
         )?;
         let size = self.geometry_size;
         let into_stage = match self.geometry {
-            Geometry::RandomResizedCrop(_) => Op::Resize,
+            Geometry::RandomResizedCrop(_) | Geometry::ResizeThenRandomResizedCrop { .. } => {
+                Op::Resize
+            }
             _ => Op::Crop,
         };
         observed(obs, into_stage, || {
@@ -1158,6 +1206,19 @@ impl Pipeline {
                 };
                 Ok((decoded.view(), inner, report))
             }
+            Geometry::ResizeThenRandomResizedCrop { resize, rrc } => {
+                let info = observed(obs, Op::Decode, || decode.decode(bytes, decoded))?;
+                let (crop, flipped) =
+                    self.resized_crop_params(resize, rrc, decoded, resized, resizer, rng, obs)?;
+                let decoded: &'a RgbImage = decoded;
+                let report = SampleReport {
+                    width: info.width,
+                    height: info.height,
+                    crop: CropRect::full(info.width, info.height),
+                    flipped,
+                };
+                Ok((decoded.view(), crop, report))
+            }
             Geometry::RandomCrop { resize, crop } => {
                 let info = observed(obs, Op::Decode, || decode.decode(bytes, decoded))?;
                 let (plan, flipped) =
@@ -1219,8 +1280,15 @@ impl Pipeline {
                 max_size,
                 center_crop: crop,
             } => {
-                let (rh, rw) =
-                    self.resize_whole(decoded, *size, *max_size, resizer, resized, obs)?;
+                let (rh, rw) = self.resize_whole(
+                    decoded,
+                    *size,
+                    *max_size,
+                    self.filter,
+                    resizer,
+                    resized,
+                    obs,
+                )?;
                 let Some((ch, cw)) = *crop else {
                     return Ok((resized.view(), CropRect::full(rw, rh), source));
                 };
@@ -1262,9 +1330,9 @@ impl Pipeline {
                 let decoded: &'a RgbImage = decoded;
                 Ok((decoded.view(), source, source))
             }
-            Geometry::RandomResizedCrop(_) | Geometry::RandomCrop { .. } => {
-                Err(Error::invalid("ops", "not an eval pipeline"))
-            }
+            Geometry::RandomResizedCrop(_)
+            | Geometry::ResizeThenRandomResizedCrop { .. }
+            | Geometry::RandomCrop { .. } => Err(Error::invalid("ops", "not an eval pipeline")),
         }
     }
 
@@ -1311,11 +1379,13 @@ impl Pipeline {
 
     /// `Resize(size, max_size)` of the whole `decoded` image into `resized`, in its span;
     /// returns the new `(height, width)`.
+    #[allow(clippy::too_many_arguments)]
     fn resize_whole(
         &self,
         decoded: &RgbImage,
         size: Size,
         max_size: Option<u32>,
+        filter: Filter,
         resizer: &mut Resizer,
         resized: &mut RgbImage,
         obs: &mut dyn OpObserver,
@@ -1335,6 +1405,7 @@ impl Pipeline {
                 limit: self.spec.max_pixels,
             });
         }
+        resizer.set_filter(filter);
         observed(obs, Op::Resize, || {
             resizer.resize(decoded.view(), rh, rw, resized)
         })?;
@@ -1356,13 +1427,36 @@ impl Pipeline {
         obs: &mut dyn OpObserver,
     ) -> Result<(RandomCropPlan, bool)> {
         if let Some((size, max_size)) = resize {
-            self.resize_whole(decoded, size, max_size, resizer, spare, obs)?;
+            self.resize_whole(decoded, size, max_size, self.filter, resizer, spare, obs)?;
             std::mem::swap(decoded, spare);
         }
         observed(obs, Op::CropParams, || {
             let plan = crop.draw(decoded.width(), decoded.height(), rng)?;
             Ok((plan, self.draw_flip(rng)))
         })
+    }
+
+    /// For a [`Geometry::ResizeThenRandomResizedCrop`]: the decoded image resized into
+    /// `decoded` itself (buffers swapped with `spare`), then the crop drawn on the resized size
+    /// and the flip's coin, in that order.
+    #[allow(clippy::too_many_arguments)]
+    fn resized_crop_params(
+        &self,
+        resize: &WholeResize,
+        rrc: &RandomResizedCrop,
+        decoded: &mut RgbImage,
+        spare: &mut RgbImage,
+        resizer: &mut Resizer,
+        rng: &mut SampleRng,
+        obs: &mut dyn OpObserver,
+    ) -> Result<(CropRect, bool)> {
+        let (size, max_size, filter) = (resize.size, resize.max_size, resize.filter);
+        self.resize_whole(decoded, size, max_size, filter, resizer, spare, obs)?;
+        std::mem::swap(decoded, spare);
+        Ok(observed(obs, Op::CropParams, || {
+            let crop = rrc.get_params(decoded.width(), decoded.height(), rng);
+            (crop, self.draw_flip(rng))
+        }))
     }
 
     fn run_op_by_op(
@@ -1399,6 +1493,9 @@ impl Pipeline {
                     flipped,
                 )
             }
+            Geometry::ResizeThenRandomResizedCrop { resize, rrc } => {
+                self.resized_crop_params(resize, rrc, decoded, stage_b, resizer, rng, obs)?
+            }
             _ => observed(obs, Op::CropParams, || {
                 let crop = match &self.geometry {
                     Geometry::RandomResizedCrop(rrc) => {
@@ -1411,10 +1508,11 @@ impl Pipeline {
         };
         match &self.geometry {
             Geometry::RandomCrop { .. } => {}
-            Geometry::RandomResizedCrop(_) => {
+            Geometry::RandomResizedCrop(_) | Geometry::ResizeThenRandomResizedCrop { .. } => {
                 observed(obs, Op::Crop, || {
                     decoded.crop_view(crop).map(|v| v.to_image(stage_b))
                 })?;
+                resizer.set_filter(self.filter);
                 observed(obs, Op::Resize, || {
                     resizer.resize(stage_b.view(), out_h, out_w, stage_a)
                 })?;

@@ -14,11 +14,12 @@ use ferroloader_transforms::augment::geometry::{
     vflip, AffineWarp, GaussianBlur, Interpolation, Padder, Padding, PaddingMode, RandomCropSpec,
 };
 use ferroloader_transforms::augment::policy::{self, draw_p, RandomAffine, RandomRotation};
+use ferroloader_transforms::crop::RandomResizedCrop;
 use ferroloader_transforms::crop::{
     center_crop as center_crop_plan, center_crop_rect, resize_shorter_side,
 };
 use ferroloader_transforms::decode::DecodeContext;
-use ferroloader_transforms::resize::Resizer;
+use ferroloader_transforms::resize::{Filter, Resizer};
 use ferroloader_transforms::rng::{sample_rng, SampleRng};
 use ferroloader_transforms::spec::{
     Execution, Fill, KernelSize, NumberOrRange, Op, OpSpec, PadMode, PaddingArg, Pipeline,
@@ -513,6 +514,57 @@ fn random_crop_first_or_after_resize_equals_the_padder_with_the_policy_draw() {
                     }
                 }
             }
+        }
+    }
+}
+
+#[test]
+fn resize_then_random_resized_crop_equals_its_parts_with_the_policy_draw() {
+    // Resize(40, bicubic), then RandomResizedCrop(SIZE, bilinear) drawn on the resized size:
+    // two filters, each its own op's.
+    let ops = vec![
+        OpSpec::Resize {
+            size: Size::Int(40),
+            max_size: None,
+            interpolation: ferroloader_transforms::spec::Interpolation::Bicubic,
+            antialias: true,
+        },
+        rrc(),
+        flip(0.5),
+        OpSpec::ToTensor,
+        normalize(),
+    ];
+    let fused = plan(ops.clone());
+    let op_by_op = plan_op_by_op(ops);
+    assert_eq!(fused.output_size(), (SIZE, SIZE));
+    let crop = RandomResizedCrop::new((SIZE, SIZE), (0.08, 1.0), (0.75, 4.0 / 3.0)).expect("valid");
+    let mut decode = DecodeContext::new(Default::default()).expect("decoder");
+    let (mut bicubic, mut bilinear) = (Resizer::new(), Resizer::new());
+    bicubic.set_filter(Filter::Bicubic);
+    for (name, bytes) in &corpus() {
+        for index in 0..3 {
+            let mut img = RgbImage::new();
+            decode.decode(bytes, &mut img).expect("decodes");
+            let (h, w) = resize_shorter_side(img.width(), img.height(), 40, None).expect("size");
+            let mut resized = RgbImage::new();
+            bicubic
+                .resize(img.view(), h, w, &mut resized)
+                .expect("resizes");
+            let mut rng = sample_rng(SEED, 0, index);
+            let rect = crop.get_params(w, h, &mut rng);
+            let mut out = RgbImage::new();
+            let view = resized.crop_view(rect).expect("inside");
+            bilinear
+                .resize(view, SIZE, SIZE, &mut out)
+                .expect("resizes");
+            if tensor::draw_flip(&mut rng, 0.5) {
+                tensor::hflip(&mut out);
+            }
+            let want = to_normalized(&out);
+            let got = run_f32(&fused, bytes, index).expect("runs");
+            assert!(bits(&got) == bits(&want), "{name} #{index}: fused");
+            let got = run_f32(&op_by_op, bytes, index).expect("runs");
+            assert!(bits(&got) == bits(&want), "{name} #{index}: op by op");
         }
     }
 }
