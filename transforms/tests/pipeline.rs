@@ -43,19 +43,26 @@ fn corpus() -> Vec<(String, Vec<u8>)> {
         .collect()
 }
 
-fn run_f32(pipeline: &Pipeline, bytes: &[u8], seed: u64, index: u64) -> (Vec<f32>, bool) {
+fn try_run_f32(
+    pipeline: &Pipeline,
+    bytes: &[u8],
+    seed: u64,
+    index: u64,
+) -> Result<(Vec<f32>, bool), Error> {
     let mut ctx = pipeline.new_context().expect("context");
     let mut out = vec![0f32; pipeline.sample_len()];
-    let report = pipeline
-        .run(
-            bytes,
-            &mut sample_rng(seed, 0, index),
-            &mut ctx,
-            OutputSlot::F32(&mut out),
-            &mut (),
-        )
-        .expect("runs");
-    (out, report.flipped)
+    let report = pipeline.run(
+        bytes,
+        &mut sample_rng(seed, 0, index),
+        &mut ctx,
+        OutputSlot::F32(&mut out),
+        &mut (),
+    )?;
+    Ok((out, report.flipped))
+}
+
+fn run_f32(pipeline: &Pipeline, bytes: &[u8], seed: u64, index: u64) -> (Vec<f32>, bool) {
+    try_run_f32(pipeline, bytes, seed, index).expect("runs")
 }
 
 fn run_u8(pipeline: &Pipeline, bytes: &[u8], seed: u64) -> Vec<u8> {
@@ -159,18 +166,9 @@ fn eval_pipeline_paths_agree() {
     assert_eq!(fused.output_size(), (224, 224));
     let mut ran = 0;
     for (name, bytes) in corpus() {
-        let mut ctx = fused.new_context().expect("context");
-        let mut out = vec![0f32; fused.sample_len()];
-        let report = fused
-            .run(
-                &bytes,
-                &mut sample_rng(0, 0, 0),
-                &mut ctx,
-                OutputSlot::F32(&mut out),
-                &mut (),
-            )
-            .unwrap_or_else(|e| panic!("{name}: {e}"));
-        assert!(!report.flipped);
+        let (out, flipped) =
+            try_run_f32(&fused, &bytes, 0, 0).unwrap_or_else(|e| panic!("{name}: {e}"));
+        assert!(!flipped);
         let (expected, _) = run_f32(&op, &bytes, 0, 0);
         assert_eq!(out, expected, "{name}");
         // Deterministic: no randomness in eval.
@@ -220,17 +218,7 @@ fn a_pipeline_with_no_crop_or_resize_keeps_the_size_it_is_given() {
         let mut other = PipelineSpec::new(ops.clone());
         other.image_size = Some([h + 1, w]);
         let other = Pipeline::new(other).expect("plans");
-        let mut ctx = other.new_context().expect("context");
-        let mut out = vec![0f32; other.sample_len()];
-        let err = other
-            .run(
-                &bytes,
-                &mut sample_rng(0, 0, 0),
-                &mut ctx,
-                OutputSlot::F32(&mut out),
-                &mut (),
-            )
-            .expect_err("another size");
+        let err = try_run_f32(&other, &bytes, 0, 0).expect_err("another size");
         let msg = err.to_string();
         assert!(
             msg.contains(&format!("the image is {w}x{h}"))
