@@ -353,9 +353,22 @@ impl PyLoader {
         Ok(self.inner.get("loader")?.num_samples())
     }
 
-    /// Shape of one sample, e.g. `(3, 224, 224)`.
+    /// Shape of one sample, e.g. `(3, 224, 224)`; a Python tail's result may have any number
+    /// of dimensions (`FiveCrop`'s `(5, 3, H, W)`), which the batch arrays are held in three
+    /// of (see `held_shape`).
     #[getter]
-    fn sample_shape(&self) -> PyResult<(usize, usize, usize)> {
+    fn sample_shape(&self) -> PyResult<Vec<usize>> {
+        let loader = self.inner.get("loader")?;
+        Ok(match loader.processor() {
+            Processor::WithTail(tail) => tail.sample_shape().map(<[usize]>::to_vec),
+            Processor::Native(_) => None,
+        }
+        .unwrap_or_else(|| loader.layout().shape.to_vec()))
+    }
+
+    /// Shape of one sample as the batch arrays hold it: always three dimensions.
+    #[getter]
+    fn held_shape(&self) -> PyResult<(usize, usize, usize)> {
         let [a, b, c] = self.inner.get("loader")?.layout().shape;
         Ok((a, b, c))
     }

@@ -151,7 +151,16 @@ pub(crate) struct PythonTail {
     /// `ferroloader._tail.TailRunner`.
     runner: Py<PyAny>,
     /// What every sample must come out as; `None` until [`PythonTail::probe`] has run.
-    layout: Option<SampleLayout>,
+    layout: Option<TailLayout>,
+}
+
+/// A tail result's element type and shape, and the 3-dimensional layout the batch ring holds
+/// it in: leading dimensions folded into the first (`FiveCrop`'s `(5, 3, H, W)` is held as
+/// `(15, H, W)`), missing ones 1; the Python loader views each batch back at `shape`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct TailLayout {
+    layout: SampleLayout,
+    shape: Vec<usize>,
 }
 
 impl fmt::Debug for PythonTail {
@@ -226,6 +235,12 @@ impl PythonTail {
     /// The native prefix, when there is one.
     pub(crate) fn prefix(&self) -> Option<&ImagePipeline> {
         self.prefix.as_ref()
+    }
+
+    /// A sample's shape as the tail returns it (any number of dimensions); `None` before the
+    /// probe.
+    pub(crate) fn sample_shape(&self) -> Option<&[usize]> {
+        self.layout.as_ref().map(|l| l.shape.as_slice())
     }
 
     /// Runs the whole pipeline on the first sample that works (only the first with
@@ -407,20 +422,23 @@ impl PythonTail {
         out: SlotMut<'_>,
         hooks: &mut dyn OpHooks,
     ) -> Result<(), TransformError> {
-        let expected = self.layout.ok_or_else(|| TransformError::External {
-            detail: "the Python tail ran before its layout was probed".to_owned(),
-        })?;
+        let expected = self
+            .layout
+            .as_ref()
+            .ok_or_else(|| TransformError::External {
+                detail: "the Python tail ran before its layout was probed".to_owned(),
+            })?;
         let prefixed = self.prefix_into(bytes, key, scratch, hooks)?;
         self.locked_python(hooks, |py, hooks| {
             let array = self.run_ops(py, prefixed, key, hooks)?;
             let got = layout_of(&array).map_err(|e| external(py, "tail result", &e))?;
-            if got != expected {
+            if got != *expected {
                 return Err(TransformError::External {
                     detail: format!(
                         "the tail returned {}, but the first sample gave {} (every sample of \
                          a batch must have the same shape and dtype)",
                         describe(&got),
-                        describe(&expected)
+                        describe(expected)
                     ),
                 });
             }
@@ -430,29 +448,43 @@ impl PythonTail {
 }
 
 /// `(3, 224, 224) float32`.
-fn describe(layout: &SampleLayout) -> String {
-    let [a, b, c] = layout.shape;
-    let dtype = match layout.dtype {
+fn describe(layout: &TailLayout) -> String {
+    let dtype = match layout.layout.dtype {
         DType::F32 => "float32",
         DType::U8 => "uint8",
     };
-    format!("({a}, {b}, {c}) {dtype}")
+    let dims: Vec<String> = layout.shape.iter().map(usize::to_string).collect();
+    let comma = if dims.len() == 1 { "," } else { "" };
+    format!("({}{comma}) {dtype}", dims.join(", "))
 }
 
-/// The layout of a 3-dimensional float32 or uint8 array (what `TailRunner.to_output` returns).
-fn layout_of(array: &Bound<'_, PyAny>) -> PyResult<SampleLayout> {
+/// The layout of a float32 or uint8 array of any shape (what `TailRunner.to_output` returns).
+fn layout_of(array: &Bound<'_, PyAny>) -> PyResult<TailLayout> {
     let (dtype, shape) = if let Ok(a) = array.extract::<PyReadonlyArrayDyn<'_, f32>>() {
         (DType::F32, a.shape().to_vec())
     } else {
         let a = array.extract::<PyReadonlyArrayDyn<'_, u8>>()?;
         (DType::U8, a.shape().to_vec())
     };
-    match shape[..] {
-        [c, h, w] => Ok(SampleLayout::chw(dtype, c, h, w)),
-        _ => Err(pyo3::exceptions::PyTypeError::new_err(format!(
-            "returned shape {shape:?}; batches hold 3-dimensional samples"
-        ))),
-    }
+    let [c, h, w] = held_as(&shape);
+    Ok(TailLayout {
+        layout: SampleLayout::chw(dtype, c, h, w),
+        shape,
+    })
+}
+
+/// `shape` as three dimensions: the leading ones multiplied into the first, 1 for any missing.
+fn held_as(shape: &[usize]) -> [usize; 3] {
+    let n = shape.len();
+    let dim = |from_end: usize| {
+        if n >= from_end {
+            shape[n - from_end]
+        } else {
+            1
+        }
+    };
+    let lead: usize = shape[..n.saturating_sub(2)].iter().product();
+    [if n >= 3 { lead } else { dim(3) }, dim(2), dim(1)]
 }
 
 /// Copies a contiguous array of the slot's dtype and length into the slot.
@@ -576,7 +608,10 @@ impl SampleProcessor for Processor {
             Processor::Native(p) => p.sample_layout(),
             // `PyLoader::new` probes before building the loader; an unprobed tail (a bug) gets
             // an empty layout, which the loader refuses.
-            Processor::WithTail(t) => t.layout.unwrap_or(SampleLayout::chw(DType::U8, 0, 0, 0)),
+            Processor::WithTail(t) => t
+                .layout
+                .as_ref()
+                .map_or(SampleLayout::chw(DType::U8, 0, 0, 0), |l| l.layout),
         }
     }
 
@@ -598,6 +633,30 @@ impl SampleProcessor for Processor {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn results_of_any_rank_are_held_in_three_dimensions() {
+        assert_eq!(held_as(&[5, 3, 48, 40]), [15, 48, 40]);
+        assert_eq!(held_as(&[2, 5, 3, 4, 6]), [30, 4, 6]);
+        assert_eq!(held_as(&[3, 224, 224]), [3, 224, 224]);
+        assert_eq!(held_as(&[8, 9]), [1, 8, 9]);
+        assert_eq!(held_as(&[7]), [1, 1, 7]);
+        assert_eq!(held_as(&[]), [1, 1, 1]);
+        let layout = |shape: Vec<usize>| {
+            let [c, h, w] = held_as(&shape);
+            TailLayout {
+                layout: SampleLayout::chw(DType::F32, c, h, w),
+                shape,
+            }
+        };
+        assert_eq!(
+            describe(&layout(vec![5, 3, 48, 40])),
+            "(5, 3, 48, 40) float32"
+        );
+        assert_eq!(describe(&layout(vec![7])), "(7,) float32");
+        // Two shapes held alike are still two layouts: a sample of the other is an error.
+        assert_ne!(layout(vec![15, 48, 40]), layout(vec![5, 3, 48, 40]));
+    }
 
     #[test]
     fn tail_seed_depends_on_every_part_of_the_key() {

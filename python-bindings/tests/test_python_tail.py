@@ -137,6 +137,29 @@ def test_a_tail_that_changes_the_shape_sets_the_layout(folder: Path) -> None:
     assert torch.equal(x[0], expected)
 
 
+def five_crops_to_tensor(crops: Any) -> torch.Tensor:
+    return torch.stack([tv.ToTensor()(c) for c in crops])
+
+
+def test_tail_results_of_any_rank_batch_as_dataloader_stacks_them(folder: Path) -> None:
+    """FiveCrop's test-time augmentation: (5, 3, H, W) per sample, (B, 5, 3, H, W) per batch,
+    as DataLoader's default collate stacks them; a 2-dimensional result likewise."""
+    five = tv.Compose([tv.Resize(40), tv.FiveCrop(24), tv.Lambda(five_crops_to_tensor)])
+    reference = torchvision.datasets.ImageFolder(str(folder), transform=five)
+    ld = loader(folder, five, batch_size=4)
+    assert ld.sample_shape == (5, 3, 24, 24)
+    got = torch.cat([x for x, _ in ld])
+    assert got.shape == (len(reference), 5, 3, 24, 24)
+    assert torch.equal(got, torch.stack([reference[i][0] for i in range(len(reference))]))
+    single, _ = next(iter(loader(folder, five, batch_size=None)))
+    assert torch.equal(single, reference[0][0])
+    plane = tv.Compose([tv.Resize((8, 6)), tv.PILToTensor(), tv.Lambda(lambda t: t[1])])
+    ld = loader(folder, plane, output="uint8")
+    assert ld.sample_shape == (8, 6)
+    x, _ = next(iter(ld))
+    assert x.shape == (4, 8, 6) and x.dtype == torch.uint8
+
+
 def fails_on_small(im: Image.Image) -> Image.Image:
     if im.size == (160, 120):
         raise ZeroDivisionError("too small to divide")

@@ -87,7 +87,8 @@ class TailRunner:
         return data
 
     def to_output(self, result: Any) -> np.ndarray:
-        """The tail's result as a C-contiguous float32 or uint8 array of 3 dimensions: a tensor
+        """The tail's result as a C-contiguous float32 or uint8 array of any shape (batches stack
+        it as DataLoader does: ``FiveCrop``'s ``(5, 3, H, W)`` makes ``(B, 5, 3, H, W)``): a tensor
         or array as it is, a PIL image as ``ToTensor`` (``output="float32"``) or
         ``PILToTensor`` (``"uint8"``) would convert it. Raises ``TypeError`` naming what was
         returned otherwise."""
@@ -114,10 +115,6 @@ class TailRunner:
             )
         if array.dtype not in (np.float32, np.uint8):
             raise TypeError(f"returned {array.dtype} values; batches hold float32 or uint8")
-        if array.ndim != 3:
-            raise TypeError(
-                f"returned shape {tuple(array.shape)}; batches hold 3-dimensional samples (C, H, W)"
-            )
         return np.ascontiguousarray(array)
 
 

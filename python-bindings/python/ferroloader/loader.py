@@ -158,9 +158,10 @@ class Loader:
     ``ToTensor``, a CHW tensor after ``ToTensor``/``Normalize``/``PILToTensor``/``ToDtype``
     (with no native prefix at all, the image as Pillow opens it). The tail's result (a tensor,
     an array, or a PIL image converted as ``ToTensor``, or ``PILToTensor`` with
-    ``output="uint8"``) is the sample: its shape and dtype are the first sample's, found when
-    the loader is built, and a later sample that differs is that sample's error (``on_error``
-    applies). The tail holds the GIL and runs one sample at a time across the process, in its
+    ``output="uint8"``) is the sample, of any number of dimensions (``FiveCrop``'s
+    ``(5, 3, H, W)`` batches as ``(B, 5, 3, H, W)``): its shape and dtype are the first
+    sample's, found when the loader is built, and a later sample that differs is that sample's
+    error (``on_error`` applies). The tail holds the GIL and runs one sample at a time across the process, in its
     own profile span (``python_tail``, each op ``python:<Name>``); before each sample, torch's
     CPU generator, ``random`` and numpy's global generator are seeded from ``(seed, epoch,
     index)`` and restored after, so batches stay the same whatever ``num_workers``.
@@ -500,9 +501,10 @@ class Loader:
         return self._loader().next_epoch
 
     @property
-    def sample_shape(self) -> Tuple[int, int, int]:
-        """Shape of one sample, e.g. ``(3, 224, 224)``."""
-        return self._loader().sample_shape
+    def sample_shape(self) -> Tuple[int, ...]:
+        """Shape of one sample, e.g. ``(3, 224, 224)``; a Python tail's may have any number of
+        dimensions (``FiveCrop``'s ``(5, 3, 224, 224)``), as DataLoader would batch it."""
+        return tuple(self._loader().sample_shape)
 
     @property
     def dtype(self) -> str:
@@ -658,6 +660,10 @@ class LoaderIterator:
         self._collate_fn = loader.collate_fn
         self._batch_transform = loader.batch_transform
         self._unbatched = loader.unbatched
+        native_loader = loader._loader()
+        shape = tuple(native_loader.sample_shape)
+        # A tail's result of another rank is held in three dimensions; each batch is viewed back.
+        self._sample_shape = shape if shape != native_loader.held_shape else None
         self.finished = False
         """Whether the epoch has ended (``StopIteration`` or an error)."""
 
@@ -689,6 +695,8 @@ class LoaderIterator:
         if self._loader._progress is not None and self._loader._progress[0] == self.epoch:
             self._loader._progress = (self.epoch, self._native_iter.resume_state)
         self.indices = indices
+        if self._sample_shape is not None:
+            images = images.reshape((images.shape[0], *self._sample_shape))  # a view, no copy
         if self._from_numpy is not None:
             if self._device_hold is not None:
                 self._device_hold.watch(images)
