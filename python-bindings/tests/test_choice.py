@@ -122,8 +122,12 @@ def test_compositions_refuse_what_cannot_run_inside_them() -> None:
         T.check(converted)
     with pytest.raises(ValueError, match=r"(?s)RandomOrder.*transforms\[0\].*no ferroloader equivalent"):
         T.from_torchvision(tvT.Compose([tvT.CenterCrop(8), tvT.RandomOrder([tvT.Lambda(abs)]), tvT.ToTensor()]))
-    with pytest.raises(ValueError, match=r"transforms\[0\] is RandomResizedCrop"):
-        T.check(T.Compose([T.CenterCrop(8), T.RandomChoice([T.RandomResizedCrop(8)]), T.ToTensor()]))
+    with pytest.raises(ValueError, match=r"transforms\[0\] is Normalize"):
+        T.check(T.Compose([T.CenterCrop(8), T.RandomChoice([T.Normalize(0.5, 0.5)]), T.ToTensor()]))
+    # A resize runs inside one, as long as every outcome leaves the same size.
+    assert T.check(T.Compose([T.CenterCrop(8), T.RandomChoice([T.RandomResizedCrop(6), T.Resize((6, 6))]), T.ToTensor()]))["shape"] == (3, 6, 6)
+    with pytest.raises(ValueError, match=r"RandomChoice: .* leave 6x6 and 8x8"):
+        T.check(T.Compose([T.CenterCrop(8), T.RandomChoice([T.RandomResizedCrop(6), T.RandomInvert()]), T.ToTensor()]))
     with pytest.raises(ValueError, match="length of p"):
         T.RandomChoice([T.RandomInvert()], p=[0.5, 0.5])
     with pytest.raises(ValueError, match="p must be a probability"):

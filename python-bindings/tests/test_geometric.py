@@ -304,12 +304,12 @@ def test_flips_after_to_tensor_run_natively_as_torchvision_flips_the_tensor(fold
 @pytest.mark.parametrize("tv", [tvT, v2], ids=["v1", "v2"])
 def test_resize_then_random_resized_crop_runs_natively_as_torchvision(folder: Path, tv: Any) -> None:
     """``Resize(int)`` then ``RandomResizedCrop`` (a fine-tuning order), each with its own
-    interpolation. scale=(1, 1), ratio=(1, 1) leaves nothing to chance: the square centred on the
-    resized image (the fallback), or all of it when square."""
+    interpolation. scale=(1, 1), ratio=(4, 4) leaves nothing to chance: it never fits an image
+    of aspect below 4, so the centred fallback is taken."""
     tv_transform = tv.Compose(
         [
             tv.Resize(40, interpolation=tvT.InterpolationMode.BICUBIC),
-            tv.RandomResizedCrop(24, scale=(1.0, 1.0), ratio=(1.0, 1.0)),
+            tv.RandomResizedCrop(24, scale=(1.0, 1.0), ratio=(4.0, 4.0)),
             tv.PILToTensor(),
         ]
     )
@@ -323,3 +323,29 @@ def test_resize_then_random_resized_crop_runs_natively_as_torchvision(folder: Pa
             assert torch.equal(images[k], ref), f"sample {seen}"
             seen += 1
     assert seen == len(reference)
+
+
+@pytest.mark.parametrize("tv", [tvT, v2], ids=["v1", "v2"])
+def test_a_resize_after_the_crop_runs_natively_as_torchvision(folder: Path, tv: Any) -> None:
+    """``CenterCrop`` then ``Resize``, and ``RandomResizedCrop`` then ``Resize`` (each with
+    its own interpolation), with the crop's draw left to nothing: bit-exact. (scale=(1, 1),
+    ratio=(4, 4) never fits an image of aspect below 4, so the centred fallback is taken; on a
+    square image ratio=(1, 1) fits at (0, 0) at once.)"""
+    lanczos, bicubic = tvT.InterpolationMode.LANCZOS, tvT.InterpolationMode.BICUBIC
+    for ops in (
+        [tv.CenterCrop(200), tv.Resize(64, interpolation=lanczos)],
+        [tv.RandomResizedCrop(96, scale=(1.0, 1.0), ratio=(4.0, 4.0)), tv.Resize(48, interpolation=bicubic)],
+        [tv.Resize(40), tv.CenterCrop(32), tv.RandomResizedCrop(20, scale=(1.0, 1.0), ratio=(1.0, 1.0))],
+    ):
+        tv_transform = tv.Compose([*ops, tv.PILToTensor()])
+        reference = torchvision.datasets.ImageFolder(str(folder), transform=tv_transform)
+        loader = fl.Loader(
+            fl.ImageFolder(folder), batch_size=6, num_workers=2, transform=tv_transform, output="uint8", python_tail="error"
+        )
+        seen = 0
+        for images, _ in loader:
+            for k in range(images.shape[0]):
+                ref, _ = reference[seen]
+                assert torch.equal(images[k], ref), f"{ops}: sample {seen}"
+                seen += 1
+        assert seen == len(reference)

@@ -570,7 +570,7 @@ fn bad_order(reason: &str) -> Error {
              RandomAutocontrast, RandomAdjustSharpness, RandomInvert), \
              policies (TrivialAugmentWide, RandAugment, AutoAugment), geometric ops \
              (RandomVerticalFlip, RandomRotation, RandomAffine, GaussianBlur, Pad, RandomCrop, \
-             CenterCrop) and RandomApply, RandomChoice, RandomOrder of those, in any order, \
+             CenterCrop, Resize, RandomResizedCrop) and RandomApply, RandomChoice, RandomOrder of those, in any order, \
              then ToTensor [Normalize] (with RandomErasing before or after Normalize) or \
              PILToTensor; Compose anywhere"
         ),

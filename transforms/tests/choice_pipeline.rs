@@ -602,8 +602,8 @@ fn invalid_compositions_and_erasings_are_refused_naming_op_and_argument() {
             "`p`",
         ),
         (
-            choice(vec![compose(vec![rrc()])], None),
-            "transforms[0] is RandomResizedCrop",
+            choice(vec![compose(vec![OpSpec::ToTensor])], None),
+            "transforms[0] is ToTensor",
             "`transforms`",
         ),
         (order(vec![invert(0.5); 17]), "RandomOrder", "`transforms`"),

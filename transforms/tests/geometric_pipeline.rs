@@ -294,6 +294,31 @@ fn reference_op(op: &OpSpec, img: &mut RgbImage, rng: &mut SampleRng) -> bool {
                 .expect("crops");
         }
         OpSpec::CenterCrop { size: Size::Int(s) } => out = center_crop_by_hand(img, *s),
+        OpSpec::Resize {
+            size: Size::Int(s),
+            interpolation,
+            ..
+        } => {
+            let (h, w) = resize_shorter_side(img.width(), img.height(), *s, None).expect("size");
+            let mut resizer = Resizer::new();
+            resizer.set_filter(interpolation.filter());
+            resizer.resize(img.view(), h, w, &mut out).expect("resizes");
+        }
+        OpSpec::RandomResizedCrop {
+            size: Size::Int(s),
+            scale,
+            ratio,
+            interpolation,
+            ..
+        } => {
+            let rrc = RandomResizedCrop::new((*s, *s), (scale[0], scale[1]), (ratio[0], ratio[1]))
+                .expect("valid");
+            let rect = rrc.get_params(img.width(), img.height(), rng);
+            let mut resizer = Resizer::new();
+            resizer.set_filter(interpolation.filter());
+            let view = img.crop_view(rect).expect("inside");
+            resizer.resize(view, *s, *s, &mut out).expect("resizes");
+        }
         OpSpec::RandomHorizontalFlip { p } => {
             let on = *p > 0.0 && tensor::draw_flip(rng, *p);
             if on {
@@ -357,6 +382,21 @@ fn every_op() -> Vec<OpSpec> {
         center_crop(40),
         // Larger than the 48x48 input on both axes (or one, after the Pad above): zero padding.
         center_crop(57),
+        // A resize after the plan's geometry (RandomResizedCrop(256), Resize(224)), with its
+        // own filter, and a second random resized crop drawn on the staged size.
+        OpSpec::Resize {
+            size: Size::Int(50),
+            max_size: None,
+            interpolation: ferroloader_transforms::spec::Interpolation::Bicubic,
+            antialias: true,
+        },
+        OpSpec::RandomResizedCrop {
+            size: Size::Int(44),
+            scale: [0.3, 1.0],
+            ratio: [0.75, 4.0 / 3.0],
+            interpolation: ferroloader_transforms::spec::Interpolation::Lanczos,
+            antialias: true,
+        },
     ]
 }
 
@@ -400,8 +440,9 @@ fn every_op_in_a_row_with_flips_between_draws_in_order() {
     middle.push(flip(0.5));
     let staged = plan(train_with(middle.clone()));
     let op_by_op = plan_op_by_op(train_with(middle.clone()));
-    // Pad (1+3, 2+4), then crops to 40, 56, 40, 57: the planned size follows the ops.
-    assert_eq!(staged.output_size(), (57, 57));
+    // Pad (1+3, 2+4), then crops to 40, 56, 40, 57, a resize to 50, a crop to 44: the
+    // planned size follows the ops.
+    assert_eq!(staged.output_size(), (44, 44));
     for (name, bytes) in corpus.iter().take(4) {
         for index in 0..4 {
             let (want, _) = reference(&middle, bytes, index);
@@ -617,6 +658,8 @@ fn each_op_has_its_span() {
         Op::RandomCrop,
         Op::Crop,
         Op::Crop,
+        Op::Resize,
+        Op::Resize,
     ] {
         want.extend([(true, op), (false, op)]);
     }

@@ -25,6 +25,7 @@ use crate::augment::color::ColorScratch;
 use crate::augment::geometry::{AffineWarp, GaussianBlur, Padder};
 use crate::error::{Error, Result};
 use crate::image::RgbImage;
+use crate::resize::Resizer;
 use crate::rng::SampleRng;
 use crate::spec::{observed, OpObserver, OpSpec};
 use crate::tensor;
@@ -74,6 +75,8 @@ pub(in crate::spec) struct StageScratch {
     pub padder: Padder,
     /// AugMix's float32 mix, chain image and grid tables.
     pub augmix: AugMixScratch,
+    /// A `Resize` or `RandomResizedCrop` in the stage (made by the first).
+    pub resizer: Option<Resizer>,
 }
 
 impl StageScratch {

@@ -1,6 +1,8 @@
 //! The geometric ops of a stage, on the u8 staging image with the arithmetic of torchvision's
-//! PIL path (the kernels of [`crate::augment::geometry`]): `RandomVerticalFlip`,
-//! `RandomRotation`, `RandomAffine`, `GaussianBlur`, `Pad`, `RandomCrop` and `CenterCrop`.
+//! PIL path (the kernels of [`crate::augment::geometry`], and Pillow's resize): `RandomVerticalFlip`,
+//! `RandomRotation`, `RandomAffine`, `GaussianBlur`, `Pad`, `RandomCrop`, `CenterCrop`, and a
+//! `Resize` or `RandomResizedCrop` after the plan's geometry (`RandomResizedCrop(256)` then
+//! `Resize(224)`).
 //! [`RandomCropOp`] also serves the plan's geometry (a `RandomCrop` standing first, or after
 //! `Resize`).
 //!
@@ -16,12 +18,13 @@ use crate::augment::geometry::{
     vflip, Interpolation, Padder, Padding, PaddingMode, RandomCropSpec,
 };
 use crate::augment::policy::{self, draw_p, RandomAffine, RandomCropPlan, RandomRotation};
-use crate::crop::{center_crop, CenterCrop};
+use crate::crop::{center_crop, resize_shorter_side, CenterCrop};
 use crate::decode::ImageInfo;
 use crate::error::{Error, Result};
 use crate::image::{CropRect, RgbImage, RgbView};
+use crate::resize::{Filter, Resizer};
 use crate::rng::SampleRng;
-use crate::spec::{KernelSize, NumberOrRange, Op, OpSpec, PadMode, PaddingArg, Shear};
+use crate::spec::{KernelSize, NumberOrRange, Op, OpSpec, PadMode, PaddingArg, Shear, Size};
 
 /// A geometric op, parameters checked.
 #[derive(Clone, Debug, PartialEq)]
@@ -54,6 +57,17 @@ pub(in crate::spec) enum GeometricOp {
     RandomCrop(RandomCropOp),
     /// `(height, width)`.
     CenterCrop((u32, u32)),
+    /// `Resize(size, max_size)` of the staging image.
+    Resize {
+        size: Size,
+        max_size: Option<u32>,
+        filter: Filter,
+    },
+    /// `RandomResizedCrop` of the staging image: the crop drawn on its size, resized.
+    RandomResizedCrop {
+        rrc: crate::crop::RandomResizedCrop,
+        filter: Filter,
+    },
 }
 
 /// `RandomCrop(size, padding, pad_if_needed, fill, padding_mode)`, checked: its draw
@@ -195,6 +209,25 @@ pub(in crate::spec) fn pad_center_crop(
     padder
         .random_crop(src, &spec, crop.rect.top, crop.rect.left, out)
         .map_err(|e| in_op("CenterCrop", e))
+}
+
+/// The resizer of a worker's stage: the kernels the fused pass uses (see
+/// [`crate::fused::default_simd`]).
+fn stage_resizer() -> Resizer {
+    let mut resizer = Resizer::new();
+    resizer.set_simd_limit(crate::fused::default_simd());
+    resizer
+}
+
+fn check_antialias(antialias: bool) -> Result<()> {
+    if antialias {
+        Ok(())
+    } else {
+        Err(Error::invalid(
+            "antialias",
+            "PIL images are always resized with antialias; false is not supported",
+        ))
+    }
 }
 
 /// torchvision's `ValueError` for a crop larger than the (padded) image, sizes as `(h, w)`.
@@ -378,6 +411,50 @@ impl GeometricOp {
                 })
             })()
             .map_err(|e| in_op("Pad", e))?,
+            OpSpec::Resize {
+                size,
+                max_size,
+                interpolation,
+                antialias,
+            } => (|| {
+                check_antialias(*antialias)?;
+                if let Size::Pair([h, w]) = size {
+                    if *h == 0 || *w == 0 {
+                        return Err(Error::invalid("size", format!("{h}x{w} must be positive")));
+                    }
+                    if max_size.is_some() {
+                        return Err(Error::invalid(
+                            "max_size",
+                            "only allowed when size is an int (torchvision's rule)",
+                        ));
+                    }
+                }
+                Ok(GeometricOp::Resize {
+                    size: *size,
+                    max_size: *max_size,
+                    filter: interpolation.filter(),
+                })
+            })()
+            .map_err(|e| in_op("Resize", e))?,
+            OpSpec::RandomResizedCrop {
+                size,
+                scale,
+                ratio,
+                interpolation,
+                antialias,
+            } => (|| {
+                check_antialias(*antialias)?;
+                let rrc = crate::crop::RandomResizedCrop::new(
+                    size.square_or_pair(),
+                    (scale[0], scale[1]),
+                    (ratio[0], ratio[1]),
+                )?;
+                Ok(GeometricOp::RandomResizedCrop {
+                    rrc,
+                    filter: interpolation.filter(),
+                })
+            })()
+            .map_err(|e| in_op("RandomResizedCrop", e))?,
             OpSpec::CenterCrop { size } => {
                 let (h, w) = size.square_or_pair();
                 if h == 0 || w == 0 {
@@ -423,6 +500,12 @@ impl GeometricOp {
                 }),
             GeometricOp::RandomCrop(crop) => crop.output_size(size),
             GeometricOp::CenterCrop(size) => Ok(*size),
+            GeometricOp::Resize { size, max_size, .. } => match size {
+                Size::Int(s) => resize_shorter_side(w, h, *s, *max_size),
+                Size::Pair([ph, pw]) => Ok((*ph, *pw)),
+            }
+            .map_err(|e| in_op("Resize", e)),
+            GeometricOp::RandomResizedCrop { rrc, .. } => Ok(rrc.size()),
         }
     }
 
@@ -436,6 +519,7 @@ impl GeometricOp {
             GeometricOp::Pad { .. } => Op::Pad,
             GeometricOp::RandomCrop(_) => Op::RandomCrop,
             GeometricOp::CenterCrop(_) => Op::Crop,
+            GeometricOp::Resize { .. } | GeometricOp::RandomResizedCrop { .. } => Op::Resize,
         }
     }
 
@@ -511,6 +595,29 @@ impl GeometricOp {
             GeometricOp::RandomCrop(crop) => {
                 let plan = crop.draw(img.width(), img.height(), rng)?;
                 crop.apply(img.view(), &plan, &mut scratch.padder, &mut scratch.spare)?;
+                std::mem::swap(img, &mut scratch.spare);
+            }
+            GeometricOp::Resize {
+                size,
+                max_size,
+                filter,
+            } => {
+                let (w, h) = (img.width(), img.height());
+                let (rh, rw) = match size {
+                    Size::Int(s) => resize_shorter_side(w, h, *s, *max_size)?,
+                    Size::Pair([ph, pw]) => (*ph, *pw),
+                };
+                let resizer = scratch.resizer.get_or_insert_with(stage_resizer);
+                resizer.set_filter(*filter);
+                resizer.resize(img.view(), rh, rw, &mut scratch.spare)?;
+                std::mem::swap(img, &mut scratch.spare);
+            }
+            GeometricOp::RandomResizedCrop { rrc, filter } => {
+                let rect = rrc.get_params(img.width(), img.height(), rng);
+                let (oh, ow) = rrc.size();
+                let resizer = scratch.resizer.get_or_insert_with(stage_resizer);
+                resizer.set_filter(*filter);
+                resizer.resize(img.crop_view(rect)?, oh, ow, &mut scratch.spare)?;
                 std::mem::swap(img, &mut scratch.spare);
             }
             GeometricOp::CenterCrop((ch, cw)) => {
