@@ -301,6 +301,19 @@ def test_flips_after_to_tensor_run_natively_as_torchvision_flips_the_tensor(fold
     assert seen == len(reference)
 
 
+def _assert_epoch_is_torchvisions(folder: Path, tv_transform: Any, loader: fl.Loader, what: str = "") -> None:
+    """One epoch of ``loader`` (unshuffled, uint8) equals torchvision's ImageFolder with
+    ``tv_transform``, sample for sample."""
+    reference = torchvision.datasets.ImageFolder(str(folder), transform=tv_transform)
+    seen = 0
+    for images, _ in loader:
+        for k in range(images.shape[0]):
+            ref, _ = reference[seen]
+            assert torch.equal(images[k], ref), f"{what} sample {seen}"
+            seen += 1
+    assert seen == len(reference)
+
+
 @pytest.mark.parametrize("tv", [tvT, v2], ids=["v1", "v2"])
 def test_resize_then_random_resized_crop_runs_natively_as_torchvision(folder: Path, tv: Any) -> None:
     """``Resize(int)`` then ``RandomResizedCrop`` (a fine-tuning order), each with its own
@@ -313,16 +326,9 @@ def test_resize_then_random_resized_crop_runs_natively_as_torchvision(folder: Pa
             tv.PILToTensor(),
         ]
     )
-    reference = torchvision.datasets.ImageFolder(str(folder), transform=tv_transform)
     native = T.from_torchvision(tv_transform)
-    seen = 0
     loader = fl.Loader(fl.ImageFolder(folder), batch_size=5, num_workers=2, transform=native, output="uint8")
-    for images, _ in loader:
-        for k in range(images.shape[0]):
-            ref, _ = reference[seen]
-            assert torch.equal(images[k], ref), f"sample {seen}"
-            seen += 1
-    assert seen == len(reference)
+    _assert_epoch_is_torchvisions(folder, tv_transform, loader)
 
 
 @pytest.mark.parametrize("tv", [tvT, v2], ids=["v1", "v2"])
@@ -338,14 +344,7 @@ def test_a_resize_after_the_crop_runs_natively_as_torchvision(folder: Path, tv: 
         [tv.Resize(40), tv.CenterCrop(32), tv.RandomResizedCrop(20, scale=(1.0, 1.0), ratio=(1.0, 1.0))],
     ):
         tv_transform = tv.Compose([*ops, tv.PILToTensor()])
-        reference = torchvision.datasets.ImageFolder(str(folder), transform=tv_transform)
         loader = fl.Loader(
             fl.ImageFolder(folder), batch_size=6, num_workers=2, transform=tv_transform, output="uint8", python_tail="error"
         )
-        seen = 0
-        for images, _ in loader:
-            for k in range(images.shape[0]):
-                ref, _ = reference[seen]
-                assert torch.equal(images[k], ref), f"{ops}: sample {seen}"
-                seen += 1
-        assert seen == len(reference)
+        _assert_epoch_is_torchvisions(folder, tv_transform, loader, f"{ops}:")
