@@ -10,7 +10,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::augment::geometry::Padder;
 use crate::augment::policy::RandomCropPlan;
-use crate::crop::{center_crop, resize_shorter_side, RandomResizedCrop};
+use crate::crop::{center_crop, RandomResizedCrop};
 use crate::decode::{DecodeContext, DecodeOptions, Decoder};
 use crate::error::{Error, Result};
 use crate::fused::{self, FusedKernel, OutputKind, OutputSlot};
@@ -552,7 +552,7 @@ impl PipelineContext {
     }
 }
 
-fn no_antialias() -> Error {
+pub(in crate::spec) fn no_antialias() -> Error {
     Error::invalid(
         "antialias",
         "PIL images are always resized with antialias; false is not supported",
@@ -1280,15 +1280,12 @@ impl Pipeline {
                 max_size,
                 center_crop: crop,
             } => {
-                let (rh, rw) = self.resize_whole(
-                    decoded,
-                    *size,
-                    *max_size,
-                    self.filter,
-                    resizer,
-                    resized,
-                    obs,
-                )?;
+                let resize = WholeResize {
+                    size: *size,
+                    max_size: *max_size,
+                    filter: self.filter,
+                };
+                let (rh, rw) = self.resize_whole(decoded, resize, resizer, resized, obs)?;
                 let Some((ch, cw)) = *crop else {
                     return Ok((resized.view(), CropRect::full(rw, rh), source));
                 };
@@ -1379,21 +1376,17 @@ impl Pipeline {
 
     /// `Resize(size, max_size)` of the whole `decoded` image into `resized`, in its span;
     /// returns the new `(height, width)`.
-    #[allow(clippy::too_many_arguments)]
     fn resize_whole(
         &self,
         decoded: &RgbImage,
-        size: Size,
-        max_size: Option<u32>,
-        filter: Filter,
+        resize: WholeResize,
         resizer: &mut Resizer,
         resized: &mut RgbImage,
         obs: &mut dyn OpObserver,
     ) -> Result<(u32, u32)> {
-        let (rh, rw) = match size {
-            Size::Int(s) => resize_shorter_side(decoded.width(), decoded.height(), s, max_size)?,
-            Size::Pair([ph, pw]) => (ph, pw),
-        };
+        let (rh, rw) = resize
+            .size
+            .resized(decoded.width(), decoded.height(), resize.max_size)?;
         // Resize(int) scales the longer side with the shorter: a thin image would be resized
         // to an intermediate far past the decode limit before the crop.
         let pixels = u64::from(rh) * u64::from(rw);
@@ -1405,7 +1398,7 @@ impl Pipeline {
                 limit: self.spec.max_pixels,
             });
         }
-        resizer.set_filter(filter);
+        resizer.set_filter(resize.filter);
         observed(obs, Op::Resize, || {
             resizer.resize(decoded.view(), rh, rw, resized)
         })?;
@@ -1427,7 +1420,12 @@ impl Pipeline {
         obs: &mut dyn OpObserver,
     ) -> Result<(RandomCropPlan, bool)> {
         if let Some((size, max_size)) = resize {
-            self.resize_whole(decoded, size, max_size, self.filter, resizer, spare, obs)?;
+            let resize = WholeResize {
+                size,
+                max_size,
+                filter: self.filter,
+            };
+            self.resize_whole(decoded, resize, resizer, spare, obs)?;
             std::mem::swap(decoded, spare);
         }
         observed(obs, Op::CropParams, || {
@@ -1450,8 +1448,7 @@ impl Pipeline {
         rng: &mut SampleRng,
         obs: &mut dyn OpObserver,
     ) -> Result<(CropRect, bool)> {
-        let (size, max_size, filter) = (resize.size, resize.max_size, resize.filter);
-        self.resize_whole(decoded, size, max_size, filter, resizer, spare, obs)?;
+        self.resize_whole(decoded, *resize, resizer, spare, obs)?;
         std::mem::swap(decoded, spare);
         Ok(observed(obs, Op::CropParams, || {
             let crop = rrc.get_params(decoded.width(), decoded.height(), rng);

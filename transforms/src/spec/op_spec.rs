@@ -8,6 +8,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::crop::resize_shorter_side;
 use crate::error::Result;
 use crate::resize::Filter;
 
@@ -26,6 +27,20 @@ impl Size {
         match self {
             Size::Int(s) => (s, s),
             Size::Pair([h, w]) => (h, w),
+        }
+    }
+
+    /// The `(height, width)` torchvision's `Resize(self, max_size)` gives a `width` x `height`
+    /// image: the shorter side to an int ([`resize_shorter_side`]), a pair as it is.
+    pub(crate) fn resized(
+        self,
+        width: u32,
+        height: u32,
+        max_size: Option<u32>,
+    ) -> Result<(u32, u32)> {
+        match self {
+            Size::Int(s) => resize_shorter_side(width, height, s, max_size),
+            Size::Pair([h, w]) => Ok((h, w)),
         }
     }
 }

@@ -18,13 +18,15 @@ use crate::augment::geometry::{
     vflip, Interpolation, Padder, Padding, PaddingMode, RandomCropSpec,
 };
 use crate::augment::policy::{self, draw_p, RandomAffine, RandomCropPlan, RandomRotation};
-use crate::crop::{center_crop, resize_shorter_side, CenterCrop};
+use crate::crop::{center_crop, CenterCrop};
 use crate::decode::ImageInfo;
 use crate::error::{Error, Result};
 use crate::image::{CropRect, RgbImage, RgbView};
 use crate::resize::{Filter, Resizer};
 use crate::rng::SampleRng;
-use crate::spec::{KernelSize, NumberOrRange, Op, OpSpec, PadMode, PaddingArg, Shear, Size};
+use crate::spec::{
+    no_antialias, KernelSize, NumberOrRange, Op, OpSpec, PadMode, PaddingArg, Shear, Size,
+};
 
 /// A geometric op, parameters checked.
 #[derive(Clone, Debug, PartialEq)]
@@ -219,17 +221,6 @@ fn stage_resizer() -> Resizer {
     resizer
 }
 
-fn check_antialias(antialias: bool) -> Result<()> {
-    if antialias {
-        Ok(())
-    } else {
-        Err(Error::invalid(
-            "antialias",
-            "PIL images are always resized with antialias; false is not supported",
-        ))
-    }
-}
-
 /// torchvision's `ValueError` for a crop larger than the (padded) image, sizes as `(h, w)`.
 fn too_small((th, tw): (u32, u32), (h, w): (u32, u32)) -> Error {
     Error::invalid(
@@ -417,7 +408,9 @@ impl GeometricOp {
                 interpolation,
                 antialias,
             } => (|| {
-                check_antialias(*antialias)?;
+                if !antialias {
+                    return Err(no_antialias());
+                }
                 if let Size::Pair([h, w]) = size {
                     if *h == 0 || *w == 0 {
                         return Err(Error::invalid("size", format!("{h}x{w} must be positive")));
@@ -443,7 +436,9 @@ impl GeometricOp {
                 interpolation,
                 antialias,
             } => (|| {
-                check_antialias(*antialias)?;
+                if !antialias {
+                    return Err(no_antialias());
+                }
                 let rrc = crate::crop::RandomResizedCrop::new(
                     size.square_or_pair(),
                     (scale[0], scale[1]),
@@ -500,11 +495,9 @@ impl GeometricOp {
                 }),
             GeometricOp::RandomCrop(crop) => crop.output_size(size),
             GeometricOp::CenterCrop(size) => Ok(*size),
-            GeometricOp::Resize { size, max_size, .. } => match size {
-                Size::Int(s) => resize_shorter_side(w, h, *s, *max_size),
-                Size::Pair([ph, pw]) => Ok((*ph, *pw)),
-            }
-            .map_err(|e| in_op("Resize", e)),
+            GeometricOp::Resize { size, max_size, .. } => size
+                .resized(w, h, *max_size)
+                .map_err(|e| in_op("Resize", e)),
             GeometricOp::RandomResizedCrop { rrc, .. } => Ok(rrc.size()),
         }
     }
@@ -602,11 +595,7 @@ impl GeometricOp {
                 max_size,
                 filter,
             } => {
-                let (w, h) = (img.width(), img.height());
-                let (rh, rw) = match size {
-                    Size::Int(s) => resize_shorter_side(w, h, *s, *max_size)?,
-                    Size::Pair([ph, pw]) => (*ph, *pw),
-                };
+                let (rh, rw) = size.resized(img.width(), img.height(), *max_size)?;
                 let resizer = scratch.resizer.get_or_insert_with(stage_resizer);
                 resizer.set_filter(*filter);
                 resizer.resize(img.view(), rh, rw, &mut scratch.spare)?;
