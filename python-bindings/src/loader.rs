@@ -11,9 +11,9 @@
 //! is not lost, the next `__next__` returns it. Dropping the iterator asks the pump to stop; it
 //! then ends the epoch (stopping and joining its workers) on its own thread, so Python never
 //! blocks on that, except at interpreter exit, which waits for every pump ([`crate::at_exit`]).
-//! Both objects are [`ForkLocal`]: unusable (and leaked, not destroyed) in a
-//! forked child. Must not hold the GIL while waiting, nor keep a thread running once the
-//! iterator is gone and its last `next()` has returned.
+//! Both objects are [`ForkLocal`]: unusable (and leaked, not destroyed) in a forked child. Must
+//! not hold the GIL while waiting, nor keep a thread running once the iterator is gone and its
+//! last `next()` has returned.
 
 use std::ffi::OsString;
 use std::sync::atomic::{AtomicBool, Ordering};

@@ -1,9 +1,8 @@
 //! The geometric ops of a stage, on the u8 staging image with the arithmetic of torchvision's
-//! PIL path (the kernels of [`crate::augment::geometry`], and Pillow's resize): `RandomVerticalFlip`,
-//! `RandomRotation`, `RandomAffine`, `GaussianBlur`, `Pad`, `RandomCrop`, `CenterCrop`, and a
-//! `Resize` or `RandomResizedCrop` after the plan's geometry (`RandomResizedCrop(256)` then
-//! `Resize(224)`).
-//! [`RandomCropOp`] also serves the plan's geometry (a `RandomCrop` standing first, or after
+//! PIL path (the kernels of [`crate::augment::geometry`], and Pillow's resize):
+//! `RandomVerticalFlip`, `RandomRotation`, `RandomAffine`, `GaussianBlur`, `Pad`, `RandomCrop`,
+//! `CenterCrop`, and a `Resize` or `RandomResizedCrop` after the plan's geometry
+//! (`RandomResizedCrop(256)` then `Resize(224)`). [`RandomCropOp`] also serves the plan's geometry (a `RandomCrop` standing first, or after
 //! `Resize`).
 //!
 //! Every size check that the stage's (known) input size allows is made at plan time
