@@ -431,16 +431,15 @@ enum Geometry {
     RandomResizedCrop(RandomResizedCrop),
     /// Resize the whole image (shorter side or exact), then optionally center-crop.
     Resize {
-        size: Size,
-        max_size: Option<u32>,
+        resize: WholeResize,
         center_crop: Option<(u32, u32)>,
     },
     /// Center crop of the source at its own resolution.
     CenterCrop((u32, u32)),
-    /// `RandomCrop` of the decoded image of any size (after `Resize` when `resize` is set:
-    /// its size and `max_size`), padded as it says; the crop's size is the output's.
+    /// `RandomCrop` of the decoded image of any size (after `Resize` when `resize` is set),
+    /// padded as it says; the crop's size is the output's.
     RandomCrop {
-        resize: Option<(Size, Option<u32>)>,
+        resize: Option<WholeResize>,
         crop: RandomCropOp,
     },
     /// The decoded image as it is, which must be `(height, width)` (the spec's `image_size`).
@@ -453,13 +452,58 @@ enum Geometry {
     },
 }
 
-/// A `Resize` of the whole image that a later op of the geometry follows.
+/// A `Resize` of the whole image, checked: in the geometry (where a later op may resample
+/// with a filter of its own) or in the stage.
 #[derive(Clone, Copy, Debug, PartialEq)]
-struct WholeResize {
+pub(in crate::spec) struct WholeResize {
+    pub(in crate::spec) size: Size,
+    pub(in crate::spec) max_size: Option<u32>,
+    pub(in crate::spec) filter: Filter,
+}
+
+impl WholeResize {
+    /// `Resize`'s arguments, checked as torchvision checks them (a pair with no zero side and no
+    /// `max_size`), with antialias as PIL images always have it.
+    pub(in crate::spec) fn plan(
+        size: Size,
+        max_size: Option<u32>,
+        interpolation: Interpolation,
+        antialias: bool,
+    ) -> Result<Self> {
+        if !antialias {
+            return Err(no_antialias());
+        }
+        if let Size::Pair([h, w]) = size {
+            check_size("size", (h, w))?;
+            if max_size.is_some() {
+                return Err(Error::invalid(
+                    "max_size",
+                    "only allowed when size is an int (torchvision's rule)",
+                ));
+            }
+        }
+        Ok(WholeResize {
+            size,
+            max_size,
+            filter: interpolation.filter(),
+        })
+    }
+}
+
+/// `RandomResizedCrop`'s arguments, checked: its draw and the filter it resizes with.
+pub(in crate::spec) fn plan_random_resized_crop(
     size: Size,
-    max_size: Option<u32>,
-    /// Its own interpolation: the op after it resamples with its own.
-    filter: Filter,
+    scale: [f64; 2],
+    ratio: [f64; 2],
+    interpolation: Interpolation,
+    antialias: bool,
+) -> Result<(RandomResizedCrop, Filter)> {
+    if !antialias {
+        return Err(no_antialias());
+    }
+    let size = check_size("size", size.square_or_pair())?;
+    let rrc = RandomResizedCrop::new(size, (scale[0], scale[1]), (ratio[0], ratio[1]))?;
+    Ok((rrc, interpolation.filter()))
 }
 
 /// A checked, planned [`PipelineSpec`]; immutable and shared by every worker.
@@ -713,16 +757,9 @@ impl Pipeline {
                 interpolation,
                 antialias,
             }) => {
-                if !antialias {
-                    return Err(no_antialias());
-                }
-                let size = check_size("size", size.square_or_pair())?;
-                let rrc = RandomResizedCrop::new(size, (scale[0], scale[1]), (ratio[0], ratio[1]))?;
-                (
-                    Geometry::RandomResizedCrop(rrc),
-                    size,
-                    interpolation.filter(),
-                )
+                let (rrc, filter) =
+                    plan_random_resized_crop(*size, *scale, *ratio, *interpolation, *antialias)?;
+                (Geometry::RandomResizedCrop(rrc), rrc.size(), filter)
             }
             Some(OpSpec::Resize {
                 size,
@@ -730,43 +767,27 @@ impl Pipeline {
                 interpolation,
                 antialias,
             }) => {
-                if !antialias {
-                    return Err(no_antialias());
-                }
-                if let Size::Pair(pair) = size {
-                    check_size("size", (pair[0], pair[1]))?;
-                    if max_size.is_some() {
-                        return Err(Error::invalid(
-                            "max_size",
-                            "only allowed when size is an int (torchvision's rule)",
-                        ));
-                    }
-                }
+                let resize = WholeResize::plan(*size, *max_size, *interpolation, *antialias)?;
                 // `Resize(256)` then `RandomResizedCrop(224)`: the crop fixes the size.
                 if let Some(OpSpec::RandomResizedCrop {
-                    size: crop_size,
+                    size,
                     scale,
                     ratio,
-                    interpolation: crop_interpolation,
+                    interpolation,
                     antialias,
                 }) = ops.peek()
                 {
-                    if !antialias {
-                        return Err(no_antialias());
-                    }
-                    let out = check_size("size", crop_size.square_or_pair())?;
-                    let rrc =
-                        RandomResizedCrop::new(out, (scale[0], scale[1]), (ratio[0], ratio[1]))?;
-                    let filter = crop_interpolation.filter();
+                    let (rrc, filter) = plan_random_resized_crop(
+                        *size,
+                        *scale,
+                        *ratio,
+                        *interpolation,
+                        *antialias,
+                    )?;
                     ops.next();
-                    let resize = WholeResize {
-                        size: *size,
-                        max_size: *max_size,
-                        filter: interpolation.filter(),
-                    };
                     (
                         Geometry::ResizeThenRandomResizedCrop { resize, rrc },
-                        out,
+                        rrc.size(),
                         filter,
                     )
                 } else if let Some(crop) = ops
@@ -779,11 +800,11 @@ impl Pipeline {
                     let out_size = check_size("size", crop.size())?;
                     (
                         Geometry::RandomCrop {
-                            resize: Some((*size, *max_size)),
+                            resize: Some(resize),
                             crop,
                         },
                         out_size,
-                        interpolation.filter(),
+                        resize.filter,
                     )
                 } else {
                     let center_crop = match ops.peek() {
@@ -794,9 +815,9 @@ impl Pipeline {
                         }
                         _ => None,
                     };
-                    let out_size = match (center_crop, size) {
+                    let out_size = match (center_crop, resize.size) {
                         (Some(crop), _) => crop,
-                        (None, Size::Pair([h, w])) => (*h, *w),
+                        (None, Size::Pair([h, w])) => (h, w),
                         (None, Size::Int(_)) => return Err(bad_order(
                             "Resize(int) alone leaves the output size depending on each image, \
                              so samples cannot be batched; add CenterCrop",
@@ -804,12 +825,11 @@ impl Pipeline {
                     };
                     (
                         Geometry::Resize {
-                            size: *size,
-                            max_size: *max_size,
+                            resize,
                             center_crop,
                         },
                         out_size,
-                        interpolation.filter(),
+                        resize.filter,
                     )
                 }
             }
@@ -1276,16 +1296,10 @@ impl Pipeline {
         let source = CropRect::full(w, h);
         match &self.geometry {
             Geometry::Resize {
-                size,
-                max_size,
+                resize,
                 center_crop: crop,
             } => {
-                let resize = WholeResize {
-                    size: *size,
-                    max_size: *max_size,
-                    filter: self.filter,
-                };
-                let (rh, rw) = self.resize_whole(decoded, resize, resizer, resized, obs)?;
+                let (rh, rw) = self.resize_whole(decoded, *resize, resizer, resized, obs)?;
                 let Some((ch, cw)) = *crop else {
                     return Ok((resized.view(), CropRect::full(rw, rh), source));
                 };
@@ -1411,7 +1425,7 @@ impl Pipeline {
     #[allow(clippy::too_many_arguments)]
     fn random_crop_params(
         &self,
-        resize: Option<(Size, Option<u32>)>,
+        resize: Option<WholeResize>,
         crop: &RandomCropOp,
         decoded: &mut RgbImage,
         spare: &mut RgbImage,
@@ -1419,12 +1433,7 @@ impl Pipeline {
         rng: &mut SampleRng,
         obs: &mut dyn OpObserver,
     ) -> Result<(RandomCropPlan, bool)> {
-        if let Some((size, max_size)) = resize {
-            let resize = WholeResize {
-                size,
-                max_size,
-                filter: self.filter,
-            };
+        if let Some(resize) = resize {
             self.resize_whole(decoded, resize, resizer, spare, obs)?;
             std::mem::swap(decoded, spare);
         }

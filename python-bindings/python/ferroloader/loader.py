@@ -161,10 +161,11 @@ class Loader:
     ``output="uint8"``) is the sample, of any number of dimensions (``FiveCrop``'s
     ``(5, 3, H, W)`` batches as ``(B, 5, 3, H, W)``): its shape and dtype are the first
     sample's, found when the loader is built, and a later sample that differs is that sample's
-    error (``on_error`` applies). The tail holds the GIL and runs one sample at a time across the process, in its
-    own profile span (``python_tail``, each op ``python:<Name>``); before each sample, torch's
-    CPU generator, ``random`` and numpy's global generator are seeded from ``(seed, epoch,
-    index)`` and restored after, so batches stay the same whatever ``num_workers``.
+    error (``on_error`` applies). The tail holds the GIL and runs one sample at a time across
+    the process, in its own profile span (``python_tail``, each op ``python:<Name>``); before
+    each sample, torch's CPU generator, ``random`` and numpy's global generator are seeded from
+    ``(seed, epoch, index)`` and restored after, so batches stay the same whatever
+    ``num_workers``.
     ``python_tail``: ``"warn"`` (default: one ``UserWarning`` naming the ops run in Python),
     ``"allow"`` (silently), ``"error"`` (refuse, naming the first op without a native
     equivalent).

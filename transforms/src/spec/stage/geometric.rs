@@ -24,7 +24,8 @@ use crate::image::{CropRect, RgbImage, RgbView};
 use crate::resize::{Filter, Resizer};
 use crate::rng::SampleRng;
 use crate::spec::{
-    no_antialias, KernelSize, NumberOrRange, Op, OpSpec, PadMode, PaddingArg, Shear, Size,
+    plan_random_resized_crop, KernelSize, NumberOrRange, Op, OpSpec, PadMode, PaddingArg, Shear,
+    WholeResize,
 };
 
 /// A geometric op, parameters checked.
@@ -59,11 +60,7 @@ pub(in crate::spec) enum GeometricOp {
     /// `(height, width)`.
     CenterCrop((u32, u32)),
     /// `Resize(size, max_size)` of the staging image.
-    Resize {
-        size: Size,
-        max_size: Option<u32>,
-        filter: Filter,
-    },
+    Resize(WholeResize),
     /// `RandomResizedCrop` of the staging image: the crop drawn on its size, resized.
     RandomResizedCrop {
         rrc: crate::crop::RandomResizedCrop,
@@ -406,49 +403,18 @@ impl GeometricOp {
                 max_size,
                 interpolation,
                 antialias,
-            } => (|| {
-                if !antialias {
-                    return Err(no_antialias());
-                }
-                if let Size::Pair([h, w]) = size {
-                    if *h == 0 || *w == 0 {
-                        return Err(Error::invalid("size", format!("{h}x{w} must be positive")));
-                    }
-                    if max_size.is_some() {
-                        return Err(Error::invalid(
-                            "max_size",
-                            "only allowed when size is an int (torchvision's rule)",
-                        ));
-                    }
-                }
-                Ok(GeometricOp::Resize {
-                    size: *size,
-                    max_size: *max_size,
-                    filter: interpolation.filter(),
-                })
-            })()
-            .map_err(|e| in_op("Resize", e))?,
+            } => WholeResize::plan(*size, *max_size, *interpolation, *antialias)
+                .map(GeometricOp::Resize)
+                .map_err(|e| in_op("Resize", e))?,
             OpSpec::RandomResizedCrop {
                 size,
                 scale,
                 ratio,
                 interpolation,
                 antialias,
-            } => (|| {
-                if !antialias {
-                    return Err(no_antialias());
-                }
-                let rrc = crate::crop::RandomResizedCrop::new(
-                    size.square_or_pair(),
-                    (scale[0], scale[1]),
-                    (ratio[0], ratio[1]),
-                )?;
-                Ok(GeometricOp::RandomResizedCrop {
-                    rrc,
-                    filter: interpolation.filter(),
-                })
-            })()
-            .map_err(|e| in_op("RandomResizedCrop", e))?,
+            } => plan_random_resized_crop(*size, *scale, *ratio, *interpolation, *antialias)
+                .map(|(rrc, filter)| GeometricOp::RandomResizedCrop { rrc, filter })
+                .map_err(|e| in_op("RandomResizedCrop", e))?,
             OpSpec::CenterCrop { size } => {
                 let (h, w) = size.square_or_pair();
                 if h == 0 || w == 0 {
@@ -494,8 +460,9 @@ impl GeometricOp {
                 }),
             GeometricOp::RandomCrop(crop) => crop.output_size(size),
             GeometricOp::CenterCrop(size) => Ok(*size),
-            GeometricOp::Resize { size, max_size, .. } => size
-                .resized(w, h, *max_size)
+            GeometricOp::Resize(resize) => resize
+                .size
+                .resized(w, h, resize.max_size)
                 .map_err(|e| in_op("Resize", e)),
             GeometricOp::RandomResizedCrop { rrc, .. } => Ok(rrc.size()),
         }
@@ -511,7 +478,7 @@ impl GeometricOp {
             GeometricOp::Pad { .. } => Op::Pad,
             GeometricOp::RandomCrop(_) => Op::RandomCrop,
             GeometricOp::CenterCrop(_) => Op::Crop,
-            GeometricOp::Resize { .. } | GeometricOp::RandomResizedCrop { .. } => Op::Resize,
+            GeometricOp::Resize(_) | GeometricOp::RandomResizedCrop { .. } => Op::Resize,
         }
     }
 
@@ -589,14 +556,12 @@ impl GeometricOp {
                 crop.apply(img.view(), &plan, &mut scratch.padder, &mut scratch.spare)?;
                 std::mem::swap(img, &mut scratch.spare);
             }
-            GeometricOp::Resize {
-                size,
-                max_size,
-                filter,
-            } => {
-                let (rh, rw) = size.resized(img.width(), img.height(), *max_size)?;
+            GeometricOp::Resize(resize) => {
+                let (rh, rw) = resize
+                    .size
+                    .resized(img.width(), img.height(), resize.max_size)?;
                 let resizer = scratch.resizer.get_or_insert_with(stage_resizer);
-                resizer.set_filter(*filter);
+                resizer.set_filter(resize.filter);
                 resizer.resize(img.view(), rh, rw, &mut scratch.spare)?;
                 std::mem::swap(img, &mut scratch.spare);
             }
