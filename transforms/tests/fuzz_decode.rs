@@ -677,3 +677,41 @@ fn a_webp_frame_larger_than_its_canvas_is_refused_by_the_limit() {
     );
     assert!(largest < 1 << 20, "allocated {largest} bytes");
 }
+
+/// Found by `corpus_edits` (in CI): a GIF whose logical screen is 163x109 but whose first frame
+/// descriptor claims 1793x61443 (six bytes of the file copied over it) passed the pixel limit,
+/// checked on the screen, and `image` allocated 440 MB for the frame, within its own allocation
+/// cap. The first frame is now held to the limit too.
+#[test]
+fn a_gif_frame_larger_than_its_screen_is_refused_by_the_limit() {
+    let mut data = fixtures::read_fixture("decode", "gif_p.gif");
+    // Header (6), logical screen (7), a 256-entry global colour table (768): the frame follows.
+    assert_eq!(&data[..6], b"GIF87a");
+    assert_eq!(data[10] & 0x87, 0x87);
+    let descriptor = 6 + 7 + 768;
+    assert_eq!(data[descriptor], 0x2C, "an image descriptor");
+    // Left, top, width, height, little-endian.
+    data[descriptor + 5..descriptor + 9].copy_from_slice(&[0x01, 0x07, 0x03, 0xF0]);
+    let mut ctx =
+        DecodeContext::new(DecodeOptions::default().max_pixels(MAX_PIXELS)).expect("context");
+    let mut out = RgbImage::new();
+    let info = ctx.info(&data).expect("the screen reads");
+    assert_eq!((info.width, info.height), (163, 109));
+    fuzz_props::Tracking::reset();
+    let decoded = ctx.decode(&data, &mut out);
+    let largest = fuzz_props::Tracking::largest();
+    assert!(
+        matches!(
+            decoded,
+            Err(Error::TooLarge {
+                width: 1793,
+                height: 61443,
+                ..
+            })
+        ),
+        "{decoded:?}"
+    );
+    assert!(largest < 1 << 20, "allocated {largest} bytes");
+    fuzz_props::check_decode(&mut ctx, &data, Probe::default(), &mut out)
+        .expect("the shared checks pass");
+}

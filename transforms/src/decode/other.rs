@@ -48,8 +48,10 @@ pub(crate) fn decode(
     out: &mut RgbImage,
     scratch: &mut Vec<u8>,
 ) -> Result<(u32, u32)> {
-    if format == Format::WebP {
-        check_webp_frames(bytes, max_pixels)?;
+    match format {
+        Format::WebP => check_webp_frames(bytes, max_pixels)?,
+        Format::Gif => check_gif_frame(bytes, max_pixels)?,
+        _ => {}
     }
     guarded(format, || {
         with_decoder(format, bytes, max_pixels, |decoder| {
@@ -96,6 +98,24 @@ fn check_webp_chunks(mut chunks: &[u8], max_pixels: u64, top: bool) -> Result<()
         chunks = chunks.get(next..).unwrap_or_default();
     }
     Ok(())
+}
+
+/// Holds the first GIF frame (the one decoded) to the pixel limit. Like a WebP frame, it may be
+/// larger than the logical screen that `dimensions` reports and `read_rgb` checks, and `image`
+/// allocates a buffer of the frame's own size: a 163x109 screen over a frame descriptor claiming
+/// 1793x61443 made it allocate 440 MB. A stream the `gif` reader cannot get a frame header from
+/// passes here; the decode proper reports what is wrong with it.
+fn check_gif_frame(bytes: &[u8], max_pixels: u64) -> Result<()> {
+    let mut options = gif::DecodeOptions::new();
+    // Reading the header does not decode pixels; the frame's pixels are never read here.
+    options.skip_frame_decoding(true);
+    let Ok(mut reader) = options.read_info(bytes) else {
+        return Ok(());
+    };
+    match reader.next_frame_info() {
+        Ok(Some(frame)) => check_limit(u32::from(frame.width), u32::from(frame.height), max_pixels),
+        _ => Ok(()),
+    }
 }
 
 /// Runs `f`, turning a panic inside the `image` crate into [`Error::Corrupt`]: one bad file must
