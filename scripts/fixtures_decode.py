@@ -145,6 +145,27 @@ def raw_png(samples: np.ndarray, color_type: int, bit_depth: int, interlace: boo
     )
 
 
+def plain_pnm(magic: str, samples: np.ndarray, maxval: int = 255, newline: str = "\n") -> bytes:
+    """A plain (ASCII) PBM/PGM/PPM written by hand (Pillow writes only the binary kinds), with a
+    comment line in the header as real files have. `samples`: HxW bits (1 = black) for P1, HxW
+    gray or HxWx3 RGB values for P2/P3. Lines stay within netpbm's 70 characters; P1 bits are
+    written without separators, which the format allows."""
+    h, w = samples.shape[:2]
+    header = [magic, "# written by scripts/fixtures_decode.py", f"{w} {h}"]
+    if magic != "P1":
+        header.append(str(maxval))
+    tokens = [str(int(v)) for v in samples.reshape(-1)]
+    sep = "" if magic == "P1" else " "
+    lines, line = [], ""
+    for t in tokens:
+        if line and len(line) + len(sep) + len(t) > 70:
+            lines.append(line)
+            line = ""
+        line = t if not line else line + sep + t
+    lines.append(line)
+    return (newline.join(header + lines) + newline).encode("ascii")
+
+
 def jpeg_segments(data: bytes):
     """(marker, start, end) of each marker segment up to and including the first SOS header."""
     pos = 2
@@ -409,6 +430,24 @@ def build(outdir: Path) -> Corpus:
     trgba.putalpha(200)
     c.add("tiff_rgba", "tif", encode(trgba, "TIFF"), "tiff")
 
+    # ---- PNM (PBM / PGM / PPM) --------------------------------------------------------------
+    # Binary as Pillow writes them (maxval 255; PBM rows padded to whole bytes: 143 is 8*17+7),
+    # plain ones by hand (CRLF line ends in one). Only maxval 255 and bitmaps decode natively;
+    # other maxvals are bad inputs below.
+    npic = photo(143, 101, 70)
+    c.add("pnm_p6", "ppm", encode(npic, "PPM"), "pnm")
+    c.add("pnm_p5", "pgm", encode(npic.convert("L"), "PPM"), "pnm")
+    c.add("pnm_p4", "pbm", encode(npic.convert("1"), "PPM"), "pnm")
+    tiny = photo(3, 2, 71)
+    c.add("pnm_p6_3x2", "ppm", encode(tiny, "PPM"), "pnm")
+    c.add("pnm_p5_3x2", "pgm", encode(tiny.convert("L"), "PPM"), "pnm")
+    c.add("pnm_p4_9x2", "pbm", encode(photo(9, 2, 72).convert("1"), "PPM"), "pnm")
+    plain = photo(29, 17, 73)
+    c.add("pnm_p3", "ppm", plain_pnm("P3", np.asarray(plain)), "pnm")
+    c.add("pnm_p2_crlf", "pgm", plain_pnm("P2", np.asarray(plain.convert("L")), newline="\r\n"), "pnm")
+    c.add("pnm_p1", "pbm", plain_pnm("P1", ~np.asarray(plain.convert("1"))), "pnm")
+    c.add("pnm_p3_3x2", "ppm", plain_pnm("P3", np.asarray(tiny)), "pnm")
+
     # ---- Bad inputs -------------------------------------------------------------------------
     good = encode(photo(200, 150, 60), "JPEG", quality=85)
     header_end = sos_data_start(good)
@@ -438,6 +477,42 @@ def build(outdir: Path) -> Corpus:
     c.add_bad("bad_png_corrupt", "png", bytes(bad_crc), "corrupt", "one IDAT byte flipped (CRC mismatch)")
     gif_good = encode(photo(120, 80, 64).quantize(64), "GIF")
     c.add_bad("bad_gif_truncated", "gif", gif_good[: len(gif_good) // 2], "truncated", "cut at 50%")
+    ppm_good = encode(photo(60, 40, 65), "PPM")
+    c.add_bad("bad_pnm_p6_truncated", "ppm", ppm_good[: len(ppm_good) // 2], "truncated", "binary PPM cut at 50%")
+    pbm_good = encode(photo(60, 40, 66).convert("1"), "PPM")
+    c.add_bad("bad_pnm_p4_truncated", "pbm", pbm_good[:-1], "truncated", "binary PBM missing its last byte")
+    plain_good = plain_pnm("P3", np.asarray(photo(20, 10, 67)))
+    c.add_bad("bad_pnm_p3_truncated", "ppm", plain_good[: len(plain_good) // 2], "truncated", "plain PPM cut at 50%")
+    c.add_bad("bad_pnm_huge", "ppm", b"P6\n30000 30000\n255\n" + bytes(64), "too_large", "PPM header claims 30000x30000")
+    gray10 = np.arange(12 * 8, dtype=np.uint16).reshape(8, 12) * 10
+    c.add_bad(
+        "bad_pnm_p5_maxval_1023",
+        "pgm",
+        b"P5\n12 8\n1023\n" + gray10.astype(">u2").tobytes(),
+        "unsupported",
+        "16-bit PGM: Pillow opens it as mode I with rescaled samples",
+    )
+    c.add_bad(
+        "bad_pnm_p5_maxval_65535",
+        "pgm",
+        encode(Image.fromarray(gray10 * 60), "PPM"),
+        "unsupported",
+        "16-bit PGM as Pillow saves mode I;16: Pillow opens it as mode I",
+    )
+    c.add_bad(
+        "bad_pnm_p3_maxval_15",
+        "ppm",
+        plain_pnm("P3", np.asarray(photo(5, 4, 68)) // 17, maxval=15),
+        "unsupported",
+        "plain PPM with maxval 15: Pillow rescales to 0..255",
+    )
+    c.add_bad(
+        "bad_pam_p7",
+        "pam",
+        b"P7\nWIDTH 2\nHEIGHT 1\nDEPTH 3\nMAXVAL 255\nTUPLTYPE RGB\nENDHDR\n" + bytes(range(6)),
+        "unknown_format",
+        "PAM: neither Pillow nor we open it",
+    )
     return c
 
 

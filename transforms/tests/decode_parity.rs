@@ -393,7 +393,7 @@ fn other_formats_equal_pillow() {
             }
         }
     }
-    for format in ["png", "bmp", "gif", "tiff"] {
+    for format in ["png", "bmp", "gif", "tiff", "pnm"] {
         assert!(seen.contains_key(format), "no {format} fixtures");
     }
     assert!(
@@ -401,6 +401,68 @@ fn other_formats_equal_pillow() {
         "differs from Pillow:\n{}",
         failures.join("\n")
     );
+}
+
+#[test]
+fn every_pnm_subtype_equals_pillow() {
+    // Binary P4/P5/P6 as Pillow writes them and hand-written plain P1/P2/P3: bit-exact with
+    // Pillow's `convert("RGB")`, a PBM's 1 being black.
+    let corpus = corpus();
+    let mut ctx = context(Decoder::Turbo);
+    let mut out = RgbImage::new();
+    let mut magics = std::collections::BTreeSet::new();
+    let mut failures = Vec::new();
+    for e in corpus.images.iter().filter(|e| e.format == "pnm") {
+        let bytes = corpus.bytes(&e.file);
+        magics.insert(String::from_utf8_lossy(&bytes[..2]).into_owned());
+        let result = ctx
+            .decode(&bytes, &mut out)
+            .map_err(|err| format!("error: {err}"))
+            .and_then(|info| {
+                assert_eq!(info.format, Format::Pnm, "{}", e.name);
+                compare_with_reference(&corpus, e, &out)
+            });
+        if let Err(why) = result {
+            failures.push(format!("{}: {why}", e.name));
+        }
+    }
+    assert_eq!(
+        magics.into_iter().collect::<Vec<_>>(),
+        ["P1", "P2", "P3", "P4", "P5", "P6"],
+        "a PNM subtype has no fixture"
+    );
+    assert!(
+        failures.is_empty(),
+        "PNM differs from Pillow:\n{}",
+        failures.join("\n")
+    );
+}
+
+#[test]
+fn pnm_maxval_other_than_255_is_unsupported_by_every_entry_point() {
+    // Pillow rescales such samples; decoding them raw would be silently wrong.
+    let corpus = corpus();
+    let mut checked = 0;
+    for b in corpus.bad.iter().filter(|b| b.name.contains("maxval")) {
+        let bytes = corpus.bytes(&b.file);
+        let mut ctx = context(Decoder::Turbo);
+        let mut out = RgbImage::new();
+        for result in [
+            ctx.info(&bytes).map(|_| ()),
+            ctx.decode(&bytes, &mut out).map(|_| ()),
+        ] {
+            match result {
+                Err(Error::Unsupported { format, detail }) => {
+                    assert_eq!(format, "pnm");
+                    assert!(detail.contains("maxval"), "{}: {detail}", b.name);
+                }
+                other => panic!("{}: expected Unsupported, got {other:?}", b.name),
+            }
+        }
+        assert_eq!(out.as_raw().len(), 0, "{}: nothing decoded", b.name);
+        checked += 1;
+    }
+    assert!(checked >= 3, "only {checked} maxval fixtures");
 }
 
 #[test]
@@ -420,6 +482,7 @@ fn info_reads_size_and_format_for_every_image() {
                 "gif" => Format::Gif,
                 "webp" => Format::WebP,
                 "tiff" => Format::Tiff,
+                "pnm" => Format::Pnm,
                 other => panic!("unknown format {other}"),
             };
             assert_eq!(info.format, want, "{}", e.name);
@@ -861,6 +924,9 @@ fn max_pixels_limit_applies_to_every_format_and_path() {
         "bmp_rgb",
         "gif_p",
         "tiff_rgb",
+        "pnm_p6",
+        "pnm_p4",
+        "pnm_p2_crlf",
     ] {
         let e = corpus.entry(name);
         let bytes = corpus.bytes(&e.file);
@@ -1051,6 +1117,7 @@ fn one_context_decodes_any_sequence_of_sizes() {
         "jpeg_gray_7x5",
         "jpeg_wide_3000x16",
         "gif_p",
+        "pnm_p5",
         "jpeg_cmyk_progressive",
     ];
     for decoder in [Decoder::Turbo, Decoder::Zune] {

@@ -1,6 +1,7 @@
 //! Property-based fuzzing of the decoder front end: arbitrary bytes, JPEG streams built from a
-//! grammar of markers (hostile sizes, component counts, lying lengths, truncation), and corpus
-//! images with proptest-chosen edits, through every entry point of both JPEG backends.
+//! grammar of markers (hostile sizes, component counts, lying lengths, truncation), PNM headers
+//! built from parts (hostile sides and maxvals, comments, short rasters), and corpus images with
+//! proptest-chosen edits, through every entry point of both JPEG backends.
 //!
 //! The promises checked are those of `tests/support/fuzz_props.rs` (shared with the cargo-fuzz
 //! targets in `fuzz/`). What this adds to `decode_mutations.rs` (a fixed seeded sweep of single
@@ -63,6 +64,11 @@ const CORPUS: &[&str] = &[
     "tiff_l_deflate.tif",
     "webp_lossless.webp",
     "webp_lossy.webp",
+    "pnm_p6_3x2.ppm",
+    "pnm_p5_3x2.pgm",
+    "pnm_p4_9x2.pbm",
+    "pnm_p3_3x2.ppm",
+    "pnm_p1.pbm",
 ];
 
 struct Corpus {
@@ -499,6 +505,7 @@ proptest! {
         magic in prop::sample::select(vec![
             &b""[..], b"\xFF\xD8\xFF", b"\x89PNG\r\n\x1a\n", b"GIF89a", b"BM",
             b"RIFF\0\0\0\0WEBP", b"II*\0", b"MM\0*",
+            b"P1\n", b"P2 ", b"P3\t", b"P4\n", b"P5\r", b"P6\n",
         ]),
         tail in bytes(512),
         probe in probe(),
@@ -551,6 +558,193 @@ proptest! {
             apply(&mut data, e);
         }
         check_all(&data, probe)?;
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// PNM headers.
+
+/// A PNM built from parts: what the header declares, and the bytes.
+#[derive(Clone, Debug)]
+struct Pnm {
+    /// 1 to 6, for P1 to P6.
+    magic: u8,
+    width: u32,
+    height: u32,
+    maxval: u32,
+    /// Whether the raster is exactly what the header asks for (bytes of a binary one, valid
+    /// samples of a plain one) and uncut; else random bytes or samples.
+    exact: bool,
+    /// Whether the header is all there (the cut, if any, fell after it).
+    whole_header: bool,
+    bytes: Vec<u8>,
+}
+
+/// Headers with hostile sides and maxvals, comments and every separator, over a raster that is
+/// the right length, random bytes, or plain-text samples, maybe cut.
+fn pnm() -> impl Strategy<Value = Pnm> {
+    let side = || {
+        prop_oneof![
+            4 => 1u32..48,
+            1 => Just(0u32),
+            1 => Just(1024u32),
+            1 => Just(1025u32),
+            1 => Just(u32::MAX),
+            1 => any::<u32>(),
+        ]
+    };
+    let maxval = prop_oneof![
+        6 => Just(255u32),
+        1 => prop::sample::select(vec![0u32, 1, 15, 256, 1023, 65535, 65536]),
+        1 => any::<u32>(),
+    ];
+    let space = prop::sample::select(vec![&b" "[..], b"\n", b"\t", b"\r\n", b"\x0b", b"  \n"]);
+    let comment = prop_oneof![3 => Just(None), 1 => Just(Some(&b"# a comment\n"[..]))];
+    let plain_samples = prop::collection::vec(
+        prop_oneof![4 => 0u32..2, 4 => 0u32..256, 1 => any::<u32>()],
+        0..200,
+    );
+    (
+        1u8..=6,
+        side(),
+        side(),
+        maxval,
+        (space.clone(), space, comment),
+        prop::bool::weighted(0.6),
+        (bytes(512), plain_samples),
+        prop_oneof![4 => Just(None), 1 => any::<prop::sample::Index>().prop_map(Some)],
+    )
+        .prop_map(
+            |(magic, width, height, maxval, (sep, last, comment), exact, (noise, samples), cut)| {
+                let mut bytes = format!("P{magic}").into_bytes();
+                bytes.extend_from_slice(sep);
+                bytes.extend_from_slice(comment.unwrap_or_default());
+                bytes.extend_from_slice(format!("{width}").as_bytes());
+                bytes.extend_from_slice(sep);
+                bytes.extend_from_slice(format!("{height}").as_bytes());
+                if magic != 1 && magic != 4 {
+                    bytes.extend_from_slice(sep);
+                    bytes.extend_from_slice(format!("{maxval}").as_bytes());
+                }
+                // The single whitespace byte that ends a binary header.
+                bytes.push(last[0]);
+                let header_len = bytes.len();
+                // Bytes of a binary raster, samples of a plain one.
+                let row = match magic {
+                    4 => u64::from(width).div_ceil(8),
+                    3 | 6 => 3 * u64::from(width),
+                    _ => u64::from(width),
+                };
+                let needed = row.saturating_mul(u64::from(height));
+                let exact = exact && needed <= 1 << 14;
+                let mut values = noise.iter().copied().chain(std::iter::repeat(0x80)).cycle();
+                if exact && magic <= 3 {
+                    for v in values.by_ref().take(needed as usize) {
+                        let v = if magic == 1 { v & 1 } else { v };
+                        bytes.extend_from_slice(format!("{v}\n").as_bytes());
+                    }
+                } else if exact {
+                    bytes.extend(values.take(needed as usize));
+                } else if magic <= 3 {
+                    for v in samples {
+                        bytes.extend_from_slice(format!("{v} ").as_bytes());
+                    }
+                } else {
+                    bytes.extend_from_slice(&noise);
+                }
+                if let Some(cut) = cut {
+                    bytes.truncate(cut.index(bytes.len() + 1));
+                }
+                Pnm {
+                    magic,
+                    width,
+                    height,
+                    maxval,
+                    exact: exact && cut.is_none(),
+                    whole_header: bytes.len() >= header_len,
+                    bytes,
+                }
+            },
+        )
+}
+
+proptest! {
+    #![proptest_config(config(2048))]
+
+    /// PNM streams from parts. Beyond the shared promises: a header of a kind decoded natively
+    /// (a bitmap, or maxval 255) that declares more pixels than the limit is refused by the
+    /// limit; a graymap or pixmap with another valid maxval is unsupported (Pillow rescales
+    /// it); and one of a native kind whose raster is complete decodes, at its size.
+    #[test]
+    fn pnm_headers(pnm in pnm(), probe in probe()) {
+        let [turbo, zune] = check_all(&pnm.bytes, probe)?;
+        let bitmap = pnm.magic == 1 || pnm.magic == 4;
+        let native = bitmap || pnm.maxval == 255;
+        let pixels = u64::from(pnm.width) * u64::from(pnm.height);
+        for outcome in [&turbo, &zune] {
+            if !pnm.whole_header {
+                continue;
+            }
+            // A pixmap whose bytes (3 a pixel) overflow 64 bits is refused by the `image`
+            // crate's header reader, before the limit is looked at.
+            let overflows = pnm.magic % 3 == 0 && pixels.checked_mul(3).is_none();
+            if native && overflows {
+                prop_assert!(
+                    matches!(outcome.decoded, Err(ErrorKind::TooLarge | ErrorKind::Unsupported)),
+                    "P{} {}x{}: {:?}", pnm.magic, pnm.width, pnm.height, outcome.decoded
+                );
+            } else if native && pixels > MAX_PIXELS {
+                prop_assert!(
+                    matches!(outcome.decoded, Err(ErrorKind::TooLarge)),
+                    "P{} {}x{}: {:?}", pnm.magic, pnm.width, pnm.height, outcome.decoded
+                );
+            } else if !native && (1..=65535).contains(&pnm.maxval) {
+                prop_assert!(
+                    matches!(outcome.decoded, Err(ErrorKind::Unsupported)),
+                    "P{} maxval {}: {:?}", pnm.magic, pnm.maxval, outcome.decoded
+                );
+            } else if native && pnm.exact && pixels > 0 {
+                let decoded = outcome.decoded.as_ref();
+                prop_assert!(
+                    decoded.is_ok_and(|i| (i.width, i.height, i.format) == (pnm.width, pnm.height, Format::Pnm)),
+                    "P{} {}x{}: {:?}", pnm.magic, pnm.width, pnm.height, decoded
+                );
+            }
+        }
+    }
+}
+
+/// A binary PNM whose raster is shorter than its header says is refused as truncated from the
+/// header and the length, before the image is allocated: a 30-byte file claiming a megapixel
+/// must not cost 3 MB.
+#[test]
+fn a_pnm_raster_shorter_than_its_header_allocates_nothing() {
+    let mut ctx =
+        DecodeContext::new(DecodeOptions::default().max_pixels(MAX_PIXELS)).expect("context");
+    for header in [
+        &b"P6\n1000 1000\n255\n"[..],
+        b"P5 1000 1000 255 ",
+        b"P4\n1000 1000\n",
+    ] {
+        let mut data = header.to_vec();
+        data.extend_from_slice(&[0x55; 16]);
+        let mut out = RgbImage::new();
+        let info = ctx.info(&data).expect("the header reads");
+        assert_eq!(
+            (info.width, info.height, info.format),
+            (1000, 1000, Format::Pnm)
+        );
+        fuzz_props::Tracking::reset();
+        let decoded = ctx.decode(&data, &mut out);
+        let largest = fuzz_props::Tracking::largest();
+        assert!(
+            matches!(decoded, Err(Error::Truncated { .. })),
+            "{decoded:?}"
+        );
+        assert!(largest < 64 << 10, "allocated {largest} bytes");
+        assert_eq!(out.as_raw().len(), 0);
+        fuzz_props::check_decode(&mut ctx, &data, Probe::default(), &mut out)
+            .expect("the shared checks pass");
     }
 }
 

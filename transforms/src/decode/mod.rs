@@ -2,9 +2,10 @@
 //!
 //! What it is for: the first op of every sample. JPEG goes through libjpeg-turbo (the default,
 //! bit-exact with Pillow, which uses the same library with the same settings) or zune-jpeg (pure
-//! Rust, close but not exact); PNG, BMP, GIF (first frame), WebP and TIFF go through the `image`
-//! crate and are converted to RGB with Pillow's rules. A JPEG can also be decoded only around a
-//! crop rectangle (exact), or DCT-scaled around it (fast, not exact).
+//! Rust, close but not exact); PNG, BMP, GIF (first frame), WebP, TIFF and PNM (PBM, PGM, PPM;
+//! binary or plain) go through the `image` crate and are converted to RGB with Pillow's rules.
+//! A JPEG can also be decoded only around a crop rectangle (exact), or DCT-scaled around it
+//! (fast, not exact).
 //!
 //! What it must not do: read files, spawn threads, panic on any input, or allocate pixel memory for
 //! an image before its header has been checked against [`DecodeOptions::max_pixels`]. The loader
@@ -21,6 +22,13 @@
 //!   rounding) and by more in the last two columns/rows of chroma-subsampled images, where its
 //!   upsampler reads MCU padding instead of replicating the edge; `tests/decode_parity.rs`
 //!   measures and bounds it.
+//! - A PGM or PPM whose maxval is not 255 is [`Error::Unsupported`]: Pillow rescales such samples
+//!   (and opens 16-bit gray as mode "I"), which the `image` crate does not do the same way.
+//! - PNM headers and plain (ASCII) rasters are parsed by the `image` crate's rules, stricter than
+//!   Pillow's in places and looser in others: a `#` comment inside a plain raster or a number
+//!   written with a `+` sign (Pillow takes both) is [`Error::Corrupt`] here, while a number
+//!   longer than 10 characters (`000000000017`) or garbage after a plain PBM's last pixel, which
+//!   Pillow refuses, decodes here. Where both decode a file, the pixels are the same.
 
 mod convert;
 mod markers;
@@ -60,6 +68,10 @@ pub enum Format {
     WebP,
     /// TIFF or BigTIFF, either byte order: `'II' 2A 00`, `'MM' 00 2A` (`2B` for BigTIFF).
     Tiff,
+    /// Netpbm: PBM (`P1` plain, `P4` binary), PGM (`P2`, `P5`) and PPM (`P3`, `P6`), the magic
+    /// followed by a whitespace byte. PGM and PPM decode only with maxval 255 (see the module
+    /// doc); PAM (`P7`) and Pillow's own extensions (`Pf`, `P0CMYK`, `Py..`) are not PNM here.
+    Pnm,
 }
 
 impl Format {
@@ -78,6 +90,8 @@ impl Format {
             .any(|magic| bytes.starts_with(*magic))
         {
             Some(Format::Tiff)
+        } else if is_pnm_magic(bytes) {
+            Some(Format::Pnm)
         } else if bytes.starts_with(b"BM") {
             Some(Format::Bmp)
         } else {
@@ -94,8 +108,24 @@ impl Format {
             Format::Gif => "gif",
             Format::WebP => "webp",
             Format::Tiff => "tiff",
+            Format::Pnm => "pnm",
         }
     }
+}
+
+/// `P1` to `P6` and a whitespace byte. Pillow reads the magic up to the first whitespace, so
+/// `P6` glued to anything else (`P6x`, `P65`) is no PNM to it either; its whitespace set includes
+/// vertical tab, which `u8::is_ascii_whitespace` does not.
+fn is_pnm_magic(bytes: &[u8]) -> bool {
+    matches!(
+        bytes,
+        [
+            b'P',
+            b'1'..=b'6',
+            b' ' | b'\t' | b'\n' | b'\x0b' | b'\x0c' | b'\r',
+            ..
+        ]
+    )
 }
 
 /// Pillow's `Image.MAX_IMAGE_PIXELS`: the default decode-bomb limit.
@@ -409,6 +439,35 @@ mod tests {
         assert_eq!(Format::sniff(b"BM......"), Some(Format::Bmp));
         assert_eq!(Format::sniff(b"<html>"), None);
         assert_eq!(Format::sniff(b""), None);
+    }
+
+    #[test]
+    fn sniffs_pnm_magic_followed_by_whitespace() {
+        for magic in [&b"P1"[..], b"P2", b"P3", b"P4", b"P5", b"P6"] {
+            for space in [b' ', b'\t', b'\n', b'\x0b', b'\x0c', b'\r'] {
+                let mut header = magic.to_vec();
+                header.push(space);
+                assert_eq!(Format::sniff(&header), Some(Format::Pnm), "{header:?}");
+            }
+        }
+        assert_eq!(Format::sniff(b"P6\n3 2\n255\n"), Some(Format::Pnm));
+        assert_eq!(Format::Pnm.name(), "pnm");
+        for not_pnm in [
+            &b"P7\nWIDTH 1\n"[..],
+            b"P9\n",
+            b"Px\n",
+            b"P0\n",
+            b"Pf\n",
+            b"PK\x03\x04",
+            b"P6",
+            b"P6x",
+            b"P65 ",
+            b"P6#c\n",
+            b"p6\n",
+            b" P6\n",
+        ] {
+            assert_eq!(Format::sniff(not_pnm), None, "{not_pnm:?}");
+        }
     }
 
     #[test]

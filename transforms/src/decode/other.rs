@@ -1,9 +1,10 @@
-//! PNG, BMP, GIF (first frame), WebP and TIFF through the `image` crate, converted to RGB with
-//! Pillow's rules (convert.rs).
+//! PNG, BMP, GIF (first frame), WebP, TIFF and PNM through the `image` crate, converted to RGB
+//! with Pillow's rules (convert.rs).
 //!
 //! The size is read from the header and checked against the pixel limit before `read_image`
 //! allocates or decodes anything; the `image` crate's own allocation limit is a second guard.
-//! Must not be used for JPEG (turbo.rs / zune.rs do that).
+//! Must not be used for JPEG (turbo.rs / zune.rs do that), nor decode a PNM whose samples Pillow
+//! would rescale (see [`check_pnm_kind`]).
 
 use std::io::Cursor;
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -11,6 +12,7 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use image::codecs::bmp::BmpDecoder;
 use image::codecs::gif::GifDecoder;
 use image::codecs::png::PngDecoder;
+use image::codecs::pnm::{PnmDecoder, PnmHeader, PnmSubtype, SampleEncoding};
 use image::codecs::tiff::TiffDecoder;
 use image::codecs::webp::WebPDecoder;
 use image::error::ImageError;
@@ -51,6 +53,7 @@ pub(crate) fn decode(
     match format {
         Format::WebP => check_webp_frames(bytes, max_pixels)?,
         Format::Gif => check_gif_frame(bytes, max_pixels)?,
+        Format::Pnm => guarded(format, || check_pnm_raster(bytes, max_pixels))?,
         _ => {}
     }
     guarded(format, || {
@@ -118,6 +121,70 @@ fn check_gif_frame(bytes: &[u8], max_pixels: u64) -> Result<()> {
     }
 }
 
+/// A PNM's header, and the bytes after it: the raster. A pixmap header whose image would take
+/// more than 2^64 bytes is refused by the `image` crate here, as unsupported, not by our limit.
+fn pnm_header(bytes: &[u8]) -> Result<(PnmHeader, &[u8])> {
+    let decoder = PnmDecoder::new(bytes).map_err(|e| map_error(Format::Pnm, e))?;
+    let (raster, header) = decoder.into_inner();
+    Ok((header, raster))
+}
+
+/// Holds a PNM to what the `image` crate decodes to Pillow's pixels: bitmaps, and graymaps and
+/// pixmaps with maxval 255. Pillow rescales any other maxval (`round(v / maxval * 255)` in
+/// double precision, half to even; 16-bit gray becomes mode "I", clipped by `convert("RGB")`),
+/// which the `image` crate does its own way, so those are refused rather than decoded close.
+/// PAM (P7) is refused too: Pillow does not open it.
+fn check_pnm_kind(header: &PnmHeader) -> Result<()> {
+    let maxval = header.maximal_sample();
+    let kind = match header.subtype() {
+        PnmSubtype::Bitmap(_) => return Ok(()),
+        PnmSubtype::Graymap(_) | PnmSubtype::Pixmap(_) if maxval == 255 => return Ok(()),
+        PnmSubtype::Graymap(SampleEncoding::Ascii) => "PGM (P2)",
+        PnmSubtype::Graymap(SampleEncoding::Binary) => "PGM (P5)",
+        PnmSubtype::Pixmap(SampleEncoding::Ascii) => "PPM (P3)",
+        PnmSubtype::Pixmap(SampleEncoding::Binary) => "PPM (P6)",
+        PnmSubtype::ArbitraryMap => {
+            return Err(Error::Unsupported {
+                format: Format::Pnm.name(),
+                detail: "PAM (P7): Pillow does not open it; not decoded natively".to_string(),
+            })
+        }
+    };
+    Err(Error::Unsupported {
+        format: Format::Pnm.name(),
+        detail: format!(
+            "{kind} with maxval {maxval}: Pillow rescales its samples; not decoded natively"
+        ),
+    })
+}
+
+/// Refuses a binary PNM whose raster is shorter than its header says before anything is
+/// allocated for it: the decode would fail the same way (Pillow's "image file is truncated"),
+/// but only after allocating the whole image, which a few bytes claiming a megapixel must not
+/// cost. A plain raster's length says nothing about its pixel count; the decode judges those.
+fn check_pnm_raster(bytes: &[u8], max_pixels: u64) -> Result<()> {
+    let (header, raster) = pnm_header(bytes)?;
+    check_pnm_kind(&header)?;
+    let (width, height) = (header.width(), header.height());
+    check_limit(width, height, max_pixels)?;
+    let row = match header.subtype() {
+        // Rows of a bitmap are padded to whole bytes.
+        PnmSubtype::Bitmap(SampleEncoding::Binary) => u64::from(width).div_ceil(8),
+        PnmSubtype::Graymap(SampleEncoding::Binary) => u64::from(width),
+        PnmSubtype::Pixmap(SampleEncoding::Binary) => 3 * u64::from(width),
+        _ => return Ok(()),
+    };
+    let needed = row.saturating_mul(u64::from(height));
+    let have = raster.len() as u64;
+    if have < needed {
+        return Err(Error::Truncated {
+            format: Format::Pnm.name(),
+            detail: format!("{width}x{height} image: the raster holds {have} of {needed} bytes"),
+        });
+    }
+    Ok(())
+}
+
 /// Runs `f`, turning a panic inside the `image` crate into [`Error::Corrupt`]: one bad file must
 /// not take a training run down.
 fn guarded<T>(format: Format, f: impl FnOnce() -> Result<T>) -> Result<T> {
@@ -144,6 +211,10 @@ fn with_decoder<T>(
         Format::Gif => Box::new(GifDecoder::new(cursor).map_err(err)?),
         Format::WebP => Box::new(WebPDecoder::new(cursor).map_err(err)?),
         Format::Tiff => Box::new(TiffDecoder::new(cursor).map_err(err)?),
+        Format::Pnm => {
+            check_pnm_kind(&pnm_header(bytes)?.0)?;
+            Box::new(PnmDecoder::new(cursor).map_err(err)?)
+        }
         Format::Jpeg => {
             return Err(Error::invalid(
                 "format",
@@ -204,7 +275,7 @@ fn read_rgb(
     Ok((w, h))
 }
 
-/// Whether an I/O error in the chain says the data ended early.
+/// Whether an error in the chain says the data ended early.
 fn is_eof(e: &(dyn std::error::Error + 'static)) -> bool {
     let mut cur = Some(e);
     while let Some(err) = cur {
@@ -214,7 +285,11 @@ fn is_eof(e: &(dyn std::error::Error + 'static)) -> bool {
             }
         }
         let text = err.to_string().to_ascii_lowercase();
-        if text.contains("unexpected end") || text.contains("unexpected eof") {
+        // "not enough data": the PNM reader's words for a plain raster that ends early.
+        if text.contains("unexpected end")
+            || text.contains("unexpected eof")
+            || text.contains("not enough data")
+        {
             return true;
         }
         cur = err.source();
