@@ -71,12 +71,13 @@ impl SampleProcessor for ImagePipeline {
     fn sample_layout(&self) -> SampleLayout {
         let (h, w) = self.pipeline.output_size();
         let (h, w) = (h as usize, w as usize);
+        let c = self.pipeline.channels();
         match self.pipeline.output_kind() {
             OutputKind::F32Chw { .. } | OutputKind::F32ChwUnnormalized => {
-                SampleLayout::chw(DType::F32, 3, h, w)
+                SampleLayout::chw(DType::F32, c, h, w)
             }
-            OutputKind::U8Chw => SampleLayout::chw(DType::U8, 3, h, w),
-            OutputKind::U8Hwc => SampleLayout::hwc(DType::U8, h, w, 3),
+            OutputKind::U8Chw => SampleLayout::chw(DType::U8, c, h, w),
+            OutputKind::U8Hwc => SampleLayout::hwc(DType::U8, h, w, c),
         }
     }
 

@@ -77,7 +77,7 @@ fn plan_for_source(
     source: &Arc<dyn Source>,
 ) -> PyResult<ImagePipeline> {
     let mut spec = parse_spec(spec)?;
-    if spec.keeps_image_size() && spec.image_size.is_none() {
+    if spec.needs_image_size() && spec.image_size.is_none() {
         let (probe_spec, probe_source) = (spec.clone(), Arc::clone(source));
         let size = py
             .detach(move || first_image_size(&probe_spec, probe_source.as_ref()))
@@ -386,8 +386,13 @@ impl PyLoader {
     /// (`(x / 255 - mean) / std`); `None` otherwise.
     #[getter]
     #[allow(clippy::type_complexity)]
-    fn deferred_normalize(&self) -> PyResult<Option<([f32; 3], [f32; 3])>> {
-        Ok(self.inner.get("loader")?.processor().deferred_normalize())
+    fn deferred_normalize(&self) -> PyResult<Option<(Vec<f32>, Vec<f32>)>> {
+        Ok(self
+            .inner
+            .get("loader")?
+            .processor()
+            .deferred_normalize()
+            .map(|(mean, std)| (mean.to_vec(), std.to_vec())))
     }
 
     /// Whether this object was inherited through `fork()` (and must be rebuilt).

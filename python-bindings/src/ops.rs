@@ -168,9 +168,10 @@ pub(crate) fn resized_crop<'py>(
     }
 }
 
-/// Two `[height, width]` image sizes a pipeline that keeps each image's own size is planned
-/// for when no dataset says which (large, so that later crops fit; below the pixel limit).
-const UNKNOWN_SIZES: [[u32; 2]; 2] = [[8192, 8192], [8193, 8195]];
+/// Two `[height, width]` image sizes a pipeline whose size follows the images' is planned for
+/// when no dataset says which: large, so that later crops fit, below the pixel limit, and one
+/// landscape and one portrait, so that a `Resize(int)` alone leaves neither side known.
+const UNKNOWN_SIZES: [[u32; 2]; 2] = [[8192, 12000], [12001, 8193]];
 
 /// Plans a pipeline spec (JSON) without a dataset: raises what the loader would raise for it,
 /// and returns `{"shape": (c, h, w), "dtype": ..., "deferred_normalize": (mean, std) | None}`;
@@ -178,7 +179,7 @@ const UNKNOWN_SIZES: [[u32; 2]; 2] = [[8192, 8192], [8193, 8195]];
 #[pyfunction]
 pub(crate) fn check_pipeline<'py>(py: Python<'py>, spec: &str) -> PyResult<Bound<'py, PyDict>> {
     let spec = parse_spec(spec)?;
-    let (pipeline, shape) = if spec.keeps_image_size() && spec.image_size.is_none() {
+    let (pipeline, shape) = if spec.needs_image_size() && spec.image_size.is_none() {
         // The images' own size comes from the dataset. Planned for two sizes, the sample's
         // dimensions that do not follow it (a crop later on) are known; the others are None.
         let planned = |size: [u32; 2]| {

@@ -579,7 +579,7 @@ impl Processor {
 
     /// The `Normalize` left for the consumer with uint8 output; never with a tail, whose
     /// result is the batch as it is.
-    pub(crate) fn deferred_normalize(&self) -> Option<([f32; 3], [f32; 3])> {
+    pub(crate) fn deferred_normalize(&self) -> Option<(&[f32], &[f32])> {
         match self {
             Processor::Native(p) => p.pipeline().deferred_normalize(),
             Processor::WithTail(_) => None,

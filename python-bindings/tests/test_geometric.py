@@ -315,6 +315,25 @@ def _assert_epoch_is_torchvisions(folder: Path, tv_transform: Any, loader: fl.Lo
 
 
 @pytest.mark.parametrize("tv", [tvT, v2], ids=["v1", "v2"])
+def test_pixel_ops_before_the_crop_run_natively_on_images_of_any_size(folder: Path, tv: Any) -> None:
+    """``ColorJitter`` then ``RandomResizedCrop``: planned on the first image's size, but the
+    crop makes every sample one size, so the folder's images of six sizes all batch, each
+    jittered whole and then cropped as torchvision does (scale=(1, 1), ratio=(4, 4): the
+    centred fallback, nothing left to chance)."""
+    tv_transform = tv.Compose(
+        [
+            tv.ColorJitter(brightness=(1.3, 1.3)),
+            tv.RandomResizedCrop(24, scale=(1.0, 1.0), ratio=(4.0, 4.0)),
+            tv.PILToTensor(),
+        ]
+    )
+    loader = fl.Loader(
+        fl.ImageFolder(folder), batch_size=5, num_workers=2, transform=tv_transform, output="uint8", python_tail="error"
+    )
+    _assert_epoch_is_torchvisions(folder, tv_transform, loader)
+
+
+@pytest.mark.parametrize("tv", [tvT, v2], ids=["v1", "v2"])
 def test_resize_then_random_resized_crop_runs_natively_as_torchvision(folder: Path, tv: Any) -> None:
     """``Resize(int)`` then ``RandomResizedCrop`` (a fine-tuning order), each with its own
     interpolation. scale=(1, 1), ratio=(4, 4) leaves nothing to chance: it never fits an image

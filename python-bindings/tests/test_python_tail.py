@@ -82,9 +82,18 @@ def test_split_asks_the_planner(folder: Path) -> None:
     assert [type(t).__name__ for t in split.prefix] == ["Resize", "CenterCrop"]
     assert [type(t).__name__ for t in split.tail] == ["Lambda", "ToTensor"]
     assert split.input_kind == "image"
-    # Resize(int) alone is refused by the planner (no fixed size): nothing runs natively.
-    split = T.split_python_tail(tv.Compose([tv.Resize(40), tv.Lambda(mirror_and_mark), tv.CenterCrop(32)]))
-    assert split.spec is None and split.input_kind == "bytes" and len(split.tail) == 3
+    # Resize(int) alone, or a pixel op before any crop, keeps each image's own size (its aspect
+    # ratio): before a tail, which may crop, that is no prefix; nothing runs natively.
+    for ops in (
+        [tv.Resize(40), tv.Lambda(mirror_and_mark), tv.CenterCrop(32)],
+        [tv.ColorJitter(0.4), tv.Lambda(mirror_and_mark), tv.RandomResizedCrop(32), tv.ToTensor()],
+    ):
+        split = T.split_python_tail(tv.Compose(ops))
+        assert split.spec is None and split.input_kind == "bytes" and len(split.tail) == len(ops)
+        assert "must give every image one size" in split.reason
+        # So a folder of images of many sizes runs (in Python) as it does with DataLoader.
+        shapes = {tuple(x.shape[1:]) for x, _ in loader(folder, tv.Compose(ops))}
+        assert len(shapes) == 1
     # Everything native: no tail.
     split = T.split_python_tail(tv.Compose([tv.CenterCrop(8), tv.ToTensor()]))
     assert split.tail == [] and split.input_kind == "float32"
@@ -181,10 +190,17 @@ def test_a_tail_that_raises_names_the_file_and_op(folder: Path) -> None:
 
 def test_a_later_sample_of_another_shape_is_a_clear_error(folder: Path) -> None:
     # No fixed size anywhere: the first sample (320x240) sets (3, 24, 32).
-    ld = loader(folder, tv.Compose([tv.Resize(24), tv.ToTensor()]))
+    tenth = tv.Lambda(lambda im: im.resize((im.width // 10, im.height // 10)))
+    ld = loader(folder, tv.Compose([tenth, tv.ToTensor()]))
     assert ld.sample_shape == (3, 24, 32)
     message = first_error(ld)
     assert re.search(r"img_01.*\(3, 33, 24\) float32.*\(3, 24, 32\) float32", message), message
+    # Natively, a Resize(int) alone is sized by the first image the same way (a ValueError
+    # naming the file, as any sample's bad input).
+    ld = loader(folder, tv.Compose([tv.Resize(24), tv.ToTensor()]))
+    assert ld.sample_shape == (3, 24, 32) and not ld.python_tail
+    with pytest.raises(ValueError, match=r"img_01.*the image is 241x333, resized to 24x33, the pipeline's images to 32x24"):
+        run(ld)
 
 
 def random_pipeline() -> Any:
@@ -221,8 +237,8 @@ def test_the_warning_and_python_tail_error(folder: Path) -> None:
     with pytest.raises(ValueError, match=r"^from_torchvision: transform #1 Lambda.*python_tail='error'"):
         fl.Loader(fl.ImageFolder(folder), 4, transform=transform, python_tail="error")
     # Convertible, but the planner refuses the order: its reason, and the op named.
-    unplannable = tv.Compose([tv.Resize(40), tv.ToTensor()])
-    with pytest.raises(ValueError, match=r"Resize \(.*no native equivalent here: .*CenterCrop"):
+    unplannable = tv.Compose([tv.CenterCrop(32), tv.ToTensor(), tv.Resize(20)])
+    with pytest.raises(ValueError, match=r"Resize \(.*no native equivalent here: .*after ToTensor only Normalize"):
         fl.Loader(fl.ImageFolder(folder), 4, transform=unplannable, python_tail="error")
     with warnings.catch_warnings():
         warnings.simplefilter("error")

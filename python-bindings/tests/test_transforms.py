@@ -59,8 +59,8 @@ def test_from_torchvision_v2() -> None:
 def test_from_torchvision_names_what_it_cannot_convert() -> None:
     with pytest.raises(ValueError, match=r"transform #2 RandomPerspective.*no ferroloader equivalent"):
         T.from_torchvision(tvT.Compose([tvT.RandomResizedCrop(8), tvT.RandomHorizontalFlip(), tvT.RandomPerspective()]))
-    with pytest.raises(ValueError, match=r"transform #1 Grayscale.*num_output_channels=1"):
-        T.from_torchvision([tvT.CenterCrop(8), tvT.Grayscale()])
+    with pytest.raises(ValueError, match=r"transform #1 Grayscale.*num_output_channels=2 is not 1 or 3"):
+        T.from_torchvision([tvT.CenterCrop(8), tvT.Grayscale(num_output_channels=2)])
     with pytest.raises(ValueError, match=r"transform #0 Resize.*interpolation.*nearest-exact"):
         T.from_torchvision([tvT.Resize(8, interpolation=tvT.InterpolationMode.NEAREST_EXACT)])
     with pytest.raises(ValueError, match=r"transform #1 .*Lambda"):
@@ -178,12 +178,17 @@ def test_pixel_op_classes_take_torchvision_arguments_and_defaults() -> None:
         assert cls().to_spec() == {"op": cls.__name__, "p": 0.5}
     assert repr(T.RandomSolarize(192)) == "RandomSolarize(threshold=192.0, p=0.5)"
     assert T.Grayscale(3) == T.Grayscale(num_output_channels=3)
+    # A Resize(int) alone follows each image's aspect ratio: neither side is known here.
+    assert T.check(T.Compose([T.Resize(224), T.ToTensor()]))["shape"] == (3, None, None)
+    assert T.check(T.Compose([T.Resize((224, 200)), T.ToTensor()]))["shape"] == (3, 224, 200)
+    # torchvision's default makes one-channel samples.
+    assert T.check(T.Compose([T.CenterCrop(8), T.Grayscale(), T.ToTensor()]))["shape"] == (1, 8, 8)
     bad = [
         (lambda: T.ColorJitter(brightness=-0.1), ValueError, "ColorJitter: if brightness"),
         (lambda: T.ColorJitter(contrast=(1.5, 0.5)), ValueError, "ColorJitter: contrast values"),
         (lambda: T.ColorJitter(hue=0.6), ValueError, "ColorJitter: hue values"),
         (lambda: T.ColorJitter(saturation="x"), TypeError, "ColorJitter: saturation"),
-        (lambda: T.Grayscale(), ValueError, "Grayscale: num_output_channels=1 .*3-channel"),
+        (lambda: T.Grayscale(2), ValueError, "Grayscale: num_output_channels=2 is not 1 or 3"),
         (lambda: T.RandomGrayscale(1.5), ValueError, "RandomGrayscale: p"),
         (lambda: T.RandomPosterize(0), ValueError, "RandomPosterize: bits"),
         (lambda: T.RandomPosterize(2.5), TypeError, "RandomPosterize: bits"),

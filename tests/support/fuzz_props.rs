@@ -549,10 +549,12 @@ pub fn check_spec(spec: PipelineSpec, image: &[u8]) -> Result<bool, String> {
     let (h, w) = pipeline.output_size();
     let shape = pipeline.sample_shape();
     let len = pipeline.sample_len();
+    let channels = pipeline.channels();
     if h == 0
         || w == 0
+        || !matches!(channels, 1 | 3)
         || shape.iter().product::<usize>() != len
-        || len != 3 * h as usize * w as usize
+        || len != channels * h as usize * w as usize
     {
         return Err(format!(
             "accepted {spec:?} with output {h}x{w}, shape {shape:?}, {len} elements"

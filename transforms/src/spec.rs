@@ -52,6 +52,25 @@ pub enum Layout {
     Hwc,
 }
 
+/// The mode torchvision's dataset hands the transform its images in (Pillow's name for it).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ImageMode {
+    /// Three channels: what `ImageFolder`'s loader converts every file to.
+    #[default]
+    #[serde(rename = "RGB")]
+    Rgb,
+    /// One channel (MNIST's `Image.fromarray(x, mode="L")`): samples come out with one channel,
+    /// unless a `Grayscale(num_output_channels=3)` makes three.
+    #[serde(rename = "L")]
+    L,
+}
+
+impl ImageMode {
+    fn is_rgb(&self) -> bool {
+        *self == ImageMode::Rgb
+    }
+}
+
 /// How a sample's ops run.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -95,12 +114,17 @@ pub struct PipelineSpec {
     /// Decode-bomb limit in pixels; default 178,956,970 (Pillow's).
     #[serde(default = "default_max_pixels")]
     pub max_pixels: u64,
-    /// `[height, width]` of every image, for a pipeline that does not start with a crop or a
-    /// resize (CIFAR's `ToTensor(), Normalize(...)`): batching needs one size, as torch's
-    /// collate does. The loader sets it from the first sample ([`PipelineSpec::keeps_image_size`]);
-    /// an image of another size is that sample's error.
+    /// `[height, width]` of every image, for a pipeline whose samples' size follows it (CIFAR's
+    /// `ToTensor(), Normalize(...)`, or a `Resize(int)` alone): batching needs one size, as
+    /// torch's collate does. The loader sets it from the first sample
+    /// ([`PipelineSpec::needs_image_size`]); an image that would give another size is that
+    /// sample's error.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub image_size: Option<[u32; 2]>,
+    /// The images' mode as the dataset gives them; default `RGB`. Decoded images are RGB
+    /// whatever the mode (a grayscale file is replicated into R, G and B).
+    #[serde(default, skip_serializing_if = "ImageMode::is_rgb")]
+    pub mode: ImageMode,
 }
 
 impl PipelineSpec {
@@ -116,6 +140,7 @@ impl PipelineSpec {
             execution: Execution::default(),
             max_pixels: default_max_pixels(),
             image_size: None,
+            mode: ImageMode::default(),
         }
     }
 
@@ -133,6 +158,29 @@ impl PipelineSpec {
                     | OpSpec::RandomCrop { .. }
             )
         )
+    }
+
+    /// Whether the samples' size follows the images' own, so that [`PipelineSpec::image_size`]
+    /// must say what it is: the pipeline keeps it ([`PipelineSpec::keeps_image_size`]), or
+    /// starts with a `Resize(int)` that no crop follows (its output keeps each image's aspect
+    /// ratio: CIFAR's `Resize(224)` before a pretrained model).
+    pub fn needs_image_size(&self) -> bool {
+        let mut flat = Vec::with_capacity(self.ops.len());
+        flatten_compose(&self.ops, &mut flat);
+        let resize_alone = match flat.as_slice() {
+            [OpSpec::Resize {
+                size: Size::Int(_), ..
+            }, rest @ ..] => !matches!(
+                rest.first(),
+                Some(
+                    OpSpec::RandomResizedCrop { .. }
+                        | OpSpec::CenterCrop { .. }
+                        | OpSpec::RandomCrop { .. }
+                )
+            ),
+            _ => false,
+        };
+        resize_alone || self.keeps_image_size()
     }
 
     /// torchvision's ImageNet training pipeline: `RandomResizedCrop(size)`,
@@ -558,6 +606,8 @@ pub struct Pipeline {
     /// `RandomErasing`s on the float32 slot after the conversion, in the order written;
     /// empty (no per-sample cost) for most pipelines.
     tensor_ops: Vec<TensorOp>,
+    /// Channels of a sample: 3, or 1 for an `L` image or after `Grayscale(1)`.
+    channels: usize,
 }
 
 /// Per-worker scratch of a [`Pipeline`]: decoder handle, resizer, intermediate images.
@@ -573,6 +623,16 @@ pub struct PipelineContext {
     stage: StageScratch,
     /// `RandomErasing(value="random")`'s values, reserved for the largest rectangle.
     erase_values: Vec<f32>,
+    /// The three-channel sample a one-channel pipeline runs into before keeping channel 0
+    /// (empty for three channels).
+    rgb_slot: RgbSlot,
+}
+
+/// A three-channel sample's worth of each element type.
+#[derive(Debug, Default)]
+struct RgbSlot {
+    f32s: Vec<f32>,
+    u8s: Vec<u8>,
 }
 
 impl PipelineContext {
@@ -585,6 +645,8 @@ impl PipelineContext {
             + self.stage_b.retained_bytes()
             + self.stage.retained_bytes()
             + self.erase_values.capacity() * std::mem::size_of::<f32>()
+            + self.rgb_slot.f32s.capacity() * std::mem::size_of::<f32>()
+            + self.rgb_slot.u8s.capacity()
     }
 
     /// Runs the resize and conversion kernels up to `limit` ([`fused::default_simd`] unless
@@ -663,6 +725,60 @@ fn check_output_size(out_h: u32, out_w: u32, max_pixels: u64) -> Result<()> {
 
 /// `ops` with every `Compose` replaced by its ops, recursively: a nested `Compose` stands for
 /// its ops where it stands (inside a random composition its owner plans it instead).
+/// Channels of the pipeline's samples: the mode's, changed by each `Grayscale` standing in the
+/// pipeline itself. One inside a random op (`RandomApply`, `RandomChoice`, `RandomOrder`) must
+/// keep the count, or samples would differ in shape (torch's collate would fail on them too).
+fn output_channels(spec: &PipelineSpec) -> Result<usize> {
+    fn visit(ops: &[OpSpec], channels: &mut usize, random: Option<&'static str>) -> Result<()> {
+        for op in ops {
+            match op {
+                OpSpec::Compose { transforms } => visit(transforms, channels, random)?,
+                OpSpec::RandomApply { transforms, .. } => {
+                    visit(transforms, channels, Some("RandomApply"))?
+                }
+                OpSpec::RandomChoice { transforms, .. } => {
+                    visit(transforms, channels, Some("RandomChoice"))?
+                }
+                OpSpec::RandomOrder { transforms } => {
+                    visit(transforms, channels, Some("RandomOrder"))?
+                }
+                OpSpec::Grayscale {
+                    num_output_channels,
+                } => {
+                    let n = match *num_output_channels {
+                        1 => 1,
+                        3 => 3,
+                        other => {
+                            return Err(Error::invalid(
+                                "num_output_channels",
+                                format!("Grayscale: {other} is not 1 or 3"),
+                            ))
+                        }
+                    };
+                    if let Some(container) = random.filter(|_| n != *channels) {
+                        return Err(Error::invalid(
+                            "num_output_channels",
+                            format!(
+                                "Grayscale({n}) inside {container} would make some samples \
+                                 {n}-channel and others {channels}-channel"
+                            ),
+                        ));
+                    }
+                    *channels = n;
+                }
+                _ => {}
+            }
+        }
+        Ok(())
+    }
+    let mut channels = match spec.mode {
+        ImageMode::Rgb => 3,
+        ImageMode::L => 1,
+    };
+    visit(&spec.ops, &mut channels, None)?;
+    Ok(channels)
+}
+
 fn flatten_compose<'a>(ops: &'a [OpSpec], flat: &mut Vec<&'a OpSpec>) {
     for op in ops {
         match op {
@@ -745,6 +861,7 @@ impl Pipeline {
     /// Checks `spec` and plans its execution. Refused besides a wrong op order or parameter:
     /// an output of more than `max_pixels` pixels, and `max_pixels` 0.
     pub fn new(spec: PipelineSpec) -> Result<Self> {
+        let channels = output_channels(&spec)?;
         let mut flat = Vec::with_capacity(spec.ops.len());
         flatten_compose(&spec.ops, &mut flat);
         let mut ops = flat.into_iter().peekable();
@@ -815,13 +932,19 @@ impl Pipeline {
                         }
                         _ => None,
                     };
-                    let out_size = match (center_crop, resize.size) {
-                        (Some(crop), _) => crop,
-                        (None, Size::Pair([h, w])) => (h, w),
-                        (None, Size::Int(_)) => return Err(bad_order(
-                            "Resize(int) alone leaves the output size depending on each image, \
-                             so samples cannot be batched; add CenterCrop",
-                        )),
+                    let out_size = match (center_crop, resize.size, spec.image_size) {
+                        (Some(crop), _, _) => crop,
+                        (None, Size::Pair([h, w]), _) => (h, w),
+                        (None, Size::Int(_), Some([h, w])) => {
+                            check_size("size", resize.size.resized(w, h, resize.max_size)?)?
+                        }
+                        (None, Size::Int(_), None) => {
+                            return Err(Error::invalid(
+                                "image_size",
+                                "Resize(int) alone keeps each image's aspect ratio: give the \
+                                 size all images have (a loader takes it from the first sample)",
+                            ))
+                        }
                     };
                     (
                         Geometry::Resize {
@@ -877,7 +1000,7 @@ impl Pipeline {
         }
         let (flip_p, staged) = Staged::split(middle);
         let (out_h, out_w) = match &staged {
-            Some(staged) => staged.output_size(geometry_size)?,
+            Some(staged) => staged.output_size(geometry_size, spec.max_pixels)?,
             None => geometry_size,
         };
         check_output_size(out_h, out_w, spec.max_pixels)?;
@@ -922,6 +1045,7 @@ impl Pipeline {
             out_h,
             out_w,
             tensor_ops,
+            channels,
         })
     }
 
@@ -940,24 +1064,33 @@ impl Pipeline {
         (self.out_h, self.out_w)
     }
 
-    /// Shape of one sample: `[3, H, W]`, or `[H, W, 3]` for `uint8` HWC.
+    /// Channels of a sample: 3, or 1 (see [`ImageMode::L`]).
+    pub fn channels(&self) -> usize {
+        self.channels
+    }
+
+    /// Shape of one sample: `[C, H, W]`, or `[H, W, C]` for `uint8` HWC.
     pub fn sample_shape(&self) -> [usize; 3] {
         let (h, w) = (self.out_h as usize, self.out_w as usize);
         match self.output {
-            OutputKind::U8Hwc => [h, w, 3],
-            _ => [3, h, w],
+            OutputKind::U8Hwc => [h, w, self.channels],
+            _ => [self.channels, h, w],
         }
     }
 
     /// Elements per sample.
     pub fn sample_len(&self) -> usize {
-        3 * self.out_h as usize * self.out_w as usize
+        self.channels * self.out_h as usize * self.out_w as usize
     }
 
     /// With `uint8` output, the `Normalize(mean, std)` left for the consumer to apply
-    /// (`(x / 255 - mean) / std`), so a GPU can finish what the spec asked for.
-    pub fn deferred_normalize(&self) -> Option<([f32; 3], [f32; 3])> {
+    /// (`(x / 255 - mean) / std`), so a GPU can finish what the spec asked for; one value per
+    /// channel of the sample.
+    pub fn deferred_normalize(&self) -> Option<(&[f32], &[f32])> {
+        let c = self.channels;
         self.deferred_normalize
+            .as_ref()
+            .map(|(mean, std)| (&mean[..c], &std[..c]))
     }
 
     /// Per-worker scratch for [`Pipeline::run`].
@@ -986,10 +1119,11 @@ impl Pipeline {
             stage: StageScratch::default(),
             // A rectangle is smaller than the sample, so one sample's worth never grows.
             erase_values: if self.tensor_ops.iter().any(TensorOp::draws_values) {
-                Vec::with_capacity(self.sample_len())
+                Vec::with_capacity(3 * self.out_h as usize * self.out_w as usize)
             } else {
                 Vec::new()
             },
+            rgb_slot: RgbSlot::default(),
         })
     }
 
@@ -1006,6 +1140,48 @@ impl Pipeline {
         obs: &mut dyn OpObserver,
     ) -> Result<SampleReport> {
         self.check_slot(&out)?;
+        if self.channels == 3 {
+            return self.run_rgb(bytes, rng, ctx, out, obs);
+        }
+        // One channel: the ops ran on the image replicated into R, G and B, which they keep
+        // equal (they act on each channel alike, and the colour ops that mix channels leave a
+        // gray pixel gray, as torchvision leaves an `L` image), so channel 0 is the `L` result.
+        let mut rgb = std::mem::take(&mut ctx.rgb_slot);
+        let plane = self.out_h as usize * self.out_w as usize;
+        let report = match out {
+            OutputSlot::F32(dst) => {
+                rgb.f32s.resize(3 * plane, 0.0);
+                let report = self.run_rgb(bytes, rng, ctx, OutputSlot::F32(&mut rgb.f32s), obs);
+                dst.copy_from_slice(&rgb.f32s[..plane]);
+                report
+            }
+            OutputSlot::U8(dst) => {
+                rgb.u8s.resize(3 * plane, 0);
+                let report = self.run_rgb(bytes, rng, ctx, OutputSlot::U8(&mut rgb.u8s), obs);
+                match self.output {
+                    OutputKind::U8Hwc => {
+                        for (d, pixel) in dst.iter_mut().zip(rgb.u8s.chunks_exact(3)) {
+                            *d = pixel[0];
+                        }
+                    }
+                    _ => dst.copy_from_slice(&rgb.u8s[..plane]),
+                }
+                report
+            }
+        };
+        ctx.rgb_slot = rgb;
+        report
+    }
+
+    /// [`Pipeline::run`] into a three-channel slot.
+    fn run_rgb(
+        &self,
+        bytes: &[u8],
+        rng: &mut SampleRng,
+        ctx: &mut PipelineContext,
+        out: OutputSlot<'_>,
+        obs: &mut dyn OpObserver,
+    ) -> Result<SampleReport> {
         match (self.spec.execution, &self.staged) {
             (Execution::Fused, None) => self.run_fused(bytes, rng, ctx, out, obs),
             (Execution::Fused, Some(staged)) => self.run_staged(staged, bytes, rng, ctx, out, obs),
@@ -1136,7 +1312,12 @@ impl Pipeline {
             &mut stage.padder,
             obs,
         )?;
-        let size = self.geometry_size;
+        // The whole image may be of another size than the first one when the stage ops fix the
+        // sample's size (`stage_ops_fix_the_size`): it goes into the stage as it is.
+        let size = match self.geometry {
+            Geometry::Whole(_) => (rect.height, rect.width),
+            _ => self.geometry_size,
+        };
         let into_stage = match self.geometry {
             Geometry::RandomResizedCrop(_) | Geometry::ResizeThenRandomResizedCrop { .. } => {
                 Op::Resize
@@ -1301,6 +1482,19 @@ impl Pipeline {
             } => {
                 let (rh, rw) = self.resize_whole(decoded, *resize, resizer, resized, obs)?;
                 let Some((ch, cw)) = *crop else {
+                    let (gh, gw) = self.geometry_size;
+                    if (rh, rw) != (gh, gw) {
+                        // Only a `Resize(int)` sized from the first image gets here.
+                        return Err(Error::invalid(
+                            "image_size",
+                            format!(
+                                "the image is {w}x{h}, resized to {rw}x{rh}, the pipeline's \
+                                 images to {gw}x{gh} (the first sample's): Resize(int) keeps \
+                                 each image's aspect ratio, and samples of several sizes cannot \
+                                 be batched; add CenterCrop, or give Resize (height, width)"
+                            ),
+                        ));
+                    }
                     return Ok((resized.view(), CropRect::full(rw, rh), source));
                 };
                 let crop = center_crop(rw, rh, ch, cw)?;
@@ -1328,7 +1522,7 @@ impl Pipeline {
                 Ok((resized.view(), CropRect::full(*cw, *ch), source))
             }
             Geometry::Whole((h0, w0)) => {
-                if (h, w) != (*h0, *w0) {
+                if (h, w) != (*h0, *w0) && !self.stage_ops_fix_the_size(h, w) {
                     return Err(Error::invalid(
                         "image_size",
                         format!(
@@ -1345,6 +1539,16 @@ impl Pipeline {
             | Geometry::ResizeThenRandomResizedCrop { .. }
             | Geometry::RandomCrop { .. } => Err(Error::invalid("ops", "not an eval pipeline")),
         }
+    }
+
+    /// For a pipeline planned on the first image's size with no crop or resize first: whether
+    /// the stage ops make the planned sample of an `h x w` image too (a crop or resize among
+    /// them fixes the size: `ColorJitter(), RandomResizedCrop(224)`), so that images of any size
+    /// batch, as they do with torchvision.
+    fn stage_ops_fix_the_size(&self, h: u32, w: u32) -> bool {
+        self.staged.as_ref().is_some_and(|staged| {
+            staged.output_size((h, w), self.spec.max_pixels).ok() == Some((self.out_h, self.out_w))
+        })
     }
 
     /// Runs the tensor ops, each in its own span, on the sample the conversion wrote into

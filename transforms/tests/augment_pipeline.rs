@@ -614,9 +614,9 @@ fn invalid_specs_are_refused_naming_op_and_argument() {
         ),
         (
             OpSpec::Grayscale {
-                num_output_channels: 1,
+                num_output_channels: 2,
             },
-            "3-channel",
+            "Grayscale: 2 is not 1 or 3",
             "`num_output_channels`",
         ),
         (OpSpec::RandomGrayscale { p: 1.5 }, "RandomGrayscale", "`p`"),
@@ -716,7 +716,7 @@ fn specs_parse_with_torchvision_names_and_defaults() {
     let back: PipelineSpec =
         serde_json::from_str(&serde_json::to_string(&spec).expect("serializes")).expect("parses");
     assert_eq!(back, spec);
-    // torchvision's default num_output_channels=1 parses but is refused by the planner.
+    // torchvision's default num_output_channels=1 (one-channel samples).
     let gray: OpSpec = serde_json::from_str(r#"{"op": "Grayscale"}"#).expect("parses");
     assert_eq!(
         gray,

@@ -865,8 +865,9 @@ fn invalid_specs_are_refused_naming_op_and_argument() {
     // A stage op first keeps the image's own size: without `image_size`, that is what is asked.
     let msg = plan_error(vec![vflip_op(0.5), OpSpec::ToTensor]);
     assert!(msg.contains("`image_size`"), "{msg}");
-    // Resize(int) then RandomCrop fixes the size; Resize(int) then a stage op does not.
-    let msg = plan_error(vec![
+    // Resize(int) then RandomCrop fixes the size; Resize(int) then a stage op follows the
+    // images' size, which must then be given.
+    let mut spec = PipelineSpec::new(vec![
         OpSpec::Resize {
             size: Size::Int(40),
             max_size: None,
@@ -876,7 +877,45 @@ fn invalid_specs_are_refused_naming_op_and_argument() {
         pad(),
         OpSpec::ToTensor,
     ]);
-    assert!(msg.contains("CenterCrop"), "{msg}");
+    let msg = plan_error(spec.ops.clone());
+    assert!(msg.contains("`image_size`"), "{msg}");
+    spec.image_size = Some([30, 60]);
+    let planned = Pipeline::new(spec).expect("plans with the images' size");
+    // 30x60 resized to 40x80, padded by 2 + 4 rows and 1 + 3 columns.
+    assert_eq!(planned.output_size(), (46, 84));
+    // Found by `structured_specs`: an image on the way larger than any decodable one (here
+    // 60000x60000, inside a RandomApply), which each sample would have allocated (10 GB) only
+    // to crop it down again.
+    let huge = OpSpec::Resize {
+        size: Size::Int(60_000),
+        max_size: None,
+        interpolation: Default::default(),
+        antialias: true,
+    };
+    for ops in [
+        vec![random_crop(8, None, false, PadMode::Constant), huge.clone()],
+        vec![
+            random_crop(8, None, false, PadMode::Constant),
+            OpSpec::RandomApply {
+                transforms: vec![huge.clone(), OpSpec::CenterCrop { size: Size::Int(8) }],
+                p: 0.5,
+            },
+        ],
+    ] {
+        let msg = plan_error(
+            [
+                ops,
+                vec![OpSpec::CenterCrop { size: Size::Int(8) }, OpSpec::ToTensor],
+            ]
+            .concat(),
+        );
+        assert!(
+            msg.contains(
+                "Resize makes a 60000x60000 image, 3600000000 pixels, more than max_pixels"
+            ),
+            "{msg}"
+        );
+    }
 }
 
 #[test]

@@ -8,8 +8,8 @@ use ferroloader_transforms::decode::{DecodeContext, Decoder};
 use ferroloader_transforms::fused::{OutputKind, OutputSlot};
 use ferroloader_transforms::rng::sample_rng;
 use ferroloader_transforms::spec::{
-    Execution, Interpolation, Layout, Op, OpObserver, OpSpec, OutputDtype, Pipeline, PipelineSpec,
-    Size, IMAGENET_MEAN, IMAGENET_STD,
+    Execution, Interpolation, JitterArg, Layout, Op, OpObserver, OpSpec, OutputDtype, Pipeline,
+    PipelineSpec, Size, IMAGENET_MEAN, IMAGENET_STD,
 };
 use ferroloader_transforms::{tensor, Error, RgbImage};
 
@@ -118,7 +118,7 @@ fn uint8_outputs_agree_and_match_the_float_path() {
     let hwc = Pipeline::new(spec.clone().layout(Layout::Hwc)).expect("plans");
     assert_eq!(
         chw.deferred_normalize(),
-        Some((IMAGENET_MEAN, IMAGENET_STD))
+        Some((&IMAGENET_MEAN[..], &IMAGENET_STD[..]))
     );
     assert_eq!(hwc.sample_shape(), [64, 64, 3]);
     let unnormalized = Pipeline::new(PipelineSpec::new(vec![
@@ -228,6 +228,98 @@ fn a_pipeline_with_no_crop_or_resize_keeps_the_size_it_is_given() {
     }
     // Without the size there is nothing to plan the batch by.
     assert!(plan_error(ops).contains("`image_size`"));
+}
+
+#[test]
+fn images_of_any_size_batch_when_a_later_op_fixes_the_size() {
+    // A colour op before the crop: planned on the first image's size, but the crop makes every
+    // sample 24x24, so other sizes are fine; without the crop they are the sample's error.
+    let jitter = OpSpec::ColorJitter {
+        brightness: JitterArg::Range([1.3, 1.3]),
+        contrast: Default::default(),
+        saturation: Default::default(),
+        hue: Default::default(),
+    };
+    let crop = OpSpec::CenterCrop {
+        size: Size::Int(24),
+    };
+    let cropped = |image_size| {
+        let mut spec = PipelineSpec::new(vec![jitter.clone(), crop.clone(), OpSpec::PilToTensor]);
+        spec.image_size = Some(image_size);
+        spec.output = OutputDtype::Uint8;
+        Pipeline::new(spec).expect("plans")
+    };
+    let mut decode = DecodeContext::new(Default::default()).expect("context");
+    for (name, bytes) in corpus().into_iter().take(4) {
+        let mut img = RgbImage::new();
+        decode.decode(&bytes, &mut img).expect("decodes");
+        let (h, w) = (img.height(), img.width());
+        let own = cropped([h, w]);
+        let other = cropped([h + 5, w + 9]);
+        assert_eq!(run_u8(&other, &bytes, 0), run_u8(&own, &bytes, 0), "{name}");
+        let mut uncropped = PipelineSpec::new(vec![jitter.clone(), OpSpec::ToTensor]);
+        uncropped.image_size = Some([h + 5, w + 9]);
+        let uncropped = Pipeline::new(uncropped).expect("plans");
+        let msg = try_run_f32(&uncropped, &bytes, 0, 0)
+            .expect_err("another size")
+            .to_string();
+        assert!(
+            msg.contains(&format!("the image is {w}x{h}")),
+            "{name}: {msg}"
+        );
+    }
+}
+
+#[test]
+fn a_resize_of_the_shorter_side_alone_is_sized_by_the_first_image() {
+    // CIFAR's `Resize(48)` before a model that wants larger inputs: no crop after it, so the
+    // size follows the images'; each image must resize to that size.
+    let ops = vec![
+        OpSpec::Resize {
+            size: Size::Int(48),
+            max_size: None,
+            interpolation: Default::default(),
+            antialias: true,
+        },
+        OpSpec::RandomGrayscale { p: 0.0 },
+        OpSpec::ToTensor,
+    ];
+    assert!(PipelineSpec::new(ops.clone()).needs_image_size());
+    assert!(!PipelineSpec::imagenet_eval(56, 48).needs_image_size());
+    assert!(plan_error(ops.clone()).contains("Resize(int) alone keeps each image's aspect ratio"));
+    let mut decode = DecodeContext::new(Default::default()).expect("context");
+    for (name, bytes) in corpus().into_iter().take(4) {
+        let mut img = RgbImage::new();
+        decode.decode(&bytes, &mut img).expect("decodes");
+        let (h, w) = (img.height(), img.width());
+        let mut spec = PipelineSpec::new(ops.clone());
+        spec.image_size = Some([h, w]);
+        let fused = Pipeline::new(spec.clone()).expect("plans");
+        let (rh, rw) = if h <= w {
+            (48, (48 * w / h).max(1))
+        } else {
+            ((48 * h / w).max(1), 48)
+        };
+        assert_eq!(fused.output_size(), (rh, rw), "{name}");
+        let op_by_op = Pipeline::new(spec.execution(Execution::OpByOp)).expect("plans");
+        assert_eq!(
+            run_f32(&fused, &bytes, 0, 0),
+            run_f32(&op_by_op, &bytes, 0, 0),
+            "{name}"
+        );
+        // Planned for an image of another aspect ratio, this one is the sample's error.
+        let mut other = PipelineSpec::new(ops.clone());
+        other.image_size = Some([h, 2 * w + 7]);
+        let other = Pipeline::new(other).expect("plans");
+        let msg = try_run_f32(&other, &bytes, 0, 0)
+            .expect_err("another aspect ratio")
+            .to_string();
+        assert!(
+            msg.contains(&format!("the image is {w}x{h}, resized to {rw}x{rh}"))
+                && msg.contains("add CenterCrop"),
+            "{name}: {msg}"
+        );
+    }
 }
 
 /// `spec` with its first op (RandomResizedCrop or Resize) set to `interpolation`.
@@ -492,7 +584,7 @@ fn bad_specs_are_invalid_arguments_naming_the_problem() {
         },
         OpSpec::ToTensor
     ])
-    .contains("add CenterCrop"));
+    .contains("Resize(int) alone keeps each image's aspect ratio"));
     assert!(plan_error(vec![
         rrc(),
         OpSpec::ToTensor,

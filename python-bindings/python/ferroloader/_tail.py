@@ -29,14 +29,16 @@ class TailRunner:
 
     ``input_kind`` is one of :data:`INPUT_KINDS`; ``output`` (``"float32"`` or ``"uint8"``)
     says how a PIL image left at the end of the tail becomes a tensor: as ``ToTensor`` or as
-    ``PILToTensor`` would convert it.
+    ``PILToTensor`` would convert it; ``mode`` is the dataset's images' Pillow mode (``"RGB"``
+    or ``"L"``), what a PIL image handed to the tail is in.
     """
 
-    def __init__(self, input_kind: str, output: str) -> None:
+    def __init__(self, input_kind: str, output: str, mode: str = "RGB") -> None:
         if input_kind not in INPUT_KINDS:
             raise ValueError(f"python tail: input kind must be one of {INPUT_KINDS}, got {input_kind!r}")
         self.input_kind = input_kind
         self.output = output
+        self.mode = mode
         try:
             import torch
         except ImportError:  # a tail of plain callables on numpy arrays still works
@@ -71,17 +73,17 @@ class TailRunner:
 
     def to_input(self, data: Any) -> Any:
         """The tail's first argument: ``data`` is the file's bytes (kind ``"bytes"``), the
-        prefix's ``[H, W, 3]`` uint8 array (``"image"``) or its ``[3, H, W]`` array."""
+        prefix's ``[H, W, C]`` uint8 array (``"image"``) or its ``[C, H, W]`` array."""
         if self.input_kind == "bytes":
             from PIL import Image
 
-            # torchvision's pil_loader: open, then convert("RGB").
+            # torchvision's pil_loader: open, then convert("RGB") (MNIST's images are "L").
             with Image.open(io.BytesIO(data)) as img:
-                return img.convert("RGB")
+                return img.convert(self.mode)
         if self.input_kind == "image":
             from PIL import Image
 
-            return Image.fromarray(data, "RGB")
+            return Image.fromarray(data[:, :, 0], "L") if data.shape[2] == 1 else Image.fromarray(data, "RGB")
         if self._torch is not None:
             return self._torch.from_numpy(data)
         return data

@@ -18,7 +18,7 @@ The geometric ops (``RandomVerticalFlip``, ``RandomRotation``, ``RandomAffine``,
 does on a PIL image (Pillow's transforms and padding, exactly; ``GaussianBlur`` within one
 level); ``Pad`` and the crops change the sample's size, which is planned once.
 
-The pixel ops (``ColorJitter``, ``Grayscale(num_output_channels=3)``, ``RandomGrayscale``,
+The pixel ops (``ColorJitter``, ``Grayscale``, ``RandomGrayscale``,
 ``RandomPosterize``, ``RandomSolarize``, ``RandomEqualize``, ``RandomAutocontrast``,
 ``RandomAdjustSharpness``, ``RandomInvert``) run on the 8-bit image of the output size, with
 Pillow's arithmetic (what torchvision computes on a PIL image), each drawing its parameters from
@@ -443,19 +443,15 @@ class ColorJitter(Transform):
 
 
 class Grayscale(Transform):
-    """``Grayscale(num_output_channels=1)``: only ``num_output_channels=3`` is supported (the
-    gray level in all three channels), since every sample is 3-channel; torchvision's default 1
-    is refused rather than silently changed."""
+    """``Grayscale(num_output_channels=1)``: Pillow's ``convert("L")``; samples come out with
+    one channel, or with the gray level in all three for ``num_output_channels=3``."""
 
     def __init__(self, num_output_channels: int = 1) -> None:
         if not _is_int(num_output_channels):
             raise TypeError(f"Grayscale: num_output_channels must be an int, got {num_output_channels!r}")
-        if num_output_channels != 3:
-            raise ValueError(
-                f"Grayscale: num_output_channels={num_output_channels} is not supported: samples "
-                "are 3-channel; use num_output_channels=3"
-            )
-        self.num_output_channels = 3
+        if num_output_channels not in (1, 3):
+            raise ValueError(f"Grayscale: num_output_channels={num_output_channels} is not 1 or 3")
+        self.num_output_channels = int(num_output_channels)
 
     def to_spec(self) -> Spec:
         return {"op": "Grayscale", "num_output_channels": self.num_output_channels}
@@ -1132,11 +1128,19 @@ class Compose:
         return f"Compose({body}\n)"
 
 
-def pipeline_spec(transform: Any, *, output: str = "float32", decoder: str = "turbo") -> str:
+def pipeline_spec(transform: Any, *, output: str = "float32", decoder: str = "turbo", mode: str = "RGB") -> str:
     """The native pipeline spec (JSON) for ``transform`` (a :class:`Compose`, one transform, a
-    list of them, or a torchvision ``Compose``), with the output dtype and JPEG decoder."""
+    list of them, or a torchvision ``Compose``), with the output dtype, the JPEG decoder and the
+    images' mode (``"L"``: one-channel samples, as from torchvision's MNIST)."""
     compose = as_compose(transform)
-    return json.dumps({"ops": compose.to_spec(), "output": output, "decoder": decoder})
+    return _spec_json(compose, output, decoder, "chw", mode)
+
+
+def _spec_json(compose: Compose, output: str, decoder: str, layout: str, mode: str) -> str:
+    spec: Dict[str, Any] = {"ops": compose.to_spec(), "output": output, "decoder": decoder, "layout": layout}
+    if mode != "RGB":
+        spec["mode"] = mode
+    return json.dumps(spec)
 
 
 def as_compose(transform: Any) -> Compose:
@@ -1387,14 +1391,15 @@ class TailSplit(NamedTuple):
     """A transform cut into the native prefix and the Python tail after it."""
 
     #: The prefix's pipeline spec (JSON), or ``None``: no native prefix, the tail gets the
-    #: image as Pillow opens it (``Image.open(f).convert("RGB")``, torchvision's loader).
+    #: image as Pillow opens it (``Image.open(f).convert("RGB")``, torchvision's loader; ``"L"``
+    #: for a one-channel dataset).
     spec: Optional[str]
     #: The prefix, as ferroloader transforms (empty without one).
     prefix: Compose
     #: The transforms (or callables) run in Python after it, in order: the original objects.
     tail: List[Any]
     #: What the tail's first op gets: ``"bytes"`` (decoded by Pillow first: no prefix),
-    #: ``"image"`` (a PIL RGB image: the prefix stops before ``ToTensor``), ``"uint8"`` or
+    #: ``"image"`` (a PIL image, RGB or L: the prefix stops before ``ToTensor``), ``"uint8"`` or
     #: ``"float32"`` (a CHW tensor: it ended with a conversion).
     input_kind: str
     #: Why the first tail op is not native (the converter's or the planner's message).
@@ -1414,14 +1419,27 @@ def _tail_items(transform: Any) -> Optional[List[Any]]:
     return [transform] if callable(transform) else None
 
 
-def _planned(compose: Compose, output: str, decoder: str, layout: str = "chw") -> str:
-    """``compose``'s spec, planned (raises what the planner raises)."""
-    spec = json.dumps({"ops": compose.to_spec(), "output": output, "decoder": decoder, "layout": layout})
-    _native.check_pipeline(spec)
+def _planned(
+    compose: Compose, output: str, decoder: str, mode: str, layout: str = "chw", *, before_tail: bool = False
+) -> str:
+    """``compose``'s spec, planned (raises what the planner raises). ``before_tail``: the prefix
+    of a Python tail, which must give every sample one size. Its output goes through one buffer
+    whatever the image, and only the tail, which may crop, makes the batch's size; so a prefix
+    whose size follows each image's (no crop first, or a ``Resize(int)`` alone) is refused,
+    though the same ops with nothing after them run natively on images of one size."""
+    spec = _spec_json(compose, output, decoder, layout, mode)
+    shape = _native.check_pipeline(spec)["shape"]
+    if before_tail and None in cast(Tuple[Optional[int], ...], shape):
+        raise ValueError(
+            "transform: the native ops before a Python tail must give every image one size (a "
+            "crop, or a resize to (height, width)); these keep each image's own size"
+        )
     return spec
 
 
-def split_python_tail(transform: Any, *, output: str = "float32", decoder: str = "turbo") -> TailSplit:
+def split_python_tail(
+    transform: Any, *, output: str = "float32", decoder: str = "turbo", mode: str = "RGB"
+) -> TailSplit:
     """Cuts ``transform`` into the longest prefix the native planner accepts and the rest, the
     Python tail (empty when everything is native). The planner decides, not a list kept here, so
     ops made native later move into the prefix on their own.
@@ -1434,11 +1452,11 @@ def split_python_tail(transform: Any, *, output: str = "float32", decoder: str =
     items = _tail_items(transform)
     if items is None:
         compose = as_compose(transform)
-        return TailSplit(pipeline_spec(compose, output=output, decoder=decoder), compose, [], output, "")
+        return TailSplit(pipeline_spec(compose, output=output, decoder=decoder, mode=mode), compose, [], output, "")
     reason = ""
     try:
         compose = from_torchvision(items)
-        return TailSplit(_planned(compose, output, decoder), compose, [], output, "")
+        return TailSplit(_planned(compose, output, decoder, mode), compose, [], output, "")
     except (TypeError, ValueError) as e:
         reason = str(e)
     for k in range(len(items) - 1, 0, -1):
@@ -1449,11 +1467,11 @@ def split_python_tail(transform: Any, *, output: str = "float32", decoder: str =
             )
             last = compose.transforms[-1] if compose.transforms else None
             if isinstance(last, (ToTensor, Normalize)):
-                spec, kind = _planned(compose, "float32", decoder), "float32"
+                spec, kind = _planned(compose, "float32", decoder, mode, before_tail=True), "float32"
             elif isinstance(last, PILToTensor):
-                spec, kind = _planned(compose, "uint8", decoder), "uint8"
+                spec, kind = _planned(compose, "uint8", decoder, mode, before_tail=True), "uint8"
             else:
-                spec, kind = _planned(compose, "uint8", decoder, "hwc"), "image"
+                spec, kind = _planned(compose, "uint8", decoder, mode, "hwc", before_tail=True), "image"
         except (TypeError, ValueError) as e:
             reason = str(e)
             continue

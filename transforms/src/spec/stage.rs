@@ -124,11 +124,29 @@ impl StageOp {
     }
 
     /// The `(height, width)` of this op's output for an input of `size`; an error when it
-    /// would depend on the sample (so samples could not be batched).
-    pub fn output_size(&self, size: (u32, u32)) -> Result<(u32, u32)> {
+    /// would depend on the sample (so samples could not be batched), or when it, or an image
+    /// made on the way inside it, would hold more than `limit` pixels: no decodable image
+    /// leads there, and the op would allocate it for every sample (`Resize(60000)` before a
+    /// `CenterCrop`).
+    pub fn output_size(&self, size: (u32, u32), limit: u64) -> Result<(u32, u32)> {
         match self {
-            StageOp::Geometric(op) => op.output_size(size),
-            StageOp::Choice(op) => op.output_size(size),
+            // The only ops that make a new size; a container's ops come here one by one.
+            StageOp::Geometric(op) => {
+                let (h, w) = op.output_size(size)?;
+                let pixels = u64::from(h) * u64::from(w);
+                if pixels > limit {
+                    return Err(Error::invalid(
+                        "size",
+                        format!(
+                            "{} makes a {h}x{w} image, {pixels} pixels, more than max_pixels \
+                             ({limit})",
+                            op.name()
+                        ),
+                    ));
+                }
+                Ok((h, w))
+            }
+            StageOp::Choice(op) => op.output_size(size, limit),
             StageOp::HFlip { .. } | StageOp::Color(_) | StageOp::Policy(_) | StageOp::AugMix(_) => {
                 Ok(size)
             }
@@ -225,11 +243,12 @@ impl Staged {
         )
     }
 
-    /// The size the stage ops leave for an input of `size` (the geometry's output).
-    pub fn output_size(&self, size: (u32, u32)) -> Result<(u32, u32)> {
+    /// The size the stage ops leave for an input of `size` (the geometry's output); every image
+    /// on the way within `limit` pixels ([`StageOp::output_size`]).
+    pub fn output_size(&self, size: (u32, u32), limit: u64) -> Result<(u32, u32)> {
         self.ops
             .iter()
-            .try_fold(size, |size, op| op.output_size(size))
+            .try_fold(size, |size, op| op.output_size(size, limit))
     }
 
     /// The flip after the stage ops, fused into the conversion (0: none).

@@ -71,8 +71,9 @@ fn plan_unit(owner: &'static str, index: usize, op: &OpSpec) -> Result<Vec<Stage
 }
 
 /// The size `ops` leave for an input of `size`.
-fn sequence_size(ops: &[StageOp], size: (u32, u32)) -> Result<(u32, u32)> {
-    ops.iter().try_fold(size, |size, op| op.output_size(size))
+fn sequence_size(ops: &[StageOp], size: (u32, u32), limit: u64) -> Result<(u32, u32)> {
+    ops.iter()
+        .try_fold(size, |size, op| op.output_size(size, limit))
 }
 
 /// The most items of a `RandomOrder` whose orders are all checked for the size they leave when
@@ -124,10 +125,11 @@ impl ChoiceOp {
 
     /// The `(height, width)` this op leaves for an input of `size`; an error when two outcomes
     /// would leave different sizes.
-    pub(super) fn output_size(&self, size: (u32, u32)) -> Result<(u32, u32)> {
+    pub(super) fn output_size(&self, size: (u32, u32), limit: u64) -> Result<(u32, u32)> {
         match self {
             ChoiceOp::Apply { ops, .. } => {
-                let applied = sequence_size(ops, size).map_err(|e| in_op("RandomApply", e))?;
+                let applied =
+                    sequence_size(ops, size, limit).map_err(|e| in_op("RandomApply", e))?;
                 if applied != size {
                     return Err(size_error(
                         "RandomApply",
@@ -139,7 +141,7 @@ impl ChoiceOp {
                 Ok(size)
             }
             ChoiceOp::Choice { choices, .. } => {
-                let mut sizes = choices.iter().map(|ops| sequence_size(ops, size));
+                let mut sizes = choices.iter().map(|ops| sequence_size(ops, size, limit));
                 let first = sizes
                     .next()
                     .unwrap_or(Ok(size))
@@ -152,7 +154,7 @@ impl ChoiceOp {
                 }
                 Ok(first)
             }
-            ChoiceOp::Order { items, .. } => order_size(items, size),
+            ChoiceOp::Order { items, .. } => order_size(items, size, limit),
         }
     }
 
@@ -218,9 +220,9 @@ fn run_all(
 
 /// The size `RandomOrder`'s items leave whatever their order: the size itself when every item
 /// keeps it; otherwise every order is tried (up to [`MAX_ORDERS_CHECKED`] items).
-fn order_size(items: &[Vec<StageOp>], size: (u32, u32)) -> Result<(u32, u32)> {
+fn order_size(items: &[Vec<StageOp>], size: (u32, u32), limit: u64) -> Result<(u32, u32)> {
     order_size_by(items.len(), size, |i, size| {
-        sequence_size(&items[i], size).map_err(|e| in_op("RandomOrder", e))
+        sequence_size(&items[i], size, limit).map_err(|e| in_op("RandomOrder", e))
     })
 }
 

@@ -65,20 +65,9 @@ impl ColorOp {
                 .map_err(|e| in_op("ColorJitter", e))?;
                 ColorOp::ColorJitter(jitter)
             }
-            OpSpec::Grayscale {
-                num_output_channels,
-            } => {
-                if *num_output_channels != 3 {
-                    return Err(Error::invalid(
-                        "num_output_channels",
-                        format!(
-                            "Grayscale: {num_output_channels} is not supported, samples are \
-                             3-channel (torchvision's default is 1); write num_output_channels=3"
-                        ),
-                    ));
-                }
-                ColorOp::Grayscale
-            }
+            // The channel count it leaves is the plan's (`output_channels`): the image stays
+            // three-channel here, and a one-channel sample keeps channel 0 at the end.
+            OpSpec::Grayscale { .. } => ColorOp::Grayscale,
             OpSpec::RandomGrayscale { p } => ColorOp::RandomGrayscale {
                 p: check_p("RandomGrayscale", *p)?,
             },

@@ -468,6 +468,21 @@ impl GeometricOp {
         }
     }
 
+    /// torchvision's name of the op, for messages.
+    pub(super) fn name(&self) -> &'static str {
+        match self {
+            GeometricOp::VFlip { .. } => "RandomVerticalFlip",
+            GeometricOp::Rotation { .. } => "RandomRotation",
+            GeometricOp::Affine { .. } => "RandomAffine",
+            GeometricOp::Blur { .. } => "GaussianBlur",
+            GeometricOp::Pad { .. } => "Pad",
+            GeometricOp::RandomCrop(_) => "RandomCrop",
+            GeometricOp::CenterCrop(_) => "CenterCrop",
+            GeometricOp::Resize(_) => "Resize",
+            GeometricOp::RandomResizedCrop { .. } => "RandomResizedCrop",
+        }
+    }
+
     /// The span this op runs in.
     pub(super) fn span(&self) -> Op {
         match self {
