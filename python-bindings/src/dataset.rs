@@ -1,5 +1,6 @@
 //! Datasets as Python objects: `ImageFolder` and `FileList`, with torchvision's attribute names
-//! (`root`, `classes`, `class_to_idx`, `samples`, `targets`).
+//! (`root`, `classes`, `class_to_idx`, `samples`, `targets`), and `ImageArray` (decoded images
+//! in one `uint8` array, as torchvision's CIFAR datasets hold them).
 //!
 //! Listing runs with the GIL released. These are plain data (no threads, no locks held across
 //! calls), so they are usable as they are after `fork()`; they pickle by their arguments and
@@ -15,9 +16,11 @@ use std::sync::Arc;
 
 use ferroloader_loader::dataset::read_file_into;
 use ferroloader_loader::{
-    Column, FileList, FileListOptions, ImageFolder, ImageFolderOptions, ListFormat, PathList,
-    Source,
+    Column, FileList, FileListOptions, ImageArray, ImageFolder, ImageFolderOptions, ListFormat,
+    PathList, Source,
 };
+use numpy::ndarray::{ArrayD, IxDyn};
+use numpy::{IntoPyArray, PyReadonlyArrayDyn, PyUntypedArrayMethods};
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::{PyByteArray, PyBytes, PyDict, PyTuple};
@@ -376,6 +379,135 @@ impl PyPathList {
     }
 }
 
+/// Decoded images in one `uint8` array, `(N, H, W, 3)` RGB or `(N, H, W)` grayscale, with a
+/// label each: copied in once, then read by the workers without the GIL.
+#[pyclass(frozen, module = "ferroloader._native", name = "ImageArray")]
+#[derive(Debug)]
+pub(crate) struct PyImageArray {
+    pub(crate) inner: Arc<ImageArray>,
+}
+
+#[pymethods]
+impl PyImageArray {
+    #[new]
+    #[pyo3(signature = (images, labels, name = "ImageArray".to_owned()))]
+    fn new(images: &Bound<'_, PyAny>, labels: Vec<i64>, name: String) -> PyResult<Self> {
+        let py = images.py();
+        // A tensor or a list becomes an array here; a copy only where it is not one already.
+        let array = py
+            .import("numpy")?
+            .call_method1("ascontiguousarray", (images,))?;
+        let array = array.extract::<PyReadonlyArrayDyn<'_, u8>>().map_err(|_| {
+            let dtype = array
+                .getattr("dtype")
+                .map_or_else(|_| "?".to_owned(), |d| d.to_string());
+            PyValueError::new_err(format!(
+                "images: expected uint8 pixels (0-255), got {dtype}; convert with \
+                 .astype(numpy.uint8) if the values are already in range"
+            ))
+        })?;
+        let shape = match *array.shape() {
+            [_, height, width] | [_, height, width, 1] => [height, width, 1],
+            [_, height, width, channels] => [height, width, channels],
+            ref other => {
+                return Err(PyValueError::new_err(format!(
+                    "images: expected an array of shape (N, H, W, 3) or (N, H, W), got {other:?}"
+                )))
+            }
+        };
+        let pixels = array.as_slice()?.to_vec();
+        let inner = ImageArray::new(pixels, labels, shape, name)
+            .map_err(|e| PyValueError::new_err(e.to_string()))?;
+        Ok(PyImageArray {
+            inner: Arc::new(inner),
+        })
+    }
+
+    /// A copy of the images: `(N, H, W, 3)`, or `(N, H, W)` for grayscale.
+    #[getter]
+    fn images<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        self.array_of(py, Some(self.inner.len()), self.inner.pixels())
+    }
+
+    /// Every sample's label, in index order.
+    #[getter]
+    fn targets(&self) -> Vec<i64> {
+        self.inner.labels().to_vec()
+    }
+
+    /// Pillow's mode of the images: `"RGB"`, or `"L"` for grayscale (samples then come out
+    /// with one channel, as torchvision's `ToTensor` gives for an `L` image).
+    #[getter]
+    fn mode(&self) -> &'static str {
+        if self.inner.image_shape()[2] == 1 {
+            "L"
+        } else {
+            "RGB"
+        }
+    }
+
+    /// What samples are called in errors (`name[index]`).
+    #[getter]
+    fn name(&self) -> String {
+        self.inner.name().to_owned()
+    }
+
+    /// `(image, label)` of sample `index`: a `(H, W, 3)` or `(H, W)` copy of its pixels.
+    fn __getitem__<'py>(
+        &self,
+        py: Python<'py>,
+        index: isize,
+    ) -> PyResult<(Bound<'py, PyAny>, i64)> {
+        let i = normalize_index(index, self.inner.len())?;
+        let image = self.array_of(py, None, self.inner.image(i))?;
+        Ok((image, self.inner.labels()[i]))
+    }
+
+    fn __len__(&self) -> usize {
+        self.inner.len()
+    }
+
+    fn __repr__(&self) -> String {
+        let [height, width, channels] = self.inner.image_shape();
+        format!(
+            "ImageArray(name={:?}, samples={}, image_shape=({height}, {width}, {channels}))",
+            self.inner.name(),
+            self.inner.len()
+        )
+    }
+
+    /// Pickles by its images and labels.
+    fn __reduce__<'py>(
+        slf: &Bound<'py, Self>,
+    ) -> PyResult<(Bound<'py, PyAny>, Bound<'py, PyTuple>)> {
+        let py = slf.py();
+        let this = slf.get();
+        let args = (this.images(py)?, this.targets(), this.name());
+        Ok((slf.get_type().into_any(), args.into_pyobject(py)?))
+    }
+}
+
+impl PyImageArray {
+    /// `pixels` as a new array of `count` images (one image when `None`), the channel axis
+    /// dropped for grayscale as the images were given.
+    fn array_of<'py>(
+        &self,
+        py: Python<'py>,
+        count: Option<usize>,
+        pixels: &[u8],
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let [height, width, channels] = self.inner.image_shape();
+        let mut shape: Vec<usize> = count.into_iter().collect();
+        shape.extend([height, width]);
+        if channels > 1 {
+            shape.push(channels);
+        }
+        let array = ArrayD::from_shape_vec(IxDyn(&shape), pixels.to_vec())
+            .map_err(|e| PyValueError::new_err(e.to_string()))?;
+        Ok(array.into_pyarray(py).into_any())
+    }
+}
+
 /// A map-style dataset whose `dataset[i]` is `(path or bytes, label)`: asked for each sample by
 /// the worker that reads it, holding the GIL only for that call (a path is then read without it).
 /// Labels are learnt as samples are read; the loader asks for a label only after reading its
@@ -518,6 +650,9 @@ pub(crate) fn as_source(dataset: &Bound<'_, PyAny>) -> PyResult<Arc<dyn Source>>
     }
     if let Ok(list) = dataset.cast::<PyPathList>() {
         return Ok(list.get().inner.clone());
+    }
+    if let Ok(array) = dataset.cast::<PyImageArray>() {
+        return Ok(array.get().inner.clone());
     }
     if let Ok(shards) = dataset.cast::<crate::webdataset::PyWebDataset>() {
         return Ok(shards.get().source(dataset.py())?);

@@ -38,6 +38,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<dataset::PyImageFolder>()?;
     m.add_class::<dataset::PyFileList>()?;
     m.add_class::<dataset::PyPathList>()?;
+    m.add_class::<dataset::PyImageArray>()?;
     m.add_class::<webdataset::PyWebDataset>()?;
     m.add_class::<loader::PyLoader>()?;
     m.add_class::<loader::PyEpochIter>()?;

@@ -5,6 +5,7 @@
 //! many worker threads at once.
 
 mod file_list;
+mod image_array;
 mod image_folder;
 mod in_memory;
 mod path_list;
@@ -20,6 +21,7 @@ use ferroloader_profiler::Profiler;
 use crate::sampler::Sampler;
 
 pub use file_list::{Column, FileList, FileListOptions, ListFormat};
+pub use image_array::ImageArray;
 pub use image_folder::{ImageFolder, ImageFolderOptions, IMG_EXTENSIONS};
 pub use in_memory::InMemory;
 pub use path_list::PathList;

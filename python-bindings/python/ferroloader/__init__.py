@@ -29,6 +29,7 @@ from ferroloader import datasets, transforms
 from ferroloader._native import (
     DecodeError,
     FileList,
+    ImageArray,
     ImageFolder,
     PathList,
     WebDataset,
@@ -45,6 +46,7 @@ from ferroloader.shards import ShardReport, shard
 __all__ = [
     "DecodeError",
     "FileList",
+    "ImageArray",
     "ImageFolder",
     "Loader",
     "LoaderIterator",

@@ -3,8 +3,14 @@
 ``as_source(dataset)`` turns what it can list into a native ``PathList`` (paths and labels only,
 read by the workers without the GIL): torchvision's ``ImageFolder``/``DatasetFolder``, a
 sequence of ``(path, label)``, and ``Subset``/``random_split``/``ConcatDataset`` of those.
-Anything else with ``__getitem__`` and ``__len__`` is used through the protocol below, asked for
-each sample by the worker that reads it. Must not read or copy the images themselves.
+So do torchvision's file-based classification datasets (Food101, Flowers102, OxfordIIITPet,
+StanfordCars, DTD, FGVCAircraft, SUN397, GTSRB, Places365, ...: :data:`_FILE_DATASETS`).
+torchvision's datasets that hold decoded images in one array (CIFAR-10/100, SVHN, STL-10, and
+the one-channel MNIST, FashionMNIST, KMNIST, EMNIST and QMNIST) and their ``Subset``s become a
+native ``ImageArray`` (the pixels copied once). Anything else with ``__getitem__`` and
+``__len__`` is used through the protocol below, asked for each sample by the worker that reads
+it. Must not read image files (the workers do), nor run a dataset's ``__getitem__`` where it
+reads a dataset natively.
 
 The protocol, for listings that come from a manifest or a database: ``dataset[i]`` returns
 ``(path, label)`` (a ``str`` or ``os.PathLike``) or ``(data, label)`` (``bytes`` or
@@ -16,14 +22,16 @@ from __future__ import annotations
 
 import numbers
 import os
-from typing import Any, List, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, List, Optional, Sequence, Tuple, Union, cast
 
-from ferroloader._native import FileList, ImageFolder, PathList, WebDataset
+import numpy as np
+
+from ferroloader._native import FileList, ImageArray, ImageFolder, PathList, WebDataset
 
 __all__ = ["Source", "as_source"]
 
 #: What the native loader takes.
-Source = Union[ImageFolder, FileList, PathList, WebDataset, Any]
+Source = Union[ImageFolder, FileList, PathList, ImageArray, WebDataset, Any]
 
 _NATIVE = (ImageFolder, FileList, PathList)
 
@@ -43,7 +51,7 @@ def as_source(dataset: Any) -> Tuple[Source, Any]:
 
     Raises ``TypeError``/``ValueError`` naming what cannot be honoured and why.
     """
-    if isinstance(dataset, (*_NATIVE, WebDataset)):
+    if isinstance(dataset, (*_NATIVE, ImageArray, WebDataset)):
         # Shards are read natively; a Subset of them cannot be listed as paths.
         return dataset, None
     if isinstance(dataset, (str, bytes, os.PathLike)):
@@ -51,6 +59,9 @@ def as_source(dataset: Any) -> Tuple[Source, Any]:
             f"dataset: got the path {dataset!r}; for a folder of class folders pass "
             "ferroloader.ImageFolder(path), for a listing ferroloader.FileList(path)"
         )
+    arrays = _image_array(dataset)
+    if arrays is not None:
+        return arrays
     listing = _listing(dataset)
     if listing is not None:
         return PathList(listing.paths, listing.labels), listing.transform
@@ -71,6 +82,9 @@ def _listing(dataset: Any) -> Optional[_Listing]:
         return _Listing(paths, [int(label) for _, label in dataset.samples], None)
     if _is_dataset_folder(dataset):
         return _folder_listing(dataset)
+    files = _file_dataset_listing(dataset)
+    if files is not None:
+        return files
     if _is_subset(dataset):
         inner = _listing(dataset.dataset)
         if inner is None:
@@ -101,12 +115,170 @@ def _listing(dataset: Any) -> Optional[_Listing]:
     return None
 
 
-def _is_dataset_folder(dataset: Any) -> bool:
+#: torchvision's classification datasets that open each file with the default loader (or
+#: ``Image.open(path).convert("RGB")``, the same pixels), by class name: the attribute holding
+#: the files and the one holding the labels, or ``None`` where the first holds (path, label)
+#: pairs.
+_FILE_DATASETS: Dict[str, Tuple[str, Optional[str]]] = {
+    "Food101": ("_image_files", "_labels"),
+    "Flowers102": ("_image_files", "_labels"),
+    "DTD": ("_image_files", "_labels"),
+    "FGVCAircraft": ("_image_files", "_labels"),
+    "SUN397": ("_image_files", "_labels"),
+    "CLEVRClassification": ("_image_files", "_labels"),
+    "OxfordIIITPet": ("_images", "_labels"),
+    "StanfordCars": ("_samples", None),
+    "Imagenette": ("_samples", None),
+    "RenderedSST2": ("_samples", None),
+    "GTSRB": ("_samples", None),
+    "Places365": ("imgs", None),
+}
+
+
+def _file_dataset_listing(dataset: Any) -> Optional[_Listing]:
+    """One of torchvision's :data:`_FILE_DATASETS` as its paths and labels; ``None`` for
+    anything else."""
+    cls = _torchvision_class(dataset, _FILE_DATASETS)
+    if cls is None:
+        return None
+    name = type(dataset).__name__
+    files, labels_attr = _FILE_DATASETS[cls.__name__]
+    loader = getattr(dataset, "loader", None)
+    if loader is not None and not _is_default_loader(loader):
+        raise ValueError(
+            f"dataset: {name} has a custom loader {loader!r}, which ferroloader would not run (it "
+            "decodes natively); use torchvision's default loader"
+        )
+    _check_standard_transforms(dataset, name)
+    if cls.__name__ == "OxfordIIITPet":
+        kinds = list(dataset._target_types)
+        if kinds not in (["category"], ["binary-category"]):
+            raise ValueError(
+                f"dataset: {name}(target_types={kinds!r}): ferroloader's labels are one class "
+                "index per image; use target_types='category' or 'binary-category'"
+            )
+        labels_attr = "_labels" if kinds == ["category"] else "_bin_labels"
+    if labels_attr is None:
+        pairs = list(getattr(dataset, files))
+        paths = [os.fspath(p) for p, _ in pairs]
+        raw_labels: List[Any] = [label for _, label in pairs]
+    else:
+        paths = [os.fspath(p) for p in getattr(dataset, files)]
+        raw_labels = getattr(dataset, labels_attr) or []
+    if len(raw_labels) != len(paths):
+        raise ValueError(
+            f"dataset: {name} has no class label for each image (this split is unlabelled); "
+            "ferroloader's samples are (image, class index)"
+        )
+    return _Listing(paths, [_label(i, label) for i, label in enumerate(raw_labels)], dataset.transform)
+
+
+def _torchvision_class(dataset: Any, names: Dict[str, Any]) -> Optional[type]:
+    """The torchvision dataset class among ``names`` that ``dataset`` is an instance of, or
+    ``None``. An instance of a subclass that overrides ``__getitem__`` is refused: what it does
+    with each item is unknown, and reading it natively would skip it."""
     try:
-        from torchvision.datasets import DatasetFolder  # type: ignore[import-untyped]
+        import torchvision.datasets as tvd  # type: ignore[import-untyped]
     except ImportError:
-        return False
-    return isinstance(dataset, DatasetFolder)
+        return None
+    for name in names:
+        cls = getattr(tvd, name, None)
+        if cls is None or not isinstance(dataset, cls):
+            continue
+        if type(dataset).__getitem__ is not cls.__getitem__:
+            raise ValueError(
+                f"dataset: {type(dataset).__name__} overrides __getitem__ of torchvision's "
+                f"{name}, which ferroloader reads natively (it would not run the override); give "
+                "a dataset whose items are (path or bytes, label), or torchvision's class itself"
+            )
+        return cast(type, cls)
+    return None
+
+
+def _is_default_loader(loader: Any) -> bool:
+    from torchvision.datasets import folder
+
+    accimage = getattr(folder, "accimage_loader", None)
+    return loader in {folder.default_loader, folder.pil_loader} or (accimage is not None and loader is accimage)
+
+
+def _check_standard_transforms(dataset: Any, name: str) -> None:
+    """The target transform, and a joint ``transforms=`` (image and target together), cannot
+    be honoured: labels are the class indices, the transform runs on the image alone."""
+    if getattr(dataset, "target_transform", None) is not None:
+        raise ValueError(
+            f"dataset: {name}.target_transform is not supported (labels are the class indices); "
+            "map the labels after loading instead"
+        )
+    joint = getattr(dataset, "transforms", None)
+    if joint is not None and type(joint).__name__ != "StandardTransform":
+        raise ValueError(
+            f"dataset: {name}(transforms=...) transforms the image and the target together, "
+            "which ferroloader cannot split; pass transform= for the image instead"
+        )
+
+
+def _image_array(dataset: Any) -> Optional[Tuple[ImageArray, Any]]:
+    """torchvision's in-memory RGB datasets (or a ``Subset`` of one) as an ``ImageArray``, with
+    the transform they carry; ``None`` for anything else."""
+    if _is_subset(dataset):
+        inner = _image_array(dataset.dataset)
+        if inner is None:
+            return None
+        whole, transform = inner
+        indices = np.asarray([int(i) for i in dataset.indices], dtype=np.int64)
+        picked = np.asarray(whole.targets, dtype=np.int64)[indices]
+        subset = ImageArray(whole.images[indices], picked.tolist(), whole.name)
+        return subset, transform
+    kind = _array_dataset_kind(dataset)
+    if kind is None:
+        return None
+    name = type(dataset).__name__
+    _check_standard_transforms(dataset, name)
+    data = np.asarray(dataset.data)
+    if kind == "chw":
+        # SVHN and STL-10 keep (N, 3, H, W) and transpose each image as they hand it to PIL.
+        data = data.transpose(0, 2, 3, 1)
+    if kind == "gray":
+        if getattr(dataset, "compat", True) is False:
+            raise ValueError(
+                f"dataset: {name}(compat=False) gives each target as a row of values; ferroloader's "
+                "labels are class indices (compat=True)"
+            )
+        # A torch tensor; QMNIST's targets are rows whose first value is the class.
+        targets = np.asarray(dataset.targets)
+        labels: List[int] = (targets[:, 0] if targets.ndim == 2 else targets).tolist()
+    else:
+        labels = [int(label) for label in (dataset.targets if kind == "hwc" else dataset.labels)]
+    return ImageArray(data, labels, name), dataset.transform
+
+
+#: torchvision's datasets holding decoded images in ``data``, by class name: ``"hwc"`` for
+#: CIFAR-10/100 (``(N, H, W, 3)``, labels in ``targets``), ``"chw"`` for SVHN and STL-10
+#: (``(N, 3, H, W)``, labels in ``labels``), ``"gray"`` for the MNIST family (``(N, H, W)``,
+#: handed to PIL as mode ``"L"``, labels in ``targets``). Subclasses (CIFAR100, FashionMNIST,
+#: KMNIST, EMNIST) are found through their base; QMNIST has its own ``__getitem__``.
+_ARRAY_DATASETS: Dict[str, str] = {
+    "CIFAR100": "hwc",
+    "CIFAR10": "hwc",
+    "SVHN": "chw",
+    "STL10": "chw",
+    "QMNIST": "gray",
+    "FashionMNIST": "gray",
+    "KMNIST": "gray",
+    "EMNIST": "gray",
+    "MNIST": "gray",
+}
+
+
+def _array_dataset_kind(dataset: Any) -> Optional[str]:
+    """How ``dataset`` holds its images (see :data:`_ARRAY_DATASETS`), or ``None``."""
+    cls = _torchvision_class(dataset, _ARRAY_DATASETS)
+    return None if cls is None else _ARRAY_DATASETS[cls.__name__]
+
+
+def _is_dataset_folder(dataset: Any) -> bool:
+    return _torchvision_class(dataset, {"DatasetFolder": None}) is not None
 
 
 def _is_subset(dataset: Any) -> bool:
@@ -122,13 +294,7 @@ def _is_concat(dataset: Any) -> bool:
 def _folder_listing(dataset: Any) -> _Listing:
     """torchvision's ``DatasetFolder``: its ``samples``, when its loader is torchvision's own
     (decoding natively gives the same pixels)."""
-    from torchvision.datasets import folder
-
-    default_loaders = {folder.default_loader, folder.pil_loader}
-    accimage = getattr(folder, "accimage_loader", None)
-    if accimage is not None:
-        default_loaders.add(accimage)
-    if dataset.loader not in default_loaders:
+    if not _is_default_loader(dataset.loader):
         raise ValueError(
             f"dataset: {type(dataset).__name__} has a custom loader {dataset.loader!r}, which "
             "ferroloader would not run (it decodes natively); give a dataset whose items are "

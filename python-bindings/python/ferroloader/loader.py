@@ -298,7 +298,12 @@ class Loader:
         self.tensor_type: str = _check_choice("tensor_type", tensor_type, TensorType)
         self.python_tail_mode: str = _check_choice("python_tail", python_tail, PythonTail)
         self._transform_given: Any = transform_given
-        self._split: TailSplit = split_python_tail(transform_given, output=self.output, decoder=self.decoder)
+        #: Pillow's mode of the dataset's images: ``"L"`` (one-channel samples) for a grayscale
+        #: ``ImageArray`` (torchvision's MNIST), else ``"RGB"``.
+        self.image_mode: str = getattr(self._source, "mode", "RGB") if isinstance(self._source, _native.ImageArray) else "RGB"
+        self._split: TailSplit = split_python_tail(
+            transform_given, output=self.output, decoder=self.decoder, mode=self.image_mode
+        )
         #: The transforms run natively (the prefix, when some run in Python).
         self.transform: Compose = self._split.prefix
         #: The transforms run in Python after them, in order (empty when all are native).
@@ -382,7 +387,7 @@ class Loader:
     def _build(self) -> _native.Loader:
         split = self._split
         tail = [(op, tail_op_name(op)) for op in split.tail] if split.tail else None
-        runner = TailRunner(split.input_kind, self.output) if split.tail else None
+        runner = TailRunner(split.input_kind, self.output, self.image_mode) if split.tail else None
         return _native.Loader(
             self._source,
             split.spec,
