@@ -19,9 +19,7 @@ Usage: bench_arrays.py [--case NAME] [--images 20000] [--rounds 5] [--workers 2]
 from __future__ import annotations
 
 import argparse
-import statistics
-import time
-from typing import Any, Callable, Dict, Iterable, List, Tuple
+from typing import Any, Callable, Dict, Iterable, Tuple
 
 import numpy as np
 import torch
@@ -30,6 +28,7 @@ import torchvision.transforms as tvT  # type: ignore[import-untyped]
 from torch.utils.data import DataLoader
 
 import ferroloader as fl
+from bench_tails import median_rates  # scripts/ is on the path when a script runs
 
 CIFAR_MEAN, CIFAR_STD = (0.4914, 0.4822, 0.4465), (0.247, 0.243, 0.261)
 
@@ -82,15 +81,6 @@ def cases() -> Dict[str, Tuple[Callable[[int, Any], Any], Callable[[], Any]]]:
     }
 
 
-def images_per_second(loader: Iterable[Any]) -> float:
-    """One whole epoch (a torch DataLoader left mid-epoch keeps working into the next round)."""
-    count = 0
-    start = time.perf_counter()
-    for x, _ in loader:
-        count += int(x.shape[0])
-    return count / (time.perf_counter() - start)
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--case", choices=sorted(cases()), default="cifar_train")
@@ -106,13 +96,8 @@ def main() -> None:
         "torch": DataLoader(dataset, persistent_workers=args.workers > 0, **common),
         "ferroloader": fl.Loader(dataset, python_tail="error", **common),
     }
-    for loader in loaders.values():
-        images_per_second(loader)
-    rates: Dict[str, List[float]] = {name: [] for name in loaders}
-    for _ in range(args.rounds):
-        for name, loader in loaders.items():
-            rates[name].append(images_per_second(loader))
-    torch_rate, ours = (statistics.median(rates[name]) for name in ("torch", "ferroloader"))
+    median = median_rates(loaders, args.rounds)
+    torch_rate, ours = median["torch"], median["ferroloader"]
     print(f"{args.case}, {args.images} images, {args.rounds} rounds, {args.workers} workers (median img/s):")
     print(f"  torch DataLoader {torch_rate:10.0f}")
     print(f"  ferroloader      {ours:10.0f}  {ours / torch_rate:6.2f}x")

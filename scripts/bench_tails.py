@@ -58,6 +58,19 @@ def images_per_second(loader: Iterable[Any]) -> float:
     return images / (time.perf_counter() - start)
 
 
+def median_rates(loaders: Dict[str, Iterable[Any]], rounds: int) -> Dict[str, float]:
+    """Each loader's median images/s over ``rounds`` rounds of one epoch each, in turn, after a
+    warm-up round (in the order given: a torch DataLoader first, so its workers fork before
+    ferroloader allocates)."""
+    for loader in loaders.values():
+        images_per_second(loader)
+    rates: Dict[str, List[float]] = {name: [] for name in loaders}
+    for _ in range(rounds):
+        for name, loader in loaders.items():
+            rates[name].append(images_per_second(loader))
+    return {name: statistics.median(r) for name, r in rates.items()}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("folder")
@@ -81,13 +94,7 @@ def main() -> None:
         "native": fl.Loader(fl.ImageFolder(args.folder), transform=transform, python_tail="error", **common),
         "tail": fl.Loader(fl.ImageFolder(args.folder), transform=as_tail, python_tail="allow", **common),
     }
-    for loader in loaders.values():
-        images_per_second(loader)
-    rates: Dict[str, List[float]] = {name: [] for name in loaders}
-    for _ in range(args.rounds):
-        for name, loader in loaders.items():
-            rates[name].append(images_per_second(loader))
-    median = {name: statistics.median(r) for name, r in rates.items()}
+    median = median_rates(loaders, args.rounds)
     tv, native, tail = median["torchvision"], median["native"], median["tail"]
     print(f"{args.transform or args.case}, {args.rounds} rounds, {args.workers} workers (median img/s):")
     print(f"  torchvision DataLoader {tv:10.0f}")

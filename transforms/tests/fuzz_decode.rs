@@ -850,26 +850,27 @@ fn a_webp_frame_larger_than_its_canvas_is_refused_by_the_limit() {
     assert_eq!(data[frame + 3..frame + 6], [0x9D, 0x01, 0x2A]);
     data[frame + 6..frame + 8].copy_from_slice(&5809u16.to_le_bytes());
     data[frame + 8..frame + 10].copy_from_slice(&16258u16.to_le_bytes());
+    assert_frame_refused_by_the_limit(&data, (177, 119), (5809, 16258));
+}
+
+/// `data`, whose header reports a `screen` (width, height) within the limit, is `TooLarge` for
+/// its first `frame` (width, height) before anything near that size is allocated.
+fn assert_frame_refused_by_the_limit(data: &[u8], screen: (u32, u32), frame: (u32, u32)) {
     let mut ctx =
         DecodeContext::new(DecodeOptions::default().max_pixels(MAX_PIXELS)).expect("context");
     let mut out = RgbImage::new();
-    let info = ctx.info(&data).expect("the canvas reads");
-    assert_eq!((info.width, info.height), (177, 119));
+    let info = ctx.info(data).expect("the header reads");
+    assert_eq!((info.width, info.height), screen);
     fuzz_props::Tracking::reset();
-    let decoded = ctx.decode(&data, &mut out);
+    let decoded = ctx.decode(data, &mut out);
     let largest = fuzz_props::Tracking::largest();
     assert!(
-        matches!(
-            decoded,
-            Err(Error::TooLarge {
-                width: 5809,
-                height: 16258,
-                ..
-            })
-        ),
+        matches!(decoded, Err(Error::TooLarge { width, height, .. }) if (width, height) == frame),
         "{decoded:?}"
     );
     assert!(largest < 1 << 20, "allocated {largest} bytes");
+    fuzz_props::check_decode(&mut ctx, data, Probe::default(), &mut out)
+        .expect("the shared checks pass");
 }
 
 /// Found by `corpus_edits` (in CI): a GIF whose logical screen is 163x109 but whose first frame
@@ -886,26 +887,5 @@ fn a_gif_frame_larger_than_its_screen_is_refused_by_the_limit() {
     assert_eq!(data[descriptor], 0x2C, "an image descriptor");
     // Left, top, width, height, little-endian.
     data[descriptor + 5..descriptor + 9].copy_from_slice(&[0x01, 0x07, 0x03, 0xF0]);
-    let mut ctx =
-        DecodeContext::new(DecodeOptions::default().max_pixels(MAX_PIXELS)).expect("context");
-    let mut out = RgbImage::new();
-    let info = ctx.info(&data).expect("the screen reads");
-    assert_eq!((info.width, info.height), (163, 109));
-    fuzz_props::Tracking::reset();
-    let decoded = ctx.decode(&data, &mut out);
-    let largest = fuzz_props::Tracking::largest();
-    assert!(
-        matches!(
-            decoded,
-            Err(Error::TooLarge {
-                width: 1793,
-                height: 61443,
-                ..
-            })
-        ),
-        "{decoded:?}"
-    );
-    assert!(largest < 1 << 20, "allocated {largest} bytes");
-    fuzz_props::check_decode(&mut ctx, &data, Probe::default(), &mut out)
-        .expect("the shared checks pass");
+    assert_frame_refused_by_the_limit(&data, (163, 109), (1793, 61443));
 }
