@@ -686,7 +686,21 @@ fn cache_serves_later_epochs(range_bytes: u64) {
     let loader = Loader::new(data, pipeline(), options().shuffle(true)).expect("loader");
     let first: usize = loader.epoch(0).map(|b| b.expect("epoch 0").len()).sum();
     assert_eq!(first, folder.len());
-    assert_eq!(fs::read_dir(&cache).expect("cache").count(), names.len());
+    // A shard fetched as ranges is written to the cache once its last piece has been handed
+    // to the samples that wait for it, so the epoch may end while the last write is under way
+    // (a temporary file): wait for every shard to be in place before stopping the server.
+    let cached = || {
+        fs::read_dir(&cache)
+            .expect("cache")
+            .filter_map(|e| e.ok())
+            .filter(|e| e.file_name().to_string_lossy().ends_with(".tar"))
+            .count()
+    };
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while cached() < names.len() && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    assert_eq!(cached(), names.len());
     server.stop();
     let second: usize = loader
         .epoch(1)
