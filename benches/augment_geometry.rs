@@ -1,6 +1,7 @@
 //! Benches of the geometric augmentation kernels on one 224x224 image generated here (no
 //! corpus needed), single thread: the affine engines Pillow picks between (NEAREST scale, fixed
-//! point, BILINEAR), Pillow's rotate fast path, vflip, pad and RandomCrop's padding, Gaussian
+//! point, BILINEAR), Pillow's rotate fast path, RandomPerspective (its solve and Pillow's
+//! perspective transform, NEAREST and BILINEAR), vflip, pad and RandomCrop's padding, Gaussian
 //! blur at several kernel sizes, and erasing on a normalized CHW slot.
 //!
 //! Compare ratios within one run, not absolute times (shared 2-core machines).
@@ -10,8 +11,8 @@ use std::time::Duration;
 
 use criterion::{criterion_group, criterion_main, Criterion};
 use ferroloader::transforms::augment::geometry::{
-    erase, vflip, AffineWarp, EraseValue, GaussianBlur, Interpolation, Padder, Padding,
-    PaddingMode, RandomCropSpec,
+    erase, image_corners, perspective, vflip, AffineWarp, EraseValue, GaussianBlur, Interpolation,
+    Padder, Padding, PaddingMode, RandomCropSpec,
 };
 use ferroloader::transforms::{CropRect, RgbImage};
 
@@ -119,6 +120,23 @@ fn bench_affine(c: &mut Criterion) {
                     &mut out,
                 )
                 .expect("affine")
+            })
+        });
+        // RandomPerspective() (distortion_scale 0.5) on 224x224: one draw's corners, the 8x8
+        // solve and the warp, as a sample pays them.
+        let start = image_corners(SIZE, SIZE);
+        let end = [[31.0, 12.0], [200.0, 40.0], [190.0, 215.0], [9.0, 176.0]];
+        g.bench_function(format!("random_perspective/{name}"), |b| {
+            b.iter(|| {
+                perspective(
+                    black_box(img.view()),
+                    &start,
+                    &end,
+                    interp,
+                    [0; 3],
+                    &mut out,
+                )
+                .expect("perspective")
             })
         });
     }

@@ -16,6 +16,10 @@ Ops, all through torchvision's PIL path (v1 functional API) unless said otherwis
   matrix `_get_inverse_affine_matrix` computed (`matrix`, as float64 bit patterns in hex);
 - "rotate": F.rotate(img, angle, interpolation, expand, center, fill) (Pillow's
   Image.rotate, fast paths included; `expand` absent means False);
+- "perspective": F.perspective(img, startpoints, endpoints, interpolation, fill) (Pillow's
+  perspective transform), plus `coeffs`, the float32 coefficients `tv_pil_ref.perspective_coeffs`
+  solved (float64 bit patterns in hex) and the reference used; endpoints drawn as
+  `RandomPerspective.get_params` draws them for `distortion_scale`, or given;
 - "vflip": F.vflip(img);
 - "pad": F.pad(img, padding, fill, padding_mode);
 - "random_crop": RandomCrop(size, padding, pad_if_needed, fill, padding_mode) with get_params
@@ -39,7 +43,7 @@ so), which the tests read: JSON readers need not round-trip floats exactly.
 `fill` is written as torchvision received it (null, a number or a list); `fill_rgb` is the
 triple it becomes (torchvision's `_parse_fill`: None -> 0, numbers truncated to int).
 
-Deterministic (fixed seeds, no timestamps) and small: about 8 MB, a few seconds.
+Deterministic (fixed seeds, no timestamps) and small: about 10 MB, a few seconds.
 """
 
 from __future__ import annotations
@@ -49,6 +53,7 @@ import math
 import struct
 import sys
 from pathlib import Path
+from typing import Optional
 
 import numpy as np
 import PIL
@@ -178,6 +183,43 @@ def random_geometry_cases(rng: np.random.Generator) -> list[dict]:
     return out
 
 
+def perspective_endpoints(rng: np.random.Generator, width: int, height: int, scale: float) -> list[list[int]]:
+    """`RandomPerspective.get_params(width, height, scale)`'s ranges, drawn with numpy."""
+    bw = int(scale * (width // 2)) + 1
+    bh = int(scale * (height // 2)) + 1
+
+    def near(bound: int) -> int:
+        return int(rng.integers(0, bound))
+
+    def far(side: int, bound: int) -> int:
+        return int(rng.integers(side - bound, side))
+
+    return [[near(bw), near(bh)], [far(width, bw), near(bh)], [far(width, bw), far(height, bh)],
+            [near(bw), far(height, bh)]]
+
+
+def perspective_cases(rng: np.random.Generator, width: int, height: int) -> list[dict]:
+    """RandomPerspective: the identity (distortion_scale=0), mild, default and strong draws,
+    and hand-made corners (one side pulled in only: many positions on pixel centres)."""
+    start = [[0, 0], [width - 1, 0], [width - 1, height - 1], [0, height - 1]]
+    fixed: list[tuple[Optional[float], list[list[int]], str]] = [
+        (0.0, start, "identity (distortion_scale 0)"),
+        (None, [[0, 0], [width - 1, 0], [width - 1, height - 1], [width // 4, height - 1]],
+         "bottom-left pulled in"),
+    ]
+    for drawn, label in ((0.1, "mild"), (0.5, "default"), (0.5, "default"), (1.0, "strong"), (1.0, "strong")):
+        fixed.append((drawn, perspective_endpoints(rng, width, height, drawn), f"{label} draw {drawn}"))
+    out = []
+    k = 0
+    for scale, end, why in fixed:
+        for interp in ("nearest", "bilinear"):
+            fill = FILLS[k % len(FILLS)]
+            k += 1
+            out.append(dict(op="perspective", startpoints=start, endpoints=end, distortion_scale=scale,
+                            interp=interp, fill=fill, why=f"perspective {why} {end} {interp} fill {fill}"))
+    return out
+
+
 def run_geometry(img: Image.Image, c: dict) -> Image.Image:
     if c["op"] == "rotate":
         return F.rotate(img, c["angle"], interpolation=c["interp"], expand=c.get("expand", False),
@@ -279,6 +321,8 @@ def main() -> int:
         n += 1
 
     rng = np.random.default_rng(20)
+    # Its own generator: the other cases' draws stay as they were.
+    persp_rng = np.random.default_rng(30)
     for name, width, height, seed in sources:
         pixels = photo_like(width, height, seed)
         src_file = f"src_{name}.rgb"
@@ -310,6 +354,17 @@ def main() -> int:
                                                  c["shear"])
                 c["matrix"] = [hex64(v) for v in m]
             emit(c, ref.tobytes())
+
+        persp = perspective_cases(persp_rng, width, height)
+        if big:
+            # Identity, mild, default (both filters) and strong, BILINEAR where one filter.
+            persp = [persp[i] for i in (1, 5, 6, 7, 11)]
+        for c in persp:
+            coeffs = F.perspective_coeffs(c["startpoints"], c["endpoints"])
+            ref = F.perspective(img, None, None, interpolation=c["interp"], fill=c["fill"], coefficients=coeffs)
+            assert ref.mode == "RGB" and ref.size == img.size
+            emit(dict(c, image=name, fill_rgb=fill_rgb(c["fill"]), coeffs=[hex64(v) for v in coeffs]),
+                 ref.tobytes())
 
         emit(dict(op="vflip", image=name, why="vflip"), F.vflip(img).tobytes())
 

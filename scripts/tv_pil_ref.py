@@ -293,6 +293,80 @@ def rotate(
     )
 
 
+def perspective_coeffs(startpoints: Sequence[Sequence[int]], endpoints: Sequence[Sequence[int]]) -> list[float]:
+    """`F._get_perspective_coeffs`: torchvision's 8x8 system, row for row, solved in float64 and
+    rounded to float32 (read back as Python floats).
+
+    torchvision solves it with `torch.linalg.lstsq(driver="gels")`, LAPACK's QR from MKL on x86
+    wheels, which picks its kernels by CPU and cannot be repeated without torch. This is
+    Gaussian elimination with partial pivoting (the first row of largest magnitude; an unknown
+    with no non-zero pivot is 0), in plain float64 steps, the algorithm ferroloader's
+    `perspective_coeffs` runs, so the fixtures do not depend on a LAPACK build. After the
+    rounding to float32 both give torchvision's coefficients except those that are zero in exact
+    arithmetic, where each leaves its own rounding noise (about 1e-16 from QR; 0 or about 1e-17
+    from elimination). test_fixture_drift.py bounds that difference (coefficients and pixels)
+    against torchvision itself.
+    """
+    if len(startpoints) != 4 or len(endpoints) != 4:
+        raise ValueError(
+            f"Please provide exactly four corners, got {len(startpoints)} startpoints and {len(endpoints)} endpoints."
+        )
+    a: list[list[float]] = []
+    b: list[float] = []
+    for p1, p2 in zip(endpoints, startpoints):
+        a.append([float(v) for v in (p1[0], p1[1], 1, 0, 0, 0, -p2[0] * p1[0], -p2[0] * p1[1])])
+        a.append([float(v) for v in (0, 0, 0, p1[0], p1[1], 1, -p2[1] * p1[0], -p2[1] * p1[1])])
+        b += [float(p2[0]), float(p2[1])]
+    n = 8
+    pivoted = [False] * n
+    for col in range(n):
+        best = col
+        for r in range(col + 1, n):
+            if abs(a[r][col]) > abs(a[best][col]):
+                best = r
+        a[col], a[best] = a[best], a[col]
+        b[col], b[best] = b[best], b[col]
+        p = a[col][col]
+        if p == 0.0:
+            continue
+        pivoted[col] = True
+        for r in range(col + 1, n):
+            f = a[r][col] / p
+            if f == 0.0:
+                continue
+            for k in range(col, n):
+                a[r][k] = a[r][k] - f * a[col][k]
+            b[r] = b[r] - f * b[col]
+    x = [0.0] * n
+    for i in reversed(range(n)):
+        if not pivoted[i]:
+            continue
+        s = b[i]
+        for j in range(i + 1, n):
+            s = s - a[i][j] * x[j]
+        x[i] = s / a[i][i]
+    return [float(np.float32(v)) for v in x]
+
+
+def perspective(
+    img: Image.Image,
+    startpoints: Optional[Sequence[Sequence[int]]],
+    endpoints: Optional[Sequence[Sequence[int]]],
+    interpolation: str = "bilinear",
+    fill: Fill = None,
+    coefficients: Optional[Sequence[float]] = None,
+) -> Image.Image:
+    """`F.perspective` on a PIL image (v2's, which also takes the coefficients):
+    `img.transform(img.size, Image.PERSPECTIVE, coeffs, filter, fillcolor=...)`."""
+    if coefficients is None:
+        if startpoints is None or endpoints is None:
+            raise ValueError("Either the startpoints/endpoints or the coefficients must have non `None` values.")
+        coefficients = perspective_coeffs(startpoints, endpoints)
+    return img.transform(
+        img.size, Image.Transform.PERSPECTIVE, list(coefficients), PIL_FILTERS[interpolation], **parse_fill(fill, img)
+    )
+
+
 def vflip(img: Image.Image) -> Image.Image:
     """`F.vflip` on a PIL image: `img.transpose(FLIP_TOP_BOTTOM)`."""
     return img.transpose(Image.Transpose.FLIP_TOP_BOTTOM)

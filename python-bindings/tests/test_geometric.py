@@ -1,5 +1,5 @@
-"""The geometric ops (RandomVerticalFlip, RandomRotation, RandomAffine, GaussianBlur, Pad,
-RandomCrop) through the whole loader against torchvision on PIL images.
+"""The geometric ops (RandomVerticalFlip, RandomRotation, RandomAffine, RandomPerspective,
+GaussianBlur, Pad, RandomCrop) through the whole loader against torchvision on PIL images.
 
 Randomness is neutralised on torchvision's side by certain coins (p=1) and degenerate ranges
 (``degrees=(30, 30)``, a crop as large as the padded image, which draws nothing), so the
@@ -12,9 +12,11 @@ whatever the worker count.
 
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 from typing import Any, List
 
+import numpy as np
 import pytest
 import torch
 import torchvision
@@ -367,3 +369,166 @@ def test_a_resize_after_the_crop_runs_natively_as_torchvision(folder: Path, tv: 
             fl.ImageFolder(folder), batch_size=6, num_workers=2, transform=tv_transform, output="uint8", python_tail="error"
         )
         _assert_epoch_is_torchvisions(folder, tv_transform, loader, f"{ops}:")
+
+
+# --- RandomPerspective ------------------------------------------------------------------------
+#
+# Its corners are drawn natively (same distributions as torchvision, not the same values), so a
+# sample is checked against torchvision's F.perspective at the corners the sample used, which
+# are read back from the output: on an image whose pixels encode their own coordinates, a
+# NEAREST warp tells where each output pixel came from, a homography fitted to that gives the
+# corners (integers), and torchvision's output at those corners must be ours.
+
+PERSPECTIVE_SIZE = 48
+PERSPECTIVE_FILL = [0, 0, 255]
+PERSPECTIVE_START = [[0, 0], [PERSPECTIVE_SIZE - 1, 0], [PERSPECTIVE_SIZE - 1, PERSPECTIVE_SIZE - 1], [0, PERSPECTIVE_SIZE - 1]]
+
+
+def _coordinate_images(n: int) -> np.ndarray:
+    """``n`` copies of an image whose red is 5x its column, green 5x its row, blue 128."""
+    yy, xx = np.mgrid[0:PERSPECTIVE_SIZE, 0:PERSPECTIVE_SIZE]
+    one = np.stack([xx * 5, yy * 5, np.full_like(xx, 128)], -1).astype(np.uint8)
+    return np.repeat(one[None], n, 0)
+
+
+def _perspective_outputs(images: np.ndarray, transform: Any, seed: int) -> np.ndarray:
+    dataset = fl.ImageArray(images, [0] * len(images))
+    loader = fl.Loader(dataset, batch_size=16, num_workers=2, transform=transform, output="uint8", seed=seed,
+                       python_tail="error")
+    return torch.cat([x for x, _ in loader]).permute(0, 2, 3, 1).numpy()
+
+
+def _corner_candidates(out: np.ndarray) -> List[List[List[int]]]:
+    """The endpoints a NEAREST warp of the coordinate image used: a homography fitted to where
+    each output pixel came from, the image's corners mapped through its inverse, then rounded
+    (both neighbours of a coordinate the fit leaves ambiguous)."""
+    v, u = np.nonzero(out[..., 2] == 128)
+    sx, sy = out[v, u, 0] / 5 + 0.5, out[v, u, 1] / 5 + 0.5
+    ox, oy, one, zero = u + 0.5, v + 0.5, np.ones(len(u)), np.zeros(len(u))
+    a = np.empty((2 * len(u), 8))
+    a[0::2] = np.stack([ox, oy, one, zero, zero, zero, -sx * ox, -sx * oy], 1)
+    a[1::2] = np.stack([zero, zero, zero, ox, oy, one, -sy * ox, -sy * oy], 1)
+    h = np.linalg.lstsq(a, np.stack([sx, sy], 1).ravel(), rcond=None)[0]
+    inverse = np.linalg.inv(np.append(h, 1.0).reshape(3, 3))
+    options: List[List[int]] = []
+    for x, y in PERSPECTIVE_START:
+        p = inverse @ np.array([x, y, 1.0])
+        for value in (p[0] / p[2], p[1] / p[2]):
+            near = int(round(value))
+            other = int(np.floor(value)) if near > value else int(np.ceil(value))
+            options.append([near, other] if abs(value - near) > 0.15 else [near])
+    found = [[]]  # type: List[List[int]]
+    for choices in options:
+        found = [f + [c] for f in found for c in choices]
+    return [[f[i : i + 2] for i in range(0, 8, 2)] for f in found]
+
+
+def _recover_endpoints(out: np.ndarray, src: Image.Image) -> List[List[int]]:
+    for ends in _corner_candidates(out):
+        ref = F.perspective(src, PERSPECTIVE_START, ends, NEAREST, PERSPECTIVE_FILL)
+        if np.array_equal(np.asarray(ref), out):
+            return ends
+    raise AssertionError("no corners in reach give torchvision's F.perspective of this sample")
+
+
+@pytest.mark.parametrize("tv", [tvT, v2], ids=["v1", "v2"])
+def test_random_perspective_is_torchvisions_at_the_corners_drawn(tv: Any) -> None:
+    n, scale = 96, 0.6
+    fill = PERSPECTIVE_FILL
+
+    def compose(interpolation: Any) -> Any:
+        return tv.Compose(
+            [tv.RandomPerspective(distortion_scale=scale, p=1.0, interpolation=interpolation, fill=fill), tv.PILToTensor()]
+        )
+
+    nearest = _perspective_outputs(_coordinate_images(n), compose(NEAREST), seed=4)
+    src = Image.fromarray(_coordinate_images(1)[0])
+    ends = [_recover_endpoints(out, src) for out in nearest]
+    # The same draws (they depend on the sample, not the pixels or the filter): BILINEAR on
+    # textured images, against torchvision at the same corners.
+    rng = np.random.default_rng(8)
+    textured = rng.integers(0, 256, (n, PERSPECTIVE_SIZE, PERSPECTIVE_SIZE, 3), dtype=np.uint8)
+    bilinear = _perspective_outputs(textured, compose(BILINEAR), seed=4)
+    worst, differ = 0, 0
+    for k in range(n):
+        ref = np.asarray(F.perspective(Image.fromarray(textured[k]), PERSPECTIVE_START, ends[k], BILINEAR, fill))
+        diff = np.abs(ref.astype(np.int16) - bilinear[k].astype(np.int16))
+        worst, differ = max(worst, int(diff.max())), differ + int((diff > 0).sum())
+    # Exact but where torch's least-squares noise (a coefficient of 1e-16 that is 0 here) moves
+    # a sample sitting on a pixel centre: one level, rarely.
+    assert worst <= 1, f"{worst} levels"
+    assert differ <= 0.001 * bilinear.size, f"{differ} values differ"
+
+    # The corners' distribution: each coordinate within int(0.6 * 24) + 1 = 15 pixels of its
+    # corner, uniform there (mean offset 7, standard deviation 4.3 over 8 * 96 values).
+    bound = int(scale * (PERSPECTIVE_SIZE // 2)) + 1
+    last = PERSPECTIVE_SIZE - 1
+    offsets = np.array(
+        [[tl[0], tl[1], last - tr[0], tr[1], last - br[0], last - br[1], bl[0], last - bl[1]] for tl, tr, br, bl in ends]
+    )
+    assert offsets.min() == 0 and offsets.max() == bound - 1
+    assert abs(offsets.mean() - (bound - 1) / 2) < 0.6, offsets.mean()
+
+
+@pytest.mark.parametrize("tv", [tvT, v2], ids=["v1", "v2"])
+def test_random_perspective_applies_with_probability_p(tv: Any) -> None:
+    n = 256
+    images = _coordinate_images(n)
+    transform = tv.Compose([tv.RandomPerspective(distortion_scale=0.8, p=0.3, interpolation=NEAREST), tv.PILToTensor()])
+    out = _perspective_outputs(images, transform, seed=9)
+    applied = int((out != images).any(axis=(1, 2, 3)).sum())
+    # Binomial(256, 0.3): mean 76.8, standard deviation 7.3.
+    assert abs(applied - 0.3 * n) < 5 * 7.3, applied
+
+
+@pytest.mark.parametrize("tv", [tvT, v2], ids=["v1", "v2"])
+def test_random_perspective_at_scale_zero_matches_torchvision_in_a_pipeline(folder: Path, tv: Any) -> None:
+    """``distortion_scale=0`` draws every corner onto itself: with NEAREST, torchvision's output
+    is its input whatever its least-squares noise, and so is ours, in a whole pipeline."""
+    tv_transform = tv.Compose(
+        [tv.Resize(64), tv.CenterCrop(48), tv.RandomPerspective(distortion_scale=0.0, p=1.0, interpolation=NEAREST),
+         tv.RandomVerticalFlip(p=1.0), tv.PILToTensor()]
+    )
+    reference = torchvision.datasets.ImageFolder(str(folder), transform=tv_transform)
+    loader = fl.Loader(fl.ImageFolder(folder), batch_size=5, num_workers=2, transform=tv_transform, output="uint8",
+                       python_tail="error")
+    seen = 0
+    for images, _ in loader:
+        for k in range(images.shape[0]):
+            assert torch.equal(images[k], reference[seen][0]), f"sample {seen}"
+            seen += 1
+    assert seen == len(reference)
+
+
+def test_random_perspective_converts_v1_and_v2_and_refuses_by_name() -> None:
+    for tv in (tvT, v2):
+        got = T.from_torchvision(
+            tv.Compose([tv.CenterCrop(32), tv.RandomPerspective(), tv.RandomPerspective(0.3, 1.0, NEAREST, fill=[1, 2, 3])])
+        ).to_spec()
+        assert got[1] == {"op": "RandomPerspective", "distortion_scale": 0.5, "p": 0.5, "interpolation": "bilinear",
+                          "fill": 0.0}
+        assert got[2] == {"op": "RandomPerspective", "distortion_scale": 0.3, "p": 1.0, "interpolation": "nearest",
+                          "fill": [1.0, 2.0, 3.0]}
+        with pytest.raises(ValueError, match=r"RandomPerspective.*interpolation.*BICUBIC"):
+            T.from_torchvision([tv.CenterCrop(8), tv.RandomPerspective(interpolation=tvT.InterpolationMode.BICUBIC)])
+    assert [T.RandomPerspective().to_spec()] == T.from_torchvision(tvT.RandomPerspective()).to_spec()
+    with pytest.raises(ValueError, match="distortion_scale"):
+        T.RandomPerspective(distortion_scale=1.5)
+    with pytest.raises(ValueError, match="distortion_scale"):
+        T.from_torchvision(tvT.RandomPerspective(distortion_scale=-0.5))
+    with pytest.raises(ValueError, match="p must be"):
+        T.RandomPerspective(p=2)
+    with pytest.raises(ValueError, match="fill"):
+        T.RandomPerspective(fill=[1, 2])
+    assert T.check(T.Compose([T.CenterCrop(20), T.RandomPerspective(), T.ToTensor()]))["shape"] == (3, 20, 20)
+
+
+def test_random_perspective_runs_natively_not_as_a_python_tail(folder: Path) -> None:
+    transform = tvT.Compose([tvT.RandomResizedCrop(32), tvT.RandomPerspective(), tvT.ToTensor()])
+    split = T.split_python_tail(transform)
+    assert split.tail == [] and split.spec is not None
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        loader = fl.Loader(fl.ImageFolder(folder), batch_size=4, num_workers=1, transform=transform)
+        images, _ = next(iter(loader))
+    assert images.shape[1:] == (3, 32, 32)

@@ -340,12 +340,14 @@ pub enum Op {
     RandomOrder,
     /// `RandomErasing`, on the tensor in the batch slot.
     RandomErasing,
+    /// `RandomPerspective`: the coin, the corners, the solve and the warp.
+    RandomPerspective,
 }
 
 impl Op {
     /// Every op, in declaration order (`op as usize` indexes this array; the loader's
     /// profiler tables rely on it, so new ops go at the end, here and in the enum).
-    pub const ALL: [Op; 31] = [
+    pub const ALL: [Op; 32] = [
         Op::Decode,
         Op::CropParams,
         Op::Crop,
@@ -377,6 +379,7 @@ impl Op {
         Op::RandomChoice,
         Op::RandomOrder,
         Op::RandomErasing,
+        Op::RandomPerspective,
     ];
 
     /// The name spans and summaries use.
@@ -413,6 +416,7 @@ impl Op {
             Op::RandomChoice => "RandomChoice",
             Op::RandomOrder => "RandomOrder",
             Op::RandomErasing => "RandomErasing",
+            Op::RandomPerspective => "RandomPerspective",
         }
     }
 }
@@ -675,7 +679,8 @@ fn bad_order(reason: &str) -> Error {
              Grayscale, RandomGrayscale, RandomPosterize, RandomSolarize, RandomEqualize, \
              RandomAutocontrast, RandomAdjustSharpness, RandomInvert), \
              policies (TrivialAugmentWide, RandAugment, AutoAugment), geometric ops \
-             (RandomVerticalFlip, RandomRotation, RandomAffine, GaussianBlur, Pad, RandomCrop, \
+             (RandomVerticalFlip, RandomRotation, RandomAffine, RandomPerspective, GaussianBlur, \
+             Pad, RandomCrop, \
              CenterCrop, Resize, RandomResizedCrop) and RandomApply, RandomChoice, RandomOrder of those, in any order, \
              then ToTensor [Normalize] (with RandomErasing before or after Normalize) or \
              PILToTensor; Compose anywhere"

@@ -251,6 +251,39 @@ fn op_of(name: &'static str) -> BoxedStrategy<Value> {
                 ("center", maybe(0.3, pair())),
             ],
         ),
+        "RandomPerspective" => object(
+            name,
+            vec![
+                (
+                    "distortion_scale",
+                    maybe(
+                        0.8,
+                        prop_oneof![
+                            3 => (0.0f64..=1.0).prop_map(Value::from),
+                            1 => number(),
+                        ],
+                    ),
+                ),
+                (
+                    "p",
+                    maybe(
+                        0.8,
+                        prop_oneof![
+                            3 => (0.0f64..=1.0).prop_map(Value::from),
+                            1 => number(),
+                        ],
+                    ),
+                ),
+                (
+                    "interpolation",
+                    maybe(
+                        0.5,
+                        prop_oneof![Just(json!("nearest")), Just(json!("bilinear"))],
+                    ),
+                ),
+                ("fill", maybe(0.4, prop_oneof![number(), triple()])),
+            ],
+        ),
         "GaussianBlur" => object(
             name,
             vec![
@@ -317,6 +350,7 @@ fn op() -> impl Strategy<Value = Value> {
         "RandomVerticalFlip",
         "RandomRotation",
         "RandomAffine",
+        "RandomPerspective",
         "GaussianBlur",
         "Pad",
         "RandomCrop",
@@ -342,6 +376,7 @@ fn ops() -> impl Strategy<Value = Vec<Value>> {
                 "RandomVerticalFlip",
                 "RandomRotation",
                 "RandomAffine",
+                "RandomPerspective",
                 "GaussianBlur",
                 "Pad",
             ]),

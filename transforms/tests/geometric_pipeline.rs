@@ -1,5 +1,5 @@
 //! The geometric ops of planned pipelines (`RandomVerticalFlip`, `RandomRotation`,
-//! `RandomAffine`, `GaussianBlur`, `Pad`, `RandomCrop`, `CenterCrop` in the stage; `RandomCrop`
+//! `RandomAffine`, `RandomPerspective`, `GaussianBlur`, `Pad`, `RandomCrop`, `CenterCrop` in the stage; `RandomCrop`
 //! first or after `Resize`) on the decode corpus.
 //!
 //! The reference for every sample is built from independent parts: the op-by-op pipeline
@@ -11,9 +11,12 @@
 //! specs refused with the op and argument named.
 
 use ferroloader_transforms::augment::geometry::{
-    vflip, AffineWarp, GaussianBlur, Interpolation, Padder, Padding, PaddingMode, RandomCropSpec,
+    perspective, vflip, AffineWarp, GaussianBlur, Interpolation, Padder, Padding, PaddingMode,
+    RandomCropSpec,
 };
-use ferroloader_transforms::augment::policy::{self, draw_p, RandomAffine, RandomRotation};
+use ferroloader_transforms::augment::policy::{
+    self, draw_p, RandomAffine, RandomPerspective, RandomRotation,
+};
 use ferroloader_transforms::crop::RandomResizedCrop;
 use ferroloader_transforms::crop::{
     center_crop as center_crop_plan, center_crop_rect, resize_shorter_side,
@@ -99,6 +102,15 @@ fn affine() -> OpSpec {
         interpolation: WarpInterpolation::Bilinear,
         fill: Fill::Number(7.0),
         center: None,
+    }
+}
+
+fn perspective_op(distortion_scale: f64, p: f64, interpolation: WarpInterpolation) -> OpSpec {
+    OpSpec::RandomPerspective {
+        distortion_scale,
+        p,
+        interpolation,
+        fill: Fill::PerChannel(vec![250.0, 20.0, 90.0]),
     }
 }
 
@@ -258,6 +270,27 @@ fn reference_op(op: &OpSpec, img: &mut RgbImage, rng: &mut SampleRng) -> bool {
                 )
                 .expect("warps");
         }
+        OpSpec::RandomPerspective {
+            distortion_scale,
+            p,
+            interpolation,
+            fill,
+        } => {
+            let draw = RandomPerspective::new(*distortion_scale, *p).expect("perspective");
+            let Some(plan) = draw.draw(img.width(), img.height(), rng) else {
+                return false;
+            };
+            let (start, end) = plan.corners();
+            perspective(
+                img.view(),
+                &start,
+                &end,
+                interp(*interpolation),
+                fill_of(fill),
+                &mut out,
+            )
+            .expect("warps");
+        }
         OpSpec::GaussianBlur {
             kernel_size: KernelSize::Pair([kx, ky]),
             sigma: NumberOrRange::Range([lo, hi]),
@@ -373,6 +406,8 @@ fn every_op() -> Vec<OpSpec> {
         rotation(),
         rotation_bilinear_centered(),
         affine(),
+        perspective_op(0.6, 0.7, WarpInterpolation::Bilinear),
+        perspective_op(1.0, 0.5, WarpInterpolation::Nearest),
         blur(),
         pad(),
         random_crop(40, Some(4), false, PadMode::Symmetric),
@@ -426,7 +461,10 @@ fn each_op_equals_the_stages_then_its_kernel_with_the_policy_draw() {
                 );
             }
         }
-        if matches!(op, OpSpec::RandomVerticalFlip { .. }) {
+        if matches!(
+            op,
+            OpSpec::RandomVerticalFlip { .. } | OpSpec::RandomPerspective { .. }
+        ) {
             assert!(applied > 0 && applied < runs, "{op:?}: {applied} of {runs}");
         }
     }
@@ -652,6 +690,8 @@ fn each_op_has_its_span() {
         Op::RandomRotation,
         Op::RandomRotation,
         Op::RandomAffine,
+        Op::RandomPerspective,
+        Op::RandomPerspective,
         Op::GaussianBlur,
         Op::Pad,
         Op::RandomCrop,
@@ -804,6 +844,31 @@ fn invalid_specs_are_refused_naming_op_and_argument() {
             },
             "fill",
             "RandomAffine",
+        ),
+        (
+            perspective_op(1.5, 0.5, WarpInterpolation::Bilinear),
+            "distortion_scale",
+            "RandomPerspective",
+        ),
+        (
+            perspective_op(-0.1, 0.5, WarpInterpolation::Bilinear),
+            "distortion_scale",
+            "RandomPerspective",
+        ),
+        (
+            perspective_op(0.5, 1.01, WarpInterpolation::Nearest),
+            "p",
+            "RandomPerspective",
+        ),
+        (
+            OpSpec::RandomPerspective {
+                distortion_scale: 0.5,
+                p: 0.5,
+                interpolation: WarpInterpolation::Nearest,
+                fill: Fill::PerChannel(vec![1.0, 2.0]),
+            },
+            "fill",
+            "RandomPerspective",
         ),
         (
             OpSpec::GaussianBlur {
@@ -972,6 +1037,58 @@ fn specs_parse_with_torchvision_names_and_defaults() {
         r#"{"op": "RandomCrop", "size": 3, "pad": 1}"#,
     ] {
         assert!(serde_json::from_str::<OpSpec>(bad).is_err(), "{bad} parsed");
+    }
+}
+
+#[test]
+fn random_perspective_parses_with_torchvisions_defaults() {
+    let op: OpSpec = serde_json::from_str(r#"{"op": "RandomPerspective"}"#).expect("parses");
+    assert_eq!(
+        op,
+        OpSpec::RandomPerspective {
+            distortion_scale: 0.5,
+            p: 0.5,
+            interpolation: WarpInterpolation::Bilinear,
+            fill: Fill::Number(0.0),
+        }
+    );
+    let op: OpSpec = serde_json::from_str(
+        r#"{"op": "RandomPerspective", "distortion_scale": 0.2, "p": 1, "interpolation": "nearest",
+            "fill": [1, 2, 3]}"#,
+    )
+    .expect("parses");
+    assert_eq!(
+        op,
+        OpSpec::RandomPerspective {
+            distortion_scale: 0.2,
+            p: 1.0,
+            interpolation: WarpInterpolation::Nearest,
+            fill: Fill::PerChannel(vec![1.0, 2.0, 3.0]),
+        }
+    );
+    let bicubic = r#"{"op": "RandomPerspective", "interpolation": "bicubic"}"#;
+    let err = serde_json::from_str::<OpSpec>(bicubic).expect_err("bicubic refused");
+    assert!(err.to_string().contains("bicubic"), "{err}");
+}
+
+#[test]
+fn random_perspective_at_scale_zero_is_the_identity() {
+    // distortion_scale=0 draws every corner onto itself: the exact identity map (torchvision's
+    // least-squares noise aside, see augment::geometry::perspective), whatever the filter.
+    let corpus = corpus();
+    for interpolation in [WarpInterpolation::Nearest, WarpInterpolation::Bilinear] {
+        let with = plan(train_with(vec![perspective_op(0.0, 1.0, interpolation)]));
+        let without = plan(train_with(vec![]));
+        for (name, bytes) in corpus.iter().take(3) {
+            for index in 0..3 {
+                let got = run_f32(&with, bytes, index).expect("runs");
+                let want = run_f32(&without, bytes, index).expect("runs");
+                assert!(
+                    bits(&got) == bits(&want),
+                    "{name} #{index} {interpolation:?}"
+                );
+            }
+        }
     }
 }
 

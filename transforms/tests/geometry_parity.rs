@@ -1,5 +1,5 @@
-//! torchvision parity of the geometric kernels: affine and rotate (NEAREST and BILINEAR
-//! bit-exact), vflip, pad and RandomCrop (bit-exact), Gaussian blur (within a level),
+//! torchvision parity of the geometric kernels: affine, rotate and perspective (NEAREST and
+//! BILINEAR bit-exact), vflip, pad and RandomCrop (bit-exact), Gaussian blur (within a level),
 //! erase (bit-exact float32); and warm calls allocate nothing.
 //!
 //! Reads the corpus `scripts/fixtures_geometry.py` writes (`make fixtures`): sources, each case's
@@ -8,8 +8,9 @@
 use std::path::PathBuf;
 
 use ferroloader_transforms::augment::geometry::{
-    erase, gaussian_kernel1d, inverse_affine_matrix, parse_fill, vflip, AffineWarp, EraseValue,
-    GaussianBlur, Interpolation, Padder, Padding, PaddingMode, RandomCropSpec,
+    erase, gaussian_kernel1d, inverse_affine_matrix, parse_fill, perspective, perspective_coeffs,
+    perspective_warp, vflip, AffineWarp, Corners, EraseValue, GaussianBlur, Interpolation, Padder,
+    Padding, PaddingMode, RandomCropSpec,
 };
 use ferroloader_transforms::{CropRect, RgbImage};
 use serde_json::Value;
@@ -269,6 +270,109 @@ fn affine_and_rotate_match_torchvision() {
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
 
+fn corners_of(v: &Value) -> Corners {
+    let pt = |i: usize| {
+        let p = &v[i];
+        [p[0].as_f64().expect("x"), p[1].as_f64().expect("y")]
+    };
+    [pt(0), pt(1), pt(2), pt(3)]
+}
+
+/// The coefficients the fixture script solved (float32 values, as float64 bit patterns).
+fn coeffs_of(case: &Value) -> [f64; 8] {
+    let list = case["coeffs"].as_array().expect("coeffs");
+    assert_eq!(list.len(), 8, "{}", case["why"]);
+    std::array::from_fn(|i| from_hex(&list[i]))
+}
+
+#[test]
+fn perspective_coefficients_are_the_fixtures_to_the_bit() {
+    // The fixture script solves torchvision's system with the same elimination (torchvision's
+    // MKL QR differs only in the noise of zero coefficients: test_fixture_drift.py bounds it).
+    let corpus = Corpus::load();
+    let cases = corpus.cases("perspective");
+    assert!(cases.len() >= 20, "{} perspective cases", cases.len());
+    for c in cases {
+        let ours = perspective_coeffs(&corners_of(&c["startpoints"]), &corners_of(&c["endpoints"]))
+            .expect("finite corners");
+        let theirs = coeffs_of(c);
+        for (k, (a, b)) in ours.iter().zip(&theirs).enumerate() {
+            assert_eq!(
+                a.to_bits(),
+                b.to_bits(),
+                "{} on {}: coefficient {k} ours {a:e} fixture {b:e}",
+                c["why"],
+                c["image"]
+            );
+        }
+    }
+}
+
+#[test]
+fn perspective_matches_torchvision() {
+    let corpus = Corpus::load();
+    let mut out = RgbImage::new();
+    let mut failures = Vec::new();
+    let mut seen = std::collections::BTreeSet::new();
+    for c in corpus.cases("perspective") {
+        let src = corpus.source(c);
+        let (interp, fill) = (interp_of(c), fill_of(c));
+        seen.insert((
+            c["interp"].as_str().unwrap_or("").to_owned(),
+            c["image"].to_string(),
+        ));
+        let theirs = corpus.read(&c["file"]);
+        // Pillow's transform alone, from the fixture's coefficients ...
+        perspective_warp(
+            src.view(),
+            (src.width(), src.height()),
+            &coeffs_of(c),
+            interp,
+            fill,
+            &mut out,
+        )
+        .unwrap_or_else(|e| panic!("{}: {e}", c["why"]));
+        let (px, max, first) = compare(out.as_raw(), &theirs, out.width());
+        if px > 0 {
+            failures.push(format!(
+                "warp {} on {}: {px} pixels differ (max {max}), first at {first:?}",
+                c["why"], c["image"]
+            ));
+        }
+        // ... and the whole F.perspective from the corners.
+        perspective(
+            src.view(),
+            &corners_of(&c["startpoints"]),
+            &corners_of(&c["endpoints"]),
+            interp,
+            fill,
+            &mut out,
+        )
+        .unwrap_or_else(|e| panic!("{}: {e}", c["why"]));
+        let (px, max, first) = compare(out.as_raw(), &theirs, out.width());
+        if px > 0 {
+            failures.push(format!(
+                "F.perspective {} on {}: {px} pixels differ (max {max}), first at {first:?}",
+                c["why"], c["image"]
+            ));
+        }
+    }
+    // Both filters on a non-square image, and on the 224x224 one.
+    for (interp, image) in [
+        ("nearest", "\"odd_37x23\""),
+        ("bilinear", "\"odd_37x23\""),
+        ("nearest", "\"wide_300x200\""),
+        ("bilinear", "\"wide_300x200\""),
+        ("bilinear", "\"sq_224x224\""),
+    ] {
+        assert!(
+            seen.contains(&(interp.to_owned(), image.to_owned())),
+            "no {interp} case on {image}"
+        );
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
 #[test]
 fn vflip_matches_pillow() {
     let corpus = Corpus::load();
@@ -515,6 +619,10 @@ fn warm_calls_allocate_nothing() {
                 .expect("rotate");
             warp.rotate(img.view(), 30.0, None, true, interp, [0; 3], &mut work)
                 .expect("rotate");
+            let end = [[3.0, 2.0], [30.0, 1.0], [33.0, 20.0], [1.0, 18.0]];
+            let start = [[0.0, 0.0], [36.0, 0.0], [36.0, 22.0], [0.0, 22.0]];
+            perspective(img.view(), &start, &end, interp, [4, 5, 6], &mut out)
+                .expect("perspective");
             warp.affine(
                 img.view(),
                 0.0,

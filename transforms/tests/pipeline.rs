@@ -546,7 +546,7 @@ fn spec_parses_torchvision_names_and_round_trips() {
     let err = serde_json::from_str::<PipelineSpec>(refused).expect_err("nearest-exact refused");
     assert!(err.to_string().contains("nearest-exact"), "{err}");
     for bad in [
-        r#"{"ops": [{"op": "RandomPerspective", "distortion_scale": 0.5}]}"#,
+        r#"{"ops": [{"op": "ElasticTransform", "alpha": 50.0}]}"#,
         r#"{"ops": [{"op": "RandomResizedCrop", "size": 224, "interpolation": "lanczos3"}]}"#,
         r#"{"ops": [{"op": "RandomResizedCrop", "size": 224, "sizes": 3}]}"#,
     ] {

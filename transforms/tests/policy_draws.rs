@@ -20,8 +20,8 @@ use std::collections::{HashMap, VecDeque};
 use ferroloader_transforms::augment::policy::{
     draw_apply, draw_p, draw_p_item, Api, AugMix, AugmentationSpace, AutoAugment,
     AutoAugmentPolicy, ColorJitter, EraseValue, GaussianBlur, OpKind, PixelOp, RandAugment,
-    RandomAffine, RandomChoice, RandomCrop, RandomErasing, RandomOrder, RandomRotation,
-    TrivialAugmentWide,
+    RandomAffine, RandomChoice, RandomCrop, RandomErasing, RandomOrder, RandomPerspective,
+    RandomRotation, TrivialAugmentWide,
 };
 use ferroloader_transforms::rng::{sample_rng, SampleRng, TorchDraws};
 use ferroloader_transforms::CropRect;
@@ -1322,6 +1322,83 @@ fn rotation_affine_blur_and_crop() {
 // ---------------------------------------------------------------- determinism and allocation
 
 #[test]
+fn random_perspective_draws_its_coin_then_eight_corners_in_range() {
+    // torchvision's get_params on a 201 x 100 image at distortion_scale 0.5: the near corners
+    // in [0, int(0.5 * 100) + 1) = [0, 51) on x and [0, 26) on y, the far ones in the last 51
+    // (x) and 26 (y) pixels; each coordinate uniform there.
+    let (w, h) = (201u32, 100u32);
+    let t = RandomPerspective::new(0.5, 0.3).expect("valid");
+    let mut rng = sample_rng(14, 0, 0);
+    let n = 60_000;
+    let mut applied = 0u64;
+    let mut tl_x = [0u64; 51];
+    let mut br_y = [0u64; 26];
+    for _ in 0..n {
+        let Some(plan) = t.draw(w, h, &mut rng) else {
+            continue;
+        };
+        applied += 1;
+        assert_eq!(plan.startpoints, [[0, 0], [200, 0], [200, 99], [0, 99]]);
+        let [tl, tr, br, bl] = plan.endpoints;
+        assert!(tl[0] < 51 && tl[1] < 26, "{tl:?}");
+        assert!((150..201).contains(&tr[0]) && tr[1] < 26, "{tr:?}");
+        assert!(
+            (150..201).contains(&br[0]) && (74..100).contains(&br[1]),
+            "{br:?}"
+        );
+        assert!(bl[0] < 51 && (74..100).contains(&bl[1]), "{bl:?}");
+        tl_x[tl[0] as usize] += 1;
+        br_y[(br[1] - 74) as usize] += 1;
+    }
+    // p = 0.3: a binomial proportion within 6 standard errors.
+    let se = (0.3f64 * 0.7 / n as f64).sqrt();
+    let got = applied as f64 / n as f64;
+    assert!((got - 0.3).abs() < 6.0 * se, "applied {got}");
+    assert_uniform(&tl_x, "perspective top-left x");
+    assert_uniform(&br_y, "perspective bottom-right y");
+
+    // The coin first (torch.rand(1) < p), then randint(bound) eight times: x then y of
+    // top-left, top-right, bottom-right, bottom-left; the far corners offset by side - bound.
+    let mut d = Scripted::new(&[0.2], &[1, 2, 3, 4, 5, 6, 7, 8]);
+    let plan = t.draw(w, h, &mut d).expect("0.2 < 0.3 applies");
+    assert_eq!(d.uniform_ranges, [(0.0, 1.0)]);
+    assert_eq!(d.int_highs, [51, 26, 51, 26, 51, 26, 51, 26]);
+    assert_eq!(
+        plan.endpoints,
+        [[1, 2], [150 + 3, 4], [150 + 5, 74 + 6], [7, 74 + 8]]
+    );
+    // The coin says no: nothing else is drawn (torchvision returns the image).
+    let mut d = Scripted::new(&[0.3], &[]);
+    assert_eq!(t.draw(w, h, &mut d), None);
+    assert!(d.int_highs.is_empty());
+
+    // distortion_scale 0: every bound is 1, the corners stay (still eight draws); 1: half the
+    // side, plus one. A side of 1 stays inside the image.
+    let still = RandomPerspective::new(0.0, 1.0).expect("valid");
+    let mut d = Scripted::new(&[0.9], &[0; 8]);
+    let plan = still.draw(w, h, &mut d).expect("p = 1");
+    assert_eq!(plan.endpoints, plan.startpoints);
+    assert_eq!(d.int_highs, [1; 8]);
+    let strong = RandomPerspective::new(1.0, 1.0).expect("valid");
+    let mut d = Scripted::new(&[0.9], &[0; 8]);
+    strong.draw(w, h, &mut d).expect("p = 1");
+    assert_eq!(d.int_highs, [101, 51, 101, 51, 101, 51, 101, 51]);
+    let mut d = Scripted::new(&[0.9], &[0; 8]);
+    let plan = strong.draw(1, 1, &mut d).expect("p = 1");
+    assert_eq!(plan.endpoints, [[0, 0]; 4]);
+
+    for (scale, p) in [
+        (1.5, 0.5),
+        (-0.1, 0.5),
+        (f64::NAN, 0.5),
+        (0.5, 1.1),
+        (0.5, f64::NAN),
+    ] {
+        assert!(RandomPerspective::new(scale, p).is_err(), "{scale} {p}");
+    }
+}
+
+#[test]
 fn plans_are_a_function_of_seed_epoch_and_index() {
     let ta = TrivialAugmentWide::new(31).expect("valid");
     let mix = AugMix::new(3, 3, -1, 1.0, true).expect("valid");
@@ -1350,6 +1427,7 @@ fn draws_do_not_allocate() {
         Some(&[-5.0, 5.0]),
     )
     .expect("valid");
+    let pe = RandomPerspective::new(0.5, 0.5).expect("valid");
     let ch = RandomChoice::new(3, Some(&[0.2, 0.3, 0.5])).expect("valid");
     let or = RandomOrder::new(4).expect("valid");
     let cr = RandomCrop::new((32, 32), [4; 4], true).expect("valid");
@@ -1374,6 +1452,9 @@ fn draws_do_not_allocate() {
             .draw(224, 224, &mut rng)
             .map_or(0.0, |r| f64::from(r.height));
         sink += af.draw(224, 224, &mut rng).angle;
+        sink += pe
+            .draw(224, 224, &mut rng)
+            .map_or(0.0, |p| f64::from(p.endpoints[2][1]));
         sink += ch.draw(&mut rng) as f64 + f64::from(or.draw(&mut rng).as_slice()[0]);
         sink += cr
             .draw(30, 30, &mut rng)

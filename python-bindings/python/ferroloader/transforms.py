@@ -13,7 +13,7 @@ flip, to-tensor and normalize fused into one pass per sample). Supported shapes 
 A nested ``Compose`` stands for its ops where it stands (inside ``RandomChoice`` and
 ``RandomOrder`` it is one choice, one item).
 
-The geometric ops (``RandomVerticalFlip``, ``RandomRotation``, ``RandomAffine``,
+The geometric ops (``RandomVerticalFlip``, ``RandomRotation``, ``RandomAffine``, ``RandomPerspective``,
 ``GaussianBlur``, ``Pad``, ``RandomCrop``, ``CenterCrop``) run on that 8-bit image as torchvision
 does on a PIL image (Pillow's transforms and padding, exactly; ``GaussianBlur`` within one
 level); ``Pad`` and the crops change the sample's size, which is planned once.
@@ -91,6 +91,7 @@ __all__ = [
     "RandomVerticalFlip",
     "RandomRotation",
     "RandomAffine",
+    "RandomPerspective",
     "GaussianBlur",
     "Pad",
     "RandomCrop",
@@ -709,6 +710,39 @@ class RandomAffine(Transform):
         }
 
 
+class RandomPerspective(Transform):
+    """``RandomPerspective(distortion_scale=0.5, p=0.5, interpolation=BILINEAR, fill=0)``:
+    torchvision's ``F.perspective`` on a PIL image with drawn corners, with probability ``p``.
+    NEAREST and BILINEAR (Pillow's perspective transform, exact given the coefficients; the
+    coefficients are solved as torchvision solves them up to its least-squares rounding noise,
+    which can move a BILINEAR pixel by one level)."""
+
+    def __init__(
+        self,
+        distortion_scale: float = 0.5,
+        p: float = 0.5,
+        interpolation: Any = "bilinear",
+        fill: Any = 0,
+    ) -> None:
+        op = "RandomPerspective"
+        scale = _number(op, "distortion_scale", distortion_scale)
+        if not 0.0 <= scale <= 1.0:
+            raise ValueError(f"{op}: distortion_scale should be between 0 and 1, got {distortion_scale!r}")
+        self.distortion_scale = scale
+        self.p = _probability(op, p)
+        self.interpolation = _warp_interpolation(op, interpolation)
+        self.fill = _fill(op, fill)
+
+    def to_spec(self) -> Spec:
+        return {
+            "op": "RandomPerspective",
+            "distortion_scale": self.distortion_scale,
+            "p": self.p,
+            "interpolation": self.interpolation,
+            "fill": self.fill,
+        }
+
+
 class GaussianBlur(Transform):
     """``GaussianBlur(kernel_size, sigma=(0.1, 2.0))``: one sigma drawn per sample, for both
     axes. Within one level of torchvision (a separable float32 convolution, rounded)."""
@@ -1178,7 +1212,8 @@ _SUPPORTED = (
     "Normalize, ColorJitter, Grayscale(num_output_channels=3), RandomGrayscale, "
     "RandomPosterize, RandomSolarize, RandomEqualize, RandomAutocontrast, RandomAdjustSharpness, "
     "RandomInvert, TrivialAugmentWide, RandAugment, AutoAugment, AugMix, RandomVerticalFlip, "
-    "RandomRotation(expand=False), RandomAffine, GaussianBlur, Pad, RandomCrop, RandomApply, "
+    "RandomRotation(expand=False), RandomAffine, RandomPerspective (NEAREST, BILINEAR), "
+    "GaussianBlur, Pad, RandomCrop, RandomApply, "
     "RandomChoice, RandomOrder and Compose of those, RandomErasing, "
     "ConvertImageDtype(torch.float) (and, from transforms.v2, ToImage, "
     "ToDtype(torch.float32, scale=True), ToPureTensor)"
@@ -1518,6 +1553,7 @@ _GEOMETRIC: Dict[str, Any] = {
     "RandomAffine": lambda t: RandomAffine(
         list(t.degrees), t.translate, t.scale, None if t.shear is None else list(t.shear), t.interpolation, t.fill, t.center
     ),
+    "RandomPerspective": lambda t: RandomPerspective(float(t.distortion_scale), float(t.p), t.interpolation, t.fill),
     "GaussianBlur": lambda t: GaussianBlur(list(t.kernel_size), list(t.sigma)),
     "Pad": lambda t: Pad(_tv_padding(t.padding), t.fill, t.padding_mode),
     "RandomCrop": _tv_random_crop,

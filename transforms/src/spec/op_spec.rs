@@ -163,6 +163,10 @@ fn default_augmix_alpha() -> f64 {
     1.0
 }
 
+fn default_perspective_interpolation() -> WarpInterpolation {
+    WarpInterpolation::Bilinear
+}
+
 fn default_augmix_interpolation() -> WarpInterpolation {
     WarpInterpolation::Bilinear
 }
@@ -380,6 +384,24 @@ pub enum OpSpec {
         /// `[x, y]` in pixels; default the image centre.
         #[serde(default)]
         center: Option<[f64; 2]>,
+    },
+    /// `RandomPerspective(distortion_scale=0.5, p=0.5, interpolation="bilinear", fill=0)`:
+    /// torchvision's `F.perspective` on a PIL image with drawn corners (Pillow's perspective
+    /// transform, bit-exact given the coefficients; see
+    /// [`perspective`](mod@crate::augment::geometry::perspective) for the solve). A stage op.
+    RandomPerspective {
+        /// How far corners may move, in `[0, 1]` of half the side; default 0.5.
+        #[serde(default = "default_flip_p")]
+        distortion_scale: f64,
+        /// Probability of the warp, in `[0, 1]`; default 0.5.
+        #[serde(default = "default_flip_p")]
+        p: f64,
+        /// Default `bilinear` (torchvision's default here, unlike `RandomAffine`'s).
+        #[serde(default = "default_perspective_interpolation")]
+        interpolation: WarpInterpolation,
+        /// Default 0 (black).
+        #[serde(default)]
+        fill: Fill,
     },
     /// `GaussianBlur(kernel_size, sigma=(0.1, 2.0))`: one sigma drawn for both axes; within
     /// one level of torchvision (a separable float32 convolution). A stage op.

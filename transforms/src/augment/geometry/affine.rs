@@ -203,7 +203,7 @@ fn pixel(src: RgbView<'_>, x: usize, y: u32) -> [u8; 3] {
 /// Pillow's `COORD`: -1 for negative positions (so they fall outside), else truncation.
 /// `as` saturates where C would be undefined; both land outside any image.
 #[inline]
-fn coord(v: f64) -> i64 {
+pub(super) fn coord(v: f64) -> i64 {
     if v < 0.0 {
         -1
     } else {
@@ -529,27 +529,10 @@ impl AffineWarp {
                     None => axis_tap(self.col_b[x] + rx + a[5], fh, sh),
                 };
                 // Pillow tests both coordinates together: outside (or NaN) on either fills.
-                let (Some(xt), Some(yt)) = (xt, yt) else {
-                    *px = fill;
-                    continue;
+                *px = match (xt, yt) {
+                    (Some(xt), Some(yt)) => bilinear_pixel(src, xt, yt),
+                    _ => fill,
                 };
-                let (x0, x1) = (3 * xt.near, 3 * xt.far);
-                let r0 = src.row(yt.near as u32);
-                let (p0, q0) = (taps(r0, x0), taps(r0, x1));
-                if yt.far_inside {
-                    let r1 = src.row(yt.far as u32);
-                    let (p1, q1) = (taps(r1, x0), taps(r1, x1));
-                    for b in 0..3 {
-                        let v1 = lerp(p0[b], q0[b], xt.frac);
-                        let v2 = lerp(p1[b], q1[b], xt.frac);
-                        px[b] = (v1 + (v2 - v1) * yt.frac) as u8;
-                    }
-                } else {
-                    // Pillow's `v2 = v1`: `v1 + (v1 - v1) * dy`, which is v1 itself.
-                    for b in 0..3 {
-                        px[b] = lerp(p0[b], q0[b], xt.frac) as u8;
-                    }
-                }
             }
         }
     }
@@ -595,7 +578,7 @@ impl AffineWarp {
 
 /// One axis of a bilinear sample, as Pillow's `bilinear_filter32RGB` takes it.
 #[derive(Clone, Copy, Debug)]
-struct AxisTap {
+pub(super) struct AxisTap {
     /// `floor(v - 0.5)`, clamped to the axis.
     near: usize,
     /// The next one, clamped to the axis.
@@ -610,7 +593,7 @@ struct AxisTap {
 /// The taps of source coordinate `v` on an axis of `len` pixels (`flen` as `f64`); `None`
 /// outside `[0, len)` or for NaN, which Pillow fills.
 #[inline(always)]
-fn axis_tap(v: f64, flen: f64, len: i64) -> Option<AxisTap> {
+pub(super) fn axis_tap(v: f64, flen: f64, len: i64) -> Option<AxisTap> {
     if !(v >= 0.0 && v < flen) {
         return None;
     }
@@ -622,6 +605,32 @@ fn axis_tap(v: f64, flen: f64, len: i64) -> Option<AxisTap> {
         far_inside: i + 1 < len,
         frac: v - i as f64,
     })
+}
+
+/// Pillow's `bilinear_filter32RGB` at the taps of one sample (both inside the source): two
+/// horizontal interpolations, then the vertical one, truncated to 8 bits. Shared by the affine
+/// and perspective warps, which differ only in how they find the sample position.
+#[inline(always)]
+pub(super) fn bilinear_pixel(src: RgbView<'_>, xt: AxisTap, yt: AxisTap) -> [u8; 3] {
+    let (x0, x1) = (3 * xt.near, 3 * xt.far);
+    let r0 = src.row(yt.near as u32);
+    let (p0, q0) = (taps(r0, x0), taps(r0, x1));
+    let mut px = [0u8; 3];
+    if yt.far_inside {
+        let r1 = src.row(yt.far as u32);
+        let (p1, q1) = (taps(r1, x0), taps(r1, x1));
+        for b in 0..3 {
+            let v1 = lerp(p0[b], q0[b], xt.frac);
+            let v2 = lerp(p1[b], q1[b], xt.frac);
+            px[b] = (v1 + (v2 - v1) * yt.frac) as u8;
+        }
+    } else {
+        // Pillow's `v2 = v1`: `v1 + (v1 - v1) * dy`, which is v1 itself.
+        for b in 0..3 {
+            px[b] = lerp(p0[b], q0[b], xt.frac) as u8;
+        }
+    }
+    px
 }
 
 /// Pillow's `BILINEAR(v, a, b, d)` on 8-bit taps: `a + (b - a) * d`, the difference taken in

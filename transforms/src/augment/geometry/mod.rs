@@ -4,6 +4,9 @@
 //! - [`affine`]: Pillow's affine engines (NEAREST and BILINEAR bit-exact; BILINEAR on AVX2 or
 //!   AVX-512 where the CPU has them, `affine_x86`, with the scalar path's bits) and the matrices of torchvision's `F.affine` and Pillow's `Image.rotate`: Rotate, ShearX/Y,
 //!   TranslateX/Y of the policies, RandomRotation, RandomAffine.
+//! - [`perspective`](mod@perspective): torchvision's `F.perspective` (RandomPerspective): the
+//!   coefficient solve and Pillow's perspective transform, sharing the affine warp's BILINEAR
+//!   filter.
 //! - [`pad`]: Pad and RandomCrop's padding (constant, edge, reflect, symmetric).
 //! - [`blur`]: GaussianBlur, separable, within one level of torchvision.
 //! - [`erase`](mod@erase): RandomErasing's write into the normalized tensor.
@@ -21,6 +24,7 @@ mod affine_x86;
 pub mod blur;
 pub mod erase;
 pub mod pad;
+pub mod perspective;
 
 pub use affine::{
     affine_center, inverse_affine_matrix, rotate_expand_matrix, rotate_matrix, AffineMatrix,
@@ -29,6 +33,9 @@ pub use affine::{
 pub use blur::{gaussian_kernel1d, GaussianBlur};
 pub use erase::{erase, EraseValue};
 pub use pad::{Padder, Padding, PaddingMode, RandomCropSpec};
+pub use perspective::{
+    image_corners, perspective, perspective_coeffs, perspective_warp, Corners, PerspectiveCoeffs,
+};
 
 use crate::error::{Error, Result};
 use crate::image::RgbImage;

@@ -26,6 +26,7 @@
 //! | `ColorJitter` | [`ColorJitter::draw`] | [`ColorJitterPlan`] (order, factors) |
 //! | `RandomRotation` | [`RandomRotation::draw`] | angle |
 //! | `RandomAffine` | [`RandomAffine::draw`] | [`AffinePlan`] |
+//! | `RandomPerspective` | [`RandomPerspective::draw`] | `Option<`[`PerspectivePlan`]`>` (coin, corners) |
 //! | `GaussianBlur` | [`GaussianBlur::draw`] | sigma |
 //! | `RandomErasing` | [`RandomErasing::draw`] | `Option<`[`EraseRect`]`>`; "random" values via [`fill_standard_normal`](crate::rng::TorchDraws::fill_standard_normal) |
 //! | `RandomCrop` | [`RandomCrop::draw`] | [`RandomCropPlan`] (padding, crop) |
@@ -58,7 +59,8 @@ pub use auto::{
 pub use ops::{OpKind, OpSeq, PixelOp};
 pub use single::{
     draw_apply, draw_p, draw_p_item, AffinePlan, ColorJitter, ColorJitterPlan, ColorStep,
-    EraseRect, EraseValue, GaussianBlur, Permutation, RandomAffine, RandomChoice, RandomCrop,
-    RandomCropPlan, RandomErasing, RandomOrder, RandomRotation, MAX_CHOICES,
+    EraseRect, EraseValue, GaussianBlur, Permutation, PerspectivePlan, RandomAffine, RandomChoice,
+    RandomCrop, RandomCropPlan, RandomErasing, RandomOrder, RandomPerspective, RandomRotation,
+    MAX_CHOICES,
 };
 pub use space::{torch_linspace, AugmentationSpace};

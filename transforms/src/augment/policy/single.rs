@@ -1,5 +1,5 @@
 //! The parameters of torchvision's random single ops, as their v1 `get_params` / `forward`
-//! draw them: `ColorJitter`, `RandomRotation`, `RandomAffine`, `GaussianBlur`,
+//! draw them: `ColorJitter`, `RandomRotation`, `RandomAffine`, `RandomPerspective`, `GaussianBlur`,
 //! `RandomErasing`, `RandomCrop`, `RandomApply`, `RandomChoice`, `RandomOrder`, and the ops
 //! that only decide whether to run (`RandomGrayscale`, `RandomVerticalFlip`, `RandomInvert`,
 //! `RandomPosterize`, `RandomSolarize`, `RandomEqualize`, `RandomAutocontrast`,
@@ -495,6 +495,87 @@ impl RandomAffine {
             scale,
             shear,
         }
+    }
+}
+
+/// torchvision's `RandomPerspective(distortion_scale, p)`: the coin, then the four corners.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct RandomPerspective {
+    distortion_scale: f64,
+    p: f64,
+}
+
+/// A `RandomPerspective` draw that applies: `F.perspective(img, startpoints, endpoints)`,
+/// corners `[top-left, top-right, bottom-right, bottom-left]` as `[x, y]` pixels.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PerspectivePlan {
+    /// The image's corners, `[[0, 0], [w - 1, 0], [w - 1, h - 1], [0, h - 1]]`.
+    pub startpoints: [[u32; 2]; 4],
+    /// Where they go.
+    pub endpoints: [[u32; 2]; 4],
+}
+
+impl PerspectivePlan {
+    /// The corners as doubles, for [`perspective_coeffs`](crate::augment::geometry::perspective_coeffs).
+    pub fn corners(&self) -> ([[f64; 2]; 4], [[f64; 2]; 4]) {
+        let f = |c: [[u32; 2]; 4]| c.map(|[x, y]| [f64::from(x), f64::from(y)]);
+        (f(self.startpoints), f(self.endpoints))
+    }
+}
+
+impl RandomPerspective {
+    /// `distortion_scale` and `p` in `[0, 1]` (v2 checks both; v1 neither, and a scale above 1
+    /// there can draw corners outside the image, which torchvision's `randint` refuses).
+    pub fn new(distortion_scale: f64, p: f64) -> Result<Self> {
+        if !(0.0..=1.0).contains(&distortion_scale) {
+            return Err(Error::invalid(
+                "distortion_scale",
+                format!("{distortion_scale} must lie in [0, 1]"),
+            ));
+        }
+        if !(0.0..=1.0).contains(&p) {
+            return Err(Error::invalid("p", format!("{p} must lie in [0, 1]")));
+        }
+        Ok(RandomPerspective {
+            distortion_scale,
+            p,
+        })
+    }
+
+    /// `forward` then `get_params` for a `width` x `height` image: one coin
+    /// (`torch.rand(1) < p`, [`draw_p`]); when it says so, eight `randint` draws, `[x, y]` of
+    /// top-left, top-right, bottom-right, bottom-left, each within
+    /// `int(distortion_scale * (side // 2)) + 1` pixels of its corner. v2 (`make_params`)
+    /// draws the same integers from the same ranges, in the same order.
+    pub fn draw<D: TorchDraws + ?Sized>(
+        &self,
+        width: u32,
+        height: u32,
+        draws: &mut D,
+    ) -> Option<PerspectivePlan> {
+        if !draw_p(draws, self.p) {
+            return None;
+        }
+        // Python's `int(distortion_scale * half)` truncates a non-negative double; it is at
+        // most `half`, so `bound <= side / 2 + 1 <= side` for a side of 2 or more. A side of 1
+        // gives a bound of 1 (torchvision's `randint(0, 1)`, and `randint(0, 1)` again for the
+        // far corners), clamped here so that no draw leaves the image.
+        let bound = |side: u32| -> u32 {
+            let b = (self.distortion_scale * f64::from(side / 2)) as u32 + 1;
+            b.min(side.max(1))
+        };
+        let (bw, bh) = (bound(width), bound(height));
+        // torchvision's `randint(side - bound, side)`: the last `bound` pixels of the side.
+        let (fx, fy) = (width.max(1) - bw, height.max(1) - bh);
+        let tl = [draws.randint(bw), draws.randint(bh)];
+        let tr = [fx + draws.randint(bw), draws.randint(bh)];
+        let br = [fx + draws.randint(bw), fy + draws.randint(bh)];
+        let bl = [draws.randint(bw), fy + draws.randint(bh)];
+        let (r, b) = (width.saturating_sub(1), height.saturating_sub(1));
+        Some(PerspectivePlan {
+            startpoints: [[0, 0], [r, 0], [r, b], [0, b]],
+            endpoints: [tl, tr, br, bl],
+        })
     }
 }
 

@@ -1,6 +1,7 @@
 //! The geometric ops of a stage, on the u8 staging image with the arithmetic of torchvision's
 //! PIL path (the kernels of [`crate::augment::geometry`], and Pillow's resize):
-//! `RandomVerticalFlip`, `RandomRotation`, `RandomAffine`, `GaussianBlur`, `Pad`, `RandomCrop`,
+//! `RandomVerticalFlip`, `RandomRotation`, `RandomAffine`, `RandomPerspective`, `GaussianBlur`,
+//! `Pad`, `RandomCrop`,
 //! `CenterCrop`, and a `Resize` or `RandomResizedCrop` after the plan's geometry
 //! (`RandomResizedCrop(256)` then `Resize(224)`). [`RandomCropOp`] also serves the plan's geometry (a `RandomCrop` standing first, or after
 //! `Resize`).
@@ -14,9 +15,11 @@
 
 use super::{check_p, in_op, StageScratch};
 use crate::augment::geometry::{
-    vflip, Interpolation, Padder, Padding, PaddingMode, RandomCropSpec,
+    perspective, vflip, Interpolation, Padder, Padding, PaddingMode, RandomCropSpec,
 };
-use crate::augment::policy::{self, draw_p, RandomAffine, RandomCropPlan, RandomRotation};
+use crate::augment::policy::{
+    self, draw_p, RandomAffine, RandomCropPlan, RandomPerspective, RandomRotation,
+};
 use crate::crop::{center_crop, CenterCrop};
 use crate::decode::ImageInfo;
 use crate::error::{Error, Result};
@@ -43,6 +46,11 @@ pub(in crate::spec) enum GeometricOp {
     Affine {
         params: RandomAffine,
         center: Option<[f64; 2]>,
+        interpolation: Interpolation,
+        fill: [u8; 3],
+    },
+    Perspective {
+        params: RandomPerspective,
         interpolation: Interpolation,
         fill: [u8; 3],
     },
@@ -375,6 +383,19 @@ impl GeometricOp {
                 })
             })()
             .map_err(|e| in_op("RandomAffine", e))?,
+            OpSpec::RandomPerspective {
+                distortion_scale,
+                p,
+                interpolation,
+                fill,
+            } => (|| {
+                Ok(GeometricOp::Perspective {
+                    params: RandomPerspective::new(*distortion_scale, *p)?,
+                    interpolation: *interpolation,
+                    fill: fill.rgb()?,
+                })
+            })()
+            .map_err(|e| in_op("RandomPerspective", e))?,
             OpSpec::GaussianBlur { kernel_size, sigma } => (|| {
                 let sigma = match *sigma {
                     NumberOrRange::Number(s) => policy::GaussianBlur::new((s, s)),
@@ -439,7 +460,8 @@ impl GeometricOp {
         match self {
             GeometricOp::VFlip { .. }
             | GeometricOp::Rotation { .. }
-            | GeometricOp::Affine { .. } => Ok(size),
+            | GeometricOp::Affine { .. }
+            | GeometricOp::Perspective { .. } => Ok(size),
             GeometricOp::Blur { kernel_size, .. } => {
                 if kernel_size[0] / 2 >= w || kernel_size[1] / 2 >= h {
                     return Err(Error::invalid(
@@ -474,6 +496,7 @@ impl GeometricOp {
             GeometricOp::VFlip { .. } => "RandomVerticalFlip",
             GeometricOp::Rotation { .. } => "RandomRotation",
             GeometricOp::Affine { .. } => "RandomAffine",
+            GeometricOp::Perspective { .. } => "RandomPerspective",
             GeometricOp::Blur { .. } => "GaussianBlur",
             GeometricOp::Pad { .. } => "Pad",
             GeometricOp::RandomCrop(_) => "RandomCrop",
@@ -489,6 +512,7 @@ impl GeometricOp {
             GeometricOp::VFlip { .. } => Op::RandomVerticalFlip,
             GeometricOp::Rotation { .. } => Op::RandomRotation,
             GeometricOp::Affine { .. } => Op::RandomAffine,
+            GeometricOp::Perspective { .. } => Op::RandomPerspective,
             GeometricOp::Blur { .. } => Op::GaussianBlur,
             GeometricOp::Pad { .. } => Op::Pad,
             GeometricOp::RandomCrop(_) => Op::RandomCrop,
@@ -499,7 +523,8 @@ impl GeometricOp {
 
     /// Draws this op's parameters (torchvision's draws, in its order and number: one coin for
     /// `RandomVerticalFlip` whatever `p`, the angle, `RandomAffine`'s angle, translation,
-    /// scale and shear as configured, the blur's sigma, the crop's row then column) and
+    /// scale and shear as configured, `RandomPerspective`'s coin then (when it applies) its
+    /// eight corner coordinates, the blur's sigma, the crop's row then column) and
     /// applies it to `img`.
     pub(super) fn run(
         &self,
@@ -551,6 +576,24 @@ impl GeometricOp {
                     &mut scratch.spare,
                 )?;
                 std::mem::swap(img, &mut scratch.spare);
+            }
+            GeometricOp::Perspective {
+                params,
+                interpolation,
+                fill,
+            } => {
+                if let Some(plan) = params.draw(img.width(), img.height(), rng) {
+                    let (start, end) = plan.corners();
+                    perspective(
+                        img.view(),
+                        &start,
+                        &end,
+                        *interpolation,
+                        *fill,
+                        &mut scratch.spare,
+                    )?;
+                    std::mem::swap(img, &mut scratch.spare);
+                }
             }
             GeometricOp::Blur { sigma, kernel_size } => {
                 let sigma = sigma.draw(rng);
