@@ -219,6 +219,35 @@ pub(super) fn fill_pixels(dst: &mut [u8], fill: [u8; 3]) {
     }
 }
 
+/// The start every warp shares: refuses non-finite `coefficients` (named `what` in the error),
+/// sizes `out` to `size` = (width, height) and returns its pixels, or `None` when there is
+/// nothing left to compute (an empty output, or an empty source: all fill).
+pub(super) fn start_warp<'o>(
+    src: RgbView<'_>,
+    size: (u32, u32),
+    what: &'static str,
+    coefficients: &[f64],
+    fill: [u8; 3],
+    out: &'o mut RgbImage,
+) -> Result<Option<&'o mut [u8]>> {
+    if coefficients.iter().any(|v| !v.is_finite()) {
+        return Err(Error::invalid(
+            what,
+            format!("{coefficients:?}: the warp's {what} must be finite"),
+        ));
+    }
+    let (w, h) = size;
+    let dst = out.reset(w, h);
+    if w == 0 || h == 0 {
+        return Ok(None);
+    }
+    if src.width() == 0 || src.height() == 0 {
+        fill_pixels(dst, fill);
+        return Ok(None);
+    }
+    Ok(Some(dst))
+}
+
 /// Reusable state of affine warps: per-column position tables that only grow.
 #[derive(Clone, Debug)]
 pub struct AffineWarp {
@@ -300,21 +329,10 @@ impl AffineWarp {
         fill: [u8; 3],
         out: &mut RgbImage,
     ) -> Result<()> {
-        if matrix.iter().any(|v| !v.is_finite()) {
-            return Err(Error::invalid(
-                "matrix",
-                format!("affine matrix {matrix:?} is not finite"),
-            ));
-        }
+        let Some(dst) = start_warp(src, size, "matrix", matrix, fill, out)? else {
+            return Ok(());
+        };
         let (w, h) = size;
-        let dst = out.reset(w, h);
-        if w == 0 || h == 0 {
-            return Ok(());
-        }
-        if src.width() == 0 || src.height() == 0 {
-            fill_pixels(dst, fill);
-            return Ok(());
-        }
         let dims = (w as usize, h as usize);
         match interpolation {
             Interpolation::Nearest => {

@@ -23,7 +23,7 @@
 //! Must not: allocate per sample (nothing is kept but the output), draw random numbers, or
 //! panic on input (a singular system and non-finite positions have defined results).
 
-use super::affine::{axis_tap, bilinear_pixel, coord, fill_pixels, Interpolation};
+use super::affine::{axis_tap, bilinear_pixel, coord, start_warp, Interpolation};
 use crate::error::{Error, Result};
 use crate::image::{RgbImage, RgbView};
 
@@ -185,21 +185,10 @@ pub fn perspective_warp(
     fill: [u8; 3],
     out: &mut RgbImage,
 ) -> Result<()> {
-    if coeffs.iter().any(|v| !v.is_finite()) {
-        return Err(Error::invalid(
-            "coefficients",
-            format!("perspective coefficients {coeffs:?} are not finite"),
-        ));
-    }
-    let (w, h) = size;
-    let dst = out.reset(w, h);
-    if w == 0 || h == 0 {
+    let Some(dst) = start_warp(src, size, "coefficients", coeffs, fill, out)? else {
         return Ok(());
-    }
-    if src.width() == 0 || src.height() == 0 {
-        fill_pixels(dst, fill);
-        return Ok(());
-    }
+    };
+    let (w, _) = size;
     let (sw, sh) = (i64::from(src.width()), i64::from(src.height()));
     let (fw, fh) = (f64::from(src.width()), f64::from(src.height()));
     match interpolation {
