@@ -1785,6 +1785,12 @@ impl Pipeline {
             (OutputKind::U8Hwc, OutputSlot::U8(dst)) => dst.copy_from_slice(stage_a.as_raw()),
             _ => return Err(Error::invalid("out", "slot type does not match the output")),
         }
+        // As the fused pass reports it: a crop drawn on the resized image is no crop of the
+        // source.
+        let crop = match self.geometry {
+            Geometry::ResizeThenRandomResizedCrop { .. } => CropRect::full(info.width, info.height),
+            _ => crop,
+        };
         Ok(SampleReport {
             width: info.width,
             height: info.height,

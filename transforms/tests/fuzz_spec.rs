@@ -557,3 +557,14 @@ fn an_intermediate_over_a_lower_limit_is_not_a_contradiction() {
                    "max_pixels": 18446744073709551615}"#;
     assert_eq!(check(json).ok(), Some(true));
 }
+
+/// Found by `structured_specs`: `Resize((1, 66))` then `RandomResizedCrop(1)`, op by op,
+/// reported the crop it drew on the resized image as a crop of the source (`left: 32` in a
+/// 33-pixel-wide image); the fused pass reports the whole source, and now so does op by op.
+#[test]
+fn a_crop_drawn_on_the_resized_image_is_not_reported_as_a_crop_of_the_source() {
+    let json = r#"{"ops": [{"op": "Resize", "size": [1, 66]},
+                           {"op": "RandomResizedCrop", "size": 1, "ratio": [0.01, 1.7678353463112195]}],
+                   "output": "uint8", "execution": "op_by_op"}"#;
+    assert_eq!(check(json).ok(), Some(true));
+}
