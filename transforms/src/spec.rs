@@ -149,15 +149,9 @@ impl PipelineSpec {
     pub fn keeps_image_size(&self) -> bool {
         let mut flat = Vec::with_capacity(self.ops.len());
         flatten_compose(&self.ops, &mut flat);
-        !matches!(
-            flat.first(),
-            Some(
-                OpSpec::RandomResizedCrop { .. }
-                    | OpSpec::Resize { .. }
-                    | OpSpec::CenterCrop { .. }
-                    | OpSpec::RandomCrop { .. }
-            )
-        )
+        !flat
+            .first()
+            .is_some_and(|op| matches!(op, OpSpec::Resize { .. }) || is_crop(op))
     }
 
     /// Whether the samples' size follows the images' own, so that [`PipelineSpec::image_size`]
@@ -167,20 +161,14 @@ impl PipelineSpec {
     pub fn needs_image_size(&self) -> bool {
         let mut flat = Vec::with_capacity(self.ops.len());
         flatten_compose(&self.ops, &mut flat);
-        let resize_alone = match flat.as_slice() {
+        match flat.as_slice() {
             [OpSpec::Resize {
                 size: Size::Int(_), ..
-            }, rest @ ..] => !matches!(
-                rest.first(),
-                Some(
-                    OpSpec::RandomResizedCrop { .. }
-                        | OpSpec::CenterCrop { .. }
-                        | OpSpec::RandomCrop { .. }
-                )
-            ),
-            _ => false,
-        };
-        resize_alone || self.keeps_image_size()
+            }, rest @ ..] => !rest.first().is_some_and(|op| is_crop(op)),
+            [OpSpec::Resize { .. }, ..] => false,
+            [first, ..] => !is_crop(first),
+            [] => true,
+        }
     }
 
     /// torchvision's ImageNet training pipeline: `RandomResizedCrop(size)`,
@@ -782,6 +770,14 @@ fn output_channels(spec: &PipelineSpec) -> Result<usize> {
     };
     visit(&spec.ops, &mut channels, None)?;
     Ok(channels)
+}
+
+/// A crop that can stand first, or right after a first `Resize`, and fix the sample's size.
+fn is_crop(op: &OpSpec) -> bool {
+    matches!(
+        op,
+        OpSpec::RandomResizedCrop { .. } | OpSpec::CenterCrop { .. } | OpSpec::RandomCrop { .. }
+    )
 }
 
 fn flatten_compose<'a>(ops: &'a [OpSpec], flat: &mut Vec<&'a OpSpec>) {

@@ -219,26 +219,35 @@ def _check_standard_transforms(dataset: Any, name: str) -> None:
 
 
 def _image_array(dataset: Any) -> Optional[Tuple[ImageArray, Any]]:
-    """torchvision's in-memory RGB datasets (or a ``Subset`` of one) as an ``ImageArray``, with
-    the transform they carry; ``None`` for anything else."""
+    """torchvision's in-memory datasets (or a ``Subset`` of one) as an ``ImageArray``, with the
+    transform they carry; ``None`` for anything else."""
+    found = _array_samples(dataset)
+    if found is None:
+        return None
+    images, labels, name, transform = found
+    return ImageArray(images, labels.tolist(), name), transform
+
+
+def _array_samples(dataset: Any) -> Optional[Tuple[np.ndarray, np.ndarray, str, Any]]:
+    """``(images, labels, name, transform)`` of an in-memory dataset, the images ``(N, H, W, C)``
+    or ``(N, H, W)`` as the dataset's ``__getitem__`` hands them to PIL (a view where it can be:
+    a ``Subset`` copies only its own images, and ``ImageArray`` copies them once more)."""
     if _is_subset(dataset):
-        inner = _image_array(dataset.dataset)
+        inner = _array_samples(dataset.dataset)
         if inner is None:
             return None
-        whole, transform = inner
+        images, labels, name, transform = inner
         indices = np.asarray([int(i) for i in dataset.indices], dtype=np.int64)
-        picked = np.asarray(whole.targets, dtype=np.int64)[indices]
-        subset = ImageArray(whole.images[indices], picked.tolist(), whole.name)
-        return subset, transform
+        return images[indices], labels[indices], name, transform
     kind = _array_dataset_kind(dataset)
     if kind is None:
         return None
     name = type(dataset).__name__
     _check_standard_transforms(dataset, name)
-    data = np.asarray(dataset.data)
+    images = np.asarray(dataset.data)
     if kind == "chw":
         # SVHN and STL-10 keep (N, 3, H, W) and transpose each image as they hand it to PIL.
-        data = data.transpose(0, 2, 3, 1)
+        images = images.transpose(0, 2, 3, 1)
     if kind == "gray":
         if getattr(dataset, "compat", True) is False:
             raise ValueError(
@@ -247,10 +256,10 @@ def _image_array(dataset: Any) -> Optional[Tuple[ImageArray, Any]]:
             )
         # A torch tensor; QMNIST's targets are rows whose first value is the class.
         targets = np.asarray(dataset.targets)
-        labels: List[int] = (targets[:, 0] if targets.ndim == 2 else targets).tolist()
+        labels = targets[:, 0] if targets.ndim == 2 else targets
     else:
-        labels = [int(label) for label in (dataset.targets if kind == "hwc" else dataset.labels)]
-    return ImageArray(data, labels, name), dataset.transform
+        labels = np.asarray([int(label) for label in (dataset.targets if kind == "hwc" else dataset.labels)])
+    return images, labels.astype(np.int64), name, dataset.transform
 
 
 #: torchvision's datasets holding decoded images in ``data``, by class name: ``"hwc"`` for

@@ -212,8 +212,9 @@ fn with_decoder<T>(
         Format::WebP => Box::new(WebPDecoder::new(cursor).map_err(err)?),
         Format::Tiff => Box::new(TiffDecoder::new(cursor).map_err(err)?),
         Format::Pnm => {
-            check_pnm_kind(&pnm_header(bytes)?.0)?;
-            Box::new(PnmDecoder::new(cursor).map_err(err)?)
+            let decoder = PnmDecoder::new(cursor).map_err(err)?;
+            check_pnm_kind(decoder.header())?;
+            Box::new(decoder)
         }
         Format::Jpeg => {
             return Err(Error::invalid(
