@@ -67,5 +67,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(ops::check_pipeline, m)?)?;
     m.add_function(wrap_pyfunction!(prepare::prepare, m)?)?;
     m.add_function(wrap_pyfunction!(shard::write_shards, m)?)?;
+    m.add_function(wrap_pyfunction!(loader::epoch_indices, m)?)?;
+    m.add_function(wrap_pyfunction!(tail::python_seed, m)?)?;
     Ok(())
 }

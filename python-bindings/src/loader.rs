@@ -27,7 +27,7 @@ use ferroloader_loader::transforms::decode::{DecodeContext, DecodeOptions};
 use ferroloader_loader::transforms::spec::PipelineSpec;
 use ferroloader_loader::{
     Batch, DType, Delivery, EpochIter, ErrorPolicy, HostMemory, ImagePipeline, Loader, LoaderError,
-    LoaderOptions, ResumePoint, Shard, Source,
+    LoaderOptions, ResumePoint, Sampler, Shard, Source,
 };
 use pyo3::exceptions::{PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
@@ -622,6 +622,33 @@ impl Pump {
             }
         }
     }
+}
+
+/// The dataset indices of epoch `epoch`, in visiting order, as the native loader visits them
+/// (shuffled from `(seed, epoch)`, cut to one rank's share): the order a dataset run in Python
+/// (`ferroloader._pydataset`) batches, so both kinds of loader agree sample for sample.
+#[pyfunction]
+#[pyo3(signature = (len, *, shuffle, seed, epoch, rank = None, world_size = None))]
+pub(crate) fn epoch_indices(
+    len: usize,
+    shuffle: bool,
+    seed: u64,
+    epoch: u64,
+    rank: Option<usize>,
+    world_size: Option<usize>,
+) -> PyResult<Vec<usize>> {
+    let shard = match (rank, world_size) {
+        (None, None) => None,
+        (Some(rank), Some(world_size)) => Some(Shard::new(rank, world_size)),
+        _ => {
+            return Err(PyValueError::new_err(
+                "rank: rank and world_size must be given together",
+            ))
+        }
+    };
+    let sampler = Sampler::new(len, shuffle, seed, shard)
+        .map_err(|e| PyValueError::new_err(e.to_string()))?;
+    Ok(sampler.indices(epoch))
 }
 
 /// A sampler's output as dataset indices.

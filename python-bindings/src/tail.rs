@@ -94,6 +94,14 @@ pub(crate) fn tail_seed(key: SampleKey) -> u64 {
     h >> 1
 }
 
+/// [`tail_seed`] for Python: the seed a dataset run in Python (`ferroloader._pydataset`) gives
+/// the global generators before sample `index`, so its draws, like a tail's, depend on the
+/// sample's key alone.
+#[pyfunction]
+pub(crate) fn python_seed(seed: u64, epoch: u64, index: u64) -> u64 {
+    tail_seed(SampleKey { seed, epoch, index })
+}
+
 /// `name` with a `'static` lifetime, as profiler ops need: leaked once per distinct name for
 /// the life of the process (a few per pipeline), never per loader or per sample.
 fn intern(name: String) -> &'static str {

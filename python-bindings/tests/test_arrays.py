@@ -231,11 +231,15 @@ def test_a_python_tail_on_mnist_gets_the_l_image(make: Dict[str, Any]) -> None:
         assert torch.equal(got, _torchvisions(dataset))
 
 
-def test_what_cannot_be_honoured_is_refused(make: Dict[str, Any]) -> None:
+def test_what_cannot_be_honoured_natively_runs_in_python(make: Dict[str, Any]) -> None:
     dataset = make["CIFAR10"](tvT.ToTensor())
     dataset.target_transform = lambda y: y + 1
     with pytest.raises(ValueError, match=r"CIFAR10\.target_transform is not supported"):
-        fl.Loader(dataset, batch_size=4)
+        fl.Loader(dataset, batch_size=4, python_dataset="error")
+    # As DataLoader runs it: torchvision's ToTensor, the target_transform applied.
+    x, y = next(iter(fl.Loader(dataset, batch_size=4, num_workers=0, python_dataset="allow")))
+    wx, wy = next(iter(DataLoader(dataset, batch_size=4)))
+    assert torch.equal(x, wx) and torch.equal(y, wy)
     qmnist = torchvision.datasets.QMNIST.__new__(torchvision.datasets.QMNIST)
     torchvision.datasets.VisionDataset.__init__(qmnist, "unused", transform=tvT.ToTensor())
     qmnist.data = torch.zeros((4, 28, 28), dtype=torch.uint8)
@@ -244,7 +248,7 @@ def test_what_cannot_be_honoured_is_refused(make: Dict[str, Any]) -> None:
     assert [int(y) for _, y in fl.Loader(qmnist, batch_size=1)] == [3, 1, 4, 1]
     qmnist.compat = False
     with pytest.raises(ValueError, match=r"QMNIST\(compat=False\) gives each target as a row"):
-        fl.Loader(qmnist, batch_size=4)
+        fl.Loader(qmnist, batch_size=4, python_dataset="error")
 
 
 def test_image_array_takes_arrays_and_tensors_and_names_its_samples() -> None:

@@ -99,14 +99,17 @@ def test_torchvision_file_datasets_give_dataloaders_batches(name: str, folder: P
     _same_epoch(fl.Loader(subset, batch_size=3, output="uint8", python_tail="error"), subset)
 
 
-def test_what_the_file_datasets_cannot_honour_is_refused(folder: Path) -> None:
+def test_what_the_file_datasets_cannot_honour_natively_runs_in_python(folder: Path) -> None:
     def refused(dataset: Any, message: str) -> None:
         with pytest.raises(ValueError, match=message):
-            fl.Loader(dataset, batch_size=4)
+            fl.Loader(dataset, batch_size=4, python_dataset="error")
 
     food = DATASETS["Food101"](folder)
     food.loader = lambda path: tv_folder.default_loader(path).rotate(90)
-    refused(food, r"Food101 has a custom loader")
+    refused(food, r"Food101 would run in Python \(Food101 has a custom loader")
+    # Unless refused, the dataset's own code runs, as DataLoader runs it.
+    with pytest.warns(UserWarning, match=r"Food101 runs in Python, as DataLoader runs it"):
+        _same_epoch(fl.Loader(food, batch_size=5, num_workers=0), food)
     food = DATASETS["Food101"](folder)
     food.target_transform = lambda y: y + 1
     refused(food, r"Food101\.target_transform is not supported")

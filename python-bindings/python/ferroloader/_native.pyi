@@ -30,6 +30,8 @@ __all__ = [
     "check_pipeline",
     "prepare",
     "write_shards",
+    "epoch_indices",
+    "python_seed",
     "ProfileBuilder",
     "PROFILE_SCHEMA",
     "PROFILE_SCHEMA_VERSION",
@@ -450,3 +452,13 @@ def write_shards(
     num_workers: int = 0,
     progress: Optional[Callable[[int, int], None]] = None,
 ) -> Dict[str, Any]: ...
+def epoch_indices(
+    len: int,
+    *,
+    shuffle: bool,
+    seed: int,
+    epoch: int,
+    rank: Optional[int] = None,
+    world_size: Optional[int] = None,
+) -> List[int]: ...
+def python_seed(seed: int, epoch: int, index: int) -> int: ...

@@ -28,7 +28,7 @@ import numpy as np
 
 from ferroloader._native import FileList, ImageArray, ImageFolder, PathList, WebDataset
 
-__all__ = ["Source", "as_source"]
+__all__ = ["Source", "as_source", "python_reason"]
 
 #: What the native loader takes.
 Source = Union[ImageFolder, FileList, PathList, ImageArray, WebDataset, Any]
@@ -73,6 +73,31 @@ def as_source(dataset: Any) -> Tuple[Source, Any]:
         "or a map-style dataset whose items are (path or bytes, label); got "
         f"{type(dataset).__name__}"
     )
+
+
+def python_reason(dataset: Any) -> Optional[str]:
+    """Why ``dataset``, given to the loader with no ``transform=``, runs in Python as DataLoader
+    runs it (``ferroloader._pydataset``): its samples are its own code's. ``None`` where it is
+    read natively (it carries its transform), and where it is not a map-style dataset at all
+    (:func:`as_source` says what is wrong)."""
+    if isinstance(dataset, (*_NATIVE, ImageArray, WebDataset, str, bytes, os.PathLike)):
+        return None
+    if not (hasattr(dataset, "__getitem__") and hasattr(dataset, "__len__")):
+        return None
+    try:
+        arrays = _image_array(dataset)
+        listing = None if arrays is not None else _listing(dataset)
+    except (TypeError, ValueError) as e:
+        # What the native reading refuses (a custom loader, a target_transform, items that are
+        # not (path, label)...) is the dataset's own code to run.
+        return str(e).removeprefix("dataset: ")
+    if arrays is not None:
+        return None if arrays[1] is not None else f"{type(dataset).__name__} has no transform"
+    if listing is None:
+        return f"{type(dataset).__name__}.__getitem__ makes its samples"
+    if listing.transform is None:
+        return f"{type(dataset).__name__} has no transform"
+    return None
 
 
 def _listing(dataset: Any) -> Optional[_Listing]:

@@ -31,7 +31,8 @@ from typing import (
 import numpy as np
 
 from ferroloader import _native
-from ferroloader.datasets import as_source
+from ferroloader._pydataset import PythonDataset, PythonDatasetIterator
+from ferroloader.datasets import as_source, python_reason
 from ferroloader.profiling import Profile
 from ferroloader._pinning import DeviceReadHold, cuda_runtime_path
 from ferroloader._tail import TailRunner
@@ -94,6 +95,14 @@ def _cores() -> int:
         return os.cpu_count() or 1
 
 
+def _cuda_available() -> bool:
+    try:
+        import torch
+    except ImportError:
+        return False
+    return bool(torch.cuda.is_available())
+
+
 def _is_default_collate(fn: Any) -> bool:
     try:
         from torch.utils.data import default_collate
@@ -116,7 +125,15 @@ class Loader:
     ``DatasetFolder`` (its ``transform`` is used when ``transform`` is not given), a sequence of
     ``(path, label)`` or ``(bytes, label)``, a torch ``Subset``/``ConcatDataset`` of those, or
     any map-style dataset whose items are ``(path or bytes, label)`` (see
-    ``ferroloader.datasets``).
+    ``ferroloader.datasets``). Given with no ``transform`` (here or on it), any other map-style
+    dataset (your own class that opens and transforms its images and returns tensors, a dict,
+    anything; a torchvision dataset with a custom ``loader`` or a ``target_transform``) runs in
+    Python as DataLoader runs it: ``dataset[i]`` in ``num_workers`` worker *processes*,
+    ``collate_fn`` and ``pin_memory`` as there, ``worker_init_fn`` allowed, nothing native
+    (``ferroloader._pydataset``); the order, the per-sample seeding of torch's, ``random``'s and
+    numpy's generators, ``state_dict`` resume, ``on_error`` and ``profile`` (label
+    ``"python"``) hold as below. ``python_dataset``: ``"warn"`` (default: one ``UserWarning``
+    saying why), ``"allow"``, ``"error"`` (refuse).
 
     DataLoader's arguments, where they differ:
 
@@ -136,7 +153,7 @@ class Loader:
     - ``persistent_workers``, ``multiprocessing_context``: accepted; workers are threads of
       this process, started per epoch at no cost that persisting would save, and their scratch
       persists anyway.
-    - ``worker_init_fn``: refused: workers are native threads (Python runs there only for a
+    - ``worker_init_fn``: refused (but for a dataset run in Python): workers are native threads (Python runs there only for a
       Python tail, below), and their randomness is seeded per sample from ``(seed, epoch,
       index)``, the tail's too.
     - ``generator``: the seed is drawn from it once, at construction (``seed`` otherwise;
@@ -204,20 +221,28 @@ class Loader:
         batch_transform: Optional[Callable[[Any, Any], Any]] = None,
         scratch_limit: int = 64 << 20,
         python_tail: PythonTail = "warn",
+        python_dataset: PythonTail = "warn",
     ) -> None:
         self.dataset = dataset
-        self._source, dataset_transform = as_source(dataset)
-        if transform is None:
-            if dataset_transform is None:
-                raise TypeError(
-                    "transform: required (a ferroloader.transforms.Compose or a torchvision "
-                    "Compose ending in ToTensor/PILToTensor), unless the dataset carries one"
+        #: Why the dataset runs in Python, as DataLoader runs it; ``None`` when read natively.
+        self.python_dataset_reason: Optional[str] = (
+            python_reason(dataset) if transform is None else None
+        )
+        if self.python_dataset_reason is None:
+            self._source, dataset_transform = as_source(dataset)
+            if transform is None:
+                if dataset_transform is None:
+                    raise TypeError(
+                        "transform: required (a ferroloader.transforms.Compose or a torchvision "
+                        "Compose ending in ToTensor/PILToTensor), unless the dataset carries one"
+                    )
+                transform = dataset_transform
+            elif dataset_transform is not None:
+                raise ValueError(
+                    "transform: given both here and on the dataset; ferroloader runs one pipeline"
                 )
-            transform = dataset_transform
-        elif dataset_transform is not None:
-            raise ValueError(
-                "transform: given both here and on the dataset; ferroloader runs one pipeline"
-            )
+        else:
+            self._source = dataset
         transform_given = transform
         self.unbatched = batch_size is None
         if self.unbatched and drop_last:
@@ -260,6 +285,7 @@ class Loader:
         self.persistent_workers = _check_bool("persistent_workers", persistent_workers)
         if prefetch_factor is not None and prefetch_batches is not None:
             raise ValueError("prefetch_factor: give prefetch_factor or prefetch_batches, not both")
+        self._prefetch_given = prefetch_factor is not None or prefetch_batches is not None
         if prefetch_factor is not None:
             factor = _check_int("prefetch_factor", prefetch_factor, 1)
             prefetch_batches = factor * (self.num_workers or _cores())
@@ -268,7 +294,8 @@ class Loader:
         )
         self.in_order = _check_bool("in_order", in_order)
         self.scratch_limit = _check_int("scratch_limit", scratch_limit, 0, 2**64 - 1)
-        if worker_init_fn is not None:
+        self.worker_init_fn = worker_init_fn
+        if worker_init_fn is not None and self.python_dataset_reason is None:
             raise ValueError(
                 "worker_init_fn: ferroloader's workers are native threads, not processes, and "
                 "every random draw (a Python tail's too) is seeded per sample from (seed, "
@@ -297,19 +324,9 @@ class Loader:
         self.profile_mode: str = profile
         self.tensor_type: str = _check_choice("tensor_type", tensor_type, TensorType)
         self.python_tail_mode: str = _check_choice("python_tail", python_tail, PythonTail)
-        self._transform_given: Any = transform_given
-        #: Pillow's mode of the dataset's images: ``"L"`` (one-channel samples) for a grayscale
-        #: ``ImageArray`` (torchvision's MNIST), else ``"RGB"``.
-        self.image_mode: str = self._source.mode if isinstance(self._source, _native.ImageArray) else "RGB"
-        self._split: TailSplit = split_python_tail(
-            transform_given, output=self.output, decoder=self.decoder, mode=self.image_mode
+        self.python_dataset_mode: str = _check_choice(
+            "python_dataset", python_dataset, PythonTail
         )
-        #: The transforms run natively (the prefix, when some run in Python).
-        self.transform: Compose = self._split.prefix
-        #: The transforms run in Python after them, in order (empty when all are native).
-        self.python_tail: List[Any] = self._split.tail
-        if self.python_tail:
-            self._check_tail()
         # Converted to ints here; the native sampler checks the pair (both given, rank below
         # world_size) and names the argument at fault.
         self.world_size: Optional[int] = (
@@ -326,6 +343,30 @@ class Loader:
             if self.world_size is not None:
                 raise ValueError("sampler: give either a sampler or rank/world_size, not both")
         self.sampler: Optional[Iterable[int]] = sampler
+        self._resume: Optional[Dict[str, Any]] = None
+        # Where the consumer stands in the epoch being iterated: (epoch, (position, batches,
+        # delivered)) after each batch, None once it ended. The iterators write it; the loader
+        # keeps no reference to them, so dropping one still ends its epoch.
+        self._progress: Optional[Tuple[int, Tuple[int, int, List[int]]]] = None
+        self._fingerprint: Optional[int] = None
+        self._python: Optional[PythonDataset] = None
+        if self.python_dataset_reason is not None:
+            self._init_python_dataset(prefetch_factor, self.python_dataset_reason)
+            return
+        self._transform_given: Any = transform_given
+        #: Pillow's mode of the dataset's images: ``"L"`` (one-channel samples) for a grayscale
+        #: ``ImageArray`` (torchvision's MNIST), else ``"RGB"``.
+        self.image_mode: str = self._source.mode if isinstance(self._source, _native.ImageArray) else "RGB"
+        self._split: TailSplit = split_python_tail(
+            transform_given, output=self.output, decoder=self.decoder, mode=self.image_mode
+        )
+        #: The transforms run natively (the prefix, when some run in Python); ``None`` for a
+        #: dataset run in Python.
+        self.transform: Optional[Compose] = self._split.prefix
+        #: The transforms run in Python after them, in order (empty when all are native).
+        self.python_tail: List[Any] = self._split.tail
+        if self.python_tail:
+            self._check_tail()
         if self.tensor_type == "torch":
             try:
                 import torch
@@ -353,12 +394,70 @@ class Loader:
         ``"copy"``, copied into torch's pinned memory (no CUDA runtime library found to lock
         with); ``None``, not pinned."""
         self._native: _native.Loader = self._build()
-        self._resume: Optional[Dict[str, Any]] = None
-        # Where the consumer stands in the epoch being iterated: (epoch, (position, batches,
-        # delivered)) after each batch, None once it ended. The iterators write it; the loader
-        # keeps no reference to them, so dropping one still ends its epoch.
-        self._progress: Optional[Tuple[int, Tuple[int, int, List[int]]]] = None
-        self._fingerprint: Optional[int] = None
+
+    # -- a dataset run in Python ------------------------------------------------------------
+
+    def _init_python_dataset(self, prefetch_factor: Optional[int], reason: str) -> None:
+        """Runs the dataset as DataLoader runs it (``ferroloader._pydataset``), after
+        ``python_dataset`` and the arguments that mean nothing there."""
+        name = type(self.dataset).__name__
+        if self.python_dataset_mode == "error":
+            raise ValueError(
+                f"dataset: {name} would run in Python ({reason}); python_dataset='error' "
+                "refuses (give transform= and a dataset whose items are (path or bytes, label), "
+                "or one of those docs/data.md lists)"
+            )
+        defaults = {"output": "float32", "decoder": "turbo", "tensor_type": "torch"}
+        for arg, default in defaults.items():
+            if getattr(self, arg) != default:
+                raise ValueError(
+                    f"{arg}: {getattr(self, arg)!r} has no effect on a dataset that makes its own "
+                    f"samples ({name} runs in Python: {reason})"
+                )
+        workers = _cores() if self.num_workers is None else self.num_workers
+        if prefetch_factor is None and self._prefetch_given and workers > 0:
+            # The loader's total read-ahead, spread over DataLoader's per-worker count.
+            prefetch_factor = max(1, -(-self.prefetch_batches // workers))
+        if self.python_dataset_mode == "warn":
+            warnings.warn(
+                f"dataset: {name} runs in Python, as DataLoader runs it ({reason}): in "
+                f"{workers} worker processes, seeded per sample, nothing decoded natively; to "
+                "decode natively, give transform= and items (path or bytes, label) "
+                "(docs/data.md). python_dataset='allow' silences this, 'error' refuses",
+                UserWarning,
+                stacklevel=3,
+            )
+        self._transform_given = None
+        self.image_mode = "RGB"
+        self.transform = None
+        self.python_tail = []
+        self._from_numpy = None
+        self._pin_device = None
+        self._device_hold = None
+        pinned = self.pin_memory and _cuda_available()
+        self.pinning = "copy" if pinned else None
+        self._python = PythonDataset(
+            self.dataset,
+            batch_size=self.batch_size,
+            unbatched=self.unbatched,
+            shuffle=self.shuffle,
+            drop_last=self.drop_last,
+            seed=self.seed,
+            num_workers=workers,
+            collate_fn=self.collate_fn,
+            pin_memory=self.pin_memory,
+            pin_memory_device=self.pin_memory_device,
+            timeout=self.timeout,
+            worker_init_fn=self.worker_init_fn,
+            multiprocessing_context=self.multiprocessing_context,
+            prefetch_factor=prefetch_factor,
+            persistent_workers=self.persistent_workers,
+            in_order=self.in_order,
+            on_error=self.on_error,
+            profile_mode=self.profile_mode,
+            rank=self.rank,
+            world_size=self.world_size,
+        )
 
     # -- native loader ------------------------------------------------------------------------
 
@@ -408,7 +507,14 @@ class Loader:
             page_lock=self._page_lock,
         )
 
-    def _loader(self) -> _native.Loader:
+    def _loader(self) -> "_native.Loader | PythonDataset":
+        """The native loader (rebuilt, same configuration and epoch, in a forked child, where
+        the parent's one is unusable), or the engine of a dataset run in Python."""
+        if self._python is not None:
+            return self._python
+        return self._native_loader()
+
+    def _native_loader(self) -> _native.Loader:
         """The native loader; rebuilt (same configuration and epoch) in a forked child, where
         the parent's one is unusable."""
         if self._native.inherited:
@@ -458,8 +564,10 @@ class Loader:
             return [int(i) for i in self.sampler]
         return None
 
-    def __iter__(self) -> "LoaderIterator":
-        native = self._loader()
+    def __iter__(self) -> "LoaderIterator | PythonDatasetIterator":
+        if self._python is not None:
+            return self._iter_python(self._python)
+        native = self._native_loader()
         if self._device_hold is not None:
             # Before the workers start: they refill what the device has finished reading.
             self._device_hold.release_finished()
@@ -477,6 +585,18 @@ class Loader:
             it.set_timeout(self.timeout)
         self._progress = (it.epoch, it.resume_state)
         return LoaderIterator(it, self)
+
+    def _iter_python(self, engine: PythonDataset) -> PythonDatasetIterator:
+        plan = self._plan()
+        resume, self._resume = self._resume, None
+        epoch = engine.next_epoch
+        point = None
+        if resume is not None and resume["epoch"] == epoch:
+            point = (resume["position"], resume["batches"], list(resume["delivered"]))
+        it = engine.iter(epoch, plan, point, self)
+        done = [] if point is None else point[2]
+        self._progress = (epoch, (0 if point is None else point[0], len(done), list(done)))
+        return it
 
     def __len__(self) -> int:
         """Batches per epoch (when no sample is skipped); samples with ``batch_size=None``."""
@@ -614,7 +734,7 @@ class Loader:
             "multiprocessing_context": self.multiprocessing_context,
             "persistent_workers": self.persistent_workers,
             "pin_memory_device": self.pin_memory_device,
-            "prefetch_batches": self.prefetch_batches,
+            "prefetch_batches": self.prefetch_batches if self._prefetch_given else None,
             "in_order": self.in_order,
             "transform": self._transform_given,
             "seed": self.seed,
@@ -628,10 +748,13 @@ class Loader:
             "batch_transform": self.batch_transform,
             "scratch_limit": self.scratch_limit,
             "python_tail": self.python_tail_mode,
+            "python_dataset": self.python_dataset_mode,
+            "worker_init_fn": self.worker_init_fn,
         }
 
     def __getstate__(self) -> Dict[str, Any]:
-        return {"config": self._config(), "epoch": self._native.next_epoch}
+        engine = self._python if self._python is not None else self._native
+        return {"config": self._config(), "epoch": engine.next_epoch}
 
     def __setstate__(self, state: Dict[str, Any]) -> None:
         config = dict(state["config"])
@@ -639,7 +762,8 @@ class Loader:
         if config.get("batch_sampler") is not None:
             config["batch_size"] = 1
         self.__init__(dataset, **config)  # type: ignore[misc]
-        self._native.set_epoch(state["epoch"])
+        engine = self._python if self._python is not None else self._native
+        engine.set_epoch(state["epoch"])
 
     def __repr__(self) -> str:
         return (
@@ -666,7 +790,7 @@ class LoaderIterator:
         self._collate_fn = loader.collate_fn
         self._batch_transform = loader.batch_transform
         self._unbatched = loader.unbatched
-        native_loader = loader._loader()
+        native_loader = loader._native_loader()
         shape = tuple(native_loader.sample_shape)
         # A tail's result of another rank is held in three dimensions; each batch is viewed back.
         self._sample_shape = shape if shape != native_loader.held_shape else None

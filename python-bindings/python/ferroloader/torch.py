@@ -978,8 +978,11 @@ def profile(
 # -- building the profile (only when asked) ---------------------------------------------------
 
 
-def _meta(dl: DataLoader[Any]) -> Dict[str, str]:
-    dataset = dl.dataset
+def _meta(dl: DataLoader[Any], dataset: Any = None) -> Dict[str, str]:
+    """What the profile says about ``dl``'s run; about ``dataset`` when ``dl``'s own is a wrapper
+    of it (``ferroloader._pydataset``)."""
+    if dataset is None:
+        dataset = dl.dataset
     meta: Dict[str, str] = {
         "dataset": type(dataset).__name__,
         "torch": str(torch.__version__),
@@ -998,7 +1001,7 @@ def _meta(dl: DataLoader[Any]) -> Dict[str, str]:
     if root is not None:
         meta["dataset_root"] = os.fspath(root)
     try:
-        meta["samples"] = str(len(dataset))  # type: ignore[arg-type]
+        meta["samples"] = str(len(dataset))
     except TypeError:
         pass
     transform = getattr(inner, "transform", None)

@@ -1,0 +1,528 @@
+"""A dataset that makes its own samples, run by ``Loader`` as DataLoader runs it.
+
+A map-style dataset whose ``__getitem__`` opens and transforms images itself (and returns
+tensors, dicts, anything), given with no ``transform=``, cannot be read natively: the samples
+are its code's. :class:`PythonDataset` runs it in torch DataLoader worker *processes*, as
+``DataLoader`` would (``worker_init_fn``, ``get_worker_info()``, the start method, pinning and
+``collate_fn`` as there), and keeps what ``Loader`` promises on top:
+
+- the epoch's order is the native loader's (``_native.epoch_indices``: shuffled from
+  ``(seed, epoch)``, one rank's share), batched as it batches;
+- before each ``dataset[i]``, torch's CPU generator, ``random`` and numpy's global generator
+  are seeded from ``(seed, epoch, i)`` (``_native.python_seed``, a Python tail's seed), so a
+  sample's random augmentations are the same whatever ``num_workers``, and a resumed epoch
+  yields exactly the batches the first run would have; in the consumer's own process
+  (``num_workers=0``) they are restored after each sample, so its draws do not move;
+- ``state_dict`` resume (the batches delivered, by their number in the epoch's plan);
+- ``on_error="skip"``: a sample that raises is left out of its batch and reported;
+- ``profile=`` spans in ferroloader's schema, recorded by ``ferroloader.torch``'s
+  instrumentation (a ``__getitem__`` span per sample, each transform of the dataset's
+  ``transform`` attribute, collate, batch events), under the label ``"python"``.
+
+Each sample travels with its key ``(batch number, index, seed)``: the batch sampler yields
+keys, the seeded dataset returns ``(batch number, sample)`` and the collate unwraps them, so
+the main process learns which planned batch each delivery is (``in_order=False`` included).
+
+What this module must not do: read or decode images itself, or change what the dataset's
+``__getitem__`` or the ``collate_fn`` return; import torch before such a dataset is used (it
+is imported by the constructor).
+"""
+
+from __future__ import annotations
+
+import importlib
+import multiprocessing
+import zlib
+from time import monotonic_ns as _now
+from typing import (
+    Any,
+    Callable,
+    Dict,
+    Iterator,
+    List,
+    NamedTuple,
+    Optional,
+    Sequence,
+    Tuple,
+    cast,
+)
+
+import numpy as np
+
+from ferroloader import _native
+from ferroloader._tail import reseed_generators, restore_generators, seed_generators
+
+__all__ = ["PythonDataset", "PythonDatasetIterator", "LABEL"]
+
+#: The pipeline label of a dataset run in Python, in profiles.
+LABEL = "python"
+
+
+class _Key(NamedTuple):
+    """What the batch sampler yields for each sample."""
+
+    batch: int
+    """The batch's number in the epoch's plan."""
+    dataset_index: int
+    seed: int
+
+
+class _Failed:
+    """A sample that raised under ``on_error="skip"``: what the collate leaves out."""
+
+    __slots__ = ("index", "why")
+
+    def __init__(self, index: int, why: str) -> None:
+        self.index = index
+        self.why = why
+
+    def __getstate__(self) -> Tuple[int, str]:
+        return (self.index, self.why)
+
+    def __setstate__(self, state: Tuple[int, str]) -> None:
+        self.index, self.why = state
+
+
+class _SeededDataset:
+    """The dataset torch's fetcher sees: seeds the global generators for each key's sample.
+    Public attributes are read from and set on the dataset, so a ``worker_init_fn`` that
+    configures ``get_worker_info().dataset`` configures the one that loads."""
+
+    def __init__(self, inner: Any, skip: bool) -> None:
+        object.__setattr__(self, "_inner", inner)
+        object.__setattr__(self, "_skip", skip)
+
+    def __getitem__(self, key: _Key) -> Tuple[int, Any]:
+        torch = importlib.import_module("torch")
+        # In the consumer's process (num_workers=0) its own draws must not move.
+        in_worker = torch.utils.data.get_worker_info() is not None
+        saved = None
+        if in_worker:
+            reseed_generators(key.seed, torch)
+        else:
+            saved = seed_generators(key.seed, torch)
+        try:
+            return key.batch, self._inner[key.dataset_index]
+        except Exception as e:
+            if self._skip:
+                return key.batch, _Failed(key.dataset_index, f"{type(e).__name__}: {e}")
+            if hasattr(e, "add_note"):  # Python 3.11+
+                e.add_note(f"ferroloader: raised by dataset[{key.dataset_index}]")
+            raise
+        finally:
+            if saved is not None:
+                restore_generators(saved, torch)
+
+    def __len__(self) -> int:
+        return len(self._inner)
+
+    def __getattr__(self, name: str) -> Any:
+        inner = self.__dict__.get("_inner")
+        if inner is None or name.startswith("__"):
+            raise AttributeError(name)
+        return getattr(inner, name)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name.startswith("_"):
+            object.__setattr__(self, name, value)
+        else:
+            setattr(self._inner, name, value)
+
+    def __getstate__(self) -> Tuple[Any, bool]:
+        return (self._inner, self._skip)
+
+    def __setstate__(self, state: Tuple[Any, bool]) -> None:
+        object.__setattr__(self, "_inner", state[0])
+        object.__setattr__(self, "_skip", state[1])
+
+
+class _Delivery:
+    """A collated batch on its way to the main process, with its batch number and the samples
+    left out of it. Not a tensor, mapping or sequence, so torch's pinning thread calls our
+    ``pin_memory`` (which pins the batch as torch would)."""
+
+    __slots__ = ("batch_number", "batch", "failed")
+
+    def __init__(self, batch_number: int, batch: Any, failed: List[Tuple[int, str]]) -> None:
+        self.batch_number = batch_number
+        self.batch = batch
+        """The collated batch; ``None`` when every sample failed."""
+        self.failed = failed
+
+    def pin_memory(self, device: Optional[str] = None) -> "_Delivery":
+        pin: Callable[[Any, Optional[str]], Any] = importlib.import_module(
+            "torch.utils.data._utils.pin_memory"
+        ).pin_memory
+        batch = None if self.batch is None else pin(self.batch, device)
+        return _Delivery(self.batch_number, batch, self.failed)
+
+    def __getstate__(self) -> Tuple[int, Any, List[Tuple[int, str]]]:
+        return (self.batch_number, self.batch, self.failed)
+
+    def __setstate__(self, state: Tuple[int, Any, List[Tuple[int, str]]]) -> None:
+        self.batch_number, self.batch, self.failed = state
+
+
+class _KeyedCollate:
+    """The user's ``collate_fn`` (or torch's default) over the samples that loaded."""
+
+    def __init__(self, fn: Callable[[Any], Any], unbatched: bool) -> None:
+        self.fn = fn
+        self.unbatched = unbatched
+
+    def __call__(self, items: List[Tuple[int, Any]]) -> _Delivery:
+        samples = [s for _, s in items if not isinstance(s, _Failed)]
+        failed = [(s.index, s.why) for _, s in items if isinstance(s, _Failed)]
+        batch = None
+        if samples:
+            batch = self.fn(samples[0]) if self.unbatched else self.fn(samples)
+        return _Delivery(items[0][0], batch, failed)
+
+
+class _EpochBatches:
+    """``DataLoader``'s batch sampler: the keys of the batches of the epoch being started."""
+
+    def __init__(self, batch_size: int) -> None:
+        self.batch_size = batch_size
+        """What the profile reports (torch's ``BatchSampler`` has it too)."""
+        self.batches: List[List[_Key]] = []
+        self.on_plan: Optional[Callable[[List[_Key]], None]] = None
+
+    def __iter__(self) -> Iterator[List[_Key]]:
+        # A generator: torch draws each batch as it dispatches it, and its planned_ns is then.
+        for batch in self.batches:
+            if self.on_plan is not None:
+                self.on_plan(batch)
+            yield batch
+
+    def __len__(self) -> int:
+        return len(self.batches)
+
+
+class PythonDataset:
+    """Runs ``dataset`` in torch's DataLoader worker processes for :class:`ferroloader.Loader`;
+    answers what the loader asks of its native engine (epochs, batches, profiles)."""
+
+    def __init__(
+        self,
+        dataset: Any,
+        *,
+        batch_size: int,
+        unbatched: bool,
+        shuffle: bool,
+        drop_last: bool,
+        seed: int,
+        num_workers: int,
+        collate_fn: Optional[Callable[[Any], Any]],
+        pin_memory: bool,
+        pin_memory_device: str,
+        timeout: float,
+        worker_init_fn: Optional[Callable[[int], None]],
+        multiprocessing_context: Any,
+        prefetch_factor: Optional[int],
+        persistent_workers: bool,
+        in_order: bool,
+        on_error: str,
+        profile_mode: str,
+        rank: Optional[int],
+        world_size: Optional[int],
+    ) -> None:
+        try:
+            torch = importlib.import_module("torch")
+        except ImportError as e:
+            raise ImportError(
+                "dataset: a dataset that makes its own samples runs in torch's DataLoader "
+                "workers, which needs PyTorch (pip install torch)"
+            ) from e
+        from torch.utils.data import DataLoader, default_collate, default_convert
+
+        from ferroloader import torch as fl_torch
+
+        self.dataset = dataset
+        self.batch_size = batch_size
+        self.unbatched = unbatched
+        self.shuffle = shuffle
+        self.drop_last = drop_last
+        self.seed = seed
+        self.rank = rank
+        self.world_size = world_size
+        self.next_epoch = 0
+        self.inherited = False
+        """Never: DataLoader works in a forked child as it is (the native engine's flag)."""
+        self._torch = torch
+        self._fl_torch = fl_torch
+        self._session = fl_torch._Session(LABEL, profile_mode, 8_000_000)
+        self._profiling = profile_mode != "off"
+        rec = self._session.rec
+        loaded: Any = dataset
+        self._meta: Dict[str, str] = {}
+        if self._profiling:
+            loaded = fl_torch._ProfiledDataset(
+                fl_torch._instrument(dataset, rec, self._meta), dataset, rec,
+                opaque=not fl_torch._is_folder(dataset),
+            )
+        fn: Callable[[Any], Any] = collate_fn if collate_fn is not None else (
+            default_convert if unbatched else default_collate
+        )
+        if self._profiling:
+            fn = fl_torch._TimedCollate(fn, rec)
+        self._batches = _EpochBatches(batch_size)
+        if self._profiling:
+            self._batches.on_plan = self._note_plan
+        kwargs: Dict[str, Any] = {}
+        if num_workers > 0:
+            kwargs = {
+                "prefetch_factor": prefetch_factor,
+                "persistent_workers": persistent_workers,
+                "multiprocessing_context": multiprocessing_context,
+                "timeout": timeout,
+                "worker_init_fn": worker_init_fn,
+            }
+        elif worker_init_fn is not None:
+            kwargs["worker_init_fn"] = worker_init_fn
+        self._dataloader: Any = DataLoader(
+            cast(Any, _SeededDataset(loaded, skip=on_error == "skip")),
+            batch_sampler=self._batches,
+            num_workers=num_workers,
+            collate_fn=_KeyedCollate(fn, unbatched),
+            pin_memory=pin_memory,
+            pin_memory_device=pin_memory_device,
+            in_order=in_order,
+            # torch draws each epoch's worker base seed from this, not from the consumer's
+            # global generator (every sample is seeded from its key anyway).
+            generator=torch.Generator().manual_seed(seed % 2**63),
+            **kwargs,
+        )
+        self._meta.update(fl_torch._meta(self._dataloader, dataset))
+        self._meta["dataset_runs_in"] = "python (DataLoader worker processes)"
+
+    # -- what the loader asks ---------------------------------------------------------------
+
+    def set_epoch(self, epoch: int) -> None:
+        self.next_epoch = epoch
+
+    def order(self, epoch: int) -> List[int]:
+        """The dataset indices of ``epoch`` in the native loader's order."""
+        return _native.epoch_indices(
+            len(self.dataset), shuffle=self.shuffle, seed=self.seed, epoch=epoch,
+            rank=self.rank, world_size=self.world_size,
+        )
+
+    def plan_batches(self, indices: Sequence[int]) -> List[List[int]]:
+        """``indices`` cut into batches (the last short, or dropped with ``drop_last``)."""
+        size = self.batch_size
+        batches = [list(indices[i : i + size]) for i in range(0, len(indices), size)]
+        if self.drop_last and batches and len(batches[-1]) < size:
+            batches.pop()
+        return batches
+
+    @property
+    def num_batches(self) -> int:
+        """Batches per epoch, as the native sampler counts them (a rank's share padded up)."""
+        samples = len(self.dataset)
+        if self.world_size is not None:
+            samples = -(-samples // self.world_size)
+        full, rest = divmod(samples, self.batch_size)
+        return full + (1 if rest and not self.drop_last else 0)
+
+    def dataset_fingerprint(self) -> int:
+        """The dataset's class and length: all a state can be checked against without reading
+        the samples (which are the dataset's code's)."""
+        kind = type(self.dataset)
+        name = f"{kind.__module__}.{kind.__qualname__}:{len(self.dataset)}"
+        return zlib.crc32(name.encode())
+
+    def iter(
+        self,
+        epoch: int,
+        plan: Optional[List[int]],
+        resume: Optional[Tuple[int, int, List[int]]],
+        loader: Any,
+    ) -> "PythonDatasetIterator":
+        """Starts ``epoch`` over ``plan`` (the loader's order when ``None``), after the batches
+        ``resume`` says were delivered; the epoch counter moves on past it. ``loader`` is the
+        ``Loader`` whose ``_progress`` the iterator keeps."""
+        self.next_epoch = epoch + 1
+        batches = self.plan_batches(self.order(epoch) if plan is None else plan)
+        position, delivered = 0, cast(List[int], [])
+        if resume is not None:
+            position, _, delivered = resume
+            delivered = [int(b) for b in delivered]
+            if any(not 0 <= b < len(batches) for b in delivered):
+                raise ValueError(
+                    f"state: delivered batches {delivered} do not fit the epoch's "
+                    f"{len(batches)} batches"
+                )
+        done = set(delivered)
+        self._batches.batches = [
+            [_Key(b, int(i), _native.python_seed(self.seed, epoch, int(i))) for i in batch]
+            for b, batch in enumerate(batches)
+            if b not in done
+        ]
+        session = self._session
+        session.epoch = epoch
+        if self._profiling:
+            now = _now()
+            if session.start_ns is None:
+                session.start_ns = now
+            session.end_ns = now
+            if self._dataloader.num_workers > 0 and session.rec.queue is None:
+                # Before the workers start (fork inherits it, spawn pickles it with the dataset).
+                ctx = self._dataloader.multiprocessing_context or multiprocessing.get_context()
+                session.rec.queue = ctx.SimpleQueue()
+        unwrapping = _Unwrapping(iter(self._dataloader))
+        deliveries: Iterator[Any] = unwrapping
+        if self._profiling:
+            deliveries = self._fl_torch._ProfiledIter(unwrapping, session)
+        return PythonDatasetIterator(
+            deliveries, unwrapping, epoch, batches, position, delivered, loader
+        )
+
+    def _note_plan(self, batch: List[_Key]) -> None:
+        session = self._session
+        session.plans.append((session.epoch, _now(), tuple(k.dataset_index for k in batch)))
+
+    # -- profiles ---------------------------------------------------------------------------
+
+    def profile(self) -> _native.Profile:
+        session = self._session
+        session.drain()
+        built = self._fl_torch._build_profile(self._dataloader, session, self._meta)
+        return built._native
+
+    def take_profile(self) -> _native.Profile:
+        profile = self.profile()
+        session = self._session
+        session.deliveries, session.plans, session.reports = [], [], []
+        session.spans = session.dropped_spans = 0
+        session.start_ns = session.end_ns = None
+        return profile
+
+    @property
+    def sample_shape(self) -> List[int]:
+        raise TypeError(
+            "sample_shape: the dataset makes its own samples (it runs in Python); their shape is "
+            "whatever its __getitem__ returns"
+        )
+
+    @property
+    def dtype(self) -> str:
+        raise TypeError(
+            "dtype: the dataset makes its own samples (it runs in Python); their dtype is "
+            "whatever its __getitem__ returns"
+        )
+
+    @property
+    def deferred_normalize(self) -> None:
+        return None
+
+
+class _Unwrapping:
+    """Between torch's iterator and the profiler's: passes each delivery's payload on (a
+    profiling carrier or the batch) and keeps the delivery's batch number and failures."""
+
+    def __init__(self, it: Iterator[Any]) -> None:
+        self._it = it
+        self.last: Optional[_Delivery] = None
+
+    def __iter__(self) -> "_Unwrapping":
+        return self
+
+    def __next__(self) -> Any:
+        delivery: _Delivery = next(self._it)
+        self.last = delivery
+        return delivery.batch
+
+
+class PythonDatasetIterator:
+    """One epoch of a dataset run in Python: yields what its ``collate_fn`` makes of each batch
+    (through ``batch_transform`` when the loader has one), in the plan's order unless
+    ``in_order=False``. The same attributes as ``LoaderIterator``."""
+
+    def __init__(
+        self,
+        deliveries: Iterator[Any],
+        unwrapping: _Unwrapping,
+        epoch: int,
+        batches: List[List[int]],
+        position: int,
+        delivered: List[int],
+        loader: Any,
+    ) -> None:
+        self._deliveries = deliveries
+        self._unwrapping = unwrapping
+        self._epoch = epoch
+        self._batches = batches
+        self._position = position
+        self._delivered = delivered
+        self._loader = loader
+        self._batch_transform: Optional[Callable[[Any, Any], Any]] = loader.batch_transform
+        self._skipped: List[Tuple[int, str, str]] = []
+        self.finished = False
+        """Whether the epoch has ended (``StopIteration`` or an error)."""
+        self.indices: Optional[Any] = None
+        """Dataset indices of the last batch's samples (a numpy array)."""
+
+    def __iter__(self) -> "PythonDatasetIterator":
+        return self
+
+    def __next__(self) -> Any:
+        while True:
+            try:
+                batch = next(self._deliveries)
+            except KeyboardInterrupt:
+                raise  # torch's iterator keeps the batch it was waiting for
+            except BaseException:
+                self._end()
+                raise
+            delivery = self._unwrapping.last
+            assert delivery is not None  # set by the next() that just returned
+            number = delivery.batch_number
+            self._delivered.append(number)
+            self._position += len(self._batches[number])
+            failed = {index for index, _ in delivery.failed}
+            for index, why in delivery.failed:
+                path = self._loader_dataset_path(index)
+                self._skipped.append((index, path, why))
+            progress = self._loader._progress
+            if progress is not None and progress[0] == self._epoch:
+                self._loader._progress = (
+                    self._epoch, (self._position, len(self._delivered), list(self._delivered))
+                )
+            if batch is None:
+                continue  # every sample of it failed (on_error="skip"); all reported
+            self.indices = np.array(
+                [i for i in self._batches[number] if i not in failed], dtype=np.int64
+            )
+            if self._batch_transform is None:
+                return batch
+            if not isinstance(batch, (tuple, list)) or len(batch) != 2:
+                raise TypeError(
+                    "batch_transform: takes (images, labels); the dataset's batches are "
+                    f"{type(batch).__name__}, not a pair"
+                )
+            return self._batch_transform(batch[0], batch[1])
+
+    def _loader_dataset_path(self, index: int) -> str:
+        from ferroloader.torch import _sample_path
+
+        return _sample_path(self._loader.dataset, index) or ""
+
+    def _end(self) -> None:
+        self.finished = True
+        progress = self._loader._progress
+        if progress is not None and progress[0] == self._epoch:
+            self._loader._progress = None
+
+    def __len__(self) -> int:
+        return len(self._batches)
+
+    @property
+    def epoch(self) -> int:
+        """The epoch being loaded."""
+        return self._epoch
+
+    @property
+    def skipped(self) -> List[Tuple[int, str, str]]:
+        """Samples skipped so far (``on_error="skip"``): ``(index, path or "", why)``."""
+        return list(self._skipped)

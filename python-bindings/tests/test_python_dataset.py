@@ -1,0 +1,250 @@
+"""A dataset that makes its own samples (the training script's own ``Dataset`` class) runs as
+DataLoader runs it, in worker processes, with ferroloader's order, per-sample seeding, resume,
+``on_error`` and profile on top; checked against DataLoader itself over the same object."""
+
+from __future__ import annotations
+
+import pickle
+import random
+import warnings
+from pathlib import Path
+from typing import Any, Dict, List, Tuple
+
+import numpy as np
+import pytest
+import torch
+import torchvision
+import torchvision.transforms as tvT
+from PIL import Image
+from torch.utils.data import BatchSampler, DataLoader, Dataset, SequentialSampler, get_worker_info
+
+import ferroloader as fl
+
+RANDOM = tvT.Compose([tvT.RandomResizedCrop(32), tvT.RandomHorizontalFlip(), tvT.ToTensor()])
+FIXED = tvT.Compose([tvT.Resize(40), tvT.CenterCrop(32), tvT.ToTensor()])
+
+
+class Photos(Dataset[Tuple[torch.Tensor, int]]):
+    """The usual training-script dataset: opens each file with Pillow, transforms it."""
+
+    def __init__(self, root: Path, transform: Any, fail_on: Tuple[int, ...] = ()) -> None:
+        self.paths = sorted(p for p in root.rglob("*") if p.suffix in (".jpg", ".png"))
+        self.transform = transform
+        self.fail_on = fail_on
+        self.tag = "unset"
+
+    def __len__(self) -> int:
+        return len(self.paths)
+
+    def __getitem__(self, i: int) -> Tuple[torch.Tensor, int]:
+        if i in self.fail_on:
+            raise OSError(f"cannot read {self.paths[i].name}")
+        with Image.open(self.paths[i]) as img:
+            return self.transform(img.convert("RGB")), i % 3
+
+
+class Noise(Dataset[Dict[str, Any]]):
+    """Samples drawn from all three global generators, as a dict."""
+
+    def __len__(self) -> int:
+        return 10
+
+    def __getitem__(self, i: int) -> Dict[str, Any]:
+        return {
+            "torch": torch.rand(2),
+            "random": random.random(),
+            "numpy": float(np.random.rand()),
+            "index": i,
+        }
+
+
+class WorkerTagged(Photos):
+    def __getitem__(self, i: int) -> Any:
+        image, label = super().__getitem__(i)
+        return image, label, self.tag
+
+
+def _tag_worker(worker_id: int) -> None:
+    info = get_worker_info()
+    assert info is not None
+    info.dataset.tag = f"worker{worker_id}"
+
+
+def _loader(dataset: Any, **kwargs: Any) -> fl.Loader:
+    kwargs.setdefault("python_dataset", "allow")
+    return fl.Loader(dataset, **kwargs)
+
+
+def _equal(a: Any, b: Any) -> bool:
+    if isinstance(a, torch.Tensor):
+        return isinstance(b, torch.Tensor) and torch.equal(a, b)
+    if isinstance(a, dict):
+        return a.keys() == b.keys() and all(_equal(a[k], b[k]) for k in a)
+    if isinstance(a, (list, tuple)):
+        return len(a) == len(b) and all(_equal(x, y) for x, y in zip(a, b))
+    return bool(a == b)
+
+
+def test_a_training_scripts_dataset_gives_dataloaders_batches(folder: Path) -> None:
+    dataset = Photos(folder, FIXED)
+    with pytest.warns(UserWarning, match=r"Photos runs in Python, as DataLoader runs it \(Photos\.__getitem__ makes its samples\): in 2 worker processes"):
+        loader = fl.Loader(dataset, batch_size=4, num_workers=2)
+    want = list(DataLoader(dataset, batch_size=4))
+    got = list(loader)
+    assert len(got) == len(want) == len(loader) == 5
+    assert all(_equal(g, w) for g, w in zip(got, want))
+    assert got[-1][0].shape == (2, 3, 32, 32)
+    # Any structure the collate makes: a dict of batches.
+    assert _equal(next(iter(_loader(Noise(), batch_size=10, num_workers=0)))["index"], torch.arange(10))
+    with pytest.raises(ValueError, match=r"Photos would run in Python \(Photos\.__getitem__ makes its samples\); python_dataset='error' refuses"):
+        fl.Loader(dataset, python_dataset="error")
+
+
+def test_samples_are_seeded_per_sample_whatever_the_workers(folder: Path) -> None:
+    dataset = Photos(folder, RANDOM)
+    runs = [
+        list(_loader(dataset, batch_size=5, shuffle=True, seed=7, num_workers=n)) for n in (0, 1, 2)
+    ]
+    assert all(_equal(run, runs[0]) for run in runs[1:])
+    # Another seed draws other crops; the next epoch too.
+    other = list(_loader(dataset, batch_size=5, shuffle=True, seed=8, num_workers=0))
+    assert not _equal(other, runs[0])
+    # The consumer's own generators are where they were (num_workers=0 loads in this process).
+    torch.manual_seed(3), random.seed(3), np.random.seed(3)
+    list(_loader(Noise(), batch_size=4, num_workers=0))
+    after = (torch.rand(1), random.random(), np.random.rand())
+    torch.manual_seed(3), random.seed(3), np.random.seed(3)
+    assert _equal(after, (torch.rand(1), random.random(), np.random.rand()))
+    # All three generators are seeded: every sample draws its own values.
+    batch = next(iter(_loader(Noise(), batch_size=10, num_workers=2)))
+    for key in ("random", "numpy"):
+        assert len(set(batch[key].tolist())) == 10
+    assert len({tuple(r) for r in batch["torch"].tolist()}) == 10
+
+
+def test_the_order_is_the_native_loaders(folder: Path) -> None:
+    dataset = Photos(folder, FIXED)
+    listed = [(str(p), i % 3) for i, p in enumerate(dataset.paths)]
+    kwargs: Dict[str, Any] = dict(batch_size=4, shuffle=True, seed=11, num_workers=0)
+    for extra in ({}, {"rank": 1, "world_size": 3}):
+        native = fl.Loader(listed, transform=FIXED, **kwargs, **extra)
+        python = _loader(dataset, **kwargs, **extra)
+        native.set_epoch(2), python.set_epoch(2)
+        native_it, python_it = iter(native), iter(python)
+        for _ in range(len(native)):
+            next(native_it), next(python_it)
+            assert native_it.indices is not None and python_it.indices is not None
+            assert python_it.indices.tolist() == native_it.indices.tolist()
+        assert len(python) == len(native)
+
+
+def test_resuming_mid_epoch_yields_the_rest_of_the_first_run(folder: Path) -> None:
+    dataset = Photos(folder, RANDOM)
+    for in_order in (True, False):
+        kwargs: Dict[str, Any] = dict(batch_size=3, shuffle=True, seed=5, num_workers=2, in_order=in_order)
+        first = _loader(dataset, **kwargs)
+        first.set_epoch(4)
+        it = iter(first)
+        seen = [next(it) for _ in range(2)]
+        state = pickle.loads(pickle.dumps(first.state_dict()))
+        rest = list(it)
+        resumed = _loader(dataset, **kwargs)
+        resumed.load_state_dict(state)
+        assert resumed.epoch == 4
+        again = list(resumed)
+        key = lambda batch: batch[1].tolist() + batch[0].flatten()[:8].tolist()  # noqa: E731
+        assert sorted(map(key, again)) == sorted(map(key, rest))
+        assert len(seen) + len(again) == len(first)
+        assert resumed.epoch == 5
+    with pytest.raises(ValueError, match=r"state: saved for another dataset"):
+        _loader(Noise(), batch_size=3).load_state_dict(state)
+
+
+def test_a_failing_sample_is_raised_with_its_index_or_skipped_and_reported(folder: Path) -> None:
+    dataset = Photos(folder, FIXED, fail_on=(5,))
+    with pytest.raises(OSError, match=r"cannot read") as caught:
+        list(_loader(dataset, batch_size=4, num_workers=2))
+    assert "dataset[5]" in str(caught.value)
+    it = iter(_loader(dataset, batch_size=4, num_workers=2, on_error="skip"))
+    batches = list(it)
+    assert [len(labels) for _, labels in batches] == [4, 3, 4, 4, 2]
+    assert [index for index, _, _ in it.skipped] == [5]
+    assert "OSError: cannot read" in it.skipped[0][2]
+    # A batch none of whose samples loaded is not yielded.
+    empty = Photos(folder, FIXED, fail_on=(0, 1))
+    it = iter(_loader(empty, batch_size=2, num_workers=0, on_error="skip"))
+    assert len(list(it)) == 8 and len(it.skipped) == 2
+
+
+def test_dataloaders_arguments_hold(folder: Path) -> None:
+    dataset = Photos(folder, FIXED)
+    # worker_init_fn runs in each worker process, and configures the dataset that loads.
+    tagged = WorkerTagged(folder, FIXED)
+    tags = {t for _, _, ts in _loader(tagged, batch_size=3, num_workers=2, worker_init_fn=_tag_worker) for t in ts}
+    assert tags == {"worker0", "worker1"}
+    with pytest.raises(ValueError, match=r"worker_init_fn: ferroloader's workers are native threads"):
+        fl.Loader([(str(p), 0) for p in dataset.paths], transform=FIXED, worker_init_fn=_tag_worker)
+    # batch_size=None: samples one by one; a sampler, a batch sampler, a collate_fn, drop_last.
+    image, label = next(iter(_loader(dataset, batch_size=None, num_workers=0)))
+    assert image.shape == (3, 32, 32) and label == 0
+    got = [labels.tolist() for _, labels in _loader(dataset, sampler=[4, 2, 0], batch_size=2, num_workers=0)]
+    assert got == [[1, 2], [0]]
+    batches = BatchSampler(SequentialSampler(range(7)), batch_size=3, drop_last=True)
+    assert len(list(_loader(dataset, batch_sampler=batches, num_workers=0))) == 2
+    count = _loader(dataset, batch_size=4, num_workers=0, collate_fn=len, drop_last=True)
+    assert list(count) == [4, 4, 4, 4]
+    mixed = _loader(dataset, batch_size=4, num_workers=0, batch_transform=lambda x, y: (x * 0, y))
+    assert all(float(x.abs().sum()) == 0 for x, _ in mixed)
+    for arg in ({"output": "uint8"}, {"tensor_type": "numpy"}, {"decoder": "zune"}):
+        with pytest.raises(ValueError, match=r"has no effect on a dataset that makes its own samples"):
+            _loader(dataset, **arg)
+    with pytest.raises(TypeError, match=r"sample_shape: the dataset makes its own samples"):
+        _loader(dataset).sample_shape
+
+
+def test_a_loader_of_a_python_dataset_pickles_by_configuration(folder: Path) -> None:
+    dataset = Photos(folder, RANDOM)
+    loader = _loader(dataset, batch_size=6, shuffle=True, seed=3, num_workers=0, prefetch_factor=None)
+    loader.set_epoch(2)
+    again = pickle.loads(pickle.dumps(loader))
+    assert again.epoch == 2 and again.python_dataset_mode == "allow"
+    assert _equal(list(again), list(loader))
+
+
+def test_the_profile_times_getitem_and_each_transform_in_the_workers(folder: Path) -> None:
+    dataset = Photos(folder, FIXED)
+    loader = _loader(dataset, batch_size=4, num_workers=2, profile="spans")
+    assert sum(len(y) for _, y in loader) == 18
+    (profile,) = loader.profile().to_dict()["pipelines"]
+    assert profile["label"] == "python" and profile["batch_size"] == 4
+    assert profile["num_workers"] == 2 and len(profile["batches"]) == 5
+    assert profile["meta"]["dataset"] == "Photos" and "Resize" in profile["meta"]["transform"]
+    (summary,) = loader.profile().summary().to_dict()["pipelines"]
+    ops = {row["op"] for row in summary["ops"]}
+    assert {"process", "__getitem__", "Resize", "CenterCrop", "ToTensor", "collate"} <= ops
+    assert summary["images"] == 18
+    # Each sample's spans: its process span holds __getitem__, which holds the transforms.
+    spans = profile["spans"]
+    assert sorted(s["sample"] for s in spans if s["op"] == "process") == list(range(18))
+    # take_profile forgets what it returned.
+    loader.take_profile()
+    assert loader.profile().to_dict()["pipelines"][0]["batches"] == []
+
+
+def test_torchvisions_datasets_without_a_transform_run_as_dataloader_runs_them(folder: Path) -> None:
+    # A custom loader: refused natively before, now torchvision's own __getitem__ runs.
+    rotated = torchvision.datasets.ImageFolder(
+        str(folder), transform=FIXED, loader=lambda p: Image.open(p).convert("RGB").rotate(90)
+    )
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        got = list(fl.Loader(rotated, batch_size=5, num_workers=0))
+    want = list(DataLoader(rotated, batch_size=5))
+    assert _equal(got, want)
+    # A transform given to the loader still means "read natively": the refusal stands.
+    with pytest.raises(ValueError, match=r"has a custom loader"):
+        fl.Loader(rotated, transform=FIXED)
+    # A list of (tensor, label) pairs is a dataset to DataLoader too.
+    pairs: List[Tuple[torch.Tensor, int]] = [(torch.full((2,), float(i)), i) for i in range(5)]
+    x, y = next(iter(_loader(pairs, batch_size=5, num_workers=0)))
+    assert y.tolist() == [0, 1, 2, 3, 4] and x[:, 0].tolist() == [0, 1, 2, 3, 4]
