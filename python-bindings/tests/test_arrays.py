@@ -213,6 +213,22 @@ def test_channel_counts_follow_grayscale_and_the_mode(make: Dict[str, Any]) -> N
     assert loader.sample_shape == (1, 28, 28)
     mean, std = loader.deferred_normalize  # type: ignore[misc]
     assert np.allclose(mean, [0.1307]) and np.allclose(std, [0.3081])
+    # Three values for one channel: torchvision's Normalize fails, and so does the loader, when
+    # it is built (not with a silently wrong tensor); one value on three channels broadcasts.
+    three = make["MNIST"](tvT.Compose([tvT.ToTensor(), tvT.Normalize(MEAN, STD)]))
+    with pytest.raises(RuntimeError):
+        next(iter(DataLoader(three, batch_size=4)))
+    for output in ("float32", "uint8"):
+        with pytest.raises(ValueError, match=r"Normalize: mean .* have 3 values, the samples one channel"):
+            fl.Loader(three, batch_size=4, output=output)
+    # Natively before a Python tail too.
+    tailed = make["MNIST"](
+        tvT.Compose([tvT.CenterCrop(20), tvT.ToTensor(), tvT.Normalize(MEAN, STD), tvT.Lambda(lambda x: x)])
+    )
+    with pytest.raises(ValueError, match=r"Normalize: mean .* have 3 values, the samples one channel"):
+        fl.Loader(tailed, batch_size=4, python_tail="allow")
+    one = make["CIFAR10"](tvT.Compose([tvT.ToTensor(), tvT.Normalize((0.5,), (0.25,))]))
+    assert torch.equal(_epoch(one, python_tail="error"), _torchvisions(one))
     # Some samples one-channel and others three: refused, as torch's collate would fail.
     cifar = make["CIFAR10"](tvT.Compose([tvT.RandomApply([tvT.Grayscale()], p=0.5), tvT.ToTensor()]))
     with pytest.raises(ValueError, match=r"Grayscale\(1\) inside RandomApply would make some samples 1-channel and others 3-channel"):

@@ -25,6 +25,7 @@ from typing import (
     Optional,
     Sequence,
     Tuple,
+    cast,
     get_args,
 )
 
@@ -36,7 +37,13 @@ from ferroloader.datasets import as_source, python_reason
 from ferroloader.profiling import Profile
 from ferroloader._pinning import DeviceReadHold, cuda_runtime_path
 from ferroloader._tail import TailRunner
-from ferroloader.transforms import Compose, TailSplit, split_python_tail, tail_op_name
+from ferroloader.transforms import (
+    Compose,
+    TailSplit,
+    check_normalize_channels,
+    split_python_tail,
+    tail_op_name,
+)
 
 # Workers that run a Python tail or read `dataset[i]` must be done before the interpreter
 # finalizes: a thread that wants the GIL after that point takes the process down with it.
@@ -394,6 +401,7 @@ class Loader:
         ``"copy"``, copied into torch's pinned memory (no CUDA runtime library found to lock
         with); ``None``, not pinned."""
         self._native: _native.Loader = self._build()
+        self._check_normalize()
 
     # -- a dataset run in Python ------------------------------------------------------------
 
@@ -482,6 +490,17 @@ class Loader:
                 UserWarning,
                 stacklevel=3,
             )
+
+    def _check_normalize(self) -> None:
+        """Refuses a native ``Normalize`` with more values than the samples have channels (which
+        torchvision's would fail on), as the planner knows the channels only after planning."""
+        split = self._split
+        if not split.tail:
+            check_normalize_channels(split.prefix, self._native.sample_shape[0])
+        elif split.spec is not None and split.input_kind in ("float32", "uint8"):
+            # The prefix hands the tail a CHW tensor.
+            shape = _native.check_pipeline(split.spec)["shape"]
+            check_normalize_channels(split.prefix, cast(Tuple[Optional[int], ...], shape)[0])
 
     def _build(self) -> _native.Loader:
         split = self._split

@@ -205,6 +205,13 @@ def _triple(op: str, name: str, value: object) -> List[float]:
     return values
 
 
+def _values_given(value: object) -> int:
+    """How many values a number or a sequence of them is (checked by :func:`_triple`)."""
+    if isinstance(value, numbers.Real):
+        return 1
+    return len(list(cast(Iterable[Any], value)))
+
+
 def _number(op: str, name: str, value: object) -> float:
     """A finite real number (not a bool)."""
     if not isinstance(value, numbers.Real) or isinstance(value, bool):
@@ -411,6 +418,17 @@ class Normalize(Transform):
         if any(s == 0.0 for s in self.std):
             raise ValueError(f"Normalize: std evaluated to zero, leading to division by zero: {std!r}")
         self.inplace = bool(inplace)
+        #: How many values were given (1 or 3): three do not fit a one-channel sample.
+        self.channels_given = 1 if _values_given(mean) == _values_given(std) == 1 else 3
+
+    def check_channels(self, channels: int) -> None:
+        """Raises where torchvision's ``Normalize`` would fail on a ``channels``-channel tensor:
+        three values for one channel (one value fits any count, broadcast)."""
+        if channels == 1 and self.channels_given == 3:
+            raise ValueError(
+                f"Normalize: mean {self.mean} and std {self.std} have 3 values, the samples one "
+                "channel (torchvision's Normalize fails on them too); give one value each"
+            )
 
     def to_spec(self) -> Spec:
         return {"op": "Normalize", "mean": self.mean, "std": self.std}
@@ -1195,12 +1213,23 @@ def as_compose(transform: Any) -> Compose:
     )
 
 
+def check_normalize_channels(compose: Compose, channels: Optional[int]) -> None:
+    """Raises where a ``Normalize`` of ``compose`` has more values than the samples' channels."""
+    if channels is None:
+        return
+    for op in compose.transforms:
+        if isinstance(op, Normalize):
+            op.check_channels(channels)
+
+
 def check(transform: Any, *, output: str = "float32", decoder: str = "turbo") -> Dict[str, Any]:
     """Plans the pipeline as the loader would, raising what the loader would raise, and returns
     ``{"shape": (C, H, W), "dtype": ..., "deferred_normalize": (mean, std) or None}``. A
     pipeline with no crop or resize first keeps each image's own size (the loader takes it from
     the first sample): ``H`` and ``W`` are then ``None`` unless a later op fixes them."""
-    return _native.check_pipeline(pipeline_spec(transform, output=output, decoder=decoder))
+    checked = _native.check_pipeline(pipeline_spec(transform, output=output, decoder=decoder))
+    check_normalize_channels(as_compose(transform), cast(Tuple[Optional[int], ...], checked["shape"])[0])
+    return checked
 
 
 def _is_torchvision(obj: object) -> bool:
