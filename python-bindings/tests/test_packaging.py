@@ -257,11 +257,13 @@ def _import_with_blocked(modules: List[str], blocked: Tuple[str, ...]) -> subpro
 
 def test_every_core_module_imports_without_the_cli_extra() -> None:
     core = core_modules(PACKAGE_DIR)
-    # torch is optional too: everything but the torch instrumentation imports without it.
-    without_torch = [m for m in core if m != "ferroloader.torch"]
+    # torch is optional too: everything but the torch instrumentation and the running of a
+    # dataset in DataLoader's workers imports without it.
+    with_torch = ["ferroloader.torch", "ferroloader._pydataset"]
+    without_torch = [m for m in core if m not in with_torch]
     result = _import_with_blocked(without_torch, EXTRA_MODULES + ("torch", "torchvision"))
     assert result.returncode == 0, result.stderr
-    result = _import_with_blocked(["ferroloader.torch"], EXTRA_MODULES)
+    result = _import_with_blocked(with_torch, EXTRA_MODULES)
     assert result.returncode == 0, result.stderr
     # The tools, blocked the same way, say what to install.
     result = _import_with_blocked(["ferroloader.cli.report"], EXTRA_MODULES)

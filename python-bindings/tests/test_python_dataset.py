@@ -16,7 +16,14 @@ import torch
 import torchvision
 import torchvision.transforms as tvT
 from PIL import Image
-from torch.utils.data import BatchSampler, DataLoader, Dataset, SequentialSampler, get_worker_info
+from torch.utils.data import (
+    BatchSampler,
+    DataLoader,
+    Dataset,
+    IterableDataset,
+    SequentialSampler,
+    get_worker_info,
+)
 
 import ferroloader as fl
 
@@ -62,6 +69,25 @@ class WorkerTagged(Photos):
     def __getitem__(self, i: int) -> Any:
         image, label = super().__getitem__(i)
         return image, label, self.tag
+
+
+class Stream(IterableDataset[Tuple[torch.Tensor, int]]):
+    """A stream that splits itself across workers, drawing from torch's generator."""
+
+    def __init__(self, n: int = 22, noisy: bool = True) -> None:
+        self.n = n
+        self.noisy = noisy
+
+    def __iter__(self) -> Any:
+        info = get_worker_info()
+        worker, workers = (0, 1) if info is None else (info.id, info.num_workers)
+        for i in range(worker, self.n, workers):
+            yield (torch.rand(3) if self.noisy else torch.full((3,), float(i))), i
+
+
+class SizedStream(Stream):
+    def __len__(self) -> int:
+        return self.n
 
 
 def _tag_worker(worker_id: int) -> None:
@@ -248,3 +274,58 @@ def test_torchvisions_datasets_without_a_transform_run_as_dataloader_runs_them(f
     pairs: List[Tuple[torch.Tensor, int]] = [(torch.full((2,), float(i)), i) for i in range(5)]
     x, y = next(iter(_loader(pairs, batch_size=5, num_workers=0)))
     assert y.tolist() == [0, 1, 2, 3, 4] and x[:, 0].tolist() == [0, 1, 2, 3, 4]
+
+
+def test_an_iterable_dataset_streams_as_dataloader_streams_it() -> None:
+    fixed = SizedStream(noisy=False)
+    with pytest.warns(UserWarning, match=r"SizedStream is an IterableDataset: its own iterator makes the samples"):
+        loader = fl.Loader(fixed, batch_size=4, num_workers=2)
+    assert len(loader) == 6
+    assert _equal(list(loader), list(DataLoader(fixed, batch_size=4, num_workers=2)))
+    assert _equal(list(_loader(fixed, batch_size=4, num_workers=0, drop_last=True)), list(DataLoader(fixed, batch_size=4, drop_last=True)))
+    with pytest.raises(TypeError, match=r"Stream is an IterableDataset without len\(\)"):
+        len(_loader(Stream(), batch_size=4))
+    for arg in ({"shuffle": True}, {"sampler": [0, 1]}, {"rank": 0, "world_size": 2}):
+        with pytest.raises(ValueError, match=r"is an IterableDataset, which yields its samples in its own order"):
+            _loader(Stream(), **arg)
+    with pytest.raises(ValueError, match=r"on_error: Stream is an IterableDataset: an exception ends its iterator"):
+        _loader(Stream(), on_error="skip")
+
+
+def test_an_iterable_datasets_workers_are_seeded_per_epoch_and_resume_by_replaying() -> None:
+    def run(workers: int, epoch: int = 0, seed: int = 0) -> List[Any]:
+        loader = _loader(Stream(), batch_size=4, num_workers=workers, seed=seed)
+        loader.set_epoch(epoch)
+        return list(loader)
+
+    # 0 and 1 workers: one stream, one seed; 2 workers: each its own, the same every run.
+    assert _equal(run(0), run(1)) and _equal(run(2), run(2))
+    assert not _equal(run(2), run(2, epoch=1)) and not _equal(run(2), run(2, seed=1))
+    # The consumer's generators do not move with num_workers=0 (the stream's are swapped in).
+    torch.manual_seed(5)
+    list(_loader(Stream(), batch_size=4, num_workers=0))
+    after = torch.rand(1)
+    torch.manual_seed(5)
+    assert torch.equal(after, torch.rand(1))
+    # Resume: the state holds the batches delivered; the resumed epoch replays and drops them.
+    first = _loader(Stream(), batch_size=4, num_workers=2)
+    it = iter(first)
+    [next(it) for _ in range(2)]
+    state = first.state_dict()
+    rest = list(it)
+    resumed = _loader(Stream(), batch_size=4, num_workers=2)
+    resumed.load_state_dict(state)
+    assert _equal(list(resumed), rest) and len(rest) == 4
+    with pytest.raises(ValueError, match=r"state: saved with num_workers=2, this loader has num_workers=1"):
+        _loader(Stream(), batch_size=4, num_workers=1).load_state_dict(state)
+    unordered = _loader(Stream(), batch_size=4, num_workers=2, in_order=False)
+    it = iter(unordered)
+    next(it)
+    with pytest.raises(ValueError, match=r"with in_order=False its workers' batches come in no set order"):
+        unordered.state_dict()
+    # Profiled: a process span per sample, numbered in the epoch's stream.
+    profiled = _loader(Stream(), batch_size=4, num_workers=2, profile="spans")
+    list(profiled)
+    (profile,) = profiled.profile().to_dict()["pipelines"]
+    process = sorted(s["sample"] for s in profile["spans"] if s["op"] == "process")
+    assert process == list(range(22)) and len(profile["batches"]) == 6

@@ -19,18 +19,22 @@ are its code's. :class:`PythonDataset` runs it in torch DataLoader worker *proce
   instrumentation (a ``__getitem__`` span per sample, each transform of the dataset's
   ``transform`` attribute, collate, batch events), under the label ``"python"``.
 
-Each sample travels with its key ``(batch number, index, seed)``: the batch sampler yields
-keys, the seeded dataset returns ``(batch number, sample)`` and the collate unwraps them, so
-the main process learns which planned batch each delivery is (``in_order=False`` included).
+An ``IterableDataset`` streams the same way (:class:`_SeededIterable`): each worker's
+iterator is seeded from ``(seed, epoch, worker)``, batches are numbered as they come, and a
+resumed epoch replays the batches delivered before and drops them.
+
+Each sample of a map-style dataset travels with its key ``(batch number, index, seed)``: the
+batch sampler yields keys, the seeded dataset returns ``(batch number, sample)`` and the
+collate unwraps them, so the main process learns which planned batch each delivery is
+(``in_order=False`` included).
 
 What this module must not do: read or decode images itself, or change what the dataset's
-``__getitem__`` or the ``collate_fn`` return; import torch before such a dataset is used (it
-is imported by the constructor).
+``__getitem__`` or the ``collate_fn`` return. It imports torch: ``Loader`` imports it only for
+such a dataset.
 """
 
 from __future__ import annotations
 
-import importlib
 import multiprocessing
 import zlib
 from time import monotonic_ns as _now
@@ -48,9 +52,18 @@ from typing import (
 )
 
 import numpy as np
+import torch
+from torch.utils.data import DataLoader, Dataset, IterableDataset, default_collate, default_convert
+from torch.utils.data._utils.pin_memory import pin_memory as _torch_pin_memory
 
+import ferroloader.torch as fl_torch
 from ferroloader import _native
-from ferroloader._tail import reseed_generators, restore_generators, seed_generators
+from ferroloader._tail import (
+    reseed_generators,
+    restore_generators,
+    save_generators,
+    seed_generators,
+)
 
 __all__ = ["PythonDataset", "PythonDatasetIterator", "LABEL"]
 
@@ -83,7 +96,7 @@ class _Failed:
         self.index, self.why = state
 
 
-class _SeededDataset:
+class _SeededDataset(Dataset[Tuple[int, Any]]):
     """The dataset torch's fetcher sees: seeds the global generators for each key's sample.
     Public attributes are read from and set on the dataset, so a ``worker_init_fn`` that
     configures ``get_worker_info().dataset`` configures the one that loads."""
@@ -93,7 +106,6 @@ class _SeededDataset:
         object.__setattr__(self, "_skip", skip)
 
     def __getitem__(self, key: _Key) -> Tuple[int, Any]:
-        torch = importlib.import_module("torch")
         # In the consumer's process (num_workers=0) its own draws must not move.
         in_worker = torch.utils.data.get_worker_info() is not None
         saved = None
@@ -136,6 +148,76 @@ class _SeededDataset:
         object.__setattr__(self, "_skip", state[1])
 
 
+class _SeededIterable(IterableDataset[Tuple[int, Any]]):
+    """An ``IterableDataset``'s stream, seeded per ``(seed, epoch, worker)``: each worker's
+    iterator starts from its key's seed, so the stream is the same for a given ``num_workers``
+    whatever the machine (0 and 1 give one stream). In the consumer's own process
+    (``num_workers=0``) the stream's generator states are swapped in around each ``next()``,
+    so the consumer's draws and the stream's do not interleave. With ``rec`` (profiling), each
+    sample is a ``process`` span numbered ``n * workers + worker`` in the epoch."""
+
+    def __init__(self, inner: Any, seed: int, rec: Any) -> None:
+        self.inner = inner
+        self.seed = seed
+        self.rec = rec
+        self.epoch = 0
+        """Set by the main process before each epoch's workers start (they copy it)."""
+
+    def __iter__(self) -> Iterator[Tuple[int, Any]]:
+        info = torch.utils.data.get_worker_info()
+        worker, workers = (0, 1) if info is None else (info.id, info.num_workers)
+        seed = _native.python_seed(self.seed, self.epoch, worker)
+        in_worker = info is not None
+        if in_worker:
+            reseed_generators(seed, torch)
+            ours = None
+        else:
+            consumer = seed_generators(seed, torch)
+        it = iter(self.inner)
+        if not in_worker:
+            ours = save_generators(torch)
+            restore_generators(consumer, torch)
+        n = 0
+        while True:
+            if ours is not None:
+                consumer = save_generators(torch)
+                restore_generators(ours, torch)
+            try:
+                sample = self._next(it, n * workers + worker)
+            except StopIteration:
+                return
+            finally:
+                if ours is not None:
+                    ours = save_generators(torch)
+                    restore_generators(consumer, torch)
+            yield -1, sample
+            n += 1
+
+    def _next(self, it: Iterator[Any], index: int) -> Any:
+        rec = self.rec
+        if rec is None:
+            return next(it)
+        rec.sample, rec.failed_op, rec.depth = index, None, 0
+        fl_torch._ACTIVE = rec
+        start = rec.start()
+        try:
+            sample = next(it)
+        except StopIteration:
+            raise
+        except Exception as e:
+            rec.records.append(("process", index, start[0], _now(), 0))
+            rec.fail(index, e, rec.failed_op or "process", None)
+            raise
+        finally:
+            rec.depth = -1
+            fl_torch._ACTIVE = None
+        rec.end("process", index, 0, start)
+        return sample
+
+    def __len__(self) -> int:
+        return len(self.inner)
+
+
 class _Delivery:
     """A collated batch on its way to the main process, with its batch number and the samples
     left out of it. Not a tensor, mapping or sequence, so torch's pinning thread calls our
@@ -150,9 +232,8 @@ class _Delivery:
         self.failed = failed
 
     def pin_memory(self, device: Optional[str] = None) -> "_Delivery":
-        pin: Callable[[Any, Optional[str]], Any] = importlib.import_module(
-            "torch.utils.data._utils.pin_memory"
-        ).pin_memory
+        # torch's own recursive pinning, so the batch is pinned exactly as without us.
+        pin: Callable[[Any, Optional[str]], Any] = _torch_pin_memory
         batch = None if self.batch is None else pin(self.batch, device)
         return _Delivery(self.batch_number, batch, self.failed)
 
@@ -227,17 +308,6 @@ class PythonDataset:
         rank: Optional[int],
         world_size: Optional[int],
     ) -> None:
-        try:
-            torch = importlib.import_module("torch")
-        except ImportError as e:
-            raise ImportError(
-                "dataset: a dataset that makes its own samples runs in torch's DataLoader "
-                "workers, which needs PyTorch (pip install torch)"
-            ) from e
-        from torch.utils.data import DataLoader, default_collate, default_convert
-
-        from ferroloader import torch as fl_torch
-
         self.dataset = dataset
         self.batch_size = batch_size
         self.unbatched = unbatched
@@ -249,18 +319,19 @@ class PythonDataset:
         self.next_epoch = 0
         self.inherited = False
         """Never: DataLoader works in a forked child as it is (the native engine's flag)."""
-        self._torch = torch
-        self._fl_torch = fl_torch
         self._session = fl_torch._Session(LABEL, profile_mode, 8_000_000)
         self._profiling = profile_mode != "off"
         rec = self._session.rec
+        self.iterable = isinstance(dataset, IterableDataset)
+        """An ``IterableDataset``: its own iterator makes the samples, in its own order."""
         loaded: Any = dataset
         self._meta: Dict[str, str] = {}
         if self._profiling:
-            loaded = fl_torch._ProfiledDataset(
-                fl_torch._instrument(dataset, rec, self._meta), dataset, rec,
-                opaque=not fl_torch._is_folder(dataset),
-            )
+            loaded = fl_torch._instrument(dataset, rec, self._meta)
+            if not self.iterable:
+                loaded = fl_torch._ProfiledDataset(
+                    loaded, dataset, rec, opaque=not fl_torch._is_folder(dataset)
+                )
         fn: Callable[[Any], Any] = collate_fn if collate_fn is not None else (
             default_convert if unbatched else default_collate
         )
@@ -280,9 +351,16 @@ class PythonDataset:
             }
         elif worker_init_fn is not None:
             kwargs["worker_init_fn"] = worker_init_fn
+        self._stream: Optional[_SeededIterable] = None
+        batching: Dict[str, Any] = {"batch_sampler": self._batches}
+        if self.iterable:
+            # Each epoch's seed reaches the workers with the dataset, so they start per epoch.
+            kwargs.pop("persistent_workers", None)
+            self._stream = _SeededIterable(loaded, seed, rec if self._profiling else None)
+            batching = {"batch_size": 1 if unbatched else batch_size, "drop_last": drop_last}
         self._dataloader: Any = DataLoader(
-            cast(Any, _SeededDataset(loaded, skip=on_error == "skip")),
-            batch_sampler=self._batches,
+            cast(Any, self._stream if self._stream is not None else _SeededDataset(loaded, skip=on_error == "skip")),
+            **batching,
             num_workers=num_workers,
             collate_fn=_KeyedCollate(fn, unbatched),
             pin_memory=pin_memory,
@@ -318,8 +396,14 @@ class PythonDataset:
 
     @property
     def num_batches(self) -> int:
-        """Batches per epoch, as the native sampler counts them (a rank's share padded up)."""
-        samples = len(self.dataset)
+        """Batches per epoch, as the native sampler counts them (a rank's share padded up);
+        an ``IterableDataset``'s from its ``len()``, as DataLoader counts them."""
+        try:
+            samples = len(self.dataset)
+        except TypeError:
+            raise TypeError(
+                f"len(loader): {type(self.dataset).__name__} is an IterableDataset without len()"
+            ) from None
         if self.world_size is not None:
             samples = -(-samples // self.world_size)
         full, rest = divmod(samples, self.batch_size)
@@ -329,7 +413,11 @@ class PythonDataset:
         """The dataset's class and length: all a state can be checked against without reading
         the samples (which are the dataset's code's)."""
         kind = type(self.dataset)
-        name = f"{kind.__module__}.{kind.__qualname__}:{len(self.dataset)}"
+        try:
+            size = str(len(self.dataset))
+        except TypeError:  # an IterableDataset without len()
+            size = "?"
+        name = f"{kind.__module__}.{kind.__qualname__}:{size}"
         return zlib.crc32(name.encode())
 
     def iter(
@@ -343,6 +431,8 @@ class PythonDataset:
         ``resume`` says were delivered; the epoch counter moves on past it. ``loader`` is the
         ``Loader`` whose ``_progress`` the iterator keeps."""
         self.next_epoch = epoch + 1
+        if self._stream is not None:
+            return self._iter_stream(epoch, resume, loader)
         batches = self.plan_batches(self.order(epoch) if plan is None else plan)
         position, delivered = 0, cast(List[int], [])
         if resume is not None:
@@ -359,6 +449,27 @@ class PythonDataset:
             for b, batch in enumerate(batches)
             if b not in done
         ]
+        deliveries, unwrapping = self._start(epoch)
+        return PythonDatasetIterator(
+            deliveries, unwrapping, epoch, batches, position, delivered, loader
+        )
+
+    def _iter_stream(
+        self, epoch: int, resume: Optional[Tuple[int, int, List[int]]], loader: Any
+    ) -> "PythonDatasetIterator":
+        """An ``IterableDataset``'s epoch: its workers start now, with the epoch's seeds; a
+        resumed epoch replays the batches delivered before and drops them."""
+        assert self._stream is not None
+        self._stream.epoch = epoch
+        deliveries = self._start(epoch)
+        replay = 0 if resume is None else len(resume[2])
+        return PythonDatasetIterator(
+            deliveries[0], deliveries[1], epoch, None, replay, list(range(replay)), loader,
+            replay=replay,
+        )
+
+    def _start(self, epoch: int) -> Tuple[Iterator[Any], "_Unwrapping"]:
+        """Starts torch's iterator for ``epoch`` (the profile session's bookkeeping first)."""
         session = self._session
         session.epoch = epoch
         if self._profiling:
@@ -373,10 +484,8 @@ class PythonDataset:
         unwrapping = _Unwrapping(iter(self._dataloader))
         deliveries: Iterator[Any] = unwrapping
         if self._profiling:
-            deliveries = self._fl_torch._ProfiledIter(unwrapping, session)
-        return PythonDatasetIterator(
-            deliveries, unwrapping, epoch, batches, position, delivered, loader
-        )
+            deliveries = fl_torch._ProfiledIter(unwrapping, session)
+        return deliveries, unwrapping
 
     def _note_plan(self, batch: List[_Key]) -> None:
         session = self._session
@@ -387,7 +496,7 @@ class PythonDataset:
     def profile(self) -> _native.Profile:
         session = self._session
         session.drain()
-        built = self._fl_torch._build_profile(self._dataloader, session, self._meta)
+        built = fl_torch._build_profile(self._dataloader, session, self._meta)
         return built._native
 
     def take_profile(self) -> _native.Profile:
@@ -444,11 +553,16 @@ class PythonDatasetIterator:
         deliveries: Iterator[Any],
         unwrapping: _Unwrapping,
         epoch: int,
-        batches: List[List[int]],
+        batches: Optional[List[List[int]]],
         position: int,
         delivered: List[int],
         loader: Any,
+        *,
+        replay: int = 0,
     ) -> None:
+        """``batches``: the epoch's planned batches (``None`` for an ``IterableDataset``'s
+        stream, whose batches are numbered as they come); ``replay``: stream batches to drop
+        first (delivered before a resume)."""
         self._deliveries = deliveries
         self._unwrapping = unwrapping
         self._epoch = epoch
@@ -458,6 +572,7 @@ class PythonDatasetIterator:
         self._loader = loader
         self._batch_transform: Optional[Callable[[Any, Any], Any]] = loader.batch_transform
         self._skipped: List[Tuple[int, str, str]] = []
+        self._replay = replay
         self.finished = False
         """Whether the epoch has ended (``StopIteration`` or an error)."""
         self.indices: Optional[Any] = None
@@ -477,36 +592,49 @@ class PythonDatasetIterator:
                 raise
             delivery = self._unwrapping.last
             assert delivery is not None  # set by the next() that just returned
+            if self._batches is None:
+                # A stream's batches come in order, numbered as they come; those a resumed
+                # epoch replays were delivered before.
+                if self._replay > 0:
+                    self._replay -= 1
+                    continue
+                self._delivered.append(len(self._delivered))
+                self._position += 1
+                self._note_progress()
+                return self._transformed(batch)
             number = delivery.batch_number
             self._delivered.append(number)
             self._position += len(self._batches[number])
             failed = {index for index, _ in delivery.failed}
             for index, why in delivery.failed:
-                path = self._loader_dataset_path(index)
-                self._skipped.append((index, path, why))
-            progress = self._loader._progress
-            if progress is not None and progress[0] == self._epoch:
-                self._loader._progress = (
-                    self._epoch, (self._position, len(self._delivered), list(self._delivered))
-                )
+                self._skipped.append((index, self._dataset_path(index), why))
+            self._note_progress()
             if batch is None:
                 continue  # every sample of it failed (on_error="skip"); all reported
             self.indices = np.array(
                 [i for i in self._batches[number] if i not in failed], dtype=np.int64
             )
-            if self._batch_transform is None:
-                return batch
-            if not isinstance(batch, (tuple, list)) or len(batch) != 2:
-                raise TypeError(
-                    "batch_transform: takes (images, labels); the dataset's batches are "
-                    f"{type(batch).__name__}, not a pair"
-                )
-            return self._batch_transform(batch[0], batch[1])
+            return self._transformed(batch)
 
-    def _loader_dataset_path(self, index: int) -> str:
-        from ferroloader.torch import _sample_path
+    def _note_progress(self) -> None:
+        progress = self._loader._progress
+        if progress is not None and progress[0] == self._epoch:
+            self._loader._progress = (
+                self._epoch, (self._position, len(self._delivered), list(self._delivered))
+            )
 
-        return _sample_path(self._loader.dataset, index) or ""
+    def _transformed(self, batch: Any) -> Any:
+        if self._batch_transform is None:
+            return batch
+        if not isinstance(batch, (tuple, list)) or len(batch) != 2:
+            raise TypeError(
+                "batch_transform: takes (images, labels); the dataset's batches are "
+                f"{type(batch).__name__}, not a pair"
+            )
+        return self._batch_transform(batch[0], batch[1])
+
+    def _dataset_path(self, index: int) -> str:
+        return fl_torch._sample_path(self._loader.dataset, index) or ""
 
     def _end(self) -> None:
         self.finished = True
@@ -515,6 +643,8 @@ class PythonDatasetIterator:
             self._loader._progress = None
 
     def __len__(self) -> int:
+        if self._batches is None:
+            return int(self._loader._loader().num_batches)
         return len(self._batches)
 
     @property

@@ -29,13 +29,18 @@ def seed_generators(seed: int, torch: Optional[Any]) -> RngState:
     """Seeds torch's CPU generator (when ``torch``, the module, is given), ``random`` and numpy's
     global generator from ``seed`` (a sample's derived seed, < 2**63) and returns their previous
     states, so that the consumer's own draws are not moved by the loader's samples."""
-    saved = (
+    saved = save_generators(torch)
+    reseed_generators(seed, torch)
+    return saved
+
+
+def save_generators(torch: Optional[Any]) -> RngState:
+    """The global generators' states, for :func:`restore_generators`."""
+    return (
         None if torch is None else torch.random.default_generator.get_state(),
         random.getstate(),
         np.random.get_state(),
     )
-    reseed_generators(seed, torch)
-    return saved
 
 
 def reseed_generators(seed: int, torch: Optional[Any]) -> None:

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import numbers
 import os
+import sys
 from typing import Any, Dict, List, Optional, Sequence, Tuple, Union, cast
 
 import numpy as np
@@ -82,6 +83,9 @@ def python_reason(dataset: Any) -> Optional[str]:
     (:func:`as_source` says what is wrong)."""
     if isinstance(dataset, (*_NATIVE, ImageArray, WebDataset, str, bytes, os.PathLike)):
         return None
+    data = sys.modules.get("torch.utils.data")  # an IterableDataset comes with torch loaded
+    if data is not None and isinstance(dataset, data.IterableDataset):
+        return f"{type(dataset).__name__} is an IterableDataset: its own iterator makes the samples"
     if not (hasattr(dataset, "__getitem__") and hasattr(dataset, "__len__")):
         return None
     try:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import atexit
 import numbers
 import os
+import sys
 import warnings
 from typing import (
     TYPE_CHECKING,
@@ -32,7 +33,6 @@ from typing import (
 import numpy as np
 
 from ferroloader import _native
-from ferroloader._pydataset import PythonDataset, PythonDatasetIterator
 from ferroloader.datasets import as_source, python_reason
 from ferroloader.profiling import Profile
 from ferroloader._pinning import DeviceReadHold, cuda_runtime_path
@@ -51,6 +51,9 @@ atexit.register(_native.end_epochs_at_exit)
 
 if TYPE_CHECKING:
     import torch
+
+    # Imported when a dataset runs in Python: it imports torch.
+    from ferroloader._pydataset import PythonDataset, PythonDatasetIterator
 
 __all__ = ["Loader", "LoaderIterator", "STATE_VERSION"]
 
@@ -139,7 +142,9 @@ class Loader:
     ``collate_fn`` and ``pin_memory`` as there, ``worker_init_fn`` allowed, nothing native
     (``ferroloader._pydataset``); the order, the per-sample seeding of torch's, ``random``'s and
     numpy's generators, ``state_dict`` resume, ``on_error`` and ``profile`` (label
-    ``"python"``) hold as below. ``python_dataset``: ``"warn"`` (default: one ``UserWarning``
+    ``"python"``) hold as below. An ``IterableDataset`` streams likewise, each worker seeded
+    from ``(seed, epoch, worker)``, with DataLoader's rules for one (no shuffle, sampler or
+    rank), resumed by replaying the epoch's delivered batches. ``python_dataset``: ``"warn"`` (default: one ``UserWarning``
     saying why), ``"allow"``, ``"error"`` (refuse).
 
     DataLoader's arguments, where they differ:
@@ -356,7 +361,7 @@ class Loader:
         # keeps no reference to them, so dropping one still ends its epoch.
         self._progress: Optional[Tuple[int, Tuple[int, int, List[int]]]] = None
         self._fingerprint: Optional[int] = None
-        self._python: Optional[PythonDataset] = None
+        self._python: Optional["PythonDataset"] = None
         if self.python_dataset_reason is not None:
             self._init_python_dataset(prefetch_factor, self.python_dataset_reason)
             return
@@ -422,6 +427,9 @@ class Loader:
                     f"{arg}: {getattr(self, arg)!r} has no effect on a dataset that makes its own "
                     f"samples ({name} runs in Python: {reason})"
                 )
+        data = sys.modules.get("torch.utils.data")
+        if data is not None and isinstance(self.dataset, data.IterableDataset):
+            self._check_stream_arguments(name)
         workers = _cores() if self.num_workers is None else self.num_workers
         if prefetch_factor is None and self._prefetch_given and workers > 0:
             # The loader's total read-ahead, spread over DataLoader's per-worker count.
@@ -444,6 +452,13 @@ class Loader:
         self._device_hold = None
         pinned = self.pin_memory and _cuda_available()
         self.pinning = "copy" if pinned else None
+        try:
+            from ferroloader._pydataset import PythonDataset
+        except ImportError as e:
+            raise ImportError(
+                f"dataset: {name} runs in Python ({reason}), in torch's DataLoader workers, "
+                "which needs PyTorch (pip install torch)"
+            ) from e
         self._python = PythonDataset(
             self.dataset,
             batch_size=self.batch_size,
@@ -466,6 +481,27 @@ class Loader:
             rank=self.rank,
             world_size=self.world_size,
         )
+
+    def _check_stream_arguments(self, name: str) -> None:
+        """What an ``IterableDataset``, which yields its samples in its own order, cannot do."""
+        refused = {
+            "shuffle": self.shuffle,
+            "sampler": self.sampler is not None,
+            "batch_sampler": self.batch_sampler is not None,
+            "rank": self.rank is not None or self.world_size is not None,
+        }
+        for arg, given in refused.items():
+            if given:
+                raise ValueError(
+                    f"{arg}: {name} is an IterableDataset, which yields its samples in its own "
+                    "order (and splits them across ranks and workers itself, with "
+                    "get_worker_info()); DataLoader refuses this too"
+                )
+        if self.on_error == "skip":
+            raise ValueError(
+                f"on_error: {name} is an IterableDataset: an exception ends its iterator, so "
+                "there is no next sample to skip to"
+            )
 
     # -- native loader ------------------------------------------------------------------------
 
@@ -605,7 +641,7 @@ class Loader:
         self._progress = (it.epoch, it.resume_state)
         return LoaderIterator(it, self)
 
-    def _iter_python(self, engine: PythonDataset) -> PythonDatasetIterator:
+    def _iter_python(self, engine: "PythonDataset") -> "PythonDatasetIterator":
         plan = self._plan()
         resume, self._resume = self._resume, None
         epoch = engine.next_epoch
@@ -697,12 +733,26 @@ class Loader:
             "position": position,
             "batches": batches,
             "delivered": list(delivered),
-            "dataset_len": len(self._source),
+            "dataset_len": self._dataset_len(),
             "dataset_fingerprint": self._dataset_fingerprint(),
         }
         for key in _STATE_KEYS:
             state[key] = getattr(self, key)
+        if self._python is not None and self._python.iterable:
+            if batches and not self.in_order and (self.num_workers or _cores()) > 1:
+                raise ValueError(
+                    "state_dict: an IterableDataset's epoch resumes by replaying the batches "
+                    "delivered; with in_order=False its workers' batches come in no set order"
+                )
+            # Each worker's share of the stream depends on how many there are.
+            state["stream_workers"] = self.num_workers
         return state
+
+    def _dataset_len(self) -> Optional[int]:
+        try:
+            return len(self._source)
+        except TypeError:  # an IterableDataset without len()
+            return None
 
     def load_state_dict(self, state: Dict[str, Any]) -> None:
         """Makes the next ``iter(loader)`` continue where ``state`` (from ``state_dict``) was:
@@ -714,15 +764,19 @@ class Loader:
             raise ValueError(
                 f"state: version {state.get('version')!r} is not this loader's {STATE_VERSION}"
             )
-        if state.get("dataset_len") != len(self._source) or state.get(
+        if state.get("dataset_len") != self._dataset_len() or state.get(
             "dataset_fingerprint"
         ) != self._dataset_fingerprint():
             raise ValueError(
                 f"state: saved for another dataset ({state.get('dataset_len')} samples, "
                 f"fingerprint {state.get('dataset_fingerprint')}; this one has "
-                f"{len(self._source)}, fingerprint {self._dataset_fingerprint()})"
+                f"{self._dataset_len()}, fingerprint {self._dataset_fingerprint()})"
             )
-        for key in _STATE_KEYS:
+        keys = list(_STATE_KEYS)
+        if self._python is not None and self._python.iterable:
+            keys.append("num_workers")
+            state = {**state, "num_workers": state.get("stream_workers")}
+        for key in keys:
             if state.get(key) != getattr(self, key):
                 raise ValueError(
                     f"state: saved with {key}={state.get(key)!r}, this loader has "
