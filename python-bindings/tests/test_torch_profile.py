@@ -540,14 +540,45 @@ def test_arguments_are_checked(tv_folder: Path) -> None:
         flt.profile(loader, label=3)  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="label"):
         flt.profile(loader, label="")
-
-    class Stream(torch.utils.data.IterableDataset[int]):
-        def __iter__(self) -> Any:
-            return iter(range(3))
-
-    with pytest.raises(TypeError, match="map-style"):
-        flt.profile(DataLoader(Stream()))
     assert fl.torch is flt
+
+
+class Stream(torch.utils.data.IterableDataset[Tuple[torch.Tensor, int]]):
+    """Splits itself across workers; its transform draws from torch's generator."""
+
+    def __init__(self, n: int) -> None:
+        self.n = n
+        self.transform = tvT.Compose([tvT.Lambda(lambda x: x + torch.rand(2))])
+
+    def __iter__(self) -> Any:
+        info = torch.utils.data.get_worker_info()
+        worker, workers = (0, 1) if info is None else (info.id, info.num_workers)
+        for i in range(worker, self.n, workers):
+            with flt.span("make"):
+                x = torch.full((2,), float(i))
+            yield self.transform(x), i
+
+
+@pytest.mark.parametrize("num_workers", [0, 2])
+def test_an_iterable_dataset_is_profiled_per_sample_as_it_streams(num_workers: int) -> None:
+    def loader() -> DataLoader[Any]:
+        return DataLoader(Stream(10), batch_size=3, num_workers=num_workers,
+                          generator=torch.Generator().manual_seed(4))
+
+    torch.manual_seed(0)  # num_workers=0 draws from the consumer's generator, as DataLoader does
+    want = list(loader())
+    with flt.profile(loader()) as pdl:
+        torch.manual_seed(0)
+        got = list(pdl)
+    assert len(got) == len(want) and all(
+        torch.equal(x, wx) and torch.equal(y, wy) for (x, y), (wx, wy) in zip(got, want)
+    )
+    p = pipeline_of(pdl.profile_dict())
+    process = [s for s in p["spans"] if s["op"] == "process"]
+    assert sorted(s["sample"] for s in process) == list(range(10))
+    ops = {s["op"] for s in p["spans"]}
+    assert {"process", "make", "Lambda", "collate"} <= ops
+    assert len(p["batches"]) == len(want)
 
 
 @pytest.mark.parametrize("num_workers", [0, 2])

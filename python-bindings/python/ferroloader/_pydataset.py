@@ -194,25 +194,9 @@ class _SeededIterable(IterableDataset[Tuple[int, Any]]):
             n += 1
 
     def _next(self, it: Iterator[Any], index: int) -> Any:
-        rec = self.rec
-        if rec is None:
+        if self.rec is None:
             return next(it)
-        rec.sample, rec.failed_op, rec.depth = index, None, 0
-        fl_torch._ACTIVE = rec
-        start = rec.start()
-        try:
-            sample = next(it)
-        except StopIteration:
-            raise
-        except Exception as e:
-            rec.records.append(("process", index, start[0], _now(), 0))
-            rec.fail(index, e, rec.failed_op or "process", None)
-            raise
-        finally:
-            rec.depth = -1
-            fl_torch._ACTIVE = None
-        rec.end("process", index, 0, start)
-        return sample
+        return fl_torch.next_in_span(self.rec, it, index)
 
     def __len__(self) -> int:
         return len(self.inner)

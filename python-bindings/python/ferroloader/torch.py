@@ -17,7 +17,9 @@ bytes) and ``decode`` (``PIL.Image.open(...).convert("RGB")``, the same pixels a
 timed on its own under its class name (``RandomResizedCrop``, ``ToTensor``...). A ``process``
 span (depth 0) covers each sample's whole ``__getitem__``, a ``collate`` span each batch. Any
 other map-style dataset runs in a ``__getitem__`` span (depth 1), the transforms of its
-``transform`` attribute timed inside it; :class:`span` times parts of the user's own code.
+``transform`` attribute timed inside it; :class:`span` times parts of the user's own code. An
+``IterableDataset``'s stream has a ``process`` span per ``next()``, its samples numbered
+``n * workers + worker`` in the epoch (no sampler, so no planned batches).
 
 Spans are recorded where they happen, in the DataLoader's worker processes (fork, spawn or
 forkserver): each process appends ``(op, sample, start, end, depth[, counters])`` tuples to a
@@ -549,6 +551,55 @@ class _ProfiledDataset(Dataset[Any]):
             setattr(self._inner, name, value)
 
 
+class _ProfiledIterable(IterableDataset[Any]):
+    """An ``IterableDataset``'s stream as torch's fetcher sees it: each sample's ``next()`` in
+    a ``process`` span, numbered ``n * workers + worker`` in the epoch (unique across the
+    workers of one epoch). Draws nothing: the stream is the dataset's own."""
+
+    def __init__(self, inner: Any, rec: _Recorder) -> None:
+        self._inner = inner
+        self._rec = rec
+
+    def __iter__(self) -> Iterator[Any]:
+        info = get_worker_info()
+        worker, workers = (0, 1) if info is None else (int(info.id), int(info.num_workers))
+        it = iter(self._inner)
+        n = 0
+        while True:
+            try:
+                sample = next_in_span(self._rec, it, n * workers + worker)
+            except StopIteration:
+                return
+            yield sample
+            n += 1
+
+    def __len__(self) -> int:
+        return len(self._inner)
+
+
+def next_in_span(rec: _Recorder, it: Iterator[Any], index: int) -> Any:
+    """``next(it)`` as sample ``index`` of a stream, in its ``process`` span (what
+    ``_ProfiledDataset`` does around ``__getitem__``); ``StopIteration`` passes through
+    unrecorded, a failure is reported as the sample's."""
+    global _ACTIVE
+    rec.sample, rec.failed_op, rec.depth = index, None, 0
+    _ACTIVE = rec
+    start = rec.start()
+    try:
+        sample = next(it)
+    except StopIteration:
+        raise
+    except Exception as e:
+        rec.records.append(("process", index, start[0], _now(), 0))
+        rec.fail(index, e, rec.failed_op or "process", None)
+        raise
+    finally:
+        rec.depth = -1
+        _ACTIVE = None
+    rec.end("process", index, 0, start)
+    return sample
+
+
 def _sample_path(dataset: Any, index: Any) -> Optional[str]:
     """The file of sample ``index`` of a ``DatasetFolder`` (or a ``Subset`` of one), if known."""
     try:
@@ -827,12 +878,19 @@ class ProfiledDataLoader:
     def _build(self) -> DataLoader[Any]:
         dl = self.dataloader
         session = self._session
+        collate = _TimedCollate(dl.collate_fn, session.rec)
+        kwargs = _loader_kwargs(dl)
+        if isinstance(dl.dataset, IterableDataset):
+            # The stream's own order and batching: no sampler to note plans from.
+            stream = _ProfiledIterable(_instrument(dl.dataset, session.rec, self._meta), session.rec)
+            return DataLoader(
+                stream, batch_size=dl.batch_size, drop_last=dl.drop_last, collate_fn=collate,
+                **kwargs,
+            )
         dataset = _ProfiledDataset(
             _instrument(dl.dataset, session.rec, self._meta), dl.dataset, session.rec,
             opaque=not _is_folder(dl.dataset),
         )
-        collate = _TimedCollate(dl.collate_fn, session.rec)
-        kwargs = _loader_kwargs(dl)
         if dl.batch_sampler is not None:
             return DataLoader(
                 dataset,
@@ -940,9 +998,9 @@ def profile(
     mode: str = "spans",
     max_spans: int = 8_000_000,
 ) -> ProfiledDataLoader:
-    """Profiles a stock torch ``DataLoader`` (any map-style dataset; per-op spans for a
-    torchvision ``DatasetFolder``/``ImageFolder`` and ``Compose``): iterate the returned
-    :class:`ProfiledDataLoader` instead, then call its ``profile()``.
+    """Profiles a stock torch ``DataLoader`` (any dataset, an ``IterableDataset`` too; per-op
+    spans for a torchvision ``DatasetFolder``/``ImageFolder`` and ``Compose``): iterate the
+    returned :class:`ProfiledDataLoader` instead, then call its ``profile()``.
 
     ``label`` names the pipeline in the profile; ``mode`` is ``"spans"`` (spans and batch
     events), ``"counters"`` (plus CPU counter deltas per span, opened in each worker) or
@@ -967,11 +1025,6 @@ def profile(
         raise TypeError(f"max_spans: expected an int, got {type(max_spans).__name__}")
     if max_spans < 0:
         raise ValueError(f"max_spans: must be at least 0, got {max_spans}")
-    if isinstance(dataloader.dataset, IterableDataset):
-        raise TypeError(
-            "dataloader: only map-style datasets can be profiled (an IterableDataset has no "
-            "per-sample __getitem__ to time)"
-        )
     return ProfiledDataLoader(dataloader, label=label, mode=mode, max_spans=max_spans)
 
 
