@@ -248,6 +248,34 @@ def test_the_warning_and_python_tail_error(folder: Path) -> None:
         fl.Loader(fl.ImageFolder(folder), 4, transform=transform, python_tail="sometimes")  # type: ignore[arg-type]
 
 
+def third_party_crop(im: Image.Image) -> Image.Image:
+    """Stands for a transform of another library first (timm's RandomResizedCropAndInterpolation):
+    nothing of the pipeline is native then."""
+    return im.resize((40, 30)).crop((4, 2, 36, 26))
+
+
+def test_a_transform_with_no_native_op_runs_in_worker_processes(folder: Path) -> None:
+    transform = tv.Compose([tv.Lambda(third_party_crop), tv.RandomHorizontalFlip(), tv.ToTensor()])
+    with pytest.warns(UserWarning, match=r"Lambda, RandomHorizontalFlip, ToTensor run in Python with no native op before them: in worker processes"):
+        in_processes = fl.Loader(fl.ImageFolder(folder), 4, num_workers=2, shuffle=True, transform=transform)
+    assert in_processes.sample_shape == (3, 24, 32) and in_processes.dtype == "float32"
+    # The same draws as under the GIL in the native workers (one worker: no processes).
+    under_gil = loader(folder, transform, num_workers=1, shuffle=True)
+    got, want = run(in_processes), run(under_gil)
+    assert len(got) == len(want) == 5
+    assert all(torch.equal(x, u) and torch.equal(y, v) for (x, y), (u, v) in zip(got, want))
+    # A PIL image left at the end becomes the batch as PILToTensor makes it (output="uint8").
+    pil = loader(folder, tv.Compose([tv.Lambda(third_party_crop)]), output="uint8")
+    x, _ = next(iter(pil))
+    assert x.dtype == torch.uint8 and x.shape == (4, 3, 24, 32)
+    # Profiled: a span per sample and per op, in the worker processes.
+    profiled = loader(folder, transform, profile="spans")
+    run(profiled)
+    (p,) = profiled.profile().to_dict()["pipelines"]
+    ops = [s["op"] for s in p["spans"]]
+    assert ops.count("process") == ops.count("Lambda") == ops.count("ToTensor") == 18
+
+
 def test_the_profile_has_the_tail_spans(folder: Path) -> None:
     transform = tv.Compose([tv.Resize(40), tv.CenterCrop(32), tv.Lambda(mirror_and_mark), tv.ToTensor()])
     ld = loader(folder, transform, profile="spans")

@@ -65,7 +65,7 @@ from ferroloader._tail import (
     seed_generators,
 )
 
-__all__ = ["PythonDataset", "PythonDatasetIterator", "LABEL"]
+__all__ = ["PythonDataset", "PythonDatasetIterator", "TailSamples", "LABEL"]
 
 #: The pipeline label of a dataset run in Python, in profiles.
 LABEL = "python"
@@ -200,6 +200,109 @@ class _SeededIterable(IterableDataset[Tuple[int, Any]]):
 
     def __len__(self) -> int:
         return len(self.inner)
+
+
+class TailSamples(Dataset[Tuple[torch.Tensor, int]]):
+    """A transform with no native op, run as DataLoader runs it: each sample opened with
+    Pillow (as torchvision's loader opens it, or the array's image), the transform's ops in
+    order, the result converted as a Python tail's is (``TailRunner.to_output``) and held to
+    the first sample's shape and dtype (``expected``, set by :meth:`probe`). Errors name the
+    sample and the op as the native tail's do. ``source``: a list of ``(path, label)``, an
+    ``ImageArray``, or a dataset of ``(path or bytes, label)``. ``transform`` holds the ops (a
+    torchvision ``Compose`` of them when torchvision is there, so a profile times each)."""
+
+    def __init__(self, source: Any, ops: List[Any], names: List[str], runner: Any) -> None:
+        self.source = source
+        self.runner = runner
+        self.names = names
+        self.transform = _chain(ops)
+        self.expected: Optional[Tuple[Tuple[int, ...], str]] = None
+        if isinstance(source, list):
+            self.samples = source
+            """The files, for the path a skipped sample is reported with."""
+
+    def __len__(self) -> int:
+        return len(self.source)
+
+    def __getitem__(self, index: int) -> Tuple[torch.Tensor, int]:
+        source = self.source
+        if isinstance(source, _native.ImageArray):
+            from PIL import Image
+
+            pixels, label = source[index]
+            where, image = f"{source.name}[{index}]", Image.fromarray(pixels)
+        else:
+            data, label = source[index]
+            where = f"dataset[{index}]"
+            if not isinstance(data, (bytes, bytearray)):
+                where = str(data)
+                with open(data, "rb") as f:
+                    data = f.read()
+            image = self.runner.to_input(data)
+        x = image
+        # The instrumented copy's ops when profiled (they keep the order and the names).
+        for k, op in enumerate(self.transform.transforms):
+            try:
+                x = op(x)
+            except Exception as e:
+                raise RuntimeError(
+                    f"{where} (sample {index}): python_tail failed: tail op #{k} "
+                    f"{self.names[k]} raised {type(e).__qualname__}: {e}"
+                ) from e
+        array = self.runner.to_output(x)
+        got = (tuple(array.shape), str(array.dtype))
+        if self.expected is not None and got != self.expected:
+            raise RuntimeError(
+                f"{where} (sample {index}): python_tail failed: the tail returned "
+                f"{_describe(got)}, but the first sample gave {_describe(self.expected)} (every "
+                "sample of a batch must have the same shape and dtype)"
+            )
+        return torch.from_numpy(array), int(label)
+
+    def probe(self, seed: int, skip: bool) -> Tuple[Tuple[int, ...], str]:
+        """Runs the first sample (the first that loads, under ``skip``) in this process, its
+        generators seeded and the consumer's restored after, and holds every later sample to
+        its shape and dtype."""
+        for index in range(len(self)):
+            saved = seed_generators(_native.python_seed(seed, 0, index), torch)
+            try:
+                image, _ = self[index]
+            except Exception:
+                if not skip or index == len(self) - 1:
+                    raise
+                continue
+            finally:
+                restore_generators(saved, torch)
+            self.expected = (tuple(image.shape), str(image.numpy().dtype))
+            return self.expected
+        raise ValueError("dataset: empty")
+
+
+def _describe(layout: Tuple[Tuple[int, ...], str]) -> str:
+    """``(3, 224, 224) float32``, as the native tail says it."""
+    shape, dtype = layout
+    dims = ", ".join(map(str, shape)) + ("," if len(shape) == 1 else "")
+    return f"({dims}) {dtype}"
+
+
+def _chain(ops: List[Any]) -> Any:
+    try:
+        from torchvision.transforms import Compose  # type: ignore[import-untyped]
+    except ImportError:
+        return _Chain(ops)
+    return Compose(ops)
+
+
+class _Chain:
+    """The ops applied in order (torchvision's ``Compose`` where torchvision is missing)."""
+
+    def __init__(self, ops: List[Any]) -> None:
+        self.transforms = ops
+
+    def __call__(self, x: Any) -> Any:
+        for op in self.transforms:
+            x = op(x)
+        return x
 
 
 class _Delivery:
@@ -493,6 +596,8 @@ class PythonDataset:
 
     @property
     def sample_shape(self) -> List[int]:
+        if isinstance(self.dataset, TailSamples) and self.dataset.expected is not None:
+            return list(self.dataset.expected[0])
         raise TypeError(
             "sample_shape: the dataset makes its own samples (it runs in Python); their shape is "
             "whatever its __getitem__ returns"
@@ -500,6 +605,8 @@ class PythonDataset:
 
     @property
     def dtype(self) -> str:
+        if isinstance(self.dataset, TailSamples) and self.dataset.expected is not None:
+            return self.dataset.expected[1]
         raise TypeError(
             "dtype: the dataset makes its own samples (it runs in Python); their dtype is "
             "whatever its __getitem__ returns"

@@ -195,6 +195,10 @@ class Loader:
     each sample, torch's CPU generator, ``random`` and numpy's global generator are seeded from
     ``(seed, epoch, index)`` and restored after, so batches stay the same whatever
     ``num_workers``.
+    A transform with no native op at all (another library's transform first) runs instead in
+    ``num_workers`` worker processes, as DataLoader runs it (``ferroloader._pydataset``), when
+    there are two workers or more: the native workers would only read files for a tail that
+    runs one sample at a time. The same draws, errors and first-sample shape rule hold.
     ``python_tail``: ``"warn"`` (default: one ``UserWarning`` naming the ops run in Python),
     ``"allow"`` (silently), ``"error"`` (refuse, naming the first op without a native
     equivalent).
@@ -377,8 +381,12 @@ class Loader:
         self.transform: Optional[Compose] = self._split.prefix
         #: The transforms run in Python after them, in order (empty when all are native).
         self.python_tail: List[Any] = self._split.tail
+        tail_source = self._whole_tail_source()
         if self.python_tail:
-            self._check_tail()
+            self._check_tail(in_processes=tail_source is not None)
+        if tail_source is not None:
+            self._run_whole_tail(tail_source, prefetch_factor)
+            return
         if self.tensor_type == "torch":
             try:
                 import torch
@@ -431,9 +439,6 @@ class Loader:
         if data is not None and isinstance(self.dataset, data.IterableDataset):
             self._check_stream_arguments(name)
         workers = _cores() if self.num_workers is None else self.num_workers
-        if prefetch_factor is None and self._prefetch_given and workers > 0:
-            # The loader's total read-ahead, spread over DataLoader's per-worker count.
-            prefetch_factor = max(1, -(-self.prefetch_batches // workers))
         if self.python_dataset_mode == "warn":
             warnings.warn(
                 f"dataset: {name} runs in Python, as DataLoader runs it ({reason}): in "
@@ -447,6 +452,12 @@ class Loader:
         self.image_mode = "RGB"
         self.transform = None
         self.python_tail = []
+        self._start_python_engine(self.dataset, workers, prefetch_factor, reason)
+
+    def _start_python_engine(
+        self, dataset: Any, workers: int, prefetch_factor: Optional[int], reason: str
+    ) -> None:
+        """Runs ``dataset`` in DataLoader's worker processes (``ferroloader._pydataset``)."""
         self._from_numpy = None
         self._pin_device = None
         self._device_hold = None
@@ -456,11 +467,14 @@ class Loader:
             from ferroloader._pydataset import PythonDataset
         except ImportError as e:
             raise ImportError(
-                f"dataset: {name} runs in Python ({reason}), in torch's DataLoader workers, "
-                "which needs PyTorch (pip install torch)"
+                f"dataset: {type(self.dataset).__name__} runs in Python ({reason}), in torch's "
+                "DataLoader workers, which needs PyTorch (pip install torch)"
             ) from e
+        if prefetch_factor is None and self._prefetch_given and workers > 0:
+            # The loader's total read-ahead, spread over DataLoader's per-worker count.
+            prefetch_factor = max(1, -(-self.prefetch_batches // workers))
         self._python = PythonDataset(
-            self.dataset,
+            dataset,
             batch_size=self.batch_size,
             unbatched=self.unbatched,
             shuffle=self.shuffle,
@@ -505,7 +519,38 @@ class Loader:
 
     # -- native loader ------------------------------------------------------------------------
 
-    def _check_tail(self) -> None:
+    def _whole_tail_source(self) -> Any:
+        """What a transform with no native op at all reads its samples from, when it runs in
+        worker processes rather than under the GIL in the native workers; ``None`` otherwise.
+
+        With no native op the native workers would only read files, and the tail, holding the
+        GIL, would run one sample at a time: with two workers or more, DataLoader's processes
+        are faster (twice on two cores). Needs torch tensors out and a source Python can index
+        (listed files, an in-memory array, a protocol dataset; not shards)."""
+        if not self.python_tail or self._split.spec is not None or self.tensor_type != "torch":
+            return None
+        if (_cores() if self.num_workers is None else self.num_workers) < 2:
+            return None
+        source = self._source
+        if isinstance(source, (_native.ImageFolder, _native.FileList, _native.PathList)):
+            return list(source.samples)
+        if isinstance(source, _native.ImageArray):
+            return source
+        if isinstance(source, _native.WebDataset):
+            return None
+        return source  # a map-style dataset of (path or bytes, label)
+
+    def _run_whole_tail(self, source: Any, prefetch_factor: Optional[int]) -> None:
+        from ferroloader._pydataset import TailSamples
+
+        runner = TailRunner("bytes", self.output, self.image_mode)
+        names = [tail_op_name(op) for op in self.python_tail]
+        samples = TailSamples(source, self.python_tail, names, runner)
+        samples.probe(self.seed, skip=self.on_error == "skip")
+        workers = _cores() if self.num_workers is None else self.num_workers
+        self._start_python_engine(samples, workers, prefetch_factor, "no native op")
+
+    def _check_tail(self, in_processes: bool = False) -> None:
         """Applies ``python_tail`` to a transform with a Python tail."""
         first = self.python_tail[0]
         names = ", ".join(tail_op_name(op) for op in self.python_tail)
@@ -519,9 +564,14 @@ class Loader:
             if not callable(op):
                 raise TypeError(f"transform: {op!r} is neither a known transform nor callable")
         if self.python_tail_mode == "warn":
+            where = (
+                "with no native op before them: in worker processes, as DataLoader runs them"
+                if in_processes
+                else "after the native ops, holding the GIL (one sample at a time, whatever "
+                "num_workers)"
+            )
             warnings.warn(
-                f"transform: {names} run in Python after the native ops, holding the GIL "
-                "(one sample at a time, whatever num_workers); python_tail='allow' silences "
+                f"transform: {names} run in Python {where}; python_tail='allow' silences "
                 "this, 'error' refuses",
                 UserWarning,
                 stacklevel=3,
