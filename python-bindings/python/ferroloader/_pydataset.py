@@ -96,10 +96,9 @@ class _Failed:
         self.index, self.why = state
 
 
-class _SeededDataset(Dataset[Tuple[int, Any]]):
-    """The dataset torch's fetcher sees: seeds the global generators for each key's sample.
-    Public attributes are read from and set on the dataset, so a ``worker_init_fn`` that
-    configures ``get_worker_info().dataset`` configures the one that loads."""
+class _SeededDataset(fl_torch._DatasetWrapper):
+    """The dataset torch's fetcher sees: seeds the global generators for each key's sample;
+    its public attributes are the dataset's."""
 
     def __init__(self, inner: Any, skip: bool) -> None:
         object.__setattr__(self, "_inner", inner)
@@ -125,27 +124,6 @@ class _SeededDataset(Dataset[Tuple[int, Any]]):
             if saved is not None:
                 restore_generators(saved, torch)
 
-    def __len__(self) -> int:
-        return len(self._inner)
-
-    def __getattr__(self, name: str) -> Any:
-        inner = self.__dict__.get("_inner")
-        if inner is None or name.startswith("__"):
-            raise AttributeError(name)
-        return getattr(inner, name)
-
-    def __setattr__(self, name: str, value: Any) -> None:
-        if name.startswith("_"):
-            object.__setattr__(self, name, value)
-        else:
-            setattr(self._inner, name, value)
-
-    def __getstate__(self) -> Tuple[Any, bool]:
-        return (self._inner, self._skip)
-
-    def __setstate__(self, state: Tuple[Any, bool]) -> None:
-        object.__setattr__(self, "_inner", state[0])
-        object.__setattr__(self, "_skip", state[1])
 
 
 class _SeededIterable(IterableDataset[Tuple[int, Any]]):

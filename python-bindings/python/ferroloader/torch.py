@@ -490,12 +490,33 @@ class _TimedCollate:
         self.fn, self.rec = state
 
 
-class _ProfiledDataset(Dataset[Any]):
+class _DatasetWrapper(Dataset[Any]):
+    """A dataset around another (``_inner``, set by the subclass's ``__init__``) whose public
+    attributes are the inner one's: read from and set on it, so a ``worker_init_fn`` that
+    configures ``get_worker_info().dataset`` configures the dataset that loads."""
+
+    _inner: Any
+
+    def __len__(self) -> int:
+        return len(self._inner)
+
+    def __getattr__(self, name: str) -> Any:
+        inner = self.__dict__.get("_inner")
+        if inner is None or name.startswith("__"):
+            raise AttributeError(name)
+        return getattr(inner, name)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name.startswith("_"):
+            object.__setattr__(self, name, value)
+        else:
+            setattr(self._inner, name, value)
+
+
+class _ProfiledDataset(_DatasetWrapper):
     """The dataset torch's fetcher sees: each ``__getitem__`` of the instrumented copy inside a
-    ``process`` span. Public attributes are read from and set on the copy, so a
-    ``worker_init_fn`` that configures ``get_worker_info().dataset`` configures the dataset
-    that loads. Defines no ``__getitems__``: samples are fetched one by one, each in its
-    spans.
+    ``process`` span; its public attributes are the copy's. Defines no ``__getitems__``:
+    samples are fetched one by one, each in its spans.
 
     A dataset whose loading is not instrumented (not a ``DatasetFolder``) runs in a
     ``__getitem__`` span inside ``process``: its self time is the user's own code, which
@@ -534,21 +555,6 @@ class _ProfiledDataset(Dataset[Any]):
         op = rec.failed_op or "process"
         rec.records.append(("process", index, t0, _now(), 0))
         rec.fail(index, error, op, _sample_path(self._original, index))
-
-    def __len__(self) -> int:
-        return len(self._inner)
-
-    def __getattr__(self, name: str) -> Any:
-        inner = self.__dict__.get("_inner")
-        if inner is None or name.startswith("__"):
-            raise AttributeError(name)
-        return getattr(inner, name)
-
-    def __setattr__(self, name: str, value: Any) -> None:
-        if name.startswith("_"):
-            object.__setattr__(self, name, value)
-        else:
-            setattr(self._inner, name, value)
 
 
 class _ProfiledIterable(IterableDataset[Any]):
