@@ -3,9 +3,9 @@
 natively, and ferroloader running the very same transform as a Python tail, alternately.
 
 The tail form hands the Loader a plain callable wrapping the torchvision ``Compose``, which it
-cannot convert: every op then runs in Python, holding the GIL, one sample at a time, as any
-transform without a native equivalent does (and as the built-in cases below all did before
-they were made native). Each round runs one whole epoch of each loader in turn, after a
+cannot convert: every op then runs in Python, as any transform without a native equivalent
+does (and as the built-in cases below all did before they were made native); with no native
+op before it, in worker processes as DataLoader runs it (persistent, as the DataLoader's). Each round runs one whole epoch of each loader in turn, after a
 warm-up round (torchvision first, so that its workers fork before ferroloader allocates);
 prints each loader's median images/s and the ratios of the medians.
 
@@ -92,7 +92,10 @@ def main() -> None:
     loaders: Dict[str, Iterable[Any]] = {
         "torchvision": DataLoader(dataset, persistent_workers=args.workers > 0, **common),
         "native": fl.Loader(fl.ImageFolder(args.folder), transform=transform, python_tail="error", **common),
-        "tail": fl.Loader(fl.ImageFolder(args.folder), transform=as_tail, python_tail="allow", **common),
+        "tail": fl.Loader(
+            fl.ImageFolder(args.folder), transform=as_tail, python_tail="allow",
+            persistent_workers=args.workers > 0, **common,
+        ),
     }
     median = median_rates(loaders, args.rounds)
     tv, native, tail = median["torchvision"], median["native"], median["tail"]
