@@ -329,3 +329,19 @@ def test_an_iterable_datasets_workers_are_seeded_per_epoch_and_resume_by_replayi
     (profile,) = profiled.profile().to_dict()["pipelines"]
     process = sorted(s["sample"] for s in profile["spans"] if s["op"] == "process")
     assert process == list(range(22)) and len(profile["batches"]) == 6
+
+
+def test_spawned_persistent_workers_give_the_same_batches(folder: Path) -> None:
+    dataset = Photos(folder, RANDOM)
+    kwargs: Dict[str, Any] = dict(batch_size=5, shuffle=True, seed=2)
+    spawned = _loader(
+        dataset, num_workers=2, multiprocessing_context="spawn", persistent_workers=True,
+        profile="spans", **kwargs,
+    )
+    first, second = list(spawned), list(spawned)
+    assert _equal(first, list(_loader(dataset, num_workers=0, **kwargs)))
+    reference = _loader(dataset, num_workers=0, **kwargs)
+    reference.set_epoch(1)
+    assert _equal(second, list(reference))
+    (profile,) = spawned.profile().to_dict()["pipelines"]
+    assert profile["meta"]["start_method"] == "spawn" and len(profile["batches"]) == 8
