@@ -36,6 +36,7 @@ such a dataset.
 from __future__ import annotations
 
 import multiprocessing
+import os
 import zlib
 from time import monotonic_ns as _now
 from typing import (
@@ -475,15 +476,20 @@ class PythonDataset:
         return full + (1 if rest and not self.drop_last else 0)
 
     def dataset_fingerprint(self) -> int:
-        """The dataset's class and length: all a state can be checked against without reading
-        the samples (which are the dataset's code's)."""
+        """The dataset's class and length, and its files' names where it lists them: what a
+        state can be checked against without reading the samples (the dataset's code's)."""
         kind = type(self.dataset)
         try:
             size = str(len(self.dataset))
         except TypeError:  # an IterableDataset without len()
             size = "?"
         name = f"{kind.__module__}.{kind.__qualname__}:{size}"
-        return zlib.crc32(name.encode())
+        crc = zlib.crc32(name.encode())
+        if isinstance(self.dataset, TailSamples) and isinstance(self.dataset.source, list):
+            # Listed files (a transform with no native op over a folder): their names too.
+            for path, _ in self.dataset.source:
+                crc = zlib.crc32(os.fsencode(path) + b"\0", crc)
+        return crc
 
     def iter(
         self,
