@@ -327,17 +327,24 @@ class _KeyedCollate:
 
 
 class _EpochBatches:
-    """``DataLoader``'s batch sampler: the keys of the batches of the epoch being started."""
+    """``DataLoader``'s batch sampler: the batches of the epoch being started, as keys made
+    batch by batch as torch draws them (an ImageNet epoch's million keys at once would stall
+    its start for a second)."""
 
     def __init__(self, batch_size: int) -> None:
         self.batch_size = batch_size
         """What the profile reports (torch's ``BatchSampler`` has it too)."""
-        self.batches: List[List[_Key]] = []
+        self.seed = 0
+        self.epoch = 0
+        self.batches: List[Tuple[int, List[int]]] = []
+        """``(number in the plan, dataset indices)`` of the batches still to load."""
         self.on_plan: Optional[Callable[[List[_Key]], None]] = None
 
     def __iter__(self) -> Iterator[List[_Key]]:
         # A generator: torch draws each batch as it dispatches it, and its planned_ns is then.
-        for batch in self.batches:
+        seed, epoch = self.seed, self.epoch
+        for number, indices in self.batches:
+            batch = [_Key(number, i, _native.python_seed(seed, epoch, i)) for i in indices]
             if self.on_plan is not None:
                 self.on_plan(batch)
             yield batch
@@ -455,7 +462,7 @@ class PythonDataset:
     def plan_batches(self, indices: Sequence[int]) -> List[List[int]]:
         """``indices`` cut into batches (the last short, or dropped with ``drop_last``)."""
         size = self.batch_size
-        batches = [list(indices[i : i + size]) for i in range(0, len(indices), size)]
+        batches = [[int(i) for i in indices[k : k + size]] for k in range(0, len(indices), size)]
         if self.drop_last and batches and len(batches[-1]) < size:
             batches.pop()
         return batches
@@ -515,11 +522,8 @@ class PythonDataset:
                     f"{len(batches)} batches"
                 )
         done = set(delivered)
-        self._batches.batches = [
-            [_Key(b, int(i), _native.python_seed(self.seed, epoch, int(i))) for i in batch]
-            for b, batch in enumerate(batches)
-            if b not in done
-        ]
+        self._batches.seed, self._batches.epoch = self.seed, epoch
+        self._batches.batches = [(b, batch) for b, batch in enumerate(batches) if b not in done]
         deliveries, unwrapping = self._start(epoch)
         return PythonDatasetIterator(
             deliveries, unwrapping, epoch, batches, position, delivered, loader
