@@ -20,6 +20,7 @@ mod errors;
 mod fork;
 mod loader;
 mod ops;
+mod prefix;
 mod prepare;
 mod profile;
 mod shard;
@@ -47,6 +48,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<profile::PySummary>()?;
     m.add_class::<profile::PyCounterGroup>()?;
     m.add_class::<builder::PyProfileBuilder>()?;
+    m.add_class::<prefix::PyPrefix>()?;
     m.add_function(wrap_pyfunction!(builder::counters_unavailable, m)?)?;
     // The schema's constants, declared once in the profiler crate.
     m.add("PROFILE_SCHEMA", profiler::schema::SCHEMA_NAME)?;

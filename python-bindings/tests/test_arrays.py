@@ -13,6 +13,7 @@ import pytest
 import torch
 import torchvision
 import torchvision.transforms as tvT
+from PIL import Image
 import torchvision.transforms.v2 as v2
 from torch.utils.data import DataLoader, Subset, random_split
 
@@ -235,6 +236,10 @@ def test_channel_counts_follow_grayscale_and_the_mode(make: Dict[str, Any]) -> N
         fl.Loader(cifar, batch_size=4, python_tail="error")
 
 
+def mirror(img: Any) -> Any:
+    return img.transpose(Image.Transpose.FLIP_LEFT_RIGHT)
+
+
 def test_a_python_tail_on_mnist_gets_the_l_image(make: Dict[str, Any]) -> None:
     def invert(img: Any) -> Any:
         assert img.mode == "L"
@@ -242,9 +247,17 @@ def test_a_python_tail_on_mnist_gets_the_l_image(make: Dict[str, Any]) -> None:
 
     for ops in ([tvT.CenterCrop(20), tvT.Lambda(invert)], [tvT.Lambda(invert)]):
         dataset = make["MNIST"](tvT.Compose([*ops, tvT.ToTensor()]))
-        with pytest.warns(UserWarning, match="run in Python"):
-            got = _epoch(dataset)
-        assert torch.equal(got, _torchvisions(dataset))
+        # Under the GIL, and in worker processes (the native prefix reading the array's
+        # image as the native workers do, as PNM).
+        for where in ("threads", "processes"):
+            with pytest.warns(UserWarning, match="run in Python"):
+                got = _epoch(dataset, python_tail_workers=where)
+            assert torch.equal(got, _torchvisions(dataset)), (ops, where)
+    # An RGB array likewise (read as P6).
+    cifar = make["CIFAR10"](tvT.Compose([tvT.CenterCrop(24), tvT.Lambda(mirror), tvT.ToTensor()]))
+    with pytest.warns(UserWarning, match="run in Python"):
+        got = _epoch(cifar, python_tail_workers="processes")
+    assert torch.equal(got, _torchvisions(cifar))
 
 
 def test_what_cannot_be_honoured_natively_runs_in_python(make: Dict[str, Any]) -> None:

@@ -13,7 +13,7 @@ import threading
 import time
 import warnings
 from pathlib import Path
-from typing import Any, List, Tuple
+from typing import Any, Dict, List, Tuple
 
 import numpy as np
 import pytest
@@ -219,6 +219,10 @@ def test_random_python_ops_are_the_same_whatever_num_workers(folder: Path) -> No
     runs = [
         run(loader(folder, random_pipeline(), num_workers=n, shuffle=True, seed=11)) for n in (0, 1, 2)
     ]
+    # In worker processes too: the native prefix draws with the sample's key, as the threads.
+    runs.append(
+        run(loader(folder, random_pipeline(), num_workers=2, shuffle=True, seed=11, python_tail_workers="processes"))
+    )
     for other in runs[1:]:
         assert all(torch.equal(x, u) and torch.equal(y, v) for (x, y), (u, v) in zip(runs[0], other))
     # The consumer's generators are where they were: each sample's seeding is undone.
@@ -232,8 +236,12 @@ def test_random_python_ops_are_the_same_whatever_num_workers(folder: Path) -> No
 
 def test_the_warning_and_python_tail_error(folder: Path) -> None:
     transform = tv.Compose([tv.CenterCrop(32), tv.Lambda(mirror_and_mark), tv.ToTensor()])
-    with pytest.warns(UserWarning, match=r"Lambda, ToTensor run in Python.*GIL"):
-        fl.Loader(fl.ImageFolder(folder), 4, transform=transform)
+    with pytest.warns(UserWarning, match=r"Lambda, ToTensor run in Python.*GIL.*python_tail_workers='processes'"):
+        fl.Loader(fl.ImageFolder(folder), 4, transform=transform, num_workers=2)
+    with pytest.warns(UserWarning, match=r"Lambda, ToTensor run in Python after the native ops, in worker processes"):
+        fl.Loader(fl.ImageFolder(folder), 4, transform=transform, num_workers=2, python_tail_workers="processes")
+    with pytest.raises(ValueError, match=r"python_tail_workers: expected one of"):
+        fl.Loader(fl.ImageFolder(folder), 4, transform=transform, python_tail_workers="gpu")  # type: ignore[arg-type]
     with pytest.raises(ValueError, match=r"^from_torchvision: transform #1 Lambda.*python_tail='error'"):
         fl.Loader(fl.ImageFolder(folder), 4, transform=transform, python_tail="error")
     # Convertible, but the planner refuses the order: its reason, and the op named.
@@ -278,6 +286,21 @@ def test_a_transform_with_no_native_op_runs_in_worker_processes(folder: Path) ->
 
 def test_the_profile_has_the_tail_spans(folder: Path) -> None:
     transform = tv.Compose([tv.Resize(40), tv.CenterCrop(32), tv.Lambda(mirror_and_mark), tv.ToTensor()])
+    # In worker processes: the native ops' spans inside native_prefix, then each tail op's.
+    ld = loader(folder, transform, profile="spans", python_tail_workers="processes")
+    run(ld)
+    (p,) = ld.profile().to_dict()["pipelines"]
+    ops = [s["op"] for s in p["spans"]]
+    assert ops.count("native_prefix") == ops.count("Lambda") == ops.count("ToTensor") == 18
+    assert ops.count("decode") == 18 and p["label"] == "python"
+    prefix = {(s["batch"], s["sample"]): s for s in p["spans"] if s["op"] == "native_prefix"}
+    for s in p["spans"]:
+        if s["op"] == "decode":
+            outer = prefix[(s["batch"], s["sample"])]
+            assert outer["start_ns"] <= s["start_ns"] <= s["end_ns"] <= outer["end_ns"]
+            assert s["depth"] == outer["depth"] + 1
+    # Under the GIL in the native workers (the default after native ops): python_tail spans in
+    # the native profile.
     ld = loader(folder, transform, profile="spans")
     run(ld)
     spans = ld.profile().pipeline("native")["spans"]
@@ -385,3 +408,14 @@ def test_leaving_mid_epoch_exits_cleanly_while_workers_run_python(folder: Path, 
     )
     assert out.returncode == 1, out.stderr
     assert out.stderr.strip().splitlines()[-1] == "left mid-epoch", out.stderr
+
+
+def test_a_file_the_native_prefix_cannot_read_in_a_worker_process_is_named(corrupt_folder: Path) -> None:
+    transform = tv.Compose([tv.RandomResizedCrop(32), tv.Lambda(mirror_and_mark), tv.ToTensor()])
+    kw: Dict[str, Any] = dict(num_workers=2, batch_size=2, python_tail_workers="processes")
+    message = first_error(loader(corrupt_folder, transform, **kw))
+    assert re.search(r"a/1\.jpg \(sample 1\): DecodeError: .*", message), message
+    it = iter(loader(corrupt_folder, transform, on_error="skip", **kw))
+    assert sum(len(y) for _, y in it) == 4
+    assert sorted(Path(p).name for _, p, _ in it.skipped) == ["1.jpg", "2.jpg"]
+    assert all("DecodeError" in why for _, _, why in it.skipped)

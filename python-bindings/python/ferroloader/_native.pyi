@@ -33,6 +33,7 @@ __all__ = [
     "epoch_indices",
     "python_seed",
     "ProfileBuilder",
+    "Prefix",
     "PROFILE_SCHEMA",
     "PROFILE_SCHEMA_VERSION",
     "CONSUMER",
@@ -389,6 +390,13 @@ class ProfileBuilder:
         records: Sequence[Tuple[Any, ...]],
     ) -> None: ...
     def finish(self) -> Profile: ...
+
+@final
+class Prefix:
+    def __new__(cls, spec: str, image_size: Optional[Tuple[int, int]] = None) -> "Prefix": ...
+    def run(
+        self, data: bytes, seed: int, epoch: int, index: int
+    ) -> Tuple[npt.NDArray[Any], List[Tuple[str, int, int, int]]]: ...
 
 def counters_unavailable(reason: str) -> str: ...
 

@@ -79,6 +79,8 @@ class _Key(NamedTuple):
     """The batch's number in the epoch's plan."""
     dataset_index: int
     seed: int
+    """The global generators' seed for the sample (``_native.python_seed``)."""
+    epoch: int
 
 
 class _Failed:
@@ -97,6 +99,12 @@ class _Failed:
         self.index, self.why = state
 
 
+# The epoch of the sample being loaded in this process, set by ``_SeededDataset`` around each
+# ``dataset[i]``: a ``TailSamples``' native prefix draws from ``(seed, epoch, index)``, as the
+# native workers would, and ``dataset[i]`` has no other way to learn the epoch.
+_loading_epoch = 0
+
+
 class _SeededDataset(fl_torch._DatasetWrapper):
     """The dataset torch's fetcher sees: seeds the global generators for each key's sample;
     its public attributes are the dataset's."""
@@ -113,6 +121,8 @@ class _SeededDataset(fl_torch._DatasetWrapper):
             reseed_generators(key.seed, torch)
         else:
             saved = seed_generators(key.seed, torch)
+        global _loading_epoch
+        _loading_epoch = key.epoch
         try:
             return key.batch, self._inner[key.dataset_index]
         except Exception as e:
@@ -182,43 +192,71 @@ class _SeededIterable(IterableDataset[Tuple[int, Any]]):
 
 
 class TailSamples(Dataset[Tuple[torch.Tensor, int]]):
-    """A transform with no native op, run as DataLoader runs it: each sample opened with
-    Pillow (as torchvision's loader opens it, or the array's image), the transform's ops in
-    order, the result converted as a Python tail's is (``TailRunner.to_output``) and held to
-    the first sample's shape and dtype (``expected``, set by :meth:`probe`). Errors name the
-    sample and the op as the native tail's do. ``source``: a list of ``(path, label)``, an
-    ``ImageArray``, or a dataset of ``(path or bytes, label)``. ``transform`` holds the ops (a
-    torchvision ``Compose`` of them when torchvision is there, so a profile times each)."""
+    """A transform with a Python tail, run in DataLoader's worker processes: each process reads
+    the sample's bytes, runs the native prefix on them (``_native.Prefix``, planned once per
+    process, with the sample's key: the native workers' draws) or, with no prefix, opens them
+    with Pillow as torchvision's loader does, then the tail's ops in order; the result is
+    converted as a tail's always is (``TailRunner.to_output``) and held to the first sample's
+    shape and dtype (``expected``, set by :meth:`probe`). Errors name the sample and the op as
+    the native tail's do; a profile has the native ops' spans (under ``native_prefix``) and
+    each tail op's.
 
-    def __init__(self, source: Any, ops: List[Any], names: List[str], runner: Any) -> None:
+    ``source``: a list of ``(path, label)``, an ``ImageArray``, or a dataset of ``(path or
+    bytes, label)``. ``prefix``: the native prefix's spec and the size to plan it with
+    (``None``: no native op). ``transform`` holds the tail's ops (a torchvision ``Compose``
+    of them when torchvision is there, so a profile times each)."""
+
+    def __init__(
+        self,
+        source: Any,
+        ops: List[Any],
+        names: List[str],
+        runner: Any,
+        seed: int,
+        prefix: Optional[Tuple[str, Optional[Tuple[int, int]]]] = None,
+    ) -> None:
         self.source = source
         self.runner = runner
         self.names = names
+        self.seed = seed
+        self.prefix = prefix
         self.transform = _chain(ops)
         self.expected: Optional[Tuple[Tuple[int, ...], str]] = None
+        self._native_prefix: Optional[Tuple[int, _native.Prefix]] = None
         if isinstance(source, list):
             self.samples = source
             """The files, for the path a skipped sample is reported with."""
 
+    def __getstate__(self) -> Dict[str, Any]:
+        state = dict(self.__dict__)
+        state["_native_prefix"] = None  # planned again in each process
+        return state
+
     def __len__(self) -> int:
         return len(self.source)
 
-    def __getitem__(self, index: int) -> Tuple[torch.Tensor, int]:
-        source = self.source
-        if isinstance(source, _native.ImageArray):
-            from PIL import Image
+    def _planned(self) -> _native.Prefix:
+        made = self._native_prefix
+        if made is None or made[0] != os.getpid():
+            assert self.prefix is not None
+            spec, size = self.prefix
+            made = self._native_prefix = (os.getpid(), _native.Prefix(spec, size))
+        return made[1]
 
-            pixels, label = source[index]
-            where, image = f"{source.name}[{index}]", Image.fromarray(pixels)
+    def __getitem__(self, index: int) -> Tuple[torch.Tensor, int]:
+        where, data, label = self._read(index)
+        if self.prefix is None:
+            x = self.runner.to_input(data)
         else:
-            data, label = source[index]
-            where = f"dataset[{index}]"
-            if not isinstance(data, (bytes, bytearray)):
-                where = str(data)
-                with open(data, "rb") as f:
-                    data = f.read()
-            image = self.runner.to_input(data)
-        x = image
+            with fl_torch.span("native_prefix"):
+                try:
+                    array, spans = self._planned().run(data, self.seed, _loading_epoch, index)
+                except Exception as e:
+                    raise RuntimeError(
+                        f"{where} (sample {index}): {type(e).__qualname__}: {e}"
+                    ) from e
+                _record_native_spans(spans)
+            x = self.runner.to_input(array)
         # The instrumented copy's ops when profiled (they keep the order and the names).
         for k, op in enumerate(self.transform.transforms):
             try:
@@ -238,12 +276,30 @@ class TailSamples(Dataset[Tuple[torch.Tensor, int]]):
             )
         return torch.from_numpy(array), int(label)
 
-    def probe(self, seed: int, skip: bool) -> Tuple[Tuple[int, ...], str]:
-        """Runs the first sample (the first that loads, under ``skip``) in this process, its
-        generators seeded and the consumer's restored after, and holds every later sample to
-        its shape and dtype."""
+    def _read(self, index: int) -> Tuple[str, bytes, int]:
+        """``(where, encoded bytes, label)`` of sample ``index``: an array's image as binary
+        PNM, which is how the native loader reads it too."""
+        source = self.source
+        if isinstance(source, _native.ImageArray):
+            pixels, label = source[index]
+            h, w = pixels.shape[:2]
+            kind = b"P5" if pixels.ndim == 2 or pixels.shape[2] == 1 else b"P6"
+            data = b"%s\n%d %d\n255\n" % (kind, w, h) + np.ascontiguousarray(pixels).tobytes()
+            return f"{source.name}[{index}]", data, int(label)
+        item, label = source[index]
+        if isinstance(item, (bytes, bytearray)):
+            return f"dataset[{index}]", bytes(item), int(label)
+        with open(item, "rb") as f:
+            return str(item), f.read(), int(label)
+
+    def probe(self, skip: bool) -> Tuple[Tuple[int, ...], str]:
+        """Runs the first sample (the first that loads, under ``skip``) in this process, as of
+        epoch 0, its generators seeded and the consumer's restored after, and holds every later
+        sample to its shape and dtype."""
+        global _loading_epoch
+        _loading_epoch = 0
         for index in range(len(self)):
-            saved = seed_generators(_native.python_seed(seed, 0, index), torch)
+            saved = seed_generators(_native.python_seed(self.seed, 0, index), torch)
             try:
                 image, _ = self[index]
             except Exception:
@@ -255,6 +311,16 @@ class TailSamples(Dataset[Tuple[torch.Tensor, int]]):
             self.expected = (tuple(image.shape), str(image.numpy().dtype))
             return self.expected
         raise ValueError("dataset: empty")
+
+
+def _record_native_spans(spans: List[Tuple[str, int, int, int]]) -> None:
+    """The native prefix's op spans, nested in the open ``native_prefix`` span, when this
+    process is recording spans (not counters: the native ops were not counted)."""
+    rec = fl_torch._ACTIVE
+    if rec is None or rec.counting:
+        return
+    for op, start, end, depth in spans:
+        rec.records.append((op, rec.sample, start, end, rec.depth + 1 + depth))
 
 
 def _describe(layout: Tuple[Tuple[int, ...], str]) -> str:
@@ -344,7 +410,7 @@ class _EpochBatches:
         # A generator: torch draws each batch as it dispatches it, and its planned_ns is then.
         seed, epoch = self.seed, self.epoch
         for number, indices in self.batches:
-            batch = [_Key(number, i, _native.python_seed(seed, epoch, i)) for i in indices]
+            batch = [_Key(number, i, _native.python_seed(seed, epoch, i), epoch) for i in indices]
             if self.on_plan is not None:
                 self.on_plan(batch)
             yield batch

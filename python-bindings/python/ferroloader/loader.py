@@ -11,6 +11,7 @@ tensors without a copy (``torch.from_numpy``), and saves and restores the positi
 from __future__ import annotations
 
 import atexit
+import io
 import numbers
 import os
 import sys
@@ -63,6 +64,7 @@ OnError = Literal["raise", "skip"]
 ProfileMode = Literal["off", "spans", "counters"]
 TensorType = Literal["torch", "numpy"]
 PythonTail = Literal["warn", "allow", "error"]
+TailWorkers = Literal["auto", "threads", "processes"]
 
 #: Version of the dictionaries ``Loader.state_dict`` returns.
 STATE_VERSION = 1
@@ -103,6 +105,26 @@ def _cores() -> int:
         return len(os.sched_getaffinity(0))
     except AttributeError:
         return os.cpu_count() or 1
+
+
+def _first_image_size(source: Any) -> Optional[Tuple[int, int]]:
+    """``(height, width)`` of the first sample whose header reads (of the first 16), to plan a
+    native prefix that keeps each image's size with, as the native loader plans it; ``None``
+    when none reads (the prefix then plans as it can, and the samples say what is wrong)."""
+    if isinstance(source, _native.ImageArray):
+        shape = source.images.shape
+        return (int(shape[1]), int(shape[2])) if len(source) else None
+    from PIL import Image
+
+    for index in range(min(len(source), 16)):
+        try:
+            item = source[index][0]
+            opened = Image.open(io.BytesIO(item) if isinstance(item, (bytes, bytearray)) else item)
+            with opened as image:
+                return (image.height, image.width)
+        except Exception:
+            continue
+    return None
 
 
 def _cuda_available() -> bool:
@@ -195,10 +217,13 @@ class Loader:
     each sample, torch's CPU generator, ``random`` and numpy's global generator are seeded from
     ``(seed, epoch, index)`` and restored after, so batches stay the same whatever
     ``num_workers``.
-    A transform with no native op at all (another library's transform first) runs instead in
-    ``num_workers`` worker processes, as DataLoader runs it (``ferroloader._pydataset``), when
-    there are two workers or more: the native workers would only read files for a tail that
-    runs one sample at a time. The same draws, errors and first-sample shape rule hold.
+    ``python_tail_workers``: where the tail runs. ``"threads"``: as above. ``"processes"``
+    (with two workers or more): in ``num_workers`` worker processes as DataLoader runs a
+    transform (``ferroloader._pydataset``), each running the native prefix, then the tail, in
+    parallel; faster for a heavy tail (another library's RandAugment), slower for a light one
+    (DataLoader's per-sample Python and batch transfer). ``"auto"`` (default): processes where
+    no op is native (the native workers would only read files), threads otherwise. The same
+    draws, errors and first-sample shape rule hold either way.
     ``python_tail``: ``"warn"`` (default: one ``UserWarning`` naming the ops run in Python),
     ``"allow"`` (silently), ``"error"`` (refuse, naming the first op without a native
     equivalent).
@@ -238,6 +263,7 @@ class Loader:
         scratch_limit: int = 64 << 20,
         python_tail: PythonTail = "warn",
         python_dataset: PythonTail = "warn",
+        python_tail_workers: TailWorkers = "auto",
     ) -> None:
         self.dataset = dataset
         #: Why the dataset runs in Python, as DataLoader runs it; ``None`` when read natively.
@@ -343,6 +369,9 @@ class Loader:
         self.python_dataset_mode: str = _check_choice(
             "python_dataset", python_dataset, PythonTail
         )
+        self.python_tail_workers: str = _check_choice(
+            "python_tail_workers", python_tail_workers, TailWorkers
+        )
         # Converted to ints here; the native sampler checks the pair (both given, rank below
         # world_size) and names the argument at fault.
         self.world_size: Optional[int] = (
@@ -381,11 +410,11 @@ class Loader:
         self.transform: Optional[Compose] = self._split.prefix
         #: The transforms run in Python after them, in order (empty when all are native).
         self.python_tail: List[Any] = self._split.tail
-        tail_source = self._whole_tail_source()
+        tail_source = self._tail_process_source()
         if self.python_tail:
             self._check_tail(in_processes=tail_source is not None)
         if tail_source is not None:
-            self._run_whole_tail(tail_source, prefetch_factor)
+            self._run_tail_in_processes(tail_source, prefetch_factor)
             return
         if self.tensor_type == "torch":
             try:
@@ -519,15 +548,28 @@ class Loader:
 
     # -- native loader ------------------------------------------------------------------------
 
-    def _whole_tail_source(self) -> Any:
-        """What a transform with no native op at all reads its samples from, when it runs in
-        worker processes rather than under the GIL in the native workers; ``None`` otherwise.
+    def _tail_process_source(self) -> Any:
+        """What a transform with a Python tail reads its samples from when the tail runs in
+        worker processes; ``None`` when it runs under the GIL in the native workers.
 
-        With no native op the native workers would only read files, and the tail, holding the
-        GIL, would run one sample at a time: with two workers or more, DataLoader's processes
-        are faster (twice on two cores). Needs torch tensors out and a source Python can index
-        (listed files, an in-memory array, a protocol dataset; not shards)."""
-        if not self.python_tail or self._split.spec is not None or self.tensor_type != "torch":
+        Under the GIL the tail runs one sample at a time across the process, whatever
+        ``num_workers``: its Python, not the native ops, then caps the loader (a transform with
+        no native op ran at half DataLoader's speed on two cores). In worker processes each
+        runs the native prefix and then the tail, in parallel, as DataLoader's workers run a
+        whole transform, at the cost of DataLoader's per-sample Python and batch transfer.
+        ``python_tail_workers="auto"`` takes processes where there is no native op (the native
+        workers would only read files), ``"processes"`` always (two workers or more). Needs
+        torch tensors out and a source Python can index (listed files, an in-memory array, a
+        protocol dataset; not shards)."""
+        if not self.python_tail or self.tensor_type != "torch":
+            return None
+        if self.python_tail_workers == "threads":
+            return None
+        if self.python_tail_workers == "auto" and self._split.spec is not None:
+            # After native ops a light tail (a Lambda on the tensor) is faster under the GIL
+            # than behind DataLoader's per-sample Python and batch transfer (2.91x against
+            # 1.95x DataLoader's speed, bench_tail_workers.py); a heavy one is not (1.85x
+            # against 2.38x with RandAugment in Python): the user knows which theirs is.
             return None
         if (_cores() if self.num_workers is None else self.num_workers) < 2:
             return None
@@ -540,15 +582,21 @@ class Loader:
             return None
         return source  # a map-style dataset of (path or bytes, label)
 
-    def _run_whole_tail(self, source: Any, prefetch_factor: Optional[int]) -> None:
+    def _run_tail_in_processes(self, source: Any, prefetch_factor: Optional[int]) -> None:
         from ferroloader._pydataset import TailSamples
 
-        runner = TailRunner("bytes", self.output, self.image_mode)
+        split = self._split
+        prefix = None
+        if split.spec is not None:
+            prefix = (split.spec, _first_image_size(source))
+        runner = TailRunner(split.input_kind, self.output, self.image_mode)
         names = [tail_op_name(op) for op in self.python_tail]
-        samples = TailSamples(source, self.python_tail, names, runner)
-        samples.probe(self.seed, skip=self.on_error == "skip")
+        if split.spec is not None:
+            self._check_normalize()
+        samples = TailSamples(source, self.python_tail, names, runner, self.seed, prefix)
+        samples.probe(skip=self.on_error == "skip")
         workers = _cores() if self.num_workers is None else self.num_workers
-        self._start_python_engine(samples, workers, prefetch_factor, "no native op")
+        self._start_python_engine(samples, workers, prefetch_factor, "a Python tail")
 
     def _check_tail(self, in_processes: bool = False) -> None:
         """Applies ``python_tail`` to a transform with a Python tail."""
@@ -564,12 +612,16 @@ class Loader:
             if not callable(op):
                 raise TypeError(f"transform: {op!r} is neither a known transform nor callable")
         if self.python_tail_mode == "warn":
-            where = (
-                "with no native op before them: in worker processes, as DataLoader runs them"
-                if in_processes
-                else "after the native ops, holding the GIL (one sample at a time, whatever "
-                "num_workers)"
-            )
+            if not in_processes:
+                where = (
+                    "after the native ops, holding the GIL (one sample at a time, whatever "
+                    "num_workers; python_tail_workers='processes' runs them in worker processes, "
+                    "faster for a heavy tail)"
+                )
+            elif self._split.spec is None:
+                where = "with no native op before them: in worker processes, as DataLoader runs them"
+            else:
+                where = "after the native ops, in worker processes (each running the native ops first)"
             warnings.warn(
                 f"transform: {names} run in Python {where}; python_tail='allow' silences "
                 "this, 'error' refuses",
@@ -872,6 +924,7 @@ class Loader:
             "scratch_limit": self.scratch_limit,
             "python_tail": self.python_tail_mode,
             "python_dataset": self.python_dataset_mode,
+            "python_tail_workers": self.python_tail_workers,
             "worker_init_fn": self.worker_init_fn,
         }
 

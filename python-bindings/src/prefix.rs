@@ -1,0 +1,114 @@
+//! The native prefix of a Python tail, one sample at a time, for a tail that runs in
+//! DataLoader's worker processes (`ferroloader._pydataset.TailSamples`): each process plans the
+//! prefix once and runs it on the bytes it read, with the sample's key, so the native draws are
+//! those the native workers would make. Returns the prefix's output as a numpy array and the
+//! spans of its ops, for the process's profile.
+//!
+//! Must not hold the GIL while processing, keep anything of a sample after returning it, or
+//! be shared between processes (each makes its own: a forked copy of another's scratch is not
+//! used, as the scratch is made on first use).
+
+use std::sync::Mutex;
+
+use ferroloader_loader::profiler::now_ns;
+use ferroloader_loader::transforms::Error as TransformError;
+use ferroloader_loader::{DType, ImagePipeline, Op, OpHooks, SampleKey, SampleProcessor, SlotMut};
+use numpy::ndarray::{self, ArrayD, IxDyn};
+use numpy::IntoPyArray;
+use pyo3::exceptions::PyValueError;
+use pyo3::prelude::*;
+
+use crate::detach::run_detached;
+use crate::loader::{parse_spec, plan_spec};
+
+/// A span of one native op: `(name, start_ns, end_ns, depth)`, depth 0 for the outermost.
+type OpSpan = (&'static str, u64, u64, u32);
+
+/// A planned native prefix and the scratch it reuses between samples.
+#[pyclass(frozen, module = "ferroloader._native", name = "Prefix")]
+pub(crate) struct PyPrefix {
+    pipeline: ImagePipeline,
+    scratch: Mutex<Option<<ImagePipeline as SampleProcessor>::Scratch>>,
+}
+
+/// Records each op's span, nested as the ops are.
+#[derive(Default)]
+struct SpanHooks {
+    open: Vec<u64>,
+    spans: Vec<OpSpan>,
+}
+
+impl OpHooks for SpanHooks {
+    fn enter(&mut self, _op: Op) {
+        self.open.push(now_ns());
+    }
+
+    fn exit(&mut self, op: Op) {
+        let end = now_ns();
+        let start = self.open.pop().unwrap_or(end);
+        let depth = u32::try_from(self.open.len()).unwrap_or(u32::MAX);
+        self.spans.push((op.name(), start, end, depth));
+    }
+}
+
+#[pymethods]
+impl PyPrefix {
+    /// `spec`: the prefix's pipeline spec (JSON, as `ferroloader.transforms` writes it);
+    /// `image_size`: `(height, width)` to plan a pipeline that keeps each image's size with
+    /// (the first image's, as the native loader plans it).
+    #[new]
+    #[pyo3(signature = (spec, image_size = None))]
+    fn new(spec: &str, image_size: Option<(u32, u32)>) -> PyResult<Self> {
+        let mut spec = parse_spec(spec)?;
+        if spec.needs_image_size() && spec.image_size.is_none() {
+            spec.image_size = image_size.map(|(h, w)| [h, w]);
+        }
+        Ok(PyPrefix {
+            pipeline: plan_spec(spec)?,
+            scratch: Mutex::new(None),
+        })
+    }
+
+    /// Runs the prefix on one sample's encoded bytes with its key `(seed, epoch, index)`:
+    /// `(array, spans)`, the array shaped as the prefix's sample (`[H, W, C]` uint8 before a
+    /// tensor conversion, else `[C, H, W]`), the spans as `(op, start_ns, end_ns, depth)`.
+    /// Raises `ValueError` with the op's error (a file that does not decode, ...).
+    fn run<'py>(
+        &self,
+        py: Python<'py>,
+        data: &[u8],
+        seed: u64,
+        epoch: u64,
+        index: u64,
+    ) -> PyResult<(Bound<'py, PyAny>, Vec<OpSpan>)> {
+        let key = SampleKey { seed, epoch, index };
+        let layout = self.pipeline.sample_layout();
+        let shape = IxDyn(&layout.shape);
+        let len = layout.shape.iter().product();
+        let mut hooks = SpanHooks::default();
+        let mut run = |slot: SlotMut<'_>| -> Result<(), TransformError> {
+            let mut scratch = self
+                .scratch
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            let scratch = scratch.get_or_insert_with(|| self.pipeline.new_scratch());
+            self.pipeline.process(data, key, scratch, slot, &mut hooks)
+        };
+        let shaped = |e: ndarray::ShapeError| PyValueError::new_err(format!("prefix: {e}"));
+        let array = match layout.dtype {
+            DType::U8 => {
+                let mut out = vec![0u8; len];
+                run_detached(py, |_| Some(run(SlotMut::U8(&mut out))))?;
+                let array = ArrayD::from_shape_vec(shape, out).map_err(shaped)?;
+                array.into_pyarray(py).into_any()
+            }
+            DType::F32 => {
+                let mut out = vec![0f32; len];
+                run_detached(py, |_| Some(run(SlotMut::F32(&mut out))))?;
+                let array = ArrayD::from_shape_vec(shape, out).map_err(shaped)?;
+                array.into_pyarray(py).into_any()
+            }
+        };
+        Ok((array, hooks.spans))
+    }
+}
