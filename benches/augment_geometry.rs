@@ -1,7 +1,7 @@
 //! Benches of the geometric augmentation kernels on one 224x224 image generated here (no
 //! corpus needed), single thread: the affine engines Pillow picks between (NEAREST scale, fixed
-//! point, BILINEAR), Pillow's rotate fast path, RandomPerspective (its solve and Pillow's
-//! perspective transform, NEAREST and BILINEAR), vflip, pad and RandomCrop's padding, Gaussian
+//! point, BILINEAR, BICUBIC), Pillow's rotate fast path, RandomPerspective (its solve and
+//! Pillow's perspective transform, NEAREST, BILINEAR and BICUBIC), vflip, pad and RandomCrop's padding, Gaussian
 //! blur at several kernel sizes, and erasing on a normalized CHW slot.
 //!
 //! Compare ratios within one run, not absolute times (shared 2-core machines).
@@ -55,6 +55,7 @@ fn bench_affine(c: &mut Criterion) {
     for (name, interp) in [
         ("nearest", Interpolation::Nearest),
         ("bilinear", Interpolation::Bilinear),
+        ("bicubic", Interpolation::Bicubic),
     ] {
         // TrivialAugmentWide's ShearX at bin 30 (fixed-point engine for NEAREST).
         let shear = 0.99f64.atan().to_degrees();

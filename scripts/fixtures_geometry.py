@@ -11,7 +11,8 @@ output) and OUTDIR/manifest.json:
      "cases":  [{"op", "image", "file", "why", ...op parameters}],
      "kernels": [{"size", "sigma", "bits": [u32 ...]}]}
 
-Ops, all through torchvision's PIL path (v1 functional API) unless said otherwise:
+Ops, all through torchvision's PIL path (v1 functional API) unless said otherwise; the warps
+(`interp`) with NEAREST, BILINEAR and BICUBIC (Pillow's three transform filters):
 - "affine": F.affine(img, angle, translate, scale, shear, interpolation, fill, center), plus the
   matrix `_get_inverse_affine_matrix` computed (`matrix`, as float64 bit patterns in hex);
 - "rotate": F.rotate(img, angle, interpolation, expand, center, fill) (Pillow's
@@ -43,7 +44,7 @@ so), which the tests read: JSON readers need not round-trip floats exactly.
 `fill` is written as torchvision received it (null, a number or a list); `fill_rgb` is the
 triple it becomes (torchvision's `_parse_fill`: None -> 0, numbers truncated to int).
 
-Deterministic (fixed seeds, no timestamps) and small: about 10 MB, a few seconds.
+Deterministic (fixed seeds, no timestamps) and small: about 14 MB, a few seconds.
 """
 
 from __future__ import annotations
@@ -97,7 +98,7 @@ def bins(lo: float, hi: float, num_bins: int) -> list[float]:
     return F.magnitude_bins(lo, hi, num_bins)
 
 
-def policy_cases(width: int, height: int) -> list[dict]:
+def policy_cases(width: int, height: int, interp: str = "nearest") -> list[dict]:
     """Rotate / Shear / Translate as TrivialAugmentWide and RandAugment call them (_apply_op)."""
     ta = {
         "Shear": bins(0.0, 0.99, 31),
@@ -121,26 +122,28 @@ def policy_cases(width: int, height: int) -> list[dict]:
                     fill = FILLS[k % len(FILLS)]
                     k += 1
                     why = f"{policy} {op} bin {b} sign {sign:+.0f} fill {fill}"
+                    if interp != "nearest":
+                        why += f" {interp}"
                     if op == "Rotate":
-                        out.append(dict(op="rotate", angle=mag, center=None, interp="nearest", fill=fill, why=why))
+                        out.append(dict(op="rotate", angle=mag, center=None, interp=interp, fill=fill, why=why))
                     elif op.startswith("Shear"):
                         deg = math.degrees(math.atan(mag))
                         shear = [deg, 0.0] if op == "ShearX" else [0.0, deg]
                         out.append(
                             dict(op="affine", angle=0.0, translate=[0, 0], scale=1.0, shear=shear,
-                                 center=[0, 0], interp="nearest", fill=fill, why=why)
+                                 center=[0, 0], interp=interp, fill=fill, why=why)
                         )
                     else:
                         t = [int(mag), 0] if op == "TranslateX" else [0, int(mag)]
                         out.append(
                             dict(op="affine", angle=0.0, translate=t, scale=1.0, shear=[0.0, 0.0],
-                                 center=None, interp="nearest", fill=fill, why=why)
+                                 center=None, interp=interp, fill=fill, why=why)
                         )
     return out
 
 
-def random_geometry_cases(rng: np.random.Generator) -> list[dict]:
-    """RandomRotation / RandomAffine with arbitrary drawn parameters, NEAREST and BILINEAR."""
+def random_geometry_cases(rng: np.random.Generator, interps: tuple[str, ...] = ("nearest", "bilinear")) -> list[dict]:
+    """RandomRotation / RandomAffine with arbitrary drawn parameters, with each of `interps`."""
     out = []
     fixed = [
         dict(op="rotate", angle=17.3, center=None, why="RandomRotation 17.3"),
@@ -173,7 +176,7 @@ def random_geometry_cases(rng: np.random.Generator) -> list[dict]:
         )
     k = 0
     for case in fixed:
-        for interp in ("nearest", "bilinear"):
+        for interp in interps:
             c = dict(case)
             c["interp"] = interp
             c["fill"] = FILLS[k % len(FILLS)]
@@ -198,7 +201,9 @@ def perspective_endpoints(rng: np.random.Generator, width: int, height: int, sca
             [near(bw), far(height, bh)]]
 
 
-def perspective_cases(rng: np.random.Generator, width: int, height: int) -> list[dict]:
+def perspective_cases(
+    rng: np.random.Generator, width: int, height: int, interps: tuple[str, ...] = ("nearest", "bilinear")
+) -> list[dict]:
     """RandomPerspective: the identity (distortion_scale=0), mild, default and strong draws,
     and hand-made corners (one side pulled in only: many positions on pixel centres)."""
     start = [[0, 0], [width - 1, 0], [width - 1, height - 1], [0, height - 1]]
@@ -212,12 +217,24 @@ def perspective_cases(rng: np.random.Generator, width: int, height: int) -> list
     out = []
     k = 0
     for scale, end, why in fixed:
-        for interp in ("nearest", "bilinear"):
+        for interp in interps:
             fill = FILLS[k % len(FILLS)]
             k += 1
             out.append(dict(op="perspective", startpoints=start, endpoints=end, distortion_scale=scale,
                             interp=interp, fill=fill, why=f"perspective {why} {end} {interp} fill {fill}"))
     return out
+
+
+def bicubic_cases(rng: np.random.Generator, width: int, height: int) -> list[dict]:
+    """BICUBIC warps (Pillow's generic transform with its a = -1 cubic): the policies' shears,
+    translations and rotations at two bins of each policy, and the RandomRotation /
+    RandomAffine cases (rotation with and without a centre or expand, shear, translate,
+    scale, the fast paths, fresh draws from `rng`), each with a fill."""
+    policy = [
+        c for c in policy_cases(width, height, "bicubic")
+        if " bin 9 " in c["why"] or " bin 30 " in c["why"]
+    ]
+    return policy + random_geometry_cases(rng, ("bicubic",))
 
 
 def run_geometry(img: Image.Image, c: dict) -> Image.Image:
@@ -323,6 +340,9 @@ def main() -> int:
     rng = np.random.default_rng(20)
     # Its own generator: the other cases' draws stay as they were.
     persp_rng = np.random.default_rng(30)
+    # BICUBIC's cases came later, with generators of their own for the same reason.
+    bicubic_rng = np.random.default_rng(40)
+    bicubic_persp_rng = np.random.default_rng(50)
     for name, width, height, seed in sources:
         pixels = photo_like(width, height, seed)
         src_file = f"src_{name}.rgb"
@@ -343,6 +363,15 @@ def main() -> int:
                 # Fast paths ignore the filter: one interpolation is enough.
                 or ("fast path" in c["why"] and c["interp"] == "nearest")
             ]
+        bicubic = bicubic_cases(bicubic_rng, width, height)
+        if big:
+            # Rotation, shear, translation, scale, a whole draw and the expand, BICUBIC.
+            bicubic = [
+                c for c in bicubic
+                if any(k in c["why"] for k in ("17.3", "all params", "scale+translate", "draw 0",
+                                               "ShearY bin 30 sign +1", "TranslateX bin 9 sign -1"))
+            ]
+        geo += bicubic
         for c in geo:
             ref = run_geometry(img, c)
             assert ref.mode == "RGB" and (c.get("expand") or ref.size == img.size)
@@ -356,9 +385,13 @@ def main() -> int:
             emit(c, ref.tobytes())
 
         persp = perspective_cases(persp_rng, width, height)
+        persp_bicubic = perspective_cases(bicubic_persp_rng, width, height, ("bicubic",))
         if big:
-            # Identity, mild, default (both filters) and strong, BILINEAR where one filter.
+            # Identity, mild, default (both filters) and strong, BILINEAR where one filter;
+            # BICUBIC: the pulled-in corner, a default and a strong draw.
             persp = [persp[i] for i in (1, 5, 6, 7, 11)]
+            persp_bicubic = [persp_bicubic[i] for i in (1, 3, 6)]
+        persp += persp_bicubic
         for c in persp:
             coeffs = F.perspective_coeffs(c["startpoints"], c["endpoints"])
             ref = F.perspective(img, None, None, interpolation=c["interp"], fill=c["fill"], coefficients=coeffs)

@@ -47,8 +47,12 @@ TORCHVISION_VERSION = "0.29.2"
 Fill = Union[None, int, float, Sequence[int], Sequence[float]]
 Padding = Union[int, Sequence[int]]
 
-# torchvision's InterpolationMode -> Pillow resampling filter, for the two modes the fixtures use.
-PIL_FILTERS = {"nearest": Image.Resampling.NEAREST, "bilinear": Image.Resampling.BILINEAR}
+# torchvision's InterpolationMode -> Pillow resampling filter, for the modes the warps take.
+PIL_FILTERS = {
+    "nearest": Image.Resampling.NEAREST,
+    "bilinear": Image.Resampling.BILINEAR,
+    "bicubic": Image.Resampling.BICUBIC,
+}
 
 
 # --- torch arithmetic -----------------------------------------------------------------------

@@ -243,8 +243,19 @@ def test_what_augmix_cannot_do_is_refused_by_parameter() -> None:
         T.from_torchvision(tvT.AugMix(fill=300))
     with pytest.raises(ValueError, match="AugMix: fill"):
         T.AugMix(fill=[1, 2])
-    with pytest.raises(ValueError, match="AugMix: interpolation"):
+    # AugMix warps a uint8 tensor, whose kernels refuse BICUBIC: torchvision's message.
+    refusal = "Interpolation mode 'bicubic' is unsupported with Tensor input"
+    with pytest.raises(ValueError, match=f"AugMix: interpolation.*{refusal}"):
         T.from_torchvision(tvT.AugMix(interpolation=tvT.InterpolationMode.BICUBIC))
+    with pytest.raises(ValueError, match=f"AugMix: interpolation.*{refusal}"):
+        T.AugMix(interpolation="bicubic", api="v2")
+    with pytest.raises(ValueError, match=refusal), torch.random.fork_rng():
+        for _ in range(20):  # torchvision's own, at the first warp drawn
+            v2.AugMix(interpolation=tvT.InterpolationMode.BICUBIC)(torch.zeros(3, 8, 8, dtype=torch.uint8))
+    with pytest.raises(ValueError, match=rf"interpolation.*{refusal}"):
+        _native.check_pipeline(
+            '{"ops": [{"op": "CenterCrop", "size": 8}, {"op": "AugMix", "interpolation": "bicubic"}, {"op": "ToTensor"}]}'
+        )
     with pytest.raises(ValueError, match="per-type fill"):
         T.from_torchvision(v2.AugMix(fill={Image.Image: 3}))
     with pytest.raises(TypeError, match="AugMix: all_ops"):

@@ -18,8 +18,9 @@ Perspective: Pillow's transform from the fixture's coefficients is exact; the co
 torchvision's except where torch's least-squares QR (MKL, CPU-dependent) leaves rounding noise
 (below 1e-12) in a coefficient that is zero in exact arithmetic. That noise moves BILINEAR
 samples that sit on a pixel centre (the identity, distortion_scale=0) by about 1e-13, which
-truncates some of them one level lower; the test allows exactly that: one level, only where the
-coefficients differ by noise. torchvision refuses the singular system of a 1x1 image.
+truncates some of them one level lower (BICUBIC likewise); the test allows exactly that: one
+level, only where the coefficients differ by noise. torchvision refuses the singular system of
+a 1x1 image.
 """
 
 from __future__ import annotations
@@ -48,7 +49,11 @@ import tv_pil_ref  # noqa: E402
 
 IMAGENET_MEAN = [0.485, 0.456, 0.406]
 IMAGENET_STD = [0.229, 0.224, 0.225]
-INTERP = {"nearest": tvT.InterpolationMode.NEAREST, "bilinear": tvT.InterpolationMode.BILINEAR}
+INTERP = {
+    "nearest": tvT.InterpolationMode.NEAREST,
+    "bilinear": tvT.InterpolationMode.BILINEAR,
+    "bicubic": tvT.InterpolationMode.BICUBIC,
+}
 
 # Runs a fixture script as `python SCRIPT OUTDIR` with torch and torchvision unimportable.
 WITHOUT_TORCH = """
@@ -293,7 +298,7 @@ def _perspective_difference(img: Image.Image, c: Dict[str, Any], ours: bytes) ->
     full = np.asarray(F.perspective(img, c["startpoints"], c["endpoints"], interp, c["fill"]), dtype=np.int16)
     mine = np.frombuffer(ours, dtype=np.uint8).reshape(full.shape).astype(np.int16)
     diff = np.abs(full - mine)
-    allowed = 1 if any(noise) and c["interp"] == "bilinear" else 0
+    allowed = 1 if any(noise) and c["interp"] in ("bilinear", "bicubic") else 0
     if diff.max() > allowed:
         failures.append(f"{where}: F.perspective differs by up to {diff.max()} ({int((diff > 0).sum())} values)")
     return failures
@@ -347,6 +352,8 @@ def test_geometry_fixtures_are_torchvisions(geometry_dir: Path, monkeypatch: pyt
         if ours != theirs:
             failures.append(f"{c['op']} {c['why']} on {c['image']}")
     assert ops == {"affine", "rotate", "perspective", "vflip", "pad", "random_crop", "random_crop_v2", "blur", "erase"}
+    warps = {(c["op"], c["interp"]) for c in manifest["cases"] if "interp" in c}
+    assert warps == {(op, i) for op in ("affine", "rotate", "perspective") for i in INTERP}, warps
     for name, tensor in tensors.items():
         path = geometry_dir / f"tensor_{name}.bin"
         if path.exists() and path.read_bytes() != tensor.numpy().tobytes():

@@ -32,6 +32,7 @@ from conftest import make_folder
 
 NEAREST = tvT.InterpolationMode.NEAREST
 BILINEAR = tvT.InterpolationMode.BILINEAR
+BICUBIC = tvT.InterpolationMode.BICUBIC
 
 
 def _certain_ops(tv: Any) -> List[Any]:
@@ -58,15 +59,36 @@ def _uint8_loader(folder: Path, transform: Any, workers: int = 2) -> fl.Loader:
     return fl.Loader(fl.ImageFolder(folder), batch_size=5, num_workers=workers, transform=transform, output="uint8")
 
 
+def _certain_bicubic_ops(tv: Any) -> List[Any]:
+    """The warps with BICUBIC and nothing left to chance: rotations (with a fill, about a
+    centre), an affine with rotation, scale and both shears, a pure shear about a corner, and
+    the policies' translation (``RandomAffine`` with degrees 0 and no draw but a zero one)."""
+    return [
+        tv.Resize(64),
+        tv.CenterCrop(48),
+        tv.RandomRotation((30, 30), interpolation=BICUBIC, fill=[10, 20, 300]),
+        tv.RandomRotation((-45, -45), interpolation=BICUBIC, center=[10, 20.5]),
+        tv.RandomAffine(degrees=(10, 10), scale=(1.1, 1.1), shear=(5, 5, -3, -3), interpolation=BICUBIC, fill=7),
+        tv.RandomAffine(degrees=0, shear=(12, 12), fill=[0, 255, 0], center=[5, 5], interpolation=BICUBIC),
+        tv.RandomAffine(degrees=(-100, -100), scale=(0.6, 0.6), interpolation=BICUBIC, fill=128),
+        tv.PILToTensor(),
+    ]
+
+
+@pytest.mark.parametrize("ops", [_certain_ops, _certain_bicubic_ops], ids=["ops", "bicubic"])
 @pytest.mark.parametrize("tv", [tvT, v2], ids=["v1", "v2"])
-def test_certain_geometric_ops_match_torchvision_on_pil_exactly(folder: Path, tv: Any) -> None:
-    tv_transform = tv.Compose(_certain_ops(tv))
+def test_certain_geometric_ops_match_torchvision_on_pil_exactly(folder: Path, tv: Any, ops: Any) -> None:
+    tv_transform = tv.Compose(ops(tv))
     reference = torchvision.datasets.ImageFolder(str(folder), transform=tv_transform)
     seen = 0
-    for images, _ in _uint8_loader(folder, T.from_torchvision(tv_transform)):
-        assert images.shape[1:] == (3, 60, 58)
+    loader = fl.Loader(
+        fl.ImageFolder(folder), batch_size=5, num_workers=2, transform=tv_transform, output="uint8",
+        python_tail="error",
+    )
+    for images, _ in loader:
         for k in range(images.shape[0]):
             ref, _ = reference[seen]
+            assert images[k].shape == ref.shape
             diff = (images[k].to(torch.int16) - ref.to(torch.int16)).abs().max()
             assert int(diff) == 0, f"sample {seen}: {int(diff)} levels"
             seen += 1
@@ -248,8 +270,10 @@ def test_unsupported_geometric_arguments_are_refused_by_name() -> None:
         T.from_torchvision(tvT.Compose([tvT.CenterCrop(8), tvT.RandomRotation(10, expand=True)]))
     with pytest.raises(ValueError, match="v2 RandomCrop"):
         T.from_torchvision(v2.RandomCrop(8, padding=1, pad_if_needed=True, padding_mode="reflect"))
-    with pytest.raises(ValueError, match="interpolation"):
-        T.RandomAffine(10, interpolation="bicubic")
+    # Pillow's transform has three filters: the others are refused, naming the parameter.
+    assert T.RandomAffine(10, interpolation="bicubic").interpolation == "bicubic"
+    with pytest.raises(ValueError, match="RandomAffine: interpolation 'lanczos'"):
+        T.RandomAffine(10, interpolation="lanczos")
     with pytest.raises(ValueError, match="negative padding"):
         T.Pad(-1)
     with pytest.raises(ValueError, match="odd and positive"):
@@ -458,6 +482,15 @@ def test_random_perspective_is_torchvisions_at_the_corners_drawn(tv: Any) -> Non
     # a sample sitting on a pixel centre: one level, rarely.
     assert worst <= 1, f"{worst} levels"
     assert differ <= 0.001 * bilinear.size, f"{differ} values differ"
+    # BICUBIC likewise, at the same corners.
+    bicubic = _perspective_outputs(textured, compose(BICUBIC), seed=4)
+    worst, differ = 0, 0
+    for k in range(n):
+        ref = np.asarray(F.perspective(Image.fromarray(textured[k]), PERSPECTIVE_START, ends[k], BICUBIC, fill))
+        diff = np.abs(ref.astype(np.int16) - bicubic[k].astype(np.int16))
+        worst, differ = max(worst, int(diff.max())), differ + int((diff > 0).sum())
+    assert worst <= 1, f"bicubic: {worst} levels"
+    assert differ <= 0.001 * bicubic.size, f"bicubic: {differ} values differ"
 
     # The corners' distribution: each coordinate within int(0.6 * 24) + 1 = 15 pixels of its
     # corner, uniform there (mean offset 7, standard deviation 4.3 over 8 * 96 values).
@@ -509,8 +542,10 @@ def test_random_perspective_converts_v1_and_v2_and_refuses_by_name() -> None:
                           "fill": 0.0}
         assert got[2] == {"op": "RandomPerspective", "distortion_scale": 0.3, "p": 1.0, "interpolation": "nearest",
                           "fill": [1.0, 2.0, 3.0]}
-        with pytest.raises(ValueError, match=r"RandomPerspective.*interpolation.*BICUBIC"):
-            T.from_torchvision([tv.CenterCrop(8), tv.RandomPerspective(interpolation=tvT.InterpolationMode.BICUBIC)])
+        got = T.from_torchvision([tv.CenterCrop(8), tv.RandomPerspective(interpolation=BICUBIC)]).to_spec()
+        assert got[1]["interpolation"] == "bicubic"
+        with pytest.raises(ValueError, match=r"RandomPerspective.*interpolation.*LANCZOS"):
+            T.from_torchvision([tv.CenterCrop(8), tv.RandomPerspective(interpolation=tvT.InterpolationMode.LANCZOS)])
     assert [T.RandomPerspective().to_spec()] == T.from_torchvision(tvT.RandomPerspective()).to_spec()
     with pytest.raises(ValueError, match="distortion_scale"):
         T.RandomPerspective(distortion_scale=1.5)
@@ -532,3 +567,65 @@ def test_random_perspective_runs_natively_not_as_a_python_tail(folder: Path) -> 
         loader = fl.Loader(fl.ImageFolder(folder), batch_size=4, num_workers=1, transform=transform)
         images, _ = next(iter(loader))
     assert images.shape[1:] == (3, 32, 32)
+
+
+# --- BICUBIC on a tensor --------------------------------------------------------------------------
+#
+# torchvision warps a PIL image with Pillow's bicubic filter, but its tensor kernels (v1 and v2
+# rotate, affine and perspective, after ToImage/PILToTensor) refuse BICUBIC. ferroloader converts
+# the first and refuses the second with torchvision's own message, so such a warp stays in the
+# Python tail, where torchvision raises as it would without ferroloader.
+
+TENSOR_REFUSAL = "Interpolation mode 'bicubic' is unsupported with Tensor input"
+
+
+def _bicubic_warps(tv: Any) -> List[Any]:
+    return [
+        tv.RandomRotation(30, interpolation=BICUBIC),
+        tv.RandomAffine(10, translate=(0.1, 0.1), interpolation=BICUBIC),
+        tv.RandomPerspective(p=1.0, interpolation=BICUBIC),
+    ]
+
+
+@pytest.mark.parametrize("tv", [tvT, v2], ids=["v1", "v2"])
+def test_bicubic_warps_after_the_tensor_conversion_are_refused_as_torchvision_refuses(tv: Any) -> None:
+    head = [tv.ToImage()] if tv is v2 else [tv.PILToTensor()]
+    image = torch.randint(0, 256, (3, 20, 24), dtype=torch.uint8)
+    for warp in _bicubic_warps(tv):
+        with pytest.raises(ValueError, match=TENSOR_REFUSAL):
+            warp(image)  # torchvision itself
+        name = type(warp).__name__
+        with pytest.raises(ValueError, match=rf"{name}.*warps an image tensor with bicubic: {TENSOR_REFUSAL}"):
+            T.from_torchvision(tv.Compose([*head, tv.CenterCrop(16), warp]))
+        split = T.split_python_tail(tv.Compose([*head, tv.CenterCrop(16), warp]))
+        assert split.tail == [warp] and TENSOR_REFUSAL in split.reason
+        # Before the conversion torchvision warps the PIL image: native.
+        native = T.from_torchvision(tv.Compose([tv.CenterCrop(16), warp, *head]))
+        assert native.to_spec()[1]["interpolation"] == "bicubic"
+    # Nested in a random composition, too.
+    nested = tv.Compose([*head, tv.CenterCrop(16), tv.RandomApply([tv.RandomRotation(5, interpolation=BICUBIC)])])
+    with pytest.raises(ValueError, match=TENSOR_REFUSAL):
+        T.from_torchvision(nested)
+
+
+def test_random_bicubic_warps_run_natively_and_whatever_the_worker_count(folder: Path) -> None:
+    transform = tvT.Compose(
+        [
+            tvT.RandomResizedCrop(40),
+            tvT.RandomRotation(25, interpolation=BICUBIC, fill=[0, 128, 255]),
+            tvT.RandomAffine(10, translate=(0.1, 0.1), scale=(0.9, 1.1), shear=5, interpolation=BICUBIC),
+            tvT.RandomPerspective(interpolation=BICUBIC),
+            tvT.ToTensor(),
+        ]
+    )
+    assert T.split_python_tail(transform).tail == []
+
+    def run(workers: int, seed: int = 5) -> torch.Tensor:
+        loader = fl.Loader(fl.ImageFolder(folder), batch_size=4, num_workers=workers, transform=transform, seed=seed,
+                           python_tail="error")
+        return torch.cat([images.clone() for images, _ in loader])
+
+    zero = run(0)
+    assert zero.shape[1:] == (3, 40, 40)
+    assert torch.equal(zero, run(2))
+    assert not torch.equal(zero, run(2, seed=6))

@@ -104,6 +104,12 @@ POLICIES: Dict[str, Callable[[], Any]] = {
     "AutoAugment-imagenet": lambda: tvT.AutoAugment(),
     "AutoAugment-cifar10": lambda: tvT.AutoAugment(tvT.AutoAugmentPolicy.CIFAR10, fill=[0, 128, 255]),
     "AutoAugment-svhn-v2": lambda: v2.AutoAugment(v2.AutoAugmentPolicy.SVHN, interpolation=v2.InterpolationMode.BILINEAR),
+    # BICUBIC, as torchvision's reference recipes pass `--interpolation bicubic` to the policies.
+    "TrivialAugmentWide-bicubic-fill": lambda: tvT.TrivialAugmentWide(
+        num_magnitude_bins=8, interpolation=tvT.InterpolationMode.BICUBIC, fill=[255, 20, 100]
+    ),
+    "RandAugment-bicubic-v2": lambda: v2.RandAugment(num_ops=1, magnitude=11, num_magnitude_bins=15, interpolation=v2.InterpolationMode.BICUBIC),
+    "AutoAugment-imagenet-bicubic": lambda: tvT.AutoAugment(interpolation=tvT.InterpolationMode.BICUBIC, fill=[9]),
 }
 
 
@@ -134,6 +140,24 @@ def test_policy_samples_are_torchvision_outputs_exactly(folder: Path, which: str
     assert len(distinct) > len(samples) * 3 // 4
 
 
+@pytest.mark.parametrize("tv", [tvT, v2], ids=["v1", "v2"])
+def test_bicubic_policies_run_natively(folder: Path, tv: Any) -> None:
+    """The policies with BICUBIC (a reference recipe's ``--interpolation bicubic``) plan with no
+    Python tail, in the loader and in ``split_python_tail``."""
+    bicubic = tvT.InterpolationMode.BICUBIC
+    for policy in (
+        tv.TrivialAugmentWide(interpolation=bicubic),
+        tv.RandAugment(interpolation=bicubic),
+        tv.AutoAugment(interpolation=bicubic),
+    ):
+        transform = tv.Compose([tv.RandomResizedCrop(32), policy, tv.PILToTensor()])
+        assert T.split_python_tail(transform, output="uint8").tail == []
+        loader = fl.Loader(fl.ImageFolder(folder), batch_size=4, num_workers=1, transform=transform, output="uint8",
+                           python_tail="error")
+        images, _ = next(iter(loader))
+        assert tuple(images.shape) == (4, 3, 32, 32)
+
+
 def test_policies_are_identical_whatever_the_worker_count(folder: Path) -> None:
     ops = [
         T.RandomResizedCrop(40),
@@ -141,6 +165,7 @@ def test_policies_are_identical_whatever_the_worker_count(folder: Path) -> None:
         T.TrivialAugmentWide(),
         T.RandAugment(interpolation="bilinear", fill=[10, 20, 30]),
         T.AutoAugment("svhn", api="v2"),
+        T.TrivialAugmentWide(interpolation="bicubic", fill=[1, 2, 3], api="v2"),
         T.ToTensor(),
     ]
 
@@ -181,7 +206,22 @@ def test_from_torchvision_keeps_names_parameters_and_api() -> None:
 
 def test_unsupported_policy_arguments_are_refused_by_name() -> None:
     with pytest.raises(ValueError, match="TrivialAugmentWide: interpolation"):
-        T.from_torchvision(tvT.TrivialAugmentWide(interpolation=tvT.InterpolationMode.BICUBIC))
+        T.from_torchvision(tvT.TrivialAugmentWide(interpolation=tvT.InterpolationMode.LANCZOS))
+    with pytest.raises(ValueError, match="RandAugment: interpolation 'box'"):
+        T.RandAugment(interpolation="box")
+    # BICUBIC converts on a PIL image; after ToImage torchvision's tensor kernels refuse it, and
+    # so does the conversion, with torchvision's message.
+    bicubic = v2.InterpolationMode.BICUBIC
+    assert T.from_torchvision(v2.AutoAugment(interpolation=bicubic)).to_spec()[0]["interpolation"] == "bicubic"
+    refusal = "Interpolation mode 'bicubic' is unsupported with Tensor input"
+    after = v2.Compose([v2.ToImage(), v2.CenterCrop(32), v2.TrivialAugmentWide(interpolation=bicubic)])
+    with pytest.raises(ValueError, match=rf"TrivialAugmentWide.*{refusal}"):
+        T.from_torchvision(after)
+    on_tensor = v2.RandAugment(num_ops=1, interpolation=bicubic)
+    with pytest.raises(ValueError, match=refusal), torch.random.fork_rng():
+        # torchvision's own refusal, at the first warp (5 of its 14 ops) the draws come to.
+        for _ in range(200):
+            on_tensor(torch.randint(0, 256, (3, 32, 32), dtype=torch.uint8))
     with pytest.raises(ValueError, match="RandAugment: magnitude"):
         T.RandAugment(magnitude=31)
     with pytest.raises(ValueError, match="RandAugment: num_ops"):

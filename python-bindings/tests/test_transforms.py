@@ -130,6 +130,41 @@ def test_interpolation_modes_in_every_form() -> None:
     assert before.transforms[0].interpolation == "lanczos"  # type: ignore[attr-defined]
 
 
+def test_warp_interpolations_in_every_form() -> None:
+    """The warps take Pillow's three transform filters, in each form torchvision takes them;
+    the other modes are refused naming the op and the parameter."""
+    from PIL import Image
+
+    forms = {
+        "nearest": ("nearest", "NEAREST", tvT.InterpolationMode.NEAREST, 0, Image.Resampling.NEAREST),
+        "bilinear": ("bilinear", tvT.InterpolationMode.BILINEAR, 2, Image.Resampling.BILINEAR),
+        "bicubic": ("bicubic", "BICUBIC", tvT.InterpolationMode.BICUBIC, 3, Image.Resampling.BICUBIC),
+    }
+    warps = {
+        "RandomRotation": lambda i: T.RandomRotation(10, interpolation=i),
+        "RandomAffine": lambda i: T.RandomAffine(10, interpolation=i),
+        "RandomPerspective": lambda i: T.RandomPerspective(interpolation=i),
+        "TrivialAugmentWide": lambda i: T.TrivialAugmentWide(interpolation=i),
+        "RandAugment": lambda i: T.RandAugment(interpolation=i),
+        "AutoAugment": lambda i: T.AutoAugment(interpolation=i),
+    }
+    for op, make in warps.items():
+        for name, values in forms.items():
+            for value in values:
+                warp = make(value)
+                assert warp.interpolation == name and warp.to_spec()["interpolation"] == name
+        for value in ("box", tvT.InterpolationMode.LANCZOS, tvT.InterpolationMode.NEAREST_EXACT, 1, 7):
+            with pytest.raises(ValueError, match=rf"{op}: interpolation .* only NEAREST, BILINEAR and BICUBIC"):
+                make(value)
+    # Every one plans natively with bicubic.
+    for make in warps.values():
+        assert T.check(T.Compose([T.CenterCrop(16), make("bicubic"), T.ToTensor()]))["shape"] == (3, 16, 16)
+    # AugMix warps a uint8 tensor, as torchvision does, whose kernels refuse BICUBIC.
+    assert T.AugMix(interpolation=0).interpolation == "nearest"
+    with pytest.raises(ValueError, match="AugMix: interpolation .*unsupported with Tensor input"):
+        T.AugMix(interpolation=3)
+
+
 @pytest.mark.parametrize("tv", [tvT, v2], ids=["v1", "v2"])
 def test_pixel_ops_convert_from_torchvision(tv: object) -> None:
     m: object = tv

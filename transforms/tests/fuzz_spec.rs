@@ -155,6 +155,32 @@ fn object(op: &'static str, fields: Vec<(&'static str, Field)>) -> BoxedStrategy
         .boxed()
 }
 
+/// A warp's interpolation: Pillow's three transform filters, or a name the warps refuse.
+fn warp_interpolation() -> impl Strategy<Value = Value> {
+    prop_oneof![
+        3 => Just(json!("nearest")),
+        3 => Just(json!("bilinear")),
+        3 => Just(json!("bicubic")),
+        1 => Just(json!("lanczos")),
+        1 => number(),
+    ]
+}
+
+/// The augmentation policies' shared fields: the warps' interpolation and fill, and the API.
+fn policy_fields() -> Vec<(&'static str, Field)> {
+    vec![
+        ("interpolation", maybe(0.6, warp_interpolation())),
+        ("fill", maybe(0.3, prop_oneof![number(), triple()])),
+        (
+            "api",
+            maybe(
+                0.5,
+                prop_oneof![Just(json!("v1")), Just(json!("v2")), Just(json!("v3"))],
+            ),
+        ),
+    ]
+}
+
 /// The op named `name` with its fields drawn (each present or not); unknown names have none.
 fn op_of(name: &'static str) -> BoxedStrategy<Value> {
     let flag = || maybe(0.5, prop::bool::weighted(0.9).prop_map(Value::from));
@@ -221,13 +247,7 @@ fn op_of(name: &'static str) -> BoxedStrategy<Value> {
             name,
             vec![
                 ("degrees", maybe(0.95, prop_oneof![number(), pair()])),
-                (
-                    "interpolation",
-                    maybe(
-                        0.5,
-                        prop_oneof![Just(json!("nearest")), Just(json!("bilinear"))],
-                    ),
-                ),
+                ("interpolation", maybe(0.5, warp_interpolation())),
                 ("expand", flag()),
                 ("center", maybe(0.3, pair())),
                 ("fill", maybe(0.4, prop_oneof![number(), triple()])),
@@ -240,13 +260,7 @@ fn op_of(name: &'static str) -> BoxedStrategy<Value> {
                 ("translate", maybe(0.5, pair())),
                 ("scale", maybe(0.5, pair())),
                 ("shear", maybe(0.5, prop_oneof![number(), pair(), triple()])),
-                (
-                    "interpolation",
-                    maybe(
-                        0.5,
-                        prop_oneof![Just(json!("nearest")), Just(json!("bilinear"))],
-                    ),
-                ),
+                ("interpolation", maybe(0.5, warp_interpolation())),
                 ("fill", maybe(0.4, prop_oneof![number(), triple()])),
                 ("center", maybe(0.3, pair())),
             ],
@@ -274,13 +288,7 @@ fn op_of(name: &'static str) -> BoxedStrategy<Value> {
                         ],
                     ),
                 ),
-                (
-                    "interpolation",
-                    maybe(
-                        0.5,
-                        prop_oneof![Just(json!("nearest")), Just(json!("bilinear"))],
-                    ),
-                ),
+                ("interpolation", maybe(0.5, warp_interpolation())),
                 ("fill", maybe(0.4, prop_oneof![number(), triple()])),
             ],
         ),
@@ -332,6 +340,51 @@ fn op_of(name: &'static str) -> BoxedStrategy<Value> {
                 ),
             ],
         ),
+        "TrivialAugmentWide" => object(
+            name,
+            [("num_magnitude_bins", maybe(0.4, number()))]
+                .into_iter()
+                .chain(policy_fields())
+                .collect(),
+        ),
+        "RandAugment" => object(
+            name,
+            [
+                ("num_ops", maybe(0.4, number())),
+                ("magnitude", maybe(0.4, number())),
+                ("num_magnitude_bins", maybe(0.3, number())),
+            ]
+            .into_iter()
+            .chain(policy_fields())
+            .collect(),
+        ),
+        "AutoAugment" => object(
+            name,
+            [(
+                "policy",
+                maybe(
+                    0.6,
+                    prop::sample::select(vec!["imagenet", "cifar10", "svhn", "mnist"])
+                        .prop_map(Value::from),
+                ),
+            )]
+            .into_iter()
+            .chain(policy_fields())
+            .collect(),
+        ),
+        "AugMix" => object(
+            name,
+            [
+                ("severity", maybe(0.4, number())),
+                ("mixture_width", maybe(0.4, number())),
+                ("chain_depth", maybe(0.4, number())),
+                ("alpha", maybe(0.3, number())),
+                ("all_ops", flag()),
+            ]
+            .into_iter()
+            .chain(policy_fields())
+            .collect(),
+        ),
         _ => Just(json!({ "op": name })).boxed(),
     }
 }
@@ -354,6 +407,10 @@ fn op() -> impl Strategy<Value = Value> {
         "GaussianBlur",
         "Pad",
         "RandomCrop",
+        "TrivialAugmentWide",
+        "RandAugment",
+        "AutoAugment",
+        "AugMix",
     ])
     .prop_flat_map(op_of)
 }
@@ -379,6 +436,10 @@ fn ops() -> impl Strategy<Value = Vec<Value>> {
                 "RandomPerspective",
                 "GaussianBlur",
                 "Pad",
+                "TrivialAugmentWide",
+                "RandAugment",
+                "AutoAugment",
+                "AugMix",
             ]),
         ),
         prop::option::weighted(0.9, op_named(&["ToTensor", "PILToTensor"])),
@@ -448,18 +509,35 @@ proptest! {
     }
 }
 
-/// The structured strategy reaches accepted specs (otherwise it tests only the refusals).
+/// The structured strategy reaches accepted specs (otherwise it tests only the refusals), and
+/// among them warps with every filter, BICUBIC included.
 #[test]
 fn structured_specs_are_sometimes_accepted() {
     let mut runner = proptest::test_runner::TestRunner::deterministic();
     let strategy = spec();
-    let accepted = (0..400)
-        .filter(|_| {
-            let value = strategy.new_tree(&mut runner).expect("a spec").current();
-            check(&value.to_string()).expect("the checks pass")
-        })
-        .count();
-    assert!(accepted >= 15, "only {accepted} of 400 specs accepted");
+    let accepted: Vec<Value> = (0..4000)
+        .map(|_| strategy.new_tree(&mut runner).expect("a spec").current())
+        .filter(|spec| check(&spec.to_string()).expect("the checks pass"))
+        .collect();
+    assert!(
+        accepted.len() >= 150,
+        "only {} of 4000 specs accepted",
+        accepted.len()
+    );
+    let warps = ["RandomRotation", "RandomAffine", "RandomPerspective"];
+    let policies = ["TrivialAugmentWide", "RandAugment", "AutoAugment"];
+    let bicubic = |names: &[&str]| {
+        accepted
+            .iter()
+            .flat_map(|spec| spec["ops"].as_array().into_iter().flatten())
+            .filter(|op| names.iter().any(|n| op["op"] == *n) && op["interpolation"] == "bicubic")
+            .count()
+    };
+    let (warped, policy) = (bicubic(&warps), bicubic(&policies));
+    assert!(
+        warped > 0 && policy > 0,
+        "accepted bicubic warps: {warped}, policies: {policy}"
+    );
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -105,6 +105,28 @@ fn affine() -> OpSpec {
     }
 }
 
+/// BICUBIC rotation about a corner and a whole RandomAffine, with fills.
+fn bicubic_warps() -> [OpSpec; 2] {
+    [
+        OpSpec::RandomRotation {
+            degrees: NumberOrRange::Range([-120.0, 60.0]),
+            interpolation: WarpInterpolation::Bicubic,
+            expand: false,
+            center: Some([0.0, 47.0]),
+            fill: Fill::PerChannel(vec![255.0, 0.0, 99.0]),
+        },
+        OpSpec::RandomAffine {
+            degrees: NumberOrRange::Number(15.0),
+            translate: Some([0.2, 0.1]),
+            scale: Some([0.7, 1.3]),
+            shear: Some(Shear::Bounds(vec![-20.0, 20.0])),
+            interpolation: WarpInterpolation::Bicubic,
+            fill: Fill::Number(33.0),
+            center: None,
+        },
+    ]
+}
+
 fn perspective_op(distortion_scale: f64, p: f64, interpolation: WarpInterpolation) -> OpSpec {
     OpSpec::RandomPerspective {
         distortion_scale,
@@ -161,6 +183,7 @@ fn interp(i: WarpInterpolation) -> Interpolation {
     match i {
         WarpInterpolation::Nearest => Interpolation::Nearest,
         WarpInterpolation::Bilinear => Interpolation::Bilinear,
+        WarpInterpolation::Bicubic => Interpolation::Bicubic,
     }
 }
 
@@ -408,6 +431,9 @@ fn every_op() -> Vec<OpSpec> {
         affine(),
         perspective_op(0.6, 0.7, WarpInterpolation::Bilinear),
         perspective_op(1.0, 0.5, WarpInterpolation::Nearest),
+        perspective_op(0.7, 0.6, WarpInterpolation::Bicubic),
+        bicubic_warps()[0].clone(),
+        bicubic_warps()[1].clone(),
         blur(),
         pad(),
         random_crop(40, Some(4), false, PadMode::Symmetric),
@@ -692,6 +718,9 @@ fn each_op_has_its_span() {
         Op::RandomAffine,
         Op::RandomPerspective,
         Op::RandomPerspective,
+        Op::RandomPerspective,
+        Op::RandomRotation,
+        Op::RandomAffine,
         Op::GaussianBlur,
         Op::Pad,
         Op::RandomCrop,
@@ -1032,7 +1061,7 @@ fn specs_parse_with_torchvision_names_and_defaults() {
     assert_eq!(back, spec);
     for bad in [
         r#"{"op": "RandomRotation"}"#,
-        r#"{"op": "RandomRotation", "degrees": 10, "interpolation": "bicubic"}"#,
+        r#"{"op": "RandomRotation", "degrees": 10, "interpolation": "lanczos"}"#,
         r#"{"op": "Pad", "padding": 1, "padding_mode": "wrap"}"#,
         r#"{"op": "RandomCrop", "size": 3, "pad": 1}"#,
     ] {
@@ -1067,8 +1096,18 @@ fn random_perspective_parses_with_torchvisions_defaults() {
         }
     );
     let bicubic = r#"{"op": "RandomPerspective", "interpolation": "bicubic"}"#;
-    let err = serde_json::from_str::<OpSpec>(bicubic).expect_err("bicubic refused");
-    assert!(err.to_string().contains("bicubic"), "{err}");
+    let op: OpSpec = serde_json::from_str(bicubic).expect("Pillow's third filter parses");
+    assert!(matches!(
+        op,
+        OpSpec::RandomPerspective {
+            interpolation: WarpInterpolation::Bicubic,
+            ..
+        }
+    ));
+    // Pillow's transform takes no other filter: named in the error.
+    let lanczos = r#"{"op": "RandomPerspective", "interpolation": "lanczos"}"#;
+    let err = serde_json::from_str::<OpSpec>(lanczos).expect_err("lanczos refused");
+    assert!(err.to_string().contains("lanczos"), "{err}");
 }
 
 #[test]

@@ -1,5 +1,5 @@
-//! torchvision parity of the geometric kernels: affine, rotate and perspective (NEAREST and
-//! BILINEAR bit-exact), vflip, pad and RandomCrop (bit-exact), Gaussian blur (within a level),
+//! torchvision parity of the geometric kernels: affine, rotate and perspective (NEAREST,
+//! BILINEAR and BICUBIC bit-exact), vflip, pad and RandomCrop (bit-exact), Gaussian blur (within a level),
 //! erase (bit-exact float32); and warm calls allocate nothing.
 //!
 //! Reads the corpus `scripts/fixtures_geometry.py` writes (`make fixtures`): sources, each case's
@@ -121,6 +121,7 @@ fn interp_of(case: &Value) -> Interpolation {
     match case["interp"].as_str() {
         Some("nearest") => Interpolation::Nearest,
         Some("bilinear") => Interpolation::Bilinear,
+        Some("bicubic") => Interpolation::Bicubic,
         other => panic!("unknown interpolation {other:?}"),
     }
 }
@@ -238,9 +239,23 @@ fn affine_and_rotate_match_torchvision() {
     let mut out = RgbImage::new();
     let mut failures = Vec::new();
     let (mut bilinear_cases, mut bilinear_px, mut total_px) = (0, 0, 0);
+    let mut bicubic = std::collections::BTreeSet::new();
     for op in ["affine", "rotate"] {
         for c in corpus.cases(op) {
             let src = corpus.source(c);
+            if interp_of(c) == Interpolation::Bicubic {
+                // What each BICUBIC case exercises, to check the corpus covers them all.
+                let nonzero = |key: &str| exact_pair(c, key) != [0.0, 0.0];
+                let kinds = [
+                    ("rotate", op == "rotate" || exact(c, "angle") != 0.0),
+                    ("shear", op == "affine" && nonzero("shear")),
+                    ("translate", op == "affine" && nonzero("translate")),
+                    ("scale", op == "affine" && exact(c, "scale") != 1.0),
+                    ("fill", !c["fill"].is_null() && c["fill"] != 0),
+                    ("224x224", c["image"] == "sq_224x224"),
+                ];
+                bicubic.extend(kinds.iter().filter(|k| k.1).map(|k| k.0));
+            }
             run_geometry(&mut warp, src, c, &mut out);
             assert_eq!(
                 (out.width(), out.height()),
@@ -256,8 +271,8 @@ fn affine_and_rotate_match_torchvision() {
                 bilinear_px += px;
                 total_px += (out.width() * out.height()) as usize;
             }
-            // BILINEAR too: the kernel repeats Pillow's double arithmetic operation for
-            // operation, so any difference is a bug, not rounding.
+            // BILINEAR and BICUBIC too: the kernels repeat Pillow's double arithmetic
+            // operation for operation, so any difference is a bug, not rounding.
             if px > 0 {
                 failures.push(format!(
                     "{op} {} on {}: {px} pixels differ (max {max}), first at {first:?}",
@@ -268,6 +283,11 @@ fn affine_and_rotate_match_torchvision() {
     }
     eprintln!("bilinear: {bilinear_px} of {total_px} pixels differ over {bilinear_cases} cases");
     assert!(failures.is_empty(), "{}", failures.join("\n"));
+    let want = ["rotate", "shear", "translate", "scale", "fill", "224x224"];
+    assert!(
+        want.iter().all(|k| bicubic.contains(k)),
+        "BICUBIC cases cover only {bicubic:?}"
+    );
 }
 
 fn corners_of(v: &Value) -> Corners {
@@ -357,13 +377,16 @@ fn perspective_matches_torchvision() {
             ));
         }
     }
-    // Both filters on a non-square image, and on the 224x224 one.
+    // Every filter on a non-square image, and on the 224x224 one.
     for (interp, image) in [
         ("nearest", "\"odd_37x23\""),
         ("bilinear", "\"odd_37x23\""),
         ("nearest", "\"wide_300x200\""),
         ("bilinear", "\"wide_300x200\""),
         ("bilinear", "\"sq_224x224\""),
+        ("bicubic", "\"odd_37x23\""),
+        ("bicubic", "\"wide_300x200\""),
+        ("bicubic", "\"sq_224x224\""),
     ] {
         assert!(
             seen.contains(&(interp.to_owned(), image.to_owned())),
@@ -602,7 +625,11 @@ fn warm_calls_allocate_nothing() {
         width: 30,
     };
     let mut run = |img: &RgbImage| {
-        for interp in [Interpolation::Nearest, Interpolation::Bilinear] {
+        for interp in [
+            Interpolation::Nearest,
+            Interpolation::Bilinear,
+            Interpolation::Bicubic,
+        ] {
             warp.affine(
                 img.view(),
                 17.0,

@@ -212,6 +212,13 @@ fn cases() -> Vec<Case> {
             Some(Fill::PerChannel(vec![77.0])),
             [77; 3],
         ),
+        trivial(
+            Api::V1,
+            Interpolation::Bicubic,
+            Some(Fill::PerChannel(vec![1.0, 2.0, 3.0])),
+            [1, 2, 3],
+        ),
+        trivial(Api::V2, Interpolation::Bicubic, None, [0; 3]),
         rand_augment(2, 9, 31, Api::V1),
         rand_augment(3, 20, 25, Api::V2),
         auto_augment(AutoAugmentPolicy::ImageNet, Api::V1),
@@ -464,6 +471,16 @@ fn invalid_policies_are_refused_naming_op_and_argument() {
     // AugMix plans now (with torch's tensor kernels): tests/augmix_pipeline.rs.
     let augmix: OpSpec = serde_json::from_str(r#"{"op": "AugMix"}"#).expect("parses");
     assert!(Pipeline::new(PipelineSpec::new(train_with(vec![augmix]))).is_ok());
+    // But not with BICUBIC, which torchvision's tensor kernels refuse (its message kept).
+    let bicubic: OpSpec =
+        serde_json::from_str(r#"{"op": "AugMix", "interpolation": "bicubic"}"#).expect("parses");
+    let msg = plan_error(bicubic);
+    assert!(
+        msg.contains("AugMix")
+            && msg.contains("interpolation")
+            && msg.contains("Interpolation mode 'bicubic' is unsupported with Tensor input"),
+        "{msg}"
+    );
 }
 
 #[test]
@@ -540,7 +557,7 @@ fn policy_specs_parse_with_torchvision_names_and_defaults() {
         serde_json::from_str(&serde_json::to_string(&cifar).expect("serializes")).expect("parses");
     assert_eq!(round, cifar);
     for bad in [
-        r#"{"op": "TrivialAugmentWide", "interpolation": "bicubic"}"#,
+        r#"{"op": "TrivialAugmentWide", "interpolation": "lanczos"}"#,
         r#"{"op": "AutoAugment", "policy": "IMAGENET"}"#,
         r#"{"op": "RandAugment", "api": "v3"}"#,
         r#"{"op": "RandAugment", "magnitudes": 9}"#,

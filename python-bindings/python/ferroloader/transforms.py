@@ -15,8 +15,9 @@ A nested ``Compose`` stands for its ops where it stands (inside ``RandomChoice``
 
 The geometric ops (``RandomVerticalFlip``, ``RandomRotation``, ``RandomAffine``, ``RandomPerspective``,
 ``GaussianBlur``, ``Pad``, ``RandomCrop``, ``CenterCrop``) run on that 8-bit image as torchvision
-does on a PIL image (Pillow's transforms and padding, exactly; ``GaussianBlur`` within one
-level); ``Pad`` and the crops change the sample's size, which is planned once.
+does on a PIL image (Pillow's transforms, NEAREST, BILINEAR or BICUBIC, and padding, exactly;
+``GaussianBlur`` within one level); ``Pad`` and the crops change the sample's size, which is
+planned once.
 
 The pixel ops (``ColorJitter``, ``Grayscale``, ``RandomGrayscale``,
 ``RandomPosterize``, ``RandomSolarize``, ``RandomEqualize``, ``RandomAutocontrast``,
@@ -24,9 +25,10 @@ The pixel ops (``ColorJitter``, ``Grayscale``, ``RandomGrayscale``,
 Pillow's arithmetic (what torchvision computes on a PIL image), each drawing its parameters from
 the sample's generator in pipeline order. With none of them the single fused pass runs.
 So do torchvision's augmentation policies ``TrivialAugmentWide``, ``RandAugment`` and
-``AutoAugment`` (v1 or v2 draws, NEAREST or BILINEAR warps, any ``fill``), and ``AugMix``, which
-runs as torchvision runs it on a PIL image: its chains with torch's *tensor* kernels on the
-uint8 image, mixed in float32 and truncated back.
+``AutoAugment`` (v1 or v2 draws, NEAREST, BILINEAR or BICUBIC warps, any ``fill``), and
+``AugMix``, which runs as torchvision runs it on a PIL image: its chains with torch's *tensor*
+kernels on the uint8 image (NEAREST or BILINEAR warps: those kernels refuse BICUBIC), mixed in
+float32 and truncated back.
 
 ``from_torchvision(compose)`` converts a torchvision ``Compose`` (v1 or v2) of these transforms,
 naming any transform it cannot convert. ``split_python_tail`` cuts a pipeline with transforms
@@ -559,14 +561,39 @@ class RandomInvert(Transform):
 
 
 def _warp_interpolation(op: str, value: object) -> str:
-    """The policies' warp filter: ``NEAREST`` or ``BILINEAR`` (an ``InterpolationMode``, its
-    name, or PIL's code 0 or 2, as torchvision v2 also takes)."""
+    """The warps' filter: ``NEAREST``, ``BILINEAR`` or ``BICUBIC`` (an ``InterpolationMode``,
+    its name, or PIL's code 0, 2 or 3, as torchvision v2 also takes): Pillow's three transform
+    filters, which torchvision's PIL path hands to ``Image.transform``."""
     name = getattr(value, "value", value)
     if _is_int(name):
-        name = {0: "nearest", 2: "bilinear"}.get(int(cast(SupportsIndex, name)), name)
-    if isinstance(name, str) and name.lower() in ("nearest", "bilinear"):
+        name = {0: "nearest", 2: "bilinear", 3: "bicubic"}.get(int(cast(SupportsIndex, name)), name)
+    if isinstance(name, str) and name.lower() in ("nearest", "bilinear", "bicubic"):
         return name.lower()
-    raise ValueError(f"{op}: interpolation {value!r} is not supported; only NEAREST and BILINEAR are")
+    raise ValueError(
+        f"{op}: interpolation {value!r} is not supported; only NEAREST, BILINEAR and BICUBIC are"
+    )
+
+
+#: torchvision's error where its tensor kernels (``rotate``, ``affine``, ``perspective`` on a
+#: tensor, v1 and v2; AugMix, which warps a uint8 tensor) meet BICUBIC.
+_BICUBIC_ON_TENSORS = "Interpolation mode 'bicubic' is unsupported with Tensor input"
+
+
+def _tensor_warp_interpolation(op: str, value: object) -> str:
+    """:func:`_warp_interpolation` for an op torchvision runs with its tensor kernels, which
+    refuse ``BICUBIC`` (torchvision raises on the first warp drawn; ferroloader when the op is
+    built)."""
+    name = _warp_interpolation(op, value)
+    if name == "bicubic":
+        raise ValueError(f"{op}: interpolation {value!r}: {_BICUBIC_ON_TENSORS} (torchvision's tensor kernels)")
+    return name
+
+
+def _warps_bicubic(t: object) -> bool:
+    """Whether ``t`` (or a transform nested in it) warps with ``BICUBIC``."""
+    if isinstance(t, (RandomRotation, RandomAffine, RandomPerspective, _Policy)):
+        return t.interpolation == "bicubic"
+    return any(_warps_bicubic(n) for n in getattr(t, "transforms", ()))
 
 
 # ---------------------------------------------------------------- geometric ops
@@ -639,8 +666,9 @@ class RandomVerticalFlip(Transform):
 
 class RandomRotation(Transform):
     """``RandomRotation(degrees, interpolation=NEAREST, expand=False, center=None, fill=0)``:
-    Pillow's ``rotate`` by an angle drawn from ``degrees``. ``expand=True`` is refused: the
-    sample's size would depend on its angle."""
+    Pillow's ``rotate`` by an angle drawn from ``degrees`` (NEAREST, BILINEAR or BICUBIC, each
+    Pillow's to the bit). ``expand=True`` is refused: the sample's size would depend on its
+    angle."""
 
     def __init__(
         self,
@@ -675,7 +703,8 @@ class RandomRotation(Transform):
 
 class RandomAffine(Transform):
     """``RandomAffine(degrees, translate=None, scale=None, shear=None, interpolation=NEAREST,
-    fill=0, center=None)``: torchvision's ``F.affine`` on a PIL image with drawn parameters."""
+    fill=0, center=None)``: torchvision's ``F.affine`` on a PIL image with drawn parameters
+    (NEAREST, BILINEAR or BICUBIC, each Pillow's to the bit)."""
 
     def __init__(
         self,
@@ -731,9 +760,9 @@ class RandomAffine(Transform):
 class RandomPerspective(Transform):
     """``RandomPerspective(distortion_scale=0.5, p=0.5, interpolation=BILINEAR, fill=0)``:
     torchvision's ``F.perspective`` on a PIL image with drawn corners, with probability ``p``.
-    NEAREST and BILINEAR (Pillow's perspective transform, exact given the coefficients; the
-    coefficients are solved as torchvision solves them up to its least-squares rounding noise,
-    which can move a BILINEAR pixel by one level)."""
+    NEAREST, BILINEAR and BICUBIC (Pillow's perspective transform, exact given the
+    coefficients; the coefficients are solved as torchvision solves them up to its
+    least-squares rounding noise, which can move a BILINEAR or BICUBIC pixel by one level)."""
 
     def __init__(
         self,
@@ -852,7 +881,8 @@ def _count(op: str, name: str, value: object, low: int, high: int) -> int:
 
 
 class _Policy(Transform):
-    """What the three policies share: the warps' ``interpolation`` and ``fill``, and ``api``,
+    """What the three policies share: the warps' ``interpolation`` (NEAREST, BILINEAR or
+    BICUBIC, Pillow's filters) and ``fill``, and ``api``,
     whose draws to follow (``"v1"``: ``torchvision.transforms``, ``"v2"``: ``.v2``, which draws
     the sign as a float and places Solarize's thresholds a hair higher). The op each draws runs
     natively with Pillow's arithmetic, in a profiler span named by both (``RandAugment/Rotate``)."""
@@ -968,7 +998,8 @@ class AugMix(Transform):
     ``chain_depth`` ops (at most 8; 0 or below: a random depth from 1 to 3) of the AugMix space
     at bins below ``severity``, mixed with Dirichlet(``alpha``) weights and a Beta(``alpha``,
     ``alpha``) share of the original. As torchvision runs it on a PIL image: the uint8 tensor
-    kernels (truncating float32 blends, ``grid_sample`` warps) and a float32 mix. Each chain op
+    kernels (truncating float32 blends, ``grid_sample`` warps) and a float32 mix; so BICUBIC is
+    refused, as torchvision's tensor kernels refuse it. Each chain op
     has a profiler span named ``AugMix/<Op>``. ``api="v2"`` follows ``torchvision.transforms.v2``
     (its sign draw, Solarize table and tensor kernels)."""
 
@@ -996,7 +1027,7 @@ class AugMix(Transform):
         if not isinstance(all_ops, bool):
             raise TypeError(f"{op}: all_ops must be a bool, got {all_ops!r}")
         self.all_ops = all_ops
-        self.interpolation = _warp_interpolation(op, interpolation)
+        self.interpolation = _tensor_warp_interpolation(op, interpolation)
         self.fill = _tensor_fill(op, fill)
         self.api = _api(op, api)
 
@@ -1241,7 +1272,7 @@ _SUPPORTED = (
     "Normalize, ColorJitter, Grayscale(num_output_channels=3), RandomGrayscale, "
     "RandomPosterize, RandomSolarize, RandomEqualize, RandomAutocontrast, RandomAdjustSharpness, "
     "RandomInvert, TrivialAugmentWide, RandAugment, AutoAugment, AugMix, RandomVerticalFlip, "
-    "RandomRotation(expand=False), RandomAffine, RandomPerspective (NEAREST, BILINEAR), "
+    "RandomRotation(expand=False), RandomAffine, RandomPerspective (NEAREST, BILINEAR, BICUBIC), "
     "GaussianBlur, Pad, RandomCrop, RandomApply, "
     "RandomChoice, RandomOrder and Compose of those, RandomErasing, "
     "ConvertImageDtype(torch.float) (and, from transforms.v2, ToImage, "
@@ -1263,7 +1294,11 @@ def from_torchvision(compose: Any) -> Compose:
     tensor kernels there, while ferroloader always computes them as Pillow does (the v1 PIL path).
     Random draws follow v1's comparisons; v2's differ only for a draw equal to ``p``. The
     geometric ops convert from v1 and v2 alike (v2's ``RandomCrop`` with both ``padding`` and
-    ``pad_if_needed`` in a reflect or symmetric mode pads differently and is refused).
+    ``pad_if_needed`` in a reflect or symmetric mode pads differently and is refused). A warp
+    (``RandomRotation``, ``RandomAffine``, ``RandomPerspective``, the policies) with BICUBIC
+    converts before ``ToImage()``/``PILToTensor()``, where torchvision warps the PIL image with
+    Pillow's bicubic filter; after it, and in ``AugMix`` (which warps a uint8 tensor), it is
+    refused with torchvision's own error, since torchvision's tensor kernels refuse it.
     """
     if isinstance(compose, (list, tuple)):
         items = list(compose)
@@ -1300,6 +1335,11 @@ def from_torchvision(compose: Any) -> Compose:
                 raise ValueError(
                     f"{where} resizes an image tensor with {mode}: torchvision has that mode for PIL "
                     "images only (move it before ToImage/PILToTensor)"
+                )
+            if pending_tensor and _warps_bicubic(converted):
+                raise ValueError(
+                    f"{where} warps an image tensor with bicubic: {_BICUBIC_ON_TENSORS}, as torchvision's "
+                    "tensor kernels say (move it before ToImage/PILToTensor to warp the PIL image)"
                 )
             if pending_tensor and isinstance(converted, Normalize):
                 raise ValueError(

@@ -16,6 +16,10 @@
 //! `(v - fill) * m + fill`; v2's `rotate` also returns exact copies and quarter turns for
 //! angles of 0, 180 (and 90, 270 on square images) without sampling.
 //!
+//! BICUBIC is refused, as torchvision refuses it on tensors (`_assert_grid_transform_inputs`
+//! allows nearest and bilinear only, v1 and v2 alike, AugMix included), with its message:
+//! torch's `grid_sample` has a bicubic mode, but no torchvision tensor kernel reaches it.
+//!
 //! Must not allocate once warm (the grid's axis tables live in [`GridSampler`] and only
 //! grow), reassociate the float operations or fuse others than those, draw, or panic on
 //! input.
@@ -25,6 +29,29 @@ use super::geometry::{inverse_affine_matrix, AffineMatrix, Interpolation};
 use super::policy::{torch_linspace, Api};
 use crate::error::{Error, Result};
 use crate::image::RgbImage;
+
+/// torchvision's message where its tensor kernels refuse BICUBIC (torchvision 0.29's
+/// `_assert_grid_transform_inputs`, for `rotate`, `affine` and `perspective`, v1 and v2).
+pub const BICUBIC_ON_TENSORS: &str =
+    "Interpolation mode 'bicubic' is unsupported with Tensor input";
+
+/// How torch's `grid_sample` samples here: the modes torchvision's tensor kernels pass it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum TensorMode {
+    Nearest,
+    Bilinear,
+}
+
+impl TensorMode {
+    /// The mode of `interpolation`; BICUBIC is torchvision's error.
+    fn of(interpolation: Interpolation) -> Result<Self> {
+        match interpolation {
+            Interpolation::Nearest => Ok(TensorMode::Nearest),
+            Interpolation::Bilinear => Ok(TensorMode::Bilinear),
+            Interpolation::Bicubic => Err(Error::invalid("interpolation", BICUBIC_ON_TENSORS)),
+        }
+    }
+}
 
 /// torchvision's tensor `fill` as the float32 triple its mask blend uses: `None` samples
 /// outside the image as 0 with no mask channel (not the same as a fill of 0 under BILINEAR).
@@ -86,7 +113,8 @@ impl GridSampler {
 
     /// Samples `src` through the inverse map `matrix` (torchvision's centre-relative
     /// convention: output pixel centre `(x, y)` measured from the image centre maps to
-    /// `(m0 x + m1 y + m2, m3 x + m4 y + m5)`), into `out` of the same size.
+    /// `(m0 x + m1 y + m2, m3 x + m4 y + m5)`), into `out` of the same size. Errors for a
+    /// non-finite matrix, a fill outside 0..=255 and BICUBIC ([`BICUBIC_ON_TENSORS`]).
     pub fn warp(
         &mut self,
         src: &RgbImage,
@@ -96,6 +124,7 @@ impl GridSampler {
         api: Api,
         out: &mut RgbImage,
     ) -> Result<()> {
+        let mode = TensorMode::of(mode)?;
         if matrix.iter().any(|v| !v.is_finite()) {
             return Err(Error::invalid(
                 "matrix",
@@ -148,7 +177,7 @@ struct WarpParams {
     y: [f32; 3],
     scale: [f32; 2],
     size: [usize; 2],
-    mode: Interpolation,
+    mode: TensorMode,
     fill: TensorFill,
     api: Api,
 }
@@ -181,7 +210,7 @@ fn sample_rows(p: &WarpParams, xs: &[f32], ys: &[f32], source: &[u8], dest: &mut
             let ix = (gx + 1.0).mul_add(scale_x, -0.5);
             let iy = (gy + 1.0).mul_add(scale_y, -0.5);
             match mode {
-                Interpolation::Nearest => {
+                TensorMode::Nearest => {
                     let at = tap(ix.round_ties_even() as i64, iy.round_ties_even() as i64);
                     for c in 0..3 {
                         let v = match (at, fill) {
@@ -192,7 +221,7 @@ fn sample_rows(p: &WarpParams, xs: &[f32], ys: &[f32], source: &[u8], dest: &mut
                         px[c] = round_u8(v);
                     }
                 }
-                Interpolation::Bilinear => {
+                TensorMode::Bilinear => {
                     let (x0, y0) = (ix.floor(), iy.floor());
                     let (dx, dy) = (ix - x0, iy - y0);
                     let (ex, sy) = (1.0 - dx, 1.0 - dy);
@@ -357,7 +386,7 @@ mod tests {
         let mut g = GridSampler::new();
         fill_axis(&mut g.xs, 23);
         fill_axis(&mut g.ys, 17);
-        for mode in [Interpolation::Nearest, Interpolation::Bilinear] {
+        for mode in [TensorMode::Nearest, TensorMode::Bilinear] {
             for (fill, api) in [(None, Api::V1), (Some([9.5, 0.0, 255.0]), Api::V2)] {
                 let p = WarpParams {
                     x: [0.93, -0.21, 0.07],
@@ -374,6 +403,21 @@ mod tests {
                 sample_rows_dispatch(&p, &g.xs, &g.ys, src.as_raw(), &mut fast);
                 assert_eq!(base, fast, "{mode:?} {fill:?}");
             }
+        }
+    }
+
+    #[test]
+    fn refuses_bicubic_with_torchvisions_message() {
+        let src = ramp(4, 3);
+        let mut out = RgbImage::new();
+        let mut g = GridSampler::new();
+        for api in [Api::V1, Api::V2] {
+            let err = g
+                .rotate(&src, 30.0, Interpolation::Bicubic, None, api, &mut out)
+                .expect_err("torchvision refuses bicubic on tensors");
+            let text = err.to_string();
+            assert!(text.contains(BICUBIC_ON_TENSORS), "{text}");
+            assert!(text.contains("interpolation"), "{text}");
         }
     }
 

@@ -125,8 +125,10 @@ impl Default for JitterArg {
     }
 }
 
-/// How the warps of the augmentation policies sample (torchvision's `InterpolationMode` for
-/// `TrivialAugmentWide`, `RandAugment`, `AutoAugment`, `AugMix`: only these two are allowed).
+/// How the warps sample (torchvision's `InterpolationMode` of `RandomRotation`,
+/// `RandomAffine`, `RandomPerspective` and the policies): `nearest`, `bilinear` or `bicubic`,
+/// Pillow's three transform filters. `AugMix` refuses `bicubic` when planned, as torchvision's
+/// tensor kernels (which AugMix runs) refuse it.
 pub type WarpInterpolation = crate::augment::geometry::Interpolation;
 
 /// Whose draws a policy follows (`torchvision.transforms` or `.v2`).
@@ -527,7 +529,8 @@ pub enum OpSpec {
         /// At least 2; default 31.
         #[serde(default = "default_magnitude_bins")]
         num_magnitude_bins: i64,
-        /// Of the shears, translations and rotations: `nearest` (default) or `bilinear`.
+        /// Of the shears, translations and rotations: `nearest` (default), `bilinear` or
+        /// `bicubic`.
         #[serde(default)]
         interpolation: WarpInterpolation,
         /// Where the warps uncover the image: None (black, default), a number, or 1 or 3
@@ -598,7 +601,8 @@ pub enum OpSpec {
         /// Default true.
         #[serde(default = "default_true")]
         all_ops: bool,
-        /// Default `bilinear`.
+        /// `nearest` or `bilinear` (default); `bicubic` is refused when planned (torchvision's
+        /// tensor kernels refuse it).
         #[serde(default = "default_augmix_interpolation")]
         interpolation: WarpInterpolation,
         /// Default None (black).

@@ -9,7 +9,10 @@
 //!   per row;
 //! - NEAREST otherwise: the same accumulation in doubles;
 //! - BILINEAR: every pixel mapped afresh in doubles (`a0*(x+0.5) + a1*(y+0.5) + a2`), two-by-two
-//!   interpolation with clamped taps, truncated to 8 bits.
+//!   interpolation with clamped taps, truncated to 8 bits;
+//! - BICUBIC: the same mapping, four-by-four cubic convolution with `a = -1` (Pillow's
+//!   `BICUBIC` macro of Geometry.c, not the `a = -0.5` of its resize) on clamped taps, four
+//!   horizontal passes then one vertical, clipped to 0..=255 and truncated.
 //!
 //! Must not: allocate once warm (column tables live in [`AffineWarp`] and only grow), draw
 //! random numbers, or accept a non-finite matrix (Pillow's C casts NaN to an integer).
@@ -23,7 +26,7 @@ use crate::resize::SimdLevel;
 pub type AffineMatrix = [f64; 6];
 
 /// How a warp samples the input (torchvision's `InterpolationMode`, as Pillow filters); in
-/// pipeline specs by torchvision's lowercase names, `nearest` and `bilinear`.
+/// pipeline specs by torchvision's lowercase names, `nearest`, `bilinear` and `bicubic`.
 #[derive(
     Clone, Copy, Debug, PartialEq, Eq, Hash, Default, serde::Serialize, serde::Deserialize,
 )]
@@ -35,6 +38,10 @@ pub enum Interpolation {
     /// `Image.BILINEAR`: Pillow's generic transform filter, reproduced operation by operation
     /// (bit-exact: the same double arithmetic in the same order).
     Bilinear,
+    /// `Image.BICUBIC`: Pillow's generic transform filter (`bicubic_filter32RGB`), reproduced
+    /// operation by operation (bit-exact). torchvision takes it on PIL images only: its tensor
+    /// kernels (and so [`crate::augment::grid_sample`], AugMix) refuse it.
+    Bicubic,
 }
 
 /// torchvision's `_get_inverse_affine_matrix(center, angle, translate, scale, shear)`, in the
@@ -262,11 +269,14 @@ pub struct AffineWarp {
     /// Per output column, its source column taps when they are the same on every row
     /// (bilinear with `a[1] == 0`); empty otherwise.
     col_x: Vec<Option<AxisTap>>,
+    /// `col_x` for the bicubic filter's four taps.
+    col_cubic: Vec<CubicAxis>,
     /// The source's pixels as little-endian `u32` (a spare zero byte), contiguous, for the
     /// NEAREST engines that jump between rows and for the vector BILINEAR kernels: Pillow's own
     /// layout, one load (or gather lane) per pixel, instead of a row lookup and byte moves.
     src_px: Vec<u32>,
-    /// The widest kernels the BILINEAR warp may use (all give the scalar path's bits).
+    /// The widest kernels the BILINEAR and BICUBIC warps may use (all give the scalar
+    /// path's bits).
     limit: SimdLevel,
 }
 
@@ -278,6 +288,7 @@ impl Default for AffineWarp {
             col_src: Vec::new(),
             runs: Vec::new(),
             col_x: Vec::new(),
+            col_cubic: Vec::new(),
             src_px: Vec::new(),
             // The fused kernel's choice, for the same reason: 512-bit registers only where
             // they do not slow the decode that follows.
@@ -294,8 +305,10 @@ impl AffineWarp {
 
     /// Uses kernels up to `limit` at most for BILINEAR ([`SimdLevel::Portable`]: the scalar
     /// path; [`SimdLevel::Avx2`] and [`SimdLevel::Avx512Ymm`]: four pixels a step on 256-bit
-    /// registers; [`SimdLevel::Avx512`]: eight on 512-bit ones). The results are identical at
-    /// every level; tests compare them and benchmarks measure them.
+    /// registers; [`SimdLevel::Avx512`]: eight on 512-bit ones) and for BICUBIC
+    /// ([`SimdLevel::Portable`]: the scalar path; any other: one pixel's three channels at a
+    /// time on 256-bit AVX2 registers). The results are identical at every level; tests
+    /// compare them and benchmarks measure them.
     pub fn set_simd_limit(&mut self, limit: SimdLevel) {
         self.limit = limit;
     }
@@ -349,6 +362,7 @@ impl AffineWarp {
                 }
             }
             Interpolation::Bilinear => self.bilinear(src, dims, matrix, fill, dst),
+            Interpolation::Bicubic => self.bicubic(src, dims, matrix, fill, dst),
         }
         Ok(())
     }
@@ -493,13 +507,7 @@ impl AffineWarp {
         fill: [u8; 3],
         dst: &mut [u8],
     ) {
-        let whole_pixel_shift = a[0] == 1.0
-            && a[1] == 0.0
-            && a[3] == 0.0
-            && a[4] == 1.0
-            && a[2].fract() == 0.0
-            && a[5].fract() == 0.0;
-        if whole_pixel_shift {
+        if whole_pixel_shift(a) {
             return self.nearest_scale(src, (w, h), a, fill, dst);
         }
         let (sw, sh) = (i64::from(src.width()), i64::from(src.height()));
@@ -555,6 +563,52 @@ impl AffineWarp {
         }
     }
 
+    /// Pillow's generic transform with `bicubic_filter32RGB`, operation for operation, with
+    /// the BILINEAR warp's shortcuts (the same reasoning holds for four taps): a whole-pixel
+    /// translation is the NEAREST copy, and with `a[1] == 0` a column's taps, with
+    /// `a[3] == 0` a row's, are found once. The pixels on AVX2 where [`Self::set_simd_limit`]
+    /// and the CPU allow it (the same bits).
+    fn bicubic(
+        &mut self,
+        src: RgbView<'_>,
+        (w, h): (usize, usize),
+        a: &AffineMatrix,
+        fill: [u8; 3],
+        dst: &mut [u8],
+    ) {
+        if whole_pixel_shift(a) {
+            return self.nearest_scale(src, (w, h), a, fill, dst);
+        }
+        let (fw, sw) = (f64::from(src.width()), i64::from(src.width()));
+        self.col_a.clear();
+        self.col_b.clear();
+        for x in 0..w {
+            let xin = x as f64 + 0.5;
+            self.col_a.push(a[0] * xin);
+            self.col_b.push(a[3] * xin);
+        }
+        self.col_cubic.clear();
+        if a[1] == 0.0 {
+            self.col_cubic
+                .extend(self.col_a.iter().map(|&ca| cubic_axis(ca + a[2], fw, sw)));
+        }
+        let warp = CubicWarp {
+            src,
+            matrix: a,
+            col_a: &self.col_a,
+            col_b: &self.col_b,
+            col_x: &self.col_cubic,
+            fill,
+        };
+        #[cfg(target_arch = "x86_64")]
+        if self.limit >= SimdLevel::Avx2 {
+            if let Some(kernel) = super::cubic_x86::Avx2Cubic::new() {
+                return kernel.run(|k| warp.rows(k, w, dst));
+            }
+        }
+        warp.rows(ScalarCubic, w, dst);
+    }
+
     /// The BILINEAR warp on the vector kernels [`Self::set_simd_limit`] and the CPU allow
     /// (the column tables already computed); false, with nothing written, where none runs.
     #[cfg(target_arch = "x86_64")]
@@ -592,6 +646,18 @@ impl AffineWarp {
         }
         true
     }
+}
+
+/// Whether `a` translates by whole pixels only: every output pixel centre then lands on a
+/// source pixel centre, both fractions are 0, and the BILINEAR and BICUBIC filters give each
+/// tap itself (`v + (w - v) * 0` and `v + 0 * (..)` are `v`): the NEAREST copy.
+fn whole_pixel_shift(a: &AffineMatrix) -> bool {
+    a[0] == 1.0
+        && a[1] == 0.0
+        && a[3] == 0.0
+        && a[4] == 1.0
+        && a[2].fract() == 0.0
+        && a[5].fract() == 0.0
 }
 
 /// One axis of a bilinear sample, as Pillow's `bilinear_filter32RGB` takes it.
@@ -649,6 +715,175 @@ pub(super) fn bilinear_pixel(src: RgbView<'_>, xt: AxisTap, yt: AxisTap) -> [u8;
         }
     }
     px
+}
+
+/// A BICUBIC affine warp's inputs once its column tables are made.
+struct CubicWarp<'a> {
+    src: RgbView<'a>,
+    matrix: &'a AffineMatrix,
+    /// Per output column `x`: `a0 * (x + 0.5)` and `a3 * (x + 0.5)`.
+    col_a: &'a [f64],
+    col_b: &'a [f64],
+    /// Per output column, its taps when the same on every row (`a[1] == 0`), else empty.
+    col_x: &'a [CubicAxis],
+    fill: [u8; 3],
+}
+
+impl CubicWarp<'_> {
+    /// Every row of `dst` (`w` pixels a row), each pixel mapped afresh as Pillow's
+    /// `affine_transform` maps it, `(a0 xin + a1 yin) + a2`, and sampled by `kernel`.
+    #[inline(always)]
+    fn rows(&self, kernel: impl CubicPixel, w: usize, dst: &mut [u8]) {
+        let (src, a) = (self.src, self.matrix);
+        let (sw, sh) = (i64::from(src.width()), i64::from(src.height()));
+        let (fw, fh) = (f64::from(src.width()), f64::from(src.height()));
+        for (y, row) in dst.chunks_exact_mut(3 * w).enumerate() {
+            let yin = y as f64 + 0.5;
+            let (ry, rx) = (a[1] * yin, a[4] * yin);
+            // With `a[3] == 0` the column term is a zero: the source row is the row's own.
+            let row_tap = (a[3] == 0.0).then(|| cubic_axis(rx + a[5], fh, sh));
+            if let Some(CubicAxis::Outside) = row_tap {
+                fill_pixels(row, self.fill);
+                continue;
+            }
+            for (x, px) in row.as_chunks_mut::<3>().0.iter_mut().enumerate() {
+                let xt = match self.col_x.get(x) {
+                    Some(&t) => t,
+                    None => cubic_axis(self.col_a[x] + ry + a[2], fw, sw),
+                };
+                let yt = match row_tap {
+                    Some(t) => t,
+                    None => cubic_axis(self.col_b[x] + rx + a[5], fh, sh),
+                };
+                *px = cubic_sample(kernel, src, xt, yt, self.fill);
+            }
+        }
+    }
+}
+
+/// One axis of a bicubic sample, as Pillow's `BICUBIC_HEAD` takes it.
+#[derive(Clone, Copy, Debug)]
+pub(super) enum CubicAxis {
+    /// Outside `[0, len)`: Pillow leaves the fill.
+    Outside,
+    /// NaN, which passes Pillow's range test (every comparison is false) and then
+    /// interpolates to NaN, which its x86-64 build stores as 0.
+    NotANumber,
+    /// Inside: the four taps.
+    At(CubicTap),
+}
+
+/// The four taps of a bicubic sample on one axis.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct CubicTap {
+    /// `floor(v - 0.5) - 1 ..= floor(v - 0.5) + 2`, each clamped to the axis. Pillow clamps
+    /// columns (`XCLIP`) and the first row (`YCLIP`), and repeats the previous row's value
+    /// for a row past either edge, which is the clamped row's value: the same taps.
+    pub(super) idx: [usize; 4],
+    /// `(v - 0.5) - floor(v - 0.5)`, in `f64` as Pillow computes it.
+    pub(super) frac: f64,
+}
+
+/// The taps of source coordinate `v` on an axis of `len` pixels (`flen` as `f64`).
+#[inline(always)]
+pub(super) fn cubic_axis(v: f64, flen: f64, len: i64) -> CubicAxis {
+    if v < 0.0 || v >= flen {
+        return CubicAxis::Outside;
+    }
+    if v.is_nan() {
+        return CubicAxis::NotANumber;
+    }
+    let v = v - 0.5;
+    let i = floor_half(v);
+    CubicAxis::At(CubicTap {
+        idx: [i - 1, i, i + 1, i + 2].map(|k| k.clamp(0, len - 1) as usize),
+        frac: v - i as f64,
+    })
+}
+
+/// Pillow's `bicubic_filter32RGB` at a source position's two axes: the fill when either is
+/// outside the source (Pillow tests both together), black for a NaN one inside the test.
+/// Shared by the affine and perspective warps.
+#[inline(always)]
+pub(super) fn cubic_sample(
+    kernel: impl CubicPixel,
+    src: RgbView<'_>,
+    xt: CubicAxis,
+    yt: CubicAxis,
+    fill: [u8; 3],
+) -> [u8; 3] {
+    match (xt, yt) {
+        (CubicAxis::Outside, _) | (_, CubicAxis::Outside) => fill,
+        (CubicAxis::At(xt), CubicAxis::At(yt)) => kernel.pixel(src, &xt, &yt),
+        _ => [0; 3],
+    }
+}
+
+/// A bicubic pixel kernel: Pillow's `BICUBIC_BODY` for the three channels at the taps of
+/// one sample, a cubic along each of the four tap rows, then one down the column of results,
+/// clipped to 0..=255 and truncated. Every kernel gives the same bits.
+pub(super) trait CubicPixel: Copy {
+    fn pixel(self, src: RgbView<'_>, xt: &CubicTap, yt: &CubicTap) -> [u8; 3];
+}
+
+/// The kernel on scalar doubles, channel after channel.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct ScalarCubic;
+
+impl CubicPixel for ScalarCubic {
+    #[inline(always)]
+    fn pixel(self, src: RgbView<'_>, xt: &CubicTap, yt: &CubicTap) -> [u8; 3] {
+        let cols = xt.idx.map(|i| 3 * i);
+        let rows: [[f64; 3]; 4] = yt.idx.map(|r| {
+            let line = src.row(r as u32);
+            std::array::from_fn(|b| cubic_u8(cols.map(|c| line[c + b]), xt.frac))
+        });
+        std::array::from_fn(|b| {
+            let v = cubic_f64([rows[0][b], rows[1][b], rows[2][b], rows[3][b]], yt.frac);
+            // Pillow's `v <= 0 ? 0 : v >= 255 ? 255 : (UINT8)v`; Rust's cast of NaN is 0, as
+            // x86-64's conversion gives there.
+            if v <= 0.0 {
+                0
+            } else if v >= 255.0 {
+                255
+            } else {
+                v as u8
+            }
+        })
+    }
+}
+
+/// Pillow's `BICUBIC(v, v1, v2, v3, v4, d)` on 8-bit taps, whose coefficients C sums in `int`
+/// (exactly) before the double Horner steps.
+#[inline(always)]
+fn cubic_u8(taps: [u8; 4], d: f64) -> f64 {
+    let [v1, v2, v3, v4] = taps.map(i32::from);
+    horner(
+        f64::from(v2),
+        f64::from(-v1 + v3),
+        f64::from(2 * (v1 - v2) + v3 - v4),
+        f64::from(-v1 + v2 - v3 + v4),
+        d,
+    )
+}
+
+/// Pillow's `BICUBIC` on the doubles of the horizontal pass, its sums left to right.
+#[inline(always)]
+pub(super) fn cubic_f64([v1, v2, v3, v4]: [f64; 4], d: f64) -> f64 {
+    horner(
+        v2,
+        -v1 + v3,
+        2.0 * (v1 - v2) + v3 - v4,
+        -v1 + v2 - v3 + v4,
+        d,
+    )
+}
+
+/// `p1 + d * (p2 + d * (p3 + d * p4))`, each step rounded (no fused multiply-add: Pillow's
+/// x86-64 build has none).
+#[inline(always)]
+fn horner(p1: f64, p2: f64, p3: f64, p4: f64, d: f64) -> f64 {
+    p1 + d * (p2 + d * (p3 + d * p4))
 }
 
 /// Pillow's `BILINEAR(v, a, b, d)` on 8-bit taps: `a + (b - a) * d`, the difference taken in
@@ -1063,6 +1298,165 @@ mod tests {
         }
     }
 
+    /// Pillow's `BICUBIC` macro with its coefficients in doubles (exact for 8-bit taps).
+    fn cubic_reference(v: [f64; 4], d: f64) -> f64 {
+        let p2 = -v[0] + v[2];
+        let p3 = 2.0 * (v[0] - v[1]) + v[2] - v[3];
+        let p4 = -v[0] + v[1] - v[2] + v[3];
+        v[1] + d * (p2 + d * (p3 + d * p4))
+    }
+
+    /// The bicubic transform pixel by pixel as `bicubic_filter32RGB` is written: rows past an
+    /// edge repeat the previous row's value rather than being clamped.
+    fn bicubic_reference(
+        src: &RgbImage,
+        size: (u32, u32),
+        a: &AffineMatrix,
+        fill: [u8; 3],
+    ) -> Vec<u8> {
+        let (w, h) = (size.0 as usize, size.1 as usize);
+        let (sw, sh) = (i64::from(src.width()), i64::from(src.height()));
+        let (fw, fh) = (f64::from(src.width()), f64::from(src.height()));
+        let view = src.view();
+        let mut out = vec![0u8; 3 * w * h];
+        for y in 0..h {
+            for x in 0..w {
+                let (xin, yin) = (x as f64 + 0.5, y as f64 + 0.5);
+                let xs = a[0] * xin + a[1] * yin + a[2];
+                let ys = a[3] * xin + a[4] * yin + a[5];
+                let px = &mut out[3 * (y * w + x)..3 * (y * w + x) + 3];
+                if xs < 0.0 || xs >= fw || ys < 0.0 || ys >= fh {
+                    px.copy_from_slice(&fill);
+                    continue;
+                }
+                let (xs, ys) = (xs - 0.5, ys - 0.5);
+                let (xi, yi) = (xs.floor() as i64, ys.floor() as i64);
+                let (dx, dy) = (xs - xi as f64, ys - yi as f64);
+                let (xi, yi) = (xi - 1, yi - 1);
+                for b in 0..3 {
+                    let across = |r: i64| {
+                        let row = view.row(r as u32);
+                        let tap =
+                            |k: i64| f64::from(row[3 * (xi + k).clamp(0, sw - 1) as usize + b]);
+                        cubic_reference([tap(0), tap(1), tap(2), tap(3)], dx)
+                    };
+                    let mut v = [across(yi.clamp(0, sh - 1)); 4];
+                    for k in 1..4 {
+                        v[k] = if (0..sh).contains(&(yi + k as i64)) {
+                            across(yi + k as i64)
+                        } else {
+                            v[k - 1]
+                        };
+                    }
+                    let r = cubic_reference(v, dy);
+                    px[b] = if r <= 0.0 {
+                        0
+                    } else if r >= 255.0 {
+                        255
+                    } else {
+                        r as u8
+                    };
+                }
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn bicubic_equals_pillows_loop_as_written() {
+        let mut rng = Cases(0x5151_7e57_b1c0_b1c0);
+        let mut warp = AffineWarp::new();
+        let mut out = RgbImage::new();
+        let fixed: [AffineMatrix; 9] = [
+            [1.0, 0.0, 3.0, 0.0, 1.0, -2.0], // whole-pixel shift (the NEAREST copy)
+            [1.0, 0.0, 2.25, 0.0, 1.0, -1.5], // fractional shift: both axes tabulated
+            [1.0, 0.3, -4.1, 0.0, 1.0, 0.0], // ShearX: rows tabulated
+            [1.0, 0.0, 0.0, -0.27, 1.0, 5.2], // ShearY: columns tabulated
+            [0.9, -0.4, 6.0, 0.4, 0.9, -3.0], // rotation: the general path
+            [1.0, -0.0, 0.5, -0.0, 1.0, 0.5], // negative zeros
+            [1.0, 0.0, 0.0, 0.0, 1.0, 22.5], // the last row alone
+            [0.25, 0.0, 0.1, 0.0, 0.3, 0.2], // upscaled: taps past both edges
+            [-1.0, -0.0, 37.0, -0.0, -1.0, 23.0],
+        ];
+        for (sw, sh) in [(37u32, 23u32), (1, 1), (1, 9), (9, 1), (2, 3)] {
+            // Two-level textures overshoot, so both clips are taken.
+            let data = (0..3 * sw * sh)
+                .map(|_| if rng.below(2) == 0 { 0 } else { 255 })
+                .collect();
+            let src = RgbImage::from_raw(sw, sh, data).expect("sized");
+            let mut matrices = fixed.to_vec();
+            for _ in 0..40 {
+                let m = inverse_affine_matrix(
+                    [rng.uniform(-5.0, 42.0), rng.uniform(-5.0, 28.0)],
+                    rng.uniform(-180.0, 180.0),
+                    [rng.uniform(-9.0, 9.0), rng.uniform(-9.0, 9.0)],
+                    rng.uniform(0.2, 3.0),
+                    [rng.uniform(-30.0, 30.0), rng.uniform(-30.0, 30.0)],
+                );
+                matrices.push(m);
+            }
+            for m in &matrices {
+                for size in [(sw, sh), (37, 23), (5, 2)] {
+                    let want = bicubic_reference(&src, size, m, [9, 99, 199]);
+                    // The scalar kernel, and the vector one where the CPU has it.
+                    for level in [SimdLevel::Portable, SimdLevel::detected()] {
+                        warp.set_simd_limit(level);
+                        warp.warp_to(
+                            src.view(),
+                            size,
+                            m,
+                            Interpolation::Bicubic,
+                            [9, 99, 199],
+                            &mut out,
+                        )
+                        .expect("warp");
+                        assert_eq!(
+                            out.as_raw(),
+                            &want[..],
+                            "{level:?}: {sw}x{sh} -> {size:?}, matrix {m:?}"
+                        );
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn bicubic_matches_hand_computed_pillow_values() {
+        // A one-row image shifted by half a pixel: Pillow 13 gives [0, 127, 255, 115, 18, 7]
+        // (7: the fill past the right edge). At x = 3 the taps are 255, 255, 0, 100 with
+        // d = 0.5: 255 + 0.5 (-255 + 0.5 (-100 + 0.5 * 100)) = 115.
+        let row = [0u8, 0, 255, 255, 0, 100];
+        let data = row.iter().flat_map(|&v| [v; 3]).collect();
+        let src = RgbImage::from_raw(6, 1, data).expect("sized");
+        let mut out = RgbImage::new();
+        let mut warp = AffineWarp::new();
+        for (shift, want) in [
+            (0.5, [0u8, 127, 255, 115, 18, 7]),
+            (0.25, [0, 63, 255, 186, 0, 114]),
+        ] {
+            let m = [1.0, 0.0, shift, 0.0, 1.0, 0.0];
+            warp.warp(src.view(), &m, Interpolation::Bicubic, [7; 3], &mut out)
+                .expect("warp");
+            let got: Vec<u8> = out.as_raw().iter().step_by(3).copied().collect();
+            assert_eq!(got, want, "shift {shift}");
+        }
+        // Positions that overflow to inf - inf = NaN pass Pillow's range test and come out
+        // black; the others are inside or filled (Pillow 13, the same matrix and image).
+        let data = (0..60u8).map(|v| v * 4 + 10).collect();
+        let src = RgbImage::from_raw(5, 4, data).expect("sized");
+        let m = [1e308, -1e308, 0.0, 0.0, 1.0, 0.0];
+        warp.warp(src.view(), &m, Interpolation::Bicubic, [7; 3], &mut out)
+            .expect("warp");
+        let mut want = [7u8; 60];
+        want[..3].copy_from_slice(&[8, 12, 16]);
+        want[18..21].copy_from_slice(&[68, 72, 76]);
+        for p in [12, 13, 14, 17, 18, 19] {
+            want[3 * p..3 * p + 3].fill(0);
+        }
+        assert_eq!(out.as_raw(), &want[..]);
+    }
+
     #[test]
     fn python_modulo_and_rounding() {
         assert_eq!(py_mod_360(-90.0), 270.0);
@@ -1082,7 +1476,11 @@ mod tests {
         let img = RgbImage::from_raw(5, 4, data).expect("sizes match");
         let mut out = RgbImage::new();
         let mut warp = AffineWarp::new();
-        for interp in [Interpolation::Nearest, Interpolation::Bilinear] {
+        for interp in [
+            Interpolation::Nearest,
+            Interpolation::Bilinear,
+            Interpolation::Bicubic,
+        ] {
             warp.warp(img.view(), &m, interp, [1, 2, 3], &mut out)
                 .expect("finite matrix");
             assert_eq!(out, img, "{interp:?}");

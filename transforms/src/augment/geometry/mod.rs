@@ -1,12 +1,14 @@
 //! Geometric ops on packed RGB (affine with a fill, flips, padding, blur) and erasing on a CHW
 //! tensor, with the arithmetic torchvision's PIL path performs, so that outputs match it.
 //!
-//! - [`affine`]: Pillow's affine engines (NEAREST and BILINEAR bit-exact; BILINEAR on AVX2 or
-//!   AVX-512 where the CPU has them, `affine_x86`, with the scalar path's bits) and the matrices of torchvision's `F.affine` and Pillow's `Image.rotate`: Rotate, ShearX/Y,
-//!   TranslateX/Y of the policies, RandomRotation, RandomAffine.
+//! - [`affine`]: Pillow's affine engines (NEAREST, BILINEAR and BICUBIC bit-exact; BILINEAR on
+//!   AVX2 or AVX-512 where the CPU has them, `affine_x86`, and BICUBIC's pixels on AVX2,
+//!   `cubic_x86`, each with the scalar path's bits) and the matrices of torchvision's
+//!   `F.affine` and Pillow's `Image.rotate`: Rotate, ShearX/Y, TranslateX/Y of the policies,
+//!   RandomRotation, RandomAffine.
 //! - [`perspective`](mod@perspective): torchvision's `F.perspective` (RandomPerspective): the
 //!   coefficient solve and Pillow's perspective transform, sharing the affine warp's BILINEAR
-//!   filter.
+//!   and BICUBIC filters.
 //! - [`pad`]: Pad and RandomCrop's padding (constant, edge, reflect, symmetric).
 //! - [`blur`]: GaussianBlur, separable, within one level of torchvision.
 //! - [`erase`](mod@erase): RandomErasing's write into the normalized tensor.
@@ -22,6 +24,8 @@ pub mod affine;
 #[cfg(target_arch = "x86_64")]
 mod affine_x86;
 pub mod blur;
+#[cfg(target_arch = "x86_64")]
+mod cubic_x86;
 pub mod erase;
 pub mod pad;
 pub mod perspective;

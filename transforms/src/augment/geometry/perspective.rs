@@ -6,8 +6,9 @@
 //! Pillow has one engine for this call (its generic transform), so there is one path per
 //! filter: each output pixel centre `(x + 0.5, y + 0.5)` is mapped afresh in doubles,
 //! `((a0 xin + a1 yin + a2) / (a6 xin + a7 yin + 1), (a3 xin + a4 yin + a5) / (..))`, then
-//! sampled by the NEAREST filter (truncation, outside -> fill) or by the BILINEAR filter that
-//! the affine warp shares ([`super::affine`]'s taps and interpolation).
+//! sampled by the NEAREST filter (truncation, outside -> fill) or by the BILINEAR or BICUBIC
+//! filter that the affine warp shares ([`super::affine`]'s taps and interpolation; BICUBIC's
+//! pixels on AVX2 where the CPU has it, with the same bits).
 //!
 //! The coefficients: torchvision solves the 8x8 system with `torch.linalg.lstsq(driver="gels")`
 //! (LAPACK's QR, from MKL on x86 wheels), which cannot be reproduced bit for bit (MKL picks its
@@ -23,7 +24,10 @@
 //! Must not: allocate per sample (nothing is kept but the output), draw random numbers, or
 //! panic on input (a singular system and non-finite positions have defined results).
 
-use super::affine::{axis_tap, bilinear_pixel, coord, start_warp, Interpolation};
+use super::affine::{
+    axis_tap, bilinear_pixel, coord, cubic_axis, cubic_sample, start_warp, CubicPixel,
+    Interpolation, ScalarCubic,
+};
 use crate::error::{Error, Result};
 use crate::image::{RgbImage, RgbView};
 
@@ -168,14 +172,34 @@ fn map_rows(
     }
 }
 
+/// The BICUBIC warp's pixels: Pillow's `bicubic_filter32RGB` at each mapped position, its
+/// pixels computed by `kernel`.
+#[inline(always)]
+fn bicubic_rows(
+    kernel: impl CubicPixel,
+    src: RgbView<'_>,
+    dst: &mut [u8],
+    w: u32,
+    coeffs: &PerspectiveCoeffs,
+    fill: [u8; 3],
+) {
+    let (sw, sh) = (i64::from(src.width()), i64::from(src.height()));
+    let (fw, fh) = (f64::from(src.width()), f64::from(src.height()));
+    map_rows(dst, w, coeffs, |xs, ys| {
+        let (xt, yt) = (cubic_axis(xs, fw, sw), cubic_axis(ys, fh, sh));
+        cubic_sample(kernel, src, xt, yt, fill)
+    });
+}
+
 /// Pillow's `Image.transform(size, PERSPECTIVE, coeffs, resample, fillcolor=fill)` of `src`
 /// into `out` (resized to `size`, `(width, height)`): torchvision's `F.perspective` once the
 /// coefficients are known ([`perspective_coeffs`]).
 ///
 /// Pillow's filters as compiled for x86-64: NEAREST truncates a position (a negative or NaN
-/// one falls outside) and fills outside the source; BILINEAR fills a position outside
-/// `[0, w) x [0, h)`, and a NaN one (a zero denominator over a zero numerator), which passes
-/// Pillow's range test, becomes black (C's float-to-int conversion of NaN gives 0 bytes there).
+/// one falls outside) and fills outside the source; BILINEAR and BICUBIC fill a position
+/// outside `[0, w) x [0, h)`, and a NaN one (a zero denominator over a zero numerator), which
+/// passes Pillow's range test, becomes black (C's float-to-int conversion of NaN gives 0 bytes
+/// there).
 /// Errors for non-finite coefficients.
 pub fn perspective_warp(
     src: RgbView<'_>,
@@ -217,6 +241,14 @@ pub fn perspective_warp(
                 _ => [0; 3],
             }
         }),
+        Interpolation::Bicubic => {
+            #[cfg(target_arch = "x86_64")]
+            if let Some(kernel) = super::cubic_x86::Avx2Cubic::new() {
+                kernel.run(|k| bicubic_rows(k, src, dst, w, coeffs, fill));
+                return Ok(());
+            }
+            bicubic_rows(ScalarCubic, src, dst, w, coeffs, fill);
+        }
     }
     Ok(())
 }
@@ -381,20 +413,56 @@ mod tests {
     }
 
     #[test]
+    #[cfg(target_arch = "x86_64")]
+    fn bicubic_kernels_agree_bit_for_bit() {
+        let Some(kernel) = super::super::cubic_x86::Avx2Cubic::new() else {
+            return; // no AVX2 here: one kernel only
+        };
+        let (w, h) = (23u32, 17u32);
+        let data = (0..3 * w * h).map(|i| (i * 7919 % 251) as u8).collect();
+        let img = RgbImage::from_raw(w, h, data).expect("sized");
+        let start = image_corners(w, h);
+        let ends = [
+            [[3.0, 2.0], [20.0, 1.0], [21.0, 15.0], [1.0, 14.0]],
+            [[0.0, 0.0], [22.0, 0.0], [22.0, 16.0], [5.0, 16.0]],
+            [[-4.0, 3.0], [30.0, -2.0], [19.0, 25.0], [2.0, 11.0]],
+        ];
+        let mut coeffs: Vec<PerspectiveCoeffs> = ends
+            .iter()
+            .map(|end| perspective_coeffs(&start, end).expect("finite"))
+            .collect();
+        // 0 / 0 at the first pixel centre, and positions far outside.
+        coeffs.push([2.0, 0.0, -1.0, 0.0, 2.0, -1.0, -2.0, 0.0]);
+        coeffs.push([1e6, 3.0, -7.0, 0.5, 1e-6, 2.0, 0.01, -0.02]);
+        for c in &coeffs {
+            let mut scalar = vec![0u8; (3 * w * h) as usize];
+            let mut vector = scalar.clone();
+            bicubic_rows(ScalarCubic, img.view(), &mut scalar, w, c, [1, 2, 3]);
+            kernel.run(|k| bicubic_rows(k, img.view(), &mut vector, w, c, [1, 2, 3]));
+            assert_eq!(scalar, vector, "{c:?}");
+        }
+    }
+
+    #[test]
     fn warp_follows_pillows_pixel_centres_and_fill() {
         let (w, h) = (5u32, 4u32);
         let data: Vec<u8> = (0..3 * w * h).map(|v| (v * 5) as u8).collect();
         let img = RgbImage::from_raw(w, h, data).expect("sized");
         let mut out = RgbImage::new();
         let identity = [1.0, 0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0];
-        for interp in [Interpolation::Nearest, Interpolation::Bilinear] {
+        let all = [
+            Interpolation::Nearest,
+            Interpolation::Bilinear,
+            Interpolation::Bicubic,
+        ];
+        for interp in all {
             perspective_warp(img.view(), (w, h), &identity, interp, [1, 2, 3], &mut out)
                 .expect("finite");
             assert_eq!(out, img, "{interp:?}");
         }
         // A shift by one whole pixel to the right: column 0 falls outside and is filled.
         let shift = [1.0, 0.0, -1.0, 0.0, 1.0, 0.0, 0.0, 0.0];
-        for interp in [Interpolation::Nearest, Interpolation::Bilinear] {
+        for interp in all {
             perspective_warp(img.view(), (w, h), &shift, interp, [1, 2, 3], &mut out)
                 .expect("finite");
             for y in 0..h as usize {
@@ -430,6 +498,17 @@ mod tests {
         )
         .expect("finite");
         assert_eq!(&out.as_raw()[..3], &[0, 0, 0]);
+        // BICUBIC likewise (Pillow 13: black there, the fill elsewhere on this map).
+        perspective_warp(
+            img.view(),
+            (w, h),
+            &nan_at_origin,
+            Interpolation::Bicubic,
+            [7; 3],
+            &mut out,
+        )
+        .expect("finite");
+        assert_eq!(&out.as_raw()[..6], &[0, 0, 0, 7, 7, 7]);
         perspective_warp(
             img.view(),
             (w, h),

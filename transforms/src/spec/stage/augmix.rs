@@ -11,6 +11,8 @@
 
 use super::{in_op, StageScratch};
 use crate::augment::augmix::TensorWarp;
+use crate::augment::geometry::Interpolation;
+use crate::augment::grid_sample::BICUBIC_ON_TENSORS;
 use crate::augment::policy::{AugMix, AugmentationSpace};
 use crate::error::{Error, Result};
 use crate::image::RgbImage;
@@ -74,6 +76,14 @@ impl AugMixOp {
         else {
             return Ok(None);
         };
+        // torchvision's AugMix warps a uint8 tensor, whose kernels refuse BICUBIC (on the
+        // first warp drawn; here when planned).
+        if *interpolation == Interpolation::Bicubic {
+            return Err(Error::invalid(
+                "interpolation",
+                format!("{NAME}: {BICUBIC_ON_TENSORS}"),
+            ));
+        }
         let int = |name: &'static str, v: i64| {
             i32::try_from(v).map_err(|_| {
                 Error::invalid(name, format!("{NAME}: {v} is out of the supported range"))
