@@ -529,32 +529,14 @@ class _ProfiledDataset(_DatasetWrapper):
         object.__setattr__(self, "_opaque", opaque)
 
     def __getitem__(self, index: Any) -> Any:
-        global _ACTIVE
         rec = self._rec
-        rec.sample = index
-        rec.failed_op = None
-        rec.depth = 0
-        _ACTIVE = rec
-        start = rec.start()
-        try:
-            if self._opaque:
-                item = _TimedOp(self._inner.__getitem__, "__getitem__", rec)(index)
-            else:
-                item = self._inner[index]
-        except Exception as e:
-            self._failed(index, e, start[0])
-            raise
-        finally:
-            rec.depth = -1
-            _ACTIVE = None
-        rec.end("process", index, 0, start)
-        return item
 
-    def _failed(self, index: Any, error: Exception, t0: int) -> None:
-        rec = self._rec
-        op = rec.failed_op or "process"
-        rec.records.append(("process", index, t0, _now(), 0))
-        rec.fail(index, error, op, _sample_path(self._original, index))
+        def load() -> Any:
+            if self._opaque:
+                return _TimedOp(self._inner.__getitem__, "__getitem__", rec)(index)
+            return self._inner[index]
+
+        return _process_span(rec, index, load, lambda: _sample_path(self._original, index))
 
 
 class _ProfiledIterable(IterableDataset[Any]):
@@ -584,26 +566,35 @@ class _ProfiledIterable(IterableDataset[Any]):
 
 
 def next_in_span(rec: _Recorder, it: Iterator[Any], index: int) -> Any:
-    """``next(it)`` as sample ``index`` of a stream, in its ``process`` span (what
-    ``_ProfiledDataset`` does around ``__getitem__``); ``StopIteration`` passes through
-    unrecorded, a failure is reported as the sample's."""
+    """``next(it)`` as sample ``index`` of a stream, in its ``process`` span;
+    ``StopIteration`` passes through unrecorded."""
+    return _process_span(rec, index, lambda: next(it), lambda: None)
+
+
+def _process_span(
+    rec: _Recorder, index: Any, load: Callable[[], Any], path: Callable[[], Optional[str]]
+) -> Any:
+    """``load()`` as sample ``index``, in its ``process`` span (depth 0, the spans of the ops
+    it runs nested in it, :func:`span` recording into ``rec`` meanwhile); a failure is recorded
+    and reported as the sample's, with ``path()`` when known, and raised. ``StopIteration``
+    (a stream's end) passes through unrecorded."""
     global _ACTIVE
     rec.sample, rec.failed_op, rec.depth = index, None, 0
     _ACTIVE = rec
     start = rec.start()
     try:
-        sample = next(it)
+        item = load()
     except StopIteration:
         raise
     except Exception as e:
         rec.records.append(("process", index, start[0], _now(), 0))
-        rec.fail(index, e, rec.failed_op or "process", None)
+        rec.fail(index, e, rec.failed_op or "process", path())
         raise
     finally:
         rec.depth = -1
         _ACTIVE = None
     rec.end("process", index, 0, start)
-    return sample
+    return item
 
 
 def _sample_path(dataset: Any, index: Any) -> Optional[str]:
