@@ -47,7 +47,6 @@ from typing import (
     List,
     NamedTuple,
     Optional,
-    Sequence,
     Tuple,
     cast,
 )
@@ -525,10 +524,11 @@ class PythonDataset:
             rank=self.rank, world_size=self.world_size,
         )
 
-    def plan_batches(self, indices: Sequence[int]) -> List[List[int]]:
-        """``indices`` cut into batches (the last short, or dropped with ``drop_last``)."""
+    def plan_batches(self, indices: List[int]) -> List[List[int]]:
+        """``indices`` (ints: the native order, or the loader's plan, which converted them)
+        cut into batches (the last short, or dropped with ``drop_last``)."""
         size = self.batch_size
-        batches = [[int(i) for i in indices[k : k + size]] for k in range(0, len(indices), size)]
+        batches = [indices[k : k + size] for k in range(0, len(indices), size)]
         if self.drop_last and batches and len(batches[-1]) < size:
             batches.pop()
         return batches
