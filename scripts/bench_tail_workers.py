@@ -2,7 +2,8 @@
 """Where a Python tail after native ops should run: the torchvision DataLoader, ferroloader
 with the tail in worker processes (each running the native ops first: the default with two
 workers or more), and ferroloader with the tail under the GIL in the native worker threads
-(what ``tensor_type="numpy"`` still does), alternately.
+(what ``tensor_type="numpy"`` still does), alternately; and what ``python_tail_workers="auto"``
+timed and chose.
 
 Cases (``--case``): ``ra_tail`` (RandomResizedCrop(224), flip natively, then torchvision's
 RandAugment inside a ``Lambda``, standing for another library's augmentation, then ToTensor,
@@ -87,6 +88,14 @@ def main() -> None:
         "processes": fl.Loader(folder, transform=transform, persistent_workers=persistent, **common),
         "gil": AsTorch(fl.Loader(folder, transform=transform, tensor_type="numpy", **common)),
     }
+    auto = fl.Loader(folder, transform=transform, **common)
+    costs = auto.python_tail_costs
+    if costs is not None:
+        print(
+            f"timed per sample: native prefix {costs.prefix * 1e3:.3f} ms, Python under the GIL "
+            f"{costs.python * 1e3:.3f} ms; python_tail_workers='auto' chose {auto.python_tail_where}"
+        )
+    del auto
     median = median_rates(loaders, args.rounds)
     tv, procs, gil = median["torchvision"], median["processes"], median["gil"]
     print(f"{args.case}, {args.rounds} rounds, {args.workers} workers (median img/s):")

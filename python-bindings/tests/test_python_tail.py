@@ -237,7 +237,7 @@ def test_random_python_ops_are_the_same_whatever_num_workers(folder: Path) -> No
 def test_the_warning_and_python_tail_error(folder: Path) -> None:
     transform = tv.Compose([tv.CenterCrop(32), tv.Lambda(mirror_and_mark), tv.ToTensor()])
     with pytest.warns(UserWarning, match=r"Lambda, ToTensor run in Python.*GIL.*python_tail_workers='processes'"):
-        fl.Loader(fl.ImageFolder(folder), 4, transform=transform, num_workers=2)
+        fl.Loader(fl.ImageFolder(folder), 4, transform=transform, num_workers=2, python_tail_workers="threads")
     with pytest.warns(UserWarning, match=r"Lambda, ToTensor run in Python after the native ops, in worker processes"):
         fl.Loader(fl.ImageFolder(folder), 4, transform=transform, num_workers=2, python_tail_workers="processes")
     with pytest.raises(ValueError, match=r"python_tail_workers: expected one of"):
@@ -254,6 +254,59 @@ def test_the_warning_and_python_tail_error(folder: Path) -> None:
         fl.Loader(fl.ImageFolder(folder), 4, transform=tv.Compose([tv.CenterCrop(32), tv.ToTensor()]))
     with pytest.raises(ValueError, match="python_tail"):
         fl.Loader(fl.ImageFolder(folder), 4, transform=transform, python_tail="sometimes")  # type: ignore[arg-type]
+
+
+def slow_identity(x: torch.Tensor) -> torch.Tensor:
+    """A tail that holds the GIL far longer than the native ops take (another library's heavy
+    augmentation)."""
+    deadline = time.perf_counter() + 0.01
+    while time.perf_counter() < deadline:
+        pass
+    return x
+
+
+def test_auto_runs_a_tail_that_would_hold_the_gil_in_worker_processes(
+    folder: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from ferroloader import loader as loader_module
+
+    monkeypatch.setattr(loader_module, "_cores", lambda: 2)
+    heavy = tv.Compose([tv.CenterCrop(32), tv.ToTensor(), tv.Lambda(slow_identity)])
+    ld = loader(folder, heavy, num_workers=2, shuffle=True)
+    assert ld.python_tail_where == "processes" and ld.python_tail_costs is not None
+    assert ld.python_tail_costs.python > 0.01 > ld.python_tail_costs.prefix
+    # One worker: no processes, whatever the tail costs; nothing timed.
+    one = loader(folder, heavy, num_workers=1, shuffle=True)
+    assert one.python_tail_where == "threads" and one.python_tail_costs is None
+    got, want = run(ld), run(one)
+    assert len(got) == len(want) == 5
+    assert all(torch.equal(x, u) and torch.equal(y, v) for (x, y), (u, v) in zip(got, want))
+
+
+@pytest.mark.filterwarnings("ignore:This DataLoader will create:UserWarning")  # 8 workers, 2 cores
+@pytest.mark.parametrize(
+    "prefix_ms, python_ms, workers, where",
+    [
+        (1.0, 0.2, 2, "threads"),  # 2 x 0.2 below 1.2: the GIL is free most of the time
+        (1.0, 0.2, 8, "processes"),  # 8 threads would queue for it (on 8 cores)
+        (0.4, 0.6, 2, "processes"),  # RandAugment after a crop
+    ],
+)
+def test_auto_chooses_by_the_timed_costs(
+    folder: Path, monkeypatch: pytest.MonkeyPatch, prefix_ms: float, python_ms: float, workers: int, where: str
+) -> None:
+    from ferroloader import _pydataset
+    from ferroloader import loader as loader_module
+
+    timed = _pydataset.TailCosts(prefix_ms / 1e3, python_ms / 1e3)
+    monkeypatch.setattr(_pydataset.TailSamples, "costs", lambda self, count: timed)
+    monkeypatch.setattr(loader_module, "_cores", lambda: 8)
+    transform = tv.Compose([tv.CenterCrop(32), tv.Lambda(mirror_and_mark), tv.ToTensor()])
+    ld = loader(folder, transform, num_workers=workers)
+    assert ld.python_tail_where == where and ld.python_tail_costs == timed
+    # Named explicitly, nothing is timed.
+    fixed = loader(folder, transform, num_workers=workers, python_tail_workers="threads")
+    assert fixed.python_tail_where == "threads" and fixed.python_tail_costs is None
 
 
 def third_party_crop(im: Image.Image) -> Image.Image:
@@ -299,9 +352,8 @@ def test_the_profile_has_the_tail_spans(folder: Path) -> None:
             outer = prefix[(s["batch"], s["sample"])]
             assert outer["start_ns"] <= s["start_ns"] <= s["end_ns"] <= outer["end_ns"]
             assert s["depth"] == outer["depth"] + 1
-    # Under the GIL in the native workers (the default after native ops): python_tail spans in
-    # the native profile.
-    ld = loader(folder, transform, profile="spans")
+    # Under the GIL in the native workers: python_tail spans in the native profile.
+    ld = loader(folder, transform, profile="spans", python_tail_workers="threads")
     run(ld)
     spans = ld.profile().pipeline("native")["spans"]
     tails = [s for s in spans if s["op"] == "python_tail"]

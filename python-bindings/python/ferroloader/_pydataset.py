@@ -190,6 +190,15 @@ class _SeededIterable(IterableDataset[Tuple[int, Any]]):
         return len(self.inner)
 
 
+class TailCosts(NamedTuple):
+    """Per-sample seconds of a transform with a Python tail (:meth:`TailSamples.costs`)."""
+
+    #: The native prefix's (no GIL held).
+    prefix: float
+    #: The Python work the native threads would do under the GIL for it.
+    python: float
+
+
 class TailSamples(Dataset[Tuple[torch.Tensor, int]]):
     """A transform with a Python tail, run in DataLoader's worker processes: each process reads
     the sample's bytes, runs the native prefix on them (``_native.Prefix``, planned once per
@@ -290,6 +299,37 @@ class TailSamples(Dataset[Tuple[torch.Tensor, int]]):
             return f"dataset[{index}]", bytes(item), int(label)
         with open(item, "rb") as f:
             return str(item), f.read(), int(label)
+
+    def costs(self, count: int) -> Optional["TailCosts"]:
+        """Times up to ``count`` samples after the first as the native worker threads would
+        run them: the native prefix (which runs without the GIL, in parallel) and the Python
+        work that holds it (seeding and restoring the generators, the conversions, the tail's
+        ops). Medians, in seconds; ``None`` when no sample loads. Runs in this process, as of
+        epoch 0, the consumer's generators restored after each sample."""
+        prefix_s: List[float] = []
+        python_s: List[float] = []
+        for index in range(1, min(len(self), count + 1)):
+            try:
+                _, data, _ = self._read(index)
+                start = _now()
+                array = self._planned().run(data, self.seed, 0, index)[0] if self.prefix else data
+                native = _now()
+                saved = seed_generators(_native.python_seed(self.seed, 0, index), torch)
+                try:
+                    x = self.runner.to_input(array)
+                    for op in self.transform.transforms:
+                        x = op(x)
+                    self.runner.to_output(x)
+                finally:
+                    restore_generators(saved, torch)
+                done = _now()
+            except Exception:
+                continue  # the sample's error is reported when the epoch reaches it
+            prefix_s.append((native - start) / 1e9)
+            python_s.append((done - native) / 1e9)
+        if not python_s:
+            return None
+        return TailCosts(float(np.median(prefix_s)), float(np.median(python_s)))
 
     def probe(self, skip: bool) -> Tuple[Tuple[int, ...], str]:
         """Runs the first sample (the first that loads, under ``skip``) in this process, as of

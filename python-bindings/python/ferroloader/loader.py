@@ -54,7 +54,7 @@ if TYPE_CHECKING:
     import torch
 
     # Imported when a dataset runs in Python: it imports torch.
-    from ferroloader._pydataset import PythonDataset, PythonDatasetIterator
+    from ferroloader._pydataset import PythonDataset, PythonDatasetIterator, TailCosts, TailSamples
 
 __all__ = ["Loader", "LoaderIterator", "STATE_VERSION"]
 
@@ -105,6 +105,25 @@ def _cores() -> int:
         return len(os.sched_getaffinity(0))
     except AttributeError:
         return os.cpu_count() or 1
+
+
+#: Samples timed (after the probed first) to choose where a tail after native ops runs.
+_COST_SAMPLES = 8
+
+def _gil_bound(costs: TailCosts, workers: int) -> bool:
+    """Whether a tail after native ops, timed at ``costs``, is better run in worker processes:
+    where ``workers`` threads (at most one per core), each spending ``prefix + python`` on a
+    sample with the ``python`` part one thread at a time, would keep the GIL busy all the time.
+
+    The GIL's real cost is above the timed ``python`` (a waiting thread sleeps up to the switch
+    interval; the consumer needs it too): a light tail timed at 0.17 ms under it capped 16
+    threads at 1900-2100 img/s, 0.5 ms a sample, where processes gave 5300. Measured (one run,
+    ``bench_tail_workers.py``) on both sides of this line: threads ahead at 2 workers (Zen 5)
+    and 4 (16-core Xeon) with the light tail (``workers * python`` 0.29 and 0.70 of the
+    sample), processes ahead from 8 workers (1.3) and with RandAugment in the tail at every
+    count (1.2 at 2 workers)."""
+    parallel = max(1, min(workers, _cores()))
+    return parallel * costs.python > costs.prefix + costs.python
 
 
 def _first_image_size(source: Any) -> Optional[Tuple[int, int]]:
@@ -222,7 +241,11 @@ class Loader:
     transform (``ferroloader._pydataset``), each running the native prefix, then the tail, in
     parallel; faster for a heavy tail (another library's RandAugment), slower for a light one
     (DataLoader's per-sample Python and batch transfer). ``"auto"`` (default): processes where
-    no op is native (the native workers would only read files), threads otherwise. The same
+    no op is native (the native workers would only read files); after native ops, it times a
+    few samples when the loader is built and takes processes where the tail, one sample at a
+    time, would hold the GIL as long as the threads take to run everything in parallel
+    (``workers * python > prefix + python``): a heavy tail, or a light one with many workers.
+    ``python_tail_where`` says which it took, ``python_tail_costs`` what it timed. The same
     draws, errors and first-sample shape rule hold either way.
     ``python_tail``: ``"warn"`` (default: one ``UserWarning`` naming the ops run in Python),
     ``"allow"`` (silently), ``"error"`` (refuse, naming the first op without a native
@@ -410,11 +433,21 @@ class Loader:
         self.transform: Optional[Compose] = self._split.prefix
         #: The transforms run in Python after them, in order (empty when all are native).
         self.python_tail: List[Any] = self._split.tail
-        tail_source = self._tail_process_source()
+        #: Where the Python tail runs: ``"threads"`` (the native workers, under the GIL) or
+        #: ``"processes"``; ``None`` without a tail.
+        self.python_tail_where: Optional[str] = None
+        #: What ``python_tail_workers="auto"`` measured to choose between them (``None`` where
+        #: it measured nothing).
+        self.python_tail_costs: Optional[TailCosts] = None
         if self.python_tail:
-            self._check_tail(in_processes=tail_source is not None)
-        if tail_source is not None:
-            self._run_tail_in_processes(tail_source, prefetch_factor)
+            self._refuse_tail()
+        tail_samples = self._tail_in_processes()
+        if self.python_tail:
+            self.python_tail_where = "threads" if tail_samples is None else "processes"
+            self._warn_tail()
+        if tail_samples is not None:
+            workers = _cores() if self.num_workers is None else self.num_workers
+            self._start_python_engine(tail_samples, workers, prefetch_factor, "a Python tail")
             return
         if self.tensor_type == "torch":
             try:
@@ -548,41 +581,33 @@ class Loader:
 
     # -- native loader ------------------------------------------------------------------------
 
-    def _tail_process_source(self) -> Any:
-        """What a transform with a Python tail reads its samples from when the tail runs in
-        worker processes; ``None`` when it runs under the GIL in the native workers.
+    def _tail_in_processes(self) -> "Optional[TailSamples]":
+        """The samples of a transform with a Python tail, made in worker processes (probed: the
+        first sample's shape and dtype set), or ``None`` where the tail runs under the GIL in
+        the native worker threads.
 
         Under the GIL the tail runs one sample at a time across the process, whatever
-        ``num_workers``: its Python, not the native ops, then caps the loader (a transform with
-        no native op ran at half DataLoader's speed on two cores). In worker processes each
-        runs the native prefix and then the tail, in parallel, as DataLoader's workers run a
-        whole transform, at the cost of DataLoader's per-sample Python and batch transfer.
-        ``python_tail_workers="auto"`` takes processes where there is no native op (the native
-        workers would only read files), ``"processes"`` always (two workers or more). Needs
-        torch tensors out and a source Python can index (listed files, an in-memory array, a
-        protocol dataset; not shards)."""
+        ``num_workers``, so its Python can cap the loader (a transform with no native op ran at
+        half DataLoader's speed on two cores). In worker processes each runs the native prefix
+        and then the tail, in parallel, as DataLoader's workers run a whole transform, at the
+        cost of DataLoader's per-sample Python and batch transfer. ``"auto"`` takes processes
+        where there is no native op (the native workers would only read files) and, after
+        native ops, where a few samples timed here say the tail would hold the GIL too much of
+        the time (:func:`_gil_bound`); ``"processes"`` always (two workers or more). Needs torch
+        tensors out and a source Python can index (listed files, an in-memory array, a protocol
+        dataset; not shards)."""
         if not self.python_tail or self.tensor_type != "torch":
             return None
         if self.python_tail_workers == "threads":
             return None
-        if self.python_tail_workers == "auto" and self._split.spec is not None:
-            # After native ops a light tail (a Lambda on the tensor) is faster under the GIL
-            # than behind DataLoader's per-sample Python and batch transfer (2.91x against
-            # 1.95x DataLoader's speed, bench_tail_workers.py); a heavy one is not (1.85x
-            # against 2.38x with RandAugment in Python): the user knows which theirs is.
-            return None
-        if (_cores() if self.num_workers is None else self.num_workers) < 2:
+        workers = _cores() if self.num_workers is None else self.num_workers
+        if workers < 2:
             return None
         source = self._source
         if isinstance(source, (_native.ImageFolder, _native.FileList, _native.PathList)):
-            return list(source.samples)
-        if isinstance(source, _native.ImageArray):
-            return source
-        if isinstance(source, _native.WebDataset):
+            source = list(source.samples)
+        elif isinstance(source, _native.WebDataset):
             return None
-        return source  # a map-style dataset of (path or bytes, label)
-
-    def _run_tail_in_processes(self, source: Any, prefetch_factor: Optional[int]) -> None:
         from ferroloader._pydataset import TailSamples
 
         split = self._split
@@ -595,13 +620,15 @@ class Loader:
             self._check_normalize()
         samples = TailSamples(source, self.python_tail, names, runner, self.seed, prefix)
         samples.probe(skip=self.on_error == "skip")
-        workers = _cores() if self.num_workers is None else self.num_workers
-        self._start_python_engine(samples, workers, prefetch_factor, "a Python tail")
+        if self.python_tail_workers == "auto" and split.spec is not None:
+            self.python_tail_costs = samples.costs(_COST_SAMPLES)
+            if self.python_tail_costs is None or not _gil_bound(self.python_tail_costs, workers):
+                return None
+        return samples
 
-    def _check_tail(self, in_processes: bool = False) -> None:
-        """Applies ``python_tail`` to a transform with a Python tail."""
+    def _refuse_tail(self) -> None:
+        """Applies ``python_tail="error"``, and refuses a tail op that cannot be called."""
         first = self.python_tail[0]
-        names = ", ".join(tail_op_name(op) for op in self.python_tail)
         if self.python_tail_mode == "error":
             # The converter's message names the op already; the planner's names the rule.
             why = self._split.reason
@@ -611,23 +638,28 @@ class Loader:
         for op in self.python_tail:
             if not callable(op):
                 raise TypeError(f"transform: {op!r} is neither a known transform nor callable")
-        if self.python_tail_mode == "warn":
-            if not in_processes:
-                where = (
-                    "after the native ops, holding the GIL (one sample at a time, whatever "
-                    "num_workers; python_tail_workers='processes' runs them in worker processes, "
-                    "faster for a heavy tail)"
-                )
-            elif self._split.spec is None:
-                where = "with no native op before them: in worker processes, as DataLoader runs them"
-            else:
-                where = "after the native ops, in worker processes (each running the native ops first)"
-            warnings.warn(
-                f"transform: {names} run in Python {where}; python_tail='allow' silences "
-                "this, 'error' refuses",
-                UserWarning,
-                stacklevel=3,
+
+    def _warn_tail(self) -> None:
+        """Applies ``python_tail="warn"``: one warning naming the ops run in Python and where."""
+        if self.python_tail_mode != "warn":
+            return
+        names = ", ".join(tail_op_name(op) for op in self.python_tail)
+        if self.python_tail_where == "threads":
+            where = (
+                "after the native ops, holding the GIL (one sample at a time, whatever "
+                "num_workers; python_tail_workers='processes' runs them in worker processes, "
+                "faster for a heavy tail)"
             )
+        elif self._split.spec is None:
+            where = "with no native op before them: in worker processes, as DataLoader runs them"
+        else:
+            where = "after the native ops, in worker processes (each running the native ops first)"
+        warnings.warn(
+            f"transform: {names} run in Python {where}; python_tail='allow' silences "
+            "this, 'error' refuses",
+            UserWarning,
+            stacklevel=3,
+        )
 
     def _check_normalize(self) -> None:
         """Refuses a native ``Normalize`` with more values than the samples have channels (which
