@@ -309,6 +309,35 @@ def test_auto_chooses_by_the_timed_costs(
     assert fixed.python_tail_where == "threads" and fixed.python_tail_costs is None
 
 
+class PresetTrain:
+    """torchvision's reference ClassificationPresetTrain, as training scripts copy it: an
+    object holding a Compose, called as a transform."""
+
+    def __init__(self) -> None:
+        self.transforms = tv.Compose([tv.RandomResizedCrop(32), tv.RandomHorizontalFlip(), tv.ToTensor()])
+
+    def __call__(self, img: Image.Image) -> torch.Tensor:
+        out: torch.Tensor = self.transforms(img)
+        return out
+
+
+def test_an_object_holding_a_native_compose_is_run_as_given_with_a_hint(folder: Path) -> None:
+    dataset = torchvision.datasets.ImageFolder(str(folder), transform=PresetTrain())
+    hint = r"PresetTrain.transforms is a torchvision Compose that runs natively: if calling it is all PresetTrain does, pass that Compose"
+    with pytest.warns(UserWarning, match=r"PresetTrain run in Python with no native op .*" + hint):
+        ld = fl.Loader(dataset, 4, num_workers=2)
+    assert ld.python_tail_where == "processes"
+    with pytest.raises(ValueError, match=hint):
+        fl.Loader(dataset, 4, num_workers=2, python_tail="error")
+    # No hint where the Compose inside would not run natively, or there is none.
+    odd = PresetTrain()
+    odd.transforms = tv.Compose([tv.Lambda(third_party_crop), tv.ToTensor()])
+    for transform in (odd, mirror_and_mark):
+        with pytest.raises(ValueError) as refused:
+            fl.Loader(fl.ImageFolder(folder), 4, transform=transform, python_tail="error")
+        assert "runs natively" not in str(refused.value)
+
+
 def third_party_crop(im: Image.Image) -> Image.Image:
     """Stands for a transform of another library first (timm's RandomResizedCropAndInterpolation):
     nothing of the pipeline is native then."""

@@ -146,6 +146,30 @@ def _first_image_size(source: Any) -> Optional[Tuple[int, int]]:
     return None
 
 
+def _wrapped_compose_hint(tail: List[Any], output: str, decoder: str, mode: str) -> str:
+    """A hint for a transform that is one object holding a torchvision ``Compose`` in its
+    ``transforms`` attribute (torchvision's reference ``ClassificationPresetTrain``, and the
+    copies of it in training scripts), whose ops would run natively: only the user knows
+    that calling the object does nothing else, so the loader says so and does not unwrap it.
+    Empty where that is not the case."""
+    if len(tail) != 1:
+        return ""
+    inner = getattr(tail[0], "transforms", None)
+    if type(inner).__name__ != "Compose" or not type(inner).__module__.startswith("torchvision.transforms"):
+        return ""
+    try:
+        native = split_python_tail(inner, output=output, decoder=decoder, mode=mode).spec is not None
+    except (TypeError, ValueError):
+        return ""
+    if not native:
+        return ""
+    name = tail_op_name(tail[0])
+    return (
+        f" ({name}.transforms is a torchvision Compose that runs natively: if calling it is all "
+        f"{name} does, pass that Compose as the transform instead)"
+    )
+
+
 def _cuda_available() -> bool:
     try:
         import torch
@@ -634,7 +658,8 @@ class Loader:
             why = self._split.reason
             if not why.startswith("from_torchvision:"):
                 why = f"transform: {tail_op_name(first)} ({first!r}) has no native equivalent here: {why}"
-            raise ValueError(f"{why} (python_tail='error' refuses to run it in Python)")
+            hint = _wrapped_compose_hint(self.python_tail, self.output, self.decoder, self.image_mode)
+            raise ValueError(f"{why} (python_tail='error' refuses to run it in Python){hint}")
         for op in self.python_tail:
             if not callable(op):
                 raise TypeError(f"transform: {op!r} is neither a known transform nor callable")
@@ -654,8 +679,9 @@ class Loader:
             where = "with no native op before them: in worker processes, as DataLoader runs them"
         else:
             where = "after the native ops, in worker processes (each running the native ops first)"
+        hint = _wrapped_compose_hint(self.python_tail, self.output, self.decoder, self.image_mode)
         warnings.warn(
-            f"transform: {names} run in Python {where}; python_tail='allow' silences "
+            f"transform: {names} run in Python {where}{hint}; python_tail='allow' silences "
             "this, 'error' refuses",
             UserWarning,
             stacklevel=3,
