@@ -1267,6 +1267,15 @@ def _is_torchvision(obj: object) -> bool:
     return type(obj).__module__.startswith("torchvision.transforms")
 
 
+def _is_timm(obj: object) -> bool:
+    """One of timm's data transforms (``ferroloader._timm`` converts those it can)."""
+    return type(obj).__module__.startswith("timm.data")
+
+
+#: timm's conversions that leave a tensor as it is.
+_TIMM_MAYBE_TO_TENSOR = ("MaybeToTensor", "MaybePILToTensor")
+
+
 _SUPPORTED = (
     "RandomResizedCrop, Resize, CenterCrop, RandomHorizontalFlip, ToTensor, PILToTensor, "
     "Normalize, ColorJitter, Grayscale(num_output_channels=3), RandomGrayscale, "
@@ -1315,8 +1324,12 @@ def from_torchvision(compose: Any) -> Compose:
         where = f"from_torchvision: transform #{i} {_describe(t)}"
         if isinstance(t, (Transform, Compose)):
             raise TypeError(f"{where} is already a ferroloader transform; pass it directly")
-        if not _is_torchvision(t):
+        if not (_is_torchvision(t) or _is_timm(t)):
             raise ValueError(f"{where} is not a torchvision transform; supported: {_SUPPORTED}")
+        if name in _TIMM_MAYBE_TO_TENSOR and _is_timm(t) and (
+            pending_tensor or any(isinstance(o, (ToTensor, PILToTensor)) for o in out)
+        ):
+            continue  # timm's Maybe*ToTensor hands a tensor on as it is
         if name in ("ToImage", "PILToTensor") and not any(isinstance(o, (ToTensor, PILToTensor)) for o in out):
             pending_tensor = True
             continue
@@ -1406,6 +1419,10 @@ _SKIP = object()
 
 
 def _convert_one(name: str, t: Any, done: List[Transform]) -> object:
+    if _is_timm(t):
+        from ferroloader._timm import convert
+
+        return convert(t)
     if name == "RandomResizedCrop":
         return RandomResizedCrop(
             list(t.size), tuple(t.scale), tuple(t.ratio), t.interpolation, t.antialias
