@@ -43,42 +43,30 @@ def spec(transform: Any) -> Any:
     return json.loads(T.pipeline_spec(T.from_torchvision(transform)))
 
 
+def torchvision_train(mode: tv.InterpolationMode, *erasing: Any) -> tv.Compose:
+    """What timm's default train transform computes, in torchvision's classes."""
+    return tv.Compose(
+        [
+            tv.RandomResizedCrop(64, interpolation=mode),
+            tv.RandomHorizontalFlip(),
+            tv.ColorJitter(0.4, 0.4, 0.4),
+            tv.ToTensor(),
+            tv.Normalize(MEAN, STD),
+            *erasing,
+        ]
+    )
+
+
 @pytest.mark.parametrize("interpolation", ["bilinear", "bicubic"])
 def test_create_transform_converts_to_the_torchvision_pipeline(interpolation: str) -> None:
     mode = tv.InterpolationMode(interpolation)
     train = timm_data.create_transform(64, is_training=True, interpolation=interpolation)
-    assert same_spec(
-        spec(train),
-        spec(
-            tv.Compose(
-                [
-                    tv.RandomResizedCrop(64, interpolation=mode),
-                    tv.RandomHorizontalFlip(),
-                    tv.ColorJitter(0.4, 0.4, 0.4),
-                    tv.ToTensor(),
-                    tv.Normalize(MEAN, STD),
-                ]
-            )
-        ),
-    )
+    assert same_spec(spec(train), spec(torchvision_train(mode)))
     erasing = timm_data.create_transform(
         64, is_training=True, interpolation=interpolation, re_prob=0.25, re_mode="pixel"
     )
-    assert same_spec(
-        spec(erasing),
-        spec(
-            tv.Compose(
-                [
-                    tv.RandomResizedCrop(64, interpolation=mode),
-                    tv.RandomHorizontalFlip(),
-                    tv.ColorJitter(0.4, 0.4, 0.4),
-                    tv.ToTensor(),
-                    tv.Normalize(MEAN, STD),
-                    tv.RandomErasing(0.25, scale=(0.02, 1 / 3), ratio=(0.3, 1 / 0.3), value="random"),
-                ]
-            )
-        ),
-    )
+    pixel = tv.RandomErasing(0.25, scale=(0.02, 1 / 3), ratio=(0.3, 1 / 0.3), value="random")
+    assert same_spec(spec(erasing), spec(torchvision_train(mode, pixel)))
     evaluation = timm_data.create_transform(64, is_training=False, interpolation=interpolation)
     assert same_spec(
         spec(evaluation),
