@@ -1,6 +1,6 @@
-"""timm's own transforms, as ferroloader transforms: what ``timm.data.create_transform`` puts
-beside torchvision's in the ``Compose`` it returns, so a training script's timm pipeline runs
-natively, not as a Python tail.
+"""timm's own transforms, as the torchvision transforms that compute the same: what
+``timm.data.create_transform`` puts beside torchvision's in the ``Compose`` it returns, so a
+training script's timm pipeline runs natively, not as a Python tail.
 
 A timm transform converts where it computes what a torchvision one the loader already runs
 computes, with the same distribution of draws:
@@ -19,8 +19,8 @@ What does not convert raises ``ValueError`` naming the parameter (``interpolatio
 per-sample choice of resize filter; ``mode='rand'``, one random colour per block; several
 blocks), and the converter leaves the op and what follows it to the Python tail.
 
-Must not import timm: the objects are recognised by their class and module names, so the
-loader works where timm is not installed.
+Must not import timm (the objects are recognised by their class and module names, so the
+loader works where timm is not installed), nor ferroloader's transforms, which import this.
 """
 
 from __future__ import annotations
@@ -28,25 +28,20 @@ from __future__ import annotations
 import math
 from typing import Any, Optional
 
-from ferroloader.transforms import (
-    PILToTensor,
-    RandomErasing,
-    RandomResizedCrop,
-    ToTensor,
-    Transform,
-)
-
-__all__ = ["convert"]
+__all__ = ["torchvision_equivalent"]
 
 
-def convert(t: Any) -> Optional[Transform]:
-    """The ferroloader transform computing what timm's ``t`` computes; ``None`` for a timm
-    transform with no equivalent; raises ``ValueError`` naming a parameter that has none."""
+def torchvision_equivalent(t: Any) -> Optional[Any]:
+    """The torchvision transform computing what timm's ``t`` computes (the converter takes it
+    from there); ``None`` for a timm transform with no equivalent; raises ``ValueError``
+    naming a parameter that has none."""
+    import torchvision.transforms as tv  # type: ignore[import-untyped]  # timm needs it: it is there
+
     name = type(t).__name__
     if name == "MaybeToTensor":
-        return ToTensor()
+        return tv.ToTensor()
     if name == "MaybePILToTensor":
-        return PILToTensor()
+        return tv.PILToTensor()
     if name == "RandomResizedCropAndInterpolation":
         if isinstance(t.interpolation, (tuple, list)):
             modes = ", ".join(str(m.value) for m in t.interpolation)
@@ -54,13 +49,13 @@ def convert(t: Any) -> Optional[Transform]:
                 f"interpolation='random' (a choice among {modes} per sample) has no native "
                 "equivalent; give one interpolation"
             )
-        return RandomResizedCrop(list(t.size), tuple(t.scale), tuple(t.ratio), t.interpolation, True)
+        return tv.RandomResizedCrop(t.size, t.scale, t.ratio, t.interpolation, antialias=True)
     if name == "RandomErasing" and type(t).__module__ == "timm.data.random_erasing":
-        return _random_erasing(t)
+        return _random_erasing(t, tv)
     return None
 
 
-def _random_erasing(t: Any) -> RandomErasing:
+def _random_erasing(t: Any, tv: Any) -> Any:
     if (t.min_count, t.max_count) != (1, 1):
         raise ValueError(
             f"erases {t.min_count} to {t.max_count} blocks per image; torchvision's, which "
@@ -76,6 +71,6 @@ def _random_erasing(t: Any) -> RandomErasing:
             "'const' and 'pixel' have"
         )
     low, high = t.log_aspect_ratio
-    return RandomErasing(
+    return tv.RandomErasing(
         float(t.probability), (float(t.min_area), float(t.max_area)), (math.exp(low), math.exp(high)), value
     )

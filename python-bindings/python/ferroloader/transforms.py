@@ -1420,9 +1420,10 @@ _SKIP = object()
 
 def _convert_one(name: str, t: Any, done: List[Transform]) -> object:
     if _is_timm(t):
-        from ferroloader._timm import convert
+        from ferroloader._timm import torchvision_equivalent
 
-        return convert(t)
+        equivalent = torchvision_equivalent(t)
+        return None if equivalent is None else _convert_one(type(equivalent).__name__, equivalent, done)
     if name == "RandomResizedCrop":
         return RandomResizedCrop(
             list(t.size), tuple(t.scale), tuple(t.ratio), t.interpolation, t.antialias
