@@ -1,5 +1,7 @@
 //! The colour ops of `augment::color`, one 224x224 photo-like image per iteration, single
-//! thread: the size a policy's pixel ops see after RandomResizedCrop(224).
+//! thread: the size a policy's pixel ops see after RandomResizedCrop(224); and, under
+//! `tensor/`, the tensor kernels of `augment::tensor_color` that run after `ToImage` and have
+//! no other bench (grayscale, hue).
 //!
 //! The image is generated here (no fixture): gradients, flat discs, fine texture and noise, so
 //! histograms, hues and the sharpness filter see photo-like data. Each op works in place, so
@@ -14,6 +16,8 @@ use ferroloader::transforms::augment::color::{
     autocontrast, equalize, invert, posterize, solarize, to_grayscale, to_grayscale_rgb,
     ColorScratch,
 };
+use ferroloader::transforms::augment::policy::Api;
+use ferroloader::transforms::augment::tensor_color;
 use ferroloader::transforms::RgbImage;
 
 const SIZE: u32 = 224;
@@ -110,6 +114,27 @@ fn bench_color(c: &mut Criterion) {
     op!("grayscale_plane", |img| to_grayscale(img, &mut plane)
         .expect("size"));
     op!("hue_0.13", |img| adjust_hue(img, 0.13).expect("in range"));
+    // torch's tensor kernels (after ToImage), beside their Pillow siblings above.
+    op!("tensor/grayscale_rgb_v1", |img| tensor_color::to_grayscale(
+        img,
+        Api::V1
+    ));
+    op!("tensor/grayscale_rgb_v2", |img| tensor_color::to_grayscale(
+        img,
+        Api::V2
+    ));
+    op!("tensor/hue_0.13_v1", |img| tensor_color::adjust_hue(
+        img,
+        0.13,
+        Api::V1
+    )
+    .expect("in range"));
+    op!("tensor/hue_0.13_v2", |img| tensor_color::adjust_hue(
+        img,
+        0.13,
+        Api::V2
+    )
+    .expect("in range"));
     g.finish();
 }
 

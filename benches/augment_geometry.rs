@@ -2,7 +2,8 @@
 //! corpus needed), single thread: the affine engines Pillow picks between (NEAREST scale, fixed
 //! point, BILINEAR, BICUBIC), Pillow's rotate fast path, RandomPerspective (its solve and
 //! Pillow's perspective transform, NEAREST, BILINEAR and BICUBIC), vflip, pad and RandomCrop's padding, Gaussian
-//! blur at several kernel sizes, and erasing on a normalized CHW slot.
+//! blur at several kernel sizes, and erasing on a normalized CHW slot; under `affine/tensor/`,
+//! torch's `grid_sample` warps that run after `ToImage` (rotation about a point, perspective).
 //!
 //! Compare ratios within one run, not absolute times (shared 2-core machines).
 
@@ -11,9 +12,11 @@ use std::time::Duration;
 
 use criterion::{criterion_group, criterion_main, Criterion};
 use ferroloader::transforms::augment::geometry::{
-    erase, image_corners, perspective, vflip, AffineWarp, EraseValue, GaussianBlur, Interpolation,
-    Padder, Padding, PaddingMode, RandomCropSpec,
+    erase, image_corners, perspective, perspective_coeffs, vflip, AffineWarp, EraseValue,
+    GaussianBlur, Interpolation, Padder, Padding, PaddingMode, RandomCropSpec,
 };
+use ferroloader::transforms::augment::grid_sample::GridSampler;
+use ferroloader::transforms::augment::policy::Api;
 use ferroloader::transforms::{CropRect, RgbImage};
 
 const SIZE: u32 = 224;
@@ -135,6 +138,45 @@ fn bench_affine(c: &mut Criterion) {
                     &end,
                     interp,
                     [0; 3],
+                    &mut out,
+                )
+                .expect("perspective")
+            })
+        });
+    }
+    // torch's grid_sample warps (after ToImage), beside Pillow's above: RandomRotation about a
+    // point and RandomPerspective with a fill (a mask channel).
+    let mut grid = GridSampler::new();
+    let tensor_img = img.clone();
+    for (name, interp) in [
+        ("nearest", Interpolation::Nearest),
+        ("bilinear", Interpolation::Bilinear),
+    ] {
+        g.bench_function(format!("tensor/rotate_30_center/{name}"), |b| {
+            b.iter(|| {
+                grid.rotate(
+                    black_box(&tensor_img),
+                    30.0,
+                    Some([100.0, 90.5]),
+                    interp,
+                    Some([0.0; 3]),
+                    Api::V1,
+                    &mut out,
+                )
+                .expect("rotate")
+            })
+        });
+        let start = image_corners(SIZE, SIZE);
+        let end = [[31.0, 12.0], [200.0, 40.0], [190.0, 215.0], [9.0, 176.0]];
+        g.bench_function(format!("tensor/random_perspective/{name}"), |b| {
+            b.iter(|| {
+                let coeffs = perspective_coeffs(&start, &end).expect("finite");
+                grid.perspective(
+                    black_box(&tensor_img),
+                    &coeffs,
+                    interp,
+                    Some([0.0; 3]),
+                    Api::V2,
                     &mut out,
                 )
                 .expect("perspective")

@@ -307,6 +307,7 @@ pub(crate) fn augmix_apply<'py>(
         interpolation,
         fill,
         api,
+        one_channel: false,
     };
     augmix(&plan, &mut img, &mut AugMixScratch::new(), &warp).map_err(value_error)?;
     let out = Array3::from_shape_vec((h, w, 3), img.into_raw())

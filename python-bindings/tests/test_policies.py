@@ -190,7 +190,7 @@ def test_from_torchvision_keeps_names_parameters_and_api() -> None:
             ]
         )
     ).to_spec()
-    assert got[1] == {"op": "TrivialAugmentWide", "num_magnitude_bins": 31, "interpolation": "nearest", "fill": 0.0, "api": "v1"}  # None is black
+    assert got[1] == {"op": "TrivialAugmentWide", "num_magnitude_bins": 31, "interpolation": "nearest", "fill": None, "api": "v1"}  # black on a PIL image
     assert got[2] == {
         "op": "RandAugment",
         "num_ops": 3,

@@ -26,7 +26,7 @@ mod tensor_op;
 pub use op_spec::*;
 use op_spec::{default_ratio, default_scale, default_true};
 
-use stage::{pad_center_crop, RandomCropOp, StageOp, StageScratch, Staged};
+use stage::{pad_center_crop, Domain, RandomCropOp, StageOp, StageScratch, Staged};
 use tensor_op::{SlotState, TensorOp};
 
 /// Element type of the samples written into batch buffers.
@@ -149,6 +149,7 @@ impl PipelineSpec {
     pub fn keeps_image_size(&self) -> bool {
         let mut flat = Vec::with_capacity(self.ops.len());
         flatten_compose(&self.ops, &mut flat);
+        flat.retain(|op| !is_marker(op));
         !flat
             .first()
             .is_some_and(|op| matches!(op, OpSpec::Resize { .. }) || is_crop(op))
@@ -161,6 +162,7 @@ impl PipelineSpec {
     pub fn needs_image_size(&self) -> bool {
         let mut flat = Vec::with_capacity(self.ops.len());
         flatten_compose(&self.ops, &mut flat);
+        flat.retain(|op| !is_marker(op));
         match flat.as_slice() {
             [OpSpec::Resize {
                 size: Size::Int(_), ..
@@ -554,7 +556,9 @@ pub(in crate::spec) fn plan_random_resized_crop(
 /// same decode; crop + resize (+ a flip written before the pixel ops) into a u8 image of the
 /// output size held by the [`PipelineContext`]; each pixel op in place there, in the order
 /// written, in its own span; then to-tensor (+ normalize, + a flip written after them) into the
-/// slot. The pixel ops see what torchvision's would see on a PIL image (Pillow's arithmetic).
+/// slot. The pixel ops see what torchvision's would see on a PIL image (Pillow's arithmetic),
+/// or, after a `ToImage` marker ([`OpSpec::ToImage`]), on a uint8 tensor (torch's tensor
+/// kernels; the marker may stand anywhere before the conversion and costs nothing per sample).
 /// Geometric stage ops (flips, rotations, affine warps, blur, padding, crops) run there too;
 /// `Pad` and the crops change the size, planned through the stage once.
 ///
@@ -671,7 +675,8 @@ fn bad_order(reason: &str) -> Error {
              Pad, RandomCrop, \
              CenterCrop, Resize, RandomResizedCrop) and RandomApply, RandomChoice, RandomOrder of those, in any order, \
              then ToTensor [Normalize] (with RandomErasing before or after Normalize) or \
-             PILToTensor; Compose anywhere"
+             PILToTensor; Compose anywhere, and ToImage anywhere before the conversion (the \
+             ops after it run torch's tensor kernels)"
         ),
     )
 }
@@ -780,6 +785,40 @@ fn is_crop(op: &OpSpec) -> bool {
     )
 }
 
+/// A marker that changes no pixel where it stands, only how the ops after it compute
+/// (`ToImage`).
+fn is_marker(op: &OpSpec) -> bool {
+    matches!(op, OpSpec::ToImage { .. })
+}
+
+/// `flat` without its markers, and the [`Domain`] each remaining op stands in: a PIL image
+/// until a `ToImage` (a uint8 tensor of its API after it; a second `ToImage` changes only the
+/// API of the single ops after it), one channel for an `L` image until a `Grayscale(3)`,
+/// after a `Grayscale(1)`.
+fn mark_domains(flat: Vec<&OpSpec>, mode: ImageMode) -> (Vec<&OpSpec>, Vec<Domain>) {
+    let mut domain = Domain {
+        tensor: None,
+        one_channel: mode == ImageMode::L,
+    };
+    let mut ops = Vec::with_capacity(flat.len());
+    let mut domains = Vec::with_capacity(flat.len());
+    for op in flat {
+        if let OpSpec::ToImage { api } = op {
+            domain.tensor = Some(*api);
+            continue;
+        }
+        ops.push(op);
+        domains.push(domain);
+        if let OpSpec::Grayscale {
+            num_output_channels,
+        } = op
+        {
+            domain.one_channel = *num_output_channels == 1;
+        }
+    }
+    (ops, domains)
+}
+
 fn flatten_compose<'a>(ops: &'a [OpSpec], flat: &mut Vec<&'a OpSpec>) {
     for op in ops {
         match op {
@@ -865,6 +904,10 @@ impl Pipeline {
         let channels = output_channels(&spec)?;
         let mut flat = Vec::with_capacity(spec.ops.len());
         flatten_compose(&spec.ops, &mut flat);
+        // The ops from the geometry on, the markers gone; each stage op is planned in the
+        // domain it stands in (the geometry computes the same pixels in either).
+        let (flat, domains) = mark_domains(flat, spec.mode);
+        let total = flat.len();
         let mut ops = flat.into_iter().peekable();
         let keeps_size = spec.keeps_image_size();
         let (geometry, geometry_size, filter) = match ops.next_if(|_| !keeps_size) {
@@ -992,8 +1035,9 @@ impl Pipeline {
         check_output_size(geometry_size.0, geometry_size.1, spec.max_pixels)?;
         // Flips and pixel ops, in the order written, up to the conversion.
         let mut middle = Vec::new();
-        while let Some(op) = ops.peek() {
-            let Some(stage) = StageOp::plan(op)? else {
+        while let Some(&op) = ops.peek() {
+            let domain = domains[total - ops.len()];
+            let Some(stage) = StageOp::plan(op, domain)? else {
                 break;
             };
             middle.push(stage);

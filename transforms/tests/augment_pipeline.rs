@@ -8,7 +8,10 @@
 //! order (crop, flip, then each op), then `to_tensor` + `normalize`. The staged pipeline and
 //! its op-by-op execution must equal it bit for bit. Also: p = 0 and p = 1, op order, a flip
 //! after the pixel ops, the spans, no pixel op leaving the single fused pass as it was, no
-//! allocation once warm, and specs refused with the op and argument named.
+//! allocation once warm, and specs refused with the op and argument named. After a `ToImage`
+//! marker the same ops (and warps, policies) plan torch's tensor kernels: the marker's place
+//! before them does not matter, its absence does (their parity with torchvision is
+//! python-bindings/tests/test_tensor_domain.py's).
 
 use ferroloader_transforms::augment::color::{self, ColorScratch};
 use ferroloader_transforms::augment::policy::{draw_p, draw_p_item, ColorJitter, ColorStep};
@@ -16,8 +19,8 @@ use ferroloader_transforms::crop::RandomResizedCrop;
 use ferroloader_transforms::fused::{FusedKernel, OutputKind, OutputSlot};
 use ferroloader_transforms::rng::{sample_rng, SampleRng};
 use ferroloader_transforms::spec::{
-    Execution, JitterArg, Layout, Op, OpSpec, OutputDtype, Pipeline, PipelineSpec, Size,
-    IMAGENET_MEAN, IMAGENET_STD,
+    Execution, Fill, JitterArg, Layout, NumberOrRange, Op, OpSpec, OutputDtype, Pipeline,
+    PipelineSpec, PolicyApi, Shear, Size, WarpInterpolation, IMAGENET_MEAN, IMAGENET_STD,
 };
 use ferroloader_transforms::{tensor, RgbImage};
 
@@ -563,6 +566,147 @@ fn staged_runs_allocate_nothing_once_warm() {
             pipeline.spec().execution
         );
     }
+}
+
+/// The ops of the tensor domain: every colour op, the three warps (BILINEAR, with fills) and a
+/// policy.
+fn tensor_ops() -> Vec<OpSpec> {
+    let mut ops = every_op();
+    ops.extend([
+        OpSpec::RandomRotation {
+            degrees: NumberOrRange::Number(20.0),
+            interpolation: WarpInterpolation::Bilinear,
+            expand: false,
+            center: Some([3.0, 40.5]),
+            fill: Fill::PerChannel(vec![10.0, 20.5, 30.0]),
+        },
+        OpSpec::RandomAffine {
+            degrees: NumberOrRange::Number(10.0),
+            translate: Some([0.1, 0.2]),
+            scale: Some([0.8, 1.2]),
+            shear: Some(Shear::Number(5.0)),
+            interpolation: WarpInterpolation::Bilinear,
+            fill: Fill::Number(7.0),
+            center: None,
+        },
+        OpSpec::RandomPerspective {
+            distortion_scale: 0.5,
+            p: 0.5,
+            interpolation: WarpInterpolation::Bilinear,
+            fill: Fill::Number(0.0),
+        },
+        OpSpec::TrivialAugmentWide {
+            num_magnitude_bins: 31,
+            interpolation: WarpInterpolation::Bilinear,
+            fill: None,
+            api: PolicyApi::V2,
+        },
+    ]);
+    ops
+}
+
+fn to_image(api: PolicyApi) -> OpSpec {
+    OpSpec::ToImage { api }
+}
+
+#[test]
+fn to_image_switches_to_the_tensor_kernels_wherever_it_stands_before_them() {
+    let corpus = corpus();
+    let pil = plan(train_with(tensor_ops()));
+    let mut first = vec![to_image(PolicyApi::V2)];
+    first.extend(train_with(tensor_ops()));
+    let first = plan(first);
+    let after_crop = plan(train_with(
+        [vec![to_image(PolicyApi::V2)], tensor_ops()].concat(),
+    ));
+    let v1 = plan(train_with(
+        [vec![to_image(PolicyApi::V1)], tensor_ops()].concat(),
+    ));
+    // Right before the conversion it stands after every op: nothing changes.
+    let last = plan(train_with(
+        [tensor_ops(), vec![to_image(PolicyApi::V2)]].concat(),
+    ));
+    let (mut differ, mut apis_differ) = (0, 0);
+    for (index, (name, bytes)) in corpus.iter().enumerate() {
+        let index = index as u64;
+        let tensor = bits(&run_f32(&first, bytes, index));
+        assert_eq!(tensor, bits(&run_f32(&after_crop, bytes, index)), "{name}");
+        assert_eq!(
+            bits(&run_f32(&pil, bytes, index)),
+            bits(&run_f32(&last, bytes, index)),
+            "{name}"
+        );
+        differ += usize::from(tensor != bits(&run_f32(&pil, bytes, index)));
+        apis_differ += usize::from(tensor != bits(&run_f32(&v1, bytes, index)));
+    }
+    assert!(differ > corpus.len() / 2, "only {differ} samples differ");
+    assert!(apis_differ > 0, "v1's and v2's kernels never differed");
+    // The JSON form: `{"op": "ToImage"}` is v2's.
+    let op: OpSpec = serde_json::from_str(r#"{"op": "ToImage"}"#).expect("parses");
+    assert_eq!(op, to_image(PolicyApi::V2));
+}
+
+#[test]
+fn tensor_domain_runs_allocate_nothing_once_warm() {
+    let corpus = corpus();
+    let mut ops = vec![to_image(PolicyApi::V1)];
+    ops.extend(train_with(tensor_ops()));
+    for execution in [Execution::Fused, Execution::OpByOp] {
+        let pipeline =
+            Pipeline::new(PipelineSpec::new(ops.clone()).execution(execution)).expect("plans");
+        let mut ctx = pipeline.new_context().expect("context");
+        let mut out = vec![0f32; pipeline.sample_len()];
+        let mut pass = || {
+            allocations_over(
+                &pipeline,
+                &mut ctx,
+                &mut out,
+                &corpus,
+                SEED,
+                0..3,
+                allocations,
+            )
+        };
+        pass();
+        assert_eq!(pass(), 0, "{execution:?}: steady state allocated");
+    }
+}
+
+#[test]
+fn tensor_domain_refusals_name_the_op() {
+    let bicubic = OpSpec::RandomRotation {
+        degrees: NumberOrRange::Number(5.0),
+        interpolation: WarpInterpolation::Bicubic,
+        expand: false,
+        center: None,
+        fill: Fill::Number(0.0),
+    };
+    // Pillow's bicubic on the PIL image; torchvision's tensor kernels refuse it.
+    plan(train_with(vec![bicubic.clone()]));
+    let err = plan_error([vec![to_image(PolicyApi::V2)], vec![bicubic]].concat());
+    assert!(
+        err.contains("RandomRotation") && err.contains("'bicubic' is unsupported with Tensor"),
+        "{err}"
+    );
+    let err = plan_error(vec![
+        to_image(PolicyApi::V1),
+        OpSpec::RandomSolarize {
+            threshold: 256.0,
+            p: 0.5,
+        },
+    ]);
+    assert!(
+        err.contains("RandomSolarize") && err.contains("above 255"),
+        "{err}"
+    );
+    let err = plan_error(vec![OpSpec::RandomApply {
+        transforms: vec![to_image(PolicyApi::V2), OpSpec::RandomInvert { p: 0.5 }],
+        p: 0.5,
+    }]);
+    assert!(
+        err.contains("RandomApply") && err.contains("ToImage"),
+        "{err}"
+    );
 }
 
 fn plan_error(ops: Vec<OpSpec>) -> String {

@@ -81,6 +81,7 @@ fn case(
             interpolation,
             fill: fill.map(|v| [v as f32; 3]),
             api,
+            one_channel: false,
         },
     }
 }

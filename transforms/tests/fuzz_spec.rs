@@ -385,6 +385,68 @@ fn op_of(name: &'static str) -> BoxedStrategy<Value> {
             .chain(policy_fields())
             .collect(),
         ),
+        "ToImage" => object(
+            name,
+            vec![(
+                "api",
+                maybe(
+                    0.6,
+                    prop_oneof![
+                        4 => Just(json!("v1")),
+                        4 => Just(json!("v2")),
+                        1 => Just(json!("v3")),
+                    ],
+                ),
+            )],
+        ),
+        "ColorJitter" => {
+            let arg = || {
+                maybe(
+                    0.5,
+                    prop_oneof![
+                        number(),
+                        (0.0f64..0.6).prop_map(Value::from),
+                        pair(),
+                        (-0.6f64..0.6, 0.0f64..0.6).prop_map(|(a, b)| json!([a, a + b])),
+                    ],
+                )
+            };
+            object(
+                name,
+                vec![
+                    ("brightness", arg()),
+                    ("contrast", arg()),
+                    ("saturation", arg()),
+                    ("hue", arg()),
+                ],
+            )
+        }
+        "RandomSolarize" => object(
+            name,
+            vec![
+                (
+                    "threshold",
+                    maybe(
+                        0.95,
+                        prop_oneof![number(), (-10.0f64..300.0).prop_map(Value::from)],
+                    ),
+                ),
+                ("p", maybe(0.5, (-0.5f64..1.5).prop_map(Value::from))),
+            ],
+        ),
+        "RandomAdjustSharpness" => object(
+            name,
+            vec![
+                (
+                    "sharpness_factor",
+                    maybe(
+                        0.95,
+                        prop_oneof![number(), (-1.0f64..4.0).prop_map(Value::from)],
+                    ),
+                ),
+                ("p", maybe(0.5, (-0.5f64..1.5).prop_map(Value::from))),
+            ],
+        ),
         _ => Just(json!({ "op": name })).boxed(),
     }
 }
@@ -411,6 +473,13 @@ fn op() -> impl Strategy<Value = Value> {
         "RandAugment",
         "AutoAugment",
         "AugMix",
+        "ToImage",
+        "ColorJitter",
+        "RandomSolarize",
+        "RandomAdjustSharpness",
+        "RandomGrayscale",
+        "RandomAutocontrast",
+        "RandomEqualize",
     ])
     .prop_flat_map(op_of)
 }
@@ -423,10 +492,24 @@ fn op_named(names: &'static [&'static str]) -> impl Strategy<Value = Value> {
 /// Ops in torchvision's order (geometry, optional crop and flip, conversion, optional
 /// normalization) with parameters drawn hostile, or any ops in any order.
 fn ops() -> impl Strategy<Value = Vec<Value>> {
+    // A `ToImage` first (torchvision's v2 recipes), or before the stage ops: those then plan
+    // torch's tensor kernels.
     let ordered = (
+        prop::option::weighted(0.1, op_named(&["ToImage"])),
         op_named(&["RandomResizedCrop", "Resize", "CenterCrop", "RandomCrop"]),
         prop::option::weighted(0.3, op_named(&["CenterCrop", "RandomCrop"])),
         prop::option::weighted(0.5, op_named(&["RandomHorizontalFlip"])),
+        prop::option::weighted(0.15, op_named(&["ToImage"])),
+        prop::option::weighted(
+            0.3,
+            op_named(&[
+                "ColorJitter",
+                "RandomSolarize",
+                "RandomAdjustSharpness",
+                "RandomGrayscale",
+                "RandomAutocontrast",
+            ]),
+        ),
         prop::option::weighted(
             0.4,
             op_named(&[
@@ -445,7 +528,12 @@ fn ops() -> impl Strategy<Value = Vec<Value>> {
         prop::option::weighted(0.9, op_named(&["ToTensor", "PILToTensor"])),
         prop::option::weighted(0.5, op_named(&["Normalize"])),
     )
-        .prop_map(|(a, b, c, g, d, e)| [Some(a), b, c, g, d, e].into_iter().flatten().collect());
+        .prop_map(|(m, a, b, c, t, k, g, d, e)| {
+            [m, Some(a), b, c, t, k, g, d, e]
+                .into_iter()
+                .flatten()
+                .collect()
+        });
     prop_oneof![
         1 => prop::collection::vec(op(), 0..6),
         3 => ordered,
@@ -538,6 +626,24 @@ fn structured_specs_are_sometimes_accepted() {
         warped > 0 && policy > 0,
         "accepted bicubic warps: {warped}, policies: {policy}"
     );
+    // The tensor domain is reached: a ToImage with a warp, a policy or a colour op after it.
+    let tensor_ops = accepted
+        .iter()
+        .filter_map(|spec| spec["ops"].as_array())
+        .filter(|ops| {
+            ops.iter()
+                .skip_while(|op| op["op"] != "ToImage")
+                .skip(1)
+                .any(|op| {
+                    let name = op["op"].as_str().unwrap_or_default();
+                    warps.contains(&name)
+                        || policies.contains(&name)
+                        || ["ColorJitter", "RandomSolarize", "RandomAdjustSharpness"]
+                            .contains(&name)
+                })
+        })
+        .count();
+    assert!(tensor_ops > 0, "no accepted spec runs an op after ToImage");
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -30,6 +30,12 @@ So do torchvision's augmentation policies ``TrivialAugmentWide``, ``RandAugment`
 kernels on the uint8 image (NEAREST or BILINEAR warps: those kernels refuse BICUBIC), mixed in
 float32 and truncated back.
 
+After a :class:`ToImage` (where torchvision's ``ToImage()``/``PILToTensor()`` stands before
+other ops: torchvision then holds a uint8 tensor) the colour ops, the warps and the policies
+compute what torchvision's *tensor* kernels compute instead (v1's or v2's: truncating float32
+blends and gray levels, float HSV, ``grid_sample`` warps with a mask-channel fill, BICUBIC
+refused); see docs/transforms.md.
+
 ``from_torchvision(compose)`` converts a torchvision ``Compose`` (v1 or v2) of these transforms,
 naming any transform it cannot convert. ``split_python_tail`` cuts a pipeline with transforms
 that have no native equivalent into the longest native prefix and a Python tail (what
@@ -72,6 +78,7 @@ __all__ = [
     "RandomHorizontalFlip",
     "ToTensor",
     "PILToTensor",
+    "ToImage",
     "Normalize",
     "ColorJitter",
     "Grayscale",
@@ -403,6 +410,26 @@ class PILToTensor(Transform):
 
     def to_spec(self) -> Spec:
         return {"op": "PILToTensor"}
+
+
+class ToImage(Transform):
+    """``ToImage()`` standing before other ops (torchvision v2's recipes put it first): from
+    here on torchvision holds a uint8 tensor, so the colour ops, the warps and the policies
+    after it run torch's *tensor* kernels natively (truncating float32 blends and gray levels,
+    float HSV for the hue, ``grid_sample`` warps, which refuse BICUBIC), not Pillow's
+    arithmetic. It converts nothing itself: the conversion stays where ``ToTensor`` (or
+    ``PILToTensor`` for uint8 output) stands, and a ``ToImage`` right before it changes nothing.
+
+    ``api``: whose tensor kernels the single ops after it follow, ``"v2"`` (default,
+    ``torchvision.transforms.v2.functional``) or ``"v1"`` (``torchvision.transforms.functional``,
+    what v1's ``PILToTensor`` leads to); the policies and ``AugMix`` keep their own ``api``. Not
+    allowed inside ``RandomApply``/``RandomChoice``/``RandomOrder``."""
+
+    def __init__(self, *, api: str = "v2") -> None:
+        self.api = _api("ToImage", api)
+
+    def to_spec(self) -> Spec:
+        return {"op": "ToImage", "api": self.api}
 
 
 class Normalize(Transform):
@@ -885,13 +912,17 @@ class _Policy(Transform):
     BICUBIC, Pillow's filters) and ``fill``, and ``api``,
     whose draws to follow (``"v1"``: ``torchvision.transforms``, ``"v2"``: ``.v2``, which draws
     the sign as a float and places Solarize's thresholds a hair higher). The op each draws runs
-    natively with Pillow's arithmetic, in a profiler span named by both (``RandAugment/Rotate``)."""
+    natively, with Pillow's arithmetic on a PIL image, or after :class:`ToImage` with torch's
+    tensor kernels of ``api`` (BICUBIC refused there, ``fill=None`` no fill channel), in a
+    profiler span named by both (``RandAugment/Rotate``)."""
 
     _name = ""
 
     def __init__(self, interpolation: object, fill: object, api: str) -> None:
         self.interpolation = _warp_interpolation(self._name, interpolation)
-        self.fill = _fill(self._name, fill)
+        # None stays None: black on a PIL image, but no fill channel on a tensor (after
+        # ToImage), which differs from 0 under BILINEAR.
+        self.fill: Union[None, float, List[float]] = None if fill is None else _fill(self._name, fill)
         self.api = _api(self._name, api)
 
     def _common(self) -> Spec:
@@ -1281,11 +1312,27 @@ _SUPPORTED = (
     "Normalize, ColorJitter, Grayscale(num_output_channels=3), RandomGrayscale, "
     "RandomPosterize, RandomSolarize, RandomEqualize, RandomAutocontrast, RandomAdjustSharpness, "
     "RandomInvert, TrivialAugmentWide, RandAugment, AutoAugment, AugMix, RandomVerticalFlip, "
-    "RandomRotation(expand=False), RandomAffine, RandomPerspective (NEAREST, BILINEAR, BICUBIC), "
+    "RandomRotation(expand=False), RandomAffine, RandomPerspective (NEAREST, BILINEAR, BICUBIC; "
+    "NEAREST, BILINEAR after ToImage/PILToTensor), "
     "GaussianBlur, Pad, RandomCrop, RandomApply, "
     "RandomChoice, RandomOrder and Compose of those, RandomErasing, "
     "ConvertImageDtype(torch.float) (and, from transforms.v2, ToImage, "
     "ToDtype(torch.float32, scale=True), ToPureTensor)"
+)
+
+# The ops whose pixels depend on whether torchvision holds a PIL image or a tensor.
+_DOMAIN_OPS = (
+    ColorJitter, Grayscale, RandomGrayscale, RandomPosterize, RandomSolarize, RandomEqualize,
+    RandomAutocontrast, RandomAdjustSharpness, RandomInvert, RandomRotation, RandomAffine,
+    RandomPerspective, _Policy,
+)
+
+# The ops whose tensor kernels follow torchvision's API (v1 `functional` or `v2.functional`):
+# after ToImage each runs the kernels of its own module, so the converter states the API
+# (a ToImage marker) wherever it changes. Policies and AugMix carry their own `api`.
+_TENSOR_API_OPS = (
+    "ColorJitter", "Grayscale", "RandomGrayscale", "RandomAutocontrast", "RandomAdjustSharpness",
+    "RandomRotation", "RandomAffine", "RandomPerspective", "RandomApply", "RandomChoice", "RandomOrder",
 )
 
 
@@ -1297,17 +1344,30 @@ def from_torchvision(compose: Any) -> Compose:
     torchvision's reference recipes convert in both forms: v1's ``PILToTensor`` then
     ``ConvertImageDtype(torch.float)`` is ``ToTensor``; v2's ``ToImage()`` first (the image
     becomes a tensor before the crop) is the same pipeline with the conversion where
-    ``ToDtype(torch.float32, scale=True)`` stands. On a tensor torchvision resizes with its own
-    antialiasing, which can differ from Pillow's (what ferroloader computes) by a level; likewise
-    the pixel ops (``ColorJitter``, ``RandomEqualize``, ...) after ``ToImage()`` run torchvision's
-    tensor kernels there, while ferroloader always computes them as Pillow does (the v1 PIL path).
+    ``ToDtype(torch.float32, scale=True)`` stands (or, without one, ``PILToTensor`` at the end).
+
+    Where ``ToImage()``/``PILToTensor()`` stands before other ops, the converted pipeline holds
+    a :class:`ToImage` marker there (of the API of the ops after it), and the native planner
+    computes what torchvision computes on a uint8 tensor: the colour ops (``ColorJitter``,
+    ``Grayscale``, ``RandomGrayscale``, ``RandomPosterize``, ``RandomSolarize``,
+    ``RandomEqualize``, ``RandomAutocontrast``, ``RandomAdjustSharpness``, ``RandomInvert``),
+    the warps (``RandomRotation``, ``RandomAffine``, ``RandomPerspective``) and the policies'
+    ops with torch's tensor kernels (v1's ``_functional_tensor`` or ``v2.functional``, as the
+    op's module says), the same pixels as torchvision's up to the rounding noise of the
+    perspective's least-squares solve. Before it, they compute what Pillow computes on the PIL
+    image. Flips, crops, padding and ``GaussianBlur`` are the same either way. On a tensor
+    torchvision resizes (``Resize``, ``RandomResizedCrop``) with its own antialiasing, which
+    can differ from Pillow's (what ferroloader computes) by a level.
+
     Random draws follow v1's comparisons; v2's differ only for a draw equal to ``p``. The
     geometric ops convert from v1 and v2 alike (v2's ``RandomCrop`` with both ``padding`` and
     ``pad_if_needed`` in a reflect or symmetric mode pads differently and is refused). A warp
     (``RandomRotation``, ``RandomAffine``, ``RandomPerspective``, the policies) with BICUBIC
     converts before ``ToImage()``/``PILToTensor()``, where torchvision warps the PIL image with
     Pillow's bicubic filter; after it, and in ``AugMix`` (which warps a uint8 tensor), it is
-    refused with torchvision's own error, since torchvision's tensor kernels refuse it.
+    refused with torchvision's own error, since torchvision's tensor kernels refuse it. So is a
+    v2 warp with ``fill=None`` and BILINEAR after it (torchvision samples it without a fill
+    channel, which these ops do not implement; ``fill=0``, the default, converts).
     """
     if isinstance(compose, (list, tuple)):
         items = list(compose)
@@ -1317,8 +1377,11 @@ def from_torchvision(compose: Any) -> Compose:
         items = [compose]
     items = _flatten_torchvision_compose(items)
     out: List[Transform] = []
-    # A ToImage/PILToTensor met before the geometric ops: the conversion happens after them.
+    # A ToImage/PILToTensor met before the other ops: the ops after it see a uint8 tensor (a
+    # ToImage marker of `tensor_api`), the conversion to the output happens where ToDtype
+    # stands, or at the end.
     pending_tensor = False
+    tensor_api = "v2"
     for i, t in enumerate(items):
         name = type(t).__name__
         where = f"from_torchvision: transform #{i} {_describe(t)}"
@@ -1331,10 +1394,13 @@ def from_torchvision(compose: Any) -> Compose:
         ):
             continue  # timm's Maybe*ToTensor hands a tensor on as it is
         if name in ("ToImage", "PILToTensor") and not any(isinstance(o, (ToTensor, PILToTensor)) for o in out):
+            if not pending_tensor:
+                tensor_api = "v2" if _is_v2(t) else "v1"
+                out.append(ToImage(api=tensor_api))
             pending_tensor = True
             continue
         if pending_tensor and name in ("ToDtype", "ConvertImageDtype"):
-            out.append(PILToTensor())
+            _append_conversion(out)
             pending_tensor = False
         try:
             converted = _convert_one(name, t, out)
@@ -1354,18 +1420,68 @@ def from_torchvision(compose: Any) -> Compose:
                     f"{where} warps an image tensor with bicubic: {_BICUBIC_ON_TENSORS}, as torchvision's "
                     "tensor kernels say (move it before ToImage/PILToTensor to warp the PIL image)"
                 )
+            if (
+                pending_tensor
+                and _is_v2(t)
+                and name in ("RandomRotation", "RandomAffine", "RandomPerspective")
+                and t.fill is None
+                and mode != "nearest"
+            ):
+                raise ValueError(
+                    f"{where}: fill=None on an image tensor samples without a fill channel in "
+                    "torchvision v2, which ferroloader does not reproduce; give fill=0 (the default)"
+                )
             if pending_tensor and isinstance(converted, Normalize):
                 raise ValueError(
                     f"{where} normalizes a uint8 image tensor: convert it first with "
                     "ToDtype(torch.float32, scale=True)"
                 )
+            if pending_tensor and name in _TENSOR_API_OPS:
+                api = "v2" if _is_v2(t) else "v1"
+                if api != tensor_api:
+                    tensor_api = api
+                    out.append(ToImage(api=api))
             if isinstance(converted, (RandomHorizontalFlip, RandomVerticalFlip)):
                 _insert_flip(out, converted)
             else:
                 out.append(converted)  # type: ignore[arg-type]
     if pending_tensor:
-        out.append(PILToTensor())
-    return Compose(out)
+        _append_conversion(out)
+    return Compose(_drop_idle_markers(out))
+
+
+def _computes_by_domain(t: object) -> bool:
+    """Whether ``t`` (or a transform nested in it) computes other pixels on a tensor than on a
+    PIL image: the colour ops, the warps and the policies (AugMix always runs on a tensor)."""
+    if isinstance(t, _DOMAIN_OPS):
+        return True
+    return any(_computes_by_domain(n) for n in getattr(t, "transforms", ()))
+
+
+def _drop_idle_markers(out: List[Transform]) -> List[Transform]:
+    """``out`` without the ``ToImage`` markers that no op computing by domain follows before
+    the next marker or the conversion: they change nothing, and without them a v2 pipeline of
+    crops and flips converts to the same transforms as its v1 form."""
+    kept: List[Transform] = []
+    for i, t in enumerate(out):
+        if isinstance(t, ToImage):
+            ahead = []
+            for n in out[i + 1:]:
+                if isinstance(n, (ToImage, ToTensor, PILToTensor)):
+                    break
+                ahead.append(n)
+            if not any(_computes_by_domain(n) for n in ahead):
+                continue
+        kept.append(t)
+    return kept
+
+
+def _append_conversion(out: List[Transform]) -> None:
+    """Appends the uint8 conversion (``PILToTensor``; a ``ToDtype`` after it makes it
+    ``ToTensor``), dropping the ``ToImage`` markers right before it: nothing runs between them."""
+    while out and isinstance(out[-1], ToImage):
+        out.pop()
+    out.append(PILToTensor())
 
 
 def _insert_flip(out: List[Transform], flip: Transform) -> None:

@@ -28,6 +28,10 @@ pub struct TensorWarp {
     pub fill: TensorFill,
     /// Whose kernels.
     pub api: Api,
+    /// The tensor has one channel (an `L` image, replicated into R, G and B here): `Color` is
+    /// then the identity and `Contrast` blends with the mean of the values, as torch's kernels
+    /// treat a one-channel tensor.
+    pub one_channel: bool,
 }
 
 /// Reusable buffers of one AugMix application; only grows.
@@ -146,12 +150,14 @@ pub fn apply_tensor_op(
         interpolation,
         fill,
         api,
+        one_channel,
     } = *warp;
     let mut affine = |img: &RgbImage, spare: &mut RgbImage, translate, shear, center| {
         grid.affine(
             img,
             0.0,
             translate,
+            1.0,
             shear,
             center,
             interpolation,
@@ -175,10 +181,14 @@ pub fn apply_tensor_op(
             affine(img, spare, [0.0, f64::from(pixels)], [0.0, 0.0], None)?;
         }
         PixelOp::Rotate { degrees } => {
-            grid.rotate(img, degrees, interpolation, fill, api, spare)?;
+            grid.rotate(img, degrees, None, interpolation, fill, api, spare)?;
         }
         PixelOp::Brightness { factor } => return tensor_color::adjust_brightness(img, factor),
+        PixelOp::Color { .. } if one_channel => return Ok(()),
         PixelOp::Color { factor } => return tensor_color::adjust_saturation(img, factor, api),
+        PixelOp::Contrast { factor } if one_channel => {
+            return tensor_color::adjust_contrast_one_channel(img, factor, api)
+        }
         PixelOp::Contrast { factor } => return tensor_color::adjust_contrast(img, factor, api),
         PixelOp::Sharpness { factor } => {
             return tensor_color::adjust_sharpness(img, factor, api, spare)

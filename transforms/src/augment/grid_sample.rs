@@ -25,7 +25,8 @@
 //! input.
 
 use super::fma::with_fma;
-use super::geometry::{inverse_affine_matrix, AffineMatrix, Interpolation};
+use super::geometry::affine::py_mod_360;
+use super::geometry::{inverse_affine_matrix, AffineMatrix, Interpolation, PerspectiveCoeffs};
 use super::policy::{torch_linspace, Api};
 use crate::error::{Error, Result};
 use crate::image::RgbImage;
@@ -70,8 +71,8 @@ impl GridSampler {
         Self::default()
     }
 
-    /// `F.affine(img, angle, translate, scale=1, shear, center)` on a uint8 tensor, into
-    /// `out` (same size). `center` is in pixels (`None`: the image centre); the matrix is
+    /// `F.affine(img, angle, translate, scale, shear, center)` on a uint8 tensor, into `out`
+    /// (same size). `center` is in pixels (`None`: the image centre); the matrix is
     /// torchvision's `_get_inverse_affine_matrix` about `center - size / 2`.
     #[allow(clippy::too_many_arguments)]
     pub fn affine(
@@ -79,6 +80,7 @@ impl GridSampler {
         src: &RgbImage,
         angle: f64,
         translate: [f64; 2],
+        scale: f64,
         shear: [f64; 2],
         center: Option<[f64; 2]>,
         mode: Interpolation,
@@ -86,29 +88,94 @@ impl GridSampler {
         api: Api,
         out: &mut RgbImage,
     ) -> Result<()> {
-        let (w, h) = (f64::from(src.width()), f64::from(src.height()));
-        let center_f = center.map_or([0.0, 0.0], |[cx, cy]| [cx - w * 0.5, cy - h * 0.5]);
-        let matrix = inverse_affine_matrix(center_f, angle, translate, 1.0, shear);
+        let center_f = centre_offset(src, center);
+        let matrix = inverse_affine_matrix(center_f, angle, translate, scale, shear);
         self.warp(src, &matrix, mode, fill, api, out)
     }
 
-    /// `F.rotate(img, angle)` (counter-clockwise degrees, about the centre, no expand) on a
-    /// uint8 tensor, into `out` (same size). v2 takes its shortcuts for angles that are
-    /// multiples of 90 degrees (see the module doc).
+    /// `F.rotate(img, angle, center=center)` (counter-clockwise degrees, about `center` in
+    /// pixels or the image centre, no expand) on a uint8 tensor, into `out` (same size). v2
+    /// first takes the angle modulo 360 (Python's `%`) and, about the image centre, its
+    /// shortcuts for multiples of 90 degrees (see the module doc).
+    #[allow(clippy::too_many_arguments)]
     pub fn rotate(
         &mut self,
         src: &RgbImage,
         angle: f64,
+        center: Option<[f64; 2]>,
         mode: Interpolation,
         fill: TensorFill,
         api: Api,
         out: &mut RgbImage,
     ) -> Result<()> {
-        if api == Api::V2 && quarter_turn(src, angle, out) {
+        let angle = match api {
+            Api::V1 => angle,
+            Api::V2 => py_mod_360(angle),
+        };
+        if api == Api::V2 && center.is_none() && quarter_turn(src, angle, out) {
             return Ok(());
         }
-        let matrix = inverse_affine_matrix([0.0, 0.0], -angle, [0.0, 0.0], 1.0, [0.0, 0.0]);
+        let center_f = centre_offset(src, center);
+        let matrix = inverse_affine_matrix(center_f, -angle, [0.0, 0.0], 1.0, [0.0, 0.0]);
         self.warp(src, &matrix, mode, fill, api, out)
+    }
+
+    /// `F.perspective(img, coefficients=coeffs)` on a uint8 tensor (v1's `_perspective_grid`
+    /// and v2's compute the same values): output pixel centre `(x, y)`, in pixels from the
+    /// top-left corner, samples the input at
+    /// `((c0 x + c1 y + c2) / (c6 x + c7 y + 1), (c3 x + c4 y + c5) / (..))`, in float32 with
+    /// the numerator's coefficients divided by half the size first and `1` taken off after the
+    /// division (grid coordinates). Errors as [`GridSampler::warp`] does, and for non-finite
+    /// coefficients.
+    pub fn perspective(
+        &mut self,
+        src: &RgbImage,
+        coeffs: &PerspectiveCoeffs,
+        mode: Interpolation,
+        fill: TensorFill,
+        api: Api,
+        out: &mut RgbImage,
+    ) -> Result<()> {
+        let mode = TensorMode::of(mode)?;
+        if coeffs.iter().any(|v| !v.is_finite()) {
+            return Err(Error::invalid(
+                "coefficients",
+                format!("{coeffs:?} are not finite"),
+            ));
+        }
+        check_fill(fill)?;
+        let (width, height) = (src.width(), src.height());
+        let (w, h) = (width as usize, height as usize);
+        corner_axis(&mut self.xs, width);
+        corner_axis(&mut self.ys, height);
+        let c = coeffs.map(|v| v as f32);
+        let (half_w, half_h) = (
+            (0.5 * f64::from(width)) as f32,
+            (0.5 * f64::from(height)) as f32,
+        );
+        let grid = PerspectiveGrid {
+            x: [c[0] / half_w, c[1] / half_w, c[2] / half_w],
+            y: [c[3] / half_h, c[4] / half_h, c[5] / half_h],
+            d: [c[6], c[7]],
+        };
+        let params = WarpParams {
+            scale: [width as f32 / 2.0, height as f32 / 2.0],
+            size: [w, h],
+            mode,
+            fill,
+            api,
+        };
+        let dest = out.reset(width, height);
+        let (xs, ys) = (&self.xs, &self.ys);
+        with_fma(|| {
+            sample_rows(
+                &params,
+                |ox, oy| grid.at(xs[ox], ys[oy]),
+                src.as_raw(),
+                dest,
+            )
+        });
+        Ok(())
     }
 
     /// Samples `src` through the inverse map `matrix` (torchvision's centre-relative
@@ -131,14 +198,7 @@ impl GridSampler {
                 format!("{matrix:?} is not finite"),
             ));
         }
-        if let Some(f) = fill {
-            if f.iter().any(|v| !(0.0..=255.0).contains(v)) {
-                return Err(Error::invalid(
-                    "fill",
-                    format!("{f:?} is not within 0..=255"),
-                ));
-            }
-        }
+        check_fill(fill)?;
         let (width, height) = (src.width(), src.height());
         let (w, h) = (width as usize, height as usize);
         fill_axis(&mut self.xs, width);
@@ -150,31 +210,93 @@ impl GridSampler {
             (0.5 * f64::from(width)) as f32,
             (0.5 * f64::from(height)) as f32,
         );
-        let (ax, bx, cx) = (t[0] / half_w, t[1] / half_w, t[2] / half_w);
-        let (ay, by, cy) = (t[3] / half_h, t[4] / half_h, t[5] / half_h);
+        let grid = AffineGrid {
+            x: [t[0] / half_w, t[1] / half_w, t[2] / half_w],
+            y: [t[3] / half_h, t[4] / half_h, t[5] / half_h],
+        };
         // grid_sample's unnormalize scale: float32 size over 2.
-        let (scale_x, scale_y) = (width as f32 / 2.0, height as f32 / 2.0);
         let params = WarpParams {
-            x: [ax, bx, cx],
-            y: [ay, by, cy],
-            scale: [scale_x, scale_y],
+            scale: [width as f32 / 2.0, height as f32 / 2.0],
             size: [w, h],
             mode,
             fill,
             api,
         };
         let dest = out.reset(width, height);
-        sample_rows_dispatch(&params, &self.xs, &self.ys, src.as_raw(), dest);
+        sample_rows_dispatch(&params, &grid, &self.xs, &self.ys, src.as_raw(), dest);
         Ok(())
     }
 }
 
-/// A warp's float32 constants: the grid rows `x` and `y` (`(a, b, c)` with `g = (x a + y b) + c`),
-/// grid_sample's unnormalize scales, the image size and how to sample.
+/// `center` (pixels) as torchvision's tensor kernels measure it: from the image centre
+/// (`c - size * 0.5`); `None` is the centre itself.
+fn centre_offset(src: &RgbImage, center: Option<[f64; 2]>) -> [f64; 2] {
+    let (w, h) = (f64::from(src.width()), f64::from(src.height()));
+    center.map_or([0.0, 0.0], |[cx, cy]| [cx - w * 0.5, cy - h * 0.5])
+}
+
+/// A fill must be within 0..=255 (torch would wrap it when casting back to uint8).
+fn check_fill(fill: TensorFill) -> Result<()> {
+    if let Some(f) = fill {
+        if f.iter().any(|v| !(0.0..=255.0).contains(v)) {
+            return Err(Error::invalid(
+                "fill",
+                format!("{f:?} is not within 0..=255"),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// An affine sampling grid in float32: the rows `x` and `y` are `(a, b, c)` with
+/// `g = (x a + y b) + c` (what `bmm` computes here, checked against torch), `x` and `y` the
+/// pixel centres measured from the image centre.
 #[derive(Clone, Copy, Debug)]
-struct WarpParams {
+struct AffineGrid {
     x: [f32; 3],
     y: [f32; 3],
+}
+
+impl AffineGrid {
+    #[inline(always)]
+    fn at(&self, x: f32, y: f32) -> (f32, f32) {
+        let [ax, bx, cx] = self.x;
+        let [ay, by, cy] = self.y;
+        (x * ax + y * bx + cx, x * ay + y * by + cy)
+    }
+}
+
+/// `_perspective_grid`'s arithmetic in float32: two `bmm`s of the pixel centres measured from
+/// the top-left corner (`(x a + y b) + c`, as the affine grid), the first divided by the
+/// second, minus 1.
+#[derive(Clone, Copy, Debug)]
+struct PerspectiveGrid {
+    /// `(c0, c1, c2) / (w / 2)`.
+    x: [f32; 3],
+    /// `(c3, c4, c5) / (h / 2)`.
+    y: [f32; 3],
+    /// `(c6, c7)`.
+    d: [f32; 2],
+}
+
+impl PerspectiveGrid {
+    #[inline(always)]
+    fn at(&self, x: f32, y: f32) -> (f32, f32) {
+        let [ax, bx, cx] = self.x;
+        let [ay, by, cy] = self.y;
+        let [g, h] = self.d;
+        let den = x * g + y * h + 1.0;
+        (
+            (x * ax + y * bx + cx) / den - 1.0,
+            (x * ay + y * by + cy) / den - 1.0,
+        )
+    }
+}
+
+/// A warp's float32 constants: grid_sample's unnormalize scales, the image size and how to
+/// sample.
+#[derive(Clone, Copy, Debug)]
+struct WarpParams {
     scale: [f32; 2],
     size: [usize; 2],
     mode: TensorMode,
@@ -182,17 +304,29 @@ struct WarpParams {
     api: Api,
 }
 
-/// [`sample_rows`] with hardware fused multiply-adds where the CPU has them.
-fn sample_rows_dispatch(p: &WarpParams, xs: &[f32], ys: &[f32], source: &[u8], dest: &mut [u8]) {
-    with_fma(|| sample_rows(p, xs, ys, source, dest));
+/// [`sample_rows`] of an affine grid, with hardware fused multiply-adds where the CPU has
+/// them.
+fn sample_rows_dispatch(
+    p: &WarpParams,
+    grid: &AffineGrid,
+    xs: &[f32],
+    ys: &[f32],
+    source: &[u8],
+    dest: &mut [u8],
+) {
+    with_fma(|| sample_rows(p, |ox, oy| grid.at(xs[ox], ys[oy]), source, dest));
 }
 
-/// The pixel loop of [`GridSampler::warp`]: every output pixel of `dest` (packed RGB of
-/// `p.size`) sampled from `source` (the same size) at its grid point.
+/// The pixel loop of the warps: every output pixel `(ox, oy)` of `dest` (packed RGB of
+/// `p.size`) sampled from `source` (the same size) at its grid point `grid(ox, oy)`
+/// (normalized: -1 and 1 are the outer edges).
 #[inline(always)]
-fn sample_rows(p: &WarpParams, xs: &[f32], ys: &[f32], source: &[u8], dest: &mut [u8]) {
-    let [ax, bx, cx] = p.x;
-    let [ay, by, cy] = p.y;
+fn sample_rows(
+    p: &WarpParams,
+    grid: impl Fn(usize, usize) -> (f32, f32),
+    source: &[u8],
+    dest: &mut [u8],
+) {
     let [scale_x, scale_y] = p.scale;
     let [w, h] = p.size;
     let (mode, fill, api) = (p.mode, p.fill, p.api);
@@ -202,11 +336,8 @@ fn sample_rows(p: &WarpParams, xs: &[f32], ys: &[f32], source: &[u8], dest: &mut
             .then(|| y as usize * stride + 3 * x as usize)
     };
     for (oy, row) in dest.chunks_exact_mut(stride).enumerate() {
-        let gy_y = ys[oy];
         for (ox, px) in row.chunks_exact_mut(3).enumerate() {
-            let gx_x = xs[ox];
-            let gx = gx_x * ax + gy_y * bx + cx;
-            let gy = gx_x * ay + gy_y * by + cy;
+            let (gx, gy) = grid(ox, oy);
             let ix = (gx + 1.0).mul_add(scale_x, -0.5);
             let iy = (gy + 1.0).mul_add(scale_y, -0.5);
             match mode {
@@ -264,6 +395,14 @@ fn sample_rows(p: &WarpParams, xs: &[f32], ys: &[f32], source: &[u8], dest: &mut
 fn fill_axis(axis: &mut Vec<f32>, n: u32) {
     axis.clear();
     let (start, end) = ((1.0 - f64::from(n)) * 0.5, (f64::from(n) - 1.0) * 0.5);
+    axis.extend((0..n).map(|i| torch_linspace(start, end, n, i)));
+}
+
+/// `torch.linspace(0.5, n - 0.5, n)`: the pixel centres of one axis measured from the
+/// top-left corner (`_perspective_grid`'s).
+fn corner_axis(axis: &mut Vec<f32>, n: u32) {
+    axis.clear();
+    let (start, end) = (0.5, f64::from(n) - 0.5);
     axis.extend((0..n).map(|i| torch_linspace(start, end, n, i)));
 }
 
@@ -330,6 +469,7 @@ mod tests {
                     &src,
                     0.0,
                     [0.0, 0.0],
+                    1.0,
                     [0.0, 0.0],
                     None,
                     mode,
@@ -353,6 +493,7 @@ mod tests {
             &src,
             0.0,
             [2.0, 0.0],
+            1.0,
             [0.0, 0.0],
             None,
             Interpolation::Nearest,
@@ -388,9 +529,11 @@ mod tests {
         fill_axis(&mut g.ys, 17);
         for mode in [TensorMode::Nearest, TensorMode::Bilinear] {
             for (fill, api) in [(None, Api::V1), (Some([9.5, 0.0, 255.0]), Api::V2)] {
-                let p = WarpParams {
+                let grid = AffineGrid {
                     x: [0.93, -0.21, 0.07],
                     y: [0.19, 1.04, -0.13],
+                };
+                let p = WarpParams {
                     scale: [11.5, 8.5],
                     size: [23, 17],
                     mode,
@@ -399,11 +542,57 @@ mod tests {
                 };
                 let mut base = vec![0u8; src.as_raw().len()];
                 let mut fast = base.clone();
-                sample_rows(&p, &g.xs, &g.ys, src.as_raw(), &mut base);
-                sample_rows_dispatch(&p, &g.xs, &g.ys, src.as_raw(), &mut fast);
+                sample_rows(
+                    &p,
+                    |ox, oy| grid.at(g.xs[ox], g.ys[oy]),
+                    src.as_raw(),
+                    &mut base,
+                );
+                sample_rows_dispatch(&p, &grid, &g.xs, &g.ys, src.as_raw(), &mut fast);
                 assert_eq!(base, fast, "{mode:?} {fill:?}");
             }
         }
+    }
+
+    #[test]
+    fn identity_perspective_and_zero_rotation_about_a_point_keep_pixels() {
+        let src = ramp(9, 7);
+        let mut out = RgbImage::new();
+        let mut g = GridSampler::new();
+        let identity = [1.0, 0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0];
+        for mode in [Interpolation::Nearest, Interpolation::Bilinear] {
+            for api in [Api::V1, Api::V2] {
+                g.perspective(&src, &identity, mode, Some([9.0; 3]), api, &mut out)
+                    .expect("warp");
+                assert_eq!(out.as_raw(), src.as_raw(), "{mode:?} {api:?}");
+                g.rotate(&src, 0.0, Some([2.0, 3.5]), mode, None, api, &mut out)
+                    .expect("rotate");
+                assert_eq!(out.as_raw(), src.as_raw(), "{mode:?} {api:?}");
+            }
+        }
+        let bad = [f64::NAN, 0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0];
+        assert!(g
+            .perspective(&src, &bad, Interpolation::Nearest, None, Api::V1, &mut out)
+            .is_err());
+    }
+
+    #[test]
+    fn v2_takes_the_angle_modulo_360_before_its_shortcuts() {
+        // -270 % 360 is 90: v2 turns the square image a quarter, exactly (torch.rot90).
+        let src = RgbImage::from_raw(2, 2, vec![1, 1, 1, 2, 2, 2, 3, 3, 3, 4, 4, 4]).expect("img");
+        let mut out = RgbImage::new();
+        let mut g = GridSampler::new();
+        g.rotate(
+            &src,
+            -270.0,
+            None,
+            Interpolation::Bilinear,
+            None,
+            Api::V2,
+            &mut out,
+        )
+        .expect("rotate");
+        assert_eq!(out.as_raw(), &[2, 2, 2, 4, 4, 4, 1, 1, 1, 3, 3, 3]);
     }
 
     #[test]
@@ -413,7 +602,15 @@ mod tests {
         let mut g = GridSampler::new();
         for api in [Api::V1, Api::V2] {
             let err = g
-                .rotate(&src, 30.0, Interpolation::Bicubic, None, api, &mut out)
+                .rotate(
+                    &src,
+                    30.0,
+                    None,
+                    Interpolation::Bicubic,
+                    None,
+                    api,
+                    &mut out,
+                )
                 .expect_err("torchvision refuses bicubic on tensors");
             let text = err.to_string();
             assert!(text.contains(BICUBIC_ON_TENSORS), "{text}");

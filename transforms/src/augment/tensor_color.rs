@@ -7,7 +7,9 @@
 //! - the gray level of saturation and contrast is `0.2989 r + 0.587 g + 0.114 b` in float32,
 //!   truncated (Pillow's `convert("L")` rounds 16-bit fixed-point weights);
 //! - sharpness blurs with `conv2d` and *rounds* the blurred image before the blend;
-//! - autocontrast scales in float32 per channel and truncates.
+//! - autocontrast scales in float32 per channel and truncates;
+//! - grayscale truncates the float32 gray level, and hue goes through torch's float32 HSV
+//!   (`_rgb2hsv`/`_hsv2rgb`) and `x * 255.999` truncated, where Pillow works on 8-bit HSV.
 //!
 //! [`Api::V1`] follows `torchvision.transforms.functional` (v1's `_functional_tensor`);
 //! [`Api::V2`] follows `torchvision.transforms.v2.functional`, whose blends are
@@ -292,6 +294,258 @@ pub fn equalize(img: &mut RgbImage) {
     color::equalize(img);
 }
 
+/// `F.rgb_to_grayscale(x, num_output_channels=3)` on a uint8 RGB tensor: the float32 gray
+/// level (v1 or v2's arithmetic, as saturation and contrast compute it), truncated, in all
+/// three channels (torch truncates where Pillow's `convert("L")` rounds fixed-point weights).
+pub fn to_grayscale(img: &mut RgbImage, api: Api) {
+    with_fma(|| grayscale_pixels(img.as_raw_mut(), api));
+}
+
+/// The pixel loop of [`to_grayscale`].
+#[inline(always)]
+fn grayscale_pixels(data: &mut [u8], api: Api) {
+    for px in data.chunks_exact_mut(3) {
+        // The level is below 255 (the weights sum to 0.9999) and never negative.
+        let l = gray(api, px[0], px[1], px[2]) as u8;
+        px.fill(l);
+    }
+}
+
+/// [`adjust_contrast`] of a one-channel tensor (an `L` image after `ToImage`, replicated into
+/// R, G and B here): torch takes the mean of the values themselves, not of a gray level.
+pub fn adjust_contrast_one_channel(img: &mut RgbImage, factor: f64, api: Api) -> Result<()> {
+    let (ratio, rest) = factor_f32("contrast_factor", factor)?;
+    let data = img.as_raw_mut();
+    let sum: u64 = data.chunks_exact(3).map(|px| u64::from(px[0])).sum();
+    let n = (data.len() / 3).max(1);
+    let mean = sum as f32 / n as f32;
+    let mut lut = [0u8; 256];
+    for (i, v) in lut.iter_mut().enumerate() {
+        *v = with_fma(|| blend(api, i as u8, mean, ratio, rest));
+    }
+    for v in data.iter_mut() {
+        *v = lut[usize::from(*v)];
+    }
+    Ok(())
+}
+
+/// `F.adjust_hue(x, factor)` on a uint8 RGB tensor: to float32 in `[0, 1]`, torch's float
+/// HSV (`_rgb2hsv`), the hue moved by `factor` modulo 1, back (`_hsv2rgb`), and
+/// `x * 255.999` truncated (`convert_image_dtype` / `to_dtype_image(scale=True)`).
+///
+/// v1 and v2 differ in their roundings: v1 divides by 255 and by 6, v2 multiplies by the
+/// float32 reciprocals, and v2 computes `t` as `(s f + (1 - s)) v` where v1 has
+/// `v (1 - s (1 - f))`. Every step is one float32 operation in torch's order (no fusing).
+/// Errors for a factor outside `[-0.5, 0.5]`, as torchvision's.
+pub fn adjust_hue(img: &mut RgbImage, factor: f64, api: Api) -> Result<()> {
+    if !(-0.5..=0.5).contains(&factor) {
+        return Err(Error::invalid(
+            "hue_factor",
+            format!("{factor} is not in [-0.5, 0.5]"),
+        ));
+    }
+    // torch adds the Python float to the float32 hue in float32.
+    let shift = factor as f32;
+    let mut unit = [0f32; 256];
+    for (i, u) in unit.iter_mut().enumerate() {
+        *u = match api {
+            Api::V1 => i as f32 / 255.0,
+            Api::V2 => i as f32 * (1.0f64 / 255.0) as f32,
+        };
+    }
+    with_fma(|| hue_pixels(img.as_raw_mut(), &unit, shift, api));
+    Ok(())
+}
+
+/// Pixels per block of [`hue_pixels`]: split into three float planes so the loop vectorizes.
+const HUE_BLOCK: usize = 32;
+
+/// The pixel loop of [`adjust_hue`]: blocks of pixels through [`hue_block`].
+#[inline(always)]
+fn hue_pixels(data: &mut [u8], unit: &[f32; 256], shift: f32, api: Api) {
+    for block in data.chunks_mut(3 * HUE_BLOCK) {
+        // Lanes past the block's end stay black: computed, never written back.
+        let mut planes = [[0f32; HUE_BLOCK]; 3];
+        for (k, px) in block.chunks_exact(3).enumerate() {
+            for c in 0..3 {
+                planes[c][k] = unit[usize::from(px[c])];
+            }
+        }
+        hue_block(&mut planes, shift, api);
+        for (k, px) in block.chunks_exact_mut(3).enumerate() {
+            for c in 0..3 {
+                // The values are within [0, 1]: at most 255.999, truncated.
+                px[c] = (planes[c][k] * TO_U8_SCALE) as u8;
+            }
+        }
+    }
+}
+
+/// [`rgb_to_hsv_f32`], the hue shift ([`torch_remainder_1`]) and [`hsv_to_rgb_f32`] on a
+/// block of float pixels in place, written without branches so that it vectorizes. The same
+/// values: the remainders are exact subtractions on the ranges they see here (`h / 6 + 1` is
+/// in `[5/6, 11/6]`, `h + shift` in `[-0.5, 1.5)`; Sterbenz), and the sector is selected, not
+/// computed. `tests::hue_block_equals_the_scalar_steps` checks it.
+#[inline(always)]
+fn hue_block(planes: &mut [[f32; HUE_BLOCK]; 3], shift: f32, api: Api) {
+    let sixth = (1.0f64 / 6.0) as f32;
+    let [rs, gs, bs] = planes;
+    for k in 0..HUE_BLOCK {
+        let (r, g, b) = (rs[k], gs[k], bs[k]);
+        let maxc = r.max(g).max(b);
+        let minc = r.min(g).min(b);
+        let eqc = maxc == minc;
+        let cr = maxc - minc;
+        let s = cr / if eqc { 1.0 } else { maxc };
+        let divisor = if eqc { 1.0 } else { cr };
+        let rc = (maxc - r) / divisor;
+        let gc = (maxc - g) / divisor;
+        let bc = (maxc - b) / divisor;
+        let is = |c: bool| if c { 1.0f32 } else { 0.0 };
+        let hr = is(maxc == r) * (bc - gc);
+        let hg = is(maxc == g && maxc != r) * ((2.0 + rc) - bc);
+        let hb = is(maxc != g && maxc != r) * ((4.0 + gc) - rc);
+        let h = (hr + hg) + hb;
+        let h = match api {
+            Api::V1 => h / 6.0 + 1.0,
+            Api::V2 => h * sixth + 1.0,
+        };
+        let h = if h >= 1.0 { h - 1.0 } else { h };
+        let h = h + shift;
+        let h = if h < 0.0 {
+            h + 1.0
+        } else if h >= 1.0 {
+            h - 1.0
+        } else {
+            h
+        };
+        let v = maxc;
+        let h6 = h * 6.0;
+        let i = h6.floor();
+        let f = h6 - i;
+        let unit = |x: f32| x.clamp(0.0, 1.0);
+        let (p, q, t) = match api {
+            Api::V1 => (
+                unit(v * (1.0 - s)),
+                unit(v * (1.0 - s * f)),
+                unit(v * (1.0 - s * (1.0 - f))),
+            ),
+            Api::V2 => {
+                let sxf = s * f;
+                let one_minus_s = 1.0 - s;
+                (
+                    unit(one_minus_s * v),
+                    unit((1.0 - sxf) * v),
+                    unit((sxf + one_minus_s) * v),
+                )
+            }
+        };
+        // Sector 6 (h rounded up to 1) is sector 0.
+        let i = if i >= 6.0 { 0.0 } else { i };
+        rs[k] = if i == 0.0 || i == 5.0 {
+            v
+        } else if i == 1.0 {
+            q
+        } else if i == 4.0 {
+            t
+        } else {
+            p
+        };
+        gs[k] = if i == 1.0 || i == 2.0 {
+            v
+        } else if i == 0.0 {
+            t
+        } else if i == 3.0 {
+            q
+        } else {
+            p
+        };
+        bs[k] = if i == 3.0 || i == 4.0 {
+            v
+        } else if i == 2.0 {
+            t
+        } else if i == 5.0 {
+            q
+        } else {
+            p
+        };
+    }
+}
+
+/// torchvision's float-to-uint8 scale, `255 + 1 - 1e-3` in float64, narrowed to float32.
+const TO_U8_SCALE: f32 = (255.0f64 + 1.0 - 1e-3) as f32;
+
+/// torch's `remainder(x, 1.0)` on float32: `fmod`, moved into `[0, 1)` when negative. This
+/// and the two conversions below are torch's steps written straight, the reference
+/// [`hue_block`] is tested against.
+#[cfg(test)]
+fn torch_remainder_1(x: f32) -> f32 {
+    let m = x % 1.0;
+    if m < 0.0 {
+        m + 1.0
+    } else {
+        m
+    }
+}
+
+/// `_rgb2hsv` (v1) or `_rgb_to_hsv` (v2) of one float32 pixel.
+#[cfg(test)]
+fn rgb_to_hsv_f32([r, g, b]: [f32; 3], api: Api) -> [f32; 3] {
+    let maxc = r.max(g).max(b);
+    let minc = r.min(g).min(b);
+    let eqc = maxc == minc;
+    let cr = maxc - minc;
+    let s = cr / if eqc { 1.0 } else { maxc };
+    let divisor = if eqc { 1.0 } else { cr };
+    let rc = (maxc - r) / divisor;
+    let gc = (maxc - g) / divisor;
+    let bc = (maxc - b) / divisor;
+    let is = |c: bool| if c { 1.0f32 } else { 0.0 };
+    let hr = is(maxc == r) * (bc - gc);
+    let hg = is(maxc == g && maxc != r) * ((2.0 + rc) - bc);
+    let hb = is(maxc != g && maxc != r) * ((4.0 + gc) - rc);
+    let h = (hr + hg) + hb;
+    let h = match api {
+        Api::V1 => (h / 6.0 + 1.0) % 1.0,
+        Api::V2 => (h * (1.0f64 / 6.0) as f32 + 1.0) % 1.0,
+    };
+    [h, s, maxc]
+}
+
+/// `_hsv2rgb` (v1) or `_hsv_to_rgb` (v2) of one float32 pixel.
+#[cfg(test)]
+fn hsv_to_rgb_f32([h, s, v]: [f32; 3], api: Api) -> [f32; 3] {
+    let h6 = h * 6.0;
+    let i = h6.floor();
+    let f = h6 - i;
+    let unit = |x: f32| x.clamp(0.0, 1.0);
+    let (p, q, t) = match api {
+        Api::V1 => (
+            unit(v * (1.0 - s)),
+            unit(v * (1.0 - s * f)),
+            unit(v * (1.0 - s * (1.0 - f))),
+        ),
+        Api::V2 => {
+            let sxf = s * f;
+            let one_minus_s = 1.0 - s;
+            (
+                unit(one_minus_s * v),
+                unit((1.0 - sxf) * v),
+                unit((sxf + one_minus_s) * v),
+            )
+        }
+    };
+    // `i % 6` on int32 (h is in [0, 1), so i is 0..=6, 6 only where h * 6 rounds up to 6).
+    match (i as i32).rem_euclid(6) {
+        0 => [v, t, p],
+        1 => [q, v, p],
+        2 => [p, v, t],
+        3 => [p, q, v],
+        4 => [t, p, v],
+        _ => [v, p, q],
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -331,6 +585,90 @@ mod tests {
         for n in 0..=13 * 255 {
             assert_eq!(blurred(n), (f64::from(n) / 13.0).round() as f32);
         }
+    }
+
+    #[test]
+    fn hue_turns_red_into_green_and_keeps_grays() {
+        for api in [Api::V1, Api::V2] {
+            let mut img = image(&[[255, 0, 0], [0, 0, 0], [77, 77, 77], [255, 255, 255]], 2);
+            adjust_hue(&mut img, 1.0 / 3.0, api).expect("factor");
+            // A gray has no hue; `v / 255 * 255.999` truncates back to `v`.
+            assert_eq!(
+                img.as_raw(),
+                &[0, 255, 0, 0, 0, 0, 77, 77, 77, 255, 255, 255],
+                "{api:?}"
+            );
+            assert!(adjust_hue(&mut img, 0.51, api).is_err());
+        }
+    }
+
+    #[test]
+    fn hue_remainder_wraps_into_the_unit_interval() {
+        assert_eq!(torch_remainder_1(-0.25), 0.75);
+        assert_eq!(torch_remainder_1(1.25), 0.25);
+        assert_eq!(torch_remainder_1(0.0), 0.0);
+        // A tiny negative hue rounds up to 1.0, which `_hsv2rgb` maps to sector 0.
+        assert_eq!(torch_remainder_1(-1e-9), 1.0);
+        assert_eq!(hsv_to_rgb_f32([1.0, 1.0, 1.0], Api::V1), [1.0, 0.0, 0.0]);
+    }
+
+    #[test]
+    fn hue_block_equals_the_scalar_steps() {
+        // Every 7th level of each channel (and the extremes), at shifts across the range.
+        let levels: Vec<u8> = (0..=255u8).step_by(7).chain([1, 254, 255]).collect();
+        let mut colours = Vec::new();
+        for &r in &levels {
+            for &g in &levels {
+                for &b in &levels {
+                    colours.push([r, g, b]);
+                }
+            }
+        }
+        for api in [Api::V1, Api::V2] {
+            for shift in [-0.5f32, -0.37, -1e-9, 0.0, 0.013, 0.25, 0.5] {
+                for chunk in colours.chunks(HUE_BLOCK) {
+                    let mut planes = [[0f32; HUE_BLOCK]; 3];
+                    for (k, px) in chunk.iter().enumerate() {
+                        for c in 0..3 {
+                            planes[c][k] = f32::from(px[c]) / 255.0;
+                        }
+                    }
+                    let mut block = planes;
+                    hue_block(&mut block, shift, api);
+                    for k in 0..chunk.len() {
+                        let rgb = [planes[0][k], planes[1][k], planes[2][k]];
+                        let [h, s, v] = rgb_to_hsv_f32(rgb, api);
+                        let want = hsv_to_rgb_f32([torch_remainder_1(h + shift), s, v], api);
+                        let got = [block[0][k], block[1][k], block[2][k]];
+                        assert_eq!(
+                            got.map(f32::to_bits),
+                            want.map(f32::to_bits),
+                            "{api:?} {shift} {:?}",
+                            chunk[k]
+                        );
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn grayscale_truncates_the_float_level() {
+        for api in [Api::V1, Api::V2] {
+            // White is 0.9999 * 255 = 254.97: 254, where Pillow's rounding gives 255.
+            let mut img = image(&[[255, 255, 255], [0, 0, 0], [10, 200, 30]], 3);
+            to_grayscale(&mut img, api);
+            let g = (0.2989f32 * 10.0 + 0.587 * 200.0 + 0.114 * 30.0) as u8;
+            assert_eq!(img.as_raw(), &[254, 254, 254, 0, 0, 0, g, g, g], "{api:?}");
+        }
+    }
+
+    #[test]
+    fn one_channel_contrast_blends_with_the_mean_of_the_values() {
+        // Values 0 and 255 (replicated): mean 127.5, factor 0.5 -> 63.75 and 191.25, truncated.
+        let mut img = image(&[[0, 0, 0], [255, 255, 255]], 2);
+        adjust_contrast_one_channel(&mut img, 0.5, Api::V1).expect("factor");
+        assert_eq!(img.as_raw(), &[63, 63, 63, 191, 191, 191]);
     }
 
     #[test]

@@ -137,6 +137,10 @@ pub type PolicyApi = crate::augment::policy::Api;
 /// `AutoAugmentPolicy`, by its value (`imagenet`, `cifar10`, `svhn`).
 pub type AutoAugmentPolicySpec = crate::augment::policy::AutoAugmentPolicy;
 
+fn default_tensor_api() -> PolicyApi {
+    PolicyApi::V2
+}
+
 fn default_magnitude_bins() -> i64 {
     31
 }
@@ -669,6 +673,20 @@ pub enum OpSpec {
         /// Default `false`; accepted for torchvision's signature, no effect.
         #[serde(default)]
         inplace: bool,
+    },
+    /// `ToImage()` (or `PILToTensor()`) standing before other ops: from here on torchvision
+    /// holds a uint8 tensor, so the colour ops, the warps and the policies after it run torch's
+    /// tensor kernels (truncating float32 blends, float HSV, `grid_sample` warps, which refuse
+    /// `bicubic`) instead of Pillow's arithmetic. A marker: it costs nothing when a sample
+    /// runs (the conversion to the output stays where `ToTensor`/`PILToTensor` stands), may
+    /// stand anywhere before the conversion (first, as in torchvision's v2 recipes, or after
+    /// the crop), and not inside `RandomApply`/`RandomChoice`/`RandomOrder`.
+    ToImage {
+        /// Whose tensor kernels the single ops after it run: `v2` (default,
+        /// `torchvision.transforms.v2.functional`) or `v1` (`torchvision.transforms.functional`,
+        /// after v1's `PILToTensor`). The policies and AugMix keep their own `api`.
+        #[serde(default = "default_tensor_api")]
+        api: PolicyApi,
     },
     /// `ToTensor()`: u8 HWC to f32 CHW in [0, 1].
     ToTensor,

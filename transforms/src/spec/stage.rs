@@ -1,6 +1,12 @@
 //! The staged part of a plan: the ops between the geometry (which fixes the size the pixel ops
-//! see) and the conversion into the batch slot, run in place on a u8 image (PIL's view of the
-//! sample), each in its own span.
+//! see) and the conversion into the batch slot, run in place on a u8 image, each in its own
+//! span.
+//!
+//! Each op is planned in a [`Domain`]: what torchvision holds where the op stands, a PIL image
+//! (Pillow's arithmetic, the default) or, after `ToImage`/`PILToTensor`, a uint8 tensor (torch's
+//! tensor kernels: [`crate::augment::tensor_color`], [`crate::augment::grid_sample`]). The
+//! colour ops, the warps and the policies pick their kernels by it; the ops that compute the
+//! same pixels either way (flips, crops, padding, blur, resizes) ignore it.
 //!
 //! Ops come in families, a file each: [`color`] (point ops and blends), [`geometric`] (flips,
 //! rotations, affine warps, blur, padding: the ops that need a second image or change the
@@ -23,11 +29,13 @@ mod policy;
 use crate::augment::augmix::AugMixScratch;
 use crate::augment::color::ColorScratch;
 use crate::augment::geometry::{AffineWarp, GaussianBlur, Padder};
+use crate::augment::grid_sample::{GridSampler, BICUBIC_ON_TENSORS};
+use crate::augment::policy::Api;
 use crate::error::{Error, Result};
 use crate::image::RgbImage;
 use crate::resize::Resizer;
 use crate::rng::SampleRng;
-use crate::spec::{observed, OpObserver, OpSpec};
+use crate::spec::{observed, Fill, OpObserver, OpSpec, WarpInterpolation};
 use crate::tensor;
 
 use augmix::AugMixOp;
@@ -59,6 +67,67 @@ pub(super) fn check_p(op: &'static str, p: f64) -> Result<f64> {
     Ok(p)
 }
 
+/// What torchvision holds where an op stands, which decides whose arithmetic the op follows.
+/// The default: a three-channel PIL image.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(in crate::spec) struct Domain {
+    /// `None`: a PIL image (Pillow's arithmetic). `Some(api)`: a uint8 tensor (after `ToImage`
+    /// or `PILToTensor`), whose single ops run `api`'s tensor kernels
+    /// (`torchvision.transforms.functional` or `.v2`'s); the policies and AugMix follow their
+    /// own `api`.
+    pub tensor: Option<Api>,
+    /// The image has one channel (an `L` image, replicated into R, G and B here): on a tensor,
+    /// the colour ops that mix channels act as torch's do on one channel.
+    pub one_channel: bool,
+}
+
+/// A warp's `interpolation` where its kernel is torch's tensor one: BICUBIC is torchvision's
+/// error (`op`: the transform, named in front of the message).
+pub(super) fn tensor_interpolation(
+    op: &'static str,
+    interpolation: WarpInterpolation,
+) -> Result<WarpInterpolation> {
+    if interpolation == WarpInterpolation::Bicubic {
+        return Err(Error::invalid(
+            "interpolation",
+            format!("{op}: {BICUBIC_ON_TENSORS}"),
+        ));
+    }
+    Ok(interpolation)
+}
+
+/// torchvision's tensor `fill`: one value for every channel, or one per channel, each a
+/// float within 0..=255 (torch would wrap a value outside it when casting back to uint8);
+/// `None` is no fill channel (which differs from 0 under BILINEAR).
+pub(super) fn tensor_fill(op: &'static str, fill: Option<&Fill>) -> Result<Option<[f32; 3]>> {
+    let values: &[f64] = match fill {
+        None => return Ok(None),
+        Some(Fill::Number(v)) => std::slice::from_ref(v),
+        Some(Fill::PerChannel(v)) => v,
+    };
+    let channel = |v: f64| {
+        if v.is_finite() && (0.0..=255.0).contains(&v) {
+            Ok(v as f32)
+        } else {
+            Err(Error::invalid(
+                "fill",
+                format!("{op}: {v} is not a number within 0..=255"),
+            ))
+        }
+    };
+    match values {
+        [v] => Ok(Some([channel(*v)?; 3])),
+        [r, g, b] => Ok(Some([channel(*r)?, channel(*g)?, channel(*b)?])),
+        other => Err(Error::invalid(
+            "fill",
+            format!(
+                "{op}: {} values do not broadcast to the image's 3 channels",
+                other.len()
+            ),
+        )),
+    }
+}
+
 /// Per-worker buffers of the stage ops; they only grow, so a warm context allocates nothing.
 #[derive(Debug, Default)]
 pub(in crate::spec) struct StageScratch {
@@ -75,6 +144,8 @@ pub(in crate::spec) struct StageScratch {
     pub padder: Padder,
     /// AugMix's float32 mix, chain image and grid tables.
     pub augmix: AugMixScratch,
+    /// The grid tables of the tensor-domain warps.
+    pub grid: GridSampler,
     /// A `Resize` or `RandomResizedCrop` in the stage (made by the first).
     pub resizer: Option<Resizer>,
 }
@@ -101,26 +172,27 @@ pub(in crate::spec) enum StageOp {
 }
 
 impl StageOp {
-    /// `Ok(None)`: `op` is not a stage op (the conversion, or an op out of place).
-    pub fn plan(op: &OpSpec) -> Result<Option<Self>> {
+    /// `Ok(None)`: `op` is not a stage op (the conversion, or an op out of place). `domain`:
+    /// what torchvision holds where `op` stands.
+    pub fn plan(op: &OpSpec, domain: Domain) -> Result<Option<Self>> {
         if let OpSpec::RandomHorizontalFlip { p } = op {
             return Ok(Some(StageOp::HFlip {
                 p: check_p("RandomHorizontalFlip", *p)?,
             }));
         }
-        if let Some(op) = ColorOp::plan(op)? {
+        if let Some(op) = ColorOp::plan(op, domain)? {
             return Ok(Some(StageOp::Color(op)));
         }
-        if let Some(op) = GeometricOp::plan(op)? {
+        if let Some(op) = GeometricOp::plan(op, domain)? {
             return Ok(Some(StageOp::Geometric(op)));
         }
-        if let Some(op) = PolicyOp::plan(op)? {
+        if let Some(op) = PolicyOp::plan(op, domain)? {
             return Ok(Some(StageOp::Policy(op)));
         }
-        if let Some(op) = AugMixOp::plan(op)? {
+        if let Some(op) = AugMixOp::plan(op, domain)? {
             return Ok(Some(StageOp::AugMix(op)));
         }
-        Ok(ChoiceOp::plan(op)?.map(StageOp::Choice))
+        Ok(ChoiceOp::plan(op, domain)?.map(StageOp::Choice))
     }
 
     /// The `(height, width)` of this op's output for an input of `size`; an error when it

@@ -84,7 +84,7 @@ pub fn affine_center(width: u32, height: u32) -> [f64; 2] {
 }
 
 /// Python's `angle % 360.0`: the remainder takes the divisor's sign, and a zero is +0.
-fn py_mod_360(angle: f64) -> f64 {
+pub(crate) fn py_mod_360(angle: f64) -> f64 {
     let r = angle % 360.0;
     if r == 0.0 {
         0.0

@@ -9,15 +9,13 @@
 //! Dirichlets, then per chain its depth and ops) comes before the first op runs, which is
 //! torchvision's order too, since its ops draw nothing.
 
-use super::{in_op, StageScratch};
+use super::{in_op, tensor_fill, tensor_interpolation, Domain, StageScratch};
 use crate::augment::augmix::TensorWarp;
-use crate::augment::geometry::Interpolation;
-use crate::augment::grid_sample::BICUBIC_ON_TENSORS;
 use crate::augment::policy::{AugMix, AugmentationSpace};
 use crate::error::{Error, Result};
 use crate::image::RgbImage;
 use crate::rng::SampleRng;
-use crate::spec::{Fill, OpObserver, OpSpec};
+use crate::spec::{OpObserver, OpSpec};
 
 const NAME: &str = "AugMix";
 
@@ -29,40 +27,9 @@ pub(in crate::spec) struct AugMixOp {
     all_ops: bool,
 }
 
-/// torchvision's tensor `fill`: one value for every channel, or one per channel, each a
-/// float within 0..=255 (torch would wrap a value outside it when casting back to uint8).
-fn tensor_fill(fill: Option<&Fill>) -> Result<Option<[f32; 3]>> {
-    let values: Vec<f64> = match fill {
-        None => return Ok(None),
-        Some(Fill::Number(v)) => vec![*v],
-        Some(Fill::PerChannel(v)) => v.clone(),
-    };
-    let channel = |v: f64| {
-        if v.is_finite() && (0.0..=255.0).contains(&v) {
-            Ok(v as f32)
-        } else {
-            Err(Error::invalid(
-                "fill",
-                format!("{NAME}: {v} is not a number within 0..=255"),
-            ))
-        }
-    };
-    match values.as_slice() {
-        [v] => Ok(Some([channel(*v)?; 3])),
-        [r, g, b] => Ok(Some([channel(*r)?, channel(*g)?, channel(*b)?])),
-        other => Err(Error::invalid(
-            "fill",
-            format!(
-                "{NAME}: {} values do not broadcast to the image's 3 channels",
-                other.len()
-            ),
-        )),
-    }
-}
-
 impl AugMixOp {
     /// `Ok(None)`: `op` is not `AugMix`.
-    pub(super) fn plan(op: &OpSpec) -> Result<Option<Self>> {
+    pub(super) fn plan(op: &OpSpec, domain: Domain) -> Result<Option<Self>> {
         let OpSpec::AugMix {
             severity,
             mixture_width,
@@ -78,12 +45,7 @@ impl AugMixOp {
         };
         // torchvision's AugMix warps a uint8 tensor, whose kernels refuse BICUBIC (on the
         // first warp drawn; here when planned).
-        if *interpolation == Interpolation::Bicubic {
-            return Err(Error::invalid(
-                "interpolation",
-                format!("{NAME}: {BICUBIC_ON_TENSORS}"),
-            ));
-        }
+        let interpolation = tensor_interpolation(NAME, *interpolation)?;
         let int = |name: &'static str, v: i64| {
             i32::try_from(v).map_err(|_| {
                 Error::invalid(name, format!("{NAME}: {v} is out of the supported range"))
@@ -113,9 +75,10 @@ impl AugMixOp {
         Ok(Some(AugMixOp {
             augmix,
             warp: TensorWarp {
-                interpolation: *interpolation,
-                fill: tensor_fill(fill.as_ref())?,
+                interpolation,
+                fill: tensor_fill(NAME, fill.as_ref())?,
                 api: *api,
+                one_channel: domain.one_channel,
             },
             all_ops: *all_ops,
         }))
@@ -154,16 +117,17 @@ impl AugMixOp {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::spec::Fill;
 
     #[test]
     fn fill_broadcasts_and_refuses_what_torch_would_wrap() {
-        assert_eq!(tensor_fill(None).expect("none"), None);
+        assert_eq!(tensor_fill(NAME, None).expect("none"), None);
         assert_eq!(
-            tensor_fill(Some(&Fill::Number(127.5))).expect("one"),
+            tensor_fill(NAME, Some(&Fill::Number(127.5))).expect("one"),
             Some([127.5; 3])
         );
         assert_eq!(
-            tensor_fill(Some(&Fill::PerChannel(vec![1.0, 2.0, 3.0]))).expect("three"),
+            tensor_fill(NAME, Some(&Fill::PerChannel(vec![1.0, 2.0, 3.0]))).expect("three"),
             Some([1.0, 2.0, 3.0])
         );
         for bad in [
@@ -171,7 +135,9 @@ mod tests {
             Fill::Number(-1.0),
             Fill::PerChannel(vec![1.0, 2.0]),
         ] {
-            let err = tensor_fill(Some(&bad)).expect_err("refused").to_string();
+            let err = tensor_fill(NAME, Some(&bad))
+                .expect_err("refused")
+                .to_string();
             assert!(err.contains("fill") && err.contains("AugMix"), "{err}");
         }
     }

@@ -7,7 +7,7 @@
 //! Must not let the output size depend on a draw (every outcome must leave the same size,
 //! checked when planned), nor allocate per sample (a permutation is inline).
 
-use super::{check_p, in_op, StageOp, StageScratch};
+use super::{check_p, in_op, Domain, StageOp, StageScratch};
 use crate::augment::policy::{draw_apply, RandomChoice, RandomOrder};
 use crate::error::{Error, Result};
 use crate::image::RgbImage;
@@ -41,22 +41,44 @@ fn op_name(op: &OpSpec) -> String {
         .to_string()
 }
 
-/// `transforms` planned as stage ops in order, nested `Compose`s flattened; `owner` names the
-/// composition in errors.
-fn plan_sequence(owner: &'static str, transforms: &[OpSpec]) -> Result<Vec<StageOp>> {
+/// `transforms` planned as stage ops in order, nested `Compose`s flattened, in the `domain`
+/// of the composition; `owner` names the composition in errors.
+fn plan_sequence(
+    owner: &'static str,
+    transforms: &[OpSpec],
+    domain: Domain,
+) -> Result<Vec<StageOp>> {
     let mut ops = Vec::with_capacity(transforms.len());
     for (i, op) in transforms.iter().enumerate() {
-        ops.extend(plan_unit(owner, i, op)?);
+        ops.extend(plan_unit(owner, i, op, domain)?);
     }
     Ok(ops)
 }
 
 /// One element of a composition's `transforms`: a stage op, or a `Compose`'s ops.
-fn plan_unit(owner: &'static str, index: usize, op: &OpSpec) -> Result<Vec<StageOp>> {
-    if let OpSpec::Compose { transforms } = op {
-        return plan_sequence(owner, transforms);
+fn plan_unit(
+    owner: &'static str,
+    index: usize,
+    op: &OpSpec,
+    domain: Domain,
+) -> Result<Vec<StageOp>> {
+    match op {
+        OpSpec::Compose { transforms } => return plan_sequence(owner, transforms, domain),
+        // A conversion that happens or not with the draw would leave the ops after the
+        // composition on a PIL image for some samples and a tensor for others.
+        OpSpec::ToImage { .. } => {
+            return Err(Error::invalid(
+                "transforms",
+                format!(
+                    "{owner}: transforms[{index}] is ToImage, which cannot run inside it: the \
+                     image would be a tensor after it for some samples only; put ToImage \
+                     before {owner}"
+                ),
+            ))
+        }
+        _ => {}
     }
-    match StageOp::plan(op).map_err(|e| in_op(owner, e))? {
+    match StageOp::plan(op, domain).map_err(|e| in_op(owner, e))? {
         Some(stage) => Ok(vec![stage]),
         None => Err(Error::invalid(
             "transforms",
@@ -93,10 +115,10 @@ fn size_error(owner: &'static str, what: &str, a: (u32, u32), b: (u32, u32)) -> 
 
 impl ChoiceOp {
     /// `Ok(None)`: `op` is not a random composition.
-    pub(super) fn plan(op: &OpSpec) -> Result<Option<Self>> {
+    pub(super) fn plan(op: &OpSpec, domain: Domain) -> Result<Option<Self>> {
         Ok(Some(match op {
             OpSpec::RandomApply { transforms, p } => ChoiceOp::Apply {
-                ops: plan_sequence("RandomApply", transforms)?,
+                ops: plan_sequence("RandomApply", transforms, domain)?,
                 p: check_p("RandomApply", *p)?,
             },
             OpSpec::RandomChoice { transforms, p } => {
@@ -105,7 +127,7 @@ impl ChoiceOp {
                 let choices = transforms
                     .iter()
                     .enumerate()
-                    .map(|(i, op)| plan_unit("RandomChoice", i, op))
+                    .map(|(i, op)| plan_unit("RandomChoice", i, op, domain))
                     .collect::<Result<_>>()?;
                 ChoiceOp::Choice { choices, draw }
             }
@@ -115,7 +137,7 @@ impl ChoiceOp {
                 let items = transforms
                     .iter()
                     .enumerate()
-                    .map(|(i, op)| plan_unit("RandomOrder", i, op))
+                    .map(|(i, op)| plan_unit("RandomOrder", i, op, domain))
                     .collect::<Result<_>>()?;
                 ChoiceOp::Order { items, draw }
             }

@@ -1,20 +1,31 @@
 //! The colour ops of a stage: torchvision's colour transforms on the u8 staging image, with
-//! Pillow's arithmetic (the kernels of [`crate::augment::color`]).
+//! Pillow's arithmetic (the kernels of [`crate::augment::color`]) on a PIL image, or torch's
+//! (those of [`crate::augment::tensor_color`]) after `ToImage` ([`Domain`]).
 //!
 //! Must not change the image's size or allocate per sample (sharpness's rows live in the
 //! [`StageScratch`]).
 
-use super::{check_p, in_op, StageScratch};
-use crate::augment::color;
+use super::{check_p, in_op, Domain, StageScratch};
+use crate::augment::policy::Api;
 use crate::augment::policy::{draw_p, draw_p_item, ColorJitter, ColorStep};
+use crate::augment::{color, tensor_color};
 use crate::error::{Error, Result};
 use crate::image::RgbImage;
 use crate::rng::SampleRng;
 use crate::spec::{JitterArg, Op, OpSpec};
 
-/// A colour op, parameters checked.
+/// A colour op, parameters checked, with the kernels of the domain it stands in.
 #[derive(Clone, Debug, PartialEq)]
-pub(in crate::spec) enum ColorOp {
+pub(in crate::spec) struct ColorOp {
+    kind: ColorKind,
+    /// `None`: Pillow's arithmetic; else torch's tensor kernels of that API.
+    tensor: Option<Api>,
+    one_channel: bool,
+}
+
+/// What a colour op does.
+#[derive(Clone, Debug, PartialEq)]
+enum ColorKind {
     ColorJitter(ColorJitter),
     Grayscale,
     RandomGrayscale { p: f64 },
@@ -45,8 +56,55 @@ fn jitter_range(name: &'static str, arg: JitterArg) -> Result<Option<(f64, f64)>
 }
 
 impl ColorOp {
+    /// `Ok(None)`: `op` is not a colour op. On a tensor, a `RandomSolarize` threshold above
+    /// 255 is refused, as torchvision refuses it there.
+    pub(super) fn plan(op: &OpSpec, domain: Domain) -> Result<Option<Self>> {
+        let Some(kind) = ColorKind::plan(op)? else {
+            return Ok(None);
+        };
+        if let (ColorKind::Solarize { threshold, .. }, Some(_)) = (&kind, domain.tensor) {
+            if *threshold > 255.0 {
+                return Err(Error::invalid(
+                    "threshold",
+                    format!(
+                        "RandomSolarize: {threshold} is above 255, the largest level of a uint8 \
+                         tensor (torchvision refuses it there)"
+                    ),
+                ));
+            }
+        }
+        Ok(Some(ColorOp {
+            kind,
+            tensor: domain.tensor,
+            one_channel: domain.one_channel,
+        }))
+    }
+
+    /// The span this op runs in.
+    pub(super) fn span(&self) -> Op {
+        self.kind.span()
+    }
+
+    /// Draws this op's parameters from `rng` and applies it to `img` in place (see
+    /// [`ColorKind::run`] and [`ColorKind::run_tensor`]).
+    pub(super) fn run(
+        &self,
+        img: &mut RgbImage,
+        scratch: &mut StageScratch,
+        rng: &mut SampleRng,
+    ) -> Result<()> {
+        match self.tensor {
+            None => self.kind.run(img, scratch, rng),
+            Some(api) => self
+                .kind
+                .run_tensor(img, scratch, rng, api, self.one_channel),
+        }
+    }
+}
+
+impl ColorKind {
     /// `Ok(None)`: `op` is not a colour op.
-    pub(super) fn plan(op: &OpSpec) -> Result<Option<Self>> {
+    fn plan(op: &OpSpec) -> Result<Option<Self>> {
         Ok(Some(match op {
             OpSpec::ColorJitter {
                 brightness,
@@ -63,12 +121,12 @@ impl ColorOp {
                     )
                 })()
                 .map_err(|e| in_op("ColorJitter", e))?;
-                ColorOp::ColorJitter(jitter)
+                ColorKind::ColorJitter(jitter)
             }
             // The channel count it leaves is the plan's (`output_channels`): the image stays
             // three-channel here, and a one-channel sample keeps channel 0 at the end.
-            OpSpec::Grayscale { .. } => ColorOp::Grayscale,
-            OpSpec::RandomGrayscale { p } => ColorOp::RandomGrayscale {
+            OpSpec::Grayscale { .. } => ColorKind::Grayscale,
+            OpSpec::RandomGrayscale { p } => ColorKind::RandomGrayscale {
                 p: check_p("RandomGrayscale", *p)?,
             },
             OpSpec::RandomPosterize { bits, p } => {
@@ -81,7 +139,7 @@ impl ColorOp {
                             format!("RandomPosterize: {bits} is not between 1 and 8"),
                         )
                     })?;
-                ColorOp::Posterize {
+                ColorKind::Posterize {
                     bits,
                     p: check_p("RandomPosterize", *p)?,
                 }
@@ -93,15 +151,15 @@ impl ColorOp {
                         format!("RandomSolarize: {threshold} is not a finite number"),
                     ));
                 }
-                ColorOp::Solarize {
+                ColorKind::Solarize {
                     threshold: *threshold,
                     p: check_p("RandomSolarize", *p)?,
                 }
             }
-            OpSpec::RandomEqualize { p } => ColorOp::Equalize {
+            OpSpec::RandomEqualize { p } => ColorKind::Equalize {
                 p: check_p("RandomEqualize", *p)?,
             },
-            OpSpec::RandomAutocontrast { p } => ColorOp::Autocontrast {
+            OpSpec::RandomAutocontrast { p } => ColorKind::Autocontrast {
                 p: check_p("RandomAutocontrast", *p)?,
             },
             OpSpec::RandomAdjustSharpness {
@@ -117,12 +175,12 @@ impl ColorOp {
                         ),
                     ));
                 }
-                ColorOp::Sharpness {
+                ColorKind::Sharpness {
                     factor: *sharpness_factor,
                     p: check_p("RandomAdjustSharpness", *p)?,
                 }
             }
-            OpSpec::RandomInvert { p } => ColorOp::Invert {
+            OpSpec::RandomInvert { p } => ColorKind::Invert {
                 p: check_p("RandomInvert", *p)?,
             },
             _ => return Ok(None),
@@ -130,17 +188,17 @@ impl ColorOp {
     }
 
     /// The span this op runs in.
-    pub(super) fn span(&self) -> Op {
+    fn span(&self) -> Op {
         match self {
-            ColorOp::ColorJitter(_) => Op::ColorJitter,
-            ColorOp::Grayscale => Op::Grayscale,
-            ColorOp::RandomGrayscale { .. } => Op::RandomGrayscale,
-            ColorOp::Posterize { .. } => Op::RandomPosterize,
-            ColorOp::Solarize { .. } => Op::RandomSolarize,
-            ColorOp::Equalize { .. } => Op::RandomEqualize,
-            ColorOp::Autocontrast { .. } => Op::RandomAutocontrast,
-            ColorOp::Sharpness { .. } => Op::RandomAdjustSharpness,
-            ColorOp::Invert { .. } => Op::RandomInvert,
+            ColorKind::ColorJitter(_) => Op::ColorJitter,
+            ColorKind::Grayscale => Op::Grayscale,
+            ColorKind::RandomGrayscale { .. } => Op::RandomGrayscale,
+            ColorKind::Posterize { .. } => Op::RandomPosterize,
+            ColorKind::Solarize { .. } => Op::RandomSolarize,
+            ColorKind::Equalize { .. } => Op::RandomEqualize,
+            ColorKind::Autocontrast { .. } => Op::RandomAutocontrast,
+            ColorKind::Sharpness { .. } => Op::RandomAdjustSharpness,
+            ColorKind::Invert { .. } => Op::RandomInvert,
         }
     }
 
@@ -151,14 +209,14 @@ impl ColorOp {
     /// The coins are v1's comparisons (`draw_p` for `RandomGrayscale`, `draw_p_item` for the
     /// others); v2 compares in float32 throughout, which differs only for the one draw equal
     /// to `p` narrowed to float32.
-    pub(super) fn run(
+    fn run(
         &self,
         img: &mut RgbImage,
         scratch: &mut StageScratch,
         rng: &mut SampleRng,
     ) -> Result<()> {
         match *self {
-            ColorOp::ColorJitter(jitter) => {
+            ColorKind::ColorJitter(jitter) => {
                 let plan = jitter.draw(rng);
                 for step in plan.steps() {
                     match step {
@@ -169,38 +227,112 @@ impl ColorOp {
                     }
                 }
             }
-            ColorOp::Grayscale => color::to_grayscale_rgb(img),
-            ColorOp::RandomGrayscale { p } => {
+            ColorKind::Grayscale => color::to_grayscale_rgb(img),
+            ColorKind::RandomGrayscale { p } => {
                 if draw_p(rng, p) {
                     color::to_grayscale_rgb(img);
                 }
             }
-            ColorOp::Posterize { bits, p } => {
+            ColorKind::Posterize { bits, p } => {
                 if draw_p_item(rng, p) {
                     color::posterize(img, bits)?;
                 }
             }
-            ColorOp::Solarize { threshold, p } => {
+            ColorKind::Solarize { threshold, p } => {
                 if draw_p_item(rng, p) {
                     color::solarize(img, threshold);
                 }
             }
-            ColorOp::Equalize { p } => {
+            ColorKind::Equalize { p } => {
                 if draw_p_item(rng, p) {
                     color::equalize(img);
                 }
             }
-            ColorOp::Autocontrast { p } => {
+            ColorKind::Autocontrast { p } => {
                 if draw_p_item(rng, p) {
                     color::autocontrast(img);
                 }
             }
-            ColorOp::Sharpness { factor, p } => {
+            ColorKind::Sharpness { factor, p } => {
                 if draw_p_item(rng, p) {
                     color::adjust_sharpness(img, factor, &mut scratch.color)?;
                 }
             }
-            ColorOp::Invert { p } => {
+            ColorKind::Invert { p } => {
+                if draw_p_item(rng, p) {
+                    color::invert(img);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// [`ColorKind::run`] on a uint8 tensor: the same draws, torch's kernels of `api`
+    /// (truncating float32 blends and gray levels, float HSV for the hue, float32
+    /// autocontrast; posterize, solarize, equalize and invert are the same integer ops). On a
+    /// one-channel tensor saturation, hue and grayscale leave it as it is and contrast blends
+    /// with the mean of its values, as torch's kernels do.
+    fn run_tensor(
+        &self,
+        img: &mut RgbImage,
+        scratch: &mut StageScratch,
+        rng: &mut SampleRng,
+        api: Api,
+        one_channel: bool,
+    ) -> Result<()> {
+        let grayscale = |img: &mut RgbImage| {
+            if !one_channel {
+                tensor_color::to_grayscale(img, api);
+            }
+        };
+        match *self {
+            ColorKind::ColorJitter(jitter) => {
+                let plan = jitter.draw(rng);
+                for step in plan.steps() {
+                    match step {
+                        ColorStep::Brightness(f) => tensor_color::adjust_brightness(img, f)?,
+                        ColorStep::Contrast(f) if one_channel => {
+                            tensor_color::adjust_contrast_one_channel(img, f, api)?
+                        }
+                        ColorStep::Contrast(f) => tensor_color::adjust_contrast(img, f, api)?,
+                        ColorStep::Saturation(_) | ColorStep::Hue(_) if one_channel => {}
+                        ColorStep::Saturation(f) => tensor_color::adjust_saturation(img, f, api)?,
+                        ColorStep::Hue(f) => tensor_color::adjust_hue(img, f, api)?,
+                    }
+                }
+            }
+            ColorKind::Grayscale => grayscale(img),
+            ColorKind::RandomGrayscale { p } => {
+                if draw_p(rng, p) {
+                    grayscale(img);
+                }
+            }
+            ColorKind::Posterize { bits, p } => {
+                if draw_p_item(rng, p) {
+                    tensor_color::posterize(img, bits)?;
+                }
+            }
+            ColorKind::Solarize { threshold, p } => {
+                if draw_p_item(rng, p) {
+                    tensor_color::solarize(img, threshold)?;
+                }
+            }
+            ColorKind::Equalize { p } => {
+                if draw_p_item(rng, p) {
+                    tensor_color::equalize(img);
+                }
+            }
+            ColorKind::Autocontrast { p } => {
+                if draw_p_item(rng, p) {
+                    tensor_color::autocontrast(img, api);
+                }
+            }
+            ColorKind::Sharpness { factor, p } => {
+                if draw_p_item(rng, p) {
+                    tensor_color::adjust_sharpness(img, factor, api, &mut scratch.spare)?;
+                }
+            }
+            ColorKind::Invert { p } => {
                 if draw_p_item(rng, p) {
                     color::invert(img);
                 }

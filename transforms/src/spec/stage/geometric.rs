@@ -6,6 +6,11 @@
 //! (`RandomResizedCrop(256)` then `Resize(224)`). [`RandomCropOp`] also serves the plan's geometry (a `RandomCrop` standing first, or after
 //! `Resize`).
 //!
+//! After `ToImage` ([`Domain`]) the warps (`RandomRotation`, `RandomAffine`,
+//! `RandomPerspective`) run torch's tensor kernels instead ([`crate::augment::grid_sample`]:
+//! `grid_sample`'s NEAREST or BILINEAR, a float fill blended through a mask channel, BICUBIC
+//! refused as torchvision refuses it); the other ops compute the same pixels on a tensor.
+//!
 //! Every size check that the stage's (known) input size allows is made at plan time
 //! ([`GeometricOp::output_size`]), so a planned op only fails on a sample for reasons the
 //! sample causes.
@@ -13,7 +18,9 @@
 //! An op that cannot work in place writes [`StageScratch::spare`] and swaps it with the staging
 //! image. Must not allocate per sample once warm, nor let the output size depend on a draw.
 
-use super::{check_p, in_op, StageScratch};
+use super::{check_p, in_op, tensor_fill, tensor_interpolation, Domain, StageScratch};
+use crate::augment::augmix::TensorWarp;
+use crate::augment::geometry::perspective_coeffs;
 use crate::augment::geometry::{
     perspective, vflip, Interpolation, Padder, Padding, PaddingMode, RandomCropSpec,
 };
@@ -27,8 +34,8 @@ use crate::image::{CropRect, RgbImage, RgbView};
 use crate::resize::{Filter, Resizer};
 use crate::rng::SampleRng;
 use crate::spec::{
-    plan_random_resized_crop, KernelSize, NumberOrRange, Op, OpSpec, PadMode, PaddingArg, Shear,
-    WholeResize,
+    plan_random_resized_crop, Fill, KernelSize, NumberOrRange, Op, OpSpec, PadMode, PaddingArg,
+    Shear, WholeResize,
 };
 
 /// A geometric op, parameters checked.
@@ -53,6 +60,23 @@ pub(in crate::spec) enum GeometricOp {
         params: RandomPerspective,
         interpolation: Interpolation,
         fill: [u8; 3],
+    },
+    /// `RandomRotation` on a uint8 tensor.
+    TensorRotation {
+        angle: RandomRotation,
+        center: Option<[f64; 2]>,
+        warp: TensorWarp,
+    },
+    /// `RandomAffine` on a uint8 tensor.
+    TensorAffine {
+        params: RandomAffine,
+        center: Option<[f64; 2]>,
+        warp: TensorWarp,
+    },
+    /// `RandomPerspective` on a uint8 tensor.
+    TensorPerspective {
+        params: RandomPerspective,
+        warp: TensorWarp,
     },
     Blur {
         sigma: policy::GaussianBlur,
@@ -319,9 +343,76 @@ fn kernel_sizes(kernel_size: KernelSize) -> Result<[u32; 2]> {
     Ok([odd(x)?, odd(y)?])
 }
 
+/// A single warp's `fill` and `interpolation` on a tensor: `fill` as torchvision's tensor
+/// path takes it (v1 makes None 0, and so does the spec's default; always a mask channel).
+fn single_tensor_warp(
+    op: &'static str,
+    interpolation: Interpolation,
+    fill: &Fill,
+    api: policy::Api,
+    one_channel: bool,
+) -> Result<TensorWarp> {
+    Ok(TensorWarp {
+        interpolation: tensor_interpolation(op, interpolation)?,
+        fill: tensor_fill(op, Some(fill))?,
+        api,
+        one_channel,
+    })
+}
+
 impl GeometricOp {
-    /// `Ok(None)`: `op` is not a geometric stage op.
-    pub(super) fn plan(op: &OpSpec) -> Result<Option<Self>> {
+    /// `Ok(None)`: `op` is not a geometric stage op. In the tensor domain the warps plan
+    /// torch's kernels.
+    pub(super) fn plan(op: &OpSpec, domain: Domain) -> Result<Option<Self>> {
+        let planned = Self::plan_pil(op)?;
+        let Some(api) = domain.tensor else {
+            return Ok(planned);
+        };
+        let tensor_warp = |name, interpolation, fill: &Fill| {
+            single_tensor_warp(name, interpolation, fill, api, domain.one_channel)
+        };
+        Ok(match (planned, op) {
+            (
+                Some(GeometricOp::Rotation { angle, center, .. }),
+                OpSpec::RandomRotation {
+                    interpolation,
+                    fill,
+                    ..
+                },
+            ) => Some(GeometricOp::TensorRotation {
+                angle,
+                center,
+                warp: tensor_warp("RandomRotation", *interpolation, fill)?,
+            }),
+            (
+                Some(GeometricOp::Affine { params, center, .. }),
+                OpSpec::RandomAffine {
+                    interpolation,
+                    fill,
+                    ..
+                },
+            ) => Some(GeometricOp::TensorAffine {
+                params,
+                center,
+                warp: tensor_warp("RandomAffine", *interpolation, fill)?,
+            }),
+            (
+                Some(GeometricOp::Perspective { params, .. }),
+                OpSpec::RandomPerspective {
+                    interpolation,
+                    fill,
+                    ..
+                },
+            ) => Some(GeometricOp::TensorPerspective {
+                params,
+                warp: tensor_warp("RandomPerspective", *interpolation, fill)?,
+            }),
+            (other, _) => other,
+        })
+    }
+
+    /// [`GeometricOp::plan`] on a PIL image.
+    fn plan_pil(op: &OpSpec) -> Result<Option<Self>> {
         Ok(Some(match op {
             OpSpec::RandomVerticalFlip { p } => GeometricOp::VFlip {
                 p: check_p("RandomVerticalFlip", *p)?,
@@ -461,7 +552,10 @@ impl GeometricOp {
             GeometricOp::VFlip { .. }
             | GeometricOp::Rotation { .. }
             | GeometricOp::Affine { .. }
-            | GeometricOp::Perspective { .. } => Ok(size),
+            | GeometricOp::Perspective { .. }
+            | GeometricOp::TensorRotation { .. }
+            | GeometricOp::TensorAffine { .. }
+            | GeometricOp::TensorPerspective { .. } => Ok(size),
             GeometricOp::Blur { kernel_size, .. } => {
                 if kernel_size[0] / 2 >= w || kernel_size[1] / 2 >= h {
                     return Err(Error::invalid(
@@ -494,9 +588,11 @@ impl GeometricOp {
     pub(super) fn name(&self) -> &'static str {
         match self {
             GeometricOp::VFlip { .. } => "RandomVerticalFlip",
-            GeometricOp::Rotation { .. } => "RandomRotation",
-            GeometricOp::Affine { .. } => "RandomAffine",
-            GeometricOp::Perspective { .. } => "RandomPerspective",
+            GeometricOp::Rotation { .. } | GeometricOp::TensorRotation { .. } => "RandomRotation",
+            GeometricOp::Affine { .. } | GeometricOp::TensorAffine { .. } => "RandomAffine",
+            GeometricOp::Perspective { .. } | GeometricOp::TensorPerspective { .. } => {
+                "RandomPerspective"
+            }
             GeometricOp::Blur { .. } => "GaussianBlur",
             GeometricOp::Pad { .. } => "Pad",
             GeometricOp::RandomCrop(_) => "RandomCrop",
@@ -510,9 +606,11 @@ impl GeometricOp {
     pub(super) fn span(&self) -> Op {
         match self {
             GeometricOp::VFlip { .. } => Op::RandomVerticalFlip,
-            GeometricOp::Rotation { .. } => Op::RandomRotation,
-            GeometricOp::Affine { .. } => Op::RandomAffine,
-            GeometricOp::Perspective { .. } => Op::RandomPerspective,
+            GeometricOp::Rotation { .. } | GeometricOp::TensorRotation { .. } => Op::RandomRotation,
+            GeometricOp::Affine { .. } | GeometricOp::TensorAffine { .. } => Op::RandomAffine,
+            GeometricOp::Perspective { .. } | GeometricOp::TensorPerspective { .. } => {
+                Op::RandomPerspective
+            }
             GeometricOp::Blur { .. } => Op::GaussianBlur,
             GeometricOp::Pad { .. } => Op::Pad,
             GeometricOp::RandomCrop(_) => Op::RandomCrop,
@@ -590,6 +688,59 @@ impl GeometricOp {
                         &end,
                         *interpolation,
                         *fill,
+                        &mut scratch.spare,
+                    )?;
+                    std::mem::swap(img, &mut scratch.spare);
+                }
+            }
+            GeometricOp::TensorRotation {
+                angle,
+                center,
+                warp,
+            } => {
+                let angle = angle.draw(rng);
+                scratch.grid.rotate(
+                    img,
+                    angle,
+                    *center,
+                    warp.interpolation,
+                    warp.fill,
+                    warp.api,
+                    &mut scratch.spare,
+                )?;
+                std::mem::swap(img, &mut scratch.spare);
+            }
+            GeometricOp::TensorAffine {
+                params,
+                center,
+                warp,
+            } => {
+                let plan = params.draw(img.width(), img.height(), rng);
+                let (tx, ty) = plan.translate;
+                scratch.grid.affine(
+                    img,
+                    plan.angle,
+                    [f64::from(tx), f64::from(ty)],
+                    plan.scale,
+                    [plan.shear.0, plan.shear.1],
+                    *center,
+                    warp.interpolation,
+                    warp.fill,
+                    warp.api,
+                    &mut scratch.spare,
+                )?;
+                std::mem::swap(img, &mut scratch.spare);
+            }
+            GeometricOp::TensorPerspective { params, warp } => {
+                if let Some(plan) = params.draw(img.width(), img.height(), rng) {
+                    let (start, end) = plan.corners();
+                    let coeffs = perspective_coeffs(&start, &end)?;
+                    scratch.grid.perspective(
+                        img,
+                        &coeffs,
+                        warp.interpolation,
+                        warp.fill,
+                        warp.api,
                         &mut scratch.spare,
                     )?;
                     std::mem::swap(img, &mut scratch.spare);

@@ -2,7 +2,10 @@
 //! `RandAugment`, `AutoAugment` (`AugMix`, which runs torch's tensor kernels, is
 //! [`super::augmix`]'s). The
 //! draws are [`crate::augment::policy`]'s; the chosen ops run with the colour and geometry
-//! kernels ([`apply_pixel_op`]), each in a nested span named by the policy and the op
+//! kernels ([`apply_pixel_op`]) on a PIL image, or after `ToImage` ([`Domain`]) with torch's
+//! tensor kernels of the policy's `api` ([`apply_tensor_op`], as AugMix runs its chains;
+//! BICUBIC refused there as torchvision refuses it), each in a nested span named by the policy
+//! and the op
 //! (`AugmentationSpace::span_name`, e.g. `TrivialAugmentWide/Solarize`), through
 //! [`OpObserver::enter_named`](crate::spec::OpObserver::enter_named).
 //!
@@ -10,11 +13,12 @@
 //! with the staging image), nor draw outside torchvision's order: a policy makes all its draws
 //! before its first op runs, which is torchvision's order too, since its ops draw nothing.
 
-use super::{in_op, StageScratch};
+use super::{in_op, tensor_fill, tensor_interpolation, Domain, StageScratch};
+use crate::augment::augmix::{apply_tensor_op, TensorWarp};
 use crate::augment::color;
 use crate::augment::geometry::{parse_fill, Interpolation};
 use crate::augment::policy::{
-    AugmentationSpace, AutoAugment, PixelOp, RandAugment, TrivialAugmentWide,
+    Api, AugmentationSpace, AutoAugment, PixelOp, RandAugment, TrivialAugmentWide,
 };
 use crate::error::{Error, Result};
 use crate::image::RgbImage;
@@ -30,24 +34,49 @@ pub(in crate::spec) struct Warp {
     pub fill: [u8; 3],
 }
 
-impl Warp {
-    fn plan(op: &'static str, interpolation: Interpolation, fill: Option<&Fill>) -> Result<Self> {
+/// Whose kernels a policy's ops run with, and how its warps sample and fill.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(in crate::spec) enum PolicyWarp {
+    /// On a PIL image: Pillow's.
+    Pil(Warp),
+    /// On a uint8 tensor (after `ToImage`): torch's tensor kernels.
+    Tensor(TensorWarp),
+}
+
+impl PolicyWarp {
+    /// `op`'s kernels in `domain`, with the policy's `api`: on a tensor, the fill as
+    /// torchvision's tensor path takes it (None: no fill channel) and BICUBIC refused.
+    fn plan(
+        op: &'static str,
+        interpolation: Interpolation,
+        fill: Option<&Fill>,
+        api: Api,
+        domain: Domain,
+    ) -> Result<Self> {
+        if domain.tensor.is_some() {
+            return Ok(PolicyWarp::Tensor(TensorWarp {
+                interpolation: tensor_interpolation(op, interpolation)?,
+                fill: tensor_fill(op, fill)?,
+                api,
+                one_channel: domain.one_channel,
+            }));
+        }
         let fill = fill
             .map_or_else(|| parse_fill(None), Fill::rgb)
             .map_err(|e| in_op(op, e))?;
-        Ok(Warp {
+        Ok(PolicyWarp::Pil(Warp {
             interpolation,
             fill,
-        })
+        }))
     }
 }
 
 /// A policy, parameters checked.
 #[derive(Clone, Debug, PartialEq)]
 pub(in crate::spec) enum PolicyOp {
-    TrivialAugmentWide(TrivialAugmentWide, Warp),
-    RandAugment(RandAugment, Warp),
-    AutoAugment(AutoAugment, Warp),
+    TrivialAugmentWide(TrivialAugmentWide, PolicyWarp),
+    RandAugment(RandAugment, PolicyWarp),
+    AutoAugment(AutoAugment, PolicyWarp),
 }
 
 /// `value` as a `u32` when it is in `range`, else an error naming `name` in `op`.
@@ -72,7 +101,7 @@ fn count(
 
 impl PolicyOp {
     /// `Ok(None)`: `op` is not one of these three policies.
-    pub(super) fn plan(op: &OpSpec) -> Result<Option<Self>> {
+    pub(super) fn plan(op: &OpSpec, domain: Domain) -> Result<Option<Self>> {
         Ok(Some(match op {
             OpSpec::TrivialAugmentWide {
                 num_magnitude_bins,
@@ -87,7 +116,7 @@ impl PolicyOp {
                     .with_api(*api);
                 PolicyOp::TrivialAugmentWide(
                     policy,
-                    Warp::plan(NAME, *interpolation, fill.as_ref())?,
+                    PolicyWarp::plan(NAME, *interpolation, fill.as_ref(), *api, domain)?,
                 )
             }
             OpSpec::RandAugment {
@@ -106,7 +135,10 @@ impl PolicyOp {
                 let policy = RandAugment::new(ops, magnitude, bins)
                     .map_err(|e| in_op(NAME, e))?
                     .with_api(*api);
-                PolicyOp::RandAugment(policy, Warp::plan(NAME, *interpolation, fill.as_ref())?)
+                PolicyOp::RandAugment(
+                    policy,
+                    PolicyWarp::plan(NAME, *interpolation, fill.as_ref(), *api, domain)?,
+                )
             }
             OpSpec::AutoAugment {
                 policy,
@@ -115,7 +147,7 @@ impl PolicyOp {
                 api,
             } => PolicyOp::AutoAugment(
                 AutoAugment::new(*policy).with_api(*api),
-                Warp::plan("AutoAugment", *interpolation, fill.as_ref())?,
+                PolicyWarp::plan("AutoAugment", *interpolation, fill.as_ref(), *api, domain)?,
             ),
             _ => return Ok(None),
         }))
@@ -163,18 +195,24 @@ impl PolicyOp {
     }
 }
 
-/// [`apply_pixel_op`] in the span `space` names `op` by.
+/// [`apply_pixel_op`] (or on a tensor [`apply_tensor_op`]) in the span `space` names `op` by.
 fn run_named(
     space: AugmentationSpace,
     op: &PixelOp,
     img: &mut RgbImage,
     scratch: &mut StageScratch,
-    warp: &Warp,
+    warp: &PolicyWarp,
     obs: &mut dyn OpObserver,
 ) -> Result<()> {
     let name = space.span_name(op.kind());
     obs.enter_named(name);
-    let done = apply_pixel_op(op, img, scratch, warp).map_err(|e| in_op(space.policy_name(), e));
+    let done = match warp {
+        PolicyWarp::Pil(warp) => apply_pixel_op(op, img, scratch, warp),
+        PolicyWarp::Tensor(warp) => {
+            apply_tensor_op(op, img, &mut scratch.spare, &mut scratch.grid, warp)
+        }
+    }
+    .map_err(|e| in_op(space.policy_name(), e));
     obs.exit_named(name);
     done
 }
