@@ -15,9 +15,18 @@ computes, with the same distribution of draws:
   max_aspect), value=0 or "random")`` (the same draws: area, log-uniform aspect, the size rounded
   the same way, the strict fit test, ten attempts, the position).
 
+- ``RandAugment`` (``timm.data.auto_augment``, ``auto_augment="rand-..."``): ferroloader's
+  ``TimmRandAugment``, built from the object's attributes (its ``ops``, ``num_layers``,
+  ``choice_weights``; each ``AugmentOp``'s ``name``, ``prob``, ``magnitude``,
+  ``magnitude_std``, ``magnitude_max``, ``hparams`` and ``kwargs``), not from the config
+  string, so a policy built by hand converts as well. Its ops draw as timm's do (the same
+  distributions, from the sample's generator) and compute with Pillow's arithmetic.
+
 What does not convert raises ``ValueError`` naming the parameter (``interpolation='random'``, a
 per-sample choice of resize filter; ``mode='rand'``, one random colour per block; several
-blocks), and the converter leaves the op and what follows it to the Python tail.
+blocks; RandAugment's ``GaussianBlur`` ops, whose Pillow filter has no exact native kernel,
+a fill or filter Pillow's transform does not take, an op or policy whose class or functions
+are not timm's own), and the converter leaves the op and what follows it to the Python tail.
 
 Must not import timm: the objects are recognised by their class and module names, so the
 loader works where timm is not installed.
@@ -26,12 +35,15 @@ loader works where timm is not installed.
 from __future__ import annotations
 
 import math
-from typing import Any, Optional
+import sys
+from typing import Any, List, Optional
 
 from ferroloader.transforms import (
     PILToTensor,
     RandomErasing,
     RandomResizedCrop,
+    TimmAugmentOp,
+    TimmRandAugment,
     ToTensor,
     Transform,
 )
@@ -57,6 +69,8 @@ def convert(t: Any) -> Optional[Transform]:
         return RandomResizedCrop(list(t.size), tuple(t.scale), tuple(t.ratio), t.interpolation, True)
     if name == "RandomErasing" and type(t).__module__ == "timm.data.random_erasing":
         return _random_erasing(t)
+    if name == "RandAugment" and type(t).__module__ == _AUTO_AUGMENT:
+        return _rand_augment(t)
     return None
 
 
@@ -79,3 +93,62 @@ def _random_erasing(t: Any) -> RandomErasing:
     return RandomErasing(
         float(t.probability), (float(t.min_area), float(t.max_area)), (math.exp(low), math.exp(high)), value
     )
+
+
+_AUTO_AUGMENT = "timm.data.auto_augment"
+_WARPS = ("Rotate", "ShearX", "ShearY", "TranslateX", "TranslateY", "TranslateXRel", "TranslateYRel")
+
+
+def _rand_augment(t: Any) -> TimmRandAugment:
+    # timm's own module, already imported (``t`` is an instance of one of its classes): its
+    # tables tell an AugmentOp that computes what its name says from one changed by hand.
+    module = sys.modules[_AUTO_AUGMENT]
+    ops: List[TimmAugmentOp] = []
+    for i, op in enumerate(t.ops):
+        where = f"ops[{i}]"
+        if type(op) is not getattr(module, "AugmentOp", None):
+            raise ValueError(f"{where} is a {type(op).__qualname__}, not timm's AugmentOp")
+        name = op.name
+        if name in ("GaussianBlur", "GaussianBlurRand"):
+            raise ValueError(
+                f"{where} name={name!r}: Pillow's GaussianBlur filter (box blurs approximating "
+                "a Gaussian) has no exact native kernel"
+            )
+        if op.aug_fn is not module.NAME_TO_OP.get(name) or op.level_fn is not module.LEVEL_TO_ARG.get(name):
+            raise ValueError(f"{where} name={name!r}: its functions are not timm's NAME_TO_OP/LEVEL_TO_ARG entries")
+        hparams = op.hparams
+        kwargs = op.kwargs
+        fill = kwargs.get("fillcolor")
+        if not (isinstance(fill, (tuple, list)) and len(fill) == 3):
+            raise ValueError(
+                f"{where} fillcolor={fill!r} (hparams img_mean): give 3 levels, one per channel "
+                "(Pillow reads a single int on an RGB image as a packed colour)"
+            )
+        resample = kwargs.get("resample")
+        if name not in _WARPS:
+            # Only the warps hand the filter to Pillow; the others never read it.
+            resample = 3
+        try:
+            interpolation: Any = list(resample) if isinstance(resample, (tuple, list)) else resample
+            translate_const = hparams.get("translate_const", 250)
+            if name in ("TranslateX", "TranslateY") and "translate_const" not in hparams:
+                raise ValueError("hparams has no translate_const (timm raises KeyError)")
+            ops.append(
+                TimmAugmentOp(
+                    name,
+                    op.prob,
+                    op.magnitude,
+                    magnitude_std=op.magnitude_std,
+                    magnitude_max=op.magnitude_max,
+                    translate_pct=hparams.get("translate_pct", 0.45),
+                    translate_const=translate_const,
+                    fill=fill,
+                    interpolation=interpolation,
+                )
+            )
+        except (TypeError, ValueError) as e:
+            raise ValueError(f"{where} ({name}): {e}") from None
+    if type(t).__call__ is not module.RandAugment.__call__:
+        raise ValueError("its __call__ is not timm's RandAugment's")
+    weights = t.choice_weights
+    return TimmRandAugment(ops, t.num_layers, None if weights is None else [float(w) for w in weights])
