@@ -4,6 +4,10 @@
 //! measured through the pipeline's observer), so the decode around it adds no noise. Each
 //! iteration runs `SAMPLES` sample indices, so the draws spread over the policy's ops.
 //!
+//! `timm_rand_augment_m9_mstd05_inc1` is timm's `RandAugment` as
+//! `create_transform(224, auto_augment="rand-m9-mstd0.5-inc1", interpolation="bicubic")`
+//! builds it (the DeiT/ViT recipes'), in its own `TimmRandAugment` span.
+//!
 //! Compare ratios within one run, not absolute times (shared 2-core machines).
 
 use std::hint::black_box;
@@ -50,6 +54,38 @@ impl OpObserver for SpanTimer {
             }
         }
     }
+}
+
+/// timm's `rand-m9-mstd0.5-inc1` with create_transform(224)'s hparams and BICUBIC warps.
+fn timm_recipe() -> OpSpec {
+    let names = [
+        "AutoContrast",
+        "Equalize",
+        "Invert",
+        "Rotate",
+        "PosterizeIncreasing",
+        "SolarizeIncreasing",
+        "SolarizeAdd",
+        "ColorIncreasing",
+        "ContrastIncreasing",
+        "BrightnessIncreasing",
+        "SharpnessIncreasing",
+        "ShearX",
+        "ShearY",
+        "TranslateXRel",
+        "TranslateYRel",
+    ];
+    let ops: Vec<serde_json::Value> = names
+        .iter()
+        .map(|name| {
+            serde_json::json!({
+                "name": name, "prob": 0.5, "magnitude": 9, "magnitude_std": 0.5,
+                "translate_const": 100, "fill": [124, 116, 104], "interpolation": "bicubic",
+            })
+        })
+        .collect();
+    serde_json::from_value(serde_json::json!({"op": "TimmRandAugment", "ops": ops}))
+        .expect("a TimmRandAugment spec")
 }
 
 fn bench_policies(c: &mut Criterion) {
@@ -101,6 +137,11 @@ fn bench_policies(c: &mut Criterion) {
                 fill: None,
                 api: Api::V1,
             }),
+        ),
+        (
+            "timm_rand_augment_m9_mstd05_inc1",
+            Op::TimmRandAugment,
+            Some(timm_recipe()),
         ),
     ];
     for (name, span, policy) in variants {

@@ -1,7 +1,8 @@
 //! Single ops of the transforms crate, exposed for checking ferroloader against torchvision:
 //! the crop rectangles (and flips) the loader draws for a sample, one sample run through the
 //! loader's own decode and fused kernel with a given crop, planning a spec without a
-//! dataset, and AugMix's chains and mix with injected draws.
+//! dataset, AugMix's chains and mix with injected draws, and timm's RandAugment's plans and
+//! ops (its draws per sample, one op with its argument given).
 //!
 //! Only calls into the transforms crate (the same functions the loader's pipeline runs, in the
 //! same order); must not reimplement any op.
@@ -310,6 +311,103 @@ pub(crate) fn augmix_apply<'py>(
         one_channel: false,
     };
     augmix(&plan, &mut img, &mut AugMixScratch::new(), &warp).map_err(value_error)?;
+    let out = Array3::from_shape_vec((h, w, 3), img.into_raw())
+        .map_err(|e| PyValueError::new_err(e.to_string()))?;
+    Ok(out.into_pyarray(py).into_any())
+}
+
+/// One step of a timm `RandAugment` plan as Python sees it: `(op name, applied, magnitude,
+/// level argument or None, filter name or None)`.
+type TimmStepTuple = (&'static str, bool, f64, Option<f64>, Option<&'static str>);
+
+/// The plans timm's `RandAugment` (`spec`: the JSON of one `TimmRandAugment` op) draws for
+/// samples `indices` of epoch `epoch` of a run seeded with `seed`, each from the sample's
+/// generator as the stage draws it when the op stands first: per sample the chosen layers in
+/// order, skipped ones included (`applied` False, magnitude 0, no argument).
+#[pyfunction]
+#[pyo3(signature = (spec, indices, *, seed = 0, epoch = 0))]
+pub(crate) fn timm_rand_augment_draws(
+    spec: &str,
+    indices: Vec<u64>,
+    seed: u64,
+    epoch: u64,
+) -> PyResult<Vec<Vec<TimmStepTuple>>> {
+    use ferroloader_loader::transforms::augment::geometry::Interpolation;
+    use ferroloader_loader::transforms::spec::{plan_timm_rand_augment, OpSpec};
+
+    let op: OpSpec =
+        serde_json::from_str(spec).map_err(|e| PyValueError::new_err(format!("spec: {e}")))?;
+    let policy = plan_timm_rand_augment(&op)
+        .map_err(|e| transform_config_error("spec", &e))?
+        .ok_or_else(|| PyValueError::new_err("spec: not a TimmRandAugment op"))?;
+    let filter = |i: Interpolation| match i {
+        Interpolation::Nearest => "nearest",
+        Interpolation::Bilinear => "bilinear",
+        Interpolation::Bicubic => "bicubic",
+    };
+    Ok(indices
+        .iter()
+        .map(|&index| {
+            let plan = policy.draw(&mut sample_rng(seed, epoch, index));
+            plan.steps()
+                .map(|s| {
+                    let interpolation = s.interpolation.map(filter);
+                    (s.kind.name(), s.applied, s.magnitude, s.arg, interpolation)
+                })
+                .collect()
+        })
+        .collect())
+}
+
+/// timm's op `name` (a key of `NAME_TO_OP`) with its level argument `arg` on `image` (`[h, w,
+/// 3]` uint8, the PIL image as an array), as `NAME_TO_OP[name](img, arg, fillcolor=fill,
+/// resample=interpolation)` computes it, with the kernels the loader runs. Returns `[h, w,
+/// 3]` uint8.
+#[pyfunction]
+#[pyo3(signature = (image, name, arg = None, *, interpolation = "bicubic", fill = (128, 128, 128)))]
+pub(crate) fn timm_rand_augment_apply<'py>(
+    py: Python<'py>,
+    image: numpy::PyReadonlyArray3<'py, u8>,
+    name: &str,
+    arg: Option<f64>,
+    interpolation: &str,
+    fill: (u8, u8, u8),
+) -> PyResult<Bound<'py, PyAny>> {
+    use ferroloader_loader::transforms::augment::geometry::Interpolation;
+    use ferroloader_loader::transforms::augment::policy::TimmOpKind;
+    use ferroloader_loader::transforms::spec::apply_timm_op;
+    use numpy::PyUntypedArrayMethods;
+
+    let value_error = |e: TransformError| PyValueError::new_err(e.to_string());
+    let kind = TimmOpKind::from_name(name).map_err(value_error)?;
+    let interpolation = match interpolation {
+        "nearest" => Interpolation::Nearest,
+        "bilinear" => Interpolation::Bilinear,
+        "bicubic" => Interpolation::Bicubic,
+        other => {
+            return Err(PyValueError::new_err(format!(
+                "interpolation: expected 'nearest', 'bilinear' or 'bicubic', got {other:?}"
+            )))
+        }
+    };
+    let shape = image.shape();
+    let (h, w) = (shape[0], shape[1]);
+    if shape[2] != 3 {
+        return Err(PyValueError::new_err(format!(
+            "image: shape {shape:?} is not [h, w, 3]"
+        )));
+    }
+    let size = |n: usize| {
+        u32::try_from(n).map_err(|_| PyValueError::new_err(format!("image: side {n} too large")))
+    };
+    let mut img = RgbImage::from_raw(
+        size(w)?,
+        size(h)?,
+        image.as_array().iter().copied().collect(),
+    )
+    .map_err(value_error)?;
+    let fill = [fill.0, fill.1, fill.2];
+    apply_timm_op(kind, arg, Some(interpolation), fill, &mut img).map_err(value_error)?;
     let out = Array3::from_shape_vec((h, w, 3), img.into_raw())
         .map_err(|e| PyValueError::new_err(e.to_string()))?;
     Ok(out.into_pyarray(py).into_any())

@@ -26,6 +26,7 @@ mod tensor_op;
 pub use op_spec::*;
 use op_spec::{default_ratio, default_scale, default_true};
 
+pub use stage::{apply_timm_op, plan_timm_rand_augment};
 use stage::{pad_center_crop, Domain, RandomCropOp, StageOp, StageScratch, Staged};
 use tensor_op::{SlotState, TensorOp};
 
@@ -332,12 +333,15 @@ pub enum Op {
     RandomErasing,
     /// `RandomPerspective`: the coin, the corners, the solve and the warp.
     RandomPerspective,
+    /// timm's `RandAugment`: its draws and the ops applied (nested named spans,
+    /// `TimmRandAugment/Rotate`).
+    TimmRandAugment,
 }
 
 impl Op {
     /// Every op, in declaration order (`op as usize` indexes this array; the loader's
     /// profiler tables rely on it, so new ops go at the end, here and in the enum).
-    pub const ALL: [Op; 32] = [
+    pub const ALL: [Op; 33] = [
         Op::Decode,
         Op::CropParams,
         Op::Crop,
@@ -370,6 +374,7 @@ impl Op {
         Op::RandomOrder,
         Op::RandomErasing,
         Op::RandomPerspective,
+        Op::TimmRandAugment,
     ];
 
     /// The name spans and summaries use.
@@ -407,6 +412,7 @@ impl Op {
             Op::RandomOrder => "RandomOrder",
             Op::RandomErasing => "RandomErasing",
             Op::RandomPerspective => "RandomPerspective",
+            Op::TimmRandAugment => "TimmRandAugment",
         }
     }
 }

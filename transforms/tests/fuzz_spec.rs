@@ -181,6 +181,85 @@ fn policy_fields() -> Vec<(&'static str, Field)> {
     ]
 }
 
+/// One of timm's `AugmentOp`s for `TimmRandAugment`: a name timm has (or the refused blurs,
+/// or none of its), and hostile magnitudes, noise, bounds, fills and filters.
+fn timm_augment_op() -> BoxedStrategy<Value> {
+    let name = prop_oneof![
+        20 => prop::sample::select(vec![
+            "AutoContrast",
+            "Equalize",
+            "Invert",
+            "Rotate",
+            "Posterize",
+            "PosterizeIncreasing",
+            "PosterizeOriginal",
+            "Solarize",
+            "SolarizeIncreasing",
+            "SolarizeAdd",
+            "ColorIncreasing",
+            "ContrastIncreasing",
+            "Brightness",
+            "SharpnessIncreasing",
+            "ShearX",
+            "ShearY",
+            "TranslateX",
+            "TranslateY",
+            "TranslateXRel",
+            "TranslateYRel",
+            "Desaturate",
+        ]),
+        1 => Just("GaussianBlur"),
+        1 => Just("Cutout"),
+    ]
+    .prop_map(Value::from);
+    let filter =
+        || prop::sample::select(vec!["nearest", "bilinear", "bicubic"]).prop_map(Value::from);
+    let interpolation = prop_oneof![
+        6 => filter(),
+        3 => prop::collection::vec(filter(), 1..4).prop_map(Value::from),
+        1 => warp_interpolation(),
+        1 => prop::collection::vec(warp_interpolation(), 0..5).prop_map(Value::from),
+    ];
+    let sane = |lo: f64, hi: f64| prop_oneof![9 => (lo..=hi).prop_map(Value::from), 1 => number()];
+    let fields: Vec<(&'static str, Field)> = vec![
+        ("prob", maybe(0.5, sane(0.0, 1.0))),
+        ("magnitude", maybe(0.8, sane(0.0, 12.0))),
+        (
+            "magnitude_std",
+            maybe(
+                0.6,
+                prop_oneof![
+                    4 => (0.0f64..2.0).prop_map(Value::from),
+                    2 => Just(json!("inf")),
+                    1 => Just(json!("-inf")),
+                    1 => number(),
+                ],
+            ),
+        ),
+        ("magnitude_max", maybe(0.2, sane(0.0, 30.0))),
+        ("translate_pct", maybe(0.2, sane(-1.0, 1.0))),
+        ("translate_const", maybe(0.2, sane(-300.0, 300.0))),
+        (
+            "fill",
+            maybe(0.3, prop_oneof![3 => triple(), 1 => number()]),
+        ),
+        ("interpolation", maybe(0.6, interpolation)),
+    ];
+    let (names, values): (Vec<_>, Vec<_>) = fields.into_iter().unzip();
+    (name, values)
+        .prop_map(move |(name, values)| {
+            let mut map = serde_json::Map::new();
+            map.insert("name".into(), name);
+            for (field, value) in names.iter().zip(values) {
+                if let Some(value) = value {
+                    map.insert((*field).into(), value);
+                }
+            }
+            Value::Object(map)
+        })
+        .boxed()
+}
+
 /// The op named `name` with its fields drawn (each present or not); unknown names have none.
 fn op_of(name: &'static str) -> BoxedStrategy<Value> {
     let flag = || maybe(0.5, prop::bool::weighted(0.9).prop_map(Value::from));
@@ -447,6 +526,40 @@ fn op_of(name: &'static str) -> BoxedStrategy<Value> {
                 ("p", maybe(0.5, (-0.5f64..1.5).prop_map(Value::from))),
             ],
         ),
+        "TimmRandAugment" => object(
+            name,
+            vec![
+                (
+                    "ops",
+                    maybe(
+                        0.95,
+                        prop_oneof![
+                            9 => prop::collection::vec(timm_augment_op(), 1..4),
+                            1 => prop::collection::vec(timm_augment_op(), 0..8),
+                        ]
+                        .prop_map(Value::from),
+                    ),
+                ),
+                (
+                    "num_layers",
+                    maybe(
+                        0.6,
+                        prop_oneof![9 => (0i64..3).prop_map(Value::from), 1 => number()],
+                    ),
+                ),
+                (
+                    "choice_weights",
+                    maybe(
+                        0.15,
+                        prop::collection::vec(
+                            prop_oneof![(0.0f64..1.0).prop_map(Value::from), number()],
+                            0..6,
+                        )
+                        .prop_map(Value::from),
+                    ),
+                ),
+            ],
+        ),
         _ => Just(json!({ "op": name })).boxed(),
     }
 }
@@ -480,6 +593,7 @@ fn op() -> impl Strategy<Value = Value> {
         "RandomGrayscale",
         "RandomAutocontrast",
         "RandomEqualize",
+        "TimmRandAugment",
     ])
     .prop_flat_map(op_of)
 }
@@ -523,6 +637,7 @@ fn ops() -> impl Strategy<Value = Vec<Value>> {
                 "RandAugment",
                 "AutoAugment",
                 "AugMix",
+                "TimmRandAugment",
             ]),
         ),
         prop::option::weighted(0.9, op_named(&["ToTensor", "PILToTensor"])),
@@ -603,13 +718,13 @@ proptest! {
 fn structured_specs_are_sometimes_accepted() {
     let mut runner = proptest::test_runner::TestRunner::deterministic();
     let strategy = spec();
-    let accepted: Vec<Value> = (0..4000)
+    let accepted: Vec<Value> = (0..10000)
         .map(|_| strategy.new_tree(&mut runner).expect("a spec").current())
         .filter(|spec| check(&spec.to_string()).expect("the checks pass"))
         .collect();
     assert!(
         accepted.len() >= 150,
-        "only {} of 4000 specs accepted",
+        "only {} of 10000 specs accepted",
         accepted.len()
     );
     let warps = ["RandomRotation", "RandomAffine", "RandomPerspective"];
@@ -644,6 +759,12 @@ fn structured_specs_are_sometimes_accepted() {
         })
         .count();
     assert!(tensor_ops > 0, "no accepted spec runs an op after ToImage");
+    let timm = accepted
+        .iter()
+        .flat_map(|spec| spec["ops"].as_array().into_iter().flatten())
+        .filter(|op| op["op"] == "TimmRandAugment")
+        .count();
+    assert!(timm > 0, "no TimmRandAugment accepted");
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -27,6 +27,8 @@ __all__ = [
     "random_resized_crop_params",
     "resized_crop",
     "augmix_apply",
+    "timm_rand_augment_draws",
+    "timm_rand_augment_apply",
     "check_pipeline",
     "prepare",
     "write_shards",
@@ -437,6 +439,21 @@ def augmix_apply(
     interpolation: str = "bilinear",
     fill: Optional[Sequence[float]] = None,
     api: str = "v1",
+) -> npt.NDArray[np.uint8]: ...
+def timm_rand_augment_draws(
+    spec: str,
+    indices: Sequence[int],
+    *,
+    seed: int = 0,
+    epoch: int = 0,
+) -> List[List[Tuple[str, bool, float, Optional[float], Optional[str]]]]: ...
+def timm_rand_augment_apply(
+    image: npt.NDArray[np.uint8],
+    name: str,
+    arg: Optional[float] = None,
+    *,
+    interpolation: str = "bicubic",
+    fill: Tuple[int, int, int] = ...,
 ) -> npt.NDArray[np.uint8]: ...
 def check_pipeline(spec: str) -> Dict[str, object]: ...
 def prepare(

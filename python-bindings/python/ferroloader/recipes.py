@@ -341,6 +341,9 @@ def describe(compose: Any) -> str:
         if name in ("RandomResizedCrop", "Resize") and mode is not None:
             args.append(str(getattr(mode, "value", mode)))
         if name in ("RandomHorizontalFlip", "RandomErasing"):
-            args.append(f"{float(t.p):g}")
+            # timm's RandomErasing names its probability `probability`.
+            p = getattr(t, "p", getattr(t, "probability", None))
+            if p is not None:
+                args.append(f"{float(p):g}")
         parts.append(f"{name}({', '.join(args)})" if args else name)
     return ", ".join(parts)

@@ -28,7 +28,9 @@ So do torchvision's augmentation policies ``TrivialAugmentWide``, ``RandAugment`
 ``AutoAugment`` (v1 or v2 draws, NEAREST, BILINEAR or BICUBIC warps, any ``fill``), and
 ``AugMix``, which runs as torchvision runs it on a PIL image: its chains with torch's *tensor*
 kernels on the uint8 image (NEAREST or BILINEAR warps: those kernels refuse BICUBIC), mixed in
-float32 and truncated back.
+float32 and truncated back. timm's ``RandAugment`` (``TimmRandAugment``, what
+``timm.data.create_transform(auto_augment="rand-...")`` builds) runs natively too, with timm's
+draws and Pillow's arithmetic.
 
 After a :class:`ToImage` (where torchvision's ``ToImage()``/``PILToTensor()`` stands before
 other ops: torchvision then holds a uint8 tensor) the colour ops, the warps and the policies
@@ -93,6 +95,9 @@ __all__ = [
     "RandAugment",
     "AutoAugment",
     "AugMix",
+    "TimmRandAugment",
+    "TimmAugmentOp",
+    "TIMM_AUGMENT_OPS",
     "RandomApply",
     "RandomChoice",
     "RandomOrder",
@@ -1076,6 +1081,175 @@ class AugMix(Transform):
         }
 
 
+# timm's RandAugment: what ``timm.data.create_transform(auto_augment="rand-...")`` builds.
+
+#: The ops of timm's ``NAME_TO_OP`` that run natively (the two GaussianBlurs do not: Pillow's
+#: box-approximated blur has no exact native kernel).
+TIMM_AUGMENT_OPS = (
+    "AutoContrast",
+    "Equalize",
+    "Invert",
+    "Rotate",
+    "Posterize",
+    "PosterizeIncreasing",
+    "PosterizeOriginal",
+    "Solarize",
+    "SolarizeIncreasing",
+    "SolarizeAdd",
+    "Color",
+    "ColorIncreasing",
+    "Contrast",
+    "ContrastIncreasing",
+    "Brightness",
+    "BrightnessIncreasing",
+    "Sharpness",
+    "SharpnessIncreasing",
+    "ShearX",
+    "ShearY",
+    "TranslateX",
+    "TranslateY",
+    "TranslateXRel",
+    "TranslateYRel",
+    "Desaturate",
+)
+
+
+def _timm_filters(op: str, value: object) -> Union[str, List[str]]:
+    """timm's ``interpolation`` hparam: one of Pillow's transform filters, or a sequence of
+    them (one drawn per op call; timm's default is ``(BILINEAR, BICUBIC)``)."""
+    if isinstance(value, (list, tuple)):
+        if not 1 <= len(value) <= 3:
+            raise ValueError(f"{op}: interpolation must be one filter or a choice of 2 or 3, got {value!r}")
+        return [_warp_interpolation(op, v) for v in value]
+    return _warp_interpolation(op, value)
+
+
+class TimmAugmentOp:
+    """One of timm's ``AugmentOp``s (``timm.data.auto_augment``), by what the object holds:
+    ``name`` (a key of timm's ``NAME_TO_OP``, see :data:`TIMM_AUGMENT_OPS`), ``prob``,
+    ``magnitude`` (timm's 0..10 scale), ``magnitude_std`` (0: none; ``math.inf``: uniform in
+    ``[0, magnitude]``; else Gaussian noise), ``magnitude_max`` (None or 0: 10), and the
+    hparams its level function and warp read: ``translate_pct``, ``translate_const``, ``fill``
+    (timm's ``img_mean``, three levels 0..255) and ``interpolation`` (NEAREST, BILINEAR or
+    BICUBIC, or a sequence of them drawn per call). Defaults are timm's ``_HPARAMS_DEFAULT``."""
+
+    def __init__(
+        self,
+        name: str,
+        prob: float = 0.5,
+        magnitude: float = 10,
+        *,
+        magnitude_std: float = 0.0,
+        magnitude_max: Optional[float] = None,
+        translate_pct: float = 0.45,
+        translate_const: float = 250,
+        fill: Sequence[int] = (128, 128, 128),
+        interpolation: object = ("bilinear", "bicubic"),
+    ) -> None:
+        op = "TimmRandAugment"
+        if name in ("GaussianBlur", "GaussianBlurRand"):
+            raise ValueError(
+                f"{op}: name {name!r}: Pillow's GaussianBlur filter (box blurs approximating a "
+                "Gaussian) has no exact native kernel"
+            )
+        if name not in TIMM_AUGMENT_OPS:
+            raise ValueError(f"{op}: name {name!r} is not one of timm's ops {TIMM_AUGMENT_OPS}")
+        self.name = name
+        self.prob = _number(op, "prob", prob)
+        if not 0.0 <= self.prob <= 1.0:
+            raise ValueError(f"{op}: prob must be a probability in [0, 1], got {prob!r}")
+        self.magnitude = _number(op, "magnitude", magnitude)
+        # math.inf: uniform sampling (timm's mstd > 100); any other value finite.
+        self.magnitude_std: float = (
+            math.inf if magnitude_std == math.inf else _number(op, "magnitude_std", magnitude_std)
+        )
+        self.magnitude_max: Optional[float] = (
+            None if magnitude_max is None else _number(op, "magnitude_max", magnitude_max)
+        )
+        self.translate_pct = _number(op, "translate_pct", translate_pct)
+        self.translate_const = _number(op, "translate_const", translate_const)
+        if not (isinstance(fill, (list, tuple)) and len(fill) == 3 and all(_is_int(v) and 0 <= v <= 255 for v in fill)):
+            raise ValueError(f"{op}: fill must be 3 ints in 0..255 (timm's img_mean), got {fill!r}")
+        self.fill = [int(v) for v in fill]
+        self.interpolation = _timm_filters(op, interpolation)
+
+    def to_spec(self) -> Spec:
+        """The op as the native spec's ``ops`` list holds it."""
+        return {
+            "name": self.name,
+            "prob": self.prob,
+            "magnitude": self.magnitude,
+            "magnitude_std": "inf" if self.magnitude_std == math.inf else self.magnitude_std,
+            "magnitude_max": self.magnitude_max,
+            "translate_pct": self.translate_pct,
+            "translate_const": self.translate_const,
+            "fill": self.fill,
+            "interpolation": self.interpolation,
+        }
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, TimmAugmentOp) and self.to_spec() == other.to_spec()
+
+    def __hash__(self) -> int:
+        return hash(json.dumps(self.to_spec(), sort_keys=True))
+
+    def __repr__(self) -> str:
+        args = ", ".join(f"{k}={v!r}" for k, v in self.to_spec().items())
+        return f"TimmAugmentOp({args})"
+
+
+class TimmRandAugment(Transform):
+    """timm's ``RandAugment(ops, num_layers=2, choice_weights=None)``: per sample,
+    ``num_layers`` (at most 16) of ``ops`` (:class:`TimmAugmentOp`), uniformly with
+    replacement, or without replacement by ``choice_weights`` (numpy's
+    ``choice(replace=False, p=...)``); each applied as timm's ``AugmentOp`` applies it (skip
+    with probability ``1 - prob``, magnitude noise, clamp, level with a random sign, a filter
+    drawn per call) with Pillow's arithmetic, bit-exact, in a profiler span named
+    ``TimmRandAugment/<Op>``. The draws come from the sample's generator (the same
+    distributions as timm's, not Python's global stream). One deliberate difference: a
+    Posterize level of 0 bits makes a black image (Pillow 12), where Pillow 13 raises.
+
+    ``from_torchvision`` converts timm's object (``timm.data.auto_augment.RandAugment``) into
+    this, reading its ops' attributes."""
+
+    _name = "TimmRandAugment"
+
+    def __init__(
+        self,
+        ops: Sequence[TimmAugmentOp],
+        num_layers: int = 2,
+        choice_weights: Optional[Sequence[float]] = None,
+    ) -> None:
+        op = self._name
+        if not isinstance(ops, (list, tuple)) or not all(isinstance(o, TimmAugmentOp) for o in ops):
+            raise TypeError(f"{op}: ops must be a sequence of TimmAugmentOp, got {ops!r}")
+        if not 1 <= len(ops) <= 64:
+            raise ValueError(f"{op}: ops must hold 1 to 64 ops, got {len(ops)}")
+        self.ops = list(ops)
+        self.num_layers = _count(op, "num_layers", num_layers, 0, 16)
+        self.choice_weights: Optional[List[float]] = None
+        if choice_weights is not None:
+            weights = [_number(op, "choice_weights", w) for w in choice_weights]
+            if len(weights) != len(self.ops) or min(weights) < 0.0:
+                raise ValueError(
+                    f"{op}: choice_weights must be one non-negative weight per op, got {choice_weights!r}"
+                )
+            if sum(w > 0.0 for w in weights) < self.num_layers:
+                raise ValueError(
+                    f"{op}: choice_weights has fewer positive weights than num_layers "
+                    f"({self.num_layers}, drawn without replacement)"
+                )
+            self.choice_weights = weights
+
+    def to_spec(self) -> Spec:
+        return {
+            "op": self._name,
+            "ops": [o.to_spec() for o in self.ops],
+            "num_layers": self.num_layers,
+            "choice_weights": self.choice_weights,
+        }
+
+
 # Random compositions and RandomErasing: nested stage ops, and the one tensor op.
 
 
@@ -1431,6 +1605,11 @@ def from_torchvision(compose: Any) -> Compose:
                     f"{where}: fill=None on an image tensor samples without a fill channel in "
                     "torchvision v2, which ferroloader does not reproduce; give fill=0 (the default)"
                 )
+            if pending_tensor and isinstance(converted, TimmRandAugment):
+                raise ValueError(
+                    f"{where} follows ToImage/PILToTensor: timm's ops work on PIL images only "
+                    "(move it before the conversion)"
+                )
             if pending_tensor and isinstance(converted, Normalize):
                 raise ValueError(
                     f"{where} normalizes a uint8 image tensor: convert it first with "
@@ -1536,10 +1715,18 @@ _SKIP = object()
 
 def _convert_one(name: str, t: Any, done: List[Transform]) -> object:
     if _is_timm(t):
-        from ferroloader._timm import torchvision_equivalent
+        from ferroloader._timm import RandAugmentArgs, equivalent
 
-        equivalent = torchvision_equivalent(t)
-        return None if equivalent is None else _convert_one(type(equivalent).__name__, equivalent, done)
+        same = equivalent(t)
+        if isinstance(same, RandAugmentArgs):
+            ops = []
+            for i, args in enumerate(same.ops):
+                try:
+                    ops.append(TimmAugmentOp(**args._asdict()))
+                except (TypeError, ValueError) as e:
+                    raise ValueError(f"ops[{i}] ({args.name}): {e}") from None
+            return TimmRandAugment(ops, same.num_layers, same.choice_weights)
+        return None if same is None else _convert_one(type(same).__name__, same, done)
     if name == "RandomResizedCrop":
         return RandomResizedCrop(
             list(t.size), tuple(t.scale), tuple(t.ratio), t.interpolation, t.antialias

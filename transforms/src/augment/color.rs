@@ -214,6 +214,21 @@ pub fn solarize(img: &mut RgbImage, threshold: f64) {
     }
 }
 
+/// timm's `solarize_add(img, add, thresh)`: `img.point(lut)` with `lut[i] = min(255, i + add)`
+/// for `i < thresh`, `i` above (an addend of 0, or a threshold of 0, leaves the image).
+pub fn solarize_add(img: &mut RgbImage, add: u32, threshold: u32) {
+    let mut lut = identity_lut();
+    for (i, v) in lut.iter_mut().enumerate() {
+        let i = i as u32;
+        if i < threshold {
+            *v = i.saturating_add(add).min(255) as u8;
+        }
+    }
+    for v in img.as_raw_mut() {
+        *v = lut[usize::from(*v)];
+    }
+}
+
 /// `ImageOps.equalize(img)` (no mask): per channel, Pillow's cumulative-histogram table. A
 /// channel with a single level, or too few pixels besides its top level (`step == 0`), stays
 /// as it is.
@@ -879,6 +894,28 @@ mod tests {
         for v in [254.999_999_999, 0.499_999_999_999_999_94, 0.5, 254.5, 255.0] {
             assert_eq!(round8(v), v.round() as u8, "{v}");
         }
+    }
+
+    #[test]
+    fn solarize_add_is_timms_table() {
+        let mut img = image(16, 16, 5);
+        let before = img.as_raw().to_vec();
+        solarize_add(&mut img, 99, 128);
+        for (&b, &a) in before.iter().zip(img.as_raw()) {
+            // timm: min(255, i + add) if i < thresh else i.
+            let want = if b < 128 {
+                (u32::from(b) + 99).min(255) as u8
+            } else {
+                b
+            };
+            assert_eq!(a, want, "{b}");
+        }
+        let mut img = image(4, 4, 6);
+        let before = img.as_raw().to_vec();
+        solarize_add(&mut img, 0, 128);
+        assert_eq!(img.as_raw(), &before[..]);
+        solarize_add(&mut img, u32::MAX, 256);
+        assert!(img.as_raw().iter().all(|&v| v == 255));
     }
 
     #[test]

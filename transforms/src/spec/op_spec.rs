@@ -295,6 +295,100 @@ pub enum PadMode {
     Symmetric,
 }
 
+fn default_timm_magnitude() -> f64 {
+    10.0
+}
+
+fn default_timm_layers() -> i64 {
+    2
+}
+
+fn default_translate_pct() -> f64 {
+    0.45
+}
+
+fn default_translate_const() -> f64 {
+    250.0
+}
+
+fn default_timm_fill() -> Fill {
+    Fill::PerChannel(vec![128.0, 128.0, 128.0])
+}
+
+/// timm's `magnitude_std`: a number (0 or below: no noise), or the word `"inf"` (uniform
+/// sampling in `[0, magnitude]`; JSON has no infinity). Other words are refused when planned.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum MagnitudeStd {
+    /// The standard deviation of the Gaussian noise.
+    Number(f64),
+    /// `"inf"`.
+    Word(String),
+}
+
+impl Default for MagnitudeStd {
+    /// 0: no noise, timm's default.
+    fn default() -> Self {
+        MagnitudeStd::Number(0.0)
+    }
+}
+
+/// timm's `interpolation` hparam for the warps: one filter (`"nearest"`, `"bilinear"`,
+/// `"bicubic"`), or a list of them, one drawn per op call (timm's default is
+/// `["bilinear", "bicubic"]`). Names are checked when planned.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum TimmInterpolation {
+    /// Always this filter.
+    One(String),
+    /// One of these per call, uniformly.
+    Choice(Vec<String>),
+}
+
+impl Default for TimmInterpolation {
+    /// timm's `_RANDOM_INTERPOLATION`: BILINEAR or BICUBIC, drawn per call.
+    fn default() -> Self {
+        TimmInterpolation::Choice(vec!["bilinear".into(), "bicubic".into()])
+    }
+}
+
+/// One of timm's `AugmentOp`s (`timm.data.auto_augment`), by what the object holds: its name,
+/// `prob`, `magnitude`, and the hparams it reads. Defaults are timm's
+/// (`AugmentOp(name, prob=0.5, magnitude=10)` with `_HPARAMS_DEFAULT`).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TimmAugmentOpSpec {
+    /// A key of timm's `NAME_TO_OP` (`Rotate`, `PosterizeIncreasing`, ...); `GaussianBlur` and
+    /// `GaussianBlurRand` are refused when planned.
+    pub name: String,
+    /// Probability of applying it, in `[0, 1]`; default 0.5.
+    #[serde(default = "default_half")]
+    pub prob: f64,
+    /// On timm's 0..10 scale; default 10.
+    #[serde(default = "default_timm_magnitude")]
+    pub magnitude: f64,
+    /// Default 0 (no noise).
+    #[serde(default)]
+    pub magnitude_std: MagnitudeStd,
+    /// Upper bound of the noisy magnitude; default None (timm's 10; 0 also means 10).
+    #[serde(default)]
+    pub magnitude_max: Option<f64>,
+    /// Of `TranslateXRel`/`TranslateYRel`: the largest shift as a fraction of the side;
+    /// default 0.45.
+    #[serde(default = "default_translate_pct")]
+    pub translate_pct: f64,
+    /// Of `TranslateX`/`TranslateY`: the largest shift in pixels; default 250 (timm's
+    /// `_HPARAMS_DEFAULT`; `create_transform` gives `int(0.45 * min(img_size))`).
+    #[serde(default = "default_translate_const")]
+    pub translate_const: f64,
+    /// The warps' `fillcolor` (timm's `img_mean`); default `[128, 128, 128]`.
+    #[serde(default = "default_timm_fill")]
+    pub fill: Fill,
+    /// The warps' filter(s); default a choice of `bilinear` and `bicubic`.
+    #[serde(default)]
+    pub interpolation: TimmInterpolation,
+}
+
 /// One op, named and parameterized as in `torchvision.transforms`.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "op", deny_unknown_fields)]
@@ -615,6 +709,22 @@ pub enum OpSpec {
         /// Default `v1`.
         #[serde(default)]
         api: PolicyApi,
+    },
+    /// timm's `RandAugment(ops, num_layers=2, choice_weights=None)`
+    /// (`timm.data.auto_augment`, what `create_transform(auto_augment="rand-...")` builds):
+    /// `num_layers` of `ops` per sample, uniformly with replacement, or without replacement
+    /// by `choice_weights` (numpy's `choice(replace=False, p=...)`); each with timm's draws
+    /// (skip coin, magnitude noise, clamp, sign, filter) and Pillow's kernels. A pixel op;
+    /// nested spans per op applied (`TimmRandAugment/Rotate`).
+    TimmRandAugment {
+        /// The `AugmentOp`s, in timm's order; 1 to 64.
+        ops: Vec<TimmAugmentOpSpec>,
+        /// 0 to 16; default 2.
+        #[serde(default = "default_timm_layers")]
+        num_layers: i64,
+        /// One non-negative weight per op; default None (uniform, with replacement).
+        #[serde(default)]
+        choice_weights: Option<Vec<f64>>,
     },
     /// `RandomApply(transforms, p=0.5)`: the stage ops `transforms` (a nested `Compose` is
     /// flattened into them), all or none. One draw: v1's `p < torch.rand(1)` skips, so a draw

@@ -13,7 +13,8 @@
 //! size), [`policy`] (torchvision's automatic augmentation policies, whose chosen op runs in a
 //! nested span named by both, e.g. `TrivialAugmentWide/Solarize`), [`augmix`] (AugMix, with
 //! torch's tensor kernels and nested `AugMix/<Op>` spans) and [`choice`]
-//! (`RandomApply`, `RandomChoice`, `RandomOrder` over nested stage ops). A family plans its
+//! (`RandomApply`, `RandomChoice`, `RandomOrder` over nested stage ops), and [`timm`]
+//! (timm's `RandAugment`, nested `TimmRandAugment/<Op>` spans). A family plans its
 //! [`OpSpec`]s, names its spans and runs its ops; this module only dispatches.
 //!
 //! Must not allocate per sample once the [`StageScratch`] is warm (an op that writes a new
@@ -25,6 +26,7 @@ mod choice;
 mod color;
 mod geometric;
 mod policy;
+mod timm;
 
 use crate::augment::augmix::AugMixScratch;
 use crate::augment::color::ColorScratch;
@@ -44,6 +46,8 @@ use color::ColorOp;
 use geometric::GeometricOp;
 pub(in crate::spec) use geometric::{pad_center_crop, RandomCropOp};
 use policy::PolicyOp;
+use timm::TimmOp;
+pub use timm::{apply_timm_op, plan_timm_rand_augment};
 
 /// `err` with the op it came from named in front of its reason (the argument is named already).
 pub(super) fn in_op(op: &'static str, err: Error) -> Error {
@@ -169,6 +173,7 @@ pub(in crate::spec) enum StageOp {
     Policy(PolicyOp),
     Choice(ChoiceOp),
     AugMix(AugMixOp),
+    Timm(TimmOp),
 }
 
 impl StageOp {
@@ -191,6 +196,9 @@ impl StageOp {
         }
         if let Some(op) = AugMixOp::plan(op, domain)? {
             return Ok(Some(StageOp::AugMix(op)));
+        }
+        if let Some(op) = TimmOp::plan(op, domain)? {
+            return Ok(Some(StageOp::Timm(op)));
         }
         Ok(ChoiceOp::plan(op, domain)?.map(StageOp::Choice))
     }
@@ -219,9 +227,11 @@ impl StageOp {
                 Ok((h, w))
             }
             StageOp::Choice(op) => op.output_size(size, limit),
-            StageOp::HFlip { .. } | StageOp::Color(_) | StageOp::Policy(_) | StageOp::AugMix(_) => {
-                Ok(size)
-            }
+            StageOp::HFlip { .. }
+            | StageOp::Color(_)
+            | StageOp::Policy(_)
+            | StageOp::AugMix(_)
+            | StageOp::Timm(_) => Ok(size),
         }
     }
 
@@ -269,6 +279,12 @@ impl StageOp {
                 obs.enter(crate::spec::Op::AugMix);
                 let done = op.run(img, scratch, rng, obs);
                 obs.exit(crate::spec::Op::AugMix);
+                done.map(|()| false)
+            }
+            StageOp::Timm(op) => {
+                obs.enter(crate::spec::Op::TimmRandAugment);
+                let done = op.run(img, scratch, rng, obs);
+                obs.exit(crate::spec::Op::TimmRandAugment);
                 done.map(|()| false)
             }
         }

@@ -7,6 +7,8 @@
 //! - [`space`]: the magnitude tables (`_augmentation_space`) of each policy, computed as torch
 //!   computes them (float32 `linspace` with fused multiply-adds), exactly.
 //! - [`auto`]: `TrivialAugmentWide`, `RandAugment`, `AutoAugment`, `AugMix`.
+//! - [`timm`](mod@timm): timm's `RandAugment` (`timm.data.auto_augment`), whose draws are
+//!   Python's `random` and numpy's rather than torch's (its module doc has the table).
 //! - [`single`]: `ColorJitter`, `RandomRotation`, `RandomAffine`, `GaussianBlur`,
 //!   `RandomErasing`, `RandomCrop`, `RandomApply`, `RandomChoice`, `RandomOrder` and the
 //!   "apply with probability p" ops.
@@ -51,6 +53,7 @@ pub mod auto;
 pub mod ops;
 pub mod single;
 pub mod space;
+pub mod timm;
 
 pub use auto::{
     Api, AugMix, AugMixChain, AugMixPlan, AutoAugment, AutoAugmentPolicy, PolicyStep, RandAugment,
@@ -64,3 +67,6 @@ pub use single::{
     MAX_CHOICES,
 };
 pub use space::{torch_linspace, AugmentationSpace};
+pub use timm::{
+    TimmAugmentOp, TimmOpKind, TimmPlan, TimmRandAugment, TimmStep, MAX_TIMM_LAYERS, MAX_TIMM_OPS,
+};

@@ -1,0 +1,839 @@
+//! timm's `RandAugment` (`timm.data.auto_augment`): the choice of `num_layers` ops among its
+//! `AugmentOp`s, then per chosen op the skip coin, the magnitude noise, the clamp, the level
+//! function (with its random sign) and, for a warp, the resampling filter; as a plan of
+//! [`TimmStep`]s for the kernels (`spec::stage::timm`) to carry out.
+//!
+//! Reference: timm 1.0's `RandAugment.__call__` and `AugmentOp.__call__`, draw for draw in
+//! kind, order and arithmetic (float64 as Python computes, `int()` truncating toward zero):
+//!
+//! | timm | here |
+//! |---|---|
+//! | `np.random.choice(ops, n)` (uniform, with replacement) | `randint(len(ops))` per layer |
+//! | `np.random.choice(ops, n, replace=False, p=w)` | per layer one `random()` against the cumulative weights of the ops not yet chosen, renormalized (numpy's distribution: successive draws without replacement) |
+//! | `prob < 1 and random() > prob` | the same comparison on a 53-bit `random()` |
+//! | `random.gauss(m, std)` | `m + cos(2 pi random()) * sqrt(-2 ln(1 - random())) * std` (CPython's formula; its cached second normal is not kept: the same distribution) |
+//! | `random.uniform(0, m)` (`magnitude_std == inf`) | `0 + m * random()` |
+//! | `max(0, min(m, magnitude_max or 10))` | the same |
+//! | `_randomly_negate(v)` | `-v if random() > 0.5 else v` |
+//! | `random.choice((BILINEAR, BICUBIC))` | `randint(2)` into the list (no draw for one filter) |
+//!
+//! The generator is the sample's (any [`TorchDraws`], [`crate::rng::SampleRng`] in the
+//! loader): Python's global `random` and numpy's cannot be reproduced, so distributions are
+//! what is equal, and python-bindings/tests/test_timm_randaugment.py tests them against
+//! timm's own draws.
+//!
+//! Must not allocate per sample (a plan is a fixed array), touch pixels, or draw from anything
+//! but the sample's draws.
+
+use super::super::geometry::Interpolation;
+use crate::error::{Error, Result};
+use crate::rng::TorchDraws;
+
+/// timm's `_LEVEL_DENOM`: magnitudes are on a 0..10 scale (the clamp's default upper bound).
+pub const LEVEL_DENOM: f64 = 10.0;
+
+/// The most layers [`TimmRandAugment`] applies per sample (its plan's capacity).
+pub const MAX_TIMM_LAYERS: usize = 16;
+
+/// The most ops a [`TimmRandAugment`] chooses among.
+pub const MAX_TIMM_OPS: usize = 64;
+
+/// The most resampling filters one op chooses among per call.
+pub const MAX_TIMM_FILTERS: usize = 3;
+
+/// An op of timm's `NAME_TO_OP`, by its name there. `GaussianBlur` and `GaussianBlurRand`
+/// (Pillow's box-approximated `ImageFilter.GaussianBlur`, which no kernel here reproduces)
+/// are not among them: [`TimmOpKind::from_name`] refuses them by name.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize)]
+pub enum TimmOpKind {
+    /// `ImageOps.autocontrast`.
+    AutoContrast,
+    /// `ImageOps.equalize`.
+    Equalize,
+    /// `ImageOps.invert`.
+    Invert,
+    /// `img.rotate(degrees)`, up to 30 degrees at level 10, random sign.
+    Rotate,
+    /// Keep `int(level / 10 * 4)` bits (0 to 4).
+    Posterize,
+    /// Keep `4 - int(level / 10 * 4)` bits (4 to 0).
+    PosterizeIncreasing,
+    /// Keep `int(level / 10 * 4) + 4` bits (4 to 8).
+    PosterizeOriginal,
+    /// Solarize at `min(256, int(level / 10 * 256))`.
+    Solarize,
+    /// Solarize at `256 - min(256, int(level / 10 * 256))`.
+    SolarizeIncreasing,
+    /// Add `min(128, int(level / 10 * 110))` to levels below 128 (capped at 255).
+    SolarizeAdd,
+    /// `ImageEnhance.Color` at `level / 10 * 1.8 + 0.1`.
+    Color,
+    /// `ImageEnhance.Color` at `max(0.1, 1 +- level / 10 * 0.9)`.
+    ColorIncreasing,
+    /// `ImageEnhance.Contrast` at `level / 10 * 1.8 + 0.1`.
+    Contrast,
+    /// `ImageEnhance.Contrast` at `max(0.1, 1 +- level / 10 * 0.9)`.
+    ContrastIncreasing,
+    /// `ImageEnhance.Brightness` at `level / 10 * 1.8 + 0.1`.
+    Brightness,
+    /// `ImageEnhance.Brightness` at `max(0.1, 1 +- level / 10 * 0.9)`.
+    BrightnessIncreasing,
+    /// `ImageEnhance.Sharpness` at `level / 10 * 1.8 + 0.1`.
+    Sharpness,
+    /// `ImageEnhance.Sharpness` at `max(0.1, 1 +- level / 10 * 0.9)`.
+    SharpnessIncreasing,
+    /// Affine `(1, f, 0, 0, 1, 0)`, `f` up to 0.3, random sign (about the top-left corner).
+    ShearX,
+    /// Affine `(1, 0, 0, f, 1, 0)`.
+    ShearY,
+    /// Affine `(1, 0, px, 0, 1, 0)`, `px = level / 10 * translate_const`, random sign.
+    TranslateX,
+    /// Affine `(1, 0, 0, 0, 1, px)`.
+    TranslateY,
+    /// As `TranslateX` with `px = pct * width`, `pct = level / 10 * translate_pct`.
+    TranslateXRel,
+    /// As `TranslateY` with `px = pct * height`.
+    TranslateYRel,
+    /// `ImageEnhance.Color` at `1 - (0.5 + 0.5 * level / 10)` (clamped to 0..=0.5).
+    Desaturate,
+}
+
+impl TimmOpKind {
+    /// Every op, in declaration order.
+    pub const ALL: [TimmOpKind; 25] = [
+        TimmOpKind::AutoContrast,
+        TimmOpKind::Equalize,
+        TimmOpKind::Invert,
+        TimmOpKind::Rotate,
+        TimmOpKind::Posterize,
+        TimmOpKind::PosterizeIncreasing,
+        TimmOpKind::PosterizeOriginal,
+        TimmOpKind::Solarize,
+        TimmOpKind::SolarizeIncreasing,
+        TimmOpKind::SolarizeAdd,
+        TimmOpKind::Color,
+        TimmOpKind::ColorIncreasing,
+        TimmOpKind::Contrast,
+        TimmOpKind::ContrastIncreasing,
+        TimmOpKind::Brightness,
+        TimmOpKind::BrightnessIncreasing,
+        TimmOpKind::Sharpness,
+        TimmOpKind::SharpnessIncreasing,
+        TimmOpKind::ShearX,
+        TimmOpKind::ShearY,
+        TimmOpKind::TranslateX,
+        TimmOpKind::TranslateY,
+        TimmOpKind::TranslateXRel,
+        TimmOpKind::TranslateYRel,
+        TimmOpKind::Desaturate,
+    ];
+
+    /// timm's name (the key of `NAME_TO_OP` and `LEVEL_TO_ARG`).
+    pub fn name(self) -> &'static str {
+        self.names().0
+    }
+
+    /// The profiler span of this op chosen by `TimmRandAugment`: `TimmRandAugment/<name>`
+    /// (`'static`, so naming a span per sample allocates nothing).
+    pub fn span_name(self) -> &'static str {
+        self.names().1
+    }
+
+    fn names(self) -> (&'static str, &'static str) {
+        macro_rules! names {
+            ($($kind:ident),* $(,)?) => {
+                match self {
+                    $(TimmOpKind::$kind => {
+                        (stringify!($kind), concat!("TimmRandAugment/", stringify!($kind)))
+                    })*
+                }
+            };
+        }
+        names!(
+            AutoContrast,
+            Equalize,
+            Invert,
+            Rotate,
+            Posterize,
+            PosterizeIncreasing,
+            PosterizeOriginal,
+            Solarize,
+            SolarizeIncreasing,
+            SolarizeAdd,
+            Color,
+            ColorIncreasing,
+            Contrast,
+            ContrastIncreasing,
+            Brightness,
+            BrightnessIncreasing,
+            Sharpness,
+            SharpnessIncreasing,
+            ShearX,
+            ShearY,
+            TranslateX,
+            TranslateY,
+            TranslateXRel,
+            TranslateYRel,
+            Desaturate,
+        )
+    }
+
+    /// The op timm names `name`; an error naming `name` for the blurs (no exact kernel) and for
+    /// a name timm does not have.
+    pub fn from_name(name: &str) -> Result<TimmOpKind> {
+        if let Some(kind) = TimmOpKind::ALL.into_iter().find(|k| k.name() == name) {
+            return Ok(kind);
+        }
+        let reason = if name == "GaussianBlur" || name == "GaussianBlurRand" {
+            format!(
+                "{name:?}: Pillow's GaussianBlur filter (box blurs approximating a Gaussian) \
+                 has no exact native kernel"
+            )
+        } else {
+            format!("{name:?} is not one of timm's auto_augment ops (NAME_TO_OP)")
+        };
+        Err(Error::invalid("name", reason))
+    }
+
+    /// Whether the op warps (and so draws a filter when given a choice of them).
+    pub fn is_warp(self) -> bool {
+        matches!(
+            self,
+            TimmOpKind::Rotate
+                | TimmOpKind::ShearX
+                | TimmOpKind::ShearY
+                | TimmOpKind::TranslateX
+                | TimmOpKind::TranslateY
+                | TimmOpKind::TranslateXRel
+                | TimmOpKind::TranslateYRel
+        )
+    }
+
+    /// Whether `LEVEL_TO_ARG` has no level function for it (AutoContrast, Equalize, Invert:
+    /// the op takes no argument).
+    pub fn takes_no_level(self) -> bool {
+        matches!(
+            self,
+            TimmOpKind::AutoContrast | TimmOpKind::Equalize | TimmOpKind::Invert
+        )
+    }
+}
+
+/// `_randomly_negate(v)`: one `random()`, negative when it is above 0.5.
+fn randomly_negate<D: TorchDraws + ?Sized>(v: f64, draws: &mut D) -> f64 {
+    if draws.py_random() > 0.5 {
+        -v
+    } else {
+        v
+    }
+}
+
+/// Python's `max(a, b)` of floats: `b` only when it is greater.
+fn py_max(a: f64, b: f64) -> f64 {
+    if b > a {
+        b
+    } else {
+        a
+    }
+}
+
+/// Python's `min(a, b)` of floats: `b` only when it is smaller.
+fn py_min(a: f64, b: f64) -> f64 {
+    if b < a {
+        b
+    } else {
+        a
+    }
+}
+
+/// Python's `int(x)` of a float, saturating where Python's would grow (the callers clamp).
+fn py_int(x: f64) -> f64 {
+    (x as i64) as f64
+}
+
+/// One of timm's `AugmentOp`s as `RandAugment` holds it: the op, its probability, magnitude
+/// and noise, the clamp, and the hparams its level function and warp read.
+#[derive(Clone, Debug, PartialEq)]
+pub struct TimmAugmentOp {
+    kind: TimmOpKind,
+    prob: f64,
+    magnitude: f64,
+    magnitude_std: f64,
+    upper_bound: f64,
+    translate_pct: f64,
+    translate_const: f64,
+    fill: [u8; 3],
+    filters: [Interpolation; MAX_TIMM_FILTERS],
+    num_filters: usize,
+}
+
+/// `value` when finite, else an error naming `name`.
+fn finite(name: &'static str, value: f64) -> Result<f64> {
+    if value.is_finite() {
+        Ok(value)
+    } else {
+        Err(Error::invalid(
+            name,
+            format!("{value} is not a finite number"),
+        ))
+    }
+}
+
+impl TimmAugmentOp {
+    /// `AugmentOp(name, prob, magnitude, hparams)` with timm's hparams already read:
+    /// `magnitude_std` (0 or below: no noise; infinite: uniform in `[0, magnitude]`),
+    /// `magnitude_max` (`None` or 0: timm's 10), `translate_pct`, `translate_const`, the fill
+    /// (`img_mean`), and the warps' filters (`interpolation`: one, or a choice drawn per call).
+    ///
+    /// Errors name the argument: `prob` outside `[0, 1]`, a non-finite number (but an infinite
+    /// `magnitude_std` or `magnitude_max`), no filter or more than [`MAX_TIMM_FILTERS`].
+    #[allow(clippy::too_many_arguments)]
+    pub fn new(
+        kind: TimmOpKind,
+        prob: f64,
+        magnitude: f64,
+        magnitude_std: f64,
+        magnitude_max: Option<f64>,
+        translate_pct: f64,
+        translate_const: f64,
+        fill: [u8; 3],
+        interpolation: &[Interpolation],
+    ) -> Result<Self> {
+        if !(0.0..=1.0).contains(&prob) {
+            return Err(Error::invalid(
+                "prob",
+                format!("{prob} is not a probability in [0, 1]"),
+            ));
+        }
+        if magnitude_std.is_nan() {
+            return Err(Error::invalid("magnitude_std", "NaN is not a number"));
+        }
+        // `self.magnitude_max or _LEVEL_DENOM`: None and 0 both mean 10.
+        let upper_bound = match magnitude_max {
+            Some(m) if m.is_nan() => {
+                return Err(Error::invalid("magnitude_max", "NaN is not a number"))
+            }
+            Some(m) if m != 0.0 => m,
+            _ => LEVEL_DENOM,
+        };
+        let mut filters = [Interpolation::Bilinear; MAX_TIMM_FILTERS];
+        if interpolation.is_empty() || interpolation.len() > MAX_TIMM_FILTERS {
+            return Err(Error::invalid(
+                "interpolation",
+                format!(
+                    "{} filters: give one, or a choice of 2 or 3 (NEAREST, BILINEAR, BICUBIC)",
+                    interpolation.len()
+                ),
+            ));
+        }
+        filters[..interpolation.len()].copy_from_slice(interpolation);
+        Ok(TimmAugmentOp {
+            kind,
+            prob,
+            magnitude: finite("magnitude", magnitude)?,
+            magnitude_std,
+            upper_bound,
+            translate_pct: finite("translate_pct", translate_pct)?,
+            translate_const: finite("translate_const", translate_const)?,
+            fill,
+            filters,
+            num_filters: interpolation.len(),
+        })
+    }
+
+    /// The op.
+    pub fn kind(&self) -> TimmOpKind {
+        self.kind
+    }
+
+    /// The filters a warp chooses among (one: no draw).
+    pub fn filters(&self) -> &[Interpolation] {
+        &self.filters[..self.num_filters]
+    }
+
+    /// `AugmentOp.__call__`'s draws for one call, as step `index` of the policy's ops (the
+    /// image's size plays no part: a relative translation's fraction is multiplied by it when
+    /// the step runs).
+    pub fn draw<D: TorchDraws + ?Sized>(&self, index: usize, draws: &mut D) -> TimmStep {
+        let mut step = TimmStep {
+            op: index,
+            kind: self.kind,
+            applied: false,
+            magnitude: 0.0,
+            arg: None,
+            interpolation: None,
+            fill: self.fill,
+        };
+        if self.prob < 1.0 && draws.py_random() > self.prob {
+            return step;
+        }
+        let mut magnitude = self.magnitude;
+        if self.magnitude_std > 0.0 {
+            magnitude = if self.magnitude_std == f64::INFINITY {
+                // random.uniform(0, magnitude): a + (b - a) * random().
+                0.0 + (magnitude - 0.0) * draws.py_random()
+            } else {
+                // random.gauss(mu, sigma), CPython's formula (first the angle, then the radius).
+                let x2pi = draws.py_random() * std::f64::consts::TAU;
+                let g2rad = (-2.0 * (1.0 - draws.py_random()).ln()).sqrt();
+                magnitude + x2pi.cos() * g2rad * self.magnitude_std
+            };
+        }
+        magnitude = py_max(0.0, py_min(magnitude, self.upper_bound));
+        step.applied = true;
+        step.magnitude = magnitude;
+        step.arg = self.level_arg(magnitude, draws);
+        if self.kind.is_warp() {
+            let filters = self.filters();
+            let pick = if filters.len() > 1 {
+                draws.randint(filters.len() as u32) as usize
+            } else {
+                0
+            };
+            step.interpolation = filters.get(pick).copied();
+        }
+        step
+    }
+
+    /// `LEVEL_TO_ARG[name](level, hparams)`: the argument timm hands the op (`None` for the
+    /// three without one), with the sign drawn where timm draws one.
+    fn level_arg<D: TorchDraws + ?Sized>(&self, level: f64, draws: &mut D) -> Option<f64> {
+        use TimmOpKind as K;
+        let frac = level / LEVEL_DENOM;
+        let posterize = || py_int(frac * 4.0);
+        let solarize = || py_min(256.0, py_int(frac * 256.0));
+        Some(match self.kind {
+            K::AutoContrast | K::Equalize | K::Invert => return None,
+            K::Rotate => randomly_negate(frac * 30.0, draws),
+            K::Posterize => posterize(),
+            K::PosterizeIncreasing => 4.0 - posterize(),
+            K::PosterizeOriginal => posterize() + 4.0,
+            K::Solarize => solarize(),
+            K::SolarizeIncreasing => 256.0 - solarize(),
+            K::SolarizeAdd => py_min(128.0, py_int(frac * 110.0)),
+            K::Color | K::Contrast | K::Brightness | K::Sharpness => frac * 1.8 + 0.1,
+            K::ColorIncreasing
+            | K::ContrastIncreasing
+            | K::BrightnessIncreasing
+            | K::SharpnessIncreasing => {
+                let level = frac * 0.9;
+                py_max(0.1, 1.0 + randomly_negate(level, draws))
+            }
+            K::ShearX | K::ShearY => randomly_negate(frac * 0.3, draws),
+            K::TranslateX | K::TranslateY => randomly_negate(frac * self.translate_const, draws),
+            K::TranslateXRel | K::TranslateYRel => {
+                randomly_negate(frac * self.translate_pct, draws)
+            }
+            K::Desaturate => {
+                // _minmax_level_to_arg(level, min_val=0.5, max_val=1.0).
+                let level = 0.5 + (1.0 - 0.5) * frac;
+                py_max(0.5, py_min(1.0, level))
+            }
+        })
+    }
+}
+
+/// One chosen op of a sample's plan: what timm's `AugmentOp.__call__` drew.
+#[derive(Clone, Copy, Debug, PartialEq, serde::Serialize)]
+pub struct TimmStep {
+    /// Its index among the policy's ops.
+    pub op: usize,
+    /// The op.
+    pub kind: TimmOpKind,
+    /// Whether it runs (`false`: the `prob` coin skipped it, and nothing else was drawn).
+    pub applied: bool,
+    /// The magnitude after the noise and the clamp (0 when skipped).
+    pub magnitude: f64,
+    /// The level function's output, the argument timm passes to the op: degrees (Rotate),
+    /// bits (Posterize*), threshold (Solarize*), addend (SolarizeAdd), enhance factor (Color,
+    /// Contrast, Brightness, Sharpness and their Increasing variants), shear factor, pixels
+    /// (TranslateX/Y), fraction of the side (TranslateX/YRel), the level in `[0.5, 1]`
+    /// (Desaturate, which enhances Color at `1 - level`). `None` for AutoContrast, Equalize
+    /// and Invert, and when skipped.
+    pub arg: Option<f64>,
+    /// The filter a warp resamples with (drawn when the op has a choice); `None` otherwise.
+    pub interpolation: Option<Interpolation>,
+    /// The warps' fill (timm's `img_mean`).
+    pub fill: [u8; 3],
+}
+
+/// A sample's plan: up to [`MAX_TIMM_LAYERS`] steps, inline (no heap).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct TimmPlan {
+    steps: [Option<TimmStep>; MAX_TIMM_LAYERS],
+    len: usize,
+}
+
+impl TimmPlan {
+    fn new() -> Self {
+        TimmPlan {
+            steps: [None; MAX_TIMM_LAYERS],
+            len: 0,
+        }
+    }
+
+    fn push(&mut self, step: TimmStep) {
+        if let Some(slot) = self.steps.get_mut(self.len) {
+            *slot = Some(step);
+            self.len += 1;
+        }
+    }
+
+    /// The steps in the order they apply, skipped ones included.
+    pub fn steps(&self) -> impl Iterator<Item = &TimmStep> {
+        self.steps[..self.len].iter().flatten()
+    }
+
+    /// How many layers were chosen.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether none was.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+}
+
+/// timm's `RandAugment(ops, num_layers=2, choice_weights=None)`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct TimmRandAugment {
+    ops: Vec<TimmAugmentOp>,
+    num_layers: u32,
+    /// The choice weights (`None`: uniform with replacement).
+    weights: Option<Vec<f64>>,
+}
+
+impl TimmRandAugment {
+    /// `num_layers` (at most [`MAX_TIMM_LAYERS`]) of `ops` (1 to [`MAX_TIMM_OPS`]; none only
+    /// with no layers) per sample. `choice_weights`: one non-negative weight per op with at
+    /// least `num_layers` of them positive, chosen without replacement as numpy's
+    /// `choice(replace=False, p=...)` does (timm normalizes them to sum to 1; here they are
+    /// normalized whatever their sum).
+    pub fn new(
+        ops: Vec<TimmAugmentOp>,
+        num_layers: u32,
+        choice_weights: Option<&[f64]>,
+    ) -> Result<Self> {
+        if num_layers as usize > MAX_TIMM_LAYERS {
+            return Err(Error::invalid(
+                "num_layers",
+                format!("{num_layers} is above the supported {MAX_TIMM_LAYERS}"),
+            ));
+        }
+        if ops.len() > MAX_TIMM_OPS || (ops.is_empty() && num_layers > 0) {
+            return Err(Error::invalid(
+                "ops",
+                format!(
+                    "{} ops: give 1 to {MAX_TIMM_OPS} (numpy's choice cannot draw from none)",
+                    ops.len()
+                ),
+            ));
+        }
+        let weights = match choice_weights {
+            None => None,
+            Some(w) => {
+                if w.len() != ops.len() {
+                    return Err(Error::invalid(
+                        "choice_weights",
+                        format!("{} weights for {} ops", w.len(), ops.len()),
+                    ));
+                }
+                if let Some(bad) = w.iter().find(|v| !(v.is_finite() && **v >= 0.0)) {
+                    return Err(Error::invalid(
+                        "choice_weights",
+                        format!("{bad} is not a finite non-negative weight"),
+                    ));
+                }
+                let positive = w.iter().filter(|v| **v > 0.0).count();
+                if positive < num_layers as usize {
+                    return Err(Error::invalid(
+                        "choice_weights",
+                        format!(
+                            "{positive} positive weights for {num_layers} layers drawn without \
+                             replacement (numpy: fewer non-zero entries in p than size)"
+                        ),
+                    ));
+                }
+                Some(w.to_vec())
+            }
+        };
+        Ok(TimmRandAugment {
+            ops,
+            num_layers,
+            weights,
+        })
+    }
+
+    /// The ops, in timm's order.
+    pub fn ops(&self) -> &[TimmAugmentOp] {
+        &self.ops
+    }
+
+    /// Layers per sample.
+    pub fn num_layers(&self) -> u32 {
+        self.num_layers
+    }
+
+    /// One sample's plan: the layers chosen first (all of them, as numpy's `choice` does),
+    /// then each chosen op's draws in order.
+    pub fn draw<D: TorchDraws + ?Sized>(&self, draws: &mut D) -> TimmPlan {
+        let mut chosen = [0usize; MAX_TIMM_LAYERS];
+        let layers = &mut chosen[..self.num_layers as usize];
+        match &self.weights {
+            None => {
+                for slot in layers.iter_mut() {
+                    *slot = draws.randint(self.ops.len() as u32) as usize;
+                }
+            }
+            Some(weights) => choose_weighted(weights, layers, draws),
+        }
+        let mut plan = TimmPlan::new();
+        for &index in layers.iter() {
+            if let Some(op) = self.ops.get(index) {
+                plan.push(op.draw(index, draws));
+            }
+        }
+        plan
+    }
+}
+
+/// numpy's `choice(len(weights), size, replace=False, p=weights)` into `layers`: each layer one
+/// uniform `u` against the weights of the ops not chosen yet, cumulated and divided by their
+/// total (numpy's `cdf /= cdf[-1]`), the first op whose cumulative share exceeds `u`
+/// (`searchsorted(u, side="right")`).
+fn choose_weighted<D: TorchDraws + ?Sized>(weights: &[f64], layers: &mut [usize], draws: &mut D) {
+    for k in 0..layers.len() {
+        let (done, rest) = layers.split_at_mut(k);
+        let open = |i: &usize| !done.contains(i);
+        let total: f64 = (0..weights.len()).filter(open).map(|i| weights[i]).sum();
+        let u = draws.py_random();
+        let mut acc = 0.0;
+        let mut pick = None;
+        for i in (0..weights.len()).filter(open) {
+            acc += weights[i];
+            if acc / total > u {
+                pick = Some(i);
+                break;
+            }
+        }
+        // The last share is `total / total`, exactly 1, above any `u`; the fallback (the last
+        // open op with weight) only answers a draw source that returns 1.
+        let fallback = || (0..weights.len()).filter(open).rfind(|&i| weights[i] > 0.0);
+        if let Some(slot) = rest.first_mut() {
+            *slot = pick.or_else(fallback).unwrap_or(0);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::rng::sample_rng;
+
+    fn op(kind: TimmOpKind, magnitude: f64, std: f64) -> TimmAugmentOp {
+        TimmAugmentOp::new(
+            kind,
+            1.0,
+            magnitude,
+            std,
+            None,
+            0.45,
+            100.0,
+            [124, 116, 104],
+            &[Interpolation::Bicubic],
+        )
+        .expect("valid")
+    }
+
+    /// Answers every `random()` with a fixed value (two `randint` draws each) and `randint`
+    /// with 0.
+    struct Fixed(f64);
+    impl TorchDraws for Fixed {
+        fn uniform_f32(&mut self, from: f32, _to: f32) -> f32 {
+            from
+        }
+        fn randint(&mut self, _high: u32) -> u32 {
+            0
+        }
+        fn py_random(&mut self) -> f64 {
+            self.0
+        }
+    }
+
+    #[test]
+    fn names_and_spans_round_trip() {
+        for kind in TimmOpKind::ALL {
+            assert_eq!(TimmOpKind::from_name(kind.name()).ok(), Some(kind));
+            assert_eq!(kind.span_name(), format!("TimmRandAugment/{}", kind.name()));
+        }
+        let blur = TimmOpKind::from_name("GaussianBlur").expect_err("refused");
+        assert!(blur.to_string().contains("GaussianBlur filter"), "{blur}");
+        let unknown = TimmOpKind::from_name("Cutout").expect_err("refused");
+        assert!(
+            unknown.to_string().contains("not one of timm's"),
+            "{unknown}"
+        );
+    }
+
+    #[test]
+    fn level_arguments_are_timms() {
+        // Values from Python: timm.data.auto_augment.LEVEL_TO_ARG[name](9, {...}) with
+        // _randomly_negate keeping the sign (random() <= 0.5).
+        let arg = |kind, m| op(kind, m, 0.0).draw(0, &mut Fixed(0.25)).arg;
+        assert_eq!(arg(TimmOpKind::Rotate, 9.0), Some(27.0));
+        assert_eq!(arg(TimmOpKind::Posterize, 9.0), Some(3.0));
+        assert_eq!(arg(TimmOpKind::PosterizeIncreasing, 9.0), Some(1.0));
+        assert_eq!(arg(TimmOpKind::PosterizeIncreasing, 10.0), Some(0.0));
+        assert_eq!(arg(TimmOpKind::PosterizeOriginal, 9.0), Some(7.0));
+        assert_eq!(arg(TimmOpKind::Solarize, 9.0), Some(230.0));
+        assert_eq!(arg(TimmOpKind::SolarizeIncreasing, 9.0), Some(26.0));
+        assert_eq!(arg(TimmOpKind::SolarizeIncreasing, 0.0), Some(256.0));
+        assert_eq!(arg(TimmOpKind::SolarizeAdd, 9.0), Some(99.0));
+        // 0.9 * 1.8 + 0.1 in float64.
+        assert_eq!(arg(TimmOpKind::Color, 9.0), Some(1.7200000000000002));
+        assert_eq!(arg(TimmOpKind::ContrastIncreasing, 9.0), Some(1.81));
+        assert_eq!(arg(TimmOpKind::ShearX, 9.0), Some(0.27));
+        assert_eq!(arg(TimmOpKind::TranslateX, 9.0), Some(90.0));
+        assert_eq!(arg(TimmOpKind::TranslateYRel, 9.0), Some(0.405));
+        assert_eq!(arg(TimmOpKind::Desaturate, 9.0), Some(0.95));
+        assert_eq!(arg(TimmOpKind::Invert, 9.0), None);
+        // The sign: random() > 0.5 negates; Increasing factors keep their 0.1 floor.
+        let negated = |kind, m| op(kind, m, 0.0).draw(0, &mut Fixed(0.75)).arg;
+        assert_eq!(negated(TimmOpKind::Rotate, 9.0), Some(-27.0));
+        assert_eq!(negated(TimmOpKind::BrightnessIncreasing, 10.0), Some(0.1));
+        assert_eq!(negated(TimmOpKind::ShearY, 5.0), Some(-0.15));
+    }
+
+    #[test]
+    fn the_coin_skips_and_draws_nothing_more() {
+        let skipping = TimmAugmentOp::new(
+            TimmOpKind::Rotate,
+            0.5,
+            9.0,
+            0.5,
+            None,
+            0.45,
+            100.0,
+            [0; 3],
+            &[Interpolation::Bilinear, Interpolation::Bicubic],
+        )
+        .expect("valid");
+        let step = skipping.draw(3, &mut Fixed(0.75));
+        assert!(!step.applied);
+        assert_eq!((step.op, step.arg, step.interpolation), (3, None, None));
+        // random() == prob runs (timm skips on `>`).
+        assert!(skipping.draw(0, &mut Fixed(0.5)).applied);
+    }
+
+    #[test]
+    fn magnitudes_are_clamped_to_the_bound() {
+        // Uniform noise: 0 + 9 * random().
+        let uniform = op(TimmOpKind::Rotate, 9.0, f64::INFINITY);
+        assert_eq!(uniform.draw(0, &mut Fixed(0.5)).magnitude, 4.5);
+        // Gaussian noise with cos(2 pi 0.5) = -1, radius sqrt(-2 ln 0.5).
+        let gauss = op(TimmOpKind::Rotate, 9.0, 0.5);
+        let m = gauss.draw(0, &mut Fixed(0.5)).magnitude;
+        let expected =
+            9.0 + (std::f64::consts::TAU * 0.5).cos() * (-2.0 * 0.5f64.ln()).sqrt() * 0.5;
+        assert_eq!(m, expected);
+        // Far out: clamped to 10 (and to magnitude_max when given), never below 0.
+        let wide = op(TimmOpKind::Rotate, 9.0, 100.0);
+        assert_eq!(wide.draw(0, &mut Fixed(0.5)).magnitude, 0.0);
+        let high = op(TimmOpKind::Rotate, 12.0, 0.0);
+        assert_eq!(high.draw(0, &mut Fixed(0.25)).magnitude, 10.0);
+        let mmax = TimmAugmentOp::new(
+            TimmOpKind::Rotate,
+            1.0,
+            12.0,
+            0.0,
+            Some(20.0),
+            0.45,
+            100.0,
+            [0; 3],
+            &[Interpolation::Nearest],
+        )
+        .expect("valid");
+        assert_eq!(mmax.draw(0, &mut Fixed(0.25)).arg, Some(36.0));
+    }
+
+    #[test]
+    fn weighted_choice_is_without_replacement() {
+        let ops: Vec<_> = [TimmOpKind::Rotate, TimmOpKind::Invert, TimmOpKind::Equalize]
+            .into_iter()
+            .map(|k| op(k, 5.0, 0.0))
+            .collect();
+        let policy = TimmRandAugment::new(ops, 3, Some(&[0.7, 0.2, 0.1])).expect("valid");
+        let mut counts = [[0u32; 3]; 3];
+        let mut rng = sample_rng(3, 0, 0);
+        let n = 20_000;
+        for _ in 0..n {
+            let plan = policy.draw(&mut rng);
+            let picks: Vec<usize> = plan.steps().map(|s| s.op).collect();
+            assert_eq!(picks.len(), 3);
+            let mut sorted = picks.clone();
+            sorted.sort_unstable();
+            assert_eq!(sorted, [0, 1, 2], "{picks:?}");
+            for (layer, &p) in picks.iter().enumerate() {
+                counts[layer][p] += 1;
+            }
+        }
+        // First layer: the weights themselves.
+        for (p, w) in [0.7, 0.2, 0.1].into_iter().enumerate() {
+            let f = f64::from(counts[0][p]) / f64::from(n);
+            assert!((f - w).abs() < 0.015, "layer 0 op {p}: {f}");
+        }
+        // Second layer, op 1: 0.7 * 0.2/0.3 + 0.1 * 0.2/0.8.
+        let f = f64::from(counts[1][1]) / f64::from(n);
+        assert!(
+            (f - (0.7 * 0.2 / 0.3 + 0.1 * 0.2 / 0.8)).abs() < 0.015,
+            "{f}"
+        );
+        assert!(
+            TimmRandAugment::new(vec![op(TimmOpKind::Invert, 1.0, 0.0)], 2, Some(&[1.0])).is_err()
+        );
+    }
+
+    #[test]
+    fn uniform_choice_is_with_replacement() {
+        let ops: Vec<_> = TimmOpKind::ALL
+            .into_iter()
+            .map(|k| op(k, 9.0, 0.5))
+            .collect();
+        let policy = TimmRandAugment::new(ops, 2, None).expect("valid");
+        let mut rng = sample_rng(9, 1, 2);
+        let mut repeats = 0;
+        for _ in 0..5000 {
+            let plan = policy.draw(&mut rng);
+            let picks: Vec<usize> = plan.steps().map(|s| s.op).collect();
+            repeats += usize::from(picks[0] == picks[1]);
+        }
+        // 1/25 of pairs repeat.
+        assert!((100..320).contains(&repeats), "{repeats}");
+    }
+
+    #[test]
+    fn refuses_what_timm_would_fail_on() {
+        let bad = |prob: f64, std: f64, filters: &[Interpolation]| {
+            TimmAugmentOp::new(
+                TimmOpKind::Rotate,
+                prob,
+                9.0,
+                std,
+                None,
+                0.45,
+                100.0,
+                [0; 3],
+                filters,
+            )
+            .expect_err("refused")
+            .to_string()
+        };
+        assert!(bad(1.5, 0.0, &[Interpolation::Nearest]).contains("prob"));
+        assert!(bad(0.5, f64::NAN, &[Interpolation::Nearest]).contains("magnitude_std"));
+        assert!(bad(0.5, 0.0, &[]).contains("interpolation"));
+        assert!(TimmRandAugment::new(Vec::new(), 1, None).is_err());
+        assert!(TimmRandAugment::new(Vec::new(), 0, None).is_ok());
+        assert!(TimmRandAugment::new(vec![op(TimmOpKind::Invert, 1.0, 0.0)], 17, None).is_err());
+    }
+}
