@@ -20,9 +20,7 @@ use ferroloader_transforms::augment::policy::{
 };
 use ferroloader_transforms::fused::OutputSlot;
 use ferroloader_transforms::rng::{sample_rng, SampleRng};
-use ferroloader_transforms::spec::{
-    Execution, Fill, Op, OpObserver, OpSpec, Pipeline, PipelineSpec,
-};
+use ferroloader_transforms::spec::{Execution, Fill, OpSpec, Pipeline, PipelineSpec};
 use ferroloader_transforms::RgbImage;
 
 #[path = "support/stage_pipeline.rs"]
@@ -314,24 +312,6 @@ fn warps_use_the_interpolation_and_the_fill() {
     assert_eq!(differing, 3 * 21 * SIZE as usize);
 }
 
-#[derive(Default)]
-struct Spans(Vec<(bool, String)>);
-
-impl OpObserver for Spans {
-    fn enter(&mut self, op: Op) {
-        self.0.push((true, op.name().to_string()));
-    }
-    fn exit(&mut self, op: Op) {
-        self.0.push((false, op.name().to_string()));
-    }
-    fn enter_named(&mut self, name: &'static str) {
-        self.0.push((true, name.to_string()));
-    }
-    fn exit_named(&mut self, name: &'static str) {
-        self.0.push((false, name.to_string()));
-    }
-}
-
 #[test]
 fn each_policy_has_its_span_and_each_chosen_op_a_nested_named_one() {
     let (_, bytes) = corpus().into_iter().next().expect("corpus");
@@ -342,7 +322,7 @@ fn each_policy_has_its_span_and_each_chosen_op_a_nested_named_one() {
             )
             .expect("plans");
             for index in 0..4 {
-                let mut obs = Spans::default();
+                let mut obs = stage_pipeline::NamedSpans::default();
                 let mut ctx = pipeline.new_context().expect("context");
                 let mut out = vec![0f32; pipeline.sample_len()];
                 pipeline

@@ -13,8 +13,7 @@ use ferroloader_transforms::augment::policy::TimmRandAugment;
 use ferroloader_transforms::fused::OutputSlot;
 use ferroloader_transforms::rng::sample_rng;
 use ferroloader_transforms::spec::{
-    apply_timm_op, plan_timm_rand_augment, Execution, Op, OpObserver, OpSpec, Pipeline,
-    PipelineSpec,
+    apply_timm_op, plan_timm_rand_augment, Execution, OpSpec, Pipeline, PipelineSpec,
 };
 
 #[path = "support/stage_pipeline.rs"]
@@ -130,24 +129,6 @@ fn staged_pipeline_equals_the_policy_applied_by_hand() {
     assert!(applied > 200, "{applied} ops applied");
 }
 
-#[derive(Default)]
-struct Spans(Vec<(bool, String)>);
-
-impl OpObserver for Spans {
-    fn enter(&mut self, op: Op) {
-        self.0.push((true, op.name().to_string()));
-    }
-    fn exit(&mut self, op: Op) {
-        self.0.push((false, op.name().to_string()));
-    }
-    fn enter_named(&mut self, name: &'static str) {
-        self.0.push((true, name.to_string()));
-    }
-    fn exit_named(&mut self, name: &'static str) {
-        self.0.push((false, name.to_string()));
-    }
-}
-
 #[test]
 fn the_policy_has_its_span_and_each_op_applied_a_nested_named_one() {
     let (_, bytes) = stage_pipeline::corpus(1)
@@ -163,7 +144,7 @@ fn the_policy_has_its_span_and_each_op_applied_a_nested_named_one() {
     .expect("plans");
     let mut nested = 0;
     for index in 0..INDICES {
-        let mut obs = Spans::default();
+        let mut obs = stage_pipeline::NamedSpans::default();
         let mut ctx = pipeline.new_context().expect("context");
         let mut out = vec![0f32; pipeline.sample_len()];
         pipeline

@@ -145,6 +145,26 @@ impl OpObserver for Spans {
     }
 }
 
+/// Every span boundary a sample crosses, by name: an op's, and the nested ones a policy names
+/// (`TrivialAugmentWide/Rotate`, through `enter_named`).
+#[derive(Default)]
+pub struct NamedSpans(pub Vec<(bool, String)>);
+
+impl OpObserver for NamedSpans {
+    fn enter(&mut self, op: Op) {
+        self.0.push((true, op.name().to_string()));
+    }
+    fn exit(&mut self, op: Op) {
+        self.0.push((false, op.name().to_string()));
+    }
+    fn enter_named(&mut self, name: &'static str) {
+        self.0.push((true, name.to_string()));
+    }
+    fn exit_named(&mut self, name: &'static str) {
+        self.0.push((false, name.to_string()));
+    }
+}
+
 /// The op boundaries of sample 0 of epoch 0 of `seed`, run as float32.
 pub fn spans(pipeline: &Pipeline, bytes: &[u8], seed: u64) -> Vec<(bool, Op)> {
     let mut obs = Spans::default();
