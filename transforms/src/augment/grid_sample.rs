@@ -394,13 +394,11 @@ fn sample_rows(
                     let (dx, dy) = (ix - x0, iy - y0);
                     let (ex, sy) = (1.0 - dx, 1.0 - dy);
                     let weights = [sy * ex, sy * dx, dy * ex, dy * dx];
+                    // A far-off coordinate saturates to i64's ends (out of the image either
+                    // way): its neighbour must not overflow.
                     let (xi, yi) = (x0 as i64, y0 as i64);
-                    let taps = [
-                        tap(xi, yi),
-                        tap(xi + 1, yi),
-                        tap(xi, yi + 1),
-                        tap(xi + 1, yi + 1),
-                    ];
+                    let (xj, yj) = (xi.saturating_add(1), yi.saturating_add(1));
+                    let taps = [tap(xi, yi), tap(xj, yi), tap(xi, yj), tap(xj, yj)];
                     let sum = |value: &dyn Fn(usize) -> f32| {
                         let v = |k: usize| taps[k].map_or(0.0, value);
                         let acc = v(0) * weights[0];
