@@ -143,37 +143,14 @@ impl GridSampler {
         api: Api,
         out: &mut RgbImage,
     ) -> Result<()> {
-        let mode = TensorMode::of(mode)?;
-        if coeffs.iter().any(|v| !v.is_finite()) {
-            return Err(Error::invalid(
-                "coefficients",
-                format!("{coeffs:?} are not finite"),
-            ));
-        }
-        check_fill(fill)?;
-        let (width, height) = (src.width(), src.height());
-        let (w, h) = (width as usize, height as usize);
-        corner_axis(&mut self.xs, width);
-        corner_axis(&mut self.ys, height);
         let c = coeffs.map(|v| v as f32);
-        let (half_w, half_h) = (
-            (0.5 * f64::from(width)) as f32,
-            (0.5 * f64::from(height)) as f32,
-        );
-        let grid = PerspectiveGrid {
+        let grid = |[half_w, half_h]: [f32; 2]| PerspectiveGrid {
             x: [c[0] / half_w, c[1] / half_w, c[2] / half_w],
             y: [c[3] / half_h, c[4] / half_h, c[5] / half_h],
             d: [c[6], c[7]],
         };
-        let params = WarpParams {
-            scale: [width as f32 / 2.0, height as f32 / 2.0],
-            size: [w, h],
-            mode,
-            fill,
-            api,
-        };
-        let dest = out.reset(width, height);
-        sample_grid(&params, &grid, &self.xs, &self.ys, src.as_raw(), dest);
+        let checked = Checked::new("coefficients", coeffs, mode, fill)?;
+        self.sample(src, checked, corner_axis, grid, api, out);
         Ok(())
     }
 
@@ -190,40 +167,73 @@ impl GridSampler {
         api: Api,
         out: &mut RgbImage,
     ) -> Result<()> {
-        let mode = TensorMode::of(mode)?;
-        if matrix.iter().any(|v| !v.is_finite()) {
-            return Err(Error::invalid(
-                "matrix",
-                format!("{matrix:?} is not finite"),
-            ));
-        }
-        check_fill(fill)?;
-        let (width, height) = (src.width(), src.height());
-        let (w, h) = (width as usize, height as usize);
-        fill_axis(&mut self.xs, width);
-        fill_axis(&mut self.ys, height);
-        // theta in float32, its transpose divided by half the size (float64 `0.5 * w`
-        // narrowed), as `_gen_affine_grid` does.
+        // theta in float32, its transpose divided by half the size, as `_gen_affine_grid` does.
         let t = matrix.map(|v| v as f32);
-        let (half_w, half_h) = (
-            (0.5 * f64::from(width)) as f32,
-            (0.5 * f64::from(height)) as f32,
-        );
-        let grid = AffineGrid {
+        let grid = |[half_w, half_h]: [f32; 2]| AffineGrid {
             x: [t[0] / half_w, t[1] / half_w, t[2] / half_w],
             y: [t[3] / half_h, t[4] / half_h, t[5] / half_h],
         };
+        let checked = Checked::new("matrix", matrix, mode, fill)?;
+        self.sample(src, checked, fill_axis, grid, api, out);
+        Ok(())
+    }
+
+    /// What every warp does once its arguments are checked: the axis tables (`axis` measures
+    /// pixel centres from the image centre or from the top-left corner, as the warp's grid
+    /// expects), the grid built from the half sizes (float64 `0.5 * w` narrowed, as torch
+    /// computes them), then `src` sampled through it into `out` of the same size.
+    fn sample<G: Grid>(
+        &mut self,
+        src: &RgbImage,
+        checked: Checked,
+        axis: fn(&mut Vec<f32>, u32),
+        grid: impl FnOnce([f32; 2]) -> G,
+        api: Api,
+        out: &mut RgbImage,
+    ) {
+        let (width, height) = (src.width(), src.height());
+        axis(&mut self.xs, width);
+        axis(&mut self.ys, height);
+        let grid = grid([
+            (0.5 * f64::from(width)) as f32,
+            (0.5 * f64::from(height)) as f32,
+        ]);
         // grid_sample's unnormalize scale: float32 size over 2.
         let params = WarpParams {
             scale: [width as f32 / 2.0, height as f32 / 2.0],
-            size: [w, h],
-            mode,
-            fill,
+            size: [width as usize, height as usize],
+            mode: checked.mode,
+            fill: checked.fill,
             api,
         };
         let dest = out.reset(width, height);
         sample_grid(&params, &grid, &self.xs, &self.ys, src.as_raw(), dest);
-        Ok(())
+    }
+}
+
+/// A warp's mode and fill once checked, with its matrix or coefficients: only
+/// [`Checked::new`] makes one, so [`GridSampler::sample`] cannot run on unchecked values.
+#[derive(Clone, Copy, Debug)]
+struct Checked {
+    mode: TensorMode,
+    fill: TensorFill,
+}
+
+impl Checked {
+    /// Errors for BICUBIC ([`BICUBIC_ON_TENSORS`]), a non-finite value among `values` (named
+    /// `name` in the error) and a fill outside 0..=255.
+    fn new(
+        name: &'static str,
+        values: &[f64],
+        mode: Interpolation,
+        fill: TensorFill,
+    ) -> Result<Self> {
+        let mode = TensorMode::of(mode)?;
+        if values.iter().any(|v| !v.is_finite()) {
+            return Err(Error::invalid(name, format!("{values:?} is not finite")));
+        }
+        check_fill(fill)?;
+        Ok(Checked { mode, fill })
     }
 }
 

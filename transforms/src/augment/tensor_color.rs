@@ -388,28 +388,9 @@ fn hue_pixels(data: &mut [u8], unit: &[f32; 256], shift: f32, api: Api) {
 /// computed. `tests::hue_block_equals_the_scalar_steps` checks it.
 #[inline(always)]
 fn hue_block(planes: &mut [[f32; HUE_BLOCK]; 3], shift: f32, api: Api) {
-    let sixth = (1.0f64 / 6.0) as f32;
     let [rs, gs, bs] = planes;
     for k in 0..HUE_BLOCK {
-        let (r, g, b) = (rs[k], gs[k], bs[k]);
-        let maxc = r.max(g).max(b);
-        let minc = r.min(g).min(b);
-        let eqc = maxc == minc;
-        let cr = maxc - minc;
-        let s = cr / if eqc { 1.0 } else { maxc };
-        let divisor = if eqc { 1.0 } else { cr };
-        let rc = (maxc - r) / divisor;
-        let gc = (maxc - g) / divisor;
-        let bc = (maxc - b) / divisor;
-        let is = |c: bool| if c { 1.0f32 } else { 0.0 };
-        let hr = is(maxc == r) * (bc - gc);
-        let hg = is(maxc == g && maxc != r) * ((2.0 + rc) - bc);
-        let hb = is(maxc != g && maxc != r) * ((4.0 + gc) - rc);
-        let h = (hr + hg) + hb;
-        let h = match api {
-            Api::V1 => h / 6.0 + 1.0,
-            Api::V2 => h * sixth + 1.0,
-        };
+        let [h, s, v] = hsv_unwrapped([rs[k], gs[k], bs[k]], api);
         let h = if h >= 1.0 { h - 1.0 } else { h };
         let h = h + shift;
         let h = if h < 0.0 {
@@ -419,27 +400,7 @@ fn hue_block(planes: &mut [[f32; HUE_BLOCK]; 3], shift: f32, api: Api) {
         } else {
             h
         };
-        let v = maxc;
-        let h6 = h * 6.0;
-        let i = h6.floor();
-        let f = h6 - i;
-        let unit = |x: f32| x.clamp(0.0, 1.0);
-        let (p, q, t) = match api {
-            Api::V1 => (
-                unit(v * (1.0 - s)),
-                unit(v * (1.0 - s * f)),
-                unit(v * (1.0 - s * (1.0 - f))),
-            ),
-            Api::V2 => {
-                let sxf = s * f;
-                let one_minus_s = 1.0 - s;
-                (
-                    unit(one_minus_s * v),
-                    unit((1.0 - sxf) * v),
-                    unit((sxf + one_minus_s) * v),
-                )
-            }
-        };
+        let ([p, q, t], i) = hsv_sector([h, s, v], api);
         // Sector 6 (h rounded up to 1) is sector 0.
         let i = if i >= 6.0 { 0.0 } else { i };
         rs[k] = if i == 0.0 || i == 5.0 {
@@ -472,6 +433,61 @@ fn hue_block(planes: &mut [[f32; HUE_BLOCK]; 3], shift: f32, api: Api) {
     }
 }
 
+/// torch's RGB-to-HSV of one float32 pixel (`_rgb2hsv` for v1, `_rgb_to_hsv` for v2) up to
+/// the hue's final remainder: the hue is `h / 6 + 1`, in `[5/6, 11/6]`, so a caller takes it
+/// into `[0, 1)` with `% 1.0` or, exactly the same there, one subtraction. Branch-free (the
+/// hue's case is selected by multiplying with 0 or 1, as torch does) so it vectorizes.
+#[inline(always)]
+fn hsv_unwrapped([r, g, b]: [f32; 3], api: Api) -> [f32; 3] {
+    let maxc = r.max(g).max(b);
+    let minc = r.min(g).min(b);
+    let eqc = maxc == minc;
+    let cr = maxc - minc;
+    let s = cr / if eqc { 1.0 } else { maxc };
+    let divisor = if eqc { 1.0 } else { cr };
+    let rc = (maxc - r) / divisor;
+    let gc = (maxc - g) / divisor;
+    let bc = (maxc - b) / divisor;
+    let is = |c: bool| if c { 1.0f32 } else { 0.0 };
+    let hr = is(maxc == r) * (bc - gc);
+    let hg = is(maxc == g && maxc != r) * ((2.0 + rc) - bc);
+    let hb = is(maxc != g && maxc != r) * ((4.0 + gc) - rc);
+    let h = (hr + hg) + hb;
+    let h = match api {
+        Api::V1 => h / 6.0 + 1.0,
+        Api::V2 => h * (1.0f64 / 6.0) as f32 + 1.0,
+    };
+    [h, s, maxc]
+}
+
+/// torch's HSV-to-RGB of one float32 pixel (`_hsv2rgb`, `_hsv_to_rgb`) up to the choice by
+/// sector: `[p, q, t]` (v1 and v2 order their products differently, so each is its own
+/// arithmetic) and the sector `floor(h * 6)`, 0 to 6 (6 where `h * 6` rounds up: sector 0).
+#[inline(always)]
+fn hsv_sector([h, s, v]: [f32; 3], api: Api) -> ([f32; 3], f32) {
+    let h6 = h * 6.0;
+    let i = h6.floor();
+    let f = h6 - i;
+    let unit = |x: f32| x.clamp(0.0, 1.0);
+    let pqt = match api {
+        Api::V1 => [
+            unit(v * (1.0 - s)),
+            unit(v * (1.0 - s * f)),
+            unit(v * (1.0 - s * (1.0 - f))),
+        ],
+        Api::V2 => {
+            let sxf = s * f;
+            let one_minus_s = 1.0 - s;
+            [
+                unit(one_minus_s * v),
+                unit((1.0 - sxf) * v),
+                unit((sxf + one_minus_s) * v),
+            ]
+        }
+    };
+    (pqt, i)
+}
+
 /// torchvision's float-to-uint8 scale, `255 + 1 - 1e-3` in float64, narrowed to float32.
 const TO_U8_SCALE: f32 = (255.0f64 + 1.0 - 1e-3) as f32;
 
@@ -490,51 +506,15 @@ fn torch_remainder_1(x: f32) -> f32 {
 
 /// `_rgb2hsv` (v1) or `_rgb_to_hsv` (v2) of one float32 pixel.
 #[cfg(test)]
-fn rgb_to_hsv_f32([r, g, b]: [f32; 3], api: Api) -> [f32; 3] {
-    let maxc = r.max(g).max(b);
-    let minc = r.min(g).min(b);
-    let eqc = maxc == minc;
-    let cr = maxc - minc;
-    let s = cr / if eqc { 1.0 } else { maxc };
-    let divisor = if eqc { 1.0 } else { cr };
-    let rc = (maxc - r) / divisor;
-    let gc = (maxc - g) / divisor;
-    let bc = (maxc - b) / divisor;
-    let is = |c: bool| if c { 1.0f32 } else { 0.0 };
-    let hr = is(maxc == r) * (bc - gc);
-    let hg = is(maxc == g && maxc != r) * ((2.0 + rc) - bc);
-    let hb = is(maxc != g && maxc != r) * ((4.0 + gc) - rc);
-    let h = (hr + hg) + hb;
-    let h = match api {
-        Api::V1 => (h / 6.0 + 1.0) % 1.0,
-        Api::V2 => (h * (1.0f64 / 6.0) as f32 + 1.0) % 1.0,
-    };
-    [h, s, maxc]
+fn rgb_to_hsv_f32(rgb: [f32; 3], api: Api) -> [f32; 3] {
+    let [h, s, v] = hsv_unwrapped(rgb, api);
+    [h % 1.0, s, v]
 }
 
 /// `_hsv2rgb` (v1) or `_hsv_to_rgb` (v2) of one float32 pixel.
 #[cfg(test)]
 fn hsv_to_rgb_f32([h, s, v]: [f32; 3], api: Api) -> [f32; 3] {
-    let h6 = h * 6.0;
-    let i = h6.floor();
-    let f = h6 - i;
-    let unit = |x: f32| x.clamp(0.0, 1.0);
-    let (p, q, t) = match api {
-        Api::V1 => (
-            unit(v * (1.0 - s)),
-            unit(v * (1.0 - s * f)),
-            unit(v * (1.0 - s * (1.0 - f))),
-        ),
-        Api::V2 => {
-            let sxf = s * f;
-            let one_minus_s = 1.0 - s;
-            (
-                unit(one_minus_s * v),
-                unit((1.0 - sxf) * v),
-                unit((sxf + one_minus_s) * v),
-            )
-        }
-    };
+    let ([p, q, t], i) = hsv_sector([h, s, v], api);
     // `i % 6` on int32 (h is in [0, 1), so i is 0..=6, 6 only where h * 6 rounds up to 6).
     match (i as i32).rem_euclid(6) {
         0 => [v, t, p],
