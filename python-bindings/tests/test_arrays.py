@@ -263,11 +263,15 @@ def test_a_python_tail_on_mnist_gets_the_l_image(make: Dict[str, Any]) -> None:
 def test_what_cannot_be_honoured_natively_runs_in_python(make: Dict[str, Any]) -> None:
     dataset = make["CIFAR10"](tvT.ToTensor())
     dataset.target_transform = lambda y: y + 1
-    with pytest.raises(ValueError, match=r"CIFAR10\.target_transform is not supported"):
-        fl.Loader(dataset, batch_size=4, python_dataset="error")
-    # As DataLoader runs it: torchvision's ToTensor, the target_transform applied.
-    x, y = next(iter(fl.Loader(dataset, batch_size=4, num_workers=0, python_dataset="allow")))
+    # A target_transform is called on each label, natively read images or not.
+    x, y = next(iter(fl.Loader(dataset, batch_size=4, python_dataset="error")))
     wx, wy = next(iter(DataLoader(dataset, batch_size=4)))
+    assert torch.equal(x, wx) and torch.equal(y, wy)
+    dataset.transforms = lambda image, target: (image, target)
+    with pytest.raises(ValueError, match=r"CIFAR10\(transforms=\.\.\.\) transforms the image and the target"):
+        fl.Loader(dataset, batch_size=4, python_dataset="error")
+    # As DataLoader runs it: the dataset's own __getitem__.
+    x, y = next(iter(fl.Loader(dataset, batch_size=4, num_workers=0, python_dataset="allow")))
     assert torch.equal(x, wx) and torch.equal(y, wy)
     qmnist = torchvision.datasets.QMNIST.__new__(torchvision.datasets.QMNIST)
     torchvision.datasets.VisionDataset.__init__(qmnist, "unused", transform=tvT.ToTensor())

@@ -110,6 +110,59 @@ def test_every_dataset_form_gives_the_imagefolder_batches(folder: Path) -> None:
     )
 
 
+def test_a_target_transform_maps_each_label_as_the_dataset_would(folder: Path) -> None:
+    """The dataset's ``target_transform`` is called on each class index and the results
+    collated as DataLoader collates them, wherever the images are made: natively, with a
+    Python tail under the GIL or in worker processes; with a collate_fn, unbatched, as numpy."""
+    tv = torchvision.transforms
+    shift = torchvision.datasets.ImageFolder(str(folder), tv_transform(), target_transform=lambda y: y + 10)
+    classes = len(shift.classes)
+
+    def one_hot(y: int) -> torch.Tensor:
+        return torch.nn.functional.one_hot(torch.tensor(y), classes).float()
+
+    def keyed(y: int) -> Any:
+        return {"label": y, "name": shift.classes[y]}
+
+    plain = torchvision.datasets.ImageFolder(str(folder))
+    labels = [label for _, label in plain.samples]
+    want = torch.utils.data.default_collate
+    order = reference(folder, shuffle=True, batch_size=5)
+    shuffled = run(fl.Loader(shift, batch_size=5, num_workers=2, shuffle=True, python_dataset="error"))
+    # The same images as without it, each label moved.
+    assert same([(x, y + 10) for x, y in order], shuffled)
+    for fn in (one_hot, keyed):
+        dataset = torchvision.datasets.ImageFolder(str(folder), tv_transform(), target_transform=fn)
+        batches = list(fl.Loader(dataset, batch_size=4, num_workers=2, python_dataset="error"))
+        assert len(batches) == -(-len(labels) // 4)
+        for k, (_, y) in enumerate(batches):
+            expected = want([fn(label) for label in labels[4 * k : 4 * k + 4]])
+            if fn is one_hot:
+                assert torch.equal(y, expected)
+            else:
+                assert torch.equal(y["label"], expected["label"]) and y["name"] == expected["name"]
+    dataset = torchvision.datasets.ImageFolder(str(folder), tv_transform(), target_transform=one_hot)
+    x, y = next(iter(fl.Loader(dataset, batch_size=None)))
+    assert x.shape == (3, 24, 24) and torch.equal(y, one_hot(labels[0]))
+    got = next(iter(fl.Loader(shift, batch_size=3, collate_fn=lambda items: [t for _, t in items])))
+    assert got == [label + 10 for label in labels[:3]]
+    _, y = next(iter(fl.Loader(shift, batch_size=3, tensor_type="numpy")))
+    assert isinstance(y, np.ndarray) and y.tolist() == [label + 10 for label in labels[:3]]
+    # With a Python tail, in the threads and in worker processes.
+    tail = tv.Compose([tv.RandomResizedCrop(24), tv.Lambda(lambda im: im), tv.ToTensor()])
+    for where in ("threads", "processes"):
+        dataset = torchvision.datasets.ImageFolder(str(folder), tail, target_transform=lambda y: -y)
+        loader = fl.Loader(dataset, batch_size=4, num_workers=2, python_tail="allow", python_tail_workers=where)
+        assert loader.python_tail_where == where
+        assert [int(v) for _, y in loader for v in y] == [-label for label in labels]
+    # Parts that map labels differently, or shards that would drop the mapping: refused.
+    other = torchvision.datasets.ImageFolder(str(folder), shift.transform, target_transform=lambda y: y)
+    with pytest.raises(ValueError, match="parts carry different target_transforms"):
+        fl.Loader(ConcatDataset([shift, other]), batch_size=4, python_dataset="error")
+    with pytest.raises(ValueError, match=r"src: ImageFolder\.target_transform is set"):
+        fl.shard(shift, folder.parent / "shards-with-targets", shard_size=1 << 20)
+
+
 def test_datasets_that_cannot_be_honoured_are_refused_with_the_reason(folder: Path) -> None:
     def custom_loader(path: str) -> Any:
         return torchvision.datasets.folder.pil_loader(path)
@@ -117,9 +170,6 @@ def test_datasets_that_cannot_be_honoured_are_refused_with_the_reason(folder: Pa
     custom = torchvision.datasets.ImageFolder(str(folder), loader=custom_loader)
     with pytest.raises(ValueError, match="^dataset: .*custom loader"):
         fl.Loader(custom, transform=fl_transform())
-    targets = torchvision.datasets.ImageFolder(str(folder), target_transform=lambda y: y + 1)
-    with pytest.raises(ValueError, match="target_transform"):
-        fl.Loader(targets, transform=fl_transform())
     both = torchvision.datasets.ImageFolder(str(folder), transform=tv_transform())
     with pytest.raises(ValueError, match="^transform: given both"):
         fl.Loader(both, transform=fl_transform())

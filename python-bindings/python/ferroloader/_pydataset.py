@@ -199,7 +199,7 @@ class TailCosts(NamedTuple):
     python: float
 
 
-class TailSamples(Dataset[Tuple[torch.Tensor, int]]):
+class TailSamples(Dataset[Tuple[torch.Tensor, Any]]):
     """A transform with a Python tail, run in DataLoader's worker processes: each process reads
     the sample's bytes, runs the native prefix on them (``_native.Prefix``, planned once per
     process, with the sample's key: the native workers' draws) or, with no prefix, opens them
@@ -212,7 +212,8 @@ class TailSamples(Dataset[Tuple[torch.Tensor, int]]):
     ``source``: a list of ``(path, label)``, an ``ImageArray``, or a dataset of ``(path or
     bytes, label)``. ``prefix``: the native prefix's spec and the size to plan it with
     (``None``: no native op). ``transform`` holds the tail's ops (a torchvision ``Compose``
-    of them when torchvision is there, so a profile times each)."""
+    of them when torchvision is there, so a profile times each). ``target_transform``, the
+    dataset's, maps each label in the worker, as the dataset's ``__getitem__`` would."""
 
     def __init__(
         self,
@@ -222,8 +223,10 @@ class TailSamples(Dataset[Tuple[torch.Tensor, int]]):
         runner: Any,
         seed: int,
         prefix: Optional[Tuple[str, Optional[Tuple[int, int]]]] = None,
+        target_transform: Optional[Callable[[int], Any]] = None,
     ) -> None:
         self.source = source
+        self.target_transform = target_transform
         self.runner = runner
         self.names = names
         self.seed = seed
@@ -251,7 +254,7 @@ class TailSamples(Dataset[Tuple[torch.Tensor, int]]):
             made = self._native_prefix = (os.getpid(), _native.Prefix(spec, size))
         return made[1]
 
-    def __getitem__(self, index: int) -> Tuple[torch.Tensor, int]:
+    def __getitem__(self, index: int) -> Tuple[torch.Tensor, Any]:
         where, data, label = self._read(index)
         if self.prefix is None:
             x = self.runner.to_input(data)
@@ -282,7 +285,8 @@ class TailSamples(Dataset[Tuple[torch.Tensor, int]]):
                 f"{_describe(got)}, but the first sample gave {_describe(self.expected)} (every "
                 "sample of a batch must have the same shape and dtype)"
             )
-        return torch.from_numpy(array), int(label)
+        target = label if self.target_transform is None else self.target_transform(label)
+        return torch.from_numpy(array), target
 
     def _read(self, index: int) -> Tuple[str, bytes, int]:
         """``(where, encoded bytes, label)`` of sample ``index``: an array's image as binary

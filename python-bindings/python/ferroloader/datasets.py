@@ -23,13 +23,13 @@ from __future__ import annotations
 import numbers
 import os
 import sys
-from typing import Any, Dict, List, Optional, Sequence, Tuple, Union, cast
+from typing import Any, Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple, Union, cast
 
 import numpy as np
 
 from ferroloader._native import FileList, ImageArray, ImageFolder, PathList, WebDataset
 
-__all__ = ["Source", "as_source", "python_reason"]
+__all__ = ["Carried", "Source", "as_source", "python_reason"]
 
 #: What the native loader takes.
 Source = Union[ImageFolder, FileList, PathList, ImageArray, WebDataset, Any]
@@ -38,23 +38,37 @@ _NATIVE = (ImageFolder, FileList, PathList)
 
 
 class _Listing:
-    """Paths and labels of a listable dataset, and the transform it carries (if any)."""
+    """Paths and labels of a listable dataset, and the transforms it carries (if any)."""
 
-    def __init__(self, paths: List[str], labels: List[int], transform: Any) -> None:
+    def __init__(
+        self, paths: List[str], labels: List[int], transform: Any, target_transform: Any = None
+    ) -> None:
         self.paths = paths
         self.labels = labels
         self.transform = transform
+        self.target_transform = target_transform
 
 
-def as_source(dataset: Any) -> Tuple[Source, Any]:
-    """``(source, transform)``: the dataset as the native loader takes it, and the transform
-    set on the dataset itself (torchvision's ``ImageFolder(root, transform=...)``), or ``None``.
+class Carried(NamedTuple):
+    """A dataset as the native loader takes it, with what torchvision's dataset would have
+    applied to each sample: ``transform`` to the image (the loader converts it) and
+    ``target_transform`` to the class index (the loader calls it on each label, as the
+    dataset's ``__getitem__`` would); ``None`` where the dataset sets none."""
+
+    source: Source
+    transform: Any
+    target_transform: Optional[Callable[[int], Any]]
+
+
+def as_source(dataset: Any) -> Carried:
+    """The dataset as the native loader takes it, and the transforms set on the dataset itself
+    (torchvision's ``ImageFolder(root, transform=..., target_transform=...)``).
 
     Raises ``TypeError``/``ValueError`` naming what cannot be honoured and why.
     """
     if isinstance(dataset, (*_NATIVE, ImageArray, WebDataset)):
         # Shards are read natively; a Subset of them cannot be listed as paths.
-        return dataset, None
+        return Carried(dataset, None, None)
     if isinstance(dataset, (str, bytes, os.PathLike)):
         raise TypeError(
             f"dataset: got the path {dataset!r}; for a folder of class folders pass "
@@ -65,10 +79,12 @@ def as_source(dataset: Any) -> Tuple[Source, Any]:
         return arrays
     listing = _listing(dataset)
     if listing is not None:
-        return PathList(listing.paths, listing.labels), listing.transform
+        return Carried(
+            PathList(listing.paths, listing.labels), listing.transform, listing.target_transform
+        )
     if hasattr(dataset, "__getitem__") and hasattr(dataset, "__len__"):
         _check_attached_transforms(dataset)
-        return dataset, None
+        return Carried(dataset, None, None)
     raise TypeError(
         "dataset: expected a ferroloader or torchvision dataset, a sequence of (path, label), "
         "or a map-style dataset whose items are (path or bytes, label); got "
@@ -92,11 +108,11 @@ def python_reason(dataset: Any) -> Optional[str]:
         arrays = _image_array(dataset)
         listing = None if arrays is not None else _listing(dataset)
     except (TypeError, ValueError) as e:
-        # What the native reading refuses (a custom loader, a target_transform, items that are
+        # What the native reading refuses (a custom loader, a joint transforms=, items that are
         # not (path, label)...) is the dataset's own code to run.
         return str(e).removeprefix("dataset: ")
     if arrays is not None:
-        return None if arrays[1] is not None else f"{type(dataset).__name__} has no transform"
+        return None if arrays.transform is not None else f"{type(dataset).__name__} has no transform"
     if listing is None:
         return f"{type(dataset).__name__}.__getitem__ makes its samples"
     if listing.transform is None:
@@ -120,7 +136,10 @@ def _listing(dataset: Any) -> Optional[_Listing]:
             return None
         indices = [int(i) for i in dataset.indices]
         return _Listing(
-            [inner.paths[i] for i in indices], [inner.labels[i] for i in indices], inner.transform
+            [inner.paths[i] for i in indices],
+            [inner.labels[i] for i in indices],
+            inner.transform,
+            inner.target_transform,
         )
     if _is_concat(dataset):
         parts = [_listing(d) for d in dataset.datasets]
@@ -133,11 +152,17 @@ def _listing(dataset: Any) -> Optional[_Listing]:
                 "dataset: the ConcatDataset's parts carry different transforms; ferroloader "
                 "runs one pipeline: pass it as Loader(transform=...) and none on the parts"
             )
-        transform = next(iter(transforms.values()), None)
+        targets = {id(p.target_transform): p.target_transform for p in listed}
+        if len(targets) > 1:
+            raise ValueError(
+                "dataset: the ConcatDataset's parts carry different target_transforms; "
+                "ferroloader calls one on every label"
+            )
         return _Listing(
             [p for part in listed for p in part.paths],
             [label for part in listed for label in part.labels],
-            transform,
+            next(iter(transforms.values()), None),
+            next(iter(targets.values()), None),
         )
     if isinstance(dataset, (list, tuple)):
         return _sequence_listing(dataset)
@@ -178,7 +203,7 @@ def _file_dataset_listing(dataset: Any) -> Optional[_Listing]:
             f"dataset: {name} has a custom loader {loader!r}, which ferroloader would not run (it "
             "decodes natively); use torchvision's default loader"
         )
-    _check_standard_transforms(dataset, name)
+    _check_joint_transforms(dataset, name)
     if cls.__name__ == "OxfordIIITPet":
         kinds = list(dataset._target_types)
         if kinds not in (["category"], ["binary-category"]):
@@ -199,7 +224,12 @@ def _file_dataset_listing(dataset: Any) -> Optional[_Listing]:
             f"dataset: {name} has no class label for each image (this split is unlabelled); "
             "ferroloader's samples are (image, class index)"
         )
-    return _Listing(paths, [_label(i, label) for i, label in enumerate(raw_labels)], dataset.transform)
+    return _Listing(
+        paths,
+        [_label(i, label) for i, label in enumerate(raw_labels)],
+        dataset.transform,
+        dataset.target_transform,
+    )
 
 
 def _torchvision_class(dataset: Any, names: Dict[str, Any]) -> Optional[type]:
@@ -231,14 +261,9 @@ def _is_default_loader(loader: Any) -> bool:
     return loader in {folder.default_loader, folder.pil_loader} or (accimage is not None and loader is accimage)
 
 
-def _check_standard_transforms(dataset: Any, name: str) -> None:
-    """The target transform, and a joint ``transforms=`` (image and target together), cannot
-    be honoured: labels are the class indices, the transform runs on the image alone."""
-    if getattr(dataset, "target_transform", None) is not None:
-        raise ValueError(
-            f"dataset: {name}.target_transform is not supported (labels are the class indices); "
-            "map the labels after loading instead"
-        )
+def _check_joint_transforms(dataset: Any, name: str) -> None:
+    """A joint ``transforms=`` (image and target together) cannot be honoured: the transform
+    runs on the image alone, natively, and the target transform on the label."""
     joint = getattr(dataset, "transforms", None)
     if joint is not None and type(joint).__name__ != "StandardTransform":
         raise ValueError(
@@ -247,32 +272,33 @@ def _check_standard_transforms(dataset: Any, name: str) -> None:
         )
 
 
-def _image_array(dataset: Any) -> Optional[Tuple[ImageArray, Any]]:
+def _image_array(dataset: Any) -> Optional[Carried]:
     """torchvision's in-memory datasets (or a ``Subset`` of one) as an ``ImageArray``, with the
-    transform they carry; ``None`` for anything else."""
+    transforms they carry; ``None`` for anything else."""
     found = _array_samples(dataset)
     if found is None:
         return None
-    images, labels, name, transform = found
-    return ImageArray(images, labels.tolist(), name), transform
+    images, labels, name, transforms = found
+    return Carried(ImageArray(images, labels.tolist(), name), *transforms)
 
 
-def _array_samples(dataset: Any) -> Optional[Tuple[np.ndarray, np.ndarray, str, Any]]:
-    """``(images, labels, name, transform)`` of an in-memory dataset, the images ``(N, H, W, C)``
-    or ``(N, H, W)`` as the dataset's ``__getitem__`` hands them to PIL (a view where it can be:
-    a ``Subset`` copies only its own images, and ``ImageArray`` copies them once more)."""
+def _array_samples(dataset: Any) -> Optional[Tuple[np.ndarray, np.ndarray, str, Tuple[Any, Any]]]:
+    """``(images, labels, name, (transform, target_transform))`` of an in-memory dataset, the
+    images ``(N, H, W, C)`` or ``(N, H, W)`` as the dataset's ``__getitem__`` hands them to PIL
+    (a view where it can be: a ``Subset`` copies only its own images, and ``ImageArray`` copies
+    them once more)."""
     if _is_subset(dataset):
         inner = _array_samples(dataset.dataset)
         if inner is None:
             return None
-        images, labels, name, transform = inner
+        images, labels, name, transforms = inner
         indices = np.asarray([int(i) for i in dataset.indices], dtype=np.int64)
-        return images[indices], labels[indices], name, transform
+        return images[indices], labels[indices], name, transforms
     kind = _array_dataset_kind(dataset)
     if kind is None:
         return None
     name = type(dataset).__name__
-    _check_standard_transforms(dataset, name)
+    _check_joint_transforms(dataset, name)
     images = np.asarray(dataset.data)
     if kind == "chw":
         # SVHN and STL-10 keep (N, 3, H, W) and transpose each image as they hand it to PIL.
@@ -288,7 +314,7 @@ def _array_samples(dataset: Any) -> Optional[Tuple[np.ndarray, np.ndarray, str, 
         labels = targets[:, 0] if targets.ndim == 2 else targets
     else:
         labels = np.asarray([int(label) for label in (dataset.targets if kind == "hwc" else dataset.labels)])
-    return images, labels.astype(np.int64), name, dataset.transform
+    return images, labels.astype(np.int64), name, (dataset.transform, dataset.target_transform)
 
 
 #: torchvision's datasets holding decoded images in ``data``, by class name: ``"hwc"`` for
@@ -338,14 +364,11 @@ def _folder_listing(dataset: Any) -> _Listing:
             "ferroloader would not run (it decodes natively); give a dataset whose items are "
             "(path or bytes, label), or torchvision's default loader"
         )
-    if getattr(dataset, "target_transform", None) is not None:
-        raise ValueError(
-            f"dataset: {type(dataset).__name__}.target_transform is not supported (labels are "
-            "the class indices); map the labels after loading instead"
-        )
     paths = [os.fspath(p) for p, _ in dataset.samples]
     labels = [int(label) for _, label in dataset.samples]
-    return _Listing(paths, labels, getattr(dataset, "transform", None))
+    return _Listing(
+        paths, labels, getattr(dataset, "transform", None), getattr(dataset, "target_transform", None)
+    )
 
 
 def _sequence_listing(items: Sequence[Any]) -> Optional[_Listing]:

@@ -197,12 +197,13 @@ class Loader:
     the shuffle and every random draw, whatever ``num_workers``.
 
     ``dataset``: a ``ferroloader.ImageFolder``/``FileList``, torchvision's ``ImageFolder`` or
-    ``DatasetFolder`` (its ``transform`` is used when ``transform`` is not given), a sequence of
+    ``DatasetFolder`` (its ``transform`` is used when ``transform`` is not given, its
+    ``target_transform`` called on each label as the batch is handed out), a sequence of
     ``(path, label)`` or ``(bytes, label)``, a torch ``Subset``/``ConcatDataset`` of those, or
     any map-style dataset whose items are ``(path or bytes, label)`` (see
     ``ferroloader.datasets``). Given with no ``transform`` (here or on it), any other map-style
     dataset (your own class that opens and transforms its images and returns tensors, a dict,
-    anything; a torchvision dataset with a custom ``loader`` or a ``target_transform``) runs in
+    anything; a torchvision dataset with a custom ``loader`` or a joint ``transforms``) runs in
     Python as DataLoader runs it: ``dataset[i]`` in ``num_workers`` worker *processes*,
     ``collate_fn`` and ``pin_memory`` as there, ``worker_init_fn`` allowed, nothing native
     (``ferroloader._pydataset``); the order, the per-sample seeding of torch's, ``random``'s and
@@ -317,8 +318,11 @@ class Loader:
         self.python_dataset_reason: Optional[str] = (
             python_reason(dataset) if transform is None else None
         )
+        #: The dataset's ``target_transform``, called on each label (a class index) in the
+        #: consumer's thread as each batch is handed out; ``None`` where it sets none.
+        self.target_transform: Optional[Callable[[int], Any]] = None
         if self.python_dataset_reason is None:
-            self._source, dataset_transform = as_source(dataset)
+            self._source, dataset_transform, self.target_transform = as_source(dataset)
             if transform is None:
                 if dataset_transform is None:
                     raise TypeError(
@@ -642,7 +646,9 @@ class Loader:
         names = [tail_op_name(op) for op in self.python_tail]
         if split.spec is not None:
             self._check_normalize()
-        samples = TailSamples(source, self.python_tail, names, runner, self.seed, prefix)
+        samples = TailSamples(
+            source, self.python_tail, names, runner, self.seed, prefix, self.target_transform
+        )
         samples.probe(skip=self.on_error == "skip")
         if self.python_tail_workers == "auto" and split.spec is not None:
             self.python_tail_costs = samples.costs(_COST_SAMPLES)
@@ -1023,6 +1029,7 @@ class LoaderIterator:
         self._device_hold = loader._device_hold
         self._collate_fn = loader.collate_fn
         self._batch_transform = loader.batch_transform
+        self._target_transform = loader.target_transform
         self._unbatched = loader.unbatched
         native_loader = loader._native_loader()
         shape = tuple(native_loader.sample_shape)
@@ -1059,6 +1066,10 @@ class LoaderIterator:
         if self._loader._progress is not None and self._loader._progress[0] == self.epoch:
             self._loader._progress = (self.epoch, self._native_iter.resume_state)
         self.indices = indices
+        # What the dataset's __getitem__ would have returned as each target, before collation.
+        targets = None
+        if self._target_transform is not None:
+            targets = [self._target_transform(label) for label in labels.tolist()]
         if self._sample_shape is not None:
             images = images.reshape((images.shape[0], *self._sample_shape))  # a view, no copy
         if self._from_numpy is not None:
@@ -1071,13 +1082,30 @@ class LoaderIterator:
                     images = images.pin_memory()
                 labels = labels.pin_memory()
         if self._unbatched:
-            return images[0], labels[0]
+            return images[0], labels[0] if targets is None else targets[0]
         if self._collate_fn is not None:
-            samples = [(images[i], int(labels[i])) for i in range(len(labels))]
+            if targets is None:
+                targets = [int(label) for label in labels]
+            samples = [(images[i], targets[i]) for i in range(len(targets))]
             return self._collate_fn(samples)  # type: ignore[no-any-return]
+        if targets is not None:
+            labels = self._collate_targets(targets)
         if self._batch_transform is not None:
             return self._batch_transform(images, labels)  # type: ignore[no-any-return]
         return images, labels
+
+    def _collate_targets(self, targets: List[Any]) -> Any:
+        """The targets as DataLoader's default collation batches them (ints into an int64
+        tensor, tensors stacked, dicts and tuples field by field); a numpy array with
+        ``tensor_type="numpy"``."""
+        if self._from_numpy is None:
+            return np.asarray(targets)
+        from torch.utils.data import default_collate
+
+        collated = default_collate(targets)
+        if self._pin_device is not None and hasattr(collated, "pin_memory"):
+            collated = collated.pin_memory()
+        return collated
 
     def _end(self) -> None:
         self.finished = True

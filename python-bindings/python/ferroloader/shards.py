@@ -154,7 +154,12 @@ def _dataset(src: Any, root: Optional[PathLike]) -> Union[ImageFolder, FileList,
         return FileList(os.path.abspath(src), root=None if root is None else os.path.abspath(root))
     if root is not None:
         raise ValueError("root: only with a list file's path; a dataset has its own")
-    source, _transform = as_source(src)
+    source, _transform, target_transform = as_source(src)
+    if target_transform is not None:
+        raise ValueError(
+            f"src: {type(src).__name__}.target_transform is set; shards keep each file's class "
+            "index, so give the dataset without it and map the labels when loading"
+        )
     if not isinstance(source, (ImageFolder, FileList, PathList)):
         raise TypeError(
             "src: shards copy files, so the dataset must list paths (ferroloader's or "
