@@ -1,6 +1,11 @@
-"""The DeiT/ViT training transform timm-based scripts build, for the head-to-head:
+"""The training transforms timm-based scripts build, for the head-to-head:
 
     python scripts/bench_vs_torch.py --workers 2 --transform scripts/timm_train_transform.py:train
+
+``train`` is the DeiT/ViT recipe (below); ``train_py`` what timm's own train.py builds with its
+defaults (``--train-interpolation random``, colour jitter 0.4); ``augmix`` and ``autoaugment``
+the DeiT recipe with timm's AugMix (``augmix-m5-w4-d2``) or AutoAugment (``original``) in place
+of its RandAugment.
 
 ``create_transform(224, is_training=True, auto_augment="rand-m9-mstd0.5-inc1", re_prob=0.25,
 re_mode="pixel", interpolation="bicubic")``: timm's RandomResizedCropAndInterpolation (bicubic),
@@ -44,4 +49,30 @@ def train() -> Any:
         re_prob=0.25,
         re_mode="pixel",
         interpolation="bicubic",
+    )
+
+
+def train_py() -> Any:
+    """What timm's train.py builds with its defaults: RandomResizedCropAndInterpolation with
+    ``interpolation="random"`` (BILINEAR or BICUBIC per sample), flip, ColorJitter(0.4)."""
+    from timm.data import create_transform
+
+    return create_transform(224, is_training=True, color_jitter=0.4, interpolation="random")
+
+
+def augmix() -> Any:
+    """The DeiT recipe with timm's AugMix (``augmix-m5-w4-d2``) for its RandAugment."""
+    from timm.data import create_transform
+
+    return create_transform(
+        224, is_training=True, auto_augment="augmix-m5-w4-d2", re_prob=0.25, re_mode="pixel", interpolation="bicubic"
+    )
+
+
+def autoaugment() -> Any:
+    """The DeiT recipe with timm's AutoAugment (``original``) for its RandAugment."""
+    from timm.data import create_transform
+
+    return create_transform(
+        224, is_training=True, auto_augment="original", re_prob=0.25, re_mode="pixel", interpolation="bicubic"
     )
