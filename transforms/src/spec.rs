@@ -26,9 +26,7 @@ mod tensor_op;
 pub use op_spec::*;
 use op_spec::{default_ratio, default_scale, default_true};
 
-pub use stage::{
-    apply_timm_op, plan_timm_augmix, plan_timm_auto_augment, plan_timm_rand_augment,
-};
+pub use stage::{apply_timm_op, plan_timm_augmix, plan_timm_auto_augment, plan_timm_rand_augment};
 use stage::{pad_center_crop, Domain, RandomCropOp, StageOp, StageScratch, Staged};
 use tensor_op::{SlotState, TensorOp};
 

@@ -174,7 +174,10 @@ mod tests {
         let img = RgbImage::from_raw(1, 1, vec![100, 0, 255]).expect("size");
         let mut scratch = TimmMixScratch::new();
         scratch.start_mix(&img);
-        scratch.begin_chain(&img).as_raw_mut().copy_from_slice(&[101, 3, 255]);
+        scratch
+            .begin_chain(&img)
+            .as_raw_mut()
+            .copy_from_slice(&[101, 3, 255]);
         scratch.add_chain(0.5).expect("sizes");
         scratch.begin_chain(&img);
         scratch.add_chain(0.5).expect("sizes");

@@ -29,11 +29,11 @@ mod policy;
 mod timm;
 
 use crate::augment::augmix::AugMixScratch;
-use crate::augment::timm_mix::TimmMixScratch;
 use crate::augment::color::ColorScratch;
 use crate::augment::geometry::{AffineWarp, GaussianBlur, Padder};
 use crate::augment::grid_sample::{GridSampler, BICUBIC_ON_TENSORS};
 use crate::augment::policy::Api;
+use crate::augment::timm_mix::TimmMixScratch;
 use crate::error::{Error, Result};
 use crate::image::RgbImage;
 use crate::resize::Resizer;
@@ -160,9 +160,7 @@ pub(in crate::spec) struct StageScratch {
 impl StageScratch {
     /// Bytes its images hold on to.
     pub fn retained_bytes(&self) -> usize {
-        self.spare.retained_bytes()
-            + self.augmix.retained_bytes()
-            + self.timm_mix.retained_bytes()
+        self.spare.retained_bytes() + self.augmix.retained_bytes() + self.timm_mix.retained_bytes()
     }
 }
 

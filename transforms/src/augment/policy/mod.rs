@@ -69,7 +69,7 @@ pub use single::{
 };
 pub use space::{torch_linspace, AugmentationSpace};
 pub use timm::{
-    TimmAugMix, TimmAugMixPlan, TimmAugmentOp, TimmAutoAugment, TimmAutoPlan, TimmOpKind,
-    TimmPlan, TimmPolicyKind, TimmRandAugment, TimmStep, MAX_TIMM_AUGMIX_WIDTH, MAX_TIMM_LAYERS,
+    TimmAugMix, TimmAugMixPlan, TimmAugmentOp, TimmAutoAugment, TimmAutoPlan, TimmOpKind, TimmPlan,
+    TimmPolicyKind, TimmRandAugment, TimmStep, MAX_TIMM_AUGMIX_WIDTH, MAX_TIMM_LAYERS,
     MAX_TIMM_OPS, MAX_TIMM_SUB_POLICIES,
 };

@@ -866,6 +866,11 @@ impl TimmAugMix {
         if let Some(w) = plan.weights.get_mut(..self.width) {
             draws.dirichlet(self.alpha, w);
         }
+        if self.width == 1 {
+            // numpy's one-way Dirichlet is exactly 1; torch's sampler clamps its float32
+            // weights below 1 (to 1 - 2^-24), which would truncate a 255 to 254 in the mix.
+            plan.weights[0] = 1.0;
+        }
         let mut beta = [0.0f32; 2];
         draws.dirichlet(self.alpha, &mut beta);
         plan.m = beta[0];
@@ -1101,10 +1106,14 @@ mod tests {
         assert!(TimmRandAugment::new(vec![op(TimmOpKind::Invert, 1.0, 0.0)], 17, None).is_err());
     }
     fn augmix_ops() -> Vec<TimmAugmentOp> {
-        [TimmOpKind::AutoContrast, TimmOpKind::Rotate, TimmOpKind::ShearX]
-            .into_iter()
-            .map(|k| op(k, 3.0, f64::INFINITY))
-            .collect()
+        [
+            TimmOpKind::AutoContrast,
+            TimmOpKind::Rotate,
+            TimmOpKind::ShearX,
+        ]
+        .into_iter()
+        .map(|k| op(k, 3.0, f64::INFINITY))
+        .collect()
     }
 
     #[test]
@@ -1158,7 +1167,10 @@ mod tests {
         }
         let rotate = f64::from(rotate) / f64::from(chosen[0]);
         let invert = f64::from(invert) / f64::from(chosen[0]);
-        assert!((rotate - 0.8).abs() < 0.02 && (invert - 0.2).abs() < 0.02, "{rotate} {invert}");
+        assert!(
+            (rotate - 0.8).abs() < 0.02 && (invert - 0.2).abs() < 0.02,
+            "{rotate} {invert}"
+        );
         assert!(TimmAutoAugment::new(Vec::new()).is_err());
         let long = vec![vec![coin(TimmOpKind::Invert, 1.0); MAX_TIMM_LAYERS + 1]];
         let err = TimmAutoAugment::new(long).expect_err("refused").to_string();
@@ -1201,10 +1213,16 @@ mod tests {
         // Depth 1 to 3, uniformly; ops uniformly; magnitudes uniform in [0, 3].
         assert_eq!(depths[0], 0);
         for d in &depths[1..] {
-            assert!((f64::from(*d) / (4.0 * n) - 1.0 / 3.0).abs() < 0.01, "{depths:?}");
+            assert!(
+                (f64::from(*d) / (4.0 * n) - 1.0 / 3.0).abs() < 0.01,
+                "{depths:?}"
+            );
         }
         for o in ops {
-            assert!((f64::from(o) / f64::from(count) - 1.0 / 3.0).abs() < 0.01, "{ops:?}");
+            assert!(
+                (f64::from(o) / f64::from(count) - 1.0 / 3.0).abs() < 0.01,
+                "{ops:?}"
+            );
         }
         assert!((magnitudes / f64::from(count) - 1.5).abs() < 0.02);
         // A fixed depth.
@@ -1230,11 +1248,7 @@ mod tests {
         let c = c * (1.0 - a1);
         let a0 = ws[0] / c;
         assert_eq!(&w[..3], &[a0, a1, a2]);
-        assert_eq!(
-            &w[..3],
-            &[0.23076925f32, 0.25714287, 0.3],
-            "numpy's values"
-        );
+        assert_eq!(&w[..3], &[0.23076925f32, 0.25714287, 0.3], "numpy's values");
     }
 
     #[test]
