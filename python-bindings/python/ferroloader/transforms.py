@@ -1824,9 +1824,11 @@ def _convert_one(name: str, t: Any, done: List[Transform]) -> object:
             ops = augment_ops(same.ops, lambda i: f"ops[{i}]")
             return TimmRandAugment(ops, same.num_layers, same.choice_weights)
         if isinstance(same, AutoAugmentArgs):
-            return TimmAutoAugment(
-                [augment_ops(sub, lambda j, i=i: f"policy[{i}][{j}]") for i, sub in enumerate(same.policy)]
-            )
+            policy = []
+            for i, sub in enumerate(same.policy):
+                prefix = f"policy[{i}]"
+                policy.append(augment_ops(sub, lambda j: f"{prefix}[{j}]"))
+            return TimmAutoAugment(policy)
         if isinstance(same, AugMixArgs):
             ops = augment_ops(same.ops, lambda i: f"ops[{i}]")
             return TimmAugMix(ops, same.alpha, same.width, same.depth, same.blended)
