@@ -166,6 +166,17 @@ mod tests {
         let mut d = [0u8];
         pillow_blend(&mut d, &[10], 0.1).expect("same size");
         assert_eq!(d, [1]);
+        // Where the float32 product and sum round up to a whole level that float64 misses
+        // (found by search over every pair of levels; Pillow 13's outputs).
+        for (alpha, a, b, want) in [
+            (0.573_643_33f32, 55u8, 184u8, 129u8),
+            (0.950_354_6, 141, 0, 7),
+            (0.627_450_9, 97, 148, 129),
+        ] {
+            let mut v = [a];
+            pillow_blend(&mut v, &[b], alpha).expect("same size");
+            assert_eq!(v, [want], "blend({a}, {b}, {alpha})");
+        }
         assert!(pillow_blend(&mut [0u8; 3], &[0u8; 6], 0.5).is_err());
     }
 
