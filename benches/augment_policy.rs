@@ -6,7 +6,10 @@
 //!
 //! `timm_rand_augment_m9_mstd05_inc1` is timm's `RandAugment` as
 //! `create_transform(224, auto_augment="rand-m9-mstd0.5-inc1", interpolation="bicubic")`
-//! builds it (the DeiT/ViT recipes'), in its own `TimmRandAugment` span.
+//! builds it (the DeiT/ViT recipes'), in its own `TimmRandAugment` span;
+//! `timm_auto_augment_original` timm's `AutoAugment` (`auto_augment="original"`), and
+//! `timm_augmix_m3_w3` / `timm_augmix_m3_w3_b1` timm's `AugMixAugment` (`"augmix-m3-w3"`, basic
+//! and blended mixing), each in its own span.
 //!
 //! Compare ratios within one run, not absolute times (shared 2-core machines).
 
@@ -88,6 +91,89 @@ fn timm_recipe() -> OpSpec {
         .expect("a TimmRandAugment spec")
 }
 
+/// timm's `AutoAugment("original")` as `create_transform(224, auto_augment="original",
+/// interpolation="bicubic")` builds it.
+fn timm_auto_original() -> OpSpec {
+    let policy = [
+        [("PosterizeOriginal", 0.4, 8), ("Rotate", 0.6, 9)],
+        [("Solarize", 0.6, 5), ("AutoContrast", 0.6, 5)],
+        [("Equalize", 0.8, 8), ("Equalize", 0.6, 3)],
+        [("PosterizeOriginal", 0.6, 7), ("PosterizeOriginal", 0.6, 6)],
+        [("Equalize", 0.4, 7), ("Solarize", 0.2, 4)],
+        [("Equalize", 0.4, 4), ("Rotate", 0.8, 8)],
+        [("Solarize", 0.6, 3), ("Equalize", 0.6, 7)],
+        [("PosterizeOriginal", 0.8, 5), ("Equalize", 1.0, 2)],
+        [("Rotate", 0.2, 3), ("Solarize", 0.6, 8)],
+        [("Equalize", 0.6, 8), ("PosterizeOriginal", 0.4, 6)],
+        [("Rotate", 0.8, 8), ("Color", 0.4, 0)],
+        [("Rotate", 0.4, 9), ("Equalize", 0.6, 2)],
+        [("Equalize", 0.0, 7), ("Equalize", 0.8, 8)],
+        [("Invert", 0.6, 4), ("Equalize", 1.0, 8)],
+        [("Color", 0.6, 4), ("Contrast", 1.0, 8)],
+        [("Rotate", 0.8, 8), ("Color", 1.0, 2)],
+        [("Color", 0.8, 8), ("Solarize", 0.8, 7)],
+        [("Sharpness", 0.4, 7), ("Invert", 0.6, 8)],
+        [("ShearX", 0.6, 5), ("Equalize", 1.0, 9)],
+        [("Color", 0.4, 0), ("Equalize", 0.6, 3)],
+        [("Equalize", 0.4, 7), ("Solarize", 0.2, 4)],
+        [("Solarize", 0.6, 5), ("AutoContrast", 0.6, 5)],
+        [("Invert", 0.6, 4), ("Equalize", 1.0, 8)],
+        [("Color", 0.6, 4), ("Contrast", 1.0, 8)],
+        [("Equalize", 0.8, 8), ("Equalize", 0.6, 3)],
+    ];
+    let policy: Vec<Vec<serde_json::Value>> = policy
+        .iter()
+        .map(|sub| {
+            sub.iter()
+                .map(|(name, prob, magnitude)| {
+                    serde_json::json!({
+                        "name": name, "prob": prob, "magnitude": magnitude,
+                        "translate_const": 100, "fill": [124, 116, 104],
+                        "interpolation": "bicubic",
+                    })
+                })
+                .collect()
+        })
+        .collect();
+    serde_json::from_value(serde_json::json!({"op": "TimmAutoAugment", "policy": policy}))
+        .expect("a TimmAutoAugment spec")
+}
+
+/// timm's `AugMixAugment` as `create_transform(224, auto_augment="augmix-m3-w3",
+/// interpolation="bilinear")` builds it (`blended`: `"augmix-m3-w3-b1"`).
+fn timm_augmix(blended: bool) -> OpSpec {
+    let names = [
+        "AutoContrast",
+        "ColorIncreasing",
+        "ContrastIncreasing",
+        "BrightnessIncreasing",
+        "SharpnessIncreasing",
+        "Equalize",
+        "Rotate",
+        "PosterizeIncreasing",
+        "SolarizeIncreasing",
+        "ShearX",
+        "ShearY",
+        "TranslateXRel",
+        "TranslateYRel",
+    ];
+    let ops: Vec<serde_json::Value> = names
+        .iter()
+        .map(|name| {
+            serde_json::json!({
+                "name": name, "prob": 1.0, "magnitude": 3, "magnitude_std": "inf",
+                "translate_const": 100, "translate_pct": 0.3, "fill": [124, 116, 104],
+                "interpolation": "bilinear",
+            })
+        })
+        .collect();
+    serde_json::from_value(serde_json::json!({
+        "op": "TimmAugMix", "ops": ops, "alpha": 1.0, "width": 3, "depth": -1,
+        "blended": blended,
+    }))
+    .expect("a TimmAugMix spec")
+}
+
 fn bench_policies(c: &mut Criterion) {
     let dir = fixtures::fixture_dir("decode", "make fixtures");
     let bytes = std::fs::read(dir.join("jpeg_imagenet_like.jpg")).expect("corpus JPEG");
@@ -142,6 +228,21 @@ fn bench_policies(c: &mut Criterion) {
             "timm_rand_augment_m9_mstd05_inc1",
             Op::TimmRandAugment,
             Some(timm_recipe()),
+        ),
+        (
+            "timm_auto_augment_original",
+            Op::TimmAutoAugment,
+            Some(timm_auto_original()),
+        ),
+        (
+            "timm_augmix_m3_w3",
+            Op::TimmAugMix,
+            Some(timm_augmix(false)),
+        ),
+        (
+            "timm_augmix_m3_w3_b1",
+            Op::TimmAugMix,
+            Some(timm_augmix(true)),
         ),
     ];
     for (name, span, policy) in variants {

@@ -332,7 +332,6 @@ pub(crate) fn timm_rand_augment_draws(
     seed: u64,
     epoch: u64,
 ) -> PyResult<Vec<Vec<TimmStepTuple>>> {
-    use ferroloader_loader::transforms::augment::geometry::Interpolation;
     use ferroloader_loader::transforms::spec::{plan_timm_rand_augment, OpSpec};
 
     let op: OpSpec =
@@ -340,21 +339,85 @@ pub(crate) fn timm_rand_augment_draws(
     let policy = plan_timm_rand_augment(&op)
         .map_err(|e| transform_config_error("spec", &e))?
         .ok_or_else(|| PyValueError::new_err("spec: not a TimmRandAugment op"))?;
+    Ok(indices
+        .iter()
+        .map(|&index| step_tuples(&policy.draw(&mut sample_rng(seed, epoch, index))))
+        .collect())
+}
+
+/// A plan's steps as [`TimmStepTuple`]s.
+fn step_tuples(
+    plan: &ferroloader_loader::transforms::augment::policy::TimmPlan,
+) -> Vec<TimmStepTuple> {
+    use ferroloader_loader::transforms::augment::geometry::Interpolation;
     let filter = |i: Interpolation| match i {
         Interpolation::Nearest => "nearest",
         Interpolation::Bilinear => "bilinear",
         Interpolation::Bicubic => "bicubic",
     };
+    plan.steps()
+        .map(|s| {
+            let interpolation = s.interpolation.map(filter);
+            (s.kind.name(), s.applied, s.magnitude, s.arg, interpolation)
+        })
+        .collect()
+}
+
+/// The draws timm's `AutoAugment` (`spec`: the JSON of one `TimmAutoAugment` op) makes for
+/// samples `indices`, as [`timm_rand_augment_draws`]: per sample the index of the sub-policy
+/// chosen and its ops' steps, skipped ones included.
+#[pyfunction]
+#[pyo3(signature = (spec, indices, *, seed = 0, epoch = 0))]
+pub(crate) fn timm_auto_augment_draws(
+    spec: &str,
+    indices: Vec<u64>,
+    seed: u64,
+    epoch: u64,
+) -> PyResult<Vec<(usize, Vec<TimmStepTuple>)>> {
+    use ferroloader_loader::transforms::spec::{plan_timm_auto_augment, OpSpec};
+
+    let op: OpSpec =
+        serde_json::from_str(spec).map_err(|e| PyValueError::new_err(format!("spec: {e}")))?;
+    let policy = plan_timm_auto_augment(&op)
+        .map_err(|e| transform_config_error("spec", &e))?
+        .ok_or_else(|| PyValueError::new_err("spec: not a TimmAutoAugment op"))?;
     Ok(indices
         .iter()
         .map(|&index| {
             let plan = policy.draw(&mut sample_rng(seed, epoch, index));
-            plan.steps()
-                .map(|s| {
-                    let interpolation = s.interpolation.map(filter);
-                    (s.kind.name(), s.applied, s.magnitude, s.arg, interpolation)
-                })
-                .collect()
+            (plan.sub_policy, step_tuples(&plan.steps))
+        })
+        .collect())
+}
+
+/// One sample's AugMix draws: the float32 mixing weights, the Beta draw `m`, and per chain
+/// its ops' steps.
+type TimmAugMixDraws = (Vec<f32>, f32, Vec<Vec<TimmStepTuple>>);
+
+/// The draws timm's `AugMixAugment` (`spec`: the JSON of one `TimmAugMix` op) makes for
+/// samples `indices`, as [`timm_rand_augment_draws`]: per sample `(mixing_weights, m,
+/// chains)`, each chain its ops' steps in order.
+#[pyfunction]
+#[pyo3(signature = (spec, indices, *, seed = 0, epoch = 0))]
+pub(crate) fn timm_augmix_draws(
+    spec: &str,
+    indices: Vec<u64>,
+    seed: u64,
+    epoch: u64,
+) -> PyResult<Vec<TimmAugMixDraws>> {
+    use ferroloader_loader::transforms::spec::{plan_timm_augmix, OpSpec};
+
+    let op: OpSpec =
+        serde_json::from_str(spec).map_err(|e| PyValueError::new_err(format!("spec: {e}")))?;
+    let policy = plan_timm_augmix(&op)
+        .map_err(|e| transform_config_error("spec", &e))?
+        .ok_or_else(|| PyValueError::new_err("spec: not a TimmAugMix op"))?;
+    Ok(indices
+        .iter()
+        .map(|&index| {
+            let plan = policy.draw(&mut sample_rng(seed, epoch, index));
+            let chains = plan.chains().iter().map(step_tuples).collect();
+            (plan.mixing_weights().to_vec(), plan.m(), chains)
         })
         .collect())
 }

@@ -26,7 +26,7 @@ mod tensor_op;
 pub use op_spec::*;
 use op_spec::{default_ratio, default_scale, default_true};
 
-pub use stage::{apply_timm_op, plan_timm_rand_augment};
+pub use stage::{apply_timm_op, plan_timm_augmix, plan_timm_auto_augment, plan_timm_rand_augment};
 use stage::{pad_center_crop, Domain, RandomCropOp, StageOp, StageScratch, Staged};
 use tensor_op::{SlotState, TensorOp};
 
@@ -336,12 +336,16 @@ pub enum Op {
     /// timm's `RandAugment`: its draws and the ops applied (nested named spans,
     /// `TimmRandAugment/Rotate`).
     TimmRandAugment,
+    /// timm's `AutoAugment`: its draws and the ops applied (`TimmAutoAugment/Rotate`).
+    TimmAutoAugment,
+    /// timm's `AugMixAugment`: its draws, the chains' ops (`TimmAugMix/Rotate`) and the mix.
+    TimmAugMix,
 }
 
 impl Op {
     /// Every op, in declaration order (`op as usize` indexes this array; the loader's
     /// profiler tables rely on it, so new ops go at the end, here and in the enum).
-    pub const ALL: [Op; 33] = [
+    pub const ALL: [Op; 35] = [
         Op::Decode,
         Op::CropParams,
         Op::Crop,
@@ -375,6 +379,8 @@ impl Op {
         Op::RandomErasing,
         Op::RandomPerspective,
         Op::TimmRandAugment,
+        Op::TimmAutoAugment,
+        Op::TimmAugMix,
     ];
 
     /// The name spans and summaries use.
@@ -413,6 +419,8 @@ impl Op {
             Op::RandomErasing => "RandomErasing",
             Op::RandomPerspective => "RandomPerspective",
             Op::TimmRandAugment => "TimmRandAugment",
+            Op::TimmAutoAugment => "TimmAutoAugment",
+            Op::TimmAugMix => "TimmAugMix",
         }
     }
 }

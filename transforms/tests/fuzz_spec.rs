@@ -560,6 +560,64 @@ fn op_of(name: &'static str) -> BoxedStrategy<Value> {
                 ),
             ],
         ),
+        "TimmAutoAugment" => object(
+            name,
+            vec![(
+                "policy",
+                maybe(
+                    0.95,
+                    prop_oneof![
+                        9 => prop::collection::vec(
+                            prop::collection::vec(timm_augment_op(), 0..3).prop_map(Value::from),
+                            1..4,
+                        ),
+                        1 => prop::collection::vec(
+                            prop::collection::vec(timm_augment_op(), 0..20).prop_map(Value::from),
+                            0..3,
+                        ),
+                    ]
+                    .prop_map(Value::from),
+                ),
+            )],
+        ),
+        "TimmAugMix" => object(
+            name,
+            vec![
+                (
+                    "ops",
+                    maybe(
+                        0.95,
+                        prop_oneof![
+                            9 => prop::collection::vec(timm_augment_op(), 1..4),
+                            1 => prop::collection::vec(timm_augment_op(), 0..8),
+                        ]
+                        .prop_map(Value::from),
+                    ),
+                ),
+                (
+                    "alpha",
+                    maybe(
+                        0.5,
+                        prop_oneof![(0.0f64..3.0).prop_map(Value::from), number()],
+                    ),
+                ),
+                (
+                    "width",
+                    maybe(
+                        0.5,
+                        prop_oneof![9 => (0i64..6).prop_map(Value::from), 1 => number()],
+                    ),
+                ),
+                (
+                    "depth",
+                    maybe(
+                        0.5,
+                        prop_oneof![9 => (-2i64..4).prop_map(Value::from), 1 => number()],
+                    ),
+                ),
+                ("blended", maybe(0.5, any::<bool>().prop_map(Value::from))),
+            ],
+        ),
         _ => Just(json!({ "op": name })).boxed(),
     }
 }
@@ -594,6 +652,8 @@ fn op() -> impl Strategy<Value = Value> {
         "RandomAutocontrast",
         "RandomEqualize",
         "TimmRandAugment",
+        "TimmAutoAugment",
+        "TimmAugMix",
     ])
     .prop_flat_map(op_of)
 }
@@ -638,6 +698,8 @@ fn ops() -> impl Strategy<Value = Vec<Value>> {
                 "AutoAugment",
                 "AugMix",
                 "TimmRandAugment",
+                "TimmAutoAugment",
+                "TimmAugMix",
             ]),
         ),
         prop::option::weighted(0.9, op_named(&["ToTensor", "PILToTensor"])),
@@ -765,6 +827,14 @@ fn structured_specs_are_sometimes_accepted() {
         .filter(|op| op["op"] == "TimmRandAugment")
         .count();
     assert!(timm > 0, "no TimmRandAugment accepted");
+    for name in ["TimmAutoAugment", "TimmAugMix"] {
+        let n = accepted
+            .iter()
+            .flat_map(|spec| spec["ops"].as_array().into_iter().flatten())
+            .filter(|op| op["op"] == name)
+            .count();
+        assert!(n > 0, "no {name} accepted");
+    }
 }
 
 // ---------------------------------------------------------------------------------------------

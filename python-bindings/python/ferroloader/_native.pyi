@@ -29,6 +29,8 @@ __all__ = [
     "augmix_apply",
     "timm_rand_augment_draws",
     "timm_rand_augment_apply",
+    "timm_auto_augment_draws",
+    "timm_augmix_draws",
     "check_pipeline",
     "prepare",
     "write_shards",
@@ -455,6 +457,20 @@ def timm_rand_augment_apply(
     interpolation: str = "bicubic",
     fill: Tuple[int, int, int] = ...,
 ) -> npt.NDArray[np.uint8]: ...
+def timm_auto_augment_draws(
+    spec: str,
+    indices: Sequence[int],
+    *,
+    seed: int = 0,
+    epoch: int = 0,
+) -> List[Tuple[int, List[Tuple[str, bool, float, Optional[float], Optional[str]]]]]: ...
+def timm_augmix_draws(
+    spec: str,
+    indices: Sequence[int],
+    *,
+    seed: int = 0,
+    epoch: int = 0,
+) -> List[Tuple[List[float], float, List[List[Tuple[str, bool, float, Optional[float], Optional[str]]]]]]: ...
 def check_pipeline(spec: str) -> Dict[str, object]: ...
 def prepare(
     src: str,

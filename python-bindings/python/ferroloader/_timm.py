@@ -21,6 +21,17 @@ computes, with the same distribution of draws:
   string, so a policy built by hand converts as well. Its ops draw as timm's do (the same
   distributions, from the sample's generator) and compute with Pillow's arithmetic.
 
+- ``AutoAugment`` (``auto_augment="original"``, ``"originalr"``, ``"v0"``, ``"v0r"``): the
+  arguments of ferroloader's ``TimmAutoAugment`` (:class:`AutoAugmentArgs`), its ``policy``
+  read op by op as RandAugment's ``ops`` are. The ``3a`` policy holds ``GaussianBlurRand``
+  and is refused, naming that op (``policy[1][0]``).
+- ``AugMixAugment`` (``auto_augment="augmix-m5-w4-d2"``, ``"augmix-m3-w3-b1"``): the arguments
+  of ferroloader's ``TimmAugMix`` (:class:`AugMixArgs`): its ``ops``, ``alpha``, ``width``,
+  ``depth`` and ``blended``. Its ops draw as timm's (uniform magnitudes with ``mstd`` unset);
+  the mix is timm's float32 sum and Pillow's ``Image.blend``, bit-exact. (timm's config
+  parser takes no negative number: ``d-1`` fails in timm itself; leave ``d`` out for a random
+  depth.)
+
 What does not convert raises ``ValueError`` naming the parameter (``interpolation='random'``, a
 per-sample choice of resize filter; ``mode='rand'``, one random colour per block; several
 blocks; RandAugment's ``GaussianBlur`` ops, whose Pillow filter has no exact native kernel,
@@ -28,7 +39,8 @@ a fill or filter Pillow's transform does not take, an op or policy whose class o
 are not timm's own), and the converter leaves the op and what follows it to the Python tail.
 
 The first three come back as the torchvision transforms they compute as; the converter
-(``ferroloader.transforms``) converts those, and builds ``TimmRandAugment`` from the arguments.
+(``ferroloader.transforms``) converts those, and builds ``TimmRandAugment``,
+``TimmAutoAugment`` and ``TimmAugMix`` from the arguments.
 
 Must not import timm (the objects are recognised by their class and module names, so the
 loader works where timm is not installed), nor ferroloader's transforms, which import this.
@@ -40,7 +52,7 @@ import math
 import sys
 from typing import Any, List, NamedTuple, Optional, Union
 
-__all__ = ["AugmentOpArgs", "RandAugmentArgs", "equivalent"]
+__all__ = ["AugMixArgs", "AugmentOpArgs", "AutoAugmentArgs", "RandAugmentArgs", "equivalent"]
 
 
 class AugmentOpArgs(NamedTuple):
@@ -65,10 +77,27 @@ class RandAugmentArgs(NamedTuple):
     choice_weights: Optional[List[float]]
 
 
-def equivalent(t: Any) -> Union[None, Any, RandAugmentArgs]:
+class AutoAugmentArgs(NamedTuple):
+    """The arguments of ferroloader's ``TimmAutoAugment`` for timm's ``AutoAugment``."""
+
+    policy: List[List[AugmentOpArgs]]
+
+
+class AugMixArgs(NamedTuple):
+    """The arguments of ferroloader's ``TimmAugMix`` for timm's ``AugMixAugment``."""
+
+    ops: List[AugmentOpArgs]
+    alpha: float
+    width: int
+    depth: int
+    blended: bool
+
+
+def equivalent(t: Any) -> Union[None, Any, RandAugmentArgs, AutoAugmentArgs, AugMixArgs]:
     """What computes what timm's ``t`` computes: a torchvision transform (the converter takes
-    it from there) or, for timm's ``RandAugment``, :class:`RandAugmentArgs`; ``None`` for a
-    timm transform with no equivalent. Raises ``ValueError`` naming a parameter that has
+    it from there) or, for timm's ``RandAugment``, ``AutoAugment`` and ``AugMixAugment``,
+    :class:`RandAugmentArgs`, :class:`AutoAugmentArgs` and :class:`AugMixArgs`; ``None`` for
+    a timm transform with no equivalent. Raises ``ValueError`` naming a parameter that has
     none."""
     import torchvision.transforms as tv  # type: ignore[import-untyped]  # timm needs it: it is there
 
@@ -89,6 +118,10 @@ def equivalent(t: Any) -> Union[None, Any, RandAugmentArgs]:
         return _random_erasing(t, tv)
     if name == "RandAugment" and type(t).__module__ == _AUTO_AUGMENT:
         return _rand_augment(t)
+    if name == "AutoAugment" and type(t).__module__ == _AUTO_AUGMENT:
+        return _auto_augment(t)
+    if name == "AugMixAugment" and type(t).__module__ == _AUTO_AUGMENT:
+        return _augmix(t)
     return None
 
 
@@ -117,51 +150,72 @@ _AUTO_AUGMENT = "timm.data.auto_augment"
 _WARPS = ("Rotate", "ShearX", "ShearY", "TranslateX", "TranslateY", "TranslateXRel", "TranslateYRel")
 
 
+def _augment_op(op: Any, where: str, module: Any) -> AugmentOpArgs:
+    """One of timm's ``AugmentOp``s, read from its attributes; ``where`` names it in errors."""
+    if type(op) is not getattr(module, "AugmentOp", None):
+        raise ValueError(f"{where} is a {type(op).__qualname__}, not timm's AugmentOp")
+    name = op.name
+    if name in ("GaussianBlur", "GaussianBlurRand"):
+        raise ValueError(
+            f"{where} name={name!r}: Pillow's GaussianBlur filter (box blurs approximating "
+            "a Gaussian) has no exact native kernel"
+        )
+    if op.aug_fn is not module.NAME_TO_OP.get(name) or op.level_fn is not module.LEVEL_TO_ARG.get(name):
+        raise ValueError(f"{where} name={name!r}: its functions are not timm's NAME_TO_OP/LEVEL_TO_ARG entries")
+    hparams = op.hparams
+    kwargs = op.kwargs
+    fill = kwargs.get("fillcolor")
+    if not (isinstance(fill, (tuple, list)) and len(fill) == 3):
+        raise ValueError(
+            f"{where} fillcolor={fill!r} (hparams img_mean): give 3 levels, one per channel "
+            "(Pillow reads a single int on an RGB image as a packed colour)"
+        )
+    resample = kwargs.get("resample")
+    if name not in _WARPS:
+        # Only the warps hand the filter to Pillow; the others never read it.
+        resample = 3
+    if name in ("TranslateX", "TranslateY") and "translate_const" not in hparams:
+        raise ValueError(f"{where} ({name}): hparams has no translate_const (timm raises KeyError)")
+    return AugmentOpArgs(
+        name,
+        op.prob,
+        op.magnitude,
+        op.magnitude_std,
+        op.magnitude_max,
+        hparams.get("translate_pct", 0.45),
+        hparams.get("translate_const", 250),
+        fill,
+        list(resample) if isinstance(resample, (tuple, list)) else resample,
+    )
+
+
 def _rand_augment(t: Any) -> RandAugmentArgs:
     # timm's own module, already imported (``t`` is an instance of one of its classes): its
     # tables tell an AugmentOp that computes what its name says from one changed by hand.
     module = sys.modules[_AUTO_AUGMENT]
-    ops: List[AugmentOpArgs] = []
-    for i, op in enumerate(t.ops):
-        where = f"ops[{i}]"
-        if type(op) is not getattr(module, "AugmentOp", None):
-            raise ValueError(f"{where} is a {type(op).__qualname__}, not timm's AugmentOp")
-        name = op.name
-        if name in ("GaussianBlur", "GaussianBlurRand"):
-            raise ValueError(
-                f"{where} name={name!r}: Pillow's GaussianBlur filter (box blurs approximating "
-                "a Gaussian) has no exact native kernel"
-            )
-        if op.aug_fn is not module.NAME_TO_OP.get(name) or op.level_fn is not module.LEVEL_TO_ARG.get(name):
-            raise ValueError(f"{where} name={name!r}: its functions are not timm's NAME_TO_OP/LEVEL_TO_ARG entries")
-        hparams = op.hparams
-        kwargs = op.kwargs
-        fill = kwargs.get("fillcolor")
-        if not (isinstance(fill, (tuple, list)) and len(fill) == 3):
-            raise ValueError(
-                f"{where} fillcolor={fill!r} (hparams img_mean): give 3 levels, one per channel "
-                "(Pillow reads a single int on an RGB image as a packed colour)"
-            )
-        resample = kwargs.get("resample")
-        if name not in _WARPS:
-            # Only the warps hand the filter to Pillow; the others never read it.
-            resample = 3
-        if name in ("TranslateX", "TranslateY") and "translate_const" not in hparams:
-            raise ValueError(f"{where} ({name}): hparams has no translate_const (timm raises KeyError)")
-        ops.append(
-            AugmentOpArgs(
-                name,
-                op.prob,
-                op.magnitude,
-                op.magnitude_std,
-                op.magnitude_max,
-                hparams.get("translate_pct", 0.45),
-                hparams.get("translate_const", 250),
-                fill,
-                list(resample) if isinstance(resample, (tuple, list)) else resample,
-            )
-        )
+    ops = [_augment_op(op, f"ops[{i}]", module) for i, op in enumerate(t.ops)]
     if type(t).__call__ is not module.RandAugment.__call__:
         raise ValueError("its __call__ is not timm's RandAugment's")
     weights = t.choice_weights
     return RandAugmentArgs(ops, t.num_layers, None if weights is None else [float(w) for w in weights])
+
+
+def _auto_augment(t: Any) -> AutoAugmentArgs:
+    module = sys.modules[_AUTO_AUGMENT]
+    policy = t.policy
+    if not isinstance(policy, (list, tuple)) or not all(isinstance(sub, (list, tuple)) for sub in policy):
+        raise ValueError(f"policy={policy!r}: give a list of sub-policies, each a list of AugmentOps")
+    read = [[_augment_op(op, f"policy[{i}][{j}]", module) for j, op in enumerate(sub)] for i, sub in enumerate(policy)]
+    if type(t).__call__ is not module.AutoAugment.__call__:
+        raise ValueError("its __call__ is not timm's AutoAugment's")
+    return AutoAugmentArgs(read)
+
+
+def _augmix(t: Any) -> AugMixArgs:
+    module = sys.modules[_AUTO_AUGMENT]
+    ops = [_augment_op(op, f"ops[{i}]", module) for i, op in enumerate(t.ops)]
+    cls = module.AugMixAugment
+    for method in ("__call__", "_apply_basic", "_apply_blended", "_calc_blended_weights"):
+        if getattr(type(t), method, None) is not getattr(cls, method):
+            raise ValueError(f"its {method} is not timm's AugMixAugment's")
+    return AugMixArgs(ops, float(t.alpha), t.width, t.depth, bool(t.blended))

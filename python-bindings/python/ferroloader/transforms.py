@@ -29,7 +29,9 @@ So do torchvision's augmentation policies ``TrivialAugmentWide``, ``RandAugment`
 ``AugMix``, which runs as torchvision runs it on a PIL image: its chains with torch's *tensor*
 kernels on the uint8 image (NEAREST or BILINEAR warps: those kernels refuse BICUBIC), mixed in
 float32 and truncated back. timm's ``RandAugment`` (``TimmRandAugment``, what
-``timm.data.create_transform(auto_augment="rand-...")`` builds) runs natively too, with timm's
+``timm.data.create_transform(auto_augment="rand-...")`` builds), ``AutoAugment``
+(``TimmAutoAugment``: ``auto_augment="original"``, ``"originalr"``, ``"v0"``, ``"v0r"``) and
+``AugMixAugment`` (``TimmAugMix``: ``auto_augment="augmix-..."``) run natively too, with timm's
 draws and Pillow's arithmetic.
 
 After a :class:`ToImage` (where torchvision's ``ToImage()``/``PILToTensor()`` stands before
@@ -55,6 +57,7 @@ import operator
 import types
 from typing import (
     Any,
+    Callable,
     Dict,
     Iterable,
     List,
@@ -96,6 +99,8 @@ __all__ = [
     "AutoAugment",
     "AugMix",
     "TimmRandAugment",
+    "TimmAutoAugment",
+    "TimmAugMix",
     "TimmAugmentOp",
     "TIMM_AUGMENT_OPS",
     "RandomApply",
@@ -1250,6 +1255,94 @@ class TimmRandAugment(Transform):
         }
 
 
+class TimmAutoAugment(Transform):
+    """timm's ``AutoAugment(policy)``: per sample one sub-policy of ``policy`` (1 to 256 lists
+    of at most 16 :class:`TimmAugmentOp` each), uniformly (timm's ``random.choice``), whose ops
+    then run in order, each as timm's ``AugmentOp`` applies it (skip with probability
+    ``1 - prob``, magnitude, level with a random sign, a filter drawn per call) with Pillow's
+    arithmetic, bit-exact, in a profiler span named ``TimmAutoAugment/<Op>``. The draws come
+    from the sample's generator (the same distributions as timm's).
+
+    ``from_torchvision`` converts timm's object (``timm.data.auto_augment.AutoAugment``, what
+    ``create_transform(auto_augment="original")``, ``"originalr"``, ``"v0"`` and ``"v0r"``
+    build) into this, reading its ``policy``."""
+
+    _name = "TimmAutoAugment"
+
+    def __init__(self, policy: Sequence[Sequence[TimmAugmentOp]]) -> None:
+        op = self._name
+        if not isinstance(policy, (list, tuple)) or not all(
+            isinstance(sub, (list, tuple)) and all(isinstance(o, TimmAugmentOp) for o in sub) for sub in policy
+        ):
+            raise TypeError(f"{op}: policy must be a sequence of sequences of TimmAugmentOp, got {policy!r}")
+        if not 1 <= len(policy) <= 256:
+            raise ValueError(f"{op}: policy must hold 1 to 256 sub-policies, got {len(policy)}")
+        for i, sub in enumerate(policy):
+            if len(sub) > 16:
+                raise ValueError(f"{op}: policy[{i}] must hold at most 16 ops, got {len(sub)}")
+        self.policy = [list(sub) for sub in policy]
+
+    def to_spec(self) -> Spec:
+        return {"op": self._name, "policy": [[o.to_spec() for o in sub] for sub in self.policy]}
+
+
+class TimmAugMix(Transform):
+    """timm's ``AugMixAugment(ops, alpha=1.0, width=3, depth=-1, blended=False)``: per sample
+    ``width`` (1 to 16) chains of ``depth`` ops (at most 16; 0 or below: 1 to 3 per chain,
+    uniformly) of ``ops`` (:class:`TimmAugmentOp`, chosen uniformly with replacement), each
+    applied as timm's ``AugmentOp`` applies it, in profiler spans ``TimmAugMix/<Op>``. The
+    chains are mixed as timm mixes them, bit-exact: with Dirichlet(``alpha``) weights in
+    float32, truncated to uint8 and blended with the image by a Beta(``alpha``, ``alpha``)
+    draw through Pillow's ``Image.blend``; ``blended=True`` blends each chain into the image in
+    turn with timm's ``_calc_blended_weights``. The draws come from the sample's generator
+    (the same distributions as timm's; ``alpha`` is drawn with in float32).
+
+    ``from_torchvision`` converts timm's object (``timm.data.auto_augment.AugMixAugment``,
+    what ``create_transform(auto_augment="augmix-m5-w4-d2")`` builds) into this."""
+
+    _name = "TimmAugMix"
+
+    def __init__(
+        self,
+        ops: Sequence[TimmAugmentOp],
+        alpha: float = 1.0,
+        width: int = 3,
+        depth: int = -1,
+        blended: bool = False,
+    ) -> None:
+        op = self._name
+        if not isinstance(ops, (list, tuple)) or not all(isinstance(o, TimmAugmentOp) for o in ops):
+            raise TypeError(f"{op}: ops must be a sequence of TimmAugmentOp, got {ops!r}")
+        if not 1 <= len(ops) <= 64:
+            raise ValueError(f"{op}: ops must hold 1 to 64 ops, got {len(ops)}")
+        self.ops = list(ops)
+        self.alpha = _number(op, "alpha", alpha)
+        if not self.alpha > 0.0:
+            raise ValueError(f"{op}: alpha must be a positive concentration, got {alpha!r}")
+        self.width = _count(op, "width", width, 1, 16)
+        if not _is_int(depth):
+            raise TypeError(f"{op}: depth must be an int, got {depth!r}")
+        if int(depth) > 16:
+            raise ValueError(f"{op}: depth must be at most 16 (0 or below: random 1 to 3), got {depth!r}")
+        self.depth = int(depth)
+        if not isinstance(blended, bool):
+            raise TypeError(f"{op}: blended must be a bool, got {blended!r}")
+        self.blended = blended
+
+    def to_spec(self) -> Spec:
+        return {
+            "op": self._name,
+            "ops": [o.to_spec() for o in self.ops],
+            "alpha": self.alpha,
+            "width": self.width,
+            "depth": self.depth,
+            "blended": self.blended,
+        }
+
+
+_TIMM_POLICIES = (TimmRandAugment, TimmAutoAugment, TimmAugMix)
+
+
 # Random compositions and RandomErasing: nested stage ops, and the one tensor op.
 
 
@@ -1605,7 +1698,7 @@ def from_torchvision(compose: Any) -> Compose:
                     f"{where}: fill=None on an image tensor samples without a fill channel in "
                     "torchvision v2, which ferroloader does not reproduce; give fill=0 (the default)"
                 )
-            if pending_tensor and isinstance(converted, TimmRandAugment):
+            if pending_tensor and isinstance(converted, _TIMM_POLICIES):
                 raise ValueError(
                     f"{where} follows ToImage/PILToTensor: timm's ops work on PIL images only "
                     "(move it before the conversion)"
@@ -1715,17 +1808,30 @@ _SKIP = object()
 
 def _convert_one(name: str, t: Any, done: List[Transform]) -> object:
     if _is_timm(t):
-        from ferroloader._timm import RandAugmentArgs, equivalent
+        from ferroloader._timm import AugMixArgs, AugmentOpArgs, AutoAugmentArgs, RandAugmentArgs, equivalent
+
+        def augment_ops(args: Sequence[AugmentOpArgs], where: Callable[[int], str]) -> List[TimmAugmentOp]:
+            ops = []
+            for i, a in enumerate(args):
+                try:
+                    ops.append(TimmAugmentOp(**a._asdict()))
+                except (TypeError, ValueError) as e:
+                    raise ValueError(f"{where(i)} ({a.name}): {e}") from None
+            return ops
 
         same = equivalent(t)
         if isinstance(same, RandAugmentArgs):
-            ops = []
-            for i, args in enumerate(same.ops):
-                try:
-                    ops.append(TimmAugmentOp(**args._asdict()))
-                except (TypeError, ValueError) as e:
-                    raise ValueError(f"ops[{i}] ({args.name}): {e}") from None
+            ops = augment_ops(same.ops, lambda i: f"ops[{i}]")
             return TimmRandAugment(ops, same.num_layers, same.choice_weights)
+        if isinstance(same, AutoAugmentArgs):
+            policy = []
+            for i, sub in enumerate(same.policy):
+                prefix = f"policy[{i}]"
+                policy.append(augment_ops(sub, lambda j: f"{prefix}[{j}]"))
+            return TimmAutoAugment(policy)
+        if isinstance(same, AugMixArgs):
+            ops = augment_ops(same.ops, lambda i: f"ops[{i}]")
+            return TimmAugMix(ops, same.alpha, same.width, same.depth, same.blended)
         return None if same is None else _convert_one(type(same).__name__, same, done)
     if name == "RandomResizedCrop":
         return RandomResizedCrop(

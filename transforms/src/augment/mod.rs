@@ -8,6 +8,7 @@
 //! - [`tensor_color`], [`grid_sample`]: the same ops with torch's *tensor* arithmetic
 //!   (truncating float32 blends, `grid_sample` warps), for the ops torchvision runs on a uint8
 //!   tensor; [`augmix`] runs AugMix's chains with them and mixes them in float32.
+//! - [`timm_mix`]: timm's `AugMixAugment` mix: a float32 accumulation and Pillow's `Image.blend`.
 //! - [`policy`]: the random draws of the policies (TrivialAugmentWide, RandAugment,
 //!   AutoAugment, AugMix) and of the random single ops, as torchvision makes them.
 //!
@@ -22,3 +23,4 @@ pub mod geometry;
 pub mod grid_sample;
 pub mod policy;
 pub mod tensor_color;
+pub mod timm_mix;

@@ -726,6 +726,36 @@ pub enum OpSpec {
         #[serde(default)]
         choice_weights: Option<Vec<f64>>,
     },
+    /// timm's `AutoAugment(policy)` (what `create_transform(auto_augment="original")`,
+    /// `"originalr"`, `"v0"`, `"v0r"` build): per sample one sub-policy, uniformly, whose ops
+    /// then run in order, each with timm's draws (skip coin, magnitude, sign, filter) and
+    /// Pillow's kernels. A pixel op; nested spans per op applied (`TimmAutoAugment/Rotate`).
+    TimmAutoAugment {
+        /// The sub-policies, each a list of `AugmentOp`s (at most 16); 1 to 256 of them.
+        policy: Vec<Vec<TimmAugmentOpSpec>>,
+    },
+    /// timm's `AugMixAugment(ops, alpha=1.0, width=3, depth=-1, blended=False)` (what
+    /// `create_transform(auto_augment="augmix-...")` builds): `width` chains of `depth` ops
+    /// (random 1 to 3 per chain when `depth <= 0`) chosen uniformly, each op with timm's
+    /// draws, mixed by Dirichlet weights in float32 and blended with the image by a Beta
+    /// draw through Pillow's `Image.blend` (`blended`: each chain blended into the image in
+    /// turn). A pixel op; nested spans per op applied (`TimmAugMix/Rotate`).
+    TimmAugMix {
+        /// The `AugmentOp`s, in timm's order; 1 to 64.
+        ops: Vec<TimmAugmentOpSpec>,
+        /// The Dirichlet and Beta concentration, positive; default 1.0.
+        #[serde(default = "default_augmix_alpha")]
+        alpha: f64,
+        /// Chains, 1 to 16; default 3.
+        #[serde(default = "default_augmix_width")]
+        width: i64,
+        /// Ops per chain, at most 16; 0 or below (default -1): random 1 to 3 per chain.
+        #[serde(default = "default_augmix_chain_depth")]
+        depth: i64,
+        /// Blend each chain into the image in turn (timm's `b1`); default false.
+        #[serde(default)]
+        blended: bool,
+    },
     /// `RandomApply(transforms, p=0.5)`: the stage ops `transforms` (a nested `Compose` is
     /// flattened into them), all or none. One draw: v1's `p < torch.rand(1)` skips, so a draw
     /// equal to `p` applies; v2 skips on `torch.rand(1) >= p` (they differ only for that one

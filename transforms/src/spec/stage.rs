@@ -33,6 +33,7 @@ use crate::augment::color::ColorScratch;
 use crate::augment::geometry::{AffineWarp, GaussianBlur, Padder};
 use crate::augment::grid_sample::{GridSampler, BICUBIC_ON_TENSORS};
 use crate::augment::policy::Api;
+use crate::augment::timm_mix::TimmMixScratch;
 use crate::error::{Error, Result};
 use crate::image::RgbImage;
 use crate::resize::Resizer;
@@ -47,7 +48,7 @@ use geometric::GeometricOp;
 pub(in crate::spec) use geometric::{pad_center_crop, RandomCropOp};
 use policy::PolicyOp;
 use timm::TimmOp;
-pub use timm::{apply_timm_op, plan_timm_rand_augment};
+pub use timm::{apply_timm_op, plan_timm_augmix, plan_timm_auto_augment, plan_timm_rand_augment};
 
 /// `err` with the op it came from named in front of its reason (the argument is named already).
 pub(super) fn in_op(op: &'static str, err: Error) -> Error {
@@ -148,6 +149,8 @@ pub(in crate::spec) struct StageScratch {
     pub padder: Padder,
     /// AugMix's float32 mix, chain image and grid tables.
     pub augmix: AugMixScratch,
+    /// timm's AugMix: its float32 mix, chain image and original.
+    pub timm_mix: TimmMixScratch,
     /// The grid tables of the tensor-domain warps.
     pub grid: GridSampler,
     /// A `Resize` or `RandomResizedCrop` in the stage (made by the first).
@@ -157,7 +160,7 @@ pub(in crate::spec) struct StageScratch {
 impl StageScratch {
     /// Bytes its images hold on to.
     pub fn retained_bytes(&self) -> usize {
-        self.spare.retained_bytes() + self.augmix.retained_bytes()
+        self.spare.retained_bytes() + self.augmix.retained_bytes() + self.timm_mix.retained_bytes()
     }
 }
 
@@ -282,9 +285,9 @@ impl StageOp {
                 done.map(|()| false)
             }
             StageOp::Timm(op) => {
-                obs.enter(crate::spec::Op::TimmRandAugment);
+                obs.enter(op.span());
                 let done = op.run(img, scratch, rng, obs);
-                obs.exit(crate::spec::Op::TimmRandAugment);
+                obs.exit(op.span());
                 done.map(|()| false)
             }
         }

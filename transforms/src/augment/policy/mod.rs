@@ -7,7 +7,8 @@
 //! - [`space`]: the magnitude tables (`_augmentation_space`) of each policy, computed as torch
 //!   computes them (float32 `linspace` with fused multiply-adds), exactly.
 //! - [`auto`]: `TrivialAugmentWide`, `RandAugment`, `AutoAugment`, `AugMix`.
-//! - [`timm`](mod@timm): timm's `RandAugment` (`timm.data.auto_augment`), whose draws are
+//! - [`timm`](mod@timm): timm's `RandAugment`, `AutoAugment` and `AugMixAugment`
+//!   (`timm.data.auto_augment`), whose draws are
 //!   Python's `random` and numpy's rather than torch's (its module doc has the table).
 //! - [`single`]: `ColorJitter`, `RandomRotation`, `RandomAffine`, `GaussianBlur`,
 //!   `RandomErasing`, `RandomCrop`, `RandomApply`, `RandomChoice`, `RandomOrder` and the
@@ -68,5 +69,7 @@ pub use single::{
 };
 pub use space::{torch_linspace, AugmentationSpace};
 pub use timm::{
-    TimmAugmentOp, TimmOpKind, TimmPlan, TimmRandAugment, TimmStep, MAX_TIMM_LAYERS, MAX_TIMM_OPS,
+    TimmAugMix, TimmAugMixPlan, TimmAugmentOp, TimmAutoAugment, TimmAutoPlan, TimmOpKind, TimmPlan,
+    TimmPolicyKind, TimmRandAugment, TimmStep, MAX_TIMM_AUGMIX_WIDTH, MAX_TIMM_LAYERS,
+    MAX_TIMM_OPS, MAX_TIMM_SUB_POLICIES,
 };

@@ -1,10 +1,14 @@
 //! timm's `RandAugment` (`timm.data.auto_augment`): the choice of `num_layers` ops among its
 //! `AugmentOp`s, then per chosen op the skip coin, the magnitude noise, the clamp, the level
 //! function (with its random sign) and, for a warp, the resampling filter; as a plan of
-//! [`TimmStep`]s for the kernels (`spec::stage::timm`) to carry out.
+//! [`TimmStep`]s for the kernels (`spec::stage::timm`) to carry out. timm's `AutoAugment`
+//! ([`TimmAutoAugment`]: one sub-policy, then its ops' own draws) and `AugMixAugment`
+//! ([`TimmAugMix`]: the mixing weights, then per chain its depth, ops and their draws) plan
+//! with the same [`TimmAugmentOp::draw`].
 //!
-//! Reference: timm 1.0's `RandAugment.__call__` and `AugmentOp.__call__`, draw for draw in
-//! kind, order and arithmetic (float64 as Python computes, `int()` truncating toward zero):
+//! Reference: timm 1.0's `RandAugment.__call__`, `AutoAugment.__call__`,
+//! `AugMixAugment.__call__` and `AugmentOp.__call__`, draw for draw in kind, order and
+//! arithmetic (float64 as Python computes, `int()` truncating toward zero):
 //!
 //! | timm | here |
 //! |---|---|
@@ -16,6 +20,11 @@
 //! | `max(0, min(m, magnitude_max or 10))` | the same |
 //! | `_randomly_negate(v)` | `-v if random() > 0.5 else v` |
 //! | `random.choice((BILINEAR, BICUBIC))` | `randint(2)` into the list (no draw for one filter) |
+//! | `random.choice(self.policy)` (AutoAugment) | `randint(len(policy))` |
+//! | `np.float32(np.random.dirichlet([alpha] * width))` (AugMix) | [`TorchDraws::dirichlet`] (torch's sampler, the same distribution; `alpha` in float32) |
+//! | `np.float32(np.random.beta(alpha, alpha))` | the first share of a two-way [`TorchDraws::dirichlet`] |
+//! | `np.random.randint(1, 4)` (`depth <= 0`) | `1 + randint(3)` |
+//! | `np.random.choice(self.ops, depth, replace=True)` | `randint(len(ops))` per op |
 //!
 //! The generator is the sample's (any [`TorchDraws`], [`crate::rng::SampleRng`] in the
 //! loader): Python's global `random` and numpy's cannot be reproduced, so distributions are
@@ -136,16 +145,30 @@ impl TimmOpKind {
     /// The profiler span of this op chosen by `TimmRandAugment`: `TimmRandAugment/<name>`
     /// (`'static`, so naming a span per sample allocates nothing).
     pub fn span_name(self) -> &'static str {
-        self.names().1
+        self.span_name_in(TimmPolicyKind::RandAugment)
     }
 
-    fn names(self) -> (&'static str, &'static str) {
+    /// The profiler span of this op run by `policy`: `<policy's op name>/<name>`
+    /// (`TimmAutoAugment/Rotate`), `'static`.
+    pub fn span_name_in(self, policy: TimmPolicyKind) -> &'static str {
+        let (_, rand, auto, augmix) = self.names();
+        match policy {
+            TimmPolicyKind::RandAugment => rand,
+            TimmPolicyKind::AutoAugment => auto,
+            TimmPolicyKind::AugMix => augmix,
+        }
+    }
+
+    fn names(self) -> (&'static str, &'static str, &'static str, &'static str) {
         macro_rules! names {
             ($($kind:ident),* $(,)?) => {
                 match self {
-                    $(TimmOpKind::$kind => {
-                        (stringify!($kind), concat!("TimmRandAugment/", stringify!($kind)))
-                    })*
+                    $(TimmOpKind::$kind => (
+                        stringify!($kind),
+                        concat!("TimmRandAugment/", stringify!($kind)),
+                        concat!("TimmAutoAugment/", stringify!($kind)),
+                        concat!("TimmAugMix/", stringify!($kind)),
+                    ),)*
                 }
             };
         }
@@ -217,6 +240,17 @@ impl TimmOpKind {
             TimmOpKind::AutoContrast | TimmOpKind::Equalize | TimmOpKind::Invert
         )
     }
+}
+
+/// Which of timm's policies runs an op (its spans are named after it).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum TimmPolicyKind {
+    /// `RandAugment` (`TimmRandAugment`).
+    RandAugment,
+    /// `AutoAugment` (`TimmAutoAugment`).
+    AutoAugment,
+    /// `AugMixAugment` (`TimmAugMix`).
+    AugMix,
 }
 
 /// `_randomly_negate(v)`: one `random()`, negative when it is above 0.5.
@@ -626,6 +660,241 @@ fn choose_weighted<D: TorchDraws + ?Sized>(weights: &[f64], layers: &mut [usize]
     }
 }
 
+/// The most sub-policies a [`TimmAutoAugment`] chooses among (timm's have 25; `3a` has 3).
+pub const MAX_TIMM_SUB_POLICIES: usize = 256;
+
+/// timm's `AutoAugment(policy)`: per call one sub-policy, uniformly (`random.choice`), whose
+/// ops then run in order, each with its own draws (skip coin, magnitude, sign, filter).
+#[derive(Clone, Debug, PartialEq)]
+pub struct TimmAutoAugment {
+    policy: Vec<Vec<TimmAugmentOp>>,
+}
+
+/// One sample's draws of a [`TimmAutoAugment`]: the sub-policy chosen and its ops' steps
+/// ([`TimmStep::op`] is the op's index within the sub-policy).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct TimmAutoPlan {
+    /// The index of the sub-policy chosen.
+    pub sub_policy: usize,
+    /// Its ops' draws, in order, skipped ones included.
+    pub steps: TimmPlan,
+}
+
+impl TimmAutoAugment {
+    /// 1 to [`MAX_TIMM_SUB_POLICIES`] sub-policies (Python's `random.choice` raises on none),
+    /// each of at most [`MAX_TIMM_LAYERS`] ops (an empty one leaves the image).
+    pub fn new(policy: Vec<Vec<TimmAugmentOp>>) -> Result<Self> {
+        if policy.is_empty() || policy.len() > MAX_TIMM_SUB_POLICIES {
+            return Err(Error::invalid(
+                "policy",
+                format!(
+                    "{} sub-policies: give 1 to {MAX_TIMM_SUB_POLICIES} (random.choice cannot \
+                     choose from none)",
+                    policy.len()
+                ),
+            ));
+        }
+        if let Some((i, long)) = policy
+            .iter()
+            .enumerate()
+            .find(|(_, sub)| sub.len() > MAX_TIMM_LAYERS)
+        {
+            return Err(Error::invalid(
+                "policy",
+                format!(
+                    "policy[{i}] holds {} ops, above the supported {MAX_TIMM_LAYERS}",
+                    long.len()
+                ),
+            ));
+        }
+        Ok(TimmAutoAugment { policy })
+    }
+
+    /// The sub-policies, in timm's order.
+    pub fn policy(&self) -> &[Vec<TimmAugmentOp>] {
+        &self.policy
+    }
+
+    /// One sample's plan: `random.choice(self.policy)` (one uniform index), then each of the
+    /// sub-policy's ops' draws in order.
+    pub fn draw<D: TorchDraws + ?Sized>(&self, draws: &mut D) -> TimmAutoPlan {
+        let sub_policy = draws.randint(self.policy.len() as u32) as usize;
+        let mut steps = TimmPlan::new();
+        if let Some(ops) = self.policy.get(sub_policy) {
+            for (index, op) in ops.iter().enumerate() {
+                steps.push(op.draw(index, draws));
+            }
+        }
+        TimmAutoPlan { sub_policy, steps }
+    }
+}
+
+/// The most chains (`width`) a [`TimmAugMix`] mixes.
+pub const MAX_TIMM_AUGMIX_WIDTH: usize = 16;
+
+/// timm's `AugMixAugment(ops, alpha=1, width=3, depth=-1, blended=False)`: `width` chains of
+/// `depth` ops (a random 1 to 3 per chain when `depth <= 0`) chosen uniformly with
+/// replacement, each op with its own draws, mixed with Dirichlet weights and blended with the
+/// original by a Beta draw (or, `blended`, blended into the image chain by chain).
+#[derive(Clone, Debug, PartialEq)]
+pub struct TimmAugMix {
+    ops: Vec<TimmAugmentOp>,
+    alpha: f32,
+    width: usize,
+    depth: i64,
+    blended: bool,
+}
+
+/// One sample's draws of a [`TimmAugMix`]: the float32 mixing weights and Beta draw, and per
+/// chain its ops' steps ([`TimmStep::op`] is the op's index among the policy's ops).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct TimmAugMixPlan {
+    weights: [f32; MAX_TIMM_AUGMIX_WIDTH],
+    m: f32,
+    chains: [TimmPlan; MAX_TIMM_AUGMIX_WIDTH],
+    len: usize,
+    blended: bool,
+}
+
+impl TimmAugMixPlan {
+    /// `np.float32(np.random.dirichlet([alpha] * width))`: one weight per chain.
+    pub fn mixing_weights(&self) -> &[f32] {
+        self.weights.get(..self.len).unwrap_or(&[])
+    }
+
+    /// `np.float32(np.random.beta(alpha, alpha))`: the mixed image's share in the final
+    /// `Image.blend(img, mixed, m)` (basic mode), the scale of the weights (blended mode).
+    pub fn m(&self) -> f32 {
+        self.m
+    }
+
+    /// The chains' steps, one plan per mixing weight.
+    pub fn chains(&self) -> &[TimmPlan] {
+        self.chains.get(..self.len).unwrap_or(&[])
+    }
+
+    /// Whether the chains are blended into the image one by one (`blended=True`).
+    pub fn blended(&self) -> bool {
+        self.blended
+    }
+
+    /// `_calc_blended_weights(mixing_weights, m)` as numpy computes it in float32 (numpy 2's
+    /// rules: a Python float meeting a float32 stays float32): `ws = weights * m`, then from
+    /// the last chain back, `alpha = w / cump; cump *= 1 - alpha`, each rounded to float32.
+    /// Chain `i` is blended into the image with weight `[i]`.
+    pub fn blended_weights(&self) -> [f32; MAX_TIMM_AUGMIX_WIDTH] {
+        let mut out = [0.0f32; MAX_TIMM_AUGMIX_WIDTH];
+        let mut cump = 1.0f32;
+        for (o, &w) in out.iter_mut().zip(&self.weights).take(self.len).rev() {
+            let alpha = (w * self.m) / cump;
+            cump *= 1.0 - alpha;
+            *o = alpha;
+        }
+        out
+    }
+}
+
+impl TimmAugMix {
+    /// timm's arguments: 1 to [`MAX_TIMM_OPS`] ops (numpy's `choice` cannot draw from none),
+    /// `alpha` a positive finite concentration (drawn with in float32, as the Dirichlet of
+    /// torchvision's AugMix, which this shares), `width` 1 to [`MAX_TIMM_AUGMIX_WIDTH`],
+    /// `depth` at most [`MAX_TIMM_LAYERS`] (0 or below: random 1 to 3 per chain).
+    pub fn new(
+        ops: Vec<TimmAugmentOp>,
+        alpha: f64,
+        width: i64,
+        depth: i64,
+        blended: bool,
+    ) -> Result<Self> {
+        if ops.is_empty() || ops.len() > MAX_TIMM_OPS {
+            return Err(Error::invalid(
+                "ops",
+                format!(
+                    "{} ops: give 1 to {MAX_TIMM_OPS} (numpy's choice cannot draw from none)",
+                    ops.len()
+                ),
+            ));
+        }
+        let alpha32 = alpha as f32;
+        if !(alpha.is_finite() && alpha32 > 0.0 && alpha32.is_finite()) {
+            return Err(Error::invalid(
+                "alpha",
+                format!("{alpha} is not a positive finite concentration"),
+            ));
+        }
+        let width = usize::try_from(width)
+            .ok()
+            .filter(|w| (1..=MAX_TIMM_AUGMIX_WIDTH).contains(w))
+            .ok_or_else(|| {
+                Error::invalid(
+                    "width",
+                    format!("{width} is not in [1, {MAX_TIMM_AUGMIX_WIDTH}]"),
+                )
+            })?;
+        if depth > MAX_TIMM_LAYERS as i64 {
+            return Err(Error::invalid(
+                "depth",
+                format!("{depth} is above the supported {MAX_TIMM_LAYERS}"),
+            ));
+        }
+        Ok(TimmAugMix {
+            ops,
+            alpha: alpha32,
+            width,
+            depth,
+            blended,
+        })
+    }
+
+    /// The ops, in timm's order.
+    pub fn ops(&self) -> &[TimmAugmentOp] {
+        &self.ops
+    }
+
+    /// One sample's plan, in timm's order per stream: the `width`-way Dirichlet, the Beta
+    /// (the first share of a two-way Dirichlet: `X / (X + Y)` of two Gamma(alpha) draws), then
+    /// per chain its depth (`randint(1, 4)` when `depth <= 0`), its ops (uniform, with
+    /// replacement, all chosen first as numpy's `choice` does) and each op's draws.
+    pub fn draw<D: TorchDraws + ?Sized>(&self, draws: &mut D) -> TimmAugMixPlan {
+        let mut plan = TimmAugMixPlan {
+            weights: [0.0; MAX_TIMM_AUGMIX_WIDTH],
+            m: 0.0,
+            chains: [TimmPlan::new(); MAX_TIMM_AUGMIX_WIDTH],
+            len: self.width,
+            blended: self.blended,
+        };
+        if let Some(w) = plan.weights.get_mut(..self.width) {
+            draws.dirichlet(self.alpha, w);
+        }
+        if self.width == 1 {
+            // numpy's one-way Dirichlet is exactly 1; torch's sampler clamps its float32
+            // weights below 1 (to 1 - 2^-24), which would truncate a 255 to 254 in the mix.
+            plan.weights[0] = 1.0;
+        }
+        let mut beta = [0.0f32; 2];
+        draws.dirichlet(self.alpha, &mut beta);
+        plan.m = beta[0];
+        for chain in plan.chains.iter_mut().take(self.width) {
+            let depth = if self.depth > 0 {
+                self.depth as usize
+            } else {
+                1 + draws.randint(3) as usize
+            };
+            let mut chosen = [0usize; MAX_TIMM_LAYERS];
+            let chosen = chosen.get_mut(..depth).unwrap_or(&mut []);
+            for slot in chosen.iter_mut() {
+                *slot = draws.randint(self.ops.len() as u32) as usize;
+            }
+            for &index in chosen.iter() {
+                if let Some(op) = self.ops.get(index) {
+                    chain.push(op.draw(index, draws));
+                }
+            }
+        }
+        plan
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -835,5 +1104,174 @@ mod tests {
         assert!(TimmRandAugment::new(Vec::new(), 1, None).is_err());
         assert!(TimmRandAugment::new(Vec::new(), 0, None).is_ok());
         assert!(TimmRandAugment::new(vec![op(TimmOpKind::Invert, 1.0, 0.0)], 17, None).is_err());
+    }
+    fn augmix_ops() -> Vec<TimmAugmentOp> {
+        [
+            TimmOpKind::AutoContrast,
+            TimmOpKind::Rotate,
+            TimmOpKind::ShearX,
+        ]
+        .into_iter()
+        .map(|k| op(k, 3.0, f64::INFINITY))
+        .collect()
+    }
+
+    #[test]
+    fn auto_augment_chooses_a_sub_policy_uniformly_then_draws_its_ops() {
+        let coin = |kind, prob| {
+            TimmAugmentOp::new(
+                kind,
+                prob,
+                5.0,
+                0.0,
+                None,
+                0.45,
+                100.0,
+                [0; 3],
+                &[Interpolation::Bicubic],
+            )
+            .expect("valid")
+        };
+        let policy = TimmAutoAugment::new(vec![
+            vec![coin(TimmOpKind::Rotate, 0.8), coin(TimmOpKind::Invert, 0.2)],
+            vec![coin(TimmOpKind::Equalize, 1.0)],
+            vec![],
+        ])
+        .expect("valid");
+        let mut rng = sample_rng(4, 0, 1);
+        let n = 30_000;
+        let mut chosen = [0u32; 3];
+        let (mut rotate, mut invert) = (0u32, 0u32);
+        for _ in 0..n {
+            let plan = policy.draw(&mut rng);
+            chosen[plan.sub_policy] += 1;
+            let steps: Vec<_> = plan.steps.steps().copied().collect();
+            let kinds: Vec<_> = steps.iter().map(|s| s.kind).collect();
+            match plan.sub_policy {
+                0 => {
+                    assert_eq!(kinds, [TimmOpKind::Rotate, TimmOpKind::Invert]);
+                    assert_eq!((steps[0].op, steps[1].op), (0, 1));
+                    rotate += u32::from(steps[0].applied);
+                    invert += u32::from(steps[1].applied);
+                    if steps[0].applied {
+                        assert_eq!(steps[0].arg.map(f64::abs), Some(15.0));
+                    }
+                }
+                1 => assert!(kinds == [TimmOpKind::Equalize] && steps[0].applied),
+                _ => assert!(steps.is_empty()),
+            }
+        }
+        for c in chosen {
+            let f = f64::from(c) / f64::from(n);
+            assert!((f - 1.0 / 3.0).abs() < 0.015, "{chosen:?}");
+        }
+        let rotate = f64::from(rotate) / f64::from(chosen[0]);
+        let invert = f64::from(invert) / f64::from(chosen[0]);
+        assert!(
+            (rotate - 0.8).abs() < 0.02 && (invert - 0.2).abs() < 0.02,
+            "{rotate} {invert}"
+        );
+        assert!(TimmAutoAugment::new(Vec::new()).is_err());
+        let long = vec![vec![coin(TimmOpKind::Invert, 1.0); MAX_TIMM_LAYERS + 1]];
+        let err = TimmAutoAugment::new(long).expect_err("refused").to_string();
+        assert!(err.contains("policy[0]"), "{err}");
+    }
+
+    #[test]
+    fn augmix_draws_weights_depths_and_ops() {
+        let policy = TimmAugMix::new(augmix_ops(), 1.0, 4, -1, false).expect("valid");
+        let mut rng = sample_rng(7, 0, 3);
+        let n = 20_000;
+        let (mut m_sum, mut w0_sum) = (0.0f64, 0.0f64);
+        let mut depths = [0u32; 4];
+        let mut ops = [0u32; 3];
+        let mut magnitudes = 0.0f64;
+        let mut count = 0u32;
+        for _ in 0..n {
+            let plan = policy.draw(&mut rng);
+            assert_eq!(plan.mixing_weights().len(), 4);
+            assert!(!plan.blended());
+            let sum: f32 = plan.mixing_weights().iter().sum();
+            assert!((sum - 1.0).abs() < 1e-5, "{sum}");
+            m_sum += f64::from(plan.m());
+            w0_sum += f64::from(plan.mixing_weights()[0]);
+            for chain in plan.chains() {
+                depths[chain.len()] += 1;
+                for step in chain.steps() {
+                    assert!(step.applied, "prob 1 never skips");
+                    ops[step.op] += 1;
+                    magnitudes += step.magnitude;
+                    count += 1;
+                    assert!((0.0..=3.0).contains(&step.magnitude));
+                }
+            }
+        }
+        let n = f64::from(n);
+        // Beta(1, 1) has mean 1/2; a 4-way Dirichlet(1) weight 1/4.
+        assert!((m_sum / n - 0.5).abs() < 0.01, "{}", m_sum / n);
+        assert!((w0_sum / n - 0.25).abs() < 0.01, "{}", w0_sum / n);
+        // Depth 1 to 3, uniformly; ops uniformly; magnitudes uniform in [0, 3].
+        assert_eq!(depths[0], 0);
+        for d in &depths[1..] {
+            assert!(
+                (f64::from(*d) / (4.0 * n) - 1.0 / 3.0).abs() < 0.01,
+                "{depths:?}"
+            );
+        }
+        for o in ops {
+            assert!(
+                (f64::from(o) / f64::from(count) - 1.0 / 3.0).abs() < 0.01,
+                "{ops:?}"
+            );
+        }
+        assert!((magnitudes / f64::from(count) - 1.5).abs() < 0.02);
+        // A fixed depth.
+        let fixed = TimmAugMix::new(augmix_ops(), 1.0, 2, 3, true).expect("valid");
+        let plan = fixed.draw(&mut rng);
+        assert!(plan.blended());
+        assert!(plan.chains().iter().all(|c| c.len() == 3));
+    }
+
+    #[test]
+    fn blended_weights_are_timms_float32_arithmetic() {
+        let policy = TimmAugMix::new(augmix_ops(), 1.0, 3, 1, true).expect("valid");
+        let mut plan = policy.draw(&mut sample_rng(1, 0, 0));
+        // From Python: AugMixAugment._calc_blended_weights(np.float32([0.2, 0.3, 0.5]),
+        // np.float32(0.6)) with numpy 2.
+        plan.weights[..3].copy_from_slice(&[0.2, 0.3, 0.5]);
+        plan.m = 0.6;
+        let w = plan.blended_weights();
+        let ws = [0.2f32 * 0.6, 0.3 * 0.6, 0.5 * 0.6];
+        let a2 = ws[2];
+        let c = 1.0 - a2;
+        let a1 = ws[1] / c;
+        let c = c * (1.0 - a1);
+        let a0 = ws[0] / c;
+        assert_eq!(&w[..3], &[a0, a1, a2]);
+        assert_eq!(&w[..3], &[0.23076925f32, 0.25714287, 0.3], "numpy's values");
+    }
+
+    #[test]
+    fn augmix_refuses_what_timm_would_fail_on() {
+        let err = |r: Result<TimmAugMix>| r.expect_err("refused").to_string();
+        assert!(err(TimmAugMix::new(Vec::new(), 1.0, 3, -1, false)).contains("ops"));
+        assert!(err(TimmAugMix::new(augmix_ops(), 0.0, 3, -1, false)).contains("alpha"));
+        assert!(err(TimmAugMix::new(augmix_ops(), f64::NAN, 3, -1, false)).contains("alpha"));
+        assert!(err(TimmAugMix::new(augmix_ops(), 1.0, 0, -1, false)).contains("width"));
+        assert!(err(TimmAugMix::new(augmix_ops(), 1.0, 17, -1, false)).contains("width"));
+        assert!(err(TimmAugMix::new(augmix_ops(), 1.0, 3, 17, false)).contains("depth"));
+        assert!(TimmAugMix::new(augmix_ops(), 1e-3, 16, 16, false).is_ok());
+    }
+
+    #[test]
+    fn spans_name_the_policy() {
+        assert_eq!(
+            TimmOpKind::Rotate.span_name_in(TimmPolicyKind::AutoAugment),
+            "TimmAutoAugment/Rotate"
+        );
+        assert_eq!(
+            TimmOpKind::ShearX.span_name_in(TimmPolicyKind::AugMix),
+            "TimmAugMix/ShearX"
+        );
     }
 }

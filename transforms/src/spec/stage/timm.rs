@@ -1,8 +1,10 @@
-//! timm's `RandAugment` in a stage: its spec checked into a
-//! [`TimmRandAugment`](crate::augment::policy::TimmRandAugment), its plan drawn from the
-//! sample's generator, and each op that runs carried out with the Pillow-exact kernels of
+//! timm's `RandAugment`, `AutoAugment` and `AugMixAugment` in a stage: the spec checked into a
+//! [`TimmRandAugment`], [`TimmAutoAugment`] or [`TimmAugMix`], its plan drawn from the sample's
+//! generator, and each op that runs carried out with the Pillow-exact kernels of
 //! [`crate::augment::color`] and [`crate::augment::geometry`] with timm's arguments, in a
-//! nested span `TimmRandAugment/<Op>` ([`OpObserver::enter_named`]).
+//! nested span `<policy>/<Op>` (`TimmAutoAugment/Rotate`, [`OpObserver::enter_named`]). AugMix's
+//! chains run on the chain image of [`StageScratch::timm_mix`] and are mixed as timm mixes them
+//! ([`crate::augment::timm_mix`]: numpy's float32 sum, Pillow's `Image.blend`).
 //!
 //! timm's ops on a PIL image, as computed here:
 //! - Rotate: `img.rotate(degrees, resample, fillcolor)`, Pillow's rotation about the centre
@@ -13,49 +15,82 @@
 //! - the colour ops: Pillow's ImageOps and ImageEnhance kernels, SolarizeAdd's table.
 //!
 //! One difference, on purpose: a Posterize level of 0 bits or fewer (PosterizeIncreasing at
-//! magnitude 10, reached by timm's `rand-m9-mstd0.5-inc1` about one call in 45) makes a black
-//! image, what `ImageOps.posterize` computed up to Pillow 12 and what timm's level function
-//! means ("keep 0 MSB"); Pillow 13 raises `ValueError` there instead, which fails the whole
-//! sample in timm. 8 bits or more leave the image, as timm returns it.
+//! magnitude 10, reached by timm's `rand-m9-mstd0.5-inc1` about one call in 45, and by AugMix's
+//! uniform magnitudes about one op in 13 million) makes a black image, what
+//! `ImageOps.posterize` computed up to Pillow 12 and what timm's level function means ("keep 0
+//! MSB"); Pillow 13 raises `ValueError` there instead, which fails the whole sample in timm. 8
+//! bits or more leave the image, as timm returns it.
 //!
 //! Must not allocate per sample once warm (warps write [`StageScratch::spare`] and swap it
-//! with the staging image), nor draw outside timm's order: the plan is drawn whole before the
-//! first op runs (timm's ops draw only what the plan holds: the filter is drawn with the rest).
+//! with the image they work on; AugMix's buffers only grow), nor draw outside timm's order:
+//! the plan is drawn whole before the first op runs (timm's ops draw only what the plan holds:
+//! the filter is drawn with the rest).
 
 use super::{in_op, Domain, StageScratch};
 use crate::augment::color::{self, ColorScratch};
 use crate::augment::geometry::{AffineMatrix, AffineWarp, Interpolation};
-use crate::augment::policy::{TimmAugmentOp, TimmOpKind, TimmRandAugment, TimmStep};
+use crate::augment::policy::{
+    TimmAugMix, TimmAugmentOp, TimmAutoAugment, TimmOpKind, TimmPlan, TimmPolicyKind,
+    TimmRandAugment, TimmStep,
+};
+use crate::augment::timm_mix::pillow_blend;
 use crate::error::{Error, Result};
 use crate::image::RgbImage;
 use crate::rng::SampleRng;
 use crate::spec::{MagnitudeStd, OpObserver, OpSpec, TimmAugmentOpSpec, TimmInterpolation};
 
-const NAME: &str = "TimmRandAugment";
-
-/// timm's `RandAugment`, parameters checked.
+/// One of timm's policies, parameters checked.
 #[derive(Clone, Debug, PartialEq)]
-pub(in crate::spec) struct TimmOp(TimmRandAugment);
+enum TimmPolicy {
+    Rand(TimmRandAugment),
+    Auto(TimmAutoAugment),
+    AugMix(TimmAugMix),
+}
+
+/// timm's `RandAugment`, `AutoAugment` or `AugMixAugment`, parameters checked.
+#[derive(Clone, Debug, PartialEq)]
+pub(in crate::spec) struct TimmOp(TimmPolicy);
 
 impl TimmOp {
-    /// `Ok(None)`: `op` is not `TimmRandAugment`.
-    /// `Ok(None)`: `op` is not timm's RandAugment. After `ToImage` it is refused: timm's ops
-    /// call Pillow's methods and fail on a tensor.
+    /// `Ok(None)`: `op` is not one of timm's policies. After `ToImage` they are refused:
+    /// timm's ops call Pillow's methods and fail on a tensor.
     pub(super) fn plan(op: &OpSpec, domain: Domain) -> Result<Option<Self>> {
-        let Some(augment) = plan_timm_rand_augment(op)? else {
+        let policy = if let Some(p) = plan_timm_rand_augment(op)? {
+            TimmPolicy::Rand(p)
+        } else if let Some(p) = plan_timm_auto_augment(op)? {
+            TimmPolicy::Auto(p)
+        } else if let Some(p) = plan_timm_augmix(op)? {
+            TimmPolicy::AugMix(p)
+        } else {
             return Ok(None);
         };
+        let op = TimmOp(policy);
         if domain.tensor.is_some() {
+            let name = op.span().name();
             return Err(Error::invalid(
-                "TimmRandAugment",
-                "timm's RandAugment takes a PIL image (its ops fail on a tensor): put it \
-                 before ToImage/PILToTensor",
+                name,
+                format!(
+                    "timm's {} takes a PIL image (its ops fail on a tensor): put it before \
+                     ToImage/PILToTensor",
+                    name.strip_prefix("Timm").unwrap_or(name)
+                ),
             ));
         }
-        Ok(Some(TimmOp(augment)))
+        Ok(Some(op))
     }
 
-    /// Draws the sample's plan and applies the ops that run to `img`, each in its named span.
+    /// The op's own span.
+    pub(super) fn span(&self) -> crate::spec::Op {
+        match self.0 {
+            TimmPolicy::Rand(_) => crate::spec::Op::TimmRandAugment,
+            TimmPolicy::Auto(_) => crate::spec::Op::TimmAutoAugment,
+            TimmPolicy::AugMix(_) => crate::spec::Op::TimmAugMix,
+        }
+    }
+
+    /// Draws the sample's plan and applies the ops that run to `img`, each in its named span
+    /// (`TimmRandAugment/Rotate`); AugMix's chains run on the stage scratch's chain image and
+    /// are mixed into `img`.
     pub(super) fn run(
         &self,
         img: &mut RgbImage,
@@ -63,14 +98,81 @@ impl TimmOp {
         rng: &mut SampleRng,
         obs: &mut dyn OpObserver,
     ) -> Result<()> {
-        let plan = self.0.draw(rng);
+        let name = self.span().name();
+        let StageScratch {
+            color,
+            spare,
+            warp,
+            timm_mix,
+            ..
+        } = scratch;
+        let mut kernels = Kernels { warp, color, spare };
+        match &self.0 {
+            TimmPolicy::Rand(p) => {
+                let plan = p.draw(rng);
+                kernels.run(&plan, TimmPolicyKind::RandAugment, img, obs)
+            }
+            TimmPolicy::Auto(p) => {
+                let plan = p.draw(rng);
+                kernels.run(&plan.steps, TimmPolicyKind::AutoAugment, img, obs)
+            }
+            TimmPolicy::AugMix(p) => {
+                let plan = p.draw(rng);
+                let kind = TimmPolicyKind::AugMix;
+                if plan.blended() {
+                    // _apply_blended: each chain from the original, blended into the image.
+                    timm_mix.keep_original(img);
+                    let weights = plan.blended_weights();
+                    for (chain, &w) in plan.chains().iter().zip(&weights) {
+                        let aug = timm_mix.begin_chain_from_original();
+                        kernels.run(chain, kind, aug, obs)?;
+                        pillow_blend(img.as_raw_mut(), timm_mix.chain().as_raw(), w)
+                            .map_err(|e| in_op(name, e))?;
+                    }
+                    Ok(())
+                } else {
+                    // _apply_basic: the float32 mix of the chains, blended with the image.
+                    timm_mix.start_mix(img);
+                    for (chain, &mw) in plan.chains().iter().zip(plan.mixing_weights()) {
+                        let aug = timm_mix.begin_chain(img);
+                        kernels.run(chain, kind, aug, obs)?;
+                        timm_mix.add_chain(mw).map_err(|e| in_op(name, e))?;
+                    }
+                    timm_mix
+                        .finish_mix(img, plan.m())
+                        .map_err(|e| in_op(name, e))
+                }
+            }
+        }
+    }
+}
+
+/// The stage scratch the ops' kernels use.
+struct Kernels<'a> {
+    warp: &'a mut AffineWarp,
+    color: &'a mut ColorScratch,
+    spare: &'a mut RgbImage,
+}
+
+impl Kernels<'_> {
+    /// The plan's applied steps on `img`, in order, each in its span named after `policy`.
+    fn run(
+        &mut self,
+        plan: &TimmPlan,
+        policy: TimmPolicyKind,
+        img: &mut RgbImage,
+        obs: &mut dyn OpObserver,
+    ) -> Result<()> {
+        let op_name = match policy {
+            TimmPolicyKind::RandAugment => "TimmRandAugment",
+            TimmPolicyKind::AutoAugment => "TimmAutoAugment",
+            TimmPolicyKind::AugMix => "TimmAugMix",
+        };
         for step in plan.steps().filter(|s| s.applied) {
-            let name = step.kind.span_name();
+            let name = step.kind.span_name_in(policy);
             obs.enter_named(name);
-            let StageScratch {
-                color, spare, warp, ..
-            } = scratch;
-            let done = apply_timm_step(step, img, warp, color, spare).map_err(|e| in_op(NAME, e));
+            let done = apply_timm_step(step, img, self.warp, self.color, self.spare)
+                .map_err(|e| in_op(op_name, e));
             obs.exit_named(name);
             done?;
         }
@@ -78,9 +180,32 @@ impl TimmOp {
     }
 }
 
+/// `ops` checked, errors naming the op (`TimmAutoAugment: policy[2][0] (Rotate): ...`);
+/// `at(i)` names op `i`.
+fn checked_ops(
+    op: &str,
+    specs: &[TimmAugmentOpSpec],
+    at: impl Fn(usize) -> String,
+) -> Result<Vec<TimmAugmentOp>> {
+    specs
+        .iter()
+        .enumerate()
+        .map(|(i, spec)| {
+            augment_op(spec).map_err(|e| match e {
+                Error::InvalidArgument { name, reason } => Error::InvalidArgument {
+                    name,
+                    reason: format!("{op}: {} ({}): {reason}", at(i), spec.name),
+                },
+                other => other,
+            })
+        })
+        .collect()
+}
+
 /// The policy a `TimmRandAugment` spec describes, checked; `Ok(None)` for any other op. Errors
 /// name the argument (`ops[2].name: ...`).
 pub fn plan_timm_rand_augment(op: &OpSpec) -> Result<Option<TimmRandAugment>> {
+    const NAME: &str = "TimmRandAugment";
     let OpSpec::TimmRandAugment {
         ops,
         num_layers,
@@ -99,20 +224,44 @@ pub fn plan_timm_rand_augment(op: &OpSpec) -> Result<Option<TimmRandAugment>> {
                 format!("{NAME}: {num_layers} is not in [0, {max}]"),
             )
         })?;
-    let checked = ops
+    let checked = checked_ops(NAME, ops, |i| format!("ops[{i}]"))?;
+    TimmRandAugment::new(checked, layers, choice_weights.as_deref())
+        .map(Some)
+        .map_err(|e| in_op(NAME, e))
+}
+
+/// The policy a `TimmAutoAugment` spec describes, checked; `Ok(None)` for any other op.
+/// Errors name the op (`policy[3][1] (GaussianBlurRand): ...`).
+pub fn plan_timm_auto_augment(op: &OpSpec) -> Result<Option<TimmAutoAugment>> {
+    const NAME: &str = "TimmAutoAugment";
+    let OpSpec::TimmAutoAugment { policy } = op else {
+        return Ok(None);
+    };
+    let checked = policy
         .iter()
         .enumerate()
-        .map(|(i, spec)| {
-            augment_op(spec).map_err(|e| match e {
-                Error::InvalidArgument { name, reason } => Error::InvalidArgument {
-                    name,
-                    reason: format!("{NAME}: ops[{i}] ({}): {reason}", spec.name),
-                },
-                other => other,
-            })
-        })
+        .map(|(i, sub)| checked_ops(NAME, sub, |j| format!("policy[{i}][{j}]")))
         .collect::<Result<Vec<_>>>()?;
-    TimmRandAugment::new(checked, layers, choice_weights.as_deref())
+    TimmAutoAugment::new(checked)
+        .map(Some)
+        .map_err(|e| in_op(NAME, e))
+}
+
+/// The policy a `TimmAugMix` spec describes, checked; `Ok(None)` for any other op.
+pub fn plan_timm_augmix(op: &OpSpec) -> Result<Option<TimmAugMix>> {
+    const NAME: &str = "TimmAugMix";
+    let OpSpec::TimmAugMix {
+        ops,
+        alpha,
+        width,
+        depth,
+        blended,
+    } = op
+    else {
+        return Ok(None);
+    };
+    let checked = checked_ops(NAME, ops, |i| format!("ops[{i}]"))?;
+    TimmAugMix::new(checked, *alpha, *width, *depth, *blended)
         .map(Some)
         .map_err(|e| in_op(NAME, e))
 }
