@@ -9,6 +9,9 @@
 //! - [`auto`]: `TrivialAugmentWide`, `RandAugment`, `AutoAugment`, `AugMix`.
 //! - [`timm`](mod@timm): timm's `RandAugment` (`timm.data.auto_augment`), whose draws are
 //!   Python's `random` and numpy's rather than torch's (its module doc has the table).
+//! - [`timm_erasing`]: timm's `RandomErasing` (`timm.data.random_erasing`): the coin, the
+//!   block count and each block's rectangle, on Python's `random` (its module doc has the
+//!   table).
 //! - [`single`]: `ColorJitter`, `RandomRotation`, `RandomAffine`, `GaussianBlur`,
 //!   `RandomErasing`, `RandomCrop`, `RandomApply`, `RandomChoice`, `RandomOrder` and the
 //!   "apply with probability p" ops.
@@ -54,6 +57,7 @@ pub mod ops;
 pub mod single;
 pub mod space;
 pub mod timm;
+pub mod timm_erasing;
 
 pub use auto::{
     Api, AugMix, AugMixChain, AugMixPlan, AutoAugment, AutoAugmentPolicy, PolicyStep, RandAugment,
@@ -70,3 +74,4 @@ pub use space::{torch_linspace, AugmentationSpace};
 pub use timm::{
     TimmAugmentOp, TimmOpKind, TimmPlan, TimmRandAugment, TimmStep, MAX_TIMM_LAYERS, MAX_TIMM_OPS,
 };
+pub use timm_erasing::{TimmEraseMode, TimmRandomErasing, MAX_TIMM_ERASE_COUNT};
