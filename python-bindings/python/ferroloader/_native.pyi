@@ -29,6 +29,7 @@ __all__ = [
     "augmix_apply",
     "timm_rand_augment_draws",
     "timm_rand_augment_apply",
+    "timm_random_erasing_apply",
     "check_pipeline",
     "prepare",
     "write_shards",
@@ -455,6 +456,19 @@ def timm_rand_augment_apply(
     interpolation: str = "bicubic",
     fill: Tuple[int, int, int] = ...,
 ) -> npt.NDArray[np.uint8]: ...
+def timm_random_erasing_apply(
+    spec: str,
+    sample: npt.NDArray[np.float32],
+    index: int,
+    *,
+    seed: int = 0,
+    epoch: int = 0,
+) -> Tuple[
+    npt.NDArray[np.float32],
+    List[float],
+    List[Tuple[int, int]],
+    List[Tuple[int, int, int, int, npt.NDArray[np.float32]]],
+]: ...
 def check_pipeline(spec: str) -> Dict[str, object]: ...
 def prepare(
     src: str,
