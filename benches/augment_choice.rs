@@ -1,4 +1,5 @@
-//! Random compositions and `RandomErasing` in the pipeline, single thread: one 500x375 JPEG,
+//! Random compositions, `RandomErasing` and timm's (`TimmRandomErasing`, each mode, one block
+//! and 1 to 3) in the pipeline, single thread: one 500x375 JPEG,
 //! `CenterCrop(224)`, the op, `ToTensor`, `Normalize`, so every op sees a 224x224 sample. The
 //! `baseline` (no op: the single fused pass) runs in the same group; an op's cost is its time
 //! minus the baseline's. Compare within one run, not across runs.
@@ -10,7 +11,8 @@ use criterion::{criterion_group, criterion_main, Criterion};
 use ferroloader::transforms::fused::OutputSlot;
 use ferroloader::transforms::rng::sample_rng;
 use ferroloader::transforms::spec::{
-    EraseFill, Execution, OpSpec, Pipeline, PipelineSpec, Size, IMAGENET_MEAN, IMAGENET_STD,
+    EraseFill, Execution, OpSpec, Pipeline, PipelineSpec, Size, TimmEraseModeSpec, IMAGENET_MEAN,
+    IMAGENET_STD,
 };
 
 #[path = "../tests/support/fixtures.rs"]
@@ -39,6 +41,21 @@ fn erasing(value: EraseFill) -> OpSpec {
         ratio: [0.3, 3.3],
         value,
         inplace: false,
+    }
+}
+
+/// timm's `RandomErasing(probability=1, mode=mode, max_count=max_count)`, its other arguments
+/// `create_transform`'s.
+fn timm_erasing(mode: TimmEraseModeSpec, max_count: i64) -> OpSpec {
+    OpSpec::TimmRandomErasing {
+        probability: 1.0,
+        min_area: 0.02,
+        max_area: 1.0 / 3.0,
+        min_aspect: 0.3,
+        max_aspect: None,
+        mode,
+        min_count: 1,
+        max_count: Some(max_count),
     }
 }
 
@@ -85,6 +102,22 @@ fn bench_choice(c: &mut Criterion) {
         (
             "random_erasing_random_p1",
             pipeline(vec![], vec![erasing(EraseFill::Word("random".into()))]),
+        ),
+        (
+            "timm_erasing_const_p1",
+            pipeline(vec![], vec![timm_erasing(TimmEraseModeSpec::Const, 1)]),
+        ),
+        (
+            "timm_erasing_rand_p1",
+            pipeline(vec![], vec![timm_erasing(TimmEraseModeSpec::Rand, 1)]),
+        ),
+        (
+            "timm_erasing_pixel_p1",
+            pipeline(vec![], vec![timm_erasing(TimmEraseModeSpec::Pixel, 1)]),
+        ),
+        (
+            "timm_erasing_pixel_p1_count3",
+            pipeline(vec![], vec![timm_erasing(TimmEraseModeSpec::Pixel, 3)]),
         ),
     ];
     let mut g = c.benchmark_group("augment_choice");

@@ -2,7 +2,8 @@
 //! the crop rectangles (and flips) the loader draws for a sample, one sample run through the
 //! loader's own decode and fused kernel with a given crop, planning a spec without a
 //! dataset, AugMix's chains and mix with injected draws, and timm's RandAugment's plans and
-//! ops (its draws per sample, one op with its argument given).
+//! ops (its draws per sample, one op with its argument given), and timm's RandomErasing on a
+//! given sample with the draws it made.
 //!
 //! Only calls into the transforms crate (the same functions the loader's pipeline runs, in the
 //! same order); must not reimplement any op.
@@ -474,4 +475,127 @@ pub(crate) fn timm_rand_augment_apply<'py>(
     let out = Array3::from_shape_vec((h, w, 3), img.into_raw())
         .map_err(|e| PyValueError::new_err(e.to_string()))?;
     Ok(out.into_pyarray(py).into_any())
+}
+
+/// One block timm's `RandomErasing` erased, as Python sees it: `(top, left, height, width,
+/// fill)`, the fill `[c]` float32 for `rand`, `[c, h, w]` for `pixel`, empty for `const`.
+type TimmEraseBlock<'py> = (u32, u32, u32, u32, Bound<'py, PyAny>);
+
+/// What [`timm_random_erasing_apply`] gives back: the erased sample, the `random()` draws in
+/// order, the `randint(n)` draws as `(n, value)` in order, and the blocks.
+type TimmEraseRun<'py> = (
+    Bound<'py, PyAny>,
+    Vec<f64>,
+    Vec<(u32, u32)>,
+    Vec<TimmEraseBlock<'py>>,
+);
+
+/// The sample's generator, recording the draws timm's `RandomErasing` makes from Python's
+/// `random`: each `random()` and each `randint(n)` (the normals pass through unrecorded; the
+/// blocks report their fills).
+struct RecordedDraws<'a> {
+    rng: &'a mut ferroloader_loader::transforms::rng::SampleRng,
+    randoms: Vec<f64>,
+    randints: Vec<(u32, u32)>,
+}
+
+impl ferroloader_loader::transforms::rng::TorchDraws for RecordedDraws<'_> {
+    fn uniform_f32(&mut self, from: f32, to: f32) -> f32 {
+        self.rng.uniform_f32(from, to)
+    }
+
+    fn randint(&mut self, high: u32) -> u32 {
+        let v = self.rng.randint(high);
+        self.randints.push((high, v));
+        v
+    }
+
+    fn py_random(&mut self) -> f64 {
+        let v = self.rng.py_random();
+        self.randoms.push(v);
+        v
+    }
+
+    fn standard_normal(&mut self) -> f32 {
+        self.rng.standard_normal()
+    }
+
+    fn fill_standard_normal(&mut self, out: &mut [f32]) {
+        self.rng.fill_standard_normal(out)
+    }
+}
+
+/// timm's `RandomErasing` (`spec`: the JSON of one `TimmRandomErasing` op) on `sample` (`[3,
+/// h, w]` float32, the normalized tensor), drawn from the generator of sample `index` of
+/// epoch `epoch` of a run seeded with `seed` as the pipeline draws it when it is the only op
+/// that draws (after a `CenterCrop`, no flip). Returns the erased copy, the draws made as
+/// Python's `random` would be asked for them (`random()` values; `randint(a, b)` as `(b - a +
+/// 1, value - a)`), and the blocks with their fills: what replaying into timm's `_erase`
+/// needs.
+#[pyfunction]
+#[pyo3(signature = (spec, sample, index, *, seed = 0, epoch = 0))]
+pub(crate) fn timm_random_erasing_apply<'py>(
+    py: Python<'py>,
+    spec: &str,
+    sample: numpy::PyReadonlyArray3<'py, f32>,
+    index: u64,
+    seed: u64,
+    epoch: u64,
+) -> PyResult<TimmEraseRun<'py>> {
+    use ferroloader_loader::transforms::spec::{
+        apply_timm_random_erasing, plan_timm_random_erasing, OpSpec,
+    };
+    use numpy::PyUntypedArrayMethods;
+
+    let op: OpSpec =
+        serde_json::from_str(spec).map_err(|e| PyValueError::new_err(format!("spec: {e}")))?;
+    let erasing = plan_timm_random_erasing(&op)
+        .map_err(|e| transform_config_error("spec", &e))?
+        .ok_or_else(|| PyValueError::new_err("spec: not a TimmRandomErasing op"))?;
+    let shape = sample.shape();
+    if shape[0] != 3 {
+        return Err(PyValueError::new_err(format!(
+            "sample: shape {shape:?} is not [3, h, w]"
+        )));
+    }
+    let (h, w) = (shape[1], shape[2]);
+    let side = |n: usize| {
+        u32::try_from(n).map_err(|_| PyValueError::new_err(format!("sample: side {n} too large")))
+    };
+    let size = (side(h)?, side(w)?);
+    let mut slot: Vec<f32> = sample.as_array().iter().copied().collect();
+    let mut rng = sample_rng(seed, epoch, index);
+    let mut draws = RecordedDraws {
+        rng: &mut rng,
+        randoms: Vec::new(),
+        randints: Vec::new(),
+    };
+    let mut blocks = Vec::new();
+    let mut values = Vec::new();
+    apply_timm_random_erasing(
+        &erasing,
+        &mut slot,
+        size,
+        &mut draws,
+        &mut values,
+        &mut |rect, fill| blocks.push((rect, fill.to_vec())),
+    )
+    .map_err(|e| PyValueError::new_err(e.to_string()))?;
+    let erased = Array3::from_shape_vec((3, h, w), slot)
+        .map_err(|e| PyValueError::new_err(e.to_string()))?;
+    let blocks = blocks
+        .into_iter()
+        .map(|(rect, fill)| {
+            let fill = numpy::ndarray::Array1::from_vec(fill)
+                .into_pyarray(py)
+                .into_any();
+            (rect.top, rect.left, rect.height, rect.width, fill)
+        })
+        .collect();
+    Ok((
+        erased.into_pyarray(py).into_any(),
+        draws.randoms,
+        draws.randints,
+        blocks,
+    ))
 }

@@ -349,7 +349,7 @@ def test_create_transform_runs_natively_with_no_python_tail(folder: Path) -> Non
     split = T.split_python_tail(train)
     assert split.tail == []
     names = [type(t).__name__ for t in split.prefix.transforms]
-    assert names == ["RandomResizedCrop", "RandomHorizontalFlip", "TimmRandAugment", "ToTensor", "Normalize", "RandomErasing"]
+    assert names == ["RandomResizedCrop", "RandomHorizontalFlip", "TimmRandAugment", "ToTensor", "Normalize", "TimmRandomErasing"]
     policy = split.prefix.transforms[2]
     assert isinstance(policy, T.TimmRandAugment)
     assert policy.num_layers == 2 and policy.choice_weights is None

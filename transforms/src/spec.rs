@@ -28,6 +28,7 @@ use op_spec::{default_ratio, default_scale, default_true};
 
 pub use stage::{apply_timm_op, plan_timm_augmix, plan_timm_auto_augment, plan_timm_rand_augment};
 use stage::{pad_center_crop, Domain, RandomCropOp, StageOp, StageScratch, Staged};
+pub use tensor_op::{apply_timm_random_erasing, plan_timm_random_erasing};
 use tensor_op::{SlotState, TensorOp};
 
 /// Element type of the samples written into batch buffers.
@@ -340,12 +341,14 @@ pub enum Op {
     TimmAutoAugment,
     /// timm's `AugMixAugment`: its draws, the chains' ops (`TimmAugMix/Rotate`) and the mix.
     TimmAugMix,
+    /// timm's `RandomErasing`, on the tensor in the batch slot: its coin, blocks and fills.
+    TimmRandomErasing,
 }
 
 impl Op {
     /// Every op, in declaration order (`op as usize` indexes this array; the loader's
     /// profiler tables rely on it, so new ops go at the end, here and in the enum).
-    pub const ALL: [Op; 35] = [
+    pub const ALL: [Op; 36] = [
         Op::Decode,
         Op::CropParams,
         Op::Crop,
@@ -381,6 +384,7 @@ impl Op {
         Op::TimmRandAugment,
         Op::TimmAutoAugment,
         Op::TimmAugMix,
+        Op::TimmRandomErasing,
     ];
 
     /// The name spans and summaries use.
@@ -421,6 +425,7 @@ impl Op {
             Op::TimmRandAugment => "TimmRandAugment",
             Op::TimmAutoAugment => "TimmAutoAugment",
             Op::TimmAugMix => "TimmAugMix",
+            Op::TimmRandomErasing => "TimmRandomErasing",
         }
     }
 }
@@ -585,7 +590,7 @@ pub(in crate::spec) fn plan_random_resized_crop(
 ///
 /// Random compositions (`RandomApply`, `RandomChoice`, `RandomOrder`) are stage ops over
 /// stage ops; a nested `Compose` is flattened where it stands. After the conversion, tensor
-/// ops (`RandomErasing`) run on the float32 sample in the slot, each in its own span; an
+/// ops (`RandomErasing`, timm's `TimmRandomErasing`) run on the float32 sample in the slot, each in its own span; an
 /// erasing written before `Normalize` runs after the fused conversion too, its fill normalized
 /// with the same arithmetic (op by op it runs where written; the samples are equal).
 ///
@@ -613,7 +618,8 @@ pub struct Pipeline {
     /// The sample's size: the geometry's, changed by stage ops that pad.
     out_h: u32,
     out_w: u32,
-    /// `RandomErasing`s on the float32 slot after the conversion, in the order written;
+    /// `RandomErasing`s (torchvision's, timm's) on the float32 slot after the conversion, in
+    /// the order written;
     /// empty (no per-sample cost) for most pipelines.
     tensor_ops: Vec<TensorOp>,
     /// Channels of a sample: 3, or 1 for an `L` image or after `Grayscale(1)`.
@@ -631,7 +637,8 @@ pub struct PipelineContext {
     stage_a: RgbImage,
     stage_b: RgbImage,
     stage: StageScratch,
-    /// `RandomErasing(value="random")`'s values, reserved for the largest rectangle.
+    /// The random values of `RandomErasing(value="random")` and timm's `mode="pixel"`,
+    /// reserved for the largest rectangle.
     erase_values: Vec<f32>,
     /// The three-channel sample a one-channel pipeline runs into before keeping channel 0
     /// (empty for three channels).
@@ -688,7 +695,8 @@ fn bad_order(reason: &str) -> Error {
              (RandomVerticalFlip, RandomRotation, RandomAffine, RandomPerspective, GaussianBlur, \
              Pad, RandomCrop, \
              CenterCrop, Resize, RandomResizedCrop) and RandomApply, RandomChoice, RandomOrder of those, in any order, \
-             then ToTensor [Normalize] (with RandomErasing before or after Normalize) or \
+             then ToTensor [Normalize] (with RandomErasing or TimmRandomErasing before or \
+             after Normalize) or \
              PILToTensor; Compose anywhere, and ToImage anywhere before the conversion (the \
              ops after it run torch's tensor kernels)"
         ),
@@ -845,7 +853,7 @@ fn flatten_compose<'a>(ops: &'a [OpSpec], flat: &mut Vec<&'a OpSpec>) {
 /// `Normalize(mean, std)` as planned.
 type NormalizeArgs = ([f32; 3], [f32; 3]);
 
-/// The conversion at the end of a plan: `ToTensor`, then `RandomErasing`s and at most one
+/// The conversion at the end of a plan: `ToTensor`, then erasings (torchvision's and timm's) and at most one
 /// `Normalize` in any order; or `PILToTensor`; or nothing. Returns whether the conversion is to
 /// float, the `Normalize`, and the tensor ops (each knowing whether it stands before
 /// `Normalize`).
@@ -855,7 +863,8 @@ fn plan_conversion<'a>(
     let needs_tensor = || {
         Error::invalid(
             "ops",
-            "RandomErasing works on the float tensor: put ToTensor (and Normalize) before it",
+            "RandomErasing and TimmRandomErasing work on the float tensor: put ToTensor (and \
+             Normalize) before them",
         )
     };
     match ops.next() {
@@ -863,17 +872,11 @@ fn plan_conversion<'a>(
             let mut normalize = None;
             let mut planned = Vec::new();
             for op in ops {
+                if let Some(tensor_op) = TensorOp::plan(op)? {
+                    planned.push((tensor_op, normalize.is_none()));
+                    continue;
+                }
                 match op {
-                    OpSpec::RandomErasing {
-                        p,
-                        scale,
-                        ratio,
-                        value,
-                        inplace: _,
-                    } => planned.push((
-                        TensorOp::plan(*p, *scale, *ratio, value)?,
-                        normalize.is_none(),
-                    )),
                     OpSpec::Normalize { mean, std } if normalize.is_none() => {
                         if std.iter().any(|s| *s == 0.0 || !s.is_finite()) {
                             return Err(Error::invalid(
@@ -886,7 +889,8 @@ fn plan_conversion<'a>(
                     OpSpec::Normalize { .. } => return Err(bad_order("a second Normalize")),
                     _ => {
                         return Err(bad_order(
-                            "after ToTensor only Normalize and RandomErasing can run",
+                            "after ToTensor only Normalize, RandomErasing and \
+                             TimmRandomErasing can run",
                         ))
                     }
                 }
@@ -902,11 +906,11 @@ fn plan_conversion<'a>(
         }
         Some(OpSpec::PilToTensor) => match ops.next() {
             None => Ok((false, None, Vec::new())),
-            Some(OpSpec::RandomErasing { .. }) => Err(needs_tensor()),
+            Some(op) if TensorOp::is_tensor_op(op) => Err(needs_tensor()),
             Some(_) => Err(bad_order("ops after PILToTensor")),
         },
         None => Ok((false, None, Vec::new())),
-        Some(OpSpec::RandomErasing { .. }) => Err(needs_tensor()),
+        Some(op) if TensorOp::is_tensor_op(op) => Err(needs_tensor()),
         Some(_) => Err(bad_order("unexpected op after the geometric ops")),
     }
 }
@@ -1073,7 +1077,8 @@ impl Pipeline {
         if !tensor_ops.is_empty() && spec.output == OutputDtype::Uint8 {
             return Err(Error::invalid(
                 "output",
-                "RandomErasing writes into the float32 tensor (normalized values, or standard \
+                "RandomErasing (torchvision's or timm's) writes into the float32 tensor \
+                 (normalized values, or standard \
                  normals), which uint8 pixels cannot hold, and with uint8 output Normalize is \
                  left to the consumer; use output=float32, or erase after normalizing on the \
                  consumer's side",
@@ -1646,9 +1651,7 @@ impl Pipeline {
         obs: &mut dyn OpObserver,
     ) -> Result<()> {
         let size = (self.out_h, self.out_w);
-        observed(obs, Op::RandomErasing, || {
-            op.run(slot, size, state, rng, values)
-        })
+        observed(obs, op.span(), || op.run(slot, size, state, rng, values))
     }
 
     /// `Resize(size, max_size)` of the whole `decoded` image into `resized`, in its span;

@@ -618,6 +618,64 @@ fn op_of(name: &'static str) -> BoxedStrategy<Value> {
                 ("blended", maybe(0.5, any::<bool>().prop_map(Value::from))),
             ],
         ),
+        "TimmRandomErasing" => {
+            let fraction = || {
+                maybe(
+                    0.5,
+                    prop_oneof![4 => (0.0f64..0.6).prop_map(Value::from), 1 => number()],
+                )
+            };
+            object(
+                name,
+                vec![
+                    (
+                        "probability",
+                        maybe(0.5, (-0.5f64..1.5).prop_map(Value::from)),
+                    ),
+                    ("min_area", fraction()),
+                    ("max_area", fraction()),
+                    (
+                        "min_aspect",
+                        maybe(
+                            0.3,
+                            prop_oneof![(0.0f64..4.0).prop_map(Value::from), number()],
+                        ),
+                    ),
+                    (
+                        "max_aspect",
+                        maybe(
+                            0.3,
+                            prop_oneof![(0.0f64..4.0).prop_map(Value::from), number()],
+                        ),
+                    ),
+                    (
+                        "mode",
+                        maybe(
+                            0.8,
+                            prop_oneof![
+                                3 => prop::sample::select(vec!["const", "rand", "pixel"])
+                                    .prop_map(Value::from),
+                                1 => Just(json!("noise")),
+                            ],
+                        ),
+                    ),
+                    (
+                        "min_count",
+                        maybe(
+                            0.4,
+                            prop_oneof![4 => (0i64..4).prop_map(Value::from), 1 => number()],
+                        ),
+                    ),
+                    (
+                        "max_count",
+                        maybe(
+                            0.5,
+                            prop_oneof![4 => (0i64..5).prop_map(Value::from), 1 => number()],
+                        ),
+                    ),
+                ],
+            )
+        }
         _ => Just(json!({ "op": name })).boxed(),
     }
 }
@@ -654,6 +712,7 @@ fn op() -> impl Strategy<Value = Value> {
         "TimmRandAugment",
         "TimmAutoAugment",
         "TimmAugMix",
+        "TimmRandomErasing",
     ])
     .prop_flat_map(op_of)
 }
@@ -704,9 +763,10 @@ fn ops() -> impl Strategy<Value = Vec<Value>> {
         ),
         prop::option::weighted(0.9, op_named(&["ToTensor", "PILToTensor"])),
         prop::option::weighted(0.5, op_named(&["Normalize"])),
+        prop::option::weighted(0.25, op_named(&["TimmRandomErasing"])),
     )
-        .prop_map(|(m, a, b, c, t, k, g, d, e)| {
-            [m, Some(a), b, c, t, k, g, d, e]
+        .prop_map(|(m, a, b, c, t, k, g, d, e, r)| {
+            [m, Some(a), b, c, t, k, g, d, e, r]
                 .into_iter()
                 .flatten()
                 .collect()
@@ -835,6 +895,12 @@ fn structured_specs_are_sometimes_accepted() {
             .count();
         assert!(n > 0, "no {name} accepted");
     }
+    let erasing = accepted
+        .iter()
+        .flat_map(|spec| spec["ops"].as_array().into_iter().flatten())
+        .filter(|op| op["op"] == "TimmRandomErasing")
+        .count();
+    assert!(erasing > 0, "no TimmRandomErasing accepted");
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -31,6 +31,7 @@ __all__ = [
     "timm_rand_augment_apply",
     "timm_auto_augment_draws",
     "timm_augmix_draws",
+    "timm_random_erasing_apply",
     "check_pipeline",
     "prepare",
     "write_shards",
@@ -471,6 +472,19 @@ def timm_augmix_draws(
     seed: int = 0,
     epoch: int = 0,
 ) -> List[Tuple[List[float], float, List[List[Tuple[str, bool, float, Optional[float], Optional[str]]]]]]: ...
+def timm_random_erasing_apply(
+    spec: str,
+    sample: npt.NDArray[np.float32],
+    index: int,
+    *,
+    seed: int = 0,
+    epoch: int = 0,
+) -> Tuple[
+    npt.NDArray[np.float32],
+    List[float],
+    List[Tuple[int, int]],
+    List[Tuple[int, int, int, int, npt.NDArray[np.float32]]],
+]: ...
 def check_pipeline(spec: str) -> Dict[str, object]: ...
 def prepare(
     src: str,

@@ -10,17 +10,21 @@ computes, with the same distribution of draws:
 - ``RandomResizedCropAndInterpolation`` with one interpolation: torchvision's
   ``RandomResizedCrop`` (its ``get_params`` is torchvision's, with Python's ``random`` in place
   of torch's generator, and ``F.resized_crop`` on the PIL image: Pillow's antialiased resize).
-- ``RandomErasing`` (``timm.data.random_erasing``) erasing one block, ``mode`` ``"const"`` or
-  ``"pixel"``: torchvision's ``RandomErasing(p, scale=(min_area, max_area), ratio=(min_aspect,
-  max_aspect), value=0 or "random")`` (the same draws: area, log-uniform aspect, the size rounded
-  the same way, the strict fit test, ten attempts, the position).
+- ``RandomErasing`` (``timm.data.random_erasing``, ``create_transform(re_prob=, re_mode=,
+  re_count=)``), every ``mode`` (``"const"``, ``"rand"``, ``"pixel"``) and any number of blocks:
+  the arguments of ferroloader's ``TimmRandomErasing`` (:class:`RandomErasingArgs`), read from
+  the object (``probability``, ``min_area``, ``max_area``, ``log_aspect_ratio``, ``mode``,
+  ``min_count``, ``max_count``). It draws as timm's ``_erase`` does (the coin, the count, per
+  block ten attempts of an area and a log-uniform aspect, the size rounded half to even, the
+  strict fit test, the position, the fill), from the sample's generator. Its ``device`` must be
+  ``'cpu'`` (what ``create_transform`` gives); its ``num_splits`` only matters for a batch, not
+  per sample.
 - ``RandAugment`` (``timm.data.auto_augment``, ``auto_augment="rand-..."``): the arguments of
   ferroloader's ``TimmRandAugment`` (:class:`RandAugmentArgs`), read from the object's attributes (its ``ops``, ``num_layers``,
   ``choice_weights``; each ``AugmentOp``'s ``name``, ``prob``, ``magnitude``,
   ``magnitude_std``, ``magnitude_max``, ``hparams`` and ``kwargs``), not from the config
   string, so a policy built by hand converts as well. Its ops draw as timm's do (the same
   distributions, from the sample's generator) and compute with Pillow's arithmetic.
-
 - ``AutoAugment`` (``auto_augment="original"``, ``"originalr"``, ``"v0"``, ``"v0r"``): the
   arguments of ferroloader's ``TimmAutoAugment`` (:class:`AutoAugmentArgs`), its ``policy``
   read op by op as RandAugment's ``ops`` are. The ``3a`` policy holds ``GaussianBlurRand``
@@ -33,14 +37,14 @@ computes, with the same distribution of draws:
   depth.)
 
 What does not convert raises ``ValueError`` naming the parameter (``interpolation='random'``, a
-per-sample choice of resize filter; ``mode='rand'``, one random colour per block; several
-blocks; RandAugment's ``GaussianBlur`` ops, whose Pillow filter has no exact native kernel,
-a fill or filter Pillow's transform does not take, an op or policy whose class or functions
+per-sample choice of resize filter; RandomErasing on another ``device`` than ``'cpu'``, or with
+a ``__call__``/``_erase`` that is not timm's; the ``GaussianBlur`` ops of RandAugment and of
+AutoAugment's ``3a``, whose Pillow filter has no exact native kernel, a fill or filter Pillow's transform does not take, an op or policy whose class or functions
 are not timm's own), and the converter leaves the op and what follows it to the Python tail.
 
-The first three come back as the torchvision transforms they compute as; the converter
+The first two come back as the torchvision transforms they compute as; the converter
 (``ferroloader.transforms``) converts those, and builds ``TimmRandAugment``,
-``TimmAutoAugment`` and ``TimmAugMix`` from the arguments.
+``TimmAutoAugment``, ``TimmAugMix`` and ``TimmRandomErasing`` from the arguments.
 
 Must not import timm (the objects are recognised by their class and module names, so the
 loader works where timm is not installed), nor ferroloader's transforms, which import this.
@@ -52,7 +56,7 @@ import math
 import sys
 from typing import Any, List, NamedTuple, Optional, Union
 
-__all__ = ["AugMixArgs", "AugmentOpArgs", "AutoAugmentArgs", "RandAugmentArgs", "equivalent"]
+__all__ = ["AugMixArgs", "AugmentOpArgs", "AutoAugmentArgs", "RandAugmentArgs", "RandomErasingArgs", "equivalent"]
 
 
 class AugmentOpArgs(NamedTuple):
@@ -93,12 +97,25 @@ class AugMixArgs(NamedTuple):
     blended: bool
 
 
-def equivalent(t: Any) -> Union[None, Any, RandAugmentArgs, AutoAugmentArgs, AugMixArgs]:
+class RandomErasingArgs(NamedTuple):
+    """The arguments of ferroloader's ``TimmRandomErasing`` for timm's ``RandomErasing``."""
+
+    probability: float
+    min_area: float
+    max_area: float
+    min_aspect: float
+    max_aspect: float
+    mode: str
+    min_count: int
+    max_count: int
+
+
+def equivalent(t: Any) -> Union[None, Any, RandAugmentArgs, AutoAugmentArgs, AugMixArgs, RandomErasingArgs]:
     """What computes what timm's ``t`` computes: a torchvision transform (the converter takes
-    it from there) or, for timm's ``RandAugment``, ``AutoAugment`` and ``AugMixAugment``,
-    :class:`RandAugmentArgs`, :class:`AutoAugmentArgs` and :class:`AugMixArgs`; ``None`` for
-    a timm transform with no equivalent. Raises ``ValueError`` naming a parameter that has
-    none."""
+    it from there) or, for timm's ``RandAugment``, ``AutoAugment``, ``AugMixAugment`` and
+    ``RandomErasing``, :class:`RandAugmentArgs`, :class:`AutoAugmentArgs`, :class:`AugMixArgs`
+    and :class:`RandomErasingArgs`; ``None`` for a timm transform with no equivalent. Raises
+    ``ValueError`` naming a parameter that has none."""
     import torchvision.transforms as tv  # type: ignore[import-untyped]  # timm needs it: it is there
 
     name = type(t).__name__
@@ -114,8 +131,8 @@ def equivalent(t: Any) -> Union[None, Any, RandAugmentArgs, AutoAugmentArgs, Aug
                 "equivalent; give one interpolation"
             )
         return tv.RandomResizedCrop(t.size, t.scale, t.ratio, t.interpolation, antialias=True)
-    if name == "RandomErasing" and type(t).__module__ == "timm.data.random_erasing":
-        return _random_erasing(t, tv)
+    if name == "RandomErasing" and type(t).__module__ == _RANDOM_ERASING:
+        return _random_erasing(t)
     if name == "RandAugment" and type(t).__module__ == _AUTO_AUGMENT:
         return _rand_augment(t)
     if name == "AutoAugment" and type(t).__module__ == _AUTO_AUGMENT:
@@ -125,25 +142,46 @@ def equivalent(t: Any) -> Union[None, Any, RandAugmentArgs, AutoAugmentArgs, Aug
     return None
 
 
-def _random_erasing(t: Any, tv: Any) -> Any:
-    if (t.min_count, t.max_count) != (1, 1):
+_RANDOM_ERASING = "timm.data.random_erasing"
+
+
+def _random_erasing(t: Any) -> RandomErasingArgs:
+    device = getattr(t, "device", "cpu")
+    if str(device).split(":")[0] != "cpu":
         raise ValueError(
-            f"erases {t.min_count} to {t.max_count} blocks per image; torchvision's, which "
-            "runs natively, erases one (max_count=1)"
+            f"device={device!r}: the loader erases each sample on the CPU, where timm's "
+            "create_transform puts it (device='cpu')"
         )
-    if t.mode == "pixel":
-        value: Any = "random"
-    elif t.mode in ("const", ""):
-        value = 0
-    else:
-        raise ValueError(
-            f"mode={t.mode!r} (one random colour per block) has no native equivalent; "
-            "'const' and 'pixel' have"
-        )
+    module = sys.modules[_RANDOM_ERASING]
+    cls = getattr(module, "RandomErasing", None)
+    if type(t).__call__ is not getattr(cls, "__call__", None) or type(t)._erase is not getattr(cls, "_erase", None):
+        raise ValueError("its __call__ or _erase is not timm's RandomErasing's")
+    # `_erase` reads these flags, which `__init__` sets from `mode`.
+    mode = "pixel" if t.per_pixel else "rand" if t.rand_color else "const"
     low, high = t.log_aspect_ratio
-    return tv.RandomErasing(
-        float(t.probability), (float(t.min_area), float(t.max_area)), (math.exp(low), math.exp(high)), value
+    return RandomErasingArgs(
+        float(t.probability),
+        float(t.min_area),
+        float(t.max_area),
+        _aspect(low),
+        _aspect(high),
+        mode,
+        int(t.min_count),
+        int(t.max_count),
     )
+
+
+def _aspect(log: float) -> float:
+    """An aspect ratio whose ``math.log`` is ``log`` exactly (timm keeps only the logs; the
+    native op takes the ratios and logs them with the same libm), else ``exp(log)``."""
+    ratio = math.exp(log)
+    for direction in (math.inf, -math.inf):
+        candidate = ratio
+        for _ in range(4):
+            if math.log(candidate) == log:
+                return candidate
+            candidate = math.nextafter(candidate, direction)
+    return ratio
 
 
 _AUTO_AUGMENT = "timm.data.auto_augment"

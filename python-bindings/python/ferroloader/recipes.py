@@ -340,7 +340,7 @@ def describe(compose: Any) -> str:
         mode = getattr(t, "interpolation", None)
         if name in ("RandomResizedCrop", "Resize") and mode is not None:
             args.append(str(getattr(mode, "value", mode)))
-        if name in ("RandomHorizontalFlip", "RandomErasing"):
+        if name in ("RandomHorizontalFlip", "RandomErasing", "TimmRandomErasing"):
             # timm's RandomErasing names its probability `probability`.
             p = getattr(t, "p", getattr(t, "probability", None))
             if p is not None:

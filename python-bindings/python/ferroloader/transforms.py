@@ -8,7 +8,8 @@ flip, to-tensor and normalize fused into one pass per sample). Supported shapes 
     RandomHorizontalFlip, pixel ops, policies and geometric ops, any number, any order,
       also inside RandomApply / RandomChoice / RandomOrder (nested at will)
     ToTensor [Normalize]  |  PILToTensor                      (float32 / uint8 output)
-      with RandomErasing after ToTensor, before or after Normalize (float32 output only)
+      with RandomErasing (or timm's, TimmRandomErasing) after ToTensor, before or after
+      Normalize (float32 output only)
 
 A nested ``Compose`` stands for its ops where it stands (inside ``RandomChoice`` and
 ``RandomOrder`` it is one choice, one item).
@@ -32,7 +33,8 @@ float32 and truncated back. timm's ``RandAugment`` (``TimmRandAugment``, what
 ``timm.data.create_transform(auto_augment="rand-...")`` builds), ``AutoAugment``
 (``TimmAutoAugment``: ``auto_augment="original"``, ``"originalr"``, ``"v0"``, ``"v0r"``) and
 ``AugMixAugment`` (``TimmAugMix``: ``auto_augment="augmix-..."``) run natively too, with timm's
-draws and Pillow's arithmetic.
+draws and Pillow's arithmetic, and so does timm's ``RandomErasing`` (``TimmRandomErasing``,
+``create_transform(re_prob=, re_mode=, re_count=)``) in every mode, with timm's draws.
 
 After a :class:`ToImage` (where torchvision's ``ToImage()``/``PILToTensor()`` stands before
 other ops: torchvision then holds a uint8 tensor) the colour ops, the warps and the policies
@@ -107,6 +109,7 @@ __all__ = [
     "RandomChoice",
     "RandomOrder",
     "RandomErasing",
+    "TimmRandomErasing",
     "RandomVerticalFlip",
     "RandomRotation",
     "RandomAffine",
@@ -1466,6 +1469,79 @@ class RandomErasing(Transform):
         }
 
 
+class TimmRandomErasing(Transform):
+    """timm's ``RandomErasing(probability=0.5, min_area=0.02, max_area=1/3, min_aspect=0.3,
+    max_aspect=None, mode='const', min_count=1, max_count=None, num_splits=0, device='cpu')``
+    (``timm.data.random_erasing``): with probability ``probability``, ``min_count`` to
+    ``max_count`` blocks (at most 64), each up to ten attempts at ``uniform(min_area,
+    max_area) / count`` of the area with a log-uniform aspect in ``(min_aspect, max_aspect)``
+    (``None``: ``1 / min_aspect``), filled with zeros (``'const'``), one standard normal per
+    channel (``'rand'``) or per pixel (``'pixel'``). timm's draws in kind, order and
+    arithmetic, from the sample's generator (the same distributions as timm's, not Python's
+    global stream). A tensor op like :class:`RandomErasing`: after ``ToTensor``, before or after
+    ``Normalize`` (timm puts it after), in a profiler span named ``TimmRandomErasing``; refused
+    with ``output="uint8"``. ``num_splits`` only matters for a batch (timm leaves the first
+    split clean) and changes nothing per sample; ``device`` must be ``'cpu'``.
+
+    ``from_torchvision`` converts timm's object into this."""
+
+    _name = "TimmRandomErasing"
+
+    def __init__(
+        self,
+        probability: float = 0.5,
+        min_area: float = 0.02,
+        max_area: float = 1 / 3,
+        min_aspect: float = 0.3,
+        max_aspect: Optional[float] = None,
+        mode: str = "const",
+        min_count: int = 1,
+        max_count: Optional[int] = None,
+        num_splits: int = 0,
+        device: str = "cpu",
+    ) -> None:
+        op = self._name
+        self.probability = _number(op, "probability", probability)
+        if not 0.0 <= self.probability <= 1.0:
+            raise ValueError(f"{op}: probability must be in [0, 1], got {probability!r}")
+        self.min_area = _number(op, "min_area", min_area)
+        self.max_area = _number(op, "max_area", max_area)
+        if min(self.min_area, self.max_area) < 0.0:
+            raise ValueError(f"{op}: min_area and max_area must be non-negative, got {min_area!r}, {max_area!r}")
+        self.min_aspect = _number(op, "min_aspect", min_aspect)
+        if self.min_aspect <= 0.0:
+            raise ValueError(f"{op}: min_aspect must be positive, got {min_aspect!r}")
+        # timm's `max_aspect or 1 / min_aspect`.
+        self.max_aspect = _number(op, "max_aspect", max_aspect) if max_aspect else 1 / self.min_aspect
+        if not (self.max_aspect > 0.0 and math.isfinite(self.max_aspect)):
+            raise ValueError(f"{op}: max_aspect must be positive and finite, got {self.max_aspect!r}")
+        if not isinstance(mode, str) or mode.lower() not in ("", "const", "rand", "pixel"):
+            raise ValueError(f"{op}: mode must be 'const', 'rand' or 'pixel', got {mode!r}")
+        self.mode = mode.lower() or "const"
+        self.min_count = _count(op, "min_count", min_count, 0, 64)
+        # timm's `max_count or min_count`.
+        self.max_count = _count(op, "max_count", max_count, 0, 64) if max_count else self.min_count
+        if self.min_count > self.max_count:
+            raise ValueError(f"{op}: min_count must not exceed max_count, got {self.min_count} > {self.max_count}")
+        self.num_splits = _count(op, "num_splits", num_splits, 0, 2**31)
+        if str(device).split(":")[0] != "cpu":
+            raise ValueError(f"{op}: device must be 'cpu' (the loader erases each sample on the CPU), got {device!r}")
+        self.device = "cpu"
+
+    def to_spec(self) -> Spec:
+        return {
+            "op": self._name,
+            "probability": self.probability,
+            "min_area": self.min_area,
+            "max_area": self.max_area,
+            "min_aspect": self.min_aspect,
+            "max_aspect": self.max_aspect,
+            "mode": self.mode,
+            "min_count": self.min_count,
+            "max_count": self.max_count,
+        }
+
+
 class Compose:
     """``Compose(transforms)``: the ops in order; a nested ``Compose`` stands for its ops."""
 
@@ -1808,7 +1884,14 @@ _SKIP = object()
 
 def _convert_one(name: str, t: Any, done: List[Transform]) -> object:
     if _is_timm(t):
-        from ferroloader._timm import AugMixArgs, AugmentOpArgs, AutoAugmentArgs, RandAugmentArgs, equivalent
+        from ferroloader._timm import (
+            AugMixArgs,
+            AugmentOpArgs,
+            AutoAugmentArgs,
+            RandAugmentArgs,
+            RandomErasingArgs,
+            equivalent,
+        )
 
         def augment_ops(args: Sequence[AugmentOpArgs], where: Callable[[int], str]) -> List[TimmAugmentOp]:
             ops = []
@@ -1820,6 +1903,8 @@ def _convert_one(name: str, t: Any, done: List[Transform]) -> object:
             return ops
 
         same = equivalent(t)
+        if isinstance(same, RandomErasingArgs):
+            return TimmRandomErasing(**same._asdict())
         if isinstance(same, RandAugmentArgs):
             ops = augment_ops(same.ops, lambda i: f"ops[{i}]")
             return TimmRandAugment(ops, same.num_layers, same.choice_weights)

@@ -205,6 +205,21 @@ impl Default for EraseFill {
     }
 }
 
+fn default_timm_min_area() -> f64 {
+    0.02
+}
+
+fn default_timm_max_area() -> f64 {
+    1.0 / 3.0
+}
+
+fn default_timm_min_aspect() -> f64 {
+    0.3
+}
+
+/// timm's `RandomErasing` `mode`: `const`, `rand` or `pixel`.
+pub type TimmEraseModeSpec = crate::augment::policy::TimmEraseMode;
+
 fn default_blur_sigma() -> NumberOrRange {
     NumberOrRange::Range([0.1, 2.0])
 }
@@ -813,6 +828,43 @@ pub enum OpSpec {
         /// Default `false`; accepted for torchvision's signature, no effect.
         #[serde(default)]
         inplace: bool,
+    },
+    /// timm's `RandomErasing(probability=0.5, min_area=0.02, max_area=1/3, min_aspect=0.3,
+    /// max_aspect=None, mode="const", min_count=1, max_count=None)`
+    /// (`timm.data.random_erasing`, what `create_transform(re_prob=, re_mode=, re_count=)`
+    /// appends after `Normalize`): with probability `probability`, `min_count` to `max_count`
+    /// blocks, each up to 10 attempts at `uniform(min_area, max_area) / count` of the area
+    /// with a log-uniform aspect, filled with zeros (`const`), one standard normal per channel
+    /// (`rand`) or per pixel (`pixel`); timm's draws (see
+    /// [`TimmRandomErasing`](crate::augment::policy::TimmRandomErasing)). A tensor op, as
+    /// `RandomErasing` (after `ToTensor`, before or after `Normalize`; refused with `uint8`
+    /// output), in its own span. timm's `num_splits` and `device` have no meaning per sample
+    /// and are not here.
+    TimmRandomErasing {
+        /// Default 0.5.
+        #[serde(default = "default_half")]
+        probability: f64,
+        /// Default 0.02.
+        #[serde(default = "default_timm_min_area")]
+        min_area: f64,
+        /// Default 1/3.
+        #[serde(default = "default_timm_max_area")]
+        max_area: f64,
+        /// Default 0.3.
+        #[serde(default = "default_timm_min_aspect")]
+        min_aspect: f64,
+        /// Default None (or 0): `1 / min_aspect`.
+        #[serde(default)]
+        max_aspect: Option<f64>,
+        /// `const` (default), `rand` or `pixel`.
+        #[serde(default)]
+        mode: TimmEraseModeSpec,
+        /// Default 1.
+        #[serde(default = "default_one")]
+        min_count: i64,
+        /// Default None (or 0): `min_count`; at most 64.
+        #[serde(default)]
+        max_count: Option<i64>,
     },
     /// `ToImage()` (or `PILToTensor()`) standing before other ops: from here on torchvision
     /// holds a uint8 tensor, so the colour ops, the warps and the policies after it run torch's

@@ -10,6 +10,9 @@
 //! - [`timm`](mod@timm): timm's `RandAugment`, `AutoAugment` and `AugMixAugment`
 //!   (`timm.data.auto_augment`), whose draws are
 //!   Python's `random` and numpy's rather than torch's (its module doc has the table).
+//! - [`timm_erasing`]: timm's `RandomErasing` (`timm.data.random_erasing`): the coin, the
+//!   block count and each block's rectangle, on Python's `random` (its module doc has the
+//!   table).
 //! - [`single`]: `ColorJitter`, `RandomRotation`, `RandomAffine`, `GaussianBlur`,
 //!   `RandomErasing`, `RandomCrop`, `RandomApply`, `RandomChoice`, `RandomOrder` and the
 //!   "apply with probability p" ops.
@@ -55,6 +58,7 @@ pub mod ops;
 pub mod single;
 pub mod space;
 pub mod timm;
+pub mod timm_erasing;
 
 pub use auto::{
     Api, AugMix, AugMixChain, AugMixPlan, AutoAugment, AutoAugmentPolicy, PolicyStep, RandAugment,
@@ -73,3 +77,4 @@ pub use timm::{
     TimmPolicyKind, TimmRandAugment, TimmStep, MAX_TIMM_AUGMIX_WIDTH, MAX_TIMM_LAYERS,
     MAX_TIMM_OPS, MAX_TIMM_SUB_POLICIES,
 };
+pub use timm_erasing::{TimmEraseMode, TimmRandomErasing, MAX_TIMM_ERASE_COUNT};
