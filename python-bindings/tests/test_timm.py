@@ -130,9 +130,6 @@ def test_timm_draws_follow_torchvisions() -> None:
 
 
 def test_what_does_not_convert_is_named_and_left_to_the_tail(folder: Path) -> None:
-    random_filter = RandomResizedCropAndInterpolation(32, interpolation="random")
-    with pytest.raises(ValueError, match=r"RandomResizedCropAndInterpolation.*interpolation='random' \(a choice among bilinear, bicubic per sample\)"):
-        T.from_torchvision([random_filter, tv.ToTensor()])
     per_block = TimmErasing(0.5, mode="rand", device="cpu")
     with pytest.raises(ValueError, match=r"mode='rand' \(one random colour per block\)"):
         T.from_torchvision([tv.CenterCrop(32), tv.ToTensor(), per_block])
@@ -144,5 +141,15 @@ def test_what_does_not_convert_is_named_and_left_to_the_tail(folder: Path) -> No
         ld = fl.Loader(fl.ImageFolder(folder), 4, transform=transform, num_workers=2)
     assert [type(t).__name__ for t in ld.transform.transforms] == ["CenterCrop", "ToTensor"]
     assert ld.python_tail == [per_block]
-    with pytest.raises(ValueError, match=r"interpolation='random'.*python_tail='error'"):
-        fl.Loader(fl.ImageFolder(folder), 4, transform=tv.Compose([random_filter, tv.ToTensor()]), python_tail="error")
+    with pytest.raises(ValueError, match=r"mode='rand'.*python_tail='error'"):
+        fl.Loader(fl.ImageFolder(folder), 4, transform=transform, python_tail="error")
+
+
+def test_a_random_filter_converts_to_the_native_op() -> None:
+    """``interpolation='random'`` (timm's list of filters) converts to
+    ``T.RandomResizedCropAndInterpolation``; one filter stays torchvision's RandomResizedCrop."""
+    random_filter = RandomResizedCropAndInterpolation(32, interpolation="random")
+    converted = T.from_torchvision([random_filter, tv.ToTensor()]).transforms[0]
+    assert converted == T.RandomResizedCropAndInterpolation([32, 32], interpolation=["bilinear", "bicubic"])
+    one = T.from_torchvision([RandomResizedCropAndInterpolation(32, interpolation="bicubic")]).transforms[0]
+    assert one == T.RandomResizedCrop([32, 32], interpolation="bicubic")

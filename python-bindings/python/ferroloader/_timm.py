@@ -10,6 +10,10 @@ computes, with the same distribution of draws:
 - ``RandomResizedCropAndInterpolation`` with one interpolation: torchvision's
   ``RandomResizedCrop`` (its ``get_params`` is torchvision's, with Python's ``random`` in place
   of torch's generator, and ``F.resized_crop`` on the PIL image: Pillow's antialiased resize).
+  With a list (``interpolation='random'``: BILINEAR or BICUBIC, ``random.choice`` per call
+  right after the crop): the arguments of ferroloader's ``RandomResizedCropAndInterpolation``
+  (:class:`ResizedCropArgs`), which draws the crop the same way and the filter uniformly
+  among the list's, from the sample's generator.
 - ``RandomErasing`` (``timm.data.random_erasing``) erasing one block, ``mode`` ``"const"`` or
   ``"pixel"``: torchvision's ``RandomErasing(p, scale=(min_area, max_area), ratio=(min_aspect,
   max_aspect), value=0 or "random")`` (the same draws: area, log-uniform aspect, the size rounded
@@ -21,14 +25,14 @@ computes, with the same distribution of draws:
   string, so a policy built by hand converts as well. Its ops draw as timm's do (the same
   distributions, from the sample's generator) and compute with Pillow's arithmetic.
 
-What does not convert raises ``ValueError`` naming the parameter (``interpolation='random'``, a
-per-sample choice of resize filter; ``mode='rand'``, one random colour per block; several
-blocks; RandAugment's ``GaussianBlur`` ops, whose Pillow filter has no exact native kernel,
+What does not convert raises ``ValueError`` naming the parameter (``RandomErasing``'s
+``mode='rand'``, one random colour per block, and several blocks; RandAugment's ``GaussianBlur`` ops, whose Pillow filter has no exact native kernel,
 a fill or filter Pillow's transform does not take, an op or policy whose class or functions
 are not timm's own), and the converter leaves the op and what follows it to the Python tail.
 
 The first three come back as the torchvision transforms they compute as; the converter
-(``ferroloader.transforms``) converts those, and builds ``TimmRandAugment`` from the arguments.
+(``ferroloader.transforms``) converts those, and builds ``RandomResizedCropAndInterpolation``
+and ``TimmRandAugment`` from the arguments.
 
 Must not import timm (the objects are recognised by their class and module names, so the
 loader works where timm is not installed), nor ferroloader's transforms, which import this.
@@ -38,9 +42,20 @@ from __future__ import annotations
 
 import math
 import sys
-from typing import Any, List, NamedTuple, Optional, Union
+from typing import Any, List, NamedTuple, Optional, Tuple, Union
 
-__all__ = ["AugmentOpArgs", "RandAugmentArgs", "equivalent"]
+__all__ = ["AugmentOpArgs", "RandAugmentArgs", "ResizedCropArgs", "equivalent"]
+
+
+class ResizedCropArgs(NamedTuple):
+    """The arguments of ferroloader's ``RandomResizedCropAndInterpolation`` for timm's with a
+    list of interpolations (its ``InterpolationMode``s, or Pillow constants, as timm holds
+    them)."""
+
+    size: List[int]
+    scale: Tuple[float, float]
+    ratio: Tuple[float, float]
+    interpolation: List[Any]
 
 
 class AugmentOpArgs(NamedTuple):
@@ -65,11 +80,12 @@ class RandAugmentArgs(NamedTuple):
     choice_weights: Optional[List[float]]
 
 
-def equivalent(t: Any) -> Union[None, Any, RandAugmentArgs]:
+def equivalent(t: Any) -> Union[None, Any, RandAugmentArgs, ResizedCropArgs]:
     """What computes what timm's ``t`` computes: a torchvision transform (the converter takes
-    it from there) or, for timm's ``RandAugment``, :class:`RandAugmentArgs`; ``None`` for a
-    timm transform with no equivalent. Raises ``ValueError`` naming a parameter that has
-    none."""
+    it from there), for timm's ``RandAugment`` :class:`RandAugmentArgs`, for its
+    ``RandomResizedCropAndInterpolation`` with a list of filters :class:`ResizedCropArgs`;
+    ``None`` for a timm transform with no equivalent. Raises ``ValueError`` naming a parameter
+    that has none."""
     import torchvision.transforms as tv  # type: ignore[import-untyped]  # timm needs it: it is there
 
     name = type(t).__name__
@@ -79,10 +95,11 @@ def equivalent(t: Any) -> Union[None, Any, RandAugmentArgs]:
         return tv.PILToTensor()
     if name == "RandomResizedCropAndInterpolation":
         if isinstance(t.interpolation, (tuple, list)):
-            modes = ", ".join(str(m.value) for m in t.interpolation)
-            raise ValueError(
-                f"interpolation='random' (a choice among {modes} per sample) has no native "
-                "equivalent; give one interpolation"
+            return ResizedCropArgs(
+                [int(v) for v in t.size],
+                (float(t.scale[0]), float(t.scale[1])),
+                (float(t.ratio[0]), float(t.ratio[1])),
+                list(t.interpolation),
             )
         return tv.RandomResizedCrop(t.size, t.scale, t.ratio, t.interpolation, antialias=True)
     if name == "RandomErasing" and type(t).__module__ == "timm.data.random_erasing":
