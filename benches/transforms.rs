@@ -222,7 +222,24 @@ fn bench_pipeline(c: &mut Criterion) {
             PipelineSpec::imagenet_train(224).dct_scaling(true),
         ),
     ];
-    for (name, spec) in variants {
+    // timm's train crop: one filter (what RandomResizedCrop runs), and a filter drawn per
+    // sample among bilinear and bicubic (`interpolation='random'`).
+    let timm = |interpolation: serde_json::Value| {
+        let mut spec = PipelineSpec::imagenet_train(224);
+        spec.ops[0] = serde_json::from_value(serde_json::json!({
+            "op": "RandomResizedCropAndInterpolation", "size": 224, "interpolation": interpolation,
+        }))
+        .expect("a timm crop");
+        spec
+    };
+    let timm_variants = [
+        (
+            "fused_roi_timm_bilinear",
+            timm(serde_json::json!("bilinear")),
+        ),
+        ("fused_roi_timm_random", timm(serde_json::json!("random"))),
+    ];
+    for (name, spec) in variants.into_iter().chain(timm_variants) {
         let pipeline = Pipeline::new(spec).expect("valid spec");
         let mut ctx = pipeline.new_context().expect("ctx");
         let mut slot = vec![0f32; pipeline.sample_len()];

@@ -8,7 +8,7 @@
 //! Only calls into the transforms crate (the same functions the loader's pipeline runs, in the
 //! same order); must not reimplement any op.
 
-use ferroloader_loader::transforms::crop::RandomResizedCrop;
+use ferroloader_loader::transforms::crop::{FilterChoice, RandomResizedCrop};
 use ferroloader_loader::transforms::decode::{DecodeContext, DecodeOptions, Decoder};
 use ferroloader_loader::transforms::fused::{FusedKernel, OutputKind, OutputSlot};
 use ferroloader_loader::transforms::resize::Filter;
@@ -30,11 +30,13 @@ use crate::loader::{parse_spec, plan_spec};
 /// seeded with `seed`, for an image of `width` x `height`: an int64 array `[n, 5]` of
 /// `(top, left, height, width, flipped)`, exactly as the pipeline draws them (torchvision's
 /// `RandomResizedCrop.get_params` over the sample's generator, then the flip coin when
-/// `flip_p > 0`).
+/// `flip_p > 0`). With `interpolation` (the filter names of timm's
+/// `RandomResizedCropAndInterpolation`), `[n, 6]` of `(top, left, height, width, filter,
+/// flipped)`: `filter` the index into it of the filter drawn right after the crop.
 #[pyfunction]
 #[pyo3(signature = (
     width, height, indices, *, seed = 0, epoch = 0, scale = (0.08, 1.0),
-    ratio = (3.0 / 4.0, 4.0 / 3.0), flip_p = 0.0
+    ratio = (3.0 / 4.0, 4.0 / 3.0), flip_p = 0.0, interpolation = None
 ))]
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn random_resized_crop_params<'py>(
@@ -47,6 +49,7 @@ pub(crate) fn random_resized_crop_params<'py>(
     scale: (f64, f64),
     ratio: (f64, f64),
     flip_p: f64,
+    interpolation: Option<Vec<String>>,
 ) -> PyResult<Bound<'py, PyAny>> {
     let rrc = RandomResizedCrop::new((1, 1), scale, ratio)
         .map_err(|e| PyValueError::new_err(e.to_string()))?;
@@ -55,23 +58,46 @@ pub(crate) fn random_resized_crop_params<'py>(
             "flip_p: {flip_p} is not a probability in [0, 1]"
         )));
     }
-    let mut out = Array2::<i64>::zeros((indices.len(), 5));
+    let filters = interpolation
+        .as_deref()
+        .map(|names| {
+            let filters = names
+                .iter()
+                .map(|name| filter_named(name))
+                .collect::<PyResult<Vec<_>>>()?;
+            FilterChoice::new(&filters).map_err(|e| PyValueError::new_err(e.to_string()))
+        })
+        .transpose()?;
+    let columns = if filters.is_some() { 6 } else { 5 };
+    let mut out = Array2::<i64>::zeros((indices.len(), columns));
     for (row, &index) in out.rows_mut().into_iter().zip(&indices) {
         let mut rng = sample_rng(seed, epoch, index);
         let crop = rrc.get_params(width, height, &mut rng);
+        let filter = filters.map(|f| f.draw_index(&mut rng) as i64);
         let flipped = flip_p > 0.0 && draw_flip(&mut rng, flip_p);
-        let values = [
-            crop.top,
-            crop.left,
-            crop.height,
-            crop.width,
-            u32::from(flipped),
-        ];
+        let values = [crop.top, crop.left, crop.height, crop.width]
+            .map(i64::from)
+            .into_iter()
+            .chain(filter)
+            .chain([i64::from(flipped)]);
         for (cell, v) in row.into_iter().zip(values) {
-            *cell = i64::from(v);
+            *cell = v;
         }
     }
     Ok(out.into_pyarray(py).into_any())
+}
+
+/// The resize filter `name` names, or a `ValueError` naming `interpolation`.
+fn filter_named(name: &str) -> PyResult<Filter> {
+    Filter::ALL
+        .into_iter()
+        .find(|f| f.name() == name)
+        .ok_or_else(|| {
+            let names: Vec<&str> = Filter::ALL.iter().map(|f| f.name()).collect();
+            PyValueError::new_err(format!(
+                "interpolation: expected one of {names:?}, got {name:?}"
+            ))
+        })
 }
 
 /// Decodes `data` with the loader's decoder and runs the loader's fused kernel on it with the
@@ -101,12 +127,7 @@ pub(crate) fn resized_crop<'py>(
     roi: bool,
     interpolation: &str,
 ) -> PyResult<Bound<'py, PyAny>> {
-    let Some(filter) = Filter::ALL.into_iter().find(|f| f.name() == interpolation) else {
-        let names: Vec<&str> = Filter::ALL.iter().map(|f| f.name()).collect();
-        return Err(PyValueError::new_err(format!(
-            "interpolation: expected one of {names:?}, got {interpolation:?}"
-        )));
-    };
+    let filter = filter_named(interpolation)?;
     let decoder = match decoder {
         "turbo" => Decoder::Turbo,
         "zune" => Decoder::Zune,

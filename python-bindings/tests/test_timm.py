@@ -118,14 +118,26 @@ def test_timm_draws_follow_torchvisions() -> None:
 
 
 def test_what_does_not_convert_is_named_and_left_to_the_tail(folder: Path) -> None:
-    random_filter = RandomResizedCropAndInterpolation(32, interpolation="random")
-    with pytest.raises(ValueError, match=r"RandomResizedCropAndInterpolation.*interpolation='random' \(a choice among bilinear, bicubic per sample\)"):
-        T.from_torchvision([random_filter, tv.ToTensor()])
+    from timm.data.auto_augment import auto_augment_transform
+
+    blur = auto_augment_transform("3a", {"img_mean": (124, 116, 104)})
+    with pytest.raises(ValueError, match=r"policy\[2\]\[0\] name='GaussianBlurRand'"):
+        T.from_torchvision([tv.CenterCrop(32), blur, tv.ToTensor()])
     # In a loader, the native prefix runs and timm's op after it in Python.
-    transform = tv.Compose([tv.CenterCrop(32), tv.ToTensor(), random_filter])
-    with pytest.warns(UserWarning, match=r"RandomResizedCropAndInterpolation run in Python"):
+    transform = tv.Compose([tv.CenterCrop(32), blur, tv.ToTensor()])
+    with pytest.warns(UserWarning, match=r"AutoAugment, ToTensor run in Python"):
         ld = fl.Loader(fl.ImageFolder(folder), 4, transform=transform, num_workers=2)
-    assert [type(t).__name__ for t in ld.transform.transforms] == ["CenterCrop", "ToTensor"]
-    assert ld.python_tail == [random_filter]
-    with pytest.raises(ValueError, match=r"interpolation='random'.*python_tail='error'"):
-        fl.Loader(fl.ImageFolder(folder), 4, transform=tv.Compose([random_filter, tv.ToTensor()]), python_tail="error")
+    assert [type(t).__name__ for t in ld.transform.transforms] == ["CenterCrop"]
+    assert ld.python_tail == [blur, transform.transforms[2]]
+    with pytest.raises(ValueError, match=r"GaussianBlurRand.*python_tail='error'"):
+        fl.Loader(fl.ImageFolder(folder), 4, transform=transform, python_tail="error")
+
+
+def test_a_random_filter_converts_to_the_native_op() -> None:
+    """``interpolation='random'`` (timm's list of filters) converts to
+    ``T.RandomResizedCropAndInterpolation``; one filter stays torchvision's RandomResizedCrop."""
+    random_filter = RandomResizedCropAndInterpolation(32, interpolation="random")
+    converted = T.from_torchvision([random_filter, tv.ToTensor()]).transforms[0]
+    assert converted == T.RandomResizedCropAndInterpolation([32, 32], interpolation=["bilinear", "bicubic"])
+    one = T.from_torchvision([RandomResizedCropAndInterpolation(32, interpolation="bicubic")]).transforms[0]
+    assert one == T.RandomResizedCrop([32, 32], interpolation="bicubic")

@@ -9,6 +9,7 @@
 
 use crate::error::{Error, Result};
 use crate::image::CropRect;
+use crate::resize::Filter;
 use crate::rng::TorchDraws;
 
 /// Python's `round()` on a float: nearest integer, ties to even.
@@ -174,6 +175,85 @@ impl RandomResizedCrop {
     }
 }
 
+/// The most filters a [`FilterChoice`] chooses among.
+pub const MAX_FILTER_CHOICES: usize = 8;
+
+/// The resize filter of a random resized crop, fixed or drawn per sample: timm's
+/// `RandomResizedCropAndInterpolation` with a list of interpolations (`'random'`: BILINEAR or
+/// BICUBIC) draws `random.choice(list)` right after the crop's draws.
+///
+/// Invariant: holds 1 to [`MAX_FILTER_CHOICES`] filters (repeats allowed: a list naming one
+/// twice weighs it twice, as `random.choice` does).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FilterChoice {
+    filters: [Filter; MAX_FILTER_CHOICES],
+    len: usize,
+}
+
+impl FilterChoice {
+    /// Always `filter`: no draw.
+    pub fn one(filter: Filter) -> Self {
+        FilterChoice {
+            filters: [filter; MAX_FILTER_CHOICES],
+            len: 1,
+        }
+    }
+
+    /// A uniform choice among `filters` per sample (one filter: no draw). Errors, naming
+    /// `interpolation`, on none or more than [`MAX_FILTER_CHOICES`].
+    pub fn new(filters: &[Filter]) -> Result<Self> {
+        let Some(&first) = filters.first() else {
+            return Err(Error::invalid(
+                "interpolation",
+                "an empty list: give one filter, or a list to choose from per sample",
+            ));
+        };
+        if filters.len() > MAX_FILTER_CHOICES {
+            return Err(Error::invalid(
+                "interpolation",
+                format!(
+                    "{} filters: at most {MAX_FILTER_CHOICES} to choose from",
+                    filters.len()
+                ),
+            ));
+        }
+        let mut choice = Self::one(first);
+        choice.filters[..filters.len()].copy_from_slice(filters);
+        choice.len = filters.len();
+        Ok(choice)
+    }
+
+    /// The filters, in the order drawn into.
+    pub fn filters(&self) -> &[Filter] {
+        &self.filters[..self.len]
+    }
+
+    /// Whether a sample draws its filter (more than one to choose from).
+    pub fn draws(&self) -> bool {
+        self.len > 1
+    }
+
+    /// The index of this sample's filter in [`FilterChoice::filters`]: `randint(len)` when
+    /// there are several (`random.choice`'s uniform index), else 0 without a draw.
+    pub fn draw_index<D: TorchDraws + ?Sized>(&self, draws: &mut D) -> usize {
+        if !self.draws() {
+            return 0;
+        }
+        // `len <= MAX_FILTER_CHOICES`: the cast is exact.
+        draws.randint(self.len as u32) as usize
+    }
+
+    /// This sample's filter (see [`FilterChoice::draw_index`]).
+    pub fn draw<D: TorchDraws + ?Sized>(&self, draws: &mut D) -> Filter {
+        let index = self.draw_index(draws);
+        // A scripted `randint` out of range falls back to the first filter, not a panic.
+        self.filters()
+            .get(index)
+            .copied()
+            .unwrap_or(self.filters[0])
+    }
+}
+
 /// Python's `int(a / b)` for non-negative ints: a correctly rounded float division, then
 /// truncation. Done as Python does it, in f64: exact while `a` and `b` are below 2^53 (both
 /// convert exactly and one IEEE division is Python's correctly rounded quotient). Above that a
@@ -323,6 +403,42 @@ pub fn resize_shorter_side(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_filter_choice_is_uniform_and_one_filter_draws_nothing() {
+        use crate::rng::sample_rng;
+        let random = FilterChoice::new(&[Filter::Bilinear, Filter::Bicubic]).expect("valid");
+        assert_eq!(random.filters(), &[Filter::Bilinear, Filter::Bicubic]);
+        let n = 20_000u64;
+        let mut counts = [0u64; 2];
+        let mut rng = sample_rng(5, 0, 0);
+        for _ in 0..n {
+            counts[random.draw_index(&mut rng)] += 1;
+        }
+        // Binomial(n, 1/2): a standard deviation of ~71; within 4 of them.
+        let dev = counts[0].abs_diff(n / 2);
+        assert!(dev < 4 * 71, "{counts:?}");
+        // A repeated filter weighs twice, as `random.choice` over the list does.
+        let weighted = FilterChoice::new(&[Filter::Box, Filter::Box, Filter::Lanczos]).expect("ok");
+        let boxes = (0..n)
+            .filter(|_| weighted.draw(&mut rng) == Filter::Box)
+            .count() as f64;
+        assert!((boxes / n as f64 - 2.0 / 3.0).abs() < 0.015, "{boxes}");
+        // One filter (either way it is built): no draw, the generator untouched.
+        for one in [
+            FilterChoice::one(Filter::Hamming),
+            FilterChoice::new(&[Filter::Hamming]).expect("valid"),
+        ] {
+            let (mut a, mut b) = (sample_rng(9, 1, 2), sample_rng(9, 1, 2));
+            assert_eq!(one.draw(&mut a), Filter::Hamming);
+            assert!(!one.draws());
+            assert_eq!(a.randint(1 << 30), b.randint(1 << 30));
+        }
+        assert!(FilterChoice::new(&[]).is_err());
+        assert!(FilterChoice::new(&[Filter::Box; MAX_FILTER_CHOICES]).is_ok());
+        let err = FilterChoice::new(&[Filter::Box; MAX_FILTER_CHOICES + 1]).expect_err("too many");
+        assert!(err.to_string().contains("interpolation"), "{err}");
+    }
 
     #[test]
     fn py_round_is_half_to_even() {

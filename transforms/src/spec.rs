@@ -10,7 +10,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::augment::geometry::Padder;
 use crate::augment::policy::RandomCropPlan;
-use crate::crop::{center_crop, RandomResizedCrop};
+use crate::crop::center_crop;
 use crate::decode::{DecodeContext, DecodeOptions, Decoder};
 use crate::error::{Error, Result};
 use crate::fused::{self, FusedKernel, OutputKind, OutputSlot};
@@ -27,7 +27,7 @@ pub use op_spec::*;
 use op_spec::{default_ratio, default_scale, default_true};
 
 pub use stage::{apply_timm_op, plan_timm_augmix, plan_timm_auto_augment, plan_timm_rand_augment};
-use stage::{pad_center_crop, Domain, RandomCropOp, StageOp, StageScratch, Staged};
+use stage::{pad_center_crop, Domain, RandomCropOp, ResizedCropOp, StageOp, StageScratch, Staged};
 pub use tensor_op::{apply_timm_random_erasing, plan_timm_random_erasing};
 use tensor_op::{SlotState, TensorOp};
 
@@ -483,13 +483,17 @@ pub struct SampleReport {
     pub crop: CropRect,
     /// Whether the sample was flipped (mirrored on the whole: an odd number of flips ran).
     pub flipped: bool,
+    /// The filter the geometry resized with: drawn per sample by a
+    /// `RandomResizedCropAndInterpolation` with a choice, else the pipeline's own (bilinear
+    /// where the geometry does not resample).
+    pub filter: Filter,
 }
 
 /// The geometric part of a plan, reduced to what the fused kernel needs.
 #[derive(Clone, Debug, PartialEq)]
 enum Geometry {
     /// Random crop of the source, resized to the output.
-    RandomResizedCrop(RandomResizedCrop),
+    RandomResizedCrop(ResizedCropOp),
     /// Resize the whole image (shorter side or exact), then optionally center-crop.
     Resize {
         resize: WholeResize,
@@ -509,7 +513,7 @@ enum Geometry {
     /// order): no region decode, the crop is drawn on the resized size.
     ResizeThenRandomResizedCrop {
         resize: WholeResize,
-        rrc: RandomResizedCrop,
+        rrc: ResizedCropOp,
     },
 }
 
@@ -551,22 +555,6 @@ impl WholeResize {
     }
 }
 
-/// `RandomResizedCrop`'s arguments, checked: its draw and the filter it resizes with.
-pub(in crate::spec) fn plan_random_resized_crop(
-    size: Size,
-    scale: [f64; 2],
-    ratio: [f64; 2],
-    interpolation: Interpolation,
-    antialias: bool,
-) -> Result<(RandomResizedCrop, Filter)> {
-    if !antialias {
-        return Err(no_antialias());
-    }
-    let size = check_size("size", size.square_or_pair())?;
-    let rrc = RandomResizedCrop::new(size, (scale[0], scale[1]), (ratio[0], ratio[1]))?;
-    Ok((rrc, interpolation.filter()))
-}
-
 /// A checked, planned [`PipelineSpec`]; immutable and shared by every worker.
 ///
 /// Without pixel ops a sample is one decode (of the crop's region when it can) and one fused
@@ -595,7 +583,8 @@ pub(in crate::spec) fn plan_random_resized_crop(
 /// with the same arithmetic (op by op it runs where written; the samples are equal).
 ///
 /// Draws, from the sample's generator, in the order the ops are written (torchvision's):
-/// the crop (`RandomResizedCrop`'s or `RandomCrop`'s), then each flip's coin and each pixel op's parameters, then each tensor op's. A pixel op draws even when
+/// the crop (`RandomResizedCrop`'s or `RandomCrop`'s; timm's `RandomResizedCropAndInterpolation`
+/// then draws its filter, when it has a choice, and resizes with it), then each flip's coin and each pixel op's parameters, then each tensor op's. A pixel op draws even when
 /// it does not run (`p = 0`, a coin that says no), as torchvision does; a flip with `p = 0`
 /// draws nothing (as before pixel ops existed, so those samples do not change).
 ///
@@ -687,7 +676,8 @@ fn bad_order(reason: &str) -> Error {
         "ops",
         format!(
             "{reason}; supported: RandomResizedCrop | Resize [CenterCrop | RandomCrop | \
-             RandomResizedCrop] | CenterCrop | RandomCrop (or none of them: the images' own \
+             RandomResizedCrop] | CenterCrop | RandomCrop (RandomResizedCropAndInterpolation \
+             wherever RandomResizedCrop; or none of them: the images' own \
              size), then any number of RandomHorizontalFlip, pixel ops (ColorJitter, \
              Grayscale, RandomGrayscale, RandomPosterize, RandomSolarize, RandomEqualize, \
              RandomAutocontrast, RandomAdjustSharpness, RandomInvert), \
@@ -803,7 +793,10 @@ fn output_channels(spec: &PipelineSpec) -> Result<usize> {
 fn is_crop(op: &OpSpec) -> bool {
     matches!(
         op,
-        OpSpec::RandomResizedCrop { .. } | OpSpec::CenterCrop { .. } | OpSpec::RandomCrop { .. }
+        OpSpec::RandomResizedCrop { .. }
+            | OpSpec::RandomResizedCropAndInterpolation { .. }
+            | OpSpec::CenterCrop { .. }
+            | OpSpec::RandomCrop { .. }
     )
 }
 
@@ -928,128 +921,117 @@ impl Pipeline {
         let total = flat.len();
         let mut ops = flat.into_iter().peekable();
         let keeps_size = spec.keeps_image_size();
-        let (geometry, geometry_size, filter) = match ops.next_if(|_| !keeps_size) {
-            Some(OpSpec::RandomResizedCrop {
-                size,
-                scale,
-                ratio,
-                interpolation,
-                antialias,
-            }) => {
-                let (rrc, filter) =
-                    plan_random_resized_crop(*size, *scale, *ratio, *interpolation, *antialias)?;
-                (Geometry::RandomResizedCrop(rrc), rrc.size(), filter)
-            }
-            Some(OpSpec::Resize {
-                size,
-                max_size,
-                interpolation,
-                antialias,
-            }) => {
-                let resize = WholeResize::plan(*size, *max_size, *interpolation, *antialias)?;
-                // `Resize(256)` then `RandomResizedCrop(224)`: the crop fixes the size.
-                if let Some(OpSpec::RandomResizedCrop {
-                    size,
-                    scale,
-                    ratio,
-                    interpolation,
-                    antialias,
-                }) = ops.peek()
-                {
-                    let (rrc, filter) = plan_random_resized_crop(
-                        *size,
-                        *scale,
-                        *ratio,
-                        *interpolation,
-                        *antialias,
-                    )?;
-                    ops.next();
-                    (
-                        Geometry::ResizeThenRandomResizedCrop { resize, rrc },
-                        rrc.size(),
-                        filter,
-                    )
-                } else if let Some(crop) = ops
-                    .peek()
-                    .map(|op| RandomCropOp::plan(op))
-                    .transpose()?
-                    .flatten()
-                {
-                    ops.next();
-                    let out_size = check_size("size", crop.size())?;
-                    (
-                        Geometry::RandomCrop {
-                            resize: Some(resize),
-                            crop,
-                        },
-                        out_size,
-                        resize.filter,
-                    )
-                } else {
-                    let center_crop = match ops.peek() {
-                        Some(OpSpec::CenterCrop { size }) => {
-                            let crop = check_size("size", size.square_or_pair())?;
-                            ops.next();
-                            Some(crop)
-                        }
-                        _ => None,
-                    };
-                    let out_size = match (center_crop, resize.size, spec.image_size) {
-                        (Some(crop), _, _) => crop,
-                        (None, Size::Pair([h, w]), _) => (h, w),
-                        (None, Size::Int(_), Some([h, w])) => {
-                            check_size("size", resize.size.resized(w, h, resize.max_size)?)?
-                        }
-                        (None, Size::Int(_), None) => {
-                            return Err(Error::invalid(
-                                "image_size",
-                                "Resize(int) alone keeps each image's aspect ratio: give the \
-                                 size all images have (a loader takes it from the first sample)",
-                            ))
-                        }
-                    };
-                    (
-                        Geometry::Resize {
-                            resize,
-                            center_crop,
-                        },
-                        out_size,
-                        resize.filter,
-                    )
-                }
-            }
-            Some(OpSpec::CenterCrop { size }) => {
-                let size = check_size("size", size.square_or_pair())?;
-                // Crops only: the staged pass's same-size resize is a copy whatever the filter.
-                (Geometry::CenterCrop(size), size, Filter::Bilinear)
-            }
-            other => match other.map(RandomCropOp::plan).transpose()?.flatten() {
-                Some(crop) => {
-                    let size = check_size("size", crop.size())?;
-                    // A crop of the decoded image: no resampling, whatever the filter.
-                    (
-                        Geometry::RandomCrop { resize: None, crop },
+        let first = ops.next_if(|_| !keeps_size);
+        let first_rrc = first.map(ResizedCropOp::plan).transpose()?.flatten();
+        let (geometry, geometry_size, filter) =
+            if let Some(rrc) = first_rrc {
+                // Its draws and filters decided per sample; the context starts on the first one.
+                (
+                    Geometry::RandomResizedCrop(rrc),
+                    rrc.size(),
+                    rrc.first_filter(),
+                )
+            } else {
+                match first {
+                    Some(OpSpec::Resize {
                         size,
-                        Filter::Bilinear,
-                    )
-                }
-                None => match spec.image_size {
-                    Some([h, w]) => {
-                        // Copies only: the staged pass's same-size resize, whatever the filter.
-                        let size = check_size("image_size", (h, w))?;
-                        (Geometry::Whole(size), size, Filter::Bilinear)
+                        max_size,
+                        interpolation,
+                        antialias,
+                    }) => {
+                        let resize =
+                            WholeResize::plan(*size, *max_size, *interpolation, *antialias)?;
+                        // `Resize(256)` then `RandomResizedCrop(224)`: the crop fixes the size.
+                        if let Some(rrc) = ops
+                            .peek()
+                            .map(|op| ResizedCropOp::plan(op))
+                            .transpose()?
+                            .flatten()
+                        {
+                            ops.next();
+                            (
+                                Geometry::ResizeThenRandomResizedCrop { resize, rrc },
+                                rrc.size(),
+                                rrc.first_filter(),
+                            )
+                        } else if let Some(crop) = ops
+                            .peek()
+                            .map(|op| RandomCropOp::plan(op))
+                            .transpose()?
+                            .flatten()
+                        {
+                            ops.next();
+                            let out_size = check_size("size", crop.size())?;
+                            (
+                                Geometry::RandomCrop {
+                                    resize: Some(resize),
+                                    crop,
+                                },
+                                out_size,
+                                resize.filter,
+                            )
+                        } else {
+                            let center_crop = match ops.peek() {
+                                Some(OpSpec::CenterCrop { size }) => {
+                                    let crop = check_size("size", size.square_or_pair())?;
+                                    ops.next();
+                                    Some(crop)
+                                }
+                                _ => None,
+                            };
+                            let out_size = match (center_crop, resize.size, spec.image_size) {
+                                (Some(crop), _, _) => crop,
+                                (None, Size::Pair([h, w]), _) => (h, w),
+                                (None, Size::Int(_), Some([h, w])) => {
+                                    check_size("size", resize.size.resized(w, h, resize.max_size)?)?
+                                }
+                                (None, Size::Int(_), None) => return Err(Error::invalid(
+                                    "image_size",
+                                    "Resize(int) alone keeps each image's aspect ratio: give the \
+                                 size all images have (a loader takes it from the first sample)",
+                                )),
+                            };
+                            (
+                                Geometry::Resize {
+                                    resize,
+                                    center_crop,
+                                },
+                                out_size,
+                                resize.filter,
+                            )
+                        }
                     }
-                    None => {
-                        return Err(Error::invalid(
-                            "image_size",
-                            "a pipeline that does not start with a crop or resize keeps each \
+                    Some(OpSpec::CenterCrop { size }) => {
+                        let size = check_size("size", size.square_or_pair())?;
+                        // Crops only: the staged pass's same-size resize is a copy whatever the filter.
+                        (Geometry::CenterCrop(size), size, Filter::Bilinear)
+                    }
+                    other => match other.map(RandomCropOp::plan).transpose()?.flatten() {
+                        Some(crop) => {
+                            let size = check_size("size", crop.size())?;
+                            // A crop of the decoded image: no resampling, whatever the filter.
+                            (
+                                Geometry::RandomCrop { resize: None, crop },
+                                size,
+                                Filter::Bilinear,
+                            )
+                        }
+                        None => match spec.image_size {
+                            Some([h, w]) => {
+                                // Copies only: the staged pass's same-size resize, whatever the filter.
+                                let size = check_size("image_size", (h, w))?;
+                                (Geometry::Whole(size), size, Filter::Bilinear)
+                            }
+                            None => return Err(Error::invalid(
+                                "image_size",
+                                "a pipeline that does not start with a crop or resize keeps each \
                              image's own size: give the size all images have (a loader takes \
                              it from the first sample)",
-                        ))
-                    }
-                },
-            },
-        };
+                            )),
+                        },
+                    },
+                }
+            };
         check_output_size(geometry_size.0, geometry_size.1, spec.max_pixels)?;
         // Flips and pixel ops, in the order written, up to the conversion.
         let mut middle = Vec::new();
@@ -1325,6 +1307,9 @@ impl Pipeline {
             &mut stage.padder,
             obs,
         )?;
+        // A field store: the weights are cached by filter, so a one-filter pipeline's caches
+        // stay warm and a choice's samples each get their own filter's.
+        kernel.set_filter(report.filter);
         observed(obs, Op::Fused, || {
             let size = self.geometry_size;
             kernel.run(
@@ -1388,6 +1373,7 @@ impl Pipeline {
             }
             _ => Op::Crop,
         };
+        kernel.set_filter(report.filter);
         observed(obs, into_stage, || {
             let pixels = stage_b.try_reset(size.1, size.0)?;
             kernel.run(
@@ -1445,9 +1431,9 @@ impl Pipeline {
                 let (out_h, out_w) = self.geometry_size;
                 let decoded_crop = (|| {
                     let info = decode.info(bytes)?;
-                    let (crop, flipped) = observed(obs, Op::CropParams, || {
-                        let crop = rrc.get_params(info.width, info.height, rng);
-                        (crop, self.draw_flip(rng))
+                    let (crop, filter, flipped) = observed(obs, Op::CropParams, || {
+                        let (crop, filter) = rrc.draw(info.width, info.height, rng);
+                        (crop, filter, self.draw_flip(rng))
                     });
                     let inner = if self.spec.dct_scaling {
                         decode
@@ -1458,22 +1444,23 @@ impl Pipeline {
                     } else {
                         decode.decode(bytes, decoded).map(|_| crop)
                     }?;
-                    Ok::<_, Error>((info, crop, flipped, inner))
+                    Ok::<_, Error>((info, crop, filter, flipped, inner))
                 })();
                 obs.exit(Op::Decode);
-                let (info, crop, flipped, inner) = decoded_crop?;
+                let (info, crop, filter, flipped, inner) = decoded_crop?;
                 let decoded: &'a RgbImage = decoded;
                 let report = SampleReport {
                     width: info.width,
                     height: info.height,
                     crop,
                     flipped,
+                    filter,
                 };
                 Ok((decoded.view(), inner, report))
             }
             Geometry::ResizeThenRandomResizedCrop { resize, rrc } => {
                 let info = observed(obs, Op::Decode, || decode.decode(bytes, decoded))?;
-                let (crop, flipped) =
+                let (crop, filter, flipped) =
                     self.resized_crop_params(resize, rrc, decoded, resized, resizer, rng, obs)?;
                 let decoded: &'a RgbImage = decoded;
                 let report = SampleReport {
@@ -1481,6 +1468,7 @@ impl Pipeline {
                     height: info.height,
                     crop: CropRect::full(info.width, info.height),
                     flipped,
+                    filter,
                 };
                 Ok((decoded.view(), crop, report))
             }
@@ -1500,6 +1488,7 @@ impl Pipeline {
                     height: info.height,
                     crop: RandomCropOp::source_rect(&plan, resize.is_some(), info),
                     flipped,
+                    filter: self.filter,
                 };
                 let (decoded, resized): (&'a RgbImage, &'a RgbImage) = (decoded, resized);
                 Ok(if plain {
@@ -1518,6 +1507,7 @@ impl Pipeline {
                     height: info.height,
                     crop,
                     flipped,
+                    filter: self.filter,
                 };
                 Ok((src, rect, report))
             }
@@ -1710,24 +1700,24 @@ impl Pipeline {
     }
 
     /// For a [`Geometry::ResizeThenRandomResizedCrop`]: the decoded image resized into
-    /// `decoded` itself (buffers swapped with `spare`), then the crop drawn on the resized size
-    /// and the flip's coin, in that order.
+    /// `decoded` itself (buffers swapped with `spare`), then the crop (and its filter) drawn on
+    /// the resized size and the flip's coin, in that order.
     #[allow(clippy::too_many_arguments)]
     fn resized_crop_params(
         &self,
         resize: &WholeResize,
-        rrc: &RandomResizedCrop,
+        rrc: &ResizedCropOp,
         decoded: &mut RgbImage,
         spare: &mut RgbImage,
         resizer: &mut Resizer,
         rng: &mut SampleRng,
         obs: &mut dyn OpObserver,
-    ) -> Result<(CropRect, bool)> {
+    ) -> Result<(CropRect, Filter, bool)> {
         self.resize_whole(decoded, *resize, resizer, spare, obs)?;
         std::mem::swap(decoded, spare);
         Ok(observed(obs, Op::CropParams, || {
-            let crop = rrc.get_params(decoded.width(), decoded.height(), rng);
-            (crop, self.draw_flip(rng))
+            let (crop, filter) = rrc.draw(decoded.width(), decoded.height(), rng);
+            (crop, filter, self.draw_flip(rng))
         }))
     }
 
@@ -1751,7 +1741,7 @@ impl Pipeline {
         } = ctx;
         let (out_h, out_w) = self.geometry_size;
         let info = observed(obs, Op::Decode, || decode.decode(bytes, decoded))?;
-        let (crop, flipped) = match &self.geometry {
+        let (crop, filter, flipped) = match &self.geometry {
             Geometry::RandomCrop { resize, crop } => {
                 let (plan, flipped) =
                     self.random_crop_params(*resize, crop, decoded, stage_b, resizer, rng, obs)?;
@@ -1762,6 +1752,7 @@ impl Pipeline {
                 })?;
                 (
                     RandomCropOp::source_rect(&plan, resize.is_some(), info),
+                    self.filter,
                     flipped,
                 )
             }
@@ -1769,13 +1760,11 @@ impl Pipeline {
                 self.resized_crop_params(resize, rrc, decoded, stage_b, resizer, rng, obs)?
             }
             _ => observed(obs, Op::CropParams, || {
-                let crop = match &self.geometry {
-                    Geometry::RandomResizedCrop(rrc) => {
-                        rrc.get_params(info.width, info.height, rng)
-                    }
-                    _ => CropRect::full(info.width, info.height),
+                let (crop, filter) = match &self.geometry {
+                    Geometry::RandomResizedCrop(rrc) => rrc.draw(info.width, info.height, rng),
+                    _ => (CropRect::full(info.width, info.height), self.filter),
                 };
-                (crop, self.draw_flip(rng))
+                (crop, filter, self.draw_flip(rng))
             }),
         };
         match &self.geometry {
@@ -1784,7 +1773,7 @@ impl Pipeline {
                 observed(obs, Op::Crop, || {
                     decoded.crop_view(crop).map(|v| v.to_image(stage_b))
                 })?;
-                resizer.set_filter(self.filter);
+                resizer.set_filter(filter);
                 observed(obs, Op::Resize, || {
                     resizer.resize(stage_b.view(), out_h, out_w, stage_a)
                 })?;
@@ -1853,6 +1842,7 @@ impl Pipeline {
             height: info.height,
             crop,
             flipped,
+            filter,
         })
     }
 }

@@ -286,6 +286,38 @@ fn op_of(name: &'static str) -> BoxedStrategy<Value> {
                 ("antialias", flag()),
             ],
         ),
+        "RandomResizedCropAndInterpolation" => {
+            let filter = || {
+                prop_oneof![
+                    6 => prop::sample::select(vec![
+                        "nearest", "bilinear", "bicubic", "box", "hamming", "lanczos",
+                    ])
+                    .prop_map(Value::from),
+                    1 => Just(json!("random")),
+                    1 => Just(json!("nearest-exact")),
+                    1 => number(),
+                ]
+            };
+            object(
+                name,
+                vec![
+                    ("size", maybe(0.95, size())),
+                    ("scale", maybe(0.7, pair())),
+                    ("ratio", maybe(0.7, pair())),
+                    (
+                        "interpolation",
+                        maybe(
+                            0.8,
+                            prop_oneof![
+                                3 => Just(json!("random")),
+                                3 => filter(),
+                                3 => prop::collection::vec(filter(), 0..10).prop_map(Value::from),
+                            ],
+                        ),
+                    ),
+                ],
+            )
+        }
         "Resize" => object(
             name,
             vec![
@@ -684,6 +716,7 @@ fn op_of(name: &'static str) -> BoxedStrategy<Value> {
 fn op() -> impl Strategy<Value = Value> {
     prop::sample::select(vec![
         "RandomResizedCrop",
+        "RandomResizedCropAndInterpolation",
         "Resize",
         "CenterCrop",
         "RandomHorizontalFlip",
@@ -729,8 +762,22 @@ fn ops() -> impl Strategy<Value = Vec<Value>> {
     // torch's tensor kernels.
     let ordered = (
         prop::option::weighted(0.1, op_named(&["ToImage"])),
-        op_named(&["RandomResizedCrop", "Resize", "CenterCrop", "RandomCrop"]),
-        prop::option::weighted(0.3, op_named(&["CenterCrop", "RandomCrop"])),
+        op_named(&[
+            "RandomResizedCrop",
+            "RandomResizedCropAndInterpolation",
+            "Resize",
+            "CenterCrop",
+            "RandomCrop",
+        ]),
+        prop::option::weighted(
+            0.3,
+            op_named(&[
+                "CenterCrop",
+                "RandomCrop",
+                "RandomResizedCrop",
+                "RandomResizedCropAndInterpolation",
+            ]),
+        ),
         prop::option::weighted(0.5, op_named(&["RandomHorizontalFlip"])),
         prop::option::weighted(0.15, op_named(&["ToImage"])),
         prop::option::weighted(
@@ -901,6 +948,25 @@ fn structured_specs_are_sometimes_accepted() {
         .filter(|op| op["op"] == "TimmRandomErasing")
         .count();
     assert!(erasing > 0, "no TimmRandomErasing accepted");
+    // timm's crop with a choice of filters, first (its region decode) and after another op.
+    let choices = |at: fn(usize) -> bool| {
+        accepted
+            .iter()
+            .filter_map(|spec| spec["ops"].as_array())
+            .flat_map(|ops| ops.iter().enumerate())
+            .filter(|(i, op)| {
+                at(*i)
+                    && op["op"] == "RandomResizedCropAndInterpolation"
+                    && (op["interpolation"] == "random"
+                        || op["interpolation"].as_array().is_some_and(|l| l.len() > 1))
+            })
+            .count()
+    };
+    let (first, later) = (choices(|i| i == 0), choices(|i| i > 0));
+    assert!(
+        first > 0 && later > 0,
+        "accepted RandomResizedCropAndInterpolation with a choice: {first} first, {later} later"
+    );
 }
 
 // ---------------------------------------------------------------------------------------------

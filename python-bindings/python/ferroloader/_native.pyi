@@ -417,6 +417,7 @@ def random_resized_crop_params(
     scale: Tuple[float, float] = ...,
     ratio: Tuple[float, float] = ...,
     flip_p: float = 0.0,
+    interpolation: Optional[Sequence[str]] = None,
 ) -> npt.NDArray[np.int64]: ...
 def resized_crop(
     data: bytes,

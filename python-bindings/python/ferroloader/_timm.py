@@ -10,6 +10,10 @@ computes, with the same distribution of draws:
 - ``RandomResizedCropAndInterpolation`` with one interpolation: torchvision's
   ``RandomResizedCrop`` (its ``get_params`` is torchvision's, with Python's ``random`` in place
   of torch's generator, and ``F.resized_crop`` on the PIL image: Pillow's antialiased resize).
+  With a list (``interpolation='random'``: BILINEAR or BICUBIC, ``random.choice`` per call
+  right after the crop): the arguments of ferroloader's ``RandomResizedCropAndInterpolation``
+  (:class:`ResizedCropArgs`), which draws the crop the same way and the filter uniformly
+  among the list's, from the sample's generator.
 - ``RandomErasing`` (``timm.data.random_erasing``, ``create_transform(re_prob=, re_mode=,
   re_count=)``), every ``mode`` (``"const"``, ``"rand"``, ``"pixel"``) and any number of blocks:
   the arguments of ferroloader's ``TimmRandomErasing`` (:class:`RandomErasingArgs`), read from
@@ -36,15 +40,14 @@ computes, with the same distribution of draws:
   parser takes no negative number: ``d-1`` fails in timm itself; leave ``d`` out for a random
   depth.)
 
-What does not convert raises ``ValueError`` naming the parameter (``interpolation='random'``, a
-per-sample choice of resize filter; RandomErasing on another ``device`` than ``'cpu'``, or with
+What does not convert raises ``ValueError`` naming the parameter (RandomErasing on another ``device`` than ``'cpu'``, or with
 a ``__call__``/``_erase`` that is not timm's; the ``GaussianBlur`` ops of RandAugment and of
 AutoAugment's ``3a``, whose Pillow filter has no exact native kernel, a fill or filter Pillow's transform does not take, an op or policy whose class or functions
 are not timm's own), and the converter leaves the op and what follows it to the Python tail.
 
 The first two come back as the torchvision transforms they compute as; the converter
-(``ferroloader.transforms``) converts those, and builds ``TimmRandAugment``,
-``TimmAutoAugment``, ``TimmAugMix`` and ``TimmRandomErasing`` from the arguments.
+(``ferroloader.transforms``) converts those, and builds ``RandomResizedCropAndInterpolation``,
+``TimmRandAugment``, ``TimmAutoAugment``, ``TimmAugMix`` and ``TimmRandomErasing`` from the arguments.
 
 Must not import timm (the objects are recognised by their class and module names, so the
 loader works where timm is not installed), nor ferroloader's transforms, which import this.
@@ -54,9 +57,28 @@ from __future__ import annotations
 
 import math
 import sys
-from typing import Any, List, NamedTuple, Optional, Union
+from typing import Any, List, NamedTuple, Optional, Tuple, Union
 
-__all__ = ["AugMixArgs", "AugmentOpArgs", "AutoAugmentArgs", "RandAugmentArgs", "RandomErasingArgs", "equivalent"]
+__all__ = [
+    "AugMixArgs",
+    "AugmentOpArgs",
+    "AutoAugmentArgs",
+    "RandAugmentArgs",
+    "RandomErasingArgs",
+    "ResizedCropArgs",
+    "equivalent",
+]
+
+
+class ResizedCropArgs(NamedTuple):
+    """The arguments of ferroloader's ``RandomResizedCropAndInterpolation`` for timm's with a
+    list of interpolations (its ``InterpolationMode``s, or Pillow constants, as timm holds
+    them)."""
+
+    size: List[int]
+    scale: Tuple[float, float]
+    ratio: Tuple[float, float]
+    interpolation: List[Any]
 
 
 class AugmentOpArgs(NamedTuple):
@@ -110,12 +132,15 @@ class RandomErasingArgs(NamedTuple):
     max_count: int
 
 
-def equivalent(t: Any) -> Union[None, Any, RandAugmentArgs, AutoAugmentArgs, AugMixArgs, RandomErasingArgs]:
+def equivalent(
+    t: Any,
+) -> Union[None, Any, ResizedCropArgs, RandAugmentArgs, AutoAugmentArgs, AugMixArgs, RandomErasingArgs]:
     """What computes what timm's ``t`` computes: a torchvision transform (the converter takes
-    it from there) or, for timm's ``RandAugment``, ``AutoAugment``, ``AugMixAugment`` and
-    ``RandomErasing``, :class:`RandAugmentArgs`, :class:`AutoAugmentArgs`, :class:`AugMixArgs`
-    and :class:`RandomErasingArgs`; ``None`` for a timm transform with no equivalent. Raises
-    ``ValueError`` naming a parameter that has none."""
+    it from there) or, for timm's ``RandomResizedCropAndInterpolation`` with a list of
+    filters, ``RandAugment``, ``AutoAugment``, ``AugMixAugment`` and ``RandomErasing``,
+    :class:`ResizedCropArgs`, :class:`RandAugmentArgs`, :class:`AutoAugmentArgs`,
+    :class:`AugMixArgs` and :class:`RandomErasingArgs`; ``None`` for a timm transform with no
+    equivalent. Raises ``ValueError`` naming a parameter that has none."""
     import torchvision.transforms as tv  # type: ignore[import-untyped]  # timm needs it: it is there
 
     name = type(t).__name__
@@ -125,10 +150,11 @@ def equivalent(t: Any) -> Union[None, Any, RandAugmentArgs, AutoAugmentArgs, Aug
         return tv.PILToTensor()
     if name == "RandomResizedCropAndInterpolation":
         if isinstance(t.interpolation, (tuple, list)):
-            modes = ", ".join(str(m.value) for m in t.interpolation)
-            raise ValueError(
-                f"interpolation='random' (a choice among {modes} per sample) has no native "
-                "equivalent; give one interpolation"
+            return ResizedCropArgs(
+                [int(v) for v in t.size],
+                (float(t.scale[0]), float(t.scale[1])),
+                (float(t.ratio[0]), float(t.ratio[1])),
+                list(t.interpolation),
             )
         return tv.RandomResizedCrop(t.size, t.scale, t.ratio, t.interpolation, antialias=True)
     if name == "RandomErasing" and type(t).__module__ == _RANDOM_ERASING:

@@ -3,8 +3,9 @@
 These objects only *describe* a pipeline: the loader runs them natively (decode, crop, resize,
 flip, to-tensor and normalize fused into one pass per sample). Supported shapes of a pipeline::
 
-    RandomResizedCrop | Resize [CenterCrop | RandomCrop] | CenterCrop | RandomCrop
-                                                              (fixes the output size)
+    RandomResizedCrop | Resize [CenterCrop | RandomCrop | RandomResizedCrop] | CenterCrop
+      | RandomCrop                                            (fixes the output size;
+      RandomResizedCropAndInterpolation wherever RandomResizedCrop)
     RandomHorizontalFlip, pixel ops, policies and geometric ops, any number, any order,
       also inside RandomApply / RandomChoice / RandomOrder (nested at will)
     ToTensor [Normalize]  |  PILToTensor                      (float32 / uint8 output)
@@ -33,7 +34,8 @@ float32 and truncated back. timm's ``RandAugment`` (``TimmRandAugment``, what
 ``timm.data.create_transform(auto_augment="rand-...")`` builds), ``AutoAugment``
 (``TimmAutoAugment``: ``auto_augment="original"``, ``"originalr"``, ``"v0"``, ``"v0r"``) and
 ``AugMixAugment`` (``TimmAugMix``: ``auto_augment="augmix-..."``) run natively too, with timm's
-draws and Pillow's arithmetic, and so does timm's ``RandomErasing`` (``TimmRandomErasing``,
+draws and Pillow's arithmetic, and so do timm's ``RandomResizedCropAndInterpolation`` with a
+filter drawn per sample (``interpolation='random'``) and its ``RandomErasing`` (``TimmRandomErasing``,
 ``create_transform(re_prob=, re_mode=, re_count=)``) in every mode, with timm's draws.
 
 After a :class:`ToImage` (where torchvision's ``ToImage()``/``PILToTensor()`` stands before
@@ -80,6 +82,7 @@ __all__ = [
     "Transform",
     "Compose",
     "RandomResizedCrop",
+    "RandomResizedCropAndInterpolation",
     "Resize",
     "CenterCrop",
     "RandomHorizontalFlip",
@@ -350,6 +353,98 @@ class RandomResizedCrop(Transform):
             scale=self.scale,
             ratio=self.ratio,
             flip_p=flip_p,
+        )
+
+
+#: timm's ``_RANDOM_INTERPOLATION``: what ``interpolation='random'`` chooses among.
+_RANDOM_INTERPOLATION = ["bilinear", "bicubic"]
+_MAX_FILTER_CHOICES = 8
+
+
+class RandomResizedCropAndInterpolation(Transform):
+    """timm's ``RandomResizedCropAndInterpolation(size, scale=(0.08, 1.0), ratio=(3/4, 4/3),
+    interpolation='bilinear')`` (``timm.data.transforms``; what
+    ``timm.data.create_transform(is_training=True)`` builds): :class:`RandomResizedCrop`'s crop
+    (timm's ``get_params`` is torchvision's algorithm), resized with Pillow's antialiased
+    filter. ``interpolation``: one filter (a name, an ``InterpolationMode`` or a Pillow
+    constant: the six :class:`RandomResizedCrop` takes), ``'random'`` (timm's default in
+    ``transforms_imagenet_train``: BILINEAR or BICUBIC), or a list of up to 8 filters; with
+    several, each sample draws one uniformly (``random.choice``) right after its crop, from the
+    sample's generator (timm's distribution, not Python's global stream). A sample resized with
+    a given filter is :class:`RandomResizedCrop`'s with that filter, bit for bit.
+
+    ``from_torchvision`` converts timm's object with a list of filters into this (with one
+    filter, into :class:`RandomResizedCrop`, which computes the same)."""
+
+    def __init__(
+        self,
+        size: SizeArg,
+        scale: Tuple[float, float] = (0.08, 1.0),
+        ratio: Tuple[float, float] = (3.0 / 4.0, 4.0 / 3.0),
+        interpolation: Any = "bilinear",
+    ) -> None:
+        op = "RandomResizedCropAndInterpolation"
+        self.size = _size(op, "size", size)
+        self.scale = _pair(op, "scale", scale)
+        if self.scale[0] < 0:
+            raise ValueError(f"{op}: scale must be non-negative, got {scale!r}")
+        self.ratio = _pair(op, "ratio", ratio)
+        if self.ratio[0] <= 0:
+            raise ValueError(f"{op}: ratio must be positive, got {ratio!r}")
+        self.interpolation: Union[str, List[str]]
+        if isinstance(interpolation, str) and interpolation == "random":
+            self.interpolation = list(_RANDOM_INTERPOLATION)
+        elif isinstance(interpolation, (list, tuple)):
+            if not 1 <= len(interpolation) <= _MAX_FILTER_CHOICES:
+                raise ValueError(
+                    f"{op}: interpolation must be one filter, 'random', or a list of 1 to "
+                    f"{_MAX_FILTER_CHOICES} filters, got {interpolation!r}"
+                )
+            self.interpolation = [_interpolation(op, v) for v in interpolation]
+        else:
+            self.interpolation = _interpolation(op, interpolation)
+
+    @property
+    def filters(self) -> List[str]:
+        """The filters a sample's resize chooses among (one: no choice), in draw order."""
+        if isinstance(self.interpolation, str):
+            return [self.interpolation]
+        return list(self.interpolation)
+
+    def to_spec(self) -> Spec:
+        return {
+            "op": "RandomResizedCropAndInterpolation",
+            "size": self.size,
+            "scale": list(self.scale),
+            "ratio": list(self.ratio),
+            "interpolation": self.interpolation,
+        }
+
+    def draw_params(
+        self,
+        width: int,
+        height: int,
+        indices: Iterable[int],
+        *,
+        seed: int = 0,
+        epoch: int = 0,
+        flip_p: float = 0.0,
+    ) -> np.ndarray:
+        """What the loader draws for samples ``indices`` of ``epoch`` (loader seed ``seed``) of
+        a ``width`` x ``height`` image: an int64 array ``[n, 6]`` of ``(top, left, height,
+        width, filter, flipped)``, ``filter`` an index into :attr:`filters` (0 with one filter,
+        which draws nothing), ``flipped`` drawn after them when a
+        ``RandomHorizontalFlip(flip_p)`` follows (else 0)."""
+        return _native.random_resized_crop_params(
+            width,
+            height,
+            list(indices),
+            seed=seed,
+            epoch=epoch,
+            scale=self.scale,
+            ratio=self.ratio,
+            flip_p=flip_p,
+            interpolation=self.filters,
         )
 
 
@@ -1753,7 +1848,9 @@ def from_torchvision(compose: Any) -> Compose:
             raise ValueError(f"{where} has no ferroloader equivalent; supported: {_SUPPORTED}")
         if converted is not _SKIP:
             mode = getattr(converted, "interpolation", None)
-            if pending_tensor and isinstance(converted, (Resize, RandomResizedCrop)) and mode in _PIL_ONLY_INTERPOLATIONS:
+            modes = mode if isinstance(mode, list) else [mode]
+            resizes = (Resize, RandomResizedCrop, RandomResizedCropAndInterpolation)
+            if pending_tensor and isinstance(converted, resizes) and any(m in _PIL_ONLY_INTERPOLATIONS for m in modes):
                 raise ValueError(
                     f"{where} resizes an image tensor with {mode}: torchvision has that mode for PIL "
                     "images only (move it before ToImage/PILToTensor)"
@@ -1890,6 +1987,7 @@ def _convert_one(name: str, t: Any, done: List[Transform]) -> object:
             AutoAugmentArgs,
             RandAugmentArgs,
             RandomErasingArgs,
+            ResizedCropArgs,
             equivalent,
         )
 
@@ -1903,6 +2001,8 @@ def _convert_one(name: str, t: Any, done: List[Transform]) -> object:
             return ops
 
         same = equivalent(t)
+        if isinstance(same, ResizedCropArgs):
+            return RandomResizedCropAndInterpolation(**same._asdict())
         if isinstance(same, RandomErasingArgs):
             return TimmRandomErasing(**same._asdict())
         if isinstance(same, RandAugmentArgs):

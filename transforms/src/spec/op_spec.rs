@@ -348,9 +348,11 @@ impl Default for MagnitudeStd {
     }
 }
 
-/// timm's `interpolation` hparam for the warps: one filter (`"nearest"`, `"bilinear"`,
-/// `"bicubic"`), or a list of them, one drawn per op call (timm's default is
-/// `["bilinear", "bicubic"]`). Names are checked when planned.
+/// timm's `interpolation`: one filter, or a list of them, one drawn per call. The warps'
+/// hparam (`TimmAugmentOpSpec`) takes `"nearest"`, `"bilinear"` and `"bicubic"` (default
+/// `["bilinear", "bicubic"]`); `RandomResizedCropAndInterpolation` takes every resize filter,
+/// and the word `"random"` for timm's `["bilinear", "bicubic"]`. Names are checked when
+/// planned.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(untagged)]
 pub enum TimmInterpolation {
@@ -365,6 +367,11 @@ impl Default for TimmInterpolation {
     fn default() -> Self {
         TimmInterpolation::Choice(vec!["bilinear".into(), "bicubic".into()])
     }
+}
+
+/// timm's `RandomResizedCropAndInterpolation` default: `'bilinear'`.
+fn default_rrc_interpolation() -> TimmInterpolation {
+    TimmInterpolation::One("bilinear".into())
 }
 
 /// One of timm's `AugmentOp`s (`timm.data.auto_augment`), by what the object holds: its name,
@@ -424,6 +431,26 @@ pub enum OpSpec {
         /// Default `true`; PIL images are always antialiased, so `false` is rejected.
         #[serde(default = "default_true")]
         antialias: bool,
+    },
+    /// timm's `RandomResizedCropAndInterpolation(size, scale=(0.08, 1.0), ratio=(3/4, 4/3),
+    /// interpolation='bilinear')` (`timm.data.transforms`): `RandomResizedCrop`'s crop (the
+    /// same draws), resized with Pillow's antialiased filter: the one `interpolation` names,
+    /// or one of a list drawn per sample right after the crop (timm's `random.choice`;
+    /// `"random"` is `["bilinear", "bicubic"]`). Planned wherever `RandomResizedCrop` is; a
+    /// sample resized with a given filter is `RandomResizedCrop`'s with that filter.
+    RandomResizedCropAndInterpolation {
+        /// Output size.
+        size: Size,
+        /// Range of the crop's area as a fraction of the image's; default `[0.08, 1.0]`.
+        #[serde(default = "default_scale")]
+        scale: [f64; 2],
+        /// Range of the crop's aspect ratio (w / h); default `[3/4, 4/3]`.
+        #[serde(default = "default_ratio")]
+        ratio: [f64; 2],
+        /// A filter name (`nearest`, `bilinear`, `bicubic`, `box`, `hamming`, `lanczos`),
+        /// `"random"`, or a list of names (1 to 8); default `bilinear`.
+        #[serde(default = "default_rrc_interpolation")]
+        interpolation: TimmInterpolation,
     },
     /// `Resize(size, max_size=None)`: an int resizes the shorter side, a pair sets both.
     Resize {

@@ -2,9 +2,10 @@
 //! PIL path (the kernels of [`crate::augment::geometry`], and Pillow's resize):
 //! `RandomVerticalFlip`, `RandomRotation`, `RandomAffine`, `RandomPerspective`, `GaussianBlur`,
 //! `Pad`, `RandomCrop`,
-//! `CenterCrop`, and a `Resize` or `RandomResizedCrop` after the plan's geometry
-//! (`RandomResizedCrop(256)` then `Resize(224)`). [`RandomCropOp`] also serves the plan's geometry (a `RandomCrop` standing first, or after
-//! `Resize`).
+//! `CenterCrop`, and a `Resize` or `RandomResizedCrop` (or timm's
+//! `RandomResizedCropAndInterpolation`) after the plan's geometry (`RandomResizedCrop(256)`
+//! then `Resize(224)`). [`RandomCropOp`] and [`ResizedCropOp`] also serve the plan's geometry
+//! (a `RandomCrop` or random resized crop standing first, or after `Resize`).
 //!
 //! After `ToImage` ([`Domain`]) the warps (`RandomRotation`, `RandomAffine`,
 //! `RandomPerspective`) run torch's tensor kernels instead ([`crate::augment::grid_sample`]:
@@ -27,15 +28,15 @@ use crate::augment::geometry::{
 use crate::augment::policy::{
     self, draw_p, RandomAffine, RandomCropPlan, RandomPerspective, RandomRotation,
 };
-use crate::crop::{center_crop, CenterCrop};
+use crate::crop::{center_crop, CenterCrop, FilterChoice, RandomResizedCrop};
 use crate::decode::ImageInfo;
 use crate::error::{Error, Result};
 use crate::image::{CropRect, RgbImage, RgbView};
 use crate::resize::{Filter, Resizer};
 use crate::rng::SampleRng;
 use crate::spec::{
-    plan_random_resized_crop, Fill, KernelSize, NumberOrRange, Op, OpSpec, PadMode, PaddingArg,
-    Shear, WholeResize,
+    no_antialias, Fill, KernelSize, NumberOrRange, Op, OpSpec, PadMode, PaddingArg, Shear,
+    TimmInterpolation, WholeResize,
 };
 
 /// A geometric op, parameters checked.
@@ -93,11 +94,118 @@ pub(in crate::spec) enum GeometricOp {
     CenterCrop((u32, u32)),
     /// `Resize(size, max_size)` of the staging image.
     Resize(WholeResize),
-    /// `RandomResizedCrop` of the staging image: the crop drawn on its size, resized.
-    RandomResizedCrop {
-        rrc: crate::crop::RandomResizedCrop,
-        filter: Filter,
-    },
+    /// `RandomResizedCrop` (or timm's `RandomResizedCropAndInterpolation`) of the staging
+    /// image: the crop drawn on its size, resized.
+    RandomResizedCrop(ResizedCropOp),
+}
+
+/// `RandomResizedCrop` or timm's `RandomResizedCropAndInterpolation`, checked: torchvision's
+/// crop draw (timm's `get_params` is the same algorithm) and the filter(s) it resizes with,
+/// one or timm's choice drawn right after the crop. Serves the plan's geometry (standing
+/// first, or after `Resize`) and the stage alike.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(in crate::spec) struct ResizedCropOp {
+    rrc: RandomResizedCrop,
+    filters: FilterChoice,
+    name: &'static str,
+}
+
+impl ResizedCropOp {
+    /// `Ok(None)`: `op` is neither. Errors name the argument and the op.
+    pub(in crate::spec) fn plan(op: &OpSpec) -> Result<Option<Self>> {
+        let (name, size, scale, ratio, filters) = match op {
+            OpSpec::RandomResizedCrop {
+                size,
+                scale,
+                ratio,
+                interpolation,
+                antialias,
+            } => {
+                let name = "RandomResizedCrop";
+                if !*antialias {
+                    return Err(in_op(name, no_antialias()));
+                }
+                let filters = FilterChoice::one(interpolation.filter());
+                (name, size, scale, ratio, filters)
+            }
+            OpSpec::RandomResizedCropAndInterpolation {
+                size,
+                scale,
+                ratio,
+                interpolation,
+            } => {
+                let name = "RandomResizedCropAndInterpolation";
+                let filters = resize_filters(interpolation).map_err(|e| in_op(name, e))?;
+                (name, size, scale, ratio, filters)
+            }
+            _ => return Ok(None),
+        };
+        let (h, w) = size.square_or_pair();
+        if h == 0 || w == 0 {
+            return Err(in_op(
+                name,
+                Error::invalid("size", format!("size {h}x{w} must be positive")),
+            ));
+        }
+        let rrc = RandomResizedCrop::new((h, w), (scale[0], scale[1]), (ratio[0], ratio[1]))
+            .map_err(|e| in_op(name, e))?;
+        Ok(Some(ResizedCropOp { rrc, filters, name }))
+    }
+
+    /// The output `(height, width)`.
+    pub(in crate::spec) fn size(&self) -> (u32, u32) {
+        self.rrc.size()
+    }
+
+    /// The filter a resize context starts with: the only one, or the first to choose from
+    /// (a choice sets each sample's before it resizes).
+    pub(in crate::spec) fn first_filter(&self) -> Filter {
+        self.filters.filters()[0]
+    }
+
+    /// The sample's draws, in timm's order: the crop of a `width` x `height` image
+    /// (torchvision's `get_params`), then the filter when there is a choice.
+    pub(in crate::spec) fn draw(
+        &self,
+        width: u32,
+        height: u32,
+        rng: &mut SampleRng,
+    ) -> (CropRect, Filter) {
+        let crop = self.rrc.get_params(width, height, rng);
+        (crop, self.filters.draw(rng))
+    }
+}
+
+/// timm's `interpolation` of `RandomResizedCropAndInterpolation`, by name: one filter, a list,
+/// or `"random"` (timm's `_RANDOM_INTERPOLATION`, BILINEAR then BICUBIC).
+fn resize_filters(interpolation: &TimmInterpolation) -> Result<FilterChoice> {
+    let filter = |name: &str| {
+        Filter::ALL
+            .into_iter()
+            .find(|f| f.name() == name)
+            .ok_or_else(|| {
+                Error::invalid(
+                    "interpolation",
+                    format!(
+                        "{name:?} is not a resize filter (nearest, bilinear, bicubic, box, \
+                         hamming, lanczos; or \"random\" alone)"
+                    ),
+                )
+            })
+    };
+    match interpolation {
+        TimmInterpolation::One(word) if word == "random" => {
+            FilterChoice::new(&[Filter::Bilinear, Filter::Bicubic])
+        }
+        TimmInterpolation::One(name) => filter(name).map(FilterChoice::one),
+        TimmInterpolation::Choice(names) => {
+            let filters = names
+                .iter()
+                .map(|name| filter(name))
+                .collect::<Result<Vec<_>>>()?;
+            FilterChoice::new(&filters)
+        }
+    }
 }
 
 /// `RandomCrop(size, padding, pad_if_needed, fill, padding_mode)`, checked: its draw
@@ -518,15 +626,12 @@ impl GeometricOp {
             } => WholeResize::plan(*size, *max_size, *interpolation, *antialias)
                 .map(GeometricOp::Resize)
                 .map_err(|e| in_op("Resize", e))?,
-            OpSpec::RandomResizedCrop {
-                size,
-                scale,
-                ratio,
-                interpolation,
-                antialias,
-            } => plan_random_resized_crop(*size, *scale, *ratio, *interpolation, *antialias)
-                .map(|(rrc, filter)| GeometricOp::RandomResizedCrop { rrc, filter })
-                .map_err(|e| in_op("RandomResizedCrop", e))?,
+            OpSpec::RandomResizedCrop { .. } | OpSpec::RandomResizedCropAndInterpolation { .. } => {
+                match ResizedCropOp::plan(op)? {
+                    Some(crop) => GeometricOp::RandomResizedCrop(crop),
+                    None => return Ok(None),
+                }
+            }
             OpSpec::CenterCrop { size } => {
                 let (h, w) = size.square_or_pair();
                 if h == 0 || w == 0 {
@@ -580,7 +685,7 @@ impl GeometricOp {
                 .size
                 .resized(w, h, resize.max_size)
                 .map_err(|e| in_op("Resize", e)),
-            GeometricOp::RandomResizedCrop { rrc, .. } => Ok(rrc.size()),
+            GeometricOp::RandomResizedCrop(crop) => Ok(crop.size()),
         }
     }
 
@@ -598,7 +703,7 @@ impl GeometricOp {
             GeometricOp::RandomCrop(_) => "RandomCrop",
             GeometricOp::CenterCrop(_) => "CenterCrop",
             GeometricOp::Resize(_) => "Resize",
-            GeometricOp::RandomResizedCrop { .. } => "RandomResizedCrop",
+            GeometricOp::RandomResizedCrop(crop) => crop.name,
         }
     }
 
@@ -615,7 +720,7 @@ impl GeometricOp {
             GeometricOp::Pad { .. } => Op::Pad,
             GeometricOp::RandomCrop(_) => Op::RandomCrop,
             GeometricOp::CenterCrop(_) => Op::Crop,
-            GeometricOp::Resize(_) | GeometricOp::RandomResizedCrop { .. } => Op::Resize,
+            GeometricOp::Resize(_) | GeometricOp::RandomResizedCrop(_) => Op::Resize,
         }
     }
 
@@ -774,11 +879,11 @@ impl GeometricOp {
                 resizer.resize(img.view(), rh, rw, &mut scratch.spare)?;
                 std::mem::swap(img, &mut scratch.spare);
             }
-            GeometricOp::RandomResizedCrop { rrc, filter } => {
-                let rect = rrc.get_params(img.width(), img.height(), rng);
-                let (oh, ow) = rrc.size();
+            GeometricOp::RandomResizedCrop(crop) => {
+                let (rect, filter) = crop.draw(img.width(), img.height(), rng);
+                let (oh, ow) = crop.size();
                 let resizer = scratch.resizer.get_or_insert_with(stage_resizer);
-                resizer.set_filter(*filter);
+                resizer.set_filter(filter);
                 resizer.resize(img.crop_view(rect)?, oh, ow, &mut scratch.spare)?;
                 std::mem::swap(img, &mut scratch.spare);
             }
@@ -793,5 +898,69 @@ impl GeometricOp {
             }
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::rng::{sample_rng, TorchDraws};
+
+    fn plan(json: serde_json::Value) -> Result<Option<ResizedCropOp>> {
+        ResizedCropOp::plan(&serde_json::from_value(json).expect("parses"))
+    }
+
+    #[test]
+    fn both_crops_plan_to_one_op_with_their_filters() {
+        let filters = |json| plan(json).expect("valid").expect("a crop").filters;
+        let random = serde_json::json!({"op": "RandomResizedCropAndInterpolation", "size": 8,
+            "interpolation": "random"});
+        assert_eq!(
+            filters(random).filters(),
+            &[Filter::Bilinear, Filter::Bicubic]
+        );
+        let listed = serde_json::json!({"op": "RandomResizedCropAndInterpolation", "size": 8,
+            "interpolation": ["lanczos", "hamming", "lanczos"]});
+        assert_eq!(
+            filters(listed).filters(),
+            &[Filter::Lanczos, Filter::Hamming, Filter::Lanczos]
+        );
+        // timm's default, and torchvision's op: one filter.
+        let timm = serde_json::json!({"op": "RandomResizedCropAndInterpolation", "size": 8});
+        assert_eq!(filters(timm), FilterChoice::one(Filter::Bilinear));
+        let tv = serde_json::json!({"op": "RandomResizedCrop", "size": 8,
+            "interpolation": "box"});
+        assert_eq!(filters(tv), FilterChoice::one(Filter::Box));
+        assert!(plan(serde_json::json!({"op": "CenterCrop", "size": 8}))
+            .expect("not a refusal")
+            .is_none());
+        let no_antialias = serde_json::json!({"op": "RandomResizedCrop", "size": 8,
+            "antialias": false});
+        let err = plan(no_antialias).expect_err("refused");
+        assert!(err.to_string().contains("RandomResizedCrop: "), "{err}");
+    }
+
+    #[test]
+    fn the_filter_is_drawn_right_after_the_crop() {
+        let op = plan(
+            serde_json::json!({"op": "RandomResizedCropAndInterpolation",
+            "size": [5, 7], "interpolation": "random"}),
+        )
+        .expect("valid")
+        .expect("a crop");
+        let mut seen = [false; 2];
+        for index in 0..64 {
+            let mut rng = sample_rng(3, 0, index);
+            let (crop, filter) = op.draw(300, 200, &mut rng);
+            let mut by_hand = sample_rng(3, 0, index);
+            assert_eq!(crop, op.rrc.get_params(300, 200, &mut by_hand));
+            assert_eq!(filter, op.filters.draw(&mut by_hand));
+            // Nothing drawn after it.
+            assert_eq!(rng.randint(1 << 30), by_hand.randint(1 << 30));
+            seen[usize::from(filter == Filter::Bicubic)] = true;
+        }
+        assert_eq!(seen, [true, true]);
+        assert_eq!(op.size(), (5, 7));
+        assert_eq!(op.first_filter(), Filter::Bilinear);
     }
 }
