@@ -421,7 +421,7 @@ def test_what_does_not_convert_is_named_and_left_to_the_tail(folder: Path) -> No
         ld = fl.Loader(fl.ImageFolder(folder), 4, transform=transform, num_workers=1)
     assert [type(t).__name__ for t in ld.transform.transforms] == ["CenterCrop"]
     assert len(ld.python_tail) == 2 and ld.python_tail[0] is blur
-    with pytest.raises(ValueError, match="TimmRandAugment: name 'Cutout'"):
+    with pytest.raises(ValueError, match="TimmAugmentOp: name 'Cutout'"):
         T.TimmAugmentOp("Cutout")
     with pytest.raises(ValueError, match="choice_weights"):
         T.TimmRandAugment([T.TimmAugmentOp("Invert")], 2, [1.0])

@@ -681,7 +681,8 @@ fn bad_order(reason: &str) -> Error {
              size), then any number of RandomHorizontalFlip, pixel ops (ColorJitter, \
              Grayscale, RandomGrayscale, RandomPosterize, RandomSolarize, RandomEqualize, \
              RandomAutocontrast, RandomAdjustSharpness, RandomInvert), \
-             policies (TrivialAugmentWide, RandAugment, AutoAugment), geometric ops \
+             policies (TrivialAugmentWide, RandAugment, AutoAugment, AugMix, timm's \
+             TimmRandAugment, TimmAutoAugment, TimmAugMix), geometric ops \
              (RandomVerticalFlip, RandomRotation, RandomAffine, RandomPerspective, GaussianBlur, \
              Pad, RandomCrop, \
              CenterCrop, Resize, RandomResizedCrop) and RandomApply, RandomChoice, RandomOrder of those, in any order, \

@@ -1249,7 +1249,7 @@ class TimmAugmentOp:
         fill: Sequence[int] = (128, 128, 128),
         interpolation: object = ("bilinear", "bicubic"),
     ) -> None:
-        op = "TimmRandAugment"
+        op = "TimmAugmentOp"
         if name in ("GaussianBlur", "GaussianBlurRand"):
             raise ValueError(
                 f"{op}: name {name!r}: Pillow's GaussianBlur filter (box blurs approximating a "
