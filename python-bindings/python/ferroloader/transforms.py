@@ -295,6 +295,21 @@ class Transform:
         return f"{type(self).__name__}({args})"
 
 
+def _resized_crop_args(
+    op: str, size: SizeArg, scale: Tuple[float, float], ratio: Tuple[float, float]
+) -> Tuple[Union[int, List[int]], Tuple[float, float], Tuple[float, float]]:
+    """A random resized crop's ``size``, ``scale`` and ``ratio``, checked as torchvision checks
+    them."""
+    checked_size = _size(op, "size", size)
+    checked_scale = _pair(op, "scale", scale)
+    if checked_scale[0] < 0:
+        raise ValueError(f"{op}: scale must be non-negative, got {scale!r}")
+    checked_ratio = _pair(op, "ratio", ratio)
+    if checked_ratio[0] <= 0:
+        raise ValueError(f"{op}: ratio must be positive, got {ratio!r}")
+    return checked_size, checked_scale, checked_ratio
+
+
 class RandomResizedCrop(Transform):
     """``RandomResizedCrop(size, scale=(0.08, 1.0), ratio=(3/4, 4/3))``: a random crop of random
     area and aspect ratio, resized to ``size``; parameters drawn exactly as torchvision's
@@ -311,13 +326,7 @@ class RandomResizedCrop(Transform):
         antialias: Optional[bool] = True,
     ) -> None:
         op = "RandomResizedCrop"
-        self.size = _size(op, "size", size)
-        self.scale = _pair(op, "scale", scale)
-        if self.scale[0] < 0:
-            raise ValueError(f"{op}: scale must be non-negative, got {scale!r}")
-        self.ratio = _pair(op, "ratio", ratio)
-        if self.ratio[0] <= 0:
-            raise ValueError(f"{op}: ratio must be positive, got {ratio!r}")
+        self.size, self.scale, self.ratio = _resized_crop_args(op, size, scale, ratio)
         self.interpolation = _interpolation(op, interpolation)
         self.antialias = _antialias(op, antialias)
 
@@ -384,13 +393,7 @@ class RandomResizedCropAndInterpolation(Transform):
         interpolation: Any = "bilinear",
     ) -> None:
         op = "RandomResizedCropAndInterpolation"
-        self.size = _size(op, "size", size)
-        self.scale = _pair(op, "scale", scale)
-        if self.scale[0] < 0:
-            raise ValueError(f"{op}: scale must be non-negative, got {scale!r}")
-        self.ratio = _pair(op, "ratio", ratio)
-        if self.ratio[0] <= 0:
-            raise ValueError(f"{op}: ratio must be positive, got {ratio!r}")
+        self.size, self.scale, self.ratio = _resized_crop_args(op, size, scale, ratio)
         self.interpolation: Union[str, List[str]]
         if isinstance(interpolation, str) and interpolation == "random":
             self.interpolation = list(_RANDOM_INTERPOLATION)
