@@ -243,9 +243,12 @@ pub fn perspective_warp(
         }),
         Interpolation::Bicubic => {
             #[cfg(target_arch = "x86_64")]
-            if let Some(kernel) = super::cubic_x86::Avx2Cubic::new() {
-                kernel.run(|k| bicubic_rows(k, src, dst, w, coeffs, fill));
-                return Ok(());
+            {
+                use super::cubic_x86::{Avx2Cubic, CubicSource};
+                if let (Some(kernel), Some(source)) = (Avx2Cubic::new(), CubicSource::new(src)) {
+                    kernel.perspective(&source, coeffs, fill, w as usize, dst);
+                    return Ok(());
+                }
             }
             bicubic_rows(ScalarCubic, src, dst, w, coeffs, fill);
         }
@@ -415,12 +418,14 @@ mod tests {
     #[test]
     #[cfg(target_arch = "x86_64")]
     fn bicubic_kernels_agree_bit_for_bit() {
-        let Some(kernel) = super::super::cubic_x86::Avx2Cubic::new() else {
+        use super::super::cubic_x86::{Avx2Cubic, CubicSource};
+        let Some(kernel) = Avx2Cubic::new() else {
             return; // no AVX2 here: one kernel only
         };
         let (w, h) = (23u32, 17u32);
         let data = (0..3 * w * h).map(|i| (i * 7919 % 251) as u8).collect();
         let img = RgbImage::from_raw(w, h, data).expect("sized");
+        let source = CubicSource::new(img.view()).expect("2 pixels wide");
         let start = image_corners(w, h);
         let ends = [
             [[3.0, 2.0], [20.0, 1.0], [21.0, 15.0], [1.0, 14.0]],
@@ -438,7 +443,7 @@ mod tests {
             let mut scalar = vec![0u8; (3 * w * h) as usize];
             let mut vector = scalar.clone();
             bicubic_rows(ScalarCubic, img.view(), &mut scalar, w, c, [1, 2, 3]);
-            kernel.run(|k| bicubic_rows(k, img.view(), &mut vector, w, c, [1, 2, 3]));
+            kernel.perspective(&source, c, [1, 2, 3], w as usize, &mut vector);
             assert_eq!(scalar, vector, "{c:?}");
         }
     }
