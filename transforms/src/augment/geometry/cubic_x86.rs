@@ -114,6 +114,8 @@ struct Consts {
     stride: __m128i,
     /// The fill's channels, one per vector, in every lane.
     fill: [__m128i; 3],
+    /// 16-byte loads start below this offset (so end within `bytes`).
+    last_load: __m128i,
     base: *const i32,
 }
 
@@ -128,6 +130,7 @@ impl Consts {
             max_y: _mm_set1_epi32(src.height as i32 - 1),
             stride: _mm_set1_epi32(src.stride as i32),
             fill: fill.map(|c| _mm_set1_epi32(i32::from(c))),
+            last_load: _mm_set1_epi32(src.bytes.len().min(i32::MAX as usize) as i32 - 15),
             base: src.bytes.as_ptr().cast(),
         }
     }
@@ -190,6 +193,22 @@ fn mask32(m: __m256d) -> __m128i {
     _mm_packs_epi32(_mm256_castsi256_si128(m), _mm256_extracti128_si256::<1>(m))
 }
 
+/// One channel of four pixels: `taps(p)` gives tap rows `2p` and `2p + 1` (in the halves),
+/// columns 0..4; lanes not `inside32` take `edge`.
+#[target_feature(enable = "avx2")]
+#[inline]
+fn channel(
+    dx: __m256d,
+    dy: __m256d,
+    inside32: __m128i,
+    edge: __m128i,
+    taps: impl Fn(usize) -> [__m256i; 4],
+) -> __m128i {
+    let (h0, h1) = across(taps(0), dx);
+    let (h2, h3) = across(taps(1), dx);
+    _mm_blendv_epi8(edge, down([h0, h1, h2, h3], dy), inside32)
+}
+
 /// Four pixels sampled at `(xs, ys)`: bytes 0..12 of the result are their packed RGB.
 #[target_feature(enable = "avx2")]
 #[inline]
@@ -231,57 +250,120 @@ fn four_pixels(k: &Consts, xs: __m256d, ys: __m256d) -> __m128i {
         // Lanes outside convert to anything (i32::MIN for huge or NaN values) and wrap when
         // offset; clamping keeps every tap inside the source, and their results are replaced.
         let (ix, iy) = (_mm256_cvttpd_epi32(fx), _mm256_cvttpd_epi32(fy));
-        let clamp =
-            |v: __m128i, max: __m128i| _mm_min_epi32(_mm_max_epi32(v, _mm_setzero_si128()), max);
-        let one = _mm_set1_epi32(1);
-        // Per tap column: the offset of the four bytes that end with the pixel (3 c - 1) and
-        // the shift that drops the byte before it, or for column 0 the offset 0 and no shift
-        // (the byte after it is the next pixel's, in the same row: the source is 2 wide).
-        let cols: [(__m256i, __m256i); 4] = std::array::from_fn(|j| {
-            let c = clamp(_mm_add_epi32(ix, _mm_set1_epi32(j as i32 - 1)), k.max_x);
-            let past_0 = _mm_andnot_si128(_mm_cmpeq_epi32(c, _mm_setzero_si128()), one);
-            let offset = _mm_sub_epi32(_mm_add_epi32(_mm_add_epi32(c, c), c), past_0);
-            let shift = _mm_slli_epi32::<3>(past_0);
-            (
-                _mm256_broadcastsi128_si256(offset),
-                _mm256_broadcastsi128_si256(shift),
-            )
-        });
+        let izero = _mm_setzero_si128();
+        let clamp = |v: __m128i, max: __m128i| _mm_min_epi32(_mm_max_epi32(v, izero), max);
         let row = |r: i32| {
             _mm_mullo_epi32(
                 clamp(_mm_add_epi32(iy, _mm_set1_epi32(r)), k.max_y),
                 k.stride,
             )
         };
-        // Tap rows 0 and 1, then 2 and 3, in the halves.
-        let pairs = [
-            _mm256_set_m128i(row(0), row(-1)),
-            _mm256_set_m128i(row(2), row(1)),
-        ];
-        // SAFETY: every offset is `row * stride + 3 c - 1` (or `row * stride` for c = 0)
-        // with the row and column clamped to the source, so the four bytes read lie in the
-        // row (`CubicSource::new`: offsets fit i32 and `bytes` holds every row).
-        let taps: [[__m256i; 4]; 2] = pairs.map(|rows| {
-            cols.map(|(offset, shift)| unsafe {
-                _mm256_srlv_epi32(
-                    _mm256_i32gather_epi32::<1>(k.base, _mm256_add_epi32(rows, offset)),
-                    shift,
-                )
-            })
-        });
-        let byte = _mm256_set1_epi32(0xff);
+        let rows = [row(-1), row(0), row(1), row(2)];
         let inside32 = mask32(inside);
-        let channel = |shift: __m128i, edge: __m128i| {
-            let take = |v: __m256i| _mm256_and_si256(_mm256_srl_epi32(v, shift), byte);
-            let (h0, h1) = across(taps[0].map(take), dx);
-            let (h2, h3) = across(taps[1].map(take), dx);
-            _mm_blendv_epi8(edge, down([h0, h1, h2, h3], dy), inside32)
+        let byte = _mm256_set1_epi32(0xff);
+        let take = |v: __m256i, bits: i32| {
+            _mm256_and_si256(_mm256_srl_epi32(v, _mm_cvtsi32_si128(bits)), byte)
         };
-        [
-            channel(_mm_cvtsi32_si128(0), edge[0]),
-            channel(_mm_cvtsi32_si128(8), edge[1]),
-            channel(_mm_cvtsi32_si128(16), edge[2]),
-        ]
+        // Every lane inside with all 16 taps unclamped (and 16 bytes readable from each tap
+        // row's first tap): each tap row's four taps are 12 consecutive bytes, one load.
+        let first = _mm_sub_epi32(_mm_add_epi32(_mm_add_epi32(ix, ix), ix), _mm_set1_epi32(3));
+        let unclamped = _mm_and_si128(
+            _mm_and_si128(
+                _mm_cmpgt_epi32(ix, izero),
+                _mm_cmpgt_epi32(k.max_x, _mm_add_epi32(ix, _mm_set1_epi32(1))),
+            ),
+            _mm_and_si128(
+                _mm_and_si128(
+                    _mm_cmpgt_epi32(iy, izero),
+                    _mm_cmpgt_epi32(k.max_y, _mm_add_epi32(iy, _mm_set1_epi32(1))),
+                ),
+                _mm_cmpgt_epi32(k.last_load, _mm_add_epi32(rows[3], first)),
+            ),
+        );
+        let unclamped = _mm_and_si128(unclamped, inside32);
+        if _mm_movemask_ps(_mm_castsi128_ps(unclamped)) == 0xf {
+            let mut offsets = [[0i32; 4]; 4];
+            for (o, r) in offsets.iter_mut().zip(rows) {
+                // SAFETY: a 16-byte store into four i32.
+                unsafe { _mm_storeu_si128(o.as_mut_ptr().cast(), _mm_add_epi32(r, first)) };
+            }
+            // Per 128-bit half: the 12 tap bytes as dwords of one channel's four taps.
+            let by_channel = _mm256_broadcastsi128_si256(_mm_setr_epi8(
+                0, 3, 6, 9, 1, 4, 7, 10, 2, 5, 8, 11, -1, -1, -1, -1,
+            ));
+            // Tap rows 0 and 1, then 2 and 3, in the halves; per pixel, then transposed to
+            // per channel: dword `p` holds pixel `p`'s four taps of that channel.
+            let pair = |lo: usize| {
+                let [m0, m1, m2, m3]: [__m256i; 4] = std::array::from_fn(|p| {
+                    let at = |r: usize| offsets[r][p] as usize;
+                    // SAFETY: every offset is at least 0 (the taps are unclamped, so inside)
+                    // and below `last_load` (`unclamped`), 16 bytes or more before the end
+                    // of `bytes`; rows further up start earlier.
+                    let v = unsafe {
+                        _mm256_loadu2_m128i(
+                            k.base.cast::<u8>().add(at(lo + 1)).cast(),
+                            k.base.cast::<u8>().add(at(lo)).cast(),
+                        )
+                    };
+                    _mm256_shuffle_epi8(v, by_channel)
+                });
+                let (t0, t1) = (_mm256_unpacklo_epi32(m0, m1), _mm256_unpackhi_epi32(m0, m1));
+                let (t2, t3) = (_mm256_unpacklo_epi32(m2, m3), _mm256_unpackhi_epi32(m2, m3));
+                [
+                    _mm256_unpacklo_epi64(t0, t2),
+                    _mm256_unpackhi_epi64(t0, t2),
+                    _mm256_unpacklo_epi64(t1, t3),
+                ]
+            };
+            let pairs = [pair(0), pair(2)];
+            let taps = |p: usize, c: usize| {
+                let v = pairs[p][c];
+                [
+                    take(v, 0),
+                    take(v, 8),
+                    take(v, 16),
+                    _mm256_srli_epi32::<24>(v),
+                ]
+            };
+            [0, 1, 2].map(|c| channel(dx, dy, inside32, edge[c], |p| taps(p, c)))
+        } else {
+            let one = _mm_set1_epi32(1);
+            // Per tap column: the offset of the four bytes that end with the pixel (3 c - 1)
+            // and the shift that drops the byte before it, or for column 0 the offset 0 and
+            // no shift (the byte after it is the next pixel's, in the same row: the source
+            // is 2 wide).
+            let cols: [(__m256i, __m256i); 4] = std::array::from_fn(|j| {
+                let c = clamp(_mm_add_epi32(ix, _mm_set1_epi32(j as i32 - 1)), k.max_x);
+                let past_0 = _mm_andnot_si128(_mm_cmpeq_epi32(c, izero), one);
+                let offset = _mm_sub_epi32(_mm_add_epi32(_mm_add_epi32(c, c), c), past_0);
+                let shift = _mm_slli_epi32::<3>(past_0);
+                (
+                    _mm256_broadcastsi128_si256(offset),
+                    _mm256_broadcastsi128_si256(shift),
+                )
+            });
+            // Tap rows 0 and 1, then 2 and 3, in the halves.
+            let pairs = [
+                _mm256_set_m128i(rows[1], rows[0]),
+                _mm256_set_m128i(rows[3], rows[2]),
+            ];
+            // SAFETY: every offset is `row * stride + 3 c - 1` (or `row * stride` for c = 0)
+            // with the row and column clamped to the source, so the four bytes read lie in
+            // the row (`CubicSource::new`: offsets fit i32 and `bytes` holds every row).
+            let taps: [[__m256i; 4]; 2] = pairs.map(|rows| {
+                cols.map(|(offset, shift)| unsafe {
+                    _mm256_srlv_epi32(
+                        _mm256_i32gather_epi32::<1>(k.base, _mm256_add_epi32(rows, offset)),
+                        shift,
+                    )
+                })
+            });
+            [0, 8, 16].map(|bits| {
+                channel(dx, dy, inside32, edge[bits as usize / 8], |p| {
+                    taps[p].map(|v| take(v, bits))
+                })
+            })
+        }
     };
     // Unsigned saturation to bytes (every value is in 0..=255 already), planar
     // `[r0..r3, g0..g3, b0..b3]`, interleaved back into packed RGB.
