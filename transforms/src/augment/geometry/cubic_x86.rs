@@ -347,15 +347,16 @@ fn four_pixels(k: &Consts, xs: __m256d, ys: __m256d) -> __m128i {
                 _mm256_set_m128i(rows[1], rows[0]),
                 _mm256_set_m128i(rows[3], rows[2]),
             ];
-            // SAFETY: every offset is `row * stride + 3 c - 1` (or `row * stride` for c = 0)
-            // with the row and column clamped to the source, so the four bytes read lie in
-            // the row (`CubicSource::new`: offsets fit i32 and `bytes` holds every row).
             let taps: [[__m256i; 4]; 2] = pairs.map(|rows| {
-                cols.map(|(offset, shift)| unsafe {
-                    _mm256_srlv_epi32(
-                        _mm256_i32gather_epi32::<1>(k.base, _mm256_add_epi32(rows, offset)),
-                        shift,
-                    )
+                cols.map(|(offset, shift)| {
+                    // SAFETY: every offset is `row * stride + 3 c - 1` (or `row * stride` for
+                    // c = 0) with the row and column clamped to the source, so the four bytes
+                    // read lie in the row (`CubicSource::new`: offsets fit i32 and `bytes`
+                    // holds every row).
+                    let taps = unsafe {
+                        _mm256_i32gather_epi32::<1>(k.base, _mm256_add_epi32(rows, offset))
+                    };
+                    _mm256_srlv_epi32(taps, shift)
                 })
             });
             [0, 8, 16].map(|bits| {
