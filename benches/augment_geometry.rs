@@ -78,6 +78,20 @@ fn bench_affine(c: &mut Criterion) {
                 .expect("affine")
             })
         });
+        // timm's ShearX at magnitude 9 (`rand-m9`: factor 0.27), Pillow's matrix as timm
+        // hands it, no centre.
+        g.bench_function(format!("shear_x_timm/{name}"), |b| {
+            b.iter(|| {
+                warp.warp(
+                    black_box(img.view()),
+                    &[1.0, 0.27, 0.0, 0.0, 1.0, 0.0],
+                    interp,
+                    [124, 116, 104],
+                    &mut out,
+                )
+                .expect("warp")
+            })
+        });
         // TranslateX (Pillow's scale engine for NEAREST).
         g.bench_function(format!("translate_x/{name}"), |b| {
             b.iter(|| {

@@ -237,6 +237,13 @@ impl<'a> RgbView<'a> {
         self.stride
     }
 
+    /// The bytes the view was made over: row `y` starts at `y * stride`, and at least
+    /// `stride * (height - 1) + 3 * width` of them are there (for kernels that address pixels
+    /// by offset from the first row).
+    pub(crate) fn bytes(&self) -> &'a [u8] {
+        self.data
+    }
+
     /// Row `y` as `3 * width` bytes. Panics if `y >= height` (a caller bug, not an input error).
     pub fn row(&self, y: u32) -> &'a [u8] {
         let start = y as usize * self.stride;

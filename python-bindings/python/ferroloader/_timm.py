@@ -32,7 +32,7 @@ computes, with the same distribution of draws:
 - ``AutoAugment`` (``auto_augment="original"``, ``"originalr"``, ``"v0"``, ``"v0r"``): the
   arguments of ferroloader's ``TimmAutoAugment`` (:class:`AutoAugmentArgs`), its ``policy``
   read op by op as RandAugment's ``ops`` are. The ``3a`` policy holds ``GaussianBlurRand``
-  and is refused, naming that op (``policy[1][0]``).
+  and is refused, naming that op (``policy[2][0]``).
 - ``AugMixAugment`` (``auto_augment="augmix-m5-w4-d2"``, ``"augmix-m3-w3-b1"``): the arguments
   of ferroloader's ``TimmAugMix`` (:class:`AugMixArgs`): its ``ops``, ``alpha``, ``width``,
   ``depth`` and ``blended``. Its ops draw as timm's (uniform magnitudes with ``mstd`` unset);

@@ -306,8 +306,8 @@ impl AffineWarp {
     /// Uses kernels up to `limit` at most for BILINEAR ([`SimdLevel::Portable`]: the scalar
     /// path; [`SimdLevel::Avx2`] and [`SimdLevel::Avx512Ymm`]: four pixels a step on 256-bit
     /// registers; [`SimdLevel::Avx512`]: eight on 512-bit ones) and for BICUBIC
-    /// ([`SimdLevel::Portable`]: the scalar path; any other: one pixel's three channels at a
-    /// time on 256-bit AVX2 registers). The results are identical at every level; tests
+    /// ([`SimdLevel::Portable`]: the scalar path; any other: four pixels a step on 256-bit
+    /// AVX2 registers). The results are identical at every level; tests
     /// compare them and benchmarks measure them.
     pub fn set_simd_limit(&mut self, limit: SimdLevel) {
         self.limit = limit;
@@ -566,8 +566,9 @@ impl AffineWarp {
     /// Pillow's generic transform with `bicubic_filter32RGB`, operation for operation, with
     /// the BILINEAR warp's shortcuts (the same reasoning holds for four taps): a whole-pixel
     /// translation is the NEAREST copy, and with `a[1] == 0` a column's taps, with
-    /// `a[3] == 0` a row's, are found once. The pixels on AVX2 where [`Self::set_simd_limit`]
-    /// and the CPU allow it (the same bits).
+    /// `a[3] == 0` a row's, are found once. On AVX2, where [`Self::set_simd_limit`] and the
+    /// CPU allow it and the source is at least 2 pixels wide, four pixels a step (the same
+    /// bits: the vector kernel maps every pixel afresh, which the shortcuts only skip).
     fn bicubic(
         &mut self,
         src: RgbView<'_>,
@@ -580,17 +581,29 @@ impl AffineWarp {
             return self.nearest_scale(src, (w, h), a, fill, dst);
         }
         let (fw, sw) = (f64::from(src.width()), i64::from(src.width()));
+        // Past `w` to a multiple of 4: the vector kernel's last step reads whole vectors.
         self.col_a.clear();
         self.col_b.clear();
-        for x in 0..w {
+        for x in 0..w.div_ceil(4) * 4 {
             let xin = x as f64 + 0.5;
             self.col_a.push(a[0] * xin);
             self.col_b.push(a[3] * xin);
         }
+        #[cfg(target_arch = "x86_64")]
+        if self.limit >= SimdLevel::Avx2 {
+            use super::cubic_x86::{Avx2Cubic, CubicSource};
+            if let (Some(kernel), Some(source)) = (Avx2Cubic::new(), CubicSource::new(src)) {
+                let (col_a, col_b) = (&self.col_a[..], &self.col_b[..]);
+                return kernel.affine(&source, a, col_a, col_b, fill, w, dst);
+            }
+        }
         self.col_cubic.clear();
         if a[1] == 0.0 {
-            self.col_cubic
-                .extend(self.col_a.iter().map(|&ca| cubic_axis(ca + a[2], fw, sw)));
+            self.col_cubic.extend(
+                self.col_a[..w]
+                    .iter()
+                    .map(|&ca| cubic_axis(ca + a[2], fw, sw)),
+            );
         }
         let warp = CubicWarp {
             src,
@@ -600,12 +613,6 @@ impl AffineWarp {
             col_x: &self.col_cubic,
             fill,
         };
-        #[cfg(target_arch = "x86_64")]
-        if self.limit >= SimdLevel::Avx2 {
-            if let Some(kernel) = super::cubic_x86::Avx2Cubic::new() {
-                return kernel.run(|k| warp.rows(k, w, dst));
-            }
-        }
         warp.rows(ScalarCubic, w, dst);
     }
 
@@ -1074,6 +1081,7 @@ fn rotate_quarter(src: RgbView<'_>, ccw: bool, out: &mut RgbImage) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::image::CropRect;
 
     /// The bilinear transform pixel by pixel with no shortcut: Pillow's loop as written.
     fn bilinear_reference(src: &RgbImage, a: &AffineMatrix, fill: [u8; 3]) -> Vec<u8> {
@@ -1455,6 +1463,135 @@ mod tests {
             want[3 * p..3 * p + 3].fill(0);
         }
         assert_eq!(out.as_raw(), &want[..]);
+    }
+
+    /// A random matrix for the BICUBIC property test: the policies' warps (rotations, shears,
+    /// translations, whole-pixel shifts), torchvision's random affines, and extreme or
+    /// degenerate ones (all outside, positions past i32 or overflowing to inf and NaN, zeros,
+    /// negative zeros, non-finite entries).
+    fn random_cubic_matrix(rng: &mut Cases, sw: u32, sh: u32) -> AffineMatrix {
+        let (fw, fh) = (f64::from(sw), f64::from(sh));
+        const EXTREMES: [f64; 16] = [
+            0.0,
+            -0.0,
+            1.0,
+            -1.0,
+            0.5,
+            1e-300,
+            -1e-300,
+            1e300,
+            -1e300,
+            1e308,
+            -1e308,
+            2147483648.0,
+            -2147483649.5,
+            1e12,
+            f64::NAN,
+            f64::INFINITY,
+        ];
+        match rng.below(8) {
+            0 => rotate_matrix(rng.uniform(-360.0, 360.0), None, sw, sh),
+            1 => [1.0, rng.uniform(-0.5, 0.5), 0.0, 0.0, 1.0, 0.0],
+            2 => [1.0, 0.0, 0.0, rng.uniform(-0.5, 0.5), 1.0, 0.0],
+            3 => {
+                // Translations, fractional or whole.
+                let mut t = [rng.uniform(-0.6, 0.6) * fw, rng.uniform(-0.6, 0.6) * fh];
+                if rng.below(2) == 0 {
+                    t = t.map(f64::round);
+                }
+                [1.0, 0.0, t[0], 0.0, 1.0, t[1]]
+            }
+            4 | 5 => inverse_affine_matrix(
+                [rng.uniform(-5.0, fw + 5.0), rng.uniform(-5.0, fh + 5.0)],
+                rng.uniform(-360.0, 360.0),
+                [rng.uniform(-0.5, 0.5) * fw, rng.uniform(-0.5, 0.5) * fh],
+                rng.uniform(0.1, 4.0),
+                [rng.uniform(-40.0, 40.0), rng.uniform(-40.0, 40.0)],
+            ),
+            6 => {
+                // Near-degenerate: tiny or huge scales about a point inside.
+                let s = [1e-9, 1e-3, 50.0, 1e9][rng.below(4) as usize];
+                [s, 0.0, rng.uniform(0.0, fw), 0.0, s, rng.uniform(0.0, fh)]
+            }
+            _ => std::array::from_fn(|_| {
+                if rng.below(3) == 0 {
+                    EXTREMES[rng.below(EXTREMES.len() as u32) as usize]
+                } else {
+                    rng.uniform(-2.0, 2.0) * [1.0, fw][rng.below(2) as usize]
+                }
+            }),
+        }
+    }
+
+    #[test]
+    fn vector_bicubic_equals_the_scalar_path_bit_for_bit() {
+        let mut rng = Cases(0x0b1c_0b1c_5eed_0001);
+        let mut scalar = AffineWarp::new();
+        scalar.set_simd_limit(SimdLevel::Portable);
+        let mut vector = AffineWarp::new();
+        let (mut expected, mut out) = (RgbImage::new(), RgbImage::new());
+        let levels = warp_levels();
+        let mut refused = 0;
+        for case in 0..3000 {
+            // Sizes from 1 (the scalar path's alone below 2 columns) up, often under 4.
+            let side = |rng: &mut Cases, max: u32| {
+                if rng.below(3) == 0 {
+                    1 + rng.below(4)
+                } else {
+                    1 + rng.below(max)
+                }
+            };
+            let (sw, sh) = (side(&mut rng, 60), side(&mut rng, 40));
+            // The source is sometimes a crop of a larger image: rows further apart than 3 w,
+            // and pixels before and after the view.
+            let (pad_w, pad_h) = if rng.below(2) == 0 {
+                (rng.below(5), rng.below(4))
+            } else {
+                (0, 0)
+            };
+            let (iw, ih) = (sw + pad_w, sh + pad_h);
+            // Two-level textures overshoot, so both clips are taken; uniform ones do not.
+            let two_level = rng.below(2) == 0;
+            let data = (0..3 * iw * ih)
+                .map(|_| match (two_level, rng.next() % 2) {
+                    (true, 0) => 0,
+                    (true, _) => 255,
+                    (false, _) => rng.next() as u8,
+                })
+                .collect();
+            let image = RgbImage::from_raw(iw, ih, data).expect("sized");
+            let rect = CropRect {
+                top: rng.below(pad_h + 1),
+                left: rng.below(pad_w + 1),
+                height: sh,
+                width: sw,
+            };
+            let src = image.crop_view(rect).expect("inside");
+            let size = if rng.below(2) == 0 {
+                (sw, sh)
+            } else {
+                (side(&mut rng, 70), side(&mut rng, 40))
+            };
+            let m = random_cubic_matrix(&mut rng, sw, sh);
+            let fill = [rng.next() as u8, rng.next() as u8, rng.next() as u8];
+            let want = scalar.warp_to(src, size, &m, Interpolation::Bicubic, fill, &mut expected);
+            if want.is_err() {
+                refused += 1;
+            }
+            for &level in &levels {
+                vector.set_simd_limit(level);
+                let got = vector.warp_to(src, size, &m, Interpolation::Bicubic, fill, &mut out);
+                assert_eq!(got.is_ok(), want.is_ok(), "case {case}: {m:?}");
+                if got.is_ok() {
+                    assert_eq!(
+                        out, expected,
+                        "case {case} {level:?}: {sw}x{sh} in {iw}x{ih} at {rect:?} -> {size:?}, {m:?}"
+                    );
+                }
+            }
+        }
+        // Non-finite matrices are refused, not warped; most cases warp.
+        assert!((1..300).contains(&refused), "{refused} refused");
     }
 
     #[test]

@@ -7,8 +7,9 @@
 //! filter: each output pixel centre `(x + 0.5, y + 0.5)` is mapped afresh in doubles,
 //! `((a0 xin + a1 yin + a2) / (a6 xin + a7 yin + 1), (a3 xin + a4 yin + a5) / (..))`, then
 //! sampled by the NEAREST filter (truncation, outside -> fill) or by the BILINEAR or BICUBIC
-//! filter that the affine warp shares ([`super::affine`]'s taps and interpolation; BICUBIC's
-//! pixels on AVX2 where the CPU has it, with the same bits).
+//! filter that the affine warp shares ([`super::affine`]'s taps and interpolation; BICUBIC
+//! four pixels a step on AVX2 where the CPU has it and the source is 2 or more pixels wide,
+//! the affine warp's kernel, with the same bits).
 //!
 //! The coefficients: torchvision solves the 8x8 system with `torch.linalg.lstsq(driver="gels")`
 //! (LAPACK's QR, from MKL on x86 wheels), which cannot be reproduced bit for bit (MKL picks its
@@ -243,9 +244,12 @@ pub fn perspective_warp(
         }),
         Interpolation::Bicubic => {
             #[cfg(target_arch = "x86_64")]
-            if let Some(kernel) = super::cubic_x86::Avx2Cubic::new() {
-                kernel.run(|k| bicubic_rows(k, src, dst, w, coeffs, fill));
-                return Ok(());
+            {
+                use super::cubic_x86::{Avx2Cubic, CubicSource};
+                if let (Some(kernel), Some(source)) = (Avx2Cubic::new(), CubicSource::new(src)) {
+                    kernel.perspective(&source, coeffs, fill, w as usize, dst);
+                    return Ok(());
+                }
             }
             bicubic_rows(ScalarCubic, src, dst, w, coeffs, fill);
         }
@@ -415,12 +419,14 @@ mod tests {
     #[test]
     #[cfg(target_arch = "x86_64")]
     fn bicubic_kernels_agree_bit_for_bit() {
-        let Some(kernel) = super::super::cubic_x86::Avx2Cubic::new() else {
+        use super::super::cubic_x86::{Avx2Cubic, CubicSource};
+        let Some(kernel) = Avx2Cubic::new() else {
             return; // no AVX2 here: one kernel only
         };
         let (w, h) = (23u32, 17u32);
         let data = (0..3 * w * h).map(|i| (i * 7919 % 251) as u8).collect();
         let img = RgbImage::from_raw(w, h, data).expect("sized");
+        let source = CubicSource::new(img.view()).expect("2 pixels wide");
         let start = image_corners(w, h);
         let ends = [
             [[3.0, 2.0], [20.0, 1.0], [21.0, 15.0], [1.0, 14.0]],
@@ -438,8 +444,35 @@ mod tests {
             let mut scalar = vec![0u8; (3 * w * h) as usize];
             let mut vector = scalar.clone();
             bicubic_rows(ScalarCubic, img.view(), &mut scalar, w, c, [1, 2, 3]);
-            kernel.run(|k| bicubic_rows(k, img.view(), &mut vector, w, c, [1, 2, 3]));
+            kernel.perspective(&source, c, [1, 2, 3], w as usize, &mut vector);
             assert_eq!(scalar, vector, "{c:?}");
+        }
+        // Random keystones of random sizes (every width modulo 4, 2 to 4 columns, one row),
+        // two-level textures so that both clips are taken.
+        let mut state = 0x243f_6a88_85a3_08d3u64;
+        let mut next = move || {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state
+        };
+        for case in 0..400 {
+            let (w, h) = (2 + (next() % 40) as u32, 1 + (next() % 30) as u32);
+            let data = (0..3 * w * h)
+                .map(|_| if next() % 2 == 0 { 0 } else { 255 })
+                .collect();
+            let img = RgbImage::from_raw(w, h, data).expect("sized");
+            let source = CubicSource::new(img.view()).expect("2 pixels wide");
+            let start = image_corners(w, h);
+            let mut jitter = || (next() % 2001) as f64 / 100.0 - 10.0;
+            let end = start.map(|[x, y]| [x + jitter(), y + jitter()]);
+            let c = perspective_coeffs(&start, &end).expect("finite");
+            let fill = [next() as u8, next() as u8, next() as u8];
+            let mut scalar = vec![0u8; (3 * w * h) as usize];
+            let mut vector = scalar.clone();
+            bicubic_rows(ScalarCubic, img.view(), &mut scalar, w, &c, fill);
+            kernel.perspective(&source, &c, fill, w as usize, &mut vector);
+            assert_eq!(scalar, vector, "case {case}: {w}x{h}, {c:?}");
         }
     }
 
