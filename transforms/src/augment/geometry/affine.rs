@@ -613,7 +613,7 @@ impl AffineWarp {
             col_x: &self.col_cubic,
             fill,
         };
-        warp.rows(ScalarCubic, w, dst);
+        warp.rows(w, dst);
     }
 
     /// The BILINEAR warp on the vector kernels [`Self::set_simd_limit`] and the CPU allow
@@ -738,9 +738,9 @@ struct CubicWarp<'a> {
 
 impl CubicWarp<'_> {
     /// Every row of `dst` (`w` pixels a row), each pixel mapped afresh as Pillow's
-    /// `affine_transform` maps it, `(a0 xin + a1 yin) + a2`, and sampled by `kernel`.
+    /// `affine_transform` maps it, `(a0 xin + a1 yin) + a2`, and sampled.
     #[inline(always)]
-    fn rows(&self, kernel: impl CubicPixel, w: usize, dst: &mut [u8]) {
+    fn rows(&self, w: usize, dst: &mut [u8]) {
         let (src, a) = (self.src, self.matrix);
         let (sw, sh) = (i64::from(src.width()), i64::from(src.height()));
         let (fw, fh) = (f64::from(src.width()), f64::from(src.height()));
@@ -762,7 +762,7 @@ impl CubicWarp<'_> {
                     Some(t) => t,
                     None => cubic_axis(self.col_b[x] + rx + a[5], fh, sh),
                 };
-                *px = cubic_sample(kernel, src, xt, yt, self.fill);
+                *px = cubic_sample(src, xt, yt, self.fill);
             }
         }
     }
@@ -813,7 +813,6 @@ pub(super) fn cubic_axis(v: f64, flen: f64, len: i64) -> CubicAxis {
 /// Shared by the affine and perspective warps.
 #[inline(always)]
 pub(super) fn cubic_sample(
-    kernel: impl CubicPixel,
     src: RgbView<'_>,
     xt: CubicAxis,
     yt: CubicAxis,
@@ -821,43 +820,34 @@ pub(super) fn cubic_sample(
 ) -> [u8; 3] {
     match (xt, yt) {
         (CubicAxis::Outside, _) | (_, CubicAxis::Outside) => fill,
-        (CubicAxis::At(xt), CubicAxis::At(yt)) => kernel.pixel(src, &xt, &yt),
+        (CubicAxis::At(xt), CubicAxis::At(yt)) => cubic_pixel(src, &xt, &yt),
         _ => [0; 3],
     }
 }
 
-/// A bicubic pixel kernel: Pillow's `BICUBIC_BODY` for the three channels at the taps of
-/// one sample, a cubic along each of the four tap rows, then one down the column of results,
-/// clipped to 0..=255 and truncated. Every kernel gives the same bits.
-pub(super) trait CubicPixel: Copy {
-    fn pixel(self, src: RgbView<'_>, xt: &CubicTap, yt: &CubicTap) -> [u8; 3];
-}
-
-/// The kernel on scalar doubles, channel after channel.
-#[derive(Clone, Copy, Debug)]
-pub(super) struct ScalarCubic;
-
-impl CubicPixel for ScalarCubic {
-    #[inline(always)]
-    fn pixel(self, src: RgbView<'_>, xt: &CubicTap, yt: &CubicTap) -> [u8; 3] {
-        let cols = xt.idx.map(|i| 3 * i);
-        let rows: [[f64; 3]; 4] = yt.idx.map(|r| {
-            let line = src.row(r as u32);
-            std::array::from_fn(|b| cubic_u8(cols.map(|c| line[c + b]), xt.frac))
-        });
-        std::array::from_fn(|b| {
-            let v = cubic_f64([rows[0][b], rows[1][b], rows[2][b], rows[3][b]], yt.frac);
-            // Pillow's `v <= 0 ? 0 : v >= 255 ? 255 : (UINT8)v`; Rust's cast of NaN is 0, as
-            // x86-64's conversion gives there.
-            if v <= 0.0 {
-                0
-            } else if v >= 255.0 {
-                255
-            } else {
-                v as u8
-            }
-        })
-    }
+/// Pillow's `BICUBIC_BODY` for the three channels at the taps of one sample, on scalar
+/// doubles channel after channel: a cubic along each of the four tap rows, then one down the
+/// column of results, clipped to 0..=255 and truncated. The reference the vector kernels
+/// (`cubic_x86`) are tested against, bit for bit.
+#[inline(always)]
+fn cubic_pixel(src: RgbView<'_>, xt: &CubicTap, yt: &CubicTap) -> [u8; 3] {
+    let cols = xt.idx.map(|i| 3 * i);
+    let rows: [[f64; 3]; 4] = yt.idx.map(|r| {
+        let line = src.row(r as u32);
+        std::array::from_fn(|b| cubic_u8(cols.map(|c| line[c + b]), xt.frac))
+    });
+    std::array::from_fn(|b| {
+        let v = cubic_f64([rows[0][b], rows[1][b], rows[2][b], rows[3][b]], yt.frac);
+        // Pillow's `v <= 0 ? 0 : v >= 255 ? 255 : (UINT8)v`; Rust's cast of NaN is 0, as
+        // x86-64's conversion gives there.
+        if v <= 0.0 {
+            0
+        } else if v >= 255.0 {
+            255
+        } else {
+            v as u8
+        }
+    })
 }
 
 /// Pillow's `BICUBIC(v, v1, v2, v3, v4, d)` on 8-bit taps, whose coefficients C sums in `int`

@@ -26,8 +26,7 @@
 //! panic on input (a singular system and non-finite positions have defined results).
 
 use super::affine::{
-    axis_tap, bilinear_pixel, coord, cubic_axis, cubic_sample, start_warp, CubicPixel,
-    Interpolation, ScalarCubic,
+    axis_tap, bilinear_pixel, coord, cubic_axis, cubic_sample, start_warp, Interpolation,
 };
 use crate::error::{Error, Result};
 use crate::image::{RgbImage, RgbView};
@@ -173,11 +172,10 @@ fn map_rows(
     }
 }
 
-/// The BICUBIC warp's pixels: Pillow's `bicubic_filter32RGB` at each mapped position, its
-/// pixels computed by `kernel`.
+/// The BICUBIC warp's pixels: Pillow's `bicubic_filter32RGB` at each mapped position, on
+/// scalar doubles.
 #[inline(always)]
 fn bicubic_rows(
-    kernel: impl CubicPixel,
     src: RgbView<'_>,
     dst: &mut [u8],
     w: u32,
@@ -188,7 +186,7 @@ fn bicubic_rows(
     let (fw, fh) = (f64::from(src.width()), f64::from(src.height()));
     map_rows(dst, w, coeffs, |xs, ys| {
         let (xt, yt) = (cubic_axis(xs, fw, sw), cubic_axis(ys, fh, sh));
-        cubic_sample(kernel, src, xt, yt, fill)
+        cubic_sample(src, xt, yt, fill)
     });
 }
 
@@ -251,7 +249,7 @@ pub fn perspective_warp(
                     return Ok(());
                 }
             }
-            bicubic_rows(ScalarCubic, src, dst, w, coeffs, fill);
+            bicubic_rows(src, dst, w, coeffs, fill);
         }
     }
     Ok(())
@@ -443,7 +441,7 @@ mod tests {
         for c in &coeffs {
             let mut scalar = vec![0u8; (3 * w * h) as usize];
             let mut vector = scalar.clone();
-            bicubic_rows(ScalarCubic, img.view(), &mut scalar, w, c, [1, 2, 3]);
+            bicubic_rows(img.view(), &mut scalar, w, c, [1, 2, 3]);
             kernel.perspective(&source, c, [1, 2, 3], w as usize, &mut vector);
             assert_eq!(scalar, vector, "{c:?}");
         }
@@ -470,7 +468,7 @@ mod tests {
             let fill = [next() as u8, next() as u8, next() as u8];
             let mut scalar = vec![0u8; (3 * w * h) as usize];
             let mut vector = scalar.clone();
-            bicubic_rows(ScalarCubic, img.view(), &mut scalar, w, &c, fill);
+            bicubic_rows(img.view(), &mut scalar, w, &c, fill);
             kernel.perspective(&source, &c, fill, w as usize, &mut vector);
             assert_eq!(scalar, vector, "case {case}: {w}x{h}, {c:?}");
         }
