@@ -607,6 +607,39 @@ pub struct EraseRect {
     pub width: u32,
 }
 
+impl EraseRect {
+    /// The attempt torchvision's and timm's erasing share, once an area (in pixels) and an
+    /// aspect (`h / w`) are drawn: the sides `sqrt(area * aspect)` and `sqrt(area / aspect)`
+    /// rounded half to even (Python's `round`), kept only when strictly smaller than the
+    /// image's (a NaN side fails, as Python would raise on it), then the offsets, top before
+    /// left, each uniform among the positions that keep the rectangle inside. `None`, with
+    /// nothing drawn, when it does not fit.
+    pub(super) fn place<D: TorchDraws + ?Sized>(
+        area: f64,
+        aspect: f64,
+        width: u32,
+        height: u32,
+        draws: &mut D,
+    ) -> Option<EraseRect> {
+        let h = (area * aspect).sqrt().round_ties_even();
+        let w = (area / aspect).sqrt().round_ties_even();
+        if !(h < f64::from(height) && w < f64::from(width)) {
+            return None;
+        }
+        // 0 <= h < height and 0 <= w < width, so both fit u32. A 0-pixel side on a u32::MAX
+        // image would ask for 2^32 offsets: saturate (one offset in 2^32 lost).
+        let (h, w) = (h as u32, w as u32);
+        let top = draws.randint((height - h).saturating_add(1));
+        let left = draws.randint((width - w).saturating_add(1));
+        Some(EraseRect {
+            top,
+            left,
+            height: h,
+            width: w,
+        })
+    }
+}
+
 /// torchvision's `RandomErasing(p=0.5, scale=(0.02, 0.33), ratio=(0.3, 3.3), value=0)`.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct RandomErasing {
@@ -683,22 +716,10 @@ impl RandomErasing {
         for _ in 0..10 {
             let erase_area = area * f64::from(draws.uniform_f32(scale_lo, scale_hi));
             let aspect = f64::from(draws.uniform_f32(log_lo, log_hi).exp());
-            let h = (erase_area * aspect).sqrt().round_ties_even();
-            let w = (erase_area / aspect).sqrt().round_ties_even();
-            if !(h < f64::from(height) && w < f64::from(width)) {
-                continue;
+            let placed = EraseRect::place(erase_area, aspect, width, height, draws);
+            if placed.is_some() {
+                return placed;
             }
-            // 0 <= h < height and 0 <= w < width, so both fit u32. A 0-pixel side on a
-            // u32::MAX image would ask for 2^32 offsets: saturate (one offset in 2^32 lost).
-            let (h, w) = (h as u32, w as u32);
-            let top = draws.randint((height - h).saturating_add(1));
-            let left = draws.randint((width - w).saturating_add(1));
-            return Some(EraseRect {
-                top,
-                left,
-                height: h,
-                width: w,
-            });
         }
         None
     }

@@ -174,23 +174,10 @@ impl TimmRandomErasing {
         for _ in 0..ATTEMPTS {
             let target_area = uniform(self.area, draws) * area / f64::from(count);
             let aspect = uniform(self.log_aspect, draws).exp();
-            let h = (target_area * aspect).sqrt().round_ties_even();
-            let w = (target_area / aspect).sqrt().round_ties_even();
-            // NaN compares false: such an attempt fails (Python would raise on int(nan)).
-            if !(w < f64::from(width) && h < f64::from(height)) {
-                continue;
+            let placed = EraseRect::place(target_area, aspect, width, height, draws);
+            if placed.is_some() {
+                return placed;
             }
-            // 0 <= h < height and 0 <= w < width, so both fit u32. A 0-pixel side on a
-            // u32::MAX image would ask for 2^32 offsets: saturate (one offset in 2^32 lost).
-            let (h, w) = (h as u32, w as u32);
-            let top = draws.randint((height - h).saturating_add(1));
-            let left = draws.randint((width - w).saturating_add(1));
-            return Some(EraseRect {
-                top,
-                left,
-                height: h,
-                width: w,
-            });
         }
         None
     }
