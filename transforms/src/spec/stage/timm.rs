@@ -242,7 +242,7 @@ pub fn plan_timm_rand_augment(op: &OpSpec) -> Result<Option<TimmRandAugment>> {
 }
 
 /// The policy a `TimmAutoAugment` spec describes, checked; `Ok(None)` for any other op.
-/// Errors name the op (`policy[3][1] (GaussianBlurRand): ...`).
+/// Errors name the op (`policy[3][1] (Rotate): ...`).
 pub fn plan_timm_auto_augment(op: &OpSpec) -> Result<Option<TimmAutoAugment>> {
     const NAME: &str = "TimmAutoAugment";
     let OpSpec::TimmAutoAugment { policy } = op else {
