@@ -2,8 +2,7 @@
 //! `BoxBlur.c`): `ImagingGaussianBlur` turns the Gaussian's standard deviation into the radius
 //! of an *extended* box (`_gaussian_blur_radius(radius, passes=3)`, float32 with a double
 //! square root), then `ImagingBoxBlur` runs three horizontal box passes, then three vertical
-//! ones (Pillow transposes and runs the horizontal pass; a column here is the same line), each
-//! pass rounding to 8 bits.
+//! ones (Pillow transposes and runs the horizontal pass), each pass rounding to 8 bits.
 //!
 //! One pass over a line of `n` pixels with the fractional radius `r` (integer part `ri`): 24-bit
 //! fixed-point weights `ww = trunc(2^24 / (2r + 1))` for the `2ri + 1` inner pixels and
@@ -15,9 +14,12 @@
 //! as does a radius so small that its box radius is 0 (`r * r` underflows in float32); a box
 //! wider than the image averages the repeated edge pixels; a 1-pixel line keeps its value.
 //!
-//! Must not: allocate once warm (the scratch lines live in [`PillowGaussianBlur`] and only
-//! grow), draw random numbers, or accept a radius that is negative, not finite or absurdly
-//! large (Pillow's C `int` arithmetic would overflow).
+//! The vertical passes run down all columns at once (one running sum per byte of a row, which
+//! vectorises), where Pillow transposes: the same arithmetic per column.
+//!
+//! Must not: allocate once warm (the scratch rows and image copy live in
+//! [`PillowGaussianBlur`] and only grow), draw random numbers, or accept a radius that is
+//! negative, not finite or absurdly large (Pillow's C `int` arithmetic would overflow).
 
 use crate::error::{Error, Result};
 use crate::image::RgbImage;
@@ -62,11 +64,12 @@ impl BoxWeights {
 }
 
 /// Pillow's `ImagingLineBoxBlur32` on packed RGB: `n = inp.len() / 3` pixels from `inp` into
-/// `out` (same length, `n >= 1`). The u32 sums wrap as C's do (a pixel subtracted before its
-/// successor is added); the true sum never goes negative, so the wrap cancels.
+/// `out` (same length, `n >= 1`), the three channels side by side. The u32 sums wrap as C's
+/// do (a pixel subtracted before its successor is added); the true sum never goes negative,
+/// so the wrap cancels.
 fn line_box_blur(out: &mut [u8], inp: &[u8], w: BoxWeights) {
     let n = inp.len() / 3;
-    if n == 0 {
+    if n == 0 || out.len() < 3 * n {
         return;
     }
     let last = n - 1;
@@ -75,49 +78,135 @@ fn line_box_blur(out: &mut [u8], inp: &[u8], w: BoxWeights) {
     // edge_b + r + 1 <= n.
     let edge_a = (r + 1).min(n);
     let edge_b = n.saturating_sub(r + 1);
+    let px = |x: usize| -> [u32; 3] {
+        let p = &inp[3 * x..3 * x + 3];
+        [u32::from(p[0]), u32::from(p[1]), u32::from(p[2])]
+    };
+    let (first, end) = (px(0), px(last));
+    let mut acc = [0u32; 3];
     for c in 0..3 {
-        let px = |x: usize| u32::from(inp[3 * x + c]);
-        let mut acc = px(0).wrapping_mul(w.radius.wrapping_add(1));
-        for x in 0..edge_a - 1 {
-            acc = acc.wrapping_add(px(x));
+        acc[c] = first[c].wrapping_mul(w.radius.wrapping_add(1));
+    }
+    for x in 0..edge_a - 1 {
+        let p = px(x);
+        for c in 0..3 {
+            acc[c] = acc[c].wrapping_add(p[c]);
         }
-        acc = acc.wrapping_add(px(last).wrapping_mul((r + 1 - edge_a) as u32));
-        let mut step = |x: usize, sub: usize, add: usize, left: usize, right: usize| {
-            acc = acc.wrapping_add(px(add)).wrapping_sub(px(sub));
-            let bulk = acc
+    }
+    for c in 0..3 {
+        acc[c] = acc[c].wrapping_add(end[c].wrapping_mul((r + 1 - edge_a) as u32));
+    }
+    let mut step = |x: usize, sub: usize, add: usize, left: usize, right: usize| {
+        let (s, a, l, rr) = (px(sub), px(add), px(left), px(right));
+        let o = &mut out[3 * x..3 * x + 3];
+        for c in 0..3 {
+            acc[c] = acc[c].wrapping_add(a[c]).wrapping_sub(s[c]);
+            let bulk = acc[c]
                 .wrapping_mul(w.ww)
-                .wrapping_add((px(left) + px(right)).wrapping_mul(w.fw));
-            out[3 * x + c] = (bulk.wrapping_add(1 << 23) >> 24) as u8;
-        };
-        if edge_a <= edge_b {
-            for x in 0..edge_a {
-                step(x, 0, x + r, 0, x + r + 1);
-            }
-            for x in edge_a..edge_b {
-                step(x, x - r - 1, x + r, x - r - 1, x + r + 1);
-            }
-            for x in edge_b..n {
-                step(x, x - r - 1, last, x - r - 1, last);
-            }
-        } else {
-            for x in 0..edge_b {
-                step(x, 0, x + r, 0, x + r + 1);
-            }
-            for x in edge_b..edge_a {
-                step(x, 0, last, 0, last);
-            }
-            for x in edge_a..n {
-                step(x, x - r - 1, last, x - r - 1, last);
-            }
+                .wrapping_add((l[c] + rr[c]).wrapping_mul(w.fw));
+            o[c] = (bulk.wrapping_add(1 << 23) >> 24) as u8;
+        }
+    };
+    if edge_a <= edge_b {
+        for x in 0..edge_a {
+            step(x, 0, x + r, 0, x + r + 1);
+        }
+        for x in edge_a..edge_b {
+            step(x, x - r - 1, x + r, x - r - 1, x + r + 1);
+        }
+        for x in edge_b..n {
+            step(x, x - r - 1, last, x - r - 1, last);
+        }
+    } else {
+        for x in 0..edge_b {
+            step(x, 0, x + r, 0, x + r + 1);
+        }
+        for x in edge_b..edge_a {
+            step(x, 0, last, 0, last);
+        }
+        for x in edge_a..n {
+            step(x, x - r - 1, last, x - r - 1, last);
         }
     }
 }
 
-/// Scratch of Pillow's Gaussian blur: two lines (a row or a column) that only grow.
+/// [`line_box_blur`] down the columns, all of them at once: `src` and `dst` hold `h` rows of
+/// `row` bytes, and each byte of a row is its own line (every channel of every column), so
+/// the sums run over whole rows and vectorise. Pillow transposes and blurs rows; the
+/// arithmetic per line is the same.
+fn vertical_box_blur(dst: &mut [u8], src: &[u8], row: usize, w: BoxWeights, acc: &mut [u32]) {
+    let h = src.len().checked_div(row).unwrap_or(0);
+    if h == 0 || dst.len() < h * row || acc.len() < row {
+        return;
+    }
+    let acc = &mut acc[..row];
+    let last = h - 1;
+    let r = w.radius as usize;
+    let edge_a = (r + 1).min(h);
+    let edge_b = h.saturating_sub(r + 1);
+    let line = |y: usize| &src[y * row..(y + 1) * row];
+    let times = |k: u32| move |v: &u8| u32::from(*v).wrapping_mul(k);
+    for (a, v) in acc
+        .iter_mut()
+        .zip(line(0).iter().map(times(w.radius.wrapping_add(1))))
+    {
+        *a = v;
+    }
+    for y in 0..edge_a - 1 {
+        for (a, &v) in acc.iter_mut().zip(line(y)) {
+            *a = a.wrapping_add(u32::from(v));
+        }
+    }
+    let tail = (r + 1 - edge_a) as u32;
+    for (a, v) in acc.iter_mut().zip(line(last).iter().map(times(tail))) {
+        *a = a.wrapping_add(v);
+    }
+    let mut step = |y: usize, sub: usize, add: usize, left: usize, right: usize| {
+        let out = &mut dst[y * row..(y + 1) * row];
+        let lanes = out
+            .iter_mut()
+            .zip(acc.iter_mut())
+            .zip(line(sub).iter().zip(line(add)))
+            .zip(line(left).iter().zip(line(right)));
+        for (((o, a), (&s, &ad)), (&l, &rr)) in lanes {
+            *a = a.wrapping_add(u32::from(ad)).wrapping_sub(u32::from(s));
+            let bulk = a
+                .wrapping_mul(w.ww)
+                .wrapping_add((u32::from(l) + u32::from(rr)).wrapping_mul(w.fw));
+            *o = (bulk.wrapping_add(1 << 23) >> 24) as u8;
+        }
+    };
+    if edge_a <= edge_b {
+        for y in 0..edge_a {
+            step(y, 0, y + r, 0, y + r + 1);
+        }
+        for y in edge_a..edge_b {
+            step(y, y - r - 1, y + r, y - r - 1, y + r + 1);
+        }
+        for y in edge_b..h {
+            step(y, y - r - 1, last, y - r - 1, last);
+        }
+    } else {
+        for y in 0..edge_b {
+            step(y, 0, y + r, 0, y + r + 1);
+        }
+        for y in edge_b..edge_a {
+            step(y, 0, last, 0, last);
+        }
+        for y in edge_a..h {
+            step(y, y - r - 1, last, y - r - 1, last);
+        }
+    }
+}
+
+/// Scratch of Pillow's Gaussian blur, which only grows: two rows, a copy of the image and a
+/// row of column sums.
 #[derive(Clone, Debug, Default)]
 pub struct PillowGaussianBlur {
     a: Vec<u8>,
     b: Vec<u8>,
+    image: Vec<u8>,
+    sums: Vec<u32>,
 }
 
 impl PillowGaussianBlur {
@@ -149,36 +238,28 @@ impl PillowGaussianBlur {
         if w == 0 || h == 0 {
             return Ok(());
         }
-        let side = w.max(h) * 3;
-        if self.a.len() < side {
-            self.a.resize(side, 0);
-            self.b.resize(side, 0);
-        }
-        let data = img.as_raw_mut();
         let row = 3 * w;
-        for y in 0..h {
-            let line = &mut data[y * row..(y + 1) * row];
+        if self.a.len() < row {
+            self.a.resize(row, 0);
+            self.b.resize(row, 0);
+            self.sums.resize(row, 0);
+        }
+        if self.image.len() < row * h {
+            self.image.resize(row * h, 0);
+        }
+        let data = &mut img.as_raw_mut()[..row * h];
+        for line in data.chunks_exact_mut(row) {
             let (a, b) = (&mut self.a[..row], &mut self.b[..row]);
             a.copy_from_slice(line);
             line_box_blur(b, a, weights);
             line_box_blur(a, b, weights);
             line_box_blur(line, a, weights);
         }
-        let col = 3 * h;
-        for x in 0..w {
-            let (a, b) = (&mut self.a[..col], &mut self.b[..col]);
-            for y in 0..h {
-                let src = y * row + 3 * x;
-                a[3 * y..3 * y + 3].copy_from_slice(&data[src..src + 3]);
-            }
-            line_box_blur(b, a, weights);
-            line_box_blur(a, b, weights);
-            line_box_blur(b, a, weights);
-            for y in 0..h {
-                let dst = y * row + 3 * x;
-                data[dst..dst + 3].copy_from_slice(&b[3 * y..3 * y + 3]);
-            }
-        }
+        let (tmp, sums) = (&mut self.image[..row * h], &mut self.sums[..row]);
+        vertical_box_blur(tmp, data, row, weights, sums);
+        vertical_box_blur(data, tmp, row, weights, sums);
+        vertical_box_blur(tmp, data, row, weights, sums);
+        data.copy_from_slice(tmp);
         Ok(())
     }
 }
