@@ -9,7 +9,9 @@
 //! builds it (the DeiT/ViT recipes'), in its own `TimmRandAugment` span;
 //! `timm_auto_augment_original` timm's `AutoAugment` (`auto_augment="original"`), and
 //! `timm_augmix_m3_w3` / `timm_augmix_m3_w3_b1` timm's `AugMixAugment` (`"augmix-m3-w3"`, basic
-//! and blended mixing), each in its own span.
+//! and blended mixing), each in its own span. `timm_auto_augment_3a` is DeiT III's 3-Augment
+//! (`auto_augment="3a"`: one of Solarize, Desaturate, GaussianBlurRand per sample) and
+//! `timm_gaussian_blur_rand_m10` its Pillow GaussianBlur alone (radius uniform in [0.1, 2]).
 //!
 //! Compare ratios within one run, not absolute times (shared 2-core machines).
 
@@ -139,6 +141,23 @@ fn timm_auto_original() -> OpSpec {
         .expect("a TimmAutoAugment spec")
 }
 
+/// A `TimmAutoAugment` of one-op sub-policies `(name, prob, magnitude)` with
+/// `create_transform(224)`'s hparams.
+fn timm_auto(policy: &[(&str, f64, u32)]) -> OpSpec {
+    let policy: Vec<Vec<serde_json::Value>> = policy
+        .iter()
+        .map(|(name, prob, magnitude)| {
+            vec![serde_json::json!({
+                "name": name, "prob": prob, "magnitude": magnitude,
+                "translate_const": 100, "fill": [124, 116, 104],
+                "interpolation": "bicubic",
+            })]
+        })
+        .collect();
+    serde_json::from_value(serde_json::json!({"op": "TimmAutoAugment", "policy": policy}))
+        .expect("a TimmAutoAugment spec")
+}
+
 /// timm's `AugMixAugment` as `create_transform(224, auto_augment="augmix-m3-w3",
 /// interpolation="bilinear")` builds it (`blended`: `"augmix-m3-w3-b1"`).
 fn timm_augmix(blended: bool) -> OpSpec {
@@ -233,6 +252,20 @@ fn bench_policies(c: &mut Criterion) {
             "timm_auto_augment_original",
             Op::TimmAutoAugment,
             Some(timm_auto_original()),
+        ),
+        (
+            "timm_auto_augment_3a",
+            Op::TimmAutoAugment,
+            Some(timm_auto(&[
+                ("Solarize", 1.0, 5),
+                ("Desaturate", 1.0, 10),
+                ("GaussianBlurRand", 1.0, 10),
+            ])),
+        ),
+        (
+            "timm_gaussian_blur_rand_m10",
+            Op::TimmAutoAugment,
+            Some(timm_auto(&[("GaussianBlurRand", 1.0, 10)])),
         ),
         (
             "timm_augmix_m3_w3",

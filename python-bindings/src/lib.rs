@@ -68,6 +68,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(ops::augmix_apply, m)?)?;
     m.add_function(wrap_pyfunction!(ops::timm_rand_augment_draws, m)?)?;
     m.add_function(wrap_pyfunction!(ops::timm_rand_augment_apply, m)?)?;
+    m.add_function(wrap_pyfunction!(ops::pillow_gaussian_blur, m)?)?;
     m.add_function(wrap_pyfunction!(ops::timm_auto_augment_draws, m)?)?;
     m.add_function(wrap_pyfunction!(ops::timm_augmix_draws, m)?)?;
     m.add_function(wrap_pyfunction!(ops::timm_random_erasing_apply, m)?)?;

@@ -498,6 +498,43 @@ pub(crate) fn timm_rand_augment_apply<'py>(
     Ok(out.into_pyarray(py).into_any())
 }
 
+/// Pillow's `img.filter(ImageFilter.GaussianBlur(radius))` on `image` (`[h, w, 3]` uint8, the
+/// PIL RGB image as an array) with the loader's kernel, for parity tests. Returns `[h, w, 3]`
+/// uint8.
+#[pyfunction]
+pub(crate) fn pillow_gaussian_blur<'py>(
+    py: Python<'py>,
+    image: numpy::PyReadonlyArray3<'py, u8>,
+    radius: f64,
+) -> PyResult<Bound<'py, PyAny>> {
+    use ferroloader_loader::transforms::augment::box_blur::PillowGaussianBlur;
+    use numpy::PyUntypedArrayMethods;
+
+    let value_error = |e: TransformError| PyValueError::new_err(e.to_string());
+    let shape = image.shape();
+    let (h, w) = (shape[0], shape[1]);
+    if shape[2] != 3 {
+        return Err(PyValueError::new_err(format!(
+            "image: shape {shape:?} is not [h, w, 3]"
+        )));
+    }
+    let size = |n: usize| {
+        u32::try_from(n).map_err(|_| PyValueError::new_err(format!("image: side {n} too large")))
+    };
+    let mut img = RgbImage::from_raw(
+        size(w)?,
+        size(h)?,
+        image.as_array().iter().copied().collect(),
+    )
+    .map_err(value_error)?;
+    PillowGaussianBlur::new()
+        .apply(&mut img, radius)
+        .map_err(value_error)?;
+    let out = Array3::from_shape_vec((h, w, 3), img.into_raw())
+        .map_err(|e| PyValueError::new_err(e.to_string()))?;
+    Ok(out.into_pyarray(py).into_any())
+}
+
 /// One block timm's `RandomErasing` erased, as Python sees it: `(top, left, height, width,
 /// fill)`, the fill `[c]` float32 for `rand`, `[c, h, w]` for `pixel`, empty for `const`.
 type TimmEraseBlock<'py> = (u32, u32, u32, u32, Bound<'py, PyAny>);

@@ -72,6 +72,21 @@ def timm_op(img: Image.Image, name: str, arg: Any, interpolation: str, fill: Tup
     return np.asarray(fn(img, *args, fillcolor=fill, resample=FILTERS[interpolation]))
 
 
+def timm_blur_rand(img: Image.Image, factor: float, seed: int) -> Tuple[np.ndarray, float]:
+    """timm's ``gaussian_blur_rand(img, factor)`` with Python's ``random`` seeded, and the
+    radius it drew (``random.uniform(0.1, 2.0 * factor)`` from the same state), which is the
+    argument the loader's plan holds for GaussianBlurRand."""
+    state = random.getstate()
+    try:
+        random.seed(seed)
+        out = np.asarray(aa.NAME_TO_OP["GaussianBlurRand"](img, factor))
+        random.seed(seed)
+        radius = random.uniform(0.1, 2.0 * factor)
+    finally:
+        random.setstate(state)
+    return out, radius
+
+
 def ours(img: Image.Image, name: str, arg: Any, interpolation: str, fill: Tuple[int, int, int]) -> np.ndarray:
     return _native.timm_rand_augment_apply(
         np.asarray(img), name, None if arg is None else float(arg), interpolation=interpolation, fill=fill
@@ -92,8 +107,19 @@ def test_each_op_equals_timms_own_function(folder: Path, name: str) -> None:
         args += [0.013, -0.9]
     if name.startswith("Posterize"):
         args = [a for a in args if a >= 1]  # 0 bits: Pillow 13 raises, see below
+    if name == "GaussianBlur":
+        args += [0.0, 0.37, 3.3, 7.0, 60.0]  # no blur; radii past the level range and the image
     checked = 0
     for img in images(folder):
+        if name == "GaussianBlurRand":
+            # The op draws its radius: timm's with random() fixed, ours with the radius drawn.
+            for factor in args:
+                for seed in range(4):
+                    want, radius = timm_blur_rand(img, factor, seed)
+                    got = ours(img, name, radius, "bicubic", FILL)
+                    assert np.array_equal(got, want), f"GaussianBlurRand({factor!r}), radius {radius} on {img.size}"
+                    checked += 1
+            continue
         for arg in args:
             for interpolation in filters:
                 want = timm_op(img, name, arg, interpolation, FILL)
@@ -170,6 +196,9 @@ def timm_plans(policy: Any, n: int, seed: int) -> List[List[Step]]:
         # raises on Pillow 13), drawing the filter as the warps do.
         def aug_fn(image: Any, *args: Any, **kwargs: Any) -> Any:
             name, _, magnitude, arg, _ = record[-1]
+            if name == "GaussianBlurRand":
+                # The op's own draw; the loader's plan reports the radius as the argument.
+                arg = random.uniform(0.1, 2.0 * args[0])
             record[-1] = (name, True, magnitude, arg, None)
             if name in WARPS:
                 aa._check_args_tf(kwargs)
@@ -234,7 +263,9 @@ def our_plans(policy: Any, n: int, seed: int = 5) -> List[List[Step]]:
     return _native.timm_rand_augment_draws(spec_of(policy), list(range(n)), seed=seed)
 
 
-@pytest.mark.parametrize("config", [RECIPE, "rand-m9-n3-mstd101-p0.7", "rand-m7-mstd1-tweights", "rand-m10-n2-mstd0.5-mmax15-inc1"])
+@pytest.mark.parametrize(
+    "config", [RECIPE, "rand-m9-n3-mstd101-p0.7", "rand-m7-mstd1-tweights", "rand-m10-n2-mstd0.5-mmax15-inc1", "rand-m9-mstd0.5-t3a"]
+)
 def test_draws_follow_timms_distributions(config: str) -> None:
     policy = recipe(config)
     mine, theirs = our_plans(policy, N), timm_plans(recipe(config), N, seed=3)
@@ -402,10 +433,25 @@ def test_timm_rand_augment_is_identical_whatever_the_worker_count(folder: Path) 
         assert torch.equal(zero, run(transform, dataset, 2))
 
 
+def test_gaussian_blur_rand_radius_follows_timms_draws() -> None:
+    """GaussianBlurRand (only in AutoAugment's ``3a`` among timm's configs) in a hand-built
+    RandAugment: its radius, drawn inside timm's op, against timm's own draws."""
+    hparams = dict(translate_const=100, img_mean=FILL)
+
+    def policy() -> Any:
+        ops = [aa.AugmentOp("GaussianBlurRand", 0.8, 7, hparams), aa.AugmentOp("Rotate", 0.5, 9, hparams)]
+        return aa.RandAugment(ops, 2)
+
+    mine, theirs = our_plans(policy(), N), timm_plans(policy(), N, seed=4)
+    for name in ("GaussianBlurRand", "Rotate"):
+        xa = np.array([s[3] for p in mine for s in p if s[1] and s[0] == name])
+        xb = np.array([s[3] for p in theirs for s in p if s[1] and s[0] == name])
+        assert ks_statistic(xa, xb) < ks_bound(len(xa), len(xb)), f"{name}'s arguments"
+    radii = np.array([s[3] for p in mine for s in p if s[1] and s[0] == "GaussianBlurRand"])
+    assert radii.min() >= 0.1 and radii.max() <= 1.4  # uniform(0.1, 2 * 0.7)
+
+
 def test_what_does_not_convert_is_named_and_left_to_the_tail(folder: Path) -> None:
-    blur = aa.rand_augment_transform("rand-m9-t3a", dict(translate_const=100, img_mean=FILL))
-    with pytest.raises(ValueError, match=r"ops\[2\] name='GaussianBlur'.*no exact native kernel"):
-        T.from_torchvision([blur])
     lanczos = recipe(interpolation=Image.Resampling.LANCZOS)
     with pytest.raises(ValueError, match=r"ops\[3\] \(Rotate\).*interpolation"):
         T.from_torchvision([lanczos])
@@ -416,11 +462,11 @@ def test_what_does_not_convert_is_named_and_left_to_the_tail(folder: Path) -> No
     changed.ops[5].aug_fn = aa.NAME_TO_OP["Invert"]
     with pytest.raises(ValueError, match=r"ops\[5\] name='SolarizeIncreasing': its functions are not timm's"):
         T.from_torchvision([changed])
-    transform = torchvision.transforms.Compose([torchvision.transforms.CenterCrop(32), blur, torchvision.transforms.ToTensor()])
+    transform = torchvision.transforms.Compose([torchvision.transforms.CenterCrop(32), lanczos, torchvision.transforms.ToTensor()])
     with pytest.warns(UserWarning, match=r"RandAugment"):
         ld = fl.Loader(fl.ImageFolder(folder), 4, transform=transform, num_workers=1)
     assert [type(t).__name__ for t in ld.transform.transforms] == ["CenterCrop"]
-    assert len(ld.python_tail) == 2 and ld.python_tail[0] is blur
+    assert len(ld.python_tail) == 2 and ld.python_tail[0] is lanczos
     with pytest.raises(ValueError, match="TimmAugmentOp: name 'Cutout'"):
         T.TimmAugmentOp("Cutout")
     with pytest.raises(ValueError, match="choice_weights"):

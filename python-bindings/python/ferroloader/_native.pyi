@@ -29,6 +29,7 @@ __all__ = [
     "augmix_apply",
     "timm_rand_augment_draws",
     "timm_rand_augment_apply",
+    "pillow_gaussian_blur",
     "timm_auto_augment_draws",
     "timm_augmix_draws",
     "timm_random_erasing_apply",
@@ -458,6 +459,9 @@ def timm_rand_augment_apply(
     *,
     interpolation: str = "bicubic",
     fill: Tuple[int, int, int] = ...,
+) -> npt.NDArray[np.uint8]: ...
+def pillow_gaussian_blur(
+    image: npt.NDArray[np.uint8], radius: float
 ) -> npt.NDArray[np.uint8]: ...
 def timm_auto_augment_draws(
     spec: str,

@@ -31,8 +31,12 @@ computes, with the same distribution of draws:
   distributions, from the sample's generator) and compute with Pillow's arithmetic.
 - ``AutoAugment`` (``auto_augment="original"``, ``"originalr"``, ``"v0"``, ``"v0r"``): the
   arguments of ferroloader's ``TimmAutoAugment`` (:class:`AutoAugmentArgs`), its ``policy``
-  read op by op as RandAugment's ``ops`` are. The ``3a`` policy holds ``GaussianBlurRand``
-  and is refused, naming that op (``policy[2][0]``).
+  read op by op as RandAugment's ``ops`` are; ``3a`` (DeiT III's 3-Augment: Solarize,
+  Desaturate, GaussianBlurRand) converts too.
+- The ``GaussianBlur`` and ``GaussianBlurRand`` ops (in any of these policies) run Pillow's
+  ``ImageFilter.GaussianBlur`` (extended box blurs) natively, bit for bit;
+  ``GaussianBlurRand``'s ``random.uniform(0.1, 2 * factor)`` radius is drawn from the sample's
+  generator right after its level, where timm's op draws it.
 - ``AugMixAugment`` (``auto_augment="augmix-m5-w4-d2"``, ``"augmix-m3-w3-b1"``): the arguments
   of ferroloader's ``TimmAugMix`` (:class:`AugMixArgs`): its ``ops``, ``alpha``, ``width``,
   ``depth`` and ``blended``. Its ops draw as timm's (uniform magnitudes with ``mstd`` unset);
@@ -41,8 +45,7 @@ computes, with the same distribution of draws:
   depth.)
 
 What does not convert raises ``ValueError`` naming the parameter (RandomErasing on another ``device`` than ``'cpu'``, or with
-a ``__call__``/``_erase`` that is not timm's; the ``GaussianBlur`` ops of RandAugment and of
-AutoAugment's ``3a``, whose Pillow filter has no exact native kernel, a fill or filter Pillow's transform does not take, an op or policy whose class or functions
+a ``__call__``/``_erase`` that is not timm's; a fill or filter Pillow's transform does not take, an op or policy whose class or functions
 are not timm's own), and the converter leaves the op and what follows it to the Python tail.
 
 The first two come back as the torchvision transforms they compute as; the converter
@@ -219,11 +222,6 @@ def _augment_op(op: Any, where: str, module: Any) -> AugmentOpArgs:
     if type(op) is not getattr(module, "AugmentOp", None):
         raise ValueError(f"{where} is a {type(op).__qualname__}, not timm's AugmentOp")
     name = op.name
-    if name in ("GaussianBlur", "GaussianBlurRand"):
-        raise ValueError(
-            f"{where} name={name!r}: Pillow's GaussianBlur filter (box blurs approximating "
-            "a Gaussian) has no exact native kernel"
-        )
     if op.aug_fn is not module.NAME_TO_OP.get(name) or op.level_fn is not module.LEVEL_TO_ARG.get(name):
         raise ValueError(f"{where} name={name!r}: its functions are not timm's NAME_TO_OP/LEVEL_TO_ARG entries")
     hparams = op.hparams

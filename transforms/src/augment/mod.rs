@@ -8,6 +8,8 @@
 //! - [`tensor_color`], [`grid_sample`]: the same ops with torch's *tensor* arithmetic
 //!   (truncating float32 blends, `grid_sample` warps), for the ops torchvision runs on a uint8
 //!   tensor; [`augmix`] runs AugMix's chains with them and mixes them in float32.
+//! - [`box_blur`]: Pillow's `ImageFilter.GaussianBlur` (extended box blurs), for timm's
+//!   `GaussianBlur` ops.
 //! - [`timm_mix`]: timm's `AugMixAugment` mix: a float32 accumulation and Pillow's `Image.blend`.
 //! - [`policy`]: the random draws of the policies (TrivialAugmentWide, RandAugment,
 //!   AutoAugment, AugMix) and of the random single ops, as torchvision makes them.
@@ -17,6 +19,7 @@
 //! numbers themselves, or know about threads, files or the profiler.
 
 pub mod augmix;
+pub mod box_blur;
 pub mod color;
 mod fma;
 pub mod geometry;

@@ -380,8 +380,8 @@ fn default_rrc_interpolation() -> TimmInterpolation {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct TimmAugmentOpSpec {
-    /// A key of timm's `NAME_TO_OP` (`Rotate`, `PosterizeIncreasing`, ...); `GaussianBlur` and
-    /// `GaussianBlurRand` are refused when planned.
+    /// A key of timm's `NAME_TO_OP` (`Rotate`, `PosterizeIncreasing`, `GaussianBlurRand`, ...);
+    /// another name is refused when planned.
     pub name: String,
     /// Probability of applying it, in `[0, 1]`; default 0.5.
     #[serde(default = "default_half")]

@@ -29,6 +29,7 @@ mod policy;
 mod timm;
 
 use crate::augment::augmix::AugMixScratch;
+use crate::augment::box_blur::PillowGaussianBlur;
 use crate::augment::color::ColorScratch;
 use crate::augment::geometry::{AffineWarp, GaussianBlur, Padder};
 use crate::augment::grid_sample::{GridSampler, BICUBIC_ON_TENSORS};
@@ -145,6 +146,8 @@ pub(in crate::spec) struct StageScratch {
     pub warp: AffineWarp,
     /// Blur kernels and rows.
     pub blur: GaussianBlur,
+    /// Pillow's GaussianBlur filter's lines (timm's GaussianBlur ops).
+    pub pillow_blur: PillowGaussianBlur,
     /// Padding state.
     pub padder: Padder,
     /// AugMix's float32 mix, chain image and grid tables.

@@ -50,9 +50,7 @@ pub const MAX_TIMM_OPS: usize = 64;
 /// The most resampling filters one op chooses among per call.
 pub const MAX_TIMM_FILTERS: usize = 3;
 
-/// An op of timm's `NAME_TO_OP`, by its name there. `GaussianBlur` and `GaussianBlurRand`
-/// (Pillow's box-approximated `ImageFilter.GaussianBlur`, which no kernel here reproduces)
-/// are not among them: [`TimmOpKind::from_name`] refuses them by name.
+/// An op of timm's `NAME_TO_OP`, by its name there.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize)]
 pub enum TimmOpKind {
     /// `ImageOps.autocontrast`.
@@ -105,11 +103,17 @@ pub enum TimmOpKind {
     TranslateYRel,
     /// `ImageEnhance.Color` at `1 - (0.5 + 0.5 * level / 10)` (clamped to 0..=0.5).
     Desaturate,
+    /// Pillow's `ImageFilter.GaussianBlur(radius)`, radius `0.1 + level / 10 * 1.9` (clamped
+    /// to 0.1..=2).
+    GaussianBlur,
+    /// Pillow's `ImageFilter.GaussianBlur(radius)`, radius `uniform(0.1, 2 * factor)` drawn
+    /// inside the op, `factor = level / 10` (clamped to 0..=1).
+    GaussianBlurRand,
 }
 
 impl TimmOpKind {
     /// Every op, in declaration order.
-    pub const ALL: [TimmOpKind; 25] = [
+    pub const ALL: [TimmOpKind; 27] = [
         TimmOpKind::AutoContrast,
         TimmOpKind::Equalize,
         TimmOpKind::Invert,
@@ -135,6 +139,8 @@ impl TimmOpKind {
         TimmOpKind::TranslateXRel,
         TimmOpKind::TranslateYRel,
         TimmOpKind::Desaturate,
+        TimmOpKind::GaussianBlur,
+        TimmOpKind::GaussianBlurRand,
     ];
 
     /// timm's name (the key of `NAME_TO_OP` and `LEVEL_TO_ARG`).
@@ -198,24 +204,20 @@ impl TimmOpKind {
             TranslateXRel,
             TranslateYRel,
             Desaturate,
+            GaussianBlur,
+            GaussianBlurRand,
         )
     }
 
-    /// The op timm names `name`; an error naming `name` for the blurs (no exact kernel) and for
-    /// a name timm does not have.
+    /// The op timm names `name`; an error naming `name` for a name timm does not have.
     pub fn from_name(name: &str) -> Result<TimmOpKind> {
         if let Some(kind) = TimmOpKind::ALL.into_iter().find(|k| k.name() == name) {
             return Ok(kind);
         }
-        let reason = if name == "GaussianBlur" || name == "GaussianBlurRand" {
-            format!(
-                "{name:?}: Pillow's GaussianBlur filter (box blurs approximating a Gaussian) \
-                 has no exact native kernel"
-            )
-        } else {
-            format!("{name:?} is not one of timm's auto_augment ops (NAME_TO_OP)")
-        };
-        Err(Error::invalid("name", reason))
+        Err(Error::invalid(
+            "name",
+            format!("{name:?} is not one of timm's auto_augment ops (NAME_TO_OP)"),
+        ))
     }
 
     /// Whether the op warps (and so draws a filter when given a choice of them).
@@ -463,6 +465,18 @@ impl TimmAugmentOp {
                 let level = 0.5 + (1.0 - 0.5) * frac;
                 py_max(0.5, py_min(1.0, level))
             }
+            K::GaussianBlur => {
+                // _minmax_level_to_arg(level, min_val=0.1, max_val=2.0).
+                let level = 0.1 + (2.0 - 0.1) * frac;
+                py_max(0.1, py_min(2.0, level))
+            }
+            K::GaussianBlurRand => {
+                // _minmax_level_to_arg(level) (0..1), then the op's own
+                // random.uniform(0.1, 2.0 * factor) = a + (b - a) * random(): the op runs right
+                // after its level function in timm, so this draw keeps timm's order.
+                let factor = py_max(0.0, py_min(1.0, 0.0 + (1.0 - 0.0) * frac));
+                0.1 + (2.0 * factor - 0.1) * draws.py_random()
+            }
         })
     }
 }
@@ -482,7 +496,9 @@ pub struct TimmStep {
     /// bits (Posterize*), threshold (Solarize*), addend (SolarizeAdd), enhance factor (Color,
     /// Contrast, Brightness, Sharpness and their Increasing variants), shear factor, pixels
     /// (TranslateX/Y), fraction of the side (TranslateX/YRel), the level in `[0.5, 1]`
-    /// (Desaturate, which enhances Color at `1 - level`). `None` for AutoContrast, Equalize
+    /// (Desaturate, which enhances Color at `1 - level`), the blur radius (GaussianBlur; for
+    /// GaussianBlurRand the radius its op draws, `uniform(0.1, 2 * factor)`, not the level
+    /// function's `factor`). `None` for AutoContrast, Equalize
     /// and Invert, and when skipped.
     pub arg: Option<f64>,
     /// The filter a warp resamples with (drawn when the op has a choice); `None` otherwise.
@@ -936,8 +952,10 @@ mod tests {
             assert_eq!(TimmOpKind::from_name(kind.name()).ok(), Some(kind));
             assert_eq!(kind.span_name(), format!("TimmRandAugment/{}", kind.name()));
         }
-        let blur = TimmOpKind::from_name("GaussianBlur").expect_err("refused");
-        assert!(blur.to_string().contains("GaussianBlur filter"), "{blur}");
+        assert_eq!(
+            TimmOpKind::from_name("GaussianBlurRand").ok(),
+            Some(TimmOpKind::GaussianBlurRand)
+        );
         let unknown = TimmOpKind::from_name("Cutout").expect_err("refused");
         assert!(
             unknown.to_string().contains("not one of timm's"),
@@ -966,6 +984,16 @@ mod tests {
         assert_eq!(arg(TimmOpKind::TranslateX, 9.0), Some(90.0));
         assert_eq!(arg(TimmOpKind::TranslateYRel, 9.0), Some(0.405));
         assert_eq!(arg(TimmOpKind::Desaturate, 9.0), Some(0.95));
+        assert_eq!(arg(TimmOpKind::GaussianBlur, 9.0), Some(1.81));
+        assert_eq!(arg(TimmOpKind::GaussianBlur, 0.0), Some(0.1));
+        // GaussianBlurRand: factor 0.9, then uniform(0.1, 1.8) with random() = 0.25.
+        assert_eq!(arg(TimmOpKind::GaussianBlurRand, 9.0), Some(0.525));
+        assert_eq!(
+            op(TimmOpKind::GaussianBlurRand, 10.0, 0.0)
+                .draw(0, &mut Fixed(0.75))
+                .arg,
+            Some(1.525)
+        );
         assert_eq!(arg(TimmOpKind::Invert, 9.0), None);
         // The sign: random() > 0.5 negates; Increasing factors keep their 0.1 floor.
         let negated = |kind, m| op(kind, m, 0.0).draw(0, &mut Fixed(0.75)).arg;

@@ -12,7 +12,9 @@
 //! - ShearX/Y, TranslateX/Y(Rel): `img.transform(size, AFFINE, matrix, resample, fillcolor)`
 //!   with timm's matrices (`(1, f, 0, 0, 1, 0)`: a shear about the top-left corner; a float
 //!   offset, which Pillow samples);
-//! - the colour ops: Pillow's ImageOps and ImageEnhance kernels, SolarizeAdd's table.
+//! - the colour ops: Pillow's ImageOps and ImageEnhance kernels, SolarizeAdd's table;
+//! - GaussianBlur, GaussianBlurRand: `img.filter(ImageFilter.GaussianBlur(radius))`, Pillow's
+//!   extended box blurs ([`crate::augment::box_blur`]).
 //!
 //! One difference, on purpose: a Posterize level of 0 bits or fewer (PosterizeIncreasing at
 //! magnitude 10, reached by timm's `rand-m9-mstd0.5-inc1` about one call in 45, and by AugMix's
@@ -24,9 +26,11 @@
 //! Must not allocate per sample once warm (warps write [`StageScratch::spare`] and swap it
 //! with the image they work on; AugMix's buffers only grow), nor draw outside timm's order:
 //! the plan is drawn whole before the first op runs (timm's ops draw only what the plan holds:
-//! the filter is drawn with the rest).
+//! the filter is drawn with the rest, and so is GaussianBlurRand's radius, which timm's op
+//! draws right after its level function).
 
 use super::{in_op, Domain, StageScratch};
+use crate::augment::box_blur::PillowGaussianBlur;
 use crate::augment::color::{self, ColorScratch};
 use crate::augment::geometry::{AffineMatrix, AffineWarp, Interpolation};
 use crate::augment::policy::{
@@ -104,9 +108,15 @@ impl TimmOp {
             spare,
             warp,
             timm_mix,
+            pillow_blur,
             ..
         } = scratch;
-        let mut kernels = Kernels { warp, color, spare };
+        let mut kernels = Kernels {
+            warp,
+            color,
+            spare,
+            blur: pillow_blur,
+        };
         match &self.0 {
             TimmPolicy::Rand(p) => {
                 let plan = p.draw(rng);
@@ -152,6 +162,7 @@ struct Kernels<'a> {
     warp: &'a mut AffineWarp,
     color: &'a mut ColorScratch,
     spare: &'a mut RgbImage,
+    blur: &'a mut PillowGaussianBlur,
 }
 
 impl Kernels<'_> {
@@ -171,7 +182,7 @@ impl Kernels<'_> {
         for step in plan.steps().filter(|s| s.applied) {
             let name = step.kind.span_name_in(policy);
             obs.enter_named(name);
-            let done = apply_timm_step(step, img, self.warp, self.color, self.spare)
+            let done = apply_timm_step(step, img, self.warp, self.color, self.spare, self.blur)
                 .map_err(|e| in_op(op_name, e));
             obs.exit_named(name);
             done?;
@@ -231,7 +242,7 @@ pub fn plan_timm_rand_augment(op: &OpSpec) -> Result<Option<TimmRandAugment>> {
 }
 
 /// The policy a `TimmAutoAugment` spec describes, checked; `Ok(None)` for any other op.
-/// Errors name the op (`policy[3][1] (GaussianBlurRand): ...`).
+/// Errors name the op (`policy[3][1] (Rotate): ...`).
 pub fn plan_timm_auto_augment(op: &OpSpec) -> Result<Option<TimmAutoAugment>> {
     const NAME: &str = "TimmAutoAugment";
     let OpSpec::TimmAutoAugment { policy } = op else {
@@ -361,6 +372,7 @@ pub fn apply_timm_op(
         &mut AffineWarp::new(),
         &mut ColorScratch::new(),
         &mut RgbImage::new(),
+        &mut PillowGaussianBlur::new(),
     )
 }
 
@@ -372,6 +384,7 @@ fn apply_timm_step(
     warp: &mut AffineWarp,
     color: &mut ColorScratch,
     spare: &mut RgbImage,
+    blur: &mut PillowGaussianBlur,
 ) -> Result<()> {
     use TimmOpKind as K;
     let arg = || {
@@ -425,6 +438,7 @@ fn apply_timm_step(
         K::Sharpness | K::SharpnessIncreasing => {
             return color::adjust_sharpness(img, arg()?, color)
         }
+        K::GaussianBlur | K::GaussianBlurRand => return blur.apply(img, arg()?),
         K::Desaturate => {
             // desaturate(): min(1, max(0, 1 - level)), then ImageEnhance.Color.
             let factor = 1.0 - arg()?;
