@@ -265,7 +265,6 @@ pub(crate) fn augmix_apply<'py>(
     use ferroloader_loader::transforms::augment::augmix::{augmix, AugMixScratch, TensorWarp};
     use ferroloader_loader::transforms::augment::geometry::Interpolation;
     use ferroloader_loader::transforms::augment::policy::{Api, AugMixPlan, OpKind, PixelOp};
-    use numpy::PyUntypedArrayMethods;
 
     let value_error = |e: TransformError| PyValueError::new_err(e.to_string());
     let interpolation = match interpolation {
@@ -297,22 +296,7 @@ pub(crate) fn augmix_apply<'py>(
             )))
         }
     };
-    let shape = image.shape();
-    let (h, w) = (shape[0], shape[1]);
-    if shape[2] != 3 {
-        return Err(PyValueError::new_err(format!(
-            "image: shape {shape:?} is not [h, w, 3]"
-        )));
-    }
-    let size = |n: usize| {
-        u32::try_from(n).map_err(|_| PyValueError::new_err(format!("image: side {n} too large")))
-    };
-    let mut img = RgbImage::from_raw(
-        size(w)?,
-        size(h)?,
-        image.as_array().iter().copied().collect(),
-    )
-    .map_err(value_error)?;
+    let mut img = rgb_image(&image)?;
     let mut ops: Vec<(f32, Vec<PixelOp>)> = Vec::with_capacity(chains.len());
     for (weight, chain) in &chains {
         let mut chain_ops = Vec::with_capacity(chain.len());
@@ -333,9 +317,7 @@ pub(crate) fn augmix_apply<'py>(
         one_channel: false,
     };
     augmix(&plan, &mut img, &mut AugMixScratch::new(), &warp).map_err(value_error)?;
-    let out = Array3::from_shape_vec((h, w, 3), img.into_raw())
-        .map_err(|e| PyValueError::new_err(e.to_string()))?;
-    Ok(out.into_pyarray(py).into_any())
+    rgb_array(py, img)
 }
 
 /// One step of a timm `RandAugment` plan as Python sees it: `(op name, applied, magnitude,
@@ -461,7 +443,6 @@ pub(crate) fn timm_rand_augment_apply<'py>(
     use ferroloader_loader::transforms::augment::geometry::Interpolation;
     use ferroloader_loader::transforms::augment::policy::TimmOpKind;
     use ferroloader_loader::transforms::spec::apply_timm_op;
-    use numpy::PyUntypedArrayMethods;
 
     let value_error = |e: TransformError| PyValueError::new_err(e.to_string());
     let kind = TimmOpKind::from_name(name).map_err(value_error)?;
@@ -475,27 +456,10 @@ pub(crate) fn timm_rand_augment_apply<'py>(
             )))
         }
     };
-    let shape = image.shape();
-    let (h, w) = (shape[0], shape[1]);
-    if shape[2] != 3 {
-        return Err(PyValueError::new_err(format!(
-            "image: shape {shape:?} is not [h, w, 3]"
-        )));
-    }
-    let size = |n: usize| {
-        u32::try_from(n).map_err(|_| PyValueError::new_err(format!("image: side {n} too large")))
-    };
-    let mut img = RgbImage::from_raw(
-        size(w)?,
-        size(h)?,
-        image.as_array().iter().copied().collect(),
-    )
-    .map_err(value_error)?;
+    let mut img = rgb_image(&image)?;
     let fill = [fill.0, fill.1, fill.2];
     apply_timm_op(kind, arg, Some(interpolation), fill, &mut img).map_err(value_error)?;
-    let out = Array3::from_shape_vec((h, w, 3), img.into_raw())
-        .map_err(|e| PyValueError::new_err(e.to_string()))?;
-    Ok(out.into_pyarray(py).into_any())
+    rgb_array(py, img)
 }
 
 /// Pillow's `img.filter(ImageFilter.GaussianBlur(radius))` on `image` (`[h, w, 3]` uint8, the
@@ -508,31 +472,13 @@ pub(crate) fn pillow_gaussian_blur<'py>(
     radius: f64,
 ) -> PyResult<Bound<'py, PyAny>> {
     use ferroloader_loader::transforms::augment::box_blur::PillowGaussianBlur;
-    use numpy::PyUntypedArrayMethods;
 
     let value_error = |e: TransformError| PyValueError::new_err(e.to_string());
-    let shape = image.shape();
-    let (h, w) = (shape[0], shape[1]);
-    if shape[2] != 3 {
-        return Err(PyValueError::new_err(format!(
-            "image: shape {shape:?} is not [h, w, 3]"
-        )));
-    }
-    let size = |n: usize| {
-        u32::try_from(n).map_err(|_| PyValueError::new_err(format!("image: side {n} too large")))
-    };
-    let mut img = RgbImage::from_raw(
-        size(w)?,
-        size(h)?,
-        image.as_array().iter().copied().collect(),
-    )
-    .map_err(value_error)?;
+    let mut img = rgb_image(&image)?;
     PillowGaussianBlur::new()
         .apply(&mut img, radius)
         .map_err(value_error)?;
-    let out = Array3::from_shape_vec((h, w, 3), img.into_raw())
-        .map_err(|e| PyValueError::new_err(e.to_string()))?;
-    Ok(out.into_pyarray(py).into_any())
+    rgb_array(py, img)
 }
 
 /// One block timm's `RandomErasing` erased, as Python sees it: `(top, left, height, width,
@@ -656,4 +602,33 @@ pub(crate) fn timm_random_erasing_apply<'py>(
         draws.randints,
         blocks,
     ))
+}
+
+/// A debug hook's `[h, w, 3]` uint8 image as an [`RgbImage`] (copied).
+fn rgb_image(image: &numpy::PyReadonlyArray3<'_, u8>) -> PyResult<RgbImage> {
+    use numpy::PyUntypedArrayMethods;
+
+    let shape = image.shape();
+    if shape[2] != 3 {
+        return Err(PyValueError::new_err(format!(
+            "image: shape {shape:?} is not [h, w, 3]"
+        )));
+    }
+    let size = |n: usize| {
+        u32::try_from(n).map_err(|_| PyValueError::new_err(format!("image: side {n} too large")))
+    };
+    RgbImage::from_raw(
+        size(shape[1])?,
+        size(shape[0])?,
+        image.as_array().iter().copied().collect(),
+    )
+    .map_err(|e| PyValueError::new_err(e.to_string()))
+}
+
+/// `img` back as a debug hook's `[h, w, 3]` uint8 array.
+fn rgb_array(py: Python<'_>, img: RgbImage) -> PyResult<Bound<'_, PyAny>> {
+    let (h, w) = (img.height() as usize, img.width() as usize);
+    let out = Array3::from_shape_vec((h, w, 3), img.into_raw())
+        .map_err(|e| PyValueError::new_err(e.to_string()))?;
+    Ok(out.into_pyarray(py).into_any())
 }
