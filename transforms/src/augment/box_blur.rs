@@ -96,38 +96,15 @@ fn line_box_blur(out: &mut [u8], inp: &[u8], w: BoxWeights) {
     for c in 0..3 {
         acc[c] = acc[c].wrapping_add(end[c].wrapping_mul((r + 1 - edge_a) as u32));
     }
-    let mut step = |x: usize, sub: usize, add: usize, left: usize, right: usize| {
+    let step = |x: usize, sub: usize, add: usize, left: usize, right: usize| {
         let (s, a, l, rr) = (px(sub), px(add), px(left), px(right));
         let o = &mut out[3 * x..3 * x + 3];
         for c in 0..3 {
             acc[c] = acc[c].wrapping_add(a[c]).wrapping_sub(s[c]);
-            let bulk = acc[c]
-                .wrapping_mul(w.ww)
-                .wrapping_add((l[c] + rr[c]).wrapping_mul(w.fw));
-            o[c] = (bulk.wrapping_add(1 << 23) >> 24) as u8;
+            o[c] = box_value(acc[c], l[c] + rr[c], w);
         }
     };
-    if edge_a <= edge_b {
-        for x in 0..edge_a {
-            step(x, 0, x + r, 0, x + r + 1);
-        }
-        for x in edge_a..edge_b {
-            step(x, x - r - 1, x + r, x - r - 1, x + r + 1);
-        }
-        for x in edge_b..n {
-            step(x, x - r - 1, last, x - r - 1, last);
-        }
-    } else {
-        for x in 0..edge_b {
-            step(x, 0, x + r, 0, x + r + 1);
-        }
-        for x in edge_b..edge_a {
-            step(x, 0, last, 0, last);
-        }
-        for x in edge_a..n {
-            step(x, x - r - 1, last, x - r - 1, last);
-        }
-    }
+    each_position(n, r, edge_a, edge_b, step);
 }
 
 /// [`line_box_blur`] down the columns, all of them at once: `src` and `dst` hold `h` rows of
@@ -161,7 +138,7 @@ fn vertical_box_blur(dst: &mut [u8], src: &[u8], row: usize, w: BoxWeights, acc:
     for (a, v) in acc.iter_mut().zip(line(last).iter().map(times(tail))) {
         *a = a.wrapping_add(v);
     }
-    let mut step = |y: usize, sub: usize, add: usize, left: usize, right: usize| {
+    let step = |y: usize, sub: usize, add: usize, left: usize, right: usize| {
         let out = &mut dst[y * row..(y + 1) * row];
         let lanes = out
             .iter_mut()
@@ -170,33 +147,56 @@ fn vertical_box_blur(dst: &mut [u8], src: &[u8], row: usize, w: BoxWeights, acc:
             .zip(line(left).iter().zip(line(right)));
         for (((o, a), (&s, &ad)), (&l, &rr)) in lanes {
             *a = a.wrapping_add(u32::from(ad)).wrapping_sub(u32::from(s));
-            let bulk = a
-                .wrapping_mul(w.ww)
-                .wrapping_add((u32::from(l) + u32::from(rr)).wrapping_mul(w.fw));
-            *o = (bulk.wrapping_add(1 << 23) >> 24) as u8;
+            *o = box_value(*a, u32::from(l) + u32::from(rr), w);
         }
     };
+    each_position(h, r, edge_a, edge_b, step);
+}
+
+/// Pillow's walk along a line of `n` values with a box of radius `r`: for each position
+/// `step(x, sub, add, left, right)`, the value leaving the running sum, the one entering it,
+/// and the two that the fractional edges weigh, clamped to the line as `ImagingLineBoxBlur`
+/// clamps them (`edge_a = min(r + 1, n)`, `edge_b = n - (r + 1)` saturated; a box wider than
+/// the line repeats its ends).
+fn each_position(
+    n: usize,
+    r: usize,
+    edge_a: usize,
+    edge_b: usize,
+    mut step: impl FnMut(usize, usize, usize, usize, usize),
+) {
+    let last = n - 1;
     if edge_a <= edge_b {
-        for y in 0..edge_a {
-            step(y, 0, y + r, 0, y + r + 1);
+        for x in 0..edge_a {
+            step(x, 0, x + r, 0, x + r + 1);
         }
-        for y in edge_a..edge_b {
-            step(y, y - r - 1, y + r, y - r - 1, y + r + 1);
+        for x in edge_a..edge_b {
+            step(x, x - r - 1, x + r, x - r - 1, x + r + 1);
         }
-        for y in edge_b..h {
-            step(y, y - r - 1, last, y - r - 1, last);
+        for x in edge_b..n {
+            step(x, x - r - 1, last, x - r - 1, last);
         }
     } else {
-        for y in 0..edge_b {
-            step(y, 0, y + r, 0, y + r + 1);
+        for x in 0..edge_b {
+            step(x, 0, x + r, 0, x + r + 1);
         }
-        for y in edge_b..edge_a {
-            step(y, 0, last, 0, last);
+        for x in edge_b..edge_a {
+            step(x, 0, last, 0, last);
         }
-        for y in edge_a..h {
-            step(y, y - r - 1, last, y - r - 1, last);
+        for x in edge_a..n {
+            step(x, x - r - 1, last, x - r - 1, last);
         }
     }
+}
+
+/// One output value: the running sum `acc` weighted by `ww` plus the two edge values by
+/// `fw`, in Pillow's wrapping 32-bit fixed point, rounded from 24 fraction bits.
+#[inline(always)]
+fn box_value(acc: u32, edges: u32, w: BoxWeights) -> u8 {
+    let bulk = acc
+        .wrapping_mul(w.ww)
+        .wrapping_add(edges.wrapping_mul(w.fw));
+    (bulk.wrapping_add(1 << 23) >> 24) as u8
 }
 
 /// Scratch of Pillow's Gaussian blur, which only grows: two rows, a copy of the image and a
