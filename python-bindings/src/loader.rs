@@ -334,6 +334,13 @@ impl PyLoader {
         Ok(())
     }
 
+    /// The dataset indices epoch `epoch` visits, in order (this rank's share): the source's own
+    /// order (tar shards read one after another) or the sampler's (shuffled from `(seed,
+    /// epoch)`). What `iter` runs for that epoch when no indices are given.
+    fn epoch_order(&self, epoch: u64) -> PyResult<Vec<usize>> {
+        Ok(self.inner.get("loader")?.epoch_order(epoch))
+    }
+
     /// The epoch the next `iter` runs. Readable in a forked child too (to rebuild the loader
     /// there with the same counter).
     #[getter]

@@ -542,3 +542,38 @@ def test_the_readme_quickstart_runs_with_dataloader_and_with_ferroloader(folder:
         exec(body, namespace)
         assert seen == [18, 18], code
         assert isinstance(namespace["loader"], fl.Loader) == (code is snippet)
+
+
+def test_sampler_and_batch_sampler_are_the_loaders_order_as_dataloaders_are(folder: Path) -> None:
+    """`loader.sampler`/`loader.batch_sampler` exist as DataLoader's do (never None for a
+    map-style dataset): len, set_epoch, and the indices the next epoch's batches hold."""
+    tv = torchvision.datasets.ImageFolder(str(folder))
+    by_index = PathItems([(p, i) for i, (p, _) in enumerate(tv.samples)])  # label = index
+    for kw in ({"shuffle": True}, {"shuffle": False}, {"shuffle": True, "drop_last": True},
+               {"shuffle": True, "rank": 1, "world_size": 2}):
+        loader = fl.Loader(by_index, batch_size=4, num_workers=2, transform=fl_transform(), **kw)
+        dl = torch.utils.data.DataLoader(by_index, batch_size=4, shuffle=kw["shuffle"], drop_last=kw.get("drop_last", False))
+        sampler, batch_sampler = loader.sampler, loader.batch_sampler
+        assert sampler is not None and batch_sampler is not None
+        n = 9 if "rank" in kw else 18
+        assert len(sampler) == n and len(batch_sampler) == len(loader)
+        if "rank" not in kw:
+            assert len(sampler) == len(dl.sampler) and len(batch_sampler) == len(dl.batch_sampler)
+        for epoch in (0, 3):
+            sampler.set_epoch(epoch)  # a DistributedSampler training loop's call
+            assert loader.epoch == epoch
+            order = list(sampler)
+            batches = list(batch_sampler)
+            assert [i for b in batches for i in b] == order[: len(batches) * 4 if kw.get("drop_last") else None]
+            assert sorted(order) == (sorted(order) if "rank" in kw else list(range(18)))
+            got = [y.tolist() for _, y in loader]  # labels are the indices
+            assert got == batches
+            assert loader.epoch == epoch + 1
+        assert (order == sorted(order)) == (not kw["shuffle"])
+    # Given ones are returned as they are; with batch_size=None there is no batch sampler.
+    given = SequentialSampler(range(18))
+    assert fl.Loader(by_index, sampler=given, transform=fl_transform()).sampler is given
+    bs = BatchSampler(given, batch_size=5, drop_last=False)
+    with_bs = fl.Loader(by_index, batch_sampler=bs, transform=fl_transform())
+    assert with_bs.batch_sampler is bs and with_bs.sampler is given
+    assert fl.Loader(by_index, batch_size=None, transform=fl_transform()).batch_sampler is None

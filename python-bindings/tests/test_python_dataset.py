@@ -162,6 +162,16 @@ def test_the_order_is_the_native_loaders(folder: Path) -> None:
             assert native_it.indices is not None and python_it.indices is not None
             assert python_it.indices.tolist() == native_it.indices.tolist()
         assert len(python) == len(native)
+        # `loader.sampler` (DataLoader's attribute) shows that order, the same for both.
+        for loader in (native, python):
+            assert loader.sampler is not None and loader.batch_sampler is not None
+            loader.sampler.set_epoch(2)  # type: ignore[attr-defined]
+        assert list(python.sampler) == list(native.sampler)  # type: ignore[arg-type]
+        assert len(python.sampler) == len(native.sampler) == len(list(native.sampler))  # type: ignore[arg-type]
+        order = list(python.sampler)  # type: ignore[arg-type]
+        python_it = iter(python)
+        next(python_it)
+        assert python_it.indices is not None and python_it.indices.tolist() == order[:4]
 
 
 def test_resuming_mid_epoch_yields_the_rest_of_the_first_run(folder: Path) -> None:
@@ -281,6 +291,7 @@ def test_an_iterable_dataset_streams_as_dataloader_streams_it() -> None:
     with pytest.warns(UserWarning, match=r"SizedStream is an IterableDataset: its own iterator makes the samples"):
         loader = fl.Loader(fixed, batch_size=4, num_workers=2)
     assert len(loader) == 6
+    assert loader.sampler is None and loader.batch_sampler is None  # no indices to show
     assert _equal(list(loader), list(DataLoader(fixed, batch_size=4, num_workers=2)))
     assert _equal(list(_loader(fixed, batch_size=4, num_workers=0, drop_last=True)), list(DataLoader(fixed, batch_size=4, drop_last=True)))
     with pytest.raises(TypeError, match=r"Stream is an IterableDataset without len\(\)"):

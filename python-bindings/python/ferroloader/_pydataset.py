@@ -578,8 +578,8 @@ class PythonDataset:
         return batches
 
     @property
-    def num_batches(self) -> int:
-        """Batches per epoch, as the native sampler counts them (a rank's share padded up);
+    def num_samples(self) -> int:
+        """Samples per epoch, as the native sampler counts them (a rank's share padded up);
         an ``IterableDataset``'s from its ``len()``, as DataLoader counts them."""
         try:
             samples = len(self.dataset)
@@ -589,7 +589,12 @@ class PythonDataset:
             ) from None
         if self.world_size is not None:
             samples = -(-samples // self.world_size)
-        full, rest = divmod(samples, self.batch_size)
+        return samples
+
+    @property
+    def num_batches(self) -> int:
+        """Batches per epoch, of :attr:`num_samples`."""
+        full, rest = divmod(self.num_samples, self.batch_size)
         return full + (1 if rest and not self.drop_last else 0)
 
     def dataset_fingerprint(self) -> int:

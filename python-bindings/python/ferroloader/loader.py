@@ -22,6 +22,7 @@ from typing import (
     Callable,
     Dict,
     Iterable,
+    Iterator,
     List,
     Literal,
     Optional,
@@ -56,7 +57,7 @@ if TYPE_CHECKING:
     # Imported when a dataset runs in Python: it imports torch.
     from ferroloader._pydataset import PythonDataset, PythonDatasetIterator, TailCosts, TailSamples
 
-__all__ = ["Loader", "LoaderIterator", "STATE_VERSION"]
+__all__ = ["Loader", "LoaderBatchSampler", "LoaderIterator", "LoaderSampler", "STATE_VERSION"]
 
 Output = Literal["float32", "uint8"]
 DecoderName = Literal["turbo", "zune"]
@@ -218,7 +219,9 @@ class Loader:
     - ``num_workers``: worker *threads*; ``None`` (default) uses every core, ``0`` decodes in
       one thread on demand (no read-ahead), with the same batches as any other count.
     - ``batch_sampler``: each batch's indices; every batch but the last must have the
-      sampler's ``batch_size`` (batches are fixed-size buffers).
+      sampler's ``batch_size`` (batches are fixed-size buffers). Where none is given,
+      ``loader.sampler`` and ``loader.batch_sampler`` are, as DataLoader's, views of the
+      loader's own order (:class:`LoaderSampler`, :class:`LoaderBatchSampler`).
     - ``collate_fn``: ``None`` or ``default_collate`` collate natively (no cost); any other
       callable gets each batch as the list of ``(image, label)`` samples, as DataLoader would
       give it (each image a view, so ``default_collate`` inside it copies once).
@@ -343,7 +346,8 @@ class Loader:
                 "batch_size: batch_size=None option disables auto-batching and is mutually "
                 "exclusive with drop_last"
             )
-        self.batch_sampler: Optional[Iterable[Sequence[int]]] = batch_sampler
+        # The samplers given (None where not): `sampler`/`batch_sampler` show views otherwise.
+        self._batch_sampler: Optional[Iterable[Sequence[int]]] = batch_sampler
         if batch_sampler is not None:
             if batch_size != 1 or shuffle or sampler is not None or drop_last:
                 raise ValueError(
@@ -438,7 +442,7 @@ class Loader:
                 raise ValueError("sampler: sampler option is mutually exclusive with shuffle")
             if self.world_size is not None:
                 raise ValueError("sampler: give either a sampler or rank/world_size, not both")
-        self.sampler: Optional[Iterable[int]] = sampler
+        self._sampler: Optional[Iterable[int]] = sampler
         self._resume: Optional[Dict[str, Any]] = None
         # Where the consumer stands in the epoch being iterated: (epoch, (position, batches,
         # delivered)) after each batch, None once it ended. The iterators write it; the loader
@@ -590,8 +594,8 @@ class Loader:
         """What an ``IterableDataset``, which yields its samples in its own order, cannot do."""
         refused = {
             "shuffle": self.shuffle,
-            "sampler": self.sampler is not None,
-            "batch_sampler": self.batch_sampler is not None,
+            "sampler": self._sampler is not None,
+            "batch_sampler": self._batch_sampler is not None,
             "rank": self.rank is not None or self.world_size is not None,
         }
         for arg, given in refused.items():
@@ -767,8 +771,8 @@ class Loader:
     def _plan(self) -> Optional[List[int]]:
         """The epoch's indices when a sampler or batch sampler gives them; ``None`` for the
         loader's own order."""
-        if self.batch_sampler is not None:
-            batches = [list(b) for b in self.batch_sampler]
+        if self._batch_sampler is not None:
+            batches = [list(b) for b in self._batch_sampler]
             for i, b in enumerate(batches[:-1]):
                 if len(b) != self.batch_size:
                     raise ValueError(
@@ -781,8 +785,8 @@ class Loader:
                     f"batch_size={self.batch_size}"
                 )
             return [int(i) for b in batches for i in b]
-        if self.sampler is not None:
-            return [int(i) for i in self.sampler]
+        if self._sampler is not None:
+            return [int(i) for i in self._sampler]
         return None
 
     def __iter__(self) -> "LoaderIterator | PythonDatasetIterator":
@@ -821,12 +825,12 @@ class Loader:
 
     def __len__(self) -> int:
         """Batches per epoch (when no sample is skipped); samples with ``batch_size=None``."""
-        if self.batch_sampler is not None:
-            return len(self.batch_sampler)  # type: ignore[arg-type]
-        if self.sampler is None:
+        if self._batch_sampler is not None:
+            return len(self._batch_sampler)  # type: ignore[arg-type]
+        if self._sampler is None:
             return self._loader().num_batches
         try:
-            n = len(self.sampler)  # type: ignore[arg-type]
+            n = len(self._sampler)  # type: ignore[arg-type]
         except TypeError:
             raise TypeError("len(loader): the sampler has no len()") from None
         return n // self.batch_size if self.drop_last else -(-n // self.batch_size)
@@ -838,14 +842,51 @@ class Loader:
         self._loader().set_epoch(epoch)
         if self._resume is not None and self._resume["epoch"] != epoch:
             self._resume = None
-        for s in (self.sampler, self.batch_sampler, getattr(self.batch_sampler, "sampler", None)):
-            if s is not None and hasattr(s, "set_epoch"):
+        for s in self._given_samplers():
+            if hasattr(s, "set_epoch"):
                 s.set_epoch(epoch)
 
     @property
     def epoch(self) -> int:
         """The epoch the next ``iter(loader)`` runs."""
         return self._loader().next_epoch
+
+    @property
+    def sampler(self) -> Optional[Iterable[int]]:
+        """The sampler given; else, as DataLoader always has one, a :class:`LoaderSampler`:
+        the loader's own order (``len()``, ``set_epoch``, the indices of the next epoch). With
+        a ``batch_sampler``, its ``sampler`` attribute (torch's ``BatchSampler`` has one);
+        ``None`` for an ``IterableDataset``, which has no indices."""
+        if self._sampler is not None:
+            return self._sampler
+        if self._batch_sampler is not None:
+            return cast(Optional[Iterable[int]], getattr(self._batch_sampler, "sampler", None))
+        if self._python is not None and self._python.iterable:
+            return None
+        return LoaderSampler(self)
+
+    @property
+    def batch_sampler(self) -> Optional[Iterable[Sequence[int]]]:
+        """The batch sampler given; else, as DataLoader's, the :attr:`sampler`'s indices cut
+        into batches (a :class:`LoaderBatchSampler`: ``batch_size``, ``drop_last``,
+        ``len()``); ``None`` with ``batch_size=None`` or an ``IterableDataset``."""
+        if self._batch_sampler is not None:
+            return self._batch_sampler
+        sampler = self.sampler
+        if self.unbatched or sampler is None:
+            return None
+        return LoaderBatchSampler(sampler, self.batch_size, self.drop_last)
+
+    def _given_samplers(self) -> List[Any]:
+        """The samplers the user gave (and a given batch sampler's own): those told the epoch."""
+        given = [self._sampler, self._batch_sampler, getattr(self._batch_sampler, "sampler", None)]
+        return [s for s in given if s is not None]
+
+    def _order(self, epoch: int) -> List[int]:
+        """The dataset indices of ``epoch`` in the loader's own order (no sampler given)."""
+        if self._python is not None:
+            return self._python.order(epoch)
+        return self._native_loader().epoch_order(epoch)
 
     @property
     def sample_shape(self) -> Tuple[int, ...]:
@@ -951,8 +992,8 @@ class Loader:
         resume = {k: state[k] for k in ("epoch", "position", "batches", "delivered")}
         resume["epoch"] = _check_int("state epoch", resume["epoch"], 0, 2**64 - 1)
         self._loader().set_epoch(resume["epoch"])
-        for s in (self.sampler, self.batch_sampler, getattr(self.batch_sampler, "sampler", None)):
-            if s is not None and hasattr(s, "set_epoch"):
+        for s in self._given_samplers():
+            if hasattr(s, "set_epoch"):
                 s.set_epoch(resume["epoch"])
         self._resume = dict(state)
 
@@ -963,8 +1004,8 @@ class Loader:
             "dataset": self.dataset,
             "batch_size": None if self.unbatched else self.batch_size,
             "shuffle": self.shuffle,
-            "sampler": self.sampler,
-            "batch_sampler": self.batch_sampler,
+            "sampler": self._sampler,
+            "batch_sampler": self._batch_sampler,
             "num_workers": self.num_workers,
             "collate_fn": self.collate_fn,
             "pin_memory": self.pin_memory,
@@ -1011,6 +1052,57 @@ class Loader:
             f"shuffle={self.shuffle}, num_workers={self.num_workers}, "
             f"output={self.output!r}, transform={self._transform_given!r})"
         )
+
+
+class LoaderSampler:
+    """``Loader.sampler`` where none was given (DataLoader always has one): the loader's own
+    order, as a sampler.
+
+    Iterating it gives the dataset indices of the epoch the next ``iter(loader)`` runs (this
+    rank's share; shuffled from ``(seed, epoch)``, or in order); reading it draws nothing and
+    does not move the loader. ``set_epoch`` is the loader's, so a training loop written for a
+    ``DistributedSampler`` (``loader.sampler.set_epoch(epoch)``) runs unchanged.
+    """
+
+    def __init__(self, loader: Loader) -> None:
+        self.loader = loader
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(self.loader._order(self.loader.epoch))
+
+    def __len__(self) -> int:
+        return self.loader._loader().num_samples
+
+    def set_epoch(self, epoch: int) -> None:
+        self.loader.set_epoch(epoch)
+
+    def __repr__(self) -> str:
+        return f"LoaderSampler(shuffle={self.loader.shuffle}, seed={self.loader.seed})"
+
+
+class LoaderBatchSampler:
+    """``Loader.batch_sampler`` where none was given: a sampler's indices cut into batches of
+    ``batch_size`` (the last short, or dropped with ``drop_last``), as torch's
+    ``BatchSampler``; what the loader's batches hold when no sample is skipped."""
+
+    def __init__(self, sampler: Iterable[int], batch_size: int, drop_last: bool) -> None:
+        self.sampler = sampler
+        self.batch_size = batch_size
+        self.drop_last = drop_last
+
+    def __iter__(self) -> Iterator[List[int]]:
+        indices = list(self.sampler)
+        size = self.batch_size
+        end = len(indices) - len(indices) % size if self.drop_last else len(indices)
+        return (indices[k : k + size] for k in range(0, end, size))
+
+    def __len__(self) -> int:
+        n = len(self.sampler)  # type: ignore[arg-type]
+        return n // self.batch_size if self.drop_last else -(-n // self.batch_size)
+
+    def set_epoch(self, epoch: int) -> None:
+        if hasattr(self.sampler, "set_epoch"):
+            self.sampler.set_epoch(epoch)
 
 
 class LoaderIterator:
