@@ -36,8 +36,8 @@ use crate::resize::SimdLevel;
 /// The per-lane arithmetic and the warps' loops of a kernel `LANES` pixels wide, written once.
 /// The module that expands it names its vector types and operations:
 ///
-/// - `F`: `LANES` doubles; `add_pd`, `sub_pd`, `mul_pd`, `set1_pd`, `max_pd`, `min_pd`,
-///   `setzero_pd` (the intrinsics of that width) and `load_pd(&[f64; LANES])`;
+/// - `F`: `LANES` doubles; `add_pd`, `sub_pd`, `mul_pd`, `div_pd`, `set1_pd`, `max_pd`,
+///   `min_pd`, `setzero_pd` (the intrinsics of that width) and `load_pd(&[f64; LANES])`;
 /// - `I`: `LANES` i32s, a channel's results; `cvttpd_epi32` (truncating `F` to `I`);
 /// - `W`: `2 LANES` i32s, two tap rows of one channel's taps (the first row in the low half);
 ///   `add_epi32`, `sub_epi32`, and `lo`/`hi` (a half's values as `F`);
@@ -99,6 +99,33 @@ macro_rules! cubic_lanes {
             select(inside, edge, down([h0, h1, h2, h3], dy))
         }
 
+        /// Writes every row of `dst` (packed RGB, `w` pixels a row), `LANES` pixels a step,
+        /// sampled where `position(y + 0.5, x)` maps the step at column `x`; where it gives
+        /// `None`, that row's pixels from `x` on are left as they are.
+        #[target_feature(enable = $features)]
+        #[inline]
+        fn steps(
+            src: &super::CubicSource<'_>,
+            fill: [u8; 3],
+            w: usize,
+            dst: &mut [u8],
+            position: impl Fn(f64, usize) -> Option<(F, F)>,
+        ) {
+            if w == 0 {
+                return;
+            }
+            let k = Consts::new(src, fill);
+            for (y, row) in dst.chunks_exact_mut(3 * w).enumerate() {
+                let yin = y as f64 + 0.5;
+                for x in (0..w).step_by(LANES) {
+                    let Some((xs, ys)) = position(yin, x) else {
+                        break;
+                    };
+                    store(row, 3 * x, pixels(&k, xs, ys));
+                }
+            }
+        }
+
         /// [`super::CubicKernel::affine`].
         ///
         /// # Safety
@@ -114,23 +141,16 @@ macro_rules! cubic_lanes {
             w: usize,
             dst: &mut [u8],
         ) {
-            if w == 0 {
-                return;
-            }
-            let k = Consts::new(src, fill);
             let (a2, a5) = (set1_pd(a[2]), set1_pd(a[5]));
-            for (y, row) in dst.chunks_exact_mut(3 * w).enumerate() {
-                let yin = y as f64 + 0.5;
-                let ry = set1_pd(a[1] * yin);
-                let rx = set1_pd(a[4] * yin);
-                let cols = col_a.as_chunks::<LANES>().0.iter();
-                let cols = cols.zip(col_b.as_chunks::<LANES>().0);
-                for (x, (ca, cb)) in (0..w).step_by(LANES).zip(cols) {
-                    let xs = add_pd(add_pd(load_pd(ca), ry), a2);
-                    let ys = add_pd(add_pd(load_pd(cb), rx), a5);
-                    store(row, 3 * x, pixels(&k, xs, ys));
-                }
-            }
+            steps(src, fill, w, dst, |yin, x| {
+                // The row products as the scalar path takes them (invariant along a row).
+                let (ry, rx) = (set1_pd(a[1] * yin), set1_pd(a[4] * yin));
+                let ca = col_a.get(x..)?.first_chunk()?;
+                let cb = col_b.get(x..)?.first_chunk()?;
+                let xs = add_pd(add_pd(load_pd(ca), ry), a2);
+                let ys = add_pd(add_pd(load_pd(cb), rx), a5);
+                Some((xs, ys))
+            })
         }
 
         /// [`super::CubicKernel::perspective`].
@@ -145,27 +165,19 @@ macro_rules! cubic_lanes {
             w: usize,
             dst: &mut [u8],
         ) {
-            if w == 0 {
-                return;
-            }
-            let k = Consts::new(src, fill);
             let [c0, c2, c3, c5, c6] = [c[0], c[2], c[3], c[5], c[6]].map(|v| set1_pd(v));
             let one = set1_pd(1.0);
             let lanes = load_pd(&std::array::from_fn(|i| i as f64 + 0.5));
-            for (y, row) in dst.chunks_exact_mut(3 * w).enumerate() {
-                let yin = y as f64 + 0.5;
+            steps(src, fill, w, dst, |yin, x| {
                 let (rx, ry, rd) = (c[1] * yin, c[4] * yin, c[7] * yin);
                 let (rx, ry, rd) = (set1_pd(rx), set1_pd(ry), set1_pd(rd));
-                for x in (0..w).step_by(LANES) {
-                    // `x + 0.5` exactly (x is far below 2^52).
-                    let xin = add_pd(set1_pd(x as f64), lanes);
-                    let den = add_pd(add_pd(mul_pd(c6, xin), rd), one);
-                    let xs = add_pd(add_pd(mul_pd(c0, xin), rx), c2);
-                    let ys = add_pd(add_pd(mul_pd(c3, xin), ry), c5);
-                    let (xs, ys) = (div_pd(xs, den), div_pd(ys, den));
-                    store(row, 3 * x, pixels(&k, xs, ys));
-                }
-            }
+                // `x + 0.5` exactly (x is far below 2^52).
+                let xin = add_pd(set1_pd(x as f64), lanes);
+                let den = add_pd(add_pd(mul_pd(c6, xin), rd), one);
+                let xs = add_pd(add_pd(mul_pd(c0, xin), rx), c2);
+                let ys = add_pd(add_pd(mul_pd(c3, xin), ry), c5);
+                Some((div_pd(xs, den), div_pd(ys, den)))
+            })
         }
     };
 }
