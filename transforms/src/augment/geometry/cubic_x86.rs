@@ -38,14 +38,47 @@ use crate::resize::SimdLevel;
 ///
 /// - `F`: `LANES` doubles; `add_pd`, `sub_pd`, `mul_pd`, `div_pd`, `set1_pd`, `max_pd`,
 ///   `min_pd`, `setzero_pd` (the intrinsics of that width) and `load_pd(&[f64; LANES])`;
-/// - `I`: `LANES` i32s, a channel's results; `cvttpd_epi32` (truncating `F` to `I`);
+/// - `I`: `LANES` i32s, a channel's results and the taps' offsets; `set1_epi32` and
+///   `cvttpd_epi32` (truncating `F` to `I`);
 /// - `W`: `2 LANES` i32s, two tap rows of one channel's taps (the first row in the low half);
 ///   `add_epi32`, `sub_epi32`, and `lo`/`hi` (a half's values as `F`);
 /// - `M`: a lane mask, and `select(m, a, b)` (`b` where `m` is set, else `a`);
-/// - `Consts::new(&CubicSource, fill)`, `pixels(&Consts, xs, ys)` (the `LANES` pixels at those
-///   positions) and `store(row, at, pixels)` (their bytes at `at`, fewer at the row's end).
+/// - `pixels(&Consts, xs, ys)` (the `LANES` pixels at those positions) and
+///   `store(row, at, pixels)` (their bytes at `at`, fewer at the row's end).
 macro_rules! cubic_lanes {
     ($features:literal) => {
+        /// The loop-invariant vectors of a warp.
+        #[derive(Clone, Copy)]
+        struct Consts {
+            fw: F,
+            fh: F,
+            max_x: I,
+            max_y: I,
+            stride: I,
+            /// The fill's channels, one per vector, in every lane.
+            fill: [I; 3],
+            /// 16-byte loads start below this offset (so end within `bytes`).
+            last_load: I,
+            base: *const i32,
+        }
+
+        impl Consts {
+            #[target_feature(enable = $features)]
+            fn new(src: &super::CubicSource<'_>, fill: [u8; 3]) -> Self {
+                Consts {
+                    fw: set1_pd(f64::from(src.width)),
+                    fh: set1_pd(f64::from(src.height)),
+                    // `CubicSource::new` bounds all three by i32::MAX.
+                    max_x: set1_epi32(src.width as i32 - 1),
+                    max_y: set1_epi32(src.height as i32 - 1),
+                    stride: set1_epi32(src.stride as i32),
+                    fill: fill.map(|c| set1_epi32(i32::from(c))),
+                    last_load: set1_epi32(src.bytes.len().min(i32::MAX as usize) as i32 - 15),
+                    base: src.bytes.as_ptr().cast(),
+                }
+            }
+        }
+
         /// `p1 + d * (p2 + d * (p3 + d * p4))` per lane, each step rounded.
         #[target_feature(enable = $features)]
         #[inline]

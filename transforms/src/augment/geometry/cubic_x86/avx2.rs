@@ -9,10 +9,8 @@ use std::arch::x86_64::{
     _mm256_add_pd as add_pd, _mm256_cvttpd_epi32 as cvttpd_epi32, _mm256_div_pd as div_pd,
     _mm256_max_pd as max_pd, _mm256_min_pd as min_pd, _mm256_mul_pd as mul_pd,
     _mm256_set1_pd as set1_pd, _mm256_setzero_pd as setzero_pd, _mm256_sub_epi32 as sub_epi32,
-    _mm256_sub_pd as sub_pd,
+    _mm256_sub_pd as sub_pd, _mm_set1_epi32 as set1_epi32,
 };
-
-use super::CubicSource;
 
 const LANES: usize = 4;
 
@@ -46,38 +44,6 @@ fn hi(v: W) -> F {
 #[inline]
 fn select(m: M, a: I, b: I) -> I {
     _mm_blendv_epi8(a, b, m)
-}
-
-/// The loop-invariant vectors of a warp.
-#[derive(Clone, Copy)]
-struct Consts {
-    fw: __m256d,
-    fh: __m256d,
-    max_x: __m128i,
-    max_y: __m128i,
-    stride: __m128i,
-    /// The fill's channels, one per vector, in every lane.
-    fill: [__m128i; 3],
-    /// 16-byte loads start below this offset (so end within `bytes`).
-    last_load: __m128i,
-    base: *const i32,
-}
-
-impl Consts {
-    #[target_feature(enable = "avx2")]
-    fn new(src: &CubicSource<'_>, fill: [u8; 3]) -> Self {
-        Consts {
-            fw: _mm256_set1_pd(f64::from(src.width)),
-            fh: _mm256_set1_pd(f64::from(src.height)),
-            // `new` bounds all three by i32::MAX.
-            max_x: _mm_set1_epi32(src.width as i32 - 1),
-            max_y: _mm_set1_epi32(src.height as i32 - 1),
-            stride: _mm_set1_epi32(src.stride as i32),
-            fill: fill.map(|c| _mm_set1_epi32(i32::from(c))),
-            last_load: _mm_set1_epi32(src.bytes.len().min(i32::MAX as usize) as i32 - 15),
-            base: src.bytes.as_ptr().cast(),
-        }
-    }
 }
 
 /// A 64-bit lane mask as four 32-bit lanes (all-ones or zero survive the packing).

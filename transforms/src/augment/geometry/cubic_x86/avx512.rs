@@ -7,14 +7,12 @@
 
 use std::arch::x86_64::*;
 use std::arch::x86_64::{
-    __m256i as I, __m512d as F, __m512i as W, _mm512_add_epi32 as add_epi32,
-    _mm512_add_pd as add_pd, _mm512_cvttpd_epi32 as cvttpd_epi32, _mm512_div_pd as div_pd,
-    _mm512_max_pd as max_pd, _mm512_min_pd as min_pd, _mm512_mul_pd as mul_pd,
-    _mm512_set1_pd as set1_pd, _mm512_setzero_pd as setzero_pd, _mm512_sub_epi32 as sub_epi32,
-    _mm512_sub_pd as sub_pd,
+    __m256i as I, __m512d as F, __m512i as W, _mm256_set1_epi32 as set1_epi32,
+    _mm512_add_epi32 as add_epi32, _mm512_add_pd as add_pd, _mm512_cvttpd_epi32 as cvttpd_epi32,
+    _mm512_div_pd as div_pd, _mm512_max_pd as max_pd, _mm512_min_pd as min_pd,
+    _mm512_mul_pd as mul_pd, _mm512_set1_pd as set1_pd, _mm512_setzero_pd as setzero_pd,
+    _mm512_sub_epi32 as sub_epi32, _mm512_sub_pd as sub_pd,
 };
-
-use super::CubicSource;
 
 const LANES: usize = 8;
 
@@ -48,38 +46,6 @@ fn hi(v: W) -> F {
 #[inline]
 fn select(m: M, a: I, b: I) -> I {
     _mm256_mask_blend_epi32(m, a, b)
-}
-
-/// The loop-invariant vectors of a warp.
-#[derive(Clone, Copy)]
-struct Consts {
-    fw: F,
-    fh: F,
-    max_x: I,
-    max_y: I,
-    stride: I,
-    /// The fill's channels, one per vector, in every lane.
-    fill: [I; 3],
-    /// 16-byte loads start below this offset (so end within `bytes`).
-    last_load: I,
-    base: *const i32,
-}
-
-impl Consts {
-    #[target_feature(enable = "avx2,avx512f,avx512bw,avx512vl")]
-    fn new(src: &CubicSource<'_>, fill: [u8; 3]) -> Self {
-        Consts {
-            fw: _mm512_set1_pd(f64::from(src.width)),
-            fh: _mm512_set1_pd(f64::from(src.height)),
-            // `CubicSource::new` bounds all three by i32::MAX.
-            max_x: _mm256_set1_epi32(src.width as i32 - 1),
-            max_y: _mm256_set1_epi32(src.height as i32 - 1),
-            stride: _mm256_set1_epi32(src.stride as i32),
-            fill: fill.map(|c| _mm256_set1_epi32(i32::from(c))),
-            last_load: _mm256_set1_epi32(src.bytes.len().min(i32::MAX as usize) as i32 - 15),
-            base: src.bytes.as_ptr().cast(),
-        }
-    }
 }
 
 /// Eight pixels sampled at `(xs, ys)`: bytes 0..24 of the result are their packed RGB.
