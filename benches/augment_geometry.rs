@@ -2,7 +2,9 @@
 //! corpus needed), single thread: the affine engines Pillow picks between (NEAREST scale, fixed
 //! point, BILINEAR, BICUBIC), Pillow's rotate fast path, RandomPerspective (its solve and
 //! Pillow's perspective transform, NEAREST, BILINEAR and BICUBIC), vflip, pad and RandomCrop's padding, Gaussian
-//! blur at several kernel sizes, and erasing on a normalized CHW slot; under `affine/tensor/`,
+//! blur at several kernel sizes, and erasing on a normalized CHW slot; the BICUBIC warps also at
+//! each vector level this CPU runs (`.../bicubic/avx2`: four pixels a step, `.../avx512`:
+//! eight; the names without a level run the default one); under `affine/tensor/`,
 //! torch's `grid_sample` warps that run after `ToImage` (rotation about a point, perspective).
 //!
 //! Compare ratios within one run, not absolute times (shared 2-core machines).
@@ -12,11 +14,13 @@ use std::time::Duration;
 
 use criterion::{criterion_group, criterion_main, Criterion};
 use ferroloader::transforms::augment::geometry::{
-    erase, image_corners, perspective, perspective_coeffs, vflip, AffineWarp, EraseValue,
+    erase, image_corners, perspective_coeffs, perspective_warp_simd, vflip, AffineWarp, EraseValue,
     GaussianBlur, Interpolation, Padder, Padding, PaddingMode, RandomCropSpec,
 };
 use ferroloader::transforms::augment::grid_sample::GridSampler;
 use ferroloader::transforms::augment::policy::Api;
+use ferroloader::transforms::fused::default_simd;
+use ferroloader::transforms::resize::SimdLevel;
 use ferroloader::transforms::{CropRect, RgbImage};
 
 const SIZE: u32 = 224;
@@ -109,54 +113,73 @@ fn bench_affine(c: &mut Criterion) {
                 .expect("affine")
             })
         });
-        g.bench_function(format!("rotate_30/{name}"), |b| {
-            b.iter(|| {
-                warp.rotate(
-                    black_box(img.view()),
-                    30.0,
-                    None,
-                    false,
-                    interp,
-                    [0; 3],
-                    &mut out,
-                )
-                .expect("rotate")
-            })
-        });
-        // RandomAffine(degrees=15, translate=(0.1, 0.1), scale=(0.9, 1.1), shear=(-5, 5, -5, 5)).
-        g.bench_function(format!("random_affine/{name}"), |b| {
-            b.iter(|| {
-                warp.affine(
-                    black_box(img.view()),
-                    -11.5,
-                    [7.0, -12.0],
-                    1.07,
-                    [3.2, -4.1],
-                    None,
-                    interp,
-                    [0; 3],
-                    &mut out,
-                )
-                .expect("affine")
-            })
-        });
-        // RandomPerspective() (distortion_scale 0.5) on 224x224: one draw's corners, the 8x8
-        // solve and the warp, as a sample pays them.
-        let start = image_corners(SIZE, SIZE);
-        let end = [[31.0, 12.0], [200.0, 40.0], [190.0, 215.0], [9.0, 176.0]];
-        g.bench_function(format!("random_perspective/{name}"), |b| {
-            b.iter(|| {
-                perspective(
-                    black_box(img.view()),
-                    &start,
-                    &end,
-                    interp,
-                    [0; 3],
-                    &mut out,
-                )
-                .expect("perspective")
-            })
-        });
+        // The default level, then (BICUBIC) each vector level by name. A level above the
+        // CPU's would time the same kernel under another name.
+        let mut levels = vec![(name.to_owned(), default_simd())];
+        if interp == Interpolation::Bicubic {
+            for level in SimdLevel::kernel_sets() {
+                match level {
+                    SimdLevel::Avx2 => levels.push((format!("{name}/avx2"), level)),
+                    SimdLevel::Avx512 => levels.push((format!("{name}/avx512"), level)),
+                    SimdLevel::Portable | SimdLevel::Avx512Ymm => {}
+                }
+            }
+        }
+        for (name, level) in levels {
+            warp.set_simd_limit(level);
+            g.bench_function(format!("rotate_30/{name}"), |b| {
+                b.iter(|| {
+                    warp.rotate(
+                        black_box(img.view()),
+                        30.0,
+                        None,
+                        false,
+                        interp,
+                        [0; 3],
+                        &mut out,
+                    )
+                    .expect("rotate")
+                })
+            });
+            // RandomAffine(degrees=15, translate=(0.1, 0.1), scale=(0.9, 1.1),
+            // shear=(-5, 5, -5, 5)).
+            g.bench_function(format!("random_affine/{name}"), |b| {
+                b.iter(|| {
+                    warp.affine(
+                        black_box(img.view()),
+                        -11.5,
+                        [7.0, -12.0],
+                        1.07,
+                        [3.2, -4.1],
+                        None,
+                        interp,
+                        [0; 3],
+                        &mut out,
+                    )
+                    .expect("affine")
+                })
+            });
+            // RandomPerspective() (distortion_scale 0.5) on 224x224: one draw's corners, the
+            // 8x8 solve and the warp, as a sample pays them.
+            let start = image_corners(SIZE, SIZE);
+            let end = [[31.0, 12.0], [200.0, 40.0], [190.0, 215.0], [9.0, 176.0]];
+            g.bench_function(format!("random_perspective/{name}"), |b| {
+                b.iter(|| {
+                    let coeffs = perspective_coeffs(&start, &end).expect("finite");
+                    perspective_warp_simd(
+                        black_box(img.view()),
+                        (SIZE, SIZE),
+                        &coeffs,
+                        interp,
+                        [0; 3],
+                        level,
+                        &mut out,
+                    )
+                    .expect("perspective")
+                })
+            });
+        }
+        warp.set_simd_limit(default_simd());
     }
     // torch's grid_sample warps (after ToImage), beside Pillow's above: RandomRotation about a
     // point and RandomPerspective with a fill (a mask channel).

@@ -29,15 +29,27 @@ pub(crate) fn avx2_fma() -> bool {
     }
 }
 
-/// AVX-512 F, BW, VL and VBMI (byte permutes): the tensor conversions.
+/// AVX-512 F, BW and VL: the BICUBIC warp.
 #[inline]
-pub(crate) fn avx512_vbmi() -> bool {
+pub(crate) fn avx512_bw_vl() -> bool {
     #[cfg(target_arch = "x86_64")]
     {
         std::arch::is_x86_feature_detected!("avx512f")
             && std::arch::is_x86_feature_detected!("avx512bw")
             && std::arch::is_x86_feature_detected!("avx512vl")
-            && std::arch::is_x86_feature_detected!("avx512vbmi")
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        false
+    }
+}
+
+/// [`avx512_bw_vl`] and VBMI (byte permutes): the tensor conversions.
+#[inline]
+pub(crate) fn avx512_vbmi() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        avx512_bw_vl() && std::arch::is_x86_feature_detected!("avx512vbmi")
     }
     #[cfg(not(target_arch = "x86_64"))]
     {

@@ -305,10 +305,8 @@ impl AffineWarp {
 
     /// Uses kernels up to `limit` at most for BILINEAR ([`SimdLevel::Portable`]: the scalar
     /// path; [`SimdLevel::Avx2`] and [`SimdLevel::Avx512Ymm`]: four pixels a step on 256-bit
-    /// registers; [`SimdLevel::Avx512`]: eight on 512-bit ones) and for BICUBIC
-    /// ([`SimdLevel::Portable`]: the scalar path; any other: four pixels a step on 256-bit
-    /// AVX2 registers). The results are identical at every level; tests
-    /// compare them and benchmarks measure them.
+    /// registers; [`SimdLevel::Avx512`]: eight on 512-bit ones) and likewise for BICUBIC. The
+    /// results are identical at every level; tests compare them and benchmarks measure them.
     pub fn set_simd_limit(&mut self, limit: SimdLevel) {
         self.limit = limit;
     }
@@ -566,9 +564,10 @@ impl AffineWarp {
     /// Pillow's generic transform with `bicubic_filter32RGB`, operation for operation, with
     /// the BILINEAR warp's shortcuts (the same reasoning holds for four taps): a whole-pixel
     /// translation is the NEAREST copy, and with `a[1] == 0` a column's taps, with
-    /// `a[3] == 0` a row's, are found once. On AVX2, where [`Self::set_simd_limit`] and the
-    /// CPU allow it and the source is at least 2 pixels wide, four pixels a step (the same
-    /// bits: the vector kernel maps every pixel afresh, which the shortcuts only skip).
+    /// `a[3] == 0` a row's, are found once. On AVX2 or AVX-512, where [`Self::set_simd_limit`]
+    /// and the CPU allow it and the source is at least 2 pixels wide, four or eight pixels a
+    /// step (the same bits: the vector kernels map every pixel afresh, which the shortcuts only
+    /// skip).
     fn bicubic(
         &mut self,
         src: RgbView<'_>,
@@ -581,18 +580,19 @@ impl AffineWarp {
             return self.nearest_scale(src, (w, h), a, fill, dst);
         }
         let (fw, sw) = (f64::from(src.width()), i64::from(src.width()));
-        // Past `w` to a multiple of 4: the vector kernel's last step reads whole vectors.
+        // Past `w` to a multiple of 8: the vector kernels' last step reads whole vectors.
         self.col_a.clear();
         self.col_b.clear();
-        for x in 0..w.div_ceil(4) * 4 {
+        for x in 0..w.div_ceil(8) * 8 {
             let xin = x as f64 + 0.5;
             self.col_a.push(a[0] * xin);
             self.col_b.push(a[3] * xin);
         }
         #[cfg(target_arch = "x86_64")]
-        if self.limit >= SimdLevel::Avx2 {
-            use super::cubic_x86::{Avx2Cubic, CubicSource};
-            if let (Some(kernel), Some(source)) = (Avx2Cubic::new(), CubicSource::new(src)) {
+        {
+            use super::cubic_x86::{CubicKernel, CubicSource};
+            let kernel = CubicKernel::new(self.limit);
+            if let (Some(kernel), Some(source)) = (kernel, CubicSource::new(src)) {
                 let (col_a, col_b) = (&self.col_a[..], &self.col_b[..]);
                 return kernel.affine(&source, a, col_a, col_b, fill, w, dst);
             }

@@ -2,8 +2,8 @@
 //! tensor, with the arithmetic torchvision's PIL path performs, so that outputs match it.
 //!
 //! - [`affine`]: Pillow's affine engines (NEAREST, BILINEAR and BICUBIC bit-exact; BILINEAR on
-//!   AVX2 or AVX-512 where the CPU has them, `affine_x86`, and BICUBIC four pixels a step on
-//!   AVX2, `cubic_x86`, each with the scalar path's bits) and the matrices of torchvision's
+//!   AVX2 or AVX-512 where the CPU has them, `affine_x86`, and BICUBIC four or eight pixels a
+//!   step on AVX2 or AVX-512, `cubic_x86`, each with the scalar path's bits) and the matrices of torchvision's
 //!   `F.affine` and Pillow's `Image.rotate`: Rotate, ShearX/Y, TranslateX/Y of the policies,
 //!   RandomRotation, RandomAffine.
 //! - [`perspective`](mod@perspective): torchvision's `F.perspective` (RandomPerspective): the
@@ -38,7 +38,8 @@ pub use blur::{gaussian_kernel1d, GaussianBlur};
 pub use erase::{erase, EraseValue};
 pub use pad::{Padder, Padding, PaddingMode, RandomCropSpec};
 pub use perspective::{
-    image_corners, perspective, perspective_coeffs, perspective_warp, Corners, PerspectiveCoeffs,
+    image_corners, perspective, perspective_coeffs, perspective_warp, perspective_warp_simd,
+    Corners, PerspectiveCoeffs,
 };
 
 use crate::error::{Error, Result};

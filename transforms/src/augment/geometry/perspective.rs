@@ -8,8 +8,8 @@
 //! `((a0 xin + a1 yin + a2) / (a6 xin + a7 yin + 1), (a3 xin + a4 yin + a5) / (..))`, then
 //! sampled by the NEAREST filter (truncation, outside -> fill) or by the BILINEAR or BICUBIC
 //! filter that the affine warp shares ([`super::affine`]'s taps and interpolation; BICUBIC
-//! four pixels a step on AVX2 where the CPU has it and the source is 2 or more pixels wide,
-//! the affine warp's kernel, with the same bits).
+//! four pixels a step on AVX2 or eight on AVX-512 where the SIMD limit and the CPU allow it
+//! and the source is 2 or more pixels wide, the affine warp's kernels, with the same bits).
 //!
 //! The coefficients: torchvision solves the 8x8 system with `torch.linalg.lstsq(driver="gels")`
 //! (LAPACK's QR, from MKL on x86 wheels), which cannot be reproduced bit for bit (MKL picks its
@@ -30,6 +30,7 @@ use super::affine::{
 };
 use crate::error::{Error, Result};
 use crate::image::{RgbImage, RgbView};
+use crate::resize::SimdLevel;
 
 /// Pillow's `data` for `Transform.PERSPECTIVE`: output pixel centre `(x, y)` samples the input
 /// at `((a0 x + a1 y + a2) / (a6 x + a7 y + 1), (a3 x + a4 y + a5) / (a6 x + a7 y + 1))`.
@@ -200,12 +201,31 @@ fn bicubic_rows(
 /// passes Pillow's range test, becomes black (C's float-to-int conversion of NaN gives 0 bytes
 /// there).
 /// Errors for non-finite coefficients.
+///
+/// BICUBIC takes the vector kernels up to the default SIMD limit
+/// ([`crate::fused::default_simd`]); [`perspective_warp_simd`] names another.
 pub fn perspective_warp(
     src: RgbView<'_>,
     size: (u32, u32),
     coeffs: &PerspectiveCoeffs,
     interpolation: Interpolation,
     fill: [u8; 3],
+    out: &mut RgbImage,
+) -> Result<()> {
+    let limit = crate::fused::default_simd();
+    perspective_warp_simd(src, size, coeffs, interpolation, fill, limit, out)
+}
+
+/// [`perspective_warp`] with BICUBIC on kernels up to `limit` at most, as
+/// [`AffineWarp::set_simd_limit`](super::AffineWarp::set_simd_limit) picks them: the same
+/// bits at every level; tests compare them and benchmarks measure them.
+pub fn perspective_warp_simd(
+    src: RgbView<'_>,
+    size: (u32, u32),
+    coeffs: &PerspectiveCoeffs,
+    interpolation: Interpolation,
+    fill: [u8; 3],
+    limit: SimdLevel,
     out: &mut RgbImage,
 ) -> Result<()> {
     let Some(dst) = start_warp(src, size, "coefficients", coeffs, fill, out)? else {
@@ -243,8 +263,9 @@ pub fn perspective_warp(
         Interpolation::Bicubic => {
             #[cfg(target_arch = "x86_64")]
             {
-                use super::cubic_x86::{Avx2Cubic, CubicSource};
-                if let (Some(kernel), Some(source)) = (Avx2Cubic::new(), CubicSource::new(src)) {
+                use super::cubic_x86::{CubicKernel, CubicSource};
+                let kernel = CubicKernel::new(limit);
+                if let (Some(kernel), Some(source)) = (kernel, CubicSource::new(src)) {
                     kernel.perspective(&source, coeffs, fill, w as usize, dst);
                     return Ok(());
                 }
@@ -417,10 +438,14 @@ mod tests {
     #[test]
     #[cfg(target_arch = "x86_64")]
     fn bicubic_kernels_agree_bit_for_bit() {
-        use super::super::cubic_x86::{Avx2Cubic, CubicSource};
-        let Some(kernel) = Avx2Cubic::new() else {
-            return; // no AVX2 here: one kernel only
-        };
+        use super::super::cubic_x86::{CubicKernel, CubicSource};
+        // Every vector kernel this CPU runs (none without AVX2: then the scalar path only).
+        let kernels: Vec<CubicKernel> = SimdLevel::kernel_sets()
+            .into_iter()
+            .filter_map(CubicKernel::new)
+            .collect();
+        let wide = kernels.iter().filter(|k| k.is_512()).count();
+        assert_eq!(wide > 0, SimdLevel::detected() == SimdLevel::Avx512);
         let (w, h) = (23u32, 17u32);
         let data = (0..3 * w * h).map(|i| (i * 7919 % 251) as u8).collect();
         let img = RgbImage::from_raw(w, h, data).expect("sized");
@@ -438,14 +463,22 @@ mod tests {
         // 0 / 0 at the first pixel centre, and positions far outside.
         coeffs.push([2.0, 0.0, -1.0, 0.0, 2.0, -1.0, -2.0, 0.0]);
         coeffs.push([1e6, 3.0, -7.0, 0.5, 1e-6, 2.0, 0.01, -0.02]);
+        // Exact fractions (half and quarter pixels, a 2x zoom): many sums land exactly on an
+        // integer, where a result one ulp low truncates a level lower.
+        coeffs.push([1.0, 0.0, 0.5, 0.0, 1.0, 0.25, 0.0, 0.0]);
+        coeffs.push([1.0, 0.0, -0.25, 0.0, 1.0, 0.5, 0.0, 0.0]);
+        coeffs.push([0.5, 0.0, 2.25, 0.0, 0.5, 1.75, 0.0, 0.0]);
         for c in &coeffs {
             let mut scalar = vec![0u8; (3 * w * h) as usize];
             let mut vector = scalar.clone();
             bicubic_rows(img.view(), &mut scalar, w, c, [1, 2, 3]);
-            kernel.perspective(&source, c, [1, 2, 3], w as usize, &mut vector);
-            assert_eq!(scalar, vector, "{c:?}");
+            for kernel in &kernels {
+                vector.fill(0);
+                kernel.perspective(&source, c, [1, 2, 3], w as usize, &mut vector);
+                assert_eq!(scalar, vector, "{kernel:?} {c:?}");
+            }
         }
-        // Random keystones of random sizes (every width modulo 4, 2 to 4 columns, one row),
+        // Random keystones of random sizes (every width modulo 8, 2 to 8 columns, one row),
         // two-level textures so that both clips are taken.
         let mut state = 0x243f_6a88_85a3_08d3u64;
         let mut next = move || {
@@ -469,8 +502,11 @@ mod tests {
             let mut scalar = vec![0u8; (3 * w * h) as usize];
             let mut vector = scalar.clone();
             bicubic_rows(img.view(), &mut scalar, w, &c, fill);
-            kernel.perspective(&source, &c, fill, w as usize, &mut vector);
-            assert_eq!(scalar, vector, "case {case}: {w}x{h}, {c:?}");
+            for kernel in &kernels {
+                vector.fill(0);
+                kernel.perspective(&source, &c, fill, w as usize, &mut vector);
+                assert_eq!(scalar, vector, "case {case} {kernel:?}: {w}x{h}, {c:?}");
+            }
         }
     }
 
