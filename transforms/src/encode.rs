@@ -157,6 +157,45 @@ mod tests {
         }
     }
 
+    /// A colourful pattern with edges in every channel, where chroma subsampling, the DCT
+    /// method and the quantization tables all show.
+    fn pattern(width: u32, height: u32) -> RgbImage {
+        let data = (0..height)
+            .flat_map(|y| (0..width).map(move |x| (x, y)))
+            .flat_map(|(x, y)| {
+                [
+                    ((x * 37 + y * 11) % 256) as u8,
+                    ((x * 5 + y * 23) % 256) as u8,
+                    (((x ^ y) * 29) % 256) as u8,
+                ]
+            })
+            .collect();
+        RgbImage::from_raw(width, height, data).expect("sized")
+    }
+
+    fn fnv1a(bytes: &[u8]) -> u64 {
+        bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, &b| {
+            (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+        })
+    }
+
+    /// The pixels Pillow 13 gives for `Image.fromarray(pattern).save(buf, format="JPEG",
+    /// quality=q)` then `Image.open(buf)`, by their FNV-1a hash (the Python tests compare
+    /// whole images with Pillow and torchvision; this one needs neither).
+    #[test]
+    fn round_trip_equals_pillows_save_and_open() {
+        let mut round_trip = JpegRoundTrip::new().expect("round trip");
+        for (w, h, quality, pillow) in [
+            (16, 12, 60, 0x2dbd_6ac6_d75b_cafc_u64),
+            (7, 5, 1, 0x64a7_cbe1_1a3d_0422),
+            (33, 17, 100, 0xbedb_cc88_0017_0269),
+        ] {
+            let mut img = pattern(w, h);
+            round_trip.apply(&mut img, quality).expect("round trip");
+            assert_eq!(fnv1a(img.as_raw()), pillow, "{w}x{h} at {quality}");
+        }
+    }
+
     #[test]
     fn round_trip_keeps_gray_images_gray() {
         let mut round_trip = JpegRoundTrip::new().expect("round trip");
