@@ -27,40 +27,19 @@ pub(in crate::spec) struct ColorOp {
     one_channel: bool,
 }
 
-/// What a colour op does.
+/// What a colour op does; parameters checked (`Jpeg`: `1 <= min <= max <= 100`).
 #[derive(Clone, Debug, PartialEq)]
 enum ColorKind {
     ColorJitter(ColorJitter),
     Grayscale,
-    RandomGrayscale {
-        p: f64,
-    },
-    Posterize {
-        bits: u8,
-        p: f64,
-    },
-    Solarize {
-        threshold: f64,
-        p: f64,
-    },
-    Equalize {
-        p: f64,
-    },
-    Autocontrast {
-        p: f64,
-    },
-    Sharpness {
-        factor: f64,
-        p: f64,
-    },
-    Invert {
-        p: f64,
-    },
-    /// Qualities `min..=max`, within 1..=100.
-    Jpeg {
-        min: u8,
-        max: u8,
-    },
+    RandomGrayscale { p: f64 },
+    Posterize { bits: u8, p: f64 },
+    Solarize { threshold: f64, p: f64 },
+    Equalize { p: f64 },
+    Autocontrast { p: f64 },
+    Sharpness { factor: f64, p: f64 },
+    Invert { p: f64 },
+    Jpeg { min: u8, max: u8 },
 }
 
 /// A `ColorJitter` argument resolved as torchvision's `_check_input` does.
