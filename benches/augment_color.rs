@@ -1,7 +1,9 @@
 //! The colour ops of `augment::color`, one 224x224 photo-like image per iteration, single
 //! thread: the size a policy's pixel ops see after RandomResizedCrop(224); and, under
 //! `tensor/`, the tensor kernels of `augment::tensor_color` that run after `ToImage` and have
-//! no other bench (grayscale, hue).
+//! no other bench (grayscale, hue); and torchvision v2's `JPEG` (a libjpeg-turbo compression and
+//! decompression, `jpeg_q*`), whose Pillow time (save and open) `docs/benchmarks.md` sets beside
+//! it.
 //!
 //! The image is generated here (no fixture): gradients, flat discs, fine texture and noise, so
 //! histograms, hues and the sharpness filter see photo-like data. Each op works in place, so
@@ -18,6 +20,7 @@ use ferroloader::transforms::augment::color::{
 };
 use ferroloader::transforms::augment::policy::Api;
 use ferroloader::transforms::augment::tensor_color;
+use ferroloader::transforms::encode::JpegRoundTrip;
 use ferroloader::transforms::RgbImage;
 
 const SIZE: u32 = 224;
@@ -114,6 +117,12 @@ fn bench_color(c: &mut Criterion) {
     op!("grayscale_plane", |img| to_grayscale(img, &mut plane)
         .expect("size"));
     op!("hue_0.13", |img| adjust_hue(img, 0.13).expect("in range"));
+    let mut jpeg = JpegRoundTrip::new().expect("libjpeg-turbo");
+    for quality in [50u8, 75, 95] {
+        op!(format!("jpeg_q{quality}"), |img| jpeg
+            .apply(img, quality)
+            .expect("round trip"));
+    }
     // torch's tensor kernels (after ToImage), beside their Pillow siblings above.
     op!("tensor/grayscale_rgb_v1", |img| tensor_color::to_grayscale(
         img,

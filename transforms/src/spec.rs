@@ -343,12 +343,14 @@ pub enum Op {
     TimmAugMix,
     /// timm's `RandomErasing`, on the tensor in the batch slot: its coin, blocks and fills.
     TimmRandomErasing,
+    /// `JPEG`: the quality draw, the compression and the decompression.
+    Jpeg,
 }
 
 impl Op {
     /// Every op, in declaration order (`op as usize` indexes this array; the loader's
     /// profiler tables rely on it, so new ops go at the end, here and in the enum).
-    pub const ALL: [Op; 36] = [
+    pub const ALL: [Op; 37] = [
         Op::Decode,
         Op::CropParams,
         Op::Crop,
@@ -385,6 +387,7 @@ impl Op {
         Op::TimmAutoAugment,
         Op::TimmAugMix,
         Op::TimmRandomErasing,
+        Op::Jpeg,
     ];
 
     /// The name spans and summaries use.
@@ -426,6 +429,7 @@ impl Op {
             Op::TimmAutoAugment => "TimmAutoAugment",
             Op::TimmAugMix => "TimmAugMix",
             Op::TimmRandomErasing => "TimmRandomErasing",
+            Op::Jpeg => "JPEG",
         }
     }
 }
@@ -680,7 +684,7 @@ fn bad_order(reason: &str) -> Error {
              wherever RandomResizedCrop; or none of them: the images' own \
              size), then any number of RandomHorizontalFlip, pixel ops (ColorJitter, \
              Grayscale, RandomGrayscale, RandomPosterize, RandomSolarize, RandomEqualize, \
-             RandomAutocontrast, RandomAdjustSharpness, RandomInvert), \
+             RandomAutocontrast, RandomAdjustSharpness, RandomInvert, JPEG), \
              policies (TrivialAugmentWide, RandAugment, AutoAugment, AugMix, timm's \
              TimmRandAugment, TimmAutoAugment, TimmAugMix), geometric ops \
              (RandomVerticalFlip, RandomRotation, RandomAffine, RandomPerspective, GaussianBlur, \

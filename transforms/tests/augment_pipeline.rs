@@ -1,6 +1,6 @@
 //! The pixel-op stage of planned pipelines (`ColorJitter`, `Grayscale`, `RandomGrayscale`,
 //! `RandomPosterize`, `RandomSolarize`, `RandomEqualize`, `RandomAutocontrast`,
-//! `RandomAdjustSharpness`, `RandomInvert`) on the decode corpus.
+//! `RandomAdjustSharpness`, `RandomInvert`, `JPEG`) on the decode corpus.
 //!
 //! The reference for every sample is built from independent parts: the op-by-op pipeline
 //! without the pixel ops (uint8 HWC: crop, resize, flip), then the colour kernel with the
@@ -16,11 +16,13 @@
 use ferroloader_transforms::augment::color::{self, ColorScratch};
 use ferroloader_transforms::augment::policy::{draw_p, draw_p_item, ColorJitter, ColorStep};
 use ferroloader_transforms::crop::RandomResizedCrop;
+use ferroloader_transforms::encode::JpegRoundTrip;
 use ferroloader_transforms::fused::{FusedKernel, OutputKind, OutputSlot};
-use ferroloader_transforms::rng::{sample_rng, SampleRng};
+use ferroloader_transforms::rng::{sample_rng, SampleRng, TorchDraws};
 use ferroloader_transforms::spec::{
     Execution, Fill, JitterArg, Layout, NumberOrRange, Op, OpSpec, OutputDtype, Pipeline,
-    PipelineSpec, PolicyApi, Shear, Size, WarpInterpolation, IMAGENET_MEAN, IMAGENET_STD,
+    PipelineSpec, PolicyApi, QualityArg, Shear, Size, WarpInterpolation, IMAGENET_MEAN,
+    IMAGENET_STD,
 };
 use ferroloader_transforms::{tensor, RgbImage};
 
@@ -145,6 +147,16 @@ fn reference_op(op: &OpSpec, img: &mut RgbImage, rng: &mut SampleRng) -> bool {
             }
             on
         }
+        OpSpec::Jpeg { quality } => {
+            // torch.randint(min, max + 1, ()).
+            let [lo, hi] = quality.range();
+            let q = lo + i64::from(rng.randint((hi - lo + 1) as u32));
+            JpegRoundTrip::new()
+                .expect("round trip")
+                .apply(img, q as u8)
+                .expect("applies");
+            true
+        }
         OpSpec::RandomHorizontalFlip { p } => {
             let on = p > 0.0 && tensor::draw_flip(rng, p);
             if on {
@@ -195,6 +207,9 @@ fn every_op() -> Vec<OpSpec> {
             p: 0.5,
         },
         OpSpec::RandomInvert { p: 0.5 },
+        OpSpec::Jpeg {
+            quality: QualityArg::Range([20, 90]),
+        },
     ]
 }
 
@@ -243,7 +258,10 @@ fn each_op_equals_the_stages_then_its_kernel_with_the_policy_draw() {
             }
         }
         // Random ops ran both ways over the corpus.
-        let always = matches!(op, OpSpec::ColorJitter { .. } | OpSpec::Grayscale { .. });
+        let always = matches!(
+            op,
+            OpSpec::ColorJitter { .. } | OpSpec::Grayscale { .. } | OpSpec::Jpeg { .. }
+        );
         assert!(
             if always {
                 applied == runs
@@ -259,10 +277,12 @@ fn each_op_equals_the_stages_then_its_kernel_with_the_policy_draw() {
 fn p_zero_never_and_p_one_always_applies() {
     let corpus = corpus();
     let plain = plan(train_with(vec![]));
-    for op in every_op()
-        .iter()
-        .filter(|op| !matches!(op, OpSpec::ColorJitter { .. } | OpSpec::Grayscale { .. }))
-    {
+    for op in every_op().iter().filter(|op| {
+        !matches!(
+            op,
+            OpSpec::ColorJitter { .. } | OpSpec::Grayscale { .. } | OpSpec::Jpeg { .. }
+        )
+    }) {
         let never = plan(train_with(vec![with_p(op, 0.0)]));
         let always = plan(train_with(vec![with_p(op, 1.0)]));
         let mut changed = 0;
@@ -466,6 +486,7 @@ fn each_pixel_op_has_its_span_and_no_pixel_op_keeps_the_single_pass() {
         Op::RandomAutocontrast,
         Op::RandomAdjustSharpness,
         Op::RandomInvert,
+        Op::Jpeg,
     ] {
         want.extend([(true, op), (false, op)]);
     }
@@ -802,6 +823,34 @@ fn invalid_specs_are_refused_naming_op_and_argument() {
             "`sharpness_factor`",
         ),
         (OpSpec::RandomInvert { p: 1.01 }, "RandomInvert", "`p`"),
+        (
+            OpSpec::Jpeg {
+                quality: QualityArg::Number(0),
+            },
+            "JPEG: quality must be an integer from 1 to 100",
+            "`quality`",
+        ),
+        (
+            OpSpec::Jpeg {
+                quality: QualityArg::Range([90, 50]),
+            },
+            "JPEG",
+            "`quality`",
+        ),
+        (
+            OpSpec::Jpeg {
+                quality: QualityArg::Range([1, 101]),
+            },
+            "JPEG",
+            "`quality`",
+        ),
+        (
+            OpSpec::Jpeg {
+                quality: QualityArg::Number(i64::MIN),
+            },
+            "JPEG",
+            "`quality`",
+        ),
     ];
     for (op, op_name, arg) in cases {
         let msg = plan_error(vec![op.clone()]);
@@ -840,6 +889,8 @@ fn specs_parse_with_torchvision_names_and_defaults() {
         {"op": "RandomAutocontrast", "p": 0.25},
         {"op": "RandomAdjustSharpness", "sharpness_factor": 2},
         {"op": "RandomInvert"},
+        {"op": "JPEG", "quality": [50, 90]},
+        {"op": "JPEG", "quality": 75},
         {"op": "ToTensor"}
     ]}"#;
     let spec: PipelineSpec = serde_json::from_str(json).expect("parses");
@@ -855,6 +906,18 @@ fn specs_parse_with_torchvision_names_and_defaults() {
     assert_eq!(spec.ops[3], OpSpec::RandomGrayscale { p: 0.1 });
     assert_eq!(spec.ops[4], OpSpec::RandomPosterize { bits: 4, p: 0.5 });
     assert_eq!(spec.ops[9], OpSpec::RandomInvert { p: 0.5 });
+    assert_eq!(
+        spec.ops[10],
+        OpSpec::Jpeg {
+            quality: QualityArg::Range([50, 90])
+        }
+    );
+    assert_eq!(
+        spec.ops[11],
+        OpSpec::Jpeg {
+            quality: QualityArg::Number(75)
+        }
+    );
     Pipeline::new(spec.clone()).expect("plans");
     // Round trip.
     let back: PipelineSpec =
@@ -873,6 +936,9 @@ fn specs_parse_with_torchvision_names_and_defaults() {
         r#"{"op": "RandomPosterize"}"#,
         r#"{"op": "ColorJitter", "brightness": [0.5]}"#,
         r#"{"op": "RandomSolarize", "threshold": 1, "p": 0.5, "x": 1}"#,
+        r#"{"op": "JPEG"}"#,
+        r#"{"op": "JPEG", "quality": [50]}"#,
+        r#"{"op": "JPEG", "quality": 50.5}"#,
     ] {
         assert!(serde_json::from_str::<OpSpec>(bad).is_err(), "{bad} parsed");
     }

@@ -545,6 +545,24 @@ fn op_of(name: &'static str) -> BoxedStrategy<Value> {
                 ("p", maybe(0.5, (-0.5f64..1.5).prop_map(Value::from))),
             ],
         ),
+        // Mostly valid qualities (so the round trip runs), and hostile ones: out of 1..=100,
+        // reversed ranges, floats, wrong lengths.
+        "JPEG" => object(
+            name,
+            vec![(
+                "quality",
+                maybe(
+                    0.95,
+                    prop_oneof![
+                        3 => (1i64..=100).prop_map(Value::from),
+                        4 => (1i64..=100, 1i64..=100).prop_map(|(a, b)| json!([a.min(b), a.max(b)])),
+                        1 => (-5i64..110, -5i64..110).prop_map(|(a, b)| json!([a, b])),
+                        1 => number(),
+                        1 => pair(),
+                    ],
+                ),
+            )],
+        ),
         "RandomAdjustSharpness" => object(
             name,
             vec![
@@ -742,6 +760,7 @@ fn op() -> impl Strategy<Value = Value> {
         "RandomGrayscale",
         "RandomAutocontrast",
         "RandomEqualize",
+        "JPEG",
         "TimmRandAugment",
         "TimmAutoAugment",
         "TimmAugMix",
@@ -788,6 +807,7 @@ fn ops() -> impl Strategy<Value = Vec<Value>> {
                 "RandomAdjustSharpness",
                 "RandomGrayscale",
                 "RandomAutocontrast",
+                "JPEG",
             ]),
         ),
         prop::option::weighted(
@@ -905,7 +925,20 @@ fn structured_specs_are_sometimes_accepted() {
             .filter(|op| names.iter().any(|n| op["op"] == *n) && op["interpolation"] == "bicubic")
             .count()
     };
-    let (warped, policy) = (bicubic(&warps), bicubic(&policies));
+    // An accepted BICUBIC warp is rare (about one spec in 10000: the warps' hostile arguments
+    // and the ToImage slots refuse most), so more specs are drawn for it, and only those with
+    // one are planned.
+    let warped = bicubic(&warps)
+        + (0..100_000)
+            .map(|_| strategy.new_tree(&mut runner).expect("a spec").current())
+            .filter(|spec| {
+                spec["ops"].as_array().into_iter().flatten().any(|op| {
+                    warps.iter().any(|n| op["op"] == *n) && op["interpolation"] == "bicubic"
+                })
+            })
+            .find(|spec| check(&spec.to_string()).expect("the checks pass"))
+            .map_or(0, |_| 1);
+    let policy = bicubic(&policies);
     assert!(
         warped > 0 && policy > 0,
         "accepted bicubic warps: {warped}, policies: {policy}"
@@ -934,7 +967,7 @@ fn structured_specs_are_sometimes_accepted() {
         .filter(|op| op["op"] == "TimmRandAugment")
         .count();
     assert!(timm > 0, "no TimmRandAugment accepted");
-    for name in ["TimmAutoAugment", "TimmAugMix"] {
+    for name in ["TimmAutoAugment", "TimmAugMix", "JPEG"] {
         let n = accepted
             .iter()
             .flat_map(|spec| spec["ops"].as_array().into_iter().flatten())

@@ -23,9 +23,9 @@ planned once.
 
 The pixel ops (``ColorJitter``, ``Grayscale``, ``RandomGrayscale``,
 ``RandomPosterize``, ``RandomSolarize``, ``RandomEqualize``, ``RandomAutocontrast``,
-``RandomAdjustSharpness``, ``RandomInvert``) run on the 8-bit image of the output size, with
-Pillow's arithmetic (what torchvision computes on a PIL image), each drawing its parameters from
-the sample's generator in pipeline order. With none of them the single fused pass runs.
+``RandomAdjustSharpness``, ``RandomInvert``, and v2's ``JPEG``) run on the 8-bit image of the
+output size, with Pillow's arithmetic (what torchvision computes on a PIL image), each drawing its
+parameters from the sample's generator in pipeline order. With none of them the single fused pass runs.
 So do torchvision's augmentation policies ``TrivialAugmentWide``, ``RandAugment`` and
 ``AutoAugment`` (v1 or v2 draws, NEAREST, BILINEAR or BICUBIC warps, any ``fill``), and
 ``AugMix``, which runs as torchvision runs it on a PIL image: its chains with torch's *tensor*
@@ -54,6 +54,7 @@ pipeline is planned (by :class:`ferroloader.Loader` or :func:`check`).
 
 from __future__ import annotations
 
+import collections.abc
 import json
 import math
 import numbers
@@ -99,6 +100,7 @@ __all__ = [
     "RandomAutocontrast",
     "RandomAdjustSharpness",
     "RandomInvert",
+    "JPEG",
     "TrivialAugmentWide",
     "RandAugment",
     "AutoAugment",
@@ -696,6 +698,33 @@ class RandomInvert(Transform):
 
     def to_spec(self) -> Spec:
         return {"op": "RandomInvert", "p": self.p}
+
+
+class JPEG(Transform):
+    """torchvision v2's ``JPEG(quality)``: the image compressed to JPEG and decompressed again,
+    at ``quality`` or, for a ``(min, max)`` pair, at a quality drawn uniformly from it (both
+    ends included, ``torch.randint(min, max + 1)``) per sample. libjpeg-turbo set as Pillow's
+    ``save(format="JPEG", quality=q)`` sets it (4:2:0, accurate DCT, baseline), which is also
+    how torchvision's ``encode_jpeg`` sets it: the same pixels on a PIL image and after
+    ``ToImage``. Arguments checked as torchvision checks them (with its errors)."""
+
+    def __init__(self, quality: Union[int, Sequence[int]]) -> None:
+        if isinstance(quality, bool):
+            raise TypeError("JPEG: quality can't be bool")
+        if _is_int(quality):
+            pair: List[Any] = [quality, quality]
+        elif isinstance(quality, collections.abc.Sequence) and not isinstance(quality, str):
+            if len(quality) != 2:
+                raise ValueError("JPEG: If quality is a sequence its length should be one of (2,).")
+            pair = list(quality)
+        else:
+            raise TypeError("JPEG: quality should be a sequence of length 2.")
+        if not (all(_is_int(q) for q in pair) and 1 <= pair[0] <= pair[1] <= 100):
+            raise ValueError(f"JPEG: quality must be an integer from 1 to 100, got quality ={quality!r}")
+        self.quality = [int(q) for q in pair]
+
+    def to_spec(self) -> Spec:
+        return {"op": "JPEG", "quality": list(self.quality)}
 
 
 def _warp_interpolation(op: str, value: object) -> str:
@@ -1749,7 +1778,7 @@ _SUPPORTED = (
     "RandomResizedCrop, Resize, CenterCrop, RandomHorizontalFlip, ToTensor, PILToTensor, "
     "Normalize, ColorJitter, Grayscale(num_output_channels=3), RandomGrayscale, "
     "RandomPosterize, RandomSolarize, RandomEqualize, RandomAutocontrast, RandomAdjustSharpness, "
-    "RandomInvert, TrivialAugmentWide, RandAugment, AutoAugment, AugMix, RandomVerticalFlip, "
+    "RandomInvert, JPEG, TrivialAugmentWide, RandAugment, AutoAugment, AugMix, RandomVerticalFlip, "
     "RandomRotation(expand=False), RandomAffine, RandomPerspective (NEAREST, BILINEAR, BICUBIC; "
     "NEAREST, BILINEAR after ToImage/PILToTensor), "
     "GaussianBlur, Pad, RandomCrop, RandomApply, "
@@ -1793,7 +1822,8 @@ def from_torchvision(compose: Any) -> Compose:
     ops with torch's tensor kernels (v1's ``_functional_tensor`` or ``v2.functional``, as the
     op's module says), the same pixels as torchvision's up to the rounding noise of the
     perspective's least-squares solve. Before it, they compute what Pillow computes on the PIL
-    image. Flips, crops, padding and ``GaussianBlur`` are the same either way. On a tensor
+    image. Flips, crops, padding, ``GaussianBlur`` and ``JPEG`` (Pillow's save and torchvision's
+    ``encode_jpeg`` set libjpeg alike) are the same either way. On a tensor
     torchvision resizes (``Resize``, ``RandomResizedCrop``) with its own antialiasing, which
     can differ from Pillow's (what ferroloader computes) by a level.
 
@@ -2057,6 +2087,8 @@ def _convert_one(name: str, t: Any, done: List[Transform]) -> object:
         return RandomAdjustSharpness(t.sharpness_factor, float(t.p))
     if name == "RandomInvert":
         return RandomInvert(float(t.p))
+    if name == "JPEG":
+        return JPEG(list(t.quality))
     if name in ("TrivialAugmentWide", "RandAugment", "AutoAugment"):
         api = "v2" if type(t).__module__.startswith("torchvision.transforms.v2") else "v1"
         if name == "TrivialAugmentWide":

@@ -426,9 +426,11 @@ fn is_warning_message(message: &str) -> bool {
     WARNINGS.iter().any(|w| message.starts_with(w))
 }
 
-/// A fatal libjpeg/TurboJPEG message to our error kinds.
 /// An owned TurboJPEG compression instance set as Pillow's `save(format="JPEG", quality=q)`
-/// sets libjpeg: 4:2:0 chroma, accurate integer DCT, baseline, Huffman tables not optimized.
+/// sets libjpeg (and as torchvision's `encode_jpeg` does): `jpeg_set_defaults`, then
+/// `jpeg_set_quality(q, force_baseline=TRUE)`, 4:2:0 chroma at every quality, accurate integer
+/// DCT, sequential, Huffman tables not optimized. It writes into a caller's buffer that only
+/// grows (`TJPARAM_NOREALLOC`), so a warm encoder allocates no output.
 pub(crate) struct TurboEncoder {
     handle: NonNull<c_void>,
 }
@@ -444,15 +446,21 @@ impl Drop for TurboEncoder {
     }
 }
 
+/// `quality` as a libjpeg quality, 1 to 100, or the argument's error.
+fn checked_quality(quality: u8) -> Result<c_int> {
+    if !(1..=100).contains(&quality) {
+        return Err(Error::invalid(
+            "quality",
+            format!("{quality} is not between 1 and 100"),
+        ));
+    }
+    Ok(c_int::from(quality))
+}
+
 impl TurboEncoder {
     /// A compressor at `quality` (1 to 100).
     pub fn new(quality: u8) -> Result<Self> {
-        if !(1..=100).contains(&quality) {
-            return Err(Error::invalid(
-                "quality",
-                format!("{quality} is not between 1 and 100"),
-            ));
-        }
+        let quality = checked_quality(quality)?;
         // SAFETY: tj3Init takes an init type and returns a new instance or NULL (checked below).
         let raw = unsafe { tj::tj3Init(tj::TJINIT_TJINIT_COMPRESS as c_int) };
         let Some(handle) = NonNull::new(raw) else {
@@ -461,21 +469,36 @@ impl TurboEncoder {
                 detail: "libjpeg-turbo could not create a compressor".to_string(),
             });
         };
-        let encoder = TurboEncoder { handle };
+        let mut encoder = TurboEncoder { handle };
         for (param, value) in [
-            (tj::TJPARAM_TJPARAM_QUALITY, c_int::from(quality)),
+            (tj::TJPARAM_TJPARAM_QUALITY, quality),
             (tj::TJPARAM_TJPARAM_SUBSAMP, tj::TJSAMP_TJSAMP_420 as c_int),
             (tj::TJPARAM_TJPARAM_FASTDCT, 0),
             (tj::TJPARAM_TJPARAM_OPTIMIZE, 0),
             (tj::TJPARAM_TJPARAM_PROGRESSIVE, 0),
+            // Our buffer is sized with tj3JPEGBufSize first: libjpeg never frees or replaces
+            // memory it does not own.
+            (tj::TJPARAM_TJPARAM_NOREALLOC, 1),
         ] {
-            // SAFETY: valid handle; tj3Set only stores the value (or fails for a bad parameter).
-            let rc = unsafe { tj::tj3Set(encoder.handle.as_ptr(), param as c_int, value) };
-            if rc != 0 {
-                return Err(map_fatal(encoder.error_string()));
-            }
+            encoder.set(param, value)?;
         }
         Ok(encoder)
+    }
+
+    fn set(&mut self, param: tj::TJPARAM, value: c_int) -> Result<()> {
+        // SAFETY: valid handle; tj3Set only stores the value (or fails for a bad parameter).
+        let rc = unsafe { tj::tj3Set(self.handle.as_ptr(), param as c_int, value) };
+        if rc == 0 {
+            Ok(())
+        } else {
+            Err(map_fatal(self.error_string()))
+        }
+    }
+
+    /// Encodes at `quality` (1 to 100) from now on.
+    pub fn set_quality(&mut self, quality: u8) -> Result<()> {
+        let quality = checked_quality(quality)?;
+        self.set(tj::TJPARAM_TJPARAM_QUALITY, quality)
     }
 
     /// The message of the last failed call, copied out (see `Turbo::error_string`).
@@ -493,9 +516,10 @@ impl TurboEncoder {
             .to_string()
     }
 
-    /// Compresses `img` and appends the JPEG to `out` (cleared first).
-    pub fn encode(&mut self, img: &RgbImage, out: &mut Vec<u8>) -> Result<()> {
-        out.clear();
+    /// Compresses `img` into the front of `buf` and returns the JPEG's length. `buf` grows to
+    /// libjpeg-turbo's worst case for the size (about 3 bytes a pixel) and keeps it, so a buffer
+    /// reused for one size allocates once.
+    pub fn compress(&mut self, img: &RgbImage, buf: &mut Vec<u8>) -> Result<usize> {
         let (Ok(width), Ok(height)) = (c_int::try_from(img.width()), c_int::try_from(img.height()))
         else {
             return Err(Error::invalid(
@@ -506,11 +530,23 @@ impl TurboEncoder {
         if width == 0 || height == 0 {
             return Err(Error::invalid("image", "an empty image cannot be encoded"));
         }
-        let mut buf: *mut u8 = std::ptr::null_mut();
-        let mut size: tj::size_t = 0;
+        // SAFETY: a pure function of its arguments (0 when they are out of range).
+        let worst = unsafe { tj::tj3JPEGBufSize(width, height, tj::TJSAMP_TJSAMP_420 as c_int) };
+        let worst = usize::try_from(worst).unwrap_or(0);
+        if worst == 0 {
+            return Err(Error::Unsupported {
+                format: FORMAT,
+                detail: format!("{width}x{height} is beyond what JPEG can hold"),
+            });
+        }
+        grow_zeroed(buf, worst)?;
+        let mut ptr = buf.as_mut_ptr();
+        let mut size = buf.len() as tj::size_t;
         // SAFETY: valid handle; `img` holds `height` packed rows of `width` RGB pixels (pitch 0
-        // = packed), borrowed for the call; tj3Compress8 allocates `buf` with tj3Alloc and
-        // stores its size, or fails and leaves `buf` NULL or to be freed.
+        // = packed), borrowed for the call. With TJPARAM_NOREALLOC set (in `new`, never
+        // cleared), libjpeg-turbo writes at most `size` bytes at `ptr`, which `buf` owns and
+        // which hold at least tj3JPEGBufSize bytes for this size, never reallocates or frees
+        // them, and stores the JPEG's length in `size`; it keeps no pointer after the call.
         let rc = unsafe {
             tj::tj3Compress8(
                 self.handle.as_ptr(),
@@ -519,27 +555,78 @@ impl TurboEncoder {
                 0,
                 height,
                 tj::TJPF_TJPF_RGB,
-                &mut buf,
+                &mut ptr,
                 &mut size,
             )
         };
-        let result = if rc == 0 && !buf.is_null() {
-            // SAFETY: on success `buf` points to `size` initialised bytes, owned by us until
-            // tj3Free below.
-            let jpeg = unsafe { std::slice::from_raw_parts(buf, size as usize) };
-            out.try_reserve(jpeg.len())
-                .map_err(|_| Error::OutOfMemory { bytes: jpeg.len() })
-                .map(|()| out.extend_from_slice(jpeg))
-        } else {
-            Err(map_fatal(self.error_string()))
-        };
-        // SAFETY: `buf` is NULL or was allocated by tj3Alloc inside tj3Compress8; tj3Free
-        // accepts both, and nothing refers to it after this.
-        unsafe { tj::tj3Free(buf.cast()) };
-        result
+        let len = usize::try_from(size).unwrap_or(usize::MAX);
+        if rc != 0 || ptr != buf.as_mut_ptr() || len > buf.len() {
+            return Err(map_fatal(self.error_string()));
+        }
+        Ok(len)
+    }
+
+    /// Compresses `img` into `out` (replacing its contents with the JPEG).
+    pub fn encode(&mut self, img: &RgbImage, out: &mut Vec<u8>) -> Result<()> {
+        let len = self.compress(img, out)?;
+        out.truncate(len);
+        Ok(())
     }
 }
 
+/// A JPEG compression and decompression of an image in place, as torchvision's `JPEG`
+/// augmentation does (Pillow's save and open on a PIL image, `encode_jpeg` and `decode_jpeg` on
+/// a tensor: the same libjpeg settings, the same pixels). The JPEG lives in a buffer kept from
+/// call to call; a warm round trip on one image size allocates nothing on our side (libjpeg's
+/// own per-image pools come and go inside each call, as for every decode).
+pub(crate) struct TurboRoundTrip {
+    encoder: TurboEncoder,
+    decoder: Turbo,
+    /// The compressed image at its front; sized for the largest image so far.
+    jpeg: Vec<u8>,
+    /// `Turbo::decode`'s CMYK buffer: never used (our JPEGs are YCbCr) and so never grown.
+    cmyk: Vec<u8>,
+}
+
+impl TurboRoundTrip {
+    /// Both instances, the encoder at Pillow's default quality (75) until told otherwise.
+    pub fn new() -> Result<Self> {
+        Ok(TurboRoundTrip {
+            encoder: TurboEncoder::new(75)?,
+            decoder: Turbo::new(0)?,
+            jpeg: Vec::new(),
+            cmyk: Vec::new(),
+        })
+    }
+
+    /// Replaces `img` by its JPEG at `quality` (1 to 100), decoded as Pillow decodes it. `img`
+    /// keeps its size; an image of one gray level in all three channels stays so, with the
+    /// levels Pillow gives for the `L` image (the YCbCr conversion maps R = G = B to exactly
+    /// Y = R, Cb = Cr = 128).
+    pub fn apply(&mut self, img: &mut RgbImage, quality: u8) -> Result<()> {
+        self.encoder.set_quality(quality)?;
+        let len = self.encoder.compress(img, &mut self.jpeg)?;
+        let jpeg = self.jpeg.get(..len).unwrap_or(&[]);
+        let frame = super::markers::read_frame(jpeg)?;
+        let header = self.decoder.read_header(jpeg, &frame)?;
+        let (width, height) = (img.width(), img.height());
+        self.decoder
+            .decode(jpeg, &header, Plan::full(), img, &mut self.cmyk)?;
+        if (img.width(), img.height()) != (width, height) {
+            return Err(Error::Corrupt {
+                format: FORMAT,
+                detail: format!(
+                    "a {width}x{height} image came back {}x{}",
+                    img.width(),
+                    img.height()
+                ),
+            });
+        }
+        Ok(())
+    }
+}
+
+/// A fatal libjpeg/TurboJPEG message to our error kinds.
 fn map_fatal(message: String) -> Error {
     const UNSUPPORTED: [&str; 6] = [
         "Unsupported JPEG process",

@@ -118,6 +118,26 @@ pub enum JitterArg {
     Range([f64; 2]),
 }
 
+/// `JPEG`'s `quality` as torchvision takes it: one quality or a `[min, max]` range to draw from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum QualityArg {
+    /// `q`: always this quality, the same as `[q, q]`.
+    Number(i64),
+    /// `[min, max]`, both ends included.
+    Range([i64; 2]),
+}
+
+impl QualityArg {
+    /// `[min, max]` (a single quality is both).
+    pub fn range(self) -> [i64; 2] {
+        match self {
+            QualityArg::Number(q) => [q, q],
+            QualityArg::Range(r) => r,
+        }
+    }
+}
+
 impl Default for JitterArg {
     /// 0: the adjustment is off, torchvision's default.
     fn default() -> Self {
@@ -661,6 +681,16 @@ pub enum OpSpec {
         /// Default 0.5.
         #[serde(default = "default_half")]
         p: f64,
+    },
+    /// torchvision v2's `JPEG(quality)`: the image compressed to JPEG at a quality drawn
+    /// uniformly from `[min, max]` (`torch.randint(min, max + 1)`, drawn even when `min ==
+    /// max`) and decompressed, with the settings of Pillow's `save(format="JPEG")` (and of
+    /// torchvision's `encode_jpeg`, which give the same pixels). A pixel op, the same on a PIL
+    /// image and after `ToImage`.
+    #[serde(rename = "JPEG")]
+    Jpeg {
+        /// One quality or `[min, max]`, with `1 <= min <= max <= 100`.
+        quality: QualityArg,
     },
     /// `TrivialAugmentWide(num_magnitude_bins=31, interpolation=NEAREST, fill=None)`: one op
     /// of the wide space at a random bin and sign. A pixel op; the chosen op has a nested span

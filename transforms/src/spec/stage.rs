@@ -35,6 +35,7 @@ use crate::augment::geometry::{AffineWarp, GaussianBlur, Padder};
 use crate::augment::grid_sample::{GridSampler, BICUBIC_ON_TENSORS};
 use crate::augment::policy::Api;
 use crate::augment::timm_mix::TimmMixScratch;
+use crate::encode::JpegRoundTrip;
 use crate::error::{Error, Result};
 use crate::image::RgbImage;
 use crate::resize::Resizer;
@@ -158,6 +159,8 @@ pub(in crate::spec) struct StageScratch {
     pub grid: GridSampler,
     /// A `Resize` or `RandomResizedCrop` in the stage (made by the first).
     pub resizer: Option<Resizer>,
+    /// `JPEG`'s compressor, decompressor and JPEG buffer (made by the first).
+    pub jpeg: Option<JpegRoundTrip>,
 }
 
 impl StageScratch {

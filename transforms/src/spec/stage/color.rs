@@ -2,16 +2,20 @@
 //! Pillow's arithmetic (the kernels of [`crate::augment::color`]) on a PIL image, or torch's
 //! (those of [`crate::augment::tensor_color`]) after `ToImage` ([`Domain`]).
 //!
-//! Must not change the image's size or allocate per sample (sharpness's rows live in the
-//! [`StageScratch`]).
+//! `JPEG` lives here too: a pixel op in place, the same pixels in both domains (Pillow and
+//! torchvision's `encode_jpeg` configure libjpeg alike).
+//!
+//! Must not change the image's size or allocate per sample (sharpness's rows and the JPEG
+//! round trip's buffer live in the [`StageScratch`]).
 
 use super::{check_p, in_op, Domain, StageScratch};
 use crate::augment::policy::Api;
 use crate::augment::policy::{draw_p, draw_p_item, ColorJitter, ColorStep};
 use crate::augment::{color, tensor_color};
+use crate::encode::JpegRoundTrip;
 use crate::error::{Error, Result};
 use crate::image::RgbImage;
-use crate::rng::SampleRng;
+use crate::rng::{SampleRng, TorchDraws};
 use crate::spec::{JitterArg, Op, OpSpec};
 
 /// A colour op, parameters checked, with the kernels of the domain it stands in.
@@ -23,7 +27,7 @@ pub(in crate::spec) struct ColorOp {
     one_channel: bool,
 }
 
-/// What a colour op does.
+/// What a colour op does; parameters checked (`Jpeg`: `1 <= min <= max <= 100`).
 #[derive(Clone, Debug, PartialEq)]
 enum ColorKind {
     ColorJitter(ColorJitter),
@@ -35,6 +39,7 @@ enum ColorKind {
     Autocontrast { p: f64 },
     Sharpness { factor: f64, p: f64 },
     Invert { p: f64 },
+    Jpeg { min: u8, max: u8 },
 }
 
 /// A `ColorJitter` argument resolved as torchvision's `_check_input` does.
@@ -183,6 +188,23 @@ impl ColorKind {
             OpSpec::RandomInvert { p } => ColorKind::Invert {
                 p: check_p("RandomInvert", *p)?,
             },
+            OpSpec::Jpeg { quality } => {
+                let [lo, hi] = quality.range();
+                let in_range = |q: i64| u8::try_from(q).ok().filter(|q| (1..=100).contains(q));
+                match (in_range(lo), in_range(hi)) {
+                    (Some(min), Some(max)) if min <= max => ColorKind::Jpeg { min, max },
+                    // torchvision's own message.
+                    _ => {
+                        return Err(Error::invalid(
+                            "quality",
+                            format!(
+                                "JPEG: quality must be an integer from 1 to 100, got quality \
+                                 =[{lo}, {hi}]"
+                            ),
+                        ))
+                    }
+                }
+            }
             _ => return Ok(None),
         }))
     }
@@ -199,6 +221,7 @@ impl ColorKind {
             ColorKind::Autocontrast { .. } => Op::RandomAutocontrast,
             ColorKind::Sharpness { .. } => Op::RandomAdjustSharpness,
             ColorKind::Invert { .. } => Op::RandomInvert,
+            ColorKind::Jpeg { .. } => Op::Jpeg,
         }
     }
 
@@ -263,6 +286,7 @@ impl ColorKind {
                     color::invert(img);
                 }
             }
+            ColorKind::Jpeg { min, max } => jpeg(img, scratch, rng, min, max)?,
         }
         Ok(())
     }
@@ -337,7 +361,32 @@ impl ColorKind {
                     color::invert(img);
                 }
             }
+            ColorKind::Jpeg { min, max } => jpeg(img, scratch, rng, min, max)?,
         }
         Ok(())
     }
+}
+
+/// `JPEG`'s draw, `torch.randint(min, max + 1, ())` (one draw even for a single quality), then
+/// the round trip, made on first use and dropped after a failure (libjpeg-turbo recovers, but a
+/// fresh pair costs one sample's time and rules out any state left behind).
+fn jpeg(
+    img: &mut RgbImage,
+    scratch: &mut StageScratch,
+    rng: &mut SampleRng,
+    min: u8,
+    max: u8,
+) -> Result<()> {
+    let span = u32::from(max.saturating_sub(min)) + 1;
+    let quality = u32::from(min) + rng.randint(span);
+    let quality = u8::try_from(quality).unwrap_or(max);
+    let round_trip = match &mut scratch.jpeg {
+        Some(round_trip) => round_trip,
+        slot => slot.insert(JpegRoundTrip::new()?),
+    };
+    let done = round_trip.apply(img, quality);
+    if done.is_err() {
+        scratch.jpeg = None;
+    }
+    done
 }
