@@ -343,12 +343,14 @@ pub enum Op {
     TimmAugMix,
     /// timm's `RandomErasing`, on the tensor in the batch slot: its coin, blocks and fills.
     TimmRandomErasing,
+    /// `ElasticTransform`: the displacement's draws, blur and the warp.
+    ElasticTransform,
 }
 
 impl Op {
     /// Every op, in declaration order (`op as usize` indexes this array; the loader's
     /// profiler tables rely on it, so new ops go at the end, here and in the enum).
-    pub const ALL: [Op; 36] = [
+    pub const ALL: [Op; 37] = [
         Op::Decode,
         Op::CropParams,
         Op::Crop,
@@ -385,6 +387,7 @@ impl Op {
         Op::TimmAutoAugment,
         Op::TimmAugMix,
         Op::TimmRandomErasing,
+        Op::ElasticTransform,
     ];
 
     /// The name spans and summaries use.
@@ -426,6 +429,7 @@ impl Op {
             Op::TimmAutoAugment => "TimmAutoAugment",
             Op::TimmAugMix => "TimmAugMix",
             Op::TimmRandomErasing => "TimmRandomErasing",
+            Op::ElasticTransform => "ElasticTransform",
         }
     }
 }
@@ -683,8 +687,8 @@ fn bad_order(reason: &str) -> Error {
              RandomAutocontrast, RandomAdjustSharpness, RandomInvert), \
              policies (TrivialAugmentWide, RandAugment, AutoAugment, AugMix, timm's \
              TimmRandAugment, TimmAutoAugment, TimmAugMix), geometric ops \
-             (RandomVerticalFlip, RandomRotation, RandomAffine, RandomPerspective, GaussianBlur, \
-             Pad, RandomCrop, \
+             (RandomVerticalFlip, RandomRotation, RandomAffine, RandomPerspective, \
+             ElasticTransform, GaussianBlur, Pad, RandomCrop, \
              CenterCrop, Resize, RandomResizedCrop) and RandomApply, RandomChoice, RandomOrder of those, in any order, \
              then ToTensor [Normalize] (with RandomErasing or TimmRandomErasing before or \
              after Normalize) or \
