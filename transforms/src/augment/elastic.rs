@@ -20,6 +20,13 @@ use super::policy::{torch_linspace, Api};
 use crate::error::{Error, Result};
 use crate::rng::TorchDraws;
 
+/// Why `ElasticTransform` refuses BICUBIC: torchvision's elastic kernel runs `grid_sample`'s
+/// bicubic mode (it does not refuse it, unlike its rotate, affine and perspective kernels),
+/// which [`super::grid_sample`] does not implement.
+pub const ELASTIC_BICUBIC: &str =
+    "bicubic: torch's grid_sample bicubic mode (which torchvision's elastic kernel runs) is not \
+     implemented natively; NEAREST and BILINEAR are";
+
 /// The most pixels a blur kernel may have (sigma up to about 65,000): a kernel wider than
 /// twice the image cannot reflect anyway, so this only keeps an absurd sigma from allocating.
 pub const MAX_KERNEL: u32 = 1 << 19;

@@ -28,7 +28,7 @@
 //! grow), reassociate the float operations or fuse others than those, draw, or panic on
 //! input.
 
-use super::elastic::{ElasticField, FIELD_PADDING};
+use super::elastic::{ElasticField, ELASTIC_BICUBIC, FIELD_PADDING};
 use super::fma::with_fma;
 use super::geometry::affine::py_mod_360;
 use super::geometry::{inverse_affine_matrix, AffineMatrix, Interpolation, PerspectiveCoeffs};
@@ -159,7 +159,8 @@ impl GridSampler {
     /// tensor, into `out` (same size): the grid is the identity grid (float32
     /// `linspace((1 - n) / n, (n - 1) / n, n)` per axis) plus `field`'s displacement, added
     /// in float32, sampled as the other warps. Errors for a field of another size, a fill
-    /// outside 0..=255 and BICUBIC ([`BICUBIC_ON_TENSORS`]).
+    /// outside 0..=255 and BICUBIC ([`ELASTIC_BICUBIC`]: torchvision runs `grid_sample`'s
+    /// bicubic mode here, not implemented).
     pub fn elastic(
         &mut self,
         src: &RgbImage,
@@ -178,6 +179,9 @@ impl GridSampler {
                     field.size()
                 ),
             ));
+        }
+        if mode == Interpolation::Bicubic {
+            return Err(Error::invalid("interpolation", ELASTIC_BICUBIC));
         }
         let checked = Checked::new("displacement", &[], mode, fill)?;
         let n = width as usize * height as usize;

@@ -23,7 +23,7 @@
 
 use super::{check_p, in_op, tensor_fill, tensor_interpolation, Domain, StageScratch};
 use crate::augment::augmix::TensorWarp;
-use crate::augment::elastic::Elastic;
+use crate::augment::elastic::{Elastic, ELASTIC_BICUBIC};
 use crate::augment::geometry::perspective_coeffs;
 use crate::augment::geometry::{
     perspective, vflip, Interpolation, Padder, Padding, PaddingMode, RandomCropSpec,
@@ -460,6 +460,16 @@ fn kernel_sizes(kernel_size: KernelSize) -> Result<[u32; 2]> {
     Ok([odd(x)?, odd(y)?])
 }
 
+/// `ElasticTransform`'s `interpolation`: torchvision hands BICUBIC to `grid_sample`'s bicubic
+/// mode (its elastic kernel, unlike rotate/affine/perspective, does not refuse it), which is
+/// not implemented here.
+fn elastic_interpolation(interpolation: Interpolation) -> Result<Interpolation> {
+    if interpolation == Interpolation::Bicubic {
+        return Err(Error::invalid("interpolation", ELASTIC_BICUBIC));
+    }
+    Ok(interpolation)
+}
+
 /// A single warp's `fill` and `interpolation` on a tensor: `fill` as torchvision's tensor
 /// path takes it (v1 makes None 0, and so does the spec's default; always a mask channel).
 fn single_tensor_warp(
@@ -614,7 +624,7 @@ impl GeometricOp {
                 Ok(GeometricOp::Elastic {
                     params: Elastic::new(*alpha, *sigma, *api)?,
                     warp: TensorWarp {
-                        interpolation: tensor_interpolation("ElasticTransform", *interpolation)?,
+                        interpolation: elastic_interpolation(*interpolation)?,
                         fill: tensor_fill("ElasticTransform", fill.as_ref())?,
                         api: *api,
                         one_channel: false,
