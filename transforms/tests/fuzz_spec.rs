@@ -483,6 +483,35 @@ fn op_of(name: &'static str) -> BoxedStrategy<Value> {
             .chain(policy_fields())
             .collect(),
         ),
+        "ElasticTransform" => object(
+            name,
+            vec![
+                ("alpha", maybe(0.6, pair())),
+                (
+                    "sigma",
+                    maybe(
+                        0.6,
+                        prop_oneof![
+                            3 => (0.0f64..3.0).prop_map(|s| json!([s, s])),
+                            1 => pair(),
+                            1 => Just(json!([1e9, 1e9])),
+                        ],
+                    ),
+                ),
+                ("interpolation", maybe(0.6, warp_interpolation())),
+                (
+                    "fill",
+                    maybe(0.3, prop_oneof![number(), triple(), Just(Value::Null)]),
+                ),
+                (
+                    "api",
+                    maybe(
+                        0.5,
+                        prop_oneof![Just(json!("v1")), Just(json!("v2")), Just(json!("v3"))],
+                    ),
+                ),
+            ],
+        ),
         "AugMix" => object(
             name,
             [
@@ -728,6 +757,7 @@ fn op() -> impl Strategy<Value = Value> {
         "RandomRotation",
         "RandomAffine",
         "RandomPerspective",
+        "ElasticTransform",
         "GaussianBlur",
         "Pad",
         "RandomCrop",
@@ -797,6 +827,7 @@ fn ops() -> impl Strategy<Value = Vec<Value>> {
                 "RandomRotation",
                 "RandomAffine",
                 "RandomPerspective",
+                "ElasticTransform",
                 "GaussianBlur",
                 "Pad",
                 "TrivialAugmentWide",
@@ -934,7 +965,7 @@ fn structured_specs_are_sometimes_accepted() {
         .filter(|op| op["op"] == "TimmRandAugment")
         .count();
     assert!(timm > 0, "no TimmRandAugment accepted");
-    for name in ["TimmAutoAugment", "TimmAugMix"] {
+    for name in ["TimmAutoAugment", "TimmAugMix", "ElasticTransform"] {
         let n = accepted
             .iter()
             .flat_map(|spec| spec["ops"].as_array().into_iter().flatten())

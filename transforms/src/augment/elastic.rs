@@ -192,17 +192,13 @@ impl ElasticField {
     ) -> Result<()> {
         params.check_size(w, h)?;
         self.resize(w, h);
+        let n = self.width * self.height;
         for axis in 0..2 {
-            let mut field = std::mem::take(if axis == 0 { &mut self.dx } else { &mut self.dy });
-            for v in &mut field[..self.width * self.height] {
+            let (field, blur) = self.field_mut(axis);
+            for v in &mut field[..n] {
                 *v = draws.uniform_f32(0.0, 1.0) * 2.0 - 1.0;
             }
-            self.finish(params, axis, &mut field);
-            if axis == 0 {
-                self.dx = field;
-            } else {
-                self.dy = field;
-            }
+            blur.finish(params, axis, &mut field[..n]);
         }
         Ok(())
     }
@@ -235,13 +231,8 @@ impl ElasticField {
         self.dx[..n].copy_from_slice(ux);
         self.dy[..n].copy_from_slice(uy);
         for axis in 0..2 {
-            let mut field = std::mem::take(if axis == 0 { &mut self.dx } else { &mut self.dy });
-            self.finish(params, axis, &mut field);
-            if axis == 0 {
-                self.dx = field;
-            } else {
-                self.dy = field;
-            }
+            let (field, blur) = self.field_mut(axis);
+            blur.finish(params, axis, &mut field[..n]);
         }
         Ok(())
     }
@@ -306,17 +297,43 @@ impl ElasticField {
         }
     }
 
-    /// Blurs (when the axis's sigma is positive) and scales `field` (axis 0: x, by the
-    /// width; 1: y, by the height).
-    fn finish(&mut self, params: &Elastic, axis: usize, field: &mut [f32]) {
-        let (w, h) = (self.width, self.height);
-        let n = w * h;
+    /// Field `axis` (0: x, 1: y) and the blur's buffers, borrowed apart.
+    fn field_mut(&mut self, axis: usize) -> (&mut Vec<f32>, Blur<'_>) {
+        let field = if axis == 0 {
+            &mut self.dx
+        } else {
+            &mut self.dy
+        };
+        let blur = Blur {
+            rows: &mut self.rows,
+            line: &mut self.line,
+            width: self.width,
+            height: self.height,
+        };
+        (field, blur)
+    }
+}
+
+/// The blur's buffers and the field's size.
+struct Blur<'a> {
+    /// The row pass's output.
+    rows: &'a mut Vec<f32>,
+    /// One reflect-padded row.
+    line: &'a mut Vec<f32>,
+    width: usize,
+    height: usize,
+}
+
+impl Blur<'_> {
+    /// Blurs (when the axis's sigma is positive) and scales `field` (`w * h`; axis 0: x, by
+    /// the width; 1: y, by the height).
+    fn finish(mut self, params: &Elastic, axis: usize, field: &mut [f32]) {
         if let Some([row_k, col_k]) = &params.kernels[axis] {
-            self.blur(&mut field[..n], row_k, col_k);
+            self.blur(field, row_k, col_k);
         }
         let alpha = params.alpha[axis];
-        let size = if axis == 0 { w } else { h } as f32;
-        for v in &mut field[..n] {
+        let size = if axis == 0 { self.width } else { self.height } as f32;
+        for v in field.iter_mut() {
             *v = *v * alpha / size;
         }
     }

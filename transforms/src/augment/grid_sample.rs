@@ -923,7 +923,14 @@ mod tests {
         }
         field.set(7, 9, &[0.0; 2 * 63]).expect("field");
         assert!(g
-            .elastic(&src, &field, Interpolation::Nearest, None, Api::V1, &mut out)
+            .elastic(
+                &src,
+                &field,
+                Interpolation::Nearest,
+                None,
+                Api::V1,
+                &mut out
+            )
             .is_err());
     }
 
@@ -967,7 +974,13 @@ mod tests {
                 };
                 let (mut s, mut v) = (vec![0u8; 3 * n], vec![1u8; 3 * n]);
                 sample_rows_scalar(&p, &grid, &g.xs, &g.ys, src.as_raw(), &mut s);
-                assert!(x86::fits(w as usize, h as usize, 3 * n, g.xs.len(), g.ys.len()));
+                assert!(x86::fits(
+                    w as usize,
+                    h as usize,
+                    3 * n,
+                    g.xs.len(),
+                    g.ys.len()
+                ));
                 // SAFETY: AVX2 and FMA (checked above); `fits` (asserted above); the field is
                 // padded (`ElasticField::set`).
                 unsafe { x86::sample_rows_avx2(&p, &grid, &g.xs, &g.ys, src.as_raw(), &mut v) };

@@ -89,7 +89,10 @@ impl Grid8 for ElasticGrid<'_> {
             Some(v) => unsafe { _mm256_loadu_ps(v.as_ptr()) },
             None => _mm256_set1_ps(f32::NAN),
         };
-        (_mm256_add_ps(x, load(self.dx)), _mm256_add_ps(y, load(self.dy)))
+        (
+            _mm256_add_ps(x, load(self.dx)),
+            _mm256_add_ps(y, load(self.dy)),
+        )
     }
 }
 
