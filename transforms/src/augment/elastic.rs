@@ -118,14 +118,14 @@ impl Elastic {
 /// `int(8 * sigma + 1)`, made odd.
 fn kernel_size(sigma: f64) -> Result<u32> {
     let k = (8.0 * sigma + 1.0).trunc();
-    if !(k < f64::from(MAX_KERNEL)) {
+    if k >= f64::from(MAX_KERNEL) {
         return Err(Error::invalid(
             "sigma",
             format!("{sigma}: a blur kernel of {k} pixels is too large"),
         ));
     }
     let k = k as u32;
-    Ok(if k % 2 == 0 { k + 1 } else { k })
+    Ok(if k.is_multiple_of(2) { k + 1 } else { k })
 }
 
 /// torchvision's 1D Gaussian kernel of `size` taps (odd) and `sigma` (positive) in float32,

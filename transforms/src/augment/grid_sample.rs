@@ -944,7 +944,7 @@ mod tests {
         return;
         #[cfg(target_arch = "x86_64")]
         {
-            let mut rng = Cases(rand::SeedableRng::seed_from_u64(0xe1a5_71c));
+            let mut rng = Cases(rand::SeedableRng::seed_from_u64(0x0e1a_571c));
             let mut g = GridSampler::new();
             let mut field = ElasticField::new();
             for case in 0..600 {
