@@ -851,6 +851,26 @@ fn geometric_runs_allocate_nothing_once_warm() {
     }
 }
 
+/// An `ElasticTransform` of `(alpha, sigma, interpolation, fill)` after `edit`.
+fn elastic_with(
+    edit: impl Fn(&mut ([f64; 2], [f64; 2], WarpInterpolation, Option<Fill>)),
+) -> OpSpec {
+    let mut e = (
+        [50.0, 50.0],
+        [1.0, 1.0],
+        WarpInterpolation::Bilinear,
+        Some(Fill::Number(0.0)),
+    );
+    edit(&mut e);
+    OpSpec::ElasticTransform {
+        alpha: e.0,
+        sigma: e.1,
+        interpolation: e.2,
+        fill: e.3,
+        api: PolicyApi::V2,
+    }
+}
+
 fn plan_error(ops: Vec<OpSpec>) -> String {
     stage_pipeline::plan_error(PipelineSpec::new(ops))
 }
@@ -993,6 +1013,32 @@ fn invalid_specs_are_refused_naming_op_and_argument() {
             random_crop(49, None, false, PadMode::Constant),
             "size",
             "RandomCrop",
+        ),
+        (
+            elastic_with(|e| e.1 = [5.0, 0.0]),
+            "sigma",
+            "ElasticTransform",
+        ),
+        (
+            elastic_with(|e| e.0 = [f64::NAN, 1.0]),
+            "alpha",
+            "ElasticTransform",
+        ),
+        (
+            elastic_with(|e| e.2 = WarpInterpolation::Bicubic),
+            "interpolation",
+            "ElasticTransform",
+        ),
+        (
+            elastic_with(|e| e.3 = Some(Fill::Number(256.0))),
+            "fill",
+            "ElasticTransform",
+        ),
+        // A 48x48 stage image cannot reflect a 97-tap blur's 48 pixels of padding.
+        (
+            elastic_with(|e| e.1 = [12.0, 12.0]),
+            "sigma",
+            "ElasticTransform",
         ),
     ];
     for (op, arg, name) in cases {
