@@ -14,7 +14,9 @@
 //! 2.x on AVX2/AVX-512 builds: the unfused expressions differ in the last place, which moves
 //! a rounded level now and then); nearest rounds half to even. The fill blend differs between APIs: v1 `v * m + (1 - m) * fill`, v2
 //! `(v - fill) * m + fill`; v2's `rotate` also returns exact copies and quarter turns for
-//! angles of 0, 180 (and 90, 270 on square images) without sampling.
+//! angles of 0, 180 (and 90, 270 on square images) without sampling. `elastic` samples the
+//! identity grid (`_create_identity_grid`'s float32 `linspace`) plus a per-pixel displacement
+//! ([`super::elastic`]) through the same loop.
 //!
 //! The pixel loop runs eight output pixels a step on AVX2 with FMA where the CPU has them
 //! (`x86`: the same operations in the same order, so the same bits; a test compares it with
