@@ -5,7 +5,8 @@
 //! blur at several kernel sizes, and erasing on a normalized CHW slot; the BICUBIC warps also at
 //! each vector level this CPU runs (`.../bicubic/avx2`: four pixels a step, `.../avx512`:
 //! eight; the names without a level run the default one); under `affine/tensor/`,
-//! torch's `grid_sample` warps that run after `ToImage` (rotation about a point, perspective).
+//! torch's `grid_sample` warps that run after `ToImage` (rotation about a point, perspective);
+//! under `elastic/`, `ElasticTransform` (its field and its warp, together and apart).
 //!
 //! Compare ratios within one run, not absolute times (shared 2-core machines).
 
@@ -344,6 +345,63 @@ fn bench_erase(c: &mut Criterion) {
     g.finish();
 }
 
+/// `ElasticTransform()` (alpha 50, sigma 5: two 41-tap blurs of two 224x224 fields) per sample:
+/// the field's draws, blur and scale, and the `grid_sample` warp, BILINEAR with a fill; and the
+/// two parts apart.
+fn bench_elastic(c: &mut Criterion) {
+    use ferroloader::transforms::augment::elastic::{Elastic, ElasticField};
+    use ferroloader::transforms::rng::sample_rng;
+
+    let img = photo_like();
+    let mut out = RgbImage::new();
+    let mut grid = GridSampler::new();
+    let mut field = ElasticField::new();
+    let mut rng = sample_rng(0, 0, 0);
+    let mut g = c.benchmark_group("elastic");
+    for api in [Api::V1, Api::V2] {
+        let params = Elastic::new([50.0, 50.0], [5.0, 5.0], api).expect("params");
+        let name = format!("{api:?}").to_lowercase();
+        g.bench_function(format!("sample/{name}"), |b| {
+            b.iter(|| {
+                field.draw(&params, SIZE, SIZE, &mut rng).expect("field");
+                grid.elastic(
+                    black_box(&img),
+                    &field,
+                    Interpolation::Bilinear,
+                    Some([0.0; 3]),
+                    api,
+                    &mut out,
+                )
+                .expect("elastic")
+            })
+        });
+    }
+    let params = Elastic::new([50.0, 50.0], [5.0, 5.0], Api::V2).expect("params");
+    g.bench_function("field_only", |b| {
+        b.iter(|| field.draw(&params, SIZE, SIZE, &mut rng).expect("field"))
+    });
+    field.draw(&params, SIZE, SIZE, &mut rng).expect("field");
+    for (name, interp) in [
+        ("nearest", Interpolation::Nearest),
+        ("bilinear", Interpolation::Bilinear),
+    ] {
+        g.bench_function(format!("warp_only/{name}"), |b| {
+            b.iter(|| {
+                grid.elastic(
+                    black_box(&img),
+                    &field,
+                    interp,
+                    Some([0.0; 3]),
+                    Api::V2,
+                    &mut out,
+                )
+                .expect("elastic")
+            })
+        });
+    }
+    g.finish();
+}
+
 fn config() -> Criterion {
     Criterion::default()
         .sample_size(30)
@@ -354,6 +412,6 @@ fn config() -> Criterion {
 criterion_group! {
     name = benches;
     config = config();
-    targets = bench_affine, bench_flip_pad_crop, bench_blur, bench_erase
+    targets = bench_affine, bench_flip_pad_crop, bench_blur, bench_erase, bench_elastic
 }
 criterion_main!(benches);

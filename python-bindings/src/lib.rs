@@ -66,6 +66,8 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(ops::random_resized_crop_params, m)?)?;
     m.add_function(wrap_pyfunction!(ops::resized_crop, m)?)?;
     m.add_function(wrap_pyfunction!(ops::augmix_apply, m)?)?;
+    m.add_function(wrap_pyfunction!(ops::elastic_apply, m)?)?;
+    m.add_function(wrap_pyfunction!(ops::elastic_displacement, m)?)?;
     m.add_function(wrap_pyfunction!(ops::timm_rand_augment_draws, m)?)?;
     m.add_function(wrap_pyfunction!(ops::timm_rand_augment_apply, m)?)?;
     m.add_function(wrap_pyfunction!(ops::pillow_gaussian_blur, m)?)?;

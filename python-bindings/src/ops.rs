@@ -3,11 +3,13 @@
 //! loader's own decode and fused kernel with a given crop, planning a spec without a
 //! dataset, AugMix's chains and mix with injected draws, and timm's RandAugment's plans and
 //! ops (its draws per sample, one op with its argument given), and timm's RandomErasing on a
-//! given sample with the draws it made.
+//! given sample with the draws it made, and ElasticTransform's displacement field and warp.
 //!
 //! Only calls into the transforms crate (the same functions the loader's pipeline runs, in the
 //! same order); must not reimplement any op.
 
+use ferroloader_loader::transforms::augment::geometry::Interpolation;
+use ferroloader_loader::transforms::augment::policy::Api;
 use ferroloader_loader::transforms::crop::{FilterChoice, RandomResizedCrop};
 use ferroloader_loader::transforms::decode::{DecodeContext, DecodeOptions, Decoder};
 use ferroloader_loader::transforms::fused::{FusedKernel, OutputKind, OutputSlot};
@@ -263,39 +265,14 @@ pub(crate) fn augmix_apply<'py>(
     api: &str,
 ) -> PyResult<Bound<'py, PyAny>> {
     use ferroloader_loader::transforms::augment::augmix::{augmix, AugMixScratch, TensorWarp};
-    use ferroloader_loader::transforms::augment::geometry::Interpolation;
-    use ferroloader_loader::transforms::augment::policy::{Api, AugMixPlan, OpKind, PixelOp};
+    use ferroloader_loader::transforms::augment::policy::{AugMixPlan, OpKind, PixelOp};
 
     let value_error = |e: TransformError| PyValueError::new_err(e.to_string());
-    let interpolation = match interpolation {
-        "nearest" => Interpolation::Nearest,
-        "bilinear" => Interpolation::Bilinear,
-        other => {
-            return Err(PyValueError::new_err(format!(
-                "interpolation: expected 'nearest' or 'bilinear', got {other:?}"
-            )))
-        }
-    };
-    let api = match api {
-        "v1" => Api::V1,
-        "v2" => Api::V2,
-        other => {
-            return Err(PyValueError::new_err(format!(
-                "api: expected 'v1' or 'v2', got {other:?}"
-            )))
-        }
-    };
-    let fill = match fill.as_deref() {
-        None => None,
-        Some(&[v]) => Some([v; 3]),
-        Some(&[r, g, b]) => Some([r, g, b]),
-        Some(other) => {
-            return Err(PyValueError::new_err(format!(
-                "fill: {} values, expected 1 or 3",
-                other.len()
-            )))
-        }
-    };
+    let (interpolation, fill, api) = (
+        warp_interpolation(interpolation)?,
+        warp_fill(fill)?,
+        warp_api(api)?,
+    );
     let mut img = rgb_image(&image)?;
     let mut ops: Vec<(f32, Vec<PixelOp>)> = Vec::with_capacity(chains.len());
     for (weight, chain) in &chains {
@@ -318,6 +295,147 @@ pub(crate) fn augmix_apply<'py>(
     };
     augmix(&plan, &mut img, &mut AugMixScratch::new(), &warp).map_err(value_error)?;
     rgb_array(py, img)
+}
+
+/// A debug hook's tensor-warp `interpolation`: "nearest", "bilinear" or "bicubic" (which
+/// the kernels refuse with torchvision's message).
+fn warp_interpolation(name: &str) -> PyResult<Interpolation> {
+    match name {
+        "nearest" => Ok(Interpolation::Nearest),
+        "bilinear" => Ok(Interpolation::Bilinear),
+        "bicubic" => Ok(Interpolation::Bicubic),
+        other => Err(PyValueError::new_err(format!(
+            "interpolation: expected 'nearest', 'bilinear' or 'bicubic', got {other:?}"
+        ))),
+    }
+}
+
+/// A debug hook's `api`: "v1" or "v2".
+fn warp_api(name: &str) -> PyResult<Api> {
+    match name {
+        "v1" => Ok(Api::V1),
+        "v2" => Ok(Api::V2),
+        other => Err(PyValueError::new_err(format!(
+            "api: expected 'v1' or 'v2', got {other:?}"
+        ))),
+    }
+}
+
+/// A debug hook's tensor `fill`: None, one or three floats.
+fn warp_fill(fill: Option<Vec<f32>>) -> PyResult<Option<[f32; 3]>> {
+    match fill.as_deref() {
+        None => Ok(None),
+        Some(&[v]) => Ok(Some([v; 3])),
+        Some(&[r, g, b]) => Ok(Some([r, g, b])),
+        Some(other) => Err(PyValueError::new_err(format!(
+            "fill: {} values, expected 1 or 3",
+            other.len()
+        ))),
+    }
+}
+
+/// torchvision's `elastic(image, displacement, interpolation, fill)` on a uint8 tensor (v2's
+/// `elastic_image`, v1's `F_t.elastic_transform`; `api` picks the fill blend) with the
+/// displacement given: `image` `[h, w, 3]` uint8, `displacement` `[h, w, 2]` float32
+/// (torchvision's `displacement[0]`), through the stage op's sampler. Returns `[h, w, 3]`
+/// uint8.
+#[pyfunction]
+#[pyo3(signature = (image, displacement, *, interpolation = "bilinear", fill = None, api = "v2"))]
+pub(crate) fn elastic_apply<'py>(
+    py: Python<'py>,
+    image: numpy::PyReadonlyArray3<'py, u8>,
+    displacement: numpy::PyReadonlyArray3<'py, f32>,
+    interpolation: &str,
+    fill: Option<Vec<f32>>,
+    api: &str,
+) -> PyResult<Bound<'py, PyAny>> {
+    use ferroloader_loader::transforms::augment::elastic::ElasticField;
+    use ferroloader_loader::transforms::augment::grid_sample::GridSampler;
+    use numpy::PyUntypedArrayMethods;
+
+    let value_error = |e: TransformError| PyValueError::new_err(e.to_string());
+    let (interpolation, fill, api) = (
+        warp_interpolation(interpolation)?,
+        warp_fill(fill)?,
+        warp_api(api)?,
+    );
+    let img = rgb_image(&image)?;
+    let (w, h) = (img.width(), img.height());
+    let shape = displacement.shape();
+    if shape != [h as usize, w as usize, 2] {
+        return Err(PyValueError::new_err(format!(
+            "displacement: shape {shape:?} is not [{h}, {w}, 2]"
+        )));
+    }
+    let values: Vec<f32> = displacement.as_array().iter().copied().collect();
+    let mut field = ElasticField::new();
+    field.set(w, h, &values).map_err(value_error)?;
+    let mut out = RgbImage::new();
+    GridSampler::new()
+        .elastic(&img, &field, interpolation, fill, api, &mut out)
+        .map_err(value_error)?;
+    rgb_array(py, out)
+}
+
+/// `[h, w, 2]` float32 (x then y) of a displacement field as `ElasticTransform(alpha, sigma)`
+/// makes it. With `uniforms` (`[2, h, w]` float32: the two `torch.rand(..) * 2 - 1` fields),
+/// those blurred and scaled (torchvision's `get_params`/`make_params` after its draws);
+/// without, drawn from the generator of sample `index` of epoch 0 of a run seeded with `seed`
+/// (as the stage draws it when the op stands first), `height` x `width`.
+#[pyfunction]
+#[pyo3(signature = (
+    height, width, *, alpha = (50.0, 50.0), sigma = (5.0, 5.0), api = "v1", uniforms = None,
+    seed = 0, index = 0
+))]
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn elastic_displacement<'py>(
+    py: Python<'py>,
+    height: u32,
+    width: u32,
+    alpha: (f64, f64),
+    sigma: (f64, f64),
+    api: &str,
+    uniforms: Option<numpy::PyReadonlyArray3<'py, f32>>,
+    seed: u64,
+    index: u64,
+) -> PyResult<Bound<'py, PyAny>> {
+    use ferroloader_loader::transforms::augment::elastic::{Elastic, ElasticField};
+    use numpy::PyUntypedArrayMethods;
+
+    let value_error = |e: TransformError| PyValueError::new_err(e.to_string());
+    let params = Elastic::new([alpha.0, alpha.1], [sigma.0, sigma.1], warp_api(api)?)
+        .map_err(value_error)?;
+    let mut field = ElasticField::new();
+    let n = height as usize * width as usize;
+    match uniforms {
+        Some(u) => {
+            let shape = u.shape();
+            if shape != [2, height as usize, width as usize] {
+                return Err(PyValueError::new_err(format!(
+                    "uniforms: shape {shape:?} is not [2, {height}, {width}]"
+                )));
+            }
+            let values: Vec<f32> = u.as_array().iter().copied().collect();
+            let (ux, uy) = values.split_at(n);
+            field
+                .from_uniform(&params, width, height, ux, uy)
+                .map_err(value_error)?;
+        }
+        None => {
+            let mut rng = sample_rng(seed, 0, index);
+            field
+                .draw(&params, width, height, &mut rng)
+                .map_err(value_error)?;
+        }
+    }
+    let mut out = Vec::with_capacity(2 * n);
+    for (x, y) in field.dx()[..n].iter().zip(&field.dy()[..n]) {
+        out.push(*x);
+        out.push(*y);
+    }
+    let out = Array3::from_shape_vec((height as usize, width as usize, 2), out)
+        .map_err(|e| PyValueError::new_err(e.to_string()))?;
+    Ok(out.into_pyarray(py).into_any())
 }
 
 /// One step of a timm `RandAugment` plan as Python sees it: `(op name, applied, magnitude,

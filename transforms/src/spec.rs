@@ -345,12 +345,14 @@ pub enum Op {
     TimmRandomErasing,
     /// `JPEG`: the quality draw, the compression and the decompression.
     Jpeg,
+    /// `ElasticTransform`: the displacement's draws, blur and the warp.
+    ElasticTransform,
 }
 
 impl Op {
     /// Every op, in declaration order (`op as usize` indexes this array; the loader's
     /// profiler tables rely on it, so new ops go at the end, here and in the enum).
-    pub const ALL: [Op; 37] = [
+    pub const ALL: [Op; 38] = [
         Op::Decode,
         Op::CropParams,
         Op::Crop,
@@ -388,6 +390,7 @@ impl Op {
         Op::TimmAugMix,
         Op::TimmRandomErasing,
         Op::Jpeg,
+        Op::ElasticTransform,
     ];
 
     /// The name spans and summaries use.
@@ -430,6 +433,7 @@ impl Op {
             Op::TimmAugMix => "TimmAugMix",
             Op::TimmRandomErasing => "TimmRandomErasing",
             Op::Jpeg => "JPEG",
+            Op::ElasticTransform => "ElasticTransform",
         }
     }
 }
@@ -687,8 +691,8 @@ fn bad_order(reason: &str) -> Error {
              RandomAutocontrast, RandomAdjustSharpness, RandomInvert, JPEG), \
              policies (TrivialAugmentWide, RandAugment, AutoAugment, AugMix, timm's \
              TimmRandAugment, TimmAutoAugment, TimmAugMix), geometric ops \
-             (RandomVerticalFlip, RandomRotation, RandomAffine, RandomPerspective, GaussianBlur, \
-             Pad, RandomCrop, \
+             (RandomVerticalFlip, RandomRotation, RandomAffine, RandomPerspective, \
+             ElasticTransform, GaussianBlur, Pad, RandomCrop, \
              CenterCrop, Resize, RandomResizedCrop) and RandomApply, RandomChoice, RandomOrder of those, in any order, \
              then ToTensor [Normalize] (with RandomErasing or TimmRandomErasing before or \
              after Normalize) or \

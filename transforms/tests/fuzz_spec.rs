@@ -483,6 +483,35 @@ fn op_of(name: &'static str) -> BoxedStrategy<Value> {
             .chain(policy_fields())
             .collect(),
         ),
+        "ElasticTransform" => object(
+            name,
+            vec![
+                ("alpha", maybe(0.6, pair())),
+                (
+                    "sigma",
+                    maybe(
+                        0.6,
+                        prop_oneof![
+                            3 => (0.0f64..3.0).prop_map(|s| json!([s, s])),
+                            1 => pair(),
+                            1 => Just(json!([1e9, 1e9])),
+                        ],
+                    ),
+                ),
+                ("interpolation", maybe(0.6, warp_interpolation())),
+                (
+                    "fill",
+                    maybe(0.3, prop_oneof![number(), triple(), Just(Value::Null)]),
+                ),
+                (
+                    "api",
+                    maybe(
+                        0.5,
+                        prop_oneof![Just(json!("v1")), Just(json!("v2")), Just(json!("v3"))],
+                    ),
+                ),
+            ],
+        ),
         "AugMix" => object(
             name,
             [
@@ -746,6 +775,7 @@ fn op() -> impl Strategy<Value = Value> {
         "RandomRotation",
         "RandomAffine",
         "RandomPerspective",
+        "ElasticTransform",
         "GaussianBlur",
         "Pad",
         "RandomCrop",
@@ -817,6 +847,7 @@ fn ops() -> impl Strategy<Value = Vec<Value>> {
                 "RandomRotation",
                 "RandomAffine",
                 "RandomPerspective",
+                "ElasticTransform",
                 "GaussianBlur",
                 "Pad",
                 "TrivialAugmentWide",
@@ -967,7 +998,7 @@ fn structured_specs_are_sometimes_accepted() {
         .filter(|op| op["op"] == "TimmRandAugment")
         .count();
     assert!(timm > 0, "no TimmRandAugment accepted");
-    for name in ["TimmAutoAugment", "TimmAugMix", "JPEG"] {
+    for name in ["TimmAutoAugment", "TimmAugMix", "JPEG", "ElasticTransform"] {
         let n = accepted
             .iter()
             .flat_map(|spec| spec["ops"].as_array().into_iter().flatten())

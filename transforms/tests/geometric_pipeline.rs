@@ -1,5 +1,5 @@
 //! The geometric ops of planned pipelines (`RandomVerticalFlip`, `RandomRotation`,
-//! `RandomAffine`, `RandomPerspective`, `GaussianBlur`, `Pad`, `RandomCrop`, `CenterCrop` in the stage; `RandomCrop`
+//! `RandomAffine`, `RandomPerspective`, `GaussianBlur`, `ElasticTransform`, `Pad`, `RandomCrop`, `CenterCrop` in the stage; `RandomCrop`
 //! first or after `Resize`) on the decode corpus.
 //!
 //! The reference for every sample is built from independent parts: the op-by-op pipeline
@@ -10,10 +10,12 @@
 //! standing first (padding, `pad_if_needed`, too small an image), no allocation once warm, and
 //! specs refused with the op and argument named.
 
+use ferroloader_transforms::augment::elastic::{Elastic, ElasticField};
 use ferroloader_transforms::augment::geometry::{
     perspective, vflip, AffineWarp, GaussianBlur, Interpolation, Padder, Padding, PaddingMode,
     RandomCropSpec,
 };
+use ferroloader_transforms::augment::grid_sample::GridSampler;
 use ferroloader_transforms::augment::policy::{
     self, draw_p, RandomAffine, RandomPerspective, RandomRotation,
 };
@@ -26,7 +28,7 @@ use ferroloader_transforms::resize::{Filter, Resizer};
 use ferroloader_transforms::rng::{sample_rng, SampleRng};
 use ferroloader_transforms::spec::{
     Execution, Fill, KernelSize, NumberOrRange, Op, OpSpec, PadMode, PaddingArg, Pipeline,
-    PipelineSpec, Shear, Size, WarpInterpolation,
+    PipelineSpec, PolicyApi, Shear, Size, WarpInterpolation,
 };
 use ferroloader_transforms::{tensor, Error, RgbImage};
 
@@ -141,6 +143,26 @@ fn blur() -> OpSpec {
         kernel_size: KernelSize::Pair([5, 3]),
         sigma: NumberOrRange::Range([0.1, 2.0]),
     }
+}
+
+/// A bilinear v2 `ElasticTransform` with a fill, and a nearest v1 one with its default.
+fn elastic() -> [OpSpec; 2] {
+    [
+        OpSpec::ElasticTransform {
+            alpha: [40.0, 60.0],
+            sigma: [1.5, 2.0],
+            interpolation: WarpInterpolation::Bilinear,
+            fill: Some(Fill::PerChannel(vec![3.0, 200.0, 90.0])),
+            api: PolicyApi::V2,
+        },
+        OpSpec::ElasticTransform {
+            alpha: [90.0, 30.0],
+            sigma: [1.0, 1.0],
+            interpolation: WarpInterpolation::Nearest,
+            fill: Some(Fill::Number(0.0)),
+            api: PolicyApi::V1,
+        },
+    ]
 }
 
 fn pad() -> OpSpec {
@@ -326,6 +348,26 @@ fn reference_op(op: &OpSpec, img: &mut RgbImage, rng: &mut SampleRng) -> bool {
                 .expect("blurs");
             return true;
         }
+        OpSpec::ElasticTransform {
+            alpha,
+            sigma,
+            interpolation,
+            fill,
+            api,
+        } => {
+            let params = Elastic::new(*alpha, *sigma, *api).expect("params");
+            let mut field = ElasticField::new();
+            field
+                .draw(&params, img.width(), img.height(), rng)
+                .expect("field");
+            let fill = fill.as_ref().map(|f| match f {
+                Fill::Number(v) => [*v as f32; 3],
+                Fill::PerChannel(v) => [v[0] as f32, v[1] as f32, v[2] as f32],
+            });
+            GridSampler::new()
+                .elastic(img, &field, interp(*interpolation), fill, *api, &mut out)
+                .expect("warps");
+        }
         OpSpec::Pad {
             padding: PaddingArg::Seq(p),
             fill,
@@ -435,6 +477,8 @@ fn every_op() -> Vec<OpSpec> {
         bicubic_warps()[0].clone(),
         bicubic_warps()[1].clone(),
         blur(),
+        elastic()[0].clone(),
+        elastic()[1].clone(),
         pad(),
         random_crop(40, Some(4), false, PadMode::Symmetric),
         // The input (48 + 3 + 4 high after the Pad above, or 48) is smaller than 56 on some
@@ -722,6 +766,8 @@ fn each_op_has_its_span() {
         Op::RandomRotation,
         Op::RandomAffine,
         Op::GaussianBlur,
+        Op::ElasticTransform,
+        Op::ElasticTransform,
         Op::Pad,
         Op::RandomCrop,
         Op::RandomCrop,
@@ -802,6 +848,26 @@ fn geometric_runs_allocate_nothing_once_warm() {
         };
         pass();
         assert_eq!(pass(), 0, "{:?}: steady state allocated", pipeline.spec());
+    }
+}
+
+/// An `ElasticTransform` of `(alpha, sigma, interpolation, fill)` after `edit`.
+fn elastic_with(
+    edit: impl Fn(&mut ([f64; 2], [f64; 2], WarpInterpolation, Option<Fill>)),
+) -> OpSpec {
+    let mut e = (
+        [50.0, 50.0],
+        [1.0, 1.0],
+        WarpInterpolation::Bilinear,
+        Some(Fill::Number(0.0)),
+    );
+    edit(&mut e);
+    OpSpec::ElasticTransform {
+        alpha: e.0,
+        sigma: e.1,
+        interpolation: e.2,
+        fill: e.3,
+        api: PolicyApi::V2,
     }
 }
 
@@ -947,6 +1013,32 @@ fn invalid_specs_are_refused_naming_op_and_argument() {
             random_crop(49, None, false, PadMode::Constant),
             "size",
             "RandomCrop",
+        ),
+        (
+            elastic_with(|e| e.1 = [5.0, 0.0]),
+            "sigma",
+            "ElasticTransform",
+        ),
+        (
+            elastic_with(|e| e.0 = [f64::NAN, 1.0]),
+            "alpha",
+            "ElasticTransform",
+        ),
+        (
+            elastic_with(|e| e.2 = WarpInterpolation::Bicubic),
+            "interpolation",
+            "ElasticTransform",
+        ),
+        (
+            elastic_with(|e| e.3 = Some(Fill::Number(256.0))),
+            "fill",
+            "ElasticTransform",
+        ),
+        // A 48x48 stage image cannot reflect a 97-tap blur's 48 pixels of padding.
+        (
+            elastic_with(|e| e.1 = [12.0, 12.0]),
+            "sigma",
+            "ElasticTransform",
         ),
     ];
     for (op, arg, name) in cases {

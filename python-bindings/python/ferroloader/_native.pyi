@@ -27,6 +27,8 @@ __all__ = [
     "random_resized_crop_params",
     "resized_crop",
     "augmix_apply",
+    "elastic_apply",
+    "elastic_displacement",
     "timm_rand_augment_draws",
     "timm_rand_augment_apply",
     "pillow_gaussian_blur",
@@ -446,6 +448,25 @@ def augmix_apply(
     fill: Optional[Sequence[float]] = None,
     api: str = "v1",
 ) -> npt.NDArray[np.uint8]: ...
+def elastic_apply(
+    image: npt.NDArray[np.uint8],
+    displacement: npt.NDArray[np.float32],
+    *,
+    interpolation: str = "bilinear",
+    fill: Optional[Sequence[float]] = None,
+    api: str = "v2",
+) -> npt.NDArray[np.uint8]: ...
+def elastic_displacement(
+    height: int,
+    width: int,
+    *,
+    alpha: Tuple[float, float] = ...,
+    sigma: Tuple[float, float] = ...,
+    api: str = "v1",
+    uniforms: Optional[npt.NDArray[np.float32]] = None,
+    seed: int = 0,
+    index: int = 0,
+) -> npt.NDArray[np.float32]: ...
 def timm_rand_augment_draws(
     spec: str,
     indices: Sequence[int],

@@ -19,7 +19,8 @@ The geometric ops (``RandomVerticalFlip``, ``RandomRotation``, ``RandomAffine``,
 ``GaussianBlur``, ``Pad``, ``RandomCrop``, ``CenterCrop``) run on that 8-bit image as torchvision
 does on a PIL image (Pillow's transforms, NEAREST, BILINEAR or BICUBIC, and padding, exactly;
 ``GaussianBlur`` within one level); ``Pad`` and the crops change the sample's size, which is
-planned once.
+planned once. ``ElasticTransform`` runs torch's tensor kernel (``grid_sample``) on either side of
+``ToImage``, as torchvision does.
 
 The pixel ops (``ColorJitter``, ``Grayscale``, ``RandomGrayscale``,
 ``RandomPosterize``, ``RandomSolarize``, ``RandomEqualize``, ``RandomAutocontrast``,
@@ -119,6 +120,7 @@ __all__ = [
     "RandomRotation",
     "RandomAffine",
     "RandomPerspective",
+    "ElasticTransform",
     "GaussianBlur",
     "Pad",
     "RandomCrop",
@@ -957,6 +959,84 @@ class RandomPerspective(Transform):
         }
 
 
+#: Why ``ElasticTransform`` with BICUBIC stays in Python.
+_ELASTIC_BICUBIC = (
+    "torch's grid_sample bicubic mode (which torchvision's elastic kernel runs, on PIL images "
+    "and tensors alike) is not implemented natively; NEAREST and BILINEAR are"
+)
+
+
+def _elastic_pair(op: str, name: str, value: object) -> List[float]:
+    """torchvision v2's ``_setup_number_or_seq`` (v1 takes the same values as floats): a
+    number ``a`` (``[a, a]``) or a sequence of 1 or 2 numbers, each finite here."""
+    if isinstance(value, bool) or not isinstance(value, (numbers.Real, Sequence)) or isinstance(value, str):
+        raise TypeError(f"{op}: {name} should be a number or a sequence of numbers. Got {type(value)}")
+    if isinstance(value, Sequence):
+        if len(value) not in (1, 2):
+            raise ValueError(f"{op}: If {name} is a sequence its length should be 1 or 2. Got {len(value)}")
+        for element in value:
+            if isinstance(element, bool) or not isinstance(element, numbers.Real):
+                raise ValueError(f"{op}: {name} should be a sequence of numbers. Got {type(element)}")
+        values = [float(v) for v in value] * (2 if len(value) == 1 else 1)
+    else:
+        values = [float(value)] * 2
+    if not all(math.isfinite(v) for v in values):
+        raise ValueError(f"{op}: {name} must be finite, got {value!r}")
+    return values
+
+
+class ElasticTransform(Transform):
+    """``ElasticTransform(alpha=50.0, sigma=5.0, interpolation=BILINEAR, fill=0)``: per sample
+    two uniform displacement fields (``torch.rand(h, w) * 2 - 1``), each blurred with a
+    Gaussian of ``int(8 * sigma + 1)`` taps (made odd; when its sigma is positive) and scaled by
+    ``alpha`` over the width or height, added to the identity grid and sampled with torch's
+    ``grid_sample`` (NEAREST or BILINEAR, a mask-channel ``fill``), as torchvision does on a PIL
+    image and on a tensor alike (its PIL path converts to a tensor). BICUBIC, which torchvision
+    hands to ``grid_sample``'s bicubic mode, is refused (not implemented natively: a pipeline
+    with it keeps the op in its Python tail). ``alpha`` and ``sigma`` are a number or ``[x, y]``; the two sigmas must
+    be both positive or both not (torchvision's blur raises otherwise). ``fill=None`` (v2 only)
+    samples without a fill channel. ``api="v2"`` follows ``torchvision.transforms.v2`` (its
+    Gaussian kernel formula and fill blend)."""
+
+    def __init__(
+        self,
+        alpha: Union[float, Sequence[float]] = 50.0,
+        sigma: Union[float, Sequence[float]] = 5.0,
+        interpolation: object = "bilinear",
+        fill: object = 0,
+        *,
+        api: str = "v1",
+    ) -> None:
+        op = "ElasticTransform"
+        self.alpha = _elastic_pair(op, "alpha", alpha)
+        self.sigma = _elastic_pair(op, "sigma", sigma)
+        if (self.sigma[0] > 0) != (self.sigma[1] > 0):
+            raise ValueError(
+                f"{op}: sigma {sigma!r}: torchvision blurs both displacements with both sigmas once "
+                "either is positive, and its gaussian_blur raises 'sigma should have positive "
+                "values'; give two positive sigmas or none"
+            )
+        self.interpolation = _warp_interpolation(op, interpolation)
+        if self.interpolation == "bicubic":
+            # Unlike rotate/affine/perspective, torchvision's elastic kernel hands BICUBIC on
+            # to grid_sample, whose bicubic mode ferroloader does not implement.
+            raise ValueError(f"{op}: interpolation {interpolation!r}: {_ELASTIC_BICUBIC}")
+        self.api = _api(op, api)
+        if fill is None and self.api == "v1":
+            raise TypeError(f"{op}: fill should be int or float or a list or tuple of them. Got {type(fill)}")
+        self.fill = _tensor_fill(op, fill)
+
+    def to_spec(self) -> Spec:
+        return {
+            "op": "ElasticTransform",
+            "alpha": self.alpha,
+            "sigma": self.sigma,
+            "interpolation": self.interpolation,
+            "fill": self.fill,
+            "api": self.api,
+        }
+
+
 class GaussianBlur(Transform):
     """``GaussianBlur(kernel_size, sigma=(0.1, 2.0))``: one sigma drawn per sample, for both
     axes. Within one level of torchvision (a separable float32 convolution, rounded)."""
@@ -1780,7 +1860,7 @@ _SUPPORTED = (
     "RandomPosterize, RandomSolarize, RandomEqualize, RandomAutocontrast, RandomAdjustSharpness, "
     "RandomInvert, JPEG, TrivialAugmentWide, RandAugment, AutoAugment, AugMix, RandomVerticalFlip, "
     "RandomRotation(expand=False), RandomAffine, RandomPerspective (NEAREST, BILINEAR, BICUBIC; "
-    "NEAREST, BILINEAR after ToImage/PILToTensor), "
+    "NEAREST, BILINEAR after ToImage/PILToTensor), ElasticTransform (NEAREST, BILINEAR), "
     "GaussianBlur, Pad, RandomCrop, RandomApply, "
     "RandomChoice, RandomOrder and Compose of those, RandomErasing, "
     "ConvertImageDtype(torch.float) (and, from transforms.v2, ToImage, "
@@ -2267,6 +2347,9 @@ _GEOMETRIC: Dict[str, Any] = {
         list(t.degrees), t.translate, t.scale, None if t.shear is None else list(t.shear), t.interpolation, t.fill, t.center
     ),
     "RandomPerspective": lambda t: RandomPerspective(float(t.distortion_scale), float(t.p), t.interpolation, t.fill),
+    "ElasticTransform": lambda t: ElasticTransform(
+        list(t.alpha), list(t.sigma), t.interpolation, t.fill, api="v2" if _is_v2(t) else "v1"
+    ),
     "GaussianBlur": lambda t: GaussianBlur(list(t.kernel_size), list(t.sigma)),
     "Pad": lambda t: Pad(_tv_padding(t.padding), t.fill, t.padding_mode),
     "RandomCrop": _tv_random_crop,

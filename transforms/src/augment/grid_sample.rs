@@ -14,7 +14,9 @@
 //! 2.x on AVX2/AVX-512 builds: the unfused expressions differ in the last place, which moves
 //! a rounded level now and then); nearest rounds half to even. The fill blend differs between APIs: v1 `v * m + (1 - m) * fill`, v2
 //! `(v - fill) * m + fill`; v2's `rotate` also returns exact copies and quarter turns for
-//! angles of 0, 180 (and 90, 270 on square images) without sampling.
+//! angles of 0, 180 (and 90, 270 on square images) without sampling. `elastic` samples the
+//! identity grid (`_create_identity_grid`'s float32 `linspace`) plus a per-pixel displacement
+//! ([`super::elastic`]) through the same loop.
 //!
 //! The pixel loop runs eight output pixels a step on AVX2 with FMA where the CPU has them
 //! (`x86`: the same operations in the same order, so the same bits; a test compares it with
@@ -28,6 +30,7 @@
 //! grow), reassociate the float operations or fuse others than those, draw, or panic on
 //! input.
 
+use super::elastic::{ElasticField, ELASTIC_BICUBIC, FIELD_PADDING};
 use super::fma::with_fma;
 use super::geometry::affine::py_mod_360;
 use super::geometry::{inverse_affine_matrix, AffineMatrix, Interpolation, PerspectiveCoeffs};
@@ -154,6 +157,46 @@ impl GridSampler {
         Ok(())
     }
 
+    /// torchvision's `elastic` (v2 `elastic_image`, v1 `F_t.elastic_transform`) on a uint8
+    /// tensor, into `out` (same size): the grid is the identity grid (float32
+    /// `linspace((1 - n) / n, (n - 1) / n, n)` per axis) plus `field`'s displacement, added
+    /// in float32, sampled as the other warps. Errors for a field of another size, a fill
+    /// outside 0..=255 and BICUBIC ([`ELASTIC_BICUBIC`]: torchvision runs `grid_sample`'s
+    /// bicubic mode here, not implemented).
+    pub fn elastic(
+        &mut self,
+        src: &RgbImage,
+        field: &ElasticField,
+        mode: Interpolation,
+        fill: TensorFill,
+        api: Api,
+        out: &mut RgbImage,
+    ) -> Result<()> {
+        let (width, height) = (src.width(), src.height());
+        if field.size() != (width, height) {
+            return Err(Error::invalid(
+                "displacement",
+                format!(
+                    "a {:?} (w, h) field for a {width}x{height} (w x h) image",
+                    field.size()
+                ),
+            ));
+        }
+        if mode == Interpolation::Bicubic {
+            return Err(Error::invalid("interpolation", ELASTIC_BICUBIC));
+        }
+        let checked = Checked::new("displacement", &[], mode, fill)?;
+        let n = width as usize * height as usize;
+        let grid = |_| ElasticGrid {
+            dx: field.dx(),
+            dy: field.dy(),
+            width: width as usize,
+            padded: field.dx().len() >= n + FIELD_PADDING && field.dy().len() >= n + FIELD_PADDING,
+        };
+        self.sample(src, checked, identity_axis, grid, api, out);
+        Ok(())
+    }
+
     /// Samples `src` through the inverse map `matrix` (torchvision's centre-relative
     /// convention: output pixel centre `(x, y)` measured from the image centre maps to
     /// `(m0 x + m1 y + m2, m3 x + m4 y + m5)`), into `out` of the same size. Errors for a
@@ -268,7 +311,7 @@ struct AffineGrid {
 
 impl Grid for AffineGrid {
     #[inline(always)]
-    fn at(&self, x: f32, y: f32) -> (f32, f32) {
+    fn at(&self, x: f32, y: f32, _ox: usize, _oy: usize) -> (f32, f32) {
         let [ax, bx, cx] = self.x;
         let [ay, by, cy] = self.y;
         (x * ax + y * bx + cx, x * ay + y * by + cy)
@@ -290,7 +333,7 @@ struct PerspectiveGrid {
 
 impl Grid for PerspectiveGrid {
     #[inline(always)]
-    fn at(&self, x: f32, y: f32) -> (f32, f32) {
+    fn at(&self, x: f32, y: f32, _ox: usize, _oy: usize) -> (f32, f32) {
         let [ax, bx, cx] = self.x;
         let [ay, by, cy] = self.y;
         let [g, h] = self.d;
@@ -299,6 +342,32 @@ impl Grid for PerspectiveGrid {
             (x * ax + y * bx + cx) / den - 1.0,
             (x * ay + y * by + cy) / den - 1.0,
         )
+    }
+}
+
+/// The elastic grid: the identity grid's `(x, y)` (from the axis tables) plus the pixel's
+/// displacement, one float32 addition each (`_create_identity_grid(..).add_(displacement)`).
+#[derive(Clone, Copy, Debug)]
+struct ElasticGrid<'a> {
+    /// Row-major `w * h` displacements (`padded`: at least [`FIELD_PADDING`] more values).
+    dx: &'a [f32],
+    dy: &'a [f32],
+    width: usize,
+    padded: bool,
+}
+
+impl Grid for ElasticGrid<'_> {
+    #[inline(always)]
+    fn at(&self, x: f32, y: f32, ox: usize, oy: usize) -> (f32, f32) {
+        let i = oy * self.width + ox;
+        // Always inside (the field was checked against the image's size); a NaN would sample
+        // as outside the image rather than panic.
+        let d = |f: &[f32]| f.get(i).copied().unwrap_or(f32::NAN);
+        (x + d(self.dx), y + d(self.dy))
+    }
+
+    fn vectors(&self) -> bool {
+        self.padded
     }
 }
 
@@ -313,10 +382,15 @@ struct WarpParams {
     api: Api,
 }
 
-/// A sampling grid: normalized source coordinates of the output pixel centred at `(x, y)`
-/// (from the axis tables), and on x86-64 the same eight columns at a time.
+/// A sampling grid: normalized source coordinates of output pixel `(ox, oy)`, centred at
+/// `(x, y)` (from the axis tables), and on x86-64 the same eight columns at a time.
 trait Grid: VectorGrid {
-    fn at(&self, x: f32, y: f32) -> (f32, f32);
+    fn at(&self, x: f32, y: f32, ox: usize, oy: usize) -> (f32, f32);
+
+    /// Whether the eight-column kernel may evaluate this grid (its buffers are padded).
+    fn vectors(&self) -> bool {
+        true
+    }
 }
 
 #[cfg(target_arch = "x86_64")]
@@ -341,6 +415,7 @@ fn sample_grid<G: Grid>(
 ) {
     #[cfg(target_arch = "x86_64")]
     if crate::cpu::avx2_fma()
+        && grid.vectors()
         && dest.len() == source.len()
         && x86::fits(p.size[0], p.size[1], source.len(), xs.len(), ys.len())
     {
@@ -361,7 +436,7 @@ fn sample_rows_scalar<G: Grid>(
     source: &[u8],
     dest: &mut [u8],
 ) {
-    with_fma(|| sample_rows(p, |ox, oy| grid.at(xs[ox], ys[oy]), source, dest));
+    with_fma(|| sample_rows(p, |ox, oy| grid.at(xs[ox], ys[oy], ox, oy), source, dest));
 }
 
 /// The pixel loop of the warps: every output pixel `(ox, oy)` of `dest` (packed RGB of
@@ -440,6 +515,16 @@ fn sample_rows(
 fn fill_axis(axis: &mut Vec<f32>, n: u32) {
     axis.clear();
     let (start, end) = ((1.0 - f64::from(n)) * 0.5, (f64::from(n) - 1.0) * 0.5);
+    axis.extend((0..n).map(|i| torch_linspace(start, end, n, i)));
+    pad_axis(axis);
+}
+
+/// `torch.linspace((-n + 1) / n, (n - 1) / n, n)`: `_create_identity_grid`'s normalized
+/// pixel centres of one axis (v1's and v2's are the same float64 bounds).
+fn identity_axis(axis: &mut Vec<f32>, n: u32) {
+    axis.clear();
+    let nf = f64::from(n);
+    let (start, end) = ((1.0 - nf) / nf, (nf - 1.0) / nf);
     axis.extend((0..n).map(|i| torch_linspace(start, end, n, i)));
     pad_axis(axis);
 }
@@ -597,7 +682,7 @@ mod tests {
                 let mut fast = base.clone();
                 sample_rows(
                     &p,
-                    |ox, oy| grid.at(g.xs[ox], g.ys[oy]),
+                    |ox, oy| grid.at(g.xs[ox], g.ys[oy], ox, oy),
                     src.as_raw(),
                     &mut base,
                 );
@@ -822,6 +907,88 @@ mod tests {
         )
         .expect("rotate");
         assert_eq!(out.as_raw(), &[2, 2, 2, 4, 4, 4, 1, 1, 1, 3, 3, 3]);
+    }
+
+    #[test]
+    fn zero_displacement_keeps_pixels_and_a_wrong_size_is_refused() {
+        let src = ramp(9, 7);
+        let mut out = RgbImage::new();
+        let mut g = GridSampler::new();
+        let mut field = ElasticField::new();
+        field.set(9, 7, &[0.0; 2 * 63]).expect("field");
+        for mode in [Interpolation::Nearest, Interpolation::Bilinear] {
+            for api in [Api::V1, Api::V2] {
+                g.elastic(&src, &field, mode, Some([9.0; 3]), api, &mut out)
+                    .expect("warp");
+                assert_eq!(out.as_raw(), src.as_raw(), "{mode:?} {api:?}");
+            }
+        }
+        field.set(7, 9, &[0.0; 2 * 63]).expect("field");
+        assert!(g
+            .elastic(
+                &src,
+                &field,
+                Interpolation::Nearest,
+                None,
+                Api::V1,
+                &mut out
+            )
+            .is_err());
+    }
+
+    #[test]
+    fn vector_elastic_warps_equal_the_scalar_loop_bit_for_bit() {
+        #[cfg(target_arch = "x86_64")]
+        if !crate::cpu::avx2_fma() {
+            return;
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        return;
+        #[cfg(target_arch = "x86_64")]
+        {
+            let mut rng = Cases(rand::SeedableRng::seed_from_u64(0x0e1a_571c));
+            let mut g = GridSampler::new();
+            let mut field = ElasticField::new();
+            for case in 0..600 {
+                let (w, h) = (1 + rng.below(30) as u32, 1 + rng.below(30) as u32);
+                if w * h < 2 {
+                    continue;
+                }
+                let src = rng.image(w, h);
+                let n = (w * h) as usize;
+                let reach = [0.01, 0.2, 1.5][case % 3];
+                let d: Vec<f32> = (0..2 * n).map(|_| rng.uniform(reach) as f32).collect();
+                field.set(w, h, &d).expect("field");
+                identity_axis(&mut g.xs, w);
+                identity_axis(&mut g.ys, h);
+                let grid = ElasticGrid {
+                    dx: field.dx(),
+                    dy: field.dy(),
+                    width: w as usize,
+                    padded: true,
+                };
+                let p = WarpParams {
+                    scale: [w as f32 / 2.0, h as f32 / 2.0],
+                    size: [w as usize, h as usize],
+                    mode: [TensorMode::Nearest, TensorMode::Bilinear][case % 2],
+                    fill: rng.fill(),
+                    api: [Api::V1, Api::V2][(case / 2) % 2],
+                };
+                let (mut s, mut v) = (vec![0u8; 3 * n], vec![1u8; 3 * n]);
+                sample_rows_scalar(&p, &grid, &g.xs, &g.ys, src.as_raw(), &mut s);
+                assert!(x86::fits(
+                    w as usize,
+                    h as usize,
+                    3 * n,
+                    g.xs.len(),
+                    g.ys.len()
+                ));
+                // SAFETY: AVX2 and FMA (checked above); `fits` (asserted above); the field is
+                // padded (`ElasticField::set`).
+                unsafe { x86::sample_rows_avx2(&p, &grid, &g.xs, &g.ys, src.as_raw(), &mut v) };
+                assert_eq!(s, v, "case {case}: {w}x{h} {p:?}");
+            }
+        }
     }
 
     #[test]

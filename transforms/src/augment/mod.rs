@@ -7,7 +7,8 @@
 //!   erasing.
 //! - [`tensor_color`], [`grid_sample`]: the same ops with torch's *tensor* arithmetic
 //!   (truncating float32 blends, `grid_sample` warps), for the ops torchvision runs on a uint8
-//!   tensor; [`augmix`] runs AugMix's chains with them and mixes them in float32.
+//!   tensor; [`augmix`] runs AugMix's chains with them and mixes them in float32;
+//!   [`elastic`] makes `ElasticTransform`'s displacement field, which [`grid_sample`] samples.
 //! - [`box_blur`]: Pillow's `ImageFilter.GaussianBlur` (extended box blurs), for timm's
 //!   `GaussianBlur` ops.
 //! - [`timm_mix`]: timm's `AugMixAugment` mix: a float32 accumulation and Pillow's `Image.blend`.
@@ -21,6 +22,7 @@
 pub mod augmix;
 pub mod box_blur;
 pub mod color;
+pub mod elastic;
 mod fma;
 pub mod geometry;
 pub mod grid_sample;

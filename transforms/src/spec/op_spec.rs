@@ -197,6 +197,18 @@ fn default_augmix_interpolation() -> WarpInterpolation {
     WarpInterpolation::Bilinear
 }
 
+fn default_elastic_alpha() -> [f64; 2] {
+    [50.0, 50.0]
+}
+
+fn default_elastic_sigma() -> [f64; 2] {
+    [5.0, 5.0]
+}
+
+fn default_elastic_fill() -> Option<Fill> {
+    Some(Fill::Number(0.0))
+}
+
 fn default_erase_scale() -> [f64; 2] {
     [0.02, 0.33]
 }
@@ -564,6 +576,30 @@ pub enum OpSpec {
         /// Default 0 (black).
         #[serde(default)]
         fill: Fill,
+    },
+    /// `ElasticTransform(alpha=50.0, sigma=5.0, interpolation="bilinear", fill=0)`: a
+    /// displacement field drawn per sample (two uniform fields, blurred and scaled as
+    /// torchvision's `get_params`/`make_params`), added to the identity grid and sampled with
+    /// torch's `grid_sample` (NEAREST or BILINEAR; BICUBIC refused, as torchvision's tensor
+    /// kernel refuses it) and a mask-channel fill. torchvision runs the same tensor kernel on
+    /// a PIL image (through `pil_to_tensor`), so the op computes the same either side of
+    /// `ToImage`. A stage op.
+    ElasticTransform {
+        /// `[x, y]` displacement magnitudes, finite; default `[50, 50]`.
+        #[serde(default = "default_elastic_alpha")]
+        alpha: [f64; 2],
+        /// `[x, y]` smoothness: both positive (blurred) or both not; default `[5, 5]`.
+        #[serde(default = "default_elastic_sigma")]
+        sigma: [f64; 2],
+        /// `nearest` or `bilinear` (default); `bicubic` is refused when planned.
+        #[serde(default = "default_augmix_interpolation")]
+        interpolation: WarpInterpolation,
+        /// Default 0; floats within 0..=255; `null`: no fill channel (v2's `fill=None`).
+        #[serde(default = "default_elastic_fill")]
+        fill: Option<Fill>,
+        /// Whose kernels (the blur's 1D kernel formula and the fill blend); default `v1`.
+        #[serde(default)]
+        api: PolicyApi,
     },
     /// `GaussianBlur(kernel_size, sigma=(0.1, 2.0))`: one sigma drawn for both axes; within
     /// one level of torchvision (a separable float32 convolution). A stage op.

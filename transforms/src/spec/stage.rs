@@ -31,6 +31,7 @@ mod timm;
 use crate::augment::augmix::AugMixScratch;
 use crate::augment::box_blur::PillowGaussianBlur;
 use crate::augment::color::ColorScratch;
+use crate::augment::elastic::ElasticField;
 use crate::augment::geometry::{AffineWarp, GaussianBlur, Padder};
 use crate::augment::grid_sample::{GridSampler, BICUBIC_ON_TENSORS};
 use crate::augment::policy::Api;
@@ -157,6 +158,8 @@ pub(in crate::spec) struct StageScratch {
     pub timm_mix: TimmMixScratch,
     /// The grid tables of the tensor-domain warps.
     pub grid: GridSampler,
+    /// `ElasticTransform`'s displacement field and blur lines.
+    pub elastic: ElasticField,
     /// A `Resize` or `RandomResizedCrop` in the stage (made by the first).
     pub resizer: Option<Resizer>,
     /// `JPEG`'s compressor, decompressor and JPEG buffer (made by the first).
@@ -166,7 +169,10 @@ pub(in crate::spec) struct StageScratch {
 impl StageScratch {
     /// Bytes its images hold on to.
     pub fn retained_bytes(&self) -> usize {
-        self.spare.retained_bytes() + self.augmix.retained_bytes() + self.timm_mix.retained_bytes()
+        self.spare.retained_bytes()
+            + self.augmix.retained_bytes()
+            + self.timm_mix.retained_bytes()
+            + self.elastic.retained_bytes()
     }
 }
 

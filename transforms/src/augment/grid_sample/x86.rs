@@ -19,7 +19,7 @@
 
 use std::arch::x86_64::*;
 
-use super::{round_u8, AffineGrid, PerspectiveGrid, TensorMode, WarpParams};
+use super::{round_u8, AffineGrid, ElasticGrid, PerspectiveGrid, TensorMode, WarpParams};
 use crate::augment::policy::Api;
 
 /// Whether the kernel's preconditions hold for a `w` x `h` source of `len` bytes with axis
@@ -39,17 +39,18 @@ pub(super) fn fits(w: usize, h: usize, len: usize, xs_len: usize, ys_len: usize)
 
 /// A sampling grid evaluated eight output pixels at a time.
 pub(super) trait Grid8 {
-    /// The grid at pixel centres `x` (eight columns) on row `y` (broadcast).
+    /// The grid at pixel centres `x` (eight columns from `ox`) on row `y` (broadcast), row
+    /// `oy`.
     ///
     /// # Safety
     /// The CPU has AVX2 and FMA.
-    unsafe fn at8(&self, x: __m256, y: __m256) -> (__m256, __m256);
+    unsafe fn at8(&self, x: __m256, y: __m256, ox: usize, oy: usize) -> (__m256, __m256);
 }
 
 impl Grid8 for AffineGrid {
     #[inline]
     #[target_feature(enable = "avx2,fma")]
-    unsafe fn at8(&self, x: __m256, y: __m256) -> (__m256, __m256) {
+    unsafe fn at8(&self, x: __m256, y: __m256, _ox: usize, _oy: usize) -> (__m256, __m256) {
         let [ax, bx, cx] = self.x.map(|v| _mm256_set1_ps(v));
         let [ay, by, cy] = self.y.map(|v| _mm256_set1_ps(v));
         let lin =
@@ -61,7 +62,7 @@ impl Grid8 for AffineGrid {
 impl Grid8 for PerspectiveGrid {
     #[inline]
     #[target_feature(enable = "avx2,fma")]
-    unsafe fn at8(&self, x: __m256, y: __m256) -> (__m256, __m256) {
+    unsafe fn at8(&self, x: __m256, y: __m256, _ox: usize, _oy: usize) -> (__m256, __m256) {
         let [ax, bx, cx] = self.x.map(|v| _mm256_set1_ps(v));
         let [ay, by, cy] = self.y.map(|v| _mm256_set1_ps(v));
         let [g, h] = self.d.map(|v| _mm256_set1_ps(v));
@@ -72,6 +73,25 @@ impl Grid8 for PerspectiveGrid {
         (
             _mm256_sub_ps(_mm256_div_ps(lin(ax, bx, cx), den), one),
             _mm256_sub_ps(_mm256_div_ps(lin(ay, by, cy), den), one),
+        )
+    }
+}
+
+impl Grid8 for ElasticGrid<'_> {
+    #[inline]
+    #[target_feature(enable = "avx2,fma")]
+    unsafe fn at8(&self, x: __m256, y: __m256, ox: usize, oy: usize) -> (__m256, __m256) {
+        let i = oy * self.width + ox;
+        // `padded` (the only way this kernel runs an elastic grid): the eight values from any
+        // step's first pixel lie inside both fields; lanes past the row end are not stored.
+        let load = |f: &[f32]| match f.get(i..i + 8) {
+            // SAFETY: eight floats inside the slice; AVX (this function's features).
+            Some(v) => unsafe { _mm256_loadu_ps(v.as_ptr()) },
+            None => _mm256_set1_ps(f32::NAN),
+        };
+        (
+            _mm256_add_ps(x, load(self.dx)),
+            _mm256_add_ps(y, load(self.dy)),
         )
     }
 }
@@ -175,7 +195,7 @@ pub(super) unsafe fn sample_rows_avx2<G: Grid8>(
             // SAFETY: `fits`: the column table holds `ox + 8` values.
             let x = unsafe { _mm256_loadu_ps(xs.as_ptr().add(ox)) };
             // SAFETY: AVX2 and FMA (this function's features).
-            let (gx, gy) = unsafe { grid.at8(x, y) };
+            let (gx, gy) = unsafe { grid.at8(x, y, ox, oy) };
             let ix = _mm256_fmadd_ps(_mm256_add_ps(gx, one), c.scale_x, neg_half);
             let iy = _mm256_fmadd_ps(_mm256_add_ps(gy, one), c.scale_y, neg_half);
             // SAFETY: AVX2 and FMA; `fits`.

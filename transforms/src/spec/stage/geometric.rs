@@ -11,6 +11,8 @@
 //! `RandomPerspective`) run torch's tensor kernels instead ([`crate::augment::grid_sample`]:
 //! `grid_sample`'s NEAREST or BILINEAR, a float fill blended through a mask channel, BICUBIC
 //! refused as torchvision refuses it); the other ops compute the same pixels on a tensor.
+//! `ElasticTransform` runs torch's tensor kernel (its drawn displacement field through the
+//! same sampler) on either side: torchvision runs it on a PIL image through `pil_to_tensor`.
 //!
 //! Every size check that the stage's (known) input size allows is made at plan time
 //! ([`GeometricOp::output_size`]), so a planned op only fails on a sample for reasons the
@@ -21,6 +23,7 @@
 
 use super::{check_p, in_op, tensor_fill, tensor_interpolation, Domain, StageScratch};
 use crate::augment::augmix::TensorWarp;
+use crate::augment::elastic::{Elastic, ELASTIC_BICUBIC};
 use crate::augment::geometry::perspective_coeffs;
 use crate::augment::geometry::{
     perspective, vflip, Interpolation, Padder, Padding, PaddingMode, RandomCropSpec,
@@ -77,6 +80,12 @@ pub(in crate::spec) enum GeometricOp {
     /// `RandomPerspective` on a uint8 tensor.
     TensorPerspective {
         params: RandomPerspective,
+        warp: TensorWarp,
+    },
+    /// `ElasticTransform`: torch's tensor kernel on either side of `ToImage` (torchvision
+    /// runs it on a PIL image through `pil_to_tensor`).
+    Elastic {
+        params: Elastic,
         warp: TensorWarp,
     },
     Blur {
@@ -451,6 +460,16 @@ fn kernel_sizes(kernel_size: KernelSize) -> Result<[u32; 2]> {
     Ok([odd(x)?, odd(y)?])
 }
 
+/// `ElasticTransform`'s `interpolation`: torchvision hands BICUBIC to `grid_sample`'s bicubic
+/// mode (its elastic kernel, unlike rotate/affine/perspective, does not refuse it), which is
+/// not implemented here.
+fn elastic_interpolation(interpolation: Interpolation) -> Result<Interpolation> {
+    if interpolation == Interpolation::Bicubic {
+        return Err(Error::invalid("interpolation", ELASTIC_BICUBIC));
+    }
+    Ok(interpolation)
+}
+
 /// A single warp's `fill` and `interpolation` on a tensor: `fill` as torchvision's tensor
 /// path takes it (v1 makes None 0, and so does the spec's default; always a mask channel).
 fn single_tensor_warp(
@@ -595,6 +614,24 @@ impl GeometricOp {
                 })
             })()
             .map_err(|e| in_op("RandomPerspective", e))?,
+            OpSpec::ElasticTransform {
+                alpha,
+                sigma,
+                interpolation,
+                fill,
+                api,
+            } => (|| {
+                Ok(GeometricOp::Elastic {
+                    params: Elastic::new(*alpha, *sigma, *api)?,
+                    warp: TensorWarp {
+                        interpolation: elastic_interpolation(*interpolation)?,
+                        fill: tensor_fill("ElasticTransform", fill.as_ref())?,
+                        api: *api,
+                        one_channel: false,
+                    },
+                })
+            })()
+            .map_err(|e| in_op("ElasticTransform", e))?,
             OpSpec::GaussianBlur { kernel_size, sigma } => (|| {
                 let sigma = match *sigma {
                     NumberOrRange::Number(s) => policy::GaussianBlur::new((s, s)),
@@ -661,6 +698,10 @@ impl GeometricOp {
             | GeometricOp::TensorRotation { .. }
             | GeometricOp::TensorAffine { .. }
             | GeometricOp::TensorPerspective { .. } => Ok(size),
+            GeometricOp::Elastic { params, .. } => params
+                .check_size(w, h)
+                .map(|()| size)
+                .map_err(|e| in_op("ElasticTransform", e)),
             GeometricOp::Blur { kernel_size, .. } => {
                 if kernel_size[0] / 2 >= w || kernel_size[1] / 2 >= h {
                     return Err(Error::invalid(
@@ -698,6 +739,7 @@ impl GeometricOp {
             GeometricOp::Perspective { .. } | GeometricOp::TensorPerspective { .. } => {
                 "RandomPerspective"
             }
+            GeometricOp::Elastic { .. } => "ElasticTransform",
             GeometricOp::Blur { .. } => "GaussianBlur",
             GeometricOp::Pad { .. } => "Pad",
             GeometricOp::RandomCrop(_) => "RandomCrop",
@@ -716,6 +758,7 @@ impl GeometricOp {
             GeometricOp::Perspective { .. } | GeometricOp::TensorPerspective { .. } => {
                 Op::RandomPerspective
             }
+            GeometricOp::Elastic { .. } => Op::ElasticTransform,
             GeometricOp::Blur { .. } => Op::GaussianBlur,
             GeometricOp::Pad { .. } => Op::Pad,
             GeometricOp::RandomCrop(_) => Op::RandomCrop,
@@ -850,6 +893,20 @@ impl GeometricOp {
                     )?;
                     std::mem::swap(img, &mut scratch.spare);
                 }
+            }
+            GeometricOp::Elastic { params, warp } => {
+                scratch
+                    .elastic
+                    .draw(params, img.width(), img.height(), rng)?;
+                scratch.grid.elastic(
+                    img,
+                    &scratch.elastic,
+                    warp.interpolation,
+                    warp.fill,
+                    warp.api,
+                    &mut scratch.spare,
+                )?;
+                std::mem::swap(img, &mut scratch.spare);
             }
             GeometricOp::Blur { sigma, kernel_size } => {
                 let sigma = sigma.draw(rng);
