@@ -343,12 +343,14 @@ pub enum Op {
     TimmAugMix,
     /// timm's `RandomErasing`, on the tensor in the batch slot: its coin, blocks and fills.
     TimmRandomErasing,
+    /// v2's `RandomChannelPermutation`: its permutation and the shuffle.
+    RandomChannelPermutation,
 }
 
 impl Op {
     /// Every op, in declaration order (`op as usize` indexes this array; the loader's
     /// profiler tables rely on it, so new ops go at the end, here and in the enum).
-    pub const ALL: [Op; 36] = [
+    pub const ALL: [Op; 37] = [
         Op::Decode,
         Op::CropParams,
         Op::Crop,
@@ -385,6 +387,7 @@ impl Op {
         Op::TimmAutoAugment,
         Op::TimmAugMix,
         Op::TimmRandomErasing,
+        Op::RandomChannelPermutation,
     ];
 
     /// The name spans and summaries use.
@@ -426,6 +429,7 @@ impl Op {
             Op::TimmAutoAugment => "TimmAutoAugment",
             Op::TimmAugMix => "TimmAugMix",
             Op::TimmRandomErasing => "TimmRandomErasing",
+            Op::RandomChannelPermutation => "RandomChannelPermutation",
         }
     }
 }
@@ -777,6 +781,18 @@ fn output_channels(spec: &PipelineSpec) -> Result<usize> {
                     }
                     *channels = n;
                 }
+                OpSpec::Rgb => {
+                    if let Some(container) = random.filter(|_| *channels != 3) {
+                        return Err(Error::invalid(
+                            "transforms",
+                            format!(
+                                "RGB inside {container} would make some samples 3-channel and \
+                                 others {channels}-channel"
+                            ),
+                        ));
+                    }
+                    *channels = 3;
+                }
                 _ => {}
             }
         }
@@ -802,15 +818,15 @@ fn is_crop(op: &OpSpec) -> bool {
 }
 
 /// A marker that changes no pixel where it stands, only how the ops after it compute
-/// (`ToImage`).
+/// (`ToImage`) or how many channels the sample keeps (`RGB`).
 fn is_marker(op: &OpSpec) -> bool {
-    matches!(op, OpSpec::ToImage { .. })
+    matches!(op, OpSpec::ToImage { .. } | OpSpec::Rgb)
 }
 
 /// `flat` without its markers, and the [`Domain`] each remaining op stands in: a PIL image
 /// until a `ToImage` (a uint8 tensor of its API after it; a second `ToImage` changes only the
-/// API of the single ops after it), one channel for an `L` image until a `Grayscale(3)`,
-/// after a `Grayscale(1)`.
+/// API of the single ops after it), one channel for an `L` image until a `Grayscale(3)` or
+/// an `RGB`, after a `Grayscale(1)`.
 fn mark_domains(flat: Vec<&OpSpec>, mode: ImageMode) -> (Vec<&OpSpec>, Vec<Domain>) {
     let mut domain = Domain {
         tensor: None,
@@ -819,9 +835,16 @@ fn mark_domains(flat: Vec<&OpSpec>, mode: ImageMode) -> (Vec<&OpSpec>, Vec<Domai
     let mut ops = Vec::with_capacity(flat.len());
     let mut domains = Vec::with_capacity(flat.len());
     for op in flat {
-        if let OpSpec::ToImage { api } = op {
-            domain.tensor = Some(*api);
-            continue;
+        match op {
+            OpSpec::ToImage { api } => {
+                domain.tensor = Some(*api);
+                continue;
+            }
+            OpSpec::Rgb => {
+                domain.one_channel = false;
+                continue;
+            }
+            _ => {}
         }
         ops.push(op);
         domains.push(domain);

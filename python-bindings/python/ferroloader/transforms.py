@@ -99,6 +99,9 @@ __all__ = [
     "RandomAutocontrast",
     "RandomAdjustSharpness",
     "RandomInvert",
+    "Identity",
+    "RGB",
+    "RandomChannelPermutation",
     "TrivialAugmentWide",
     "RandAugment",
     "AutoAugment",
@@ -696,6 +699,35 @@ class RandomInvert(Transform):
 
     def to_spec(self) -> Spec:
         return {"op": "RandomInvert", "p": self.p}
+
+
+class Identity(Transform):
+    """v2's ``Identity()`` (and ``torch.nn.Identity()``): nothing. In a pipeline it is no op at
+    all (an empty ``Compose``, which the planner flattens away, so the single fused pass and the
+    crop's region decode stay); inside ``RandomChoice``/``RandomOrder`` it is still one choice."""
+
+    def to_spec(self) -> Spec:
+        return {"op": "Compose", "transforms": []}
+
+    def __repr__(self) -> str:
+        return "Identity()"
+
+
+class RGB(Transform):
+    """v2's ``RGB()``: three channels. Nothing on an RGB image; on a one-channel (``L``) image
+    the gray level in all three, as ``Grayscale(num_output_channels=3)`` gives (samples come
+    out ``[B, 3, H, W]``). Costs nothing per sample."""
+
+    def to_spec(self) -> Spec:
+        return {"op": "RGB"}
+
+
+class RandomChannelPermutation(Transform):
+    """v2's ``RandomChannelPermutation()``: the channels in a uniformly random order per sample
+    (``torch.randperm``), on the PIL image or the uint8 tensor alike; nothing on one channel."""
+
+    def to_spec(self) -> Spec:
+        return {"op": "RandomChannelPermutation"}
 
 
 def _warp_interpolation(op: str, value: object) -> str:
@@ -1755,7 +1787,9 @@ _SUPPORTED = (
     "GaussianBlur, Pad, RandomCrop, RandomApply, "
     "RandomChoice, RandomOrder and Compose of those, RandomErasing, "
     "ConvertImageDtype(torch.float) (and, from transforms.v2, ToImage, "
-    "ToDtype(torch.float32, scale=True), ToPureTensor)"
+    "ToDtype(torch.float32, scale=True) (also per type, {tv_tensors.Image: torch.float32, ...}), "
+    "ToPureTensor, Identity, RGB, RandomChannelPermutation); torch.nn.Identity; a ToDtype or "
+    "ConvertImageDtype to torch.float32 after the conversion to float (a no-op)"
 )
 
 # The ops whose pixels depend on whether torchvision holds a PIL image or a tensor.
@@ -1820,11 +1854,27 @@ def from_torchvision(compose: Any) -> Compose:
     # stands, or at the end.
     pending_tensor = False
     tensor_api = "v2"
+    # Whether torchvision holds a tv_tensors.Image (after v2's ToImage, through v2's ops), which
+    # a ToDtype with a per-type dtype looks up by type.
+    image_typed = False
     for i, t in enumerate(items):
         name = type(t).__name__
         where = f"from_torchvision: transform #{i} {_describe(t)}"
         if isinstance(t, (Transform, Compose)):
             raise TypeError(f"{where} is already a ferroloader transform; pass it directly")
+        if _is_identity(t):
+            continue  # no op at all: the plan stays as if it were not written
+        if name in ("ToDtype", "ConvertImageDtype") and _is_torchvision(t):
+            try:
+                target = _dtype_target(t, image_typed)
+            except ValueError as e:
+                raise ValueError(f"{where} cannot be converted: {e}") from e
+            if target is None:
+                continue  # torchvision hands the image on as it is
+        if _is_torchvision(t) and name not in ("ToDtype", "ConvertImageDtype") and (
+            not _is_v2(t) or name in ("ToTensor", "PILToTensor", "ToPureTensor")
+        ):
+            image_typed = False  # v1's kernels return plain tensors, even from a tv_tensors.Image
         if not (_is_torchvision(t) or _is_timm(t)):
             raise ValueError(f"{where} is not a torchvision transform; supported: {_SUPPORTED}")
         if name in _TIMM_MAYBE_TO_TENSOR and _is_timm(t) and (
@@ -1836,12 +1886,13 @@ def from_torchvision(compose: Any) -> Compose:
                 tensor_api = "v2" if _is_v2(t) else "v1"
                 out.append(ToImage(api=tensor_api))
             pending_tensor = True
+            image_typed = name == "ToImage"
             continue
         if pending_tensor and name in ("ToDtype", "ConvertImageDtype"):
             _append_conversion(out)
             pending_tensor = False
         try:
-            converted = _convert_one(name, t, out)
+            converted = _convert_one(name, t, out, image_typed)
         except (TypeError, ValueError) as e:
             raise ValueError(f"{where} cannot be converted: {e}") from e
         if converted is None:
@@ -1956,6 +2007,9 @@ def _convert_nested(transforms: Iterable[Any]) -> List[Union[Transform, Compose]
     out: List[Union[Transform, Compose]] = []
     for i, t in enumerate(transforms):
         name = type(t).__name__
+        if _is_identity(t):
+            out.append(Identity())  # still one choice of RandomChoice, one item of RandomOrder
+            continue
         if not _is_torchvision(t):
             raise ValueError(f"transforms[{i}] {t!r} is not a torchvision transform")
         if name == "Compose":
@@ -1979,7 +2033,34 @@ def _describe(t: Any) -> str:
 _SKIP = object()
 
 
-def _convert_one(name: str, t: Any, done: List[Transform]) -> object:
+def _is_identity(t: object) -> bool:
+    """torchvision v2's ``Identity`` or ``torch.nn.Identity`` (a Compose's "off" branch)."""
+    module = type(t).__module__
+    return type(t).__name__ == "Identity" and (
+        module.startswith("torchvision.transforms") or module.startswith("torch.nn")
+    )
+
+
+def _dtype_target(t: Any, image_typed: bool) -> Any:
+    """The dtype a ``ToDtype``/``ConvertImageDtype`` converts the image to, or ``None`` where it
+    hands it on as it is: v2's per-type dict looks the image's type up (``tv_tensors.Image``
+    after v2's ``ToImage``, else a plain tensor), then ``"others"``, as torchvision's
+    ``ToDtype.transform`` does (which raises without either)."""
+    dtype = t.dtype
+    if not isinstance(dtype, dict):
+        return dtype
+    import torch  # only reachable with torchvision installed
+    from torchvision import tv_tensors
+
+    kind = tv_tensors.Image if image_typed else torch.Tensor
+    if kind in dtype:
+        return dtype[kind]
+    if "others" in dtype:
+        return dtype["others"]
+    raise ValueError(f"dtype={dtype}: no dtype for {kind.__name__} and no \"others\" (torchvision raises too)")
+
+
+def _convert_one(name: str, t: Any, done: List[Transform], image_typed: bool = False) -> object:
     if _is_timm(t):
         from ferroloader._timm import (
             AugMixArgs,
@@ -2057,6 +2138,12 @@ def _convert_one(name: str, t: Any, done: List[Transform]) -> object:
         return RandomAdjustSharpness(t.sharpness_factor, float(t.p))
     if name == "RandomInvert":
         return RandomInvert(float(t.p))
+    if name == "Identity":
+        return Identity()
+    if name == "RGB":
+        return RGB()
+    if name == "RandomChannelPermutation":
+        return RandomChannelPermutation()
     if name in ("TrivialAugmentWide", "RandAugment", "AutoAugment"):
         api = "v2" if type(t).__module__.startswith("torchvision.transforms.v2") else "v1"
         if name == "TrivialAugmentWide":
@@ -2086,10 +2173,17 @@ def _convert_one(name: str, t: Any, done: List[Transform]) -> object:
     if name in ("ToDtype", "ConvertImageDtype"):
         import torch  # only reachable with torchvision installed
 
-        dtype = t.dtype
+        dtype = _dtype_target(t, image_typed)
         scale = getattr(t, "scale", True)  # ConvertImageDtype always scales
-        if isinstance(dtype, dict):
-            raise ValueError(f"per-type dtypes are not supported: {dtype}")
+        if any(isinstance(o, ToTensor) for o in done):
+            # The image is float32 already: torchvision converts float32 to float32 as it is
+            # (with or without scale); another dtype would change the output's.
+            if dtype == torch.float32:
+                return _SKIP
+            raise ValueError(
+                f"dtype={dtype}: the image is float32 here (after ToTensor/ToDtype(torch.float32, "
+                "scale=True)); only torch.float32, which changes nothing, is supported"
+            )
         after_tensor = bool(done) and isinstance(done[-1], PILToTensor)
         if dtype == torch.float32 and scale and after_tensor:
             done[-1] = ToTensor()

@@ -183,6 +183,23 @@ pub fn invert(img: &mut RgbImage) {
     }
 }
 
+/// v2's `permute_channels(img, permutation)`: output channel `c` is input channel
+/// `permutation[c]` (`image[..., permutation, :, :]`; its PIL kernel goes through that tensor
+/// one). `permutation` must hold 0, 1 and 2, which the caller's `randperm` guarantees; an
+/// index above 2 is read as 2 rather than panicking.
+pub fn permute_channels(img: &mut RgbImage, permutation: [u8; 3]) {
+    if permutation == [0, 1, 2] {
+        return;
+    }
+    let [a, b, c] = permutation.map(|i| usize::from(i.min(2)));
+    for px in img.as_raw_mut().chunks_exact_mut(3) {
+        let old = [px[0], px[1], px[2]];
+        px[0] = old[a];
+        px[1] = old[b];
+        px[2] = old[c];
+    }
+}
+
 /// `ImageOps.posterize(img, bits)`: keeps the top `bits` bits of every channel. `bits` must be
 /// 1..=8, as Pillow requires (torchvision's own check lets 0 through to Pillow, which raises).
 pub fn posterize(img: &mut RgbImage, bits: u8) -> Result<()> {

@@ -919,4 +919,16 @@ pub enum OpSpec {
         /// Per-channel standard deviation, non-zero.
         std: [f32; 3],
     },
+    /// v2's `RGB()`: three channels. On a three-channel image nothing; on a one-channel one
+    /// (an `L` image, or after `Grayscale(1)`) the gray level in all three, as
+    /// `Grayscale(num_output_channels=3)` gives. A marker: one-channel images already run
+    /// replicated into three channels, so it changes no pixel, only the sample's channel count
+    /// and the rules the tensor kernels after it follow. Inside `RandomApply`/`RandomChoice`/
+    /// `RandomOrder` only where it changes nothing (else some samples would differ in shape).
+    #[serde(rename = "RGB")]
+    Rgb,
+    /// v2's `RandomChannelPermutation()`: the channels in a uniformly random order
+    /// (`torch.randperm(channels)`), per sample. A pixel op; on a one-channel image the
+    /// identity, drawing nothing (`randperm(1)`).
+    RandomChannelPermutation,
 }

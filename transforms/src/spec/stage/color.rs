@@ -7,7 +7,7 @@
 
 use super::{check_p, in_op, Domain, StageScratch};
 use crate::augment::policy::Api;
-use crate::augment::policy::{draw_p, draw_p_item, ColorJitter, ColorStep};
+use crate::augment::policy::{draw_p, draw_p_item, randperm, ColorJitter, ColorStep};
 use crate::augment::{color, tensor_color};
 use crate::error::{Error, Result};
 use crate::image::RgbImage;
@@ -35,6 +35,7 @@ enum ColorKind {
     Autocontrast { p: f64 },
     Sharpness { factor: f64, p: f64 },
     Invert { p: f64 },
+    ChannelPermutation,
 }
 
 /// A `ColorJitter` argument resolved as torchvision's `_check_input` does.
@@ -94,7 +95,7 @@ impl ColorOp {
         rng: &mut SampleRng,
     ) -> Result<()> {
         match self.tensor {
-            None => self.kind.run(img, scratch, rng),
+            None => self.kind.run(img, scratch, rng, self.one_channel),
             Some(api) => self
                 .kind
                 .run_tensor(img, scratch, rng, api, self.one_channel),
@@ -183,6 +184,7 @@ impl ColorKind {
             OpSpec::RandomInvert { p } => ColorKind::Invert {
                 p: check_p("RandomInvert", *p)?,
             },
+            OpSpec::RandomChannelPermutation => ColorKind::ChannelPermutation,
             _ => return Ok(None),
         }))
     }
@@ -199,12 +201,15 @@ impl ColorKind {
             ColorKind::Autocontrast { .. } => Op::RandomAutocontrast,
             ColorKind::Sharpness { .. } => Op::RandomAdjustSharpness,
             ColorKind::Invert { .. } => Op::RandomInvert,
+            ColorKind::ChannelPermutation => Op::RandomChannelPermutation,
         }
     }
 
     /// Draws this op's parameters from `rng` (torchvision's draws, in its order and number:
     /// one coin per `Random*` op even at `p` 0 or 1, `randperm(4)` and a factor per enabled
-    /// adjustment for `ColorJitter`) and applies it to `img` in place.
+    /// adjustment for `ColorJitter`, `randperm(3)` for `RandomChannelPermutation` unless
+    /// `one_channel`: an `L` image, replicated into three channels) and applies it to `img` in
+    /// place.
     ///
     /// The coins are v1's comparisons (`draw_p` for `RandomGrayscale`, `draw_p_item` for the
     /// others); v2 compares in float32 throughout, which differs only for the one draw equal
@@ -214,6 +219,7 @@ impl ColorKind {
         img: &mut RgbImage,
         scratch: &mut StageScratch,
         rng: &mut SampleRng,
+        one_channel: bool,
     ) -> Result<()> {
         match *self {
             ColorKind::ColorJitter(jitter) => {
@@ -263,6 +269,7 @@ impl ColorKind {
                     color::invert(img);
                 }
             }
+            ColorKind::ChannelPermutation => permute_channels(img, rng, one_channel),
         }
         Ok(())
     }
@@ -337,7 +344,20 @@ impl ColorKind {
                     color::invert(img);
                 }
             }
+            ColorKind::ChannelPermutation => permute_channels(img, rng, one_channel),
         }
         Ok(())
     }
+}
+
+/// `RandomChannelPermutation`: `torch.randperm(channels)`, then the channels in that order (the
+/// same on a PIL image, whose kernel goes through a tensor, and on a tensor). One channel:
+/// `randperm(1)` draws nothing and permutes nothing.
+fn permute_channels(img: &mut RgbImage, rng: &mut SampleRng, one_channel: bool) {
+    if one_channel {
+        return;
+    }
+    let mut order = [0u8; 3];
+    randperm(rng, &mut order);
+    color::permute_channels(img, order);
 }

@@ -1,0 +1,268 @@
+"""The small torchvision transforms that a user's ``Compose`` carries and that used to stop the
+converter (a Python tail from there on): ``v2.Identity``/``torch.nn.Identity``, ``v2.RGB``, a
+``ToDtype``/``ConvertImageDtype`` to float32 standing after the conversion to float (also
+v2's per-type dict form), and ``v2.RandomChannelPermutation``. Each runs natively with
+torchvision's semantics, checked against torchvision itself: the whole loader's samples equal
+torchvision's dataset bit for bit where nothing is left to chance, the channel permutation's
+samples are always one of torchvision's possible outputs and its draws uniform over the six
+orders, and every pipeline runs with no Python tail and the same batches whatever
+``num_workers``.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from itertools import permutations
+from pathlib import Path
+from typing import Any, List, Tuple
+
+import numpy as np
+import pytest
+import torch
+import torchvision
+import torchvision.transforms as tvT
+import torchvision.transforms.v2 as v2
+from PIL import Image
+from torchvision import tv_tensors
+
+import ferroloader as fl
+from ferroloader import transforms as T
+
+MEAN, STD = [0.485, 0.456, 0.406], [0.229, 0.224, 0.225]
+
+
+def _native_epoch(dataset: Any, transform: Any, *, workers: int = 2, **kw: Any) -> torch.Tensor:
+    """Every sample of one epoch, unshuffled; the transform must run with no Python tail."""
+    loader = fl.Loader(dataset, batch_size=5, num_workers=workers, transform=transform, python_tail="error",
+                       seed=11, **kw)
+    assert loader.python_tail == []
+    return torch.cat([x for x, _ in loader])
+
+
+def _torchvisions(folder: Path, transform: Any) -> torch.Tensor:
+    reference = torchvision.datasets.ImageFolder(str(folder), transform=transform)
+    return torch.stack([torch.as_tensor(reference[i][0]) for i in range(len(reference))])
+
+
+def _same_across_workers(dataset: Any, transform: Any, **kw: Any) -> torch.Tensor:
+    """The epoch, checked bit-identical with 0, 1 and 3 workers."""
+    first = _native_epoch(dataset, transform, workers=0, **kw)
+    for workers in (1, 3):
+        assert torch.equal(_native_epoch(dataset, transform, workers=workers, **kw), first), workers
+    return first
+
+
+# Identity
+
+
+def _with_identities(tv: Any, ops: List[Any]) -> List[Any]:
+    """``ops`` with an Identity (both kinds) before, between and after them."""
+    out: List[Any] = [torch.nn.Identity()]
+    for op in ops:
+        out += [op, v2.Identity() if tv is v2 else torch.nn.Identity()]
+    return out
+
+
+@pytest.mark.parametrize("tv", [tvT, v2], ids=["v1", "v2"])
+def test_identity_converts_to_nothing(tv: Any) -> None:
+    crop = tv.RandomResizedCrop(224)
+    plain = [crop, tv.RandomHorizontalFlip(), tv.ToTensor() if tv is tvT else v2.ToImage(), tv.Normalize(MEAN, STD)]
+    if tv is v2:
+        plain.insert(3, v2.ToDtype(torch.float32, scale=True))
+    # The same transforms, so the same plan: the single fused pass and the crop's region decode.
+    assert T.from_torchvision(_with_identities(tv, plain)) == T.from_torchvision(plain)
+    assert T.from_torchvision(tv.Compose(_with_identities(tv, plain))) == T.from_torchvision(plain)
+    assert T.from_torchvision([v2.Identity()]) == T.Compose([])
+
+
+def test_identity_stays_one_choice_inside_random_compositions() -> None:
+    converted = T.from_torchvision([v2.RandomChoice([v2.Identity(), v2.RandomInvert(1.0)]), v2.PILToTensor()])
+    choice = converted.transforms[0]
+    assert isinstance(choice, T.RandomChoice) and len(choice.transforms) == 2
+    assert choice.transforms[0] == T.Identity() and repr(T.Identity()) == "Identity()"
+    assert T.from_torchvision([tvT.RandomApply(torch.nn.ModuleList([torch.nn.Identity()]), p=0.3), tvT.PILToTensor()])
+
+
+def test_identity_keeps_the_samples_torchvisions(folder: Path) -> None:
+    tv = v2.Compose([v2.Resize(64), torch.nn.Identity(), v2.CenterCrop(48), v2.Identity(), v2.PILToTensor()])
+    got = _same_across_workers(fl.ImageFolder(folder), tv, output="uint8")
+    assert torch.equal(got, _torchvisions(folder, tv))
+    # Inside RandomChoice with RandomInvert(p=1): each sample is the image or its inverse,
+    # and both occur.
+    chosen = v2.Compose([v2.Resize(64), v2.CenterCrop(48), v2.RandomChoice([v2.Identity(), v2.RandomInvert(1.0)]),
+                         v2.PILToTensor()])
+    got = _same_across_workers(fl.ImageFolder(folder), chosen, output="uint8")
+    want = _torchvisions(folder, tv)
+    kept = [torch.equal(g, w) for g, w in zip(got, want)]
+    inverted = [torch.equal(g, 255 - w) for g, w in zip(got, want)]
+    assert all(k or i for k, i in zip(kept, inverted)) and any(kept) and any(inverted)
+
+
+# RGB
+
+
+def _gray_array(n: int = 12, size: Tuple[int, int] = (40, 36)) -> np.ndarray:
+    rng = np.random.default_rng(5)
+    y, x = np.mgrid[0:size[0], 0:size[1]]
+    return np.stack([((x * (3 + i) + y * 7 + rng.integers(0, 40, size)) % 256).astype(np.uint8) for i in range(n)])
+
+
+@pytest.mark.parametrize("tensor_first", [False, True], ids=["pil", "to-image"])
+def test_rgb_makes_three_equal_channels_of_a_gray_image(tensor_first: bool) -> None:
+    gray = _gray_array()
+    head = [v2.ToImage()] if tensor_first else []
+    # After RGB the colour ops mix three channels (torchvision's three-channel kernels).
+    tv = v2.Compose([*head, v2.CenterCrop(32), v2.RGB(), v2.ColorJitter(contrast=(0.6, 0.6)),
+                     *([] if tensor_first else [v2.PILToTensor()])])
+    got = _same_across_workers(fl.ImageArray(gray, list(range(len(gray)))), tv, output="uint8")
+    want = torch.stack([torch.as_tensor(tv(Image.fromarray(g))) for g in gray])
+    assert got.shape == want.shape == (len(gray), 3, 32, 32)
+    assert torch.equal(got, want)
+    # Without RGB the same dataset gives one channel.
+    assert fl.Loader(fl.ImageArray(gray, [0] * len(gray)), batch_size=2, transform=v2.Compose([v2.ToImage(), v2.ToDtype(torch.float32, scale=True)])).sample_shape[0] == 1
+
+
+def test_rgb_changes_nothing_on_an_rgb_image(folder: Path) -> None:
+    tv = v2.Compose([v2.Resize(64), v2.CenterCrop(48), v2.RGB(), v2.PILToTensor()])
+    assert T.check(T.from_torchvision(tv), output="uint8")["shape"] == (3, 48, 48)
+    got = _same_across_workers(fl.ImageFolder(folder), tv, output="uint8")
+    assert torch.equal(got, _torchvisions(folder, tv))
+
+
+def test_rgb_that_would_change_some_samples_only_is_refused() -> None:
+    gray = _gray_array(4)
+    spec = T.pipeline_spec(T.Compose([T.RandomApply([T.RGB()], p=0.5), T.ToTensor()]), mode="L")
+    with pytest.raises(ValueError, match="RGB inside RandomApply"):
+        fl._native.check_pipeline(spec.replace('"ops"', '"image_size": [40, 36], "ops"'))
+    # On three channels it changes nothing, so it is fine there.
+    T.check(T.Compose([T.CenterCrop(8), T.RandomApply([T.RGB()], p=0.5), T.ToTensor()]))
+    del gray
+
+
+# ToDtype / ConvertImageDtype float32 after the float conversion
+
+
+@pytest.mark.parametrize(
+    "ops",
+    [
+        [tvT.ToTensor(), tvT.ConvertImageDtype(torch.float32)],
+        [tvT.ToTensor(), tvT.ConvertImageDtype(torch.float), tvT.Normalize(MEAN, STD)],
+        [tvT.PILToTensor(), tvT.ConvertImageDtype(torch.float), tvT.ConvertImageDtype(torch.float32)],
+        [v2.ToImage(), v2.ToDtype(torch.float32, scale=True), v2.ToDtype(torch.float32, scale=True)],
+        [v2.ToImage(), v2.ToDtype(torch.float32, scale=True), v2.Normalize(MEAN, STD), v2.ToDtype(torch.float32)],
+        [v2.ToImage(), v2.ToDtype({tv_tensors.Image: torch.float32, "others": None}, scale=True),
+         v2.Normalize(MEAN, STD)],
+        [v2.ToImage(), v2.ToDtype(torch.float32, scale=True),
+         v2.ToDtype({tv_tensors.Image: torch.float32, "others": None}, scale=True)],
+    ],
+    ids=["v1", "v1-normalize", "v1-pil", "v2", "v2-unscaled", "v2-dict", "v2-dict-after"],
+)
+def test_float32_to_float32_is_dropped(folder: Path, ops: List[Any]) -> None:
+    head = [tvT.Resize(64), tvT.CenterCrop(48)]
+    converted = T.from_torchvision([*head, *ops])
+    assert isinstance(converted.transforms[2], T.ToTensor)
+    assert not any(isinstance(t, T.PILToTensor) for t in converted.transforms)
+    tv = tvT.Compose([*head, *ops])
+    got = _native_epoch(fl.ImageFolder(folder), tv)
+    assert torch.allclose(got, _torchvisions(folder, tv), rtol=0, atol=1e-6)
+
+
+def test_the_per_type_dtype_converts_as_the_plain_one() -> None:
+    per_type = [v2.ToImage(), v2.RandomResizedCrop(224), v2.RandomHorizontalFlip(),
+                v2.ToDtype({tv_tensors.Image: torch.float32, "others": None}, scale=True), v2.Normalize(MEAN, STD)]
+    plain = [*per_type[:3], v2.ToDtype(torch.float32, scale=True), per_type[4]]
+    assert T.from_torchvision(per_type) == T.from_torchvision(plain)
+    # On a plain tensor (v1's PILToTensor) torchvision looks up "others": None, no conversion.
+    passes = [tvT.PILToTensor(), v2.ToDtype({tv_tensors.Image: torch.float32, "others": None}, scale=True)]
+    assert T.from_torchvision(passes) == T.from_torchvision([tvT.PILToTensor()])
+    img = Image.new("RGB", (4, 4), (9, 8, 7))
+    with pytest.warns(UserWarning, match="no dtype was specified"):
+        assert v2.Compose(passes)(img).dtype == torch.uint8  # what torchvision does there
+
+
+def test_other_dtypes_after_the_float_conversion_are_refused() -> None:
+    for op in (tvT.ConvertImageDtype(torch.float64), v2.ToDtype(torch.uint8, scale=True),
+               v2.ToDtype(torch.float16, scale=True)):
+        with pytest.raises(ValueError, match="dtype=torch.(float64|uint8|float16).*the image is float32 here"):
+            T.from_torchvision([tvT.ToTensor(), op])
+    with pytest.raises(ValueError, match="no dtype for"):
+        T.from_torchvision([v2.ToImage(), v2.ToDtype({tv_tensors.Mask: torch.int64}, scale=True)])
+
+
+# RandomChannelPermutation
+
+
+def _permuted_images() -> np.ndarray:
+    """Images whose three channels differ everywhere, so a sample names its permutation."""
+    rng = np.random.default_rng(3)
+    base = rng.integers(0, 80, (20, 16, 12, 1)).astype(np.uint8)
+    return np.concatenate([base, base + 90, base + 175], axis=-1)
+
+
+def _which_permutation(sample: torch.Tensor, original: torch.Tensor) -> Tuple[int, ...]:
+    for perm in permutations(range(3)):
+        if torch.equal(sample, original[list(perm)]):
+            return perm
+    raise AssertionError("the sample is no permutation of the image's channels")
+
+
+@pytest.mark.parametrize("tensor_first", [False, True], ids=["pil", "to-image"])
+def test_random_channel_permutation_is_one_of_torchvisions_outputs_uniformly(tensor_first: bool) -> None:
+    images = _permuted_images()
+    head = [v2.ToImage()] if tensor_first else []
+    tv = v2.Compose([*head, v2.RandomChannelPermutation(), *([] if tensor_first else [v2.ToImage()])])
+    dataset = fl.ImageArray(images, list(range(len(images))))
+    converted = T.from_torchvision(tv)
+    assert T.RandomChannelPermutation() in converted.transforms
+    got = _same_across_workers(dataset, tv, output="uint8")
+    original = torch.from_numpy(images).permute(0, 3, 1, 2)
+    # Every sample is what torchvision gives for one of randperm(3)'s outputs.
+    for perm in permutations(range(3)):
+        torch.manual_seed(0)
+        outputs = {tuple(torch.randperm(3).tolist()) for _ in range(60)}
+        assert perm in outputs
+    seen = [_which_permutation(g, o) for g, o in zip(got, original)]
+    # Uniform over the six orders: many epochs (seeds), a chi-square test at 6 categories.
+    counts: Counter[Tuple[int, ...]] = Counter(seen)
+    for seed in range(1, 40):
+        loader = fl.Loader(dataset, batch_size=20, transform=tv, output="uint8", python_tail="error", seed=seed)
+        for x, _ in loader:
+            counts.update(_which_permutation(g, o) for g, o in zip(x, original))
+    total = sum(counts.values())
+    expected = total / 6
+    chi2 = sum((counts[p] - expected) ** 2 / expected for p in permutations(range(3)))
+    assert len(counts) == 6 and chi2 < 20.5, (counts, chi2)  # p ~ 0.001 at 5 degrees of freedom
+
+
+def test_random_channel_permutation_matches_torchvisions_kernel_per_order() -> None:
+    """torchvision's kernel for each order equals the sample of that order (the permutation
+    indexes the input's channels: output c is input perm[c])."""
+    images = _permuted_images()
+    original = torch.from_numpy(images).permute(0, 3, 1, 2)
+    got = _native_epoch(fl.ImageArray(images, [0] * len(images)),
+                        v2.Compose([v2.RandomChannelPermutation(), v2.PILToTensor()]), output="uint8")
+    for g, o, img in zip(got, original, images):
+        perm = _which_permutation(g, o)
+        want = v2.functional.permute_channels(tv_tensors.Image(torch.from_numpy(img).permute(2, 0, 1)), list(perm))
+        assert torch.equal(g, want)
+        pil = v2.functional.permute_channels(Image.fromarray(img), list(perm))
+        assert torch.equal(g, torch.from_numpy(np.array(pil)).permute(2, 0, 1))
+
+
+def test_random_channel_permutation_of_a_gray_image_changes_nothing() -> None:
+    gray = _gray_array(6)
+    tv = v2.Compose([v2.RandomChannelPermutation(), v2.PILToTensor()])
+    got = _native_epoch(fl.ImageArray(gray, [0] * len(gray)), tv, output="uint8")
+    assert torch.equal(got, torch.stack([tv(Image.fromarray(g)) for g in gray]))
+
+
+def test_random_channel_permutation_is_a_staged_op_with_its_span(folder: Path) -> None:
+    tv = v2.Compose([v2.RandomResizedCrop(64), v2.RandomChannelPermutation(), v2.ToImage(),
+                     v2.ToDtype(torch.float32, scale=True), v2.Normalize(MEAN, STD)])
+    loader = fl.Loader(fl.ImageFolder(folder), batch_size=6, num_workers=2, transform=tv, python_tail="error",
+                       profile="spans")
+    assert loader.python_tail == []
+    for _ in loader:
+        pass
+    spans = loader.profile().pipeline("native")["spans"]
+    assert sum(s["op"] == "RandomChannelPermutation" for s in spans) == 18
