@@ -11,6 +11,7 @@ orders, and every pipeline runs with no Python tail and the same batches whateve
 
 from __future__ import annotations
 
+import json
 from collections import Counter
 from itertools import permutations
 from pathlib import Path
@@ -266,3 +267,130 @@ def test_random_channel_permutation_is_a_staged_op_with_its_span(folder: Path) -
         pass
     spans = loader.profile().pipeline("native")["spans"]
     assert sum(s["op"] == "RandomChannelPermutation" for s in spans) == 18
+
+
+# GaussianNoise
+
+
+def _noise_spec(mean: float = 0.0, sigma: float = 0.1, clip: bool = True) -> str:
+    return json.dumps(T.GaussianNoise(mean, sigma, clip).to_spec())
+
+
+@pytest.mark.parametrize("mean, sigma, clip", [(0.0, 0.1, True), (0.2, 0.35, True), (-0.05, 0.5, False), (0.0, 0.0, True)])
+def test_gaussian_noise_is_torchvisions_arithmetic_with_the_same_normals(mean: float, sigma: float, clip: bool) -> None:
+    """The hook adds the noise the pipeline adds and returns the normals it drew; torch's own
+    ``image + (mean + z * sigma)`` (then ``clamp``) with those normals is the same, bit for bit."""
+    rng = np.random.default_rng(0)
+    image = rng.random((3, 17, 23), dtype=np.float32)
+    noisy, normals = fl._native.gaussian_noise_apply(_noise_spec(mean, sigma, clip), image, 4, seed=9)
+    assert noisy.shape == normals.shape == image.shape
+    img = torch.from_numpy(image)
+    z = torch.from_numpy(normals)
+    # torchvision's gaussian_noise_image with randn_like replaced by the normals drawn.
+    original = torch.randn_like
+    try:
+        torch.randn_like = lambda t, **kw: z.clone()  # type: ignore[assignment]
+        want = v2.functional.gaussian_noise(img, mean=mean, sigma=sigma, clip=clip)
+    finally:
+        torch.randn_like = original  # type: ignore[assignment]
+    assert torch.equal(torch.from_numpy(noisy), want)
+    if clip:
+        assert 0.0 <= float(want.min()) and float(want.max()) <= 1.0
+
+
+def test_gaussian_noise_draws_standard_normals() -> None:
+    """The normals of many samples: mean 0 and standard deviation 1 (within a few standard
+    errors), symmetric tails as a normal's, and another sample index draws others."""
+    image = np.full((3, 64, 64), 0.5, np.float32)
+    draws = np.concatenate([fl._native.gaussian_noise_apply(_noise_spec(), image, i, seed=3)[1].ravel()
+                            for i in range(40)])
+    n = draws.size
+    assert abs(draws.mean()) < 4 / np.sqrt(n)
+    assert abs(draws.std() - 1) < 4 * np.sqrt(0.5 / n)
+    for k, p in ((1, 0.3173), (2, 0.0455)):
+        assert abs(np.mean(np.abs(draws) > k) - p) < 5 * np.sqrt(p * (1 - p) / n)
+    first, again = (fl._native.gaussian_noise_apply(_noise_spec(), image, 0, seed=3)[1] for _ in range(2))
+    assert np.array_equal(first, again)
+    assert not np.array_equal(first, fl._native.gaussian_noise_apply(_noise_spec(), image, 1, seed=3)[1])
+
+
+def test_gaussian_noise_arguments_are_checked_as_torchvision_does() -> None:
+    with pytest.raises(ValueError, match="sigma shouldn't be negative"):
+        T.GaussianNoise(sigma=-0.1)
+    with pytest.raises(ValueError, match="sigma shouldn't be negative"):
+        fl._native.check_pipeline(json.dumps({"ops": [{"op": "CenterCrop", "size": 8}, {"op": "ToTensor"},
+                                                      {"op": "GaussianNoise", "sigma": -1}]}))
+    with pytest.raises(ValueError, match="Gaussian Noise is not implemented for PIL images"):
+        T.from_torchvision([v2.CenterCrop(8), v2.GaussianNoise(), v2.ToImage()])
+    with pytest.raises(ValueError, match="uint8 tensor here"):
+        T.from_torchvision([v2.ToImage(), v2.CenterCrop(8), v2.GaussianNoise(), v2.ToDtype(torch.float32, scale=True)])
+    with pytest.raises(ValueError, match="GaussianNoise write into the float32 tensor"):
+        T.check(T.Compose([T.CenterCrop(8), T.ToTensor(), T.GaussianNoise()]), output="uint8")
+    img = Image.new("RGB", (4, 4))
+    with pytest.raises(ValueError, match="Gaussian Noise is not implemented for PIL images"):
+        v2.GaussianNoise()(img)
+
+
+def _noise_pipelines(before: bool, mean: float = 0.0, sigma: float = 0.1, clip: bool = True) -> Tuple[Any, Any]:
+    """torchvision's pipeline with GaussianNoise before (or after) Normalize, and the same
+    without it."""
+    head = [v2.Resize(64), v2.CenterCrop(48), v2.RandomHorizontalFlip(), v2.ToImage(), v2.ToDtype(torch.float32, scale=True)]
+    noise = [v2.GaussianNoise(mean, sigma, clip)]
+    norm = [v2.Normalize(MEAN, STD)]
+    return v2.Compose(head + (noise + norm if before else norm + noise)), v2.Compose(head + norm)
+
+
+@pytest.mark.parametrize("before", [True, False], ids=["before-normalize", "after-normalize"])
+def test_gaussian_noise_in_a_pipeline_runs_natively_with_torchvisions_statistics(folder: Path, before: bool) -> None:
+    """The noise the loader adds (noisy minus clean samples, on the scale the noise is added
+    at) has the distribution of what torchvision's own GaussianNoise adds to the same clean
+    samples with torch's generator: the same mean, spread and share of clamped values."""
+    noisy_tv, clean_tv = _noise_pipelines(before, mean=0.05, sigma=0.2)
+    dataset = fl.ImageFolder(folder)
+    noisy = _same_across_workers(dataset, noisy_tv)
+    clean = _native_epoch(dataset, clean_tv)  # the same flips: the noise draws come after them
+    std = torch.tensor(STD)[:, None, None]
+    mean = torch.tensor(MEAN)[:, None, None]
+    # Where the noise is added: the [0, 1] values before Normalize, or the normalized ones.
+    x_noisy = noisy * std + mean if before else noisy
+    x_clean = clean * std + mean if before else clean
+    got = (x_noisy - x_clean).flatten()
+    torch.manual_seed(0)
+    reps = 4
+    ref_noisy = torch.cat([v2.GaussianNoise(0.05, 0.2)(x_clean) for _ in range(reps)])
+    want = (ref_noisy - x_clean.repeat(reps, 1, 1, 1)).flatten()
+    n = got.numel()
+    assert abs(float(got.mean() - want.mean())) < 6 * 0.2 / np.sqrt(n)
+    assert abs(float(got.std() - want.std())) < 6 * 0.2 / np.sqrt(2 * n) + 1e-3
+    clamped = lambda x: float(((x <= 1e-5) | (x >= 1 - 1e-5)).float().mean())  # noqa: E731
+    p = clamped(ref_noisy)
+    assert abs(clamped(x_noisy) - p) < 6 * np.sqrt(p * (1 - p) / n) + 1e-4
+    assert float(x_noisy.min()) >= -1e-6 and float(x_noisy.max()) <= 1 + 1e-6
+    # The converted pipeline: a GaussianNoise where torchvision has it.
+    converted = T.from_torchvision(noisy_tv)
+    names = [type(t).__name__ for t in converted.transforms]
+    assert names[-2:] == (["GaussianNoise", "Normalize"] if before else ["Normalize", "GaussianNoise"])
+
+
+def test_gaussian_noise_before_normalize_is_torchvisions_with_the_same_normals(folder: Path) -> None:
+    """The whole sample, bit for bit: torchvision's pipeline on the same image with
+    ``randn_like`` giving the normals the sample drew (no flip, so the noise is the only draw)."""
+    tv = v2.Compose([v2.Resize(40), v2.CenterCrop(32), v2.ToImage(), v2.ToDtype(torch.float32, scale=True),
+                     v2.GaussianNoise(0.02, 0.3), v2.Normalize(MEAN, STD)])
+    plain = v2.Compose([v2.Resize(40), v2.CenterCrop(32), v2.ToImage(), v2.ToDtype(torch.float32, scale=True)])
+    dataset = fl.ImageFolder(folder)
+    got = _native_epoch(dataset, tv, workers=0)
+    # The unnormalized, noise-free samples, as the native pipeline converts them.
+    unnoised = _native_epoch(dataset, v2.Compose(list(plain.transforms)), workers=0)
+    reference = torchvision.datasets.ImageFolder(str(folder))
+    original = torch.randn_like
+    try:
+        for i in range(len(reference)):
+            _, normals = fl._native.gaussian_noise_apply(_noise_spec(0.02, 0.3), unnoised[i].numpy(), i, seed=11)
+            z = torch.from_numpy(normals)
+            torch.randn_like = lambda t, **kw: z.clone()  # type: ignore[assignment]
+            img = unnoised[i]  # the same values torchvision's ToDtype gives, within one ulp
+            want = v2.Normalize(MEAN, STD)(v2.GaussianNoise(0.02, 0.3)(tv_tensors.Image(img)))
+            assert torch.equal(got[i], want.as_subclass(torch.Tensor)), i
+    finally:
+        torch.randn_like = original  # type: ignore[assignment]

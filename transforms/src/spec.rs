@@ -28,7 +28,10 @@ use op_spec::{default_ratio, default_scale, default_true};
 
 pub use stage::{apply_timm_op, plan_timm_augmix, plan_timm_auto_augment, plan_timm_rand_augment};
 use stage::{pad_center_crop, Domain, RandomCropOp, ResizedCropOp, StageOp, StageScratch, Staged};
-pub use tensor_op::{apply_timm_random_erasing, plan_timm_random_erasing};
+pub use tensor_op::{
+    apply_gaussian_noise, apply_timm_random_erasing, plan_gaussian_noise, plan_timm_random_erasing,
+    GaussianNoise,
+};
 use tensor_op::{SlotState, TensorOp};
 
 /// Element type of the samples written into batch buffers.
@@ -345,12 +348,14 @@ pub enum Op {
     TimmRandomErasing,
     /// v2's `RandomChannelPermutation`: its permutation and the shuffle.
     RandomChannelPermutation,
+    /// v2's `GaussianNoise`, on the tensor in the batch slot: its normals and the sums.
+    GaussianNoise,
 }
 
 impl Op {
     /// Every op, in declaration order (`op as usize` indexes this array; the loader's
     /// profiler tables rely on it, so new ops go at the end, here and in the enum).
-    pub const ALL: [Op; 37] = [
+    pub const ALL: [Op; 38] = [
         Op::Decode,
         Op::CropParams,
         Op::Crop,
@@ -388,6 +393,7 @@ impl Op {
         Op::TimmAugMix,
         Op::TimmRandomErasing,
         Op::RandomChannelPermutation,
+        Op::GaussianNoise,
     ];
 
     /// The name spans and summaries use.
@@ -430,6 +436,7 @@ impl Op {
             Op::TimmAugMix => "TimmAugMix",
             Op::TimmRandomErasing => "TimmRandomErasing",
             Op::RandomChannelPermutation => "RandomChannelPermutation",
+            Op::GaussianNoise => "GaussianNoise",
         }
     }
 }
@@ -582,9 +589,12 @@ impl WholeResize {
 ///
 /// Random compositions (`RandomApply`, `RandomChoice`, `RandomOrder`) are stage ops over
 /// stage ops; a nested `Compose` is flattened where it stands. After the conversion, tensor
-/// ops (`RandomErasing`, timm's `TimmRandomErasing`) run on the float32 sample in the slot, each in its own span; an
-/// erasing written before `Normalize` runs after the fused conversion too, its fill normalized
-/// with the same arithmetic (op by op it runs where written; the samples are equal).
+/// ops (`RandomErasing`, timm's `TimmRandomErasing`, v2's `GaussianNoise`) run on the float32
+/// sample in the slot, each in its own span; an erasing written before `Normalize` runs after
+/// the fused conversion too, its fill normalized with the same arithmetic (op by op it runs
+/// where written; the samples are equal). A `GaussianNoise` before `Normalize` makes the
+/// conversion write the `ToTensor` values and the slot normalized after the ops before it (in a
+/// `normalize` span), so every tensor op sees what torchvision's would.
 ///
 /// Draws, from the sample's generator, in the order the ops are written (torchvision's):
 /// the crop (`RandomResizedCrop`'s or `RandomCrop`'s; timm's `RandomResizedCropAndInterpolation`
@@ -615,6 +625,10 @@ pub struct Pipeline {
     /// the order written;
     /// empty (no per-sample cost) for most pipelines.
     tensor_ops: Vec<TensorOp>,
+    /// The `Normalize` run on the slot between the tensor ops standing before it and those
+    /// after it, instead of in the conversion: set when a `GaussianNoise` stands before it
+    /// (the conversion then writes the `ToTensor` values).
+    slot_normalize: Option<NormalizeArgs>,
     /// Channels of a sample: 3, or 1 for an `L` image or after `Grayscale(1)`.
     channels: usize,
 }
@@ -690,8 +704,8 @@ fn bad_order(reason: &str) -> Error {
              (RandomVerticalFlip, RandomRotation, RandomAffine, RandomPerspective, GaussianBlur, \
              Pad, RandomCrop, \
              CenterCrop, Resize, RandomResizedCrop) and RandomApply, RandomChoice, RandomOrder of those, in any order, \
-             then ToTensor [Normalize] (with RandomErasing or TimmRandomErasing before or \
-             after Normalize) or \
+             then ToTensor [Normalize] (with RandomErasing, TimmRandomErasing or \
+             GaussianNoise before or after Normalize) or \
              PILToTensor; Compose anywhere, and ToImage anywhere before the conversion (the \
              ops after it run torch's tensor kernels)"
         ),
@@ -880,8 +894,8 @@ fn plan_conversion<'a>(
     let needs_tensor = || {
         Error::invalid(
             "ops",
-            "RandomErasing and TimmRandomErasing work on the float tensor: put ToTensor (and \
-             Normalize) before them",
+            "RandomErasing, TimmRandomErasing and GaussianNoise work on the float tensor: put \
+             ToTensor (and Normalize) before them",
         )
     };
     match ops.next() {
@@ -906,8 +920,8 @@ fn plan_conversion<'a>(
                     OpSpec::Normalize { .. } => return Err(bad_order("a second Normalize")),
                     _ => {
                         return Err(bad_order(
-                            "after ToTensor only Normalize, RandomErasing and \
-                             TimmRandomErasing can run",
+                            "after ToTensor only Normalize, RandomErasing, \
+                             TimmRandomErasing and GaussianNoise can run",
                         ))
                     }
                 }
@@ -1083,13 +1097,18 @@ impl Pipeline {
         if !tensor_ops.is_empty() && spec.output == OutputDtype::Uint8 {
             return Err(Error::invalid(
                 "output",
-                "RandomErasing (torchvision's or timm's) writes into the float32 tensor \
-                 (normalized values, or standard \
+                "RandomErasing (torchvision's or timm's) and GaussianNoise write into the \
+                 float32 tensor (normalized values, or standard \
                  normals), which uint8 pixels cannot hold, and with uint8 output Normalize is \
                  left to the consumer; use output=float32, or erase after normalizing on the \
                  consumer's side",
             ));
         }
+        let slot_normalize = if tensor_ops.iter().any(TensorOp::needs_unnormalized_slot) {
+            normalize.take()
+        } else {
+            None
+        };
         let (output, deferred_normalize) = match spec.output {
             OutputDtype::Float32 => match normalize.take() {
                 Some((mean, std)) => (OutputKind::F32Chw { mean, std }, None),
@@ -1115,6 +1134,7 @@ impl Pipeline {
             out_h,
             out_w,
             tensor_ops,
+            slot_normalize,
             channels,
         })
     }
@@ -1649,8 +1669,23 @@ impl Pipeline {
                 "RandomErasing needs float32 output (the plan refuses uint8)",
             ));
         };
-        for op in &self.tensor_ops {
-            self.run_tensor_op(op, slot, state, rng, values, obs)?;
+        let Some((mean, std)) = self.slot_normalize else {
+            for op in &self.tensor_ops {
+                self.run_tensor_op(op, slot, state, rng, values, obs)?;
+            }
+            return Ok(());
+        };
+        // The conversion wrote the ToTensor values: each op where it is written, as op by op.
+        let (before, after) = self.tensor_ops.split_at(
+            self.tensor_ops
+                .partition_point(TensorOp::is_before_normalize),
+        );
+        for op in before {
+            self.run_tensor_op(op, slot, SlotState::AsWritten, rng, values, obs)?;
+        }
+        observed(obs, Op::Normalize, || tensor::normalize(slot, &mean, &std))?;
+        for op in after {
+            self.run_tensor_op(op, slot, SlotState::AsWritten, rng, values, obs)?;
         }
         Ok(())
     }

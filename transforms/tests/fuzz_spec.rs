@@ -708,6 +708,26 @@ fn op_of(name: &'static str) -> BoxedStrategy<Value> {
                 ],
             )
         }
+        "GaussianNoise" => object(
+            name,
+            vec![
+                (
+                    "mean",
+                    maybe(
+                        0.5,
+                        prop_oneof![number(), (-0.5f64..0.5).prop_map(Value::from)],
+                    ),
+                ),
+                (
+                    "sigma",
+                    maybe(
+                        0.6,
+                        prop_oneof![number(), (-0.1f64..1.0).prop_map(Value::from)],
+                    ),
+                ),
+                ("clip", flag()),
+            ],
+        ),
         _ => Just(json!({ "op": name })).boxed(),
     }
 }
@@ -746,6 +766,9 @@ fn op() -> impl Strategy<Value = Value> {
         "TimmAutoAugment",
         "TimmAugMix",
         "TimmRandomErasing",
+        "RGB",
+        "RandomChannelPermutation",
+        "GaussianNoise",
     ])
     .prop_flat_map(op_of)
 }
@@ -788,6 +811,8 @@ fn ops() -> impl Strategy<Value = Vec<Value>> {
                 "RandomAdjustSharpness",
                 "RandomGrayscale",
                 "RandomAutocontrast",
+                "RGB",
+                "RandomChannelPermutation",
             ]),
         ),
         prop::option::weighted(
@@ -810,7 +835,7 @@ fn ops() -> impl Strategy<Value = Vec<Value>> {
         ),
         prop::option::weighted(0.9, op_named(&["ToTensor", "PILToTensor"])),
         prop::option::weighted(0.5, op_named(&["Normalize"])),
-        prop::option::weighted(0.25, op_named(&["TimmRandomErasing"])),
+        prop::option::weighted(0.25, op_named(&["TimmRandomErasing", "GaussianNoise"])),
     )
         .prop_map(|(m, a, b, c, t, k, g, d, e, r)| {
             [m, Some(a), b, c, t, k, g, d, e, r]
@@ -887,13 +912,13 @@ proptest! {
 fn structured_specs_are_sometimes_accepted() {
     let mut runner = proptest::test_runner::TestRunner::deterministic();
     let strategy = spec();
-    let accepted: Vec<Value> = (0..10000)
+    let accepted: Vec<Value> = (0..30000)
         .map(|_| strategy.new_tree(&mut runner).expect("a spec").current())
         .filter(|spec| check(&spec.to_string()).expect("the checks pass"))
         .collect();
     assert!(
         accepted.len() >= 150,
-        "only {} of 10000 specs accepted",
+        "only {} of 30000 specs accepted",
         accepted.len()
     );
     let warps = ["RandomRotation", "RandomAffine", "RandomPerspective"];

@@ -115,6 +115,7 @@ __all__ = [
     "RandomChoice",
     "RandomOrder",
     "RandomErasing",
+    "GaussianNoise",
     "TimmRandomErasing",
     "RandomVerticalFlip",
     "RandomRotation",
@@ -1596,6 +1597,28 @@ class RandomErasing(Transform):
         }
 
 
+class GaussianNoise(Transform):
+    """v2's ``GaussianNoise(mean=0.0, sigma=0.1, clip=True)``: ``image + (mean + N(0, 1) *
+    sigma)`` per element of the float32 tensor, then clamped to ``[0, 1]`` when ``clip``, as
+    torchvision's float kernel computes it; the normals from the sample's generator (the same
+    distribution as torch's ``randn_like``, not its stream). A tensor op like
+    :class:`RandomErasing`: after ``ToTensor``/``ToDtype(torch.float32, scale=True)``, before
+    or after ``Normalize``, in a profiler span named ``GaussianNoise``; refused with
+    ``output="uint8"``. torchvision refuses it on a PIL image."""
+
+    def __init__(self, mean: float = 0.0, sigma: float = 0.1, clip: bool = True) -> None:
+        self.mean = _number("GaussianNoise", "mean", mean)
+        self.sigma = _number("GaussianNoise", "sigma", sigma)
+        if self.sigma < 0:
+            raise ValueError(f"GaussianNoise: sigma shouldn't be negative. Got {sigma}")
+        if not isinstance(clip, bool):
+            raise TypeError(f"GaussianNoise: clip must be a bool, got {clip!r}")
+        self.clip = clip
+
+    def to_spec(self) -> Spec:
+        return {"op": "GaussianNoise", "mean": self.mean, "sigma": self.sigma, "clip": self.clip}
+
+
 class TimmRandomErasing(Transform):
     """timm's ``RandomErasing(probability=0.5, min_area=0.02, max_area=1/3, min_aspect=0.3,
     max_aspect=None, mode='const', min_count=1, max_count=None, num_splits=0, device='cpu')``
@@ -1788,7 +1811,8 @@ _SUPPORTED = (
     "RandomChoice, RandomOrder and Compose of those, RandomErasing, "
     "ConvertImageDtype(torch.float) (and, from transforms.v2, ToImage, "
     "ToDtype(torch.float32, scale=True) (also per type, {tv_tensors.Image: torch.float32, ...}), "
-    "ToPureTensor, Identity, RGB, RandomChannelPermutation); torch.nn.Identity; a ToDtype or "
+    "ToPureTensor, Identity, RGB, RandomChannelPermutation, GaussianNoise on the float tensor); "
+    "torch.nn.Identity; a ToDtype or "
     "ConvertImageDtype to torch.float32 after the conversion to float (a no-op)"
 )
 
@@ -2162,6 +2186,16 @@ def _convert_one(name: str, t: Any, done: List[Transform], image_typed: bool = F
         return RandomChoice(_convert_nested(t.transforms), None if t.p is None else [float(w) for w in t.p])
     if name == "RandomOrder":
         return RandomOrder(_convert_nested(t.transforms))
+    if name == "GaussianNoise":
+        if not any(isinstance(o, ToTensor) for o in done):
+            if done and isinstance(done[-1], PILToTensor) or any(isinstance(o, ToImage) for o in done):
+                raise ValueError(
+                    "the image is a uint8 tensor here: ferroloader adds noise to the float32 "
+                    "tensor only; put it after ToDtype(torch.float32, scale=True)"
+                )
+            # torchvision's own error (its PIL kernel).
+            raise ValueError("Gaussian Noise is not implemented for PIL images.")
+        return GaussianNoise(t.mean, t.sigma, t.clip)
     if name == "RandomErasing":
         # v2 keeps value as a list of floats, or None for "random".
         value = "random" if t.value is None else t.value

@@ -177,6 +177,10 @@ fn default_augmix_interpolation() -> WarpInterpolation {
     WarpInterpolation::Bilinear
 }
 
+fn default_noise_sigma() -> f64 {
+    0.1
+}
+
 fn default_erase_scale() -> [f64; 2] {
     [0.02, 0.33]
 }
@@ -927,6 +931,22 @@ pub enum OpSpec {
     /// `RandomOrder` only where it changes nothing (else some samples would differ in shape).
     #[serde(rename = "RGB")]
     Rgb,
+    /// v2's `GaussianNoise(mean=0.0, sigma=0.1, clip=True)`: a tensor op on the float32 sample
+    /// (after `ToTensor`, before or after `Normalize`), `image + (mean + N(0, 1) * sigma)` per
+    /// element in float32, clamped to `[0, 1]` when `clip`; the normals from the sample's
+    /// generator. torchvision refuses it on a PIL image; on a uint8 tensor it is not native.
+    /// Refused with `uint8` output (the slot then holds pixels).
+    GaussianNoise {
+        /// Default 0.
+        #[serde(default)]
+        mean: f64,
+        /// Non-negative; default 0.1.
+        #[serde(default = "default_noise_sigma")]
+        sigma: f64,
+        /// Default `true`.
+        #[serde(default = "default_true")]
+        clip: bool,
+    },
     /// v2's `RandomChannelPermutation()`: the channels in a uniformly random order
     /// (`torch.randperm(channels)`), per sample. A pixel op; on a one-channel image the
     /// identity, drawing nothing (`randperm(1)`).
