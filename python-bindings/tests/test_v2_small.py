@@ -108,13 +108,13 @@ def _gray_array(n: int = 12, size: Tuple[int, int] = (40, 36)) -> np.ndarray:
     return np.stack([((x * (3 + i) + y * 7 + rng.integers(0, 40, size)) % 256).astype(np.uint8) for i in range(n)])
 
 
-@pytest.mark.parametrize("tensor_first", [False, True], ids=["pil", "to-image"])
-def test_rgb_makes_three_equal_channels_of_a_gray_image(tensor_first: bool) -> None:
+@pytest.mark.parametrize("tensor", [False, True], ids=["pil", "to-image"])
+def test_rgb_makes_three_equal_channels_of_a_gray_image(tensor: bool) -> None:
     gray = _gray_array()
-    head = [v2.ToImage()] if tensor_first else []
+    head = [v2.ToImage()] if tensor else []
     # After RGB the colour ops mix three channels (torchvision's three-channel kernels).
     tv = v2.Compose([*head, v2.CenterCrop(32), v2.RGB(), v2.ColorJitter(contrast=(0.6, 0.6)),
-                     *([] if tensor_first else [v2.PILToTensor()])])
+                     *([] if tensor else [v2.PILToTensor()])])
     got = _same_across_workers(fl.ImageArray(gray, list(range(len(gray)))), tv, output="uint8")
     want = torch.stack([torch.as_tensor(tv(Image.fromarray(g))) for g in gray])
     assert got.shape == want.shape == (len(gray), 3, 32, 32)
@@ -207,11 +207,11 @@ def _which_permutation(sample: torch.Tensor, original: torch.Tensor) -> Tuple[in
     raise AssertionError("the sample is no permutation of the image's channels")
 
 
-@pytest.mark.parametrize("tensor_first", [False, True], ids=["pil", "to-image"])
-def test_random_channel_permutation_is_one_of_torchvisions_outputs_uniformly(tensor_first: bool) -> None:
+@pytest.mark.parametrize("tensor", [False, True], ids=["pil", "to-image"])
+def test_random_channel_permutation_is_one_of_torchvisions_outputs_uniformly(tensor: bool) -> None:
     images = _permuted_images()
-    head = [v2.ToImage()] if tensor_first else []
-    tv = v2.Compose([*head, v2.RandomChannelPermutation(), *([] if tensor_first else [v2.ToImage()])])
+    head = [v2.ToImage()] if tensor else []
+    tv = v2.Compose([*head, v2.RandomChannelPermutation(), *([] if tensor else [v2.ToImage()])])
     dataset = fl.ImageArray(images, list(range(len(images))))
     converted = T.from_torchvision(tv)
     assert T.RandomChannelPermutation() in converted.transforms
@@ -394,3 +394,132 @@ def test_gaussian_noise_before_normalize_is_torchvisions_with_the_same_normals(f
             assert torch.equal(got[i], want.as_subclass(torch.Tensor)), i
     finally:
         torch.randn_like = original  # type: ignore[assignment]
+
+
+# RandomPhotometricDistort
+
+F2 = v2.functional
+DISTORT = dict(brightness=(1.21, 1.21), contrast=(0.62, 0.62), saturation=(1.45, 1.45), hue=(0.031, 0.031))
+
+
+def _f32(v: float) -> float:
+    """``v`` as torchvision's ``_generate_value`` gives it: a float32 uniform's value."""
+    return float(torch.tensor(v, dtype=torch.float32))
+
+
+def _distort_candidates(img: Any, perm_channels: int = 3) -> List[torch.Tensor]:
+    """torchvision's kernels in both contrast places and under every permutation: the 12
+    outputs ``RandomPhotometricDistort(**DISTORT, p=1)`` can give (index: 6 * after + perm)."""
+    out = []
+    b, c, s, h = (_f32(DISTORT[k][0]) for k in ("brightness", "contrast", "saturation", "hue"))
+    for before in (True, False):
+        x = F2.adjust_brightness(img, b)
+        if before:
+            x = F2.adjust_contrast(x, c)
+        x = F2.adjust_hue(F2.adjust_saturation(x, s), h)
+        if not before:
+            x = F2.adjust_contrast(x, c)
+        t = x if isinstance(x, torch.Tensor) else v2.functional.pil_to_tensor(x)
+        for perm in permutations(range(perm_channels)):
+            out.append(torch.as_tensor(t)[list(perm)].clone())
+    return out
+
+
+def _distort_head(tensor: bool) -> List[Any]:
+    """The geometry on the PIL image (exact), then, for ``tensor``, the uint8 tensor."""
+    return [v2.Resize(40), v2.CenterCrop(32), *([v2.ToImage()] if tensor else [])]
+
+
+@pytest.mark.parametrize("tensor", [False, True], ids=["pil", "to-image"])
+def test_photometric_distort_is_one_of_torchvisions_outputs_uniformly(folder: Path, tensor: bool) -> None:
+    tv = v2.Compose([*_distort_head(tensor), v2.RandomPhotometricDistort(**DISTORT, p=1.0),
+                     *([] if tensor else [v2.PILToTensor()])])
+    head = v2.Compose(_distort_head(tensor))
+    reference = torchvision.datasets.ImageFolder(str(folder))
+    candidates = [_distort_candidates(head(reference[i][0])) for i in range(len(reference))]
+    # torchvision's own outputs are among the candidates (so the candidates are right).
+    torch.manual_seed(1)
+    tv_seen: Counter[int] = Counter()
+    for i in range(len(reference)):
+        for _ in range(8):
+            out = torch.as_tensor(tv(reference[i][0]))
+            tv_seen.update(k for k, c in enumerate(candidates[i]) if torch.equal(out, c))
+    assert sum(tv_seen.values()) >= 8 * len(reference)
+    dataset = fl.ImageFolder(folder)
+    got = _same_across_workers(dataset, tv, output="uint8")
+    seen: Counter[int] = Counter()
+    for seed in range(10):
+        loader = fl.Loader(dataset, batch_size=9, transform=tv, output="uint8", python_tail="error", seed=seed)
+        epoch = got if seed == 0 else torch.cat([x for x, _ in loader])
+        for i, sample in enumerate(epoch):
+            matches = [k for k, c in enumerate(candidates[i]) if torch.equal(sample, c)]
+            assert matches, f"sample {i}: none of torchvision's outputs"
+            seen[matches[0]] += 1
+    # Uniform over the 12 (place of the contrast x permutation): chi-square at 11 degrees of
+    # freedom, p ~ 0.001. (Candidates that coincide are counted at the first.)
+    total = sum(seen.values())
+    distinct = [k for k in range(12) if all(not torch.equal(candidates[0][k], candidates[0][j]) for j in range(k))]
+    assert len(distinct) == 12
+    chi2 = sum((seen[k] - total / 12) ** 2 / (total / 12) for k in range(12))
+    assert chi2 < 31.3, (seen, chi2)
+
+
+@pytest.mark.parametrize("tensor", [False, True], ids=["pil", "to-image"])
+def test_photometric_distort_applies_each_step_as_often_as_torchvision(folder: Path, tensor: bool) -> None:
+    """p = 0.3: the share of samples left as they are (every coin says no, or the only
+    permutation drawn is the identity) is torchvision's, within sampling error."""
+    p = 0.3
+    distort = v2.RandomPhotometricDistort(**DISTORT, p=p)
+    tv = v2.Compose([*_distort_head(tensor), distort, *([] if tensor else [v2.PILToTensor()])])
+    head = v2.Compose([*_distort_head(tensor), *([] if tensor else [v2.PILToTensor()])])
+    dataset = fl.ImageFolder(folder)
+    plain = _native_epoch(dataset, head, output="uint8")
+    unchanged = n = 0
+    for seed in range(20):
+        loader = fl.Loader(dataset, batch_size=9, transform=tv, output="uint8", python_tail="error", seed=seed)
+        epoch = torch.cat([x for x, _ in loader])
+        unchanged += sum(bool(torch.equal(a, b)) for a, b in zip(epoch, plain))
+        n += len(epoch)
+    want = (1 - p) ** 4 * ((1 - p) + p / 6)
+    assert abs(unchanged / n - want) < 4 * np.sqrt(want * (1 - want) / n), (unchanged, n, want)
+    # torchvision's own draws give the same share on these images.
+    torch.manual_seed(2)
+    reference = torchvision.datasets.ImageFolder(str(folder), transform=tv)
+    tv_unchanged = sum(bool(torch.equal(torch.as_tensor(reference[i % len(plain)][0]), plain[i % len(plain)]))
+                       for i in range(n))
+    assert abs(unchanged - tv_unchanged) / n < 4 * np.sqrt(2 * want * (1 - want) / n)
+
+
+def test_photometric_distort_factors_are_uniform_in_their_ranges(folder: Path) -> None:
+    """Only brightness on, on one flat grey image: the output level is the factor times the
+    level, rounded as Pillow rounds; its spread over many samples is torchvision's (a
+    two-sample Kolmogorov-Smirnov test against torchvision's own draws)."""
+    grey = np.full((4, 16, 16, 3), 100, np.uint8)
+    tv = v2.Compose([v2.RandomPhotometricDistort(brightness=(0.5, 1.5), contrast=(1, 1), saturation=(1, 1),
+                                                 hue=(0, 0), p=1.0), v2.PILToTensor()])
+    dataset = fl.ImageArray(grey, [0] * 4)
+    levels = []
+    for seed in range(100):
+        loader = fl.Loader(dataset, batch_size=4, transform=tv, output="uint8", python_tail="error", seed=seed)
+        levels += [int(x[0, 0, 0]) for x, _ in [next(iter(loader))] for x in x]
+    torch.manual_seed(3)
+    tv_levels = [int(tv(Image.fromarray(grey[0]))[0, 0, 0]) for _ in range(len(levels))]
+    a, b = np.sort(levels), np.sort(tv_levels)
+    grid = np.arange(0, 256)
+    ks = np.max(np.abs(np.searchsorted(a, grid, side="right") / len(a) - np.searchsorted(b, grid, side="right") / len(b)))
+    assert ks < 1.95 * np.sqrt(2 / len(a)), ks  # p ~ 0.001
+    assert 50 <= min(levels) and max(levels) <= 150 and len(set(levels)) > 60
+
+
+def test_photometric_distort_converts_and_refuses_as_torchvision() -> None:
+    converted = T.from_torchvision([v2.ToImage(), v2.RandomPhotometricDistort(), v2.ToDtype(torch.float32, scale=True)])
+    assert converted.transforms[0] == T.ToImage(api="v2")
+    assert converted.transforms[1] == T.RandomPhotometricDistort()
+    with pytest.raises(ValueError, match="hue should be an ordered range within"):
+        T.RandomPhotometricDistort(hue=(-0.6, 0.1))
+    with pytest.raises(ValueError, match="`hue`: RandomPhotometricDistort"):
+        fl._native.check_pipeline(json.dumps({"ops": [{"op": "CenterCrop", "size": 8},
+                                                      {"op": "RandomPhotometricDistort", "hue": [0, 0.7]},
+                                                      {"op": "ToTensor"}]}))
+    with pytest.raises(ValueError, match="contrast"):
+        T.RandomPhotometricDistort(contrast=(-1, 1))

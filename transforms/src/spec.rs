@@ -350,12 +350,14 @@ pub enum Op {
     RandomChannelPermutation,
     /// v2's `GaussianNoise`, on the tensor in the batch slot: its normals and the sums.
     GaussianNoise,
+    /// v2's `RandomPhotometricDistort`: its draws and the adjustments applied, one span.
+    RandomPhotometricDistort,
 }
 
 impl Op {
     /// Every op, in declaration order (`op as usize` indexes this array; the loader's
     /// profiler tables rely on it, so new ops go at the end, here and in the enum).
-    pub const ALL: [Op; 38] = [
+    pub const ALL: [Op; 39] = [
         Op::Decode,
         Op::CropParams,
         Op::Crop,
@@ -394,6 +396,7 @@ impl Op {
         Op::TimmRandomErasing,
         Op::RandomChannelPermutation,
         Op::GaussianNoise,
+        Op::RandomPhotometricDistort,
     ];
 
     /// The name spans and summaries use.
@@ -437,6 +440,7 @@ impl Op {
             Op::TimmRandomErasing => "TimmRandomErasing",
             Op::RandomChannelPermutation => "RandomChannelPermutation",
             Op::GaussianNoise => "GaussianNoise",
+            Op::RandomPhotometricDistort => "RandomPhotometricDistort",
         }
     }
 }
@@ -698,7 +702,8 @@ fn bad_order(reason: &str) -> Error {
              wherever RandomResizedCrop; or none of them: the images' own \
              size), then any number of RandomHorizontalFlip, pixel ops (ColorJitter, \
              Grayscale, RandomGrayscale, RandomPosterize, RandomSolarize, RandomEqualize, \
-             RandomAutocontrast, RandomAdjustSharpness, RandomInvert), \
+             RandomAutocontrast, RandomAdjustSharpness, RandomInvert, \
+             RandomChannelPermutation, RandomPhotometricDistort), \
              policies (TrivialAugmentWide, RandAugment, AutoAugment, AugMix, timm's \
              TimmRandAugment, TimmAutoAugment, TimmAugMix), geometric ops \
              (RandomVerticalFlip, RandomRotation, RandomAffine, RandomPerspective, GaussianBlur, \

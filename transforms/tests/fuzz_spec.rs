@@ -708,6 +708,31 @@ fn op_of(name: &'static str) -> BoxedStrategy<Value> {
                 ],
             )
         }
+        "RandomPhotometricDistort" => object(
+            name,
+            vec![
+                ("brightness", maybe(0.5, pair())),
+                ("contrast", maybe(0.5, pair())),
+                ("saturation", maybe(0.5, pair())),
+                (
+                    "hue",
+                    maybe(
+                        0.5,
+                        prop_oneof![
+                            pair(),
+                            (-0.6f64..0.0, 0.0f64..0.6).prop_map(|(a, b)| json!([a, b])),
+                        ],
+                    ),
+                ),
+                (
+                    "p",
+                    maybe(
+                        0.6,
+                        prop_oneof![number(), (-0.5f64..1.5).prop_map(Value::from)],
+                    ),
+                ),
+            ],
+        ),
         "GaussianNoise" => object(
             name,
             vec![
@@ -769,6 +794,7 @@ fn op() -> impl Strategy<Value = Value> {
         "RGB",
         "RandomChannelPermutation",
         "GaussianNoise",
+        "RandomPhotometricDistort",
     ])
     .prop_flat_map(op_of)
 }
@@ -813,6 +839,7 @@ fn ops() -> impl Strategy<Value = Vec<Value>> {
                 "RandomAutocontrast",
                 "RGB",
                 "RandomChannelPermutation",
+                "RandomPhotometricDistort",
             ]),
         ),
         prop::option::weighted(

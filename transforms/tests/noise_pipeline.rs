@@ -237,7 +237,7 @@ fn bad_noises_are_refused_naming_the_argument() {
 fn specs_parse_with_torchvisions_names_and_defaults() {
     let ops: Vec<OpSpec> = serde_json::from_str(
         r#"[{"op": "GaussianNoise"}, {"op": "GaussianNoise", "mean": 0.5, "sigma": 0.2, "clip": false},
-            {"op": "RGB"}, {"op": "RandomChannelPermutation"}]"#,
+            {"op": "RGB"}, {"op": "RandomChannelPermutation"}, {"op": "RandomPhotometricDistort"}]"#,
     )
     .expect("parses");
     assert_eq!(
@@ -246,7 +246,14 @@ fn specs_parse_with_torchvisions_names_and_defaults() {
             noise(0.0, 0.1, true),
             noise(0.5, 0.2, false),
             OpSpec::Rgb,
-            OpSpec::RandomChannelPermutation
+            OpSpec::RandomChannelPermutation,
+            OpSpec::RandomPhotometricDistort {
+                brightness: [0.875, 1.125],
+                contrast: [0.5, 1.5],
+                saturation: [0.5, 1.5],
+                hue: [-0.05, 0.05],
+                p: 0.5
+            }
         ]
     );
 }

@@ -102,6 +102,7 @@ __all__ = [
     "Identity",
     "RGB",
     "RandomChannelPermutation",
+    "RandomPhotometricDistort",
     "TrivialAugmentWide",
     "RandAugment",
     "AutoAugment",
@@ -721,6 +722,48 @@ class RGB(Transform):
 
     def to_spec(self) -> Spec:
         return {"op": "RGB"}
+
+
+class RandomPhotometricDistort(Transform):
+    """v2's ``RandomPhotometricDistort(brightness=(0.875, 1.125), contrast=(0.5, 1.5),
+    saturation=(0.5, 1.5), hue=(-0.05, 0.05), p=0.5)``: each adjustment with probability
+    ``p`` (factor uniform in its range), contrast before or after saturation and hue by a coin,
+    then with probability ``p`` a random channel permutation; torchvision's draws in order,
+    ``ColorJitter``'s kernels (Pillow's on the PIL image, v2's tensor kernels after
+    ``ToImage``), one profiler span."""
+
+    def __init__(
+        self,
+        brightness: Sequence[float] = (0.875, 1.125),
+        contrast: Sequence[float] = (0.5, 1.5),
+        saturation: Sequence[float] = (0.5, 1.5),
+        hue: Sequence[float] = (-0.05, 0.05),
+        p: float = 0.5,
+    ) -> None:
+        op = "RandomPhotometricDistort"
+        self.brightness = _pair(op, "brightness", brightness)
+        self.contrast = _pair(op, "contrast", contrast)
+        self.saturation = _pair(op, "saturation", saturation)
+        self.hue = _pair(op, "hue", hue)
+        for name, (lo, hi), low, high in (
+            ("brightness", self.brightness, 0.0, math.inf),
+            ("contrast", self.contrast, 0.0, math.inf),
+            ("saturation", self.saturation, 0.0, math.inf),
+            ("hue", self.hue, -0.5, 0.5),
+        ):
+            if not low <= lo <= hi <= high:
+                raise ValueError(f"{op}: {name} should be an ordered range within [{low}, {high}], got {(lo, hi)!r}")
+        self.p = _probability(op, p)
+
+    def to_spec(self) -> Spec:
+        return {
+            "op": "RandomPhotometricDistort",
+            "brightness": list(self.brightness),
+            "contrast": list(self.contrast),
+            "saturation": list(self.saturation),
+            "hue": list(self.hue),
+            "p": self.p,
+        }
 
 
 class RandomChannelPermutation(Transform):
@@ -1811,7 +1854,8 @@ _SUPPORTED = (
     "RandomChoice, RandomOrder and Compose of those, RandomErasing, "
     "ConvertImageDtype(torch.float) (and, from transforms.v2, ToImage, "
     "ToDtype(torch.float32, scale=True) (also per type, {tv_tensors.Image: torch.float32, ...}), "
-    "ToPureTensor, Identity, RGB, RandomChannelPermutation, GaussianNoise on the float tensor); "
+    "ToPureTensor, Identity, RGB, RandomChannelPermutation, RandomPhotometricDistort, "
+    "GaussianNoise on the float tensor); "
     "torch.nn.Identity; a ToDtype or "
     "ConvertImageDtype to torch.float32 after the conversion to float (a no-op)"
 )
@@ -1820,7 +1864,7 @@ _SUPPORTED = (
 _DOMAIN_OPS = (
     ColorJitter, Grayscale, RandomGrayscale, RandomPosterize, RandomSolarize, RandomEqualize,
     RandomAutocontrast, RandomAdjustSharpness, RandomInvert, RandomRotation, RandomAffine,
-    RandomPerspective, _Policy,
+    RandomPerspective, _Policy, RandomPhotometricDistort,
 )
 
 # The ops whose tensor kernels follow torchvision's API (v1 `functional` or `v2.functional`):
@@ -1829,6 +1873,7 @@ _DOMAIN_OPS = (
 _TENSOR_API_OPS = (
     "ColorJitter", "Grayscale", "RandomGrayscale", "RandomAutocontrast", "RandomAdjustSharpness",
     "RandomRotation", "RandomAffine", "RandomPerspective", "RandomApply", "RandomChoice", "RandomOrder",
+    "RandomPhotometricDistort",
 )
 
 
@@ -2168,6 +2213,11 @@ def _convert_one(name: str, t: Any, done: List[Transform], image_typed: bool = F
         return RGB()
     if name == "RandomChannelPermutation":
         return RandomChannelPermutation()
+    if name == "RandomPhotometricDistort":
+        return RandomPhotometricDistort(
+            [float(v) for v in t.brightness], [float(v) for v in t.contrast],
+            [float(v) for v in t.saturation], [float(v) for v in t.hue], float(t.p),
+        )
     if name in ("TrivialAugmentWide", "RandAugment", "AutoAugment"):
         api = "v2" if type(t).__module__.startswith("torchvision.transforms.v2") else "v1"
         if name == "TrivialAugmentWide":

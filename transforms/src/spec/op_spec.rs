@@ -177,6 +177,18 @@ fn default_augmix_interpolation() -> WarpInterpolation {
     WarpInterpolation::Bilinear
 }
 
+fn default_distort_brightness() -> [f64; 2] {
+    [0.875, 1.125]
+}
+
+fn default_distort_contrast() -> [f64; 2] {
+    [0.5, 1.5]
+}
+
+fn default_distort_hue() -> [f64; 2] {
+    [-0.05, 0.05]
+}
+
 fn default_noise_sigma() -> f64 {
     0.1
 }
@@ -946,6 +958,30 @@ pub enum OpSpec {
         /// Default `true`.
         #[serde(default = "default_true")]
         clip: bool,
+    },
+    /// v2's `RandomPhotometricDistort(brightness=(0.875, 1.125), contrast=(0.5, 1.5),
+    /// saturation=(0.5, 1.5), hue=(-0.05, 0.05), p=0.5)`: each adjustment with probability `p`
+    /// (a coin, then its factor, uniform in its range, in the order brightness, contrast,
+    /// saturation, hue), then a coin for contrast before or after saturation and hue, then a
+    /// coin (`p`) for a channel permutation (`randperm`); applied brightness, contrast (if
+    /// before), saturation, hue, contrast (if after), permutation, with `ColorJitter`'s kernels.
+    /// A pixel op (Pillow's arithmetic on a PIL image, v2's tensor kernels after `ToImage`).
+    RandomPhotometricDistort {
+        /// `[min, max]`, non-negative; default `[0.875, 1.125]`.
+        #[serde(default = "default_distort_brightness")]
+        brightness: [f64; 2],
+        /// `[min, max]`, non-negative; default `[0.5, 1.5]`.
+        #[serde(default = "default_distort_contrast")]
+        contrast: [f64; 2],
+        /// `[min, max]`, non-negative; default `[0.5, 1.5]`.
+        #[serde(default = "default_distort_contrast")]
+        saturation: [f64; 2],
+        /// `[min, max]` within `[-0.5, 0.5]`; default `[-0.05, 0.05]`.
+        #[serde(default = "default_distort_hue")]
+        hue: [f64; 2],
+        /// Default 0.5.
+        #[serde(default = "default_half")]
+        p: f64,
     },
     /// v2's `RandomChannelPermutation()`: the channels in a uniformly random order
     /// (`torch.randperm(channels)`), per sample. A pixel op; on a one-channel image the

@@ -11,7 +11,7 @@ use crate::augment::policy::{draw_p, draw_p_item, randperm, ColorJitter, ColorSt
 use crate::augment::{color, tensor_color};
 use crate::error::{Error, Result};
 use crate::image::RgbImage;
-use crate::rng::SampleRng;
+use crate::rng::{SampleRng, TorchDraws};
 use crate::spec::{JitterArg, Op, OpSpec};
 
 /// A colour op, parameters checked, with the kernels of the domain it stands in.
@@ -36,6 +36,119 @@ enum ColorKind {
     Sharpness { factor: f64, p: f64 },
     Invert { p: f64 },
     ChannelPermutation,
+    PhotometricDistort(PhotometricDistort),
+}
+
+/// v2's `RandomPhotometricDistort`, its ranges checked.
+#[derive(Clone, Copy, Debug, PartialEq)]
+struct PhotometricDistort {
+    /// brightness, contrast, saturation, hue: in `make_params`' order.
+    ranges: [(f64, f64); 4],
+    p: f64,
+}
+
+/// One `RandomPhotometricDistort` range: finite, ordered, within `[low, high]`.
+fn distort_range(
+    name: &'static str,
+    [lo, hi]: [f64; 2],
+    low: f64,
+    high: f64,
+) -> Result<(f64, f64)> {
+    if !(lo.is_finite() && hi.is_finite() && low <= lo && lo <= hi && hi <= high) {
+        return Err(Error::invalid(
+            name,
+            format!(
+                "RandomPhotometricDistort: [{lo}, {hi}] is not an ordered range within \
+                 [{low}, {high}] (torchvision's kernels refuse a factor outside it)"
+            ),
+        ));
+    }
+    Ok((lo, hi))
+}
+
+/// The draws of one `RandomPhotometricDistort` call.
+struct DistortPlan {
+    /// brightness, contrast, saturation, hue factors; `None`: not applied.
+    factors: [Option<f64>; 4],
+    contrast_before: bool,
+    /// `None`: no permutation.
+    permutation: Option<[u8; 3]>,
+}
+
+impl PhotometricDistort {
+    /// `make_params`: per adjustment `torch.rand(1) < p`, then its factor
+    /// (`ColorJitter._generate_value`: a float32 uniform); `torch.rand(()) < 0.5` for the
+    /// contrast's place; `torch.rand(1) < p`, then `torch.randperm(channels)` (no draw on one
+    /// channel).
+    fn draw(&self, rng: &mut SampleRng, one_channel: bool) -> DistortPlan {
+        let mut factors = [None; 4];
+        for (factor, (lo, hi)) in factors.iter_mut().zip(self.ranges) {
+            if draw_p(rng, self.p) {
+                *factor = Some(f64::from(rng.uniform_f32(lo as f32, hi as f32)));
+            }
+        }
+        let contrast_before = draw_p(rng, 0.5);
+        let permutation = draw_p(rng, self.p).then(|| {
+            let mut order = [0u8, 1, 2];
+            if !one_channel {
+                randperm(rng, &mut order);
+            }
+            order
+        });
+        DistortPlan {
+            factors,
+            contrast_before,
+            permutation,
+        }
+    }
+
+    /// `transform`: brightness, contrast (before), saturation, hue, contrast (after), then
+    /// the permutation, each with the kernels of the domain (`tensor`: v2's tensor kernels).
+    fn run(
+        &self,
+        img: &mut RgbImage,
+        rng: &mut SampleRng,
+        tensor: Option<Api>,
+        one_channel: bool,
+    ) -> Result<()> {
+        let plan = self.draw(rng, one_channel);
+        let [brightness, contrast, saturation, hue] = plan.factors;
+        let contrast_step = |img: &mut RgbImage, f: f64| match tensor {
+            None => color::adjust_contrast(img, f),
+            Some(api) if one_channel => tensor_color::adjust_contrast_one_channel(img, f, api),
+            Some(api) => tensor_color::adjust_contrast(img, f, api),
+        };
+        if let Some(f) = brightness {
+            match tensor {
+                None => color::adjust_brightness(img, f)?,
+                Some(_) => tensor_color::adjust_brightness(img, f)?,
+            }
+        }
+        if let (Some(f), true) = (contrast, plan.contrast_before) {
+            contrast_step(img, f)?;
+        }
+        // torch's kernels leave one channel alone here (Pillow's keep a gray image gray).
+        let tensor_one_channel = tensor.is_some() && one_channel;
+        if let (Some(f), false) = (saturation, tensor_one_channel) {
+            match tensor {
+                None => color::adjust_saturation(img, f)?,
+                Some(api) => tensor_color::adjust_saturation(img, f, api)?,
+            }
+        }
+        if let (Some(f), false) = (hue, tensor_one_channel) {
+            match tensor {
+                None => color::adjust_hue(img, f)?,
+                Some(api) => tensor_color::adjust_hue(img, f, api)?,
+            }
+        }
+        if let (Some(f), false) = (contrast, plan.contrast_before) {
+            contrast_step(img, f)?;
+        }
+        if let Some(order) = plan.permutation {
+            color::permute_channels(img, order);
+        }
+        Ok(())
+    }
 }
 
 /// A `ColorJitter` argument resolved as torchvision's `_check_input` does.
@@ -185,6 +298,21 @@ impl ColorKind {
                 p: check_p("RandomInvert", *p)?,
             },
             OpSpec::RandomChannelPermutation => ColorKind::ChannelPermutation,
+            OpSpec::RandomPhotometricDistort {
+                brightness,
+                contrast,
+                saturation,
+                hue,
+                p,
+            } => ColorKind::PhotometricDistort(PhotometricDistort {
+                ranges: [
+                    distort_range("brightness", *brightness, 0.0, f64::INFINITY)?,
+                    distort_range("contrast", *contrast, 0.0, f64::INFINITY)?,
+                    distort_range("saturation", *saturation, 0.0, f64::INFINITY)?,
+                    distort_range("hue", *hue, -0.5, 0.5)?,
+                ],
+                p: check_p("RandomPhotometricDistort", *p)?,
+            }),
             _ => return Ok(None),
         }))
     }
@@ -202,6 +330,7 @@ impl ColorKind {
             ColorKind::Sharpness { .. } => Op::RandomAdjustSharpness,
             ColorKind::Invert { .. } => Op::RandomInvert,
             ColorKind::ChannelPermutation => Op::RandomChannelPermutation,
+            ColorKind::PhotometricDistort(_) => Op::RandomPhotometricDistort,
         }
     }
 
@@ -270,6 +399,7 @@ impl ColorKind {
                 }
             }
             ColorKind::ChannelPermutation => permute_channels(img, rng, one_channel),
+            ColorKind::PhotometricDistort(distort) => distort.run(img, rng, None, one_channel)?,
         }
         Ok(())
     }
@@ -345,6 +475,9 @@ impl ColorKind {
                 }
             }
             ColorKind::ChannelPermutation => permute_channels(img, rng, one_channel),
+            ColorKind::PhotometricDistort(distort) => {
+                distort.run(img, rng, Some(api), one_channel)?
+            }
         }
         Ok(())
     }
