@@ -71,7 +71,7 @@ fn reference(
         // torch: `noise = mean + randn_like(image) * sigma; out = image + noise`, then clamp.
         let noise = mean + z * sigma;
         let y = *x + noise;
-        *x = if clip { y.max(0.0).min(1.0) } else { y };
+        *x = if clip { y.clamp(0.0, 1.0) } else { y };
     }
     if before_normalize {
         tensor::normalize(&mut out, &IMAGENET_MEAN, &IMAGENET_STD).expect("normalize");

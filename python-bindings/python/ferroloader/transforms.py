@@ -2119,14 +2119,20 @@ def _dtype_target(t: Any, image_typed: bool) -> Any:
     if not isinstance(dtype, dict):
         return dtype
     import torch  # only reachable with torchvision installed
-    from torchvision import tv_tensors
 
-    kind = tv_tensors.Image if image_typed else torch.Tensor
-    if kind in dtype:
-        return dtype[kind]
+    def is_kind(key: object) -> bool:
+        # torchvision looks the input's exact type up: tv_tensors.Image, or torch.Tensor.
+        if not image_typed:
+            return key is torch.Tensor
+        return isinstance(key, type) and key.__name__ == "Image" and key.__module__.startswith("torchvision.tv_tensors")
+
+    for key, value in dtype.items():
+        if is_kind(key):
+            return value
     if "others" in dtype:
         return dtype["others"]
-    raise ValueError(f"dtype={dtype}: no dtype for {kind.__name__} and no \"others\" (torchvision raises too)")
+    kind = "tv_tensors.Image" if image_typed else "torch.Tensor"
+    raise ValueError(f"dtype={dtype}: no dtype for {kind} and no \"others\" (torchvision raises too)")
 
 
 def _convert_one(name: str, t: Any, done: List[Transform], image_typed: bool = False) -> object:
