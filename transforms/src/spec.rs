@@ -899,8 +899,8 @@ fn plan_conversion<'a>(
     let needs_tensor = || {
         Error::invalid(
             "ops",
-            "RandomErasing, TimmRandomErasing and GaussianNoise work on the float tensor: put \
-             ToTensor (and Normalize) before them",
+            "RandomErasing and TimmRandomErasing work on the float tensor, as GaussianNoise \
+             does: put ToTensor (and Normalize) before them",
         )
     };
     match ops.next() {
