@@ -1,6 +1,6 @@
 //! Random compositions, `RandomErasing` and timm's (`TimmRandomErasing`, each mode, one block
-//! and 1 to 3), v2's `GaussianNoise` (after and before `Normalize`), `RandomChannelPermutation`
-//! and `Identity` + `RGB` in the pipeline, single thread: one 500x375 JPEG,
+//! and 1 to 3), v2's `GaussianNoise` (after and before `Normalize`), `RandomChannelPermutation`,
+//! `RandomPhotometricDistort` and `Identity` + `RGB` in the pipeline, single thread: one 500x375 JPEG,
 //! `CenterCrop(224)`, the op, `ToTensor`, `Normalize`, so every op sees a 224x224 sample. The
 //! `baseline` (no op: the single fused pass) runs in the same group; an op's cost is its time
 //! minus the baseline's. Compare within one run, not across runs.
@@ -66,6 +66,17 @@ fn noise() -> OpSpec {
         mean: 0.0,
         sigma: 0.1,
         clip: true,
+    }
+}
+
+/// v2's `RandomPhotometricDistort(p=p)` with its default ranges.
+fn distort(p: f64) -> OpSpec {
+    OpSpec::RandomPhotometricDistort {
+        brightness: [0.875, 1.125],
+        contrast: [0.5, 1.5],
+        saturation: [0.5, 1.5],
+        hue: [-0.05, 0.05],
+        p,
     }
 }
 
@@ -153,6 +164,15 @@ fn bench_choice(c: &mut Criterion) {
         (
             "channel_permutation",
             pipeline(vec![OpSpec::RandomChannelPermutation], vec![]),
+        ),
+        // v2's RandomPhotometricDistort with its ranges, every step on (p = 1) and at p = 0.5.
+        (
+            "photometric_distort_p1",
+            pipeline(vec![distort(1.0)], vec![]),
+        ),
+        (
+            "photometric_distort_p05",
+            pipeline(vec![distort(0.5)], vec![]),
         ),
         (
             "identity_rgb",
