@@ -1,5 +1,6 @@
 //! Random compositions, `RandomErasing` and timm's (`TimmRandomErasing`, each mode, one block
-//! and 1 to 3) in the pipeline, single thread: one 500x375 JPEG,
+//! and 1 to 3), v2's `GaussianNoise` (after and before `Normalize`), `RandomChannelPermutation`,
+//! `RandomPhotometricDistort` and `Identity` + `RGB` in the pipeline, single thread: one 500x375 JPEG,
 //! `CenterCrop(224)`, the op, `ToTensor`, `Normalize`, so every op sees a 224x224 sample. The
 //! `baseline` (no op: the single fused pass) runs in the same group; an op's cost is its time
 //! minus the baseline's. Compare within one run, not across runs.
@@ -56,6 +57,26 @@ fn timm_erasing(mode: TimmEraseModeSpec, max_count: i64) -> OpSpec {
         mode,
         min_count: 1,
         max_count: Some(max_count),
+    }
+}
+
+/// v2's `GaussianNoise()` with its defaults.
+fn noise() -> OpSpec {
+    OpSpec::GaussianNoise {
+        mean: 0.0,
+        sigma: 0.1,
+        clip: true,
+    }
+}
+
+/// v2's `RandomPhotometricDistort(p=p)` with its default ranges.
+fn distort(p: f64) -> OpSpec {
+    OpSpec::RandomPhotometricDistort {
+        brightness: [0.875, 1.125],
+        contrast: [0.5, 1.5],
+        saturation: [0.5, 1.5],
+        hue: [-0.05, 0.05],
+        p,
     }
 }
 
@@ -118,6 +139,47 @@ fn bench_choice(c: &mut Criterion) {
         (
             "timm_erasing_pixel_p1_count3",
             pipeline(vec![], vec![timm_erasing(TimmEraseModeSpec::Pixel, 3)]),
+        ),
+        // v2's GaussianNoise after Normalize, and before it (the slot normalized after it).
+        ("gaussian_noise", pipeline(vec![], vec![noise()])),
+        (
+            "gaussian_noise_before_normalize",
+            Pipeline::new(
+                PipelineSpec::new(vec![
+                    OpSpec::CenterCrop {
+                        size: Size::Int(224),
+                    },
+                    OpSpec::ToTensor,
+                    noise(),
+                    OpSpec::Normalize {
+                        mean: IMAGENET_MEAN,
+                        std: IMAGENET_STD,
+                    },
+                ])
+                .execution(Execution::Fused),
+            )
+            .expect("valid spec"),
+        ),
+        // v2's RandomChannelPermutation (staged), and Identity + RGB (nothing: the baseline).
+        (
+            "channel_permutation",
+            pipeline(vec![OpSpec::RandomChannelPermutation], vec![]),
+        ),
+        // v2's RandomPhotometricDistort with its ranges, every step on (p = 1) and at p = 0.5.
+        (
+            "photometric_distort_p1",
+            pipeline(vec![distort(1.0)], vec![]),
+        ),
+        (
+            "photometric_distort_p05",
+            pipeline(vec![distort(0.5)], vec![]),
+        ),
+        (
+            "identity_rgb",
+            pipeline(
+                vec![OpSpec::Compose { transforms: vec![] }, OpSpec::Rgb],
+                vec![],
+            ),
         ),
     ];
     let mut g = c.benchmark_group("augment_choice");

@@ -15,8 +15,8 @@ use std::hint::black_box;
 use criterion::{criterion_group, criterion_main, BatchSize, Criterion, Throughput};
 use ferroloader::transforms::augment::color::{
     adjust_brightness, adjust_contrast, adjust_hue, adjust_saturation, adjust_sharpness,
-    autocontrast, equalize, invert, posterize, solarize, to_grayscale, to_grayscale_rgb,
-    ColorScratch,
+    autocontrast, equalize, invert, permute_channels, posterize, solarize, to_grayscale,
+    to_grayscale_rgb, ColorScratch,
 };
 use ferroloader::transforms::augment::policy::Api;
 use ferroloader::transforms::augment::tensor_color;
@@ -123,6 +123,11 @@ fn bench_color(c: &mut Criterion) {
             .apply(img, quality)
             .expect("round trip"));
     }
+    // v2's RandomChannelPermutation, one of randperm(3)'s non-identity orders.
+    op!("channel_permutation_201", |img| permute_channels(
+        img,
+        [2, 0, 1]
+    ));
     // torch's tensor kernels (after ToImage), beside their Pillow siblings above.
     op!("tensor/grayscale_rgb_v1", |img| tensor_color::to_grayscale(
         img,

@@ -74,6 +74,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(ops::timm_auto_augment_draws, m)?)?;
     m.add_function(wrap_pyfunction!(ops::timm_augmix_draws, m)?)?;
     m.add_function(wrap_pyfunction!(ops::timm_random_erasing_apply, m)?)?;
+    m.add_function(wrap_pyfunction!(ops::gaussian_noise_apply, m)?)?;
     m.add_function(wrap_pyfunction!(ops::check_pipeline, m)?)?;
     m.add_function(wrap_pyfunction!(prepare::prepare, m)?)?;
     m.add_function(wrap_pyfunction!(shard::write_shards, m)?)?;

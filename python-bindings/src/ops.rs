@@ -722,6 +722,49 @@ pub(crate) fn timm_random_erasing_apply<'py>(
     ))
 }
 
+/// v2's `GaussianNoise` (`spec`: the JSON of one `GaussianNoise` op) on `sample` (`[c, h, w]`
+/// float32), its normals drawn from the generator of sample `index` of epoch `epoch` of a run
+/// seeded with `seed`, as the pipeline draws them when it is the only op that draws. Returns
+/// the noisy copy and the normals (one per element, in the sample's order): what replaying
+/// torchvision's arithmetic with the same noise needs.
+#[pyfunction]
+#[pyo3(signature = (spec, sample, index, *, seed = 0, epoch = 0))]
+pub(crate) fn gaussian_noise_apply<'py>(
+    py: Python<'py>,
+    spec: &str,
+    sample: numpy::PyReadonlyArray3<'py, f32>,
+    index: u64,
+    seed: u64,
+    epoch: u64,
+) -> PyResult<(Bound<'py, PyAny>, Bound<'py, PyAny>)> {
+    use ferroloader_loader::transforms::spec::{apply_gaussian_noise, plan_gaussian_noise, OpSpec};
+    use numpy::PyUntypedArrayMethods;
+
+    let op: OpSpec =
+        serde_json::from_str(spec).map_err(|e| PyValueError::new_err(format!("spec: {e}")))?;
+    let noise = plan_gaussian_noise(&op)
+        .map_err(|e| transform_config_error("spec", &e))?
+        .ok_or_else(|| PyValueError::new_err("spec: not a GaussianNoise op"))?;
+    let shape = sample.shape();
+    let (c, h, w) = (shape[0], shape[1], shape[2]);
+    let mut slot: Vec<f32> = sample.as_array().iter().copied().collect();
+    let mut normals = Vec::new();
+    apply_gaussian_noise(
+        &noise,
+        &mut slot,
+        &mut sample_rng(seed, epoch, index),
+        &mut normals,
+    );
+    let noisy = Array3::from_shape_vec((c, h, w), slot)
+        .map_err(|e| PyValueError::new_err(e.to_string()))?;
+    let normals = Array3::from_shape_vec((c, h, w), normals)
+        .map_err(|e| PyValueError::new_err(e.to_string()))?;
+    Ok((
+        noisy.into_pyarray(py).into_any(),
+        normals.into_pyarray(py).into_any(),
+    ))
+}
+
 /// A debug hook's `[h, w, 3]` uint8 image as an [`RgbImage`] (copied).
 fn rgb_image(image: &numpy::PyReadonlyArray3<'_, u8>) -> PyResult<RgbImage> {
     use numpy::PyUntypedArrayMethods;

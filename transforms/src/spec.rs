@@ -28,7 +28,10 @@ use op_spec::{default_ratio, default_scale, default_true};
 
 pub use stage::{apply_timm_op, plan_timm_augmix, plan_timm_auto_augment, plan_timm_rand_augment};
 use stage::{pad_center_crop, Domain, RandomCropOp, ResizedCropOp, StageOp, StageScratch, Staged};
-pub use tensor_op::{apply_timm_random_erasing, plan_timm_random_erasing};
+pub use tensor_op::{
+    apply_gaussian_noise, apply_timm_random_erasing, plan_gaussian_noise, plan_timm_random_erasing,
+    GaussianNoise,
+};
 use tensor_op::{SlotState, TensorOp};
 
 /// Element type of the samples written into batch buffers.
@@ -347,12 +350,18 @@ pub enum Op {
     Jpeg,
     /// `ElasticTransform`: the displacement's draws, blur and the warp.
     ElasticTransform,
+    /// v2's `RandomChannelPermutation`: its permutation and the shuffle.
+    RandomChannelPermutation,
+    /// v2's `GaussianNoise`, on the tensor in the batch slot: its normals and the sums.
+    GaussianNoise,
+    /// v2's `RandomPhotometricDistort`: its draws and the adjustments applied, one span.
+    RandomPhotometricDistort,
 }
 
 impl Op {
     /// Every op, in declaration order (`op as usize` indexes this array; the loader's
     /// profiler tables rely on it, so new ops go at the end, here and in the enum).
-    pub const ALL: [Op; 38] = [
+    pub const ALL: [Op; 41] = [
         Op::Decode,
         Op::CropParams,
         Op::Crop,
@@ -391,6 +400,9 @@ impl Op {
         Op::TimmRandomErasing,
         Op::Jpeg,
         Op::ElasticTransform,
+        Op::RandomChannelPermutation,
+        Op::GaussianNoise,
+        Op::RandomPhotometricDistort,
     ];
 
     /// The name spans and summaries use.
@@ -434,6 +446,9 @@ impl Op {
             Op::TimmRandomErasing => "TimmRandomErasing",
             Op::Jpeg => "JPEG",
             Op::ElasticTransform => "ElasticTransform",
+            Op::RandomChannelPermutation => "RandomChannelPermutation",
+            Op::GaussianNoise => "GaussianNoise",
+            Op::RandomPhotometricDistort => "RandomPhotometricDistort",
         }
     }
 }
@@ -586,9 +601,12 @@ impl WholeResize {
 ///
 /// Random compositions (`RandomApply`, `RandomChoice`, `RandomOrder`) are stage ops over
 /// stage ops; a nested `Compose` is flattened where it stands. After the conversion, tensor
-/// ops (`RandomErasing`, timm's `TimmRandomErasing`) run on the float32 sample in the slot, each in its own span; an
-/// erasing written before `Normalize` runs after the fused conversion too, its fill normalized
-/// with the same arithmetic (op by op it runs where written; the samples are equal).
+/// ops (`RandomErasing`, timm's `TimmRandomErasing`, v2's `GaussianNoise`) run on the float32
+/// sample in the slot, each in its own span; an erasing written before `Normalize` runs after
+/// the fused conversion too, its fill normalized with the same arithmetic (op by op it runs
+/// where written; the samples are equal). A `GaussianNoise` before `Normalize` makes the
+/// conversion write the `ToTensor` values and the slot normalized after the ops before it (in a
+/// `normalize` span), so every tensor op sees what torchvision's would.
 ///
 /// Draws, from the sample's generator, in the order the ops are written (torchvision's):
 /// the crop (`RandomResizedCrop`'s or `RandomCrop`'s; timm's `RandomResizedCropAndInterpolation`
@@ -619,6 +637,10 @@ pub struct Pipeline {
     /// the order written;
     /// empty (no per-sample cost) for most pipelines.
     tensor_ops: Vec<TensorOp>,
+    /// The `Normalize` run on the slot between the tensor ops standing before it and those
+    /// after it, instead of in the conversion: set when a `GaussianNoise` stands before it
+    /// (the conversion then writes the `ToTensor` values).
+    slot_normalize: Option<NormalizeArgs>,
     /// Channels of a sample: 3, or 1 for an `L` image or after `Grayscale(1)`.
     channels: usize,
 }
@@ -688,14 +710,15 @@ fn bad_order(reason: &str) -> Error {
              wherever RandomResizedCrop; or none of them: the images' own \
              size), then any number of RandomHorizontalFlip, pixel ops (ColorJitter, \
              Grayscale, RandomGrayscale, RandomPosterize, RandomSolarize, RandomEqualize, \
-             RandomAutocontrast, RandomAdjustSharpness, RandomInvert, JPEG), \
+             RandomAutocontrast, RandomAdjustSharpness, RandomInvert, JPEG, \
+             RandomChannelPermutation, RandomPhotometricDistort), \
              policies (TrivialAugmentWide, RandAugment, AutoAugment, AugMix, timm's \
              TimmRandAugment, TimmAutoAugment, TimmAugMix), geometric ops \
              (RandomVerticalFlip, RandomRotation, RandomAffine, RandomPerspective, \
              ElasticTransform, GaussianBlur, Pad, RandomCrop, \
              CenterCrop, Resize, RandomResizedCrop) and RandomApply, RandomChoice, RandomOrder of those, in any order, \
-             then ToTensor [Normalize] (with RandomErasing or TimmRandomErasing before or \
-             after Normalize) or \
+             then ToTensor [Normalize] (with RandomErasing, TimmRandomErasing or \
+             GaussianNoise before or after Normalize) or \
              PILToTensor; Compose anywhere, and ToImage anywhere before the conversion (the \
              ops after it run torch's tensor kernels)"
         ),
@@ -785,6 +808,18 @@ fn output_channels(spec: &PipelineSpec) -> Result<usize> {
                     }
                     *channels = n;
                 }
+                OpSpec::Rgb => {
+                    if let Some(container) = random.filter(|_| *channels != 3) {
+                        return Err(Error::invalid(
+                            "transforms",
+                            format!(
+                                "RGB inside {container} would make some samples 3-channel and \
+                                 others {channels}-channel"
+                            ),
+                        ));
+                    }
+                    *channels = 3;
+                }
                 _ => {}
             }
         }
@@ -810,15 +845,15 @@ fn is_crop(op: &OpSpec) -> bool {
 }
 
 /// A marker that changes no pixel where it stands, only how the ops after it compute
-/// (`ToImage`).
+/// (`ToImage`) or how many channels the sample keeps (`RGB`).
 fn is_marker(op: &OpSpec) -> bool {
-    matches!(op, OpSpec::ToImage { .. })
+    matches!(op, OpSpec::ToImage { .. } | OpSpec::Rgb)
 }
 
 /// `flat` without its markers, and the [`Domain`] each remaining op stands in: a PIL image
 /// until a `ToImage` (a uint8 tensor of its API after it; a second `ToImage` changes only the
-/// API of the single ops after it), one channel for an `L` image until a `Grayscale(3)`,
-/// after a `Grayscale(1)`.
+/// API of the single ops after it), one channel for an `L` image until a `Grayscale(3)` or
+/// an `RGB`, after a `Grayscale(1)`.
 fn mark_domains(flat: Vec<&OpSpec>, mode: ImageMode) -> (Vec<&OpSpec>, Vec<Domain>) {
     let mut domain = Domain {
         tensor: None,
@@ -827,9 +862,16 @@ fn mark_domains(flat: Vec<&OpSpec>, mode: ImageMode) -> (Vec<&OpSpec>, Vec<Domai
     let mut ops = Vec::with_capacity(flat.len());
     let mut domains = Vec::with_capacity(flat.len());
     for op in flat {
-        if let OpSpec::ToImage { api } = op {
-            domain.tensor = Some(*api);
-            continue;
+        match op {
+            OpSpec::ToImage { api } => {
+                domain.tensor = Some(*api);
+                continue;
+            }
+            OpSpec::Rgb => {
+                domain.one_channel = false;
+                continue;
+            }
+            _ => {}
         }
         ops.push(op);
         domains.push(domain);
@@ -865,8 +907,8 @@ fn plan_conversion<'a>(
     let needs_tensor = || {
         Error::invalid(
             "ops",
-            "RandomErasing and TimmRandomErasing work on the float tensor: put ToTensor (and \
-             Normalize) before them",
+            "RandomErasing and TimmRandomErasing work on the float tensor, as GaussianNoise \
+             does: put ToTensor (and Normalize) before them",
         )
     };
     match ops.next() {
@@ -891,8 +933,8 @@ fn plan_conversion<'a>(
                     OpSpec::Normalize { .. } => return Err(bad_order("a second Normalize")),
                     _ => {
                         return Err(bad_order(
-                            "after ToTensor only Normalize, RandomErasing and \
-                             TimmRandomErasing can run",
+                            "after ToTensor only Normalize, RandomErasing, \
+                             TimmRandomErasing and GaussianNoise can run",
                         ))
                     }
                 }
@@ -1068,13 +1110,18 @@ impl Pipeline {
         if !tensor_ops.is_empty() && spec.output == OutputDtype::Uint8 {
             return Err(Error::invalid(
                 "output",
-                "RandomErasing (torchvision's or timm's) writes into the float32 tensor \
-                 (normalized values, or standard \
+                "RandomErasing (torchvision's or timm's) and GaussianNoise write into the \
+                 float32 tensor (normalized values, or standard \
                  normals), which uint8 pixels cannot hold, and with uint8 output Normalize is \
                  left to the consumer; use output=float32, or erase after normalizing on the \
                  consumer's side",
             ));
         }
+        let slot_normalize = if tensor_ops.iter().any(TensorOp::needs_unnormalized_slot) {
+            normalize.take()
+        } else {
+            None
+        };
         let (output, deferred_normalize) = match spec.output {
             OutputDtype::Float32 => match normalize.take() {
                 Some((mean, std)) => (OutputKind::F32Chw { mean, std }, None),
@@ -1100,6 +1147,7 @@ impl Pipeline {
             out_h,
             out_w,
             tensor_ops,
+            slot_normalize,
             channels,
         })
     }
@@ -1634,8 +1682,23 @@ impl Pipeline {
                 "RandomErasing needs float32 output (the plan refuses uint8)",
             ));
         };
-        for op in &self.tensor_ops {
-            self.run_tensor_op(op, slot, state, rng, values, obs)?;
+        let Some((mean, std)) = self.slot_normalize else {
+            for op in &self.tensor_ops {
+                self.run_tensor_op(op, slot, state, rng, values, obs)?;
+            }
+            return Ok(());
+        };
+        // The conversion wrote the ToTensor values: each op where it is written, as op by op.
+        let (before, after) = self.tensor_ops.split_at(
+            self.tensor_ops
+                .partition_point(TensorOp::is_before_normalize),
+        );
+        for op in before {
+            self.run_tensor_op(op, slot, SlotState::AsWritten, rng, values, obs)?;
+        }
+        observed(obs, Op::Normalize, || tensor::normalize(slot, &mean, &std))?;
+        for op in after {
+            self.run_tensor_op(op, slot, SlotState::AsWritten, rng, values, obs)?;
         }
         Ok(())
     }

@@ -14,7 +14,9 @@
 //! python-bindings/tests/test_tensor_domain.py's).
 
 use ferroloader_transforms::augment::color::{self, ColorScratch};
-use ferroloader_transforms::augment::policy::{draw_p, draw_p_item, ColorJitter, ColorStep};
+use ferroloader_transforms::augment::policy::{
+    draw_p, draw_p_item, randperm, ColorJitter, ColorStep,
+};
 use ferroloader_transforms::crop::RandomResizedCrop;
 use ferroloader_transforms::encode::JpegRoundTrip;
 use ferroloader_transforms::fused::{FusedKernel, OutputKind, OutputSlot};
@@ -157,6 +159,12 @@ fn reference_op(op: &OpSpec, img: &mut RgbImage, rng: &mut SampleRng) -> bool {
                 .expect("applies");
             true
         }
+        OpSpec::RandomChannelPermutation => {
+            let mut order = [0u8; 3];
+            randperm(rng, &mut order);
+            color::permute_channels(img, order);
+            order != [0, 1, 2]
+        }
         OpSpec::RandomHorizontalFlip { p } => {
             let on = p > 0.0 && tensor::draw_flip(rng, p);
             if on {
@@ -210,6 +218,7 @@ fn every_op() -> Vec<OpSpec> {
         OpSpec::Jpeg {
             quality: QualityArg::Range([20, 90]),
         },
+        OpSpec::RandomChannelPermutation,
     ]
 }
 
@@ -280,7 +289,10 @@ fn p_zero_never_and_p_one_always_applies() {
     for op in every_op().iter().filter(|op| {
         !matches!(
             op,
-            OpSpec::ColorJitter { .. } | OpSpec::Grayscale { .. } | OpSpec::Jpeg { .. }
+            OpSpec::ColorJitter { .. }
+                | OpSpec::Grayscale { .. }
+                | OpSpec::Jpeg { .. }
+                | OpSpec::RandomChannelPermutation
         )
     }) {
         let never = plan(train_with(vec![with_p(op, 0.0)]));
@@ -487,6 +499,7 @@ fn each_pixel_op_has_its_span_and_no_pixel_op_keeps_the_single_pass() {
         Op::RandomAdjustSharpness,
         Op::RandomInvert,
         Op::Jpeg,
+        Op::RandomChannelPermutation,
     ] {
         want.extend([(true, op), (false, op)]);
     }
@@ -513,6 +526,49 @@ fn each_pixel_op_has_its_span_and_no_pixel_op_keeps_the_single_pass() {
         assert!(Op::ALL[..i].iter().all(|o| o.name() != op.name()));
     }
     assert_eq!(Op::RandomAdjustSharpness.name(), "RandomAdjustSharpness");
+}
+
+#[test]
+fn identity_and_rgb_on_three_channels_keep_the_single_fused_pass() {
+    let (_, bytes) = corpus().into_iter().next().expect("corpus");
+    let fused = spans(&plan(train_with(vec![])), &bytes);
+    // v2's Identity converts to an empty Compose; RGB is a marker.
+    let idle = vec![
+        OpSpec::Compose { transforms: vec![] },
+        OpSpec::Rgb,
+        OpSpec::Compose { transforms: vec![] },
+    ];
+    let mut ops = train_with(idle.clone());
+    ops.splice(0..0, idle);
+    let pipeline = plan(ops);
+    assert_eq!(spans(&pipeline, &bytes), fused);
+    for index in 0..4 {
+        assert!(
+            bits(&run_f32(&pipeline, &bytes, index))
+                == bits(&run_f32(&plan(train_with(vec![])), &bytes, index))
+        );
+    }
+}
+
+#[test]
+fn channel_permutation_puts_input_channel_perm_c_at_c() {
+    // torchvision's `image[..., permutation, :, :]`.
+    let mut img = RgbImage::from_raw(2, 1, vec![10, 20, 30, 1, 2, 3]).expect("image");
+    color::permute_channels(&mut img, [2, 0, 1]);
+    assert_eq!(img.as_raw(), &[30, 10, 20, 3, 1, 2]);
+    color::permute_channels(&mut img, [0, 1, 2]);
+    assert_eq!(img.as_raw(), &[30, 10, 20, 3, 1, 2]);
+    // Every order of randperm(3) comes up, and nothing else.
+    let mut seen = std::collections::BTreeSet::new();
+    for index in 0..200 {
+        let mut order = [0u8; 3];
+        randperm(&mut sample_rng(SEED, 0, index), &mut order);
+        let mut sorted = order;
+        sorted.sort_unstable();
+        assert_eq!(sorted, [0, 1, 2]);
+        seen.insert(order);
+    }
+    assert_eq!(seen.len(), 6);
 }
 
 #[test]

@@ -755,6 +755,51 @@ fn op_of(name: &'static str) -> BoxedStrategy<Value> {
                 ],
             )
         }
+        "RandomPhotometricDistort" => object(
+            name,
+            vec![
+                ("brightness", maybe(0.5, pair())),
+                ("contrast", maybe(0.5, pair())),
+                ("saturation", maybe(0.5, pair())),
+                (
+                    "hue",
+                    maybe(
+                        0.5,
+                        prop_oneof![
+                            pair(),
+                            (-0.6f64..0.0, 0.0f64..0.6).prop_map(|(a, b)| json!([a, b])),
+                        ],
+                    ),
+                ),
+                (
+                    "p",
+                    maybe(
+                        0.6,
+                        prop_oneof![number(), (-0.5f64..1.5).prop_map(Value::from)],
+                    ),
+                ),
+            ],
+        ),
+        "GaussianNoise" => object(
+            name,
+            vec![
+                (
+                    "mean",
+                    maybe(
+                        0.5,
+                        prop_oneof![number(), (-0.5f64..0.5).prop_map(Value::from)],
+                    ),
+                ),
+                (
+                    "sigma",
+                    maybe(
+                        0.6,
+                        prop_oneof![number(), (-0.1f64..1.0).prop_map(Value::from)],
+                    ),
+                ),
+                ("clip", flag()),
+            ],
+        ),
         _ => Just(json!({ "op": name })).boxed(),
     }
 }
@@ -795,6 +840,10 @@ fn op() -> impl Strategy<Value = Value> {
         "TimmAutoAugment",
         "TimmAugMix",
         "TimmRandomErasing",
+        "RGB",
+        "RandomChannelPermutation",
+        "GaussianNoise",
+        "RandomPhotometricDistort",
     ])
     .prop_flat_map(op_of)
 }
@@ -838,6 +887,9 @@ fn ops() -> impl Strategy<Value = Vec<Value>> {
                 "RandomGrayscale",
                 "RandomAutocontrast",
                 "JPEG",
+                "RGB",
+                "RandomChannelPermutation",
+                "RandomPhotometricDistort",
             ]),
         ),
         prop::option::weighted(
@@ -861,7 +913,7 @@ fn ops() -> impl Strategy<Value = Vec<Value>> {
         ),
         prop::option::weighted(0.9, op_named(&["ToTensor", "PILToTensor"])),
         prop::option::weighted(0.5, op_named(&["Normalize"])),
-        prop::option::weighted(0.25, op_named(&["TimmRandomErasing"])),
+        prop::option::weighted(0.25, op_named(&["TimmRandomErasing", "GaussianNoise"])),
     )
         .prop_map(|(m, a, b, c, t, k, g, d, e, r)| {
             [m, Some(a), b, c, t, k, g, d, e, r]
@@ -938,13 +990,13 @@ proptest! {
 fn structured_specs_are_sometimes_accepted() {
     let mut runner = proptest::test_runner::TestRunner::deterministic();
     let strategy = spec();
-    let accepted: Vec<Value> = (0..10000)
+    let accepted: Vec<Value> = (0..30000)
         .map(|_| strategy.new_tree(&mut runner).expect("a spec").current())
         .filter(|spec| check(&spec.to_string()).expect("the checks pass"))
         .collect();
     assert!(
         accepted.len() >= 150,
-        "only {} of 10000 specs accepted",
+        "only {} of 30000 specs accepted",
         accepted.len()
     );
     let warps = ["RandomRotation", "RandomAffine", "RandomPerspective"];

@@ -35,6 +35,7 @@ __all__ = [
     "timm_auto_augment_draws",
     "timm_augmix_draws",
     "timm_random_erasing_apply",
+    "gaussian_noise_apply",
     "check_pipeline",
     "prepare",
     "write_shards",
@@ -512,6 +513,14 @@ def timm_random_erasing_apply(
     List[Tuple[int, int]],
     List[Tuple[int, int, int, int, npt.NDArray[np.float32]]],
 ]: ...
+def gaussian_noise_apply(
+    spec: str,
+    sample: npt.NDArray[np.float32],
+    index: int,
+    *,
+    seed: int = 0,
+    epoch: int = 0,
+) -> Tuple[npt.NDArray[np.float32], npt.NDArray[np.float32]]: ...
 def check_pipeline(spec: str) -> Dict[str, object]: ...
 def prepare(
     src: str,

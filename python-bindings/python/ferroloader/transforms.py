@@ -102,6 +102,10 @@ __all__ = [
     "RandomAdjustSharpness",
     "RandomInvert",
     "JPEG",
+    "Identity",
+    "RGB",
+    "RandomChannelPermutation",
+    "RandomPhotometricDistort",
     "TrivialAugmentWide",
     "RandAugment",
     "AutoAugment",
@@ -115,6 +119,7 @@ __all__ = [
     "RandomChoice",
     "RandomOrder",
     "RandomErasing",
+    "GaussianNoise",
     "TimmRandomErasing",
     "RandomVerticalFlip",
     "RandomRotation",
@@ -727,6 +732,77 @@ class JPEG(Transform):
 
     def to_spec(self) -> Spec:
         return {"op": "JPEG", "quality": list(self.quality)}
+
+
+class Identity(Transform):
+    """v2's ``Identity()`` (and ``torch.nn.Identity()``): nothing. In a pipeline it is no op at
+    all (an empty ``Compose``, which the planner flattens away, so the single fused pass and the
+    crop's region decode stay); inside ``RandomChoice``/``RandomOrder`` it is still one choice."""
+
+    def to_spec(self) -> Spec:
+        return {"op": "Compose", "transforms": []}
+
+    def __repr__(self) -> str:
+        return "Identity()"
+
+
+class RGB(Transform):
+    """v2's ``RGB()``: three channels. Nothing on an RGB image; on a one-channel (``L``) image
+    the gray level in all three, as ``Grayscale(num_output_channels=3)`` gives (samples come
+    out ``[B, 3, H, W]``). Costs nothing per sample."""
+
+    def to_spec(self) -> Spec:
+        return {"op": "RGB"}
+
+
+class RandomPhotometricDistort(Transform):
+    """v2's ``RandomPhotometricDistort(brightness=(0.875, 1.125), contrast=(0.5, 1.5),
+    saturation=(0.5, 1.5), hue=(-0.05, 0.05), p=0.5)``: each adjustment with probability
+    ``p`` (factor uniform in its range), contrast before or after saturation and hue by a coin,
+    then with probability ``p`` a random channel permutation; torchvision's draws in order,
+    ``ColorJitter``'s kernels (Pillow's on the PIL image, v2's tensor kernels after
+    ``ToImage``), one profiler span."""
+
+    def __init__(
+        self,
+        brightness: Sequence[float] = (0.875, 1.125),
+        contrast: Sequence[float] = (0.5, 1.5),
+        saturation: Sequence[float] = (0.5, 1.5),
+        hue: Sequence[float] = (-0.05, 0.05),
+        p: float = 0.5,
+    ) -> None:
+        op = "RandomPhotometricDistort"
+        self.brightness = _pair(op, "brightness", brightness)
+        self.contrast = _pair(op, "contrast", contrast)
+        self.saturation = _pair(op, "saturation", saturation)
+        self.hue = _pair(op, "hue", hue)
+        for name, (lo, hi), low, high in (
+            ("brightness", self.brightness, 0.0, math.inf),
+            ("contrast", self.contrast, 0.0, math.inf),
+            ("saturation", self.saturation, 0.0, math.inf),
+            ("hue", self.hue, -0.5, 0.5),
+        ):
+            if not low <= lo <= hi <= high:
+                raise ValueError(f"{op}: {name} should be an ordered range within [{low}, {high}], got {(lo, hi)!r}")
+        self.p = _probability(op, p)
+
+    def to_spec(self) -> Spec:
+        return {
+            "op": "RandomPhotometricDistort",
+            "brightness": list(self.brightness),
+            "contrast": list(self.contrast),
+            "saturation": list(self.saturation),
+            "hue": list(self.hue),
+            "p": self.p,
+        }
+
+
+class RandomChannelPermutation(Transform):
+    """v2's ``RandomChannelPermutation()``: the channels in a uniformly random order per sample
+    (``torch.randperm``), on the PIL image or the uint8 tensor alike; nothing on one channel."""
+
+    def to_spec(self) -> Spec:
+        return {"op": "RandomChannelPermutation"}
 
 
 def _warp_interpolation(op: str, value: object) -> str:
@@ -1673,6 +1749,28 @@ class RandomErasing(Transform):
         }
 
 
+class GaussianNoise(Transform):
+    """v2's ``GaussianNoise(mean=0.0, sigma=0.1, clip=True)``: ``image + (mean + N(0, 1) *
+    sigma)`` per element of the float32 tensor, then clamped to ``[0, 1]`` when ``clip``, as
+    torchvision's float kernel computes it; the normals from the sample's generator (the same
+    distribution as torch's ``randn_like``, not its stream). A tensor op like
+    :class:`RandomErasing`: after ``ToTensor``/``ToDtype(torch.float32, scale=True)``, before
+    or after ``Normalize``, in a profiler span named ``GaussianNoise``; refused with
+    ``output="uint8"``. torchvision refuses it on a PIL image."""
+
+    def __init__(self, mean: float = 0.0, sigma: float = 0.1, clip: bool = True) -> None:
+        self.mean = _number("GaussianNoise", "mean", mean)
+        self.sigma = _number("GaussianNoise", "sigma", sigma)
+        if self.sigma < 0:
+            raise ValueError(f"GaussianNoise: sigma shouldn't be negative. Got {sigma}")
+        if not isinstance(clip, bool):
+            raise TypeError(f"GaussianNoise: clip must be a bool, got {clip!r}")
+        self.clip = clip
+
+    def to_spec(self) -> Spec:
+        return {"op": "GaussianNoise", "mean": self.mean, "sigma": self.sigma, "clip": self.clip}
+
+
 class TimmRandomErasing(Transform):
     """timm's ``RandomErasing(probability=0.5, min_area=0.02, max_area=1/3, min_aspect=0.3,
     max_aspect=None, mode='const', min_count=1, max_count=None, num_splits=0, device='cpu')``
@@ -1864,14 +1962,18 @@ _SUPPORTED = (
     "GaussianBlur, Pad, RandomCrop, RandomApply, "
     "RandomChoice, RandomOrder and Compose of those, RandomErasing, "
     "ConvertImageDtype(torch.float) (and, from transforms.v2, ToImage, "
-    "ToDtype(torch.float32, scale=True), ToPureTensor)"
+    "ToDtype(torch.float32, scale=True) (also per type, {tv_tensors.Image: torch.float32, ...}), "
+    "ToPureTensor, Identity, RGB, RandomChannelPermutation, RandomPhotometricDistort, "
+    "GaussianNoise on the float tensor); "
+    "torch.nn.Identity; a ToDtype or "
+    "ConvertImageDtype to torch.float32 after the conversion to float (a no-op)"
 )
 
 # The ops whose pixels depend on whether torchvision holds a PIL image or a tensor.
 _DOMAIN_OPS = (
     ColorJitter, Grayscale, RandomGrayscale, RandomPosterize, RandomSolarize, RandomEqualize,
     RandomAutocontrast, RandomAdjustSharpness, RandomInvert, RandomRotation, RandomAffine,
-    RandomPerspective, _Policy,
+    RandomPerspective, _Policy, RandomPhotometricDistort,
 )
 
 # The ops whose tensor kernels follow torchvision's API (v1 `functional` or `v2.functional`):
@@ -1880,6 +1982,7 @@ _DOMAIN_OPS = (
 _TENSOR_API_OPS = (
     "ColorJitter", "Grayscale", "RandomGrayscale", "RandomAutocontrast", "RandomAdjustSharpness",
     "RandomRotation", "RandomAffine", "RandomPerspective", "RandomApply", "RandomChoice", "RandomOrder",
+    "RandomPhotometricDistort",
 )
 
 
@@ -1930,11 +2033,27 @@ def from_torchvision(compose: Any) -> Compose:
     # stands, or at the end.
     pending_tensor = False
     tensor_api = "v2"
+    # Whether torchvision holds a tv_tensors.Image (after v2's ToImage, through v2's ops), which
+    # a ToDtype with a per-type dtype looks up by type.
+    image_typed = False
     for i, t in enumerate(items):
         name = type(t).__name__
         where = f"from_torchvision: transform #{i} {_describe(t)}"
         if isinstance(t, (Transform, Compose)):
             raise TypeError(f"{where} is already a ferroloader transform; pass it directly")
+        if _is_identity(t):
+            continue  # no op at all: the plan stays as if it were not written
+        if name in ("ToDtype", "ConvertImageDtype") and _is_torchvision(t):
+            try:
+                target = _dtype_target(t, image_typed)
+            except ValueError as e:
+                raise ValueError(f"{where} cannot be converted: {e}") from e
+            if target is None:
+                continue  # torchvision hands the image on as it is
+        if _is_torchvision(t) and name not in ("ToDtype", "ConvertImageDtype") and (
+            not _is_v2(t) or name in ("ToTensor", "PILToTensor", "ToPureTensor")
+        ):
+            image_typed = False  # v1's kernels return plain tensors, even from a tv_tensors.Image
         if not (_is_torchvision(t) or _is_timm(t)):
             raise ValueError(f"{where} is not a torchvision transform; supported: {_SUPPORTED}")
         if name in _TIMM_MAYBE_TO_TENSOR and _is_timm(t) and (
@@ -1946,12 +2065,13 @@ def from_torchvision(compose: Any) -> Compose:
                 tensor_api = "v2" if _is_v2(t) else "v1"
                 out.append(ToImage(api=tensor_api))
             pending_tensor = True
+            image_typed = name == "ToImage"
             continue
         if pending_tensor and name in ("ToDtype", "ConvertImageDtype"):
             _append_conversion(out)
             pending_tensor = False
         try:
-            converted = _convert_one(name, t, out)
+            converted = _convert_one(name, t, out, image_typed)
         except (TypeError, ValueError) as e:
             raise ValueError(f"{where} cannot be converted: {e}") from e
         if converted is None:
@@ -2066,6 +2186,9 @@ def _convert_nested(transforms: Iterable[Any]) -> List[Union[Transform, Compose]
     out: List[Union[Transform, Compose]] = []
     for i, t in enumerate(transforms):
         name = type(t).__name__
+        if _is_identity(t):
+            out.append(Identity())  # still one choice of RandomChoice, one item of RandomOrder
+            continue
         if not _is_torchvision(t):
             raise ValueError(f"transforms[{i}] {t!r} is not a torchvision transform")
         if name == "Compose":
@@ -2089,7 +2212,40 @@ def _describe(t: Any) -> str:
 _SKIP = object()
 
 
-def _convert_one(name: str, t: Any, done: List[Transform]) -> object:
+def _is_identity(t: object) -> bool:
+    """torchvision v2's ``Identity`` or ``torch.nn.Identity`` (a Compose's "off" branch)."""
+    module = type(t).__module__
+    return type(t).__name__ == "Identity" and (
+        module.startswith("torchvision.transforms") or module.startswith("torch.nn")
+    )
+
+
+def _dtype_target(t: Any, image_typed: bool) -> Any:
+    """The dtype a ``ToDtype``/``ConvertImageDtype`` converts the image to, or ``None`` where it
+    hands it on as it is: v2's per-type dict looks the image's type up (``tv_tensors.Image``
+    after v2's ``ToImage``, else a plain tensor), then ``"others"``, as torchvision's
+    ``ToDtype.transform`` does (which raises without either)."""
+    dtype = t.dtype
+    if not isinstance(dtype, dict):
+        return dtype
+    import torch  # only reachable with torchvision installed
+
+    def is_kind(key: object) -> bool:
+        # torchvision looks the input's exact type up: tv_tensors.Image, or torch.Tensor.
+        if not image_typed:
+            return key is torch.Tensor
+        return isinstance(key, type) and key.__name__ == "Image" and key.__module__.startswith("torchvision.tv_tensors")
+
+    for key, value in dtype.items():
+        if is_kind(key):
+            return value
+    if "others" in dtype:
+        return dtype["others"]
+    kind = "tv_tensors.Image" if image_typed else "torch.Tensor"
+    raise ValueError(f"dtype={dtype}: no dtype for {kind} and no \"others\" (torchvision raises too)")
+
+
+def _convert_one(name: str, t: Any, done: List[Transform], image_typed: bool = False) -> object:
     if _is_timm(t):
         from ferroloader._timm import (
             AugMixArgs,
@@ -2169,6 +2325,17 @@ def _convert_one(name: str, t: Any, done: List[Transform]) -> object:
         return RandomInvert(float(t.p))
     if name == "JPEG":
         return JPEG(list(t.quality))
+    if name == "Identity":
+        return Identity()
+    if name == "RGB":
+        return RGB()
+    if name == "RandomChannelPermutation":
+        return RandomChannelPermutation()
+    if name == "RandomPhotometricDistort":
+        return RandomPhotometricDistort(
+            [float(v) for v in t.brightness], [float(v) for v in t.contrast],
+            [float(v) for v in t.saturation], [float(v) for v in t.hue], float(t.p),
+        )
     if name in ("TrivialAugmentWide", "RandAugment", "AutoAugment"):
         api = "v2" if type(t).__module__.startswith("torchvision.transforms.v2") else "v1"
         if name == "TrivialAugmentWide":
@@ -2187,6 +2354,16 @@ def _convert_one(name: str, t: Any, done: List[Transform]) -> object:
         return RandomChoice(_convert_nested(t.transforms), None if t.p is None else [float(w) for w in t.p])
     if name == "RandomOrder":
         return RandomOrder(_convert_nested(t.transforms))
+    if name == "GaussianNoise":
+        if not any(isinstance(o, ToTensor) for o in done):
+            if done and isinstance(done[-1], PILToTensor) or any(isinstance(o, ToImage) for o in done):
+                raise ValueError(
+                    "the image is a uint8 tensor here: ferroloader adds noise to the float32 "
+                    "tensor only; put it after ToDtype(torch.float32, scale=True)"
+                )
+            # torchvision's own error (its PIL kernel).
+            raise ValueError("Gaussian Noise is not implemented for PIL images.")
+        return GaussianNoise(t.mean, t.sigma, t.clip)
     if name == "RandomErasing":
         # v2 keeps value as a list of floats, or None for "random".
         value = "random" if t.value is None else t.value
@@ -2198,10 +2375,17 @@ def _convert_one(name: str, t: Any, done: List[Transform]) -> object:
     if name in ("ToDtype", "ConvertImageDtype"):
         import torch  # only reachable with torchvision installed
 
-        dtype = t.dtype
+        dtype = _dtype_target(t, image_typed)
         scale = getattr(t, "scale", True)  # ConvertImageDtype always scales
-        if isinstance(dtype, dict):
-            raise ValueError(f"per-type dtypes are not supported: {dtype}")
+        if any(isinstance(o, ToTensor) for o in done):
+            # The image is float32 already: torchvision converts float32 to float32 as it is
+            # (with or without scale); another dtype would change the output's.
+            if dtype == torch.float32:
+                return _SKIP
+            raise ValueError(
+                f"dtype={dtype}: the image is float32 here (after ToTensor/ToDtype(torch.float32, "
+                "scale=True)); only torch.float32, which changes nothing, is supported"
+            )
         after_tensor = bool(done) and isinstance(done[-1], PILToTensor)
         if dtype == torch.float32 and scale and after_tensor:
             done[-1] = ToTensor()

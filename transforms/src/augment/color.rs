@@ -183,6 +183,44 @@ pub fn invert(img: &mut RgbImage) {
     }
 }
 
+/// v2's `permute_channels(img, permutation)`: output channel `c` is input channel
+/// `permutation[c]` (`image[..., permutation, :, :]`; its PIL kernel goes through that tensor
+/// one). `permutation` must hold 0, 1 and 2, which the caller's `randperm` guarantees; an
+/// index above 2 is read as 2 rather than panicking.
+pub fn permute_channels(img: &mut RgbImage, permutation: [u8; 3]) {
+    let data = img.as_raw_mut();
+    // One loop per order with the indices known at compile time: no bounds checks inside,
+    // and the shuffle vectorizes (a runtime index kept it a byte at a time).
+    match permutation.map(|i| i.min(2)) {
+        [0, 2, 1] => shuffle::<0, 2, 1>(data),
+        [1, 0, 2] => shuffle::<1, 0, 2>(data),
+        [1, 2, 0] => shuffle::<1, 2, 0>(data),
+        [2, 0, 1] => shuffle::<2, 0, 1>(data),
+        [2, 1, 0] => shuffle::<2, 1, 0>(data),
+        [0, 1, 2] => {}
+        // Not a permutation (a repeated index): the same gather, unspecialized.
+        [a, b, c] => {
+            let [a, b, c] = [a, b, c].map(usize::from);
+            for px in data.chunks_exact_mut(3) {
+                let old = [px[0], px[1], px[2]];
+                px[0] = old[a];
+                px[1] = old[b];
+                px[2] = old[c];
+            }
+        }
+    }
+}
+
+/// Every pixel's channels in the order `A, B, C` of the old ones.
+fn shuffle<const A: usize, const B: usize, const C: usize>(data: &mut [u8]) {
+    for px in data.chunks_exact_mut(3) {
+        let old = [px[0], px[1], px[2]];
+        px[0] = old[A];
+        px[1] = old[B];
+        px[2] = old[C];
+    }
+}
+
 /// `ImageOps.posterize(img, bits)`: keeps the top `bits` bits of every channel. `bits` must be
 /// 1..=8, as Pillow requires (torchvision's own check lets 0 through to Pillow, which raises).
 pub fn posterize(img: &mut RgbImage, bits: u8) -> Result<()> {

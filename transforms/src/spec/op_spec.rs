@@ -209,6 +209,22 @@ fn default_elastic_fill() -> Option<Fill> {
     Some(Fill::Number(0.0))
 }
 
+fn default_distort_brightness() -> [f64; 2] {
+    [0.875, 1.125]
+}
+
+fn default_distort_contrast() -> [f64; 2] {
+    [0.5, 1.5]
+}
+
+fn default_distort_hue() -> [f64; 2] {
+    [-0.05, 0.05]
+}
+
+fn default_noise_sigma() -> f64 {
+    0.1
+}
+
 fn default_erase_scale() -> [f64; 2] {
     [0.02, 0.33]
 }
@@ -985,4 +1001,56 @@ pub enum OpSpec {
         /// Per-channel standard deviation, non-zero.
         std: [f32; 3],
     },
+    /// v2's `RGB()`: three channels. On a three-channel image nothing; on a one-channel one
+    /// (an `L` image, or after `Grayscale(1)`) the gray level in all three, as
+    /// `Grayscale(num_output_channels=3)` gives. A marker: one-channel images already run
+    /// replicated into three channels, so it changes no pixel, only the sample's channel count
+    /// and the rules the tensor kernels after it follow. Inside `RandomApply`/`RandomChoice`/
+    /// `RandomOrder` only where it changes nothing (else some samples would differ in shape).
+    #[serde(rename = "RGB")]
+    Rgb,
+    /// v2's `GaussianNoise(mean=0.0, sigma=0.1, clip=True)`: a tensor op on the float32 sample
+    /// (after `ToTensor`, before or after `Normalize`), `image + (mean + N(0, 1) * sigma)` per
+    /// element in float32, clamped to `[0, 1]` when `clip`; the normals from the sample's
+    /// generator. torchvision refuses it on a PIL image; on a uint8 tensor it is not native.
+    /// Refused with `uint8` output (the slot then holds pixels).
+    GaussianNoise {
+        /// Default 0.
+        #[serde(default)]
+        mean: f64,
+        /// Non-negative; default 0.1.
+        #[serde(default = "default_noise_sigma")]
+        sigma: f64,
+        /// Default `true`.
+        #[serde(default = "default_true")]
+        clip: bool,
+    },
+    /// v2's `RandomPhotometricDistort(brightness=(0.875, 1.125), contrast=(0.5, 1.5),
+    /// saturation=(0.5, 1.5), hue=(-0.05, 0.05), p=0.5)`: each adjustment with probability `p`
+    /// (a coin, then its factor, uniform in its range, in the order brightness, contrast,
+    /// saturation, hue), then a coin for contrast before or after saturation and hue, then a
+    /// coin (`p`) for a channel permutation (`randperm`); applied brightness, contrast (if
+    /// before), saturation, hue, contrast (if after), permutation, with `ColorJitter`'s kernels.
+    /// A pixel op (Pillow's arithmetic on a PIL image, v2's tensor kernels after `ToImage`).
+    RandomPhotometricDistort {
+        /// `[min, max]`, non-negative; default `[0.875, 1.125]`.
+        #[serde(default = "default_distort_brightness")]
+        brightness: [f64; 2],
+        /// `[min, max]`, non-negative; default `[0.5, 1.5]`.
+        #[serde(default = "default_distort_contrast")]
+        contrast: [f64; 2],
+        /// `[min, max]`, non-negative; default `[0.5, 1.5]`.
+        #[serde(default = "default_distort_contrast")]
+        saturation: [f64; 2],
+        /// `[min, max]` within `[-0.5, 0.5]`; default `[-0.05, 0.05]`.
+        #[serde(default = "default_distort_hue")]
+        hue: [f64; 2],
+        /// Default 0.5.
+        #[serde(default = "default_half")]
+        p: f64,
+    },
+    /// v2's `RandomChannelPermutation()`: the channels in a uniformly random order
+    /// (`torch.randperm(channels)`), per sample. A pixel op; on a one-channel image the
+    /// identity, drawing nothing (`randperm(1)`).
+    RandomChannelPermutation,
 }

@@ -1,14 +1,16 @@
-//! The tensor ops of a plan: torchvision's `RandomErasing` and timm's, after the conversion, on
-//! the float32 CHW sample in the batch slot (where torchvision's reference recipes and timm's
-//! `create_transform` run them: after `ToTensor` and `Normalize`). The draws are
+//! The tensor ops of a plan: torchvision's `RandomErasing` and timm's, and v2's
+//! `GaussianNoise`, after the conversion, on the float32 CHW sample in the batch slot (where
+//! torchvision's reference recipes and timm's `create_transform` run them: after `ToTensor`
+//! and `Normalize`; the noise also before `Normalize`, where the plan then normalizes the slot
+//! after it, see [`TensorOp::needs_unnormalized_slot`]). The draws are
 //! [`crate::augment::policy::RandomErasing`]'s and
 //! [`crate::augment::policy::TimmRandomErasing`]'s, the kernel
 //! [`crate::augment::geometry::erase`]'s; both fill a rectangle the same way
 //! ([`fill_rect`]: constant values, or standard normals, normalized when the op stands before
 //! `Normalize`).
 //!
-//! Must not allocate per sample (the random values go to a buffer the context reserves for the
-//! largest rectangle), nor draw outside the pipeline's order (a tensor op draws after every
+//! Must not allocate per sample (the random values go to a buffer the context reserves for a
+//! whole sample), nor draw outside the pipeline's order (a tensor op draws after every
 //! stage op and the flip fused into the conversion).
 
 use crate::augment::geometry::erase::{erase, EraseValue as Fill};
@@ -22,19 +24,88 @@ use crate::spec::stage::in_op;
 use crate::spec::{EraseFill, Op, OpSpec};
 use crate::tensor::normalize_value;
 
-/// Which erasing, parameters checked.
+/// Which tensor op, parameters checked.
 #[derive(Clone, Copy, Debug, PartialEq)]
-enum Erasing {
+enum Kind {
     /// torchvision's `RandomErasing`.
     Torchvision(RandomErasing),
     /// timm's `RandomErasing`.
     Timm(TimmRandomErasing),
+    /// v2's `GaussianNoise`.
+    Noise(GaussianNoise),
+}
+
+/// v2's `GaussianNoise(mean, sigma, clip)`, parameters checked: `mean` and `sigma` as torch
+/// uses them on a float32 tensor (narrowed to float32).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct GaussianNoise {
+    mean: f32,
+    sigma: f32,
+    clip: bool,
+}
+
+impl GaussianNoise {
+    /// `sigma` negative is torchvision's error (`sigma shouldn't be negative`); a value that is
+    /// not finite is refused too (it would make every element NaN or infinite).
+    pub fn new(mean: f64, sigma: f64, clip: bool) -> Result<Self> {
+        if !mean.is_finite() {
+            return Err(Error::invalid(
+                "mean",
+                format!("GaussianNoise: {mean} is not a finite number"),
+            ));
+        }
+        if !sigma.is_finite() {
+            return Err(Error::invalid(
+                "sigma",
+                format!("GaussianNoise: {sigma} is not a finite number"),
+            ));
+        }
+        if sigma < 0.0 {
+            return Err(Error::invalid(
+                "sigma",
+                format!("GaussianNoise: sigma shouldn't be negative. Got {sigma}"),
+            ));
+        }
+        Ok(GaussianNoise {
+            mean: mean as f32,
+            sigma: sigma as f32,
+            clip,
+        })
+    }
+}
+
+/// v2's `gaussian_noise_image` on a float32 `slot`: one standard normal per element drawn into
+/// `values` (left there: the normals used), then `x + (mean + z * sigma)` in float32, as torch's
+/// `mean + randn_like(image) * sigma` and `image + noise` compute it (no fused multiply-add),
+/// clamped to `[0, 1]` when `clip`. `values` with the capacity of `slot` does not allocate.
+pub fn apply_gaussian_noise<D: TorchDraws + ?Sized>(
+    noise: &GaussianNoise,
+    slot: &mut [f32],
+    draws: &mut D,
+    values: &mut Vec<f32>,
+) {
+    values.clear();
+    values.resize(slot.len(), 0.0);
+    draws.fill_standard_normal(values);
+    let GaussianNoise { mean, sigma, clip } = *noise;
+    for (x, z) in slot.iter_mut().zip(values.iter()) {
+        let y = *x + (mean + *z * sigma);
+        *x = if clip { y.clamp(0.0, 1.0) } else { y };
+    }
+}
+
+/// The noise a `GaussianNoise` spec describes, checked; `Ok(None)` for any other op.
+pub fn plan_gaussian_noise(op: &OpSpec) -> Result<Option<GaussianNoise>> {
+    let OpSpec::GaussianNoise { mean, sigma, clip } = op else {
+        return Ok(None);
+    };
+    GaussianNoise::new(*mean, *sigma, *clip).map(Some)
 }
 
 /// A tensor op, parameters checked.
 #[derive(Clone, Debug, PartialEq)]
 pub(in crate::spec) struct TensorOp {
-    erasing: Erasing,
+    kind: Kind,
     /// The `Normalize(mean, std)` written after this op: the fused conversion normalizes
     /// before the op runs, so its fill goes through the same arithmetic to match.
     normalize_after: Option<([f32; 3], [f32; 3])>,
@@ -213,22 +284,26 @@ impl TensorOp {
     /// Plans a tensor op (as standing after `Normalize`, if any); `Ok(None)` for an op that is
     /// not one.
     pub fn plan(op: &OpSpec) -> Result<Option<Self>> {
-        let erasing = match op {
+        let kind = match op {
             OpSpec::RandomErasing {
                 p,
                 scale,
                 ratio,
                 value,
                 inplace: _,
-            } => Erasing::Torchvision(plan_torchvision(*p, *scale, *ratio, value)?),
+            } => Kind::Torchvision(plan_torchvision(*p, *scale, *ratio, value)?),
             OpSpec::TimmRandomErasing { .. } => match plan_timm_random_erasing(op)? {
-                Some(timm) => Erasing::Timm(timm),
+                Some(timm) => Kind::Timm(timm),
+                None => return Ok(None),
+            },
+            OpSpec::GaussianNoise { .. } => match plan_gaussian_noise(op)? {
+                Some(noise) => Kind::Noise(noise),
                 None => return Ok(None),
             },
             _ => return Ok(None),
         };
         Ok(Some(TensorOp {
-            erasing,
+            kind,
             normalize_after: None,
         }))
     }
@@ -237,8 +312,17 @@ impl TensorOp {
     pub fn is_tensor_op(op: &OpSpec) -> bool {
         matches!(
             op,
-            OpSpec::RandomErasing { .. } | OpSpec::TimmRandomErasing { .. }
+            OpSpec::RandomErasing { .. }
+                | OpSpec::TimmRandomErasing { .. }
+                | OpSpec::GaussianNoise { .. }
         )
+    }
+
+    /// Whether the op must see the slot before `Normalize` as torchvision computes it: a noise
+    /// standing before `Normalize` (its sum and clamp are not linear in the normalized values,
+    /// so the plan converts without normalizing and normalizes the slot after it).
+    pub fn needs_unnormalized_slot(&self) -> bool {
+        matches!(self.kind, Kind::Noise(_)) && self.normalize_after.is_some()
     }
 
     /// Marks this op as standing before `Normalize(mean, std)`.
@@ -254,23 +338,25 @@ impl TensorOp {
 
     /// Whether the op fills with random values per pixel (and needs a buffer for them).
     pub fn draws_values(&self) -> bool {
-        match self.erasing {
-            Erasing::Torchvision(e) => e.value() == EraseValue::Random,
-            Erasing::Timm(e) => e.mode() == TimmEraseMode::Pixel,
+        match self.kind {
+            Kind::Torchvision(e) => e.value() == EraseValue::Random,
+            Kind::Timm(e) => e.mode() == TimmEraseMode::Pixel,
+            Kind::Noise(_) => true,
         }
     }
 
     /// The op's span.
     pub fn span(&self) -> Op {
-        match self.erasing {
-            Erasing::Torchvision(_) => Op::RandomErasing,
-            Erasing::Timm(_) => Op::TimmRandomErasing,
+        match self.kind {
+            Kind::Torchvision(_) => Op::RandomErasing,
+            Kind::Timm(_) => Op::TimmRandomErasing,
+            Kind::Noise(_) => Op::GaussianNoise,
         }
     }
 
-    /// Draws the rectangles (and their random values) and erases them in `slot`, a `3 x
-    /// height x width` float32 sample. `values` holds the random values; its capacity is
-    /// reserved for the largest rectangle, so this does not allocate.
+    /// Draws the rectangles (and their random values) and erases them in `slot`, or the noise
+    /// and adds it, in `slot`, a `3 x height x width` float32 sample. `values` holds the random
+    /// values; its capacity is reserved for a whole sample, so this does not allocate.
     pub fn run<D: TorchDraws + ?Sized>(
         &self,
         slot: &mut [f32],
@@ -283,8 +369,19 @@ impl TensorOp {
             SlotState::Normalized => self.normalize_after,
             SlotState::AsWritten => None,
         };
-        match &self.erasing {
-            Erasing::Timm(timm) => timm_erase(
+        match &self.kind {
+            Kind::Noise(noise) => {
+                if normalize.is_some() {
+                    // The plan normalizes the slot after a noise standing before Normalize.
+                    return Err(Error::invalid(
+                        "ops",
+                        "GaussianNoise before Normalize ran on the normalized slot",
+                    ));
+                }
+                apply_gaussian_noise(noise, slot, rng, values);
+                Ok(())
+            }
+            Kind::Timm(timm) => timm_erase(
                 timm,
                 slot,
                 (height, width),
@@ -293,7 +390,7 @@ impl TensorOp {
                 values,
                 &mut |_, _| {},
             ),
-            Erasing::Torchvision(erasing) => {
+            Kind::Torchvision(erasing) => {
                 let Some(rect) = erasing.draw(width, height, rng) else {
                     return Ok(());
                 };

@@ -66,7 +66,7 @@ pub use auto::{
 };
 pub use ops::{OpKind, OpSeq, PixelOp};
 pub use single::{
-    draw_apply, draw_p, draw_p_item, AffinePlan, ColorJitter, ColorJitterPlan, ColorStep,
+    draw_apply, draw_p, draw_p_item, randperm, AffinePlan, ColorJitter, ColorJitterPlan, ColorStep,
     EraseRect, EraseValue, GaussianBlur, Permutation, PerspectivePlan, RandomAffine, RandomChoice,
     RandomCrop, RandomCropPlan, RandomErasing, RandomOrder, RandomPerspective, RandomRotation,
     MAX_CHOICES,

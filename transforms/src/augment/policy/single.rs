@@ -212,7 +212,7 @@ impl ColorJitter {
 
 /// `torch.randperm(out.len())` into `out` (CPU, small n): the identity, then for each
 /// `i < n - 1` a swap of `i` with `i + randint(n - i)`.
-fn randperm<D: TorchDraws + ?Sized>(draws: &mut D, out: &mut [u8]) {
+pub fn randperm<D: TorchDraws + ?Sized>(draws: &mut D, out: &mut [u8]) {
     for (i, v) in out.iter_mut().enumerate() {
         *v = i as u8;
     }

@@ -64,6 +64,9 @@ fn plan_unit(
 ) -> Result<Vec<StageOp>> {
     match op {
         OpSpec::Compose { transforms } => return plan_sequence(owner, transforms, domain),
+        // Nothing to run: the plan's channel count (`output_channels`) refused the RGB that
+        // would make some samples three-channel and others not.
+        OpSpec::Rgb => return Ok(Vec::new()),
         // A conversion that happens or not with the draw would leave the ops after the
         // composition on a PIL image for some samples and a tensor for others.
         OpSpec::ToImage { .. } => {

@@ -10,7 +10,7 @@
 
 use super::{check_p, in_op, Domain, StageScratch};
 use crate::augment::policy::Api;
-use crate::augment::policy::{draw_p, draw_p_item, ColorJitter, ColorStep};
+use crate::augment::policy::{draw_p, draw_p_item, randperm, ColorJitter, ColorStep};
 use crate::augment::{color, tensor_color};
 use crate::encode::JpegRoundTrip;
 use crate::error::{Error, Result};
@@ -40,6 +40,120 @@ enum ColorKind {
     Sharpness { factor: f64, p: f64 },
     Invert { p: f64 },
     Jpeg { min: u8, max: u8 },
+    ChannelPermutation,
+    PhotometricDistort(PhotometricDistort),
+}
+
+/// v2's `RandomPhotometricDistort`, its ranges checked.
+#[derive(Clone, Copy, Debug, PartialEq)]
+struct PhotometricDistort {
+    /// brightness, contrast, saturation, hue: in `make_params`' order.
+    ranges: [(f64, f64); 4],
+    p: f64,
+}
+
+/// One `RandomPhotometricDistort` range: finite, ordered, within `[low, high]`.
+fn distort_range(
+    name: &'static str,
+    [lo, hi]: [f64; 2],
+    low: f64,
+    high: f64,
+) -> Result<(f64, f64)> {
+    if !(lo.is_finite() && hi.is_finite() && low <= lo && lo <= hi && hi <= high) {
+        return Err(Error::invalid(
+            name,
+            format!(
+                "RandomPhotometricDistort: [{lo}, {hi}] is not an ordered range within \
+                 [{low}, {high}] (torchvision's kernels refuse a factor outside it)"
+            ),
+        ));
+    }
+    Ok((lo, hi))
+}
+
+/// The draws of one `RandomPhotometricDistort` call.
+struct DistortPlan {
+    /// brightness, contrast, saturation, hue factors; `None`: not applied.
+    factors: [Option<f64>; 4],
+    contrast_before: bool,
+    /// `None`: no permutation.
+    permutation: Option<[u8; 3]>,
+}
+
+impl PhotometricDistort {
+    /// `make_params`: per adjustment `torch.rand(1) < p`, then its factor
+    /// (`ColorJitter._generate_value`: a float32 uniform); `torch.rand(()) < 0.5` for the
+    /// contrast's place; `torch.rand(1) < p`, then `torch.randperm(channels)` (no draw on one
+    /// channel).
+    fn draw(&self, rng: &mut SampleRng, one_channel: bool) -> DistortPlan {
+        let mut factors = [None; 4];
+        for (factor, (lo, hi)) in factors.iter_mut().zip(self.ranges) {
+            if draw_p(rng, self.p) {
+                *factor = Some(f64::from(rng.uniform_f32(lo as f32, hi as f32)));
+            }
+        }
+        let contrast_before = draw_p(rng, 0.5);
+        let permutation = draw_p(rng, self.p).then(|| {
+            let mut order = [0u8, 1, 2];
+            if !one_channel {
+                randperm(rng, &mut order);
+            }
+            order
+        });
+        DistortPlan {
+            factors,
+            contrast_before,
+            permutation,
+        }
+    }
+
+    /// `transform`: brightness, contrast (before), saturation, hue, contrast (after), then
+    /// the permutation, each with the kernels of the domain (`tensor`: v2's tensor kernels).
+    fn run(
+        &self,
+        img: &mut RgbImage,
+        rng: &mut SampleRng,
+        tensor: Option<Api>,
+        one_channel: bool,
+    ) -> Result<()> {
+        let plan = self.draw(rng, one_channel);
+        let [brightness, contrast, saturation, hue] = plan.factors;
+        let contrast_step = |img: &mut RgbImage, f: f64| match tensor {
+            None => color::adjust_contrast(img, f),
+            Some(api) if one_channel => tensor_color::adjust_contrast_one_channel(img, f, api),
+            Some(api) => tensor_color::adjust_contrast(img, f, api),
+        };
+        if let Some(f) = brightness {
+            match tensor {
+                None => color::adjust_brightness(img, f)?,
+                Some(_) => tensor_color::adjust_brightness(img, f)?,
+            }
+        }
+        if let (Some(f), true) = (contrast, plan.contrast_before) {
+            contrast_step(img, f)?;
+        }
+        // torch's kernels leave one channel alone here (Pillow's keep a gray image gray).
+        let tensor_one_channel = tensor.is_some() && one_channel;
+        if let (Some(f), false) = (saturation, tensor_one_channel) {
+            match tensor {
+                None => color::adjust_saturation(img, f)?,
+                Some(api) => tensor_color::adjust_saturation(img, f, api)?,
+            }
+        }
+        if let (Some(f), false) = (hue, tensor_one_channel) {
+            match tensor {
+                None => color::adjust_hue(img, f)?,
+                Some(api) => tensor_color::adjust_hue(img, f, api)?,
+            }
+        }
+        if let (Some(f), false) = (contrast, plan.contrast_before) {
+            contrast_step(img, f)?;
+        }
+        if let Some(order) = plan.permutation {
+            color::permute_channels(img, order);
+        }
+        Ok(())
+    }
 }
 
 /// A `ColorJitter` argument resolved as torchvision's `_check_input` does.
@@ -99,7 +213,7 @@ impl ColorOp {
         rng: &mut SampleRng,
     ) -> Result<()> {
         match self.tensor {
-            None => self.kind.run(img, scratch, rng),
+            None => self.kind.run(img, scratch, rng, self.one_channel),
             Some(api) => self
                 .kind
                 .run_tensor(img, scratch, rng, api, self.one_channel),
@@ -205,6 +319,22 @@ impl ColorKind {
                     }
                 }
             }
+            OpSpec::RandomChannelPermutation => ColorKind::ChannelPermutation,
+            OpSpec::RandomPhotometricDistort {
+                brightness,
+                contrast,
+                saturation,
+                hue,
+                p,
+            } => ColorKind::PhotometricDistort(PhotometricDistort {
+                ranges: [
+                    distort_range("brightness", *brightness, 0.0, f64::INFINITY)?,
+                    distort_range("contrast", *contrast, 0.0, f64::INFINITY)?,
+                    distort_range("saturation", *saturation, 0.0, f64::INFINITY)?,
+                    distort_range("hue", *hue, -0.5, 0.5)?,
+                ],
+                p: check_p("RandomPhotometricDistort", *p)?,
+            }),
             _ => return Ok(None),
         }))
     }
@@ -222,12 +352,16 @@ impl ColorKind {
             ColorKind::Sharpness { .. } => Op::RandomAdjustSharpness,
             ColorKind::Invert { .. } => Op::RandomInvert,
             ColorKind::Jpeg { .. } => Op::Jpeg,
+            ColorKind::ChannelPermutation => Op::RandomChannelPermutation,
+            ColorKind::PhotometricDistort(_) => Op::RandomPhotometricDistort,
         }
     }
 
     /// Draws this op's parameters from `rng` (torchvision's draws, in its order and number:
     /// one coin per `Random*` op even at `p` 0 or 1, `randperm(4)` and a factor per enabled
-    /// adjustment for `ColorJitter`) and applies it to `img` in place.
+    /// adjustment for `ColorJitter`, `randperm(3)` for `RandomChannelPermutation` unless
+    /// `one_channel`: an `L` image, replicated into three channels) and applies it to `img` in
+    /// place.
     ///
     /// The coins are v1's comparisons (`draw_p` for `RandomGrayscale`, `draw_p_item` for the
     /// others); v2 compares in float32 throughout, which differs only for the one draw equal
@@ -237,6 +371,7 @@ impl ColorKind {
         img: &mut RgbImage,
         scratch: &mut StageScratch,
         rng: &mut SampleRng,
+        one_channel: bool,
     ) -> Result<()> {
         match *self {
             ColorKind::ColorJitter(jitter) => {
@@ -287,6 +422,8 @@ impl ColorKind {
                 }
             }
             ColorKind::Jpeg { min, max } => jpeg(img, scratch, rng, min, max)?,
+            ColorKind::ChannelPermutation => permute_channels(img, rng, one_channel),
+            ColorKind::PhotometricDistort(distort) => distort.run(img, rng, None, one_channel)?,
         }
         Ok(())
     }
@@ -362,6 +499,10 @@ impl ColorKind {
                 }
             }
             ColorKind::Jpeg { min, max } => jpeg(img, scratch, rng, min, max)?,
+            ColorKind::ChannelPermutation => permute_channels(img, rng, one_channel),
+            ColorKind::PhotometricDistort(distort) => {
+                distort.run(img, rng, Some(api), one_channel)?
+            }
         }
         Ok(())
     }
@@ -389,4 +530,16 @@ fn jpeg(
         scratch.jpeg = None;
     }
     done
+}
+
+/// `RandomChannelPermutation`: `torch.randperm(channels)`, then the channels in that order (the
+/// same on a PIL image, whose kernel goes through a tensor, and on a tensor). One channel:
+/// `randperm(1)` draws nothing and permutes nothing.
+fn permute_channels(img: &mut RgbImage, rng: &mut SampleRng, one_channel: bool) {
+    if one_channel {
+        return;
+    }
+    let mut order = [0u8; 3];
+    randperm(rng, &mut order);
+    color::permute_channels(img, order);
 }
