@@ -16,6 +16,7 @@ use ferroloader::transforms::rng::sample_rng;
 use ferroloader::transforms::spec::{
     Execution, Pipeline, PipelineSpec, IMAGENET_MEAN, IMAGENET_STD,
 };
+use ferroloader::transforms::tensor::Scaling;
 use ferroloader::transforms::{CropRect, RgbImage};
 
 #[path = "../tests/support/fixtures.rs"]
@@ -147,20 +148,58 @@ fn bench_ops(c: &mut Criterion) {
     }
     let mut kernel = FusedKernel::new();
     let mut slot = vec![0f32; 3 * 224 * 224];
-    let kind = OutputKind::F32Chw {
+    let kind = |scaling| OutputKind::F32Chw {
         mean: IMAGENET_MEAN,
         std: IMAGENET_STD,
+        scaling,
     };
-    g.bench_function("fused_finish_f32", |b| {
-        b.iter(|| {
-            for (i, (img, r)) in decoded.iter().zip(&rects).enumerate() {
-                let slot = OutputSlot::F32(&mut slot);
-                kernel
-                    .run(img.view(), *r, (224, 224), i % 2 == 0, &kind, slot)
-                    .expect("runs");
-            }
-        })
-    });
+    // `ToTensor`'s division and v2 `ToDtype`'s reciprocal (`/v2`), both with Normalize.
+    for (name, scaling) in [
+        ("fused_finish_f32", Scaling::Divide),
+        ("fused_finish_f32/v2", Scaling::Reciprocal),
+    ] {
+        let kind = kind(scaling);
+        g.bench_function(name, |b| {
+            b.iter(|| {
+                for (i, (img, r)) in decoded.iter().zip(&rects).enumerate() {
+                    let slot = OutputSlot::F32(&mut slot);
+                    kernel
+                        .run(img.view(), *r, (224, 224), i % 2 == 0, &kind, slot)
+                        .expect("runs");
+                }
+            })
+        });
+    }
+    // The conversion (+ Normalize) alone, per arithmetic and SIMD level: a 224x224 image to
+    // 224x224, where the resize is a copy of each row.
+    let square: Vec<u8> = (0..3 * 224 * 224).map(|i| (i * 37 % 256) as u8).collect();
+    let square = RgbImage::from_raw(224, 224, square).expect("sizes match");
+    for &(level_name, level) in &levels {
+        for (name, scaling) in [
+            ("divide", Scaling::Divide),
+            ("reciprocal", Scaling::Reciprocal),
+        ] {
+            let kind = kind(scaling);
+            let mut kernel = FusedKernel::new();
+            kernel.set_simd_limit(level);
+            g.bench_function(format!("convert_224_f32/{name}/{level_name}"), |b| {
+                b.iter(|| {
+                    let slot = OutputSlot::F32(&mut slot);
+                    let full = CropRect::full(224, 224);
+                    kernel
+                        .run(
+                            black_box(square.view()),
+                            full,
+                            (224, 224),
+                            false,
+                            &kind,
+                            slot,
+                        )
+                        .expect("runs");
+                })
+            });
+        }
+    }
     g.finish();
     bench_typical_crop(c, &decoded, &levels);
 }

@@ -73,7 +73,7 @@ impl SampleProcessor for ImagePipeline {
         let (h, w) = (h as usize, w as usize);
         let c = self.pipeline.channels();
         match self.pipeline.output_kind() {
-            OutputKind::F32Chw { .. } | OutputKind::F32ChwUnnormalized => {
+            OutputKind::F32Chw { .. } | OutputKind::F32ChwUnnormalized { .. } => {
                 SampleLayout::chw(DType::F32, c, h, w)
             }
             OutputKind::U8Chw => SampleLayout::chw(DType::U8, c, h, w),

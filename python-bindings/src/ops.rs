@@ -15,7 +15,7 @@ use ferroloader_loader::transforms::decode::{DecodeContext, DecodeOptions, Decod
 use ferroloader_loader::transforms::fused::{FusedKernel, OutputKind, OutputSlot};
 use ferroloader_loader::transforms::resize::Filter;
 use ferroloader_loader::transforms::rng::sample_rng;
-use ferroloader_loader::transforms::tensor::draw_flip;
+use ferroloader_loader::transforms::tensor::{draw_flip, Scaling};
 use ferroloader_loader::transforms::{CropRect, Error as TransformError, RgbImage};
 use ferroloader_loader::SampleProcessor;
 use numpy::ndarray::{Array2, Array3};
@@ -105,12 +105,14 @@ fn filter_named(name: &str) -> PyResult<Filter> {
 /// Decodes `data` with the loader's decoder and runs the loader's fused kernel on it with the
 /// crop given: crop `(top, left, height, width)`, resize to `size` = `(h, w)` (Pillow's
 /// `interpolation`: antialiased "bilinear" or "bicubic", or "nearest"), mirror if `flip`, then `ToTensor` (+ `Normalize(mean, std)`) for
-/// `float32`, or `PILToTensor` for `uint8`. Returns a `[3, h, w]` array. The region-of-interest
+/// `float32` (with `scaling="reciprocal"`, v2's `ToDtype(torch.float32, scale=True)`'s
+/// arithmetic instead of `ToTensor`'s `"divide"`), or `PILToTensor` for `uint8`. Returns a `[3, h, w]` array. The region-of-interest
 /// decode is used when `roi` (as the loader does for `RandomResizedCrop`).
 #[pyfunction]
 #[pyo3(signature = (
     data, top, left, height, width, size, *, flip = false, mean = None, std = None,
-    output = "float32", decoder = "turbo", roi = true, interpolation = "bilinear"
+    output = "float32", decoder = "turbo", roi = true, interpolation = "bilinear",
+    scaling = "divide"
 ))]
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn resized_crop<'py>(
@@ -128,8 +130,18 @@ pub(crate) fn resized_crop<'py>(
     decoder: &str,
     roi: bool,
     interpolation: &str,
+    scaling: &str,
 ) -> PyResult<Bound<'py, PyAny>> {
     let filter = filter_named(interpolation)?;
+    let scaling = match scaling {
+        "divide" => Scaling::Divide,
+        "reciprocal" => Scaling::Reciprocal,
+        other => {
+            return Err(PyValueError::new_err(format!(
+                "scaling: expected 'divide' or 'reciprocal', got {other:?}"
+            )))
+        }
+    };
     let decoder = match decoder {
         "turbo" => Decoder::Turbo,
         "zune" => Decoder::Zune,
@@ -140,8 +152,8 @@ pub(crate) fn resized_crop<'py>(
         }
     };
     let kind = match (output, mean, std) {
-        ("float32", Some(mean), Some(std)) => OutputKind::F32Chw { mean, std },
-        ("float32", None, None) => OutputKind::F32ChwUnnormalized,
+        ("float32", Some(mean), Some(std)) => OutputKind::F32Chw { mean, std, scaling },
+        ("float32", None, None) => OutputKind::F32ChwUnnormalized { scaling },
         ("uint8", None, None) => OutputKind::U8Chw,
         ("float32" | "uint8", _, _) => {
             return Err(PyValueError::new_err(

@@ -21,21 +21,30 @@ use crate::cpu;
 use crate::error::{Error, Result};
 use crate::image::{CropRect, RgbView};
 use crate::resize::{Filter, Resizer, RowSink, SimdLevel};
-use crate::tensor::{normalize_value, to_tensor_value, Normalize};
+use crate::tensor::{normalize_value, to_float_value, Normalize, Scaling};
 
 /// What a sample becomes in its batch slot.
 #[derive(Clone, Copy, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum OutputKind {
-    /// float32 CHW, `(x / 255 - mean) / std` per channel: `ToTensor()` + `Normalize(mean, std)`.
+    /// float32 CHW, `(x / 255 - mean) / std` per channel: `ToTensor()` + `Normalize(mean, std)`
+    /// (or v2's `ToDtype(torch.float32, scale=True)` + `Normalize`, by `scaling`).
     F32Chw {
         /// Per-channel means (float32, as torch converts them).
         mean: [f32; 3],
         /// Per-channel standard deviations; none may be zero.
         std: [f32; 3],
+        /// How `x / 255` is computed (absent in JSON: [`Scaling::Divide`], `ToTensor`'s).
+        #[serde(default)]
+        scaling: Scaling,
     },
-    /// float32 CHW, `x / 255`: `ToTensor()` without `Normalize`.
-    F32ChwUnnormalized,
+    /// float32 CHW, `x / 255`: `ToTensor()` (or v2's `ToDtype`, by `scaling`) without
+    /// `Normalize`.
+    F32ChwUnnormalized {
+        /// How `x / 255` is computed (absent in JSON: [`Scaling::Divide`], `ToTensor`'s).
+        #[serde(default)]
+        scaling: Scaling,
+    },
     /// uint8 CHW (`PILToTensor()`), for normalizing on the GPU.
     U8Chw,
     /// uint8 HWC, the packed RGB pixels.
@@ -64,15 +73,22 @@ impl OutputKind {
 
     /// Whether the values are float32 (else uint8).
     pub fn is_f32(&self) -> bool {
-        matches!(
-            self,
-            OutputKind::F32Chw { .. } | OutputKind::F32ChwUnnormalized
-        )
+        self.scaling().is_some()
+    }
+
+    /// The float kinds' arithmetic for `x / 255`; `None` for the uint8 kinds.
+    pub fn scaling(&self) -> Option<Scaling> {
+        match *self {
+            OutputKind::F32Chw { scaling, .. } | OutputKind::F32ChwUnnormalized { scaling } => {
+                Some(scaling)
+            }
+            OutputKind::U8Chw | OutputKind::U8Hwc => None,
+        }
     }
 
     /// Errors if a `std` is zero or a mean/std is not finite.
     pub fn validate(&self) -> Result<()> {
-        if let OutputKind::F32Chw { mean, std } = *self {
+        if let OutputKind::F32Chw { mean, std, .. } = *self {
             Normalize::new(mean, std)?;
         }
         Ok(())
@@ -101,8 +117,8 @@ impl OutputSlot<'_> {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum LutKey {
     Empty,
-    Unnormalized,
-    Normalized([u32; 6]),
+    Unnormalized(Scaling),
+    Normalized([u32; 6], Scaling),
 }
 
 /// Per-worker context of the fused kernel. Reuse it for every sample.
@@ -213,7 +229,10 @@ impl FusedKernel {
         let row_len = 3 * w as usize;
         let level = self.level();
         match (kind, out) {
-            (OutputKind::F32Chw { .. } | OutputKind::F32ChwUnnormalized, OutputSlot::F32(out)) => {
+            (
+                OutputKind::F32Chw { .. } | OutputKind::F32ChwUnnormalized { .. },
+                OutputSlot::F32(out),
+            ) => {
                 self.load_lut(kind)?;
                 if self.row.len() < row_len {
                     self.row.resize(row_len, 0);
@@ -261,40 +280,47 @@ impl FusedKernel {
 
     /// Fills the table for a float kind unless it is already loaded.
     fn load_lut(&mut self, kind: &OutputKind) -> Result<()> {
+        let scaling = kind.scaling().unwrap_or_default();
         let key = match *kind {
-            OutputKind::F32Chw { mean, std } => {
+            OutputKind::F32Chw { mean, std, .. } => {
                 let b = |v: f32| v.to_bits();
-                LutKey::Normalized([
-                    b(mean[0]),
-                    b(mean[1]),
-                    b(mean[2]),
-                    b(std[0]),
-                    b(std[1]),
-                    b(std[2]),
-                ])
+                LutKey::Normalized(
+                    [
+                        b(mean[0]),
+                        b(mean[1]),
+                        b(mean[2]),
+                        b(std[0]),
+                        b(std[1]),
+                        b(std[2]),
+                    ],
+                    scaling,
+                )
             }
-            _ => LutKey::Unnormalized,
+            _ => LutKey::Unnormalized(scaling),
         };
         if key == self.lut_key {
             return Ok(());
         }
         let fast = |quotient| match *kind {
-            OutputKind::F32Chw { mean, std } => convert::FastFloat::normalized(mean, std, quotient),
-            _ => convert::FastFloat::unnormalized(quotient),
+            OutputKind::F32Chw { mean, std, .. } => {
+                convert::FastFloat::normalized(mean, std, scaling, quotient)
+            }
+            _ => convert::FastFloat::unnormalized(scaling, quotient),
         };
         match *kind {
-            OutputKind::F32Chw { mean, std } => {
+            OutputKind::F32Chw { mean, std, .. } => {
                 Normalize::new(mean, std)?;
                 for (c, table) in self.lut.iter_mut().enumerate() {
                     for (v, slot) in table.iter_mut().enumerate() {
-                        *slot = normalize_value(to_tensor_value(v as u8), mean[c], std[c]);
+                        let x = to_float_value(v as u8, scaling);
+                        *slot = normalize_value(x, mean[c], std[c]);
                     }
                 }
             }
             _ => {
                 for table in self.lut.iter_mut() {
                     for (v, slot) in table.iter_mut().enumerate() {
-                        *slot = to_tensor_value(v as u8);
+                        *slot = to_float_value(v as u8, scaling);
                     }
                 }
             }
@@ -390,11 +416,15 @@ mod tests {
         let n = OutputKind::F32Chw {
             mean: [0.5; 3],
             std: [0.5; 3],
+            scaling: Scaling::Divide,
         };
         assert_eq!(n.elements_per_sample(224, 224), 150_528);
         assert_eq!(n.bytes_per_sample(224, 224), 602_112);
         assert_eq!(OutputKind::U8Hwc.bytes_per_sample(2, 3), 18);
-        assert_eq!(OutputKind::F32ChwUnnormalized.element_size(), 4);
+        let unnormalized = OutputKind::F32ChwUnnormalized {
+            scaling: Scaling::Reciprocal,
+        };
+        assert_eq!(unnormalized.element_size(), 4);
         assert_eq!(OutputKind::U8Chw.element_size(), 1);
     }
 
@@ -403,28 +433,99 @@ mod tests {
         let k = OutputKind::F32Chw {
             mean: [0.5, 0.25, 0.0],
             std: [1.0, 2.0, 4.0],
+            scaling: Scaling::Reciprocal,
         };
         let s = serde_json::to_string(&k).expect("serializes");
         assert_eq!(
             s,
-            r#"{"kind":"f32_chw","mean":[0.5,0.25,0.0],"std":[1.0,2.0,4.0]}"#
+            r#"{"kind":"f32_chw","mean":[0.5,0.25,0.0],"std":[1.0,2.0,4.0],"scaling":"reciprocal"}"#
         );
         assert_eq!(serde_json::from_str::<OutputKind>(&s).ok(), Some(k));
+        // Older JSON, without the field, keeps meaning ToTensor's division.
+        let old: OutputKind =
+            serde_json::from_str(r#"{"kind":"f32_chw","mean":[0.5,0.25,0.0],"std":[1.0,2.0,4.0]}"#)
+                .expect("parses");
+        assert_eq!(old.scaling(), Some(Scaling::Divide));
         let u: OutputKind = serde_json::from_str(r#"{"kind":"u8_hwc"}"#).expect("parses");
         assert_eq!(u, OutputKind::U8Hwc);
         let f: OutputKind =
             serde_json::from_str(r#"{"kind":"f32_chw_unnormalized"}"#).expect("parses");
-        assert_eq!(f, OutputKind::F32ChwUnnormalized);
+        assert_eq!(
+            f,
+            OutputKind::F32ChwUnnormalized {
+                scaling: Scaling::Divide
+            }
+        );
     }
 
-    fn reference_lut(mean: [f32; 3], std: [f32; 3]) -> [[f32; 256]; 3] {
+    /// torch's formulas, written out here rather than through the functions the kernel
+    /// calls: `x.div(255)` or `x.mul(float32(1 / 255))`, then `sub_(mean).div_(std)`.
+    fn formula(v: u8, scaling: Scaling) -> f32 {
+        match scaling {
+            Scaling::Divide => f32::from(v) / 255.0,
+            Scaling::Reciprocal => f32::from(v) * ((1.0f64 / 255.0) as f32),
+        }
+    }
+
+    fn reference_lut(mean: [f32; 3], std: [f32; 3], scaling: Scaling) -> [[f32; 256]; 3] {
         let mut lut = [[0.0; 256]; 3];
         for (c, table) in lut.iter_mut().enumerate() {
             for (v, slot) in table.iter_mut().enumerate() {
-                *slot = normalize_value(to_tensor_value(v as u8), mean[c], std[c]);
+                *slot = (formula(v as u8, scaling) - mean[c]) / std[c];
             }
         }
         lut
+    }
+
+    fn unit_lut(scaling: Scaling) -> [[f32; 256]; 3] {
+        let mut unit = [[0.0; 256]; 3];
+        for table in unit.iter_mut() {
+            for (v, slot) in table.iter_mut().enumerate() {
+                *slot = formula(v as u8, scaling);
+            }
+        }
+        unit
+    }
+
+    #[test]
+    fn loaded_tables_follow_the_formulas_at_every_level() {
+        let (mean, std) = ([0.485, 0.456, 0.406], [0.229, 0.224, 0.225]);
+        let img = RgbImage::from_raw(1, 1, vec![0, 0, 0]).expect("sizes match");
+        let mut kernel = FusedKernel::new();
+        let mut out = [0f32; 3];
+        for scaling in [Scaling::Divide, Scaling::Reciprocal, Scaling::Divide] {
+            for (kind, want) in [
+                (
+                    OutputKind::F32Chw { mean, std, scaling },
+                    reference_lut(mean, std, scaling),
+                ),
+                (
+                    OutputKind::F32ChwUnnormalized { scaling },
+                    unit_lut(scaling),
+                ),
+            ] {
+                let full = CropRect::full(1, 1);
+                kernel
+                    .run(
+                        img.view(),
+                        full,
+                        (1, 1),
+                        false,
+                        &kind,
+                        OutputSlot::F32(&mut out),
+                    )
+                    .expect("runs");
+                let bits = |l: &[[f32; 256]; 3]| l.map(|t| t.map(f32::to_bits));
+                assert_eq!(bits(&kernel.lut), bits(&want), "{kind:?}");
+                // Both scalings take the SIMD arithmetic, not the slower lookups.
+                assert_eq!(kernel.fast.is_some(), cpu::avx2_fma(), "{kind:?}");
+            }
+        }
+        // The two scalings are different tables: the key tells them apart.
+        assert_ne!(
+            unit_lut(Scaling::Divide).map(|t| t.map(f32::to_bits)),
+            unit_lut(Scaling::Reciprocal).map(|t| t.map(f32::to_bits))
+        );
     }
 
     #[test]
@@ -437,28 +538,37 @@ mod tests {
             ([0.4914, 0.4822, 0.4465], [0.247, 0.2435, 0.2616]),
         ] {
             for q in quotients {
-                let fast = convert::FastFloat::normalized(mean, std, q);
-                assert!(
-                    fast.matches(&reference_lut(mean, std)),
-                    "{mean:?} {std:?} {q:?}"
-                );
+                for scaling in [Scaling::Divide, Scaling::Reciprocal] {
+                    let fast = convert::FastFloat::normalized(mean, std, scaling, q);
+                    assert!(
+                        fast.matches(&reference_lut(mean, std, scaling)),
+                        "{mean:?} {std:?} {scaling:?} {q:?}"
+                    );
+                }
             }
         }
-        let mut unit = [[0.0; 256]; 3];
-        for table in unit.iter_mut() {
-            for (v, slot) in table.iter_mut().enumerate() {
-                *slot = to_tensor_value(v as u8);
+        for scaling in [Scaling::Divide, Scaling::Reciprocal] {
+            for q in quotients {
+                let fast = convert::FastFloat::unnormalized(scaling, q);
+                assert!(fast.matches(&unit_lut(scaling)), "{scaling:?} {q:?}");
             }
         }
-        for q in quotients {
-            assert!(convert::FastFloat::unnormalized(q).matches(&unit));
-        }
-        // ...and the check does catch arithmetic that is off by an ulp somewhere.
+        // ...and the check does catch arithmetic that is off by an ulp somewhere, the other
+        // scaling's included.
         let (mean, std) = ([0.485, 0.456, 0.406], [0.229, 0.224, 0.225]);
-        let mut lut = reference_lut(mean, std);
-        lut[1][200] = f32::from_bits(lut[1][200].to_bits() + 1);
+        for scaling in [Scaling::Divide, Scaling::Reciprocal] {
+            let mut lut = reference_lut(mean, std, scaling);
+            lut[1][200] = f32::from_bits(lut[1][200].to_bits() + 1);
+            for q in quotients {
+                let fast = convert::FastFloat::normalized(mean, std, scaling, q);
+                assert!(!fast.matches(&lut));
+            }
+        }
         for q in quotients {
-            assert!(!convert::FastFloat::normalized(mean, std, q).matches(&lut));
+            let divide = convert::FastFloat::unnormalized(Scaling::Divide, q);
+            assert!(!divide.matches(&unit_lut(Scaling::Reciprocal)));
+            let reciprocal = convert::FastFloat::unnormalized(Scaling::Reciprocal, q);
+            assert!(!reciprocal.matches(&unit_lut(Scaling::Divide)));
         }
     }
 
@@ -471,26 +581,22 @@ mod tests {
             Some(([0.5, 0.5, 0.5], [0.5, 0.5, 0.5])),
             None,
         ];
-        for (params, q) in kinds.into_iter().flat_map(|k| {
-            [
-                (k, convert::Quotient::Split),
-                (k, convert::Quotient::Corrected),
-            ]
+        let quotients = [convert::Quotient::Split, convert::Quotient::Corrected];
+        let scalings = [Scaling::Divide, Scaling::Reciprocal];
+        for (params, q, scaling) in kinds.into_iter().flat_map(|k| {
+            quotients
+                .into_iter()
+                .flat_map(move |q| scalings.map(move |s| (k, q, s)))
         }) {
             let (lut, fast) = match params {
                 Some((mean, std)) => (
-                    reference_lut(mean, std),
-                    convert::FastFloat::normalized(mean, std, q),
+                    reference_lut(mean, std, scaling),
+                    convert::FastFloat::normalized(mean, std, scaling, q),
                 ),
-                None => {
-                    let mut unit = [[0.0; 256]; 3];
-                    for table in unit.iter_mut() {
-                        for (v, slot) in table.iter_mut().enumerate() {
-                            *slot = to_tensor_value(v as u8);
-                        }
-                    }
-                    (unit, convert::FastFloat::unnormalized(q))
-                }
+                None => (
+                    unit_lut(scaling),
+                    convert::FastFloat::unnormalized(scaling, q),
+                ),
             };
             assert!(fast.matches(&lut));
             for px in [1usize, 7, 8, 15, 16, 17, 33, 224, 261] {
@@ -520,7 +626,12 @@ mod tests {
                         for c in 0..3 {
                             let want = lut[c][usize::from(p[c])].to_bits();
                             let got = out[c * px + x].to_bits();
-                            assert_eq!(got, want, "{px} px, fast {}, {level:?}", f.is_some());
+                            assert_eq!(
+                                got,
+                                want,
+                                "{px} px, fast {}, {level:?}, {scaling:?}",
+                                f.is_some()
+                            );
                         }
                     }
                 }
@@ -561,6 +672,12 @@ mod tests {
         let float = OutputKind::F32Chw {
             mean: [0.485, 0.456, 0.406],
             std: [0.229, 0.224, 0.225],
+            scaling: Scaling::Divide,
+        };
+        let v2_float = OutputKind::F32Chw {
+            mean: [0.485, 0.456, 0.406],
+            std: [0.229, 0.224, 0.225],
+            scaling: Scaling::Reciprocal,
         };
         // Widths that are not a multiple of 8 pixels too: the float planes' last group is
         // partial where the kernels convert 8 pixels at a time. Every filter: bicubic's
@@ -584,11 +701,16 @@ mod tests {
                     let mut f = vec![0f32; float.elements_per_sample(h, w)];
                     sample(&float, OutputSlot::F32(&mut f));
                     let mut f1 = vec![0f32; float.elements_per_sample(h, w)];
-                    sample(&OutputKind::F32ChwUnnormalized, OutputSlot::F32(&mut f1));
+                    let unnormalized = OutputKind::F32ChwUnnormalized {
+                        scaling: Scaling::Divide,
+                    };
+                    sample(&unnormalized, OutputSlot::F32(&mut f1));
+                    let mut f2 = vec![0f32; float.elements_per_sample(h, w)];
+                    sample(&v2_float, OutputSlot::F32(&mut f2));
                     let mut u = vec![0u8; OutputKind::U8Chw.elements_per_sample(h, w)];
                     sample(&OutputKind::U8Chw, OutputSlot::U8(&mut u));
                     let bits = |f: Vec<f32>| f.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
-                    (bits(f), bits(f1), u)
+                    (bits(f), bits(f1), bits(f2), u)
                 };
                 let portable = run(SimdLevel::Portable);
                 let what = format!("{h}x{w} {filter:?} flip {flip}");
@@ -637,6 +759,7 @@ mod tests {
         let zero = OutputKind::F32Chw {
             mean: [0.0; 3],
             std: [1.0, 0.0, 1.0],
+            scaling: Scaling::Divide,
         };
         assert!(zero.validate().is_err());
         assert!(k

@@ -17,7 +17,7 @@ use crate::fused::{self, FusedKernel, OutputKind, OutputSlot};
 use crate::image::{CropRect, RgbImage, RgbView};
 use crate::resize::{Filter, Resizer, SimdLevel};
 use crate::rng::SampleRng;
-use crate::tensor;
+use crate::tensor::{self, Scaling};
 
 mod op_spec;
 mod stage;
@@ -897,13 +897,13 @@ fn flatten_compose<'a>(ops: &'a [OpSpec], flat: &mut Vec<&'a OpSpec>) {
 /// `Normalize(mean, std)` as planned.
 type NormalizeArgs = ([f32; 3], [f32; 3]);
 
-/// The conversion at the end of a plan: `ToTensor`, then erasings (torchvision's and timm's) and at most one
-/// `Normalize` in any order; or `PILToTensor`; or nothing. Returns whether the conversion is to
-/// float, the `Normalize`, and the tensor ops (each knowing whether it stands before
-/// `Normalize`).
+/// The conversion at the end of a plan: `ToTensor` (or v2's `ToDtype`), then erasings
+/// (torchvision's and timm's) and at most one `Normalize` in any order; or `PILToTensor`; or
+/// nothing. Returns the float conversion's arithmetic (`None`: no conversion to float), the
+/// `Normalize`, and the tensor ops (each knowing whether it stands before `Normalize`).
 fn plan_conversion<'a>(
     ops: &mut impl Iterator<Item = &'a OpSpec>,
-) -> Result<(bool, Option<NormalizeArgs>, Vec<TensorOp>)> {
+) -> Result<(Option<Scaling>, Option<NormalizeArgs>, Vec<TensorOp>)> {
     let needs_tensor = || {
         Error::invalid(
             "ops",
@@ -912,7 +912,11 @@ fn plan_conversion<'a>(
         )
     };
     match ops.next() {
-        Some(OpSpec::ToTensor) => {
+        Some(conversion @ (OpSpec::ToTensor | OpSpec::ToDtypeFloat32)) => {
+            let scaling = match conversion {
+                OpSpec::ToDtypeFloat32 => Scaling::Reciprocal,
+                _ => Scaling::Divide,
+            };
             let mut normalize = None;
             let mut planned = Vec::new();
             for op in ops {
@@ -946,14 +950,14 @@ fn plan_conversion<'a>(
                     _ => op,
                 })
                 .collect();
-            Ok((true, normalize, tensor_ops))
+            Ok((Some(scaling), normalize, tensor_ops))
         }
         Some(OpSpec::PilToTensor) => match ops.next() {
-            None => Ok((false, None, Vec::new())),
+            None => Ok((None, None, Vec::new())),
             Some(op) if TensorOp::is_tensor_op(op) => Err(needs_tensor()),
             Some(_) => Err(bad_order("ops after PILToTensor")),
         },
-        None => Ok((false, None, Vec::new())),
+        None => Ok((None, None, Vec::new())),
         Some(op) if TensorOp::is_tensor_op(op) => Err(needs_tensor()),
         Some(_) => Err(bad_order("unexpected op after the geometric ops")),
     }
@@ -1100,8 +1104,8 @@ impl Pipeline {
             None => geometry_size,
         };
         check_output_size(out_h, out_w, spec.max_pixels)?;
-        let (float, mut normalize, tensor_ops) = plan_conversion(&mut ops)?;
-        if !float && spec.output == OutputDtype::Float32 {
+        let (scaling, mut normalize, tensor_ops) = plan_conversion(&mut ops)?;
+        if scaling.is_none() && spec.output == OutputDtype::Float32 {
             return Err(Error::invalid(
                 "output",
                 "float32 output needs ToTensor; use output=uint8 with PILToTensor",
@@ -1123,10 +1127,13 @@ impl Pipeline {
             None
         };
         let (output, deferred_normalize) = match spec.output {
-            OutputDtype::Float32 => match normalize.take() {
-                Some((mean, std)) => (OutputKind::F32Chw { mean, std }, None),
-                None => (OutputKind::F32ChwUnnormalized, None),
-            },
+            OutputDtype::Float32 => {
+                let scaling = scaling.unwrap_or_default();
+                match normalize.take() {
+                    Some((mean, std)) => (OutputKind::F32Chw { mean, std, scaling }, None),
+                    None => (OutputKind::F32ChwUnnormalized { scaling }, None),
+                }
+            }
             OutputDtype::Uint8 => (
                 match spec.layout {
                     Layout::Chw => OutputKind::U8Chw,
@@ -1188,7 +1195,9 @@ impl Pipeline {
 
     /// With `uint8` output, the `Normalize(mean, std)` left for the consumer to apply
     /// (`(x / 255 - mean) / std`), so a GPU can finish what the spec asked for; one value per
-    /// channel of the sample.
+    /// channel of the sample. `x / 255` to the bit is the spec's conversion's arithmetic:
+    /// `x.float().div(255)` after `ToTensor`, `x.float().mul(1.0 / 255)` after v2's `ToDtype`
+    /// (see [`Scaling`]).
     pub fn deferred_normalize(&self) -> Option<(&[f32], &[f32])> {
         let c = self.channels;
         self.deferred_normalize
@@ -1877,13 +1886,17 @@ impl Pipeline {
             }
         }
         match (self.output, out) {
-            (OutputKind::F32ChwUnnormalized, OutputSlot::F32(dst)) => {
-                observed(obs, Op::ToTensor, || tensor::to_tensor(stage_a.view(), dst))?;
+            (OutputKind::F32ChwUnnormalized { scaling }, OutputSlot::F32(dst)) => {
+                observed(obs, Op::ToTensor, || {
+                    tensor::to_float(stage_a.view(), dst, scaling)
+                })?;
                 let tail = OutputSlot::F32(dst);
                 self.run_tensor_ops(tail, SlotState::AsWritten, rng, erase_values, obs)?;
             }
-            (OutputKind::F32Chw { mean, std }, OutputSlot::F32(dst)) => {
-                observed(obs, Op::ToTensor, || tensor::to_tensor(stage_a.view(), dst))?;
+            (OutputKind::F32Chw { mean, std, scaling }, OutputSlot::F32(dst)) => {
+                observed(obs, Op::ToTensor, || {
+                    tensor::to_float(stage_a.view(), dst, scaling)
+                })?;
                 // Each erasing where it is written: on the ToTensor values before Normalize.
                 let (before, after) = self.tensor_ops.split_at(
                     self.tensor_ops

@@ -4,8 +4,9 @@
 //! These are the op-by-op reference the fused kernel ([`crate::fused`]) is tested against, so
 //! the per-value arithmetic lives in [`to_tensor_value`] and [`normalize_value`] and both paths
 //! call them. Must not change the order or precision of those float32 operations (no folding
-//! into a multiply-add, no f64): torch computes `x.float().div(255)` and then
-//! `(x - mean) / std`, each rounded to float32.
+//! into a multiply-add, no f64): torch computes `x.float().div(255)` (v1) or
+//! `x.float().mul_(1.0 / 255)` (v2's `ToDtype`, see [`Scaling`]) and then `(x - mean) / std`,
+//! each rounded to float32.
 
 use crate::error::{Error, Result};
 use crate::image::{RgbImage, RgbView};
@@ -71,10 +72,42 @@ pub fn hflip_row(row: &mut [u8]) {
     }
 }
 
-/// One value of torchvision's `to_tensor` on a uint8 image: `img.float().div(255)`.
+/// Which float32 arithmetic turns a uint8 value into `[0, 1]`. torchvision has two that
+/// differ by one ulp on 126 of the 256 levels, so the spec names which one a pipeline's
+/// conversion reproduces; each is exact for the transforms it names.
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize,
+)]
+#[serde(rename_all = "snake_case")]
+pub enum Scaling {
+    /// `x / 255`, one correctly rounded division: v1's `ToTensor()` and
+    /// `ConvertImageDtype(torch.float32)` (and v2's deprecated `ToTensor()`, which calls v1's).
+    #[default]
+    Divide,
+    /// `x * float32(1 / 255)`, one float32 multiply: v2's `ToDtype(torch.float32, scale=True)`
+    /// and v2's `ConvertImageDtype` (`to_dtype_image`'s `image.to(float32).mul_(1.0 / 255)`;
+    /// torch rounds the Python scalar to the tensor's float32 first).
+    Reciprocal,
+}
+
+/// `1 / 255` rounded to float32: what torch multiplies by for [`Scaling::Reciprocal`] (the
+/// Python float `1.0 / 255`, a double, rounded to the tensor's float32).
+pub const RECIP_255: f32 = (1.0f64 / 255.0) as f32;
+
+/// One value of torchvision's `to_tensor` on a uint8 image: `img.float().div(255)`
+/// ([`Scaling::Divide`]).
 #[inline(always)]
 pub fn to_tensor_value(v: u8) -> f32 {
     f32::from(v) / 255.0
+}
+
+/// One value of the conversion to float32 with `scaling`'s arithmetic.
+#[inline(always)]
+pub fn to_float_value(v: u8, scaling: Scaling) -> f32 {
+    match scaling {
+        Scaling::Divide => to_tensor_value(v),
+        Scaling::Reciprocal => f32::from(v) * RECIP_255,
+    }
 }
 
 /// One value of torchvision's `normalize`: `tensor.sub_(mean).div_(std)`, two float32 roundings.
@@ -86,7 +119,13 @@ pub fn normalize_value(x: f32, mean: f32, std: f32) -> f32 {
 /// torchvision's `ToTensor` on an RGB image: `out` (length `3 * h * w`) receives the CHW
 /// float32 tensor `img / 255`.
 pub fn to_tensor(img: RgbView<'_>, out: &mut [f32]) -> Result<()> {
-    split_planes(img, out, "floats", to_tensor_value)
+    to_float(img, out, Scaling::Divide)
+}
+
+/// [`to_tensor`] with `scaling`'s arithmetic: v1's `ToTensor` ([`Scaling::Divide`]) or v2's
+/// `ToDtype(torch.float32, scale=True)` ([`Scaling::Reciprocal`]).
+pub fn to_float(img: RgbView<'_>, out: &mut [f32], scaling: Scaling) -> Result<()> {
+    split_planes(img, out, "floats", |v| to_float_value(v, scaling))
 }
 
 /// torchvision's `PILToTensor` on an RGB image: `out` (length `3 * h * w`) receives the CHW
@@ -234,6 +273,37 @@ mod tests {
         to_tensor(img.view(), &mut out).expect("right length");
         assert_eq!(out, [0.0, 1.0 / 255.0, 0.2, 2.0 / 255.0, 1.0, 3.0 / 255.0]);
         assert!(to_tensor(img.view(), &mut [0.0; 5]).is_err());
+    }
+
+    #[test]
+    fn scalings_follow_torch_formulas_at_every_level() {
+        let recip = (1.0f64 / 255.0) as f32;
+        let mut differ = 0;
+        for v in 0..=255u8 {
+            let x = f32::from(v);
+            let divide = to_float_value(v, Scaling::Divide);
+            let reciprocal = to_float_value(v, Scaling::Reciprocal);
+            assert_eq!(divide.to_bits(), (x / 255.0).to_bits(), "level {v}");
+            assert_eq!(divide.to_bits(), to_tensor_value(v).to_bits(), "level {v}");
+            assert_eq!(reciprocal.to_bits(), (x * recip).to_bits(), "level {v}");
+            // At most one ulp apart: the two are torchvision's two roundings of v / 255.
+            assert!(
+                divide.to_bits().abs_diff(reciprocal.to_bits()) <= 1,
+                "level {v}"
+            );
+            differ += usize::from(divide != reciprocal);
+        }
+        // The count torch gives for `x.div(255) != x.mul(1.0 / 255)` over 0..=255.
+        assert_eq!(differ, 126);
+        let img = RgbImage::from_raw(2, 1, vec![0, 51, 255, 1, 2, 3]).expect("sizes match");
+        let mut out = vec![0.0; 6];
+        to_float(img.view(), &mut out, Scaling::Reciprocal).expect("right length");
+        let want = [0u8, 1, 51, 2, 255, 3].map(|v| f32::from(v) * recip);
+        assert_eq!(out, want);
+        assert_eq!(
+            serde_json::to_string(&Scaling::Reciprocal).ok().as_deref(),
+            Some("\"reciprocal\"")
+        );
     }
 
     #[test]

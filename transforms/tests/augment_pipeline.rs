@@ -26,7 +26,8 @@ use ferroloader_transforms::spec::{
     PipelineSpec, PolicyApi, QualityArg, Shear, Size, WarpInterpolation, IMAGENET_MEAN,
     IMAGENET_STD,
 };
-use ferroloader_transforms::{tensor, RgbImage};
+use ferroloader_transforms::tensor::{self, Scaling};
+use ferroloader_transforms::RgbImage;
 
 #[path = "support/stage_pipeline.rs"]
 mod stage_pipeline;
@@ -580,6 +581,7 @@ fn no_pixel_op_is_the_single_fused_pass_byte_for_byte() {
     let kind = OutputKind::F32Chw {
         mean: IMAGENET_MEAN,
         std: IMAGENET_STD,
+        scaling: Scaling::Divide,
     };
     let mut kernel = FusedKernel::new();
     let mut decode =

@@ -11,7 +11,8 @@ use ferroloader_transforms::spec::{
     Execution, Interpolation, JitterArg, Layout, Op, OpObserver, OpSpec, OutputDtype, Pipeline,
     PipelineSpec, Size, IMAGENET_MEAN, IMAGENET_STD,
 };
-use ferroloader_transforms::{tensor, Error, RgbImage};
+use ferroloader_transforms::tensor::{self, Scaling};
+use ferroloader_transforms::{Error, RgbImage};
 
 #[path = "../../tests/support/fixtures.rs"]
 mod fixtures;
@@ -133,7 +134,12 @@ fn uint8_outputs_agree_and_match_the_float_path() {
         OpSpec::ToTensor,
     ]))
     .expect("plans");
-    assert_eq!(unnormalized.output_kind(), OutputKind::F32ChwUnnormalized);
+    assert_eq!(
+        unnormalized.output_kind(),
+        OutputKind::F32ChwUnnormalized {
+            scaling: Scaling::Divide
+        }
+    );
     for (name, bytes) in corpus().into_iter().take(12) {
         let a = run_u8(&chw, &bytes, 3);
         assert_eq!(

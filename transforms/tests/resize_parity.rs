@@ -12,7 +12,7 @@ use ferroloader_transforms::fused::{FusedKernel, OutputKind, OutputSlot};
 use ferroloader_transforms::resize::{Filter, Resizer, SimdLevel};
 use ferroloader_transforms::rng::sample_rng;
 use ferroloader_transforms::tensor::{
-    hflip, normalize_value, to_chw_u8, to_tensor, to_tensor_value, Normalize,
+    hflip, normalize_value, to_chw_u8, to_float, to_tensor_value, Normalize, Scaling,
 };
 use ferroloader_transforms::{CropRect, RgbImage};
 use serde::Deserialize;
@@ -212,18 +212,18 @@ fn op_by_op(
     }
     let n = kind.elements_per_sample(size.0, size.1);
     match *kind {
-        OutputKind::F32Chw { mean, std } => {
+        OutputKind::F32Chw { mean, std, scaling } => {
             let mut t = vec![0.0; n];
-            to_tensor(resized.view(), &mut t).expect("length");
+            to_float(resized.view(), &mut t, scaling).expect("length");
             Normalize::new(mean, std)
                 .expect("valid")
                 .apply(&mut t)
                 .expect("planes");
             (t, Vec::new())
         }
-        OutputKind::F32ChwUnnormalized => {
+        OutputKind::F32ChwUnnormalized { scaling } => {
             let mut t = vec![0.0; n];
-            to_tensor(resized.view(), &mut t).expect("length");
+            to_float(resized.view(), &mut t, scaling).expect("length");
             (t, Vec::new())
         }
         OutputKind::U8Chw => {
@@ -242,12 +242,24 @@ fn fused_equals_op_by_op_for_every_kind_and_flip() {
         OutputKind::F32Chw {
             mean: [0.485, 0.456, 0.406],
             std: [0.229, 0.224, 0.225],
+            scaling: Scaling::Divide,
         },
         OutputKind::F32Chw {
             mean: [0.5, 0.5, 0.5],
             std: [0.5, 0.5, 0.5],
+            scaling: Scaling::Divide,
         },
-        OutputKind::F32ChwUnnormalized,
+        OutputKind::F32Chw {
+            mean: [0.485, 0.456, 0.406],
+            std: [0.229, 0.224, 0.225],
+            scaling: Scaling::Reciprocal,
+        },
+        OutputKind::F32ChwUnnormalized {
+            scaling: Scaling::Divide,
+        },
+        OutputKind::F32ChwUnnormalized {
+            scaling: Scaling::Reciprocal,
+        },
         OutputKind::U8Chw,
         OutputKind::U8Hwc,
     ];
@@ -349,6 +361,7 @@ fn steady_state_allocates_nothing() {
         OutputKind::F32Chw {
             mean: [0.485, 0.456, 0.406],
             std: [0.229, 0.224, 0.225],
+            scaling: Scaling::Divide,
         },
         OutputKind::U8Chw,
         OutputKind::U8Hwc,

@@ -439,6 +439,7 @@ def resized_crop(
     decoder: str = "turbo",
     roi: bool = True,
     interpolation: str = "bilinear",
+    scaling: str = "divide",
 ) -> npt.NDArray[np.generic]: ...
 def augmix_apply(
     image: npt.NDArray[np.uint8],

@@ -902,7 +902,13 @@ class Loader:
     @property
     def deferred_normalize(self) -> Optional[Tuple[List[float], List[float]]]:
         """With ``output="uint8"``, the transform's ``Normalize(mean, std)`` left for the
-        consumer to apply as ``(x / 255 - mean) / std``; else ``None``."""
+        consumer to apply as ``(x / 255 - mean) / std``; else ``None``. To reproduce torchvision
+        to the bit, compute ``x / 255`` in float32 as the transform's conversion does: v1's
+        ``ToTensor``/``ConvertImageDtype`` divide (``x.float().div(255)``), v2's
+        ``ToDtype(torch.float32, scale=True)``/``ConvertImageDtype`` multiply
+        (``x.float().mul(1.0 / 255)``, what ``v2.functional.to_dtype(x, torch.float32,
+        scale=True)`` computes); then ``.sub(mean).div(std)``. The two differ by one ulp on
+        half the levels."""
         return self._loader().deferred_normalize
 
     def profile(self) -> Profile:

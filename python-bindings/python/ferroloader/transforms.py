@@ -89,6 +89,7 @@ __all__ = [
     "CenterCrop",
     "RandomHorizontalFlip",
     "ToTensor",
+    "ToDtype",
     "PILToTensor",
     "ToImage",
     "Normalize",
@@ -519,10 +520,22 @@ class RandomHorizontalFlip(Transform):
 
 
 class ToTensor(Transform):
-    """``ToTensor()``: uint8 HWC pixels to float32 CHW in [0, 1]."""
+    """``ToTensor()``: uint8 HWC pixels to float32 CHW in [0, 1], ``x / 255`` as torchvision
+    v1 computes it (``x.float().div(255)``; also v1's ``ConvertImageDtype(torch.float32)``)."""
 
     def to_spec(self) -> Spec:
         return {"op": "ToTensor"}
+
+
+class ToDtype(ToTensor):
+    """v2's ``ToDtype(torch.float32, scale=True)`` (and v2's
+    ``ConvertImageDtype(torch.float32)``): :class:`ToTensor` with torchvision v2's arithmetic,
+    ``x * float32(1 / 255)`` (``image.to(float32).mul_(1.0 / 255)``), which differs from
+    ``ToTensor``'s division by one ulp on 126 of the 256 levels. It stands where ``ToTensor``
+    may; ``from_torchvision`` converts v2's ToDtype/ConvertImageDtype to it."""
+
+    def to_spec(self) -> Spec:
+        return {"op": "ToDtype"}
 
 
 class PILToTensor(Transform):
@@ -2388,7 +2401,9 @@ def _convert_one(name: str, t: Any, done: List[Transform], image_typed: bool = F
             )
         after_tensor = bool(done) and isinstance(done[-1], PILToTensor)
         if dtype == torch.float32 and scale and after_tensor:
-            done[-1] = ToTensor()
+            # v1's ConvertImageDtype divides by 255; v2's ToDtype and ConvertImageDtype multiply
+            # by float32(1 / 255) (to_dtype_image): one ulp apart on half the levels.
+            done[-1] = ToDtype() if _is_v2(t) else ToTensor()
             return _SKIP
         if dtype == torch.uint8 and after_tensor:
             return _SKIP

@@ -2,13 +2,13 @@
 //! crops or resizing: the fused kernel hands it finished rows.
 
 use crate::resize::SimdLevel;
+use crate::tensor::{Scaling, RECIP_255};
 
-/// `1 / 255` rounded to float32.
-const RECIP_255: f32 = 1.0 / 255.0;
 /// What `RECIP_255` misses of `1 / 255`, rounded to float32.
 const RECIP_255_LO: f32 = (1.0 / 255.0 - RECIP_255 as f64) as f32;
 
-/// How a float kind replaces each IEEE division `a / b` (by 255, then by the std).
+/// How a float kind replaces each IEEE division `a / b` (by 255 for [`Scaling::Divide`], then
+/// by the std).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) enum Quotient {
     /// `fma(a, hi, a * lo)`, `hi + lo` being `1 / b` to about 48 bits: a single rounding
@@ -25,6 +25,9 @@ pub(super) enum Quotient {
 #[derive(Clone, Copy, Debug)]
 pub(super) struct FastFloat {
     pub(super) quotient: Quotient,
+    /// [`Scaling::Reciprocal`] is torch's own single multiply, computed as it is; only
+    /// [`Scaling::Divide`] goes through `quotient`.
+    scaling: Scaling,
     normalize: bool,
     mean: [f32; 3],
     std: [f32; 3],
@@ -34,8 +37,13 @@ pub(super) struct FastFloat {
 }
 
 impl FastFloat {
-    /// `(v / 255 - mean) / std`.
-    pub(super) fn normalized(mean: [f32; 3], std: [f32; 3], quotient: Quotient) -> Self {
+    /// `(v / 255 - mean) / std`, `v / 255` by `scaling`.
+    pub(super) fn normalized(
+        mean: [f32; 3],
+        std: [f32; 3],
+        scaling: Scaling,
+        quotient: Quotient,
+    ) -> Self {
         let recip = std.map(|s| 1.0 / s);
         let mut recip_lo = [0.0; 3];
         for ((lo, &s), &hi) in recip_lo.iter_mut().zip(&std).zip(&recip) {
@@ -43,6 +51,7 @@ impl FastFloat {
         }
         FastFloat {
             quotient,
+            scaling,
             normalize: true,
             mean,
             std,
@@ -51,10 +60,11 @@ impl FastFloat {
         }
     }
 
-    /// `v / 255`.
-    pub(super) fn unnormalized(quotient: Quotient) -> Self {
+    /// `v / 255` by `scaling`.
+    pub(super) fn unnormalized(scaling: Scaling, quotient: Quotient) -> Self {
         FastFloat {
             quotient,
+            scaling,
             normalize: false,
             mean: [0.0; 3],
             std: [1.0; 3],
@@ -67,9 +77,10 @@ impl FastFloat {
     /// single-rounding FMA as `vfmadd`).
     pub(super) fn value(&self, v: u8, c: usize) -> f32 {
         let x = f32::from(v);
-        let t = match self.quotient {
-            Quotient::Split => x.mul_add(RECIP_255, x * RECIP_255_LO),
-            Quotient::Corrected => {
+        let t = match (self.scaling, self.quotient) {
+            (Scaling::Reciprocal, _) => x * RECIP_255,
+            (Scaling::Divide, Quotient::Split) => x.mul_add(RECIP_255, x * RECIP_255_LO),
+            (Scaling::Divide, Quotient::Corrected) => {
                 let q = x * RECIP_255;
                 (-q).mul_add(255.0, x).mul_add(RECIP_255, q)
             }
@@ -265,6 +276,7 @@ mod x86 {
         // Group `g < n / 8` reads row bytes below `24 (g + 1) <= 3n` and writes plane
         // values `8g .. 8g + 8 <= n`.
         let split = fast.quotient == super::Quotient::Split;
+        let reciprocal = fast.scaling == super::Scaling::Reciprocal;
         // `a / b` as `FastFloat::value` computes it, from `hi`, `lo` (split) or `b`.
         let quotient = |a: __m256, hi: f32, lo: f32, b: f32| {
             let hi = _mm256_set1_ps(hi);
@@ -284,7 +296,11 @@ mod x86 {
             for (c, plane) in planes.iter_mut().enumerate() {
                 let v = _mm256_shuffle_epi8(px, masks[c]);
                 let x = _mm256_cvtepi32_ps(v);
-                let mut z = quotient(x, super::RECIP_255, super::RECIP_255_LO, 255.0);
+                let mut z = if reciprocal {
+                    _mm256_mul_ps(x, _mm256_set1_ps(super::RECIP_255))
+                } else {
+                    quotient(x, super::RECIP_255, super::RECIP_255_LO, 255.0)
+                };
                 if fast.normalize {
                     let y = _mm256_sub_ps(z, _mm256_set1_ps(fast.mean[c]));
                     z = quotient(y, fast.recip[c], fast.recip_lo[c], fast.std[c]);
@@ -363,6 +379,7 @@ mod x86 {
         let idx: [__m512i; 3] =
             std::array::from_fn(|c| unsafe { _mm512_loadu_si512(SPREAD[c].as_ptr().cast()) });
         let split = fast.quotient == super::Quotient::Split;
+        let reciprocal = fast.scaling == super::Scaling::Reciprocal;
         // `a / b` as `FastFloat::value` computes it, from `hi`, `lo` (split) or `b`.
         let quotient = |a: __m512, hi: f32, lo: f32, b: f32| {
             let hi = _mm512_set1_ps(hi);
@@ -380,7 +397,11 @@ mod x86 {
             for (c, plane) in planes.iter_mut().enumerate() {
                 let v = spread_bytes(idx[c], px);
                 let x = _mm512_cvtepi32_ps(v);
-                let mut z = quotient(x, super::RECIP_255, super::RECIP_255_LO, 255.0);
+                let mut z = if reciprocal {
+                    _mm512_mul_ps(x, _mm512_set1_ps(super::RECIP_255))
+                } else {
+                    quotient(x, super::RECIP_255, super::RECIP_255_LO, 255.0)
+                };
                 if fast.normalize {
                     let y = _mm512_sub_ps(z, _mm512_set1_ps(fast.mean[c]));
                     z = quotient(y, fast.recip[c], fast.recip_lo[c], fast.std[c]);

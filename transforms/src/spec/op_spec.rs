@@ -989,8 +989,16 @@ pub enum OpSpec {
         #[serde(default = "default_tensor_api")]
         api: PolicyApi,
     },
-    /// `ToTensor()`: u8 HWC to f32 CHW in [0, 1].
+    /// `ToTensor()`: u8 HWC to f32 CHW in [0, 1], `x / 255`
+    /// ([`Scaling::Divide`](crate::tensor::Scaling::Divide); also v1's
+    /// `ConvertImageDtype(torch.float32)`).
     ToTensor,
+    /// v2's `ToDtype(torch.float32, scale=True)` (and v2's `ConvertImageDtype(torch.float32)`):
+    /// `ToTensor` with torchvision v2's arithmetic, `x * float32(1 / 255)`
+    /// ([`Scaling::Reciprocal`](crate::tensor::Scaling::Reciprocal)), one ulp off `ToTensor`'s on 126 of the 256 levels. Stands
+    /// where `ToTensor` may, with the same ops after it.
+    #[serde(rename = "ToDtype")]
+    ToDtypeFloat32,
     /// `PILToTensor()`: u8 HWC to u8 CHW.
     #[serde(rename = "PILToTensor")]
     PilToTensor,
