@@ -813,6 +813,7 @@ fn op() -> impl Strategy<Value = Value> {
         "CenterCrop",
         "RandomHorizontalFlip",
         "ToTensor",
+        "ToDtype",
         "PILToTensor",
         "Normalize",
         "Grayscale",
@@ -911,7 +912,7 @@ fn ops() -> impl Strategy<Value = Vec<Value>> {
                 "TimmAugMix",
             ]),
         ),
-        prop::option::weighted(0.9, op_named(&["ToTensor", "PILToTensor"])),
+        prop::option::weighted(0.9, op_named(&["ToTensor", "ToDtype", "PILToTensor"])),
         prop::option::weighted(0.5, op_named(&["Normalize"])),
         prop::option::weighted(0.25, op_named(&["TimmRandomErasing", "GaussianNoise"])),
     )

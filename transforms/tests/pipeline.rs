@@ -237,6 +237,78 @@ fn a_pipeline_with_no_crop_or_resize_keeps_the_size_it_is_given() {
 }
 
 #[test]
+fn to_dtype_multiplies_by_the_reciprocal_in_every_pass() {
+    // v2's `ToDtype(torch.float32, scale=True)`: `x * float32(1 / 255)` (then Normalize's two
+    // roundings), in the fused pass, op by op, and after a pixel op (the staged pass); the
+    // uint8 output of the same spec gives each sample's pixels.
+    let recip = (1.0f64 / 255.0) as f32;
+    let head = vec![
+        OpSpec::Resize {
+            size: Size::Int(40),
+            interpolation: Default::default(),
+            max_size: None,
+            antialias: true,
+        },
+        OpSpec::CenterCrop { size: Size::Int(32) },
+    ];
+    let mut checked = 0;
+    for staged in [false, true] {
+        for normalize in [false, true] {
+            let mut ops = head.clone();
+            if staged {
+                ops.push(OpSpec::RandomInvert { p: 1.0 });
+            }
+            let mut pixels = ops.clone();
+            pixels.push(OpSpec::PilToTensor);
+            ops.push(OpSpec::ToDtypeFloat32);
+            if normalize {
+                ops.push(OpSpec::Normalize {
+                    mean: IMAGENET_MEAN,
+                    std: IMAGENET_STD,
+                });
+            }
+            let u8_spec = PipelineSpec::new(pixels).output(OutputDtype::Uint8);
+            let pixels = Pipeline::new(u8_spec).expect("plans");
+            let fused = Pipeline::new(PipelineSpec::new(ops.clone())).expect("plans");
+            let op_spec = PipelineSpec::new(ops).execution(Execution::OpByOp);
+            let op_by_op = Pipeline::new(op_spec).expect("plans");
+            assert_eq!(
+                fused.output_kind().scaling(),
+                Some(Scaling::Reciprocal),
+                "{:?}",
+                fused.output_kind()
+            );
+            for (name, bytes) in corpus().into_iter().take(6) {
+                let want: Vec<f32> = run_u8(&pixels, &bytes, 0)
+                    .iter()
+                    .enumerate()
+                    .map(|(i, &v)| {
+                        let x = f32::from(v) * recip;
+                        let c = i / (32 * 32);
+                        match normalize {
+                            true => (x - IMAGENET_MEAN[c]) / IMAGENET_STD[c],
+                            false => x,
+                        }
+                    })
+                    .collect();
+                let what = format!("{name}: staged {staged}, normalize {normalize}");
+                assert_eq!(run_f32(&fused, &bytes, 0, 0).0, want, "{what}: fused");
+                assert_eq!(run_f32(&op_by_op, &bytes, 0, 0).0, want, "{what}: op by op");
+                checked += 1;
+            }
+        }
+    }
+    assert_eq!(checked, 24);
+    // The spec's name for it, and ToTensor's JSON meaning what it meant.
+    let json = r#"{"ops":[{"op":"CenterCrop","size":8},{"op":"ToDtype"}]}"#;
+    let spec: PipelineSpec = serde_json::from_str(json).expect("parses");
+    assert_eq!(spec.ops.last(), Some(&OpSpec::ToDtypeFloat32));
+    let old = r#"{"ops":[{"op":"CenterCrop","size":8},{"op":"ToTensor"}]}"#;
+    let old = Pipeline::new(serde_json::from_str(old).expect("parses")).expect("plans");
+    assert_eq!(old.output_kind().scaling(), Some(Scaling::Divide));
+}
+
+#[test]
 fn images_of_any_size_batch_when_a_later_op_fixes_the_size() {
     // A colour op before the crop: planned on the first image's size, but the crop makes every
     // sample 24x24, so other sizes are fine; without the crop they are the sample's error.
