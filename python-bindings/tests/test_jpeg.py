@@ -152,7 +152,7 @@ def test_a_pipeline_with_jpeg_runs_natively_the_same_whatever_the_workers(folder
                             v2.ToImage(), v2.ToDtype(torch.float32, scale=True)])
     converted = T.from_torchvision(transform)
     assert [type(t).__name__ for t in converted.transforms] == ["RandomResizedCrop", "RandomHorizontalFlip", "JPEG",
-                                                               "ToTensor"]
+                                                               "ToDtype"]
     assert not T.split_python_tail(transform).tail
 
     def batches(num_workers: int) -> torch.Tensor:

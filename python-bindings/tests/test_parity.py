@@ -296,11 +296,16 @@ def _presets(crop: int, resize: int) -> dict:
 def test_reference_presets_convert_in_both_forms_and_match_torchvision(folder: Path, resize: int) -> None:
     presets = _presets(96, resize)
     train = [T.from_torchvision(presets[k]) for k in ("train_v1", "train_v2")]
-    assert train[0] == train[1] == T.Compose(
-        [T.RandomResizedCrop([96, 96]), T.RandomHorizontalFlip(0.5), T.ToTensor(), T.Normalize(IMAGENET_MEAN, IMAGENET_STD)]
-    )
+    # The same ops, but for the conversion's arithmetic: v1 divides by 255, v2's ToDtype
+    # multiplies by float32(1 / 255).
+    for form, conversion in zip(train, (T.ToTensor(), T.ToDtype())):
+        assert form == T.Compose(
+            [T.RandomResizedCrop([96, 96]), T.RandomHorizontalFlip(0.5), conversion, T.Normalize(IMAGENET_MEAN, IMAGENET_STD)]
+        )
     evals = [T.from_torchvision(presets[k]) for k in ("eval_v1", "eval_v2")]
-    assert evals[0] == evals[1]
+    assert evals[0].transforms[:-2] == evals[1].transforms[:-2]
+    assert evals[0].transforms[-1] == evals[1].transforms[-1]
+    assert [type(t) for t in (evals[0].transforms[-2], evals[1].transforms[-2])] == [T.ToTensor, T.ToDtype]
     for form, limit_levels in (("eval_v1", 1), ("eval_v2", 2)):
         reference = torchvision.datasets.ImageFolder(str(folder), transform=presets[form])
         loader = fl.Loader(reference, batch_size=6, num_workers=2)

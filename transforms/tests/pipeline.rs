@@ -249,7 +249,9 @@ fn to_dtype_multiplies_by_the_reciprocal_in_every_pass() {
             max_size: None,
             antialias: true,
         },
-        OpSpec::CenterCrop { size: Size::Int(32) },
+        OpSpec::CenterCrop {
+            size: Size::Int(32),
+        },
     ];
     let mut checked = 0;
     for staged in [false, true] {
