@@ -3,12 +3,13 @@
 //! slot of a batch buffer).
 //!
 //! It produces exactly the numbers of the op-by-op chain
-//! `crop -> Resizer::resize -> hflip -> to_tensor -> Normalize::apply`:
+//! `crop -> Resizer::resize -> hflip -> to_float -> Normalize::apply`:
 //! - the resize is the same code ([`Resizer::resize_into`]); the crop is a view;
 //! - the flip is folded into the resize's horizontal pass, which writes its outputs in
 //!   mirrored order (each output is the same integer sum, so this is exact);
 //! - each float is either looked up in a per-channel table of the 256 possible results, built
-//!   with the very functions the op-by-op path calls ([`to_tensor_value`], [`normalize_value`]),
+//!   with the very functions the op-by-op path calls ([`to_float_value`] with the kind's
+//!   [`Scaling`], [`normalize_value`]),
 //!   or computed by SIMD arithmetic without divisions that was checked, at table-building
 //!   time, to give the table's bits for all 256 inputs of every channel. No arithmetic is
 //!   reordered or folded without that proof.

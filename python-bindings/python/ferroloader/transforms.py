@@ -10,7 +10,8 @@ flip, to-tensor and normalize fused into one pass per sample). Supported shapes 
       also inside RandomApply / RandomChoice / RandomOrder (nested at will)
     ToTensor [Normalize]  |  PILToTensor                      (float32 / uint8 output)
       with RandomErasing (or timm's, TimmRandomErasing) after ToTensor, before or after
-      Normalize (float32 output only)
+      Normalize (float32 output only); ToDtype wherever ToTensor (v2's
+      ToDtype(torch.float32, scale=True): x * float32(1/255), where ToTensor divides by 255)
 
 A nested ``Compose`` stands for its ops where it stands (inside ``RandomChoice`` and
 ``RandomOrder`` it is one choice, one item).
