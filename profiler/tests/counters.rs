@@ -2,7 +2,7 @@
 
 mod common;
 
-use common::spin_ns;
+use common::{spin_cpu_ns, spin_ns};
 use ferroloader_profiler::{
     ops, CounterConfig, CounterKind, Mode, Profiler, ProfilerConfig, Summary,
 };
@@ -171,11 +171,12 @@ fn parent_and_children(reuse_ns: u64) -> Option<(u64, u64, u64)> {
     let rec = profiler.thread(0, "w");
     let (p, a, b) = (ops::PROCESS, ops::DECODE, ops::RESIZE);
     rec.enter(p);
+    // CPU time, not wall time: a preempted thread would count less than the bound below.
     rec.enter(a);
-    spin_ns(200_000);
+    spin_cpu_ns(200_000);
     rec.exit(a);
     rec.enter(b);
-    spin_ns(200_000);
+    spin_cpu_ns(200_000);
     rec.exit(b);
     rec.exit(p);
     drop(rec);

@@ -18,6 +18,21 @@ pub fn spin_ns(ns: u64) -> u64 {
     now_ns() - t0
 }
 
+/// Busy-waits until this thread has run on a CPU for `ns` (its own CPU clock, not the wall
+/// clock): what the task-clock counter then reads is `ns` and the reads' own cost, however
+/// often a loaded machine preempts the thread.
+pub fn spin_cpu_ns(ns: u64) {
+    let cpu = || {
+        let t = rustix::time::clock_gettime(rustix::time::ClockId::ThreadCPUTime);
+        t.tv_sec as u64 * 1_000_000_000 + t.tv_nsec as u64
+    };
+    let t0 = cpu();
+    let mut x = 0u64;
+    while cpu() - t0 < ns {
+        x = std::hint::black_box(x.wrapping_add(1));
+    }
+}
+
 /// What a run of [`run_workload`] measured by itself, to check the profile against.
 #[derive(Debug)]
 pub struct Workload {
