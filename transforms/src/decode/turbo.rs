@@ -158,53 +158,42 @@ impl Plan {
     }
 }
 
-/// An owned TurboJPEG decompression instance (RAII over `tj3Init` / `tj3Destroy`).
-pub(crate) struct Turbo {
-    handle: NonNull<c_void>,
-}
+/// An owned TurboJPEG instance (RAII over `tj3Init` / `tj3Destroy`), what the decompressor and
+/// the compressor share: its parameters and its last error.
+struct Handle(NonNull<c_void>);
 
 // SAFETY: a TurboJPEG instance is a heap object with no thread affinity; it is only reached
 // through `&mut self` here, so moving it to another thread (one per worker) is sound. libjpeg's
 // message buffer is thread-local and read right after each call on the calling thread.
-unsafe impl Send for Turbo {}
+unsafe impl Send for Handle {}
 
-impl Drop for Turbo {
+impl Drop for Handle {
     fn drop(&mut self) {
         // SAFETY: the handle came from tj3Init, is non-null, and is destroyed exactly once, here.
-        unsafe { tj::tj3Destroy(self.handle.as_ptr()) }
+        unsafe { tj::tj3Destroy(self.0.as_ptr()) }
     }
 }
 
-impl Turbo {
-    /// A decompressor configured like Pillow's libjpeg, with our pixel limit as a second guard.
-    pub fn new(max_pixels: u64) -> Result<Self> {
+impl Handle {
+    /// A new instance of `init`'s kind; `what` names it in the error.
+    fn new(init: tj::TJINIT, what: &str) -> Result<Self> {
         // SAFETY: tj3Init takes an init type and returns a new instance or NULL (checked below).
-        let raw = unsafe { tj::tj3Init(tj::TJINIT_TJINIT_DECOMPRESS as c_int) };
-        let Some(handle) = NonNull::new(raw) else {
-            return Err(Error::Unsupported {
+        let raw = unsafe { tj::tj3Init(init as c_int) };
+        NonNull::new(raw)
+            .map(Handle)
+            .ok_or_else(|| Error::Unsupported {
                 format: FORMAT,
-                detail: "libjpeg-turbo could not create a decompressor".to_string(),
-            });
-        };
-        let mut turbo = Turbo { handle };
-        // Pillow ignores libjpeg's warnings (corrupt data is decoded as libjpeg recovers it), so
-        // warnings must not stop the decode; truncation is judged separately (markers.rs).
-        turbo.set(tj::TJPARAM_TJPARAM_STOPONWARNING, 0)?;
-        // Pillow's defaults: fancy upsampling, accurate integer IDCT.
-        turbo.set(tj::TJPARAM_TJPARAM_FASTUPSAMPLE, 0)?;
-        turbo.set(tj::TJPARAM_TJPARAM_FASTDCT, 0)?;
-        turbo.set(tj::TJPARAM_TJPARAM_SCANLIMIT, SCAN_LIMIT)?;
-        // 0 means "no limit" to libjpeg-turbo; ours is checked from the header first anyway.
-        turbo.set(
-            tj::TJPARAM_TJPARAM_MAXPIXELS,
-            c_int::try_from(max_pixels).unwrap_or(0),
-        )?;
-        Ok(turbo)
+                detail: format!("libjpeg-turbo could not create a {what}"),
+            })
+    }
+
+    fn as_ptr(&self) -> *mut c_void {
+        self.0.as_ptr()
     }
 
     fn set(&mut self, param: tj::TJPARAM, value: c_int) -> Result<()> {
         // SAFETY: valid handle; tj3Set only stores the value (or fails for a bad parameter).
-        let rc = unsafe { tj::tj3Set(self.handle.as_ptr(), param as c_int, value) };
+        let rc = unsafe { tj::tj3Set(self.as_ptr(), param as c_int, value) };
         if rc == 0 {
             Ok(())
         } else {
@@ -214,7 +203,7 @@ impl Turbo {
 
     fn get(&self, param: tj::TJPARAM) -> c_int {
         // SAFETY: valid handle; tj3Get only reads a parameter (-1 when unknown).
-        unsafe { tj::tj3Get(self.handle.as_ptr(), param as c_int) }
+        unsafe { tj::tj3Get(self.as_ptr(), param as c_int) }
     }
 
     /// The message of the last failed call on this thread/instance, copied out.
@@ -222,7 +211,7 @@ impl Turbo {
         // SAFETY: valid handle; tj3GetErrorStr returns a NUL-terminated string owned by the
         // instance or by libturbojpeg's thread-local buffer, valid until the next call on this
         // thread; it is copied before any other call.
-        let ptr = unsafe { tj::tj3GetErrorStr(self.handle.as_ptr()) };
+        let ptr = unsafe { tj::tj3GetErrorStr(self.as_ptr()) };
         if ptr.is_null() {
             return "unknown libjpeg-turbo error".to_string();
         }
@@ -231,6 +220,34 @@ impl Turbo {
             .to_string_lossy()
             .trim()
             .to_string()
+    }
+}
+
+/// An owned TurboJPEG decompression instance.
+pub(crate) struct Turbo {
+    handle: Handle,
+}
+
+impl Turbo {
+    /// A decompressor configured like Pillow's libjpeg, with our pixel limit as a second guard.
+    pub fn new(max_pixels: u64) -> Result<Self> {
+        let handle = Handle::new(tj::TJINIT_TJINIT_DECOMPRESS, "decompressor")?;
+        let mut turbo = Turbo { handle };
+        // Pillow ignores libjpeg's warnings (corrupt data is decoded as libjpeg recovers it), so
+        // warnings must not stop the decode; truncation is judged separately (markers.rs).
+        turbo.handle.set(tj::TJPARAM_TJPARAM_STOPONWARNING, 0)?;
+        // Pillow's defaults: fancy upsampling, accurate integer IDCT.
+        turbo.handle.set(tj::TJPARAM_TJPARAM_FASTUPSAMPLE, 0)?;
+        turbo.handle.set(tj::TJPARAM_TJPARAM_FASTDCT, 0)?;
+        turbo
+            .handle
+            .set(tj::TJPARAM_TJPARAM_SCANLIMIT, SCAN_LIMIT)?;
+        // 0 means "no limit" to libjpeg-turbo; ours is checked from the header first anyway.
+        turbo.handle.set(
+            tj::TJPARAM_TJPARAM_MAXPIXELS,
+            c_int::try_from(max_pixels).unwrap_or(0),
+        )?;
+        Ok(turbo)
     }
 
     /// Whether the last failure was only a warning. libjpeg-turbo reports TJERR_WARNING whenever
@@ -250,14 +267,14 @@ impl Turbo {
             tj::tj3DecompressHeader(self.handle.as_ptr(), bytes.as_ptr(), bytes.len() as _)
         };
         if rc != 0 {
-            let message = self.error_string();
+            let message = self.handle.error_string();
             // A warning (e.g. junk before a marker) does not stop Pillow either.
             if !self.only_warned(&message) {
                 return Err(map_fatal(message));
             }
         }
-        let width = self.get(tj::TJPARAM_TJPARAM_JPEGWIDTH);
-        let height = self.get(tj::TJPARAM_TJPARAM_JPEGHEIGHT);
+        let width = self.handle.get(tj::TJPARAM_TJPARAM_JPEGWIDTH);
+        let height = self.handle.get(tj::TJPARAM_TJPARAM_JPEGHEIGHT);
         // Cross-check with our own walk: the output buffer is sized from these.
         if u32::try_from(width).ok() != Some(frame.width)
             || u32::try_from(height).ok() != Some(frame.height)
@@ -273,9 +290,9 @@ impl Turbo {
         Ok(Header {
             width: frame.width,
             height: frame.height,
-            subsamp: self.get(tj::TJPARAM_TJPARAM_SUBSAMP),
-            colorspace: self.get(tj::TJPARAM_TJPARAM_COLORSPACE),
-            lossless: self.get(tj::TJPARAM_TJPARAM_LOSSLESS) == 1,
+            subsamp: self.handle.get(tj::TJPARAM_TJPARAM_SUBSAMP),
+            colorspace: self.handle.get(tj::TJPARAM_TJPARAM_COLORSPACE),
+            lossless: self.handle.get(tj::TJPARAM_TJPARAM_LOSSLESS) == 1,
         })
     }
 
@@ -318,7 +335,7 @@ impl Turbo {
         if rc == 0 {
             Ok(())
         } else {
-            Err(map_fatal(self.error_string()))
+            Err(map_fatal(self.handle.error_string()))
         }
     }
 
@@ -345,7 +362,7 @@ impl Turbo {
         if rc == 0 {
             Ok(())
         } else {
-            Err(map_fatal(self.error_string()))
+            Err(map_fatal(self.handle.error_string()))
         }
     }
 
@@ -394,7 +411,7 @@ impl Turbo {
         if rc == 0 {
             return Ok(());
         }
-        let message = self.error_string();
+        let message = self.handle.error_string();
         if !self.only_warned(&message) {
             return Err(map_fatal(message));
         }
@@ -432,18 +449,7 @@ fn is_warning_message(message: &str) -> bool {
 /// DCT, sequential, Huffman tables not optimized. It writes into a caller's buffer that only
 /// grows (`TJPARAM_NOREALLOC`), so a warm encoder allocates no output.
 pub(crate) struct TurboEncoder {
-    handle: NonNull<c_void>,
-}
-
-// SAFETY: as for `Turbo`: a heap object without thread affinity, reached only through
-// `&mut self`.
-unsafe impl Send for TurboEncoder {}
-
-impl Drop for TurboEncoder {
-    fn drop(&mut self) {
-        // SAFETY: the handle came from tj3Init, is non-null, and is destroyed exactly once, here.
-        unsafe { tj::tj3Destroy(self.handle.as_ptr()) }
-    }
+    handle: Handle,
 }
 
 /// `quality` as a libjpeg quality, 1 to 100, or the argument's error.
@@ -461,15 +467,7 @@ impl TurboEncoder {
     /// A compressor at `quality` (1 to 100).
     pub fn new(quality: u8) -> Result<Self> {
         let quality = checked_quality(quality)?;
-        // SAFETY: tj3Init takes an init type and returns a new instance or NULL (checked below).
-        let raw = unsafe { tj::tj3Init(tj::TJINIT_TJINIT_COMPRESS as c_int) };
-        let Some(handle) = NonNull::new(raw) else {
-            return Err(Error::Unsupported {
-                format: FORMAT,
-                detail: "libjpeg-turbo could not create a compressor".to_string(),
-            });
-        };
-        let mut encoder = TurboEncoder { handle };
+        let mut handle = Handle::new(tj::TJINIT_TJINIT_COMPRESS, "compressor")?;
         for (param, value) in [
             (tj::TJPARAM_TJPARAM_QUALITY, quality),
             (tj::TJPARAM_TJPARAM_SUBSAMP, tj::TJSAMP_TJSAMP_420 as c_int),
@@ -480,40 +478,15 @@ impl TurboEncoder {
             // memory it does not own.
             (tj::TJPARAM_TJPARAM_NOREALLOC, 1),
         ] {
-            encoder.set(param, value)?;
+            handle.set(param, value)?;
         }
-        Ok(encoder)
-    }
-
-    fn set(&mut self, param: tj::TJPARAM, value: c_int) -> Result<()> {
-        // SAFETY: valid handle; tj3Set only stores the value (or fails for a bad parameter).
-        let rc = unsafe { tj::tj3Set(self.handle.as_ptr(), param as c_int, value) };
-        if rc == 0 {
-            Ok(())
-        } else {
-            Err(map_fatal(self.error_string()))
-        }
+        Ok(TurboEncoder { handle })
     }
 
     /// Encodes at `quality` (1 to 100) from now on.
     pub fn set_quality(&mut self, quality: u8) -> Result<()> {
         let quality = checked_quality(quality)?;
-        self.set(tj::TJPARAM_TJPARAM_QUALITY, quality)
-    }
-
-    /// The message of the last failed call, copied out (see `Turbo::error_string`).
-    fn error_string(&self) -> String {
-        // SAFETY: valid handle; the returned NUL-terminated string stays valid until the next
-        // call on this thread and is copied before any other call.
-        let ptr = unsafe { tj::tj3GetErrorStr(self.handle.as_ptr()) };
-        if ptr.is_null() {
-            return "unknown libjpeg-turbo error".to_string();
-        }
-        // SAFETY: non-null, NUL-terminated (see above).
-        unsafe { CStr::from_ptr(ptr) }
-            .to_string_lossy()
-            .trim()
-            .to_string()
+        self.handle.set(tj::TJPARAM_TJPARAM_QUALITY, quality)
     }
 
     /// Compresses `img` into the front of `buf` and returns the JPEG's length. `buf` grows to
@@ -561,7 +534,7 @@ impl TurboEncoder {
         };
         let len = usize::try_from(size).unwrap_or(usize::MAX);
         if rc != 0 || ptr != buf.as_mut_ptr() || len > buf.len() {
-            return Err(map_fatal(self.error_string()));
+            return Err(map_fatal(self.handle.error_string()));
         }
         Ok(len)
     }
@@ -803,8 +776,8 @@ mod tests {
     #[test]
     fn handle_lifecycle_and_errors() {
         let mut t = Turbo::new(1 << 40).expect("init");
-        assert_eq!(t.get(tj::TJPARAM_TJPARAM_MAXPIXELS), 0);
-        assert_eq!(t.get(tj::TJPARAM_TJPARAM_SCANLIMIT), SCAN_LIMIT);
+        assert_eq!(t.handle.get(tj::TJPARAM_TJPARAM_MAXPIXELS), 0);
+        assert_eq!(t.handle.get(tj::TJPARAM_TJPARAM_SCANLIMIT), SCAN_LIMIT);
         // An invalid scaling factor is refused with a message, not a crash.
         match t.set_scaling(3) {
             Err(Error::Corrupt { detail, .. }) => assert!(detail.contains("scaling"), "{detail}"),
