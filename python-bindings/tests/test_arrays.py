@@ -323,3 +323,22 @@ def test_image_array_takes_arrays_and_tensors_and_names_its_samples() -> None:
 def test_image_array_refuses_what_it_cannot_read(images: Any, labels: Any, message: str) -> None:
     with pytest.raises(ValueError, match=message):
         fl.ImageArray(images, labels)
+
+
+def test_three_fill_values_on_a_one_channel_image_fail_as_with_torchvision() -> None:
+    """torchvision raises on an `L` image given a fill per RGB channel; natively the gray level
+    is replicated into three channels, where channel 0's value would have filled silently."""
+    import torchvision.transforms as tv
+
+    images = np.random.default_rng(0).integers(0, 256, (8, 28, 28), dtype=np.uint8)
+    gray = fl.ImageArray(images, list(range(8)))
+    for op in (tv.RandomRotation(30, fill=(1, 2, 3)), tv.RandomCrop(28, padding=2, fill=[1, 2, 3])):
+        transform = tv.Compose([op, tv.ToTensor()])
+        with pytest.raises(ValueError, match=r"fill.*\(3 != 1\)"):
+            fl.Loader(gray, transform=transform, batch_size=4, python_tail="error")
+        # Left to Python, torchvision's own error names the sample.
+        with pytest.raises(RuntimeError, match=r"does not match the number of channels of the image \(3 != 1\)"):
+            loader = fl.Loader(gray, transform=transform, batch_size=4, python_tail="allow")
+            next(iter(loader))
+    one = tv.Compose([tv.RandomRotation(30, fill=(7,)), tv.ToTensor()])
+    assert fl.Loader(gray, transform=one, batch_size=4, python_tail="error").python_tail == []

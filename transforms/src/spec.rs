@@ -973,6 +973,9 @@ impl Pipeline {
         // The ops from the geometry on, the markers gone; each stage op is planned in the
         // domain it stands in (the geometry computes the same pixels in either).
         let (flat, domains) = mark_domains(flat, spec.mode);
+        for (op, domain) in flat.iter().zip(&domains) {
+            stage::check_fill_channels(op, *domain)?;
+        }
         let total = flat.len();
         let mut ops = flat.into_iter().peekable();
         let keeps_size = spec.keeps_image_size();

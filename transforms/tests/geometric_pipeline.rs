@@ -1317,3 +1317,43 @@ fn random_resized_crop_then_center_crop_in_the_stage() {
         assert!(bits(&got) == bits(&to_normalized(&want)), "{name}");
     }
 }
+
+#[test]
+fn a_fill_per_channel_on_a_one_channel_image_is_refused_as_torchvision_refuses_it() {
+    use ferroloader_transforms::spec::ImageMode;
+    let gray = |ops: Vec<OpSpec>| {
+        let mut spec = PipelineSpec::new(ops);
+        spec.mode = ImageMode::L;
+        spec
+    };
+    let crop_padded = |fill: Fill| OpSpec::RandomCrop {
+        size: Size::Int(20),
+        padding: Some(PaddingArg::Int(2)),
+        pad_if_needed: false,
+        fill,
+        padding_mode: PadMode::Constant,
+    };
+    let three = || Fill::PerChannel(vec![1.0, 2.0, 3.0]);
+    let nested = OpSpec::RandomApply {
+        transforms: vec![rotation()],
+        p: 0.5,
+    };
+    // A stage op (rotation() fills [10, 200, 300]), one inside a RandomApply, and the first op.
+    for ops in [
+        train_with(vec![rotation()]),
+        train_with(vec![nested]),
+        vec![crop_padded(three()), OpSpec::ToTensor],
+    ] {
+        let msg = stage_pipeline::plan_error(gray(ops.clone()));
+        assert!(
+            msg.contains("`fill`") && msg.contains("(3 != 1)"),
+            "{ops:?}: {msg}"
+        );
+        // Three channels take them.
+        Pipeline::new(PipelineSpec::new(ops)).expect("an RGB image takes three fill values");
+    }
+    // One value per channel of a one-channel image, or one number: planned.
+    for fill in [Fill::PerChannel(vec![7.0]), Fill::Number(7.0)] {
+        Pipeline::new(gray(vec![crop_padded(fill), OpSpec::ToTensor])).expect("one value");
+    }
+}

@@ -321,6 +321,26 @@ impl Fill {
     }
 }
 
+impl OpSpec {
+    /// The `fill` of an op that fills pixels a warp or a pad leaves uncovered (`None` for the
+    /// rest, and for a policy or `ElasticTransform` given none).
+    pub(crate) fn fill(&self) -> Option<&Fill> {
+        match self {
+            OpSpec::RandomRotation { fill, .. }
+            | OpSpec::RandomAffine { fill, .. }
+            | OpSpec::RandomPerspective { fill, .. }
+            | OpSpec::Pad { fill, .. }
+            | OpSpec::RandomCrop { fill, .. } => Some(fill),
+            OpSpec::ElasticTransform { fill, .. }
+            | OpSpec::TrivialAugmentWide { fill, .. }
+            | OpSpec::RandAugment { fill, .. }
+            | OpSpec::AutoAugment { fill, .. }
+            | OpSpec::AugMix { fill, .. } => fill.as_ref(),
+            _ => None,
+        }
+    }
+}
+
 /// `GaussianBlur`'s `kernel_size`: one odd size, or `[x, y]`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(untagged)]

@@ -53,6 +53,24 @@ use policy::PolicyOp;
 use timm::TimmOp;
 pub use timm::{apply_timm_op, plan_timm_augmix, plan_timm_auto_augment, plan_timm_rand_augment};
 
+/// Refuses a per-channel `fill` of more than one value where the image has one channel:
+/// torchvision's `_parse_fill` (PIL) and its tensor warps raise on the first sample, and here,
+/// with the gray level replicated into three channels, channel 0's value would fill silently.
+pub(in crate::spec) fn check_fill_channels(op: &OpSpec, domain: Domain) -> Result<()> {
+    match (domain.one_channel, op.fill()) {
+        (true, Some(Fill::PerChannel(values))) if values.len() > 1 => Err(Error::invalid(
+            "fill",
+            format!(
+                "{}: {values:?}: the number of elements in 'fill' does not match the number \
+                 of channels of the image ({} != 1)",
+                choice::op_name(op),
+                values.len()
+            ),
+        )),
+        _ => Ok(()),
+    }
+}
+
 /// `err` with the op it came from named in front of its reason (the argument is named already).
 pub(super) fn in_op(op: &'static str, err: Error) -> Error {
     match err {
@@ -195,6 +213,7 @@ impl StageOp {
     /// `Ok(None)`: `op` is not a stage op (the conversion, or an op out of place). `domain`:
     /// what torchvision holds where `op` stands.
     pub fn plan(op: &OpSpec, domain: Domain) -> Result<Option<Self>> {
+        check_fill_channels(op, domain)?;
         if let OpSpec::RandomHorizontalFlip { p } = op {
             return Ok(Some(StageOp::HFlip {
                 p: check_p("RandomHorizontalFlip", *p)?,

@@ -32,7 +32,7 @@ pub(in crate::spec) enum ChoiceOp {
 }
 
 /// The op's name as written (`ToTensor`, `RandomResizedCrop`), for messages.
-fn op_name(op: &OpSpec) -> String {
+pub(super) fn op_name(op: &OpSpec) -> String {
     let debug = format!("{op:?}");
     debug
         .split([' ', '{', '('])
