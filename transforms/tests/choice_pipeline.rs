@@ -25,7 +25,7 @@ use ferroloader_transforms::{tensor, RgbImage};
 
 #[path = "support/stage_pipeline.rs"]
 mod stage_pipeline;
-use stage_pipeline::{allocations_over, bits, flip, normalize, plan_error, to_normalized};
+use stage_pipeline::{bits, flip, normalize, plan_error, steady_state_allocations, to_normalized};
 
 #[path = "support/counting_alloc.rs"]
 mod counting_alloc;
@@ -556,21 +556,11 @@ fn compositions_and_erasing_allocate_nothing_once_warm() {
     ops.push(erasing(0.5, EraseFill::Values(vec![1.0, 2.0, 3.0])));
     for execution in [Execution::Fused, Execution::OpByOp] {
         let pipeline = plan_with(ops.clone(), execution);
-        let mut ctx = pipeline.new_context().expect("context");
-        let mut out = vec![0f32; pipeline.sample_len()];
-        let mut pass = |indices: std::ops::Range<u64>| {
-            allocations_over(
-                &pipeline,
-                &mut ctx,
-                &mut out,
-                &corpus,
-                SEED,
-                indices,
-                allocations,
-            )
-        };
-        pass(0..13);
-        assert_eq!(pass(10..13), 0, "{execution:?}: steady state allocated");
+        assert_eq!(
+            steady_state_allocations(&pipeline, &corpus, SEED, allocations),
+            0,
+            "{execution:?}: steady state allocated"
+        );
     }
 }
 

@@ -18,7 +18,7 @@ use ferroloader_transforms::tensor;
 
 #[path = "support/stage_pipeline.rs"]
 mod stage_pipeline;
-use stage_pipeline::{allocations_over, bits, flip, normalize, plan_error};
+use stage_pipeline::{bits, flip, normalize, plan_error, steady_state_allocations};
 
 #[path = "support/counting_alloc.rs"]
 mod counting_alloc;
@@ -194,21 +194,11 @@ fn noise_has_its_span_and_allocates_nothing_once_warm() {
     );
     for execution in [Execution::Fused, Execution::OpByOp] {
         let pipeline = plan_with(ops.clone(), execution);
-        let mut ctx = pipeline.new_context().expect("context");
-        let mut out = vec![0f32; pipeline.sample_len()];
-        let mut pass = |indices: std::ops::Range<u64>| {
-            allocations_over(
-                &pipeline,
-                &mut ctx,
-                &mut out,
-                &corpus,
-                SEED,
-                indices,
-                allocations,
-            )
-        };
-        pass(0..13);
-        assert_eq!(pass(10..13), 0, "{execution:?}: steady state allocated");
+        assert_eq!(
+            steady_state_allocations(&pipeline, &corpus, SEED, allocations),
+            0,
+            "{execution:?}: steady state allocated"
+        );
     }
 }
 

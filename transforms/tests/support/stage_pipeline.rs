@@ -186,6 +186,31 @@ pub fn spans(pipeline: &Pipeline, bytes: &[u8], seed: u64) -> Vec<(bool, Op)> {
 /// `indices` (samples of epoch 0 under `seed`) with one context and output buffer: run it once
 /// to warm them, then a second call must count 0. The counter comes from the calling test's
 /// allocator (`support/counting_alloc.rs`), which this module does not install.
+/// The allocations `pipeline` makes over samples 10..13 of `corpus`, once samples 0..13 have
+/// warmed a fresh context and slot: a steady state allocates none.
+pub fn steady_state_allocations(
+    pipeline: &Pipeline,
+    corpus: &[(String, Vec<u8>)],
+    seed: u64,
+    allocations: fn() -> u64,
+) -> u64 {
+    let mut ctx = pipeline.new_context().expect("context");
+    let mut out = vec![0f32; pipeline.sample_len()];
+    let mut pass = |indices: std::ops::Range<u64>| {
+        allocations_over(
+            pipeline,
+            &mut ctx,
+            &mut out,
+            corpus,
+            seed,
+            indices,
+            allocations,
+        )
+    };
+    pass(0..13);
+    pass(10..13)
+}
+
 pub fn allocations_over(
     pipeline: &Pipeline,
     ctx: &mut PipelineContext,
