@@ -39,8 +39,8 @@ pub use ferroloader_transforms as transforms;
 
 pub use batch::{Batch, BatchImages, BatchImagesMut, BatchTiming};
 pub use dataset::{
-    Column, FileList, FileListOptions, ImageArray, ImageFolder, ImageFolderOptions, InMemory,
-    ListFormat, PathList, Source, IMG_EXTENSIONS,
+    ByteColumn, Column, EncodedTable, FileList, FileListOptions, ImageArray, ImageFolder,
+    ImageFolderOptions, InMemory, ListFormat, PathList, SharedBytes, Source, IMG_EXTENSIONS,
 };
 pub use error::{LoaderError, Result};
 pub use host_memory::{HostMemory, PageLock};

@@ -625,7 +625,7 @@ fn listed_sample(list: &PathList, index: isize) -> PyResult<(OsString, i64)> {
 }
 
 /// Python's indexing rule: `-len <= index < len`.
-fn normalize_index(index: isize, len: usize) -> PyResult<usize> {
+pub(crate) fn normalize_index(index: isize, len: usize) -> PyResult<usize> {
     let resolved = if index < 0 {
         len.checked_sub(index.unsigned_abs())
     } else {
@@ -653,6 +653,9 @@ pub(crate) fn as_source(dataset: &Bound<'_, PyAny>) -> PyResult<Arc<dyn Source>>
     }
     if let Ok(array) = dataset.cast::<PyImageArray>() {
         return Ok(array.get().inner.clone());
+    }
+    if let Ok(table) = dataset.cast::<crate::table::PyEncodedTable>() {
+        return Ok(table.get().inner.clone());
     }
     if let Ok(shards) = dataset.cast::<crate::webdataset::PyWebDataset>() {
         return Ok(shards.get().source(dataset.py())?);

@@ -24,6 +24,7 @@ mod prefix;
 mod prepare;
 mod profile;
 mod shard;
+mod table;
 mod tail;
 mod webdataset;
 
@@ -41,6 +42,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<dataset::PyPathList>()?;
     m.add_class::<dataset::PyImageArray>()?;
     m.add_class::<webdataset::PyWebDataset>()?;
+    m.add_class::<table::PyEncodedTable>()?;
     m.add_class::<loader::PyLoader>()?;
     m.add_class::<loader::PyEpochIter>()?;
     m.add_class::<batch::BatchMemory>()?;

@@ -4,6 +4,7 @@
 //! cache on its own (caching is an explicit [`InMemory`] copy), and it must be safe to read from
 //! many worker threads at once.
 
+mod encoded_table;
 mod file_list;
 mod image_array;
 mod image_folder;
@@ -20,6 +21,7 @@ use ferroloader_profiler::Profiler;
 
 use crate::sampler::Sampler;
 
+pub use encoded_table::{ByteColumn, EncodedTable, SharedBytes};
 pub use file_list::{Column, FileList, FileListOptions, ListFormat};
 pub use image_array::ImageArray;
 pub use image_folder::{ImageFolder, ImageFolderOptions, IMG_EXTENSIONS};

@@ -15,6 +15,7 @@ __all__ = [
     "FileList",
     "PathList",
     "ImageArray",
+    "EncodedTable",
     "WebDataset",
     "Loader",
     "EpochIter",
@@ -190,6 +191,36 @@ class PathList:
     def __getitem__(self, index: int, /) -> Tuple[str, int]: ...
     def __len__(self) -> int: ...
     def __reduce__(self) -> Tuple[type, Tuple[object, ...]]: ...
+
+#: One column of an ``EncodedTable``: the buffers (``bytes`` or CPU ``pyarrow.Buffer``s), and per
+#: row the buffer's index (``2**32 - 1``: null), the start and the length of its bytes.
+_ByteColumn = Tuple[
+    Sequence[Any], npt.NDArray[np.uint32], npt.NDArray[np.uint64], npt.NDArray[np.uint64]
+]
+
+@final
+class EncodedTable:
+    """Encoded images lying in shared buffers (a Hugging Face dataset's Arrow buffers), with a
+    label each; a row without bytes is read from the file its path names. Read natively, where
+    they lie, no GIL per sample."""
+
+    def __new__(
+        cls,
+        images: _ByteColumn,
+        paths: Optional[_ByteColumn],
+        labels: npt.NDArray[np.int64],
+        name: str = ...,
+        mode: Literal["RGB", "L"] = ...,
+        origin: Optional[Tuple[Any, ...]] = ...,
+    ) -> EncodedTable: ...
+    @property
+    def targets(self) -> List[int]: ...
+    @property
+    def mode(self) -> Literal["RGB", "L"]: ...
+    def describe(self, index: int) -> str: ...
+    def __getitem__(self, index: int, /) -> Tuple[bytes, int]: ...
+    def __len__(self) -> int: ...
+    def __reduce__(self) -> Tuple[Any, ...]: ...
 
 @final
 class ImageArray:

@@ -7,7 +7,9 @@ So do torchvision's file-based classification datasets (Food101, Flowers102, Oxf
 StanfordCars, DTD, FGVCAircraft, SUN397, GTSRB, Places365, ...: :data:`_FILE_DATASETS`).
 torchvision's datasets that hold decoded images in one array (CIFAR-10/100, SVHN, STL-10, and
 the one-channel MNIST, FashionMNIST, KMNIST, EMNIST and QMNIST) and their ``Subset``s become a
-native ``ImageArray`` (the pixels copied once). Anything else with ``__getitem__`` and
+native ``ImageArray`` (the pixels copied once). A Hugging Face ``datasets.Dataset`` with an
+``Image()`` column (and a ``Subset`` of one) becomes a native ``EncodedTable``: its Arrow
+buffers read where they lie (``ferroloader._hfdatasets``). Anything else with ``__getitem__`` and
 ``__len__`` is used through the protocol below, asked for each sample by the worker that reads
 it. Must not read image files (the workers do), nor run a dataset's ``__getitem__`` where it
 reads a dataset natively.
@@ -27,12 +29,13 @@ from typing import Any, Callable, Dict, List, NamedTuple, Optional, Sequence, Tu
 
 import numpy as np
 
-from ferroloader._native import FileList, ImageArray, ImageFolder, PathList, WebDataset
+from ferroloader import _hfdatasets
+from ferroloader._native import EncodedTable, FileList, ImageArray, ImageFolder, PathList, WebDataset
 
 __all__ = ["Carried", "Source", "as_source", "python_reason"]
 
 #: What the native loader takes.
-Source = Union[ImageFolder, FileList, PathList, ImageArray, WebDataset, Any]
+Source = Union[ImageFolder, FileList, PathList, ImageArray, EncodedTable, WebDataset, Any]
 
 _NATIVE = (ImageFolder, FileList, PathList)
 
@@ -66,7 +69,7 @@ def as_source(dataset: Any) -> Carried:
 
     Raises ``TypeError``/``ValueError`` naming what cannot be honoured and why.
     """
-    if isinstance(dataset, (*_NATIVE, ImageArray, WebDataset)):
+    if isinstance(dataset, (*_NATIVE, ImageArray, EncodedTable, WebDataset)):
         # Shards are read natively; a Subset of them cannot be listed as paths.
         return Carried(dataset, None, None)
     if isinstance(dataset, (str, bytes, os.PathLike)):
@@ -77,6 +80,9 @@ def as_source(dataset: Any) -> Carried:
     arrays = _image_array(dataset)
     if arrays is not None:
         return arrays
+    hugging_face = _hugging_face_rows(dataset)
+    if hugging_face is not None:
+        return Carried(_hfdatasets.table_of(*hugging_face), None, None)
     listing = _listing(dataset)
     if listing is not None:
         return Carried(
@@ -97,8 +103,13 @@ def python_reason(dataset: Any) -> Optional[str]:
     runs it (``ferroloader._pydataset``): its samples are its own code's. ``None`` where it is
     read natively (it carries its transform), and where it is not a map-style dataset at all
     (:func:`as_source` says what is wrong)."""
-    if isinstance(dataset, (*_NATIVE, ImageArray, WebDataset, str, bytes, os.PathLike)):
+    if isinstance(dataset, (*_NATIVE, ImageArray, EncodedTable, WebDataset, str, bytes, os.PathLike)):
         return None
+    if _hugging_face_rows(dataset) is not None:
+        return (
+            "a Hugging Face Dataset's items are its own (dicts of decoded images); pass "
+            "transform= to the loader to decode its images natively"
+        )
     data = sys.modules.get("torch.utils.data")  # an IterableDataset comes with torch loaded
     if data is not None and isinstance(dataset, data.IterableDataset):
         return f"{type(dataset).__name__} is an IterableDataset: its own iterator makes the samples"
@@ -117,6 +128,21 @@ def python_reason(dataset: Any) -> Optional[str]:
         return f"{type(dataset).__name__}.__getitem__ makes its samples"
     if listing.transform is None:
         return f"{type(dataset).__name__} has no transform"
+    return None
+
+
+def _hugging_face_rows(dataset: Any) -> Optional[Tuple[Any, Optional[List[int]]]]:
+    """``(Hugging Face Dataset, its rows)`` of such a dataset or of a torch ``Subset`` of one
+    (``None``: all rows in order); ``None`` for anything else."""
+    if _hfdatasets.is_hugging_face(dataset):
+        return dataset, None
+    if _is_subset(dataset):
+        inner = _hugging_face_rows(dataset.dataset)
+        if inner is None:
+            return None
+        hf, rows = inner
+        picked = [int(i) for i in dataset.indices]
+        return hf, picked if rows is None else [rows[i] for i in picked]
     return None
 
 

@@ -455,8 +455,13 @@ class Loader:
             return
         self._transform_given: Any = transform_given
         #: Pillow's mode of the dataset's images: ``"L"`` (one-channel samples) for a grayscale
-        #: ``ImageArray`` (torchvision's MNIST), else ``"RGB"``.
-        self.image_mode: str = self._source.mode if isinstance(self._source, _native.ImageArray) else "RGB"
+        #: ``ImageArray`` (torchvision's MNIST) or ``EncodedTable`` (MNIST on the Hugging Face
+        #: Hub), else ``"RGB"``.
+        self.image_mode: str = (
+            self._source.mode
+            if isinstance(self._source, (_native.ImageArray, _native.EncodedTable))
+            else "RGB"
+        )
         self._split: TailSplit = split_python_tail(
             transform_given, output=self.output, decoder=self.decoder, mode=self.image_mode
         )

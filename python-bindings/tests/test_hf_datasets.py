@@ -1,0 +1,345 @@
+"""A Hugging Face ``datasets.Dataset`` given to the loader with ``transform=``: its ``Image()``
+column read natively from the Arrow buffers. The reference for every batch is what a
+DataLoader user runs today: a ``DataLoader`` over the same dataset with the same torchvision
+transform applied to each decoded image (``dataset.with_transform``), as Hugging Face's own
+image-classification examples write it."""
+
+from __future__ import annotations
+
+import io
+import pickle
+from pathlib import Path
+from typing import Any, Dict, List, Optional
+
+import datasets
+import numpy as np
+import pyarrow as pa
+import pytest
+import torch
+import torchvision.transforms as tvT
+from datasets import ClassLabel, Dataset, Features, Image, Value
+from PIL import Image as PILImage
+from torch.utils.data import DataLoader, Subset
+
+import ferroloader as fl
+
+datasets.disable_progress_bars()
+
+FIXTURES = Path(__file__).resolve().parents[2] / "target" / "fixtures" / "decode"
+
+#: Deterministic, so every pixel can be compared with torchvision's.
+EVAL = tvT.Compose(
+    [tvT.Resize(40), tvT.CenterCrop(32), tvT.ToTensor(), tvT.Normalize([0.5, 0.4, 0.3], [0.2, 0.3, 0.25])]
+)
+TRAIN = tvT.Compose([tvT.RandomResizedCrop(32), tvT.RandomHorizontalFlip(), tvT.ToTensor()])
+
+
+def _decodable() -> List[Path]:
+    """The decode fixtures Pillow reads (every JPEG sampling, progressive, grayscale, CMYK,
+    restart markers, PNG, GIF, BMP, WebP...), not the deliberately broken ones."""
+    files = []
+    for path in sorted(FIXTURES.iterdir()):
+        if path.suffix == ".rgb" or path.name.startswith("bad_"):
+            continue
+        try:
+            with PILImage.open(path) as image:
+                image.convert("RGB")
+        except Exception:
+            continue
+        files.append(path)
+    assert len(files) > 20, "the decode fixtures are missing: make fixtures"
+    return files
+
+
+def _embedded(files: List[Path], labels: Optional[List[int]] = None) -> Dataset:
+    """A dataset whose images are embedded bytes, as the Hub's are, with each file's name."""
+    labels = list(range(len(files))) if labels is None else labels
+    return Dataset.from_dict(
+        {"image": [{"bytes": p.read_bytes(), "path": p.name} for p in files], "label": labels},
+        features=Features({"image": Image(), "label": Value("int64")}),
+    )
+
+
+def _reference(dataset: Any, transform: Any, batch_size: int) -> List[Any]:
+    """The batches of a DataLoader over ``dataset`` (a Hugging Face Dataset or a Subset of
+    one) with ``transform`` on each decoded image."""
+
+    def apply(batch: Dict[str, List[Any]]) -> Dict[str, List[Any]]:
+        batch["image"] = [transform(image.convert("RGB")) for image in batch["image"]]
+        return batch
+
+    def collate(items: List[Dict[str, Any]]) -> Any:
+        return torch.stack([i["image"] for i in items]), torch.tensor([i["label"] for i in items])
+
+    inner = dataset.dataset if isinstance(dataset, Subset) else dataset
+    transformed = inner.with_transform(apply)
+    if isinstance(dataset, Subset):
+        transformed = Subset(transformed, dataset.indices)
+    return list(DataLoader(transformed, batch_size=batch_size, collate_fn=collate))
+
+
+def _assert_same(got: List[Any], want: List[Any]) -> None:
+    assert len(got) == len(want)
+    for (images, labels), (ref_images, ref_labels) in zip(got, want):
+        assert torch.equal(labels, ref_labels)
+        assert torch.equal(images, ref_images), (images - ref_images).abs().max()
+
+
+def test_embedded_images_equal_a_dataloader_over_the_dataset() -> None:
+    dataset = _embedded(_decodable())
+    loader = fl.Loader(dataset, transform=EVAL, batch_size=7, num_workers=2)
+    _assert_same(list(loader), _reference(dataset, EVAL, 7))
+
+
+# datasets opens a multi-frame GIF by its path and leaves the file to the garbage collector.
+@pytest.mark.filterwarnings("ignore::ResourceWarning")
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
+def test_rows_stored_as_local_paths_are_read_from_their_files() -> None:
+    files = _decodable()
+    dataset = Dataset.from_dict(
+        {"image": [str(p) for p in files], "label": list(range(len(files)))},
+        features=Features({"image": Image(), "label": Value("int64")}),
+    )
+    assert dataset.data.table.column("image").chunks[0][0]["bytes"].as_py() is None
+    loader = fl.Loader(dataset, transform=EVAL, batch_size=8, num_workers=2)
+    _assert_same(list(loader), _reference(dataset, EVAL, 8))
+
+
+def test_row_selections_are_the_datasets_own() -> None:
+    files = _decodable()
+    dataset = _embedded(files)
+    selections = {
+        "shuffle+select": dataset.shuffle(seed=3).select(range(9)),
+        "filter": dataset.filter(lambda row: row["label"] % 3 == 1),
+        "train_test_split": dataset.train_test_split(test_size=0.3, seed=1)["test"],
+        "subset": Subset(dataset.shuffle(seed=5), [4, 0, 9, 7]),
+        "random_split": torch.utils.data.random_split(
+            dataset, [0.5, 0.5], generator=torch.Generator().manual_seed(2)
+        )[1],
+    }
+    for name, selected in selections.items():
+        got = list(fl.Loader(selected, transform=EVAL, batch_size=5))
+        _assert_same(got, _reference(selected, EVAL, 5))
+        labels = torch.cat([labels for _, labels in got]).tolist()
+        rows = [selected[i]["label"] for i in range(len(selected))]
+        assert labels == rows, name
+
+
+def test_memory_mapped_shards_and_concatenations(tmp_path: Path) -> None:
+    files = _decodable()
+    dataset = _embedded(files)
+    dataset.save_to_disk(str(tmp_path / "saved"), num_shards=3)
+    mapped = datasets.load_from_disk(str(tmp_path / "saved"))
+    assert len(mapped.cache_files) == 3
+    assert mapped.data.table.column("image").num_chunks >= 3
+    joined = datasets.concatenate_datasets([mapped.select(range(5)), dataset.shuffle(seed=9)])
+    for case in (mapped, joined.shuffle(seed=4)):
+        _assert_same(list(fl.Loader(case, transform=EVAL, batch_size=6)), _reference(case, EVAL, 6))
+
+
+def test_random_augmentations_give_the_same_batches_as_the_same_files_listed(tmp_path: Path) -> None:
+    files = [p for p in _decodable() if p.suffix == ".jpg"]
+    labels = [i % 4 for i in range(len(files))]
+    dataset = Dataset.from_dict(
+        {"image": [{"bytes": p.read_bytes(), "path": None} for p in files], "label": labels},
+        features=Features({"image": Image(), "label": ClassLabel(num_classes=4)}),
+    )
+    listed = list(zip([str(p) for p in files], labels))
+    want = list(fl.Loader(listed, transform=TRAIN, batch_size=4, shuffle=True, seed=11, num_workers=2))
+    for workers in (0, 1, 3):
+        got = list(fl.Loader(dataset, transform=TRAIN, batch_size=4, shuffle=True, seed=11, num_workers=workers))
+        _assert_same(got, want)
+
+
+def test_columns_are_found_by_their_features() -> None:
+    files = _decodable()[:6]
+    rows = {
+        "caption": ["x"] * 6,
+        "img": [{"bytes": p.read_bytes(), "path": None} for p in files],
+        "id": list(range(100, 106)),
+        "labels": [5, 4, 3, 2, 1, 0],
+    }
+    dataset = Dataset.from_dict(
+        rows,
+        features=Features({"caption": Value("string"), "img": Image(), "id": Value("int64"), "labels": Value("int32")}),
+    )
+    _, labels = next(iter(fl.Loader(dataset, transform=EVAL, batch_size=6)))
+    assert labels.tolist() == [5, 4, 3, 2, 1, 0]
+    two_classes = dataset.cast_column("id", ClassLabel(num_classes=200)).cast_column("labels", ClassLabel(num_classes=6))
+    _, labels = next(iter(fl.Loader(two_classes, transform=EVAL, batch_size=6)))
+    assert labels.tolist() == [5, 4, 3, 2, 1, 0], "the ClassLabel named labels"
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        (lambda d: d.remove_columns("label"), "no ClassLabel column"),
+        (lambda d: d.cast_column("label", Value("string")), "no ClassLabel column"),
+        (
+            lambda d: datasets.concatenate_datasets(
+                [d, d.rename_column("image", "other").select_columns(["other"])], axis=1
+            ),
+            "several Image() columns",
+        ),
+        (lambda d: d.remove_columns("image"), "no Image() column"),
+        (lambda d: d.cast_column("image", Image(mode="L")), "Image(mode='L')"),
+        (lambda d: d.with_transform(lambda b: b), "set_transform"),
+    ],
+)
+def test_what_cannot_be_read_natively_is_refused_with_the_reason(change: Any, message: str) -> None:
+    dataset = _embedded(_decodable()[:4])
+    with pytest.raises(ValueError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        fl.Loader(change(dataset), transform=EVAL, batch_size=2)
+
+
+def test_null_labels_and_remote_files_are_refused() -> None:
+    files = _decodable()[:3]
+    nulls = Dataset.from_dict(
+        {"image": [{"bytes": p.read_bytes(), "path": None} for p in files], "label": [0, None, 1]},
+        features=Features({"image": Image(), "label": Value("int64")}),
+    )
+    with pytest.raises(ValueError, match="1 null labels"):
+        fl.Loader(nulls, transform=EVAL, batch_size=2)
+    table = pa.table(
+        {
+            "image": pa.array(
+                [{"bytes": files[0].read_bytes(), "path": None}, {"bytes": None, "path": "hf://datasets/x/y.jpg"}],
+                type=pa.struct([("bytes", pa.binary()), ("path", pa.string())]),
+            ),
+            "label": pa.array([0, 1], type=pa.int64()),
+        }
+    )
+    remote = Dataset(
+        datasets.table.InMemoryTable(table),
+        info=datasets.DatasetInfo(features=Features({"image": Image(), "label": Value("int64")})),
+    )
+    with pytest.raises(ValueError, match="row 1 of column 'image' is a remote file"):
+        fl.Loader(remote, transform=EVAL, batch_size=2)
+    # Not selected, not refused.
+    assert len(fl.Loader(remote.select([0]), transform=EVAL, batch_size=1)) == 1
+
+
+def test_grayscale_images_come_out_with_one_channel_as_torchvision_makes_them() -> None:
+    rng = np.random.default_rng(0)
+    pngs = []
+    for _ in range(10):
+        buf = io.BytesIO()
+        PILImage.fromarray(rng.integers(0, 256, (28, 28), dtype=np.uint8), mode="L").save(buf, "PNG")
+        pngs.append(buf.getvalue())
+    dataset = Dataset.from_dict(
+        {"image": [{"bytes": b, "path": None} for b in pngs], "label": list(range(10))},
+        features=Features({"image": Image(), "label": ClassLabel(num_classes=10)}),
+    )
+    transform = tvT.Compose([tvT.ToTensor(), tvT.Normalize([0.1307], [0.3081])])
+    got = list(fl.Loader(dataset, transform=transform, batch_size=5))
+    assert got[0][0].shape == (5, 1, 28, 28)
+
+    def apply(batch: Dict[str, List[Any]]) -> Dict[str, List[Any]]:
+        batch["image"] = [transform(image) for image in batch["image"]]
+        return batch
+
+    want = list(
+        DataLoader(
+            dataset.with_transform(apply),
+            batch_size=5,
+            collate_fn=lambda items: (torch.stack([i["image"] for i in items]), torch.tensor([i["label"] for i in items])),
+        )
+    )
+    _assert_same(got, want)
+
+
+def test_a_bad_row_is_named_and_can_be_skipped() -> None:
+    files = [p for p in _decodable() if p.suffix == ".jpg"][:6]
+    payloads = [p.read_bytes() for p in files]
+    payloads[3] = payloads[3][: len(payloads[3]) // 3]
+    dataset = Dataset.from_dict(
+        {"image": [{"bytes": b, "path": f"photo{i}.jpg"} for i, b in enumerate(payloads)], "label": list(range(6))},
+        features=Features({"image": Image(), "label": Value("int64")}),
+        split=datasets.Split.TRAIN,
+    )
+    dataset = dataset.cast_column("image", Image())
+    with pytest.raises(Exception, match=r"train\[3\] \(photo3\.jpg\)"):
+        list(fl.Loader(dataset, transform=EVAL, batch_size=2))
+    iterator = iter(fl.Loader(dataset, transform=EVAL, batch_size=2, on_error="skip"))
+    labels = torch.cat([labels for _, labels in iterator]).tolist()
+    assert labels == [0, 1, 2, 4, 5]
+    assert [(index, path) for index, path, _ in iterator.skipped] == [(3, "train[3] (photo3.jpg)")]
+
+
+def test_the_loader_pickles_and_resumes_by_its_dataset(tmp_path: Path) -> None:
+    files = _decodable()[:12]
+    _embedded(files).save_to_disk(str(tmp_path / "saved"))
+    dataset = datasets.load_from_disk(str(tmp_path / "saved")).shuffle(seed=1)
+    loader = fl.Loader(dataset, transform=TRAIN, batch_size=3, shuffle=True, seed=4)
+    copy = pickle.loads(pickle.dumps(loader))
+    want = list(loader)
+    _assert_same(list(copy), want)
+
+    first = fl.Loader(dataset, transform=TRAIN, batch_size=3, shuffle=True, seed=4)
+    iterator = iter(first)
+    next(iterator)
+    state = first.state_dict()
+    resumed = fl.Loader(dataset, transform=TRAIN, batch_size=3, shuffle=True, seed=4)
+    resumed.load_state_dict(state)
+    _assert_same(list(resumed), want[1:])
+    other = fl.Loader(dataset.select(range(11)), transform=TRAIN, batch_size=3)
+    with pytest.raises(ValueError, match="dataset"):
+        other.load_state_dict(state)
+
+
+def test_without_a_transform_the_dataset_runs_in_python_as_with_dataloader() -> None:
+    dataset = _embedded(_decodable()[:8])
+
+    def apply(batch: Dict[str, List[Any]]) -> Dict[str, List[Any]]:
+        batch["pixel_values"] = [EVAL(image.convert("RGB")) for image in batch.pop("image")]
+        return batch
+
+    def collate(items: List[Dict[str, Any]]) -> Dict[str, torch.Tensor]:
+        return {
+            "pixel_values": torch.stack([i["pixel_values"] for i in items]),
+            "labels": torch.tensor([i["label"] for i in items]),
+        }
+
+    transformed = dataset.with_transform(apply)
+    want = list(DataLoader(transformed, batch_size=4, collate_fn=collate))
+    with pytest.warns(UserWarning, match="Hugging Face Dataset's items are its own"):
+        loader = fl.Loader(transformed, batch_size=4, collate_fn=collate, num_workers=2)
+    got = list(loader)
+    for a, b in zip(got, want):
+        assert torch.equal(a["pixel_values"], b["pixel_values"]) and torch.equal(a["labels"], b["labels"])
+
+
+def test_a_python_tail_gets_the_rows_bytes() -> None:
+    dataset = _embedded(_decodable()[:6])
+    shift = tvT.Lambda(lambda t: t + 1.0)
+    transform = tvT.Compose([*EVAL.transforms, shift])
+    got = list(fl.Loader(dataset, transform=transform, batch_size=3, python_tail="allow", num_workers=2))
+    _assert_same(got, _reference(dataset, transform, 3))
+
+
+def test_the_native_table_holds_only_buffers_that_cannot_change() -> None:
+    data = b"xxABCyy"
+    column = ([data], np.array([0, 0xFFFF_FFFF], np.uint32), np.array([2, 0], np.uint64), np.array([3, 0], np.uint64))
+    table = fl._native.EncodedTable(column, None, np.array([7, 8], np.int64), "t")
+    assert table[0] == (b"ABC", 7) and table.describe(1) == "t[1]"
+    with pytest.raises(OSError, match=r"t\[1\]: the row has no image"):
+        table[1]
+    with pytest.raises(TypeError, match="cannot be pickled"):
+        pickle.dumps(table)
+    arrow = pa.array([b"ABC"]).buffers()[2]
+    from_start = ([arrow], column[1], np.zeros(2, np.uint64), column[3])
+    assert fl._native.EncodedTable(from_start, None, np.array([7, 8], np.int64))[0][0] == b"ABC"
+    resizable = pa.allocate_buffer(8, resizable=True)
+    for buffer, error in ((bytearray(data), TypeError), (resizable, TypeError), (memoryview(data), TypeError)):
+        with pytest.raises(error, match="expected bytes or a pyarrow.Buffer"):
+            fl._native.EncodedTable(([buffer], *column[1:]), None, np.array([7, 8], np.int64))
+    past_the_end = ([data], column[1], np.array([5, 0], np.uint64), column[3])
+    with pytest.raises(ValueError, match="row 0: bytes 5..5\\+3 of buffer 0, which holds 7 bytes"):
+        fl._native.EncodedTable(past_the_end, None, np.array([7, 8], np.int64))
+
+
+def test_an_imagefolder_loaded_with_load_dataset(folder: Path, tmp_path: Path) -> None:
+    train = datasets.load_dataset("imagefolder", data_dir=str(folder), split="train", cache_dir=str(tmp_path))
+    assert isinstance(train.features["label"], ClassLabel) and len(train) == 18
+    loader = fl.Loader(train, transform=EVAL, batch_size=5, num_workers=2)
+    _assert_same(list(loader), _reference(train, EVAL, 5))
