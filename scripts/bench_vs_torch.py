@@ -81,9 +81,47 @@ def chosen_transform(args: argparse.Namespace) -> Tuple[Any, str]:
     return train_transform(), "the ImageNet train transform"
 
 
-def torch_loader(folder: Path, batch_size: int, workers: int, seed: int, transform: Any) -> DataLoader[Any]:
-    """The stock pipeline: torchvision ImageFolder + Compose in a torch DataLoader."""
-    dataset = torchvision.datasets.ImageFolder(str(folder), transform=transform)
+def hugging_face_dataset(folder: Path) -> Any:
+    """The folder's images as a Hugging Face ``datasets.Dataset`` in memory, each image's bytes
+    embedded as the Hub's datasets hold them, labelled by class folder."""
+    import datasets  # type: ignore[import-untyped]
+
+    listed = torchvision.datasets.ImageFolder(str(folder))
+    return datasets.Dataset.from_dict(
+        {
+            "image": [{"bytes": Path(p).read_bytes(), "path": Path(p).name} for p, _ in listed.samples],
+            "label": [label for _, label in listed.samples],
+        },
+        features=datasets.Features(
+            {"image": datasets.Image(), "label": datasets.ClassLabel(names=listed.classes)}
+        ),
+    )
+
+
+class _ApplyToImages:
+    """``dataset.with_transform``'s function as Hugging Face's examples write it: the transform
+    on each decoded image (a class, so DataLoader's workers can pickle it)."""
+
+    def __init__(self, transform: Any) -> None:
+        self.transform = transform
+
+    def __call__(self, batch: Dict[str, List[Any]]) -> Dict[str, List[Any]]:
+        batch["image"] = [self.transform(image.convert("RGB")) for image in batch["image"]]
+        return batch
+
+
+def _collate_rows(rows: List[Dict[str, Any]]) -> Tuple[torch.Tensor, torch.Tensor]:
+    return torch.stack([r["image"] for r in rows]), torch.tensor([r["label"] for r in rows])
+
+
+def torch_loader(source: Any, batch_size: int, workers: int, seed: int, transform: Any) -> DataLoader[Any]:
+    """The stock pipeline: torchvision ImageFolder + Compose in a torch DataLoader, or, for a
+    Hugging Face dataset, the dataset with the Compose on each image."""
+    collate: Any = None
+    if isinstance(source, Path):
+        dataset: Any = torchvision.datasets.ImageFolder(str(source), transform=transform)
+    else:
+        dataset, collate = source.with_transform(_ApplyToImages(transform)), _collate_rows
     return DataLoader(
         dataset,
         batch_size=batch_size,
@@ -91,16 +129,17 @@ def torch_loader(folder: Path, batch_size: int, workers: int, seed: int, transfo
         num_workers=workers,
         persistent_workers=workers > 0,
         generator=torch.Generator().manual_seed(seed),
+        collate_fn=collate,
     )
 
 
 def native_loader(
-    folder: Path, batch_size: int, workers: int, seed: int, profile: ProfileMode, transform: Any
+    source: Any, batch_size: int, workers: int, seed: int, profile: ProfileMode, transform: Any
 ) -> fl.Loader:
     """ferroloader with the same transform object, which the Loader converts; the output dtype
     is the one the transform's own conversion yields."""
     return fl.Loader(
-        fl.ImageFolder(folder),
+        fl.ImageFolder(source) if isinstance(source, Path) else source,
         batch_size=batch_size,
         shuffle=True,
         seed=seed,
@@ -164,6 +203,11 @@ def main() -> None:
     choice.add_argument("--transform", metavar="FILE.py:NAME",
                         help="your own torchvision Compose (or a function returning one)")
     parser.add_argument("--v2", action="store_true", help="build --recipe from transforms.v2")
+    parser.add_argument(
+        "--hugging-face",
+        action="store_true",
+        help="read the folder as a Hugging Face datasets.Dataset of embedded images, on both sides",
+    )
     args = parser.parse_args()
     if args.v2 and args.recipe is None:
         parser.error("--v2 builds a --recipe from transforms.v2; give --recipe")
@@ -173,28 +217,30 @@ def main() -> None:
             f"{args.folder} 512 --classes 8)"
         )
     transform, transform_name = chosen_transform(args)
+    source: Any = hugging_face_dataset(args.folder) if args.hugging_face else args.folder
 
     # The native loader first: a transform ferroloader refuses stops here, before any run.
     try:
-        native = native_loader(args.folder, args.batch_size, args.workers, args.seed, "off", transform)
+        native = native_loader(source, args.batch_size, args.workers, args.seed, "off", transform)
     except (TypeError, ValueError) as e:
         print(f"ferroloader cannot run {transform_name}: {e}", file=sys.stderr)
         sys.exit(1)
-    plain_torch = torch_loader(args.folder, args.batch_size, args.workers, args.seed, transform)
+    plain_torch = torch_loader(source, args.batch_size, args.workers, args.seed, transform)
     epoch = len(plain_torch)
     batches = -(-(args.batches or epoch) // epoch) * epoch
     pipelines: Dict[str, Iterable[Any]] = {"ferroloader": native, "torchvision": plain_torch}
     if args.overhead:
         pipelines["torchvision+profile"] = flt.profile(
-            torch_loader(args.folder, args.batch_size, args.workers, args.seed, transform)
+            torch_loader(source, args.batch_size, args.workers, args.seed, transform)
         )
         pipelines["ferroloader+profile"] = native_loader(
-            args.folder, args.batch_size, args.workers, args.seed, "spans", transform
+            source, args.batch_size, args.workers, args.seed, "spans", transform
         )
 
     samples = len(plain_torch.dataset)  # type: ignore[arg-type]
     print(
-        f"{args.folder}: {samples} images, batch {args.batch_size}, {args.workers} workers, "
+        f"{args.folder}{' (as a Hugging Face Dataset)' if args.hugging_face else ''}: "
+        f"{samples} images, batch {args.batch_size}, {args.workers} workers, "
         f"{batches} batches x {args.rounds} rounds (+1 warm-up), {native.output} output; "
         f"{transform_name}: {recipes.describe(transform)}; "
         f"torch {torch.__version__}, torchvision {torchvision.__version__}, "
