@@ -80,7 +80,7 @@ def test_decode_error_names_the_file_and_cause(corrupt_folder: Path) -> None:
         ({"num_workers": 5000}, ValueError, "num_workers"),
         ({"prefetch_batches": 2**64 - 1}, ValueError, "prefetch_batches"),
         ({"prefetch_batches": 10**9}, ValueError, "prefetch_batches"),
-        ({"worker_init_fn": print}, ValueError, "worker_init_fn"),
+        ({"worker_init_fn": 3}, TypeError, "worker_init_fn"),
         ({"timeout": -1}, ValueError, "timeout"),
         ({"num_workers": 0, "prefetch_factor": 2}, ValueError, "prefetch_factor"),
         ({"num_workers": 0, "persistent_workers": True}, ValueError, "persistent_workers"),

@@ -96,6 +96,23 @@ def _tag_worker(worker_id: int) -> None:
     info.dataset.tag = f"worker{worker_id}"
 
 
+def _fail_if_called(worker_id: int) -> None:
+    raise AssertionError(f"worker_init_fn called for native worker {worker_id}")
+
+
+_WORKER_STATE = {"initialized": False}
+
+
+def _initialize_worker(worker_id: int) -> None:
+    assert get_worker_info() is not None
+    _WORKER_STATE["initialized"] = True
+
+
+def _initialized_in_this_process(image: torch.Tensor) -> torch.Tensor:
+    """A tail op: ones where the worker_init_fn ran in this process, zeros elsewhere."""
+    return torch.full_like(image, float(_WORKER_STATE["initialized"]))
+
+
 def _loader(dataset: Any, **kwargs: Any) -> fl.Loader:
     kwargs.setdefault("python_dataset", "allow")
     return fl.Loader(dataset, **kwargs)
@@ -218,8 +235,17 @@ def test_dataloaders_arguments_hold(folder: Path) -> None:
     tagged = WorkerTagged(folder, FIXED)
     tags = {t for _, _, ts in _loader(tagged, batch_size=3, num_workers=2, worker_init_fn=_tag_worker) for t in ts}
     assert tags == {"worker0", "worker1"}
-    with pytest.raises(ValueError, match=r"worker_init_fn: ferroloader's workers are native threads"):
-        fl.Loader([(str(p), 0) for p in dataset.paths], transform=FIXED, worker_init_fn=_tag_worker)
+    # Native threads do not call it (as DataLoader with num_workers=0 does not); a Python
+    # tail's worker processes do.
+    listed = [(str(p), 0) for p in dataset.paths]
+    native = fl.Loader(listed, transform=FIXED, batch_size=4, num_workers=2, worker_init_fn=_fail_if_called)
+    assert len(list(native)) == len(native)
+    tail = tvT.Compose([*FIXED.transforms, tvT.Lambda(_initialized_in_this_process)])
+    in_processes = fl.Loader(
+        listed, transform=tail, batch_size=4, num_workers=2, python_tail="allow",
+        python_tail_workers="processes", worker_init_fn=_initialize_worker,
+    )
+    assert all(bool((images == 1.0).all()) for images, _ in in_processes)
     # batch_size=None: samples one by one; a sampler, a batch sampler, a collate_fn, drop_last.
     image, label = next(iter(_loader(dataset, batch_size=None, num_workers=0)))
     assert image.shape == (3, 32, 32) and label == 0

@@ -234,9 +234,11 @@ class Loader:
     - ``persistent_workers``, ``multiprocessing_context``: accepted; workers are threads of
       this process, started per epoch at no cost that persisting would save, and their scratch
       persists anyway.
-    - ``worker_init_fn``: refused (but for a dataset run in Python): workers are native threads (Python runs there only for a
-      Python tail, below), and their randomness is seeded per sample from ``(seed, epoch,
-      index)``, the tail's too.
+    - ``worker_init_fn``: called in each worker *process*, as DataLoader calls it: those of a
+      dataset run in Python and of a Python tail run in processes (below). Native worker
+      threads do not call it, as DataLoader with ``num_workers=0`` does not: there is no
+      process to set up, and every draw (a tail's too) is seeded per sample from ``(seed,
+      epoch, index)``, so the usual seeding ``worker_init_fn`` has nothing to do.
     - ``generator``: the seed is drawn from it once, at construction (``seed`` otherwise;
       default 0, so runs repeat).
     - ``prefetch_factor``: batches ahead per worker (``prefetch_batches`` sets the total).
@@ -391,13 +393,11 @@ class Loader:
         )
         self.in_order = _check_bool("in_order", in_order)
         self.scratch_limit = _check_int("scratch_limit", scratch_limit, 0, 2**64 - 1)
+        if worker_init_fn is not None and not callable(worker_init_fn):
+            raise TypeError(f"worker_init_fn: expected a callable, got {worker_init_fn!r}")
+        # Called in worker processes only, as DataLoader calls it (never with num_workers=0):
+        # a dataset or a Python tail run in processes; native threads need no set-up.
         self.worker_init_fn = worker_init_fn
-        if worker_init_fn is not None and self.python_dataset_reason is None:
-            raise ValueError(
-                "worker_init_fn: ferroloader's workers are native threads, not processes, and "
-                "every random draw (a Python tail's too) is seeded per sample from (seed, "
-                "epoch, index); there is nothing for it to set up"
-            )
         self.multiprocessing_context: Any = multiprocessing_context
         if isinstance(timeout, bool) or not isinstance(timeout, numbers.Real) or timeout < 0:
             raise ValueError(f"timeout: timeout option should be non-negative, got {timeout!r}")
