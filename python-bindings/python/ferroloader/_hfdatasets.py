@@ -44,9 +44,18 @@ def is_hugging_face(dataset: Any) -> bool:
     return hf is not None and isinstance(dataset, hf.Dataset)
 
 
-def table_of(dataset: Any, rows: Optional[Sequence[int]] = None) -> EncodedTable:
+def table_of(
+    dataset: Any,
+    rows: Optional[Sequence[int]] = None,
+    columns: Optional[Tuple[str, str]] = None,
+    mode: Optional[str] = None,
+) -> EncodedTable:
     """``dataset``'s images and labels as an ``EncodedTable``: row ``i`` is ``dataset[i]``, or
     ``dataset[rows[i]]`` where ``rows`` is given (a torch ``Subset``'s indices).
+
+    ``columns``: ``(image column, label column)`` where the caller knows them (timm's reader
+    names them), else chosen as below. ``mode``: ``"RGB"`` where the caller converts every
+    image to RGB (timm's ``ImageDataset``), else judged from the images as below.
 
     The image column is the dataset's one ``Image()`` feature; the label column its one
     ``ClassLabel`` feature, else an integer column named ``label`` or ``labels``. Images are
@@ -61,7 +70,15 @@ def table_of(dataset: Any, rows: Optional[Sequence[int]] = None) -> EncodedTable
     import pyarrow.compute  # type: ignore[import-untyped]  # noqa: F401  (pa.compute)
 
     hf = sys.modules["datasets"]
-    image_column, label_column = _columns(dataset, hf)
+    origin = (table_of, (dataset, rows, columns, mode))
+    image_column, label_column = _columns(dataset, hf) if columns is None else columns
+    for column in (image_column, label_column):
+        if column not in dataset.features:
+            raise ValueError(f"dataset: no column {column!r} among {list(dataset.features)}")
+    if not isinstance(dataset.features[image_column], hf.Image):
+        raise ValueError(
+            f"dataset: column {image_column!r} is {dataset.features[image_column]}, not Image()"
+        )
     kind = dataset.format.get("type")
     if kind == "custom":
         raise ValueError(
@@ -70,23 +87,23 @@ def table_of(dataset: Any, rows: Optional[Sequence[int]] = None) -> EncodedTable
             "loader from the dataset without it (dataset.with_format(None)), or pass no "
             "transform= to run the dataset in Python as DataLoader does"
         )
-    mode = dataset.features[image_column].mode
-    if mode not in (None, "RGB"):
-        raise ValueError(
-            f"dataset: column {image_column!r} is Image(mode={mode!r}), which converts each "
-            "image to that mode; ferroloader decodes images to RGB (as torchvision's "
-            "ImageFolder does)"
-        )
-    table = dataset.data.table
+    if mode is None:
+        mode = dataset.features[image_column].mode
+        if mode not in (None, "RGB"):
+            raise ValueError(
+                f"dataset: column {image_column!r} is Image(mode={mode!r}), which converts each "
+                "image to that mode; ferroloader decodes images to RGB (as torchvision's "
+                "ImageFolder does)"
+            )
+    arrow = dataset.data.table
     selected = _selected_rows(dataset, rows)
-    images, paths, remote = _image_columns(table.column(image_column), image_column, pa)
+    images, paths, remote = _image_columns(arrow.column(image_column), image_column, pa)
     _check_local_paths(images, remote, selected, image_column)
-    labels = _labels(table.column(label_column), label_column, pa)
+    labels = _labels(arrow.column(label_column), label_column, pa)
     if selected is not None:
         images, paths, labels = _take(images, selected), _take(paths, selected), labels[selected]
     split = dataset.split
     name = "dataset" if split is None else str(split)
-    origin = (table_of, (dataset, rows))
     table = EncodedTable(images, paths, labels, name, origin=origin)
     if mode is None and _grayscale(table):
         table = EncodedTable(images, paths, labels, name, mode="L", origin=origin)

@@ -83,6 +83,9 @@ def as_source(dataset: Any) -> Carried:
     hugging_face = _hugging_face_rows(dataset)
     if hugging_face is not None:
         return Carried(_hfdatasets.table_of(*hugging_face), None, None)
+    timm_table = _timm_hugging_face(dataset)
+    if timm_table is not None:
+        return timm_table
     listing = _listing(dataset)
     if listing is not None:
         return Carried(
@@ -116,7 +119,7 @@ def python_reason(dataset: Any) -> Optional[str]:
     if not (hasattr(dataset, "__getitem__") and hasattr(dataset, "__len__")):
         return None
     try:
-        arrays = _image_array(dataset)
+        arrays = _image_array(dataset) or _timm_hugging_face(dataset)
         listing = None if arrays is not None else _listing(dataset)
     except (TypeError, ValueError) as e:
         # What the native reading refuses (a custom loader, a joint transforms=, items that are
@@ -156,6 +159,9 @@ def _listing(dataset: Any) -> Optional[_Listing]:
     files = _file_dataset_listing(dataset)
     if files is not None:
         return files
+    timm = _timm_folder_listing(dataset)
+    if timm is not None:
+        return timm
     if _is_subset(dataset):
         inner = _listing(dataset.dataset)
         if inner is None:
@@ -256,6 +262,62 @@ def _file_dataset_listing(dataset: Any) -> Optional[_Listing]:
         dataset.transform,
         dataset.target_transform,
     )
+
+
+def _timm_image_dataset(dataset: Any, reader: str) -> bool:
+    """Whether ``dataset`` is timm's ``ImageDataset`` (what ``timm.data.create_dataset`` makes)
+    reading through timm's reader class ``reader``, with the settings under which its
+    ``__getitem__`` gives ``(image.convert("RGB"), class index)`` as the native reading does;
+    raises ``ValueError`` naming a setting that does not."""
+    module = sys.modules.get("timm.data.dataset")
+    if module is None or not isinstance(dataset, module.ImageDataset):
+        return False
+    if type(dataset.reader).__name__ != reader or not type(dataset.reader).__module__.startswith("timm."):
+        return False
+    name = type(dataset).__name__
+    if type(dataset).__getitem__ is not module.ImageDataset.__getitem__:
+        raise ValueError(
+            f"dataset: {name} overrides __getitem__ of timm's ImageDataset, which ferroloader "
+            "reads natively (it would not run the override)"
+        )
+    if dataset.load_bytes or dataset.input_img_mode != "RGB" or dataset.additional_features:
+        raise ValueError(
+            f"dataset: timm's {name}(load_bytes={dataset.load_bytes}, input_img_mode="
+            f"{dataset.input_img_mode!r}, additional_features={dataset.additional_features!r}): "
+            "ferroloader's samples are (RGB image, class index); use the defaults"
+        )
+    return True
+
+
+def _timm_folder_listing(dataset: Any) -> Optional[_Listing]:
+    """timm's ``ImageDataset`` over a folder (``ReaderImageFolder``) as its paths and labels."""
+    if not _timm_image_dataset(dataset, "ReaderImageFolder"):
+        return None
+    samples = dataset.reader.samples
+    return _Listing(
+        [os.fspath(path) for path, _ in samples],
+        [_label(i, label) for i, (_, label) in enumerate(samples)],
+        dataset.transform,
+        dataset.target_transform,
+    )
+
+
+def _timm_hugging_face(dataset: Any) -> Optional[Carried]:
+    """timm's ``ImageDataset`` over a Hugging Face dataset (``ReaderHfds``, the ``hfds/``
+    names) as an ``EncodedTable`` of its reader's image and label columns, converted to RGB as
+    timm converts them."""
+    if not _timm_image_dataset(dataset, "ReaderHfds"):
+        return None
+    reader = dataset.reader
+    if reader.target_keys or reader.remap_class or reader.additional_features:
+        raise ValueError(
+            f"dataset: timm's ReaderHfds with several target keys, a class_map or "
+            "additional_features: ferroloader's samples are (image, the label column's class index)"
+        )
+    table = _hfdatasets.table_of(
+        reader.dataset, columns=(reader.image_key, reader.label_key), mode="RGB"
+    )
+    return Carried(table, dataset.transform, dataset.target_transform)
 
 
 def _torchvision_class(dataset: Any, names: Dict[str, Any]) -> Optional[type]:
