@@ -343,3 +343,43 @@ def test_an_imagefolder_loaded_with_load_dataset(folder: Path, tmp_path: Path) -
     assert isinstance(train.features["label"], ClassLabel) and len(train) == 18
     loader = fl.Loader(train, transform=EVAL, batch_size=5, num_workers=2)
     _assert_same(list(loader), _reference(train, EVAL, 5))
+
+
+class _ApplyEval:
+    """``with_transform``'s function (a class, so DataLoader's workers can pickle it)."""
+
+    def __call__(self, batch: Dict[str, List[Any]]) -> Dict[str, List[Any]]:
+        batch["image"] = [EVAL(image.convert("RGB")) for image in batch["image"]]
+        return batch
+
+
+def _collate_rows(items: List[Dict[str, Any]]) -> Any:
+    return torch.stack([i["image"] for i in items]), torch.tensor([i["label"] for i in items])
+
+
+def test_profiling_a_dataloader_over_the_dataset_times_decode_and_its_transform() -> None:
+    import ferroloader.torch as flt
+
+    dataset = _embedded(_decodable()[:12]).with_transform(_ApplyEval())
+    for workers in (0, 2):
+        plain = list(DataLoader(dataset, batch_size=4, num_workers=workers, collate_fn=_collate_rows))
+        with flt.profile(DataLoader(dataset, batch_size=4, num_workers=workers, collate_fn=_collate_rows)) as pdl:
+            profiled = list(pdl)
+        _assert_same(profiled, plain)
+        (pipeline,) = pdl.profile_dict()["pipelines"]
+        spans = [s for s in pipeline["spans"] if "sample" in s]
+        for sample in range(12):
+            ops = [s["op"] for s in sorted(spans, key=lambda s: s["start_ns"]) if s["sample"] == sample]
+            assert ops == ["process", "decode", "_ApplyEval"], (workers, sample, ops)
+        assert "decode" in pipeline["meta"]["instrumented"]
+
+
+def test_a_dataset_run_in_python_is_profiled_in_its_steps() -> None:
+    dataset = _embedded(_decodable()[:8]).with_transform(_ApplyEval())
+    loader = fl.Loader(
+        dataset, batch_size=4, collate_fn=_collate_rows, num_workers=2, profile="spans", python_dataset="allow"
+    )
+    got = list(loader)
+    _assert_same(got, list(DataLoader(dataset, batch_size=4, collate_fn=_collate_rows)))
+    summary = str(loader.profile().summary())
+    assert "decode" in summary and "_ApplyEval" in summary and "__getitem__" not in summary

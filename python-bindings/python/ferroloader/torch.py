@@ -14,7 +14,10 @@ generator...) over an *instrumented shallow copy* of its dataset. For a torchvis
 ``DatasetFolder`` (``ImageFolder``) the copy's ``loader`` is split into ``read`` (the file's
 bytes) and ``decode`` (``PIL.Image.open(...).convert("RGB")``, the same pixels as torchvision's
 ``pil_loader``), any other loader is one ``load`` span, and each transform of a ``Compose`` is
-timed on its own under its class name (``RandomResizedCrop``, ``ToTensor``...). A ``process``
+timed on its own under its class name (``RandomResizedCrop``, ``ToTensor``...). A Hugging
+Face ``datasets.Dataset`` hands its ``Image()`` columns over undecoded to a format transform
+that decodes each image with ``datasets``' own ``decode_example`` in a ``decode`` span, then runs
+the dataset's ``with_transform`` function in a span of its name (the same rows). A ``process``
 span (depth 0) covers each sample's whole ``__getitem__``, a ``collate`` span each batch. Any
 other map-style dataset runs in a ``__getitem__`` span (depth 1), the transforms of its
 ``transform`` attribute timed inside it; :class:`span` times parts of the user's own code. An
@@ -646,12 +649,86 @@ def _timed_transform(transform: Any, rec: _Recorder, tv: Any) -> Any:
 
 
 def _is_folder(dataset: Any) -> bool:
-    """Whether ``dataset`` is a torchvision ``DatasetFolder`` (or a ``Subset`` of one), whose
-    loading :func:`_instrument` splits into timed steps."""
+    """Whether ``dataset`` is one whose loading :func:`_instrument` splits into timed steps: a
+    torchvision ``DatasetFolder``, a Hugging Face dataset with images to decode
+    (:func:`_hugging_face_images`), or a ``Subset`` of one."""
     while isinstance(dataset, Subset):
         dataset = dataset.dataset
     tv = _torchvision()
-    return tv is not None and isinstance(dataset, tv.datasets.DatasetFolder)
+    if tv is not None and isinstance(dataset, tv.datasets.DatasetFolder):
+        return True
+    return bool(_hugging_face_images(dataset))
+
+
+def _hugging_face_images(dataset: Any) -> Dict[str, Any]:
+    """The ``Image()`` features a Hugging Face ``datasets.Dataset`` decodes as it formats its
+    rows, by column; empty for anything else, and for a dataset formatted as tensors or arrays
+    (``set_format("torch")``...), whose formatter converts the images itself."""
+    hf = sys.modules.get("datasets")
+    if hf is None or not isinstance(dataset, hf.Dataset):
+        return {}
+    if dataset.format.get("type") not in (None, "custom"):
+        return {}
+    return {
+        name: feature
+        for name, feature in dataset.features.items()
+        if isinstance(feature, hf.Image) and feature.decode
+    }
+
+
+class _TimedHuggingFaceRows:
+    """A Hugging Face dataset's format transform over rows whose images come undecoded: each
+    image decoded by its own feature's ``decode_example`` (what ``datasets`` would have run
+    before the transform: the same image) in a ``decode`` span, then the dataset's
+    ``with_transform`` function, if any, in a span of its name."""
+
+    __slots__ = ("features", "transform", "rec")
+
+    def __init__(self, features: Dict[str, Any], transform: Optional[Callable[[Any], Any]], rec: _Recorder) -> None:
+        self.features = features
+        self.transform = transform
+        self.rec = rec
+
+    def __call__(self, batch: Dict[str, List[Any]]) -> Any:
+        rec = self.rec
+        depth = rec.depth + 1
+        for column, feature in self.features.items():
+            decoded = []
+            for value in batch[column]:
+                start = rec.start()
+                try:
+                    decoded.append(None if value is None else feature.decode_example(value))
+                except Exception:
+                    _failed_in(rec, "decode", start, depth)
+                    raise
+                rec.end("decode", rec.sample, depth, start)
+            batch[column] = decoded
+        if self.transform is None:
+            return batch
+        return _TimedOp(self.transform, _op_name(self.transform), rec)(batch)
+
+    def __getstate__(self) -> Tuple[Dict[str, Any], Any, _Recorder]:
+        return (self.features, self.transform, self.rec)
+
+    def __setstate__(self, state: Tuple[Dict[str, Any], Any, _Recorder]) -> None:
+        self.features, self.transform, self.rec = state
+
+
+def _instrument_hugging_face(dataset: Any, images: Dict[str, Any], rec: _Recorder) -> Any:
+    """A copy of a Hugging Face dataset that hands its images over undecoded to a
+    :class:`_TimedHuggingFaceRows` format transform, which decodes them and runs the dataset's
+    own transform, each in its spans: the rows come out as the dataset's own."""
+    hf = sys.modules["datasets"]
+    fmt = dataset.format
+    transform = fmt["format_kwargs"].get("transform") if fmt.get("type") == "custom" else None
+    undecoded = dataset
+    for name in images:
+        undecoded = undecoded.cast_column(name, hf.Image(decode=False))
+    return undecoded.with_transform(
+        _TimedHuggingFaceRows(images, transform, rec),
+        columns=fmt.get("columns"),
+        output_all_columns=fmt.get("output_all_columns", False),
+    )
 
 
 def _instrument(dataset: Any, rec: _Recorder, meta: Dict[str, str]) -> Any:
@@ -662,6 +739,11 @@ def _instrument(dataset: Any, rec: _Recorder, meta: Dict[str, str]) -> Any:
         sub = copy.copy(dataset)
         sub.dataset = _instrument(dataset.dataset, rec, meta)
         return sub
+    images = _hugging_face_images(dataset)
+    if images:
+        meta["decoder"] = "datasets' Image.decode_example"
+        meta["instrumented"] = "decode, the dataset's transform function, process, collate"
+        return _instrument_hugging_face(dataset, images, rec)
     if tv is None or not isinstance(dataset, tv.datasets.DatasetFolder):
         transform = getattr(dataset, "transform", None)
         if transform is None or not callable(transform):
