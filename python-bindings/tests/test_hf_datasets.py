@@ -383,3 +383,11 @@ def test_a_dataset_run_in_python_is_profiled_in_its_steps() -> None:
     _assert_same(got, list(DataLoader(dataset, batch_size=4, collate_fn=_collate_rows)))
     summary = str(loader.profile().summary())
     assert "decode" in summary and "_ApplyEval" in summary and "__getitem__" not in summary
+
+
+def test_a_dict_of_splits_is_refused_naming_them() -> None:
+    dataset = _embedded(_decodable()[:2])
+    splits = datasets.DatasetDict({"train": dataset, "validation": dataset})
+    for transform in (EVAL, None):
+        with pytest.raises(TypeError, match=r"splits \['train', 'validation'\]; pass one of them"):
+            fl.Loader(splits, transform=transform, batch_size=2)

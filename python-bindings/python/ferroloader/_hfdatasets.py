@@ -22,7 +22,7 @@ import numpy as np
 
 from ferroloader._native import EncodedTable
 
-__all__ = ["is_hugging_face", "table_of"]
+__all__ = ["check_not_splits", "is_hugging_face", "table_of"]
 
 #: The buffer index of a null row, as ``EncodedTable`` reads it.
 _NULL = np.uint32(0xFFFF_FFFF)
@@ -42,6 +42,18 @@ def is_hugging_face(dataset: Any) -> bool:
     """Whether ``dataset`` is a (map-style) Hugging Face ``datasets.Dataset``."""
     hf = sys.modules.get("datasets")
     return hf is not None and isinstance(dataset, hf.Dataset)
+
+
+def check_not_splits(dataset: Any) -> None:
+    """Refuses a ``datasets.DatasetDict`` (what ``load_dataset`` returns without ``split=``),
+    naming its splits, as it is a dict of datasets, not one."""
+    hf = sys.modules.get("datasets")
+    if hf is not None and isinstance(dataset, (hf.DatasetDict, hf.IterableDatasetDict)):
+        raise TypeError(
+            f"dataset: a {type(dataset).__name__} of the splits {list(dataset)}; pass one of "
+            f"them, e.g. dataset[{next(iter(dataset), 'train')!r}] (or load_dataset(..., "
+            "split=...))"
+        )
 
 
 def table_of(

@@ -72,6 +72,7 @@ def as_source(dataset: Any) -> Carried:
     if isinstance(dataset, (*_NATIVE, ImageArray, EncodedTable, WebDataset)):
         # Shards are read natively; a Subset of them cannot be listed as paths.
         return Carried(dataset, None, None)
+    _hfdatasets.check_not_splits(dataset)
     if isinstance(dataset, (str, bytes, os.PathLike)):
         raise TypeError(
             f"dataset: got the path {dataset!r}; for a folder of class folders pass "
@@ -108,6 +109,10 @@ def python_reason(dataset: Any) -> Optional[str]:
     (:func:`as_source` says what is wrong)."""
     if isinstance(dataset, (*_NATIVE, ImageArray, EncodedTable, WebDataset, str, bytes, os.PathLike)):
         return None
+    try:
+        _hfdatasets.check_not_splits(dataset)
+    except TypeError:
+        return None  # as_source says what is wrong
     if _hugging_face_rows(dataset) is not None:
         return (
             "a Hugging Face Dataset's items are its own (dicts of decoded images); pass "
