@@ -260,6 +260,9 @@ def test_write_html_takes_a_single_pipeline_or_a_dict(tmp_path: Path) -> None:
 def test_op_names_map_to_one_stage() -> None:
     assert report.stage_of("RandomResizedCrop") == report.stage_of("resize") == "crop"
     assert report.stage_of("ToTensor") == report.stage_of("to_tensor")
+    # An eval pipeline, and v2's spelling of the conversion, pair with the native ops.
+    assert report.stage_of("Resize") == report.stage_of("CenterCrop") == "crop"
+    assert report.stage_of("ToImage") == report.stage_of("ToDtype") == "to_tensor"
     assert report.stage_of("my_custom_op") == "my_custom_op"
     assert report.ratio(3.0, 1.0) == "3.0×" and report.ratio(1.0, 0.0) == "–"
     assert report.ratio(500.0, 1.0) == ">100×"
