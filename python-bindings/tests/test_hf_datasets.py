@@ -391,3 +391,16 @@ def test_a_dict_of_splits_is_refused_naming_them() -> None:
     for transform in (EVAL, None):
         with pytest.raises(TypeError, match=r"splits \['train', 'validation'\]; pass one of them"):
             fl.Loader(splits, transform=transform, batch_size=2)
+
+
+def test_a_streaming_dataset_runs_in_python_and_is_refused_natively() -> None:
+    stream = _embedded(_decodable()[:4]).to_iterable_dataset()
+    with pytest.raises(TypeError, match="streaming datasets.IterableDataset"):
+        fl.Loader(stream, transform=EVAL, batch_size=2)
+
+    def apply(row: Dict[str, Any]) -> Dict[str, Any]:
+        return {"image": EVAL(row["image"].convert("RGB")), "label": row["label"]}
+
+    with pytest.warns(UserWarning, match="IterableDataset"):
+        loader = fl.Loader(stream.map(apply), batch_size=2, num_workers=0, collate_fn=_collate_rows)
+    _assert_same(list(loader), list(DataLoader(stream.map(apply), batch_size=2, collate_fn=_collate_rows)))

@@ -22,7 +22,7 @@ import numpy as np
 
 from ferroloader._native import EncodedTable
 
-__all__ = ["check_not_splits", "is_hugging_face", "table_of"]
+__all__ = ["check_not_splits", "check_not_streaming", "is_hugging_face", "table_of"]
 
 #: The buffer index of a null row, as ``EncodedTable`` reads it.
 _NULL = np.uint32(0xFFFF_FFFF)
@@ -53,6 +53,18 @@ def check_not_splits(dataset: Any) -> None:
             f"dataset: a {type(dataset).__name__} of the splits {list(dataset)}; pass one of "
             f"them, e.g. dataset[{next(iter(dataset), 'train')!r}] (or load_dataset(..., "
             "split=...))"
+        )
+
+
+def check_not_streaming(dataset: Any) -> None:
+    """Refuses a streaming ``datasets.IterableDataset`` where its images are to be read
+    natively (``transform=`` given): it has no rows to index, only a stream."""
+    hf = sys.modules.get("datasets")
+    if hf is not None and isinstance(dataset, hf.IterableDataset):
+        raise TypeError(
+            "dataset: a streaming datasets.IterableDataset has no rows to read natively; load "
+            "it without streaming=True (a Dataset), or pass no transform= and set its "
+            "transform with dataset.map/with_format to run it in Python as DataLoader does"
         )
 
 

@@ -73,6 +73,7 @@ def as_source(dataset: Any) -> Carried:
         # Shards are read natively; a Subset of them cannot be listed as paths.
         return Carried(dataset, None, None)
     _hfdatasets.check_not_splits(dataset)
+    _hfdatasets.check_not_streaming(dataset)
     if isinstance(dataset, (str, bytes, os.PathLike)):
         raise TypeError(
             f"dataset: got the path {dataset!r}; for a folder of class folders pass "
