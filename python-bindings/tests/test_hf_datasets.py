@@ -111,6 +111,10 @@ def test_row_selections_are_the_datasets_own() -> None:
     selections = {
         "shuffle+select": dataset.shuffle(seed=3).select(range(9)),
         "filter": dataset.filter(lambda row: row["label"] % 3 == 1),
+        # Contiguous rows are a slice of the table (arrays with an offset), not an indices map.
+        "contiguous": dataset.select(range(3, 11)),
+        "shard": dataset.shard(num_shards=3, index=1, contiguous=True),
+        "sliced twice": dataset.select(range(2, 20)).select(range(5, 12)),
         "train_test_split": dataset.train_test_split(test_size=0.3, seed=1)["test"],
         "subset": Subset(dataset.shuffle(seed=5), [4, 0, 9, 7]),
         "random_split": torch.utils.data.random_split(
