@@ -107,6 +107,9 @@ pub(crate) struct PyEncodedTable {
     pub(crate) inner: Arc<EncodedTable>,
     /// Pillow's mode the dataset hands its images over in: `"RGB"`, or `"L"` for grayscale.
     mode: &'static str,
+    /// Whether the dataset's own reading turns each image upright per its EXIF orientation
+    /// (Hugging Face's `Image.decode_example` does; timm's reader of the same data does not).
+    exif_transpose: bool,
     /// `(callable, args)` that makes this table again: how it pickles.
     origin: Option<Py<PyTuple>>,
 }
@@ -114,13 +117,17 @@ pub(crate) struct PyEncodedTable {
 #[pymethods]
 impl PyEncodedTable {
     #[new]
-    #[pyo3(signature = (images, paths, labels, name = "dataset".to_owned(), mode = "RGB", origin = None))]
+    #[pyo3(signature = (
+        images, paths, labels, name = "dataset".to_owned(), mode = "RGB", exif_transpose = false,
+        origin = None
+    ))]
     fn new(
         images: ColumnArgs<'_>,
         paths: Option<ColumnArgs<'_>>,
         labels: PyReadonlyArray1<'_, i64>,
         name: String,
         mode: &str,
+        exif_transpose: bool,
         origin: Option<Bound<'_, PyTuple>>,
     ) -> PyResult<Self> {
         let mode = match mode {
@@ -143,6 +150,7 @@ impl PyEncodedTable {
         Ok(PyEncodedTable {
             inner: Arc::new(table),
             mode,
+            exif_transpose,
             origin: origin.map(Bound::unbind),
         })
     }
@@ -158,6 +166,13 @@ impl PyEncodedTable {
     #[getter]
     fn mode(&self) -> &'static str {
         self.mode
+    }
+
+    /// Whether the images are to be turned upright per their EXIF orientation, as the dataset
+    /// they come from reads them.
+    #[getter]
+    fn exif_transpose(&self) -> bool {
+        self.exif_transpose
     }
 
     /// `(encoded bytes, label)` of sample `index` (negative indices count from the end), read

@@ -73,6 +73,7 @@ def table_of(
     rows: Optional[Sequence[int]] = None,
     columns: Optional[Tuple[str, str]] = None,
     mode: Optional[str] = None,
+    exif_transpose: bool = True,
 ) -> EncodedTable:
     """``dataset``'s images and labels as an ``EncodedTable``: row ``i`` is ``dataset[i]``, or
     ``dataset[rows[i]]`` where ``rows`` is given (a torch ``Subset``'s indices).
@@ -80,6 +81,9 @@ def table_of(
     ``columns``: ``(image column, label column)`` where the caller knows them (timm's reader
     names them), else chosen as below. ``mode``: ``"RGB"`` where the caller converts every
     image to RGB (timm's ``ImageDataset``), else judged from the images as below.
+    ``exif_transpose``: whether images are turned upright per their EXIF orientation, as
+    ``datasets``' ``Image.decode_example`` turns them (timm's reader, which opens the bytes
+    itself, does not).
 
     The image column is the dataset's one ``Image()`` feature; the label column its one
     ``ClassLabel`` feature, else an integer column named ``label`` or ``labels``. Images are
@@ -94,7 +98,7 @@ def table_of(
     import pyarrow.compute  # type: ignore[import-untyped]  # noqa: F401  (pa.compute)
 
     hf = sys.modules["datasets"]
-    origin = (table_of, (dataset, rows, columns, mode))
+    origin = (table_of, (dataset, rows, columns, mode, exif_transpose))
     image_column, label_column = _columns(dataset, hf) if columns is None else columns
     for column in (image_column, label_column):
         if column not in dataset.features:
@@ -128,9 +132,11 @@ def table_of(
         images, paths, labels = _take(images, selected), _take(paths, selected), labels[selected]
     split = dataset.split
     name = "dataset" if split is None else str(split)
-    table = EncodedTable(images, paths, labels, name, origin=origin)
+    table = EncodedTable(images, paths, labels, name, exif_transpose=exif_transpose, origin=origin)
     if mode is None and _grayscale(table):
-        table = EncodedTable(images, paths, labels, name, mode="L", origin=origin)
+        table = EncodedTable(
+            images, paths, labels, name, mode="L", exif_transpose=exif_transpose, origin=origin
+        )
     return table
 
 

@@ -211,8 +211,11 @@ class EncodedTable:
         labels: npt.NDArray[np.int64],
         name: str = ...,
         mode: Literal["RGB", "L"] = ...,
+        exif_transpose: bool = ...,
         origin: Optional[Tuple[Any, ...]] = ...,
     ) -> EncodedTable: ...
+    @property
+    def exif_transpose(self) -> bool: ...
     @property
     def targets(self) -> List[int]: ...
     @property

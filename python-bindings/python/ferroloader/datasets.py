@@ -321,7 +321,10 @@ def _timm_hugging_face(dataset: Any) -> Optional[Carried]:
             "additional_features: ferroloader's samples are (image, the label column's class index)"
         )
     table = _hfdatasets.table_of(
-        reader.dataset, columns=(reader.image_key, reader.label_key), mode="RGB"
+        reader.dataset,
+        columns=(reader.image_key, reader.label_key),
+        mode="RGB",
+        exif_transpose=False,
     )
     return Carried(table, dataset.transform, dataset.target_transform)
 
