@@ -408,3 +408,24 @@ def test_a_streaming_dataset_runs_in_python_and_is_refused_natively() -> None:
     with pytest.warns(UserWarning, match="IterableDataset"):
         loader = fl.Loader(stream.map(apply), batch_size=2, num_workers=0, collate_fn=_collate_rows)
     _assert_same(list(loader), list(DataLoader(stream.map(apply), batch_size=2, collate_fn=_collate_rows)))
+
+
+def test_a_parquet_file_of_image_bytes(tmp_path: Path) -> None:
+    import pyarrow.parquet as pq
+
+    files = _decodable()
+    rows = pa.table(
+        {
+            "image": [{"bytes": p.read_bytes(), "path": p.name} for p in files],
+            "label": list(range(len(files))),
+        }
+    )
+    pq.write_table(rows, tmp_path / "train.parquet", row_group_size=7)
+    loaded = datasets.load_dataset(
+        "parquet", data_files=str(tmp_path / "train.parquet"), split="train", cache_dir=str(tmp_path / "cache")
+    )
+    with pytest.raises(ValueError, match=r"no Image\(\) column .*cast_column"):
+        fl.Loader(loaded, transform=EVAL, batch_size=5)
+    dataset = loaded.cast_column("image", Image())
+    assert dataset.data.table.column("image").num_chunks > 1
+    _assert_same(list(fl.Loader(dataset, transform=EVAL, batch_size=5)), _reference(dataset, EVAL, 5))
