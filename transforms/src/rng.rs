@@ -225,9 +225,9 @@ impl TorchDraws for SampleRng {
     }
 
     /// Box-Muller with vectorized float32 `ln`, `sin` and `cos` (within 1 ulp of exact
-    /// results, of 1 for `sin` and `cos`), one 64-bit draw per pair (two 24-bit uniforms),
-    /// cosine branches of a block of pairs first, then their sines; the same values on every
-    /// CPU. See the `normals` module.
+    /// results, of 1 for `sin` and `cos`) over 24-bit uniforms from a counter-based stream
+    /// keyed by two 64-bit draws of this generator; cosine branches of a block of pairs first,
+    /// then their sines; the same values on every CPU. See the `normals` module.
     fn fill_standard_normal(&mut self, out: &mut [f32]) {
         normals::fill(self, out);
     }

@@ -1,5 +1,6 @@
 //! The sample generator's standard normals (`SampleRng::fill_standard_normal`, the fast
-//! Box-Muller) against the standard normal distribution, over a few million draws: moments,
+//! Box-Muller over a counter-based stream the sample generator keys) against the standard
+//! normal distribution, over a few million draws: moments,
 //! a Kolmogorov-Smirnov test and a fine chi-square against the normal CDF, tail frequencies,
 //! the 24-bit uniforms' tail limit, and no correlation between neighbours, between the two
 //! Box-Muller branches of a pair, or between the generators of adjacent sample indices.

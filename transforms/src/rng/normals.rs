@@ -1,70 +1,94 @@
 //! Standard normals for the real generator ([`SampleRng`]), fast: Box-Muller over uniforms
-//! drawn in blocks, its `ln`, `sin` and `cos` float32 polynomials the compiler vectorizes.
+//! from a counter-based stream the sample generator keys, its `ln`, `sin` and `cos` float32
+//! polynomials, all of it written so the compiler vectorizes it.
 //!
 //! The distribution is torch's `normal_()` on a float32 tensor: Box-Muller over 24-bit
 //! uniforms, radius `sqrt(-2 ln(1 - u1))`, angle `2 pi u2`, both branches kept, so the tails
 //! stop near 5.77 standard deviations as torch's do. Only the arithmetic differs from libm's,
 //! by the bounds stated on [`ln_unit`] and [`cos_sin_turns`].
 //!
+//! The uniforms do not come from the PCG one call at a time: its 128-bit multiply chain is
+//! serial and cost as much as the whole vectorized transform. Each fill takes two 64-bit draws
+//! from the sample generator as a key, and pair `i` of the fill hashes its counter with it
+//! ([`StreamKey::bits`]), which vectorizes. The values stay a pure function of the sample's
+//! generator (so of seed, epoch and index).
+//!
 //! Must not give values that depend on the CPU: every kernel level runs the same Rust
-//! arithmetic (separate multiplies and adds, never `mul_add`; Rust does not contract them, and
-//! `sqrt` is correctly rounded everywhere), only compiled with different target features, so
-//! the AVX-512, AVX2 and plain builds agree bit for bit. Must not allocate: the uniforms and
-//! an odd tail live in fixed arrays on the stack.
+//! arithmetic (integer hashing; separate float multiplies and adds, never `mul_add`, which
+//! Rust does not contract; `sqrt`, correctly rounded everywhere), only compiled with different
+//! target features, so the AVX-512, AVX2 and plain builds agree bit for bit. Must not
+//! allocate: the uniforms and an odd tail live in fixed arrays on the stack.
 
 use rand::RngCore;
 
-use super::SampleRng;
+use super::{mix64, SampleRng};
 
-/// Box-Muller pairs per block: the uniforms of one block are drawn from the generator in one
-/// serial loop, then transformed in one vectorized pass.
+/// Box-Muller pairs per block: one block's uniforms are hashed into stack arrays, then
+/// transformed, in one kernel call.
 const BLOCK: usize = 64;
 
-/// Fills `out` with standard normals drawn from `rng`, one 64-bit draw per Box-Muller pair
-/// (its high 32 bits give the radius uniform, its low 32 bits the angle's, each keeping its
-/// top 24 bits, as torch's float uniforms keep 24).
+/// The key of one fill's uniform stream: two draws from the sample generator.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct StreamKey {
+    /// Where the inner SplitMix64 counter starts.
+    start: u64,
+    /// XORed between the two mixes: fills whose counter ranges happen to overlap (odds about
+    /// `2^-47` for two image-sized fills) still get unrelated bits.
+    outer: u64,
+}
+
+impl StreamKey {
+    /// SplitMix64's odd increment (2^64 over the golden ratio).
+    const GAMMA: u64 = 0x9e37_79b9_7f4a_7c15;
+
+    /// The 64 bits of pair `i`: SplitMix64's output `i` from `start`, mixed again with
+    /// `outer`. A bijection of `i` for a fixed key, so the pairs of a fill never repeat.
+    #[inline(always)]
+    fn bits(self, i: u64) -> u64 {
+        mix64(mix64(self.start.wrapping_add(i.wrapping_mul(Self::GAMMA))) ^ self.outer)
+    }
+}
+
+/// Fills `out` with standard normals keyed by two 64-bit draws from `rng` (none for an empty
+/// `out`). Pair `i` takes [`StreamKey::bits`]`(i)`: its high 32 bits give the radius uniform,
+/// its low 32 bits the angle's, each keeping its top 24 bits, as torch's float uniforms do.
 ///
 /// Values go in blocks of `2 * BLOCK`: the pairs' cosine branches fill the first half, their
 /// sine branches the second (torch's `normal_fill_16` lays out its 16-value blocks the same
-/// way). A tail of `t` values draws `ceil(t / 2)` pairs and keeps their cosines, then as many
+/// way). A tail of `t` values takes `ceil(t / 2)` pairs and keeps their cosines, then as many
 /// sines as fit. The values are a pure function of the generator's state and `out.len()`.
 pub(super) fn fill(rng: &mut SampleRng, out: &mut [f32]) {
-    fill_at(Level::detect(), rng, out);
+    if out.is_empty() {
+        return;
+    }
+    let key = StreamKey {
+        start: rng.next_u64(),
+        outer: rng.next_u64(),
+    };
+    fill_keyed(Level::detect(), key, out);
 }
 
-/// [`fill`] with the kernel of `level` (which must be supported: see [`Level::detect`]).
-fn fill_at(level: Level, rng: &mut SampleRng, out: &mut [f32]) {
-    let mut radius_bits = [0u32; BLOCK];
-    let mut angle_bits = [0u32; BLOCK];
+/// [`fill`] from `key` with the kernel of `level` (which must be supported: see
+/// [`Level::detect`]).
+fn fill_keyed(level: Level, key: StreamKey, out: &mut [f32]) {
+    let mut first_pair = 0u64;
     let mut blocks = out.chunks_exact_mut(2 * BLOCK);
     for block in &mut blocks {
-        draw(rng, &mut radius_bits, &mut angle_bits);
         let (cos, sin) = block.split_at_mut(BLOCK);
-        level.transform(&radius_bits, &angle_bits, cos, sin);
+        level.block(key, first_pair, cos, sin);
+        first_pair += BLOCK as u64;
     }
     let tail = blocks.into_remainder();
     if tail.is_empty() {
         return;
     }
     let pairs = tail.len().div_ceil(2);
-    let (radius_bits, angle_bits) = (&mut radius_bits[..pairs], &mut angle_bits[..pairs]);
-    draw(rng, radius_bits, angle_bits);
     let mut sin = [0f32; BLOCK];
     let sin = &mut sin[..pairs];
     let (tail_cos, tail_sin) = tail.split_at_mut(pairs);
-    level.transform(radius_bits, angle_bits, tail_cos, sin);
+    level.block(key, first_pair, tail_cos, sin);
     // An odd tail drops the last pair's sine branch.
     tail_sin.copy_from_slice(&sin[..tail_sin.len()]);
-}
-
-/// One 64-bit draw per pair, split into the radius's and the angle's 32 bits.
-#[inline]
-fn draw(rng: &mut SampleRng, radius_bits: &mut [u32], angle_bits: &mut [u32]) {
-    for (r, a) in radius_bits.iter_mut().zip(angle_bits.iter_mut()) {
-        let bits = rng.next_u64();
-        *r = (bits >> 32) as u32;
-        *a = bits as u32;
-    }
 }
 
 /// The instruction sets a transform kernel is compiled for. The values do not depend on it.
@@ -75,7 +99,7 @@ enum Level {
     /// AVX2: eight lanes.
     #[cfg(target_arch = "x86_64")]
     Avx2,
-    /// AVX-512 F, BW and VL: sixteen lanes.
+    /// AVX-512 F, BW, VL and DQ: sixteen lanes.
     #[cfg(target_arch = "x86_64")]
     Avx512,
 }
@@ -85,7 +109,7 @@ impl Level {
     fn detect() -> Level {
         #[cfg(target_arch = "x86_64")]
         {
-            if crate::cpu::avx512_bw_vl() {
+            if crate::cpu::avx512_bw_vl_dq() {
                 return Level::Avx512;
             }
             if crate::cpu::avx2() {
@@ -95,50 +119,60 @@ impl Level {
         Level::Plain
     }
 
-    /// [`transform`] compiled for this level. All four slices have the same length.
+    /// [`block`] compiled for this level.
     #[inline]
-    fn transform(self, radius_bits: &[u32], angle_bits: &[u32], cos: &mut [f32], sin: &mut [f32]) {
+    fn block(self, key: StreamKey, first_pair: u64, cos: &mut [f32], sin: &mut [f32]) {
         match self {
-            Level::Plain => transform(radius_bits, angle_bits, cos, sin),
+            Level::Plain => block(key, first_pair, cos, sin),
             // SAFETY: `Level::detect` only gives `Avx2` where `cpu::avx2()` saw AVX2, and tests
             // build the level from `detect` too; the kernel is otherwise safe code.
             #[cfg(target_arch = "x86_64")]
-            Level::Avx2 => unsafe { transform_avx2(radius_bits, angle_bits, cos, sin) },
-            // SAFETY: as above, with `cpu::avx512_bw_vl()` having seen AVX-512 F, BW and VL.
+            Level::Avx2 => unsafe { block_avx2(key, first_pair, cos, sin) },
+            // SAFETY: as above, with `cpu::avx512_bw_vl_dq()` having seen AVX-512 F, BW, VL and
+            // DQ.
             #[cfg(target_arch = "x86_64")]
-            Level::Avx512 => unsafe { transform_avx512(radius_bits, angle_bits, cos, sin) },
+            Level::Avx512 => unsafe { block_avx512(key, first_pair, cos, sin) },
         }
     }
 }
 
-/// [`transform`] with AVX2.
+/// [`block`] with AVX2.
 ///
 /// # Safety
 /// The CPU must support AVX2.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2")]
-unsafe fn transform_avx2(
-    radius_bits: &[u32],
-    angle_bits: &[u32],
-    cos: &mut [f32],
-    sin: &mut [f32],
-) {
-    transform(radius_bits, angle_bits, cos, sin)
+unsafe fn block_avx2(key: StreamKey, first_pair: u64, cos: &mut [f32], sin: &mut [f32]) {
+    block(key, first_pair, cos, sin)
 }
 
-/// [`transform`] with AVX-512.
+/// [`block`] with AVX-512 (its 64-bit multiplies need DQ).
 ///
 /// # Safety
-/// The CPU must support AVX-512 F, BW and VL.
+/// The CPU must support AVX-512 F, BW, VL and DQ.
 #[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f,avx512bw,avx512vl")]
-unsafe fn transform_avx512(
-    radius_bits: &[u32],
-    angle_bits: &[u32],
-    cos: &mut [f32],
-    sin: &mut [f32],
-) {
-    transform(radius_bits, angle_bits, cos, sin)
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq")]
+unsafe fn block_avx512(key: StreamKey, first_pair: u64, cos: &mut [f32], sin: &mut [f32]) {
+    block(key, first_pair, cos, sin)
+}
+
+/// Pairs `first_pair..first_pair + cos.len()` of `key`'s stream (at most [`BLOCK`] of them)
+/// into `cos` and `sin`, which have the same length. Inlined into each level's context.
+#[inline(always)]
+fn block(key: StreamKey, first_pair: u64, cos: &mut [f32], sin: &mut [f32]) {
+    let pairs = cos.len().min(BLOCK);
+    let mut radius_bits = [0u32; BLOCK];
+    let mut angle_bits = [0u32; BLOCK];
+    for (i, (r, a)) in radius_bits
+        .iter_mut()
+        .zip(angle_bits.iter_mut())
+        .enumerate()
+    {
+        let bits = key.bits(first_pair.wrapping_add(i as u64));
+        *r = (bits >> 32) as u32;
+        *a = bits as u32;
+    }
+    transform(&radius_bits[..pairs], &angle_bits[..pairs], cos, sin);
 }
 
 /// Box-Muller on each pair: `cos[i]`, `sin[i]` from `radius_bits[i]`, `angle_bits[i]` (the
@@ -291,52 +325,65 @@ mod tests {
     #[test]
     fn every_level_gives_the_plain_values_bit_for_bit() {
         let detected = Level::detect();
+        let to_bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
         for len in [0, 1, 2, 3, 127, 128, 129, 1000, 150_528] {
+            let mut rng = sample_rng(3, 1, len as u64);
+            let key = StreamKey {
+                start: rng.next_u64(),
+                outer: rng.next_u64(),
+            };
             let mut plain = vec![0f32; len];
-            fill_at(Level::Plain, &mut sample_rng(3, 1, len as u64), &mut plain);
+            fill_keyed(Level::Plain, key, &mut plain);
             // Per pair, one call at a time: no vectorization to disagree with.
             let mut scalar = vec![0f32; len];
-            let mut rng = sample_rng(3, 1, len as u64);
-            for block in scalar.chunks_mut(2 * BLOCK) {
+            for (b, block) in scalar.chunks_mut(2 * BLOCK).enumerate() {
                 let pairs = block.len().div_ceil(2);
                 let mut sines = [0f32; BLOCK];
                 for (i, c) in block[..pairs].iter_mut().enumerate() {
-                    let bits = rng.next_u64();
-                    let (zc, zs) =
-                        box_muller_bits(std::hint::black_box((bits >> 32) as u32), bits as u32);
-                    *c = zc;
-                    sines[i] = zs;
+                    let bits = key.bits(std::hint::black_box((b * BLOCK + i) as u64));
+                    (*c, sines[i]) = box_muller_bits((bits >> 32) as u32, bits as u32);
                 }
                 let rest = block.len() - pairs;
                 block[pairs..].copy_from_slice(&sines[..rest]);
             }
-            let to_bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
             assert_eq!(to_bits(&plain), to_bits(&scalar), "len {len}");
             let mut fast = vec![0f32; len];
-            fill_at(detected, &mut sample_rng(3, 1, len as u64), &mut fast);
+            fill_keyed(detected, key, &mut fast);
             assert_eq!(to_bits(&plain), to_bits(&fast), "len {len}, {detected:?}");
             #[cfg(target_arch = "x86_64")]
             if crate::cpu::avx2() {
                 let mut avx2 = vec![0f32; len];
-                fill_at(Level::Avx2, &mut sample_rng(3, 1, len as u64), &mut avx2);
+                fill_keyed(Level::Avx2, key, &mut avx2);
                 assert_eq!(to_bits(&plain), to_bits(&avx2), "len {len}, AVX2");
             }
         }
     }
 
     #[test]
-    fn one_draw_per_pair_and_the_generator_continues_after_it() {
-        for len in [1usize, 2, 3, 128, 129, 300] {
+    fn a_fill_takes_two_draws_from_the_generator_and_an_empty_one_none() {
+        for len in [0usize, 1, 2, 3, 128, 129, 300] {
             let mut rng = sample_rng(9, 0, 0);
             let mut out = vec![0f32; len];
             fill(&mut rng, &mut out);
             let mut reference = sample_rng(9, 0, 0);
-            let blocks = len / (2 * BLOCK);
-            let pairs = blocks * BLOCK + (len - blocks * 2 * BLOCK).div_ceil(2);
-            for _ in 0..pairs {
+            for _ in 0..if len == 0 { 0 } else { 2 } {
                 reference.next_u64();
             }
             assert_eq!(rng.next_u64(), reference.next_u64(), "len {len}");
         }
+    }
+
+    #[test]
+    fn the_pairs_of_a_fill_are_distinct() {
+        // `bits` is a bijection of the counter: no two pairs of an image-sized fill share
+        // their 64 bits.
+        let key = StreamKey {
+            start: 0x0123_4567_89ab_cdef,
+            outer: 42,
+        };
+        let mut seen: Vec<u64> = (0..75_264).map(|i| key.bits(i)).collect();
+        seen.sort_unstable();
+        seen.dedup();
+        assert_eq!(seen.len(), 75_264);
     }
 }
