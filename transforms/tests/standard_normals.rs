@@ -1,12 +1,12 @@
 //! The sample generator's standard normals (`SampleRng::fill_standard_normal`, the fast
 //! Box-Muller over a counter-based stream the sample generator keys) against the standard
-//! normal distribution, over a few million draws: moments,
-//! a Kolmogorov-Smirnov test and a fine chi-square against the normal CDF, tail frequencies,
-//! the 24-bit uniforms' tail limit, and no correlation between neighbours, between the two
-//! Box-Muller branches of a pair, or between the generators of adjacent sample indices.
+//! normal distribution, over a few million draws: moments, a Kolmogorov-Smirnov test and a fine
+//! chi-square against the normal CDF, tail frequencies, the 24-bit uniforms' tail limit, and no
+//! correlation between neighbours, between the two Box-Muller branches of a pair, or between
+//! the generators of adjacent sample indices.
 //!
-//! Bounds are about five standard errors of each statistic: a planted bias (a wrong sign in
-//! one quadrant, a radius 1% off, a repeated draw) fails them, chance does not.
+//! Bounds are about five standard errors of each statistic: planted faults (a radius 1% off,
+//! radius and angle sharing bits, every sample keyed alike) fail them, chance does not.
 
 use ferroloader_transforms::rng::{sample_rng, TorchDraws};
 
