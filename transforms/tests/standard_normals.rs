@@ -180,7 +180,10 @@ fn the_fill_is_a_pure_function_of_the_generator_and_continues_it() {
     let mut rb = sample_rng(5, 0, 7);
     ra.fill_standard_normal(&mut a);
     // Through the `&mut T` forwarding the pipeline's generic code uses.
-    (&mut rb).fill_standard_normal(&mut b);
+    fn through<D: TorchDraws>(mut draws: D, out: &mut [f32]) {
+        draws.fill_standard_normal(out);
+    }
+    through(&mut rb, &mut b);
     assert_eq!(a, b);
     assert_eq!(ra.uniform_f32(0.0, 1.0), rb.uniform_f32(0.0, 1.0));
     let mut c = vec![0f32; 1001];
