@@ -4,13 +4,18 @@
 //! `CenterCrop(224)`, the op, `ToTensor`, `Normalize`, so every op sees a 224x224 sample. The
 //! `baseline` (no op: the single fused pass) runs in the same group; an op's cost is its time
 //! minus the baseline's. Compare within one run, not across runs.
+//!
+//! `standard_normals` times `fill_standard_normal` alone on one image's 150528 values: the
+//! sample generator's fast Box-Muller, the scalar libm path it replaced, and what the PCG's own
+//! draws would cost the fast path (75264, one per pair, without the transform), which is why it
+//! hashes a counter instead.
 
 use std::hint::black_box;
 use std::time::Duration;
 
 use criterion::{criterion_group, criterion_main, Criterion};
 use ferroloader::transforms::fused::OutputSlot;
-use ferroloader::transforms::rng::sample_rng;
+use ferroloader::transforms::rng::{fill_standard_normal_scalar, sample_rng, TorchDraws};
 use ferroloader::transforms::spec::{
     EraseFill, Execution, OpSpec, Pipeline, PipelineSpec, Size, TimmEraseModeSpec, IMAGENET_MEAN,
     IMAGENET_STD,
@@ -212,9 +217,32 @@ fn config() -> Criterion {
         .measurement_time(Duration::from_secs(2))
 }
 
+fn bench_standard_normals(c: &mut Criterion) {
+    let mut values = vec![0f32; 3 * 224 * 224];
+    let mut g = c.benchmark_group("standard_normals");
+    let mut rng = sample_rng(0, 0, 0);
+    g.bench_function("fast_150528", |b| {
+        b.iter(|| rng.fill_standard_normal(black_box(&mut values)))
+    });
+    g.bench_function("scalar_libm_150528", |b| {
+        b.iter(|| fill_standard_normal_scalar(&mut rng, black_box(&mut values)))
+    });
+    // One draw per pair: what the fast path spends in the generator.
+    g.bench_function("generator_only_75264_draws", |b| {
+        b.iter(|| {
+            let mut acc = 0f32;
+            for _ in 0..values.len() / 2 {
+                acc += rng.uniform_f32(0.0, 1.0);
+            }
+            black_box(acc)
+        })
+    });
+    g.finish();
+}
+
 criterion_group! {
     name = benches;
     config = config();
-    targets = bench_choice
+    targets = bench_choice, bench_standard_normals
 }
 criterion_main!(benches);

@@ -373,6 +373,43 @@ def test_gaussian_noise_in_a_pipeline_runs_natively_with_torchvisions_statistics
     assert names[-2:] == (["GaussianNoise", "Normalize"] if before else ["Normalize", "GaussianNoise"])
 
 
+def test_gaussian_noise_through_the_loader_is_a_standard_normal(folder: Path) -> None:
+    """End to end through the loader, the noise added (sigma 1, no clamp, after ``Normalize``
+    so nothing rescales it; 885k values) is a standard normal as torch's ``randn``: a
+    Kolmogorov-Smirnov test against the normal CDF, its moments and tail shares, the tails
+    stopping where 24-bit uniforms stop (5.77), and no correlation between neighbouring
+    values or between the noise of neighbouring samples."""
+    head = [v2.Resize(128), v2.CenterCrop(128), v2.ToImage(), v2.ToDtype(torch.float32, scale=True),
+            v2.Normalize(MEAN, STD)]
+    dataset = fl.ImageFolder(folder)
+    noisy = _native_epoch(dataset, v2.Compose(head + [v2.GaussianNoise(0.0, 1.0, clip=False)]))
+    clean = _native_epoch(dataset, v2.Compose(head))
+    # float32's rounding of x + z and of the difference: below 1e-6, far inside every bound.
+    z = (noisy - clean).double()
+    flat = z.flatten()
+    n = flat.numel()
+    ordered, _ = torch.sort(flat)
+    cdf = torch.special.ndtr(ordered)
+    rank = torch.arange(n, dtype=torch.float64)
+    d = max(float((cdf - rank / n).abs().max()), float(((rank + 1) / n - cdf).abs().max()))
+    assert d < 1.63 / np.sqrt(n), d  # KS at 1%
+    mean, var = float(flat.mean()), float(flat.var())
+    assert abs(mean) < 5 / np.sqrt(n) and abs(var - 1) < 5 * np.sqrt(2 / n), (mean, var)
+    kurtosis = float(((flat - mean) ** 4).mean()) / var**2 - 3
+    assert abs(kurtosis) < 5 * np.sqrt(24 / n), kurtosis
+    for k, p in ((3, 2.6998e-3), (4, 6.334e-5)):
+        share = float((flat.abs() > k).double().mean())
+        assert abs(share - p) < 5 * np.sqrt(p / n) + 1e-6, (k, share)
+    assert float(flat.abs().max()) < 5.7683 + 1e-5
+
+    def corr(a: torch.Tensor, b: torch.Tensor) -> float:
+        return float(torch.corrcoef(torch.stack([a.flatten(), b.flatten()]))[0, 1])
+
+    assert abs(corr(z[..., :-1], z[..., 1:])) < 5 / np.sqrt(n)
+    assert abs(corr(z[:, :, :-1], z[:, :, 1:])) < 5 / np.sqrt(n)
+    assert abs(corr(z[:-1], z[1:])) < 5 / np.sqrt(n)
+
+
 def test_gaussian_noise_before_normalize_is_torchvisions_with_the_same_normals(folder: Path) -> None:
     """The whole sample, bit for bit: torchvision's pipeline on the same image with
     ``randn_like`` giving the normals the sample drew (no flip, so the noise is the only draw)."""

@@ -44,6 +44,19 @@ pub(crate) fn avx512_bw_vl() -> bool {
     }
 }
 
+/// [`avx512_bw_vl`] and DQ (64-bit multiplies): the standard normals' hash.
+#[inline]
+pub(crate) fn avx512_bw_vl_dq() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        avx512_bw_vl() && std::arch::is_x86_feature_detected!("avx512dq")
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        false
+    }
+}
+
 /// [`avx512_bw_vl`] and VBMI (byte permutes): the tensor conversions.
 #[inline]
 pub(crate) fn avx512_vbmi() -> bool {

@@ -11,6 +11,8 @@
 
 use rand::{RngCore, SeedableRng};
 
+mod normals;
+
 /// The generator every sample draws from: PCG-64 MCG (128-bit multiplicative congruential state,
 /// XSL-RR output), small, fast and statistically strong for this use.
 pub type SampleRng = rand_pcg::Pcg64Mcg;
@@ -83,17 +85,14 @@ pub trait TorchDraws {
 
     /// Fills `out` with standard normal float32s (`torch.empty(..).normal_()`), both
     /// Box-Muller branches used, so one uniform per value (an odd tail takes one extra pair).
-    /// `RandomErasing(value="random")` fills its rectangle with these.
+    /// `GaussianNoise`, `RandomErasing(value="random")` and timm's `RandomErasing` in `rand`
+    /// and `pixel` modes fill with these.
+    ///
+    /// The default goes pair by pair through [`uniform_f32`](Self::uniform_f32) and libm, the
+    /// order scripted implementations replay torch's normals in; [`SampleRng`] overrides it
+    /// with a vectorized Box-Muller of the same distribution (see its implementation).
     fn fill_standard_normal(&mut self, out: &mut [f32]) {
-        let mut pairs = out.chunks_exact_mut(2);
-        for pair in &mut pairs {
-            let (z0, z1) = box_muller(self.uniform_f32(0.0, 1.0), self.uniform_f32(0.0, 1.0));
-            pair[0] = z0;
-            pair[1] = z1;
-        }
-        if let [last] = pairs.into_remainder() {
-            *last = self.standard_normal();
-        }
+        fill_standard_normal_pairwise(self, out);
     }
 
     /// A Gamma(`alpha`, 1) draw in float64 with torch's `sample_gamma` (Marsaglia and Tsang's
@@ -142,6 +141,28 @@ pub trait TorchDraws {
 
 /// How many Dirichlet weights [`TorchDraws::dirichlet`] normalizes in float64.
 pub const DIRICHLET_F64_LEN: usize = 32;
+
+/// [`TorchDraws::fill_standard_normal`]'s default: pair by pair, each from two
+/// [`uniform_f32`](TorchDraws::uniform_f32) draws through libm's `ln`, `sqrt`, `cos`, `sin`.
+fn fill_standard_normal_pairwise<D: TorchDraws + ?Sized>(draws: &mut D, out: &mut [f32]) {
+    let mut pairs = out.chunks_exact_mut(2);
+    for pair in &mut pairs {
+        let (z0, z1) = box_muller(draws.uniform_f32(0.0, 1.0), draws.uniform_f32(0.0, 1.0));
+        pair[0] = z0;
+        pair[1] = z1;
+    }
+    if let [last] = pairs.into_remainder() {
+        *last = draws.standard_normal();
+    }
+}
+
+/// The trait's default [`TorchDraws::fill_standard_normal`] on any source, [`SampleRng`]
+/// included: the scalar libm path the fast one replaced, kept for benches and comparisons.
+/// Behind the `test-hooks` feature.
+#[cfg(any(test, feature = "test-hooks"))]
+pub fn fill_standard_normal_scalar<D: TorchDraws + ?Sized>(draws: &mut D, out: &mut [f32]) {
+    fill_standard_normal_pairwise(draws, out);
+}
 
 /// Box-Muller over two float32 uniforms in `[0, 1)` as torch's `normal_fill_16`: both branches.
 fn box_muller(u1: f32, u2: f32) -> (f32, f32) {
@@ -201,6 +222,14 @@ impl TorchDraws for SampleRng {
         // `x * (to - from) + from`, every step in float32.
         let x = (self.next_u32() & 0x00ff_ffff) as f32 * (1.0 / 16_777_216.0);
         x * (to - from) + from
+    }
+
+    /// Box-Muller with vectorized float32 `ln`, `sin` and `cos` (within 1 ulp of exact
+    /// results, of 1 for `sin` and `cos`) over 24-bit uniforms from a counter-based stream
+    /// keyed by two 64-bit draws of this generator; cosine branches of a block of pairs first,
+    /// then their sines; the same values on every CPU. See the `normals` module.
+    fn fill_standard_normal(&mut self, out: &mut [f32]) {
+        normals::fill(self, out);
     }
 
     fn randint(&mut self, high: u32) -> u32 {
