@@ -12,6 +12,12 @@
 //! keeps one [`DecodeContext`] per worker thread and reuses it and the output [`RgbImage`], so
 //! once warm a decode allocates no pixel buffers (the C library's small work areas aside).
 //!
+//! With [`DecodeOptions::exif_transpose`] every image comes out transposed per its EXIF
+//! Orientation (exif.rs finds it where Pillow's `getexif()` does) exactly as
+//! `PIL.ImageOps.exif_transpose` transposes it: sizes, region rectangles and the decoded pixels
+//! are all in the transposed frame; a region decode maps its rectangle back to the stored image,
+//! decodes that region and transposes it into the output.
+//!
 //! Where this differs from Pillow, on purpose or because a backend cannot do better:
 //! - Corrupt JPEG data that libjpeg only warns about decodes (to the same pixels as Pillow, which
 //!   ignores libjpeg's warnings); a JPEG that ends before its EOI marker is [`Error::Truncated`],
@@ -31,13 +37,16 @@
 //!   Pillow refuses, decodes here. Where both decode a file, the pixels are the same.
 
 mod convert;
+pub mod exif;
 mod markers;
 mod other;
 pub(crate) mod turbo;
 mod zune;
 
 use crate::error::{Error, Result};
-use crate::image::{CropRect, RgbImage};
+use crate::image::{CropRect, RgbImage, RgbView};
+
+pub use exif::Orientation;
 
 /// Which library decodes JPEG. Other formats always go through the `image` crate.
 #[derive(
@@ -141,6 +150,11 @@ pub struct DecodeOptions {
     /// header before any pixel memory is touched. Default: 178_956_970 (Pillow's
     /// `Image.MAX_IMAGE_PIXELS`; Pillow only warns up to twice that, we refuse).
     pub max_pixels: u64,
+    /// Transpose each image per its EXIF Orientation as `PIL.ImageOps.exif_transpose` does
+    /// (what Hugging Face `datasets` applies on decode). Default: `false`, the pixels as
+    /// stored, as torchvision's `ImageFolder` loader gives them.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub exif_transpose: bool,
 }
 
 impl Default for DecodeOptions {
@@ -148,6 +162,7 @@ impl Default for DecodeOptions {
         DecodeOptions {
             decoder: Decoder::Turbo,
             max_pixels: DEFAULT_MAX_PIXELS,
+            exif_transpose: false,
         }
     }
 }
@@ -164,17 +179,27 @@ impl DecodeOptions {
         self.max_pixels = max_pixels;
         self
     }
+
+    /// Sets [`DecodeOptions::exif_transpose`].
+    pub fn exif_transpose(mut self, on: bool) -> Self {
+        self.exif_transpose = on;
+        self
+    }
 }
 
 /// What a header says.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct ImageInfo {
-    /// Width in pixels (of the full image, whatever part was decoded).
+    /// Width in pixels (of the full image, whatever part was decoded; after the EXIF
+    /// transposition when the context applies it).
     pub width: u32,
     /// Height in pixels.
     pub height: u32,
     /// The format the magic bytes named.
     pub format: Format,
+    /// The transposition applied ([`Orientation::Normal`] unless
+    /// [`DecodeOptions::exif_transpose`] is set and the image has an orientation of 2..=8).
+    pub orientation: Orientation,
 }
 
 /// A decoder for one thread: owns the libjpeg-turbo handle and scratch buffers, reused across
@@ -185,6 +210,9 @@ pub struct DecodeContext {
     turbo: Option<turbo::Turbo>,
     /// Intermediate pixels (CMYK, gray, 16-bit, alpha) before conversion to RGB; only grows.
     scratch: Vec<u8>,
+    /// The image (or region) as stored, before its EXIF transposition into the output; only
+    /// grows, and stays empty unless an image needs transposing.
+    stored: RgbImage,
 }
 
 impl std::fmt::Debug for DecodeContext {
@@ -199,7 +227,7 @@ impl std::fmt::Debug for DecodeContext {
 impl DecodeContext {
     /// Bytes of its conversion buffer, kept for the largest image so far.
     pub fn retained_bytes(&self) -> usize {
-        self.scratch.capacity()
+        self.scratch.capacity() + self.stored.retained_bytes()
     }
 
     /// A context decoding with `options`. Fails if `max_pixels` is 0 or libjpeg-turbo cannot
@@ -216,6 +244,7 @@ impl DecodeContext {
             options,
             turbo,
             scratch: Vec::new(),
+            stored: RgbImage::new(),
         })
     }
 
@@ -224,9 +253,26 @@ impl DecodeContext {
         &self.options
     }
 
-    /// Reads only the header: format and size. Cheap; enforces no limit and does not check that
-    /// the rest of the data is decodable.
+    /// The transposition this context applies to `bytes`: [`Orientation::Normal`] unless
+    /// [`DecodeOptions::exif_transpose`] is set.
+    pub fn orientation(&self, bytes: &[u8]) -> Orientation {
+        if self.options.exif_transpose {
+            exif::orientation(bytes)
+        } else {
+            Orientation::Normal
+        }
+    }
+
+    /// Reads only the header: format, size (transposed when the context transposes) and
+    /// orientation. Cheap; enforces no limit and does not check that the rest of the data is
+    /// decodable.
     pub fn info(&mut self, bytes: &[u8]) -> Result<ImageInfo> {
+        let info = self.stored_info(bytes)?;
+        Ok(oriented(info, self.orientation(bytes)))
+    }
+
+    /// [`DecodeContext::info`] of the image as stored.
+    fn stored_info(&mut self, bytes: &[u8]) -> Result<ImageInfo> {
         let format = sniff(bytes)?;
         let (width, height) = match format {
             Format::Jpeg => {
@@ -239,13 +285,30 @@ impl DecodeContext {
             width,
             height,
             format,
+            orientation: Orientation::Normal,
         })
     }
 
-    /// Decodes the whole image into `out` (resized to the image; its allocation is reused).
+    /// Decodes the whole image into `out` (resized to the image; its allocation is reused),
+    /// transposed per its EXIF orientation when the context transposes.
     /// On error `out` is untouched when a header check refused the data (unknown format, pixel
     /// limit, JPEG truncation) and unspecified otherwise.
     pub fn decode(&mut self, bytes: &[u8], out: &mut RgbImage) -> Result<ImageInfo> {
+        let orientation = self.orientation(bytes);
+        if orientation == Orientation::Normal {
+            return self.decode_stored(bytes, out);
+        }
+        let mut stored = std::mem::take(&mut self.stored);
+        let decoded = self.decode_stored(bytes, &mut stored).and_then(|info| {
+            transpose(stored.view(), orientation, out)?;
+            Ok(oriented(info, orientation))
+        });
+        self.stored = stored;
+        decoded
+    }
+
+    /// [`DecodeContext::decode`] without the transposition.
+    fn decode_stored(&mut self, bytes: &[u8], out: &mut RgbImage) -> Result<ImageInfo> {
         let format = sniff(bytes)?;
         if format != Format::Jpeg {
             let (width, height) = other::decode(
@@ -259,6 +322,7 @@ impl DecodeContext {
                 width,
                 height,
                 format,
+                orientation: Orientation::Normal,
             });
         }
         let frame = checked_jpeg(bytes, self.options.max_pixels)?;
@@ -275,6 +339,7 @@ impl DecodeContext {
             width: frame.width,
             height: frame.height,
             format,
+            orientation: Orientation::Normal,
         })
     }
 
@@ -319,8 +384,40 @@ impl DecodeContext {
     }
 
     /// Both region paths: libjpeg-turbo crops (and, given a minimum size, DCT-scales) a JPEG;
-    /// anything else is decoded whole and `rect` returned as it is.
+    /// anything else is decoded whole and `rect` returned as it is. `rect` is in the
+    /// transposed image's frame: for an orientation other than 1 it is mapped back to the
+    /// stored image, that region decoded and transposed into `out`, which then holds exactly
+    /// the (scaled) rect.
     fn region(
+        &mut self,
+        bytes: &[u8],
+        rect: CropRect,
+        min_size: Option<(u32, u32)>,
+        out: &mut RgbImage,
+    ) -> Result<(CropRect, u8)> {
+        let orientation = self.orientation(bytes);
+        let is_turbo_jpeg = Format::sniff(bytes) == Some(Format::Jpeg) && self.turbo.is_some();
+        if orientation == Orientation::Normal || !is_turbo_jpeg {
+            return self.stored_region(bytes, rect, min_size, out);
+        }
+        let frame = checked_jpeg(bytes, self.options.max_pixels)?;
+        let (width, height) = orientation.oriented_size(frame.width, frame.height);
+        check_rect(rect, width, height)?;
+        let stored_rect = stored_rect(rect, orientation, frame.width, frame.height);
+        let mut stored = std::mem::take(&mut self.stored);
+        let decoded = self
+            .stored_region(bytes, stored_rect, min_size, &mut stored)
+            .and_then(|(inner, denom)| {
+                transpose(stored.crop_view(inner)?, orientation, out)?;
+                Ok((CropRect::full(out.width(), out.height()), denom))
+            });
+        self.stored = stored;
+        decoded
+    }
+
+    /// [`DecodeContext::region`] of the image as stored (`rect` in its frame), but for a
+    /// non-JPEG image, decoded whole and transposed.
+    fn stored_region(
         &mut self,
         bytes: &[u8],
         rect: CropRect,
@@ -361,6 +458,91 @@ impl DecodeContext {
         }
         result
     }
+}
+
+/// `info` with the size after `orientation`'s transposition.
+fn oriented(info: ImageInfo, orientation: Orientation) -> ImageInfo {
+    let (width, height) = orientation.oriented_size(info.width, info.height);
+    ImageInfo {
+        width,
+        height,
+        orientation,
+        ..info
+    }
+}
+
+/// The rectangle of a `width` x `height` stored image that `orientation`'s transposition moves
+/// onto `rect` (in the transposed frame, inside it).
+fn stored_rect(rect: CropRect, orientation: Orientation, width: u32, height: u32) -> CropRect {
+    let (swap, mirror_x, mirror_y) = orientation.mapping();
+    // Output x runs over the stored axis `a`, output y over `b` (swapped for 5..=8).
+    let (a_start, a_len, b_start, b_len) = if swap {
+        (rect.top, rect.height, rect.left, rect.width)
+    } else {
+        (rect.left, rect.width, rect.top, rect.height)
+    };
+    let left = if mirror_x {
+        width - a_start - a_len
+    } else {
+        a_start
+    };
+    let top = if mirror_y {
+        height - b_start - b_len
+    } else {
+        b_start
+    };
+    CropRect {
+        top,
+        left,
+        height: b_len,
+        width: a_len,
+    }
+}
+
+/// Writes `src` transposed per `orientation` into `out` (resized to the transposed size): the
+/// pixel moves of `PIL.Image.transpose`, nothing else.
+pub(crate) fn transpose(
+    src: RgbView<'_>,
+    orientation: Orientation,
+    out: &mut RgbImage,
+) -> Result<()> {
+    let (w, h) = (src.width() as usize, src.height() as usize);
+    let (swap, mirror_x, mirror_y) = orientation.mapping();
+    let (ow, oh) = orientation.oriented_size(src.width(), src.height());
+    let dst = out.try_reset(ow, oh)?;
+    let out_stride = 3 * ow as usize;
+    if !swap {
+        for (y, row) in dst.chunks_exact_mut(out_stride).enumerate() {
+            let sy = if mirror_y { h - 1 - y } else { y };
+            let from = src.row(sy as u32);
+            if mirror_x {
+                for (d, s) in row.chunks_exact_mut(3).zip(from.chunks_exact(3).rev()) {
+                    d.copy_from_slice(s);
+                }
+            } else {
+                row.copy_from_slice(&from[..out_stride]);
+            }
+        }
+        return Ok(());
+    }
+    // Swapped axes: output (x, y) is stored (sx(y), sy(x)). Tiles keep both the rows read and
+    // the rows written in cache.
+    const TILE: usize = 32;
+    let (ow, oh) = (ow as usize, oh as usize);
+    for ty in (0..oh).step_by(TILE) {
+        for tx in (0..ow).step_by(TILE) {
+            for x in tx..(tx + TILE).min(ow) {
+                let sy = if mirror_y { h - 1 - x } else { x };
+                let from = src.row(sy as u32);
+                for y in ty..(ty + TILE).min(oh) {
+                    let sx = if mirror_x { w - 1 - y } else { y };
+                    let d = y * out_stride + 3 * x;
+                    dst[d..d + 3].copy_from_slice(&from[3 * sx..3 * sx + 3]);
+                }
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Parses the JPEG frame header and applies the checks every JPEG path shares, before any decoder
