@@ -12,7 +12,8 @@
 //! keeps one [`DecodeContext`] per worker thread and reuses it and the output [`RgbImage`], so
 //! once warm a decode allocates no pixel buffers (the C library's small work areas aside).
 //!
-//! With [`DecodeOptions::exif_transpose`] every image comes out transposed per its EXIF
+//! A TIFF comes out transposed per its orientation tag, as Pillow loads it. With
+//! [`DecodeOptions::exif_transpose`] every image comes out transposed per its EXIF
 //! Orientation (exif.rs finds it where Pillow's `getexif()` does) exactly as
 //! `PIL.ImageOps.exif_transpose` transposes it: sizes, region rectangles and the decoded pixels
 //! are all in the transposed frame; a region decode maps its rectangle back to the stored image,
@@ -254,9 +255,11 @@ impl DecodeContext {
     }
 
     /// The transposition this context applies to `bytes`: [`Orientation::Normal`] unless
-    /// [`DecodeOptions::exif_transpose`] is set.
+    /// [`DecodeOptions::exif_transpose`] is set, or the image is a TIFF: Pillow 13 transposes
+    /// a TIFF per its orientation tag when it loads one (`TiffImageFile.load_end`), so
+    /// `Image.open(f).convert("RGB")` is transposed already, whatever the option.
     pub fn orientation(&self, bytes: &[u8]) -> Orientation {
-        if self.options.exif_transpose {
+        if self.options.exif_transpose || Format::sniff(bytes) == Some(Format::Tiff) {
             exif::orientation(bytes)
         } else {
             Orientation::Normal
