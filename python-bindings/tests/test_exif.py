@@ -14,6 +14,7 @@ from __future__ import annotations
 import io
 import struct
 import warnings
+import zlib
 from pathlib import Path
 from typing import Callable, Dict, List, Tuple
 
@@ -325,6 +326,48 @@ def test_xmp_orientation_when_exif_has_none() -> None:
     assert not torch.equal(ours[0], F.pil_to_tensor(pil_as_stored(blobs[0])))
     assert not torch.equal(ours[1], F.pil_to_tensor(pil_as_stored(blobs[1])))
     assert torch.equal(ours[2], F.pil_to_tensor(pil_as_stored(blobs[2])))
+
+
+def _png_chunk(kind: bytes, data: bytes) -> bytes:
+    return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+
+
+def test_container_rules_as_pillow_reads_them() -> None:
+    """Where each container's orientation counts: a PNG's last eXIf chunk (after the image data
+    too), a PNG's iTXt XMP, a WebP's EXIF chunk only with its VP8X flag set, a later XMP
+    chunk where the EXIF one has no flag."""
+    rng = np.random.default_rng(5)
+    pixels = rng.integers(0, 256, (6, 6, 3), dtype=np.uint8)
+    png = _save(pixels, "PNG")
+    ihdr_end = 8 + 25
+    iend = png[-12:]
+
+    def tiff_block(k: int) -> bytes:
+        return exif_block(k)[6:]
+
+    blobs = [
+        png[:ihdr_end] + _png_chunk(b"eXIf", tiff_block(6)) + png[ihdr_end:],
+        png[:-12] + _png_chunk(b"eXIf", tiff_block(8)) + iend,
+        png[:ihdr_end] + _png_chunk(b"eXIf", tiff_block(6)) + png[ihdr_end:-12]
+        + _png_chunk(b"eXIf", tiff_block(2)) + iend,
+        png[:ihdr_end]
+        + _png_chunk(b"iTXt", b'XML:com.adobe.xmp\0\0\0\0\0<x tiff:Orientation="5"/>')
+        + png[ihdr_end:],
+    ]
+    webp = bytearray(_save(pixels, "WEBP", lossless=True, exif=exif_block(6)))
+    assert webp[12:16] == b"VP8X" and webp[20] & 0x08
+    blobs.append(bytes(webp))
+    unflagged = bytearray(webp)
+    unflagged[20] &= ~0x08
+    blobs.append(bytes(unflagged))
+    xmp_webp = bytearray(_save(pixels, "WEBP", lossless=True, xmp=b'<x tiff:Orientation="7"/>'))
+    blobs.append(bytes(xmp_webp))
+    ours = run_loader(blobs, T.Compose([T.PILToTensor()]), exif_transpose=True, output="uint8")
+    for i, data in enumerate(blobs):
+        assert torch.equal(ours[i], F.pil_to_tensor(pil_upright(data))), i
+    # Each case but the unflagged WebP moves pixels.
+    moved = [not torch.equal(ours[i], F.pil_to_tensor(pil_as_stored(d))) for i, d in enumerate(blobs)]
+    assert moved == [True, True, True, True, True, False, True]
 
 
 def test_the_option_is_checked_and_pickled(tmp_path: Path) -> None:

@@ -144,8 +144,10 @@ def _first_image_size(source: Any, exif_transpose: bool = False) -> Optional[Tup
             opened = Image.open(io.BytesIO(item) if isinstance(item, (bytes, bytearray)) else item)
             with opened as image:
                 # The orientations whose transposition swaps the axes, as exif_transpose's
-                # dict lookup matches them (6.0 and the rational 12/2 included).
-                if exif_transpose and image.getexif().get(0x0112) in {5, 6, 7, 8}:
+                # dict lookup matches them (6.0 and the rational 12/2 included). Pillow opens
+                # a TIFF transposed already.
+                swaps = image.format != "TIFF" and image.getexif().get(0x0112) in {5, 6, 7, 8}
+                if exif_transpose and swaps:
                     return (image.width, image.height)
                 return (image.height, image.width)
         except Exception:

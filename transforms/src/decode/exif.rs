@@ -5,8 +5,9 @@
 //! - JPEG: every APP1 segment before the first scan that starts with `Exif\0\0`, the first one
 //!   whole and the later ones without their 6-byte header, concatenated (Pillow's
 //!   `info["exif"]`); else the last APP1 XMP packet (`http://ns.adobe.com/xap/1.0/\0`).
-//! - PNG: the last `eXIf` chunk; else an uncompressed `iTXt` chunk `XML:com.adobe.xmp`.
-//! - WebP: the first `EXIF` chunk; else the first `XMP ` chunk.
+//! - PNG: the last `eXIf` chunk; else the last uncompressed `iTXt` chunk `XML:com.adobe.xmp`.
+//! - WebP (extended, `VP8X`): the first `EXIF` chunk; else the first `XMP ` chunk; each only
+//!   where the `VP8X` flags announce it (libwebp's demuxer skips it otherwise).
 //! - TIFF: the first IFD itself (tag 274), classic or BigTIFF.
 //! - GIF, BMP, PNM: nowhere.
 //!
@@ -27,9 +28,12 @@
 //! "Raw profile type exif" (ImageMagick's hex dump) and compressed `iTXt` XMP, a TIFF's XMP
 //! tag 700.
 //!
-//! Must not allocate, decode pixels or fail: it is a scan of header bytes run on every sample.
+//! The scan must not allocate, decode pixels or fail: it runs on every sample. [`transpose`]
+//! moves pixels only, into a buffer that is reused.
 
 use super::Format;
+use crate::error::Result;
+use crate::image::{RgbImage, RgbView};
 
 /// How many Exif APP1 segments of one JPEG are concatenated (Pillow takes them all; real files
 /// have one, extended EXIF a few).
@@ -121,6 +125,48 @@ impl Orientation {
             (width, height)
         }
     }
+}
+
+/// Writes `src` transposed per `orientation` into `out` (resized to the transposed size): the
+/// pixel moves of `PIL.Image.transpose`, nothing else. Fails only where `out` cannot grow.
+pub fn transpose(src: RgbView<'_>, orientation: Orientation, out: &mut RgbImage) -> Result<()> {
+    let (w, h) = (src.width() as usize, src.height() as usize);
+    let (swap, mirror_x, mirror_y) = orientation.mapping();
+    let (ow, oh) = orientation.oriented_size(src.width(), src.height());
+    let dst = out.try_reset(ow, oh)?;
+    let out_stride = 3 * ow as usize;
+    if !swap {
+        for (y, row) in dst.chunks_exact_mut(out_stride).enumerate() {
+            let sy = if mirror_y { h - 1 - y } else { y };
+            let from = src.row(sy as u32);
+            if mirror_x {
+                for (d, s) in row.chunks_exact_mut(3).zip(from.chunks_exact(3).rev()) {
+                    d.copy_from_slice(s);
+                }
+            } else {
+                row.copy_from_slice(&from[..out_stride]);
+            }
+        }
+        return Ok(());
+    }
+    // Swapped axes: output (x, y) is stored (sx(y), sy(x)). Tiles keep both the rows read and
+    // the rows written in cache.
+    const TILE: usize = 32;
+    let (ow, oh) = (ow as usize, oh as usize);
+    for ty in (0..oh).step_by(TILE) {
+        for tx in (0..ow).step_by(TILE) {
+            for x in tx..(tx + TILE).min(ow) {
+                let sy = if mirror_y { h - 1 - x } else { x };
+                let from = src.row(sy as u32);
+                for y in ty..(ty + TILE).min(oh) {
+                    let sx = if mirror_x { w - 1 - y } else { y };
+                    let d = y * out_stride + 3 * x;
+                    dst[d..d + 3].copy_from_slice(&from[3 * sx..3 * sx + 3]);
+                }
+            }
+        }
+    }
+    Ok(())
 }
 
 /// The orientation of `bytes` as Pillow's `exif_transpose` would apply it:
@@ -287,8 +333,8 @@ struct Walk {
 
 /// Tags kept so far in one IFD: Pillow skips a later entry for a tag it kept, before that
 /// entry's data counts against the size budget or is read, so the walk must know them. The
-/// first [`Seen::INLINE`] in a list; past that, a bitset over all 65536 tags (8 KiB on the
-/// stack, zeroed only for such an IFD).
+/// first [`Seen::INLINE`] in a list; past that, a bitset over all 65536 tags (one 8 KiB
+/// allocation, made only for such an IFD: real ones keep a dozen tags before the orientation).
 struct Seen {
     inline: [u16; Seen::INLINE],
     len: usize,
@@ -505,7 +551,8 @@ fn jpeg(bytes: &[u8]) -> Found {
         .or_else(|| xmp_packet.and_then(xmp))
 }
 
-/// PNG: the last `eXIf` chunk, else the first uncompressed `iTXt` XMP.
+/// PNG: the last `eXIf` chunk (after the image data too: Pillow reads those on `load()`),
+/// else the last uncompressed `iTXt` XMP.
 fn png(bytes: &[u8]) -> Found {
     let mut exif: Option<&[u8]> = None;
     let mut xmp_packet: Option<&[u8]> = None;
@@ -518,10 +565,11 @@ fn png(bytes: &[u8]) -> Found {
         };
         match kind {
             b"eXIf" => exif = Some(data),
-            b"iTXt" if xmp_packet.is_none() => {
+            b"iTXt" => {
                 // keyword\0, compression flag, method, language\0, translated keyword\0, text.
                 if let Some(text) = data.strip_prefix(b"XML:com.adobe.xmp\0\0") {
-                    xmp_packet = text.get(1..).and_then(|t| skip_nul(t)).and_then(skip_nul);
+                    let packet = text.get(1..).and_then(skip_nul).and_then(skip_nul);
+                    xmp_packet = packet.or(xmp_packet);
                 }
             }
             b"IEND" => break,
@@ -539,17 +587,25 @@ fn skip_nul(bytes: &[u8]) -> Option<&[u8]> {
     bytes.get(at + 1..)
 }
 
-/// WebP: the first `EXIF` chunk, else the first `XMP ` chunk.
+/// WebP: the first `EXIF` chunk, else the first `XMP ` chunk, each only where the extended
+/// header (`VP8X`, the first chunk) sets its flag: libwebp's demuxer, which Pillow reads them
+/// through, skips them otherwise.
 fn webp(bytes: &[u8]) -> Found {
+    const XMP_FLAG: u8 = 0x04;
+    const EXIF_FLAG: u8 = 0x08;
     let mut exif: Option<&[u8]> = None;
     let mut xmp_packet: Option<&[u8]> = None;
     let mut chunks = bytes.get(12..).unwrap_or_default();
+    let flags = match chunks {
+        [b'V', b'P', b'8', b'X', _, _, _, _, flags, ..] => *flags,
+        _ => return None,
+    };
     while chunks.len() >= 8 {
         let size = u32::from_le_bytes([chunks[4], chunks[5], chunks[6], chunks[7]]) as usize;
         let payload = &chunks[8..8 + size.min(chunks.len() - 8)];
         match &chunks[..4] {
-            b"EXIF" if exif.is_none() => exif = Some(payload),
-            b"XMP " if xmp_packet.is_none() => xmp_packet = Some(payload),
+            b"EXIF" if exif.is_none() && flags & EXIF_FLAG != 0 => exif = Some(payload),
+            b"XMP " if xmp_packet.is_none() && flags & XMP_FLAG != 0 => xmp_packet = Some(payload),
             _ => {}
         }
         let next = 8usize.saturating_add(size).saturating_add(size & 1);
@@ -767,6 +823,149 @@ mod tests {
         entries.push((1001, 2, 10, le(100_000)));
         entries.push((274, 3, 1, le(7)));
         assert_eq!(found(&block(true, &entries, &[])), Orientation::Transverse);
+    }
+
+    /// A PNG chunk: length, type, data, a CRC nobody here checks.
+    fn png_chunk(kind: &[u8; 4], data: &[u8]) -> Vec<u8> {
+        let mut v = (data.len() as u32).to_be_bytes().to_vec();
+        v.extend_from_slice(kind);
+        v.extend_from_slice(data);
+        v.extend_from_slice(&[0; 4]);
+        v
+    }
+
+    #[test]
+    fn png_takes_the_last_exif_chunk_then_xmp() {
+        let exif = |k| block(false, &[(274, 3, 1, short(false, k))], &[]);
+        let mut png = b"\x89PNG\r\n\x1a\n".to_vec();
+        png.extend(png_chunk(b"IHDR", &[0; 13]));
+        png.extend(png_chunk(b"eXIf", &exif(6)));
+        png.extend(png_chunk(b"IDAT", &[1, 2, 3]));
+        assert_eq!(orientation(&png), Orientation::Rotate270);
+        let mut after = png.clone();
+        after.extend(png_chunk(b"eXIf", &exif(3)));
+        after.extend(png_chunk(b"IEND", &[]));
+        assert_eq!(orientation(&after), Orientation::Rotate180);
+        let mut xmp = b"\x89PNG\r\n\x1a\n".to_vec();
+        xmp.extend(png_chunk(
+            b"iTXt",
+            b"XML:com.adobe.xmp\0\0\0en\0\0<x tiff:Orientation=\"8\"/>",
+        ));
+        assert_eq!(orientation(&xmp), Orientation::Rotate90);
+        // Compressed XMP is not read; a chunk claiming more than the file ends the walk.
+        let mut zipped = b"\x89PNG\r\n\x1a\n".to_vec();
+        zipped.extend(png_chunk(b"iTXt", b"XML:com.adobe.xmp\0\x01\0\0\0x"));
+        assert_eq!(orientation(&zipped), Orientation::Normal);
+        let mut cut = png.clone();
+        cut.truncate(cut.len() - 5);
+        cut.extend_from_slice(&u32::MAX.to_be_bytes());
+        assert_eq!(orientation(&cut), Orientation::Rotate270);
+    }
+
+    #[test]
+    fn webp_reads_chunks_its_vp8x_flags_announce() {
+        let exif = block(true, &[(274, 3, 1, short(true, 6))], &[]);
+        let webp = |flags: u8, chunks: &[(&[u8; 4], &[u8])]| {
+            let mut v = b"RIFF\0\0\0\0WEBPVP8X\x0a\0\0\0".to_vec();
+            v.extend_from_slice(&[flags, 0, 0, 0, 0, 0, 0, 0, 0, 0]);
+            for (kind, data) in chunks {
+                v.extend_from_slice(*kind);
+                v.extend_from_slice(&(data.len() as u32).to_le_bytes());
+                v.extend_from_slice(data);
+                if data.len() % 2 == 1 {
+                    v.push(0);
+                }
+            }
+            v
+        };
+        let xmp: &[u8] = b"<x tiff:Orientation=\"3\"/>";
+        assert_eq!(
+            orientation(&webp(0x08, &[(b"EXIF", &exif)])),
+            Orientation::Rotate270
+        );
+        assert_eq!(
+            orientation(&webp(0x00, &[(b"EXIF", &exif)])),
+            Orientation::Normal
+        );
+        assert_eq!(
+            orientation(&webp(0x0C, &[(b"XMP ", xmp), (b"EXIF", &exif)])),
+            Orientation::Rotate270
+        );
+        assert_eq!(
+            orientation(&webp(0x04, &[(b"EXIF", &exif), (b"XMP ", xmp)])),
+            Orientation::Rotate180
+        );
+        // A simple (VP8) WebP has no metadata.
+        let mut simple = b"RIFF\0\0\0\0WEBPEXIF".to_vec();
+        simple.extend_from_slice(&(exif.len() as u32).to_le_bytes());
+        simple.extend_from_slice(&exif);
+        assert_eq!(orientation(&simple), Orientation::Normal);
+    }
+
+    #[test]
+    fn tiff_reads_its_first_ifd_in_either_order_and_bigtiff() {
+        for little in [true, false] {
+            let file = block(
+                little,
+                &[(256, 3, 1, short(little, 5)), (274, 3, 1, short(little, 8))],
+                &[],
+            );
+            assert_eq!(orientation(&file), Orientation::Rotate90);
+        }
+        // BigTIFF: header 16 bytes, IFD0 at 16: count (8), entries of 20 bytes.
+        let mut big = b"II+\0\x08\0\0\0\x10\0\0\0\0\0\0\0".to_vec();
+        big.extend_from_slice(&1u64.to_le_bytes());
+        big.extend_from_slice(&274u16.to_le_bytes());
+        big.extend_from_slice(&3u16.to_le_bytes());
+        big.extend_from_slice(&1u64.to_le_bytes());
+        big.extend_from_slice(&[7, 0, 0, 0, 0, 0, 0, 0]);
+        big.extend_from_slice(&0u64.to_le_bytes());
+        assert_eq!(orientation(&big), Orientation::Transverse);
+        assert_eq!(orientation(&big[..30]), Orientation::Normal);
+        // GIF, BMP, PNM and unknown bytes carry none.
+        for other in [&b"GIF89a\x01\0\x01\0"[..], b"BM", b"P6\n1 1\n255\n", b""] {
+            assert_eq!(orientation(other), Orientation::Normal);
+        }
+    }
+
+    #[test]
+    fn jpeg_concatenates_exif_segments_and_falls_back_to_xmp() {
+        let app1 = |body: &[u8]| {
+            let mut v = vec![0xFF, 0xE1];
+            v.extend_from_slice(&(body.len() as u16 + 2).to_be_bytes());
+            v.extend_from_slice(body);
+            v
+        };
+        let mut exif = b"Exif\0\0".to_vec();
+        exif.extend(block(true, &[(274, 3, 1, short(true, 6))], &[]));
+        let (first, rest) = exif.split_at(15);
+        let mut second = b"Exif\0\0".to_vec();
+        second.extend_from_slice(rest);
+        let mut jpeg = vec![0xFF, 0xD8];
+        jpeg.extend(app1(first));
+        jpeg.extend(app1(&second));
+        jpeg.extend_from_slice(&[0xFF, 0xDA, 0, 2, 0xFF, 0xD9]);
+        assert_eq!(orientation(&jpeg), Orientation::Rotate270);
+        // A segment after the first scan is not read.
+        let mut late = vec![0xFF, 0xD8, 0xFF, 0xDA, 0, 2];
+        late.extend(app1(&exif));
+        assert_eq!(orientation(&late), Orientation::Normal);
+        let mut xmp = vec![0xFF, 0xD8];
+        xmp.extend(app1(
+            b"http://ns.adobe.com/xap/1.0/\0<x tiff:Orientation=\"2\"/>",
+        ));
+        assert_eq!(orientation(&xmp), Orientation::FlipLeftRight);
+        // An Exif block with no tag 274 leaves the XMP in force; one with it overrides.
+        let mut other = b"Exif\0\0".to_vec();
+        other.extend(block(true, &[(271, 2, 4, *b"abc\0")], &[]));
+        let mut both = xmp.clone();
+        both.extend(app1(&other));
+        assert_eq!(orientation(&both), Orientation::FlipLeftRight);
+        let mut one = b"Exif\0\0".to_vec();
+        one.extend(block(true, &[(274, 3, 1, short(true, 1))], &[]));
+        let mut overridden = xmp.clone();
+        overridden.extend(app1(&one));
+        assert_eq!(orientation(&overridden), Orientation::Normal);
     }
 
     #[test]

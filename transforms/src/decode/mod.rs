@@ -45,9 +45,9 @@ pub(crate) mod turbo;
 mod zune;
 
 use crate::error::{Error, Result};
-use crate::image::{CropRect, RgbImage, RgbView};
+use crate::image::{CropRect, RgbImage};
 
-pub use exif::Orientation;
+pub use exif::{transpose, Orientation};
 
 /// Which library decodes JPEG. Other formats always go through the `image` crate.
 #[derive(
@@ -500,52 +500,6 @@ fn stored_rect(rect: CropRect, orientation: Orientation, width: u32, height: u32
         height: b_len,
         width: a_len,
     }
-}
-
-/// Writes `src` transposed per `orientation` into `out` (resized to the transposed size): the
-/// pixel moves of `PIL.Image.transpose`, nothing else.
-pub(crate) fn transpose(
-    src: RgbView<'_>,
-    orientation: Orientation,
-    out: &mut RgbImage,
-) -> Result<()> {
-    let (w, h) = (src.width() as usize, src.height() as usize);
-    let (swap, mirror_x, mirror_y) = orientation.mapping();
-    let (ow, oh) = orientation.oriented_size(src.width(), src.height());
-    let dst = out.try_reset(ow, oh)?;
-    let out_stride = 3 * ow as usize;
-    if !swap {
-        for (y, row) in dst.chunks_exact_mut(out_stride).enumerate() {
-            let sy = if mirror_y { h - 1 - y } else { y };
-            let from = src.row(sy as u32);
-            if mirror_x {
-                for (d, s) in row.chunks_exact_mut(3).zip(from.chunks_exact(3).rev()) {
-                    d.copy_from_slice(s);
-                }
-            } else {
-                row.copy_from_slice(&from[..out_stride]);
-            }
-        }
-        return Ok(());
-    }
-    // Swapped axes: output (x, y) is stored (sx(y), sy(x)). Tiles keep both the rows read and
-    // the rows written in cache.
-    const TILE: usize = 32;
-    let (ow, oh) = (ow as usize, oh as usize);
-    for ty in (0..oh).step_by(TILE) {
-        for tx in (0..ow).step_by(TILE) {
-            for x in tx..(tx + TILE).min(ow) {
-                let sy = if mirror_y { h - 1 - x } else { x };
-                let from = src.row(sy as u32);
-                for y in ty..(ty + TILE).min(oh) {
-                    let sx = if mirror_x { w - 1 - y } else { y };
-                    let d = y * out_stride + 3 * x;
-                    dst[d..d + 3].copy_from_slice(&from[3 * sx..3 * sx + 3]);
-                }
-            }
-        }
-    }
-    Ok(())
 }
 
 /// Parses the JPEG frame header and applies the checks every JPEG path shares, before any decoder
