@@ -135,33 +135,44 @@ pub fn transpose(src: RgbView<'_>, orientation: Orientation, out: &mut RgbImage)
     let (ow, oh) = orientation.oriented_size(src.width(), src.height());
     let dst = out.try_reset(ow, oh)?;
     let out_stride = 3 * ow as usize;
+    // A pixel moves as 4 bytes, the fourth overwritten by the next pixel written; the last
+    // pixel of an output row (whose fourth byte would be the next row's) and a read past the
+    // stored buffer's end move 3.
+    let (bytes, stride) = (src.bytes(), src.stride());
     if !swap {
         for (y, row) in dst.chunks_exact_mut(out_stride).enumerate() {
             let sy = if mirror_y { h - 1 - y } else { y };
-            let from = src.row(sy as u32);
-            if mirror_x {
-                for (d, s) in row.chunks_exact_mut(3).zip(from.chunks_exact(3).rev()) {
-                    d.copy_from_slice(s);
+            if !mirror_x {
+                row.copy_from_slice(&src.row(sy as u32)[..out_stride]);
+                continue;
+            }
+            for x in 0..w {
+                let (s, d) = (sy * stride + 3 * (w - 1 - x), 3 * x);
+                match (bytes.get(s..s + 4), row.get_mut(d..d + 4)) {
+                    (Some(from), Some(to)) => to.copy_from_slice(from),
+                    _ => row[d..d + 3].copy_from_slice(&bytes[s..s + 3]),
                 }
-            } else {
-                row.copy_from_slice(&from[..out_stride]);
             }
         }
         return Ok(());
     }
-    // Swapped axes: output (x, y) is stored (sx(y), sy(x)). Tiles keep both the rows read and
-    // the rows written in cache.
+    // Swapped axes: output (x, y) is stored (sx(y), sy(x)). Tiles keep the stored rows read
+    // (a column of each) and the output rows written in cache.
     const TILE: usize = 32;
     let (ow, oh) = (ow as usize, oh as usize);
     for ty in (0..oh).step_by(TILE) {
         for tx in (0..ow).step_by(TILE) {
-            for x in tx..(tx + TILE).min(ow) {
-                let sy = if mirror_y { h - 1 - x } else { x };
-                let from = src.row(sy as u32);
-                for y in ty..(ty + TILE).min(oh) {
-                    let sx = if mirror_x { w - 1 - y } else { y };
-                    let d = y * out_stride + 3 * x;
-                    dst[d..d + 3].copy_from_slice(&from[3 * sx..3 * sx + 3]);
+            let x_end = (tx + TILE).min(ow);
+            for y in ty..(ty + TILE).min(oh) {
+                let sx = if mirror_x { w - 1 - y } else { y };
+                let row = &mut dst[y * out_stride..(y + 1) * out_stride];
+                for x in tx..x_end {
+                    let sy = if mirror_y { h - 1 - x } else { x };
+                    let (s, d) = (sy * stride + 3 * sx, 3 * x);
+                    match (bytes.get(s..s + 4), row.get_mut(d..d + 4)) {
+                        (Some(from), Some(to)) => to.copy_from_slice(from),
+                        _ => row[d..d + 3].copy_from_slice(&bytes[s..s + 3]),
+                    }
                 }
             }
         }
@@ -976,6 +987,54 @@ mod tests {
         assert_eq!(xmp(b"tiff:Orientation=\"x\""), None);
         assert_eq!(xmp(b"tiff:Orientation"), None);
         assert_eq!(xmp(b""), None);
+    }
+
+    #[test]
+    fn transpose_moves_pixels_as_pillow_names_them() {
+        for (w, h) in [(1u32, 1u32), (1, 5), (7, 1), (33, 65), (70, 40)] {
+            // A view with a stride wider than its rows, as a region decode hands over.
+            let (full_w, left) = (w + 5, 3usize);
+            let mut backing = RgbImage::new();
+            for (i, b) in backing.reset(full_w, h).iter_mut().enumerate() {
+                *b = (i * 7 % 251) as u8;
+            }
+            let rect = crate::image::CropRect {
+                top: 0,
+                left: left as u32,
+                height: h,
+                width: w,
+            };
+            let view = backing.crop_view(rect).expect("fits");
+            for value in 1..=8u64 {
+                let o = Orientation::from_value(value).unwrap_or_default();
+                let mut out = RgbImage::new();
+                transpose(view, o, &mut out).expect("transposes");
+                let (ow, oh) = o.oriented_size(w, h);
+                assert_eq!((out.width(), out.height()), (ow, oh));
+                let (wu, hu) = (w as usize, h as usize);
+                for y in 0..oh as usize {
+                    for x in 0..ow as usize {
+                        // PIL.Image.Transpose's definitions, per EXIF value.
+                        let (sx, sy) = match value {
+                            2 => (wu - 1 - x, y),
+                            3 => (wu - 1 - x, hu - 1 - y),
+                            4 => (x, hu - 1 - y),
+                            5 => (y, x),
+                            6 => (y, hu - 1 - x),
+                            7 => (wu - 1 - y, hu - 1 - x),
+                            8 => (wu - 1 - y, x),
+                            _ => (x, y),
+                        };
+                        let got = &out.as_raw()[3 * (y * ow as usize + x)..][..3];
+                        assert_eq!(
+                            got,
+                            &view.row(sy as u32)[3 * sx..3 * sx + 3],
+                            "{w}x{h} {o:?}"
+                        );
+                    }
+                }
+            }
+        }
     }
 
     #[test]
