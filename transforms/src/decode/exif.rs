@@ -135,31 +135,27 @@ pub fn transpose(src: RgbView<'_>, orientation: Orientation, out: &mut RgbImage)
     let (ow, oh) = orientation.oriented_size(src.width(), src.height());
     let dst = out.try_reset(ow, oh)?;
     let out_stride = 3 * ow as usize;
-    // A pixel moves as 4 bytes, the fourth overwritten by the next pixel written; the last
-    // pixel of an output row (whose fourth byte would be the next row's) and a read past the
-    // stored buffer's end move 3.
-    let (bytes, stride) = (src.bytes(), src.stride());
     if !swap {
         for (y, row) in dst.chunks_exact_mut(out_stride).enumerate() {
             let sy = if mirror_y { h - 1 - y } else { y };
-            if !mirror_x {
-                row.copy_from_slice(&src.row(sy as u32)[..out_stride]);
-                continue;
-            }
-            for x in 0..w {
-                let (s, d) = (sy * stride + 3 * (w - 1 - x), 3 * x);
-                match (bytes.get(s..s + 4), row.get_mut(d..d + 4)) {
-                    (Some(from), Some(to)) => to.copy_from_slice(from),
-                    _ => row[d..d + 3].copy_from_slice(&bytes[s..s + 3]),
+            let from = src.row(sy as u32);
+            if mirror_x {
+                for (d, s) in row.chunks_exact_mut(3).zip(from.chunks_exact(3).rev()) {
+                    d.copy_from_slice(s);
                 }
+            } else {
+                row.copy_from_slice(&from[..out_stride]);
             }
         }
         return Ok(());
     }
     // Swapped axes: output (x, y) is stored (sx(y), sy(x)). Tiles keep the stored rows read
-    // (a column of each) and the output rows written in cache.
+    // (a column of each) and the output rows written in cache. A pixel moves as 4 bytes, the
+    // fourth overwritten by the next pixel written; the last pixel of an output row (whose
+    // fourth byte would be the next row's) and a read past the stored buffer's end move 3.
     const TILE: usize = 32;
     let (ow, oh) = (ow as usize, oh as usize);
+    let (bytes, stride) = (src.bytes(), src.stride());
     for ty in (0..oh).step_by(TILE) {
         for tx in (0..ow).step_by(TILE) {
             let x_end = (tx + TILE).min(ow);
