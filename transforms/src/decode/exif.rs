@@ -250,7 +250,7 @@ impl<'a> Stream<'a> {
     }
 
     /// The stream from `at` on.
-    fn skip(mut self, mut at: u64) -> Self {
+    fn skip(self, mut at: u64) -> Self {
         let mut first = 0;
         while first < self.count && at >= self.parts[first].len() as u64 {
             at -= self.parts[first].len() as u64;
@@ -266,7 +266,6 @@ impl<'a> Stream<'a> {
             let start = if i == first { at as usize } else { 0 };
             out.push(part.get(start..).unwrap_or_default());
         }
-        self.count = 0;
         out
     }
 
