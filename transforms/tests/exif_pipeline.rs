@@ -9,7 +9,7 @@
 //! no allocation once warm, the option off leaves the stored pixels, and the report's size is
 //! the transposed one.
 
-use ferroloader_transforms::decode::{DecodeContext, DecodeOptions};
+use ferroloader_transforms::decode::{DecodeContext, DecodeOptions, Decoder};
 use ferroloader_transforms::encode::JpegEncoder;
 use ferroloader_transforms::fused::OutputSlot;
 use ferroloader_transforms::rng::sample_rng;
@@ -123,8 +123,13 @@ fn ppm(img: &RgbImage) -> Vec<u8> {
 /// What the pipeline must see for `bytes` with the option on: its stored pixels (a plain
 /// decode), transposed for `k`, as a PPM.
 fn reference_image(bytes: &[u8], k: u16) -> Vec<u8> {
+    reference_image_with(bytes, k, Decoder::Turbo)
+}
+
+/// [`reference_image`] of `decoder`'s pixels.
+fn reference_image_with(bytes: &[u8], k: u16, decoder: Decoder) -> Vec<u8> {
     let mut stored = RgbImage::new();
-    DecodeContext::new(DecodeOptions::default())
+    DecodeContext::new(DecodeOptions::default().decoder(decoder))
         .expect("context")
         .decode(bytes, &mut stored)
         .expect("decodes");
@@ -251,6 +256,26 @@ fn transposing_allocates_nothing_once_warm() {
                 0,
                 "{ops} {execution}: steady state allocated"
             );
+        }
+    }
+}
+
+#[test]
+fn zune_decodes_whole_and_transposes_too() {
+    // zune-jpeg has no region decode: the crop is taken from the whole transposed image.
+    let ops = r#"[{"op": "RandomResizedCrop", "size": [20, 24]}, {"op": "ToTensor"}]"#;
+    let json =
+        |exif: bool| format!(r#"{{"ops": {ops}, "decoder": "zune", "exif_transpose": {exif}}}"#);
+    let with = Pipeline::new(serde_json::from_str(&json(true)).expect("spec")).expect("plans");
+    let plain = Pipeline::new(serde_json::from_str(&json(false)).expect("spec")).expect("plans");
+    for k in 1..=8u16 {
+        let bytes = jpeg(k, true);
+        let reference = reference_image_with(&bytes, k, Decoder::Zune);
+        for index in 0..4 {
+            let (got, size) = run(&with, &bytes, index);
+            let (want, want_size) = run(&plain, &reference, index);
+            assert_eq!(size, want_size);
+            assert!(got == want, "k={k} #{index}");
         }
     }
 }
