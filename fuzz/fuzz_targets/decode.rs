@@ -1,6 +1,6 @@
 //! libFuzzer target: the input is an image file; every decode entry point (`info`, `decode`,
 //! `decode_region`, `decode_region_scaled`) of both JPEG backends must keep the promises of
-//! `tests/support/fuzz_props.rs`, and a context that saw the input must still decode a good
+//! `tests/support/fuzz_props.rs` (the EXIF transposition's among them), and a context that saw the input must still decode a good
 //! image exactly. The region asked for is chosen by the input's last bytes, so seeds are plain
 //! image files.
 
@@ -42,6 +42,9 @@ fuzz_target!(
     |data: &[u8]| {
         let probe = fuzz_props::Probe::from_tail(data);
         let mut out = RgbImage::new();
+        if let Err(broken) = fuzz_props::check_exif(data, probe) {
+            panic!("{broken}");
+        }
         for (i, mut ctx) in fuzz_props::contexts().into_iter().enumerate() {
             if let Err(broken) = fuzz_props::check_decode(&mut ctx, data, probe, &mut out) {
                 panic!("{broken}");

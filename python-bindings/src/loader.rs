@@ -23,7 +23,7 @@ use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
 use ferroloader_loader::profiler::{Mode, ProfilerConfig};
-use ferroloader_loader::transforms::decode::{DecodeContext, DecodeOptions};
+use ferroloader_loader::transforms::decode::DecodeContext;
 use ferroloader_loader::transforms::spec::PipelineSpec;
 use ferroloader_loader::{
     Batch, DType, Delivery, EpochIter, ErrorPolicy, HostMemory, ImagePipeline, Loader, LoaderError,
@@ -89,9 +89,7 @@ fn plan_for_source(
 
 /// `[height, width]` of the first of the first [`SIZE_PROBES`] samples whose header reads.
 fn first_image_size(spec: &PipelineSpec, source: &dyn Source) -> Result<[u32; 2], String> {
-    let options = DecodeOptions::default()
-        .decoder(spec.decoder)
-        .max_pixels(spec.max_pixels);
+    let options = spec.decode_options();
     let mut decode = DecodeContext::new(options).map_err(|e| e.to_string())?;
     let mut buf = Vec::new();
     let mut first_error = None;

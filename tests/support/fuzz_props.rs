@@ -14,7 +14,10 @@
 //! - no call takes longer than [`SLOW`] (one still running after [`HANG`] aborts the process,
 //!   naming it), and none allocates more than [`alloc_bound`] at once (a decode bomb must be
 //!   refused from its header, not attempted): [`Tracking`] measures it;
-//! - a context that saw a bad input still decodes a good image exactly.
+//! - a context that saw a bad input still decodes a good image exactly;
+//! - the EXIF orientation scan neither panics nor allocates more than a few KiB, and a context
+//!   that transposes decodes (whole, and a region) exactly the plain decode transposed
+//!   ([`check_exif`]).
 
 // Each target uses a part of this file.
 #![allow(dead_code)]
@@ -27,7 +30,8 @@ use std::sync::{Mutex, OnceLock};
 use std::thread::ThreadId;
 use std::time::{Duration, Instant};
 
-use ferroloader_transforms::decode::{DecodeContext, DecodeOptions, Decoder, ImageInfo};
+use ferroloader_transforms::decode::exif::{self, Orientation};
+use ferroloader_transforms::decode::{DecodeContext, DecodeOptions, Decoder, Format, ImageInfo};
 use ferroloader_transforms::fused::OutputSlot;
 use ferroloader_transforms::rng::sample_rng;
 use ferroloader_transforms::spec::{Pipeline, PipelineSpec};
@@ -626,4 +630,172 @@ fn data_error_or_arg(call: &str, e: &Error) -> Result<(), String> {
         return Err(format!("{call}: empty message for {e:?}"));
     }
     Ok(())
+}
+
+/// The stored pixel that output pixel `(x, y)` of a `w` x `h` image transposed for
+/// `orientation` reads, from `PIL.Image.transpose`'s definitions of the method
+/// `exif_transpose` picks (not from the decoder's tables).
+fn stored_of(x: usize, y: usize, w: usize, h: usize, orientation: Orientation) -> (usize, usize) {
+    match orientation.value() {
+        2 => (w - 1 - x, y),         // FLIP_LEFT_RIGHT
+        3 => (w - 1 - x, h - 1 - y), // ROTATE_180
+        4 => (x, h - 1 - y),         // FLIP_TOP_BOTTOM
+        5 => (y, x),                 // TRANSPOSE
+        6 => (y, h - 1 - x),         // ROTATE_270 (clockwise)
+        7 => (w - 1 - y, h - 1 - x), // TRANSVERSE
+        8 => (w - 1 - y, x),         // ROTATE_90 (counter-clockwise)
+        _ => (x, y),
+    }
+}
+
+/// `src` (`width` x `height`, rows `stride` bytes apart) transposed for `orientation`.
+fn transposed_reference(
+    src: &[u8],
+    width: u32,
+    height: u32,
+    stride: usize,
+    orientation: Orientation,
+) -> RgbImage {
+    let (w, h) = (width as usize, height as usize);
+    let (ow, oh) = orientation.oriented_size(width, height);
+    let mut out = RgbImage::new();
+    let dst = out.reset(ow, oh);
+    for y in 0..oh as usize {
+        for x in 0..ow as usize {
+            let (sx, sy) = stored_of(x, y, w, h, orientation);
+            let d = 3 * (y * ow as usize + x);
+            let s = sy * stride + 3 * sx;
+            dst[d..d + 3].copy_from_slice(&src[s..s + 3]);
+        }
+    }
+    out
+}
+
+/// The rectangle of the stored image that `rect` of the transposed one reads.
+fn stored_rect(rect: CropRect, width: u32, height: u32, orientation: Orientation) -> CropRect {
+    let (w, h) = (width as usize, height as usize);
+    let a = stored_of(rect.left as usize, rect.top as usize, w, h, orientation);
+    let b = stored_of(
+        rect.right() as usize - 1,
+        rect.bottom() as usize - 1,
+        w,
+        h,
+        orientation,
+    );
+    let (left, right) = (a.0.min(b.0) as u32, a.0.max(b.0) as u32);
+    let (top, bottom) = (a.1.min(b.1) as u32, a.1.max(b.1) as u32);
+    CropRect {
+        top,
+        left,
+        height: bottom - top + 1,
+        width: right - left + 1,
+    }
+}
+
+thread_local! {
+    /// libjpeg-turbo contexts without and with the EXIF transposition, reused across inputs.
+    static EXIF_CONTEXTS: RefCell<Option<[DecodeContext; 2]>> = const { RefCell::new(None) };
+}
+
+/// The EXIF promises on `bytes`: [`exif::orientation`] returns quickly without panicking or
+/// allocating more than a few KiB; a transposing context says the orientation and the
+/// transposed size in `info`, accepts and refuses what the plain one does, decodes to the
+/// plain decode transposed, and decodes a region (chosen by `probe` in the transposed frame)
+/// to exactly the plain context's region decode of the stored rectangle under it, transposed
+/// (on a valid file that is the transposed image's crop, by `decode_region`'s own guarantee;
+/// on a corrupt one libjpeg's output depends on where the region starts, so the plain region
+/// is the reference).
+pub fn check_exif(bytes: &[u8], probe: Probe) -> Result<(), String> {
+    let orientation = bounded("exif::orientation", 64 << 10, || exif::orientation(bytes))?;
+    EXIF_CONTEXTS.with(|slot| {
+        let mut slot = slot.borrow_mut();
+        let [plain, exif_ctx] = slot.get_or_insert_with(|| {
+            [false, true].map(|on| {
+                DecodeContext::new(
+                    DecodeOptions::default()
+                        .max_pixels(MAX_PIXELS)
+                        .exif_transpose(on),
+                )
+                .expect("a decode context")
+            })
+        });
+        let bound = alloc_bound(MAX_PIXELS);
+        let mut stored = RgbImage::new();
+        let mut out = RgbImage::new();
+        let base = bounded("decode", bound, || plain.decode(bytes, &mut stored))?;
+        let info = bounded("decode (exif)", bound, || exif_ctx.decode(bytes, &mut out))?;
+        let (base, info) = match (base, info) {
+            (Ok(b), Ok(i)) => (b, i),
+            (Err(_), Err(_)) => return Ok(()),
+            (b, i) => return Err(format!("plain decode {b:?}, transposing decode {i:?}")),
+        };
+        // A TIFF is transposed by both (as Pillow loads it); anything else only by one.
+        let tiff = base.format == Format::Tiff;
+        let applied = if tiff {
+            Orientation::Normal
+        } else {
+            orientation
+        };
+        if info.orientation != orientation || (tiff && base.orientation != orientation) {
+            return Err(format!(
+                "scan says {orientation:?}, decodes report {:?} / {:?}",
+                base.orientation, info.orientation
+            ));
+        }
+        let expected = transposed_reference(
+            stored.as_raw(),
+            base.width,
+            base.height,
+            3 * base.width as usize,
+            applied,
+        );
+        if out != expected {
+            return Err(format!(
+                "{orientation:?}: the transposing decode ({}x{}) is not the plain one transposed",
+                out.width(),
+                out.height()
+            ));
+        }
+        let header = bounded("info (exif)", bound, || exif_ctx.info(bytes))?;
+        if header.as_ref().ok() != Some(&info) {
+            return Err(format!("info says {header:?}, decode {info:?}"));
+        }
+        let rect = probe.resolve(info.width, info.height);
+        if !rect.fits_in(info.width, info.height) {
+            return Ok(());
+        }
+        let mut region = RgbImage::new();
+        let inner = bounded("decode_region (exif)", bound, || {
+            exif_ctx.decode_region(bytes, rect, &mut region)
+        })?
+        .map_err(|e| format!("decode_region (exif) of {rect:?}: {e}"))?;
+        let got = region.crop_view(inner).map_err(|e| e.to_string())?;
+        let under = stored_rect(rect, base.width, base.height, applied);
+        let plain_inner = plain
+            .decode_region(bytes, under, &mut stored)
+            .map_err(|e| format!("plain decode_region of {under:?}: {e}"))?;
+        let mut crop = RgbImage::new();
+        stored
+            .crop_view(plain_inner)
+            .map_err(|e| e.to_string())?
+            .to_image(&mut crop);
+        let want = transposed_reference(
+            crop.as_raw(),
+            crop.width(),
+            crop.height(),
+            3 * crop.width() as usize,
+            applied,
+        );
+        if (want.width(), want.height()) != (rect.width, rect.height) {
+            return Err(format!(
+                "{rect:?} maps to {under:?}, which transposes to another size"
+            ));
+        }
+        if (0..rect.height).any(|y| got.row(y) != want.view().row(y)) {
+            return Err(format!(
+                "{orientation:?}: decode_region (exif) of {rect:?} differs from the crop"
+            ));
+        }
+        Ok(())
+    })
 }

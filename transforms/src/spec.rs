@@ -113,6 +113,12 @@ pub struct PipelineSpec {
     /// Faster, NOT pixel-exact with Pillow; default `false`.
     #[serde(default)]
     pub dct_scaling: bool,
+    /// Transpose each decoded image per its EXIF Orientation as `PIL.ImageOps.exif_transpose`
+    /// does (Hugging Face `datasets`' `Image` decode), before any op sees it: the crops and
+    /// resizes see the transposed size. Default `false`: the pixels as stored, as torchvision's
+    /// `ImageFolder` loader gives them.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub exif_transpose: bool,
     /// Default `fused`.
     #[serde(default)]
     pub execution: Execution,
@@ -142,6 +148,7 @@ impl PipelineSpec {
             layout: Layout::default(),
             roi_decode: true,
             dct_scaling: false,
+            exif_transpose: false,
             execution: Execution::default(),
             max_pixels: default_max_pixels(),
             image_size: None,
@@ -235,6 +242,20 @@ impl PipelineSpec {
     pub fn layout(mut self, layout: Layout) -> Self {
         self.layout = layout;
         self
+    }
+
+    /// Chained setter for [`PipelineSpec::exif_transpose`].
+    pub fn exif_transpose(mut self, on: bool) -> Self {
+        self.exif_transpose = on;
+        self
+    }
+
+    /// The decode options the spec asks for (decoder, pixel limit, EXIF transposition).
+    pub fn decode_options(&self) -> DecodeOptions {
+        DecodeOptions::default()
+            .decoder(self.decoder)
+            .max_pixels(self.max_pixels)
+            .exif_transpose(self.exif_transpose)
     }
 
     /// Chained setter for [`PipelineSpec::roi_decode`].
@@ -1210,9 +1231,7 @@ impl Pipeline {
 
     /// Per-worker scratch for [`Pipeline::run`].
     pub fn new_context(&self) -> Result<PipelineContext> {
-        let options = DecodeOptions::default()
-            .decoder(self.spec.decoder)
-            .max_pixels(self.spec.max_pixels);
+        let options = self.spec.decode_options();
         Ok(PipelineContext {
             decode: DecodeContext::new(options)?,
             kernel: {

@@ -21,7 +21,9 @@ mod fixtures;
 #[path = "../../tests/support/fuzz_props.rs"]
 mod fuzz_props;
 
-use fuzz_props::{check_decode, check_still_exact, contexts, ErrorKind, Probe, MAX_PIXELS};
+use fuzz_props::{
+    check_decode, check_exif, check_still_exact, contexts, ErrorKind, Probe, MAX_PIXELS,
+};
 
 #[global_allocator]
 static ALLOC: fuzz_props::Tracking = fuzz_props::Tracking;
@@ -114,6 +116,7 @@ fn check_all(bytes: &[u8], probe: Probe) -> Result<[fuzz_props::Outcome; 2], Tes
             .map_err(TestCaseError::fail)?;
         outcomes.push(outcome);
     }
+    check_exif(bytes, probe).map_err(|m| TestCaseError::fail(format!("exif: {m}")))?;
     let [turbo, zune]: [fuzz_props::Outcome; 2] = outcomes.try_into().expect("two backends");
     // The backends share the marker walk, so they agree on what the header says.
     prop_assert_eq!(turbo.info.is_ok(), zune.info.is_ok());
@@ -558,6 +561,111 @@ proptest! {
             apply(&mut data, e);
         }
         check_all(&data, probe)?;
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// EXIF blocks.
+
+/// One IFD entry: tag, type, count, the 4-byte field.
+type Entry = (u16, u16, u32, [u8; 4]);
+
+/// Entries near what real files hold and what breaks walkers: the orientation tag among others,
+/// every type (and unknown ones), counts of 0, 1, 2 and huge, fields that point anywhere.
+fn entry() -> impl Strategy<Value = Entry> {
+    (
+        prop_oneof![Just(274u16), Just(274), Just(270), Just(700), any::<u16>()],
+        prop_oneof![0u16..=17, any::<u16>()],
+        prop_oneof![
+            Just(1u32),
+            Just(0),
+            Just(2),
+            Just(10),
+            Just(u32::MAX),
+            any::<u32>()
+        ],
+        prop_oneof![
+            (1u8..=8).prop_map(|k| [k, 0, 0, k]),
+            (0u32..64).prop_map(u32::to_le_bytes),
+            any::<[u8; 4]>(),
+        ],
+    )
+}
+
+/// An EXIF block (`Exif\0\0`, a TIFF header of either byte order, or a broken one, an IFD0 at a
+/// given offset, out-of-line data) maybe cut, placed in APP1 segments (split in two, maybe)
+/// of the corpus' good JPEG, with an XMP packet sometimes.
+fn exif_jpeg() -> impl Strategy<Value = Vec<u8>> {
+    (
+        any::<bool>(),
+        prop_oneof![
+            Just(*b"II*\0"),
+            Just(*b"MM\0*"),
+            Just(*b"II+\0"),
+            any::<[u8; 4]>()
+        ],
+        prop_oneof![Just(8u32), 0u32..64, any::<u32>()],
+        prop::collection::vec(entry(), 0..12),
+        bytes(48),
+        prop::option::of(any::<prop::sample::Index>()),
+        prop::option::of(any::<prop::sample::Index>()),
+        prop::option::of(1u8..=9),
+    )
+        .prop_map(|(little, magic, ifd0, entries, tail, cut, split, xmp)| {
+            let le = little && magic[0] != b'M';
+            let u16b = |v: u16| if le { v.to_le_bytes() } else { v.to_be_bytes() };
+            let u32b = |v: u32| if le { v.to_le_bytes() } else { v.to_be_bytes() };
+            let mut block = b"Exif\0\0".to_vec();
+            block.extend_from_slice(&magic);
+            block.extend_from_slice(&u32b(ifd0));
+            block.extend_from_slice(&u16b(entries.len() as u16));
+            for (tag, typ, count, field) in &entries {
+                block.extend_from_slice(&u16b(*tag));
+                block.extend_from_slice(&u16b(*typ));
+                block.extend_from_slice(&u32b(*count));
+                block.extend_from_slice(field);
+            }
+            block.extend_from_slice(&u32b(0));
+            block.extend_from_slice(&tail);
+            if let Some(cut) = cut {
+                block.truncate(6 + cut.index(block.len() - 5));
+            }
+            let mut segments = match split {
+                Some(at) => {
+                    let at = 6 + at.index(block.len() - 5);
+                    let mut second = b"Exif\0\0".to_vec();
+                    second.extend_from_slice(&block[at..]);
+                    vec![block[..at].to_vec(), second]
+                }
+                None => vec![block],
+            };
+            if let Some(k) = xmp {
+                let mut packet = b"http://ns.adobe.com/xap/1.0/\0<x tiff:Orientation=\"".to_vec();
+                packet.extend_from_slice(format!("{k}\"/>").as_bytes());
+                segments.push(packet);
+            }
+            let good = &corpus().good;
+            let mut data = good[..2].to_vec();
+            for body in segments {
+                data.extend_from_slice(&[0xFF, 0xE1]);
+                data.extend_from_slice(&(body.len() as u16 + 2).to_be_bytes());
+                data.extend_from_slice(&body);
+            }
+            data.extend_from_slice(&good[2..]);
+            data
+        })
+}
+
+proptest! {
+    #![proptest_config(config(2048))]
+
+    /// JPEGs whose EXIF blocks are built from hostile parts: the shared promises, the EXIF ones
+    /// among them (a transposing context decodes exactly the plain decode transposed, whole and
+    /// by region), and the file still decodes (EXIF never makes a good JPEG fail).
+    #[test]
+    fn exif_blocks(data in exif_jpeg(), probe in probe()) {
+        let [turbo, zune] = check_all(&data, probe)?;
+        prop_assert!(turbo.decoded.is_ok() && zune.decoded.is_ok());
     }
 }
 

@@ -37,12 +37,22 @@ fn config(default_cases: u32) -> ProptestConfig {
 }
 
 /// The image accepted specs run on: small, so a run costs little, and odd-sized, so crops and
-/// resizes meet rounding.
+/// resizes meet rounding; with an EXIF Orientation of 6, so a spec with `exif_transpose` runs
+/// on the 31x33 transposed image (and region decodes map their crops back).
 fn image() -> &'static [u8] {
     static IMAGE: OnceLock<Vec<u8>> = OnceLock::new();
     IMAGE.get_or_init(|| {
         fuzz_props::install_panic_hook(false);
-        fixtures::read_fixture("decode", "jpeg_tiny_33x31_422.jpg")
+        let jpeg = fixtures::read_fixture("decode", "jpeg_tiny_33x31_422.jpg");
+        // Exif\0\0, a big-endian TIFF header, IFD0 with Orientation (SHORT) 6.
+        let mut exif = b"Exif\0\0MM\0*\0\0\0\x08\0\x01".to_vec();
+        exif.extend_from_slice(&[0x01, 0x12, 0, 3, 0, 0, 0, 1, 0, 6, 0, 0, 0, 0, 0, 0]);
+        let mut data = jpeg[..2].to_vec();
+        data.extend_from_slice(&[0xFF, 0xE1]);
+        data.extend_from_slice(&(exif.len() as u16 + 2).to_be_bytes());
+        data.extend_from_slice(&exif);
+        data.extend_from_slice(&jpeg[2..]);
+        data
     })
 }
 
@@ -75,7 +85,7 @@ fn key() -> impl Strategy<Value = String> {
         4 => prop::sample::select(vec![
             "op", "ops", "size", "scale", "ratio", "interpolation", "antialias", "max_size", "p",
             "mean", "std", "decoder", "output", "layout", "roi_decode", "dct_scaling",
-            "execution", "max_pixels",
+            "execution", "max_pixels", "exif_transpose",
         ])
         .prop_map(String::from),
         1 => "[a-z_]{0,10}",
@@ -943,10 +953,11 @@ fn spec() -> impl Strategy<Value = Value> {
             1 => Just(Some(json!(u64::MAX))),
             1 => (1u64..5_000_000).prop_map(|v| Some(json!(v))),
         ],
-        prop::collection::vec(prop::bool::weighted(0.5), 7),
+        prop::collection::vec(prop::bool::weighted(0.5), 8),
+        prop_oneof![4 => any::<bool>().prop_map(|b| json!(b)), 1 => Just(json!(1))],
     );
     (ops(), options).prop_map(
-        |(ops, (decoder, output, layout, roi, dct, execution, max_pixels, present))| {
+        |(ops, (decoder, output, layout, roi, dct, execution, max_pixels, present, exif))| {
             let mut map = serde_json::Map::new();
             map.insert("ops".into(), Value::from(ops));
             let fields = [
@@ -957,6 +968,7 @@ fn spec() -> impl Strategy<Value = Value> {
                 ("dct_scaling", Some(json!(dct))),
                 ("execution", Some(execution)),
                 ("max_pixels", max_pixels),
+                ("exif_transpose", Some(exif)),
             ];
             for ((name, value), keep) in fields.into_iter().zip(present) {
                 if let (Some(value), true) = (value, keep) {

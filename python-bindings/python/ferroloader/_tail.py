@@ -68,15 +68,21 @@ class TailRunner:
     ``input_kind`` is one of :data:`INPUT_KINDS`; ``output`` (``"float32"`` or ``"uint8"``)
     says how a PIL image left at the end of the tail becomes a tensor: as ``ToTensor`` or as
     ``PILToTensor`` would convert it; ``mode`` is the dataset's images' Pillow mode (``"RGB"``
-    or ``"L"``), what a PIL image handed to the tail is in.
+    or ``"L"``), what a PIL image handed to the tail is in; ``exif_transpose`` transposes the
+    image Pillow opens (kind ``"bytes"``) per its EXIF Orientation, under Hugging Face
+    ``datasets``' condition (the tag present), as the native decode does with the option (a
+    native prefix's pixels are transposed already).
     """
 
-    def __init__(self, input_kind: str, output: str, mode: str = "RGB") -> None:
+    def __init__(
+        self, input_kind: str, output: str, mode: str = "RGB", exif_transpose: bool = False
+    ) -> None:
         if input_kind not in INPUT_KINDS:
             raise ValueError(f"python tail: input kind must be one of {INPUT_KINDS}, got {input_kind!r}")
         self.input_kind = input_kind
         self.output = output
         self.mode = mode
+        self.exif_transpose = exif_transpose
         try:
             import torch
         except ImportError:  # a tail of plain callables on numpy arrays still works
@@ -100,6 +106,13 @@ class TailRunner:
 
             # torchvision's pil_loader: open, then convert("RGB") (MNIST's images are "L").
             with Image.open(io.BytesIO(data)) as img:
+                if self.exif_transpose:
+                    from PIL import ExifTags, ImageOps
+
+                    # Hugging Face's Image.decode_example: load, then transpose where the tag is.
+                    img.load()
+                    if img.getexif().get(ExifTags.Base.Orientation) is not None:
+                        return ImageOps.exif_transpose(img).convert(self.mode)
                 return img.convert(self.mode)
         if self.input_kind == "image":
             from PIL import Image

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import atexit
 import io
+import json
 import numbers
 import os
 import sys
@@ -127,9 +128,10 @@ def _gil_bound(costs: TailCosts, workers: int) -> bool:
     return parallel * costs.python > costs.prefix + costs.python
 
 
-def _first_image_size(source: Any) -> Optional[Tuple[int, int]]:
+def _first_image_size(source: Any, exif_transpose: bool = False) -> Optional[Tuple[int, int]]:
     """``(height, width)`` of the first sample whose header reads (of the first 16), to plan a
-    native prefix that keeps each image's size with, as the native loader plans it; ``None``
+    native prefix that keeps each image's size with, as the native loader plans it (after the
+    EXIF transposition with ``exif_transpose``: swapped for orientations 5 to 8); ``None``
     when none reads (the prefix then plans as it can, and the samples say what is wrong)."""
     if isinstance(source, _native.ImageArray):
         shape = source.images.shape
@@ -141,6 +143,12 @@ def _first_image_size(source: Any) -> Optional[Tuple[int, int]]:
             item = source[index][0]
             opened = Image.open(io.BytesIO(item) if isinstance(item, (bytes, bytearray)) else item)
             with opened as image:
+                # The orientations whose transposition swaps the axes, as exif_transpose's
+                # dict lookup matches them (6.0 and the rational 12/2 included). Pillow opens
+                # a TIFF transposed already.
+                swaps = image.format != "TIFF" and image.getexif().get(0x0112) in {5, 6, 7, 8}
+                if exif_transpose and swaps:
+                    return (image.width, image.height)
                 return (image.height, image.width)
         except Exception:
             continue
@@ -250,7 +258,12 @@ class Loader:
     ``tensor_type`` (``"torch"`` or ``"numpy"``), ``batch_transform`` (a callable on each
     ``(images, labels)`` batch, returning what the iterator yields), ``scratch_limit`` (bytes
     of decode scratch a worker keeps between samples, default 64 MiB: more, after an outlier
-    image, is freed and regrown as needed), ``python_tail`` (below).
+    image, is freed and regrown as needed), ``python_tail`` (below), ``exif_transpose``
+    (default ``False``: the pixels as stored, as torchvision's ``ImageFolder`` loader gives
+    them; ``True``: each image transposed per its EXIF Orientation, 2 to 8, exactly as
+    ``PIL.ImageOps.exif_transpose`` does and as Hugging Face ``datasets`` decodes an ``Image()``
+    column, before any transform sees it, so crops and resizes see the upright size; a Python
+    tail with no native op before it gets the image transposed too).
 
     Transforms with no native equivalent (a ``Lambda``, your own callable, a third-party or
     not-yet-native torchvision transform) run in Python after the longest native prefix, on
@@ -317,6 +330,7 @@ class Loader:
         python_tail: PythonTail = "warn",
         python_dataset: PythonTail = "warn",
         python_tail_workers: TailWorkers = "auto",
+        exif_transpose: bool = False,
     ) -> None:
         self.dataset = dataset
         #: Why the dataset runs in Python, as DataLoader runs it; ``None`` when read natively.
@@ -411,6 +425,7 @@ class Loader:
             raise TypeError(f"batch_transform: expected a callable, got {batch_transform!r}")
         self.batch_transform: Optional[Callable[[Any, Any], Any]] = batch_transform
         self.pin_memory: bool = _check_bool("pin_memory", pin_memory)
+        self.exif_transpose: bool = _check_bool("exif_transpose", exif_transpose)
         self.pin_memory_device: str = pin_memory_device
         self.output: str = _check_choice("output", output, Output)
         self.decoder: str = _check_choice("decoder", decoder, DecoderName)
@@ -465,6 +480,10 @@ class Loader:
         self._split: TailSplit = split_python_tail(
             transform_given, output=self.output, decoder=self.decoder, mode=self.image_mode
         )
+        if self.exif_transpose and self._split.spec is not None:
+            spec = json.loads(self._split.spec)
+            spec["exif_transpose"] = True
+            self._split = self._split._replace(spec=json.dumps(spec))
         #: The transforms run natively (the prefix, when some run in Python); ``None`` for a
         #: dataset run in Python.
         self.transform: Optional[Compose] = self._split.prefix
@@ -527,7 +546,12 @@ class Loader:
                 "refuses (give transform= and a dataset whose items are (path or bytes, label), "
                 "or one of those docs/data.md lists)"
             )
-        defaults = {"output": "float32", "decoder": "turbo", "tensor_type": "torch"}
+        defaults = {
+            "output": "float32",
+            "decoder": "turbo",
+            "tensor_type": "torch",
+            "exif_transpose": False,
+        }
         for arg, default in defaults.items():
             if getattr(self, arg) != default:
                 raise ValueError(
@@ -650,8 +674,8 @@ class Loader:
         split = self._split
         prefix = None
         if split.spec is not None:
-            prefix = (split.spec, _first_image_size(source))
-        runner = TailRunner(split.input_kind, self.output, self.image_mode)
+            prefix = (split.spec, _first_image_size(source, self.exif_transpose))
+        runner = TailRunner(split.input_kind, self.output, self.image_mode, self.exif_transpose)
         names = [tail_op_name(op) for op in self.python_tail]
         if split.spec is not None:
             self._check_normalize()
@@ -716,7 +740,11 @@ class Loader:
     def _build(self) -> _native.Loader:
         split = self._split
         tail = [(op, tail_op_name(op)) for op in split.tail] if split.tail else None
-        runner = TailRunner(split.input_kind, self.output, self.image_mode) if split.tail else None
+        runner = (
+            TailRunner(split.input_kind, self.output, self.image_mode, self.exif_transpose)
+            if split.tail
+            else None
+        )
         return _native.Loader(
             self._source,
             split.spec,
@@ -1042,6 +1070,7 @@ class Loader:
             "python_dataset": self.python_dataset_mode,
             "python_tail_workers": self.python_tail_workers,
             "worker_init_fn": self.worker_init_fn,
+            "exif_transpose": self.exif_transpose,
         }
 
     def __getstate__(self) -> Dict[str, Any]:

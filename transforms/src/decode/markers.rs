@@ -155,6 +155,35 @@ pub(crate) fn read_frame(bytes: &[u8]) -> Result<Frame> {
     }
 }
 
+/// Calls `f(marker, body)` for each segment from SOI to the first SOS (its header included),
+/// walking as [`read_frame`] does; stops quietly where the structure breaks (the decode says
+/// what is wrong). For metadata readers, which must not fail where the decode would not.
+pub(crate) fn for_each_segment<'a>(bytes: &'a [u8], mut f: impl FnMut(u8, &'a [u8])) {
+    if !bytes.starts_with(&[0xFF, 0xD8]) {
+        return;
+    }
+    let mut pos = 2;
+    while let Some(marker) = next_marker(bytes, &mut pos) {
+        match marker {
+            0xD8 | 0xD9 => return,
+            m if is_standalone(m) => continue,
+            _ => {}
+        }
+        let Some(length) = be16(bytes, pos) else {
+            return;
+        };
+        let end = pos + usize::from(length);
+        let Some(body) = bytes.get(pos + 2..end) else {
+            return;
+        };
+        f(marker, body);
+        if marker == 0xDA {
+            return;
+        }
+        pos = end;
+    }
+}
+
 fn parse_sof(marker: u8, body: &[u8]) -> Result<Frame> {
     if body.len() < 6 {
         return Err(corrupt("frame header (SOF) too short"));

@@ -12,6 +12,13 @@
 //! keeps one [`DecodeContext`] per worker thread and reuses it and the output [`RgbImage`], so
 //! once warm a decode allocates no pixel buffers (the C library's small work areas aside).
 //!
+//! A TIFF comes out transposed per its orientation tag, as Pillow loads it. With
+//! [`DecodeOptions::exif_transpose`] every image comes out transposed per its EXIF
+//! Orientation (exif.rs finds it where Pillow's `getexif()` does) exactly as
+//! `PIL.ImageOps.exif_transpose` transposes it: sizes, region rectangles and the decoded pixels
+//! are all in the transposed frame; a region decode maps its rectangle back to the stored image,
+//! decodes that region and transposes it into the output.
+//!
 //! Where this differs from Pillow, on purpose or because a backend cannot do better:
 //! - Corrupt JPEG data that libjpeg only warns about decodes (to the same pixels as Pillow, which
 //!   ignores libjpeg's warnings); a JPEG that ends before its EOI marker is [`Error::Truncated`],
@@ -31,6 +38,7 @@
 //!   Pillow refuses, decodes here. Where both decode a file, the pixels are the same.
 
 mod convert;
+pub mod exif;
 mod markers;
 mod other;
 pub(crate) mod turbo;
@@ -38,6 +46,8 @@ mod zune;
 
 use crate::error::{Error, Result};
 use crate::image::{CropRect, RgbImage};
+
+pub use exif::{transpose, Orientation};
 
 /// Which library decodes JPEG. Other formats always go through the `image` crate.
 #[derive(
@@ -141,6 +151,11 @@ pub struct DecodeOptions {
     /// header before any pixel memory is touched. Default: 178_956_970 (Pillow's
     /// `Image.MAX_IMAGE_PIXELS`; Pillow only warns up to twice that, we refuse).
     pub max_pixels: u64,
+    /// Transpose each image per its EXIF Orientation as `PIL.ImageOps.exif_transpose` does
+    /// (what Hugging Face `datasets` applies on decode). Default: `false`, the pixels as
+    /// stored, as torchvision's `ImageFolder` loader gives them.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub exif_transpose: bool,
 }
 
 impl Default for DecodeOptions {
@@ -148,6 +163,7 @@ impl Default for DecodeOptions {
         DecodeOptions {
             decoder: Decoder::Turbo,
             max_pixels: DEFAULT_MAX_PIXELS,
+            exif_transpose: false,
         }
     }
 }
@@ -164,17 +180,27 @@ impl DecodeOptions {
         self.max_pixels = max_pixels;
         self
     }
+
+    /// Sets [`DecodeOptions::exif_transpose`].
+    pub fn exif_transpose(mut self, on: bool) -> Self {
+        self.exif_transpose = on;
+        self
+    }
 }
 
 /// What a header says.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct ImageInfo {
-    /// Width in pixels (of the full image, whatever part was decoded).
+    /// Width in pixels (of the full image, whatever part was decoded; after the EXIF
+    /// transposition when the context applies it).
     pub width: u32,
     /// Height in pixels.
     pub height: u32,
     /// The format the magic bytes named.
     pub format: Format,
+    /// The transposition applied ([`Orientation::Normal`] unless
+    /// [`DecodeOptions::exif_transpose`] is set and the image has an orientation of 2..=8).
+    pub orientation: Orientation,
 }
 
 /// A decoder for one thread: owns the libjpeg-turbo handle and scratch buffers, reused across
@@ -185,6 +211,9 @@ pub struct DecodeContext {
     turbo: Option<turbo::Turbo>,
     /// Intermediate pixels (CMYK, gray, 16-bit, alpha) before conversion to RGB; only grows.
     scratch: Vec<u8>,
+    /// The image (or region) as stored, before its EXIF transposition into the output; only
+    /// grows, and stays empty unless an image needs transposing.
+    stored: RgbImage,
 }
 
 impl std::fmt::Debug for DecodeContext {
@@ -199,7 +228,7 @@ impl std::fmt::Debug for DecodeContext {
 impl DecodeContext {
     /// Bytes of its conversion buffer, kept for the largest image so far.
     pub fn retained_bytes(&self) -> usize {
-        self.scratch.capacity()
+        self.scratch.capacity() + self.stored.retained_bytes()
     }
 
     /// A context decoding with `options`. Fails if `max_pixels` is 0 or libjpeg-turbo cannot
@@ -216,6 +245,7 @@ impl DecodeContext {
             options,
             turbo,
             scratch: Vec::new(),
+            stored: RgbImage::new(),
         })
     }
 
@@ -224,9 +254,28 @@ impl DecodeContext {
         &self.options
     }
 
-    /// Reads only the header: format and size. Cheap; enforces no limit and does not check that
-    /// the rest of the data is decodable.
+    /// The transposition this context applies to `bytes`: [`Orientation::Normal`] unless
+    /// [`DecodeOptions::exif_transpose`] is set, or the image is a TIFF: Pillow 13 transposes
+    /// a TIFF per its orientation tag when it loads one (`TiffImageFile.load_end`), so
+    /// `Image.open(f).convert("RGB")` is transposed already, whatever the option.
+    pub fn orientation(&self, bytes: &[u8]) -> Orientation {
+        if self.options.exif_transpose || Format::sniff(bytes) == Some(Format::Tiff) {
+            exif::orientation(bytes)
+        } else {
+            Orientation::Normal
+        }
+    }
+
+    /// Reads only the header: format, size (transposed when the context transposes) and
+    /// orientation. Cheap; enforces no limit and does not check that the rest of the data is
+    /// decodable.
     pub fn info(&mut self, bytes: &[u8]) -> Result<ImageInfo> {
+        let info = self.stored_info(bytes)?;
+        Ok(oriented(info, self.orientation(bytes)))
+    }
+
+    /// [`DecodeContext::info`] of the image as stored.
+    fn stored_info(&mut self, bytes: &[u8]) -> Result<ImageInfo> {
         let format = sniff(bytes)?;
         let (width, height) = match format {
             Format::Jpeg => {
@@ -239,13 +288,30 @@ impl DecodeContext {
             width,
             height,
             format,
+            orientation: Orientation::Normal,
         })
     }
 
-    /// Decodes the whole image into `out` (resized to the image; its allocation is reused).
+    /// Decodes the whole image into `out` (resized to the image; its allocation is reused),
+    /// transposed per its EXIF orientation when the context transposes.
     /// On error `out` is untouched when a header check refused the data (unknown format, pixel
     /// limit, JPEG truncation) and unspecified otherwise.
     pub fn decode(&mut self, bytes: &[u8], out: &mut RgbImage) -> Result<ImageInfo> {
+        let orientation = self.orientation(bytes);
+        if orientation == Orientation::Normal {
+            return self.decode_stored(bytes, out);
+        }
+        let mut stored = std::mem::take(&mut self.stored);
+        let decoded = self.decode_stored(bytes, &mut stored).and_then(|info| {
+            transpose(stored.view(), orientation, out)?;
+            Ok(oriented(info, orientation))
+        });
+        self.stored = stored;
+        decoded
+    }
+
+    /// [`DecodeContext::decode`] without the transposition.
+    fn decode_stored(&mut self, bytes: &[u8], out: &mut RgbImage) -> Result<ImageInfo> {
         let format = sniff(bytes)?;
         if format != Format::Jpeg {
             let (width, height) = other::decode(
@@ -259,6 +325,7 @@ impl DecodeContext {
                 width,
                 height,
                 format,
+                orientation: Orientation::Normal,
             });
         }
         let frame = checked_jpeg(bytes, self.options.max_pixels)?;
@@ -275,6 +342,7 @@ impl DecodeContext {
             width: frame.width,
             height: frame.height,
             format,
+            orientation: Orientation::Normal,
         })
     }
 
@@ -319,8 +387,40 @@ impl DecodeContext {
     }
 
     /// Both region paths: libjpeg-turbo crops (and, given a minimum size, DCT-scales) a JPEG;
-    /// anything else is decoded whole and `rect` returned as it is.
+    /// anything else is decoded whole and `rect` returned as it is. `rect` is in the
+    /// transposed image's frame: for an orientation other than 1 it is mapped back to the
+    /// stored image, that region decoded and transposed into `out`, which then holds exactly
+    /// the (scaled) rect.
     fn region(
+        &mut self,
+        bytes: &[u8],
+        rect: CropRect,
+        min_size: Option<(u32, u32)>,
+        out: &mut RgbImage,
+    ) -> Result<(CropRect, u8)> {
+        let orientation = self.orientation(bytes);
+        let is_turbo_jpeg = Format::sniff(bytes) == Some(Format::Jpeg) && self.turbo.is_some();
+        if orientation == Orientation::Normal || !is_turbo_jpeg {
+            return self.stored_region(bytes, rect, min_size, out);
+        }
+        let frame = checked_jpeg(bytes, self.options.max_pixels)?;
+        let (width, height) = orientation.oriented_size(frame.width, frame.height);
+        check_rect(rect, width, height)?;
+        let stored_rect = stored_rect(rect, orientation, frame.width, frame.height);
+        let mut stored = std::mem::take(&mut self.stored);
+        let decoded = self
+            .stored_region(bytes, stored_rect, min_size, &mut stored)
+            .and_then(|(inner, denom)| {
+                transpose(stored.crop_view(inner)?, orientation, out)?;
+                Ok((CropRect::full(out.width(), out.height()), denom))
+            });
+        self.stored = stored;
+        decoded
+    }
+
+    /// [`DecodeContext::region`] of the image as stored (`rect` in its frame), but for a
+    /// non-JPEG image, decoded whole and transposed.
+    fn stored_region(
         &mut self,
         bytes: &[u8],
         rect: CropRect,
@@ -360,6 +460,45 @@ impl DecodeContext {
             self.turbo = Some(turbo::Turbo::new(self.options.max_pixels)?);
         }
         result
+    }
+}
+
+/// `info` with the size after `orientation`'s transposition.
+fn oriented(info: ImageInfo, orientation: Orientation) -> ImageInfo {
+    let (width, height) = orientation.oriented_size(info.width, info.height);
+    ImageInfo {
+        width,
+        height,
+        orientation,
+        ..info
+    }
+}
+
+/// The rectangle of a `width` x `height` stored image that `orientation`'s transposition moves
+/// onto `rect` (in the transposed frame, inside it).
+fn stored_rect(rect: CropRect, orientation: Orientation, width: u32, height: u32) -> CropRect {
+    let (swap, mirror_x, mirror_y) = orientation.mapping();
+    // Output x runs over the stored axis `a`, output y over `b` (swapped for 5..=8).
+    let (a_start, a_len, b_start, b_len) = if swap {
+        (rect.top, rect.height, rect.left, rect.width)
+    } else {
+        (rect.left, rect.width, rect.top, rect.height)
+    };
+    let left = if mirror_x {
+        width - a_start - a_len
+    } else {
+        a_start
+    };
+    let top = if mirror_y {
+        height - b_start - b_len
+    } else {
+        b_start
+    };
+    CropRect {
+        top,
+        left,
+        height: b_len,
+        width: a_len,
     }
 }
 
