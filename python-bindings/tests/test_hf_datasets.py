@@ -429,3 +429,42 @@ def test_a_parquet_file_of_image_bytes(tmp_path: Path) -> None:
     dataset = loaded.cast_column("image", Image())
     assert dataset.data.table.column("image").num_chunks > 1
     _assert_same(list(fl.Loader(dataset, transform=EVAL, batch_size=5)), _reference(dataset, EVAL, 5))
+
+
+def _oriented_jpegs(count: int) -> List[bytes]:
+    """JPEGs of odd sizes, each with an EXIF Orientation of 1 to 8 (cycling), some none."""
+    rng = np.random.default_rng(5)
+    out = []
+    for i in range(count):
+        buf = io.BytesIO()
+        image = PILImage.fromarray(rng.integers(0, 256, (23 + i, 37, 3), dtype=np.uint8))
+        if i % 9 == 8:
+            image.save(buf, "JPEG", quality=90)
+        else:
+            exif = PILImage.Exif()
+            exif[0x0112] = i % 9 + 1
+            image.save(buf, "JPEG", quality=90, exif=exif.tobytes())
+        out.append(buf.getvalue())
+    return out
+
+
+def test_images_are_turned_upright_as_datasets_decodes_them() -> None:
+    payloads = _oriented_jpegs(18)
+    dataset = Dataset.from_dict(
+        {"image": [{"bytes": b, "path": None} for b in payloads], "label": list(range(18))},
+        features=Features({"image": Image(), "label": Value("int64")}),
+    )
+    to_tensor = tvT.Compose([tvT.PILToTensor()])
+    for i in range(18):
+        # datasets' own decode transposes: a non-square image comes out with the axes swapped.
+        upright = to_tensor(dataset[i]["image"].convert("RGB"))
+        got, _ = fl.Loader(dataset.select([i]), transform=to_tensor, batch_size=1, output="uint8").__iter__().__next__()
+        assert torch.equal(got[0], upright), i
+    transform = tvT.Compose([tvT.Resize(30), tvT.CenterCrop(20), tvT.ToTensor()])
+    loader = fl.Loader(dataset, transform=transform, batch_size=6, num_workers=2)
+    assert loader.exif_transpose
+    _assert_same(list(loader), _reference(dataset, transform, 6))
+    # As stored, when asked.
+    stored = fl.Loader(dataset.select([5]), transform=to_tensor, batch_size=1, output="uint8", exif_transpose=False)
+    raw = to_tensor(PILImage.open(io.BytesIO(payloads[5])).convert("RGB"))
+    assert torch.equal(next(iter(stored))[0][0], raw)

@@ -82,3 +82,24 @@ def test_what_timm_would_hand_over_otherwise_is_not_read_natively(folder: Path) 
     with pytest.warns(UserWarning, match="input_img_mode='L'"):
         loader = fl.Loader(gray, batch_size=6, num_workers=0)
     _assert_same(list(loader), list(DataLoader(gray, batch_size=6)))
+
+
+def test_timms_hugging_face_reader_keeps_the_stored_orientation(tmp_path: Path) -> None:
+    import numpy as np
+    from PIL import Image
+
+    rng = np.random.default_rng(1)
+    classes = tmp_path / "photos"
+    for k in range(2):
+        (classes / f"c{k}").mkdir(parents=True)
+        for i in range(4):
+            exif = Image.Exif()
+            exif[0x0112] = 2 + (i + k) % 7
+            Image.fromarray(rng.integers(0, 256, (30, 50, 3), dtype=np.uint8)).save(
+                classes / f"c{k}" / f"{i}.jpg", quality=90, exif=exif.tobytes()
+            )
+    dataset = create_dataset("hfds/" + str(classes), root=str(tmp_path / "cache"), split="train")
+    dataset.transform = tvT.Compose([tvT.Resize(24), tvT.CenterCrop(20), tvT.ToTensor()])
+    loader = fl.Loader(dataset, batch_size=4, python_tail="error")
+    assert not loader.exif_transpose, "timm opens the bytes itself: no transposition"
+    _assert_same(list(loader), list(DataLoader(dataset, batch_size=4)))

@@ -259,11 +259,13 @@ class Loader:
     ``(images, labels)`` batch, returning what the iterator yields), ``scratch_limit`` (bytes
     of decode scratch a worker keeps between samples, default 64 MiB: more, after an outlier
     image, is freed and regrown as needed), ``python_tail`` (below), ``exif_transpose``
-    (default ``False``: the pixels as stored, as torchvision's ``ImageFolder`` loader gives
-    them; ``True``: each image transposed per its EXIF Orientation, 2 to 8, exactly as
-    ``PIL.ImageOps.exif_transpose`` does and as Hugging Face ``datasets`` decodes an ``Image()``
-    column, before any transform sees it, so crops and resizes see the upright size; a Python
-    tail with no native op before it gets the image transposed too).
+    (``True``: each image transposed per its EXIF Orientation, 2 to 8, exactly as
+    ``PIL.ImageOps.exif_transpose`` does, before any transform sees it, so crops and resizes
+    see the upright size; a Python tail with no native op before it gets the image transposed
+    too; ``False``: the pixels as stored; default ``None``: as the dataset reads its images,
+    that is transposed for a Hugging Face ``datasets.Dataset``, whose ``Image()`` column
+    decodes so, and as stored for the rest, as torchvision's ``ImageFolder`` loader and timm's
+    readers give them).
 
     Transforms with no native equivalent (a ``Lambda``, your own callable, a third-party or
     not-yet-native torchvision transform) run in Python after the longest native prefix, on
@@ -330,7 +332,7 @@ class Loader:
         python_tail: PythonTail = "warn",
         python_dataset: PythonTail = "warn",
         python_tail_workers: TailWorkers = "auto",
-        exif_transpose: bool = False,
+        exif_transpose: Optional[bool] = None,
     ) -> None:
         self.dataset = dataset
         #: Why the dataset runs in Python, as DataLoader runs it; ``None`` when read natively.
@@ -425,6 +427,11 @@ class Loader:
             raise TypeError(f"batch_transform: expected a callable, got {batch_transform!r}")
         self.batch_transform: Optional[Callable[[Any, Any], Any]] = batch_transform
         self.pin_memory: bool = _check_bool("pin_memory", pin_memory)
+        if exif_transpose is None:
+            # As the dataset's own reading turns its images: upright for a Hugging Face
+            # Image() column (an EncodedTable says), as stored for the rest.
+            native = self.python_dataset_reason is None
+            exif_transpose = native and bool(getattr(self._source, "exif_transpose", False))
         self.exif_transpose: bool = _check_bool("exif_transpose", exif_transpose)
         self.pin_memory_device: str = pin_memory_device
         self.output: str = _check_choice("output", output, Output)
