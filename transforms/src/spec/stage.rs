@@ -48,7 +48,9 @@ use augmix::AugMixOp;
 use choice::ChoiceOp;
 use color::ColorOp;
 use geometric::GeometricOp;
-pub(in crate::spec) use geometric::{pad_center_crop, RandomCropOp, ResizedCropOp};
+pub(in crate::spec) use geometric::{
+    pad_center_crop, plan_keep_ratio, RandomCropOp, ResizedCropOp,
+};
 use policy::PolicyOp;
 use timm::TimmOp;
 pub use timm::{apply_timm_op, plan_timm_augmix, plan_timm_auto_augment, plan_timm_rand_augment};

@@ -31,7 +31,10 @@ use crate::augment::geometry::{
 use crate::augment::policy::{
     self, draw_p, RandomAffine, RandomCropPlan, RandomPerspective, RandomRotation,
 };
-use crate::crop::{center_crop, CenterCrop, FilterChoice, RandomResizedCrop};
+use crate::crop::{
+    center_crop, crop_or_pad, random_crop_or_pad_offsets, CenterCrop, FilterChoice,
+    KeepRatioResize, RandomResizedCrop,
+};
 use crate::decode::ImageInfo;
 use crate::error::{Error, Result};
 use crate::image::{CropRect, RgbImage, RgbView};
@@ -185,6 +188,39 @@ impl ResizedCropOp {
     }
 }
 
+/// timm's `ResizeKeepRatio`, checked (errors name the argument and the op); `Ok(None)`: `op`
+/// is not one. It is the plan's geometry only (its size depends on the draws), never a stage
+/// op.
+pub(in crate::spec) fn plan_keep_ratio(op: &OpSpec) -> Result<Option<KeepRatioResize>> {
+    let OpSpec::ResizeKeepRatio {
+        size,
+        longest,
+        interpolation,
+        random_scale_prob,
+        random_scale_range,
+        random_scale_area,
+        random_aspect_prob,
+        random_aspect_range,
+    } = op
+    else {
+        return Ok(None);
+    };
+    let name = "ResizeKeepRatio";
+    let filters = resize_filters(interpolation).map_err(|e| in_op(name, e))?;
+    KeepRatioResize::new(
+        size.square_or_pair(),
+        *longest,
+        filters,
+        *random_scale_prob,
+        (random_scale_range[0], random_scale_range[1]),
+        *random_scale_area,
+        *random_aspect_prob,
+        (random_aspect_range[0], random_aspect_range[1]),
+    )
+    .map(Some)
+    .map_err(|e| in_op(name, e))
+}
+
 /// timm's `interpolation` of `RandomResizedCropAndInterpolation`, by name: one filter, a list,
 /// or `"random"` (timm's `_RANDOM_INTERPOLATION`, BILINEAR then BICUBIC).
 fn resize_filters(interpolation: &TimmInterpolation) -> Result<FilterChoice> {
@@ -217,49 +253,105 @@ fn resize_filters(interpolation: &TimmInterpolation) -> Result<FilterChoice> {
     }
 }
 
-/// `RandomCrop(size, padding, pad_if_needed, fill, padding_mode)`, checked: its draw
-/// (torchvision's `get_params` after the padding) and its pixels (v1's two paddings, then the
-/// window).
+/// `RandomCrop(size, padding, pad_if_needed, fill, padding_mode)`, or timm's
+/// `CenterCropOrPad`/`RandomCropOrPad(size, fill, padding_mode)`, checked: its draw
+/// (torchvision's `get_params` after the padding; timm's offsets) and its pixels (v1's two
+/// paddings, then the window; timm's one padding, then the window). The output size is `size`
+/// whatever the input's, which is what lets it follow a `ResizeKeepRatio`.
 #[derive(Clone, Debug, PartialEq)]
 pub(in crate::spec) struct RandomCropOp {
-    draw: policy::RandomCrop,
+    kind: CropKind,
     spec: RandomCropSpec,
 }
 
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum CropKind {
+    /// torchvision's `RandomCrop`: `spec` says its padding.
+    Torch(policy::RandomCrop),
+    /// timm's `CenterCropOrPad` (`random: false`) or `RandomCropOrPad`: each sample's padding
+    /// comes with its plan (`spec`'s is none).
+    OrPad { random: bool },
+}
+
 impl RandomCropOp {
-    /// `Ok(None)`: `op` is not a `RandomCrop`.
+    /// `Ok(None)`: `op` is none of the three.
     pub(in crate::spec) fn plan(op: &OpSpec) -> Result<Option<Self>> {
-        let OpSpec::RandomCrop {
-            size,
-            padding,
-            pad_if_needed,
-            fill,
-            padding_mode,
-        } = op
-        else {
-            return Ok(None);
+        let (name, random, size, fill, padding_mode) = match op {
+            OpSpec::RandomCrop {
+                size,
+                padding,
+                pad_if_needed,
+                fill,
+                padding_mode,
+            } => {
+                let planned = (|| {
+                    let (height, width) = size.square_or_pair();
+                    let padding = padding.as_ref().map(parse_padding).transpose()?;
+                    let p = padding.unwrap_or_default();
+                    let draw = policy::RandomCrop::new(
+                        (height, width),
+                        [p.left, p.top, p.right, p.bottom],
+                        *pad_if_needed,
+                    )?;
+                    let spec = RandomCropSpec {
+                        height,
+                        width,
+                        padding,
+                        pad_if_needed: *pad_if_needed,
+                        fill: fill.rgb()?,
+                        mode: padding_mode_of(*padding_mode),
+                    };
+                    Ok(RandomCropOp {
+                        kind: CropKind::Torch(draw),
+                        spec,
+                    })
+                })()
+                .map_err(|e| in_op("RandomCrop", e))?;
+                return Ok(Some(planned));
+            }
+            OpSpec::CenterCropOrPad {
+                size,
+                fill,
+                padding_mode,
+            } => ("CenterCropOrPad", false, size, fill, padding_mode),
+            OpSpec::RandomCropOrPad {
+                size,
+                fill,
+                padding_mode,
+            } => ("RandomCropOrPad", true, size, fill, padding_mode),
+            _ => return Ok(None),
         };
         let planned = (|| {
             let (height, width) = size.square_or_pair();
-            let padding = padding.as_ref().map(parse_padding).transpose()?;
-            let p = padding.unwrap_or_default();
-            let draw = policy::RandomCrop::new(
-                (height, width),
-                [p.left, p.top, p.right, p.bottom],
-                *pad_if_needed,
-            )?;
-            let spec = RandomCropSpec {
-                height,
-                width,
-                padding,
-                pad_if_needed: *pad_if_needed,
-                fill: fill.rgb()?,
-                mode: padding_mode_of(*padding_mode),
-            };
-            Ok(RandomCropOp { draw, spec })
+            if height == 0 || width == 0 {
+                return Err(Error::invalid(
+                    "size",
+                    format!("size {height}x{width} must be positive"),
+                ));
+            }
+            Ok(RandomCropOp {
+                kind: CropKind::OrPad { random },
+                spec: RandomCropSpec {
+                    height,
+                    width,
+                    padding: None,
+                    pad_if_needed: false,
+                    fill: fill.rgb()?,
+                    mode: padding_mode_of(*padding_mode),
+                },
+            })
         })()
-        .map_err(|e| in_op("RandomCrop", e))?;
+        .map_err(|e| in_op(name, e))?;
         Ok(Some(planned))
+    }
+
+    /// The op's name, for errors.
+    pub(in crate::spec) fn name(&self) -> &'static str {
+        match self.kind {
+            CropKind::Torch(_) => "RandomCrop",
+            CropKind::OrPad { random: false } => "CenterCropOrPad",
+            CropKind::OrPad { random: true } => "RandomCropOrPad",
+        }
     }
 
     /// The crop's `(height, width)`: the output size, whatever the input's.
@@ -270,6 +362,9 @@ impl RandomCropOp {
     /// The `(height, width)` of the output for an input of `size`, or the error every sample
     /// of that size would raise (a crop larger than the padded image).
     fn output_size(&self, (h, w): (u32, u32)) -> Result<(u32, u32)> {
+        if let CropKind::OrPad { .. } = self.kind {
+            return Ok(self.size());
+        }
         let (pw, ph) = self
             .spec
             .padded_size(w, h)
@@ -280,15 +375,33 @@ impl RandomCropOp {
         Ok(self.size())
     }
 
-    /// torchvision's draw for a `width` x `height` input: the padding, then the window's
-    /// position (see [`policy::RandomCrop::draw`]). Errors, naming both sizes, when the crop
-    /// is larger than the padded image.
+    /// The draw for a `width` x `height` input: torchvision's (the padding, then the window's
+    /// position, see [`policy::RandomCrop::draw`]; errors, naming both sizes, when the crop is
+    /// larger than the padded image), or timm's (`CenterCropOrPad` draws nothing,
+    /// `RandomCropOrPad` its two offsets, see [`random_crop_or_pad_offsets`]).
     pub(in crate::spec) fn draw(
         &self,
         width: u32,
         height: u32,
         rng: &mut SampleRng,
     ) -> Result<RandomCropPlan> {
+        let (th, tw) = self.size();
+        let draw = match self.kind {
+            CropKind::Torch(draw) => draw,
+            CropKind::OrPad { random } => {
+                let crop = if random {
+                    let (top, left) = random_crop_or_pad_offsets(width, height, th, tw, rng);
+                    crop_or_pad(width, height, th, tw, top, left)
+                } else {
+                    center_crop(width, height, th, tw)
+                }
+                .map_err(|e| in_op(self.name(), e))?;
+                return Ok(RandomCropPlan {
+                    pad: crop.padding,
+                    rect: crop.rect,
+                });
+            }
+        };
         let padded = self
             .spec
             .padded_size(width, height)
@@ -296,8 +409,7 @@ impl RandomCropOp {
         if padded.1 < self.spec.height || padded.0 < self.spec.width {
             return Err(too_small(self.size(), (padded.1, padded.0)));
         }
-        self.draw
-            .draw(width, height, rng)
+        draw.draw(width, height, rng)
             .map_err(|e| in_op("RandomCrop", e))
     }
 
@@ -329,9 +441,19 @@ impl RandomCropOp {
         padder: &mut Padder,
         out: &mut RgbImage,
     ) -> Result<()> {
+        let spec = match self.kind {
+            CropKind::Torch(_) => self.spec,
+            CropKind::OrPad { .. } => {
+                let [left, top, right, bottom] = plan.pad;
+                RandomCropSpec {
+                    padding: Some(Padding::ltrb(left, top, right, bottom)),
+                    ..self.spec
+                }
+            }
+        };
         padder
-            .random_crop(src, &self.spec, plan.rect.top, plan.rect.left, out)
-            .map_err(|e| in_op("RandomCrop", e))
+            .random_crop(src, &spec, plan.rect.top, plan.rect.left, out)
+            .map_err(|e| in_op(self.name(), e))
     }
 }
 
@@ -742,7 +864,7 @@ impl GeometricOp {
             GeometricOp::Elastic { .. } => "ElasticTransform",
             GeometricOp::Blur { .. } => "GaussianBlur",
             GeometricOp::Pad { .. } => "Pad",
-            GeometricOp::RandomCrop(_) => "RandomCrop",
+            GeometricOp::RandomCrop(crop) => crop.name(),
             GeometricOp::CenterCrop(_) => "CenterCrop",
             GeometricOp::Resize(_) => "Resize",
             GeometricOp::RandomResizedCrop(crop) => crop.name,
