@@ -248,6 +248,21 @@ def test_keep_ratio_draws_follow_timms_distribution() -> None:
     assert (np.abs(offsets.mean(axis=0) - timm_offsets.mean(axis=0)) < 4 * error).all()
 
 
+def test_keep_ratio_sizes_equal_timms_get_params_without_random_factors() -> None:
+    """With no random factor the size is a function of the image's: timm's ``get_params``
+    (the blend by ``longest``, Python's half-to-even ``round``) on a grid of sizes, ties
+    included (an image of 2.5x the target's side, 1x5 and 5x1 strips)."""
+    sizes = [(w, h) for w in (1, 2, 5, 37, 100, 160, 161, 333, 500) for h in (1, 3, 5, 64, 120, 161, 375)]
+    for target in ((64, 80), (2, 2), (10, 3)):
+        for longest in (0.0, 0.3, 0.5, 1.0):
+            ours = T.ResizeKeepRatio(list(target), longest=longest)
+            timm_op = timm_transforms.ResizeKeepRatio(target, longest=longest)
+            for w, h in sizes:
+                ((rh, rw, *_),) = ours.draw_params(w, h, [0])
+                want = timm_op.get_params(Image.new("RGB", (w, h)), timm_op.size, timm_op.longest)
+                assert [rh, rw] == want, (target, longest, w, h)
+
+
 PROBES = {
     "rkrc": dict(input_size=48, is_training=True, train_crop_mode="rkrc"),
     "rkrr": dict(input_size=48, is_training=True, train_crop_mode="rkrr"),
