@@ -318,6 +318,65 @@ fn op_of(name: &'static str) -> BoxedStrategy<Value> {
                 ],
             )
         }
+        "ResizeKeepRatio" => {
+            let filter = || {
+                prop_oneof![
+                    6 => prop::sample::select(vec![
+                        "nearest", "bilinear", "bicubic", "box", "hamming", "lanczos",
+                    ])
+                    .prop_map(Value::from),
+                    1 => Just(json!("random")),
+                    1 => Just(json!("nearest-exact")),
+                    1 => number(),
+                ]
+            };
+            // Mostly probabilities (so that specs are accepted), sometimes hostile numbers.
+            let unit = || prop_oneof![4 => (0.0f64..=1.0).prop_map(Value::from), 1 => number()];
+            object(
+                name,
+                vec![
+                    ("size", maybe(0.95, size())),
+                    ("longest", maybe(0.5, unit())),
+                    (
+                        "interpolation",
+                        maybe(
+                            0.7,
+                            prop_oneof![
+                                3 => Just(json!("random")),
+                                3 => filter(),
+                                2 => prop::collection::vec(filter(), 0..10).prop_map(Value::from),
+                            ],
+                        ),
+                    ),
+                    ("random_scale_prob", maybe(0.6, unit())),
+                    ("random_scale_range", maybe(0.6, pair())),
+                    ("random_scale_area", flag()),
+                    ("random_aspect_prob", maybe(0.6, unit())),
+                    ("random_aspect_range", maybe(0.6, pair())),
+                ],
+            )
+        }
+        "CenterCropOrPad" | "RandomCropOrPad" => object(
+            name,
+            vec![
+                ("size", maybe(0.95, size())),
+                ("fill", maybe(0.3, prop_oneof![number(), triple()])),
+                (
+                    "padding_mode",
+                    maybe(
+                        0.6,
+                        prop::sample::select(vec![
+                            "constant",
+                            "edge",
+                            "reflect",
+                            "symmetric",
+                            "wrap",
+                        ])
+                        .prop_map(Value::from),
+                    ),
+                ),
+            ],
+        ),
         "Resize" => object(
             name,
             vec![
@@ -825,6 +884,9 @@ fn op() -> impl Strategy<Value = Value> {
         "GaussianBlur",
         "Pad",
         "RandomCrop",
+        "ResizeKeepRatio",
+        "CenterCropOrPad",
+        "RandomCropOrPad",
         "TrivialAugmentWide",
         "RandAugment",
         "AutoAugment",
@@ -867,12 +929,18 @@ fn ops() -> impl Strategy<Value = Vec<Value>> {
             "Resize",
             "CenterCrop",
             "RandomCrop",
+            "ResizeKeepRatio",
+            "ResizeKeepRatio",
+            "CenterCropOrPad",
+            "RandomCropOrPad",
         ]),
         prop::option::weighted(
-            0.3,
+            0.4,
             op_named(&[
                 "CenterCrop",
                 "RandomCrop",
+                "CenterCropOrPad",
+                "RandomCropOrPad",
                 "RandomResizedCrop",
                 "RandomResizedCropAndInterpolation",
             ]),
@@ -903,6 +971,7 @@ fn ops() -> impl Strategy<Value = Vec<Value>> {
                 "ElasticTransform",
                 "GaussianBlur",
                 "Pad",
+                "RandomCropOrPad",
                 "TrivialAugmentWide",
                 "RandAugment",
                 "AutoAugment",
@@ -1065,6 +1134,36 @@ fn structured_specs_are_sometimes_accepted() {
         .filter(|op| op["op"] == "TimmRandomErasing")
         .count();
     assert!(erasing > 0, "no TimmRandomErasing accepted");
+    // timm's keep-ratio resize with its random factors, and the crop-or-pads first and later.
+    let keep_ratio = accepted
+        .iter()
+        .filter_map(|spec| spec["ops"].as_array())
+        .filter(|ops| {
+            ops.first().is_some_and(|op| {
+                op["op"] == "ResizeKeepRatio"
+                    && op["random_scale_prob"].as_f64().is_some_and(|p| p > 0.0)
+            })
+        })
+        .count();
+    assert!(
+        keep_ratio > 0,
+        "no ResizeKeepRatio with a random scale accepted"
+    );
+    for name in ["CenterCropOrPad", "RandomCropOrPad"] {
+        let (first, later) = accepted
+            .iter()
+            .filter_map(|spec| spec["ops"].as_array())
+            .flat_map(|ops| ops.iter().enumerate())
+            .filter(|(_, op)| op["op"] == name)
+            .fold(
+                (0, 0),
+                |(f, l), (i, _)| if i == 0 { (f + 1, l) } else { (f, l + 1) },
+            );
+        assert!(
+            first > 0 && later > 0,
+            "{name} accepted {first} first, {later} later"
+        );
+    }
     // timm's crop with a choice of filters, first (its region decode) and after another op.
     let choices = |at: fn(usize) -> bool| {
         accepted
