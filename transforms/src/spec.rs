@@ -363,12 +363,17 @@ pub enum Op {
     GaussianNoise,
     /// v2's `RandomPhotometricDistort`: its draws and the adjustments applied, one span.
     RandomPhotometricDistort,
+    /// timm's `CenterCropOrPad` where it pads (a window of the image is the fused pass's).
+    CenterCropOrPad,
+    /// timm's `RandomCropOrPad` where it pads (its draw is in `crop_params` when it follows
+    /// the geometry's resize).
+    RandomCropOrPad,
 }
 
 impl Op {
     /// Every op, in declaration order (`op as usize` indexes this array; the loader's
     /// profiler tables rely on it, so new ops go at the end, here and in the enum).
-    pub const ALL: [Op; 41] = [
+    pub const ALL: [Op; 43] = [
         Op::Decode,
         Op::CropParams,
         Op::Crop,
@@ -410,6 +415,8 @@ impl Op {
         Op::RandomChannelPermutation,
         Op::GaussianNoise,
         Op::RandomPhotometricDistort,
+        Op::CenterCropOrPad,
+        Op::RandomCropOrPad,
     ];
 
     /// The name spans and summaries use.
@@ -456,6 +463,8 @@ impl Op {
             Op::RandomChannelPermutation => "RandomChannelPermutation",
             Op::GaussianNoise => "GaussianNoise",
             Op::RandomPhotometricDistort => "RandomPhotometricDistort",
+            Op::CenterCropOrPad => "CenterCropOrPad",
+            Op::RandomCropOrPad => "RandomCropOrPad",
         }
     }
 }
@@ -1603,7 +1612,7 @@ impl Pipeline {
                 // Without padding the window is a crop the fused kernel takes itself.
                 let plain = RandomCropOp::is_plain_crop(&plan);
                 if !plain {
-                    observed(obs, Op::RandomCrop, || {
+                    observed(obs, crop.span(), || {
                         crop.apply(decoded.view(), &plan, padder, resized)
                     })?;
                 }
@@ -1939,7 +1948,7 @@ impl Pipeline {
                     self.random_crop_params(*resize, crop, decoded, stage_b, resizer, rng, obs)?;
                 // Always through the padder here, so the fused path's plain crop is checked
                 // against it.
-                observed(obs, Op::RandomCrop, || {
+                observed(obs, crop.span(), || {
                     crop.apply(decoded.view(), &plan, &mut stage.padder, stage_a)
                 })?;
                 (

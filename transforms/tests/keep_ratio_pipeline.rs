@@ -9,7 +9,7 @@ use ferroloader_transforms::crop::KeepRatioResize;
 use ferroloader_transforms::crop::{crop_or_pad, random_crop_or_pad_offsets, FilterChoice};
 use ferroloader_transforms::resize::Filter;
 use ferroloader_transforms::rng::sample_rng;
-use ferroloader_transforms::spec::{Execution, OpSpec, Pipeline, PipelineSpec};
+use ferroloader_transforms::spec::{Execution, Op, OpSpec, Pipeline, PipelineSpec};
 
 #[path = "support/stage_pipeline.rs"]
 mod stage_pipeline;
@@ -221,5 +221,45 @@ fn keep_ratio_sizes_saturate_and_never_panic() {
         let ((rh, rw), index) = keep.draw(w, h, &mut rng);
         assert_eq!(index, 0);
         let _ = (rh, rw);
+    }
+}
+
+#[test]
+fn the_draws_resize_and_padded_crops_have_their_spans() {
+    let corpus = stage_pipeline::corpus(1);
+    let bytes = &corpus[0].1;
+    let border = vec![
+        op(serde_json::json!({"op": "ResizeKeepRatio", "size": [40, 56], "longest": 1.0})),
+        op(serde_json::json!({"op": "CenterCropOrPad", "size": [40, 56]})),
+        OpSpec::ToTensor,
+    ];
+    let stage = vec![
+        op(serde_json::json!({"op": "Resize", "size": [20, 30]})),
+        op(serde_json::json!({"op": "Grayscale", "num_output_channels": 3})),
+        op(serde_json::json!({"op": "RandomCropOrPad", "size": [40, 56]})),
+        OpSpec::ToTensor,
+    ];
+    for (ops, want) in [
+        (
+            border,
+            [Op::CropParams, Op::Resize, Op::CenterCropOrPad].as_slice(),
+        ),
+        (stage, [Op::RandomCropOrPad].as_slice()),
+    ] {
+        for execution in [Execution::Fused, Execution::OpByOp] {
+            let p =
+                Pipeline::new(PipelineSpec::new(ops.clone()).execution(execution)).expect("plans");
+            let entered: Vec<Op> = stage_pipeline::spans(&p, bytes, SEED)
+                .into_iter()
+                .filter_map(|(enter, op)| enter.then_some(op))
+                .collect();
+            for op in want {
+                assert!(
+                    entered.contains(op),
+                    "{execution:?}: {op:?} not in {entered:?}"
+                );
+            }
+            assert!(!entered.contains(&Op::RandomCrop), "{entered:?}");
+        }
     }
 }

@@ -359,6 +359,15 @@ impl RandomCropOp {
         (self.spec.height, self.spec.width)
     }
 
+    /// The span its padded window runs in.
+    pub(in crate::spec) fn span(&self) -> Op {
+        match self.kind {
+            CropKind::Torch(_) => Op::RandomCrop,
+            CropKind::OrPad { random: false } => Op::CenterCropOrPad,
+            CropKind::OrPad { random: true } => Op::RandomCropOrPad,
+        }
+    }
+
     /// The `(height, width)` of the output for an input of `size`, or the error every sample
     /// of that size would raise (a crop larger than the padded image).
     fn output_size(&self, (h, w): (u32, u32)) -> Result<(u32, u32)> {
@@ -883,7 +892,7 @@ impl GeometricOp {
             GeometricOp::Elastic { .. } => Op::ElasticTransform,
             GeometricOp::Blur { .. } => Op::GaussianBlur,
             GeometricOp::Pad { .. } => Op::Pad,
-            GeometricOp::RandomCrop(_) => Op::RandomCrop,
+            GeometricOp::RandomCrop(crop) => crop.span(),
             GeometricOp::CenterCrop(_) => Op::Crop,
             GeometricOp::Resize(_) | GeometricOp::RandomResizedCrop(_) => Op::Resize,
         }
