@@ -621,7 +621,10 @@ impl WholeResize {
 /// resized) image of any size, its window taken by the fused pass when nothing pads, else
 /// padded into an image of the crop's size first. A `RandomResizedCrop` right after `Resize` is
 /// drawn on the resized image (decoded whole, no region decode), each resize with its own
-/// filter. With none of these first, the images keep their own size (the spec's
+/// filter. timm's `ResizeKeepRatio` standing first resizes the whole image to a size drawn per
+/// sample (with a filter drawn per sample), and the crop after it (`CenterCropOrPad`,
+/// `RandomCropOrPad`, `CenterCrop`, `RandomCrop`) fixes the output size: the same geometry as
+/// `Resize` then `RandomCrop`, the crop-or-pads being crops that pad where the image is short. With none of these first, the images keep their own size (the spec's
 /// `image_size`).
 ///
 /// Random compositions (`RandomApply`, `RandomChoice`, `RandomOrder`) are stage ops over
@@ -731,7 +734,9 @@ fn bad_order(reason: &str) -> Error {
         "ops",
         format!(
             "{reason}; supported: RandomResizedCrop | Resize [CenterCrop | RandomCrop | \
-             RandomResizedCrop] | CenterCrop | RandomCrop (RandomResizedCropAndInterpolation \
+             RandomResizedCrop] | CenterCrop | RandomCrop | ResizeKeepRatio (CenterCropOrPad | \
+             RandomCropOrPad | CenterCrop | RandomCrop) | CenterCropOrPad | RandomCropOrPad \
+             (RandomResizedCropAndInterpolation \
              wherever RandomResizedCrop; or none of them: the images' own \
              size), then any number of RandomHorizontalFlip, pixel ops (ColorJitter, \
              Grayscale, RandomGrayscale, RandomPosterize, RandomSolarize, RandomEqualize, \

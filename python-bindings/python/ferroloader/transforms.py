@@ -6,6 +6,8 @@ flip, to-tensor and normalize fused into one pass per sample). Supported shapes 
     RandomResizedCrop | Resize [CenterCrop | RandomCrop | RandomResizedCrop] | CenterCrop
       | RandomCrop                                            (fixes the output size;
       RandomResizedCropAndInterpolation wherever RandomResizedCrop)
+      | ResizeKeepRatio (CenterCropOrPad | RandomCropOrPad | CenterCrop | RandomCrop)
+      | CenterCropOrPad | RandomCropOrPad                    (timm's)
     RandomHorizontalFlip, pixel ops, policies and geometric ops, any number, any order,
       also inside RandomApply / RandomChoice / RandomOrder (nested at will)
     ToTensor [Normalize]  |  PILToTensor                      (float32 / uint8 output)
