@@ -234,6 +234,15 @@ def test_keep_ratio_draws_follow_timms_distribution() -> None:
     sizes = aspect_only.draw_params(4000, 3000, range(n), seed=4)[:, :2].astype(np.float64)
     log_aspect = np.log((sizes[:, 1] / sizes[:, 0]) / (4000 / 3000))
     assert abs(log_aspect.mean()) < 0.02 and abs(log_aspect.std() - 2 * np.log(2) / np.sqrt(12)) < 0.02
+    # The scale alone, not an area: both sides scale by one uniform factor, at the coin's rate.
+    scale_only = T.ResizeKeepRatio([300, 400], random_scale_prob=0.3, random_scale_range=(0.5, 2.0))
+    sizes = scale_only.draw_params(4000, 3000, range(n), seed=6)[:, :2].astype(np.float64)
+    factor = sizes / [300, 400]
+    assert np.allclose(factor[:, 0], factor[:, 1], atol=3e-3)  # each side rounded
+    scaled = factor[:, 0][np.abs(factor[:, 0] - 1) > 2e-3]
+    assert abs(len(scaled) / n - 0.3) < 0.025
+    assert abs(scaled.mean() - 1.25) < 0.03 and abs(scaled.std() - 1.5 / np.sqrt(12)) < 0.02
+    assert scaled.min() >= 0.5 - 2e-3 and scaled.max() <= 2.0 + 2e-3
     # The filter: timm's random.choice between two.
     share = float((params[:, 2] == ours.filters.index("bicubic")).mean())
     assert abs(share - 0.5) < 0.025
