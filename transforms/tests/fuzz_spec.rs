@@ -981,12 +981,17 @@ fn ops() -> impl Strategy<Value = Vec<Value>> {
                 "TimmAugMix",
             ]),
         ),
+        // A size fixed again after the stage op (`RandomRotation(expand=True)` needs one).
+        prop::option::weighted(
+            0.2,
+            op_named(&["CenterCrop", "CenterCropOrPad", "RandomCropOrPad", "Resize"]),
+        ),
         prop::option::weighted(0.9, op_named(&["ToTensor", "ToDtype", "PILToTensor"])),
         prop::option::weighted(0.5, op_named(&["Normalize"])),
         prop::option::weighted(0.25, op_named(&["TimmRandomErasing", "GaussianNoise"])),
     )
-        .prop_map(|(m, a, b, c, t, k, g, d, e, r)| {
-            [m, Some(a), b, c, t, k, g, d, e, r]
+        .prop_map(|(m, a, b, c, t, k, g, f, d, e, r)| {
+            [m, Some(a), b, c, t, k, g, f, d, e, r]
                 .into_iter()
                 .flatten()
                 .collect()
@@ -1149,6 +1154,12 @@ fn structured_specs_are_sometimes_accepted() {
         keep_ratio > 0,
         "no ResizeKeepRatio with a random scale accepted"
     );
+    let expand = accepted
+        .iter()
+        .flat_map(|spec| spec["ops"].as_array().into_iter().flatten())
+        .filter(|op| op["op"] == "RandomRotation" && op["expand"] == true)
+        .count();
+    assert!(expand > 0, "no RandomRotation(expand=True) accepted");
     for name in ["CenterCropOrPad", "RandomCropOrPad"] {
         let (first, later) = accepted
             .iter()

@@ -1,6 +1,6 @@
 //! timm's `ResizeKeepRatio` followed by a crop that fixes the size (`CenterCropOrPad`,
-//! `RandomCropOrPad`, `CenterCrop`, `RandomCrop`), and the crop-or-pads standing first or
-//! among the stage ops, in planned pipelines on the decode corpus: the fused pass, the staged
+//! `RandomCropOrPad`, `CenterCrop`, `RandomCrop`), the crop-or-pads standing first or
+//! among the stage ops, and `RandomRotation(expand=True)` fixed by a later stage op, in planned pipelines on the decode corpus: the fused pass, the staged
 //! pass (a pixel op after the crop) and the op-by-op execution give the same samples bit for
 //! bit; no allocation once warm; refusals name the op and the argument. Pixels against timm's
 //! own objects: python-bindings/tests/test_timm_rkr.py.
@@ -59,6 +59,13 @@ fn geometries() -> Vec<Vec<OpSpec>> {
     out.push(vec![op(
         serde_json::json!({"op": "CenterCropOrPad", "size": [120, 500]}),
     )]);
+    // `RandomRotation(expand=True)`: a size per angle among the stage ops, fixed by the crop.
+    out.push(vec![
+        op(serde_json::json!({"op": "CenterCrop", "size": 40})),
+        op(serde_json::json!({"op": "RandomRotation", "degrees": 40, "expand": true,
+            "interpolation": "bilinear"})),
+        op(serde_json::json!({"op": "RandomCropOrPad", "size": [44, 52], "padding_mode": "reflect"})),
+    ]);
     out.push(vec![
         op(serde_json::json!({"op": "Resize", "size": [50, 60]})),
         op(serde_json::json!({"op": "Grayscale", "num_output_channels": 3})),
@@ -175,6 +182,48 @@ fn refusals_name_the_op_and_the_argument() {
         let got = error(ops);
         assert!(got.contains(want), "{got:?} lacks {want:?}");
     }
+}
+
+#[test]
+fn an_expanding_rotation_needs_a_fixed_size_after_it_within_the_pixel_limit() {
+    let ops = |middle: serde_json::Value| -> Vec<OpSpec> {
+        vec![
+            op(serde_json::json!({"op": "CenterCrop", "size": 100})),
+            op(serde_json::json!({"op": "RandomRotation", "degrees": 30, "expand": true})),
+            op(middle),
+            op(serde_json::json!({"op": "CenterCrop", "size": 10})),
+            OpSpec::ToTensor,
+        ]
+    };
+    let flip = serde_json::json!({"op": "RandomVerticalFlip"});
+    // 100x100 can expand to at most 202x202 pixels.
+    assert!(Pipeline::new(PipelineSpec::new(ops(flip.clone())).max_pixels(202 * 202)).is_ok());
+    let err = stage_pipeline::plan_error(PipelineSpec::new(ops(flip)).max_pixels(202 * 202 - 1));
+    assert!(err.contains("can make a 202x202 one"), "{err}");
+    for (middle, want) in [
+        (
+            serde_json::json!({"op": "Pad", "padding": 2}),
+            "Pad after RandomRotation(expand=True)",
+        ),
+        (
+            serde_json::json!({"op": "Resize", "size": 8}),
+            "Resize(int) after RandomRotation(expand=True)",
+        ),
+        (
+            serde_json::json!({"op": "GaussianBlur", "kernel_size": 3}),
+            "GaussianBlur after RandomRotation(expand=True)",
+        ),
+    ] {
+        let err = stage_pipeline::plan_error(PipelineSpec::new(ops(middle)));
+        assert!(err.contains(want), "{err}");
+    }
+    let alone = vec![
+        op(serde_json::json!({"op": "CenterCrop", "size": 100})),
+        op(serde_json::json!({"op": "RandomRotation", "degrees": 30, "expand": true})),
+        OpSpec::ToTensor,
+    ];
+    let err = stage_pipeline::plan_error(PipelineSpec::new(alone));
+    assert!(err.contains("its size follows each angle"), "{err}");
 }
 
 #[test]

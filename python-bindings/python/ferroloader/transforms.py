@@ -931,8 +931,11 @@ class RandomVerticalFlip(Transform):
 class RandomRotation(Transform):
     """``RandomRotation(degrees, interpolation=NEAREST, expand=False, center=None, fill=0)``:
     Pillow's ``rotate`` by an angle drawn from ``degrees`` (NEAREST, BILINEAR or BICUBIC, each
-    Pillow's to the bit). ``expand=True`` is refused: the sample's size would depend on its
-    angle."""
+    Pillow's to the bit). ``expand=True``: Pillow's ``rotate(expand=True)``, the output holding
+    the whole rotated image, its size following each angle; a crop or a resize to a fixed size
+    (``CenterCrop``, ``RandomCrop``, ``Resize((h, w))``, ``RandomResizedCrop``, timm's
+    ``CenterCropOrPad``/``RandomCropOrPad``) must follow it (checked when planned), not inside a
+    random composition; on the PIL image only (before ``ToImage``)."""
 
     def __init__(
         self,
@@ -945,12 +948,7 @@ class RandomRotation(Transform):
         op = "RandomRotation"
         self.degrees = _degrees(op, "degrees", degrees)
         self.interpolation = _warp_interpolation(op, interpolation)
-        if expand:
-            raise ValueError(
-                f"{op}: expand=True is not supported: the output size would depend on each "
-                "sample's angle, so samples could not be batched"
-            )
-        self.expand = False
+        self.expand = bool(expand)
         self.center = _center(op, center)
         self.fill = _fill(op, fill)
 
@@ -2129,7 +2127,7 @@ _SUPPORTED = (
     "Normalize, ColorJitter, Grayscale(num_output_channels=3), RandomGrayscale, "
     "RandomPosterize, RandomSolarize, RandomEqualize, RandomAutocontrast, RandomAdjustSharpness, "
     "RandomInvert, JPEG, TrivialAugmentWide, RandAugment, AutoAugment, AugMix, RandomVerticalFlip, "
-    "RandomRotation(expand=False), RandomAffine, RandomPerspective (NEAREST, BILINEAR, BICUBIC; "
+    "RandomRotation, RandomAffine, RandomPerspective (NEAREST, BILINEAR, BICUBIC; "
     "NEAREST, BILINEAR after ToImage/PILToTensor), ElasticTransform (NEAREST, BILINEAR), "
     "GaussianBlur, Pad, RandomCrop, RandomApply, "
     "timm's ResizeKeepRatio, CenterCropOrPad and RandomCropOrPad, "

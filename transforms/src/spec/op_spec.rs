@@ -566,14 +566,17 @@ pub enum OpSpec {
     },
     /// `RandomRotation(degrees, interpolation="nearest", expand=False, center=None, fill=0)`:
     /// Pillow's `Image.rotate` by an angle drawn from `degrees` (a number `d` is `[-d, d]`).
-    /// `expand=True` is refused (the size would depend on the angle). A stage op.
+    /// `expand=True` (on the PIL image only) makes the output hold the whole rotated image, its
+    /// size following each angle: an op fixing the size (a crop, a resize to a pair, a random
+    /// resized crop, timm's crop-or-pads) must follow it among the stage ops, not inside a
+    /// random composition. A stage op.
     RandomRotation {
         /// A non-negative number `d` (`[-d, d]`) or a `[min, max]` pair, in degrees.
         degrees: NumberOrRange,
         /// Default `nearest`.
         #[serde(default)]
         interpolation: WarpInterpolation,
-        /// Default `false`; `true` is refused.
+        /// Default `false`.
         #[serde(default)]
         expand: bool,
         /// `[x, y]` in pixels; default the image centre.

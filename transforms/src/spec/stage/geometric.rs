@@ -19,7 +19,9 @@
 //! sample causes.
 //!
 //! An op that cannot work in place writes [`StageScratch::spare`] and swaps it with the staging
-//! image. Must not allocate per sample once warm, nor let the output size depend on a draw.
+//! image. Must not allocate per sample once warm, nor let the stage's output size depend on a
+//! draw: `RandomRotation(expand=True)`'s does, so the plan requires an op after it that fixes the
+//! size ([`GeometricOp::output_size_per_sample`]).
 
 use super::{check_p, in_op, tensor_fill, tensor_interpolation, Domain, StageScratch};
 use crate::augment::augmix::TensorWarp;
@@ -41,7 +43,7 @@ use crate::image::{CropRect, RgbImage, RgbView};
 use crate::resize::{Filter, Resizer};
 use crate::rng::SampleRng;
 use crate::spec::{
-    no_antialias, Fill, KernelSize, NumberOrRange, Op, OpSpec, PadMode, PaddingArg, Shear,
+    no_antialias, Fill, KernelSize, NumberOrRange, Op, OpSpec, PadMode, PaddingArg, Shear, Size,
     TimmInterpolation, WholeResize,
 };
 
@@ -56,6 +58,9 @@ pub(in crate::spec) enum GeometricOp {
         center: Option<[f64; 2]>,
         interpolation: Interpolation,
         fill: [u8; 3],
+        /// Pillow's `expand=True`: the output holds the whole rotated image, its size
+        /// following each angle (a later op of the stage fixes the sample's).
+        expand: bool,
     },
     Affine {
         params: RandomAffine,
@@ -497,6 +502,18 @@ fn stage_resizer() -> Resizer {
     resizer
 }
 
+/// `RandomRotation(expand=True)` with no op after it that fixes the size, or inside a random
+/// composition (whose output size must not depend on a draw).
+pub(super) fn expand_needs_a_fixed_size() -> Error {
+    Error::invalid(
+        "expand",
+        "RandomRotation(expand=True): its size follows each angle and image, so a crop or a \
+         resize to a fixed size (CenterCrop, RandomCrop, Resize((h, w)), RandomResizedCrop, \
+         CenterCropOrPad, RandomCropOrPad) must follow it among the stage ops (not inside \
+         RandomApply, RandomChoice or RandomOrder)",
+    )
+}
+
 /// torchvision's `ValueError` for a crop larger than the (padded) image, sizes as `(h, w)`.
 fn too_small((th, tw): (u32, u32), (h, w): (u32, u32)) -> Error {
     Error::invalid(
@@ -630,6 +647,16 @@ impl GeometricOp {
             single_tensor_warp(name, interpolation, fill, api, domain.one_channel)
         };
         Ok(match (planned, op) {
+            (Some(GeometricOp::Rotation { expand: true, .. }), _) => {
+                return Err(in_op(
+                    "RandomRotation",
+                    Error::invalid(
+                        "expand",
+                        "true on an image tensor (after ToImage) is not supported: torch's \
+                         kernel sizes it otherwise; rotate the PIL image (before ToImage)",
+                    ),
+                ))
+            }
             (
                 Some(GeometricOp::Rotation { angle, center, .. }),
                 OpSpec::RandomRotation {
@@ -682,19 +709,12 @@ impl GeometricOp {
                 center,
                 fill,
             } => (|| {
-                if *expand {
-                    return Err(Error::invalid(
-                        "expand",
-                        "true is not supported: the output size would depend on each sample's \
-                         angle, so samples could not be batched (crop or resize after it in \
-                         Python, or keep expand=False)",
-                    ));
-                }
                 Ok(GeometricOp::Rotation {
                     angle: angle_range(*degrees)?,
                     center: check_center(*center)?,
                     interpolation: *interpolation,
                     fill: fill.rgb()?,
+                    expand: *expand,
                 })
             })()
             .map_err(|e| in_op("RandomRotation", e))?,
@@ -817,11 +837,57 @@ impl GeometricOp {
         }))
     }
 
+    /// Whether its output's size follows each sample's draw (`RandomRotation(expand=True)`).
+    pub(super) fn sizes_per_sample(&self) -> bool {
+        matches!(self, GeometricOp::Rotation { expand: true, .. })
+    }
+
+    /// The `(height, width)` this op leaves for an input whose size is known only per sample:
+    /// `Some` for the ops that fix it (a crop, a resize to a pair, a random resized crop),
+    /// `None` for those that keep it (the warps and flips); an error for the ops whose checks
+    /// need the input's size when planned or that grow it (blur, elastic, padding,
+    /// `Resize(int)`).
+    pub(super) fn output_size_per_sample(&self) -> Result<Option<(u32, u32)>> {
+        match self {
+            GeometricOp::CenterCrop(size) => Ok(Some(*size)),
+            GeometricOp::RandomCrop(crop) => Ok(Some(crop.size())),
+            GeometricOp::RandomResizedCrop(crop) => Ok(Some(crop.size())),
+            GeometricOp::Resize(resize) => match resize.size {
+                Size::Pair([h, w]) => Ok(Some((h, w))),
+                Size::Int(_) => Err(Error::invalid(
+                    "ops",
+                    "Resize(int) after RandomRotation(expand=True) makes a size that follows each \
+                     angle: give Resize (height, width), or crop first",
+                )),
+            },
+            GeometricOp::VFlip { .. }
+            | GeometricOp::Rotation { .. }
+            | GeometricOp::Affine { .. }
+            | GeometricOp::Perspective { .. }
+            | GeometricOp::TensorRotation { .. }
+            | GeometricOp::TensorAffine { .. }
+            | GeometricOp::TensorPerspective { .. } => Ok(None),
+            // Blur and Elastic check the size; Pad and Resize(int) grow it past the bound the
+            // plan checks against the pixel limit.
+            GeometricOp::Elastic { .. } | GeometricOp::Blur { .. } | GeometricOp::Pad { .. } => {
+                Err(Error::invalid(
+                    "ops",
+                    format!(
+                    "{} after RandomRotation(expand=True) needs the image's size when planned: \
+                     put it after the crop or resize that fixes the size",
+                    self.name()
+                ),
+                ))
+            }
+        }
+    }
+
     /// The `(height, width)` this op leaves for an input of `size`; an error where every
     /// sample of that size would fail (a crop or blur kernel larger than the image).
     pub(super) fn output_size(&self, size: (u32, u32)) -> Result<(u32, u32)> {
         let (h, w) = size;
         match self {
+            GeometricOp::Rotation { expand: true, .. } => Err(expand_needs_a_fixed_size()),
             GeometricOp::VFlip { .. }
             | GeometricOp::Rotation { .. }
             | GeometricOp::Affine { .. }
@@ -920,13 +986,14 @@ impl GeometricOp {
                 center,
                 interpolation,
                 fill,
+                expand,
             } => {
                 let angle = angle.draw(rng);
                 scratch.warp.rotate(
                     img.view(),
                     angle,
                     *center,
-                    false,
+                    *expand,
                     *interpolation,
                     *fill,
                     &mut scratch.spare,
