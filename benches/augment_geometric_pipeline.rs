@@ -4,7 +4,9 @@
 //! its median minus the baseline's; compare within one run, not across machines.
 //!
 //! Also `RandomCrop(224, padding=4)` as the first op (padded window into the staging image)
-//! against `CenterCrop(224)` first (a plain crop in the fused pass).
+//! against `CenterCrop(224)` first (a plain crop in the fused pass); and timm's keep-ratio
+//! geometries (`create_transform`'s `rkrc`, `rkrr` and `border` pipelines, to a 224x224 float
+//! sample, normalized) against torchvision's `Resize(256), CenterCrop(224)`.
 
 use std::hint::black_box;
 
@@ -13,7 +15,7 @@ use ferroloader::transforms::fused::OutputSlot;
 use ferroloader::transforms::rng::sample_rng;
 use ferroloader::transforms::spec::{
     Fill, KernelSize, NumberOrRange, OpSpec, PadMode, PaddingArg, Pipeline, PipelineSpec, Shear,
-    Size, WarpInterpolation,
+    Size, WarpInterpolation, IMAGENET_MEAN, IMAGENET_STD,
 };
 
 #[path = "../tests/support/fixtures.rs"]
@@ -147,5 +149,79 @@ fn bench(c: &mut Criterion) {
     }
 }
 
-criterion_group!(benches, bench);
+/// `create_transform(224, ...)`'s geometries as specs, then `ToTensor`, `Normalize`: the
+/// torchvision eval baseline, `train_crop_mode="rkrc"`/`"rkrr"` (interpolation `"random"`,
+/// timm's scale and ratio defaults for them) and `crop_mode="border"` (256 for 224, the mean fill).
+fn keep_ratio_pipelines() -> Vec<(&'static str, Vec<OpSpec>)> {
+    let parse = |v: serde_json::Value| -> OpSpec { serde_json::from_value(v).expect("an op") };
+    let rkr = || {
+        parse(
+            serde_json::json!({"op": "ResizeKeepRatio", "size": [224, 224],
+            "interpolation": "random", "random_scale_prob": 0.5, "random_scale_range": [0.8, 1.0],
+            "random_scale_area": true, "random_aspect_prob": 0.5,
+            "random_aspect_range": [0.9, 1.0 / 0.9]}),
+        )
+    };
+    let tail = || {
+        vec![
+            OpSpec::ToTensor,
+            OpSpec::Normalize {
+                mean: IMAGENET_MEAN,
+                std: IMAGENET_STD,
+            },
+        ]
+    };
+    let with_tail = |mut ops: Vec<OpSpec>| {
+        ops.extend(tail());
+        ops
+    };
+    vec![
+        (
+            "Resize256_CenterCrop224",
+            with_tail(vec![
+                parse(serde_json::json!({"op": "Resize", "size": 256})),
+                center_crop(),
+            ]),
+        ),
+        (
+            "rkrc",
+            with_tail(vec![
+                rkr(),
+                parse(serde_json::json!({"op": "CenterCropOrPad", "size": 224,
+                    "padding_mode": "reflect"})),
+                OpSpec::RandomHorizontalFlip { p: 0.5 },
+            ]),
+        ),
+        (
+            "rkrr",
+            with_tail(vec![
+                rkr(),
+                parse(serde_json::json!({"op": "RandomCropOrPad", "size": 224,
+                    "padding_mode": "reflect"})),
+                OpSpec::RandomHorizontalFlip { p: 0.5 },
+            ]),
+        ),
+        (
+            "border",
+            with_tail(vec![
+                parse(
+                    serde_json::json!({"op": "ResizeKeepRatio", "size": [256, 256],
+                    "longest": 1.0}),
+                ),
+                parse(serde_json::json!({"op": "CenterCropOrPad", "size": 224,
+                    "fill": [124, 116, 104]})),
+            ]),
+        ),
+    ]
+}
+
+fn bench_keep_ratio(c: &mut Criterion) {
+    let dir = fixtures::fixture_dir("decode", "make fixtures");
+    let bytes = std::fs::read(dir.join("jpeg_imagenet_like.jpg")).expect("fixture");
+    for (name, ops) in keep_ratio_pipelines() {
+        run(c, "timm_keep_ratio_224", name, ops, &bytes);
+    }
+}
+
+criterion_group!(benches, bench, bench_keep_ratio);
 criterion_main!(benches);

@@ -66,6 +66,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(profile::now_ns, m)?)?;
     m.add_function(wrap_pyfunction!(at_exit::end_epochs_at_exit, m)?)?;
     m.add_function(wrap_pyfunction!(ops::random_resized_crop_params, m)?)?;
+    m.add_function(wrap_pyfunction!(ops::resize_keep_ratio_params, m)?)?;
     m.add_function(wrap_pyfunction!(ops::resized_crop, m)?)?;
     m.add_function(wrap_pyfunction!(ops::augmix_apply, m)?)?;
     m.add_function(wrap_pyfunction!(ops::elastic_apply, m)?)?;

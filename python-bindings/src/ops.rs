@@ -89,6 +89,83 @@ pub(crate) fn random_resized_crop_params<'py>(
     Ok(out.into_pyarray(py).into_any())
 }
 
+/// What the loader draws for samples `indices` of a `width` x `height` image through timm's
+/// `ResizeKeepRatio` (`resize`: the JSON of one such op; none: the image keeps its size), then
+/// a `RandomCropOrPad` of `crop_size` = `(h, w)` (none: no crop draw, as `CenterCropOrPad`),
+/// then the flip coin when `flip_p > 0`: an int64 array `[n, 6]` of `(height, width, filter,
+/// top, left, flipped)`, the resized size (timm's `get_params`), the index of the filter drawn
+/// in the op's list (0 with one), and timm's signed offsets (`get_params` of
+/// `RandomCropOrPad`; 0 without one). The pipeline's draws in its order, with its functions.
+#[pyfunction]
+#[pyo3(signature = (
+    width, height, indices, *, seed = 0, epoch = 0, resize = None, crop_size = None,
+    flip_p = 0.0
+))]
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn resize_keep_ratio_params<'py>(
+    py: Python<'py>,
+    width: u32,
+    height: u32,
+    indices: Vec<u64>,
+    seed: u64,
+    epoch: u64,
+    resize: Option<&str>,
+    crop_size: Option<(u32, u32)>,
+    flip_p: f64,
+) -> PyResult<Bound<'py, PyAny>> {
+    use ferroloader_loader::transforms::crop::random_crop_or_pad_offsets;
+    use ferroloader_loader::transforms::spec::{plan_resize_keep_ratio, OpSpec};
+
+    let keep = resize
+        .map(|json| {
+            let op: OpSpec = serde_json::from_str(json)
+                .map_err(|e| PyValueError::new_err(format!("resize: {e}")))?;
+            plan_resize_keep_ratio(&op)
+                .map_err(|e| transform_config_error("resize", &e))?
+                .ok_or_else(|| PyValueError::new_err("resize: not a ResizeKeepRatio op"))
+        })
+        .transpose()?;
+    if !(0.0..=1.0).contains(&flip_p) {
+        return Err(PyValueError::new_err(format!(
+            "flip_p: {flip_p} is not a probability in [0, 1]"
+        )));
+    }
+    if crop_size.is_some_and(|(h, w)| h == 0 || w == 0) {
+        return Err(PyValueError::new_err(
+            "crop_size: both sides must be positive",
+        ));
+    }
+    let mut out = Array2::<i64>::zeros((indices.len(), 6));
+    for (row, &index) in out.rows_mut().into_iter().zip(&indices) {
+        let mut rng = sample_rng(seed, epoch, index);
+        let ((h, w), filter) = match &keep {
+            Some(keep) => keep.draw(width, height, &mut rng),
+            None => ((u64::from(height), u64::from(width)), 0),
+        };
+        let (top, left) = match crop_size {
+            Some((ch, cw)) => {
+                let side = |v: u64| u32::try_from(v).unwrap_or(u32::MAX);
+                random_crop_or_pad_offsets(side(w), side(h), ch, cw, &mut rng)
+            }
+            None => (0, 0),
+        };
+        let flipped = flip_p > 0.0 && draw_flip(&mut rng, flip_p);
+        let side = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
+        let values = [
+            side(h),
+            side(w),
+            filter as i64,
+            top,
+            left,
+            i64::from(flipped),
+        ];
+        for (cell, v) in row.into_iter().zip(values) {
+            *cell = v;
+        }
+    }
+    Ok(out.into_pyarray(py).into_any())
+}
+
 /// The resize filter `name` names, or a `ValueError` naming `interpolation`.
 fn filter_named(name: &str) -> PyResult<Filter> {
     Filter::ALL

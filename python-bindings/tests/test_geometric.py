@@ -266,8 +266,10 @@ def test_from_torchvision_converts_v1_and_v2_alike() -> None:
 
 
 def test_unsupported_geometric_arguments_are_refused_by_name() -> None:
-    with pytest.raises(ValueError, match="expand=True"):
-        T.from_torchvision(tvT.Compose([tvT.CenterCrop(8), tvT.RandomRotation(10, expand=True)]))
+    # expand=True converts; with no op after it that fixes the size the plan refuses it.
+    expanded = T.from_torchvision(tvT.Compose([tvT.CenterCrop(8), tvT.RandomRotation(10, expand=True), tvT.ToTensor()]))
+    with pytest.raises(ValueError, match=r"RandomRotation\(expand=True\): its size follows each angle"):
+        T.check(expanded)
     with pytest.raises(ValueError, match="v2 RandomCrop"):
         T.from_torchvision(v2.RandomCrop(8, padding=1, pad_if_needed=True, padding_mode="reflect"))
     # Pillow's transform has three filters: the others are refused, naming the parameter.
@@ -629,3 +631,48 @@ def test_random_bicubic_warps_run_natively_and_whatever_the_worker_count(folder:
     assert zero.shape[1:] == (3, 40, 40)
     assert torch.equal(zero, run(2))
     assert not torch.equal(zero, run(2, seed=6))
+
+
+def _expanding(tv: Any) -> List[List[Any]]:
+    """``RandomRotation(expand=True)`` with fixed angles (the general matrix path, Pillow's
+    quarter-turn transposes, a centre, every filter), each followed by an op that fixes the
+    size: a centre crop larger and smaller than the expanded image, a resize to a pair, timm's
+    crop-or-pad."""
+    timm_transforms = pytest.importorskip("timm.data.transforms")
+    return [
+        [tv.CenterCrop(48), tv.RandomRotation((30, 30), expand=True, fill=[10, 20, 300]), tv.CenterCrop(60),
+         tv.PILToTensor()],
+        [tv.CenterCrop(48), tv.RandomRotation((-45, -45), interpolation=BILINEAR, expand=True, center=[10, 20.5]),
+         tv.RandomRotation((90, 90), expand=True), tv.CenterCrop(40), tv.PILToTensor()],
+        [tv.CenterCrop(50), tv.RandomRotation((100, 100), interpolation=BICUBIC, expand=True, fill=99),
+         tv.Resize((40, 52)), tv.PILToTensor()],
+        [tv.CenterCrop(40), tv.RandomRotation((-170, -170), interpolation=BILINEAR, expand=True),
+         timm_transforms.CenterCropOrPad(64, padding_mode="reflect"), tv.PILToTensor()],
+    ]
+
+
+@pytest.mark.parametrize("case", range(4))
+@pytest.mark.parametrize("tv", [tvT, v2], ids=["v1", "v2"])
+def test_rotation_with_expand_matches_torchvision_on_pil_exactly(folder: Path, tv: Any, case: int) -> None:
+    tv_transform = tv.Compose(_expanding(tv)[case])
+    loader = fl.Loader(
+        fl.ImageFolder(folder), batch_size=5, num_workers=0, transform=tv_transform, output="uint8",
+        python_tail="error",
+    )
+    _assert_epoch_is_torchvisions(folder, tv_transform, loader)
+
+
+def test_rotation_with_expand_is_worker_independent_and_refused_where_it_cannot_run(folder: Path) -> None:
+    transform = T.Compose([T.CenterCrop(48), T.RandomRotation(40, expand=True, interpolation="bilinear"),
+                           T.CenterCrop(50), T.ToTensor()])
+    runs = [[x for x, _ in fl.Loader(fl.ImageFolder(folder), batch_size=4, num_workers=w, transform=transform,
+                                     tensor_type="torch")] for w in (0, 2)]
+    assert all(torch.equal(a, b) for a, b in zip(*runs))
+    # Inside a random composition, with a size-checking op before the crop, or on a tensor.
+    for ops in (
+        [T.CenterCrop(48), T.RandomApply([T.RandomRotation(10, expand=True)]), T.CenterCrop(40), T.ToTensor()],
+        [T.CenterCrop(48), T.RandomRotation(10, expand=True), T.GaussianBlur(3), T.CenterCrop(40), T.ToTensor()],
+        [T.CenterCrop(48), T.ToImage(), T.RandomRotation(10, expand=True), T.CenterCrop(40), T.ToTensor()],
+    ):
+        with pytest.raises(ValueError, match="expand"):
+            T.check(T.Compose(ops))

@@ -262,6 +262,7 @@ def test_op_names_map_to_one_stage() -> None:
     assert report.stage_of("ToTensor") == report.stage_of("to_tensor")
     # An eval pipeline, and v2's spelling of the conversion, pair with the native ops.
     assert report.stage_of("Resize") == report.stage_of("CenterCrop") == "crop"
+    assert report.stage_of("ResizeKeepRatio") == report.stage_of("RandomResizedCropAndInterpolation") == "crop"
     assert report.stage_of("ToImage") == report.stage_of("ToDtype") == "to_tensor"
     assert report.stage_of("my_custom_op") == "my_custom_op"
     assert report.ratio(3.0, 1.0) == "3.0×" and report.ratio(1.0, 0.0) == "–"

@@ -318,6 +318,213 @@ pub fn center_crop(width: u32, height: u32, out_h: u32, out_w: u32) -> Result<Ce
     })
 }
 
+/// timm's `crop_or_pad(img, top, left, height, width)` on a `width` x `height` image, as a
+/// padding and a window in the padded image: an axis shorter than the window is padded by
+/// `-offset` before (the offset is at most 0) and by what the window still lacks after (its
+/// window then starts at 0); a longer one is cropped at the offset. Offsets are what
+/// [`random_crop_or_pad_offsets`] draws (`|offset| <= |side - out|`, the sign of
+/// `side - out`); others are refused, not padded past. Errors on an empty size.
+pub fn crop_or_pad(
+    width: u32,
+    height: u32,
+    out_h: u32,
+    out_w: u32,
+    top: i64,
+    left: i64,
+) -> Result<CenterCrop> {
+    if out_h == 0 || out_w == 0 || width == 0 || height == 0 {
+        return Err(Error::invalid(
+            "size",
+            format!("crop or pad of a {width}x{height} image to {out_h}x{out_w}: no side may be 0"),
+        ));
+    }
+    // (pad before, pad after, window start) of one axis, timm's formulas: the padding reaches
+    // from the offset to the side's start and from the side's end to the window's end.
+    let axis = |side: u32, out: u32, offset: i64| -> Result<(u32, u32, u32)> {
+        let (side, out) = (i64::from(side), i64::from(out));
+        let end = offset + out;
+        let fits = if side >= out {
+            (0..=side - out).contains(&offset)
+        } else {
+            (side - out..=0).contains(&offset)
+        };
+        if !fits {
+            return Err(Error::invalid(
+                "size",
+                format!("offset {offset} of a {out} window on a side of {side}: out of reach"),
+            ));
+        }
+        let before = (-offset + end.min(0)).max(0);
+        let after = (end - side.max(offset)).max(0);
+        // Each lies in 0..=out (the offset is in reach), a u32.
+        Ok((
+            to_u32_exact(before),
+            to_u32_exact(after),
+            to_u32_exact(offset.max(0)),
+        ))
+    };
+    let (pad_top, pad_bottom, top) = axis(height, out_h, top)?;
+    let (pad_left, pad_right, left) = axis(width, out_w, left)?;
+    Ok(CenterCrop {
+        padding: [pad_left, pad_top, pad_right, pad_bottom],
+        rect: CropRect {
+            top,
+            left,
+            height: out_h,
+            width: out_w,
+        },
+    })
+}
+
+/// A value the caller bounded to `0..=u32::MAX`.
+fn to_u32_exact(v: i64) -> u32 {
+    u32::try_from(v).unwrap_or(u32::MAX)
+}
+
+/// timm's `RandomCropOrPad.get_params` on a `width` x `height` image for an `out_h` x `out_w`
+/// window: per axis, rows first, `copysign(randint(0, |delta|), delta)` with `delta = side -
+/// out`, so `(top, left)` for [`crop_or_pad`]. Both draws are made whatever the sizes
+/// (`randint(0, 0)` draws too, as Python's does).
+pub fn random_crop_or_pad_offsets<D: TorchDraws + ?Sized>(
+    width: u32,
+    height: u32,
+    out_h: u32,
+    out_w: u32,
+    draws: &mut D,
+) -> (i64, i64) {
+    let mut offset = |side: u32, out: u32| {
+        let delta = i64::from(side) - i64::from(out);
+        // |delta| < 2^32 - 1 for a side and a window of at least 1: the range fits a u32.
+        let high = u32::try_from(delta.unsigned_abs() + 1).unwrap_or(u32::MAX);
+        let v = i64::from(draws.randint(high));
+        if delta < 0 {
+            -v
+        } else {
+            v
+        }
+    };
+    let top = offset(height, out_h);
+    let left = offset(width, out_w);
+    (top, left)
+}
+
+/// timm's `ResizeKeepRatio` (`timm.data.transforms`), its `get_params` and its filter choice:
+/// the size a sample of a given image is resized to, drawn as timm draws it.
+///
+/// Invariant: `size` positive, `longest` in `[0, 1]`, probabilities in `[0, 1]`, finite ranges
+/// with `min <= max`, the scale range positive when `scale_area` (its `1 / sqrt`) and the
+/// aspect range positive (its logs).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct KeepRatioResize {
+    size: (u32, u32),
+    longest: f64,
+    filters: FilterChoice,
+    scale_prob: f64,
+    scale_range: (f64, f64),
+    scale_area: bool,
+    aspect_prob: f64,
+    aspect_range: (f64, f64),
+}
+
+impl KeepRatioResize {
+    /// Checks the arguments (errors name them); `size` is `(height, width)`.
+    #[allow(clippy::too_many_arguments)]
+    pub fn new(
+        size: (u32, u32),
+        longest: f64,
+        filters: FilterChoice,
+        scale_prob: f64,
+        scale_range: (f64, f64),
+        scale_area: bool,
+        aspect_prob: f64,
+        aspect_range: (f64, f64),
+    ) -> Result<Self> {
+        if size.0 == 0 || size.1 == 0 {
+            return Err(Error::invalid(
+                "size",
+                format!("{}x{} must be positive", size.0, size.1),
+            ));
+        }
+        let unit = |name: &'static str, v: f64| {
+            if (0.0..=1.0).contains(&v) {
+                Ok(())
+            } else {
+                Err(Error::invalid(name, format!("{v} must lie in [0, 1]")))
+            }
+        };
+        unit("longest", longest)?;
+        unit("random_scale_prob", scale_prob)?;
+        unit("random_aspect_prob", aspect_prob)?;
+        let range = |name: &'static str, (lo, hi): (f64, f64), positive: bool| {
+            if !(lo.is_finite() && hi.is_finite() && lo <= hi) || (positive && lo <= 0.0) {
+                let need = if positive { "positive " } else { "" };
+                return Err(Error::invalid(
+                    name,
+                    format!("({lo}, {hi}) must be {need}finite (min, max)"),
+                ));
+            }
+            Ok(())
+        };
+        range("random_scale_range", scale_range, scale_area)?;
+        range("random_aspect_range", aspect_range, true)?;
+        Ok(KeepRatioResize {
+            size,
+            longest,
+            filters,
+            scale_prob,
+            scale_range,
+            scale_area,
+            aspect_prob,
+            aspect_range,
+        })
+    }
+
+    /// The filters a sample chooses among (one: no draw).
+    pub fn filters(&self) -> FilterChoice {
+        self.filters
+    }
+
+    /// The sample's draws for a `width` x `height` image, in timm's order: the scale coin and
+    /// factor (`random.uniform`), the aspect coin and log-uniform factor (only drawn where the
+    /// probability is positive), then the filter (`random.choice`, with a choice). Returns
+    /// `(height, width)` as timm's `round(side * factor / ratio)` (half to even), and the
+    /// filter's index in [`KeepRatioResize::filters`].
+    ///
+    /// The size may be 0 or past `u32` for extreme images: the caller refuses it (Pillow would
+    /// refuse to resize to it). Saturates, never wraps.
+    pub fn draw<D: TorchDraws + ?Sized>(
+        &self,
+        width: u32,
+        height: u32,
+        draws: &mut D,
+    ) -> ((u64, u64), usize) {
+        let (img_h, img_w) = (f64::from(height), f64::from(width));
+        let ratio_h = img_h / f64::from(self.size.0);
+        let ratio_w = img_w / f64::from(self.size.1);
+        let ratio =
+            ratio_h.max(ratio_w) * self.longest + ratio_h.min(ratio_w) * (1.0 - self.longest);
+        let uniform = |(a, b): (f64, f64), draws: &mut D| a + (b - a) * draws.py_random();
+        let mut factor = (1.0, 1.0);
+        if self.scale_prob > 0.0 && draws.py_random() < self.scale_prob {
+            let mut f = uniform(self.scale_range, draws);
+            if self.scale_area {
+                f = 1.0 / f.sqrt();
+            }
+            factor = (f, f);
+        }
+        if self.aspect_prob > 0.0 && draws.py_random() < self.aspect_prob {
+            let logs = (self.aspect_range.0.ln(), self.aspect_range.1.ln());
+            let aspect = uniform(logs, draws).exp().sqrt();
+            factor = (factor.0 / aspect, factor.1 * aspect);
+        }
+        // Python's `round` of a float gives an int: negative and non-finite never arise from
+        // positive sizes and factors, and `as` saturates the rest.
+        let side = |x: f64, f: f64| py_round(x * f / ratio).max(0.0) as u64;
+        let size = (side(img_h, factor.0), side(img_w, factor.1));
+        (size, self.filters.draw_index(draws))
+    }
+}
+
 /// The window of [`center_crop`] where the crop fits the image; [`Error::InvalidArgument`]
 /// where torchvision would pad (the callers that pad use [`center_crop`]).
 pub fn center_crop_rect(width: u32, height: u32, out_h: u32, out_w: u32) -> Result<CropRect> {

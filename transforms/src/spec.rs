@@ -10,7 +10,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::augment::geometry::Padder;
 use crate::augment::policy::RandomCropPlan;
-use crate::crop::center_crop;
+use crate::crop::{center_crop, KeepRatioResize};
 use crate::decode::{DecodeContext, DecodeOptions, Decoder};
 use crate::error::{Error, Result};
 use crate::fused::{self, FusedKernel, OutputKind, OutputSlot};
@@ -33,6 +33,13 @@ pub use tensor_op::{
     GaussianNoise,
 };
 use tensor_op::{SlotState, TensorOp};
+
+/// timm's `ResizeKeepRatio` as the plan checks it (errors name the argument), for drawing a
+/// sample's size outside a pipeline (the Python bindings' parity hooks); `Ok(None)`: `op` is
+/// not one.
+pub fn plan_resize_keep_ratio(op: &OpSpec) -> Result<Option<KeepRatioResize>> {
+    stage::plan_keep_ratio(op)
+}
 
 /// Element type of the samples written into batch buffers.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -162,9 +169,9 @@ impl PipelineSpec {
         let mut flat = Vec::with_capacity(self.ops.len());
         flatten_compose(&self.ops, &mut flat);
         flat.retain(|op| !is_marker(op));
-        !flat
-            .first()
-            .is_some_and(|op| matches!(op, OpSpec::Resize { .. }) || is_crop(op))
+        !flat.first().is_some_and(|op| {
+            matches!(op, OpSpec::Resize { .. } | OpSpec::ResizeKeepRatio { .. }) || is_crop(op)
+        })
     }
 
     /// Whether the samples' size follows the images' own, so that [`PipelineSpec::image_size`]
@@ -179,7 +186,7 @@ impl PipelineSpec {
             [OpSpec::Resize {
                 size: Size::Int(_), ..
             }, rest @ ..] => !rest.first().is_some_and(|op| is_crop(op)),
-            [OpSpec::Resize { .. }, ..] => false,
+            [OpSpec::Resize { .. } | OpSpec::ResizeKeepRatio { .. }, ..] => false,
             [first, ..] => !is_crop(first),
             [] => true,
         }
@@ -377,12 +384,17 @@ pub enum Op {
     GaussianNoise,
     /// v2's `RandomPhotometricDistort`: its draws and the adjustments applied, one span.
     RandomPhotometricDistort,
+    /// timm's `CenterCropOrPad` where it pads (a window of the image is the fused pass's).
+    CenterCropOrPad,
+    /// timm's `RandomCropOrPad` where it pads (its draw is in `crop_params` when it follows
+    /// the geometry's resize).
+    RandomCropOrPad,
 }
 
 impl Op {
     /// Every op, in declaration order (`op as usize` indexes this array; the loader's
     /// profiler tables rely on it, so new ops go at the end, here and in the enum).
-    pub const ALL: [Op; 41] = [
+    pub const ALL: [Op; 43] = [
         Op::Decode,
         Op::CropParams,
         Op::Crop,
@@ -424,6 +436,8 @@ impl Op {
         Op::RandomChannelPermutation,
         Op::GaussianNoise,
         Op::RandomPhotometricDistort,
+        Op::CenterCropOrPad,
+        Op::RandomCropOrPad,
     ];
 
     /// The name spans and summaries use.
@@ -470,6 +484,8 @@ impl Op {
             Op::RandomChannelPermutation => "RandomChannelPermutation",
             Op::GaussianNoise => "GaussianNoise",
             Op::RandomPhotometricDistort => "RandomPhotometricDistort",
+            Op::CenterCropOrPad => "CenterCropOrPad",
+            Op::RandomCropOrPad => "RandomCropOrPad",
         }
     }
 }
@@ -545,10 +561,11 @@ enum Geometry {
     },
     /// Center crop of the source at its own resolution.
     CenterCrop((u32, u32)),
-    /// `RandomCrop` of the decoded image of any size (after `Resize` when `resize` is set),
-    /// padded as it says; the crop's size is the output's.
+    /// `RandomCrop` (or timm's `CenterCropOrPad`, `RandomCropOrPad`) of the decoded image of
+    /// any size (after `Resize` or timm's `ResizeKeepRatio` when `resize` is set), padded as it
+    /// says; the crop's size is the output's.
     RandomCrop {
-        resize: Option<WholeResize>,
+        resize: Option<FirstResize>,
         crop: RandomCropOp,
     },
     /// The decoded image as it is, which must be `(height, width)` (the spec's `image_size`).
@@ -559,6 +576,14 @@ enum Geometry {
         resize: WholeResize,
         rrc: ResizedCropOp,
     },
+}
+
+/// The whole-image resize a [`Geometry::RandomCrop`] starts with: torchvision's `Resize`, or
+/// timm's `ResizeKeepRatio` (its size and filter drawn per sample, before the crop's draw).
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum FirstResize {
+    Whole(WholeResize),
+    KeepRatio(KeepRatioResize),
 }
 
 /// A `Resize` of the whole image, checked: in the geometry (where a later op may resample
@@ -617,7 +642,10 @@ impl WholeResize {
 /// resized) image of any size, its window taken by the fused pass when nothing pads, else
 /// padded into an image of the crop's size first. A `RandomResizedCrop` right after `Resize` is
 /// drawn on the resized image (decoded whole, no region decode), each resize with its own
-/// filter. With none of these first, the images keep their own size (the spec's
+/// filter. timm's `ResizeKeepRatio` standing first resizes the whole image to a size drawn per
+/// sample (with a filter drawn per sample), and the crop after it (`CenterCropOrPad`,
+/// `RandomCropOrPad`, `CenterCrop`, `RandomCrop`) fixes the output size: the same geometry as
+/// `Resize` then `RandomCrop`, the crop-or-pads being crops that pad where the image is short. With none of these first, the images keep their own size (the spec's
 /// `image_size`).
 ///
 /// Random compositions (`RandomApply`, `RandomChoice`, `RandomOrder`) are stage ops over
@@ -727,7 +755,9 @@ fn bad_order(reason: &str) -> Error {
         "ops",
         format!(
             "{reason}; supported: RandomResizedCrop | Resize [CenterCrop | RandomCrop | \
-             RandomResizedCrop] | CenterCrop | RandomCrop (RandomResizedCropAndInterpolation \
+             RandomResizedCrop] | CenterCrop | RandomCrop | ResizeKeepRatio (CenterCropOrPad | \
+             RandomCropOrPad | CenterCrop | RandomCrop) | CenterCropOrPad | RandomCropOrPad \
+             (RandomResizedCropAndInterpolation \
              wherever RandomResizedCrop; or none of them: the images' own \
              size), then any number of RandomHorizontalFlip, pixel ops (ColorJitter, \
              Grayscale, RandomGrayscale, RandomPosterize, RandomSolarize, RandomEqualize, \
@@ -862,6 +892,8 @@ fn is_crop(op: &OpSpec) -> bool {
             | OpSpec::RandomResizedCropAndInterpolation { .. }
             | OpSpec::CenterCrop { .. }
             | OpSpec::RandomCrop { .. }
+            | OpSpec::CenterCropOrPad { .. }
+            | OpSpec::RandomCropOrPad { .. }
     )
 }
 
@@ -1043,7 +1075,7 @@ impl Pipeline {
                             let out_size = check_size("size", crop.size())?;
                             (
                                 Geometry::RandomCrop {
-                                    resize: Some(resize),
+                                    resize: Some(FirstResize::Whole(resize)),
                                     crop,
                                 },
                                 out_size,
@@ -1079,6 +1111,43 @@ impl Pipeline {
                                 resize.filter,
                             )
                         }
+                    }
+                    Some(op @ OpSpec::ResizeKeepRatio { .. }) => {
+                        let keep = stage::plan_keep_ratio(op)?.ok_or_else(|| {
+                            Error::invalid("ops", "ResizeKeepRatio: not planned as one")
+                        })?;
+                        // Its size follows each image and draw: the crop after it fixes the
+                        // output's (torchvision's `CenterCrop` is `CenterCropOrPad` with
+                        // zeros).
+                        let crop = match ops.peek() {
+                            Some(OpSpec::CenterCrop { size }) => {
+                                RandomCropOp::plan(&OpSpec::CenterCropOrPad {
+                                    size: *size,
+                                    fill: Fill::default(),
+                                    padding_mode: PadMode::Constant,
+                                })?
+                            }
+                            Some(next) => RandomCropOp::plan(next)?,
+                            None => None,
+                        };
+                        let Some(crop) = crop else {
+                            return Err(bad_order(
+                                "ResizeKeepRatio's size follows each image and draw: a \
+                                 CenterCropOrPad, RandomCropOrPad, CenterCrop or RandomCrop \
+                                 must follow it",
+                            ));
+                        };
+                        ops.next();
+                        let out_size = check_size("size", crop.size())?;
+                        let first_filter = keep.filters().filters()[0];
+                        (
+                            Geometry::RandomCrop {
+                                resize: Some(FirstResize::KeepRatio(keep)),
+                                crop,
+                            },
+                            out_size,
+                            first_filter,
+                        )
                     }
                     Some(OpSpec::CenterCrop { size }) => {
                         let size = check_size("size", size.square_or_pair())?;
@@ -1562,12 +1631,12 @@ impl Pipeline {
             }
             Geometry::RandomCrop { resize, crop } => {
                 let info = observed(obs, Op::Decode, || decode.decode(bytes, decoded))?;
-                let (plan, flipped) =
+                let (plan, flipped, filter) =
                     self.random_crop_params(*resize, crop, decoded, resized, resizer, rng, obs)?;
                 // Without padding the window is a crop the fused kernel takes itself.
                 let plain = RandomCropOp::is_plain_crop(&plan);
                 if !plain {
-                    observed(obs, Op::RandomCrop, || {
+                    observed(obs, crop.span(), || {
                         crop.apply(decoded.view(), &plan, padder, resized)
                     })?;
                 }
@@ -1576,7 +1645,7 @@ impl Pipeline {
                     height: info.height,
                     crop: RandomCropOp::source_rect(&plan, resize.is_some(), info),
                     flipped,
-                    filter: self.filter,
+                    filter,
                 };
                 let (decoded, resized): (&'a RgbImage, &'a RgbImage) = (decoded, resized);
                 Ok(if plain {
@@ -1784,22 +1853,75 @@ impl Pipeline {
     #[allow(clippy::too_many_arguments)]
     fn random_crop_params(
         &self,
-        resize: Option<WholeResize>,
+        resize: Option<FirstResize>,
         crop: &RandomCropOp,
         decoded: &mut RgbImage,
         spare: &mut RgbImage,
         resizer: &mut Resizer,
         rng: &mut SampleRng,
         obs: &mut dyn OpObserver,
-    ) -> Result<(RandomCropPlan, bool)> {
-        if let Some(resize) = resize {
-            self.resize_whole(decoded, resize, resizer, spare, obs)?;
-            std::mem::swap(decoded, spare);
+    ) -> Result<(RandomCropPlan, bool, Filter)> {
+        let mut filter = self.filter;
+        match resize {
+            Some(FirstResize::Whole(resize)) => {
+                self.resize_whole(decoded, resize, resizer, spare, obs)?;
+                std::mem::swap(decoded, spare);
+            }
+            Some(FirstResize::KeepRatio(keep)) => {
+                filter = self.resize_keep_ratio(decoded, &keep, resizer, spare, rng, obs)?;
+                std::mem::swap(decoded, spare);
+            }
+            None => {}
         }
         observed(obs, Op::CropParams, || {
             let plan = crop.draw(decoded.width(), decoded.height(), rng)?;
-            Ok((plan, self.draw_flip(rng)))
+            Ok((plan, self.draw_flip(rng), filter))
         })
+    }
+
+    /// timm's `ResizeKeepRatio` of the whole `decoded` image into `resized`: its draws (in
+    /// the crop-parameters span), then the resize with the filter drawn. Returns the filter. A
+    /// size of 0 (Pillow refuses it) or past the decode limit is the sample's error.
+    fn resize_keep_ratio(
+        &self,
+        decoded: &RgbImage,
+        keep: &KeepRatioResize,
+        resizer: &mut Resizer,
+        resized: &mut RgbImage,
+        rng: &mut SampleRng,
+        obs: &mut dyn OpObserver,
+    ) -> Result<Filter> {
+        let (w, h) = (decoded.width(), decoded.height());
+        let ((rh, rw), index) = observed(obs, Op::CropParams, || keep.draw(w, h, rng));
+        let filters = keep.filters();
+        let filter = filters.filters().get(index).copied().unwrap_or(self.filter);
+        if rh == 0 || rw == 0 {
+            return Err(Error::invalid(
+                "size",
+                format!(
+                    "ResizeKeepRatio: the {w}x{h} image resizes to {rw}x{rh}; a side of 0 \
+                     cannot be resized to (Pillow refuses it too)"
+                ),
+            ));
+        }
+        let pixels = rh.saturating_mul(rw);
+        if pixels > self.spec.max_pixels || rh > u64::from(u32::MAX) || rw > u64::from(u32::MAX) {
+            return Err(Error::invalid(
+                "size",
+                format!(
+                    "ResizeKeepRatio: the {w}x{h} image resizes to {rw}x{rh}, more than \
+                     max_pixels = {}",
+                    self.spec.max_pixels
+                ),
+            ));
+        }
+        // Both sides were just bounded by u32::MAX.
+        let (rh, rw) = (rh as u32, rw as u32);
+        resizer.set_filter(filter);
+        observed(obs, Op::Resize, || {
+            resizer.resize(decoded.view(), rh, rw, resized)
+        })?;
+        Ok(filter)
     }
 
     /// For a [`Geometry::ResizeThenRandomResizedCrop`]: the decoded image resized into
@@ -1846,16 +1968,16 @@ impl Pipeline {
         let info = observed(obs, Op::Decode, || decode.decode(bytes, decoded))?;
         let (crop, filter, flipped) = match &self.geometry {
             Geometry::RandomCrop { resize, crop } => {
-                let (plan, flipped) =
+                let (plan, flipped, filter) =
                     self.random_crop_params(*resize, crop, decoded, stage_b, resizer, rng, obs)?;
                 // Always through the padder here, so the fused path's plain crop is checked
                 // against it.
-                observed(obs, Op::RandomCrop, || {
+                observed(obs, crop.span(), || {
                     crop.apply(decoded.view(), &plan, &mut stage.padder, stage_a)
                 })?;
                 (
                     RandomCropOp::source_rect(&plan, resize.is_some(), info),
-                    self.filter,
+                    filter,
                     flipped,
                 )
             }

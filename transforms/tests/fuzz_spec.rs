@@ -328,6 +328,65 @@ fn op_of(name: &'static str) -> BoxedStrategy<Value> {
                 ],
             )
         }
+        "ResizeKeepRatio" => {
+            let filter = || {
+                prop_oneof![
+                    6 => prop::sample::select(vec![
+                        "nearest", "bilinear", "bicubic", "box", "hamming", "lanczos",
+                    ])
+                    .prop_map(Value::from),
+                    1 => Just(json!("random")),
+                    1 => Just(json!("nearest-exact")),
+                    1 => number(),
+                ]
+            };
+            // Mostly probabilities (so that specs are accepted), sometimes hostile numbers.
+            let unit = || prop_oneof![4 => (0.0f64..=1.0).prop_map(Value::from), 1 => number()];
+            object(
+                name,
+                vec![
+                    ("size", maybe(0.95, size())),
+                    ("longest", maybe(0.5, unit())),
+                    (
+                        "interpolation",
+                        maybe(
+                            0.7,
+                            prop_oneof![
+                                3 => Just(json!("random")),
+                                3 => filter(),
+                                2 => prop::collection::vec(filter(), 0..10).prop_map(Value::from),
+                            ],
+                        ),
+                    ),
+                    ("random_scale_prob", maybe(0.6, unit())),
+                    ("random_scale_range", maybe(0.6, pair())),
+                    ("random_scale_area", flag()),
+                    ("random_aspect_prob", maybe(0.6, unit())),
+                    ("random_aspect_range", maybe(0.6, pair())),
+                ],
+            )
+        }
+        "CenterCropOrPad" | "RandomCropOrPad" => object(
+            name,
+            vec![
+                ("size", maybe(0.95, size())),
+                ("fill", maybe(0.3, prop_oneof![number(), triple()])),
+                (
+                    "padding_mode",
+                    maybe(
+                        0.6,
+                        prop::sample::select(vec![
+                            "constant",
+                            "edge",
+                            "reflect",
+                            "symmetric",
+                            "wrap",
+                        ])
+                        .prop_map(Value::from),
+                    ),
+                ),
+            ],
+        ),
         "Resize" => object(
             name,
             vec![
@@ -835,6 +894,9 @@ fn op() -> impl Strategy<Value = Value> {
         "GaussianBlur",
         "Pad",
         "RandomCrop",
+        "ResizeKeepRatio",
+        "CenterCropOrPad",
+        "RandomCropOrPad",
         "TrivialAugmentWide",
         "RandAugment",
         "AutoAugment",
@@ -877,12 +939,18 @@ fn ops() -> impl Strategy<Value = Vec<Value>> {
             "Resize",
             "CenterCrop",
             "RandomCrop",
+            "ResizeKeepRatio",
+            "ResizeKeepRatio",
+            "CenterCropOrPad",
+            "RandomCropOrPad",
         ]),
         prop::option::weighted(
-            0.3,
+            0.4,
             op_named(&[
                 "CenterCrop",
                 "RandomCrop",
+                "CenterCropOrPad",
+                "RandomCropOrPad",
                 "RandomResizedCrop",
                 "RandomResizedCropAndInterpolation",
             ]),
@@ -913,6 +981,7 @@ fn ops() -> impl Strategy<Value = Vec<Value>> {
                 "ElasticTransform",
                 "GaussianBlur",
                 "Pad",
+                "RandomCropOrPad",
                 "TrivialAugmentWide",
                 "RandAugment",
                 "AutoAugment",
@@ -922,12 +991,17 @@ fn ops() -> impl Strategy<Value = Vec<Value>> {
                 "TimmAugMix",
             ]),
         ),
+        // A size fixed again after the stage op (`RandomRotation(expand=True)` needs one).
+        prop::option::weighted(
+            0.2,
+            op_named(&["CenterCrop", "CenterCropOrPad", "RandomCropOrPad", "Resize"]),
+        ),
         prop::option::weighted(0.9, op_named(&["ToTensor", "ToDtype", "PILToTensor"])),
         prop::option::weighted(0.5, op_named(&["Normalize"])),
         prop::option::weighted(0.25, op_named(&["TimmRandomErasing", "GaussianNoise"])),
     )
-        .prop_map(|(m, a, b, c, t, k, g, d, e, r)| {
-            [m, Some(a), b, c, t, k, g, d, e, r]
+        .prop_map(|(m, a, b, c, t, k, g, f, d, e, r)| {
+            [m, Some(a), b, c, t, k, g, f, d, e, r]
                 .into_iter()
                 .flatten()
                 .collect()
@@ -1077,6 +1151,42 @@ fn structured_specs_are_sometimes_accepted() {
         .filter(|op| op["op"] == "TimmRandomErasing")
         .count();
     assert!(erasing > 0, "no TimmRandomErasing accepted");
+    // timm's keep-ratio resize with its random factors, and the crop-or-pads first and later.
+    let keep_ratio = accepted
+        .iter()
+        .filter_map(|spec| spec["ops"].as_array())
+        .filter(|ops| {
+            ops.first().is_some_and(|op| {
+                op["op"] == "ResizeKeepRatio"
+                    && op["random_scale_prob"].as_f64().is_some_and(|p| p > 0.0)
+            })
+        })
+        .count();
+    assert!(
+        keep_ratio > 0,
+        "no ResizeKeepRatio with a random scale accepted"
+    );
+    let expand = accepted
+        .iter()
+        .flat_map(|spec| spec["ops"].as_array().into_iter().flatten())
+        .filter(|op| op["op"] == "RandomRotation" && op["expand"] == true)
+        .count();
+    assert!(expand > 0, "no RandomRotation(expand=True) accepted");
+    for name in ["CenterCropOrPad", "RandomCropOrPad"] {
+        let (first, later) = accepted
+            .iter()
+            .filter_map(|spec| spec["ops"].as_array())
+            .flat_map(|ops| ops.iter().enumerate())
+            .filter(|(_, op)| op["op"] == name)
+            .fold(
+                (0, 0),
+                |(f, l), (i, _)| if i == 0 { (f + 1, l) } else { (f, l + 1) },
+            );
+        assert!(
+            first > 0 && later > 0,
+            "{name} accepted {first} first, {later} later"
+        );
+    }
     // timm's crop with a choice of filters, first (its region decode) and after another op.
     let choices = |at: fn(usize) -> bool| {
         accepted

@@ -26,6 +26,7 @@ __all__ = [
     "now_ns",
     "end_epochs_at_exit",
     "random_resized_crop_params",
+    "resize_keep_ratio_params",
     "resized_crop",
     "augmix_apply",
     "elastic_apply",
@@ -457,6 +458,17 @@ def random_resized_crop_params(
     ratio: Tuple[float, float] = ...,
     flip_p: float = 0.0,
     interpolation: Optional[Sequence[str]] = None,
+) -> npt.NDArray[np.int64]: ...
+def resize_keep_ratio_params(
+    width: int,
+    height: int,
+    indices: Sequence[int],
+    *,
+    seed: int = 0,
+    epoch: int = 0,
+    resize: Optional[str] = None,
+    crop_size: Optional[Tuple[int, int]] = None,
+    flip_p: float = 0.0,
 ) -> npt.NDArray[np.int64]: ...
 def resized_crop(
     data: bytes,

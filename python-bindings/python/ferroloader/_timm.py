@@ -44,6 +44,12 @@ computes, with the same distribution of draws:
   parser takes no negative number: ``d-1`` fails in timm itself; leave ``d`` out for a random
   depth.)
 
+- ``ResizeKeepRatio`` (``train_crop_mode='rkrc'``/``'rkrr'``, ``crop_mode='border'``, a
+  non-square eval size), every parameter: the arguments of ferroloader's ``ResizeKeepRatio``
+  (:class:`KeepRatioArgs`; ``'random'`` interpolation, a tuple of modes in timm's object, as
+  a list drawn from per sample). ``CenterCropOrPad`` and ``RandomCropOrPad`` (any ``fill``,
+  every ``padding_mode``): :class:`CropOrPadArgs`. Their methods must be timm's own.
+
 What does not convert raises ``ValueError`` naming the parameter (RandomErasing on another ``device`` than ``'cpu'``, or with
 a ``__call__``/``_erase`` that is not timm's; a fill or filter Pillow's transform does not take, an op or policy whose class or functions
 are not timm's own), and the converter leaves the op and what follows it to the Python tail.
@@ -68,6 +74,8 @@ __all__ = [
     "AutoAugmentArgs",
     "RandAugmentArgs",
     "RandomErasingArgs",
+    "CropOrPadArgs",
+    "KeepRatioArgs",
     "ResizedCropArgs",
     "equivalent",
 ]
@@ -82,6 +90,29 @@ class ResizedCropArgs(NamedTuple):
     scale: Tuple[float, float]
     ratio: Tuple[float, float]
     interpolation: List[Any]
+
+
+class KeepRatioArgs(NamedTuple):
+    """The arguments of ferroloader's ``ResizeKeepRatio`` for timm's."""
+
+    size: List[int]
+    longest: float
+    interpolation: Any
+    random_scale_prob: float
+    random_scale_range: Tuple[float, float]
+    random_scale_area: bool
+    random_aspect_prob: float
+    random_aspect_range: Tuple[float, float]
+
+
+class CropOrPadArgs(NamedTuple):
+    """The arguments of ferroloader's ``CenterCropOrPad`` (``random`` false) or
+    ``RandomCropOrPad`` for timm's."""
+
+    random: bool
+    size: List[int]
+    fill: Any
+    padding_mode: str
 
 
 class AugmentOpArgs(NamedTuple):
@@ -137,7 +168,17 @@ class RandomErasingArgs(NamedTuple):
 
 def equivalent(
     t: Any,
-) -> Union[None, Any, ResizedCropArgs, RandAugmentArgs, AutoAugmentArgs, AugMixArgs, RandomErasingArgs]:
+) -> Union[
+    None,
+    Any,
+    ResizedCropArgs,
+    KeepRatioArgs,
+    CropOrPadArgs,
+    RandAugmentArgs,
+    AutoAugmentArgs,
+    AugMixArgs,
+    RandomErasingArgs,
+]:
     """What computes what timm's ``t`` computes: a torchvision transform (the converter takes
     it from there) or, for timm's ``RandomResizedCropAndInterpolation`` with a list of
     filters, ``RandAugment``, ``AutoAugment``, ``AugMixAugment`` and ``RandomErasing``,
@@ -160,6 +201,29 @@ def equivalent(
                 list(t.interpolation),
             )
         return tv.RandomResizedCrop(t.size, t.scale, t.ratio, t.interpolation, antialias=True)
+    if name == "ResizeKeepRatio" and type(t).__module__ == _TRANSFORMS:
+        _timms_methods(t, ("__call__", "get_params"))
+        interpolation = t.interpolation
+        return KeepRatioArgs(
+            [int(v) for v in t.size],
+            float(t.longest),
+            list(interpolation) if isinstance(interpolation, (tuple, list)) else interpolation,
+            float(t.random_scale_prob),
+            (float(t.random_scale_range[0]), float(t.random_scale_range[1])),
+            bool(t.random_scale_area),
+            float(t.random_aspect_prob),
+            (float(t.random_aspect_range[0]), float(t.random_aspect_range[1])),
+        )
+    if name in ("CenterCropOrPad", "RandomCropOrPad") and type(t).__module__ == _TRANSFORMS:
+        random = name == "RandomCropOrPad"
+        _timms_methods(t, ("forward", "get_params") if random else ("forward",))
+        fill = t.fill
+        return CropOrPadArgs(
+            random,
+            [int(v) for v in t.size],
+            list(fill) if isinstance(fill, (tuple, list)) else fill,
+            t.padding_mode,
+        )
     if name == "RandomErasing" and type(t).__module__ == _RANDOM_ERASING:
         return _random_erasing(t)
     if name == "RandAugment" and type(t).__module__ == _AUTO_AUGMENT:
@@ -172,6 +236,16 @@ def equivalent(
 
 
 _RANDOM_ERASING = "timm.data.random_erasing"
+_TRANSFORMS = "timm.data.transforms"
+
+
+def _timms_methods(t: Any, methods: Tuple[str, ...]) -> None:
+    """Raises ``ValueError`` unless ``t``'s ``methods`` are those of timm's class of its name
+    (a subclass that changes what it computes has no equivalent)."""
+    cls = getattr(sys.modules[_TRANSFORMS], type(t).__name__, None)
+    for method in methods:
+        if getattr(type(t), method, None) is not getattr(cls, method, None):
+            raise ValueError(f"its {method} is not timm's {type(t).__name__}'s")
 
 
 def _random_erasing(t: Any) -> RandomErasingArgs:

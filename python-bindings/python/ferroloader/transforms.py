@@ -6,6 +6,8 @@ flip, to-tensor and normalize fused into one pass per sample). Supported shapes 
     RandomResizedCrop | Resize [CenterCrop | RandomCrop | RandomResizedCrop] | CenterCrop
       | RandomCrop                                            (fixes the output size;
       RandomResizedCropAndInterpolation wherever RandomResizedCrop)
+      | ResizeKeepRatio (CenterCropOrPad | RandomCropOrPad | CenterCrop | RandomCrop)
+      | CenterCropOrPad | RandomCropOrPad                    (timm's)
     RandomHorizontalFlip, pixel ops, policies and geometric ops, any number, any order,
       also inside RandomApply / RandomChoice / RandomOrder (nested at will)
     ToTensor [Normalize]  |  PILToTensor                      (float32 / uint8 output)
@@ -131,6 +133,9 @@ __all__ = [
     "GaussianBlur",
     "Pad",
     "RandomCrop",
+    "ResizeKeepRatio",
+    "CenterCropOrPad",
+    "RandomCropOrPad",
     "from_torchvision",
     "check",
     "TailSplit",
@@ -926,8 +931,11 @@ class RandomVerticalFlip(Transform):
 class RandomRotation(Transform):
     """``RandomRotation(degrees, interpolation=NEAREST, expand=False, center=None, fill=0)``:
     Pillow's ``rotate`` by an angle drawn from ``degrees`` (NEAREST, BILINEAR or BICUBIC, each
-    Pillow's to the bit). ``expand=True`` is refused: the sample's size would depend on its
-    angle."""
+    Pillow's to the bit). ``expand=True``: Pillow's ``rotate(expand=True)``, the output holding
+    the whole rotated image, its size following each angle; a crop or a resize to a fixed size
+    (``CenterCrop``, ``RandomCrop``, ``Resize((h, w))``, ``RandomResizedCrop``, timm's
+    ``CenterCropOrPad``/``RandomCropOrPad``) must follow it (checked when planned), not inside a
+    random composition; on the PIL image only (before ``ToImage``)."""
 
     def __init__(
         self,
@@ -940,12 +948,7 @@ class RandomRotation(Transform):
         op = "RandomRotation"
         self.degrees = _degrees(op, "degrees", degrees)
         self.interpolation = _warp_interpolation(op, interpolation)
-        if expand:
-            raise ValueError(
-                f"{op}: expand=True is not supported: the output size would depend on each "
-                "sample's angle, so samples could not be batched"
-            )
-        self.expand = False
+        self.expand = bool(expand)
         self.center = _center(op, center)
         self.fill = _fill(op, fill)
 
@@ -1200,6 +1203,159 @@ class RandomCrop(Transform):
             "padding_mode": self.padding_mode,
         }
 
+
+
+def _timm_resize_filters(op: str, interpolation: Any) -> Union[str, List[str]]:
+    """timm's resize ``interpolation``: one filter, ``'random'`` (BILINEAR or BICUBIC per sample) or
+    a list of 1 to 8 filters to draw from."""
+    if isinstance(interpolation, str) and interpolation == "random":
+        return list(_RANDOM_INTERPOLATION)
+    if isinstance(interpolation, (list, tuple)):
+        if not 1 <= len(interpolation) <= _MAX_FILTER_CHOICES:
+            raise ValueError(
+                f"{op}: interpolation must be one filter, 'random', or a list of 1 to "
+                f"{_MAX_FILTER_CHOICES} filters, got {interpolation!r}"
+            )
+        return [_interpolation(op, v) for v in interpolation]
+    return _interpolation(op, interpolation)
+
+
+class ResizeKeepRatio(Transform):
+    """timm's ``ResizeKeepRatio(size, longest=0.0, interpolation='bilinear',
+    random_scale_prob=0.0, random_scale_range=(0.85, 1.05), random_scale_area=False,
+    random_aspect_prob=0.0, random_aspect_range=(0.9, 1.11))`` (``timm.data.transforms``; what
+    ``create_transform`` builds for ``train_crop_mode='rkrc'``/``'rkrr'``, ``crop_mode='border'``
+    and a non-square eval size): the whole image resized, keeping its aspect ratio, so that
+    its sides relate to ``size`` as ``longest`` says (0: the shorter ratio, the image covers
+    ``size``; 1: the longer, it fits inside), with timm's random scale (uniform, or an area
+    with ``random_scale_area``) and aspect (log-uniform) factors drawn per sample as its
+    ``get_params`` draws them (Python's ``random``, from the sample's generator), then
+    ``interpolation``'s filter (``'random'`` or a list: one drawn per sample after the
+    factors) with Pillow's antialiased resize. Its size follows each image and draw, so it
+    stands first and a :class:`CenterCropOrPad`, :class:`RandomCropOrPad`,
+    :class:`CenterCrop` or :class:`RandomCrop` follows it."""
+
+    def __init__(
+        self,
+        size: SizeArg,
+        longest: float = 0.0,
+        interpolation: Any = "bilinear",
+        random_scale_prob: float = 0.0,
+        random_scale_range: Tuple[float, float] = (0.85, 1.05),
+        random_scale_area: bool = False,
+        random_aspect_prob: float = 0.0,
+        random_aspect_range: Tuple[float, float] = (0.9, 1.11),
+    ) -> None:
+        op = "ResizeKeepRatio"
+        self.size = _size(op, "size", size)
+        self.longest = _number(op, "longest", longest)
+        if not 0.0 <= self.longest <= 1.0:
+            raise ValueError(f"{op}: longest must lie in [0, 1], got {longest!r}")
+        self.interpolation = _timm_resize_filters(op, interpolation)
+        self.random_scale_prob = _unit(op, "random_scale_prob", random_scale_prob)
+        self.random_scale_range = _pair(op, "random_scale_range", random_scale_range)
+        self.random_scale_area = bool(random_scale_area)
+        if self.random_scale_area and self.random_scale_range[0] <= 0:
+            raise ValueError(
+                f"{op}: random_scale_range must be positive with random_scale_area (its 1 / sqrt), "
+                f"got {random_scale_range!r}"
+            )
+        self.random_aspect_prob = _unit(op, "random_aspect_prob", random_aspect_prob)
+        self.random_aspect_range = _pair(op, "random_aspect_range", random_aspect_range)
+        if self.random_aspect_range[0] <= 0:
+            raise ValueError(
+                f"{op}: random_aspect_range must be positive (its logs), got {random_aspect_range!r}"
+            )
+
+    @property
+    def filters(self) -> List[str]:
+        """The filters a sample's resize chooses among (one: no choice), in draw order."""
+        if isinstance(self.interpolation, str):
+            return [self.interpolation]
+        return list(self.interpolation)
+
+    def to_spec(self) -> Spec:
+        return {
+            "op": "ResizeKeepRatio",
+            "size": self.size,
+            "longest": self.longest,
+            "interpolation": self.interpolation,
+            "random_scale_prob": self.random_scale_prob,
+            "random_scale_range": list(self.random_scale_range),
+            "random_scale_area": self.random_scale_area,
+            "random_aspect_prob": self.random_aspect_prob,
+            "random_aspect_range": list(self.random_aspect_range),
+        }
+
+    def draw_params(
+        self,
+        width: int,
+        height: int,
+        indices: Iterable[int],
+        *,
+        seed: int = 0,
+        epoch: int = 0,
+        crop: Optional["RandomCropOrPad"] = None,
+        flip_p: float = 0.0,
+    ) -> np.ndarray:
+        """What the loader draws for samples ``indices`` of ``epoch`` (loader seed ``seed``) of
+        a ``width`` x ``height`` image: an int64 array ``[n, 6]`` of ``(height, width, filter,
+        top, left, flipped)``: the resized size, ``filter`` an index into :attr:`filters`,
+        ``top``/``left`` the offsets of a ``crop`` following it (timm's signed
+        ``RandomCropOrPad.get_params``; 0 without one), ``flipped`` drawn after them when a
+        ``RandomHorizontalFlip(flip_p)`` follows (else 0)."""
+        return _native.resize_keep_ratio_params(
+            width,
+            height,
+            list(indices),
+            seed=seed,
+            epoch=epoch,
+            resize=json.dumps(self.to_spec()),
+            crop_size=None if crop is None else crop.hw,
+            flip_p=flip_p,
+        )
+
+
+def _unit(op: str, name: str, value: object) -> float:
+    number = _number(op, name, value)
+    if not 0.0 <= number <= 1.0:
+        raise ValueError(f"{op}: {name} must be a probability in [0, 1], got {value!r}")
+    return number
+
+
+class CenterCropOrPad(Transform):
+    """timm's ``CenterCropOrPad(size, fill=0, padding_mode='constant')``: torchvision's
+    ``CenterCrop`` (pad where the image is smaller, ``(d // 2, (d + 1) // 2)``, then the
+    centred window), padding with ``fill`` or in ``padding_mode`` (``edge``, ``reflect``,
+    ``symmetric``) as torchvision's ``F.pad`` on a PIL image. Fixes the output size: first,
+    after :class:`ResizeKeepRatio`, or among the stage ops."""
+
+    _name = "CenterCropOrPad"
+
+    def __init__(self, size: SizeArg, fill: Any = 0, padding_mode: str = "constant") -> None:
+        self.size = _size(self._name, "size", size)
+        self.fill = _fill(self._name, fill)
+        self.padding_mode = _padding_mode(self._name, padding_mode)
+
+    @property
+    def hw(self) -> Tuple[int, int]:
+        """``(height, width)``."""
+        if isinstance(self.size, int):
+            return self.size, self.size
+        return self.size[0], self.size[1]
+
+    def to_spec(self) -> Spec:
+        return {"op": self._name, "size": self.size, "fill": self.fill, "padding_mode": self.padding_mode}
+
+
+class RandomCropOrPad(CenterCropOrPad):
+    """timm's ``RandomCropOrPad(size, fill=0, padding_mode='constant')``: per axis (rows
+    first) ``randint(0, |delta|)`` with the sign of ``delta = side - size`` (Python's
+    ``random``, from the sample's generator): a window at that offset of a longer side, or a
+    shorter side padded by it before and the rest after (``fill``/``padding_mode`` as
+    :class:`CenterCropOrPad`'s)."""
+
+    _name = "RandomCropOrPad"
 
 
 def _api(op: str, value: object) -> str:
@@ -1971,9 +2127,10 @@ _SUPPORTED = (
     "Normalize, ColorJitter, Grayscale(num_output_channels=3), RandomGrayscale, "
     "RandomPosterize, RandomSolarize, RandomEqualize, RandomAutocontrast, RandomAdjustSharpness, "
     "RandomInvert, JPEG, TrivialAugmentWide, RandAugment, AutoAugment, AugMix, RandomVerticalFlip, "
-    "RandomRotation(expand=False), RandomAffine, RandomPerspective (NEAREST, BILINEAR, BICUBIC; "
+    "RandomRotation, RandomAffine, RandomPerspective (NEAREST, BILINEAR, BICUBIC; "
     "NEAREST, BILINEAR after ToImage/PILToTensor), ElasticTransform (NEAREST, BILINEAR), "
     "GaussianBlur, Pad, RandomCrop, RandomApply, "
+    "timm's ResizeKeepRatio, CenterCropOrPad and RandomCropOrPad, "
     "RandomChoice, RandomOrder and Compose of those, RandomErasing, "
     "ConvertImageDtype(torch.float) (and, from transforms.v2, ToImage, "
     "ToDtype(torch.float32, scale=True) (also per type, {tv_tensors.Image: torch.float32, ...}), "
@@ -2093,7 +2250,7 @@ def from_torchvision(compose: Any) -> Compose:
         if converted is not _SKIP:
             mode = getattr(converted, "interpolation", None)
             modes = mode if isinstance(mode, list) else [mode]
-            resizes = (Resize, RandomResizedCrop, RandomResizedCropAndInterpolation)
+            resizes = (Resize, RandomResizedCrop, RandomResizedCropAndInterpolation, ResizeKeepRatio)
             if pending_tensor and isinstance(converted, resizes) and any(m in _PIL_ONLY_INTERPOLATIONS for m in modes):
                 raise ValueError(
                     f"{where} resizes an image tensor with {mode}: torchvision has that mode for PIL "
@@ -2265,6 +2422,8 @@ def _convert_one(name: str, t: Any, done: List[Transform], image_typed: bool = F
             AugMixArgs,
             AugmentOpArgs,
             AutoAugmentArgs,
+            CropOrPadArgs,
+            KeepRatioArgs,
             RandAugmentArgs,
             RandomErasingArgs,
             ResizedCropArgs,
@@ -2281,6 +2440,11 @@ def _convert_one(name: str, t: Any, done: List[Transform], image_typed: bool = F
             return ops
 
         same = equivalent(t)
+        if isinstance(same, KeepRatioArgs):
+            return ResizeKeepRatio(**same._asdict())
+        if isinstance(same, CropOrPadArgs):
+            kind = RandomCropOrPad if same.random else CenterCropOrPad
+            return kind(same.size, same.fill, same.padding_mode)
         if isinstance(same, ResizedCropArgs):
             return RandomResizedCropAndInterpolation(**same._asdict())
         if isinstance(same, RandomErasingArgs):

@@ -330,7 +330,9 @@ impl OpSpec {
             | OpSpec::RandomAffine { fill, .. }
             | OpSpec::RandomPerspective { fill, .. }
             | OpSpec::Pad { fill, .. }
-            | OpSpec::RandomCrop { fill, .. } => Some(fill),
+            | OpSpec::RandomCrop { fill, .. }
+            | OpSpec::CenterCropOrPad { fill, .. }
+            | OpSpec::RandomCropOrPad { fill, .. } => Some(fill),
             OpSpec::ElasticTransform { fill, .. }
             | OpSpec::TrivialAugmentWide { fill, .. }
             | OpSpec::RandAugment { fill, .. }
@@ -435,6 +437,16 @@ impl Default for TimmInterpolation {
     fn default() -> Self {
         TimmInterpolation::Choice(vec!["bilinear".into(), "bicubic".into()])
     }
+}
+
+/// timm's `ResizeKeepRatio` default `random_scale_range`.
+fn default_keep_ratio_scale() -> [f64; 2] {
+    [0.85, 1.05]
+}
+
+/// timm's `ResizeKeepRatio` default `random_aspect_range`.
+fn default_keep_ratio_aspect() -> [f64; 2] {
+    [0.9, 1.11]
 }
 
 /// timm's `RandomResizedCropAndInterpolation` default: `'bilinear'`.
@@ -554,14 +566,17 @@ pub enum OpSpec {
     },
     /// `RandomRotation(degrees, interpolation="nearest", expand=False, center=None, fill=0)`:
     /// Pillow's `Image.rotate` by an angle drawn from `degrees` (a number `d` is `[-d, d]`).
-    /// `expand=True` is refused (the size would depend on the angle). A stage op.
+    /// `expand=True` (on the PIL image only) makes the output hold the whole rotated image, its
+    /// size following each angle: an op fixing the size (a crop, a resize to a pair, a random
+    /// resized crop, timm's crop-or-pads) must follow it among the stage ops, not inside a
+    /// random composition. A stage op.
     RandomRotation {
         /// A non-negative number `d` (`[-d, d]`) or a `[min, max]` pair, in degrees.
         degrees: NumberOrRange,
         /// Default `nearest`.
         #[serde(default)]
         interpolation: WarpInterpolation,
-        /// Default `false`; `true` is refused.
+        /// Default `false`.
         #[serde(default)]
         expand: bool,
         /// `[x, y]` in pixels; default the image centre.
@@ -675,6 +690,66 @@ pub enum OpSpec {
         /// Pad an image smaller than `size` up to it; default `false`.
         #[serde(default)]
         pad_if_needed: bool,
+        /// Default 0 (black).
+        #[serde(default)]
+        fill: Fill,
+        /// Default `constant`.
+        #[serde(default)]
+        padding_mode: PadMode,
+    },
+    /// timm's `ResizeKeepRatio(size, longest=0, interpolation='bilinear',
+    /// random_scale_prob=0, random_scale_range=(0.85, 1.05), random_scale_area=False,
+    /// random_aspect_prob=0, random_aspect_range=(0.9, 1.11))` (`timm.data.transforms`): the
+    /// whole image resized (Pillow's antialiased filter) to `round(side * factor / ratio)` on
+    /// each axis, `ratio` blending the larger and smaller of the image-to-`size` ratios by
+    /// `longest`, the factors drawn per sample as timm's `get_params` draws them. Its size
+    /// follows each image and each draw, so it stands first and a crop that fixes the size
+    /// (`CenterCropOrPad`, `RandomCropOrPad`, `CenterCrop` or `RandomCrop`) must follow it.
+    ResizeKeepRatio {
+        /// The target `[height, width]` the ratios are taken against.
+        size: Size,
+        /// In `[0, 1]`: 0 fits the shorter ratio (the image covers `size`), 1 the longer (it
+        /// fits inside `size`); default 0.
+        #[serde(default)]
+        longest: f64,
+        /// A filter name, `"random"` (bilinear or bicubic per sample, drawn after the
+        /// factors), or a list of names; default `bilinear`.
+        #[serde(default = "default_rrc_interpolation")]
+        interpolation: TimmInterpolation,
+        /// Probability of a random scale factor, in `[0, 1]`; default 0.
+        #[serde(default)]
+        random_scale_prob: f64,
+        /// `[min, max]` of the factor (uniform); default `[0.85, 1.05]`.
+        #[serde(default = "default_keep_ratio_scale")]
+        random_scale_range: [f64; 2],
+        /// The factor `f` drawn is an area (`1 / sqrt(f)` scales the sides); default `false`.
+        #[serde(default)]
+        random_scale_area: bool,
+        /// Probability of a random aspect factor, in `[0, 1]`; default 0.
+        #[serde(default)]
+        random_aspect_prob: f64,
+        /// `[min, max]` of the aspect factor (log-uniform), positive; default `[0.9, 1.11]`.
+        #[serde(default = "default_keep_ratio_aspect")]
+        random_aspect_range: [f64; 2],
+    },
+    /// timm's `CenterCropOrPad(size, fill=0, padding_mode='constant')`: torchvision's
+    /// `CenterCrop` with its padding's `fill` and `padding_mode` given.
+    CenterCropOrPad {
+        /// Output size.
+        size: Size,
+        /// Default 0 (black).
+        #[serde(default)]
+        fill: Fill,
+        /// Default `constant`.
+        #[serde(default)]
+        padding_mode: PadMode,
+    },
+    /// timm's `RandomCropOrPad(size, fill=0, padding_mode='constant')`: a window placed at
+    /// random within the image (a longer axis) or the image placed at random within the window
+    /// (a shorter one, padded), `randint(0, |delta|)` per axis, rows first.
+    RandomCropOrPad {
+        /// Output size.
+        size: Size,
         /// Default 0 (black).
         #[serde(default)]
         fill: Fill,

@@ -48,7 +48,9 @@ use augmix::AugMixOp;
 use choice::ChoiceOp;
 use color::ColorOp;
 use geometric::GeometricOp;
-pub(in crate::spec) use geometric::{pad_center_crop, RandomCropOp, ResizedCropOp};
+pub(in crate::spec) use geometric::{
+    pad_center_crop, plan_keep_ratio, RandomCropOp, ResizedCropOp,
+};
 use policy::PolicyOp;
 use timm::TimmOp;
 pub use timm::{apply_timm_op, plan_timm_augmix, plan_timm_auto_augment, plan_timm_rand_augment};
@@ -368,9 +370,44 @@ impl Staged {
     /// The size the stage ops leave for an input of `size` (the geometry's output); every image
     /// on the way within `limit` pixels ([`StageOp::output_size`]).
     pub fn output_size(&self, size: (u32, u32), limit: u64) -> Result<(u32, u32)> {
-        self.ops
-            .iter()
-            .try_fold(size, |size, op| op.output_size(size, limit))
+        // `Err(bound)`: known only per sample, after a `RandomRotation(expand=True)` until an op
+        // that fixes the size, and at most `bound` on each side (a rotation's bounding box is
+        // at most `w + h` wide and high, plus a pixel of rounding each side).
+        let mut known: std::result::Result<(u32, u32), (u32, u32)> = Ok(size);
+        for op in &self.ops {
+            known = match (op, known) {
+                (StageOp::Geometric(g), Ok((h, w)) | Err((h, w))) if g.sizes_per_sample() => {
+                    let side = u64::from(h) + u64::from(w) + 2;
+                    let pixels = side.saturating_mul(side);
+                    match u32::try_from(side) {
+                        Ok(side) if pixels <= limit => Err((side, side)),
+                        _ => {
+                            return Err(Error::invalid(
+                                "size",
+                                format!(
+                                    "RandomRotation(expand=True) of a {h}x{w} image can make a \
+                                     {side}x{side} one, {pixels} pixels, more than max_pixels \
+                                     ({limit})"
+                                ),
+                            ))
+                        }
+                    }
+                }
+                (_, Ok(size)) => Ok(op.output_size(size, limit)?),
+                (StageOp::Geometric(g), Err(bound)) => match g.output_size_per_sample()? {
+                    Some(fixed) => Ok(op.output_size(fixed, limit)?),
+                    None => Err(bound),
+                },
+                (StageOp::Choice(_), Err(_)) => return Err(Error::invalid(
+                    "ops",
+                    "RandomApply, RandomChoice or RandomOrder after RandomRotation(expand=True) \
+                         needs the size its ops see: put it after the crop or resize that fixes \
+                         the size",
+                )),
+                (_, Err(bound)) => Err(bound),
+            };
+        }
+        known.map_err(|_| geometric::expand_needs_a_fixed_size())
     }
 
     /// The flip after the stage ops, fused into the conversion (0: none).

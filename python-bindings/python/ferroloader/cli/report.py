@@ -82,8 +82,8 @@ STAGES: Tuple[Stage, ...] = (
           "native: libjpeg-turbo, decoding only the crop's region when it can"),
     Stage("crop_params", "draw crop box", (), ("crop_params",), "#9c755f",
           "torchvision draws it inside RandomResizedCrop"),
-    Stage("crop", "crop and resize", ("RandomResizedCrop", "Resize", "CenterCrop"),
-          ("crop", "resize"), "#f28e2b"),
+    Stage("crop", "crop and resize", ("RandomResizedCrop", "Resize", "CenterCrop",
+          "RandomResizedCropAndInterpolation", "ResizeKeepRatio"), ("crop", "resize"), "#f28e2b"),
     Stage("flip", "horizontal flip", ("RandomHorizontalFlip",), ("flip",), "#76b7b2"),
     # v2 spells ToTensor as ToImage then ToDtype (or ConvertImageDtype).
     Stage("to_tensor", "to tensor", ("ToTensor", "PILToTensor", "ToImage", "ToDtype",

@@ -19,7 +19,9 @@
 //! sample causes.
 //!
 //! An op that cannot work in place writes [`StageScratch::spare`] and swaps it with the staging
-//! image. Must not allocate per sample once warm, nor let the output size depend on a draw.
+//! image. Must not allocate per sample once warm, nor let the stage's output size depend on a
+//! draw: `RandomRotation(expand=True)`'s does, so the plan requires an op after it that fixes the
+//! size ([`GeometricOp::output_size_per_sample`]).
 
 use super::{check_p, in_op, tensor_fill, tensor_interpolation, Domain, StageScratch};
 use crate::augment::augmix::TensorWarp;
@@ -31,14 +33,17 @@ use crate::augment::geometry::{
 use crate::augment::policy::{
     self, draw_p, RandomAffine, RandomCropPlan, RandomPerspective, RandomRotation,
 };
-use crate::crop::{center_crop, CenterCrop, FilterChoice, RandomResizedCrop};
+use crate::crop::{
+    center_crop, crop_or_pad, random_crop_or_pad_offsets, CenterCrop, FilterChoice,
+    KeepRatioResize, RandomResizedCrop,
+};
 use crate::decode::ImageInfo;
 use crate::error::{Error, Result};
 use crate::image::{CropRect, RgbImage, RgbView};
 use crate::resize::{Filter, Resizer};
 use crate::rng::SampleRng;
 use crate::spec::{
-    no_antialias, Fill, KernelSize, NumberOrRange, Op, OpSpec, PadMode, PaddingArg, Shear,
+    no_antialias, Fill, KernelSize, NumberOrRange, Op, OpSpec, PadMode, PaddingArg, Shear, Size,
     TimmInterpolation, WholeResize,
 };
 
@@ -53,6 +58,9 @@ pub(in crate::spec) enum GeometricOp {
         center: Option<[f64; 2]>,
         interpolation: Interpolation,
         fill: [u8; 3],
+        /// Pillow's `expand=True`: the output holds the whole rotated image, its size
+        /// following each angle (a later op of the stage fixes the sample's).
+        expand: bool,
     },
     Affine {
         params: RandomAffine,
@@ -185,6 +193,39 @@ impl ResizedCropOp {
     }
 }
 
+/// timm's `ResizeKeepRatio`, checked (errors name the argument and the op); `Ok(None)`: `op`
+/// is not one. It is the plan's geometry only (its size depends on the draws), never a stage
+/// op.
+pub(in crate::spec) fn plan_keep_ratio(op: &OpSpec) -> Result<Option<KeepRatioResize>> {
+    let OpSpec::ResizeKeepRatio {
+        size,
+        longest,
+        interpolation,
+        random_scale_prob,
+        random_scale_range,
+        random_scale_area,
+        random_aspect_prob,
+        random_aspect_range,
+    } = op
+    else {
+        return Ok(None);
+    };
+    let name = "ResizeKeepRatio";
+    let filters = resize_filters(interpolation).map_err(|e| in_op(name, e))?;
+    KeepRatioResize::new(
+        size.square_or_pair(),
+        *longest,
+        filters,
+        *random_scale_prob,
+        (random_scale_range[0], random_scale_range[1]),
+        *random_scale_area,
+        *random_aspect_prob,
+        (random_aspect_range[0], random_aspect_range[1]),
+    )
+    .map(Some)
+    .map_err(|e| in_op(name, e))
+}
+
 /// timm's `interpolation` of `RandomResizedCropAndInterpolation`, by name: one filter, a list,
 /// or `"random"` (timm's `_RANDOM_INTERPOLATION`, BILINEAR then BICUBIC).
 fn resize_filters(interpolation: &TimmInterpolation) -> Result<FilterChoice> {
@@ -217,49 +258,105 @@ fn resize_filters(interpolation: &TimmInterpolation) -> Result<FilterChoice> {
     }
 }
 
-/// `RandomCrop(size, padding, pad_if_needed, fill, padding_mode)`, checked: its draw
-/// (torchvision's `get_params` after the padding) and its pixels (v1's two paddings, then the
-/// window).
+/// `RandomCrop(size, padding, pad_if_needed, fill, padding_mode)`, or timm's
+/// `CenterCropOrPad`/`RandomCropOrPad(size, fill, padding_mode)`, checked: its draw
+/// (torchvision's `get_params` after the padding; timm's offsets) and its pixels (v1's two
+/// paddings, then the window; timm's one padding, then the window). The output size is `size`
+/// whatever the input's, which is what lets it follow a `ResizeKeepRatio`.
 #[derive(Clone, Debug, PartialEq)]
 pub(in crate::spec) struct RandomCropOp {
-    draw: policy::RandomCrop,
+    kind: CropKind,
     spec: RandomCropSpec,
 }
 
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum CropKind {
+    /// torchvision's `RandomCrop`: `spec` says its padding.
+    Torch(policy::RandomCrop),
+    /// timm's `CenterCropOrPad` (`random: false`) or `RandomCropOrPad`: each sample's padding
+    /// comes with its plan (`spec`'s is none).
+    OrPad { random: bool },
+}
+
 impl RandomCropOp {
-    /// `Ok(None)`: `op` is not a `RandomCrop`.
+    /// `Ok(None)`: `op` is none of the three.
     pub(in crate::spec) fn plan(op: &OpSpec) -> Result<Option<Self>> {
-        let OpSpec::RandomCrop {
-            size,
-            padding,
-            pad_if_needed,
-            fill,
-            padding_mode,
-        } = op
-        else {
-            return Ok(None);
+        let (name, random, size, fill, padding_mode) = match op {
+            OpSpec::RandomCrop {
+                size,
+                padding,
+                pad_if_needed,
+                fill,
+                padding_mode,
+            } => {
+                let planned = (|| {
+                    let (height, width) = size.square_or_pair();
+                    let padding = padding.as_ref().map(parse_padding).transpose()?;
+                    let p = padding.unwrap_or_default();
+                    let draw = policy::RandomCrop::new(
+                        (height, width),
+                        [p.left, p.top, p.right, p.bottom],
+                        *pad_if_needed,
+                    )?;
+                    let spec = RandomCropSpec {
+                        height,
+                        width,
+                        padding,
+                        pad_if_needed: *pad_if_needed,
+                        fill: fill.rgb()?,
+                        mode: padding_mode_of(*padding_mode),
+                    };
+                    Ok(RandomCropOp {
+                        kind: CropKind::Torch(draw),
+                        spec,
+                    })
+                })()
+                .map_err(|e| in_op("RandomCrop", e))?;
+                return Ok(Some(planned));
+            }
+            OpSpec::CenterCropOrPad {
+                size,
+                fill,
+                padding_mode,
+            } => ("CenterCropOrPad", false, size, fill, padding_mode),
+            OpSpec::RandomCropOrPad {
+                size,
+                fill,
+                padding_mode,
+            } => ("RandomCropOrPad", true, size, fill, padding_mode),
+            _ => return Ok(None),
         };
         let planned = (|| {
             let (height, width) = size.square_or_pair();
-            let padding = padding.as_ref().map(parse_padding).transpose()?;
-            let p = padding.unwrap_or_default();
-            let draw = policy::RandomCrop::new(
-                (height, width),
-                [p.left, p.top, p.right, p.bottom],
-                *pad_if_needed,
-            )?;
-            let spec = RandomCropSpec {
-                height,
-                width,
-                padding,
-                pad_if_needed: *pad_if_needed,
-                fill: fill.rgb()?,
-                mode: padding_mode_of(*padding_mode),
-            };
-            Ok(RandomCropOp { draw, spec })
+            if height == 0 || width == 0 {
+                return Err(Error::invalid(
+                    "size",
+                    format!("size {height}x{width} must be positive"),
+                ));
+            }
+            Ok(RandomCropOp {
+                kind: CropKind::OrPad { random },
+                spec: RandomCropSpec {
+                    height,
+                    width,
+                    padding: None,
+                    pad_if_needed: false,
+                    fill: fill.rgb()?,
+                    mode: padding_mode_of(*padding_mode),
+                },
+            })
         })()
-        .map_err(|e| in_op("RandomCrop", e))?;
+        .map_err(|e| in_op(name, e))?;
         Ok(Some(planned))
+    }
+
+    /// The op's name, for errors.
+    pub(in crate::spec) fn name(&self) -> &'static str {
+        match self.kind {
+            CropKind::Torch(_) => "RandomCrop",
+            CropKind::OrPad { random: false } => "CenterCropOrPad",
+            CropKind::OrPad { random: true } => "RandomCropOrPad",
+        }
     }
 
     /// The crop's `(height, width)`: the output size, whatever the input's.
@@ -267,9 +364,21 @@ impl RandomCropOp {
         (self.spec.height, self.spec.width)
     }
 
+    /// The span its padded window runs in.
+    pub(in crate::spec) fn span(&self) -> Op {
+        match self.kind {
+            CropKind::Torch(_) => Op::RandomCrop,
+            CropKind::OrPad { random: false } => Op::CenterCropOrPad,
+            CropKind::OrPad { random: true } => Op::RandomCropOrPad,
+        }
+    }
+
     /// The `(height, width)` of the output for an input of `size`, or the error every sample
     /// of that size would raise (a crop larger than the padded image).
     fn output_size(&self, (h, w): (u32, u32)) -> Result<(u32, u32)> {
+        if let CropKind::OrPad { .. } = self.kind {
+            return Ok(self.size());
+        }
         let (pw, ph) = self
             .spec
             .padded_size(w, h)
@@ -280,15 +389,33 @@ impl RandomCropOp {
         Ok(self.size())
     }
 
-    /// torchvision's draw for a `width` x `height` input: the padding, then the window's
-    /// position (see [`policy::RandomCrop::draw`]). Errors, naming both sizes, when the crop
-    /// is larger than the padded image.
+    /// The draw for a `width` x `height` input: torchvision's (the padding, then the window's
+    /// position, see [`policy::RandomCrop::draw`]; errors, naming both sizes, when the crop is
+    /// larger than the padded image), or timm's (`CenterCropOrPad` draws nothing,
+    /// `RandomCropOrPad` its two offsets, see [`random_crop_or_pad_offsets`]).
     pub(in crate::spec) fn draw(
         &self,
         width: u32,
         height: u32,
         rng: &mut SampleRng,
     ) -> Result<RandomCropPlan> {
+        let (th, tw) = self.size();
+        let draw = match self.kind {
+            CropKind::Torch(draw) => draw,
+            CropKind::OrPad { random } => {
+                let crop = if random {
+                    let (top, left) = random_crop_or_pad_offsets(width, height, th, tw, rng);
+                    crop_or_pad(width, height, th, tw, top, left)
+                } else {
+                    center_crop(width, height, th, tw)
+                }
+                .map_err(|e| in_op(self.name(), e))?;
+                return Ok(RandomCropPlan {
+                    pad: crop.padding,
+                    rect: crop.rect,
+                });
+            }
+        };
         let padded = self
             .spec
             .padded_size(width, height)
@@ -296,8 +423,7 @@ impl RandomCropOp {
         if padded.1 < self.spec.height || padded.0 < self.spec.width {
             return Err(too_small(self.size(), (padded.1, padded.0)));
         }
-        self.draw
-            .draw(width, height, rng)
+        draw.draw(width, height, rng)
             .map_err(|e| in_op("RandomCrop", e))
     }
 
@@ -329,9 +455,19 @@ impl RandomCropOp {
         padder: &mut Padder,
         out: &mut RgbImage,
     ) -> Result<()> {
+        let spec = match self.kind {
+            CropKind::Torch(_) => self.spec,
+            CropKind::OrPad { .. } => {
+                let [left, top, right, bottom] = plan.pad;
+                RandomCropSpec {
+                    padding: Some(Padding::ltrb(left, top, right, bottom)),
+                    ..self.spec
+                }
+            }
+        };
         padder
-            .random_crop(src, &self.spec, plan.rect.top, plan.rect.left, out)
-            .map_err(|e| in_op("RandomCrop", e))
+            .random_crop(src, &spec, plan.rect.top, plan.rect.left, out)
+            .map_err(|e| in_op(self.name(), e))
     }
 }
 
@@ -364,6 +500,18 @@ fn stage_resizer() -> Resizer {
     let mut resizer = Resizer::new();
     resizer.set_simd_limit(crate::fused::default_simd());
     resizer
+}
+
+/// `RandomRotation(expand=True)` with no op after it that fixes the size, or inside a random
+/// composition (whose output size must not depend on a draw).
+pub(super) fn expand_needs_a_fixed_size() -> Error {
+    Error::invalid(
+        "expand",
+        "RandomRotation(expand=True): its size follows each angle and image, so a crop or a \
+         resize to a fixed size (CenterCrop, RandomCrop, Resize((h, w)), RandomResizedCrop, \
+         CenterCropOrPad, RandomCropOrPad) must follow it among the stage ops (not inside \
+         RandomApply, RandomChoice or RandomOrder)",
+    )
 }
 
 /// torchvision's `ValueError` for a crop larger than the (padded) image, sizes as `(h, w)`.
@@ -499,6 +647,16 @@ impl GeometricOp {
             single_tensor_warp(name, interpolation, fill, api, domain.one_channel)
         };
         Ok(match (planned, op) {
+            (Some(GeometricOp::Rotation { expand: true, .. }), _) => {
+                return Err(in_op(
+                    "RandomRotation",
+                    Error::invalid(
+                        "expand",
+                        "true on an image tensor (after ToImage) is not supported: torch's \
+                         kernel sizes it otherwise; rotate the PIL image (before ToImage)",
+                    ),
+                ))
+            }
             (
                 Some(GeometricOp::Rotation { angle, center, .. }),
                 OpSpec::RandomRotation {
@@ -551,19 +709,12 @@ impl GeometricOp {
                 center,
                 fill,
             } => (|| {
-                if *expand {
-                    return Err(Error::invalid(
-                        "expand",
-                        "true is not supported: the output size would depend on each sample's \
-                         angle, so samples could not be batched (crop or resize after it in \
-                         Python, or keep expand=False)",
-                    ));
-                }
                 Ok(GeometricOp::Rotation {
                     angle: angle_range(*degrees)?,
                     center: check_center(*center)?,
                     interpolation: *interpolation,
                     fill: fill.rgb()?,
+                    expand: *expand,
                 })
             })()
             .map_err(|e| in_op("RandomRotation", e))?,
@@ -686,11 +837,57 @@ impl GeometricOp {
         }))
     }
 
+    /// Whether its output's size follows each sample's draw (`RandomRotation(expand=True)`).
+    pub(super) fn sizes_per_sample(&self) -> bool {
+        matches!(self, GeometricOp::Rotation { expand: true, .. })
+    }
+
+    /// The `(height, width)` this op leaves for an input whose size is known only per sample:
+    /// `Some` for the ops that fix it (a crop, a resize to a pair, a random resized crop),
+    /// `None` for those that keep it (the warps and flips); an error for the ops whose checks
+    /// need the input's size when planned or that grow it (blur, elastic, padding,
+    /// `Resize(int)`).
+    pub(super) fn output_size_per_sample(&self) -> Result<Option<(u32, u32)>> {
+        match self {
+            GeometricOp::CenterCrop(size) => Ok(Some(*size)),
+            GeometricOp::RandomCrop(crop) => Ok(Some(crop.size())),
+            GeometricOp::RandomResizedCrop(crop) => Ok(Some(crop.size())),
+            GeometricOp::Resize(resize) => match resize.size {
+                Size::Pair([h, w]) => Ok(Some((h, w))),
+                Size::Int(_) => Err(Error::invalid(
+                    "ops",
+                    "Resize(int) after RandomRotation(expand=True) makes a size that follows each \
+                     angle: give Resize (height, width), or crop first",
+                )),
+            },
+            GeometricOp::VFlip { .. }
+            | GeometricOp::Rotation { .. }
+            | GeometricOp::Affine { .. }
+            | GeometricOp::Perspective { .. }
+            | GeometricOp::TensorRotation { .. }
+            | GeometricOp::TensorAffine { .. }
+            | GeometricOp::TensorPerspective { .. } => Ok(None),
+            // Blur and Elastic check the size; Pad and Resize(int) grow it past the bound the
+            // plan checks against the pixel limit.
+            GeometricOp::Elastic { .. } | GeometricOp::Blur { .. } | GeometricOp::Pad { .. } => {
+                Err(Error::invalid(
+                    "ops",
+                    format!(
+                    "{} after RandomRotation(expand=True) needs the image's size when planned: \
+                     put it after the crop or resize that fixes the size",
+                    self.name()
+                ),
+                ))
+            }
+        }
+    }
+
     /// The `(height, width)` this op leaves for an input of `size`; an error where every
     /// sample of that size would fail (a crop or blur kernel larger than the image).
     pub(super) fn output_size(&self, size: (u32, u32)) -> Result<(u32, u32)> {
         let (h, w) = size;
         match self {
+            GeometricOp::Rotation { expand: true, .. } => Err(expand_needs_a_fixed_size()),
             GeometricOp::VFlip { .. }
             | GeometricOp::Rotation { .. }
             | GeometricOp::Affine { .. }
@@ -742,7 +939,7 @@ impl GeometricOp {
             GeometricOp::Elastic { .. } => "ElasticTransform",
             GeometricOp::Blur { .. } => "GaussianBlur",
             GeometricOp::Pad { .. } => "Pad",
-            GeometricOp::RandomCrop(_) => "RandomCrop",
+            GeometricOp::RandomCrop(crop) => crop.name(),
             GeometricOp::CenterCrop(_) => "CenterCrop",
             GeometricOp::Resize(_) => "Resize",
             GeometricOp::RandomResizedCrop(crop) => crop.name,
@@ -761,7 +958,7 @@ impl GeometricOp {
             GeometricOp::Elastic { .. } => Op::ElasticTransform,
             GeometricOp::Blur { .. } => Op::GaussianBlur,
             GeometricOp::Pad { .. } => Op::Pad,
-            GeometricOp::RandomCrop(_) => Op::RandomCrop,
+            GeometricOp::RandomCrop(crop) => crop.span(),
             GeometricOp::CenterCrop(_) => Op::Crop,
             GeometricOp::Resize(_) | GeometricOp::RandomResizedCrop(_) => Op::Resize,
         }
@@ -789,13 +986,14 @@ impl GeometricOp {
                 center,
                 interpolation,
                 fill,
+                expand,
             } => {
                 let angle = angle.draw(rng);
                 scratch.warp.rotate(
                     img.view(),
                     angle,
                     *center,
-                    false,
+                    *expand,
                     *interpolation,
                     *fill,
                     &mut scratch.spare,
