@@ -313,11 +313,15 @@ def test_without_a_transform_the_dataset_runs_in_python_as_with_dataloader() -> 
         assert torch.equal(a["pixel_values"], b["pixel_values"]) and torch.equal(a["labels"], b["labels"])
 
 
-def test_a_python_tail_gets_the_rows_bytes() -> None:
+@pytest.mark.parametrize("where", ["threads", "processes"])
+def test_a_python_tail_gets_the_rows_bytes(where: str) -> None:
     dataset = _embedded(_decodable()[:6])
     shift = tvT.Lambda(lambda t: t + 1.0)
     transform = tvT.Compose([*EVAL.transforms, shift])
-    got = list(fl.Loader(dataset, transform=transform, batch_size=3, python_tail="allow", num_workers=2))
+    loader = fl.Loader(
+        dataset, transform=transform, batch_size=3, python_tail="allow", num_workers=2, python_tail_workers=where
+    )
+    got = list(loader)
     _assert_same(got, _reference(dataset, transform, 3))
 
 
