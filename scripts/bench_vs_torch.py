@@ -46,6 +46,7 @@ from torch.utils.data import DataLoader
 import ferroloader as fl
 import ferroloader.torch as flt
 from ferroloader import recipes
+from ferroloader._hfdatasets import dataloader_form
 from ferroloader.loader import ProfileMode
 
 MEAN = [0.485, 0.456, 0.406]
@@ -98,22 +99,6 @@ def hugging_face_dataset(folder: Path) -> Any:
     )
 
 
-class _ApplyToImages:
-    """``dataset.with_transform``'s function as Hugging Face's examples write it: the transform
-    on each decoded image (a class, so DataLoader's workers can pickle it)."""
-
-    def __init__(self, transform: Any) -> None:
-        self.transform = transform
-
-    def __call__(self, batch: Dict[str, List[Any]]) -> Dict[str, List[Any]]:
-        batch["image"] = [self.transform(image.convert("RGB")) for image in batch["image"]]
-        return batch
-
-
-def _collate_rows(rows: List[Dict[str, Any]]) -> Tuple[torch.Tensor, torch.Tensor]:
-    return torch.stack([r["image"] for r in rows]), torch.tensor([r["label"] for r in rows])
-
-
 def torch_loader(source: Any, batch_size: int, workers: int, seed: int, transform: Any) -> DataLoader[Any]:
     """The stock pipeline: torchvision ImageFolder + Compose in a torch DataLoader, or, for a
     Hugging Face dataset, the dataset with the Compose on each image."""
@@ -121,7 +106,7 @@ def torch_loader(source: Any, batch_size: int, workers: int, seed: int, transfor
     if isinstance(source, Path):
         dataset: Any = torchvision.datasets.ImageFolder(str(source), transform=transform)
     else:
-        dataset, collate = source.with_transform(_ApplyToImages(transform)), _collate_rows
+        dataset, collate = dataloader_form(source, transform)
     return DataLoader(
         dataset,
         batch_size=batch_size,

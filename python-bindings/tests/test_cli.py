@@ -86,6 +86,38 @@ def check_report(out: Path, labels: List[str]) -> Dict[str, Any]:
     return summary
 
 
+def test_compare_and_profile_take_a_saved_hugging_face_dataset(data: Path, tmp_path: Path) -> None:
+    import datasets
+
+    datasets.disable_progress_bars()
+    listed = fl.ImageFolder(data)
+    saved = tmp_path / "saved"
+    datasets.Dataset.from_dict(
+        {
+            "image": [{"bytes": Path(p).read_bytes(), "path": Path(p).name} for p, _ in listed.samples],
+            "label": [label for _, label in listed.samples],
+        },
+        features=datasets.Features(
+            {"image": datasets.Image(), "label": datasets.ClassLabel(names=list(listed.classes))}
+        ),
+    ).save_to_disk(str(saved))
+    out = tmp_path / "report"
+    result = invoke(["compare", str(saved), "--workers", "1", "--out", str(out), *SMALL])
+    summary = check_report(out, ["torchvision", "native"])
+    ops = {p["label"]: {o["op"] for o in p["ops"]} for p in summary["pipelines"]}
+    # The DataLoader side is datasets' decode then the with_transform function; the native side
+    # reads the rows' bytes (no file read) and decodes them.
+    assert {"decode", "TransformImages"} <= ops["torchvision"]
+    assert {"decode", "fused"} <= ops["native"] and "read" in ops["native"]
+    assert "saved Hugging Face dataset of 16 rows" in (out / "report.html").read_text()
+    assert "speedup" in result.output
+    invoke(["profile", str(saved), "--workers", "1", "--out", str(tmp_path / "native"), *SMALL])
+    refused = CliRunner().invoke(main, ["advise", str(saved), "--quiet"])
+    assert refused.exit_code != 0 and "takes an ImageFolder" in refused.output
+    skip = CliRunner().invoke(main, ["compare", str(saved), "--on-error", "skip", *SMALL])
+    assert skip.exit_code != 0 and "cannot leave a sample out" in skip.output
+
+
 def test_compare_writes_the_report_of_both_pipelines(data: Path, tmp_path: Path) -> None:
     out = tmp_path / "report"
     result = invoke(["compare", str(data), "--workers", "1", "--step-ms", "2", "--out", str(out),

@@ -16,13 +16,21 @@ from __future__ import annotations
 
 import io
 import sys
-from typing import Any, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
 from ferroloader._native import EncodedTable
 
-__all__ = ["check_not_splits", "check_not_streaming", "is_hugging_face", "table_of"]
+__all__ = [
+    "CollateRows",
+    "TransformImages",
+    "check_not_splits",
+    "check_not_streaming",
+    "dataloader_form",
+    "is_hugging_face",
+    "table_of",
+]
 
 #: The buffer index of a null row, as ``EncodedTable`` reads it.
 _NULL = np.uint32(0xFFFF_FFFF)
@@ -302,3 +310,42 @@ def _labels(column: Any, name: str, pa: Any) -> np.ndarray:
 def _take(column: _Column, rows: np.ndarray) -> _Column:
     buffers, which, starts, lengths = column
     return buffers, which[rows], starts[rows], lengths[rows]
+
+
+class TransformImages:
+    """``with_transform``'s function as Hugging Face's image-classification examples write it:
+    the torchvision transform on each decoded image of ``column``, converted to RGB (a class,
+    so DataLoader's worker processes can pickle it)."""
+
+    def __init__(self, transform: Any, column: str) -> None:
+        self.transform = transform
+        self.column = column
+
+    def __call__(self, batch: Dict[str, List[Any]]) -> Dict[str, List[Any]]:
+        batch[self.column] = [self.transform(image.convert("RGB")) for image in batch[self.column]]
+        return batch
+
+
+class CollateRows:
+    """DataLoader's ``collate_fn`` for those rows: ``(images stacked, labels as int64)``, as
+    the native loader's batches are."""
+
+    def __init__(self, image_column: str, label_column: str) -> None:
+        self.image_column = image_column
+        self.label_column = label_column
+
+    def __call__(self, rows: List[Dict[str, Any]]) -> Tuple[Any, Any]:
+        import torch
+
+        images = torch.stack([row[self.image_column] for row in rows])
+        return images, torch.tensor([row[self.label_column] for row in rows], dtype=torch.int64)
+
+
+def dataloader_form(dataset: Any, transform: Any) -> Tuple[Any, CollateRows]:
+    """``(dataset with the transform set, collate_fn)``: how a DataLoader user runs a torchvision
+    transform over a Hugging Face dataset, on the columns :func:`table_of` reads natively."""
+    image_column, label_column = _columns(dataset, sys.modules["datasets"])
+    return (
+        dataset.with_transform(TransformImages(transform, image_column)),
+        CollateRows(image_column, label_column),
+    )

@@ -292,6 +292,10 @@ def _command_line(name: str, cfg: Any, extra: Sequence[str] = ()) -> str:
 
 
 def _dataset_note(data: Path) -> str:
+    from ferroloader.cli.compare import load_saved, saved_dataset
+
+    if saved_dataset(data):
+        return f"{data} (a saved Hugging Face dataset of {len(load_saved(data))} rows)"
     classes = [d for d in sorted(data.iterdir()) if d.is_dir()]
     images = sum(1 for c in classes for f in c.rglob("*") if f.is_file())
     return f"{data} ({images} files in {len(classes)} classes)"
@@ -464,7 +468,8 @@ def main() -> None:
 @_data_argument
 @_run_options()
 def compare(data: Path, out: Path, quiet: bool, **kwargs: Any) -> None:
-    """Profile torchvision's DataLoader and ferroloader on the same ImageFolder DATA.
+    """Profile torchvision's DataLoader and ferroloader on the same ImageFolder DATA (or a
+    directory a Hugging Face dataset's save_to_disk wrote).
 
     Both run the ImageNet training transform (RandomResizedCrop, RandomHorizontalFlip,
     ToTensor, Normalize), or a torchvision reference recipe (--recipe ta_wide+re), or your own
@@ -488,7 +493,8 @@ def compare(data: Path, out: Path, quiet: bool, **kwargs: Any) -> None:
 @_data_argument
 @_run_options()
 def profile(data: Path, out: Path, quiet: bool, **kwargs: Any) -> None:
-    """Profile ferroloader's native pipeline alone on the ImageFolder DATA.
+    """Profile ferroloader's native pipeline alone on the ImageFolder DATA (or a saved Hugging
+    Face dataset).
 
     The same transform and report as `compare`, without the torchvision run.
     """
@@ -791,9 +797,15 @@ def advise_cmd(data: Path, recipe: Optional[str], transform_spec: Optional[str],
     (the bottleneck stage), offline strategies (throughput, storage, pixel error), a worker
     sweep and an input-bound verdict, on a sample. Writes OUT/advice.json and OUT/report.html."""
     from ferroloader.cli.advisor import advise, parse_size
+    from ferroloader.cli.compare import saved_dataset
 
     if recipe is not None and transform_spec is not None:
         raise click.UsageError("--recipe and --transform: give one or the other")
+    if saved_dataset(data):
+        raise click.UsageError(
+            f"{data} is a saved Hugging Face dataset; advise samples and re-encodes image files, "
+            "so it takes an ImageFolder (compare and profile take either)"
+        )
     if step_ms is not None and training_profile is not None:
         raise click.UsageError("--step-ms and --training-profile: give one or the other")
     try:

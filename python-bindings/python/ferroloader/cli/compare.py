@@ -1,15 +1,15 @@
 """Runs the torchvision DataLoader pipeline and ferroloader's on the same data, profiled.
 
 What ``ferroloader compare``, ``profile``, ``sweep`` and ``demo`` run; the command line
-(``ferroloader.cli.commands``) only parses options and prints. Both pipelines read the same ImageFolder
-through the same torchvision ``Compose``: by default the ImageNet training transform
-(``RandomResizedCrop``, ``RandomHorizontalFlip``, ``ToTensor``, ``Normalize``), else the one in
-``RunConfig.transform`` (a reference recipe or the user's own, ``ferroloader.recipes``).
-torchvision's ``ImageFolder`` and ``DataLoader``, instrumented by ``ferroloader.torch.profile``,
-run it as is; ``ferroloader.Loader`` is handed the same object and converts it. A transform the
-Loader refuses is reported (:class:`NativeRefusal`) before either pipeline runs. Runs alternate
-between the pipelines, round after round, so a machine that slows down or speeds up during the
-measurement affects both alike.
+(``ferroloader.cli.commands``) only parses options and prints. Both pipelines read the same
+ImageFolder (or the same saved Hugging Face dataset: :func:`saved_dataset`) through the same
+torchvision ``Compose``: by default the ImageNet training transform (``RandomResizedCrop``,
+``RandomHorizontalFlip``, ``ToTensor``, ``Normalize``), else the one in ``RunConfig.transform`` (a
+reference recipe or the user's own, ``ferroloader.recipes``). torchvision's ``ImageFolder`` and
+``DataLoader``, instrumented by ``ferroloader.torch.profile``, run it as is; ``ferroloader.Loader``
+is handed the same object and converts it. A transform the Loader refuses is reported
+(:class:`NativeRefusal`) before either pipeline runs. Runs alternate between the pipelines, round
+after round, so a machine that slows down or speeds up during the measurement affects both alike.
 
 A consumer step (``step_ms``) stands for the training step a GPU would run on each batch: the
 consumer sleeps (or spins, with ``step_busy``) that long after each batch, and the time it then
@@ -43,6 +43,7 @@ from typing import (
     Tuple,
 )
 
+from ferroloader._hfdatasets import dataloader_form
 from ferroloader.loader import DecoderName, Output, ProfileMode
 
 if TYPE_CHECKING:
@@ -301,7 +302,7 @@ def run_pipeline(
         import ferroloader as fl
 
         loader = fl.Loader(
-            fl.ImageFolder(cfg.data),
+            native_source(cfg.data),
             batch_size=cfg.batch_size,
             shuffle=True,
             seed=cfg.seed,
@@ -323,8 +324,12 @@ def run_pipeline(
         torchvision = _torchvision()
 
         skip = cfg.on_error == "skip"
-        folder = _skipping_folder(torchvision) if skip else torchvision.datasets.ImageFolder
-        dataset = folder(os.fspath(cfg.data), transform=transform)
+        collate: Any = _collate_present if skip else None
+        if saved_dataset(cfg.data):
+            dataset, collate = dataloader_form(load_saved(cfg.data), transform)
+        else:
+            folder = _skipping_folder(torchvision) if skip else torchvision.datasets.ImageFolder
+            dataset = folder(os.fspath(cfg.data), transform=transform)
         generator = torch.Generator()
         generator.manual_seed(cfg.seed)
         dl = torch.utils.data.DataLoader(
@@ -336,7 +341,7 @@ def run_pipeline(
             # Workers live across epochs, as in real training: a small data set repeated
             # must not pay worker start-up once per pass.
             persistent_workers=workers > 0,
-            collate_fn=_collate_present if skip else None,
+            collate_fn=collate,
         )
         profiled = fltorch.profile(dl, label=label, mode=cfg.mode)
         make_epoch = lambda: iter(profiled)
@@ -381,6 +386,33 @@ def run_pipeline(
     )
 
 
+def saved_dataset(data: Path) -> bool:
+    """Whether ``data`` is a directory a Hugging Face dataset's ``save_to_disk`` wrote (its
+    ``state.json`` and ``dataset_info.json``): both pipelines then read that ``Dataset``, the
+    DataLoader through ``with_transform`` as Hugging Face's examples do, ferroloader natively."""
+    return (data / "state.json").is_file() and (data / "dataset_info.json").is_file()
+
+
+def load_saved(data: Path) -> Any:
+    """The ``datasets.Dataset`` :func:`saved_dataset` found at ``data``."""
+    try:
+        import datasets  # type: ignore[import-untyped]
+    except ImportError as e:
+        raise ImportError(
+            f"{data} is a saved Hugging Face dataset; reading it needs datasets (pip install "
+            "datasets)"
+        ) from e
+    return datasets.load_from_disk(os.fspath(data))
+
+
+def native_source(data: Path) -> Any:
+    """What ferroloader's Loader reads ``data`` as: the saved Hugging Face dataset, or the
+    ImageFolder."""
+    import ferroloader as fl
+
+    return load_saved(data) if saved_dataset(data) else fl.ImageFolder(data)
+
+
 def check_native(cfg: RunConfig) -> None:
     """Builds the native loader the runs would build, without running it, so that a transform
     ferroloader refuses stops the comparison before any pipeline spends time on it.
@@ -390,7 +422,12 @@ def check_native(cfg: RunConfig) -> None:
     """
     import ferroloader as fl
 
-    dataset = fl.ImageFolder(cfg.data)
+    if cfg.on_error == "skip" and saved_dataset(cfg.data):
+        raise ValueError(
+            f"--on-error skip: {cfg.data} is a saved Hugging Face dataset, whose DataLoader "
+            "pipeline (datasets decodes before the transform) cannot leave a sample out"
+        )
+    dataset = native_source(cfg.data)
     try:
         fl.Loader(
             dataset,
