@@ -188,6 +188,14 @@ _INTERPOLATIONS = ("nearest", "bilinear", "bicubic", "box", "hamming", "lanczos"
 _PIL_ONLY_INTERPOLATIONS = ("box", "hamming", "lanczos")
 
 
+def _filter_choice(interpolation: Union[str, Sequence[str]]) -> List[str]:
+    """The filters a timm resize chooses among per sample, in draw order: one filter (no
+    choice), or timm's ``'random'`` list."""
+    if isinstance(interpolation, str):
+        return [interpolation]
+    return list(interpolation)
+
+
 def _interpolation(op: str, value: object) -> str:
     """The interpolation's name: a string, torchvision's ``InterpolationMode`` or a Pillow
     constant (an int, as torchvision accepts them). Every mode torchvision has for PIL images
@@ -426,9 +434,7 @@ class RandomResizedCropAndInterpolation(Transform):
     @property
     def filters(self) -> List[str]:
         """The filters a sample's resize chooses among (one: no choice), in draw order."""
-        if isinstance(self.interpolation, str):
-            return [self.interpolation]
-        return list(self.interpolation)
+        return _filter_choice(self.interpolation)
 
     def to_spec(self) -> Spec:
         return {
@@ -1270,9 +1276,7 @@ class ResizeKeepRatio(Transform):
     @property
     def filters(self) -> List[str]:
         """The filters a sample's resize chooses among (one: no choice), in draw order."""
-        if isinstance(self.interpolation, str):
-            return [self.interpolation]
-        return list(self.interpolation)
+        return _filter_choice(self.interpolation)
 
     def to_spec(self) -> Spec:
         return {
