@@ -188,14 +188,6 @@ _INTERPOLATIONS = ("nearest", "bilinear", "bicubic", "box", "hamming", "lanczos"
 _PIL_ONLY_INTERPOLATIONS = ("box", "hamming", "lanczos")
 
 
-def _filter_choice(interpolation: Union[str, Sequence[str]]) -> List[str]:
-    """The filters a timm resize chooses among per sample, in draw order: one filter (no
-    choice), or timm's ``'random'`` list."""
-    if isinstance(interpolation, str):
-        return [interpolation]
-    return list(interpolation)
-
-
 def _interpolation(op: str, value: object) -> str:
     """The interpolation's name: a string, torchvision's ``InterpolationMode`` or a Pillow
     constant (an int, as torchvision accepts them). Every mode torchvision has for PIL images
@@ -394,6 +386,29 @@ _RANDOM_INTERPOLATION = ["bilinear", "bicubic"]
 _MAX_FILTER_CHOICES = 8
 
 
+def _filter_choice(interpolation: Union[str, Sequence[str]]) -> List[str]:
+    """The filters a timm resize chooses among per sample, in draw order: one filter (no
+    choice), or timm's ``'random'`` list."""
+    if isinstance(interpolation, str):
+        return [interpolation]
+    return list(interpolation)
+
+
+def _timm_resize_filters(op: str, interpolation: Any) -> Union[str, List[str]]:
+    """timm's resize ``interpolation``: one filter, ``'random'`` (BILINEAR or BICUBIC per sample) or
+    a list of 1 to 8 filters to draw from."""
+    if isinstance(interpolation, str) and interpolation == "random":
+        return list(_RANDOM_INTERPOLATION)
+    if isinstance(interpolation, (list, tuple)):
+        if not 1 <= len(interpolation) <= _MAX_FILTER_CHOICES:
+            raise ValueError(
+                f"{op}: interpolation must be one filter, 'random', or a list of 1 to "
+                f"{_MAX_FILTER_CHOICES} filters, got {interpolation!r}"
+            )
+        return [_interpolation(op, v) for v in interpolation]
+    return _interpolation(op, interpolation)
+
+
 class RandomResizedCropAndInterpolation(Transform):
     """timm's ``RandomResizedCropAndInterpolation(size, scale=(0.08, 1.0), ratio=(3/4, 4/3),
     interpolation='bilinear')`` (``timm.data.transforms``; what
@@ -418,18 +433,7 @@ class RandomResizedCropAndInterpolation(Transform):
     ) -> None:
         op = "RandomResizedCropAndInterpolation"
         self.size, self.scale, self.ratio = _resized_crop_args(op, size, scale, ratio)
-        self.interpolation: Union[str, List[str]]
-        if isinstance(interpolation, str) and interpolation == "random":
-            self.interpolation = list(_RANDOM_INTERPOLATION)
-        elif isinstance(interpolation, (list, tuple)):
-            if not 1 <= len(interpolation) <= _MAX_FILTER_CHOICES:
-                raise ValueError(
-                    f"{op}: interpolation must be one filter, 'random', or a list of 1 to "
-                    f"{_MAX_FILTER_CHOICES} filters, got {interpolation!r}"
-                )
-            self.interpolation = [_interpolation(op, v) for v in interpolation]
-        else:
-            self.interpolation = _interpolation(op, interpolation)
+        self.interpolation = _timm_resize_filters(op, interpolation)
 
     @property
     def filters(self) -> List[str]:
@@ -1209,21 +1213,6 @@ class RandomCrop(Transform):
             "padding_mode": self.padding_mode,
         }
 
-
-
-def _timm_resize_filters(op: str, interpolation: Any) -> Union[str, List[str]]:
-    """timm's resize ``interpolation``: one filter, ``'random'`` (BILINEAR or BICUBIC per sample) or
-    a list of 1 to 8 filters to draw from."""
-    if isinstance(interpolation, str) and interpolation == "random":
-        return list(_RANDOM_INTERPOLATION)
-    if isinstance(interpolation, (list, tuple)):
-        if not 1 <= len(interpolation) <= _MAX_FILTER_CHOICES:
-            raise ValueError(
-                f"{op}: interpolation must be one filter, 'random', or a list of 1 to "
-                f"{_MAX_FILTER_CHOICES} filters, got {interpolation!r}"
-            )
-        return [_interpolation(op, v) for v in interpolation]
-    return _interpolation(op, interpolation)
 
 
 class ResizeKeepRatio(Transform):
