@@ -75,6 +75,17 @@ impl HeldBytes {
     }
 }
 
+/// Pillow's mode name, as the table keeps it.
+fn image_mode(mode: &str) -> PyResult<&'static str> {
+    match mode {
+        "RGB" => Ok("RGB"),
+        "L" => Ok("L"),
+        other => Err(PyValueError::new_err(format!(
+            "mode: expected \"RGB\" or \"L\", got {other:?}"
+        ))),
+    }
+}
+
 /// One column as the Python side hands it: the buffers, and per row the buffer's index
 /// (`2**32 - 1` for a null), the start and the length of its bytes.
 type ColumnArgs<'py> = (
@@ -130,15 +141,7 @@ impl PyEncodedTable {
         exif_transpose: bool,
         origin: Option<Bound<'_, PyTuple>>,
     ) -> PyResult<Self> {
-        let mode = match mode {
-            "RGB" => "RGB",
-            "L" => "L",
-            other => {
-                return Err(PyValueError::new_err(format!(
-                    "mode: expected \"RGB\" or \"L\", got {other:?}"
-                )))
-            }
-        };
+        let mode = image_mode(mode)?;
         let labels = labels.as_slice()?.to_vec();
         let images = byte_column("images", images)?;
         let paths = match paths {
@@ -166,6 +169,17 @@ impl PyEncodedTable {
     #[getter]
     fn mode(&self) -> &'static str {
         self.mode
+    }
+
+    /// The same rows (shared, not made again) handed over in `mode`, as a judgement of the
+    /// images after the table is made finds it.
+    fn with_mode(&self, py: Python<'_>, mode: &str) -> PyResult<Self> {
+        Ok(PyEncodedTable {
+            inner: self.inner.clone(),
+            mode: image_mode(mode)?,
+            exif_transpose: self.exif_transpose,
+            origin: self.origin.as_ref().map(|o| o.clone_ref(py)),
+        })
     }
 
     /// Whether the images are to be turned upright per their EXIF orientation, as the dataset

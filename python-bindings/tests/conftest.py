@@ -4,7 +4,7 @@ Pillow, so the tests need no external data."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Iterator, List, Tuple
+from typing import Any, Iterator, List, Tuple
 
 import numpy as np
 import pytest
@@ -99,3 +99,44 @@ def corrupt_folder(tmp_path: Path) -> Iterator[Path]:
 
 IMAGENET_MEAN = [0.485, 0.456, 0.406]
 IMAGENET_STD = [0.229, 0.224, 0.225]
+
+
+def epoch_samples(
+    folder: Path,
+    transform: Any,
+    *,
+    seed: int,
+    epoch: int,
+    num_workers: int,
+    batch_size: int,
+    output: str,
+) -> Tuple[List[np.ndarray], List[int]]:
+    """Every sample (numpy) of one shuffled epoch of ``folder`` and the dataset indices they
+    came from, in delivery order."""
+    import ferroloader as fl
+
+    loader = fl.Loader(
+        fl.ImageFolder(folder),
+        batch_size=batch_size,
+        shuffle=True,
+        seed=seed,
+        num_workers=num_workers,
+        transform=transform,
+        tensor_type="numpy",
+        output=output,
+    )
+    loader.set_epoch(epoch)
+    samples: List[np.ndarray] = []
+    indices: List[int] = []
+    it = iter(loader)
+    for images, _labels in it:
+        assert it.indices is not None
+        samples.extend(images)
+        indices.extend(it.indices.tolist())
+    return samples, indices
+
+
+def rgb_of(path: str) -> Image.Image:
+    """The file as torchvision's loader opens it."""
+    with Image.open(path) as img:
+        return img.convert("RGB")

@@ -23,6 +23,8 @@ from PIL import Image
 import ferroloader as fl
 from ferroloader import transforms as T
 
+from conftest import epoch_samples, rgb_of
+
 timm_data = pytest.importorskip("timm.data")
 timm_transforms = pytest.importorskip("timm.data.transforms")
 
@@ -35,30 +37,11 @@ def run_loader(
     folder: Path, transform: T.Compose, num_workers: int = 0, batch_size: int = 6
 ) -> Tuple[List[np.ndarray], List[int]]:
     """Every uint8 sample of one shuffled epoch (epoch 1) and the dataset indices they came from."""
-    loader = fl.Loader(
-        fl.ImageFolder(folder),
-        batch_size=batch_size,
-        shuffle=True,
-        seed=SEED,
-        num_workers=num_workers,
-        transform=transform,
-        tensor_type="numpy",
+    return epoch_samples(
+        folder, transform, seed=SEED, epoch=1, num_workers=num_workers, batch_size=batch_size,
         output="uint8",
     )
-    loader.set_epoch(1)
-    samples: List[np.ndarray] = []
-    indices: List[int] = []
-    it = iter(loader)
-    for images, _labels in it:
-        assert it.indices is not None
-        samples.extend(images)
-        indices.extend(it.indices.tolist())
-    return samples, indices
 
-
-def rgb_of(path: str) -> Image.Image:
-    with Image.open(path) as img:
-        return img.convert("RGB")
 
 
 # ResizeKeepRatio's arguments, as timm takes them (``interpolation`` a list: set on the object).

@@ -23,6 +23,8 @@ from PIL import Image
 import ferroloader as fl
 from ferroloader import transforms as T
 
+from conftest import epoch_samples, rgb_of
+
 timm_data = pytest.importorskip("timm.data")
 timm_transforms = pytest.importorskip("timm.data.transforms")
 TimmRRC = timm_transforms.RandomResizedCropAndInterpolation
@@ -48,30 +50,11 @@ def run_loader(
     folder: Path, transform: T.Compose, num_workers: int = 2, batch_size: int = 5, output: str = "float32"
 ) -> Tuple[List[np.ndarray], List[int]]:
     """Every sample of one shuffled epoch (epoch 2) and the dataset indices they came from."""
-    loader = fl.Loader(
-        fl.ImageFolder(folder),
-        batch_size=batch_size,
-        shuffle=True,
-        seed=SEED,
-        num_workers=num_workers,
-        transform=transform,
-        tensor_type="numpy",
+    return epoch_samples(
+        folder, transform, seed=SEED, epoch=2, num_workers=num_workers, batch_size=batch_size,
         output=output,
     )
-    loader.set_epoch(2)
-    samples: List[np.ndarray] = []
-    indices: List[int] = []
-    it = iter(loader)
-    for images, _labels in it:
-        assert it.indices is not None
-        samples.extend(images)
-        indices.extend(it.indices.tolist())
-    return samples, indices
 
-
-def rgb_of(path: str) -> Image.Image:
-    with Image.open(path) as img:
-        return img.convert("RGB")
 
 
 # Where the crop stands: (ops before it, a pixel op after the flip, how the image it crops is

@@ -115,6 +115,12 @@ fn number() -> impl Strategy<Value = Value> {
 }
 
 /// A size as torchvision takes it, or not: an int, a pair, or a list of another length.
+/// A padding mode: torchvision's four, and one it refuses.
+fn padding_mode() -> impl Strategy<Value = Value> {
+    prop::sample::select(vec!["constant", "edge", "reflect", "symmetric", "wrap"])
+        .prop_map(Value::from)
+}
+
 fn size() -> impl Strategy<Value = Value> {
     prop_oneof![
         5 => number(),
@@ -371,20 +377,7 @@ fn op_of(name: &'static str) -> BoxedStrategy<Value> {
             vec![
                 ("size", maybe(0.95, size())),
                 ("fill", maybe(0.3, prop_oneof![number(), triple()])),
-                (
-                    "padding_mode",
-                    maybe(
-                        0.6,
-                        prop::sample::select(vec![
-                            "constant",
-                            "edge",
-                            "reflect",
-                            "symmetric",
-                            "wrap",
-                        ])
-                        .prop_map(Value::from),
-                    ),
-                ),
+                ("padding_mode", maybe(0.6, padding_mode())),
             ],
         ),
         "Resize" => object(
@@ -487,20 +480,7 @@ fn op_of(name: &'static str) -> BoxedStrategy<Value> {
                     maybe(0.95, prop_oneof![number(), size(), triple()]),
                 ),
                 ("fill", maybe(0.4, prop_oneof![number(), triple()])),
-                (
-                    "padding_mode",
-                    maybe(
-                        0.6,
-                        prop::sample::select(vec![
-                            "constant",
-                            "edge",
-                            "reflect",
-                            "symmetric",
-                            "wrap",
-                        ])
-                        .prop_map(Value::from),
-                    ),
-                ),
+                ("padding_mode", maybe(0.6, padding_mode())),
             ],
         ),
         "RandomCrop" => object(

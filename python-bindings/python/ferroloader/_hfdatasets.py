@@ -141,11 +141,7 @@ def table_of(
     split = dataset.split
     name = "dataset" if split is None else str(split)
     table = EncodedTable(images, paths, labels, name, exif_transpose=exif_transpose, origin=origin)
-    if mode is None and _grayscale(table):
-        table = EncodedTable(
-            images, paths, labels, name, mode="L", exif_transpose=exif_transpose, origin=origin
-        )
-    return table
+    return table.with_mode("L") if mode is None and _grayscale(table) else table
 
 
 def _grayscale(table: EncodedTable) -> bool:

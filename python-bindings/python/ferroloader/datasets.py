@@ -32,7 +32,7 @@ import numpy as np
 from ferroloader import _hfdatasets
 from ferroloader._native import EncodedTable, FileList, ImageArray, ImageFolder, PathList, WebDataset
 
-__all__ = ["Carried", "Source", "as_source", "python_reason"]
+__all__ = ["Carried", "Source", "as_source", "python_reason", "reading"]
 
 #: What the native loader takes.
 Source = Union[ImageFolder, FileList, PathList, ImageArray, EncodedTable, WebDataset, Any]
@@ -90,9 +90,7 @@ def as_source(dataset: Any) -> Carried:
         return timm_table
     listing = _listing(dataset)
     if listing is not None:
-        return Carried(
-            PathList(listing.paths, listing.labels), listing.transform, listing.target_transform
-        )
+        return _listed(listing)
     if hasattr(dataset, "__getitem__") and hasattr(dataset, "__len__"):
         _check_attached_transforms(dataset)
         return Carried(dataset, None, None)
@@ -108,36 +106,64 @@ def python_reason(dataset: Any) -> Optional[str]:
     runs it (``ferroloader._pydataset``): its samples are its own code's. ``None`` where it is
     read natively (it carries its transform), and where it is not a map-style dataset at all
     (:func:`as_source` says what is wrong)."""
+    return _judged(dataset)[0]
+
+
+def reading(dataset: Any, transform_given: bool) -> Union[Carried, str]:
+    """How the loader reads ``dataset``: natively, as :func:`as_source` gives it, or, given with
+    no ``transform=``, in Python as DataLoader runs it (the reason, :func:`python_reason`). One
+    pass: what judging the dataset read (a listing, an array's pixels, an Arrow table) is the
+    source, not read again.
+
+    Raises as :func:`as_source` does."""
+    if not transform_given:
+        reason, carried = _judged(dataset)
+        if reason is not None:
+            return reason
+        if carried is not None:
+            return carried
+    return as_source(dataset)
+
+
+def _judged(dataset: Any) -> Tuple[Optional[str], Optional[Carried]]:
+    """:func:`python_reason`'s answer, and the dataset as the native loader takes it where
+    finding the answer made it (``None`` where it did not: :func:`as_source` makes it)."""
     if isinstance(dataset, (*_NATIVE, ImageArray, EncodedTable, WebDataset, str, bytes, os.PathLike)):
-        return None
+        return None, None
     try:
         _hfdatasets.check_not_splits(dataset)
     except TypeError:
-        return None  # as_source says what is wrong
+        return None, None  # as_source says what is wrong
     if _hugging_face_rows(dataset) is not None:
         return (
             "a Hugging Face Dataset's items are its own (dicts of decoded images); pass "
             "transform= to the loader to decode its images natively"
-        )
+        ), None
     data = sys.modules.get("torch.utils.data")  # an IterableDataset comes with torch loaded
     if data is not None and isinstance(dataset, data.IterableDataset):
-        return f"{type(dataset).__name__} is an IterableDataset: its own iterator makes the samples"
+        return f"{type(dataset).__name__} is an IterableDataset: its own iterator makes the samples", None
     if not (hasattr(dataset, "__getitem__") and hasattr(dataset, "__len__")):
-        return None
+        return None, None
     try:
         arrays = _image_array(dataset) or _timm_hugging_face(dataset)
         listing = None if arrays is not None else _listing(dataset)
     except (TypeError, ValueError) as e:
         # What the native reading refuses (a custom loader, a joint transforms=, items that are
         # not (path, label)...) is the dataset's own code to run.
-        return str(e).removeprefix("dataset: ")
+        return str(e).removeprefix("dataset: "), None
     if arrays is not None:
-        return None if arrays.transform is not None else f"{type(dataset).__name__} has no transform"
+        if arrays.transform is None:
+            return f"{type(dataset).__name__} has no transform", None
+        return None, arrays
     if listing is None:
-        return f"{type(dataset).__name__}.__getitem__ makes its samples"
+        return f"{type(dataset).__name__}.__getitem__ makes its samples", None
     if listing.transform is None:
-        return f"{type(dataset).__name__} has no transform"
-    return None
+        return f"{type(dataset).__name__} has no transform", None
+    return None, _listed(listing)
+
+
+def _listed(listing: _Listing) -> Carried:
+    return Carried(PathList(listing.paths, listing.labels), listing.transform, listing.target_transform)
 
 
 def _hugging_face_rows(dataset: Any) -> Optional[Tuple[Any, Optional[List[int]]]]:

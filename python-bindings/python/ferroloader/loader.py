@@ -36,7 +36,7 @@ from typing import (
 import numpy as np
 
 from ferroloader import _native
-from ferroloader.datasets import as_source, python_reason
+from ferroloader.datasets import reading
 from ferroloader.profiling import Profile
 from ferroloader._pinning import DeviceReadHold, cuda_runtime_path
 from ferroloader._tail import TailRunner
@@ -336,14 +336,13 @@ class Loader:
     ) -> None:
         self.dataset = dataset
         #: Why the dataset runs in Python, as DataLoader runs it; ``None`` when read natively.
-        self.python_dataset_reason: Optional[str] = (
-            python_reason(dataset) if transform is None else None
-        )
+        read = reading(dataset, transform_given=transform is not None)
+        self.python_dataset_reason: Optional[str] = read if isinstance(read, str) else None
         #: The dataset's ``target_transform``, called on each label (a class index) in the
         #: consumer's thread as each batch is handed out; ``None`` where it sets none.
         self.target_transform: Optional[Callable[[int], Any]] = None
-        if self.python_dataset_reason is None:
-            self._source, dataset_transform, self.target_transform = as_source(dataset)
+        if not isinstance(read, str):
+            self._source, dataset_transform, self.target_transform = read
             if transform is None:
                 if dataset_transform is None:
                     raise TypeError(
