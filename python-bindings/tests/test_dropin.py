@@ -342,6 +342,27 @@ def test_dataloader_arguments_keep_their_meaning(folder: Path) -> None:
         fl.Loader(fl.ImageFolder(folder), batch_sampler=[[0, 1], [2]], transform=fl_transform())
 
 
+def test_the_batches_dtype_is_the_transforms_as_with_dataloader(folder: Path) -> None:
+    # A transform ending in PILToTensor makes uint8 batches (for a GPU-side normalize), natively.
+    tv = torchvision.transforms
+    import torchvision.transforms.v2 as v2
+    to_uint8 = tv.Compose([tv.Resize(28), tv.CenterCrop(24), tv.PILToTensor()])
+    dataset = torchvision.datasets.ImageFolder(str(folder), transform=to_uint8)
+    loader = fl.Loader(dataset, 4, num_workers=2, python_tail="error")
+    assert loader.output == "uint8" and loader.dtype == "uint8"
+    assert same(run(loader), run(torch.utils.data.DataLoader(dataset, 4)))
+    tensor_first = v2.Compose([v2.ToImage(), v2.RandomResizedCrop(24), v2.RandomHorizontalFlip()])
+    batch = next(iter(fl.Loader(torchvision.datasets.ImageFolder(str(folder), transform=tensor_first), 4, python_tail="error")))
+    assert batch[0].dtype == torch.uint8 and batch[0].shape == (4, 3, 24, 24)
+    assert fl.Loader(fl.ImageFolder(folder), transform=fl_transform()).output == "float32"
+    # output="uint8" asked for with a float transform: Normalize left for the consumer.
+    deferred = fl.Loader(fl.ImageFolder(folder), transform=fl_transform(), output="uint8")
+    assert deferred.output == "uint8" and np.allclose(deferred.deferred_normalize, (IMAGENET_MEAN, IMAGENET_STD))
+    # Unpickled, a loader whose transform is the dataset's is the same loader.
+    again = pickle.loads(pickle.dumps(loader))
+    assert again.output == "uint8" and again._transform_arg is None
+
+
 def test_batch_sampler_with_uneven_batches_is_refused_when_drawn(folder: Path) -> None:
     class Uneven:
         batch_size = 2

@@ -199,8 +199,9 @@ class Loader:
     """Loads batches of ``dataset`` through ``transform`` with native worker threads.
 
     Built as ``torch.utils.data.DataLoader`` is, with the same positional order; iterating
-    yields ``(images, labels)``: ``torch.float32 [B, 3, H, W]`` (``torch.uint8`` with
-    ``output="uint8"``) and ``torch.int64 [B]``, handed over without a copy. Each
+    yields ``(images, labels)``: ``torch.float32 [B, 3, H, W]`` (``torch.uint8`` where the
+    transform ends in ``PILToTensor``, or with ``output="uint8"``) and ``torch.int64 [B]``,
+    handed over without a copy. Each
     ``iter(loader)`` is one epoch; epochs count up from 0 (``set_epoch`` sets the next one, as
     with torch's ``DistributedSampler``), and the epoch, ``seed`` and sample index alone decide
     the shuffle and every random draw, whatever ``num_workers``.
@@ -251,7 +252,11 @@ class Loader:
       default 0, so runs repeat).
     - ``prefetch_factor``: batches ahead per worker (``prefetch_batches`` sets the total).
 
-    And of its own: ``transform``, ``output``, ``decoder`` (``"turbo"``: libjpeg-turbo,
+    And of its own: ``transform``, ``output`` (the batches' dtype: ``None``, the default, is
+    the transform's, ``uint8`` where it converts with ``PILToTensor`` (or v2's ``ToImage()``
+    with no ``ToDtype``, timm's ``MaybePILToTensor``), ``float32`` otherwise; ``"uint8"`` with
+    a float transform stops before its ``Normalize``, left to the consumer as
+    ``deferred_normalize`` says), ``decoder`` (``"turbo"``: libjpeg-turbo,
     Pillow-exact; ``"zune"``: pure Rust), ``on_error`` (``"raise"`` or ``"skip"``; see
     ``LoaderIterator.skipped``), ``profile`` (``"off"``, ``"spans"``, ``"counters"``; read it
     with ``loader.profile()``), ``rank``/``world_size`` (``DistributedSampler``'s cut),
@@ -320,7 +325,7 @@ class Loader:
         transform: Any = None,
         seed: Optional[int] = None,
         prefetch_batches: Optional[int] = None,
-        output: Output = "float32",
+        output: Optional[Output] = None,
         decoder: DecoderName = "turbo",
         on_error: OnError = "raise",
         profile: ProfileMode = "off",
@@ -335,6 +340,8 @@ class Loader:
         exif_transpose: Optional[bool] = None,
     ) -> None:
         self.dataset = dataset
+        # As given: a transform taken from the dataset is not passed again when unpickling.
+        self._transform_arg = transform
         #: Why the dataset runs in Python, as DataLoader runs it; ``None`` when read natively.
         read = reading(dataset, transform_given=transform is not None)
         self.python_dataset_reason: Optional[str] = read if isinstance(read, str) else None
@@ -433,7 +440,9 @@ class Loader:
             exif_transpose = native and bool(getattr(self._source, "exif_transpose", False))
         self.exif_transpose: bool = _check_bool("exif_transpose", exif_transpose)
         self.pin_memory_device: str = pin_memory_device
-        self.output: str = _check_choice("output", output, Output)
+        #: The batches' dtype, ``"float32"`` or ``"uint8"`` (``output``, or the transform's).
+        self.output: str = "float32" if output is None else _check_choice("output", output, Output)
+        self._output_given: bool = output is not None
         self.decoder: str = _check_choice("decoder", decoder, DecoderName)
         self.on_error: str = _check_choice("on_error", on_error, OnError)
         # Python checks the type; the native loader parses the mode and names what it refuses.
@@ -484,8 +493,12 @@ class Loader:
             else "RGB"
         )
         self._split: TailSplit = split_python_tail(
-            transform_given, output=self.output, decoder=self.decoder, mode=self.image_mode
+            transform_given,
+            output=self.output if self._output_given else None,
+            decoder=self.decoder,
+            mode=self.image_mode,
         )
+        self.output = self._split.output
         if self.exif_transpose and self._split.spec is not None:
             spec = json.loads(self._split.spec)
             spec["exif_transpose"] = True
@@ -552,8 +565,12 @@ class Loader:
                 "refuses (give transform= and a dataset whose items are (path or bytes, label), "
                 "or one of those docs/data.md lists)"
             )
+        if self._output_given:
+            raise ValueError(
+                f"output: {self.output!r} has no effect on a dataset that makes its own "
+                f"samples ({name} runs in Python: {reason})"
+            )
         defaults = {
-            "output": "float32",
             "decoder": "turbo",
             "tensor_type": "torch",
             "exif_transpose": False,
@@ -1061,9 +1078,9 @@ class Loader:
             "pin_memory_device": self.pin_memory_device,
             "prefetch_batches": self.prefetch_batches if self._prefetch_given else None,
             "in_order": self.in_order,
-            "transform": self._transform_given,
+            "transform": self._transform_arg,
             "seed": self.seed,
-            "output": self.output,
+            "output": self.output if self._output_given else None,
             "decoder": self.decoder,
             "on_error": self.on_error,
             "profile": self.profile_mode,

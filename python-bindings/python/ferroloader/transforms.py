@@ -2589,6 +2589,9 @@ class TailSplit(NamedTuple):
     input_kind: str
     #: Why the first tail op is not native (the converter's or the planner's message).
     reason: str
+    #: The batches' dtype, ``"float32"`` or ``"uint8"``: the ``output`` asked for, or, asked
+    #: for none, the one the transform yields (:func:`output_of`).
+    output: str = "float32"
 
 
 def _tail_items(transform: Any) -> Optional[List[Any]]:
@@ -2622,12 +2625,23 @@ def _planned(
     return spec
 
 
+def output_of(compose: Compose) -> str:
+    """The dtype of the batches ``compose`` makes, as torchvision's would: ``"uint8"`` where it
+    converts to a tensor without scaling to float (``PILToTensor``, v2's ``ToImage()`` with no
+    ``ToDtype`` after it, timm's ``MaybePILToTensor``: what a GPU-side normalization, such as
+    timm's prefetcher, wants), ``"float32"`` otherwise."""
+    ops = compose.transforms
+    converts_to_uint8 = any(isinstance(t, PILToTensor) for t in ops)
+    return "uint8" if converts_to_uint8 and not any(isinstance(t, ToTensor) for t in ops) else "float32"
+
+
 def split_python_tail(
-    transform: Any, *, output: str = "float32", decoder: str = "turbo", mode: str = "RGB"
+    transform: Any, *, output: Optional[str] = "float32", decoder: str = "turbo", mode: str = "RGB"
 ) -> TailSplit:
     """Cuts ``transform`` into the longest prefix the native planner accepts and the rest, the
     Python tail (empty when everything is native). The planner decides, not a list kept here, so
-    ops made native later move into the prefix on their own.
+    ops made native later move into the prefix on their own. ``output=None``: the dtype the
+    transform yields (:func:`output_of`; ``"float32"`` when a Python tail makes the samples).
 
     The prefix ends before ``ToTensor`` (the tail gets a PIL RGB image with the pixels
     torchvision would have there) or after ``ToTensor``/``Normalize``/``PILToTensor``/
@@ -2637,13 +2651,17 @@ def split_python_tail(
     items = _tail_items(transform)
     if items is None:
         compose = as_compose(transform)
-        return TailSplit(pipeline_spec(compose, output=output, decoder=decoder, mode=mode), compose, [], output, "")
+        out = output or output_of(compose)
+        spec = pipeline_spec(compose, output=out, decoder=decoder, mode=mode)
+        return TailSplit(spec, compose, [], out, "", out)
     reason = ""
     try:
         compose = from_torchvision(items)
-        return TailSplit(_planned(compose, output, decoder, mode), compose, [], output, "")
+        out = output or output_of(compose)
+        return TailSplit(_planned(compose, out, decoder, mode), compose, [], out, "", out)
     except (TypeError, ValueError) as e:
         reason = str(e)
+    output = output or "float32"
     for k in range(len(items) - 1, 0, -1):
         head = items[:k]
         try:
@@ -2660,8 +2678,8 @@ def split_python_tail(
         except (TypeError, ValueError) as e:
             reason = str(e)
             continue
-        return TailSplit(spec, compose, items[k:], kind, reason)
-    return TailSplit(None, Compose([]), items, "bytes", reason)
+        return TailSplit(spec, compose, items[k:], kind, reason, output)
+    return TailSplit(None, Compose([]), items, "bytes", reason, output)
 
 
 def tail_op_name(op: Any) -> str:
