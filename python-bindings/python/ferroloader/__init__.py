@@ -42,7 +42,7 @@ from ferroloader.shards import ShardReport, shard
 
 # Only what `import ferroloader` itself provides: `from ferroloader import *` must work without
 # torch or the cli extra, and must not bind `torch` to ferroloader.torch. The lazy names below
-# (torch, report, compare, sample_data, advise, Advice) are imported by name.
+# (torch, timm, report, compare, sample_data, advise, Advice) are imported by name.
 __all__ = [
     "DecodeError",
     "FileList",
@@ -65,16 +65,17 @@ __all__ = [
 ]
 
 if TYPE_CHECKING:
-    from ferroloader import torch
+    from ferroloader import timm, torch
     from ferroloader.cli import compare, report, sample_data
     from ferroloader.cli.advisor import Advice, advise
 
-# Imported on first use: `ferroloader.torch` imports PyTorch, and the tools in
+# Imported on first use: `ferroloader.torch` imports PyTorch (`ferroloader.timm`, timm), and the tools in
 # `ferroloader.cli` need the `cli` extra (importing one without it raises the ImportError that
 # says what to install), neither of which `import ferroloader` alone may need.
 # Name -> (module, attribute of that module, or None for the module itself).
 _LAZY = {
     "torch": ("ferroloader.torch", None),
+    "timm": ("ferroloader.timm", None),
     "report": ("ferroloader.cli.report", None),
     "compare": ("ferroloader.cli.compare", None),
     "sample_data": ("ferroloader.cli.sample_data", None),
