@@ -15,6 +15,14 @@ shared machines while ratios taken side by side hold. Prints each
 pipeline's median images/s and the throughput ratio (median of the per-round ratios, with
 min and max).
 
+``--timm AA`` compares timm's training loader instead: ``timm.data.create_loader`` against
+``ferroloader.timm.create_loader`` with the same arguments (``is_training=True``,
+``auto_augment=AA``, ``re_prob=0.25``, the prefetcher's transform) over timm's ``ImageDataset``
+of the folder; measured are the loaders under the two prefetchers, up to the uint8 batch the
+prefetcher copies to the GPU: the prefetchers' normalize and erasing run on the GPU in
+training, and on this CPU would cost both sides the same main-thread time (about 45 ms a batch
+of 64 on 2 cores), which would hide the loaders.
+
 ``--overhead`` adds two more pipelines to every round and prints what profiling costs: the
 torchvision DataLoader instrumented by ``ferroloader.torch.profile`` against the plain one,
 and ferroloader with ``profile="spans"`` against ``profile="off"``.
@@ -23,7 +31,7 @@ The torch DataLoaders keep their workers between rounds (``persistent_workers=Tr
 ferroloader keeps its threads, so a round measures loading, not process start-up.
 
 Usage: bench_vs_torch.py [FOLDER] [--batch-size 64] [--workers CORES] [--rounds 5]
-       [--batches N] [--overhead] [--recipe NAME [--v2] | --transform FILE.py:NAME]
+       [--batches N] [--overhead] [--recipe NAME [--v2] | --transform FILE.py:NAME | --timm AA]
 (FOLDER defaults to target/fixtures/folder: ``make_bench_corpus.py target/fixtures/folder 512
 --classes 8`` writes it.)
 """
@@ -130,10 +138,32 @@ def native_loader(
         seed=seed,
         num_workers=workers,
         transform=transform,
-        output=recipes.output_of(transform),
         profile=profile,
         python_tail="error",
     )
+
+
+def timm_loaders(folder: Path, batch_size: int, workers: int, seed: int, auto_augment: str) -> Tuple[Any, Any]:
+    """The loaders under timm's training prefetcher of ``folder`` as ferroloader's
+    ``create_loader`` and timm's build them, with the same arguments, each over its own
+    ``ImageDataset``: they yield the uint8 batches the prefetcher would copy to the GPU."""
+    import timm.data  # type: ignore[import-untyped]
+
+    import ferroloader.timm
+
+    args: Dict[str, Any] = dict(
+        is_training=True,
+        auto_augment=auto_augment,
+        re_prob=0.25,
+        num_workers=workers,
+        device=torch.device("cpu"),
+    )
+    native: Any = ferroloader.timm.create_loader(
+        timm.data.create_dataset("", root=str(folder)), (3, 224, 224), batch_size, seed=seed, **args
+    )
+    torch.manual_seed(seed)
+    stock = timm.data.create_loader(timm.data.create_dataset("", root=str(folder)), (3, 224, 224), batch_size, **args)
+    return native.loader, stock.loader
 
 
 def images_per_second(loader: Iterable[Any], batches: int) -> float:
@@ -187,6 +217,9 @@ def main() -> None:
                         + ", ".join(recipes.RECIPES))
     choice.add_argument("--transform", metavar="FILE.py:NAME",
                         help="your own torchvision Compose (or a function returning one)")
+    choice.add_argument("--timm", metavar="AA",
+                        help="timm's create_loader against ferroloader.timm.create_loader, "
+                        "training with auto_augment=AA (e.g. rand-m9-mstd0.5-inc1), re_prob 0.25")
     parser.add_argument("--v2", action="store_true", help="build --recipe from transforms.v2")
     parser.add_argument(
         "--hugging-face",
@@ -201,19 +234,29 @@ def main() -> None:
             f"{args.folder}: no such folder (make it with: scripts/make_bench_corpus.py "
             f"{args.folder} 512 --classes 8)"
         )
+    if args.timm is not None and (args.hugging_face or args.overhead):
+        parser.error("--timm compares timm's loaders of the folder; no --hugging-face or --overhead")
     transform, transform_name = chosen_transform(args)
     source: Any = hugging_face_dataset(args.folder) if args.hugging_face else args.folder
 
     # The native loader first: a transform ferroloader refuses stops here, before any run.
+    native: Any
+    plain_torch: Any
     try:
-        native = native_loader(source, args.batch_size, args.workers, args.seed, "off", transform)
+        if args.timm is not None:
+            native, plain_torch = timm_loaders(args.folder, args.batch_size, args.workers, args.seed, args.timm)
+            transform = native.dataset.transform
+            transform_name = f"timm create_loader(auto_augment={args.timm!r}, re_prob=0.25)"
+        else:
+            native = native_loader(source, args.batch_size, args.workers, args.seed, "off", transform)
+            plain_torch = torch_loader(source, args.batch_size, args.workers, args.seed, transform)
     except (TypeError, ValueError) as e:
         print(f"ferroloader cannot run {transform_name}: {e}", file=sys.stderr)
         sys.exit(1)
-    plain_torch = torch_loader(source, args.batch_size, args.workers, args.seed, transform)
     epoch = len(plain_torch)
     batches = -(-(args.batches or epoch) // epoch) * epoch
-    pipelines: Dict[str, Iterable[Any]] = {"ferroloader": native, "torchvision": plain_torch}
+    stock = "timm" if args.timm is not None else "torchvision"
+    pipelines: Dict[str, Iterable[Any]] = {"ferroloader": native, stock: plain_torch}
     if args.overhead:
         pipelines["torchvision+profile"] = flt.profile(
             torch_loader(source, args.batch_size, args.workers, args.seed, transform)
@@ -226,7 +269,8 @@ def main() -> None:
     print(
         f"{args.folder}{' (as a Hugging Face Dataset)' if args.hugging_face else ''}: "
         f"{samples} images, batch {args.batch_size}, {args.workers} workers, "
-        f"{batches} batches x {args.rounds} rounds (+1 warm-up), {native.output} output; "
+        f"{batches} batches x {args.rounds} rounds (+1 warm-up), "
+        f"{getattr(native, 'output', 'uint8 (prefetcher)')} output; "
         f"{transform_name}: {recipes.describe(transform)}; "
         f"torch {torch.__version__}, torchvision {torchvision.__version__}, "
         f"ferroloader {fl.__version__}, {cores()} cores"
@@ -253,8 +297,8 @@ def main() -> None:
     print()
     for name in names:
         print(f"{name:>20}: median {statistics.median(results[name]):8.1f} img/s")
-    ratios = [f / t for f, t in zip(results["ferroloader"], results["torchvision"])]
-    print(f"ferroloader / torchvision throughput: {spread(ratios)}")
+    ratios = [f / t for f, t in zip(results["ferroloader"], results[stock])]
+    print(f"ferroloader / {stock} throughput: {spread(ratios)}")
     if args.overhead:
         print(
             "profiling overhead, torchvision (fl.torch.profile vs plain): "

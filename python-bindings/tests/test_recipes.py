@@ -432,6 +432,15 @@ def test_bench_script_runs_the_users_transform_on_both_sides(
     assert "ferroloader / torchvision throughput: median" in out
 
 
+def test_bench_script_compares_timms_loader_with_ours(data: Path, bench: Bench) -> None:
+    status, out, err = bench(str(data), "--timm", "rand-m3", "--workers", "1",
+                             "--rounds", "1", "--batch-size", "4", "--batches", "2")
+    assert status is None, err
+    assert "timm create_loader(auto_augment='rand-m3', re_prob=0.25)" in out
+    assert "uint8 output" in out and "RandAugment" in out
+    assert "ferroloader / timm throughput: median" in out
+
+
 def test_bench_script_reports_a_refusal_and_exits_non_zero(
     data: Path, tmp_path: Path, bench: Bench
 ) -> None:
