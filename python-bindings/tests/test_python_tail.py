@@ -321,16 +321,88 @@ class PresetTrain:
         return out
 
 
-def test_an_object_holding_a_native_compose_is_run_as_given_with_a_hint(folder: Path) -> None:
+class BarePresetEval:
+    """The reference ClassificationPresetEval's form, untyped: ``return self.transforms(img)``."""
+
+    def __init__(self) -> None:
+        self.transforms = tv.Compose([tv.Resize(36), tv.CenterCrop(32), tv.ToTensor()])
+
+    def __call__(self, img):  # type: ignore[no-untyped-def]
+        return self.transforms(img)
+
+
+class PresetThenMore(PresetTrain):
+    """Calls the Compose it holds, then does more."""
+
+    def __call__(self, img: Image.Image) -> torch.Tensor:
+        return self.transforms(img).flip(-1)  # type: ignore[no-any-return]
+
+
+def test_an_object_that_only_calls_the_compose_it_holds_runs_natively(folder: Path) -> None:
+    # torchvision's reference presets, as training scripts copy them (typed or not).
     dataset = torchvision.datasets.ImageFolder(str(folder), transform=PresetTrain())
-    hint = r"PresetTrain.transforms is a torchvision Compose that runs natively: if calling it is all PresetTrain does, pass that Compose"
-    with pytest.warns(UserWarning, match=r"PresetTrain run in Python with no native op .*" + hint):
+    ld = fl.Loader(dataset, 4, num_workers=2, shuffle=True, python_tail="error")
+    assert ld.python_tail == [] and [type(t).__name__ for t in ld.transform.transforms] == [
+        "RandomResizedCrop", "RandomHorizontalFlip", "ToTensor"
+    ]
+    plain = fl.Loader(torchvision.datasets.ImageFolder(str(folder), transform=PresetTrain().transforms), 4,
+                      num_workers=2, shuffle=True)
+    assert all(torch.equal(x, u) for (x, _), (u, _) in zip(ld, plain))
+    evaluated = torchvision.datasets.ImageFolder(str(folder), transform=BarePresetEval())
+    want = torch.utils.data.DataLoader(evaluated, 4)
+    got = fl.Loader(evaluated, 4, num_workers=2, python_tail="error")
+    assert all(torch.equal(x, u) and torch.equal(y, v) for (x, y), (u, v) in zip(got, want))
+
+
+def test_only_a_call_of_the_instances_compose_and_nothing_else_is_unwrapped() -> None:
+    compose = tv.Compose([tv.CenterCrop(8), tv.ToTensor()])
+
+    def holder(call: Any, **attrs: Any) -> Any:
+        klass = type("Holder", (), {"__call__": call, **attrs})
+        obj = klass()
+        vars(obj)["transforms"] = compose
+        return obj
+
+    def bare(self, img):  # type: ignore[no-untyped-def]
+        return self.transforms(img)
+
+    def typed(self: Any, img: Any) -> Any:
+        out = self.transforms(img)
+        return out
+
+    def twice(self, img):  # type: ignore[no-untyped-def]
+        return self.transforms(self.transforms(img))
+
+    def other(self, img):  # type: ignore[no-untyped-def]
+        return self.transforms(img.copy())
+
+    def extra_argument(self, img, flag=True):  # type: ignore[no-untyped-def]
+        return self.transforms(img)
+
+    def conditional(self, img):  # type: ignore[no-untyped-def]
+        if img is None:
+            return None
+        return self.transforms(img)
+
+    assert T.delegated_compose(holder(bare)) is compose
+    assert T.delegated_compose(holder(typed)) is compose
+    for call in (twice, other, extra_argument, conditional):
+        assert T.delegated_compose(holder(call)) is None, call.__name__
+    # A class-level `transforms` (a property, say) is not the instance's Compose.
+    assert T.delegated_compose(holder(bare, transforms=property(lambda self: compose))) is None
+    assert T.delegated_compose(compose) is None and T.delegated_compose(mirror_and_mark) is None
+
+
+def test_an_object_that_does_more_than_call_its_compose_runs_as_given_with_a_hint(folder: Path) -> None:
+    dataset = torchvision.datasets.ImageFolder(str(folder), transform=PresetThenMore())
+    hint = r"PresetThenMore.transforms is a torchvision Compose that runs natively: if calling it is all PresetThenMore does, pass that Compose"
+    with pytest.warns(UserWarning, match=r"PresetThenMore run in Python with no native op .*" + hint):
         ld = fl.Loader(dataset, 4, num_workers=2)
     assert ld.python_tail_where == "processes"
     with pytest.raises(ValueError, match=hint):
         fl.Loader(dataset, 4, num_workers=2, python_tail="error")
     # No hint where the Compose inside would not run natively, or there is none.
-    odd = PresetTrain()
+    odd = PresetThenMore()
     odd.transforms = tv.Compose([tv.Lambda(third_party_crop), tv.ToTensor()])
     for transform in (odd, mirror_and_mark):
         with pytest.raises(ValueError) as refused:

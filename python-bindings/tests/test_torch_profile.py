@@ -518,6 +518,22 @@ def test_past_max_spans_only_batch_events_are_kept(tv_folder: Path) -> None:
         flt.profile(make_loader(tv_folder), max_spans=-1)
 
 
+class Preset:
+    """torchvision's reference ClassificationPresetTrain's form: it only calls its Compose."""
+
+    def __init__(self) -> None:
+        self.transforms = compose()
+
+    def __call__(self, img: Image.Image) -> torch.Tensor:
+        return self.transforms(img)  # type: ignore[no-any-return]
+
+
+def test_a_preset_object_is_timed_op_by_op_as_its_compose(tv_folder: Path) -> None:
+    pdl = flt.profile(make_loader(tv_folder, transform=Preset()))  # type: ignore[arg-type]
+    run_epochs(pdl, 1)
+    assert {s["op"] for s in pipeline_of(pdl.profile_dict())["spans"]} == {*SAMPLE_OPS, "process", "collate"}
+
+
 def test_works_with_batch_size_none_and_a_subset(tv_folder: Path) -> None:
     dataset = torchvision.datasets.ImageFolder(str(tv_folder), transform=compose())
     subset = torch.utils.data.Subset(dataset, [3, 1, 4])

@@ -157,10 +157,10 @@ def _first_image_size(source: Any, exif_transpose: bool = False) -> Optional[Tup
 
 def _wrapped_compose_hint(tail: List[Any], output: str, decoder: str, mode: str) -> str:
     """A hint for a transform that is one object holding a torchvision ``Compose`` in its
-    ``transforms`` attribute (torchvision's reference ``ClassificationPresetTrain``, and the
-    copies of it in training scripts), whose ops would run natively: only the user knows
-    that calling the object does nothing else, so the loader says so and does not unwrap it.
-    Empty where that is not the case."""
+    ``transforms`` attribute, whose ops would run natively, but whose ``__call__`` does more
+    than call it (one that does only that, as torchvision's reference
+    ``ClassificationPresetTrain`` does, is unwrapped: ``transforms.delegated_compose``): only
+    the user knows whether the rest matters. Empty where that is not the case."""
     if len(tail) != 1:
         return ""
     inner = getattr(tail[0], "transforms", None)

@@ -90,6 +90,7 @@ import torch
 from torch.utils.data import DataLoader, Dataset, IterableDataset, Subset, get_worker_info
 
 from ferroloader import _native
+from ferroloader.transforms import delegated_compose
 
 if TYPE_CHECKING:
     from types import TracebackType
@@ -642,7 +643,10 @@ def _compose_types(tv: Any) -> Tuple[type, ...]:
 
 
 def _timed_transform(transform: Any, rec: _Recorder, tv: Any) -> Any:
-    """One timed op per transform of a (exactly) torchvision ``Compose``; else one for all."""
+    """One timed op per transform of a (exactly) torchvision ``Compose``, or of the one an
+    object only calls (torchvision's reference ``ClassificationPresetTrain``:
+    ``transforms.delegated_compose``); else one for all."""
+    transform = delegated_compose(transform) or transform
     if tv is not None and type(transform) in _compose_types(tv):
         return _TimedCompose([_TimedOp(t, _op_name(t), rec) for t in transform.transforms])
     return _TimedOp(transform, _op_name(transform), rec)

@@ -59,6 +59,8 @@ pipeline is planned (by :class:`ferroloader.Loader` or :func:`check`).
 from __future__ import annotations
 
 import collections.abc
+import dis
+import inspect
 import json
 import math
 import numbers
@@ -2594,12 +2596,67 @@ class TailSplit(NamedTuple):
     output: str = "float32"
 
 
+# Bytecode of no effect on what a function computes (interpreter bookkeeping, inline caches,
+# the NULL pushed before a call), across CPython 3.9-3.14.
+_NO_EFFECT_OPS = frozenset(
+    ("RESUME", "NOP", "CACHE", "PRECALL", "PUSH_NULL", "KW_NAMES", "EXTENDED_ARG", "NOT_TAKEN")
+)
+
+
+def delegated_compose(transform: Any) -> Optional[Any]:
+    """The torchvision ``Compose`` that calling ``transform`` runs and nothing else, or
+    ``None``: for an object whose class's ``__call__`` is exactly ``return
+    self.transforms(x)`` and whose ``transforms`` is an instance attribute holding a
+    ``Compose``, as torchvision's reference ``ClassificationPresetTrain``/``Eval`` (and the
+    copies of them in training scripts) are. Decided from ``__call__``'s bytecode, so an
+    object whose call does anything more (a second step, a condition, a logging line) is not
+    unwrapped."""
+    inner = vars(transform).get("transforms") if hasattr(transform, "__dict__") else None
+    if type(inner).__name__ != "Compose" or not hasattr(inner, "transforms"):
+        return None
+    call = inspect.getattr_static(type(transform), "__call__", None)
+    code = getattr(call, "__code__", None)
+    if not isinstance(call, types.FunctionType) or not isinstance(code, types.CodeType):
+        return None
+    if "transforms" in {name for klass in type(transform).__mro__ for name in vars(klass)}:
+        return None  # a property or class attribute could differ from the instance's
+    plain_arguments = code.co_argcount == 2 and not code.co_kwonlyargcount and not code.co_posonlyargcount
+    if not plain_arguments or code.co_flags & (inspect.CO_VARARGS | inspect.CO_VARKEYWORDS):
+        return None
+    this, arg = code.co_varnames[:2]
+    steps = []
+    for ins in dis.get_instructions(code):
+        if ins.opname in _NO_EFFECT_OPS:
+            continue
+        name = ins.opname
+        if name.startswith("LOAD_FAST"):  # LOAD_FAST_BORROW, LOAD_FAST_CHECK in newer versions
+            name = "LOAD_FAST"
+        elif name in ("CALL_FUNCTION", "CALL"):
+            name = "CALL"
+        elif name == "LOAD_METHOD":
+            name = "LOAD_ATTR"
+        steps.append((name, ins.argval))
+    # `out = self.transforms(x); return out` (a typed copy's form) returns the same.
+    end = steps[-3:]
+    if len(end) == 3 and end[0][0] == "STORE_FAST" and end[1:] == [("LOAD_FAST", end[0][1]), ("RETURN_VALUE", None)]:
+        steps[-3:] = [("RETURN_VALUE", None)]
+    elif len(end) == 3 and end[1][0] == "STORE_FAST_LOAD_FAST" and end[2] == ("RETURN_VALUE", None):
+        if len(set(end[1][1])) == 1:  # (stored, loaded): the same name
+            steps[-2:] = [("RETURN_VALUE", None)]
+    delegates = [("LOAD_FAST", this), ("LOAD_ATTR", "transforms"), ("LOAD_FAST", arg), ("CALL", 1), ("RETURN_VALUE", None)]
+    return inner if steps == delegates else None
+
+
 def _tail_items(transform: Any) -> Optional[List[Any]]:
     """The ops of a transform that may have a Python tail (a torchvision ``Compose``, a list,
-    a torchvision transform or any callable); ``None`` for ferroloader's own transforms, which
-    are native by construction."""
+    a torchvision transform, an object that only calls the ``Compose`` it holds
+    (:func:`delegated_compose`) or any callable); ``None`` for ferroloader's own transforms,
+    which are native by construction."""
     if isinstance(transform, (Compose, Transform)):
         return None
+    inner = delegated_compose(transform)
+    if inner is not None:
+        transform = inner
     if isinstance(transform, (list, tuple)):
         return None if all(isinstance(t, Transform) for t in transform) else list(transform)
     if type(transform).__name__ == "Compose" and hasattr(transform, "transforms"):
