@@ -215,3 +215,25 @@ def test_timms_fast_collate_given_explicitly_collates_natively(folder: Path) -> 
     assert loader.loader.collate_fn is None
     reference = create_loader(dataset(folder), SIZE, 4, num_workers=2, device=CPU)
     assert all(torch.equal(x, u) and torch.equal(y, v) for (x, y), (u, v) in zip(run(loader), run(reference)))
+
+
+def test_timms_own_loader_is_profiled_through_its_prefetcher_beside_ours(folder: Path) -> None:
+    mixup = FastCollateMixup(mixup_alpha=0.8, num_classes=3)
+    stock = td.create_loader(dataset(folder), SIZE, 4, num_workers=2, device=CPU, crop_pct=0.8, collate_fn=mixup)
+    with fl.torch.profile(stock) as profiled:
+        assert len(profiled) == len(stock) == 5
+        torch.manual_seed(0)  # the workers' seeds, which the mixup draws from
+        got = run(profiled)
+        profiled.mixup_enabled = False  # reaches the collate of the loader profiled
+        assert not mixup.mixup_enabled
+    torch.manual_seed(0)
+    mixup.mixup_enabled = True
+    assert all(torch.equal(x, u) and torch.equal(y, v) for (x, y), (u, v) in zip(got, run(stock)))
+    theirs = profiled.profile()
+    ops = {s["op"] for s in theirs.to_dict()["pipelines"][0]["spans"]}
+    assert {"__getitem__", "Resize", "CenterCrop", "MaybePILToTensor", "collate"} <= ops
+    assert theirs.to_dict()["pipelines"][0]["meta"]["wrapper"] == "PrefetchLoader"
+    ours = create_loader(dataset(folder), SIZE, 4, num_workers=2, device=CPU, crop_pct=0.8, profile="spans")
+    run(ours)
+    both = theirs.merge(ours.profile())
+    assert both.labels == ["torchvision", "native"]

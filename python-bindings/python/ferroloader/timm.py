@@ -35,7 +35,8 @@ import warnings
 from contextlib import nullcontext
 from typing import TYPE_CHECKING, Any, Callable, Dict, Iterator, Optional, Sequence, Tuple, Union
 
-from ferroloader.loader import Loader
+from ferroloader.loader import Loader, ProfileMode
+from ferroloader.profiling import Profile
 
 if TYPE_CHECKING:
     import torch
@@ -171,6 +172,10 @@ class PrefetchLoader:
         """The epoch the next ``iter()`` loads (``Loader.set_epoch``)."""
         self.loader.set_epoch(epoch)
 
+    def profile(self) -> Profile:
+        """The loader's profile (``Loader.profile``; empty unless made with ``profile=``)."""
+        return self.loader.profile()
+
     @property
     def sampler(self) -> Any:
         return self.loader.sampler
@@ -267,13 +272,15 @@ def create_loader(
     num_batches: Optional[int] = None,
     *,
     seed: Optional[int] = None,
+    profile: ProfileMode = "off",
 ) -> Union[PrefetchLoader, Loader, Any]:
     """timm's ``create_loader`` (``timm.data.create_loader``: the same arguments, order and
     defaults; ``device`` ``None`` is timm's ``cuda``), loading with a :class:`ferroloader.Loader`.
     Returns a :class:`PrefetchLoader` with ``use_prefetcher=True``, else the ``Loader`` itself
     (float32 batches, normalized and erased per sample by the transform, collated by
     ``collate_fn`` when one is given). ``seed``: the per-sample generators' seed (default:
-    drawn from torch's default generator now). The scheduling arguments
+    drawn from torch's default generator now). ``profile``: the ``Loader``'s (``"spans"`` to
+    record, read with ``loader.profile()``). The scheduling arguments
     (``batch_size_choices``, ``batch_choice_*``, ``batch_schedule_*``, ``num_batches``) only
     matter with ``input_size_choices``, which timm's own loader runs. See the module's doc."""
     import torch
@@ -394,6 +401,7 @@ def create_loader(
         drop_last=is_training,
         persistent_workers=persistent_workers and num_workers > 0,
         seed=seed,
+        profile=profile,
     )
     if not use_prefetcher:
         return loader

@@ -1027,6 +1027,22 @@ class ProfiledDataLoader:
         """The original loader's ``num_workers``."""
         return self.dataloader.num_workers
 
+    @property
+    def collate_fn(self) -> Any:
+        """The original loader's ``collate_fn`` (what a wrapper, such as timm's prefetcher,
+        reads it for)."""
+        return self.dataloader.collate_fn
+
+    @property
+    def sampler(self) -> Any:
+        """The original loader's ``sampler`` (``set_epoch`` on it reaches the profiled run)."""
+        return self.dataloader.sampler
+
+    @property
+    def batch_sampler(self) -> Any:
+        """The original loader's ``batch_sampler``."""
+        return self.dataloader.batch_sampler
+
     def __enter__(self) -> "ProfiledDataLoader":
         return self
 
@@ -1074,6 +1090,65 @@ class ProfiledDataLoader:
         )
 
 
+class ProfiledWrapper(ProfiledDataLoader):
+    """A profiled copy of an object that wraps a torch ``DataLoader`` in its ``loader``
+    attribute and iterates it (timm's ``PrefetchLoader``): a shallow copy of the wrapper
+    iterating a :class:`ProfiledDataLoader` of the inner loader, so it yields what the wrapper
+    yields, its work on each batch (timm's normalize and erasing on the device) done in the
+    consumer's loop as before. Attributes are the wrapper copy's (``mixup_enabled`` included);
+    the profile is the inner loader's. Made by :func:`profile`."""
+
+    def __init__(self, wrapper: Any, *, label: str, mode: str, max_spans: int = 8_000_000) -> None:
+        super().__init__(wrapper.loader, label=label, mode=mode, max_spans=max_spans)
+        self._meta["wrapper"] = type(wrapper).__name__
+        copied = copy.copy(wrapper)
+        copied.loader = _Batches(self)
+        object.__setattr__(self, "wrapper", copied)
+
+    def __iter__(self) -> Iterator[Any]:
+        return iter(self.wrapper)
+
+    def __len__(self) -> int:
+        return len(self.wrapper)
+
+    def __getattr__(self, name: str) -> Any:
+        if name == "wrapper":  # not set yet (while __init__ runs)
+            raise AttributeError(name)
+        return getattr(self.wrapper, name)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        wrapper = self.__dict__.get("wrapper")
+        if wrapper is not None and hasattr(wrapper, name) and name not in self.__dict__:
+            setattr(wrapper, name, value)  # e.g. timm's mixup_enabled
+        else:
+            object.__setattr__(self, name, value)
+
+
+class _Batches:
+    """What a wrapper copy iterates: the profiled inner loader's batches, with the loader's
+    attributes a wrapper reads (``collate_fn``, ``sampler``, ``dataset``...)."""
+
+    def __init__(self, profiled: ProfiledDataLoader) -> None:
+        self._profiled = profiled
+
+    def __iter__(self) -> Iterator[Any]:
+        return ProfiledDataLoader.__iter__(self._profiled)
+
+    def __len__(self) -> int:
+        return len(self._profiled.dataloader)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._profiled.dataloader, name)
+
+
+def _wrapped_dataloader(obj: Any) -> bool:
+    """Whether ``obj`` wraps a torch ``DataLoader`` in its ``loader`` attribute and iterates it
+    (timm's ``PrefetchLoader``)."""
+    return not isinstance(obj, DataLoader) and isinstance(getattr(obj, "loader", None), DataLoader) and hasattr(
+        obj, "__iter__"
+    )
+
+
 def profile(
     dataloader: DataLoader[Any],
     *,
@@ -1083,7 +1158,9 @@ def profile(
 ) -> ProfiledDataLoader:
     """Profiles a stock torch ``DataLoader`` (any dataset, an ``IterableDataset`` too; per-op
     spans for a torchvision ``DatasetFolder``/``ImageFolder`` and ``Compose``): iterate the
-    returned :class:`ProfiledDataLoader` instead, then call its ``profile()``.
+    returned :class:`ProfiledDataLoader` instead, then call its ``profile()``. An object
+    wrapping one in its ``loader`` attribute (timm's ``PrefetchLoader``, what
+    ``timm.data.create_loader`` returns) is profiled through it: :class:`ProfiledWrapper`.
 
     ``label`` names the pipeline in the profile; ``mode`` is ``"spans"`` (spans and batch
     events), ``"counters"`` (plus CPU counter deltas per span, opened in each worker) or
@@ -1092,9 +1169,10 @@ def profile(
     the rest are counted in ``stats.dropped_spans``. The user's loader, dataset and
     transforms are not modified.
     """
-    if not isinstance(dataloader, DataLoader):
+    if not isinstance(dataloader, DataLoader) and not _wrapped_dataloader(dataloader):
         raise TypeError(
-            f"dataloader: expected a torch.utils.data.DataLoader, got {type(dataloader).__name__}"
+            f"dataloader: expected a torch.utils.data.DataLoader (or timm's PrefetchLoader of "
+            f"one), got {type(dataloader).__name__}"
         )
     if not isinstance(label, str):
         raise TypeError(f"label: expected a str, got {type(label).__name__} {label!r}")
@@ -1108,6 +1186,8 @@ def profile(
         raise TypeError(f"max_spans: expected an int, got {type(max_spans).__name__}")
     if max_spans < 0:
         raise ValueError(f"max_spans: must be at least 0, got {max_spans}")
+    if _wrapped_dataloader(dataloader):
+        return ProfiledWrapper(dataloader, label=label, mode=mode, max_spans=max_spans)
     return ProfiledDataLoader(dataloader, label=label, mode=mode, max_spans=max_spans)
 
 
