@@ -354,7 +354,7 @@ def test_batch_sampler_with_uneven_batches_is_refused_when_drawn(folder: Path) -
 
     loader = fl.Loader(fl.ImageFolder(folder), batch_sampler=Uneven(), transform=fl_transform())
     with pytest.raises(ValueError, match="batch_sampler: batch 1 has 1 indices"):
-        iter(loader)
+        next(iter(loader))
 
 
 def test_pin_memory_without_an_accelerator_warns_once_and_loads(folder: Path) -> None:

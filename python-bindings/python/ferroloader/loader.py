@@ -201,9 +201,10 @@ class Loader:
     Built as ``torch.utils.data.DataLoader`` is, with the same positional order; iterating
     yields ``(images, labels)``: ``torch.float32 [B, 3, H, W]`` (``torch.uint8`` with
     ``output="uint8"``) and ``torch.int64 [B]``, handed over without a copy. Each
-    ``iter(loader)`` is one epoch; epochs count up from 0 (``set_epoch`` sets the next one, as
-    with torch's ``DistributedSampler``), and the epoch, ``seed`` and sample index alone decide
-    the shuffle and every random draw, whatever ``num_workers``.
+    ``iter(loader)`` is one epoch, started (and counted) at its first ``next()``; epochs count
+    up from 0 (``set_epoch`` sets the next one, as with torch's ``DistributedSampler``), and the
+    epoch, ``seed`` and sample index alone decide the shuffle and every random draw, whatever
+    ``num_workers``.
 
     ``dataset``: a ``ferroloader.ImageFolder``/``FileList``, torchvision's ``ImageFolder`` or
     ``DatasetFolder`` (its ``transform`` is used when ``transform`` is not given, its
@@ -828,9 +829,18 @@ class Loader:
             return [int(i) for i in self._sampler]
         return None
 
-    def __iter__(self) -> "LoaderIterator | PythonDatasetIterator":
+    def __iter__(self) -> "LoaderIterator | _PendingPythonEpoch":
+        """One epoch, started at the iterator's first ``next()``: see :class:`LoaderIterator`."""
+        # A new iterator supersedes the last one's progress: until it starts, the loader
+        # stands at the start of the epoch it will run (or at a loaded state).
+        self._progress = None
         if self._python is not None:
-            return self._iter_python(self._python)
+            return _PendingPythonEpoch(self, self._python)
+        return LoaderIterator(self)
+
+    def _start_native(self) -> _native.EpochIter:
+        """Starts the epoch the loader stands at (a loaded state's point, if any): the first
+        ``next()`` of a :class:`LoaderIterator`."""
         native = self._native_loader()
         if self._device_hold is not None:
             # Before the workers start: they refill what the device has finished reading.
@@ -848,7 +858,7 @@ class Loader:
         if self.timeout:
             it.set_timeout(self.timeout)
         self._progress = (it.epoch, it.resume_state)
-        return LoaderIterator(it, self)
+        return it
 
     def _iter_python(self, engine: "PythonDataset") -> "PythonDatasetIterator":
         plan = self._plan()
@@ -1154,13 +1164,21 @@ class LoaderBatchSampler:
 class LoaderIterator:
     """One epoch: yields ``(images, labels)`` until the epoch ends.
 
+    The epoch starts at the first ``next()`` (or the first read of ``epoch``, ``len()`` or
+    ``skipped``): it runs the epoch the loader stands at then (``set_epoch`` called after
+    ``iter(loader)`` but before that applies, as DataLoader reads a ``DistributedSampler``'s
+    epoch when its first batch is asked for), from a state loaded by then, and only then are
+    the workers started and the epoch counted. An iterator never advanced uses up nothing:
+    Lightning calls ``iter()`` on a loader that is not a DataLoader once just to check that it
+    can, and that must not cost the first epoch.
+
     Waiting for a batch releases the GIL and answers Ctrl-C (``KeyboardInterrupt``; the batch
     is not lost, the next ``next()`` returns it), and likewise past the loader's ``timeout``
     (``RuntimeError``). Dropping the iterator stops the epoch.
     """
 
-    def __init__(self, native: _native.EpochIter, loader: Loader) -> None:
-        self._native_iter = native
+    def __init__(self, loader: Loader) -> None:
+        self._started: Optional[_native.EpochIter] = None
         self._loader = loader
         self._from_numpy = loader._from_numpy
         self._pin_device = loader._pin_device
@@ -1178,6 +1196,12 @@ class LoaderIterator:
 
         self.indices: Optional[np.ndarray] = None
         """Dataset indices of the last batch's samples."""
+
+    @property
+    def _native_iter(self) -> _native.EpochIter:
+        if self._started is None:
+            self._started = self._loader._start_native()
+        return self._started
 
     def __iter__(self) -> "LoaderIterator":
         return self
@@ -1264,3 +1288,45 @@ class LoaderIterator:
         """Samples skipped so far (``on_error="skip"``): ``(index, path, why)``."""
         return self._native_iter.skipped
 
+
+
+class _PendingPythonEpoch:
+    """``iter(loader)`` for a dataset run in Python: a ``PythonDatasetIterator`` started at the
+    first ``next()`` (or the first read of one of its attributes), as a
+    :class:`LoaderIterator` starts, so that an iterator never advanced spawns no worker
+    processes and uses up no epoch."""
+
+    def __init__(self, loader: Loader, engine: "PythonDataset") -> None:
+        self._loader = loader
+        self._engine = engine
+        self._started: "Optional[PythonDatasetIterator]" = None
+
+    def _iterator(self) -> "PythonDatasetIterator":
+        if self._started is None:
+            self._started = self._loader._iter_python(self._engine)
+        return self._started
+
+    def __iter__(self) -> "_PendingPythonEpoch":
+        return self
+
+    def __next__(self) -> Any:
+        return next(self._iterator())
+
+    def __len__(self) -> int:
+        return len(self._iterator())
+
+    @property
+    def finished(self) -> bool:
+        """Whether the epoch has ended (``StopIteration`` or an error)."""
+        return self._started is not None and self._started.finished
+
+    @property
+    def indices(self) -> Optional[Any]:
+        """Dataset indices of the last batch's samples (a numpy array)."""
+        return None if self._started is None else self._started.indices
+
+    def __getattr__(self, name: str) -> Any:
+        # Only what is not found above (epoch, skipped, ...): those of the started iterator.
+        if name.startswith("__") or name in ("_started", "_loader", "_engine"):
+            raise AttributeError(name)
+        return getattr(self._iterator(), name)
