@@ -6,12 +6,14 @@ state_dict when it has one) gives the batches the uninterrupted run saw."""
 from __future__ import annotations
 
 import hashlib
+import json
 import warnings
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
 import pytest
 import torch
+from torch.utils.data import DistributedSampler
 
 L = pytest.importorskip("lightning")
 
@@ -81,9 +83,9 @@ class SaveAt(L.Callback):  # type: ignore[misc]
 
 
 def trainer(**kw: Any) -> Any:
+    kw.setdefault("devices", 1)
     return L.Trainer(
         accelerator="cpu",
-        devices=1,
         max_epochs=2,
         logger=False,
         enable_checkpointing=False,
@@ -145,3 +147,64 @@ def test_resume_mid_epoch_from_lightning_checkpoint(folder: Path, tmp_path: Path
     assert (state["epoch"], state["batches"]) == divmod(step, STEPS_PER_EPOCH)
     resumed, _ = fit(folder, ckpt_path=ckpt)
     assert resumed.seen == whole.seen[step:]
+
+
+class Recorded(L.LightningModule):  # type: ignore[misc]
+    """Writes the labels (dataset indices) each rank trained on, per epoch and loader."""
+
+    def __init__(self, out: Path) -> None:
+        super().__init__()
+        self.layer = torch.nn.Linear(3 * 8 * 8, 1)
+        self.out = out
+        self.seen: Dict[str, List[List[int]]] = {"auto": [[], []], "given": [[], []]}
+
+    def training_step(self, batch: Dict[str, Any], batch_idx: int) -> torch.Tensor:
+        loss = torch.zeros(())
+        for name, (images, labels) in batch.items():
+            self.seen[name][self.current_epoch].extend(labels.tolist())
+            loss = loss + self.layer(images.flatten(1)).mean()
+        return loss
+
+    def on_train_end(self) -> None:
+        (self.out / f"rank{self.global_rank}.json").write_text(json.dumps(self.seen))
+
+    def configure_optimizers(self) -> torch.optim.Optimizer:
+        return torch.optim.SGD(self.parameters(), lr=0.01)
+
+
+class TwoLoaders(L.LightningDataModule):  # type: ignore[misc]
+    def __init__(self, folder: Path) -> None:
+        super().__init__()
+        self.folder = folder
+
+    def train_dataloader(self) -> Dict[str, fl.Loader]:
+        # 17 samples, each labelled with its index: two ranks pad the epoch to 18.
+        paths = sorted(str(p) for p in self.folder.rglob("*.jpg"))[:17]
+        data = [(p, i) for i, p in enumerate(paths)]
+        transform = T.Compose([T.Resize(8), T.CenterCrop(8), T.ToTensor()])
+        sampler: DistributedSampler[Any] = DistributedSampler(data, shuffle=True, seed=3)
+        return {
+            # Cut by the loader from torch.distributed (Lightning injects no sampler here).
+            "auto": fl.Loader(data, batch_size=3, shuffle=True, seed=5, num_workers=1, transform=transform),
+            # A DistributedSampler given: Lightning calls its set_epoch each epoch.
+            "given": fl.Loader(data, batch_size=3, sampler=sampler, num_workers=1, transform=transform),
+        }
+
+
+def test_ddp_on_two_cpu_processes_each_rank_trains_on_its_share(folder: Path, tmp_path: Path) -> None:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # Lightning's notes (pytree, few workers, ...)
+        trainer(devices=2, strategy="ddp_fork").fit(Recorded(tmp_path), datamodule=TwoLoaders(folder))
+    seen = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(2)]
+    for epoch in (0, 1):
+        sampler: DistributedSampler[Any] = DistributedSampler(range(17), num_replicas=2, rank=0, shuffle=True, seed=3)
+        for name in ("auto", "given"):
+            shards = [s[name][epoch] for s in seen]
+            assert [len(s) for s in shards] == [9, 9]
+            assert set(shards[0] + shards[1]) == set(range(17))  # one sample twice: the pad
+        for rank in (0, 1):
+            sampler.rank = rank
+            sampler.set_epoch(epoch)
+            assert seen[rank]["given"][epoch] == list(sampler)
+    assert seen[0]["auto"][0] != seen[0]["auto"][1]
+    assert seen[0]["given"][0] != seen[0]["given"][1]

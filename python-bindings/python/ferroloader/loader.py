@@ -179,6 +179,36 @@ def _wrapped_compose_hint(tail: List[Any], output: str, decoder: str, mode: str)
     )
 
 
+def _distributed_cut(
+    dataset: Any, sampler: Any, batch_sampler: Any
+) -> Tuple[Optional[int], Optional[int]]:
+    """``(rank, world_size)`` of the default ``torch.distributed`` process group when it is
+    initialized with two processes or more, read when the loader is made, as
+    ``DistributedSampler`` reads them; ``(None, None)`` otherwise, and where the loader has
+    its order from elsewhere (a ``sampler`` or ``batch_sampler``: a ``DistributedSampler``
+    among them already cuts) or an ``IterableDataset`` (it splits its stream itself, and the
+    loader refuses ``rank`` for one).
+
+    Why a loader shards where DataLoader does not: DataLoader leaves the cut to the
+    ``DistributedSampler`` that ``torchrun`` scripts pass and that Lightning (and Accelerate)
+    inject into a DataLoader, but inject into no other loader. Without this, every rank of a
+    Lightning DDP run would train on the whole dataset, silently, ``world_size`` times per
+    epoch. ``rank=0, world_size=1`` keeps every sample on every rank."""
+    if sampler is not None or batch_sampler is not None:
+        return None, None
+    # Not imported means not initialized: the loader imports no torch for this.
+    dist = sys.modules.get("torch.distributed")
+    if dist is None or not dist.is_available() or not dist.is_initialized():
+        return None, None
+    world_size = int(dist.get_world_size())
+    if world_size < 2:
+        return None, None
+    data = sys.modules.get("torch.utils.data")
+    if data is not None and isinstance(dataset, data.IterableDataset):
+        return None, None
+    return int(dist.get_rank()), world_size
+
+
 def _cuda_available() -> bool:
     try:
         import torch
@@ -255,7 +285,11 @@ class Loader:
     And of its own: ``transform``, ``output``, ``decoder`` (``"turbo"``: libjpeg-turbo,
     Pillow-exact; ``"zune"``: pure Rust), ``on_error`` (``"raise"`` or ``"skip"``; see
     ``LoaderIterator.skipped``), ``profile`` (``"off"``, ``"spans"``, ``"counters"``; read it
-    with ``loader.profile()``), ``rank``/``world_size`` (``DistributedSampler``'s cut),
+    with ``loader.profile()``), ``rank``/``world_size`` (``DistributedSampler``'s cut;
+    where neither, nor a ``sampler``/``batch_sampler``, is given and ``torch.distributed`` is
+    initialized with two processes or more, its rank and world size when the loader is made,
+    as ``DistributedSampler`` reads them: Lightning injects its sampler into DataLoaders only;
+    ``rank=0, world_size=1`` keeps every sample on every rank),
     ``tensor_type`` (``"torch"`` or ``"numpy"``), ``batch_transform`` (a callable on each
     ``(images, labels)`` batch, returning what the iterator yields), ``scratch_limit`` (bytes
     of decode scratch a worker keeps between samples, default 64 MiB: more, after an outlier
@@ -455,6 +489,8 @@ class Loader:
             None if world_size is None else _check_int("world_size", world_size, 0)
         )
         self.rank: Optional[int] = None if rank is None else _check_int("rank", rank, 0)
+        if self.rank is None and self.world_size is None:
+            self.rank, self.world_size = _distributed_cut(dataset, sampler, batch_sampler)
         if sampler is not None:
             if not hasattr(sampler, "__iter__"):
                 raise TypeError(
