@@ -10,6 +10,7 @@ import warnings
 from pathlib import Path
 from typing import Any, Dict, List, Tuple
 
+import pytest
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
@@ -116,3 +117,33 @@ def test_without_a_process_group_nothing_is_cut(folder: Path) -> None:
     loader = make(items(folder), shuffle=True)
     assert (loader.rank, loader.world_size) == (None, None) and len(loader) == 5
     assert torch.equal(torch.tensor(sorted(epoch_labels(loader, 0))), torch.arange(SAMPLES))
+
+
+def test_a_state_saved_by_rank_0_resumes_every_rank(folder: Path) -> None:
+    # A DDP checkpoint holds rank 0's loader state only (Lightning hands it to every rank): in
+    # order with no skip, its batch count is every rank's point.
+    data = items(folder)
+    ranks = [make(data, shuffle=True, seed=4, rank=r, world_size=WORLD) for r in range(WORLD)]
+    rests, states = [], []
+    for loader in ranks:
+        it = iter(loader)
+        next(it)
+        next(it)
+        states.append(loader.state_dict())
+        rests.append([labels.tolist() for _, labels in it])
+    state = states[0]
+    assert states[1] == {**state, "rank": 1}
+    for rank in range(WORLD):
+        resumed = make(data, shuffle=True, seed=4, rank=rank, world_size=WORLD)
+        resumed.load_state_dict(state)
+        assert resumed.state_dict()["rank"] == rank
+        assert [labels.tolist() for _, labels in resumed] == rests[rank]
+    for refused in ({"in_order": False}, {"on_error": "skip"}):
+        other = make(data, shuffle=True, seed=4, rank=1, world_size=WORLD, **refused)
+        with pytest.raises(ValueError, match="saved by rank 0, this loader is rank 1.*each rank's own state_dict"):
+            other.load_state_dict({**state, "in_order": other.in_order})
+    with pytest.raises(ValueError, match="saved with world_size=2, this loader has world_size=3"):
+        make(data, shuffle=True, seed=4, rank=1, world_size=3).load_state_dict(state)
+    # A rank 0 that skipped a sample (its position past its batches) says nothing of rank 1.
+    with pytest.raises(ValueError, match="saved by rank 0"):
+        make(data, shuffle=True, seed=4, rank=1, world_size=WORLD).load_state_dict({**state, "position": 7})

@@ -68,27 +68,13 @@ def digest(images: torch.Tensor, labels: torch.Tensor) -> Tuple[Tuple[int, ...],
     return tuple(labels.tolist()), hashlib.sha1(images.numpy().tobytes()).hexdigest()
 
 
-class SaveAt(L.Callback):  # type: ignore[misc]
-    """Saves a checkpoint after the given global step, as ModelCheckpoint(every_n_train_steps)
-    does (in on_train_batch_end)."""
-
-    def __init__(self, step: int, path: Path) -> None:
-        self.step = step
-        self.path = path
-        self.loader_state: Optional[Dict[str, Any]] = None
-
-    def on_train_batch_end(self, trainer: Any, *args: Any) -> None:
-        if trainer.global_step == self.step:
-            trainer.save_checkpoint(self.path)
-
-
 def trainer(**kw: Any) -> Any:
     kw.setdefault("devices", 1)
+    kw.setdefault("enable_checkpointing", False)
     return L.Trainer(
         accelerator="cpu",
         max_epochs=2,
         logger=False,
-        enable_checkpointing=False,
         enable_progress_bar=False,
         enable_model_summary=False,
         **kw,
@@ -135,16 +121,21 @@ def test_fit_epochs_follow_lightning(folder: Path) -> None:
     assert data.loader.epoch == 2
 
 
-@pytest.mark.parametrize("step", [2, STEPS_PER_EPOCH + 2])
+@pytest.mark.parametrize("step", [2, STEPS_PER_EPOCH, STEPS_PER_EPOCH + 2])
 def test_resume_mid_epoch_from_lightning_checkpoint(folder: Path, tmp_path: Path, step: int) -> None:
-    ckpt = tmp_path / "mid.ckpt"
-    whole, _ = fit(folder, callbacks=[SaveAt(step, ckpt)])
+    # Lightning's ModelCheckpoint, saving after every `step` training steps: mid-epoch 0, at the
+    # end of epoch 0 (its last batch), mid-epoch 1.
+    every = L.pytorch.callbacks.ModelCheckpoint(
+        dirpath=tmp_path, filename="{step}", every_n_train_steps=step, save_top_k=-1
+    )
+    whole, _ = fit(folder, callbacks=[every], enable_checkpointing=True)
     assert len(whole.seen) == 2 * STEPS_PER_EPOCH
+    ckpt = tmp_path / f"step={step}.ckpt"
     # Lightning saved the loader's state_dict (it has state_dict/load_state_dict) after the
     # step's batch: no batch was fetched ahead (a loader with len() is not prefetched).
     saved = torch.load(ckpt, weights_only=False)
     (state,) = saved["loops"]["fit_loop"]["state_dict"]["combined_loader"]
-    assert (state["epoch"], state["batches"]) == divmod(step, STEPS_PER_EPOCH)
+    assert (state["epoch"], state["batches"]) == ((step - 1) // STEPS_PER_EPOCH, (step - 1) % STEPS_PER_EPOCH + 1)
     resumed, _ = fit(folder, ckpt_path=ckpt)
     assert resumed.seen == whole.seen[step:]
 
@@ -156,6 +147,7 @@ class Recorded(L.LightningModule):  # type: ignore[misc]
         super().__init__()
         self.layer = torch.nn.Linear(3 * 8 * 8, 1)
         self.out = out
+        out.mkdir(exist_ok=True)
         self.seen: Dict[str, List[List[int]]] = {"auto": [[], []], "given": [[], []]}
 
     def training_step(self, batch: Dict[str, Any], batch_idx: int) -> torch.Tensor:
@@ -208,3 +200,24 @@ def test_ddp_on_two_cpu_processes_each_rank_trains_on_its_share(folder: Path, tm
             assert seen[rank]["given"][epoch] == list(sampler)
     assert seen[0]["auto"][0] != seen[0]["auto"][1]
     assert seen[0]["given"][0] != seen[0]["given"][1]
+
+
+def test_ddp_resumes_every_rank_from_rank_0s_checkpoint(folder: Path, tmp_path: Path) -> None:
+    # The checkpoint holds rank 0's loader states only; each rank resumes its own share.
+    every = L.pytorch.callbacks.ModelCheckpoint(
+        dirpath=tmp_path, filename="{step}", every_n_train_steps=4, save_top_k=-1
+    )
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        trainer(devices=2, strategy="ddp_fork", callbacks=[every], enable_checkpointing=True).fit(
+            Recorded(tmp_path / "whole"), datamodule=TwoLoaders(folder)
+        )
+        trainer(devices=2, strategy="ddp_fork").fit(
+            Recorded(tmp_path / "resumed"), datamodule=TwoLoaders(folder), ckpt_path=tmp_path / "step=4.ckpt"
+        )
+    for rank in (0, 1):
+        whole = json.loads((tmp_path / "whole" / f"rank{rank}.json").read_text())
+        resumed = json.loads((tmp_path / "resumed" / f"rank{rank}.json").read_text())
+        for name in ("auto", "given"):
+            # Step 4 is epoch 1's first batch (3 batches of 3 an epoch): the rest of epoch 1.
+            assert resumed[name] == [[], whole[name][1][3:]]

@@ -72,7 +72,7 @@ TailWorkers = Literal["auto", "threads", "processes"]
 STATE_VERSION = 1
 
 # The settings a saved state must agree with to describe the same epochs.
-_STATE_KEYS = ("seed", "batch_size", "drop_last", "shuffle", "in_order", "rank", "world_size")
+_STATE_KEYS = ("seed", "batch_size", "drop_last", "shuffle", "in_order", "world_size", "rank")
 
 
 def _check_int(name: str, value: object, minimum: int, maximum: Optional[int] = None) -> int:
@@ -1070,6 +1070,7 @@ class Loader:
                 f"fingerprint {state.get('dataset_fingerprint')}; this one has "
                 f"{self._dataset_len()}, fingerprint {self._dataset_fingerprint()})"
             )
+        state = self._as_this_ranks(state)
         keys = list(_STATE_KEYS)
         if self._python is not None and self._python.iterable:
             keys.append("num_workers")
@@ -1087,6 +1088,34 @@ class Loader:
             if hasattr(s, "set_epoch"):
                 s.set_epoch(resume["epoch"])
         self._resume = dict(state)
+
+    def _as_this_ranks(self, state: Dict[str, Any]) -> Dict[str, Any]:
+        """``state``, saved by another rank of the same world size, as this rank's own where
+        it says the same thing for every rank; else ``state`` unchanged (the rank check then
+        names the difference), or a ``ValueError`` saying why it cannot.
+
+        A DDP checkpoint is written by rank 0 alone: Lightning saves rank 0's loader state and
+        hands it to every rank on resume. The ranks step in lockstep, so each had delivered as
+        many batches, and every rank's share has as many samples (``DistributedSampler``'s
+        padding); in order and with no sample skipped, a batch count says the same point on
+        every rank. Out of order (each rank's own completion order) or after a skip (each
+        rank's own sample count), it does not."""
+        saved = state.get("rank")
+        if saved is None or self.rank is None or saved == self.rank:
+            return state
+        if state.get("world_size") != self.world_size:
+            return state
+        batches, position = state.get("batches"), state.get("position")
+        share = self._loader().num_samples
+        whole = isinstance(batches, int) and position == min(batches * self.batch_size, share)
+        if not (self.in_order and self.on_error == "raise" and whole):
+            raise ValueError(
+                f"state: saved by rank {saved}, this loader is rank {self.rank}: a state says "
+                "the same point on every rank only for a loader with in_order=True and "
+                "on_error='raise' (each rank's own completion order or skipped samples "
+                "otherwise); load each rank's own state_dict"
+            )
+        return {**state, "rank": self.rank}
 
     # -- pickling: by configuration ----------------------------------------------------------
 
