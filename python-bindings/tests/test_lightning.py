@@ -221,3 +221,47 @@ def test_ddp_resumes_every_rank_from_rank_0s_checkpoint(folder: Path, tmp_path: 
         for name in ("auto", "given"):
             # Step 4 is epoch 1's first batch (3 batches of 3 an epoch): the rest of epoch 1.
             assert resumed[name] == [[], whole[name][1][3:]]
+
+
+class CountedStream(torch.utils.data.IterableDataset):  # type: ignore[type-arg]
+    """A stream with a ``__len__``: the loader has a len(), so Lightning fetches nothing ahead."""
+
+    def __iter__(self) -> Any:
+        return iter([(torch.full((3,), float(i)), i) for i in range(12)])
+
+    def __len__(self) -> int:
+        return 12
+
+
+class StreamData(L.LightningDataModule):  # type: ignore[misc]
+    def train_dataloader(self) -> fl.Loader:
+        return fl.Loader(CountedStream(), batch_size=2, num_workers=0, python_dataset="allow")
+
+
+class Labels(L.LightningModule):  # type: ignore[misc]
+    def __init__(self) -> None:
+        super().__init__()
+        self.layer = torch.nn.Linear(3, 1)
+        self.seen: List[Tuple[int, List[int]]] = []
+
+    def training_step(self, batch: Tuple[torch.Tensor, torch.Tensor], batch_idx: int) -> torch.Tensor:
+        self.seen.append((self.current_epoch, batch[1].tolist()))
+        return self.layer(batch[0]).mean()
+
+    def configure_optimizers(self) -> torch.optim.Optimizer:
+        return torch.optim.SGD(self.parameters(), lr=0.01)
+
+
+def test_a_sized_iterable_dataset_resumes_mid_epoch(tmp_path: Path) -> None:
+    # Without __len__, Lightning would fetch a batch ahead, and the saved state would be one
+    # batch past the step (docs/integrations.md).
+    every = L.pytorch.callbacks.ModelCheckpoint(
+        dirpath=tmp_path, filename="{step}", every_n_train_steps=3, save_top_k=-1
+    )
+    whole, resumed = Labels(), Labels()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        trainer(callbacks=[every], enable_checkpointing=True).fit(whole, datamodule=StreamData())
+        trainer().fit(resumed, datamodule=StreamData(), ckpt_path=tmp_path / "step=3.ckpt")
+    assert len(whole.seen) == 12
+    assert resumed.seen == whole.seen[3:]
