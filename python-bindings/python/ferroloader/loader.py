@@ -1231,11 +1231,11 @@ class LoaderIterator:
 
     The epoch starts at the first ``next()`` (or the first read of ``epoch``, ``len()`` or
     ``skipped``): it runs the epoch the loader stands at then (``set_epoch`` called after
-    ``iter(loader)`` but before that applies, as DataLoader reads a ``DistributedSampler``'s
-    epoch when its first batch is asked for), from a state loaded by then, and only then are
-    the workers started and the epoch counted. An iterator never advanced uses up nothing:
-    Lightning calls ``iter()`` on a loader that is not a DataLoader once just to check that it
-    can, and that must not cost the first epoch.
+    ``iter(loader)`` but before that applies, as a DataLoader with ``num_workers=0`` reads
+    its ``DistributedSampler`` only when the first batch is asked for), from a state loaded by
+    then, and only then are the workers started and the epoch counted. An iterator never
+    advanced uses up nothing: Lightning calls ``iter()`` on a loader that is not a DataLoader
+    once just to check that it can, and that must not cost the first epoch.
 
     Waiting for a batch releases the GIL and answers Ctrl-C (``KeyboardInterrupt``; the batch
     is not lost, the next ``next()`` returns it), and likewise past the loader's ``timeout``
@@ -1352,7 +1352,6 @@ class LoaderIterator:
     def skipped(self) -> List[Tuple[int, str, str]]:
         """Samples skipped so far (``on_error="skip"``): ``(index, path, why)``."""
         return self._native_iter.skipped
-
 
 
 class _PendingPythonEpoch:
