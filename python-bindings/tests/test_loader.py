@@ -95,6 +95,29 @@ def test_shapes_dtypes_and_labels(folder: Path) -> None:
     assert np.allclose(mean, IMAGENET_MEAN) and np.allclose(std, IMAGENET_STD)
 
 
+def test_an_iterator_starts_its_epoch_at_its_first_batch(folder: Path) -> None:
+    # Lightning calls iter() once on a loader that is not a DataLoader to check that it can, and
+    # calls the sampler's set_epoch after the iter() that runs the first epoch: an iterator
+    # never advanced uses up no epoch (and no loaded state), and one takes the epoch set before
+    # its first next().
+    loader = make(folder, shuffle=True, seed=3)
+    probe = iter(loader)
+    del probe
+    assert loader.epoch == 0
+    assert epoch_indices(loader) == loader._order(0)
+    first = iter(loader)
+    loader.set_epoch(5)
+    next(first)
+    assert first.epoch == 5 and loader.epoch == 6
+    state = loader.state_dict()
+    resumed = make(folder, shuffle=True, seed=3)
+    resumed.load_state_dict(state)
+    iter(resumed)
+    rest = iter(resumed)
+    assert resumed.state_dict() == state
+    assert len(list(rest)) == 4 and rest.epoch == 5
+
+
 def test_iterator_protocol_and_epochs(folder: Path) -> None:
     loader = make(folder, shuffle=True, seed=3)
     assert loader.epoch == 0
@@ -179,7 +202,7 @@ def test_sampler(folder: Path) -> None:
     loader.set_epoch(7)
     assert sampler.epoch == 7 and loader.epoch == 7
     with pytest.raises(IndexError, match="sampler"):
-        iter(make(folder, sampler=[0, 99]))
+        next(iter(make(folder, sampler=[0, 99])))
     with pytest.raises(ValueError, match="sampler"):
         make(folder, sampler=[0], shuffle=True)
     with pytest.raises(ValueError, match="sampler"):

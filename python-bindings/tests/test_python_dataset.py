@@ -213,6 +213,20 @@ def test_resuming_mid_epoch_yields_the_rest_of_the_first_run(folder: Path) -> No
         _loader(Noise(), batch_size=3).load_state_dict(state)
 
 
+def test_an_iterator_never_advanced_starts_no_workers_and_uses_up_no_epoch(folder: Path) -> None:
+    # As the native loader's (test_loader.py): Lightning's iter() probe costs nothing.
+    loader = _loader(Photos(folder, RANDOM), batch_size=4, shuffle=True, seed=5, num_workers=2)
+    probe = iter(loader)
+    assert not probe.finished and probe.indices is None
+    del probe
+    assert loader.epoch == 0
+    it = iter(loader)
+    loader.set_epoch(2)
+    assert len(it) == 5 and it.epoch == 2
+    assert sum(len(batch[1]) for batch in it) == 18
+    assert it.finished and loader.epoch == 3
+
+
 def test_a_failing_sample_is_raised_with_its_index_or_skipped_and_reported(folder: Path) -> None:
     dataset = Photos(folder, FIXED, fail_on=(5,))
     with pytest.raises(OSError, match=r"cannot read") as caught:

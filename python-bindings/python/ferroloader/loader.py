@@ -72,7 +72,7 @@ TailWorkers = Literal["auto", "threads", "processes"]
 STATE_VERSION = 1
 
 # The settings a saved state must agree with to describe the same epochs.
-_STATE_KEYS = ("seed", "batch_size", "drop_last", "shuffle", "in_order", "rank", "world_size")
+_STATE_KEYS = ("seed", "batch_size", "drop_last", "shuffle", "in_order", "world_size", "rank")
 
 
 def _check_int(name: str, value: object, minimum: int, maximum: Optional[int] = None) -> int:
@@ -179,6 +179,36 @@ def _wrapped_compose_hint(tail: List[Any], output: str, decoder: str, mode: str)
     )
 
 
+def _distributed_cut(
+    dataset: Any, sampler: Any, batch_sampler: Any
+) -> Tuple[Optional[int], Optional[int]]:
+    """``(rank, world_size)`` of the default ``torch.distributed`` process group when it is
+    initialized with two processes or more, read when the loader is made, as
+    ``DistributedSampler`` reads them; ``(None, None)`` otherwise, and where the loader has
+    its order from elsewhere (a ``sampler`` or ``batch_sampler``: a ``DistributedSampler``
+    among them already cuts) or an ``IterableDataset`` (it splits its stream itself, and the
+    loader refuses ``rank`` for one).
+
+    Why a loader shards where DataLoader does not: DataLoader leaves the cut to the
+    ``DistributedSampler`` that ``torchrun`` scripts pass and that Lightning (and Accelerate)
+    inject into a DataLoader, but inject into no other loader. Without this, every rank of a
+    Lightning DDP run would train on the whole dataset, silently, ``world_size`` times per
+    epoch. ``rank=0, world_size=1`` keeps every sample on every rank."""
+    if sampler is not None or batch_sampler is not None:
+        return None, None
+    # Not imported means not initialized: the loader imports no torch for this.
+    dist = sys.modules.get("torch.distributed")
+    if dist is None or not dist.is_available() or not dist.is_initialized():
+        return None, None
+    world_size = int(dist.get_world_size())
+    if world_size < 2:
+        return None, None
+    data = sys.modules.get("torch.utils.data")
+    if data is not None and isinstance(dataset, data.IterableDataset):
+        return None, None
+    return int(dist.get_rank()), world_size
+
+
 def _cuda_available() -> bool:
     try:
         import torch
@@ -201,10 +231,10 @@ class Loader:
     Built as ``torch.utils.data.DataLoader`` is, with the same positional order; iterating
     yields ``(images, labels)``: ``torch.float32 [B, 3, H, W]`` (``torch.uint8`` where the
     transform ends in ``PILToTensor``, or with ``output="uint8"``) and ``torch.int64 [B]``,
-    handed over without a copy. Each
-    ``iter(loader)`` is one epoch; epochs count up from 0 (``set_epoch`` sets the next one, as
-    with torch's ``DistributedSampler``), and the epoch, ``seed`` and sample index alone decide
-    the shuffle and every random draw, whatever ``num_workers``.
+    handed over without a copy. Each ``iter(loader)`` is one epoch, started (and counted) at
+    its first ``next()``; epochs count up from 0 (``set_epoch`` sets the next one, as with
+    torch's ``DistributedSampler``), and the epoch, ``seed`` and sample index alone decide the
+    shuffle and every random draw, whatever ``num_workers``.
 
     ``dataset``: a ``ferroloader.ImageFolder``/``FileList``, torchvision's ``ImageFolder`` or
     ``DatasetFolder`` (its ``transform`` is used when ``transform`` is not given, its
@@ -259,7 +289,11 @@ class Loader:
     ``deferred_normalize`` says), ``decoder`` (``"turbo"``: libjpeg-turbo,
     Pillow-exact; ``"zune"``: pure Rust), ``on_error`` (``"raise"`` or ``"skip"``; see
     ``LoaderIterator.skipped``), ``profile`` (``"off"``, ``"spans"``, ``"counters"``; read it
-    with ``loader.profile()``), ``rank``/``world_size`` (``DistributedSampler``'s cut),
+    with ``loader.profile()``), ``rank``/``world_size`` (``DistributedSampler``'s cut;
+    where neither, nor a ``sampler``/``batch_sampler``, is given and ``torch.distributed`` is
+    initialized with two processes or more, its rank and world size when the loader is made,
+    as ``DistributedSampler`` reads them: Lightning injects its sampler into DataLoaders only;
+    ``rank=0, world_size=1`` keeps every sample on every rank),
     ``tensor_type`` (``"torch"`` or ``"numpy"``), ``batch_transform`` (a callable on each
     ``(images, labels)`` batch, returning what the iterator yields), ``scratch_limit`` (bytes
     of decode scratch a worker keeps between samples, default 64 MiB: more, after an outlier
@@ -463,6 +497,8 @@ class Loader:
             None if world_size is None else _check_int("world_size", world_size, 0)
         )
         self.rank: Optional[int] = None if rank is None else _check_int("rank", rank, 0)
+        if self.rank is None and self.world_size is None:
+            self.rank, self.world_size = _distributed_cut(dataset, sampler, batch_sampler)
         if sampler is not None:
             if not hasattr(sampler, "__iter__"):
                 raise TypeError(
@@ -845,9 +881,18 @@ class Loader:
             return [int(i) for i in self._sampler]
         return None
 
-    def __iter__(self) -> "LoaderIterator | PythonDatasetIterator":
+    def __iter__(self) -> "LoaderIterator | _PendingPythonEpoch":
+        """One epoch, started at the iterator's first ``next()``: see :class:`LoaderIterator`."""
+        # A new iterator supersedes the last one's progress: until it starts, the loader
+        # stands at the start of the epoch it will run (or at a loaded state).
+        self._progress = None
         if self._python is not None:
-            return self._iter_python(self._python)
+            return _PendingPythonEpoch(self, self._python)
+        return LoaderIterator(self)
+
+    def _start_native(self) -> _native.EpochIter:
+        """Starts the epoch the loader stands at (a loaded state's point, if any): the first
+        ``next()`` of a :class:`LoaderIterator`."""
         native = self._native_loader()
         if self._device_hold is not None:
             # Before the workers start: they refill what the device has finished reading.
@@ -865,7 +910,7 @@ class Loader:
         if self.timeout:
             it.set_timeout(self.timeout)
         self._progress = (it.epoch, it.resume_state)
-        return LoaderIterator(it, self)
+        return it
 
     def _iter_python(self, engine: "PythonDataset") -> "PythonDatasetIterator":
         plan = self._plan()
@@ -1041,6 +1086,7 @@ class Loader:
                 f"fingerprint {state.get('dataset_fingerprint')}; this one has "
                 f"{self._dataset_len()}, fingerprint {self._dataset_fingerprint()})"
             )
+        state = self._as_this_ranks(state)
         keys = list(_STATE_KEYS)
         if self._python is not None and self._python.iterable:
             keys.append("num_workers")
@@ -1058,6 +1104,34 @@ class Loader:
             if hasattr(s, "set_epoch"):
                 s.set_epoch(resume["epoch"])
         self._resume = dict(state)
+
+    def _as_this_ranks(self, state: Dict[str, Any]) -> Dict[str, Any]:
+        """``state``, saved by another rank of the same world size, as this rank's own where
+        it says the same thing for every rank; else ``state`` unchanged (the rank check then
+        names the difference), or a ``ValueError`` saying why it cannot.
+
+        A DDP checkpoint is written by rank 0 alone: Lightning saves rank 0's loader state and
+        hands it to every rank on resume. The ranks step in lockstep, so each had delivered as
+        many batches, and every rank's share has as many samples (``DistributedSampler``'s
+        padding); in order and with no sample skipped, a batch count says the same point on
+        every rank. Out of order (each rank's own completion order) or after a skip (each
+        rank's own sample count), it does not."""
+        saved = state.get("rank")
+        if saved is None or self.rank is None or saved == self.rank:
+            return state
+        if state.get("world_size") != self.world_size:
+            return state
+        batches, position = state.get("batches"), state.get("position")
+        share = self._loader().num_samples
+        whole = isinstance(batches, int) and position == min(batches * self.batch_size, share)
+        if not (self.in_order and self.on_error == "raise" and whole):
+            raise ValueError(
+                f"state: saved by rank {saved}, this loader is rank {self.rank}: a state says "
+                "the same point on every rank only for a loader with in_order=True and "
+                "on_error='raise' (each rank's own completion order or skipped samples "
+                "otherwise); load each rank's own state_dict"
+            )
+        return {**state, "rank": self.rank}
 
     # -- pickling: by configuration ----------------------------------------------------------
 
@@ -1171,13 +1245,21 @@ class LoaderBatchSampler:
 class LoaderIterator:
     """One epoch: yields ``(images, labels)`` until the epoch ends.
 
+    The epoch starts at the first ``next()`` (or the first read of ``epoch``, ``len()`` or
+    ``skipped``): it runs the epoch the loader stands at then (``set_epoch`` called after
+    ``iter(loader)`` but before that applies, as a DataLoader with ``num_workers=0`` reads
+    its ``DistributedSampler`` only when the first batch is asked for), from a state loaded by
+    then, and only then are the workers started and the epoch counted. An iterator never
+    advanced uses up nothing: Lightning calls ``iter()`` on a loader that is not a DataLoader
+    once just to check that it can, and that must not cost the first epoch.
+
     Waiting for a batch releases the GIL and answers Ctrl-C (``KeyboardInterrupt``; the batch
     is not lost, the next ``next()`` returns it), and likewise past the loader's ``timeout``
     (``RuntimeError``). Dropping the iterator stops the epoch.
     """
 
-    def __init__(self, native: _native.EpochIter, loader: Loader) -> None:
-        self._native_iter = native
+    def __init__(self, loader: Loader) -> None:
+        self._started: Optional[_native.EpochIter] = None
         self._loader = loader
         self._from_numpy = loader._from_numpy
         self._pin_device = loader._pin_device
@@ -1195,6 +1277,12 @@ class LoaderIterator:
 
         self.indices: Optional[np.ndarray] = None
         """Dataset indices of the last batch's samples."""
+
+    @property
+    def _native_iter(self) -> _native.EpochIter:
+        if self._started is None:
+            self._started = self._loader._start_native()
+        return self._started
 
     def __iter__(self) -> "LoaderIterator":
         return self
@@ -1281,3 +1369,44 @@ class LoaderIterator:
         """Samples skipped so far (``on_error="skip"``): ``(index, path, why)``."""
         return self._native_iter.skipped
 
+
+class _PendingPythonEpoch:
+    """``iter(loader)`` for a dataset run in Python: a ``PythonDatasetIterator`` started at the
+    first ``next()`` (or the first read of one of its attributes), as a
+    :class:`LoaderIterator` starts, so that an iterator never advanced spawns no worker
+    processes and uses up no epoch."""
+
+    def __init__(self, loader: Loader, engine: "PythonDataset") -> None:
+        self._loader = loader
+        self._engine = engine
+        self._started: "Optional[PythonDatasetIterator]" = None
+
+    def _iterator(self) -> "PythonDatasetIterator":
+        if self._started is None:
+            self._started = self._loader._iter_python(self._engine)
+        return self._started
+
+    def __iter__(self) -> "_PendingPythonEpoch":
+        return self
+
+    def __next__(self) -> Any:
+        return next(self._iterator())
+
+    def __len__(self) -> int:
+        return len(self._iterator())
+
+    @property
+    def finished(self) -> bool:
+        """Whether the epoch has ended (``StopIteration`` or an error)."""
+        return self._started is not None and self._started.finished
+
+    @property
+    def indices(self) -> Optional[Any]:
+        """Dataset indices of the last batch's samples (a numpy array)."""
+        return None if self._started is None else self._started.indices
+
+    def __getattr__(self, name: str) -> Any:
+        # Only what is not found above (epoch, skipped, ...): those of the started iterator.
+        if name.startswith("__") or name in ("_started", "_loader", "_engine"):
+            raise AttributeError(name)
+        return getattr(self._iterator(), name)
