@@ -23,6 +23,10 @@ prefetcher copies to the GPU: the prefetchers' normalize and erasing run on the 
 training, and on this CPU would cost both sides the same main-thread time (about 45 ms a batch
 of 64 on 2 cores), which would hide the loaders.
 
+``--mix`` adds torchvision's reference MixUp/CutMix (``train.py --mixup-alpha 0.2
+--cutmix-alpha 1.0``: ``RandomChoice([MixUp(0.2), CutMix(1.0)])`` in the ``collate_fn`` it
+writes) to both sides.
+
 ``--overhead`` adds two more pipelines to every round and prints what profiling costs: the
 torchvision DataLoader instrumented by ``ferroloader.torch.profile`` against the plain one,
 and ferroloader with ``profile="spans"`` against ``profile="off"``.
@@ -107,14 +111,34 @@ def hugging_face_dataset(folder: Path) -> Any:
     )
 
 
-def torch_loader(source: Any, batch_size: int, workers: int, seed: int, transform: Any) -> DataLoader[Any]:
+def reference_mix_collate(num_classes: int) -> Any:
+    """The ``collate_fn`` torchvision's reference train.py writes for ``--mixup-alpha 0.2
+    --cutmix-alpha 1.0``."""
+    import torchvision.transforms.v2 as v2  # type: ignore[import-untyped]
+    from torch.utils.data import default_collate
+
+    mixup_cutmix = v2.RandomChoice(
+        [v2.MixUp(alpha=0.2, num_classes=num_classes), v2.CutMix(alpha=1.0, num_classes=num_classes)]
+    )
+
+    def collate_fn(batch):  # type: ignore[no-untyped-def]
+        return mixup_cutmix(*default_collate(batch))
+
+    return collate_fn
+
+
+def torch_loader(
+    source: Any, batch_size: int, workers: int, seed: int, transform: Any, mix: Any = None
+) -> DataLoader[Any]:
     """The stock pipeline: torchvision ImageFolder + Compose in a torch DataLoader, or, for a
     Hugging Face dataset, the dataset with the Compose on each image."""
-    collate: Any = None
+    collate: Any = mix
     if isinstance(source, Path):
         dataset: Any = torchvision.datasets.ImageFolder(str(source), transform=transform)
     else:
         dataset, collate = dataloader_form(source, transform)
+        if mix is not None:
+            raise ValueError("--mix: for a folder")
     return DataLoader(
         dataset,
         batch_size=batch_size,
@@ -127,7 +151,7 @@ def torch_loader(source: Any, batch_size: int, workers: int, seed: int, transfor
 
 
 def native_loader(
-    source: Any, batch_size: int, workers: int, seed: int, profile: ProfileMode, transform: Any
+    source: Any, batch_size: int, workers: int, seed: int, profile: ProfileMode, transform: Any, mix: Any = None
 ) -> fl.Loader:
     """ferroloader with the same transform object, which the Loader converts; the output dtype
     is the one the transform's own conversion yields."""
@@ -140,6 +164,7 @@ def native_loader(
         transform=transform,
         profile=profile,
         python_tail="error",
+        collate_fn=mix,
     )
 
 
@@ -221,6 +246,8 @@ def main() -> None:
                         help="timm's create_loader against ferroloader.timm.create_loader, "
                         "training with auto_augment=AA (e.g. rand-m9-mstd0.5-inc1), re_prob 0.25")
     parser.add_argument("--v2", action="store_true", help="build --recipe from transforms.v2")
+    parser.add_argument("--mix", action="store_true",
+                        help="torchvision's reference MixUp 0.2 / CutMix 1.0 collate_fn on both sides")
     parser.add_argument(
         "--hugging-face",
         action="store_true",
@@ -234,8 +261,10 @@ def main() -> None:
             f"{args.folder}: no such folder (make it with: scripts/make_bench_corpus.py "
             f"{args.folder} 512 --classes 8)"
         )
-    if args.timm is not None and (args.hugging_face or args.overhead):
-        parser.error("--timm compares timm's loaders of the folder; no --hugging-face or --overhead")
+    if args.timm is not None and (args.hugging_face or args.overhead or args.mix):
+        parser.error("--timm compares timm's loaders of the folder; no --hugging-face, --overhead or --mix")
+    if args.mix and args.hugging_face:
+        parser.error("--mix: for a folder")
     transform, transform_name = chosen_transform(args)
     source: Any = hugging_face_dataset(args.folder) if args.hugging_face else args.folder
 
@@ -248,8 +277,12 @@ def main() -> None:
             transform = native.dataset.transform
             transform_name = f"timm create_loader(auto_augment={args.timm!r}, re_prob=0.25)"
         else:
-            native = native_loader(source, args.batch_size, args.workers, args.seed, "off", transform)
-            plain_torch = torch_loader(source, args.batch_size, args.workers, args.seed, transform)
+            mix = None
+            if args.mix:
+                mix = reference_mix_collate(len(torchvision.datasets.ImageFolder(str(args.folder)).classes))
+                transform_name += " + the reference MixUp/CutMix collate_fn"
+            native = native_loader(source, args.batch_size, args.workers, args.seed, "off", transform, mix)
+            plain_torch = torch_loader(source, args.batch_size, args.workers, args.seed, transform, mix)
     except (TypeError, ValueError) as e:
         print(f"ferroloader cannot run {transform_name}: {e}", file=sys.stderr)
         sys.exit(1)

@@ -5,13 +5,15 @@
 //! What lives here is only what the crossing needs: argument conversion, error mapping by kind
 //! ([`errors`]), one helper for every long call that releases the GIL and answers Ctrl-C
 //! ([`detach`]), zero-copy batch arrays ([`batch`]), profiles and counter groups ([`profile`]),
-//! building a profile from the Python instrumentation's records ([`builder`]), fork safety
+//! building a profile from the Python instrumentation's records ([`builder`]), MixUp and
+//! CutMix on a delivered batch ([`batch_mix`]), fork safety
 //! ([`fork`]), running a Python tail after the native ops ([`tail`]) and ending every epoch
 //! before the interpreter finalizes ([`at_exit`]). The Python package (`python/ferroloader`)
 //! re-exports what users touch and owns argument checking.
 
 mod at_exit;
 mod batch;
+mod batch_mix;
 mod builder;
 mod cuda;
 mod dataset;
@@ -65,6 +67,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     )?;
     m.add_function(wrap_pyfunction!(profile::now_ns, m)?)?;
     m.add_function(wrap_pyfunction!(at_exit::end_epochs_at_exit, m)?)?;
+    m.add_function(wrap_pyfunction!(batch_mix::mix_batch, m)?)?;
     m.add_function(wrap_pyfunction!(ops::random_resized_crop_params, m)?)?;
     m.add_function(wrap_pyfunction!(ops::resize_keep_ratio_params, m)?)?;
     m.add_function(wrap_pyfunction!(ops::resized_crop, m)?)?;

@@ -16,13 +16,13 @@
 //! last `next()` has returned.
 
 use std::ffi::OsString;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender, SyncSender};
 use std::sync::{Arc, Mutex, PoisonError, TryLockError};
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
-use ferroloader_loader::profiler::{Mode, ProfilerConfig};
+use ferroloader_loader::profiler::{Mode, Profiler, ProfilerConfig};
 use ferroloader_loader::transforms::decode::DecodeContext;
 use ferroloader_loader::transforms::spec::PipelineSpec;
 use ferroloader_loader::{
@@ -426,7 +426,8 @@ impl PyLoader {
             .unwrap_or_else(PoisonError::into_inner);
         pumps.retain(|p| !p.handle.is_finished());
         pumps.push(thread);
-        Ok(PyEpochIter::new(pump, epoch, num_batches))
+        let profiler = self.inner.get("loader")?.profiler().clone();
+        Ok(PyEpochIter::new(pump, epoch, num_batches, profiler))
     }
 
     /// Waits (GIL released) for the pumps of epochs the consumer has ended or dropped, so that
@@ -724,6 +725,10 @@ pub(crate) struct PyEpochIter {
     pump: ForkLocal<Mutex<Pump>>,
     epoch: u64,
     num_batches: usize,
+    /// The loader's, for the consumer's own steps on a batch ([`PyEpochIter::consumer_span`]).
+    profiler: ForkLocal<Profiler>,
+    /// Profile id of the batch last returned; `u64::MAX` before the first.
+    last_batch: AtomicU64,
 }
 
 impl std::fmt::Debug for PyEpochIter {
@@ -738,11 +743,13 @@ impl std::fmt::Debug for PyEpochIter {
 type Arrays<'py> = (Bound<'py, PyAny>, Bound<'py, PyAny>, Bound<'py, PyAny>);
 
 impl PyEpochIter {
-    fn new(pump: Pump, epoch: u64, num_batches: usize) -> Self {
+    fn new(pump: Pump, epoch: u64, num_batches: usize, profiler: Profiler) -> Self {
         PyEpochIter {
             pump: ForkLocal::new(Mutex::new(pump)),
             epoch,
             num_batches,
+            profiler: ForkLocal::new(profiler),
+            last_batch: AtomicU64::new(u64::MAX),
         }
     }
 
@@ -770,7 +777,27 @@ impl PyEpochIter {
 
     fn __next__<'py>(&self, py: Python<'py>) -> PyResult<Option<Arrays<'py>>> {
         let batch = self.with_pump(|pump| pump.next(py))?;
+        if let Some(b) = &batch {
+            self.last_batch.store(b.batch_id(), Ordering::Relaxed);
+        }
         batch.map(|b| into_arrays(py, b)).transpose()
+    }
+
+    /// Records `op`, a step the consumer ran on the batch last returned (torchvision's
+    /// `MixUp` run on it, say), from `start_ns` to `end_ns` (`now_ns()` times), as a span of
+    /// the consumer thread in the loader's profile; nothing with `profile="off"` or before the
+    /// first batch.
+    fn consumer_span(&self, op: &str, start_ns: u64, end_ns: u64) -> PyResult<()> {
+        let profiler = self.profiler.get("iterator")?;
+        let batch = self.last_batch.load(Ordering::Relaxed);
+        if batch == u64::MAX || !profiler.is_enabled() {
+            return Ok(());
+        }
+        let id = profiler
+            .register_op(op)
+            .map_err(|e| PyValueError::new_err(format!("op: {e}")))?;
+        profiler.consumer_span(id, batch, start_ns, end_ns);
+        Ok(())
     }
 
     /// Batches planned for the epoch.

@@ -441,6 +441,14 @@ def test_bench_script_compares_timms_loader_with_ours(data: Path, bench: Bench) 
     assert "ferroloader / timm throughput: median" in out
 
 
+def test_bench_script_adds_the_reference_mixup_cutmix_to_both_sides(data: Path, bench: Bench) -> None:
+    status, out, err = bench(str(data), "--mix", "--workers", "1", "--rounds", "1", "--batch-size", "4",
+                             "--batches", "2")
+    assert status is None, err
+    assert "the ImageNet train transform + the reference MixUp/CutMix collate_fn" in out
+    assert "ferroloader / torchvision throughput: median" in out
+
+
 def test_bench_script_reports_a_refusal_and_exits_non_zero(
     data: Path, tmp_path: Path, bench: Bench
 ) -> None:

@@ -4,6 +4,7 @@
 //! bytes or pixels and writes pixels or tensors, so the loader decides where and when it runs.
 
 pub mod augment;
+pub mod batch_mix;
 mod cpu;
 pub mod crop;
 pub mod decode;

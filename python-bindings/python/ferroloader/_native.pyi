@@ -25,6 +25,7 @@ __all__ = [
     "CounterGroup",
     "now_ns",
     "end_epochs_at_exit",
+    "mix_batch",
     "random_resized_crop_params",
     "resize_keep_ratio_params",
     "resized_crop",
@@ -276,6 +277,7 @@ class EpochIter(Iterator[_BatchArrays]):
     @property
     def resume_state(self) -> Tuple[int, int, List[int]]: ...
     def set_timeout(self, seconds: Optional[float]) -> None: ...
+    def consumer_span(self, op: str, start_ns: int, end_ns: int) -> None: ...
 
 @final
 class Loader:
@@ -448,6 +450,14 @@ def counters_unavailable(reason: str) -> str: ...
 
 def now_ns() -> int: ...
 def end_epochs_at_exit() -> None: ...
+def mix_batch(
+    images: npt.NDArray[Any],
+    *,
+    lam: Optional[float] = None,
+    box: Optional[Tuple[int, int, int, int]] = None,
+) -> None:
+    """torchvision v2's MixUp (``lam``, float32) or CutMix (``box`` ``(x1, y1, x2, y2)``,
+    float32 or uint8) on a C-contiguous ``[B, C, H, W]`` batch, in place."""
 def random_resized_crop_params(
     width: int,
     height: int,

@@ -36,6 +36,7 @@ from typing import (
 import numpy as np
 
 from ferroloader import _native
+from ferroloader._batchmix import BatchMix, collated_mixing
 from ferroloader.datasets import reading
 from ferroloader.profiling import Profile
 from ferroloader._pinning import DeviceReadHold, cuda_runtime_path
@@ -466,6 +467,7 @@ class Loader:
         if batch_transform is not None and not callable(batch_transform):
             raise TypeError(f"batch_transform: expected a callable, got {batch_transform!r}")
         self.batch_transform: Optional[Callable[[Any, Any], Any]] = batch_transform
+        self.batch_mix: Optional[BatchMix] = None
         self.pin_memory: bool = _check_bool("pin_memory", pin_memory)
         if exif_transpose is None:
             # As the dataset's own reading turns its images: upright for a Hugging Face
@@ -588,6 +590,25 @@ class Loader:
         with); ``None``, not pinned."""
         self._native: _native.Loader = self._build()
         self._check_normalize()
+        #: torchvision v2's MixUp/CutMix given as ``batch_transform`` (or applied by the
+        #: ``collate_fn`` to the default collation), run natively on each batch; ``None``
+        #: where they run as given.
+        self.batch_mix = self._native_batch_mix()
+
+    def _native_batch_mix(self) -> Optional[BatchMix]:
+        """The batch op the ``batch_transform`` or ``collate_fn`` is, where the batches are
+        what it would get from DataLoader: torch tensors of CHW samples, labels the class
+        indices (no ``target_transform``), float32 where it may MixUp (torchvision's MixUp
+        refuses integer images)."""
+        given = self.batch_transform
+        if given is None and self.collate_fn is not None:
+            given = collated_mixing(self.collate_fn)
+        mix = None if given is None else BatchMix.of(given)
+        if mix is None or self.tensor_type != "torch" or self.unbatched or self.target_transform is not None:
+            return None
+        if len(self.sample_shape) != 3 or (self.dtype != "float32" and any(m.kind == "MixUp" for m in mix.choices)):
+            return None
+        return mix
 
     # -- a dataset run in Python ------------------------------------------------------------
 
@@ -1266,6 +1287,7 @@ class LoaderIterator:
         self._device_hold = loader._device_hold
         self._collate_fn = loader.collate_fn
         self._batch_transform = loader.batch_transform
+        self._batch_mix = loader.batch_mix
         self._target_transform = loader.target_transform
         self._unbatched = loader.unbatched
         native_loader = loader._native_loader()
@@ -1309,6 +1331,20 @@ class LoaderIterator:
         if self._loader._progress is not None and self._loader._progress[0] == self.epoch:
             self._loader._progress = (self.epoch, self._native_iter.resume_state)
         self.indices = indices
+        if self._batch_mix is not None:
+            _, batches, delivered = self._native_iter.resume_state
+            planned = batches - 1 if self._loader.in_order else delivered[-1]
+            start = _native.now_ns()
+            mixed, op = self._batch_mix.apply(images, labels, (self._loader.seed, self.epoch, planned))
+            self._native_iter.consumer_span(op, start, _native.now_ns())
+            if self._device_hold is not None:
+                self._device_hold.watch(images)
+            images = self._from_numpy(images)
+            if self._pin_device is not None:
+                if self._device_hold is None:
+                    images = images.pin_memory()
+                mixed = mixed.pin_memory()
+            return images, mixed
         # What the dataset's __getitem__ would have returned as each target, before collation.
         targets = None
         if self._target_transform is not None:
