@@ -177,6 +177,14 @@ impl PyWebDataset {
         Ok(self.listing.key(index).to_owned())
     }
 
+    /// Whether images are turned upright per their EXIF orientation, as the index says (shards
+    /// written from a Hugging Face dataset, whose `Image()` column decodes them so); a
+    /// `Loader` over the dataset takes it as its `exif_transpose` default.
+    #[getter]
+    fn exif_transpose(&self) -> bool {
+        self.listing.exif_transpose()
+    }
+
     /// The index JSON describing these shards (what `index.json` holds for them).
     fn index_json(&self) -> String {
         self.listing.index().to_json()

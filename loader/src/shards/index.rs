@@ -36,6 +36,11 @@ pub struct ShardIndex {
     /// list with class-name labels).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub classes: Option<Vec<String>>,
+    /// Whether a reader must turn each image upright per its EXIF orientation, as the source
+    /// the shards were written from did when it decoded them (a Hugging Face `Image()`
+    /// column); the bytes are stored unchanged either way. Absent means false.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub exif_transpose: bool,
 }
 
 /// One shard of a [`ShardIndex`].
@@ -74,6 +79,7 @@ impl ShardIndex {
             shards,
             num_samples,
             classes: None,
+            exif_transpose: false,
         }
     }
 

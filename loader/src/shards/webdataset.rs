@@ -128,6 +128,8 @@ struct Shared {
     /// Where each shard's pieces start ([`split_points`]): `[0]` for a shard read whole.
     pieces: Vec<Vec<u64>>,
     samples: Vec<SampleEntry>,
+    /// The index's [`ShardIndex::exif_transpose`] (false for shards listed by scanning).
+    exif_transpose: bool,
     shuffle_buffer: usize,
     shuffle_initial: usize,
     read_ahead_shards: usize,
@@ -220,11 +222,16 @@ impl WebDataset {
         check_options(&options)?;
         let stores = Stores::new(options.store.clone());
         let cache = open_cache(&options)?;
-        let entries = match read_index(&stores, &expanded, options.index.as_deref())? {
-            Some(index) => shards_from_index(&expanded, index, options.index.as_deref())?,
-            None => scan(&stores, cache.as_ref(), &expanded, &labels)?,
-        };
-        Self::assemble(entries, stores, cache, &options)
+        let (entries, exif_transpose) =
+            match read_index(&stores, &expanded, options.index.as_deref())? {
+                Some(index) => {
+                    let exif_transpose = index.exif_transpose;
+                    let entries = shards_from_index(&expanded, index, options.index.as_deref())?;
+                    (entries, exif_transpose)
+                }
+                None => (scan(&stores, cache.as_ref(), &expanded, &labels)?, false),
+            };
+        Self::assemble(entries, exif_transpose, stores, cache, &options)
     }
 
     /// A dataset over the shards `index` describes (absolute URLs, as [`WebDataset::index`]
@@ -244,12 +251,13 @@ impl WebDataset {
         }
         let stores = Stores::new(options.store.clone());
         let cache = open_cache(&options)?;
-        Self::assemble(index.shards, stores, cache, &options)
+        Self::assemble(index.shards, index.exif_transpose, stores, cache, &options)
     }
 
     /// The dataset over `entries`, its fetcher threads started.
     fn assemble(
         entries: Vec<ShardEntry>,
+        exif_transpose: bool,
         stores: Stores,
         cache: Option<ShardCache>,
         options: &WebDatasetOptions,
@@ -294,6 +302,7 @@ impl WebDataset {
             shard_bytes,
             pieces,
             samples,
+            exif_transpose,
             shuffle_buffer: options.shuffle_buffer,
             shuffle_initial: options.shuffle_initial,
             read_ahead_shards: options.read_ahead_shards,
@@ -335,10 +344,16 @@ impl WebDataset {
         &self.shared.samples[index].key
     }
 
+    /// Whether the index says images are to be turned upright per their EXIF orientation
+    /// ([`ShardIndex::exif_transpose`]).
+    pub fn exif_transpose(&self) -> bool {
+        self.shared.exif_transpose
+    }
+
     /// The shard index describing these shards (what the index file would hold for them).
     pub fn index(&self) -> ShardIndex {
         let s = &self.shared;
-        ShardIndex::new(
+        let index = ShardIndex::new(
             (0..s.urls.len())
                 .map(|i| ShardEntry {
                     url: s.urls[i].clone(),
@@ -347,7 +362,11 @@ impl WebDataset {
                     samples: s.samples[s.starts[i]..s.starts[i + 1]].to_vec(),
                 })
                 .collect(),
-        )
+        );
+        ShardIndex {
+            exif_transpose: s.exif_transpose,
+            ..index
+        }
     }
 
     fn shard_of(&self, index: usize) -> usize {

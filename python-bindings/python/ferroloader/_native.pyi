@@ -140,6 +140,8 @@ class WebDataset:
     @property
     def targets(self) -> List[int]: ...
     def key(self, index: int) -> str: ...
+    @property
+    def exif_transpose(self) -> bool: ...
     def index_json(self) -> str: ...
     def __len__(self) -> int: ...
     def __reduce__(self) -> Tuple[type, Tuple[object, ...]]: ...
@@ -580,7 +582,7 @@ def prepare(
     progress: Optional[Callable[[int, int], None]] = None,
 ) -> Dict[str, Any]: ...
 def write_shards(
-    dataset: Union[ImageFolder, FileList, PathList],
+    dataset: Union[ImageFolder, FileList, PathList, EncodedTable],
     dst: str,
     *,
     classes: Optional[Sequence[str]] = None,
@@ -590,6 +592,8 @@ def write_shards(
     seed: int = 0,
     num_workers: int = 0,
     progress: Optional[Callable[[int, int], None]] = None,
+    names: Optional[Sequence[str]] = None,
+    exif_transpose: bool = False,
 ) -> Dict[str, Any]: ...
 def epoch_indices(
     len: int,
