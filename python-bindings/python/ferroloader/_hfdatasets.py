@@ -29,6 +29,8 @@ __all__ = [
     "check_not_streaming",
     "dataloader_form",
     "is_hugging_face",
+    "label_column",
+    "member_names",
     "table_of",
 ]
 
@@ -142,6 +144,63 @@ def table_of(
     name = "dataset" if split is None else str(split)
     table = EncodedTable(images, paths, labels, name, exif_transpose=exif_transpose, origin=origin)
     return table.with_mode("L") if mode is None and _grayscale(table) else table
+
+
+#: Leading bytes that tell an image file's format, and the extension a file of it takes.
+_MAGIC = (
+    (b"\xff\xd8\xff", "jpg"),
+    (b"\x89PNG\r\n\x1a\n", "png"),
+    (b"GIF87a", "gif"),
+    (b"GIF89a", "gif"),
+    (b"BM", "bmp"),
+    (b"II*\x00", "tif"),
+    (b"MM\x00*", "tif"),
+)
+
+
+def _extension(head: bytes) -> Optional[str]:
+    """The extension of the image format ``head`` (a file's first bytes) starts, if known."""
+    if head[:4] == b"RIFF" and head[8:12] == b"WEBP":
+        return "webp"
+    return next((ext for magic, ext in _MAGIC if head.startswith(magic)), None)
+
+
+def label_column(dataset: Any) -> str:
+    """The label column :func:`table_of` reads of ``dataset``."""
+    return _columns(dataset, sys.modules["datasets"])[1]
+
+
+def member_names(dataset: Any) -> List[str]:
+    """A file name for each row of ``dataset`` (in :func:`table_of`'s order), naming the row, for
+    writing the rows as shard members: ``NAME[ROW].EXT`` for a row of embedded bytes, EXT told
+    by the bytes' own format (else the stored file name's extension, else ``bin``: the bytes
+    are written as they are and fail when decoded, as any bad file does), and ``NAME[ROW] PATH``
+    for a row read from the local file ``PATH``. Reads 16 bytes of each row, no image."""
+    import pyarrow.compute as pc
+
+    image_column, _ = _columns(dataset, sys.modules["datasets"])
+    heads: List[Optional[bytes]] = []
+    paths: List[Optional[str]] = []
+    for chunk in dataset.data.table.column(image_column).chunks:
+        heads += pc.binary_slice(chunk.field("bytes"), 0, 16).to_pylist()
+        paths += chunk.field("path").to_pylist()
+    selected = _selected_rows(dataset, None)
+    rows = range(len(heads)) if selected is None else selected.tolist()
+    name = "dataset" if dataset.split is None else str(dataset.split)
+    names = []
+    for position, row in enumerate(rows):
+        head, path = heads[row], paths[row]
+        if head is None:
+            if path is None:
+                raise ValueError(
+                    f"src: {name}[{position}] has no image: both its bytes and its path are null"
+                )
+            names.append(f"{name}[{position}] {path}")
+            continue
+        stored = None if path is None else path.rpartition(".")[2].lower() if "." in path else None
+        ext = _extension(head) or (stored if stored and stored.isalnum() else "bin")
+        names.append(f"{name}[{position}].{ext}")
+    return names
 
 
 def _grayscale(table: EncodedTable) -> bool:
