@@ -9,13 +9,17 @@ without the GIL and without a copy; the dataset's row selection (``select``, ``s
 applied to the ranges.
 
 Must not decode images, copy the table's data buffers, or import ``datasets`` (a dataset of its
-kind comes with the module loaded).
+kind comes with the module loaded), but in :func:`load_saved`, which opens a directory
+``save_to_disk`` wrote.
 """
 
 from __future__ import annotations
 
+import importlib
 import io
+import os
 import sys
+from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
@@ -30,7 +34,9 @@ __all__ = [
     "dataloader_form",
     "is_hugging_face",
     "label_column",
+    "load_saved",
     "member_names",
+    "saved_dataset",
     "table_of",
 ]
 
@@ -404,3 +410,22 @@ def dataloader_form(dataset: Any, transform: Any) -> Tuple[Any, CollateRows]:
         dataset.with_transform(TransformImages(transform, image_column)),
         CollateRows(image_column, label_column),
     )
+
+
+def saved_dataset(data: Path) -> bool:
+    """Whether ``data`` is a directory a Hugging Face dataset's ``save_to_disk`` wrote (its
+    ``state.json`` and ``dataset_info.json``): the tools (``compare``, ``profile``, ``advise``,
+    ``shard``) then read that ``Dataset``."""
+    return (data / "state.json").is_file() and (data / "dataset_info.json").is_file()
+
+
+def load_saved(data: Path) -> Any:
+    """The ``datasets.Dataset`` :func:`saved_dataset` found at ``data``."""
+    try:
+        datasets = importlib.import_module("datasets")
+    except ImportError as e:
+        raise ImportError(
+            f"{data} is a saved Hugging Face dataset; reading it needs datasets (pip install "
+            "datasets)"
+        ) from e
+    return datasets.load_from_disk(os.fspath(data))

@@ -136,10 +136,10 @@ def shard(
         raise ValueError(f"num_workers: expected an int >= 0, got {num_workers!r}")
     if isinstance(src, (str, os.PathLike)) and os.path.abspath(src) == os.path.abspath(dst):
         raise ValueError("dst: must differ from src (sources are never changed)")
-    if isinstance(src, (str, os.PathLike)) and _saved_dataset(Path(src)):
+    if isinstance(src, (str, os.PathLike)) and _hfdatasets.saved_dataset(Path(src)):
         if root is not None:
             raise ValueError("root: only for a list file; a saved dataset has its own")
-        src = _load_saved(Path(src))
+        src = _hfdatasets.load_saved(Path(src))
     dataset = _dataset(src, root)
     names, exif_transpose = None, False
     if isinstance(dataset, EncodedTable):
@@ -159,18 +159,6 @@ def shard(
         index=None if index is None else str(index),
         cancelled=bool(out["cancelled"]),
     )
-
-
-def _saved_dataset(path: Path) -> bool:
-    from ferroloader.cli.compare import saved_dataset
-
-    return saved_dataset(path)
-
-
-def _load_saved(path: Path) -> Any:
-    from ferroloader.cli.compare import load_saved
-
-    return load_saved(path)
 
 
 def _dataset(

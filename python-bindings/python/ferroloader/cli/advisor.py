@@ -1,7 +1,9 @@
 """``fl.advise`` and ``ferroloader advise``: measure where the input pipeline's time goes and
 say what to do about it.
 
-On a random sample of an ImageFolder (same classes), all with the native :class:`Loader`:
+On a random sample of an ImageFolder (same classes), or of a Hugging Face dataset's rows (read
+natively, as :class:`Loader` reads them: one code path, through :class:`_Sample`), all with the
+native :class:`Loader`:
 
 - **The cache ladder** (the caching method for finding a bottleneck): the pipeline's throughput
   with its output cached after each stage: ``files`` (read as is, from disk or the page cache),
@@ -51,9 +53,9 @@ from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tupl
 import numpy as np
 
 from ferroloader import transforms as T
-from ferroloader._hfdatasets import is_hugging_face, table_of
+from ferroloader._hfdatasets import is_hugging_face, load_saved, saved_dataset, table_of
 from ferroloader._native import EncodedTable, ImageFolder, PathList
-from ferroloader.cli.compare import PAYS_OFF, load_saved, mark_enough, saved_dataset
+from ferroloader.cli.compare import PAYS_OFF, mark_enough
 from ferroloader.loader import Loader, Output
 from ferroloader.offline import prepare
 

@@ -292,7 +292,7 @@ def _command_line(name: str, cfg: Any, extra: Sequence[str] = ()) -> str:
 
 
 def _dataset_note(data: Path) -> str:
-    from ferroloader.cli.compare import load_saved, saved_dataset
+    from ferroloader._hfdatasets import load_saved, saved_dataset
 
     if saved_dataset(data):
         return f"{data} (a saved Hugging Face dataset of {len(load_saved(data))} rows)"

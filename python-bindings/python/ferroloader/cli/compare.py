@@ -43,7 +43,7 @@ from typing import (
     Tuple,
 )
 
-from ferroloader._hfdatasets import dataloader_form
+from ferroloader._hfdatasets import dataloader_form, load_saved, saved_dataset
 from ferroloader.loader import DecoderName, Output, ProfileMode
 
 if TYPE_CHECKING:
@@ -451,25 +451,6 @@ def run_pipeline(
         cpu_s=cpu,
         profile=_relabel(profile, label),
     )
-
-
-def saved_dataset(data: Path) -> bool:
-    """Whether ``data`` is a directory a Hugging Face dataset's ``save_to_disk`` wrote (its
-    ``state.json`` and ``dataset_info.json``): both pipelines then read that ``Dataset``, the
-    DataLoader through ``with_transform`` as Hugging Face's examples do, ferroloader natively."""
-    return (data / "state.json").is_file() and (data / "dataset_info.json").is_file()
-
-
-def load_saved(data: Path) -> Any:
-    """The ``datasets.Dataset`` :func:`saved_dataset` found at ``data``."""
-    try:
-        import datasets  # type: ignore[import-untyped]
-    except ImportError as e:
-        raise ImportError(
-            f"{data} is a saved Hugging Face dataset; reading it needs datasets (pip install "
-            "datasets)"
-        ) from e
-    return datasets.load_from_disk(os.fspath(data))
 
 
 def native_source(data: Path) -> Any:
