@@ -186,3 +186,25 @@ def test_the_skipping_dataset_pickles_for_spawned_workers(tmp_path: Path) -> Non
     dataset = compare.skipping(_dataset(tmp_path, count=3))
     copy = pickle.loads(pickle.dumps(dataset))
     assert type(copy) is type(dataset) and len(copy) == len(dataset)
+
+
+def test_advise_measures_a_grayscale_dataset_in_rgb(tmp_path: Path) -> None:
+    """The loader gives a grayscale dataset one channel; its cached stages hold RGB, so the
+    advisor measures every stage in RGB."""
+    import io
+
+    import numpy as np
+    from PIL import Image as PILImage
+
+    rows = []
+    for i in range(4):
+        buf = io.BytesIO()
+        PILImage.fromarray(np.full((20, 30), 40 * i, dtype=np.uint8), "L").save(buf, "PNG")
+        rows.append({"bytes": buf.getvalue(), "path": None})
+    dataset = Dataset.from_dict({"image": rows, "label": [0, 1, 0, 1]},
+                                features=Features({"image": Image(), "label": Value("int64")}))
+    assert fl.Loader(dataset, transform=EVAL, batch_size=4).image_mode == "L"
+    advice = fl.advise(dataset, transform=EVAL, sample=4, batch_size=2, rounds=1, workers=1,
+                       out=tmp_path / "advice").advice
+    assert advice["data"] == "datasets.Dataset (4 rows)"
+    assert all(s["images_per_s"] > 0 for s in advice["ladder"])

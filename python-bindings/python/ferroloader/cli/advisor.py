@@ -183,7 +183,9 @@ def _draw_sample(data: Any, count: int, seed: int) -> _Sample:
         if n == 0:
             raise ValueError(f"{_describe(data)}: the dataset has no rows")
         rows = sorted(random.Random(seed).sample(range(n), min(count, n)))
-        table = table_of(dataset, rows=rows)
+        # A grayscale dataset (one channel from the loader) is measured in RGB: the cached
+        # stages store RGB BMPs, and the stages must do the same work.
+        table = table_of(dataset, rows=rows).with_mode("RGB")
         return _Sample(labels=[int(y) for y in table.targets], dataset_images=n, table=table)
     folder = ImageFolder(data)
     n = len(folder)
