@@ -94,6 +94,9 @@ pub struct ShardOptions {
     /// Recorded in the index ([`ShardIndex::exif_transpose`]): readers turn images upright per
     /// their EXIF orientation, as the source's own decoding did. Default false.
     pub exif_transpose: bool,
+    /// Recorded in the index ([`ShardIndex::grayscale`]): readers decode images to one
+    /// channel, as the source gave them. Default false.
+    pub grayscale: bool,
 }
 
 impl Default for ShardOptions {
@@ -105,6 +108,7 @@ impl Default for ShardOptions {
             seed: 0,
             num_threads: 0,
             exif_transpose: false,
+            grayscale: false,
         }
     }
 }
@@ -138,6 +142,12 @@ impl ShardOptions {
     /// Sets [`Self::exif_transpose`].
     pub fn exif_transpose(mut self, exif_transpose: bool) -> Self {
         self.exif_transpose = exif_transpose;
+        self
+    }
+
+    /// Sets [`Self::grayscale`].
+    pub fn grayscale(mut self, grayscale: bool) -> Self {
+        self.grayscale = grayscale;
         self
     }
 }
@@ -308,6 +318,7 @@ pub fn write_shards<S: Source + ?Sized>(
         let index = ShardIndex {
             classes: classes.map(<[String]>::to_vec),
             exif_transpose: options.exif_transpose,
+            grayscale: options.grayscale,
             ..ShardIndex::new(shards)
         };
         let path = dst.join(INDEX);
@@ -909,12 +920,16 @@ mod tests {
         let folder = ImageFolder::new(src.path()).expect("folder");
         for turn in [false, true] {
             let dst = tempfile::tempdir().expect("tempdir");
-            let options = ShardOptions::default().exif_transpose(turn);
+            let options = ShardOptions::default()
+                .exif_transpose(turn)
+                .grayscale(!turn);
             let report = run(&folder, None, dst.path(), &options).expect("shard");
             assert_eq!(read_index(dst.path()).exif_transpose, turn);
-            // Absent when false: indexes written before the field read the same.
+            assert_eq!(read_index(dst.path()).grayscale, !turn);
+            // Absent when false: indexes written before the fields read the same.
             let text = fs::read_to_string(dst.path().join(INDEX)).expect("index");
             assert_eq!(text.contains("exif_transpose"), turn);
+            assert_eq!(text.contains("grayscale"), !turn);
             let urls: Vec<String> = (0..report.shards)
                 .map(|i| {
                     dst.path()
@@ -925,8 +940,10 @@ mod tests {
                 .collect();
             let shards = WebDataset::new(&urls, WebDatasetOptions::default()).expect("read");
             assert_eq!(shards.exif_transpose(), turn);
-            // What a forked child rebuilds the dataset from keeps it.
+            assert_eq!(shards.grayscale(), !turn);
+            // What a forked child rebuilds the dataset from keeps them.
             assert_eq!(shards.index().exif_transpose, turn);
+            assert_eq!(shards.index().grayscale, !turn);
         }
     }
 

@@ -22,14 +22,15 @@ use crate::table::PyEncodedTable;
 
 /// Writes `dataset` (a native ImageFolder, FileList or PathList, or an EncodedTable with
 /// `names`: each row's file name in the shards, whose extension names the member) into `dst` as
-/// tar shards and their index (see `ferroloader.shard`); `exif_transpose` is recorded in the
-/// index. `progress(done, total)` is called from this thread whenever more samples are written.
+/// tar shards and their index (see `ferroloader.shard`); `exif_transpose` and `grayscale` are
+/// recorded in the index. `progress(done, total)` is called from this thread whenever more samples are written.
 /// A Python exception (from `progress` or Ctrl-C) cancels the run, waits for the sample in
 /// progress, and is raised; the destination stays resumable.
 #[pyfunction]
 #[pyo3(signature = (
     dataset, dst, *, classes = None, shard_size, max_samples_per_shard = None, shuffle = false,
-    seed = 0, num_workers = 0, progress = None, names = None, exif_transpose = false
+    seed = 0, num_workers = 0, progress = None, names = None, exif_transpose = false,
+    grayscale = false
 ))]
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn write_shards<'py>(
@@ -45,10 +46,12 @@ pub(crate) fn write_shards<'py>(
     progress: Option<Bound<'py, PyAny>>,
     names: Option<Vec<PathBuf>>,
     exif_transpose: bool,
+    grayscale: bool,
 ) -> PyResult<Bound<'py, PyDict>> {
     let source = native_source(dataset, names)?;
     let options = ShardOptions::default()
         .exif_transpose(exif_transpose)
+        .grayscale(grayscale)
         .shard_size(shard_size)
         .max_samples_per_shard(max_samples_per_shard)
         .shuffle(shuffle, seed)

@@ -105,6 +105,37 @@ def test_a_row_that_cannot_be_read_is_named(tmp_path: Path) -> None:
         fl.shard(torch.utils.data.Subset(dataset, [0, 1]), tmp_path / "other")
 
 
+def _grayscale_dataset(count: int) -> Dataset:
+    """PNGs of one channel (Pillow's L), as MNIST on the Hub: the loader gives one channel."""
+    import io
+
+    import numpy as np
+    from PIL import Image as PILImage
+
+    rng = np.random.default_rng(2)
+    rows = []
+    for _ in range(count):
+        buf = io.BytesIO()
+        PILImage.fromarray(rng.integers(0, 256, (20, 30), dtype=np.uint8), "L").save(buf, "PNG")
+        rows.append({"bytes": buf.getvalue(), "path": None})
+    return Dataset.from_dict({"image": rows, "label": [i % 2 for i in range(count)]},
+                             features=Features({"image": Image(), "label": Value("int64")}))
+
+
+def test_shards_of_a_grayscale_dataset_decode_to_one_channel(tmp_path: Path) -> None:
+    dataset = _grayscale_dataset(6)
+    fl.shard(dataset, tmp_path / "shards")
+    shards = _shards(tmp_path / "shards")
+    assert shards.mode == "L"
+    assert fl.Loader(shards, transform=EVAL, batch_size=4).image_mode == "L"
+    got, want = _batches(shards), _batches(dataset)
+    assert got[0][0].shape[1] == 1
+    assert all(torch.equal(x, a) and torch.equal(y, b) for (x, y), (a, b) in zip(got, want))
+    # Shards of colour images stay RGB.
+    fl.shard(_dataset(tmp_path, count=3), tmp_path / "colour")
+    assert _shards(tmp_path / "colour").mode == "RGB"
+
+
 def test_advise_measures_a_saved_dataset_read_natively(tmp_path: Path) -> None:
     dataset = _dataset(tmp_path)
     dataset.save_to_disk(str(tmp_path / "saved"))
@@ -191,18 +222,7 @@ def test_the_skipping_dataset_pickles_for_spawned_workers(tmp_path: Path) -> Non
 def test_advise_measures_a_grayscale_dataset_in_rgb(tmp_path: Path) -> None:
     """The loader gives a grayscale dataset one channel; its cached stages hold RGB, so the
     advisor measures every stage in RGB."""
-    import io
-
-    import numpy as np
-    from PIL import Image as PILImage
-
-    rows = []
-    for i in range(4):
-        buf = io.BytesIO()
-        PILImage.fromarray(np.full((20, 30), 40 * i, dtype=np.uint8), "L").save(buf, "PNG")
-        rows.append({"bytes": buf.getvalue(), "path": None})
-    dataset = Dataset.from_dict({"image": rows, "label": [0, 1, 0, 1]},
-                                features=Features({"image": Image(), "label": Value("int64")}))
+    dataset = _grayscale_dataset(4)
     assert fl.Loader(dataset, transform=EVAL, batch_size=4).image_mode == "L"
     advice = fl.advise(dataset, transform=EVAL, sample=4, batch_size=2, rounds=1, workers=1,
                        out=tmp_path / "advice").advice

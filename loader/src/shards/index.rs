@@ -41,6 +41,11 @@ pub struct ShardIndex {
     /// column); the bytes are stored unchanged either way. Absent means false.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub exif_transpose: bool,
+    /// Whether the source gave its images as one channel (Pillow's `L`: a grayscale Hugging
+    /// Face dataset, as MNIST on the Hub), which a reader then decodes them to, not RGB.
+    /// Absent means false.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub grayscale: bool,
 }
 
 /// One shard of a [`ShardIndex`].
@@ -80,6 +85,7 @@ impl ShardIndex {
             num_samples,
             classes: None,
             exif_transpose: false,
+            grayscale: false,
         }
     }
 

@@ -118,6 +118,22 @@ pub struct WebDataset {
     fetchers: Vec<JoinHandle<()>>,
 }
 
+/// How the index says its images are to be decoded (both false for shards listed by scanning).
+#[derive(Clone, Copy, Default)]
+struct Decoding {
+    exif_transpose: bool,
+    grayscale: bool,
+}
+
+impl Decoding {
+    fn of(index: &ShardIndex) -> Self {
+        Decoding {
+            exif_transpose: index.exif_transpose,
+            grayscale: index.grayscale,
+        }
+    }
+}
+
 /// What the workers and the fetcher threads share.
 struct Shared {
     urls: Vec<String>,
@@ -130,6 +146,8 @@ struct Shared {
     samples: Vec<SampleEntry>,
     /// The index's [`ShardIndex::exif_transpose`] (false for shards listed by scanning).
     exif_transpose: bool,
+    /// The index's [`ShardIndex::grayscale`] (false for shards listed by scanning).
+    grayscale: bool,
     shuffle_buffer: usize,
     shuffle_initial: usize,
     read_ahead_shards: usize,
@@ -222,16 +240,18 @@ impl WebDataset {
         check_options(&options)?;
         let stores = Stores::new(options.store.clone());
         let cache = open_cache(&options)?;
-        let (entries, exif_transpose) =
-            match read_index(&stores, &expanded, options.index.as_deref())? {
-                Some(index) => {
-                    let exif_transpose = index.exif_transpose;
-                    let entries = shards_from_index(&expanded, index, options.index.as_deref())?;
-                    (entries, exif_transpose)
-                }
-                None => (scan(&stores, cache.as_ref(), &expanded, &labels)?, false),
-            };
-        Self::assemble(entries, exif_transpose, stores, cache, &options)
+        let (entries, decoding) = match read_index(&stores, &expanded, options.index.as_deref())? {
+            Some(index) => {
+                let decoding = Decoding::of(&index);
+                let entries = shards_from_index(&expanded, index, options.index.as_deref())?;
+                (entries, decoding)
+            }
+            None => (
+                scan(&stores, cache.as_ref(), &expanded, &labels)?,
+                Decoding::default(),
+            ),
+        };
+        Self::assemble(entries, decoding, stores, cache, &options)
     }
 
     /// A dataset over the shards `index` describes (absolute URLs, as [`WebDataset::index`]
@@ -251,13 +271,14 @@ impl WebDataset {
         }
         let stores = Stores::new(options.store.clone());
         let cache = open_cache(&options)?;
-        Self::assemble(index.shards, index.exif_transpose, stores, cache, &options)
+        let decoding = Decoding::of(&index);
+        Self::assemble(index.shards, decoding, stores, cache, &options)
     }
 
     /// The dataset over `entries`, its fetcher threads started.
     fn assemble(
         entries: Vec<ShardEntry>,
-        exif_transpose: bool,
+        decoding: Decoding,
         stores: Stores,
         cache: Option<ShardCache>,
         options: &WebDatasetOptions,
@@ -302,7 +323,8 @@ impl WebDataset {
             shard_bytes,
             pieces,
             samples,
-            exif_transpose,
+            exif_transpose: decoding.exif_transpose,
+            grayscale: decoding.grayscale,
             shuffle_buffer: options.shuffle_buffer,
             shuffle_initial: options.shuffle_initial,
             read_ahead_shards: options.read_ahead_shards,
@@ -350,6 +372,11 @@ impl WebDataset {
         self.shared.exif_transpose
     }
 
+    /// Whether the index says images are decoded to one channel ([`ShardIndex::grayscale`]).
+    pub fn grayscale(&self) -> bool {
+        self.shared.grayscale
+    }
+
     /// The shard index describing these shards (what the index file would hold for them).
     pub fn index(&self) -> ShardIndex {
         let s = &self.shared;
@@ -365,6 +392,7 @@ impl WebDataset {
         );
         ShardIndex {
             exif_transpose: s.exif_transpose,
+            grayscale: s.grayscale,
             ..index
         }
     }

@@ -28,7 +28,9 @@ row's encoded bytes as they are, EXT told by the bytes' format (``jpg``, ``png``
 position and ``ROW`` (a row read from a local file: that file's bytes and stem), the classes
 from its ``ClassLabel``. Since ``datasets`` turns each image upright per its EXIF orientation
 as it decodes it, the index records ``"exif_transpose": true`` and a ``WebDataset`` over the
-shards (so ``fl.Loader``) turns them too: the same batches as a loader over the dataset.
+shards (so ``fl.Loader``) turns them too; a grayscale dataset (which the loader gives one
+channel) records ``"grayscale": true``, and the shards decode to one channel too: the same
+batches as a loader over the dataset.
 
 The bytes are not decoded: a file that is not a valid image goes into its shard as it is and
 is reported by whoever decodes it. A file that cannot be read stops the run with an error
@@ -41,9 +43,9 @@ import os
 import re
 import sys
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Callable, List, Optional, Union
 
-from pathlib import Path
 
 from ferroloader import _hfdatasets, _native
 from ferroloader._native import EncodedTable, FileList, ImageFolder, PathList
@@ -115,8 +117,9 @@ def shard(
     :class:`ferroloader.FileList`, its paths relative to ``root`` or to the list's folder), or
     a dataset: ferroloader's ``ImageFolder``/``FileList``/``PathList`` (for a list's parsing
     options, pass ``FileList(...)``), torchvision's ``ImageFolder``, a sequence of
-    ``(path, label)``, or a Hugging Face ``datasets.Dataset`` with an ``Image()`` column. ``num_workers`` threads (0: every core) read files ahead of the writer
-    while the calling thread calls ``progress(done, total)`` as samples are written. Ctrl-C (or
+    ``(path, label)``, or a Hugging Face ``datasets.Dataset`` with an ``Image()`` column.
+    ``num_workers`` threads (0: every core) read files ahead of the writer while the calling
+    thread calls ``progress(done, total)`` as samples are written. Ctrl-C (or
     an exception from ``progress``) stops after the sample in progress; running again resumes.
     """
     size = parse_size(shard_size)
@@ -141,13 +144,15 @@ def shard(
             raise ValueError("root: only for a list file; a saved dataset has its own")
         src = _hfdatasets.load_saved(Path(src))
     dataset = _dataset(src, root)
-    names, exif_transpose = None, False
+    names, exif_transpose, grayscale = None, False, False
     if isinstance(dataset, EncodedTable):
-        names, exif_transpose = _hfdatasets.member_names(src), dataset.exif_transpose
+        names = _hfdatasets.member_names(src)
+        exif_transpose, grayscale = dataset.exif_transpose, dataset.mode == "L"
     out = _native.write_shards(
         dataset, os.fspath(dst), classes=_classes(src, dataset), shard_size=size,
         max_samples_per_shard=max_samples_per_shard, shuffle=shuffle, seed=seed,
         num_workers=num_workers, progress=progress, names=names, exif_transpose=exif_transpose,
+        grayscale=grayscale,
     )
     index = out["index"]
     return ShardReport(
