@@ -90,7 +90,11 @@ def test_shard_takes_a_saved_dataset_and_a_selection(tmp_path: Path) -> None:
     result = CliRunner().invoke(main, ["shard", str(tmp_path / "saved"), str(tmp_path / "shards"),
                                        "--quiet"])
     assert result.exit_code == 0, result.output
-    assert "9 samples in 1 shards" in result.output
+    assert "9 samples in 1 shards (0 already written)" in result.output
+    # Resumable as for files: the rows' names and labels are the source list.
+    again = CliRunner().invoke(main, ["shard", str(tmp_path / "saved"), str(tmp_path / "shards"),
+                                      "--quiet"])
+    assert "9 samples in 1 shards (1 already written)" in again.output, again.output
     got, want = _batches(_shards(tmp_path / "shards")), _batches(dataset)
     assert all(torch.equal(x, a) and torch.equal(y, b) for (x, y), (a, b) in zip(got, want))
 
