@@ -156,11 +156,13 @@ def test_advise_measures_a_saved_dataset_read_natively(tmp_path: Path) -> None:
     assert strategies["online"]["images_per_s"] > 0 and strategies["online"]["bytes"] > 0
     assert strategies["uint8-output"]["images_per_s"] > 0
     assert strategies["uint8-output"]["max_level_error"] <= 1.0
-    for name in ("resized-256", "resized-320", "decoded-uint8"):
-        assert strategies[name]["images_per_s"] is None
-        assert strategies[name]["note"].startswith("not measured: the dataset's images are rows")
-    assert not any((a["strategy"] or "").startswith(("resized", "decoded"))
-                   for a in advice["actions"])
+    # prepare's copy of the sampled rows, saved and read natively: measured like a folder's.
+    for name in ("resized-256", "resized-320"):
+        assert strategies[name]["images_per_s"] > 0 and strategies[name]["bytes"] > 0
+        assert strategies[name]["max_level_error"] == 0.0  # no image is that large: copied
+    assert strategies["decoded-uint8"]["images_per_s"] is None
+    assert strategies["decoded-uint8"]["note"].startswith("not measured: prepare_decoded")
+    assert not any(a["strategy"] == "decoded-uint8" for a in advice["actions"])
     assert "not measured" in (tmp_path / "advice" / "report.html").read_text()
     result = CliRunner().invoke(main, ["advise", str(tmp_path / "saved"), "--sample", "4",
                                        "--batch-size", "4", "--workers", "1", "--quiet",
@@ -168,6 +170,60 @@ def test_advise_measures_a_saved_dataset_read_natively(tmp_path: Path) -> None:
     assert result.exit_code == 0, result.output
     assert json.loads((tmp_path / "cli" / "advice.json").read_text())["data"] == str(
         tmp_path / "saved")
+
+
+def _photos(count: int) -> Dataset:
+    """Photo-like JPEGs (smooth, so re-encoding changes them little) of 64x40, most with an
+    EXIF orientation that turns them."""
+    import io
+
+    import numpy as np
+    from PIL import Image as PILImage
+
+    from conftest import natural_image
+
+    rng = np.random.default_rng(3)
+    rows = []
+    for i in range(count):
+        buf = io.BytesIO()
+        exif = PILImage.Exif()
+        exif[0x0112] = (6, 3, 8, 1)[i % 4]
+        PILImage.fromarray(natural_image(rng, 64, 40)).save(buf, "JPEG", quality=95,
+                                                             exif=exif.tobytes())
+        rows.append({"bytes": buf.getvalue(), "path": None})
+    return Dataset.from_dict({"image": rows, "label": [i % 2 for i in range(count)]},
+                             features=Features({"image": Image(), "label": Value("int64")}))
+
+
+def test_prepare_writes_a_dataset_copy_that_loads_as_the_dataset_resized(tmp_path: Path) -> None:
+    """The copy's rows, resized upright (the orientation turned as datasets turns it: the JPEG
+    keeps none), give the source's pixels within the re-encoding's error."""
+    import numpy as np
+
+    dataset = _photos(8)
+    dataset.save_to_disk(str(tmp_path / "saved"))
+    result = CliRunner().invoke(main, ["prepare", str(tmp_path / "saved"), str(tmp_path / "copy"),
+                                       "--shorter-side", "20", "--quiet"])
+    assert result.exit_code == 0, result.output
+    assert "8 resized, 0 copied" in result.output
+    copy = datasets.load_from_disk(str(tmp_path / "copy"))
+    assert copy.features == dataset.features and copy["label"] == dataset["label"]
+    assert all(min(row["image"].size) == 20 for row in copy)
+    transform = tvT.Compose([tvT.Resize(20), tvT.CenterCrop(16), tvT.PILToTensor()])
+    got = torch.cat([x for x, _ in fl.Loader(copy, transform=transform, batch_size=8,
+                                               output="uint8")]).float()
+    want = torch.cat([x for x, _ in fl.Loader(dataset, transform=transform, batch_size=8,
+                                                output="uint8")]).float()
+    # Per image: about 5-9 levels from re-encoding 20-pixel images, 35-65 where one was not
+    # turned.
+    assert all(float((a - b).abs().mean()) < 12.0 for a, b in zip(got, want))
+    # Smaller rows keep their bytes (the EXIF too).
+    report = fl.prepare(dataset, tmp_path / "same", shorter_side=40)
+    assert (report.resized, report.copied, report.reused) == (0, 8, 0)
+    assert report.bytes_in == report.bytes_out
+    same = datasets.load_from_disk(str(tmp_path / "same"))
+    assert all(np.array_equal(np.asarray(a["image"]), np.asarray(b["image"]))
+               for a, b in zip(same, dataset))
 
 
 def test_the_advisors_cached_stages_turn_images_as_the_dataset_does(tmp_path: Path) -> None:

@@ -32,6 +32,7 @@ __all__ = [
     "check_not_splits",
     "check_not_streaming",
     "dataloader_form",
+    "image_column",
     "is_hugging_face",
     "label_column",
     "load_saved",
@@ -169,6 +170,11 @@ def _extension(head: bytes) -> Optional[str]:
     if head[:4] == b"RIFF" and head[8:12] == b"WEBP":
         return "webp"
     return next((ext for magic, ext in _MAGIC if head.startswith(magic)), None)
+
+
+def image_column(dataset: Any) -> str:
+    """The image column :func:`table_of` reads of ``dataset``."""
+    return _columns(dataset, sys.modules["datasets"])[0]
 
 
 def label_column(dataset: Any) -> str:

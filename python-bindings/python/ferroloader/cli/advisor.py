@@ -141,6 +141,8 @@ class _Sample:
     paths: Optional[List[str]] = None
     relative: Optional[List[str]] = None
     table: Optional[EncodedTable] = None
+    #: The sampled rows as a ``datasets.Dataset`` (``dataset.select``), what ``prepare`` takes.
+    rows: Any = None
 
     def __len__(self) -> int:
         return len(self.labels)
@@ -182,11 +184,12 @@ def _draw_sample(data: Any, count: int, seed: int) -> _Sample:
         n = len(dataset)
         if n == 0:
             raise ValueError(f"{_describe(data)}: the dataset has no rows")
-        rows = sorted(random.Random(seed).sample(range(n), min(count, n)))
+        picked = dataset.select(sorted(random.Random(seed).sample(range(n), min(count, n))))
         # A grayscale dataset (one channel from the loader) is measured in RGB: the cached
         # stages store RGB BMPs, and the stages must do the same work.
-        table = table_of(dataset, rows=rows).with_mode("RGB")
-        return _Sample(labels=[int(y) for y in table.targets], dataset_images=n, table=table)
+        table = table_of(picked).with_mode("RGB")
+        return _Sample(labels=[int(y) for y in table.targets], dataset_images=n, table=table,
+                       rows=picked)
     folder = ImageFolder(data)
     n = len(folder)
     if n == 0:
@@ -573,20 +576,7 @@ def _strategies(run: _Runner, pipe: _SplitPipeline, sample: _Sample, tmp: Path,
                     f"storage budget of {_bytes(budget)}")
         return None
 
-    if sample.table is not None:
-        # The rows' bytes live in Arrow files, not files prepare or prepare_decoded could
-        # rewrite: a copy re-encoded smaller would be a new dataset to build and save, with
-        # no command to print that makes it. Shown, not measured.
-        for name in ("resized-256", "resized-320", "decoded-uint8"):
-            out.append({
-                "name": name, "bytes": None, "prepare_s": None, "images_per_s": None,
-                "max_level_error": None, "mean_level_error": None,
-                "note": "not measured: the dataset's images are rows of its Arrow files, and "
-                        "prepare/prepare_decoded rewrite image files (an ImageFolder); to "
-                        "weigh this, export the images to folders and advise those",
-            })
-    else:
-        _offline_strategies(run, pipe, sample, tmp, reference, over, out, runs, progress)
+    _offline_strategies(run, pipe, sample, tmp, reference, over, out, runs, progress)
     _uint8_strategy(run, pipe, files, reference, out, runs)
     speed = run.rounds("strategies", runs, rounds)
     for s in out:
@@ -602,20 +592,17 @@ def _offline_strategies(run: _Runner, pipe: _SplitPipeline, sample: _Sample, tmp
                         reference: Any, over: Callable[[int], Optional[str]],
                         out: List[Dict[str, Any]], runs: Dict[str, Callable[[], float]],
                         progress: Optional[Progress]) -> None:
-    """The strategies that prepare a copy of an ImageFolder's files (``resized-*``,
-    ``decoded-uint8``), measured on the sample's copy, appended to ``out`` and ``runs``."""
+    """The strategies that prepare a copy of the data (``resized-*``, ``decoded-uint8``),
+    measured on the sample's copy, appended to ``out`` and ``runs``."""
     evaluation = pipe.evaluation()
     paths, relative = sample.paths or [], sample.relative or []
-    linked = tmp / "sample"
-    _link_folder(sample, linked)
     steps = 3
     for i, side in enumerate((256, 320)):
         name = f"resized-{side}"
-        dst = tmp / name
         t0 = time.perf_counter()
-        report = prepare(linked, dst, shorter_side=side, num_workers=run.workers or 0)
+        source, written = _prepare_sample(sample, tmp, side, run.workers or 0)
         prepare_s = (time.perf_counter() - t0) * sample.scale
-        full = int(report.bytes_out * sample.scale)
+        full = int(written * sample.scale)
         entry: Dict[str, Any] = {
             "name": name, "bytes": full, "prepare_s": prepare_s, "images_per_s": None,
             "max_level_error": None, "mean_level_error": None,
@@ -626,8 +613,6 @@ def _offline_strategies(run: _Runner, pipe: _SplitPipeline, sample: _Sample, tmp
         if skip:
             entry["note"] = skip
         else:
-            prepared = _prepared_paths(dst, sample)
-            source = PathList(prepared, sample.labels)
             got = _images(run.loader(source, evaluation, "uint8", shuffle=False))
             entry["max_level_error"], entry["mean_level_error"] = _level_errors(reference, got)
             runs[name] = run.timed(source, pipe.compose, pipe.output)
@@ -635,6 +620,18 @@ def _offline_strategies(run: _Runner, pipe: _SplitPipeline, sample: _Sample, tmp
         if progress is not None:
             progress("preparing", i + 1, steps)
 
+    if sample.rows is not None:
+        # prepare_decoded writes BMP files beside an ImageFolder's; a dataset's rows have no
+        # such command.
+        out.append({
+            "name": "decoded-uint8", "bytes": None, "prepare_s": None, "images_per_s": None,
+            "max_level_error": None, "mean_level_error": None,
+            "note": "not measured: prepare_decoded writes an ImageFolder's images as BMP files, "
+                    "and a dataset's rows have no such copy",
+        })
+        if progress is not None:
+            progress("preparing", 3, steps)
+        return
     estimate = int(sum(_decoded_bytes_estimate(p, 256) for p in paths) * sample.scale)
     entry = {
         "name": "decoded-uint8", "bytes": estimate, "prepare_s": None, "images_per_s": None,
@@ -684,6 +681,22 @@ def _uint8_strategy(run: _Runner, pipe: _SplitPipeline, files: Any, reference: A
             scaled * 255.0, reference)
         runs["uint8-output"] = run.timed(files, variant, "uint8")
     out.append(uint8)
+
+
+def _prepare_sample(sample: _Sample, tmp: Path, side: int, workers: int) -> Tuple[Any, int]:
+    """The sample prepared by :func:`ferroloader.prepare` at shorter side ``side``, as the
+    loader reads the copy (an ImageFolder's files, or the dataset's saved copy), and the bytes
+    written."""
+    dst = tmp / f"resized-{side}"
+    if sample.rows is not None:
+        # In this process: a sample is too small to pay for map's worker processes.
+        report = prepare(sample.rows, dst, shorter_side=side, num_workers=1)
+        return table_of(load_saved(dst)).with_mode("RGB"), report.bytes_out
+    linked = tmp / "sample"
+    if not linked.exists():
+        _link_folder(sample, linked)
+    report = prepare(linked, dst, shorter_side=side, num_workers=workers)
+    return PathList(_prepared_paths(dst, sample), sample.labels), report.bytes_out
 
 
 def _prepared_paths(dst: Path, sample: _Sample) -> List[str]:
@@ -834,7 +847,8 @@ def _verdict(run: _Runner, pipe: _SplitPipeline, sample: _Sample, step_ms: Optio
 # -- actions -------------------------------------------------------------------------------------
 
 
-def _actions(data: str, pipe: _SplitPipeline, strategies: Sequence[Dict[str, Any]],
+def _actions(data: str, in_memory: bool, pipe: _SplitPipeline,
+             strategies: Sequence[Dict[str, Any]],
              workers: Dict[str, Any], workers_used: int) -> List[Dict[str, Any]]:
     online = next(s for s in strategies if s["name"] == "online")["images_per_s"] or 0.0
     actions: List[Dict[str, Any]] = []
@@ -848,6 +862,9 @@ def _actions(data: str, pipe: _SplitPipeline, strategies: Sequence[Dict[str, Any
         if name.startswith("resized-"):
             side = name.split("-")[1]
             apply = f"ferroloader prepare {data} {data}-{side} --shorter-side {side}"
+            if in_memory:
+                apply = (f'fl.prepare(dataset, "DST", shorter_side={side}); '
+                         'dataset = datasets.load_from_disk("DST")')
             what = f"Re-encode the dataset once at shorter side {side}, then load the copy"
         elif name == "decoded-uint8":
             apply = ("from ferroloader.cli.advisor import prepare_decoded; "
@@ -974,7 +991,8 @@ def advise(
         "ladder": ladder,
         "strategies": strategies,
         "workers": sweep,
-        "actions": _actions(_describe(data), pipe, strategies, sweep, workers_used),
+        "actions": _actions(_describe(data), not isinstance(data, Path), pipe, strategies, sweep,
+                            workers_used),
     }
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)

@@ -697,7 +697,9 @@ def prepare_cmd(src: Path, dst: Path, shorter_side: int, quality: int, workers: 
                 quiet: bool) -> None:
     """Write the ImageFolder SRC to DST with every image larger than --shorter-side resized
     and re-encoded once (the rest copied), so each epoch decodes fewer pixels. Resumable: run
-    it again after an interruption. Load DST as any ImageFolder."""
+    it again after an interruption. Load DST as any ImageFolder. SRC may be a saved Hugging
+    Face dataset (save_to_disk's directory): DST is then its copy, saved the same way (not
+    resumable)."""
     from ferroloader.offline import prepare
 
     with _Bars(quiet) as bars:
@@ -797,8 +799,8 @@ def advise_cmd(data: Path, recipe: Optional[str], transform_spec: Optional[str],
     """Measure where DATA's input pipeline spends its time and say what to do: a cache ladder
     (the bottleneck stage), offline strategies (throughput, storage, pixel error), a worker
     sweep and an input-bound verdict, on a sample. DATA: an ImageFolder or a saved Hugging Face
-    dataset (save_to_disk's directory, its rows read natively; the strategies that rewrite
-    image files are left out for it). Writes OUT/advice.json and OUT/report.html."""
+    dataset (save_to_disk's directory, its rows read natively; the decoded copy is left out for
+    it). Writes OUT/advice.json and OUT/report.html."""
     from ferroloader.cli.advisor import advise, parse_size
 
     if recipe is not None and transform_spec is not None:
