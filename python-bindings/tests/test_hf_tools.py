@@ -143,6 +143,7 @@ def test_shards_of_a_grayscale_dataset_decode_to_one_channel(tmp_path: Path) -> 
 def test_advise_measures_a_saved_dataset_read_natively(tmp_path: Path) -> None:
     dataset = _dataset(tmp_path)
     dataset.save_to_disk(str(tmp_path / "saved"))
+    saved = sorted(p.name for p in (tmp_path / "saved").iterdir())
     transform = tvT.Compose([tvT.RandomResizedCrop(24), tvT.ToTensor(),
                              tvT.Normalize([0.5] * 3, [0.25] * 3)])
     advice = fl.advise(tmp_path / "saved", transform=transform, sample=8, batch_size=4, rounds=1,
@@ -164,6 +165,8 @@ def test_advise_measures_a_saved_dataset_read_natively(tmp_path: Path) -> None:
     assert strategies["decoded-uint8"]["note"].startswith("not measured: prepare_decoded")
     assert not any(a["strategy"] == "decoded-uint8" for a in advice["actions"])
     assert "not measured" in (tmp_path / "advice" / "report.html").read_text()
+    # Sampling and preparing the sample write nothing into the dataset's folder.
+    assert sorted(p.name for p in (tmp_path / "saved").iterdir()) == saved
     result = CliRunner().invoke(main, ["advise", str(tmp_path / "saved"), "--sample", "4",
                                        "--batch-size", "4", "--workers", "1", "--quiet",
                                        "--out", str(tmp_path / "cli")])
@@ -202,10 +205,14 @@ def test_prepare_writes_a_dataset_copy_that_loads_as_the_dataset_resized(tmp_pat
 
     dataset = _photos(8)
     dataset.save_to_disk(str(tmp_path / "saved"))
+    saved = sorted(p.name for p in (tmp_path / "saved").iterdir())
     result = CliRunner().invoke(main, ["prepare", str(tmp_path / "saved"), str(tmp_path / "copy"),
                                        "--shorter-side", "20", "--quiet"])
     assert result.exit_code == 0, result.output
     assert "8 resized, 0 copied" in result.output
+    # The source's folder is not written to (map's cache goes to a temporary folder, removed).
+    assert sorted(p.name for p in (tmp_path / "saved").iterdir()) == saved
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["copy", "saved"]
     copy = datasets.load_from_disk(str(tmp_path / "copy"))
     assert copy.features == dataset.features and copy["label"] == dataset["label"]
     assert all(min(row["image"].size) == 20 for row in copy)

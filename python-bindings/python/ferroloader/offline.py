@@ -28,6 +28,7 @@ import os
 from dataclasses import dataclass
 import io
 import sys
+import tempfile
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Tuple, Union
 
@@ -163,18 +164,24 @@ def _prepare_dataset(dataset: Any, dst: Path, shorter_side: int, quality: int,
     feature = dataset.features[column]
     plain = dataset.cast_column(column, hf.Image(decode=False))
     procs = num_workers or (os.cpu_count() or 1)
-    done = plain.map(
-        _Reencode(column, shorter_side, quality),
-        num_proc=procs if procs > 1 and len(plain) >= 64 * procs else None,
-        load_from_cache_file=False,
-        desc="preparing",
-    )
-    actions: List[str] = list(done[_ACTION])
-    reasons: List[str] = list(done[_REASON])
-    sizes: List[int] = list(done[_BYTES_IN])
-    out = done.remove_columns([_ACTION, _REASON, _BYTES_IN]).cast_column(column, feature)
-    out.save_to_disk(os.fspath(dst))
-    images = out.data.table.column(column)
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    # map's own output goes to a temporary folder beside dst, not (its default) the source's
+    # cache folder: a saved dataset's directory is never written to.
+    with tempfile.TemporaryDirectory(prefix=".ferroloader-prepare-", dir=dst.parent) as tmp:
+        done = plain.map(
+            _Reencode(column, shorter_side, quality),
+            num_proc=procs if procs > 1 and len(plain) >= 64 * procs else None,
+            load_from_cache_file=False,
+            cache_file_name=os.path.join(tmp, "prepared.arrow"),
+            desc="preparing",
+        )
+        actions: List[str] = list(done[_ACTION])
+        reasons: List[str] = list(done[_REASON])
+        sizes: List[int] = list(done[_BYTES_IN])
+        out = done.remove_columns([_ACTION, _REASON, _BYTES_IN]).cast_column(column, feature)
+        out.save_to_disk(os.fspath(dst))
+        bytes_out = _bytes_of(out.data.table.column(column))
+        del done, out  # their memory maps of the temporary files, before those are removed
     name = "dataset" if dataset.split is None else str(dataset.split)
     if progress is not None:
         progress(len(actions), len(actions))
@@ -188,7 +195,7 @@ def _prepare_dataset(dataset: Any, dst: Path, shorter_side: int, quality: int,
             if action == "unreadable"
         ],
         bytes_in=int(sum(sizes)),
-        bytes_out=_bytes_of(images),
+        bytes_out=bytes_out,
         cancelled=False,
     )
 

@@ -184,7 +184,9 @@ def _draw_sample(data: Any, count: int, seed: int) -> _Sample:
         n = len(dataset)
         if n == 0:
             raise ValueError(f"{_describe(data)}: the dataset has no rows")
-        picked = dataset.select(sorted(random.Random(seed).sample(range(n), min(count, n))))
+        # In memory, so that no indices file goes into the dataset's folder.
+        picked = dataset.select(sorted(random.Random(seed).sample(range(n), min(count, n))),
+                                keep_in_memory=True)
         # A grayscale dataset (one channel from the loader) is measured in RGB: the cached
         # stages store RGB BMPs, and the stages must do the same work.
         table = table_of(picked).with_mode("RGB")
