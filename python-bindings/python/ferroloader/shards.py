@@ -25,8 +25,8 @@ other settings, or a changed source list, are refused. Ctrl-C leaves a resumable
 A Hugging Face ``datasets.Dataset`` (or the directory ``save_to_disk`` wrote) is written the
 same way from its ``Image()`` column and its label column (as ``fl.Loader`` reads them): each
 row's encoded bytes as they are, EXT told by the bytes' format (``jpg``, ``png``, ...), KEY its
-position and ``ROW`` (a row read from a local file: that file's bytes and stem), the classes
-from its ``ClassLabel``. Since ``datasets`` turns each image upright per its EXIF orientation
+position and row (``000012_train_12_``; a row read from a local file: that file's bytes, KEY
+ending in its stem), the classes from its ``ClassLabel``. Since ``datasets`` turns each image upright per its EXIF orientation
 as it decodes it, the index records ``"exif_transpose": true`` and a ``WebDataset`` over the
 shards (so ``fl.Loader``) turns them too; a grayscale dataset (which the loader gives one
 channel) records ``"grayscale": true``, and the shards decode to one channel too: the same
