@@ -292,12 +292,11 @@ def _cores() -> int:
         return os.cpu_count() or 1
 
 
-def _decoded_bytes_estimate(image: Union[str, bytes], shorter_side: int) -> int:
-    """The BMP size of the image (a path, or encoded bytes) decoded at ``shorter_side``, from
-    its header alone."""
+def _decoded_bytes_estimate(path: str, shorter_side: int) -> int:
+    """The BMP size of ``path`` decoded at ``shorter_side``, from its header alone."""
     from PIL import Image
 
-    with Image.open(io.BytesIO(image) if isinstance(image, bytes) else image) as im:
+    with Image.open(path) as im:
         w, h = im.size
     if min(w, h) > shorter_side:
         w, h = (shorter_side, int(shorter_side * h / w)) if w <= h else (
