@@ -920,8 +920,9 @@ def advise(
     ``data``: an ImageFolder's path, or a Hugging Face ``datasets.Dataset`` with an ``Image()``
     column or the directory its ``save_to_disk`` wrote: its rows read natively, as
     ``fl.Loader`` reads them (images turned upright per their EXIF orientation, as ``datasets``
-    decodes them). Every measurement is the same; only the strategies that rewrite image files
-    (``resized-*``, ``decoded-uint8``) are left out for a dataset, with the reason in their note.
+    decodes them). Every measurement is the same (``resized-*`` on :func:`ferroloader.prepare`'s
+    copy of the sampled rows, saved and read natively); only ``decoded-uint8``, which writes an
+    ImageFolder's BMP files, is left out for a dataset, with the reason in its note.
 
     ``transform``: a ferroloader or torchvision ``Compose``, a recipe name
     (``ferroloader.recipes.RECIPES``), ``"FILE.py:NAME"``, or ``None`` (the ImageNet training
