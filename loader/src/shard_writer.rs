@@ -91,6 +91,12 @@ pub struct ShardOptions {
     pub seed: u64,
     /// Threads reading source files ahead of the writer; 0 (the default) uses every core.
     pub num_threads: usize,
+    /// Recorded in the index ([`ShardIndex::exif_transpose`]): readers turn images upright per
+    /// their EXIF orientation, as the source's own decoding did. Default false.
+    pub exif_transpose: bool,
+    /// Recorded in the index ([`ShardIndex::grayscale`]): readers decode images to one
+    /// channel, as the source gave them. Default false.
+    pub grayscale: bool,
 }
 
 impl Default for ShardOptions {
@@ -101,6 +107,8 @@ impl Default for ShardOptions {
             shuffle: false,
             seed: 0,
             num_threads: 0,
+            exif_transpose: false,
+            grayscale: false,
         }
     }
 }
@@ -128,6 +136,18 @@ impl ShardOptions {
     /// Sets [`Self::num_threads`].
     pub fn num_threads(mut self, num_threads: usize) -> Self {
         self.num_threads = num_threads;
+        self
+    }
+
+    /// Sets [`Self::exif_transpose`].
+    pub fn exif_transpose(mut self, exif_transpose: bool) -> Self {
+        self.exif_transpose = exif_transpose;
+        self
+    }
+
+    /// Sets [`Self::grayscale`].
+    pub fn grayscale(mut self, grayscale: bool) -> Self {
+        self.grayscale = grayscale;
         self
     }
 }
@@ -297,6 +317,8 @@ pub fn write_shards<S: Source + ?Sized>(
     if !report.cancelled {
         let index = ShardIndex {
             classes: classes.map(<[String]>::to_vec),
+            exif_transpose: options.exif_transpose,
+            grayscale: options.grayscale,
             ..ShardIndex::new(shards)
         };
         let path = dst.join(INDEX);
@@ -888,6 +910,41 @@ mod tests {
             .path()
             .join(format!("{}.partial", shard_name(0)))
             .exists());
+    }
+
+    #[test]
+    fn the_index_records_that_readers_turn_images_upright() {
+        use crate::shards::{WebDataset, WebDatasetOptions};
+
+        let src = folder();
+        let folder = ImageFolder::new(src.path()).expect("folder");
+        for turn in [false, true] {
+            let dst = tempfile::tempdir().expect("tempdir");
+            let options = ShardOptions::default()
+                .exif_transpose(turn)
+                .grayscale(!turn);
+            let report = run(&folder, None, dst.path(), &options).expect("shard");
+            assert_eq!(read_index(dst.path()).exif_transpose, turn);
+            assert_eq!(read_index(dst.path()).grayscale, !turn);
+            // Absent when false: indexes written before the fields read the same.
+            let text = fs::read_to_string(dst.path().join(INDEX)).expect("index");
+            assert_eq!(text.contains("exif_transpose"), turn);
+            assert_eq!(text.contains("grayscale"), !turn);
+            let urls: Vec<String> = (0..report.shards)
+                .map(|i| {
+                    dst.path()
+                        .join(shard_name(i))
+                        .to_string_lossy()
+                        .into_owned()
+                })
+                .collect();
+            let shards = WebDataset::new(&urls, WebDatasetOptions::default()).expect("read");
+            assert_eq!(shards.exif_transpose(), turn);
+            assert_eq!(shards.grayscale(), !turn);
+            // What a forked child rebuilds the dataset from keeps them.
+            assert_eq!(shards.index().exif_transpose, turn);
+            assert_eq!(shards.index().grayscale, !turn);
+        }
     }
 
     #[test]

@@ -4,27 +4,33 @@
 //! Only translates; the writing itself is `ferroloader_loader::shard_writer`. Must not hold the
 //! GIL while files are copied.
 
-use std::path::PathBuf;
+use std::borrow::Cow;
+use std::io;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use ferroloader_loader::progress::JobProgress;
 use ferroloader_loader::shard_writer::{write_shards as write, ShardOptions};
 use ferroloader_loader::Source;
-use pyo3::exceptions::PyTypeError;
+use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
 use crate::dataset::{PyFileList, PyImageFolder, PyPathList};
 use crate::detach::run_with_progress;
+use crate::table::PyEncodedTable;
 
-/// Writes `dataset` (a native ImageFolder, FileList or PathList) into `dst` as tar shards and
-/// their index (see `ferroloader.shard`). `progress(done, total)` is called from this thread
-/// whenever more samples are written. A Python exception (from `progress` or Ctrl-C) cancels the
-/// run, waits for the sample in progress, and is raised; the destination stays resumable.
+/// Writes `dataset` (a native ImageFolder, FileList or PathList, or an EncodedTable with
+/// `names`: each row's file name in the shards, whose extension names the member) into `dst` as
+/// tar shards and their index (see `ferroloader.shard`); `exif_transpose` and `grayscale` are
+/// recorded in the index. `progress(done, total)` is called from this thread whenever more samples are written.
+/// A Python exception (from `progress` or Ctrl-C) cancels the run, waits for the sample in
+/// progress, and is raised; the destination stays resumable.
 #[pyfunction]
 #[pyo3(signature = (
     dataset, dst, *, classes = None, shard_size, max_samples_per_shard = None, shuffle = false,
-    seed = 0, num_workers = 0, progress = None
+    seed = 0, num_workers = 0, progress = None, names = None, exif_transpose = false,
+    grayscale = false
 ))]
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn write_shards<'py>(
@@ -38,9 +44,14 @@ pub(crate) fn write_shards<'py>(
     seed: u64,
     num_workers: usize,
     progress: Option<Bound<'py, PyAny>>,
+    names: Option<Vec<PathBuf>>,
+    exif_transpose: bool,
+    grayscale: bool,
 ) -> PyResult<Bound<'py, PyDict>> {
-    let source = native_source(dataset)?;
+    let source = native_source(dataset, names)?;
     let options = ShardOptions::default()
+        .exif_transpose(exif_transpose)
+        .grayscale(grayscale)
         .shard_size(shard_size)
         .max_samples_per_shard(max_samples_per_shard)
         .shuffle(shuffle, seed)
@@ -66,9 +77,32 @@ pub(crate) fn write_shards<'py>(
     Ok(out)
 }
 
-/// The dataset's native source. Only listed datasets: a shard member is named after the
-/// source file's extension, which a `(bytes, label)` dataset does not have.
-fn native_source(dataset: &Bound<'_, PyAny>) -> PyResult<Arc<dyn Source>> {
+/// The dataset's native source. Only listed datasets, or a table whose rows are given
+/// names: a shard member is named after the source file's extension, which bytes alone do
+/// not have.
+fn native_source(
+    dataset: &Bound<'_, PyAny>,
+    names: Option<Vec<PathBuf>>,
+) -> PyResult<Arc<dyn Source>> {
+    if let Ok(table) = dataset.cast::<PyEncodedTable>() {
+        let table: Arc<dyn Source> = table.get().inner.clone();
+        let names = names.ok_or_else(|| {
+            PyValueError::new_err("names: an EncodedTable's rows need a file name each")
+        })?;
+        if names.len() != table.len() {
+            return Err(PyValueError::new_err(format!(
+                "names: {} given for {} rows",
+                names.len(),
+                table.len()
+            )));
+        }
+        return Ok(Arc::new(NamedRows { table, names }));
+    }
+    if names.is_some() {
+        return Err(PyValueError::new_err(
+            "names: only for an EncodedTable (listed datasets are named by their files)",
+        ));
+    }
     if let Ok(folder) = dataset.cast::<PyImageFolder>() {
         return Ok(folder.get().inner.clone());
     }
@@ -82,4 +116,29 @@ fn native_source(dataset: &Bound<'_, PyAny>) -> PyResult<Arc<dyn Source>> {
         "dataset: expected a ferroloader ImageFolder, FileList or PathList, got {}",
         dataset.get_type().name()?
     )))
+}
+
+/// A table's rows under the names the caller gave them: what the writer takes each member's
+/// key and extension from, and what its errors name. Reads are the table's.
+struct NamedRows {
+    table: Arc<dyn Source>,
+    names: Vec<PathBuf>,
+}
+
+impl Source for NamedRows {
+    fn len(&self) -> usize {
+        self.table.len()
+    }
+
+    fn read<'a>(&'a self, index: usize, buf: &'a mut Vec<u8>) -> io::Result<&'a [u8]> {
+        self.table.read(index, buf)
+    }
+
+    fn label(&self, index: usize) -> i64 {
+        self.table.label(index)
+    }
+
+    fn path(&self, index: usize) -> Cow<'_, Path> {
+        Cow::Borrowed(&self.names[index])
+    }
 }

@@ -177,6 +177,26 @@ impl PyWebDataset {
         Ok(self.listing.key(index).to_owned())
     }
 
+    /// Whether images are turned upright per their EXIF orientation, as the index says (shards
+    /// written from a Hugging Face dataset, whose `Image()` column decodes them so); a
+    /// `Loader` over the dataset takes it as its `exif_transpose` default.
+    #[getter]
+    fn exif_transpose(&self) -> bool {
+        self.listing.exif_transpose()
+    }
+
+    /// Pillow's mode the images are decoded to: `"L"` (one channel) where the index says the
+    /// source gave them so (shards of a grayscale Hugging Face dataset), else `"RGB"`; a
+    /// `Loader` over the dataset takes it as its image mode.
+    #[getter]
+    fn mode(&self) -> &'static str {
+        if self.listing.grayscale() {
+            "L"
+        } else {
+            "RGB"
+        }
+    }
+
     /// The index JSON describing these shards (what `index.json` holds for them).
     fn index_json(&self) -> String {
         self.listing.index().to_json()

@@ -36,6 +36,16 @@ pub struct ShardIndex {
     /// list with class-name labels).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub classes: Option<Vec<String>>,
+    /// Whether a reader must turn each image upright per its EXIF orientation, as the source
+    /// the shards were written from did when it decoded them (a Hugging Face `Image()`
+    /// column); the bytes are stored unchanged either way. Absent means false.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub exif_transpose: bool,
+    /// Whether the source gave its images as one channel (Pillow's `L`: a grayscale Hugging
+    /// Face dataset, as MNIST on the Hub), which a reader then decodes them to, not RGB.
+    /// Absent means false.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub grayscale: bool,
 }
 
 /// One shard of a [`ShardIndex`].
@@ -74,6 +84,8 @@ impl ShardIndex {
             shards,
             num_samples,
             classes: None,
+            exif_transpose: false,
+            grayscale: false,
         }
     }
 

@@ -118,6 +118,22 @@ pub struct WebDataset {
     fetchers: Vec<JoinHandle<()>>,
 }
 
+/// How the index says its images are to be decoded (both false for shards listed by scanning).
+#[derive(Clone, Copy, Default)]
+struct Decoding {
+    exif_transpose: bool,
+    grayscale: bool,
+}
+
+impl Decoding {
+    fn of(index: &ShardIndex) -> Self {
+        Decoding {
+            exif_transpose: index.exif_transpose,
+            grayscale: index.grayscale,
+        }
+    }
+}
+
 /// What the workers and the fetcher threads share.
 struct Shared {
     urls: Vec<String>,
@@ -128,6 +144,10 @@ struct Shared {
     /// Where each shard's pieces start ([`split_points`]): `[0]` for a shard read whole.
     pieces: Vec<Vec<u64>>,
     samples: Vec<SampleEntry>,
+    /// The index's [`ShardIndex::exif_transpose`] (false for shards listed by scanning).
+    exif_transpose: bool,
+    /// The index's [`ShardIndex::grayscale`] (false for shards listed by scanning).
+    grayscale: bool,
     shuffle_buffer: usize,
     shuffle_initial: usize,
     read_ahead_shards: usize,
@@ -220,11 +240,18 @@ impl WebDataset {
         check_options(&options)?;
         let stores = Stores::new(options.store.clone());
         let cache = open_cache(&options)?;
-        let entries = match read_index(&stores, &expanded, options.index.as_deref())? {
-            Some(index) => shards_from_index(&expanded, index, options.index.as_deref())?,
-            None => scan(&stores, cache.as_ref(), &expanded, &labels)?,
+        let (entries, decoding) = match read_index(&stores, &expanded, options.index.as_deref())? {
+            Some(index) => {
+                let decoding = Decoding::of(&index);
+                let entries = shards_from_index(&expanded, index, options.index.as_deref())?;
+                (entries, decoding)
+            }
+            None => (
+                scan(&stores, cache.as_ref(), &expanded, &labels)?,
+                Decoding::default(),
+            ),
         };
-        Self::assemble(entries, stores, cache, &options)
+        Self::assemble(entries, decoding, stores, cache, &options)
     }
 
     /// A dataset over the shards `index` describes (absolute URLs, as [`WebDataset::index`]
@@ -244,12 +271,14 @@ impl WebDataset {
         }
         let stores = Stores::new(options.store.clone());
         let cache = open_cache(&options)?;
-        Self::assemble(index.shards, stores, cache, &options)
+        let decoding = Decoding::of(&index);
+        Self::assemble(index.shards, decoding, stores, cache, &options)
     }
 
     /// The dataset over `entries`, its fetcher threads started.
     fn assemble(
         entries: Vec<ShardEntry>,
+        decoding: Decoding,
         stores: Stores,
         cache: Option<ShardCache>,
         options: &WebDatasetOptions,
@@ -294,6 +323,8 @@ impl WebDataset {
             shard_bytes,
             pieces,
             samples,
+            exif_transpose: decoding.exif_transpose,
+            grayscale: decoding.grayscale,
             shuffle_buffer: options.shuffle_buffer,
             shuffle_initial: options.shuffle_initial,
             read_ahead_shards: options.read_ahead_shards,
@@ -335,10 +366,21 @@ impl WebDataset {
         &self.shared.samples[index].key
     }
 
+    /// Whether the index says images are to be turned upright per their EXIF orientation
+    /// ([`ShardIndex::exif_transpose`]).
+    pub fn exif_transpose(&self) -> bool {
+        self.shared.exif_transpose
+    }
+
+    /// Whether the index says images are decoded to one channel ([`ShardIndex::grayscale`]).
+    pub fn grayscale(&self) -> bool {
+        self.shared.grayscale
+    }
+
     /// The shard index describing these shards (what the index file would hold for them).
     pub fn index(&self) -> ShardIndex {
         let s = &self.shared;
-        ShardIndex::new(
+        let index = ShardIndex::new(
             (0..s.urls.len())
                 .map(|i| ShardEntry {
                     url: s.urls[i].clone(),
@@ -347,7 +389,12 @@ impl WebDataset {
                     samples: s.samples[s.starts[i]..s.starts[i + 1]].to_vec(),
                 })
                 .collect(),
-        )
+        );
+        ShardIndex {
+            exif_transpose: s.exif_transpose,
+            grayscale: s.grayscale,
+            ..index
+        }
     }
 
     fn shard_of(&self, index: usize) -> usize {

@@ -9,13 +9,17 @@ without the GIL and without a copy; the dataset's row selection (``select``, ``s
 applied to the ranges.
 
 Must not decode images, copy the table's data buffers, or import ``datasets`` (a dataset of its
-kind comes with the module loaded).
+kind comes with the module loaded), but in :func:`load_saved`, which opens a directory
+``save_to_disk`` wrote.
 """
 
 from __future__ import annotations
 
+import importlib
 import io
+import os
 import sys
+from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
@@ -28,7 +32,12 @@ __all__ = [
     "check_not_splits",
     "check_not_streaming",
     "dataloader_form",
+    "image_column",
     "is_hugging_face",
+    "label_column",
+    "load_saved",
+    "member_names",
+    "saved_dataset",
     "table_of",
 ]
 
@@ -142,6 +151,68 @@ def table_of(
     name = "dataset" if split is None else str(split)
     table = EncodedTable(images, paths, labels, name, exif_transpose=exif_transpose, origin=origin)
     return table.with_mode("L") if mode is None and _grayscale(table) else table
+
+
+#: Leading bytes that tell an image file's format, and the extension a file of it takes.
+_MAGIC = (
+    (b"\xff\xd8\xff", "jpg"),
+    (b"\x89PNG\r\n\x1a\n", "png"),
+    (b"GIF87a", "gif"),
+    (b"GIF89a", "gif"),
+    (b"BM", "bmp"),
+    (b"II*\x00", "tif"),
+    (b"MM\x00*", "tif"),
+)
+
+
+def _extension(head: bytes) -> Optional[str]:
+    """The extension of the image format ``head`` (a file's first bytes) starts, if known."""
+    if head[:4] == b"RIFF" and head[8:12] == b"WEBP":
+        return "webp"
+    return next((ext for magic, ext in _MAGIC if head.startswith(magic)), None)
+
+
+def image_column(dataset: Any) -> str:
+    """The image column :func:`table_of` reads of ``dataset``."""
+    return _columns(dataset, sys.modules["datasets"])[0]
+
+
+def label_column(dataset: Any) -> str:
+    """The label column :func:`table_of` reads of ``dataset``."""
+    return _columns(dataset, sys.modules["datasets"])[1]
+
+
+def member_names(dataset: Any) -> List[str]:
+    """A file name for each row of ``dataset`` (in :func:`table_of`'s order), naming the row, for
+    writing the rows as shard members: ``NAME[ROW].EXT`` for a row of embedded bytes, EXT told
+    by the bytes' own format (else the stored file name's extension, else ``bin``: the bytes
+    are written as they are and fail when decoded, as any bad file does), and ``NAME[ROW] PATH``
+    for a row read from the local file ``PATH``. Reads 16 bytes of each row, no image."""
+    import pyarrow.compute as pc
+
+    image_column, _ = _columns(dataset, sys.modules["datasets"])
+    heads: List[Optional[bytes]] = []
+    paths: List[Optional[str]] = []
+    for chunk in dataset.data.table.column(image_column).chunks:
+        heads += pc.binary_slice(chunk.field("bytes"), 0, 16).to_pylist()
+        paths += chunk.field("path").to_pylist()
+    selected = _selected_rows(dataset, None)
+    rows = range(len(heads)) if selected is None else selected.tolist()
+    name = "dataset" if dataset.split is None else str(dataset.split)
+    names = []
+    for position, row in enumerate(rows):
+        head, path = heads[row], paths[row]
+        if head is None:
+            if path is None:
+                raise ValueError(
+                    f"src: {name}[{position}] has no image: both its bytes and its path are null"
+                )
+            names.append(f"{name}[{position}] {path}")
+            continue
+        stored = None if path is None else path.rpartition(".")[2].lower() if "." in path else None
+        ext = _extension(head) or (stored if stored and stored.isalnum() else "bin")
+        names.append(f"{name}[{position}].{ext}")
+    return names
 
 
 def _grayscale(table: EncodedTable) -> bool:
@@ -345,3 +416,22 @@ def dataloader_form(dataset: Any, transform: Any) -> Tuple[Any, CollateRows]:
         dataset.with_transform(TransformImages(transform, image_column)),
         CollateRows(image_column, label_column),
     )
+
+
+def saved_dataset(data: Path) -> bool:
+    """Whether ``data`` is a directory a Hugging Face dataset's ``save_to_disk`` wrote (its
+    ``state.json`` and ``dataset_info.json``): the tools (``compare``, ``profile``, ``advise``,
+    ``shard``) then read that ``Dataset``."""
+    return (data / "state.json").is_file() and (data / "dataset_info.json").is_file()
+
+
+def load_saved(data: Path) -> Any:
+    """The ``datasets.Dataset`` :func:`saved_dataset` found at ``data``."""
+    try:
+        datasets = importlib.import_module("datasets")
+    except ImportError as e:
+        raise ImportError(
+            f"{data} is a saved Hugging Face dataset; reading it needs datasets (pip install "
+            "datasets)"
+        ) from e
+    return datasets.load_from_disk(os.fspath(data))

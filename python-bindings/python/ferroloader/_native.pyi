@@ -141,6 +141,10 @@ class WebDataset:
     @property
     def targets(self) -> List[int]: ...
     def key(self, index: int) -> str: ...
+    @property
+    def exif_transpose(self) -> bool: ...
+    @property
+    def mode(self) -> Literal["RGB", "L"]: ...
     def index_json(self) -> str: ...
     def __len__(self) -> int: ...
     def __reduce__(self) -> Tuple[type, Tuple[object, ...]]: ...
@@ -590,7 +594,7 @@ def prepare(
     progress: Optional[Callable[[int, int], None]] = None,
 ) -> Dict[str, Any]: ...
 def write_shards(
-    dataset: Union[ImageFolder, FileList, PathList],
+    dataset: Union[ImageFolder, FileList, PathList, EncodedTable],
     dst: str,
     *,
     classes: Optional[Sequence[str]] = None,
@@ -600,6 +604,9 @@ def write_shards(
     seed: int = 0,
     num_workers: int = 0,
     progress: Optional[Callable[[int, int], None]] = None,
+    names: Optional[Sequence[str]] = None,
+    exif_transpose: bool = False,
+    grayscale: bool = False,
 ) -> Dict[str, Any]: ...
 def epoch_indices(
     len: int,

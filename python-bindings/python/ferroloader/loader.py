@@ -524,10 +524,13 @@ class Loader:
         self._transform_given: Any = transform_given
         #: Pillow's mode of the dataset's images: ``"L"`` (one-channel samples) for a grayscale
         #: ``ImageArray`` (torchvision's MNIST) or ``EncodedTable`` (MNIST on the Hugging Face
-        #: Hub), else ``"RGB"``.
+        #: Hub) and for a ``WebDataset`` whose index says so (shards of such a dataset), else
+        #: ``"RGB"``.
         self.image_mode: str = (
             self._source.mode
-            if isinstance(self._source, (_native.ImageArray, _native.EncodedTable))
+            if isinstance(
+                self._source, (_native.ImageArray, _native.EncodedTable, _native.WebDataset)
+            )
             else "RGB"
         )
         self._split: TailSplit = split_python_tail(

@@ -22,6 +22,16 @@ Resumable: each shard is written as ``.partial`` and renamed when whole, and
 shard. Running again with the same settings and source resumes after the last whole shard;
 other settings, or a changed source list, are refused. Ctrl-C leaves a resumable destination.
 
+A Hugging Face ``datasets.Dataset`` (or the directory ``save_to_disk`` wrote) is written the
+same way from its ``Image()`` column and its label column (as ``fl.Loader`` reads them): each
+row's encoded bytes as they are, EXT told by the bytes' format (``jpg``, ``png``, ...), KEY its
+position and row (``000012_train_12_``; a row read from a local file: that file's bytes, KEY
+ending in its stem), the classes from its ``ClassLabel``. Since ``datasets`` turns each image upright per its EXIF orientation
+as it decodes it, the index records ``"exif_transpose": true`` and a ``WebDataset`` over the
+shards (so ``fl.Loader``) turns them too; a grayscale dataset (which the loader gives one
+channel) records ``"grayscale": true``, and the shards decode to one channel too: the same
+batches as a loader over the dataset.
+
 The bytes are not decoded: a file that is not a valid image goes into its shard as it is and
 is reported by whoever decodes it. A file that cannot be read stops the run with an error
 naming it (no index is written).
@@ -31,11 +41,14 @@ from __future__ import annotations
 
 import os
 import re
+import sys
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Callable, List, Optional, Union
 
-from ferroloader import _native
-from ferroloader._native import FileList, ImageFolder, PathList
+
+from ferroloader import _hfdatasets, _native
+from ferroloader._native import EncodedTable, FileList, ImageFolder, PathList
 from ferroloader.datasets import as_source
 
 __all__ = ["ShardReport", "parse_size", "shard"]
@@ -99,12 +112,14 @@ def shard(
     """Writes ``src`` into ``dst`` (created if missing) as tar shards and ``index.json``; see the
     module doc.
 
-    ``src``: a folder (read as :class:`ferroloader.ImageFolder`), a CSV/TSV/JSON Lines list
-    file (read as :class:`ferroloader.FileList`, its paths relative to ``root`` or to the list's
-    folder), or a dataset: ferroloader's ``ImageFolder``/``FileList``/``PathList`` (for a list's
-    parsing options, pass ``FileList(...)``), torchvision's ``ImageFolder`` or a sequence of
-    ``(path, label)``. ``num_workers`` threads (0: every core) read files ahead of the writer
-    while the calling thread calls ``progress(done, total)`` as samples are written. Ctrl-C (or
+    ``src``: a folder (read as :class:`ferroloader.ImageFolder`, or as the Hugging Face dataset
+    ``save_to_disk`` wrote there), a CSV/TSV/JSON Lines list file (read as
+    :class:`ferroloader.FileList`, its paths relative to ``root`` or to the list's folder), or
+    a dataset: ferroloader's ``ImageFolder``/``FileList``/``PathList`` (for a list's parsing
+    options, pass ``FileList(...)``), torchvision's ``ImageFolder``, a sequence of
+    ``(path, label)``, or a Hugging Face ``datasets.Dataset`` with an ``Image()`` column.
+    ``num_workers`` threads (0: every core) read files ahead of the writer while the calling
+    thread calls ``progress(done, total)`` as samples are written. Ctrl-C (or
     an exception from ``progress``) stops after the sample in progress; running again resumes.
     """
     size = parse_size(shard_size)
@@ -122,13 +137,22 @@ def shard(
         raise ValueError(f"seed: expected an int from 0 to 2**64 - 1, got {seed!r}")
     if isinstance(num_workers, bool) or not isinstance(num_workers, int) or num_workers < 0:
         raise ValueError(f"num_workers: expected an int >= 0, got {num_workers!r}")
-    dataset = _dataset(src, root)
     if isinstance(src, (str, os.PathLike)) and os.path.abspath(src) == os.path.abspath(dst):
         raise ValueError("dst: must differ from src (sources are never changed)")
+    if isinstance(src, (str, os.PathLike)) and _hfdatasets.saved_dataset(Path(src)):
+        if root is not None:
+            raise ValueError("root: only for a list file; a saved dataset has its own")
+        src = _hfdatasets.load_saved(Path(src))
+    dataset = _dataset(src, root)
+    names, exif_transpose, grayscale = None, False, False
+    if isinstance(dataset, EncodedTable):
+        names = _hfdatasets.member_names(src)
+        exif_transpose, grayscale = dataset.exif_transpose, dataset.mode == "L"
     out = _native.write_shards(
         dataset, os.fspath(dst), classes=_classes(src, dataset), shard_size=size,
         max_samples_per_shard=max_samples_per_shard, shuffle=shuffle, seed=seed,
-        num_workers=num_workers, progress=progress,
+        num_workers=num_workers, progress=progress, names=names, exif_transpose=exif_transpose,
+        grayscale=grayscale,
     )
     index = out["index"]
     return ShardReport(
@@ -142,7 +166,9 @@ def shard(
     )
 
 
-def _dataset(src: Any, root: Optional[PathLike]) -> Union[ImageFolder, FileList, PathList]:
+def _dataset(
+    src: Any, root: Optional[PathLike]
+) -> Union[ImageFolder, FileList, PathList, EncodedTable]:
     """The native dataset ``src`` names or is."""
     if isinstance(src, (str, os.PathLike)):
         if os.path.isdir(src):
@@ -160,19 +186,33 @@ def _dataset(src: Any, root: Optional[PathLike]) -> Union[ImageFolder, FileList,
             f"src: {type(src).__name__}.target_transform is set; shards keep each file's class "
             "index, so give the dataset without it and map the labels when loading"
         )
-    if not isinstance(source, (ImageFolder, FileList, PathList)):
+    if isinstance(source, EncodedTable) and not _hfdatasets.is_hugging_face(src):
+        # A Subset of a Dataset, or timm's reader: their rows are not the Dataset's own.
+        raise TypeError(
+            f"src: give the datasets.Dataset itself (dataset.select(indices) for some of its "
+            f"rows), not a {type(src).__name__} of it"
+        )
+    if not isinstance(source, (ImageFolder, FileList, PathList, EncodedTable)):
         raise TypeError(
             "src: shards copy files, so the dataset must list paths (ferroloader's or "
-            f"torchvision's ImageFolder, a FileList, (path, label) pairs), got {type(src).__name__}"
+            "torchvision's ImageFolder, a FileList, (path, label) pairs) or hold encoded "
+            f"images (a Hugging Face datasets.Dataset), got {type(src).__name__}"
         )
     return source
 
 
-def _classes(src: Any, dataset: Union[ImageFolder, FileList, PathList]) -> Optional[List[str]]:
+def _classes(
+    src: Any, dataset: Union[ImageFolder, FileList, PathList, EncodedTable]
+) -> Optional[List[str]]:
     """Class names in label order, when the source has them: an ImageFolder's, a FileList's of
-    class-name labels, or a torchvision dataset's ``classes``."""
+    class-name labels, a Hugging Face dataset's ``ClassLabel`` names, or a torchvision
+    dataset's ``classes``."""
     if isinstance(dataset, (ImageFolder, FileList)):
         names = list(dataset.classes)
+    elif isinstance(dataset, EncodedTable):
+        hf = sys.modules["datasets"]
+        feature = src.features[_hfdatasets.label_column(src)]
+        names = list(feature.names) if isinstance(feature, hf.ClassLabel) else []
     else:
         found = getattr(src, "classes", None)
         if not isinstance(found, (list, tuple)) or not all(isinstance(c, str) for c in found):

@@ -1,7 +1,9 @@
 """``fl.advise`` and ``ferroloader advise``: measure where the input pipeline's time goes and
 say what to do about it.
 
-On a random sample of an ImageFolder (same classes), all with the native :class:`Loader`:
+On a random sample of an ImageFolder (same classes), or of a Hugging Face dataset's rows (read
+natively, as :class:`Loader` reads them: one code path, through :class:`_Sample`), all with the
+native :class:`Loader`:
 
 - **The cache ladder** (the caching method for finding a bottleneck): the pipeline's throughput
   with its output cached after each stage: ``files`` (read as is, from disk or the page cache),
@@ -51,7 +53,8 @@ from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tupl
 import numpy as np
 
 from ferroloader import transforms as T
-from ferroloader._native import ImageFolder, PathList
+from ferroloader._hfdatasets import is_hugging_face, load_saved, saved_dataset, table_of
+from ferroloader._native import EncodedTable, ImageFolder, PathList
 from ferroloader.cli.compare import PAYS_OFF, mark_enough
 from ferroloader.loader import Loader, Output
 from ferroloader.offline import prepare
@@ -128,21 +131,67 @@ def parse_size(text: Union[str, int]) -> int:
 
 @dataclass
 class _Sample:
-    """The sampled images: absolute paths, labels, paths relative to the dataset root."""
+    """The sampled images and their labels: files of an ImageFolder (absolute ``paths``, and
+    ``relative`` to its root), or rows of a Hugging Face dataset (``table``, read natively).
+    Every measurement reads the sample through :meth:`source` and :meth:`encoded`, whichever
+    it is."""
 
-    paths: List[str]
     labels: List[int]
-    relative: List[str]
     dataset_images: int
+    paths: Optional[List[str]] = None
+    relative: Optional[List[str]] = None
+    table: Optional[EncodedTable] = None
+    #: The sampled rows as a ``datasets.Dataset`` (``dataset.select``), what ``prepare`` takes.
+    rows: Any = None
+
+    def __len__(self) -> int:
+        return len(self.labels)
 
     @property
     def scale(self) -> float:
         """Dataset images per sampled image: bytes of the sample times this estimate the
         whole dataset's."""
-        return self.dataset_images / len(self.paths)
+        return self.dataset_images / len(self)
+
+    @property
+    def exif_transpose(self) -> bool:
+        """Whether the source's own reading turns images upright (a Hugging Face ``Image()``
+        column does): every run of the sample, from any cache, turns them alike."""
+        return self.table is not None and self.table.exif_transpose
+
+    def source(self) -> Any:
+        """The sample as the native loader reads it from the dataset."""
+        return self.table if self.table is not None else PathList(self.paths or [], self.labels)
+
+    def encoded(self) -> List[bytes]:
+        """Each sampled image's encoded bytes."""
+        if self.table is not None:
+            return [self.table[i][0] for i in range(len(self.table))]
+        return [Path(p).read_bytes() for p in self.paths or []]
 
 
-def _draw_sample(data: Path, count: int, seed: int) -> _Sample:
+def is_hugging_face_data(data: Any) -> bool:
+    """Whether ``data`` is a Hugging Face ``datasets.Dataset`` or the directory its
+    ``save_to_disk`` wrote."""
+    if isinstance(data, (str, os.PathLike)):
+        return saved_dataset(Path(data))
+    return is_hugging_face(data)
+
+
+def _draw_sample(data: Any, count: int, seed: int) -> _Sample:
+    if is_hugging_face_data(data):
+        dataset = load_saved(Path(data)) if isinstance(data, (str, os.PathLike)) else data
+        n = len(dataset)
+        if n == 0:
+            raise ValueError(f"{_describe(data)}: the dataset has no rows")
+        # In memory, so that no indices file goes into the dataset's folder.
+        picked = dataset.select(sorted(random.Random(seed).sample(range(n), min(count, n))),
+                                keep_in_memory=True)
+        # A grayscale dataset (one channel from the loader) is measured in RGB: the cached
+        # stages store RGB BMPs, and the stages must do the same work.
+        table = table_of(picked).with_mode("RGB")
+        return _Sample(labels=[int(y) for y in table.targets], dataset_images=n, table=table,
+                       rows=picked)
     folder = ImageFolder(data)
     n = len(folder)
     if n == 0:
@@ -159,9 +208,17 @@ def _draw_sample(data: Path, count: int, seed: int) -> _Sample:
     )
 
 
+def _describe(data: Any) -> str:
+    """``data`` as advice names it: its path, or a Dataset's split and size."""
+    if isinstance(data, (str, os.PathLike)):
+        return os.fspath(data)
+    split = getattr(data, "split", None)
+    return f"datasets.Dataset{'' if split is None else f' {split!s}'} ({len(data)} rows)"
+
+
 def _link_folder(sample: _Sample, dst: Path) -> None:
     """The sample as an ImageFolder of symbolic links, for tools that take a folder."""
-    for path, rel in zip(sample.paths, sample.relative):
+    for path, rel in zip(sample.paths or [], sample.relative or []):
         target = dst / rel
         target.parent.mkdir(parents=True, exist_ok=True)
         os.symlink(path, target)
@@ -176,13 +233,15 @@ def _bmp(pixels: Any) -> bytes:
     return buf.getvalue()
 
 
-def _decode(path: str, shorter_side: Optional[int]) -> Any:
-    """The image at ``path`` as RGB pixels, as the loader decodes it (Pillow's ``convert
-    ("RGB")``), shrunk as ``Resize(shorter_side)`` does when its shorter side is longer."""
-    from PIL import Image
+def _decode(image: Union[str, bytes], shorter_side: Optional[int],
+            exif_transpose: bool = False) -> Any:
+    """The image (a path, or encoded bytes) as RGB pixels, as the loader decodes it (Pillow's
+    ``convert("RGB")``, turned upright first with ``exif_transpose``), shrunk as
+    ``Resize(shorter_side)`` does when its shorter side is longer."""
+    from PIL import Image, ImageOps
 
-    with Image.open(path) as im:
-        rgb = im.convert("RGB")
+    with Image.open(io.BytesIO(image) if isinstance(image, bytes) else image) as im:
+        rgb = (ImageOps.exif_transpose(im) if exif_transpose else im).convert("RGB")
     w, h = rgb.size
     if shorter_side is not None and min(w, h) > shorter_side:
         # torchvision's Resize(int): the shorter side to `shorter_side`, the longer truncated.
@@ -338,8 +397,11 @@ class _Runner:
     """Builds loaders with the shared settings and times them."""
 
     def __init__(self, batch_size: int, workers: Optional[int], seed: int, min_images: int,
-                 progress: Optional[Progress]) -> None:
+                 progress: Optional[Progress], exif_transpose: bool = False) -> None:
         self.batch_size = batch_size
+        # Every run's, whatever it reads: an image of the source turned upright as the
+        # dataset's own reading turns it (a cached stage's BMP has no EXIF: a no-op there).
+        self.exif_transpose = exif_transpose
         self.workers = workers
         self.seed = seed
         self.min_images = min_images
@@ -354,7 +416,7 @@ class _Runner:
         return Loader(
             source, batch_size=self.batch_size, sampler=sampler, seed=self.seed,
             num_workers=self.workers if workers is None else workers, transform=compose,
-            output=output, tensor_type="numpy", **kw,
+            output=output, tensor_type="numpy", exif_transpose=self.exif_transpose, **kw,
         )
 
     def order(self, n: int) -> List[int]:
@@ -426,9 +488,11 @@ def _replay(batches: Sequence[Tuple[Any, Any]], min_images: int) -> float:
 
 def _ladder(run: _Runner, pipe: _SplitPipeline, sample: _Sample, rounds: int
             ) -> List[Dict[str, Any]]:
-    files = PathList(sample.paths, sample.labels)
-    encoded = [(Path(p).read_bytes(), y) for p, y in zip(sample.paths, sample.labels)]
-    decoded = [(_bmp(_decode(p, None)), y) for p, y in zip(sample.paths, sample.labels)]
+    files = sample.source()
+    raw = sample.encoded()
+    encoded = list(zip(raw, sample.labels))
+    decoded = [(_bmp(_decode(b, None, sample.exif_transpose)), y)
+               for b, y in zip(raw, sample.labels)]
     crops = _images(run.loader(files, pipe.geometry_uint8(), "uint8", shuffle=False))
     geometric = [(_bmp(c.transpose(1, 2, 0)), y) for c, y in zip(crops, sample.labels)]
     # One pass of the sample, replayed as often as the run needs: how many batches are held
@@ -493,8 +557,9 @@ _WHAT_CACHING_REMOVES = {
 def _strategies(run: _Runner, pipe: _SplitPipeline, sample: _Sample, tmp: Path,
                 budget: Optional[int], rounds: int, progress: Optional[Progress]
                 ) -> List[Dict[str, Any]]:
-    files = PathList(sample.paths, sample.labels)
-    source_bytes = sum(os.path.getsize(p) for p in sample.paths)
+    files = sample.source()
+    raw = sample.encoded()
+    source_bytes = sum(len(b) for b in raw)
     evaluation = pipe.evaluation()
     reference = _images(run.loader(files, evaluation, "uint8", shuffle=False))
     out: List[Dict[str, Any]] = [{
@@ -512,16 +577,33 @@ def _strategies(run: _Runner, pipe: _SplitPipeline, sample: _Sample, tmp: Path,
                     f"storage budget of {_bytes(budget)}")
         return None
 
-    linked = tmp / "sample"
-    _link_folder(sample, linked)
+    _offline_strategies(run, pipe, sample, tmp, reference, over, out, runs, progress)
+    _uint8_strategy(run, pipe, files, reference, out, runs)
+    speed = run.rounds("strategies", runs, rounds)
+    for s in out:
+        if s["name"] in speed:
+            s["images_per_s"] = speed[s["name"]]
+    uint8 = next(s for s in out if s["name"] == "uint8-output")
+    if uint8["images_per_s"] is None and pipe.output == "uint8":
+        uint8["images_per_s"] = speed["online"]
+    return out
+
+
+def _offline_strategies(run: _Runner, pipe: _SplitPipeline, sample: _Sample, tmp: Path,
+                        reference: Any, over: Callable[[int], Optional[str]],
+                        out: List[Dict[str, Any]], runs: Dict[str, Callable[[], float]],
+                        progress: Optional[Progress]) -> None:
+    """The strategies that prepare a copy of the data (``resized-*``, ``decoded-uint8``),
+    measured on the sample's copy, appended to ``out`` and ``runs``."""
+    evaluation = pipe.evaluation()
+    paths, relative = sample.paths or [], sample.relative or []
     steps = 3
     for i, side in enumerate((256, 320)):
         name = f"resized-{side}"
-        dst = tmp / name
         t0 = time.perf_counter()
-        report = prepare(linked, dst, shorter_side=side, num_workers=run.workers or 0)
+        source, written = _prepare_sample(sample, tmp, side, run.workers or 0)
         prepare_s = (time.perf_counter() - t0) * sample.scale
-        full = int(report.bytes_out * sample.scale)
+        full = int(written * sample.scale)
         entry: Dict[str, Any] = {
             "name": name, "bytes": full, "prepare_s": prepare_s, "images_per_s": None,
             "max_level_error": None, "mean_level_error": None,
@@ -532,8 +614,6 @@ def _strategies(run: _Runner, pipe: _SplitPipeline, sample: _Sample, tmp: Path,
         if skip:
             entry["note"] = skip
         else:
-            prepared = _prepared_paths(dst, sample)
-            source = PathList(prepared, sample.labels)
             got = _images(run.loader(source, evaluation, "uint8", shuffle=False))
             entry["max_level_error"], entry["mean_level_error"] = _level_errors(reference, got)
             runs[name] = run.timed(source, pipe.compose, pipe.output)
@@ -541,7 +621,19 @@ def _strategies(run: _Runner, pipe: _SplitPipeline, sample: _Sample, tmp: Path,
         if progress is not None:
             progress("preparing", i + 1, steps)
 
-    estimate = int(sum(_decoded_bytes_estimate(p, 256) for p in sample.paths) * sample.scale)
+    if sample.rows is not None:
+        # prepare_decoded writes BMP files beside an ImageFolder's; a dataset's rows have no
+        # such command.
+        out.append({
+            "name": "decoded-uint8", "bytes": None, "prepare_s": None, "images_per_s": None,
+            "max_level_error": None, "mean_level_error": None,
+            "note": "not measured: prepare_decoded writes an ImageFolder's images as BMP files, "
+                    "and a dataset's rows have no such copy",
+        })
+        if progress is not None:
+            progress("preparing", 3, steps)
+        return
+    estimate = int(sum(_decoded_bytes_estimate(p, 256) for p in paths) * sample.scale)
     entry = {
         "name": "decoded-uint8", "bytes": estimate, "prepare_s": None, "images_per_s": None,
         "max_level_error": None, "mean_level_error": None,
@@ -553,9 +645,9 @@ def _strategies(run: _Runner, pipe: _SplitPipeline, sample: _Sample, tmp: Path,
         entry["note"] = skip
     else:
         dst = tmp / "decoded-uint8"
-        targets = [dst / (rel + ".bmp") for rel in sample.relative]
+        targets = [dst / (rel + ".bmp") for rel in relative]
         t0 = time.perf_counter()
-        written = _write_decoded(sample.paths, targets, 256, run.workers or 0)
+        written = _write_decoded(paths, targets, 256, run.workers or 0)
         entry["prepare_s"] = (time.perf_counter() - t0) * sample.scale
         entry["bytes"] = int(written * sample.scale)
         source = PathList([os.fspath(t) for t in targets], sample.labels)
@@ -566,7 +658,11 @@ def _strategies(run: _Runner, pipe: _SplitPipeline, sample: _Sample, tmp: Path,
     if progress is not None:
         progress("preparing", 3, steps)
 
-    uint8 = {
+
+def _uint8_strategy(run: _Runner, pipe: _SplitPipeline, files: Any, reference: Any,
+                    out: List[Dict[str, Any]], runs: Dict[str, Callable[[], float]]) -> None:
+    """``uint8-output``, appended to ``out`` (and ``runs`` where it is measured)."""
+    uint8: Dict[str, Any] = {
         "name": "uint8-output", "bytes": out[0]["bytes"], "prepare_s": 0.0,
         "images_per_s": None, "max_level_error": None, "mean_level_error": None,
         "note": 'Loader(output="uint8") with the pipeline ending in PILToTensor; convert '
@@ -587,20 +683,28 @@ def _strategies(run: _Runner, pipe: _SplitPipeline, sample: _Sample, tmp: Path,
         runs["uint8-output"] = run.timed(files, variant, "uint8")
     out.append(uint8)
 
-    speed = run.rounds("strategies", runs, rounds)
-    for s in out:
-        if s["name"] in speed:
-            s["images_per_s"] = speed[s["name"]]
-    if uint8["images_per_s"] is None and pipe.output == "uint8":
-        uint8["images_per_s"] = speed["online"]
-    return out
+
+def _prepare_sample(sample: _Sample, tmp: Path, side: int, workers: int) -> Tuple[Any, int]:
+    """The sample prepared by :func:`ferroloader.prepare` at shorter side ``side``, as the
+    loader reads the copy (an ImageFolder's files, or the dataset's saved copy), and the bytes
+    written."""
+    dst = tmp / f"resized-{side}"
+    if sample.rows is not None:
+        # In this process: a sample is too small to pay for map's worker processes.
+        report = prepare(sample.rows, dst, shorter_side=side, num_workers=1)
+        return table_of(load_saved(dst)).with_mode("RGB"), report.bytes_out
+    linked = tmp / "sample"
+    if not linked.exists():
+        _link_folder(sample, linked)
+    report = prepare(linked, dst, shorter_side=side, num_workers=workers)
+    return PathList(_prepared_paths(dst, sample), sample.labels), report.bytes_out
 
 
 def _prepared_paths(dst: Path, sample: _Sample) -> List[str]:
     """Where :func:`ferroloader.prepare` put each sampled file: its name, or the name with
     ``.jpg`` appended when a non-JPEG source was re-encoded."""
     found = []
-    for rel in sample.relative:
+    for rel in sample.relative or []:
         same = dst / rel
         found.append(os.fspath(same if same.exists() else dst / (rel + ".jpg")))
     return found
@@ -618,7 +722,7 @@ def _worker_counts(cores: int) -> List[int]:
 
 
 def _workers(run: _Runner, pipe: _SplitPipeline, sample: _Sample, rounds: int) -> Dict[str, Any]:
-    files = PathList(sample.paths, sample.labels)
+    files = sample.source()
     counts = _worker_counts(_cores())
     runs = {
         str(w): run.timed(files, pipe.compose, pipe.output, workers=w)
@@ -693,7 +797,7 @@ def _verdict(run: _Runner, pipe: _SplitPipeline, sample: _Sample, step_ms: Optio
              loop: Optional[Dict[str, Any]]) -> Dict[str, Any]:
     """Graded from the user's own loop (``loop``) when given, else from the native loader
     with the simulated step; the native loader's wait at the step is measured either way."""
-    files = PathList(sample.paths, sample.labels)
+    files = sample.source()
     loader = run.loader(files, pipe.compose, pipe.output, profile="spans")
     if loop is not None:
         # The loop's step per image, at this run's batch size.
@@ -744,7 +848,8 @@ def _verdict(run: _Runner, pipe: _SplitPipeline, sample: _Sample, step_ms: Optio
 # -- actions -------------------------------------------------------------------------------------
 
 
-def _actions(data: Path, pipe: _SplitPipeline, strategies: Sequence[Dict[str, Any]],
+def _actions(data: str, in_memory: bool, pipe: _SplitPipeline,
+             strategies: Sequence[Dict[str, Any]],
              workers: Dict[str, Any], workers_used: int) -> List[Dict[str, Any]]:
     online = next(s for s in strategies if s["name"] == "online")["images_per_s"] or 0.0
     actions: List[Dict[str, Any]] = []
@@ -758,6 +863,9 @@ def _actions(data: Path, pipe: _SplitPipeline, strategies: Sequence[Dict[str, An
         if name.startswith("resized-"):
             side = name.split("-")[1]
             apply = f"ferroloader prepare {data} {data}-{side} --shorter-side {side}"
+            if in_memory:
+                apply = (f'fl.prepare(dataset, "DST", shorter_side={side}); '
+                         'dataset = datasets.load_from_disk("DST")')
             what = f"Re-encode the dataset once at shorter side {side}, then load the copy"
         elif name == "decoded-uint8":
             apply = ("from ferroloader.cli.advisor import prepare_decoded; "
@@ -792,7 +900,7 @@ def _actions(data: Path, pipe: _SplitPipeline, strategies: Sequence[Dict[str, An
 
 
 def advise(
-    data: PathLike,
+    data: Any,
     *,
     transform: Any = None,
     step_ms: Optional[float] = None,
@@ -806,8 +914,15 @@ def advise(
     seed: int = 0,
     training: Any = None,
 ) -> Advice:
-    """Measures the ImageFolder ``data`` (a random ``sample`` of its images) as the module doc
-    says, and writes ``out/advice.json`` and ``out/report.html``.
+    """Measures ``data`` (a random ``sample`` of its images) as the module doc says, and writes
+    ``out/advice.json`` and ``out/report.html``.
+
+    ``data``: an ImageFolder's path, or a Hugging Face ``datasets.Dataset`` with an ``Image()``
+    column or the directory its ``save_to_disk`` wrote: its rows read natively, as
+    ``fl.Loader`` reads them (images turned upright per their EXIF orientation, as ``datasets``
+    decodes them). Every measurement is the same (``resized-*`` on :func:`ferroloader.prepare`'s
+    copy of the sampled rows, saved and read natively); only ``decoded-uint8``, which writes an
+    ImageFolder's BMP files, is left out for a dataset, with the reason in its note.
 
     ``transform``: a ferroloader or torchvision ``Compose``, a recipe name
     (``ferroloader.recipes.RECIPES``), ``"FILE.py:NAME"``, or ``None`` (the ImageNet training
@@ -822,7 +937,13 @@ def advise(
     from ferroloader._extras import require
 
     require(("PIL",), "fl.advise")
-    data = Path(data)
+    if isinstance(data, (str, os.PathLike)):
+        data = Path(data)
+    elif not is_hugging_face(data):
+        raise TypeError(
+            "data: expected an ImageFolder's path, a saved Hugging Face dataset's directory or "
+            f"a datasets.Dataset, got {type(data).__name__}"
+        )
     if isinstance(sample, bool) or not isinstance(sample, int) or sample < 1:
         raise ValueError(f"sample: expected a positive int, got {sample!r}")
     if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
@@ -840,7 +961,8 @@ def advise(
     chosen = _draw_sample(data, sample, seed)
     # Each run covers at least the sample and eight batches, so tiny samples still time more
     # than a start-up.
-    run = _Runner(batch_size, workers, seed, max(len(chosen.paths), 8 * batch_size), progress)
+    run = _Runner(batch_size, workers, seed, max(len(chosen), 8 * batch_size), progress,
+                  exif_transpose=chosen.exif_transpose)
     workers_used = workers if workers else _cores()
     with tempfile.TemporaryDirectory(prefix="ferroloader-advise-") as tmp:
         ladder = _ladder(run, pipe, chosen, rounds)
@@ -855,9 +977,9 @@ def advise(
     advice: Dict[str, Any] = {
         "schema": "ferroloader.advice",
         "version": ADVICE_VERSION,
-        "data": os.fspath(data),
+        "data": _describe(data),
         "dataset_images": chosen.dataset_images,
-        "sample_images": len(chosen.paths),
+        "sample_images": len(chosen),
         "transform": repr(pipe.compose),
         "output": pipe.output,
         "output_size": list(pipe.out_hw),
@@ -871,7 +993,8 @@ def advise(
         "ladder": ladder,
         "strategies": strategies,
         "workers": sweep,
-        "actions": _actions(data, pipe, strategies, sweep, workers_used),
+        "actions": _actions(_describe(data), not isinstance(data, Path), pipe, strategies, sweep,
+                            workers_used),
     }
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)

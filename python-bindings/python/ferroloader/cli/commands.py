@@ -292,7 +292,7 @@ def _command_line(name: str, cfg: Any, extra: Sequence[str] = ()) -> str:
 
 
 def _dataset_note(data: Path) -> str:
-    from ferroloader.cli.compare import load_saved, saved_dataset
+    from ferroloader._hfdatasets import load_saved, saved_dataset
 
     if saved_dataset(data):
         return f"{data} (a saved Hugging Face dataset of {len(load_saved(data))} rows)"
@@ -697,7 +697,9 @@ def prepare_cmd(src: Path, dst: Path, shorter_side: int, quality: int, workers: 
                 quiet: bool) -> None:
     """Write the ImageFolder SRC to DST with every image larger than --shorter-side resized
     and re-encoded once (the rest copied), so each epoch decodes fewer pixels. Resumable: run
-    it again after an interruption. Load DST as any ImageFolder."""
+    it again after an interruption. Load DST as any ImageFolder. SRC may be a saved Hugging
+    Face dataset (save_to_disk's directory): DST is then its copy, saved the same way (not
+    resumable)."""
     from ferroloader.offline import prepare
 
     with _Bars(quiet) as bars:
@@ -736,10 +738,11 @@ def prepare_cmd(src: Path, dst: Path, shorter_side: int, quality: int, workers: 
 @click.option("--quiet", "-q", is_flag=True, help="No progress bar (none off a terminal).")
 def shard_cmd(src: Path, dst: Path, shard_size: str, max_samples_per_shard: Optional[int],
               shuffle: bool, seed: int, root: Optional[Path], workers: int, quiet: bool) -> None:
-    """Write SRC, an ImageFolder or a CSV/TSV/JSONL list of path,label, to DST as tar shards
-    in the WebDataset layout (KEY.EXT with the file's bytes unchanged, KEY.cls with its label)
-    and DST/index.json (each image's offset and size in its shard). Images are not decoded.
-    Resumable: run it again after an interruption."""
+    """Write SRC, an ImageFolder, a CSV/TSV/JSONL list of path,label or a saved Hugging Face
+    dataset (save_to_disk's directory), to DST as tar shards in the WebDataset layout (KEY.EXT
+    with the file's or row's bytes unchanged, KEY.cls with its label) and DST/index.json (each
+    image's offset and size in its shard). Images are not decoded. Resumable: run it again
+    after an interruption."""
     from ferroloader.shards import parse_size, shard
 
     try:
@@ -795,17 +798,13 @@ def advise_cmd(data: Path, recipe: Optional[str], transform_spec: Optional[str],
                batch_size: int, workers: int, out: Path, quiet: bool) -> None:
     """Measure where DATA's input pipeline spends its time and say what to do: a cache ladder
     (the bottleneck stage), offline strategies (throughput, storage, pixel error), a worker
-    sweep and an input-bound verdict, on a sample. Writes OUT/advice.json and OUT/report.html."""
+    sweep and an input-bound verdict, on a sample. DATA: an ImageFolder or a saved Hugging Face
+    dataset (save_to_disk's directory, its rows read natively; the decoded copy is left out for
+    it). Writes OUT/advice.json and OUT/report.html."""
     from ferroloader.cli.advisor import advise, parse_size
-    from ferroloader.cli.compare import saved_dataset
 
     if recipe is not None and transform_spec is not None:
         raise click.UsageError("--recipe and --transform: give one or the other")
-    if saved_dataset(data):
-        raise click.UsageError(
-            f"{data} is a saved Hugging Face dataset; advise samples and re-encodes image files, "
-            "so it takes an ImageFolder (compare and profile take either)"
-        )
     if step_ms is not None and training_profile is not None:
         raise click.UsageError("--step-ms and --training-profile: give one or the other")
     try:

@@ -43,7 +43,7 @@ from typing import (
     Tuple,
 )
 
-from ferroloader._hfdatasets import dataloader_form
+from ferroloader._hfdatasets import dataloader_form, load_saved, saved_dataset
 from ferroloader.loader import DecoderName, Output, ProfileMode
 
 if TYPE_CHECKING:
@@ -153,9 +153,74 @@ def _skipping_folder(torchvision: Any) -> type:
     return _SKIPPING_FOLDER
 
 
+_SKIPPING_DATASET: Optional[type] = None
+
+
+def _skipping_dataset() -> type:
+    """``datasets.Dataset`` whose rows that fail (``datasets`` decodes the image, then the
+    format transform runs: either can raise) come out as None, left out of their batch by
+    :class:`PresentRows`: what ``--on-error skip`` does to a folder's DataLoader, for a saved
+    Hugging Face dataset. A subclass, so profiling still instruments it as a ``Dataset`` (its
+    ``decode`` and transform spans; ``cast_column``/``with_transform`` copy it whole, class
+    included); found by pickle as ``ferroloader.cli.compare.SkippingDataset``. A batch fetch
+    (``__getitems__``, DataLoader's) that fails is fetched again row by row, so the rows that
+    read are kept."""
+    global _SKIPPING_DATASET
+    if _SKIPPING_DATASET is None:
+        base: Any = importlib.import_module("datasets").Dataset
+
+        class SkippingDataset(base):  # type: ignore[misc]
+            def __getitem__(self, key: Any) -> Any:
+                if not isinstance(key, int):
+                    return super().__getitem__(key)
+                try:
+                    return super().__getitem__(key)
+                except Exception:
+                    return None
+
+            def __getitems__(self, keys: List[int]) -> List[Any]:
+                try:
+                    rows: List[Any] = super().__getitems__(keys)
+                    return rows
+                except Exception:
+                    return [self[int(k)] for k in keys]
+
+        SkippingDataset.__qualname__ = "SkippingDataset"
+        _SKIPPING_DATASET = SkippingDataset
+    return _SKIPPING_DATASET
+
+
+def skipping(dataset: Any) -> Any:
+    """A copy of the Hugging Face ``dataset`` whose failing rows come out as None (see
+    :func:`_skipping_dataset`)."""
+    import copy
+
+    out = copy.copy(dataset)
+    out.__class__ = _skipping_dataset()
+    return out
+
+
+class PresentRows:
+    """A ``collate_fn`` over the rows that did not fail (None: left out), as
+    :func:`_collate_present` is for a folder's samples."""
+
+    def __init__(self, collate: Callable[[List[Any]], Any]) -> None:
+        self.collate = collate
+
+    def __call__(self, rows: List[Any]) -> Any:
+        kept = [r for r in rows if r is not None]
+        if not kept:
+            import torch
+
+            return torch.empty(0, 3, 1, 1), torch.empty(0, dtype=torch.int64)
+        return self.collate(kept)
+
+
 def __getattr__(name: str) -> Any:
     if name == "SkippingImageFolder":
         return _skipping_folder(_torchvision())
+    if name == "SkippingDataset":
+        return _skipping_dataset()
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
@@ -326,7 +391,9 @@ def run_pipeline(
         skip = cfg.on_error == "skip"
         collate: Any = _collate_present if skip else None
         if saved_dataset(cfg.data):
-            dataset, collate = dataloader_form(load_saved(cfg.data), transform)
+            saved = load_saved(cfg.data)
+            dataset, collate = dataloader_form(skipping(saved) if skip else saved, transform)
+            collate = PresentRows(collate) if skip else collate
         else:
             folder = _skipping_folder(torchvision) if skip else torchvision.datasets.ImageFolder
             dataset = folder(os.fspath(cfg.data), transform=transform)
@@ -386,25 +453,6 @@ def run_pipeline(
     )
 
 
-def saved_dataset(data: Path) -> bool:
-    """Whether ``data`` is a directory a Hugging Face dataset's ``save_to_disk`` wrote (its
-    ``state.json`` and ``dataset_info.json``): both pipelines then read that ``Dataset``, the
-    DataLoader through ``with_transform`` as Hugging Face's examples do, ferroloader natively."""
-    return (data / "state.json").is_file() and (data / "dataset_info.json").is_file()
-
-
-def load_saved(data: Path) -> Any:
-    """The ``datasets.Dataset`` :func:`saved_dataset` found at ``data``."""
-    try:
-        import datasets  # type: ignore[import-untyped]
-    except ImportError as e:
-        raise ImportError(
-            f"{data} is a saved Hugging Face dataset; reading it needs datasets (pip install "
-            "datasets)"
-        ) from e
-    return datasets.load_from_disk(os.fspath(data))
-
-
 def native_source(data: Path) -> Any:
     """What ferroloader's Loader reads ``data`` as: the saved Hugging Face dataset, or the
     ImageFolder."""
@@ -422,11 +470,6 @@ def check_native(cfg: RunConfig) -> None:
     """
     import ferroloader as fl
 
-    if cfg.on_error == "skip" and saved_dataset(cfg.data):
-        raise ValueError(
-            f"--on-error skip: {cfg.data} is a saved Hugging Face dataset, whose DataLoader "
-            "pipeline (datasets decodes before the transform) cannot leave a sample out"
-        )
     dataset = native_source(cfg.data)
     try:
         fl.Loader(
