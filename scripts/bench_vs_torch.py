@@ -111,22 +111,6 @@ def hugging_face_dataset(folder: Path) -> Any:
     )
 
 
-def reference_mix_collate(num_classes: int) -> Any:
-    """The ``collate_fn`` torchvision's reference train.py writes for ``--mixup-alpha 0.2
-    --cutmix-alpha 1.0``."""
-    import torchvision.transforms.v2 as v2  # type: ignore[import-untyped]
-    from torch.utils.data import default_collate
-
-    mixup_cutmix = v2.RandomChoice(
-        [v2.MixUp(alpha=0.2, num_classes=num_classes), v2.CutMix(alpha=1.0, num_classes=num_classes)]
-    )
-
-    def collate_fn(batch):  # type: ignore[no-untyped-def]
-        return mixup_cutmix(*default_collate(batch))
-
-    return collate_fn
-
-
 def torch_loader(
     source: Any, batch_size: int, workers: int, seed: int, transform: Any, mix: Any = None
 ) -> DataLoader[Any]:
@@ -279,7 +263,8 @@ def main() -> None:
         else:
             mix = None
             if args.mix:
-                mix = reference_mix_collate(len(torchvision.datasets.ImageFolder(str(args.folder)).classes))
+                classes = len(torchvision.datasets.ImageFolder(str(args.folder)).classes)
+                mix = recipes.reference_collate(recipes.mixup_cutmix(classes))
                 transform_name += " + the reference MixUp/CutMix collate_fn"
             native = native_loader(source, args.batch_size, args.workers, args.seed, "off", transform, mix)
             plain_torch = torch_loader(source, args.batch_size, args.workers, args.seed, transform, mix)

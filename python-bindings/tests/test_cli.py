@@ -133,6 +133,19 @@ def test_compare_writes_the_report_of_both_pipelines(data: Path, tmp_path: Path)
     assert "ferroloader compare" in page and "--step-ms 2" in page
 
 
+def test_compare_mix_adds_the_reference_mixup_cutmix_to_both_pipelines(data: Path, tmp_path: Path) -> None:
+    out = tmp_path / "report"
+    invoke(["compare", str(data), "--mix", "--workers", "1", "--out", str(out), *SMALL])
+    summary = check_report(out, ["torchvision", "native"])
+    ops = {p["label"]: {o["op"] for o in p["ops"]} for p in summary["pipelines"]}
+    # torchvision's mixing is inside its collate; ferroloader's is a span of its own per batch.
+    assert "collate" in ops["torchvision"]
+    consumer = {o["op"] for o in summary["pipelines"][1]["consumer_ops"]}
+    assert consumer & {"RandomChoice/MixUp", "RandomChoice/CutMix"}
+    page = (out / "report.html").read_text()
+    assert "MixUp(0.2)/CutMix(1.0)" in page and "--mix" in page
+
+
 def test_profile_runs_the_native_pipeline_alone(data: Path, tmp_path: Path) -> None:
     out = tmp_path / "report"
     invoke(["profile", str(data), "--workers", "2", "--counters", "--out", str(out), *SMALL])

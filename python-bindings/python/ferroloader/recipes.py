@@ -36,8 +36,10 @@ __all__ = [
     "eval_preset",
     "is_torchvision_compose",
     "load_transform",
+    "mixup_cutmix",
     "output_of",
     "recipe",
+    "reference_collate",
     "train_preset",
 ]
 
@@ -347,3 +349,24 @@ def describe(compose: Any) -> str:
                 args.append(f"{float(p):g}")
         parts.append(f"{name}({', '.join(args)})" if args else name)
     return ", ".join(parts)
+
+
+def mixup_cutmix(num_classes: int, mixup_alpha: float = 0.2, cutmix_alpha: float = 1.0) -> Any:
+    """What the reference train.py builds for ``--mixup-alpha 0.2 --cutmix-alpha 1.0`` (its
+    published recipes' values): ``v2.RandomChoice([MixUp(0.2), CutMix(1.0)])``."""
+    import torchvision.transforms.v2 as v2  # type: ignore[import-untyped]
+
+    return v2.RandomChoice(
+        [v2.MixUp(alpha=mixup_alpha, num_classes=num_classes), v2.CutMix(alpha=cutmix_alpha, num_classes=num_classes)]
+    )
+
+
+def reference_collate(mixing: Any) -> Any:
+    """The ``collate_fn`` the reference train.py writes around ``mixing``:
+    ``mixing(*default_collate(batch))`` (the loader reads this form and mixes natively)."""
+    from torch.utils.data import default_collate
+
+    def collate_fn(batch: Any) -> Any:
+        return mixing(*default_collate(batch))
+
+    return collate_fn

@@ -170,6 +170,10 @@ def _run_options(*, workers: bool = True, out: str = "report") -> Callable[[F], 
                          "RandomErasing(0.25), e.g. ta_wide+re."),
             click.option("--v2", "use_v2", is_flag=True,
                          help="Build --recipe from torchvision.transforms.v2 (ToImage first)."),
+            click.option("--mix", is_flag=True,
+                         help="Add torchvision's reference MixUp/CutMix (train.py's "
+                         "--mixup-alpha 0.2 --cutmix-alpha 1.0: RandomChoice of the two in "
+                         "its collate_fn) to both pipelines."),
             click.option("--transform", "transform_spec", metavar="FILE.py:NAME", default=None,
                          help="Run your own torchvision Compose: NAME in FILE.py, a Compose or "
                          "a function of no arguments returning one. Both pipelines run it; "
@@ -262,6 +266,7 @@ def _config(kwargs: Mapping[str, Any], data: Path, **override: Any) -> Any:
         seed=kwargs["seed"],
         size=kwargs["size"],
         on_error=kwargs["on_error"],
+        mix=kwargs.get("mix", False),
     )
     values.update(_chosen_transform(kwargs))
     values.update(override)
@@ -288,6 +293,8 @@ def _command_line(name: str, cfg: Any, extra: Sequence[str] = ()) -> str:
         args += ["--size", str(cfg.size)]
     if cfg.on_error != "raise":
         args += ["--on-error", cfg.on_error]
+    if cfg.mix:
+        args.append("--mix")
     return shlex.join(args)
 
 
@@ -316,7 +323,8 @@ def _report_config(cfg: Any, *, workers: Optional[str] = None) -> Dict[str, str]
             + ("PILToTensor()" if cfg.output == "uint8" else "ToTensor(), Normalize(ImageNet)")
             if cfg.transform is None
             else f"{cfg.transform_name}: {describe(cfg.transform)}"
-        ),
+        )
+        + (", then the reference MixUp(0.2)/CutMix(1.0) collate_fn" if cfg.mix else ""),
         "batch size": str(cfg.batch_size),
         "workers": workers or str(cfg.num_workers),
         "batches per run": str(cfg.batches),

@@ -105,6 +105,10 @@ class RunConfig:
     on_error: Literal["raise", "skip"] = "raise"
     """A sample that fails (a file that does not decode): stop the run with an error naming the
     file, or skip it in both pipelines (torchvision's by leaving it out of its batch)."""
+    mix: bool = False
+    """Both pipelines mix each batch as torchvision's reference train.py does with
+    ``--mixup-alpha 0.2 --cutmix-alpha 1.0`` (``recipes.mixup_cutmix`` in its
+    ``collate_fn``)."""
 
     @property
     def num_workers(self) -> int:
@@ -363,6 +367,9 @@ def run_pipeline(
     transform = cfg.train_transform()
     workers = cfg.num_workers
     gc.collect()  # garbage of the previous run is not this run's cost
+    from ferroloader import recipes
+
+    mixing = _mixing(cfg)
     if pipeline == "native":
         import ferroloader as fl
 
@@ -378,6 +385,7 @@ def run_pipeline(
             profile=cfg.mode,
             on_error=cfg.on_error,
             python_tail="error",
+            collate_fn=None if mixing is None else recipes.reference_collate(mixing),
         )
         make_epoch: Callable[[], Iterator[Any]] = lambda: iter(loader)
         join: Callable[[], None] = lambda: None
@@ -397,6 +405,8 @@ def run_pipeline(
         else:
             folder = _skipping_folder(torchvision) if skip else torchvision.datasets.ImageFolder
             dataset = folder(os.fspath(cfg.data), transform=transform)
+        if mixing is not None:
+            collate = recipes.reference_collate(mixing) if collate is None else _MixedAfter(collate, mixing)
         generator = torch.Generator()
         generator.manual_seed(cfg.seed)
         dl = torch.utils.data.DataLoader(
@@ -451,6 +461,41 @@ def run_pipeline(
         cpu_s=cpu,
         profile=_relabel(profile, label),
     )
+
+
+def _mixing(cfg: RunConfig) -> Any:
+    """The reference train.py's MixUp/CutMix for ``cfg.data``'s classes, or ``None`` without
+    ``cfg.mix``."""
+    if not cfg.mix:
+        return None
+    from ferroloader import recipes
+
+    return recipes.mixup_cutmix(_num_classes(cfg.data))
+
+
+def _num_classes(data: Path) -> int:
+    """The classes of an ImageFolder, or of a saved Hugging Face dataset's labels (its
+    ``ClassLabel``'s names, or the largest label plus one)."""
+    if saved_dataset(data):
+        from ferroloader._hfdatasets import label_column
+
+        dataset = load_saved(data)
+        column = label_column(dataset)
+        names = getattr(dataset.features[column], "num_classes", None)
+        return int(names) if names is not None else int(max(dataset[column])) + 1
+    return len(_torchvision().datasets.folder.find_classes(os.fspath(data))[0])
+
+
+class _MixedAfter:
+    """A ``collate_fn`` that mixes what another one collated (``--on-error skip``'s collation
+    of the present samples, or a Hugging Face dataset's)."""
+
+    def __init__(self, collate: Callable[[Any], Any], mixing: Callable[..., Any]) -> None:
+        self.collate = collate
+        self.mixing = mixing
+
+    def __call__(self, batch: Any) -> Any:
+        return self.mixing(*self.collate(batch))
 
 
 def native_source(data: Path) -> Any:
