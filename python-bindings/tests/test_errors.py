@@ -110,7 +110,7 @@ def test_decode_error_names_the_file_and_cause(corrupt_folder: Path) -> None:
         ({"transform": "RandomResizedCrop"}, TypeError, "transform"),
         ({"transform": T.Compose([T.ToTensor(), T.RandomResizedCrop(8)])}, ValueError, "transform"),
         ({"transform": T.Compose([T.RandomResizedCrop(8), T.ToTensor(), T.RandomHorizontalFlip()])}, ValueError, "transform"),
-        ({"transform": T.Compose([T.RandomResizedCrop(8), T.PILToTensor()])}, ValueError, "output"),
+        ({"transform": T.Compose([T.RandomResizedCrop(8), T.PILToTensor()]), "output": "float32"}, ValueError, "output"),
     ],
 )
 def test_bad_arguments_name_the_argument(folder: Path, kwargs: Any, error: type, argument: str) -> None:
