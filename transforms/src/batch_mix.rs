@@ -204,6 +204,9 @@ pub fn fast_collate_mix_in_place(
     Ok(())
 }
 
+/// Values of a pair blended a chunk at a time (a stack copy, well within L1).
+const PAIR_CHUNK: usize = 1024;
+
 /// Mixes a pair of mirrors, each from both as they were.
 fn mix_pair(
     a: &mut [u8],
@@ -218,21 +221,72 @@ fn mix_pair(
         (_, MirrorMix::Keep) => mix_from(a, b, mix_a, shape),
         (MirrorMix::Keep, _) => mix_from(b, a, mix_b, shape),
         (MirrorMix::Blend(lam_a), MirrorMix::Blend(lam_b)) => {
-            // One pass for both (timm's `pair` mode, and `batch`/`elem` mixups).
+            // One pass for both (timm's `pair` mode, and `batch`/`elem` mixups), a cache-sized
+            // chunk at a time: each output is a loop of its own, which vectorizes better than
+            // both in one, from a copy of the chunk of `a` it overwrites first.
             let (keep_a, take_a) = factors(lam_a);
             let (keep_b, take_b) = factors(lam_b);
-            for (x, y) in a.iter_mut().zip(b.iter_mut()) {
-                let (old_x, old_y) = (*x, *y);
-                *x = blend(old_x, old_y, keep_a, take_a);
-                *y = blend(old_y, old_x, keep_b, take_b);
+            let mut saved = [0u8; PAIR_CHUNK];
+            for (chunk_a, chunk_b) in a.chunks_mut(PAIR_CHUNK).zip(b.chunks_mut(PAIR_CHUNK)) {
+                let old_a = &mut saved[..chunk_a.len()];
+                old_a.copy_from_slice(chunk_a);
+                for (x, &y) in chunk_a.iter_mut().zip(chunk_b.iter()) {
+                    *x = blend(*x, y, keep_a, take_a);
+                }
+                for (y, &x) in chunk_b.iter_mut().zip(old_a.iter()) {
+                    *y = blend(*y, x, keep_b, take_b);
+                }
             }
         }
-        _ => {
-            scratch.clear();
-            scratch.extend_from_slice(a);
-            mix_from(a, b, mix_a, shape);
-            mix_from(b, scratch, mix_b, shape);
+        (MirrorMix::Cut(cut), _) => {
+            // `a` reads only `b`'s box: kept aside, `b` mixes from `a` as it was first.
+            save_box(b, cut, shape, scratch);
+            mix_from(b, a, mix_b, shape);
+            restore_box(a, cut, shape, scratch);
         }
+        (_, MirrorMix::Cut(cut)) => {
+            save_box(a, cut, shape, scratch);
+            mix_from(a, b, mix_a, shape);
+            restore_box(b, cut, shape, scratch);
+        }
+    }
+}
+
+/// The rows of `cut` (`(x1, y1, x2, y2)`) in every channel: each row's first value's index.
+fn box_rows(
+    (x1, y1, _, y2): (usize, usize, usize, usize),
+    shape: BatchShape,
+) -> impl Iterator<Item = usize> {
+    (0..shape.channels)
+        .flat_map(move |c| (y1..y2).map(move |y| (c * shape.height + y) * shape.width + x1))
+}
+
+/// `scratch` becomes `sample`'s box, row after row.
+fn save_box(
+    sample: &[u8],
+    cut: (usize, usize, usize, usize),
+    shape: BatchShape,
+    scratch: &mut Vec<u8>,
+) {
+    scratch.clear();
+    for row in box_rows(cut, shape) {
+        scratch.extend_from_slice(&sample[row..row + cut.2 - cut.0]);
+    }
+}
+
+/// `sample`'s box becomes `saved` (as `save_box` left it).
+fn restore_box(
+    sample: &mut [u8],
+    cut: (usize, usize, usize, usize),
+    shape: BatchShape,
+    saved: &[u8],
+) {
+    let width = cut.2 - cut.0;
+    if width == 0 {
+        return;
+    }
+    for (row, values) in box_rows(cut, shape).zip(saved.chunks_exact(width)) {
+        sample[row..row + width].copy_from_slice(values);
     }
 }
 
@@ -263,18 +317,20 @@ fn factors(lam: f64) -> (f32, f32) {
     (lam as f32, (1.0 - lam) as f32)
 }
 
-/// 2^23: from it up, float32 holds only integers.
+/// 2^23: from it up to 2^24, float32 holds the integers and only them, each `2^23 + n` with
+/// `n` in its low mantissa bits.
 const INTEGERS_FROM: f32 = 8_388_608.0;
 
 /// `round_half_even(float32(x) * keep + float32(y) * take)` as uint8, as `torch.round` then
-/// `.byte()`. The sum is in `[0, 256)` (`keep + take` is 1 within float32's rounding): adding
-/// 2^23 rounds it to an integer, ties to even, in the default rounding mode; unlike
-/// `f32::round_ties_even` this needs no SSE4.1 instruction (a call per value without it) and
+/// `.byte()`. The sum is in `[0, 255.5)` (`keep + take` is 1 within float32's rounding):
+/// adding 2^23 rounds it to an integer `n`, ties to even (the default rounding mode), and
+/// leaves `n` in the low byte of the bits. Unlike `f32::round_ties_even` and a cast this needs
+/// no SSE4.1 instruction (a call per value without it) nor a saturating conversion, and
 /// vectorizes.
 #[inline]
 fn blend(x: u8, y: u8, keep: f32, take: f32) -> u8 {
     let mixed = f32::from(x) * keep + f32::from(y) * take;
-    ((mixed + INTEGERS_FROM) - INTEGERS_FROM) as u8
+    (mixed + INTEGERS_FROM).to_bits() as u8
 }
 
 #[cfg(test)]
@@ -397,35 +453,64 @@ mod tests {
         assert_eq!(blend(3, 2, 0.5, 0.5), 2);
     }
 
+    /// Each sample of `mixes` applied to `original` one value at a time, from the originals.
+    fn mixed_one_by_one(original: &[u8], mixes: &[MirrorMix]) -> Vec<u8> {
+        let samples = original.len() / 24;
+        let mut out = original.to_vec();
+        for (i, mix) in mixes.iter().enumerate() {
+            let j = samples - 1 - i;
+            for k in 0..24 {
+                let (x, y) = (k % 4, (k / 4) % 3);
+                let (own, other) = (original[i * 24 + k], original[j * 24 + k]);
+                out[i * 24 + k] = match *mix {
+                    MirrorMix::Keep => own,
+                    MirrorMix::Blend(lam) => reference(own, other, lam),
+                    MirrorMix::Cut((x1, y1, x2, y2)) => {
+                        if (x1..x2).contains(&x) && (y1..y2).contains(&y) {
+                            other
+                        } else {
+                            own
+                        }
+                    }
+                };
+            }
+        }
+        out
+    }
+
     #[test]
     fn each_sample_mixes_with_its_mirror_as_it_was() {
-        let original = pixels(4);
-        let mixes = [
-            MirrorMix::Blend(0.3),
-            MirrorMix::Cut((1, 0, 3, 2)),
-            MirrorMix::Keep,
-            MirrorMix::Blend(0.8),
+        use MirrorMix::{Blend, Cut, Keep};
+        let batches: [&[MirrorMix]; 5] = [
+            &[Blend(0.3), Cut((1, 0, 3, 2)), Keep, Blend(0.8)],
+            // Every pairing of kinds, the boxes of a pair apart.
+            &[
+                Cut((0, 0, 2, 2)),
+                Blend(0.6),
+                Cut((1, 1, 4, 3)),
+                Keep,
+                Cut((2, 0, 3, 1)),
+                Blend(0.25),
+            ],
+            &[
+                Blend(0.6),
+                Cut((0, 1, 4, 2)),
+                Cut((3, 2, 4, 3)),
+                Cut((0, 0, 1, 3)),
+                Blend(0.1),
+                Cut((0, 0, 2, 2)),
+            ],
+            &[Cut((0, 0, 0, 3)), Cut((0, 0, 4, 3)), Blend(0.0), Blend(1.0)],
+            // Half: the mirrors kept.
+            &[Cut((1, 1, 3, 3)), Blend(0.4)],
         ];
-        let mut mixed = original.clone();
-        fast_collate_mix_in_place(&mut mixed, shape(4), &mixes, &mut Vec::new())
-            .expect("a batch of its shape");
-        for (i, mix) in mixes.iter().enumerate() {
-            let j = 3 - i;
-            for c in 0..2 {
-                for y in 0..3 {
-                    for x in 0..4 {
-                        let k = (c * 3 + y) * 4 + x;
-                        let (own, other) = (original[i * 24 + k], original[j * 24 + k]);
-                        let want = match *mix {
-                            MirrorMix::Keep => own,
-                            MirrorMix::Blend(lam) => reference(own, other, lam),
-                            MirrorMix::Cut(_) if (1..3).contains(&x) && y < 2 => other,
-                            MirrorMix::Cut(_) => own,
-                        };
-                        assert_eq!(mixed[i * 24 + k], want, "{i} {c} {y} {x}");
-                    }
-                }
-            }
+        for mixes in batches {
+            let samples = if mixes.len() == 2 { 4 } else { mixes.len() };
+            let original = pixels(samples);
+            let mut mixed = original.clone();
+            fast_collate_mix_in_place(&mut mixed, shape(samples), mixes, &mut Vec::new())
+                .expect("a batch of its shape");
+            assert_eq!(mixed, mixed_one_by_one(&original, mixes), "{mixes:?}");
         }
     }
 

@@ -66,10 +66,11 @@ def _rand_bbox(rng: Any, img_shape: Tuple[int, ...], lam: Any) -> Tuple[Any, Any
     cut_h, cut_w = int(img_h * ratio), int(img_w * ratio)
     cy = rng.randint(0, img_h)
     cx = rng.randint(0, img_w)
-    yl = np.clip(cy - cut_h // 2, 0, img_h)
-    yh = np.clip(cy + (cut_h + 1) // 2, 0, img_h)
-    xl = np.clip(cx - cut_w // 2, 0, img_w)
-    xh = np.clip(cx + (cut_w + 1) // 2, 0, img_w)
+    # timm's np.clip of these Python ints, without its cost per call: the same values.
+    yl = min(max(cy - cut_h // 2, 0), img_h)
+    yh = min(max(cy + (cut_h + 1) // 2, 0), img_h)
+    xl = min(max(cx - cut_w // 2, 0), img_w)
+    xh = min(max(cx + (cut_w + 1) // 2, 0), img_w)
     return yl, yh, xl, xh
 
 
