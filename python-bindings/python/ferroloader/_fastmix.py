@@ -151,9 +151,9 @@ def plan(mixup: Any, rng: Any, batch_size: int, height: int, width: int) -> Opti
     import torch
 
     if mode == "batch":
-        lam, use_cutmix = _params_per_batch(rng, mixup)
+        lam, batch_cutmix = _params_per_batch(rng, mixup)
         box: Optional[Tuple[int, int, int, int]] = None
-        if use_cutmix:
+        if batch_cutmix:
             box, lam = _cut(rng, mixup, out_shape, lam)
         mix: Mix = None if lam == 1.0 else box if box is not None else float(lam)
         return Plan(mode, [mix] * batch_size, lam)
@@ -207,8 +207,9 @@ class FastCollateMix:
         (``"FastCollateMixup/<mode>"``). Where timm's own call must run (see :func:`plan`),
         runs it on the samples (it then raises where timm's does) and returns its output."""
         import torch
-        from timm.data.mixup import mixup_target
+        from timm.data import mixup as timm_mixup
 
+        mixup_target: Any = timm_mixup.mixup_target
         mixup = self.mixup
         drawn = plan(mixup, batch_rng(key), len(labels), images.shape[-2], images.shape[-1])
         if drawn is None:
