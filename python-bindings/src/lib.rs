@@ -68,6 +68,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(profile::now_ns, m)?)?;
     m.add_function(wrap_pyfunction!(at_exit::end_epochs_at_exit, m)?)?;
     m.add_function(wrap_pyfunction!(batch_mix::mix_batch, m)?)?;
+    m.add_function(wrap_pyfunction!(batch_mix::fast_collate_mix, m)?)?;
     m.add_function(wrap_pyfunction!(ops::random_resized_crop_params, m)?)?;
     m.add_function(wrap_pyfunction!(ops::resize_keep_ratio_params, m)?)?;
     m.add_function(wrap_pyfunction!(ops::resized_crop, m)?)?;

@@ -18,6 +18,7 @@ import timm.data as td
 from timm.data import FastCollateMixup
 
 import ferroloader as fl
+from ferroloader._fastmix import FastCollateMix, batch_rng
 from ferroloader.timm import PrefetchLoader, create_loader
 
 pytestmark = [
@@ -114,21 +115,24 @@ def test_timms_training_recipe_runs_natively_with_the_prefetchers_normalize_and_
 
 def test_fast_collate_mixup_mixes_the_native_batches_as_timms_collate_does(folder: Path) -> None:
     mixup = FastCollateMixup(mixup_alpha=0.8, cutmix_alpha=1.0, mode="elem", num_classes=3, label_smoothing=0.1)
-    loader = recipe(folder, re_prob=0.0, collate_fn=mixup)
+    loader = recipe(folder, re_prob=0.0, collate_fn=mixup, profile="spans")
+    assert isinstance(loader.loader.batch_mix, FastCollateMix)
     plain = recipe(folder, re_prob=0.0)
-    np.random.seed(3)
     got = run(loader)
-    np.random.seed(3)
     reference = FastCollateMixup(mixup_alpha=0.8, cutmix_alpha=1.0, mode="elem", num_classes=3, label_smoothing=0.1)
     mean = torch.tensor([255 * m for m in td.IMAGENET_DEFAULT_MEAN]).view(1, 3, 1, 1)
     std = torch.tensor([255 * s for s in td.IMAGENET_DEFAULT_STD]).view(1, 3, 1, 1)
     mixed_any = False
-    for (x, y), (raw_x, raw_y) in zip(got, run(plain.loader)):
-        want_x, want_y = reference([(raw_x[i], int(raw_y[i])) for i in range(len(raw_y))])
+    for b, ((x, y), (raw_x, raw_y)) in enumerate(zip(got, run(plain.loader))):
+        # timm's own collate, drawing from numpy's global generator set to the loader's.
+        np.random.set_state(batch_rng((7, 0, b)).get_state())
+        want_x, want_y = reference([(raw_x[i].clone(), int(raw_y[i])) for i in range(len(raw_y))])
         assert y.shape == (6, 3) and torch.equal(y, want_y)  # soft targets
         assert torch.equal(x, want_x.float().sub_(mean).div_(std))
         mixed_any |= not torch.equal(want_x, raw_x)
     assert mixed_any
+    spans = loader.profile().to_dict()["pipelines"][0]["spans"]
+    assert sum(s["op"] == "FastCollateMixup/elem" for s in spans) == len(got)
     assert loader.mixup_enabled
     loader.mixup_enabled = False  # train.py at --mixup-off-epoch
     assert not mixup.mixup_enabled

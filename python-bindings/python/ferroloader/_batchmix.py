@@ -96,10 +96,11 @@ class BatchMix:
         x2, y2 = min(x + half_w, width), min(y + half_h, height)
         return Draw("CutMix", float(1.0 - (x2 - x1) * (y2 - y1) / (width * height)), (x1, y1, x2, y2))
 
-    def apply(self, images: np.ndarray, labels: np.ndarray, key: Tuple[int, int, int]) -> Tuple[Any, str]:
+    def apply(self, images: np.ndarray, labels: np.ndarray, key: Tuple[int, int, int]) -> Tuple[np.ndarray, Any, str]:
         """Mixes ``images`` (the ``[B, C, H, W]`` batch, in place) with the draws of batch
-        ``key``; returns the mixed labels (a float32 ``[B, num_classes]`` tensor) and the op's
-        profile name (``"MixUp"``; ``"RandomChoice/CutMix"`` for one a ``RandomChoice`` chose)."""
+        ``key``; returns ``images``, the mixed labels (a float32 ``[B, num_classes]`` tensor)
+        and the op's profile name (``"MixUp"``; ``"RandomChoice/CutMix"`` for one a
+        ``RandomChoice`` chose)."""
         import torch
 
         draw = self.draw(key, images.shape[-2], images.shape[-1])
@@ -110,7 +111,7 @@ class BatchMix:
             _native.mix_batch(images, box=draw.box)
         # torchvision's _mixup_label: one-hot, rolled by one, weighted.
         one_hot = torch.nn.functional.one_hot(torch.from_numpy(labels), self.num_classes).float()
-        return one_hot.roll(1, 0).mul_(1.0 - draw.lam).add_(one_hot.mul(draw.lam)), name
+        return images, one_hot.roll(1, 0).mul_(1.0 - draw.lam).add_(one_hot.mul(draw.lam)), name
 
 
 @dataclass(frozen=True)

@@ -26,6 +26,7 @@ __all__ = [
     "now_ns",
     "end_epochs_at_exit",
     "mix_batch",
+    "fast_collate_mix",
     "random_resized_crop_params",
     "resize_keep_ratio_params",
     "resized_crop",
@@ -462,6 +463,14 @@ def mix_batch(
 ) -> None:
     """torchvision v2's MixUp (``lam``, float32) or CutMix (``box`` ``(x1, y1, x2, y2)``,
     float32 or uint8) on a C-contiguous ``[B, C, H, W]`` batch, in place."""
+def fast_collate_mix(
+    images: npt.NDArray[Any],
+    mixes: Sequence[Union[None, float, Tuple[int, int, int, int]]],
+) -> None:
+    """timm's FastCollateMixup on a C-contiguous uint8 ``[B, C, H, W]`` batch, in place: sample
+    ``i`` becomes ``mixes[i]`` of itself and sample ``B - 1 - i`` as they were (``None`` kept, a
+    float ``lam`` blended and rounded half to even, a box ``(x1, y1, x2, y2)`` the mirror's);
+    one mix per sample, or per sample of the first half (``half`` mode)."""
 def random_resized_crop_params(
     width: int,
     height: int,

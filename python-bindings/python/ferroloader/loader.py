@@ -29,6 +29,7 @@ from typing import (
     Optional,
     Sequence,
     Tuple,
+    Union,
     cast,
     get_args,
 )
@@ -37,6 +38,7 @@ import numpy as np
 
 from ferroloader import _native
 from ferroloader._batchmix import BatchMix, collated_mixing
+from ferroloader._fastmix import FastCollateMix
 from ferroloader.datasets import reading
 from ferroloader.profiling import Profile
 from ferroloader._pinning import DeviceReadHold, cuda_runtime_path
@@ -467,7 +469,7 @@ class Loader:
         if batch_transform is not None and not callable(batch_transform):
             raise TypeError(f"batch_transform: expected a callable, got {batch_transform!r}")
         self.batch_transform: Optional[Callable[[Any, Any], Any]] = batch_transform
-        self.batch_mix: Optional[BatchMix] = None
+        self.batch_mix: Optional[Union[BatchMix, FastCollateMix]] = None
         self.pin_memory: bool = _check_bool("pin_memory", pin_memory)
         if exif_transpose is None:
             # As the dataset's own reading turns its images: upright for a Hugging Face
@@ -594,15 +596,21 @@ class Loader:
         self._native: _native.Loader = self._build()
         self._check_normalize()
         #: torchvision v2's MixUp/CutMix given as ``batch_transform`` (or applied by the
-        #: ``collate_fn`` to the default collation), run natively on each batch; ``None``
-        #: where they run as given.
+        #: ``collate_fn`` to the default collation), or timm's ``FastCollateMixup`` given as
+        #: ``collate_fn``, run natively on each batch; ``None`` where they run as given.
         self.batch_mix = self._native_batch_mix()
 
-    def _native_batch_mix(self) -> Optional[BatchMix]:
+    def _native_batch_mix(self) -> Optional[Union[BatchMix, FastCollateMix]]:
         """The batch op the ``batch_transform`` or ``collate_fn`` is, where the batches are
         what it would get from DataLoader: torch tensors of CHW samples, labels the class
         indices (no ``target_transform``), float32 where it may MixUp (torchvision's MixUp
-        refuses integer images)."""
+        refuses integer images), uint8 for a ``FastCollateMixup`` (timm's collate makes uint8
+        batches; it is given uint8 samples under its prefetcher)."""
+        if self.tensor_type != "torch" or self.unbatched or self.target_transform is not None:
+            return None
+        fast = FastCollateMix.of(self.collate_fn) if self.batch_transform is None else None
+        if fast is not None:
+            return fast if len(self.sample_shape) == 3 and self.dtype == "uint8" else None
         given = self.batch_transform
         if given is None and self.collate_fn is not None:
             given = collated_mixing(self.collate_fn)
@@ -1338,9 +1346,10 @@ class LoaderIterator:
             _, batches, delivered = self._native_iter.resume_state
             planned = batches - 1 if self._loader.in_order else delivered[-1]
             start = _native.now_ns()
-            mixed, op = self._batch_mix.apply(images, labels, (self._loader.seed, self.epoch, planned))
+            images, mixed, op = self._batch_mix.apply(images, labels, (self._loader.seed, self.epoch, planned))
             self._native_iter.consumer_span(op, start, _native.now_ns())
             if self._device_hold is not None:
+                # What is handed out (a view, in timm's half mode, whose base is the batch's).
                 self._device_hold.watch(images)
             images = self._from_numpy(images)
             if self._pin_device is not None:

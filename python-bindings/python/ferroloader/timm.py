@@ -11,7 +11,8 @@ with ``use_prefetcher=True`` (timm's default), hands out the batches through a
 :class:`PrefetchLoader` as timm's does: uint8 batches copied to ``device`` on a side stream,
 normalized there in ``img_dtype`` as ``(x - 255 * mean) / (255 * std)``, timm's
 ``RandomErasing`` applied there to the whole batch, and a ``FastCollateMixup`` given as
-``collate_fn`` mixing each batch (``loader.mixup_enabled`` switches it, as timm's
+``collate_fn`` mixing each batch (natively: ``ferroloader._fastmix``; as timm's collate, bit
+for bit, with draws keyed per batch; ``loader.mixup_enabled`` switches it, as timm's
 ``train.py`` does at ``--mixup-off-epoch``). Underneath, a :class:`ferroloader.Loader` decodes
 and transforms in native worker threads; what differs from timm's loader:
 
@@ -35,6 +36,7 @@ import warnings
 from contextlib import nullcontext
 from typing import TYPE_CHECKING, Any, Callable, Dict, Iterator, Optional, Sequence, Tuple, Union
 
+from ferroloader._fastmix import is_fast_collate_mixup
 from ferroloader.loader import Loader, ProfileMode
 from ferroloader.profiling import Profile
 
@@ -196,12 +198,8 @@ class PrefetchLoader:
 
     @mixup_enabled.setter
     def mixup_enabled(self, enabled: bool) -> None:
-        if _is_fast_collate_mixup(self.loader.collate_fn):
+        if is_fast_collate_mixup(self.loader.collate_fn):
             self.loader.collate_fn.mixup_enabled = enabled  # type: ignore[union-attr]
-
-
-def _is_fast_collate_mixup(fn: Any) -> bool:
-    return type(fn).__name__ == "FastCollateMixup" and type(fn).__module__.startswith("timm.data")
 
 
 def _is_fast_collate(fn: Any) -> bool:
