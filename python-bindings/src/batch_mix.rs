@@ -5,7 +5,8 @@
 use ferroloader_loader::transforms::batch_mix::{
     cutmix_in_place, fast_collate_mix_in_place, mixup_in_place, BatchShape, MirrorMix,
 };
-use numpy::{PyReadwriteArray4, PyUntypedArrayMethods};
+use ferroloader_loader::transforms::Result as TransformResult;
+use numpy::{Element, PyReadwriteArray4, PyUntypedArrayMethods};
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 
@@ -16,6 +17,24 @@ fn shape_of(dims: &[usize]) -> BatchShape {
         height: dims[2],
         width: dims[3],
     }
+}
+
+/// Runs `op` on `images`, a C-contiguous `[B, C, H, W]` array of `T` written in place, with the
+/// GIL released; `None` where `images` is no writable array of `T`.
+fn on_batch<T: Element + Send>(
+    py: Python<'_>,
+    images: &Bound<'_, PyAny>,
+    op: impl FnOnce(&mut [T], BatchShape) -> TransformResult<()> + Send,
+) -> Option<PyResult<()>> {
+    let mut array = images.extract::<PyReadwriteArray4<'_, T>>().ok()?;
+    let shape = shape_of(array.shape());
+    let Ok(values) = array.as_slice_mut() else {
+        return Some(Err(PyValueError::new_err("images: not C-contiguous")));
+    };
+    Some(
+        py.detach(|| op(values, shape))
+            .map_err(|e| PyValueError::new_err(e.to_string())),
+    )
 }
 
 /// Mixes `images` (a C-contiguous `[B, C, H, W]` array of the batch, written in place) as
@@ -29,42 +48,28 @@ pub(crate) fn mix_batch(
     lam: Option<f64>,
     r#box: Option<(usize, usize, usize, usize)>,
 ) -> PyResult<()> {
-    let value_error =
-        |e: ferroloader_loader::transforms::Error| PyValueError::new_err(e.to_string());
     match (lam, r#box) {
-        (Some(lam), None) => {
-            let mut array = images
-                .extract::<PyReadwriteArray4<'_, f32>>()
-                .map_err(|_| {
-                    PyTypeError::new_err("images: MixUp needs a float32 [B, C, H, W] array")
-                })?;
-            let shape = shape_of(array.shape());
-            let values = array
-                .as_slice_mut()
-                .map_err(|_| PyValueError::new_err("images: not C-contiguous"))?;
-            py.detach(|| mixup_in_place(values, shape, lam, &mut Vec::new()))
-                .map_err(value_error)
-        }
-        (None, Some(cut)) => {
-            if let Ok(mut array) = images.extract::<PyReadwriteArray4<'_, f32>>() {
-                let shape = shape_of(array.shape());
-                let values = array
-                    .as_slice_mut()
-                    .map_err(|_| PyValueError::new_err("images: not C-contiguous"))?;
-                return py
-                    .detach(|| cutmix_in_place(values, shape, cut, &mut Vec::new()))
-                    .map_err(value_error);
-            }
-            let mut array = images.extract::<PyReadwriteArray4<'_, u8>>().map_err(|_| {
-                PyTypeError::new_err("images: CutMix needs a float32 or uint8 [B, C, H, W] array")
-            })?;
-            let shape = shape_of(array.shape());
-            let values = array
-                .as_slice_mut()
-                .map_err(|_| PyValueError::new_err("images: not C-contiguous"))?;
-            py.detach(|| cutmix_in_place(values, shape, cut, &mut Vec::new()))
-                .map_err(value_error)
-        }
+        (Some(lam), None) => on_batch::<f32>(py, images, |v, s| {
+            mixup_in_place(v, s, lam, &mut Vec::new())
+        })
+        .unwrap_or_else(|| {
+            Err(PyTypeError::new_err(
+                "images: MixUp needs a float32 [B, C, H, W] array",
+            ))
+        }),
+        (None, Some(cut)) => on_batch::<f32>(py, images, |v, s| {
+            cutmix_in_place(v, s, cut, &mut Vec::new())
+        })
+        .or_else(|| {
+            on_batch::<u8>(py, images, |v, s| {
+                cutmix_in_place(v, s, cut, &mut Vec::new())
+            })
+        })
+        .unwrap_or_else(|| {
+            Err(PyTypeError::new_err(
+                "images: CutMix needs a float32 or uint8 [B, C, H, W] array",
+            ))
+        }),
         _ => Err(PyTypeError::new_err(
             "mix_batch: give lam (MixUp) or box (CutMix)",
         )),
@@ -89,13 +94,6 @@ pub(crate) fn fast_collate_mix(
     images: &Bound<'_, PyAny>,
     mixes: Vec<Option<MixArg>>,
 ) -> PyResult<()> {
-    let mut array = images.extract::<PyReadwriteArray4<'_, u8>>().map_err(|_| {
-        PyTypeError::new_err("images: FastCollateMixup needs a uint8 [B, C, H, W] array")
-    })?;
-    let shape = shape_of(array.shape());
-    let values = array
-        .as_slice_mut()
-        .map_err(|_| PyValueError::new_err("images: not C-contiguous"))?;
     let mixes: Vec<MirrorMix> = mixes
         .into_iter()
         .map(|mix| match mix {
@@ -104,6 +102,12 @@ pub(crate) fn fast_collate_mix(
             Some(MixArg::Cut(cut)) => MirrorMix::Cut(cut),
         })
         .collect();
-    py.detach(|| fast_collate_mix_in_place(values, shape, &mixes, &mut Vec::new()))
-        .map_err(|e| PyValueError::new_err(e.to_string()))
+    on_batch::<u8>(py, images, |v, s| {
+        fast_collate_mix_in_place(v, s, &mixes, &mut Vec::new())
+    })
+    .unwrap_or_else(|| {
+        Err(PyTypeError::new_err(
+            "images: FastCollateMixup needs a uint8 [B, C, H, W] array",
+        ))
+    })
 }
