@@ -29,6 +29,13 @@ import numpy as np
 from ferroloader import _native
 
 
+def batch_entropy(purpose: str, key: Tuple[int, int, int]) -> bytes:
+    """128 bits that seed the draws of batch ``key`` (``(seed, epoch, batch)``) for ``purpose``
+    (each batch op its own stream): the same batch, the same draws, whatever ``num_workers``
+    and on resume."""
+    return hashlib.blake2b(repr((purpose, *key)).encode(), digest_size=16).digest()
+
+
 @dataclass(frozen=True)
 class Mixing:
     """One of the batch ops: ``"MixUp"`` or ``"CutMix"``, with its ``alpha``."""
@@ -83,8 +90,7 @@ class BatchMix:
     def draw(self, key: Tuple[int, int, int], height: int, width: int) -> "Draw":
         """The op and parameters of batch ``key`` (``(seed, epoch, batch)``) of images of
         ``height`` x ``width``, as torchvision's ``make_params`` computes them from its draws."""
-        digest = hashlib.blake2b(repr(("batch_mix", *key)).encode(), digest_size=8).digest()
-        rng = np.random.default_rng(int.from_bytes(digest, "little"))
+        rng = np.random.default_rng(int.from_bytes(batch_entropy("batch_mix", key), "little"))
         choice = self.choices[int(rng.choice(len(self.choices), p=self.probabilities))]
         lam = float(np.float32(rng.beta(choice.alpha, choice.alpha)))
         if choice.kind == "MixUp":

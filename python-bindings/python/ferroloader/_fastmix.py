@@ -16,13 +16,13 @@ This module must not touch the images but through ``fast_collate_mix``.
 
 from __future__ import annotations
 
-import hashlib
 from dataclasses import dataclass
 from typing import Any, List, Optional, Tuple, Union
 
 import numpy as np
 
 from ferroloader import _native
+from ferroloader._batchmix import batch_entropy
 
 #: One sample's mix: ``None`` kept, a float ``lam`` blended, a box ``(x1, y1, x2, y2)`` cut in.
 Mix = Union[None, float, Tuple[int, int, int, int]]
@@ -183,8 +183,7 @@ def plan(mixup: Any, rng: Any, batch_size: int, height: int, width: int) -> Opti
 def batch_rng(key: Tuple[int, int, int]) -> np.random.RandomState:
     """The generator of batch ``key`` (``(seed, epoch, batch)``): timm's draws are
     ``RandomState`` methods, so a ``RandomState`` makes them as numpy's global one does."""
-    digest = hashlib.blake2b(repr(("fast_collate_mixup", *key)).encode(), digest_size=16).digest()
-    return np.random.RandomState(np.frombuffer(digest, dtype=np.uint32))
+    return np.random.RandomState(np.frombuffer(batch_entropy("fast_collate_mixup", key), dtype=np.uint32))
 
 
 class FastCollateMix:
