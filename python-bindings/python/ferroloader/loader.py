@@ -1348,15 +1348,8 @@ class LoaderIterator:
             start = _native.now_ns()
             images, mixed, op = self._batch_mix.apply(images, labels, (self._loader.seed, self.epoch, planned))
             self._native_iter.consumer_span(op, start, _native.now_ns())
-            if self._device_hold is not None:
-                # What is handed out (a view, in timm's half mode, whose base is the batch's).
-                self._device_hold.watch(images)
-            images = self._from_numpy(images)
-            if self._pin_device is not None:
-                if self._device_hold is None:
-                    images = images.pin_memory()
-                mixed = mixed.pin_memory()
-            return images, mixed
+            # What is handed out (a view, in timm's half mode, whose base is the batch's).
+            return self._torch_images(images), mixed.pin_memory() if self._pin_device is not None else mixed
         # What the dataset's __getitem__ would have returned as each target, before collation.
         targets = None
         if self._target_transform is not None:
@@ -1364,13 +1357,8 @@ class LoaderIterator:
         if self._sample_shape is not None:
             images = images.reshape((images.shape[0], *self._sample_shape))  # a view, no copy
         if self._from_numpy is not None:
-            if self._device_hold is not None:
-                self._device_hold.watch(images)
-            images, labels = self._from_numpy(images), self._from_numpy(labels)
+            images, labels = self._torch_images(images), self._from_numpy(labels)
             if self._pin_device is not None:
-                # No device argument: torch deprecates it (2.11); pinned memory serves any device.
-                if self._device_hold is None:
-                    images = images.pin_memory()
                 labels = labels.pin_memory()
         if self._unbatched:
             return images[0], labels[0] if targets is None else targets[0]
@@ -1384,6 +1372,17 @@ class LoaderIterator:
         if self._batch_transform is not None:
             return self._batch_transform(images, labels)  # type: ignore[no-any-return]
         return images, labels
+
+    def _torch_images(self, images: np.ndarray) -> Any:
+        """The batch's ``images`` as handed out: a torch tensor viewing them, held until the
+        device has read them from a page-locked ring, or pinned by a copy without one."""
+        if self._device_hold is not None:
+            self._device_hold.watch(images)
+        tensor = self._from_numpy(images)
+        if self._pin_device is not None and self._device_hold is None:
+            # No device argument: torch deprecates it (2.11); pinned memory serves any device.
+            tensor = tensor.pin_memory()
+        return tensor
 
     def _collate_targets(self, targets: List[Any]) -> Any:
         """The targets as DataLoader's default collation batches them (ints into an int64
