@@ -15,6 +15,7 @@ import pytest
 import torch
 import torch.distributed as dist
 import timm.data as td
+import torchvision.transforms as tvT
 from timm.data import FastCollateMixup
 
 import ferroloader as fl
@@ -241,3 +242,16 @@ def test_timms_own_loader_is_profiled_through_its_prefetcher_beside_ours(folder:
     run(ours)
     both = theirs.merge(ours.profile())
     assert both.labels == ["torchvision", "native"]
+
+
+def test_a_loader_not_distributed_loads_everything_on_every_rank(
+    folder: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # timm's DataLoader has no sampler then; the Loader would take its share of a process group.
+    monkeypatch.setattr(dist, "is_initialized", lambda: True)
+    monkeypatch.setattr(dist, "get_world_size", lambda *a: 2)
+    monkeypatch.setattr(dist, "get_rank", lambda *a: 1)
+    shared = fl.Loader(fl.ImageFolder(folder), 2, transform=tvT.Compose([tvT.CenterCrop(8), tvT.ToTensor()]))
+    assert shared.world_size == 2  # what it guards against
+    loader = create_loader(dataset(folder), SIZE, 2, num_workers=2, device=CPU)
+    assert sum(len(y) for _, y in loader) == 18

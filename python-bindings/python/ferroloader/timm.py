@@ -388,11 +388,16 @@ def create_loader(
         collate_fn = None  # the native batches are what it makes: uint8 images, int64 targets
     if seed is None:
         seed = int(torch.empty((), dtype=torch.int64).random_().item())
+    # Not distributed: every rank loads everything, as timm's DataLoader does, even where a
+    # process group is up (the Loader would take its rank's share of it otherwise).
+    whole = sampler is None and not iterable and not distributed
     loader = Loader(
         dataset,
         batch_size=batch_size,
         shuffle=not iterable and sampler is None and is_training,
         sampler=sampler,
+        rank=0 if whole else None,
+        world_size=1 if whole else None,
         num_workers=num_workers,
         collate_fn=collate_fn,
         pin_memory=pin_memory,
