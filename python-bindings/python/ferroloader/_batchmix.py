@@ -17,7 +17,6 @@ through ``mix_batch``.
 
 from __future__ import annotations
 
-import dis
 import hashlib
 import math
 import types
@@ -26,7 +25,7 @@ from typing import Any, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from ferroloader import _native
+from ferroloader import _bytecode, _native
 
 
 def batch_entropy(purpose: str, key: Tuple[int, int, int]) -> bytes:
@@ -130,10 +129,6 @@ class Draw:
     box: Optional[Tuple[int, int, int, int]]
 
 
-# Bytecode of no effect on what a function computes, across CPython 3.9-3.14.
-_NO_EFFECT = frozenset(("RESUME", "NOP", "CACHE", "PRECALL", "PUSH_NULL", "KW_NAMES", "EXTENDED_ARG", "COPY_FREE_VARS"))
-
-
 def collated_mixing(collate_fn: Any) -> Optional[Any]:
     """The transform a ``collate_fn`` applies to the default collation of its batch and does
     nothing else with, ``def collate_fn(batch): return t(*default_collate(batch))`` (torchvision's
@@ -142,18 +137,9 @@ def collated_mixing(collate_fn: Any) -> Optional[Any]:
     if not isinstance(collate_fn, types.FunctionType):
         return None
     code = collate_fn.__code__
-    if code.co_argcount != 1 or code.co_kwonlyargcount or code.co_flags & (0x04 | 0x08):
+    if not _bytecode.plain_arguments(code, 1):
         return None
-    steps: List[Tuple[str, Any]] = []
-    for ins in dis.get_instructions(code):
-        if ins.opname in _NO_EFFECT:
-            continue
-        name = ins.opname
-        if name.startswith("LOAD_FAST"):
-            name = "LOAD_FAST"
-        elif name in ("CALL_FUNCTION", "CALL"):
-            name = "CALL"
-        steps.append((name, ins.argval))
+    steps = _bytecode.steps(code)
     if len(steps) != 6:
         return None
     load_t, load_collate, batch, call, (spread, _), ret = steps

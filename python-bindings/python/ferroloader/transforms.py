@@ -59,7 +59,6 @@ pipeline is planned (by :class:`ferroloader.Loader` or :func:`check`).
 from __future__ import annotations
 
 import collections.abc
-import dis
 import inspect
 import json
 import math
@@ -83,7 +82,7 @@ from typing import (
 
 import numpy as np
 
-from ferroloader import _native
+from ferroloader import _bytecode, _native
 
 __all__ = [
     "Transform",
@@ -2596,13 +2595,6 @@ class TailSplit(NamedTuple):
     output: str = "float32"
 
 
-# Bytecode of no effect on what a function computes (interpreter bookkeeping, inline caches,
-# the NULL pushed before a call), across CPython 3.9-3.14.
-_NO_EFFECT_OPS = frozenset(
-    ("RESUME", "NOP", "CACHE", "PRECALL", "PUSH_NULL", "KW_NAMES", "EXTENDED_ARG", "NOT_TAKEN")
-)
-
-
 def delegated_compose(transform: Any) -> Optional[Any]:
     """The torchvision ``Compose`` that calling ``transform`` runs and nothing else, or
     ``None``: for an object whose class's ``__call__`` is exactly ``return
@@ -2620,31 +2612,11 @@ def delegated_compose(transform: Any) -> Optional[Any]:
         return None
     if "transforms" in {name for klass in type(transform).__mro__ for name in vars(klass)}:
         return None  # a property or class attribute could differ from the instance's
-    plain_arguments = code.co_argcount == 2 and not code.co_kwonlyargcount and not code.co_posonlyargcount
-    if not plain_arguments or code.co_flags & (inspect.CO_VARARGS | inspect.CO_VARKEYWORDS):
+    if not _bytecode.plain_arguments(code, 2):
         return None
     this, arg = code.co_varnames[:2]
-    steps = []
-    for ins in dis.get_instructions(code):
-        if ins.opname in _NO_EFFECT_OPS:
-            continue
-        name = ins.opname
-        if name.startswith("LOAD_FAST"):  # LOAD_FAST_BORROW, LOAD_FAST_CHECK in newer versions
-            name = "LOAD_FAST"
-        elif name in ("CALL_FUNCTION", "CALL"):
-            name = "CALL"
-        elif name == "LOAD_METHOD":
-            name = "LOAD_ATTR"
-        steps.append((name, ins.argval))
-    # `out = self.transforms(x); return out` (a typed copy's form) returns the same.
-    end = steps[-3:]
-    if len(end) == 3 and end[0][0] == "STORE_FAST" and end[1:] == [("LOAD_FAST", end[0][1]), ("RETURN_VALUE", None)]:
-        steps[-3:] = [("RETURN_VALUE", None)]
-    elif len(end) == 3 and end[1][0] == "STORE_FAST_LOAD_FAST" and end[2] == ("RETURN_VALUE", None):
-        if len(set(end[1][1])) == 1:  # (stored, loaded): the same name
-            steps[-2:] = [("RETURN_VALUE", None)]
     delegates = [("LOAD_FAST", this), ("LOAD_ATTR", "transforms"), ("LOAD_FAST", arg), ("CALL", 1), ("RETURN_VALUE", None)]
-    return inner if steps == delegates else None
+    return inner if _bytecode.returned_directly(_bytecode.steps(code)) == delegates else None
 
 
 def _tail_items(transform: Any) -> Optional[List[Any]]:
