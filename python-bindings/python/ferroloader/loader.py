@@ -1339,11 +1339,14 @@ class LoaderIterator:
         except BaseException:
             self._end()
             raise
+        # Read once a batch: it copies the list of batches delivered so far.
+        resume = None
         if self._loader._progress is not None and self._loader._progress[0] == self.epoch:
-            self._loader._progress = (self.epoch, self._native_iter.resume_state)
+            resume = self._native_iter.resume_state
+            self._loader._progress = (self.epoch, resume)
         self.indices = indices
         if self._batch_mix is not None:
-            _, batches, delivered = self._native_iter.resume_state
+            _, batches, delivered = resume or self._native_iter.resume_state
             planned = batches - 1 if self._loader.in_order else delivered[-1]
             start = _native.now_ns()
             images, mixed, op = self._batch_mix.apply(images, labels, (self._loader.seed, self.epoch, planned))
