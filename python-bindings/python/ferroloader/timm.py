@@ -47,22 +47,6 @@ IMAGENET_DEFAULT_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_DEFAULT_STD = (0.229, 0.224, 0.225)
 
 
-def _per_channel(values: Union[float, Sequence[float]], channels: int) -> Tuple[float, ...]:
-    """``values`` for each of ``channels``, as timm's loader adapts a model's statistics: a
-    scalar repeated, a sequence of another length averaged (with timm's warning)."""
-    if isinstance(values, (int, float)):
-        return (float(values),) * channels
-    if len(values) != channels:
-        mean = sum(float(v) for v in values) / len(values)
-        warnings.warn(
-            f"Pretrained mean/std different shape than model, using avg value {(mean,) * channels}.",
-            UserWarning,
-            stacklevel=3,
-        )
-        return (mean,) * channels
-    return tuple(float(v) for v in values)
-
-
 class PrefetchLoader:
     """timm's ``PrefetchLoader`` over a :class:`ferroloader.Loader` of uint8 batches: each batch
     copied to ``device`` on a side stream while the consumer works on the previous one (on
@@ -95,12 +79,17 @@ class PrefetchLoader:
         self.device = torch.device("cuda") if device is None else torch.device(device)
         # timm's deprecated fp16 flag still overrides img_dtype.
         self.img_dtype = torch.float16 if fp16 else (img_dtype or torch.float32)
+        from timm.data import loader as timm_loader
+
+        # timm's own adaptation of a model's statistics to the channels (a scalar repeated, a
+        # sequence of another length averaged, with its warning).
+        per_channel: Any = timm_loader.adapt_to_chs
         shape = (1, channels, 1, 1)
         self.mean = torch.tensor(
-            [255 * v for v in _per_channel(mean, channels)], device=self.device, dtype=self.img_dtype
+            [255 * v for v in per_channel(mean, channels)], device=self.device, dtype=self.img_dtype
         ).view(shape)
         self.std = torch.tensor(
-            [255 * v for v in _per_channel(std, channels)], device=self.device, dtype=self.img_dtype
+            [255 * v for v in per_channel(std, channels)], device=self.device, dtype=self.img_dtype
         ).view(shape)
         self.random_erasing: Optional[Callable[[Any], Any]] = None
         if re_prob > 0:
