@@ -140,6 +140,19 @@ def test_a_loader_mixes_each_batch_natively_as_timms_collate_would(folder: Path,
     assert len(mixing) == 2 * len(loader) and {s["worker"] for s in mixing} == {_native.CONSUMER}
 
 
+def test_the_targets_come_from_the_older_timms_mixup_target_too(folder: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # timm 1.0.29's mixup_target takes no multi_label; the native path must not pass one.
+    import timm.data.mixup
+
+    def four_arguments(target: torch.Tensor, num_classes: int, lam: float = 1.0, smoothing: float = 0.0) -> Any:
+        return mixup_target(target, num_classes, lam, smoothing)
+
+    want = run(fl.Loader(dataset(folder), 4, shuffle=True, seed=3, num_workers=2, collate_fn=timm_mixup("both", "elem")))
+    monkeypatch.setattr(timm.data.mixup, "mixup_target", four_arguments)
+    got = run(fl.Loader(dataset(folder), 4, shuffle=True, seed=3, num_workers=2, collate_fn=timm_mixup("both", "elem")))
+    assert same(got, want)
+
+
 def test_mixed_batches_are_the_same_whatever_the_workers_and_on_resume(folder: Path) -> None:
     def make(**kw: Any) -> fl.Loader:
         return fl.Loader(dataset(folder), 4, shuffle=True, seed=2, drop_last=True,

@@ -215,9 +215,8 @@ class FastCollateMix:
             output, target = mixup([(torch.from_numpy(images[i]), int(label)) for i, label in enumerate(labels)])
             return output.numpy(), target, "FastCollateMixup"
         _native.fast_collate_mix(images, drawn.mixes)
-        target = mixup_target(
-            torch.from_numpy(labels), mixup.num_classes, drawn.lam, mixup.label_smoothing, mixup.multi_label
-        )
+        # Not multi-label here (see `_mode`); older timm (1.0.29) takes no `multi_label`.
+        target = mixup_target(torch.from_numpy(labels), mixup.num_classes, drawn.lam, mixup.label_smoothing)
         if drawn.mode == "half":
             half = len(labels) // 2
             return images[:half], target[:half], "FastCollateMixup/half"
