@@ -73,6 +73,8 @@ pub struct Batch {
     pub(crate) planned_len: usize,
     /// It completed while an earlier batch of the epoch was still being made.
     pub(crate) completed_early: bool,
+    /// The batch op a worker ran on it ([`crate::BatchOps`]).
+    pub(crate) applied: Option<&'static str>,
 }
 
 impl Batch {
@@ -169,6 +171,13 @@ impl Batch {
     /// How long the consumer's `next()` took to return this batch (its wait for data).
     pub fn wait(&self) -> Duration {
         self.wait
+    }
+
+    /// The name of the batch op a worker ran on the batch before delivering it
+    /// ([`crate::BatchOps::plan`]); `None` when none ran (none planned, or the consumer's to
+    /// run).
+    pub fn applied(&self) -> Option<&'static str> {
+        self.applied
     }
 
     /// When the batch was planned, started, completed and delivered.

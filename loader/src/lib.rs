@@ -18,6 +18,7 @@
 #![warn(missing_docs)]
 
 mod batch;
+mod batch_op;
 mod buffer;
 pub mod dataset;
 mod error;
@@ -38,6 +39,7 @@ pub use ferroloader_profiler as profiler;
 pub use ferroloader_transforms as transforms;
 
 pub use batch::{Batch, BatchImages, BatchImagesMut, BatchTiming};
+pub use batch_op::{BatchOp, BatchOps};
 pub use dataset::{
     ByteColumn, Column, EncodedTable, FileList, FileListOptions, ImageArray, ImageFolder,
     ImageFolderOptions, InMemory, ListFormat, PathList, SharedBytes, Source, IMG_EXTENSIONS,

@@ -11,6 +11,7 @@ use std::sync::{Arc, Condvar, Mutex};
 
 use ferroloader_profiler::{Profile, Profiler, ProfilerConfig};
 
+use crate::batch_op::BatchOps;
 use crate::buffer::{buffer_error, BufferPool, TakeFailed, ALIGN};
 use crate::dataset::Source;
 use crate::error::{LoaderError, Result};
@@ -407,7 +408,12 @@ where
             kits: Arc::clone(&self.kits),
             pool: Arc::clone(&self.pool),
             plan,
+            first_number: match self.options.delivery {
+                Delivery::InOrder if batch_numbers.is_empty() => resume.batches,
+                _ => 0,
+            },
             batch_numbers,
+            batch_ops: Arc::new(BatchOps::new(self.options.on_error == ErrorPolicy::Raise)),
             batch_size: self.options.batch_size,
             buffer_samples,
             layout: self.layout,

@@ -29,7 +29,8 @@ use std::time::Duration;
 use bytes::BytesMut;
 use ferroloader_profiler::{now_ns, ops, Arrival, BatchEvent};
 
-use crate::batch::{Batch, BatchTiming};
+use crate::batch::{Batch, BatchImagesMut, BatchTiming};
+use crate::batch_op::{BatchOp, BatchOps};
 use crate::buffer::{buffer_error, touch_pages, BatchBuffer, BufferPool, Outcome};
 use crate::dataset::Source;
 use crate::error::LoaderError;
@@ -63,8 +64,13 @@ pub(crate) struct Epoch<S, P: SampleProcessor, H> {
     /// Dataset index of every position of the epoch.
     pub(crate) plan: Vec<usize>,
     /// The epoch's own number of each planned batch, when the plan is what is left of an epoch
-    /// resumed in completion order (so batches keep their numbers); empty: the identity.
+    /// resumed in completion order (so batches keep their numbers); empty: `first_number` on.
     pub(crate) batch_numbers: Vec<usize>,
+    /// The number of planned batch 0 when `batch_numbers` is empty: the batches an in-order
+    /// epoch resumed from had delivered, else 0.
+    pub(crate) first_number: usize,
+    /// Batch ops planned by the consumer, run by the worker that completes each batch.
+    pub(crate) batch_ops: Arc<BatchOps>,
     pub(crate) batch_size: usize,
     /// Samples each batch buffer is made for: `batch_size`, or the whole plan when shorter.
     pub(crate) buffer_samples: usize,
@@ -113,6 +119,10 @@ struct Planned {
     timing: BatchTiming,
     /// It completed while an earlier batch was still being made (recorded when profiling).
     completed_early: bool,
+    /// A worker is running its batch op: complete, but not to be taken yet.
+    mixing: bool,
+    /// The batch op a worker ran on it.
+    applied: Option<&'static str>,
 }
 
 impl Planned {
@@ -145,6 +155,16 @@ struct Task {
     started: Option<u64>,
     /// The piece is part of a buffer never filled before: touch its pages first.
     fresh: bool,
+}
+
+/// A complete batch whose planned op the worker that completed it runs, its buffer out of the
+/// epoch's window meanwhile.
+struct BatchOpJob {
+    /// Its planned index.
+    index: usize,
+    samples: usize,
+    buffer: BatchBuffer,
+    op: Box<dyn BatchOp>,
 }
 
 /// Why one sample failed, before the path is attached.
@@ -251,6 +271,8 @@ where
             buffer,
             timing: BatchTiming::planned_at(planned_ns),
             completed_early: false,
+            mixing: false,
+            applied: None,
         });
         st.opened += 1;
         Ok((planned_ns, len))
@@ -260,6 +282,14 @@ where
     #[inline]
     fn batch_id(&self, batch: usize) -> u64 {
         self.batch_base + batch as u64
+    }
+
+    /// The number planned batch `batch` is delivered as when no sample is skipped.
+    fn batch_number(&self, batch: usize) -> usize {
+        self.batch_numbers
+            .get(batch)
+            .copied()
+            .unwrap_or(self.first_number + batch)
     }
 
     /// Records the batch events a claim caused (outside the epoch's lock).
@@ -279,13 +309,14 @@ where
         }
     }
 
-    /// Hands a processed sample's piece back and wakes the consumer when its batch is complete.
-    fn complete(&self, task: Task, outcome: Outcome, worker: usize) {
+    /// Hands a processed sample's piece back and wakes the consumer when its batch is complete,
+    /// unless the batch has a planned op and all its samples succeeded: then returns the job,
+    /// for the calling worker to run ([`Epoch::run_batch_op`]) and hand back
+    /// ([`Epoch::batch_op_done`]), which wakes the consumer.
+    fn complete(&self, task: Task, outcome: Outcome, worker: usize) -> Option<BatchOpJob> {
         let mut st = self.lock();
         let profiling = self.profiling.enabled();
-        let Some(i) = st.open.iter().position(|p| p.index == task.batch) else {
-            return;
-        };
+        let i = st.open.iter().position(|p| p.index == task.batch)?;
         let planned = &mut st.open[i];
         planned.buffer.pieces[task.slot] = Some(task.piece);
         planned.buffer.outcomes[task.slot] = outcome;
@@ -300,8 +331,30 @@ where
                     .any(|p| p.index < task.batch && p.done < p.len);
                 st.open[i].completed_early = early;
             }
+            let planned = &mut st.open[i];
+            let op = if planned
+                .buffer
+                .outcomes
+                .iter()
+                .all(|o| matches!(o, Outcome::Done))
+            {
+                self.batch_ops.take(self.batch_number(planned.index))
+            } else {
+                None
+            };
+            let job = op.map(|op| {
+                planned.mixing = true;
+                BatchOpJob {
+                    index: planned.index,
+                    samples: planned.len,
+                    buffer: std::mem::take(&mut planned.buffer),
+                    op,
+                }
+            });
             drop(st);
-            self.done_cv.notify_all();
+            if job.is_none() {
+                self.done_cv.notify_all();
+            }
             if profiling {
                 let worker = u32::try_from(worker).unwrap_or(u32::MAX - 1);
                 self.profiling.profiler().batch_event_at(
@@ -312,7 +365,49 @@ where
                     },
                 );
             }
+            return job;
         }
+        None
+    }
+
+    /// Runs a job's op on its batch's images, joined back into one buffer; false when it could
+    /// not run (the consumer then runs it).
+    fn run_batch_op(&self, job: &mut BatchOpJob) -> bool {
+        if !job.buffer.join() {
+            return false;
+        }
+        let Some(bytes) = job.buffer.images.get_mut(..job.samples * self.sample_bytes) else {
+            return false;
+        };
+        let images = match self.layout.dtype {
+            DType::U8 => BatchImagesMut::U8(bytes),
+            DType::F32 => match bytemuck::try_cast_slice_mut(bytes) {
+                Ok(values) => BatchImagesMut::F32(values),
+                Err(_) => return false,
+            },
+        };
+        job.op.apply(images, job.samples, self.layout).is_ok()
+    }
+
+    /// Puts a job's batch back into the window, complete, and wakes the consumer.
+    fn batch_op_done(&self, job: BatchOpJob, applied: bool) {
+        let name = job.op.name();
+        let mut st = self.lock();
+        if let Some(planned) = st.open.iter_mut().find(|p| p.index == job.index) {
+            planned.buffer = job.buffer;
+            planned.mixing = false;
+            planned.applied = applied.then_some(name);
+        } else {
+            // The epoch was shut down meanwhile: the buffer goes back to the ring.
+            drop(st);
+            let mut buffer = job.buffer;
+            if buffer.join() {
+                self.pool.put(buffer);
+            }
+            return;
+        }
+        drop(st);
+        self.done_cv.notify_all();
     }
 
     /// Reads and processes one sample into its piece.
@@ -414,7 +509,11 @@ where
     ) -> Result<Option<(Planned, usize)>, LoaderError> {
         let mut st = self.lock();
         loop {
-            let complete = st.open.iter().enumerate().filter(|(_, p)| p.done == p.len);
+            let complete = st
+                .open
+                .iter()
+                .enumerate()
+                .filter(|(_, p)| p.done == p.len && !p.mixing);
             let found = match want {
                 Some(b) => complete
                     .filter(|(_, p)| p.index == b)
@@ -553,7 +652,12 @@ impl<T, H: OpHooks> Hand<T, H> {
             user: &mut self.hooks,
         };
         let outcome = epoch.run(self.worker, &mut task, &mut self.kit, &mut tee);
-        epoch.complete(task, outcome, self.worker);
+        if let Some(mut job) = epoch.complete(task, outcome, self.worker) {
+            let op = Op::Custom(job.op.name());
+            let id = epoch.batch_id(job.index);
+            let applied = self.prof.batch_op(id, op, || epoch.run_batch_op(&mut job));
+            epoch.batch_op_done(job, applied);
+        }
     }
 }
 
@@ -708,6 +812,21 @@ where
     /// Samples planned for the epoch.
     pub fn num_samples(&self) -> usize {
         self.epoch.plan.len()
+    }
+
+    /// The planned batches, in the order the workers make them: the number each is delivered
+    /// as when no sample is skipped ([`Batch::index`]) and its samples. What a consumer plans
+    /// batch ops for.
+    pub fn planned_batches(&self) -> Vec<(usize, usize)> {
+        let (size, total) = (self.epoch.batch_size, self.epoch.plan.len());
+        (0..self.planned)
+            .map(|b| (self.epoch.batch_number(b), size.min(total - b * size)))
+            .collect()
+    }
+
+    /// Where the consumer plans the ops the workers run on this epoch's batches.
+    pub fn batch_ops(&self) -> Arc<BatchOps> {
+        Arc::clone(&self.epoch.batch_ops)
     }
 
     /// The samples skipped so far this epoch, in epoch order, each with its error.
@@ -897,6 +1016,7 @@ where
             batch_id: self.epoch.batch_id(planned.index),
             planned_len: planned.len,
             completed_early: planned.completed_early,
+            applied: planned.applied,
         });
         Ok(())
     }

@@ -166,6 +166,25 @@ impl ProfileHooks {
     }
 }
 
+impl ProfileHooks {
+    /// Runs `f`, an op on the whole of batch `batch_id` (no sample of its own), inside an `op`
+    /// span of this worker.
+    pub(crate) fn batch_op<R>(&mut self, batch_id: u64, op: Op, f: impl FnOnce() -> R) -> R {
+        if !self.enabled {
+            return f();
+        }
+        let Some(id) = self.id(op) else {
+            return f();
+        };
+        self.rec
+            .set_sample(batch_id, ferroloader_profiler::recorder::NO_INDEX);
+        self.rec.enter(id);
+        let result = f();
+        self.rec.exit(id);
+        result
+    }
+}
+
 impl OpHooks for ProfileHooks {
     #[inline]
     fn sample_start(&mut self, ctx: &SampleContext) {

@@ -11,9 +11,9 @@ use std::time::Duration;
 
 use common::*;
 use ferroloader_loader::{
-    BatchImages, BatchImagesMut, DType, Delivery, ErrorPolicy, Instrument, Loader, LoaderError,
-    LoaderOptions, Op, OpHooks, ResumePoint, SampleContext, SampleProcessor, Sampler, Shard,
-    TransformOp, MAX_NUM_WORKERS, MAX_PREFETCH_BATCHES,
+    BatchImages, BatchImagesMut, BatchOp, DType, Delivery, ErrorPolicy, Instrument, Loader,
+    LoaderError, LoaderOptions, Op, OpHooks, ResumePoint, SampleContext, SampleLayout,
+    SampleProcessor, Sampler, Shard, TransformOp, MAX_NUM_WORKERS, MAX_PREFETCH_BATCHES,
 };
 
 fn opts(batch: usize, workers: usize) -> LoaderOptions {
@@ -926,4 +926,112 @@ fn a_batch_written_in_place_is_rewritten_whole_before_it_is_delivered_again() {
     });
     assert_eq!(records.len(), 5);
     assert_eq!(all_indices(&records), (0..20).collect::<Vec<_>>());
+}
+
+/// Adds `add` to every value of each sample past its first two (which `record` checks), or
+/// fails when `add` is NaN.
+struct AddToDraws {
+    add: f32,
+}
+
+impl BatchOp for AddToDraws {
+    fn name(&self) -> &'static str {
+        "AddToDraws"
+    }
+
+    fn apply(
+        &self,
+        images: BatchImagesMut<'_>,
+        samples: usize,
+        layout: SampleLayout,
+    ) -> Result<(), String> {
+        if self.add.is_nan() {
+            return Err("NaN".to_owned());
+        }
+        let BatchImagesMut::F32(values) = images else {
+            return Err("not f32".to_owned());
+        };
+        let n = layout.shape.iter().product::<usize>();
+        assert_eq!(values.len(), samples * n);
+        for sample in values.chunks_exact_mut(n) {
+            for v in &mut sample[2..] {
+                *v += self.add;
+            }
+        }
+        Ok(())
+    }
+}
+
+fn plain_values(record: &Record) -> Vec<f32> {
+    bytemuck::pod_collect_to_vec(&record.bytes)
+}
+
+#[test]
+fn batch_ops_planned_ahead_run_on_the_worker_completing_the_batch() {
+    let n = 40;
+    let options = opts(4, 2).seed(3);
+    let make = || {
+        Loader::new(
+            dataset(n, &[]),
+            TestProc::f32().with_sleep(Duration::from_millis(5)),
+            options.clone(),
+        )
+        .expect("valid")
+    };
+    let want = drain_ok(make().epoch(0));
+    let loader = make();
+    let iter = loader.epoch(0);
+    let ops = iter.batch_ops();
+    assert!(ops.enabled());
+    let planned = iter.planned_batches();
+    assert_eq!(planned, (0..10).map(|b| (b, 4)).collect::<Vec<_>>());
+    for &(number, _) in &planned {
+        // Batch 7's op fails: the batch is delivered as the workers made it.
+        let add = if number == 7 { f32::NAN } else { 1000.0 };
+        assert!(ops.plan(number, Box::new(AddToDraws { add })));
+    }
+    let mut applied = 0;
+    for (batch, plain) in iter.zip(&want) {
+        let batch = batch.expect("no error");
+        let got = record(&batch);
+        assert_eq!((got.index, &got.indices), (plain.index, &plain.indices));
+        let mut expected = plain_values(plain);
+        if batch.applied().is_some() {
+            assert_eq!(batch.applied(), Some("AddToDraws"));
+            for sample in expected.chunks_exact_mut(30) {
+                sample[2..].iter_mut().for_each(|v| *v += 1000.0);
+            }
+            applied += 1;
+        }
+        assert_eq!(plain_values(&got), expected, "batch {}", got.index);
+        if got.index == 7 {
+            assert_eq!(batch.applied(), None);
+        }
+    }
+    // 5 ms a sample: batches 1.. cannot complete before the plans made at the start.
+    assert!(applied >= 8, "{applied} of 9 ran on the workers");
+}
+
+#[test]
+fn batch_ops_are_numbered_as_delivered_on_resume_and_left_to_the_consumer_under_skip() {
+    let loader = Loader::new(dataset(40, &[]), TestProc::f32(), opts(4, 2)).expect("valid");
+    let point = ResumePoint {
+        batches: 3,
+        position: 12,
+        delivered: Vec::new(),
+    };
+    let resumed = loader.resume(0, None, point).expect("fits");
+    assert_eq!(resumed.planned_batches()[0], (3, 4));
+    assert_eq!(resumed.planned_batches().len(), 7);
+    drop(resumed);
+    let skipping = Loader::new(
+        dataset(40, &[]),
+        TestProc::f32(),
+        opts(4, 2).on_error(ErrorPolicy::Skip),
+    )
+    .expect("valid");
+    let iter = skipping.epoch(0);
+    assert!(!iter.batch_ops().enabled());
+    assert!(!iter.batch_ops().plan(0, Box::new(AddToDraws { add: 1.0 })));
+    assert!(drain_ok(iter).iter().all(|r| !r.bytes.is_empty()));
 }

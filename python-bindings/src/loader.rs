@@ -26,14 +26,15 @@ use ferroloader_loader::profiler::{Mode, Profiler, ProfilerConfig};
 use ferroloader_loader::transforms::decode::DecodeContext;
 use ferroloader_loader::transforms::spec::PipelineSpec;
 use ferroloader_loader::{
-    Batch, DType, Delivery, EpochIter, ErrorPolicy, HostMemory, ImagePipeline, Loader, LoaderError,
-    LoaderOptions, ResumePoint, Sampler, Shard, Source,
+    Batch, BatchOps, DType, Delivery, EpochIter, ErrorPolicy, HostMemory, ImagePipeline, Loader,
+    LoaderError, LoaderOptions, ResumePoint, Sampler, Shard, Source,
 };
 use pyo3::exceptions::{PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
 
 use crate::at_exit;
 use crate::batch::into_arrays;
+use crate::batch_mix::{MixArg, PlannedMix};
 use crate::cuda::CudaPageLock;
 use crate::dataset::as_source;
 use crate::detach::run_detached;
@@ -418,6 +419,10 @@ impl PyLoader {
     /// Runs `iter` on a pump thread this loader keeps track of.
     fn start(&self, iter: NativeEpoch) -> PyResult<PyEpochIter> {
         let (epoch, num_batches) = (iter.epoch(), iter.num_batches());
+        let planning = Planning {
+            ops: iter.batch_ops(),
+            batches: iter.planned_batches(),
+        };
         let (pump, thread) = Pump::start(iter)?;
         let mut pumps = self
             .pumps
@@ -427,7 +432,13 @@ impl PyLoader {
         pumps.retain(|p| !p.handle.is_finished());
         pumps.push(thread);
         let profiler = self.inner.get("loader")?.profiler().clone();
-        Ok(PyEpochIter::new(pump, epoch, num_batches, profiler))
+        Ok(PyEpochIter::new(
+            pump,
+            epoch,
+            num_batches,
+            profiler,
+            planning,
+        ))
     }
 
     /// Waits (GIL released) for the pumps of epochs the consumer has ended or dropped, so that
@@ -718,6 +729,13 @@ fn pump_main(mut iter: NativeEpoch, requests: &Receiver<Request>, replies: &Sync
     }
 }
 
+/// What the consumer plans the workers' batch mixing with ([`PyEpochIter::plan_mix`]).
+struct Planning {
+    ops: Arc<BatchOps>,
+    /// The epoch's planned batches: `(number, samples)`.
+    batches: Vec<(usize, usize)>,
+}
+
 /// One epoch of a loader: yields `(images, labels, indices)` numpy arrays viewing the batch
 /// buffer (see `BatchMemory`).
 #[pyclass(frozen, module = "ferroloader._native", name = "EpochIter")]
@@ -729,6 +747,9 @@ pub(crate) struct PyEpochIter {
     profiler: ForkLocal<Profiler>,
     /// Profile id of the batch last returned; `u64::MAX` before the first.
     last_batch: AtomicU64,
+    planning: Planning,
+    /// Whether a worker mixed the batch last returned.
+    last_mixed: AtomicBool,
 }
 
 impl std::fmt::Debug for PyEpochIter {
@@ -743,13 +764,21 @@ impl std::fmt::Debug for PyEpochIter {
 type Arrays<'py> = (Bound<'py, PyAny>, Bound<'py, PyAny>, Bound<'py, PyAny>);
 
 impl PyEpochIter {
-    fn new(pump: Pump, epoch: u64, num_batches: usize, profiler: Profiler) -> Self {
+    fn new(
+        pump: Pump,
+        epoch: u64,
+        num_batches: usize,
+        profiler: Profiler,
+        planning: Planning,
+    ) -> Self {
         PyEpochIter {
             pump: ForkLocal::new(Mutex::new(pump)),
             epoch,
             num_batches,
             profiler: ForkLocal::new(profiler),
             last_batch: AtomicU64::new(u64::MAX),
+            planning,
+            last_mixed: AtomicBool::new(false),
         }
     }
 
@@ -779,6 +808,8 @@ impl PyEpochIter {
         let batch = self.with_pump(|pump| pump.next(py))?;
         if let Some(b) = &batch {
             self.last_batch.store(b.batch_id(), Ordering::Relaxed);
+            self.last_mixed
+                .store(b.applied().is_some(), Ordering::Relaxed);
         }
         batch.map(|b| into_arrays(py, b)).transpose()
     }
@@ -798,6 +829,42 @@ impl PyEpochIter {
             .map_err(|e| PyValueError::new_err(format!("op: {e}")))?;
         profiler.consumer_span(id, batch, start_ns, end_ns);
         Ok(())
+    }
+
+    /// The epoch's planned batches, in the order the workers make them: `(number, samples)`,
+    /// the number each is delivered as when no sample is skipped (`resume_state`'s count in
+    /// order, the planned batch in completion order).
+    #[getter]
+    fn planned_batches(&self) -> Vec<(usize, usize)> {
+        self.planning.batches.clone()
+    }
+
+    /// Plans the mix of batch `number` for the worker that completes it: `lam` as `mix_batch`
+    /// (MixUp), `box` as `mix_batch` (CutMix) or `mixes` as `fast_collate_mix`, named `name` in
+    /// the profile. False when the workers mix nothing this epoch (`on_error="skip"`); a batch
+    /// that completes before its plan is delivered unmixed (`last_mixed`).
+    #[pyo3(signature = (number, name, *, lam = None, r#box = None, mixes = None))]
+    fn plan_mix(
+        &self,
+        number: usize,
+        name: &str,
+        lam: Option<f64>,
+        r#box: Option<(usize, usize, usize, usize)>,
+        mixes: Option<Vec<Option<MixArg>>>,
+    ) -> PyResult<bool> {
+        let mix = PlannedMix::new(name, lam, r#box, mixes)?;
+        Ok(self.planning.ops.plan(number, Box::new(mix)))
+    }
+
+    /// Forgets batch `number`'s plan if no worker took it (the batch came unmixed).
+    fn discard_mix(&self, number: usize) {
+        self.planning.ops.discard(number);
+    }
+
+    /// Whether a worker mixed the batch last returned, as planned with `plan_mix`.
+    #[getter]
+    fn last_mixed(&self) -> bool {
+        self.last_mixed.load(Ordering::Relaxed)
     }
 
     /// Batches planned for the epoch.

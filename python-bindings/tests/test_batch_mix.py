@@ -196,10 +196,34 @@ def test_what_is_not_torchvisions_mixing_or_not_its_batches_runs_as_given(folder
     assert pixels.batch_mix is not None and next(iter(pixels))[0].dtype == torch.uint8
 
 
-def test_each_batchs_mixing_is_a_span_of_the_consumer_named_by_the_choice(folder: Path) -> None:
+def test_each_batchs_mixing_is_a_span_of_the_worker_that_completed_it_named_by_the_choice(folder: Path) -> None:
     loader = fl.Loader(dataset(folder), 4, num_workers=2, batch_transform=mixup_cutmix(), profile="spans")
     run(loader)
     spans = loader.profile().to_dict()["pipelines"][0]["spans"]
     mixing = [s for s in spans if s["op"].startswith("RandomChoice/")]
     assert len(mixing) == len(loader) and {s["op"] for s in mixing} <= {"RandomChoice/MixUp", "RandomChoice/CutMix"}
-    assert {s["worker"] for s in mixing} == {_native.CONSUMER}
+    # Planned when the epoch starts, prefetch_batches + 1 ahead: a batch that completes before
+    # its plan (only the first ones can) is mixed by the consumer; the others, by the workers.
+    workers = [s["worker"] for s in mixing]
+    assert set(workers) <= {0, 1, _native.CONSUMER}
+    assert sum(w != _native.CONSUMER for w in workers) >= len(loader) - loader.prefetch_batches - 1
+    assert {s["batch"] for s in mixing} == {s["batch"] for s in spans if s["op"] == "decode"}
+
+
+@pytest.mark.parametrize("in_order", [True, False])
+def test_the_workers_mix_as_the_consumer_does(folder: Path, in_order: bool) -> None:
+    # on_error="skip" leaves every batch to the consumer (batches are only known as delivered);
+    # with nothing to skip, the batches must be the ones the workers mixed.
+    def loader(on_error: Any) -> fl.Loader:
+        return fl.Loader(dataset(folder), 4, shuffle=True, num_workers=2, seed=9, in_order=in_order,
+                         on_error=on_error, batch_transform=mixup_cutmix(), profile="spans")
+
+    def by_content(batches: Batches) -> Batches:  # completion order differs from run to run
+        return batches if in_order else sorted(batches, key=lambda b: float(b[0].sum()))
+
+    by_workers, by_consumer = loader("raise"), loader("skip")
+    got, want = by_content(run(by_workers)), by_content(run(by_consumer))
+    assert len(got) == len(want) == 5
+    assert all(torch.equal(x, u) and torch.equal(y, v) for (x, y), (u, v) in zip(got, want))
+    workers = {s["worker"] for s in by_consumer.profile().to_dict()["pipelines"][0]["spans"] if "Mix" in s["op"]}
+    assert workers == {_native.CONSUMER}

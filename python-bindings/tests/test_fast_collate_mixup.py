@@ -137,7 +137,9 @@ def test_a_loader_mixes_each_batch_natively_as_timms_collate_would(folder: Path,
         assert got[0][1].shape == (len(got[0][0]), CLASSES) and got[0][1].dtype == torch.float32
     spans = loader.profile().to_dict()["pipelines"][0]["spans"]
     mixing = [s for s in spans if s["op"] == f"FastCollateMixup/{mode}"]
-    assert len(mixing) == 2 * len(loader) and {s["worker"] for s in mixing} == {_native.CONSUMER}
+    # Mixed by the workers that completed the batches, or by the consumer where a batch
+    # completed before its plan (only the first ones can).
+    assert len(mixing) == 2 * len(loader) and {s["worker"] for s in mixing} <= {0, 1, _native.CONSUMER}
 
 
 def test_the_targets_come_from_the_older_timms_mixup_target_too(folder: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -169,22 +171,30 @@ def test_mixed_batches_are_the_same_whatever_the_workers_and_on_resume(folder: P
     assert same(run(again), want[2:])
 
 
-def test_mixup_enabled_is_read_when_each_batch_is_mixed(folder: Path) -> None:
+def test_mixup_enabled_is_read_when_each_batch_is_planned(folder: Path) -> None:
+    # Each batch's draws are made prefetch_batches + 1 batches ahead of its delivery (for the
+    # workers to mix it), as DataLoader's workers collate ahead: a change after batch b is read
+    # from batch b + prefetch_batches + 2 on, and a change between epochs from the next epoch's
+    # first batch (train.py's --mixup-off-epoch).
     mixup = timm_mixup("both", "batch")
-    loader = fl.Loader(dataset(folder), 4, num_workers=2, seed=3, drop_last=True, collate_fn=mixup)
-    plain = run(fl.Loader(dataset(folder), 4, num_workers=2, seed=3, drop_last=True))
+    loader = fl.Loader(dataset(folder), 2, num_workers=2, seed=3, drop_last=True, collate_fn=mixup, prefetch_batches=1)
+    plain = fl.Loader(dataset(folder), 2, num_workers=2, seed=3, drop_last=True, prefetch_batches=1)
     got = []
     for b, (x, y) in enumerate(loader):
         got.append((x.clone(), y.clone()))
         if b == 1:
-            mixup.mixup_enabled = False  # train.py at --mixup-off-epoch, mid-epoch here
+            mixup.mixup_enabled = False  # mid-epoch here
+    got_next_epoch = run(loader)
     reference = timm_mixup("both", "batch")
-    for b, ((x, y), (u, v)) in enumerate(zip(got, plain)):
-        reference.mixup_enabled = b <= 1
-        np.random.set_state(batch_rng((3, 0, b)).get_state())
-        want_x, want_y = reference(samples(u.numpy(), v.numpy()))
-        assert torch.equal(x, want_x) and torch.equal(y, want_y), b
-        assert torch.equal(x, u) == (b > 1), b
+    for epoch, batches in enumerate([got, got_next_epoch]):
+        raw = run(plain)
+        assert len(batches) == len(raw) == 9
+        for b, ((x, y), (u, v)) in enumerate(zip(batches, raw)):
+            reference.mixup_enabled = epoch == 0 and b <= 3
+            np.random.set_state(batch_rng((3, epoch, b)).get_state())
+            want_x, want_y = reference(samples(u.numpy(), v.numpy()))
+            assert torch.equal(x, want_x) and torch.equal(y, want_y), (epoch, b)
+            assert torch.equal(x, u) == (not reference.mixup_enabled), (epoch, b)
 
 
 def test_what_timm_would_not_mix_natively_runs_timms_collate(folder: Path) -> None:

@@ -21,7 +21,7 @@ import hashlib
 import math
 import types
 from dataclasses import dataclass
-from typing import Any, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Protocol, Sequence, Tuple
 
 import numpy as np
 
@@ -33,6 +33,20 @@ def batch_entropy(purpose: str, key: Tuple[int, int, int]) -> bytes:
     (each batch op its own stream): the same batch, the same draws, whatever ``num_workers``
     and on resume."""
     return hashlib.blake2b(repr((purpose, *key)).encode(), digest_size=16).digest()
+
+
+class BatchOp(Protocol):
+    """A batch mix as the loader runs it: draws made ahead per batch (:meth:`prepare`), handed
+    to the workers (:meth:`native_plan`), finished on the delivered batch (:meth:`finish`), or
+    all at once on it (:meth:`apply`)."""
+
+    def prepare(self, key: Tuple[int, int, int], samples: int, height: int, width: int) -> Optional[Any]: ...
+
+    def native_plan(self, prepared: Any) -> Tuple[str, Dict[str, Any]]: ...
+
+    def finish(self, images: np.ndarray, labels: np.ndarray, prepared: Any, mixed: bool) -> Tuple[np.ndarray, Any, str]: ...
+
+    def apply(self, images: np.ndarray, labels: np.ndarray, key: Tuple[int, int, int]) -> Tuple[np.ndarray, Any, str]: ...
 
 
 @dataclass(frozen=True)
@@ -101,22 +115,34 @@ class BatchMix:
         x2, y2 = min(x + half_w, width), min(y + half_h, height)
         return Draw("CutMix", float(1.0 - (x2 - x1) * (y2 - y1) / (width * height)), (x1, y1, x2, y2))
 
-    def apply(self, images: np.ndarray, labels: np.ndarray, key: Tuple[int, int, int]) -> Tuple[np.ndarray, Any, str]:
-        """Mixes ``images`` (the ``[B, C, H, W]`` batch, in place) with the draws of batch
-        ``key``; returns ``images``, the mixed labels (a float32 ``[B, num_classes]`` tensor)
-        and the op's profile name (``"MixUp"``; ``"RandomChoice/CutMix"`` for one a
-        ``RandomChoice`` chose)."""
+    def prepare(self, key: Tuple[int, int, int], samples: int, height: int, width: int) -> "Draw":
+        """The draws of batch ``key`` of ``samples`` images of ``height`` x ``width``, made
+        ahead of the batch (:meth:`finish` mixes with them)."""
+        return self.draw(key, height, width)
+
+    def native_plan(self, draw: "Draw") -> Tuple[str, Dict[str, Any]]:
+        """The profile name and the ``EpochIter.plan_mix`` arguments that mix as ``draw``."""
+        name = draw.kind if len(self.choices) == 1 else f"RandomChoice/{draw.kind}"
+        return name, ({"lam": draw.lam} if draw.box is None else {"box": draw.box})
+
+    def finish(self, images: np.ndarray, labels: np.ndarray, draw: "Draw", mixed: bool) -> Tuple[np.ndarray, Any, str]:
+        """Mixes ``images`` (the ``[B, C, H, W]`` batch, in place) as ``draw`` says, unless a
+        worker did (``mixed``); returns ``images``, the mixed labels (a float32 ``[B,
+        num_classes]`` tensor) and the op's profile name (``"MixUp"``;
+        ``"RandomChoice/CutMix"`` for one a ``RandomChoice`` chose)."""
         import torch
 
-        draw = self.draw(key, images.shape[-2], images.shape[-1])
-        name = draw.kind if len(self.choices) == 1 else f"RandomChoice/{draw.kind}"
-        if draw.box is None:
-            _native.mix_batch(images, lam=draw.lam)
-        else:
-            _native.mix_batch(images, box=draw.box)
+        name, args = self.native_plan(draw)
+        if not mixed:
+            _native.mix_batch(images, **args)
         # torchvision's _mixup_label: one-hot, rolled by one, weighted.
         one_hot = torch.nn.functional.one_hot(torch.from_numpy(labels), self.num_classes).float()
         return images, one_hot.roll(1, 0).mul_(1.0 - draw.lam).add_(one_hot.mul(draw.lam)), name
+
+    def apply(self, images: np.ndarray, labels: np.ndarray, key: Tuple[int, int, int]) -> Tuple[np.ndarray, Any, str]:
+        """:meth:`finish` with the draws of batch ``key``, mixing the images here."""
+        draw = self.prepare(key, len(labels), images.shape[-2], images.shape[-1])
+        return self.finish(images, labels, draw, mixed=False)
 
 
 @dataclass(frozen=True)

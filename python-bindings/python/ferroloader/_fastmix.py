@@ -17,7 +17,7 @@ This module must not touch the images but through ``fast_collate_mix``.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, List, Optional, Tuple, Union
+from typing import Any, Dict, List, Optional, Tuple, Union
 
 import numpy as np
 
@@ -199,25 +199,46 @@ class FastCollateMix:
         """The batch op ``collate_fn`` is, or ``None`` for anything but a ``FastCollateMixup``."""
         return FastCollateMix(collate_fn) if is_fast_collate_mixup(collate_fn) else None
 
-    def apply(self, images: np.ndarray, labels: np.ndarray, key: Tuple[int, int, int]) -> Tuple[np.ndarray, Any, str]:
-        """Mixes ``images`` (the uint8 ``[B, C, H, W]`` batch, in place) with the draws of batch
-        ``key``; returns timm's output (``images``, or in ``half`` mode a view of its first
-        half), the targets (timm's ``mixup_target``) and the profile name
-        (``"FastCollateMixup/<mode>"``). Where timm's own call must run (see :func:`plan`),
-        runs it on the samples (it then raises where timm's does) and returns its output."""
+    def prepare(self, key: Tuple[int, int, int], samples: int, height: int, width: int) -> Optional[Plan]:
+        """The draws of batch ``key`` of ``samples`` images of ``height`` x ``width``, made
+        ahead of the batch (``mixup_enabled`` is read now); ``None`` where timm's own call must
+        run (see :func:`plan`)."""
+        return plan(self.mixup, batch_rng(key), samples, height, width)
+
+    @staticmethod
+    def native_plan(drawn: Plan) -> Tuple[str, Dict[str, Any]]:
+        """The profile name and the ``EpochIter.plan_mix`` arguments that mix as ``drawn``."""
+        return f"FastCollateMixup/{drawn.mode}", {"mixes": drawn.mixes}
+
+    def finish(self, images: np.ndarray, labels: np.ndarray, drawn: Plan, mixed: bool) -> Tuple[np.ndarray, Any, str]:
+        """Mixes ``images`` (the uint8 ``[B, C, H, W]`` batch, in place) as ``drawn`` says,
+        unless a worker did (``mixed``); returns timm's output (``images``, or in ``half`` mode
+        a view of its first half), the targets (timm's ``mixup_target``) and the profile name
+        (``"FastCollateMixup/<mode>"``)."""
         import torch
         from timm.data import mixup as timm_mixup
 
         mixup_target: Any = timm_mixup.mixup_target
         mixup = self.mixup
-        drawn = plan(mixup, batch_rng(key), len(labels), images.shape[-2], images.shape[-1])
-        if drawn is None:
-            output, target = mixup([(torch.from_numpy(images[i]), int(label)) for i, label in enumerate(labels)])
-            return output.numpy(), target, "FastCollateMixup"
-        _native.fast_collate_mix(images, drawn.mixes)
+        if not mixed:
+            _native.fast_collate_mix(images, drawn.mixes)
         # Not multi-label here (see `_mode`); older timm (1.0.29) takes no `multi_label`.
         target = mixup_target(torch.from_numpy(labels), mixup.num_classes, drawn.lam, mixup.label_smoothing)
+        name = self.native_plan(drawn)[0]
         if drawn.mode == "half":
             half = len(labels) // 2
-            return images[:half], target[:half], "FastCollateMixup/half"
-        return images, target, f"FastCollateMixup/{drawn.mode}"
+            return images[:half], target[:half], name
+        return images, target, name
+
+    def apply(self, images: np.ndarray, labels: np.ndarray, key: Tuple[int, int, int]) -> Tuple[np.ndarray, Any, str]:
+        """:meth:`finish` with the draws of batch ``key``, mixing the images here. Where timm's
+        own call must run (see :func:`plan`), runs it on the samples (it then raises where
+        timm's does) and returns its output."""
+        import torch
+
+        drawn = self.prepare(key, len(labels), images.shape[-2], images.shape[-1])
+        if drawn is None:
+            mixup = self.mixup
+            output, target = mixup([(torch.from_numpy(images[i]), int(label)) for i, label in enumerate(labels)])
+            return output.numpy(), target, "FastCollateMixup"
+        return self.finish(images, labels, drawn, mixed=False)

@@ -11,6 +11,7 @@ tensors without a copy (``torch.from_numpy``), and saves and restores the positi
 from __future__ import annotations
 
 import atexit
+import collections
 import io
 import json
 import numbers
@@ -21,6 +22,7 @@ from typing import (
     TYPE_CHECKING,
     Any,
     Callable,
+    Deque,
     Dict,
     Iterable,
     Iterator,
@@ -37,7 +39,7 @@ from typing import (
 import numpy as np
 
 from ferroloader import _native
-from ferroloader._batchmix import BatchMix, collated_mixing
+from ferroloader._batchmix import BatchMix, BatchOp, collated_mixing
 from ferroloader._fastmix import FastCollateMix
 from ferroloader.datasets import reading
 from ferroloader.profiling import Profile
@@ -1305,6 +1307,13 @@ class LoaderIterator:
         shape = tuple(native_loader.sample_shape)
         # A tail's result of another rank is held in three dimensions; each batch is viewed back.
         self._sample_shape = shape if shape != native_loader.held_shape else None
+        # Batch mixing planned ahead for the workers: the batches not planned yet, each
+        # batch's draws by its number, how far ahead (the batches the workers may have in
+        # flight, and the one the consumer takes next).
+        self._mix_image_size = (int(shape[-2]), int(shape[-1]))
+        self._mix_unplanned: Deque[Tuple[int, int]] = collections.deque()
+        self._mix_planned: Dict[int, Tuple[int, Any]] = {}
+        self._mix_window = loader.prefetch_batches + 1
         self.finished = False
         """Whether the epoch has ended (``StopIteration`` or an error)."""
 
@@ -1315,7 +1324,30 @@ class LoaderIterator:
     def _native_iter(self) -> _native.EpochIter:
         if self._started is None:
             self._started = self._loader._start_native()
+            if self._batch_mix is not None:
+                self._mix_unplanned.extend(self._started.planned_batches)
+                self._plan_mixes(self._mix_window)
         return self._started
+
+    def _plan_mixes(self, count: int) -> None:
+        """Draws the mixes of the next ``count`` batches not planned yet and hands them to the
+        workers, which mix each batch as they complete it (off this thread); stops planning for
+        the epoch when the workers take none (``on_error="skip"``: batches are only known as
+        they are delivered)."""
+        mix: Optional[BatchOp] = self._batch_mix
+        native = self._started
+        if mix is None or native is None:
+            return
+        for _ in range(min(count, len(self._mix_unplanned))):
+            number, samples = self._mix_unplanned.popleft()
+            prepared = mix.prepare((self._loader.seed, self.epoch, number), samples, *self._mix_image_size)
+            if prepared is None:
+                continue
+            name, args = mix.native_plan(prepared)
+            if not native.plan_mix(number, name, **args):
+                self._mix_unplanned.clear()
+                return
+            self._mix_planned[number] = (samples, prepared)
 
     def __iter__(self) -> "LoaderIterator":
         return self
@@ -1346,11 +1378,7 @@ class LoaderIterator:
             self._loader._progress = (self.epoch, resume)
         self.indices = indices
         if self._batch_mix is not None:
-            _, batches, delivered = resume or self._native_iter.resume_state
-            planned = batches - 1 if self._loader.in_order else delivered[-1]
-            start = _native.now_ns()
-            images, mixed, op = self._batch_mix.apply(images, labels, (self._loader.seed, self.epoch, planned))
-            self._native_iter.consumer_span(op, start, _native.now_ns())
+            images, mixed = self._mix(images, labels, resume or self._native_iter.resume_state)
             # What is handed out (a view, in timm's half mode, whose base is the batch's).
             return self._torch_images(images), mixed.pin_memory() if self._pin_device is not None else mixed
         # What the dataset's __getitem__ would have returned as each target, before collation.
@@ -1375,6 +1403,29 @@ class LoaderIterator:
         if self._batch_transform is not None:
             return self._batch_transform(images, labels)  # type: ignore[no-any-return]
         return images, labels
+
+    def _mix(self, images: np.ndarray, labels: np.ndarray, resume: Tuple[int, int, List[int]]) -> Tuple[np.ndarray, Any]:
+        """The batch mixed (by the worker that completed it, or here with the same draws) and
+        its mixed targets; plans the next batch's mix."""
+        mix: Optional[BatchOp] = self._batch_mix
+        native = self._native_iter
+        assert mix is not None
+        _, batches, delivered = resume
+        number = batches - 1 if self._loader.in_order else delivered[-1]
+        samples, prepared = self._mix_planned.pop(number, (None, None))
+        mixed_by_worker = native.last_mixed
+        if not mixed_by_worker:
+            native.discard_mix(number)
+        start = _native.now_ns()
+        if prepared is None or samples != len(labels):
+            assert not mixed_by_worker, f"batch {number} was mixed by a worker without a plan"
+            images, targets, op = mix.apply(images, labels, (self._loader.seed, self.epoch, number))
+        else:
+            images, targets, op = mix.finish(images, labels, prepared, mixed_by_worker)
+        if not mixed_by_worker:
+            native.consumer_span(op, start, _native.now_ns())
+        self._plan_mixes(1)
+        return images, targets
 
     def _torch_images(self, images: np.ndarray) -> Any:
         """The batch's ``images`` as handed out: a torch tensor viewing them, held until the
