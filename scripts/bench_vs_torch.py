@@ -135,7 +135,14 @@ def torch_loader(
 
 
 def native_loader(
-    source: Any, batch_size: int, workers: int, seed: int, profile: ProfileMode, transform: Any, mix: Any = None
+    source: Any,
+    batch_size: int,
+    workers: int,
+    seed: int,
+    profile: ProfileMode,
+    transform: Any,
+    mix: Any = None,
+    prefetch_batches: Any = None,
 ) -> fl.Loader:
     """ferroloader with the same transform object, which the Loader converts; the output dtype
     is the one the transform's own conversion yields."""
@@ -149,6 +156,7 @@ def native_loader(
         profile=profile,
         python_tail="error",
         collate_fn=mix,
+        prefetch_batches=prefetch_batches,
     )
 
 
@@ -219,6 +227,7 @@ def main() -> None:
         help="per round, rounded up to whole epochs; default: one epoch",
     )
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--prefetch-batches", type=int, default=None, help="ferroloader's (default: its own)")
     parser.add_argument("--overhead", action="store_true", help="also measure the profilers' cost")
     choice = parser.add_mutually_exclusive_group()
     choice.add_argument("--recipe", choices=recipes.RECIPES, metavar="NAME",
@@ -266,7 +275,9 @@ def main() -> None:
                 classes = len(torchvision.datasets.ImageFolder(str(args.folder)).classes)
                 mix = recipes.reference_collate(recipes.mixup_cutmix(classes))
                 transform_name += " + the reference MixUp/CutMix collate_fn"
-            native = native_loader(source, args.batch_size, args.workers, args.seed, "off", transform, mix)
+            native = native_loader(
+                source, args.batch_size, args.workers, args.seed, "off", transform, mix, args.prefetch_batches
+            )
             plain_torch = torch_loader(source, args.batch_size, args.workers, args.seed, transform, mix)
     except (TypeError, ValueError) as e:
         print(f"ferroloader cannot run {transform_name}: {e}", file=sys.stderr)
