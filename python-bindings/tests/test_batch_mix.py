@@ -227,3 +227,11 @@ def test_the_workers_mix_as_the_consumer_does(folder: Path, in_order: bool) -> N
     assert all(torch.equal(x, u) and torch.equal(y, v) for (x, y), (u, v) in zip(got, want))
     workers = {s["worker"] for s in by_consumer.profile().to_dict()["pipelines"][0]["spans"] if "Mix" in s["op"]}
     assert workers == {_native.CONSUMER}
+
+
+def test_a_mixing_loader_keeps_one_more_batch_in_flight_unless_told(folder: Path) -> None:
+    # A batch a worker is mixing holds its place in the window while the others go on.
+    assert fl.Loader(dataset(folder), 4, batch_transform=mixup_cutmix()).prefetch_batches == 3
+    assert fl.Loader(dataset(folder), 4, collate_fn=reference_collate(mixup_cutmix())).prefetch_batches == 3
+    assert fl.Loader(dataset(folder), 4, batch_transform=mixup_cutmix(), prefetch_batches=2).prefetch_batches == 2
+    assert fl.Loader(dataset(folder), 4).prefetch_batches == 2

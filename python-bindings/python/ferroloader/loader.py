@@ -285,7 +285,9 @@ class Loader:
       epoch, index)``, so the usual seeding ``worker_init_fn`` has nothing to do.
     - ``generator``: the seed is drawn from it once, at construction (``seed`` otherwise;
       default 0, so runs repeat).
-    - ``prefetch_factor``: batches ahead per worker (``prefetch_batches`` sets the total).
+    - ``prefetch_factor``: batches ahead per worker (``prefetch_batches`` sets the total:
+      by default 2, or 3 where the batches are mixed natively, since a batch a worker is
+      mixing holds its place in the window while the other workers go on).
 
     And of its own: ``transform``, ``output`` (the batches' dtype: ``None``, the default, is
     the transform's, ``uint8`` where it converts with ``PILToTensor`` (or v2's ``ToImage()``
@@ -471,6 +473,8 @@ class Loader:
         if batch_transform is not None and not callable(batch_transform):
             raise TypeError(f"batch_transform: expected a callable, got {batch_transform!r}")
         self.batch_transform: Optional[Callable[[Any, Any], Any]] = batch_transform
+        if not self._prefetch_given and self._batch_mix_of_arguments() is not None:
+            self.prefetch_batches = 3
         self.batch_mix: Optional[Union[BatchMix, FastCollateMix]] = None
         self.pin_memory: bool = _check_bool("pin_memory", pin_memory)
         if exif_transpose is None:
@@ -610,18 +614,25 @@ class Loader:
         batches; it is given uint8 samples under its prefetcher)."""
         if self.tensor_type != "torch" or self.unbatched or self.target_transform is not None:
             return None
-        fast = FastCollateMix.of(self.collate_fn) if self.batch_transform is None else None
-        if fast is not None:
-            return fast if len(self.sample_shape) == 3 and self.dtype == "uint8" else None
+        mix = self._batch_mix_of_arguments()
+        if isinstance(mix, FastCollateMix):
+            return mix if len(self.sample_shape) == 3 and self.dtype == "uint8" else None
+        if mix is None or len(self.sample_shape) != 3:
+            return None
+        if self.dtype != "float32" and any(m.kind == "MixUp" for m in mix.choices):
+            return None
+        return mix
+
+    def _batch_mix_of_arguments(self) -> Optional[Union[BatchMix, FastCollateMix]]:
+        """The batch op the ``batch_transform`` or ``collate_fn`` is, whatever the batches."""
+        if self.batch_transform is None:
+            fast = FastCollateMix.of(self.collate_fn)
+            if fast is not None:
+                return fast
         given = self.batch_transform
         if given is None and self.collate_fn is not None:
             given = collated_mixing(self.collate_fn)
-        mix = None if given is None else BatchMix.of(given)
-        if mix is None or self.tensor_type != "torch" or self.unbatched or self.target_transform is not None:
-            return None
-        if len(self.sample_shape) != 3 or (self.dtype != "float32" and any(m.kind == "MixUp" for m in mix.choices)):
-            return None
-        return mix
+        return None if given is None else BatchMix.of(given)
 
     # -- a dataset run in Python ------------------------------------------------------------
 
