@@ -29,6 +29,12 @@ pub(crate) enum Outcome {
     Done,
     /// Failed; the piece holds garbage.
     Failed(LoaderError),
+    /// Written with another sample, `index`, after the failures of the samples tried before it
+    /// (dataset index and error each; [`crate::ErrorPolicy::Replace`]).
+    Replaced {
+        index: usize,
+        failures: Vec<(usize, LoaderError)>,
+    },
 }
 
 /// One batch's storage and bookkeeping, reused from batch to batch.

@@ -180,6 +180,7 @@ where
         let on_error = match options.on_error {
             ErrorPolicy::Raise => "raise",
             ErrorPolicy::Skip => "skip",
+            ErrorPolicy::Replace { .. } => "replace",
         };
         let meta = [
             ("loader.samples", samples.to_string()),
@@ -413,7 +414,8 @@ where
                 _ => 0,
             },
             batch_numbers,
-            batch_ops: Arc::new(BatchOps::new(self.options.on_error == ErrorPolicy::Raise)),
+            batch_ops: Arc::new(BatchOps::new(self.options.on_error.keeps_batches())),
+            policy: self.options.on_error,
             batch_size: self.options.batch_size,
             buffer_samples,
             layout: self.layout,

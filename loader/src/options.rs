@@ -28,6 +28,21 @@ pub enum ErrorPolicy {
     /// batch may be short, with `drop_last` too (the plan is cut to whole batches before any
     /// sample is loaded). In completion order, the batch with the failure is short instead.
     Skip,
+    /// timm's `ImageDataset`: the slot is filled with the next sample of the dataset (index + 1,
+    /// wrapping around) instead, up to `retries` samples in turn, each failure kept with its
+    /// cause ([`crate::EpochIter::skipped`]); batches keep their size, the replacement is
+    /// delivered twice that epoch. Past `retries` failures in a row, as [`Self::Raise`].
+    Replace {
+        /// Samples tried in turn after the failing one before the error is raised.
+        retries: u32,
+    },
+}
+
+impl ErrorPolicy {
+    /// Whether every planned batch is delivered as planned, each slot filled (no compaction).
+    pub(crate) fn keeps_batches(self) -> bool {
+        !matches!(self, ErrorPolicy::Skip)
+    }
 }
 
 /// In which order finished batches are handed to the consumer.

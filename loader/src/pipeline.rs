@@ -71,6 +71,8 @@ pub(crate) struct Epoch<S, P: SampleProcessor, H> {
     pub(crate) first_number: usize,
     /// Batch ops planned by the consumer, run by the worker that completes each batch.
     pub(crate) batch_ops: Arc<BatchOps>,
+    /// What a failing sample does (the workers retry under [`ErrorPolicy::Replace`]).
+    pub(crate) policy: ErrorPolicy,
     pub(crate) batch_size: usize,
     /// Samples each batch buffer is made for: `batch_size`, or the whole plan when shorter.
     pub(crate) buffer_samples: usize,
@@ -336,7 +338,7 @@ where
                 .buffer
                 .outcomes
                 .iter()
-                .all(|o| matches!(o, Outcome::Done))
+                .all(|o| !matches!(o, Outcome::Failed(_)))
             {
                 self.batch_ops.take(self.batch_number(planned.index))
             } else {
@@ -410,11 +412,48 @@ where
         self.done_cv.notify_all();
     }
 
-    /// Reads and processes one sample into its piece.
+    /// Reads and processes one sample into its piece; under [`ErrorPolicy::Replace`], the next
+    /// samples of the dataset in turn when it fails, drawing from the failed sample's key (a
+    /// replacement is not a copy of its own slot elsewhere in the epoch).
     fn run(
         &self,
         worker: usize,
         task: &mut Task,
+        kit: &mut Kit<P::Scratch>,
+        hooks: &mut Tee<'_, H::Hooks>,
+    ) -> Outcome {
+        let mut outcome = self.attempt(worker, task, task.index, kit, hooks);
+        let ErrorPolicy::Replace { retries } = self.policy else {
+            return outcome;
+        };
+        let len = self.source.len();
+        let mut failures = Vec::new();
+        for tried in 1..=retries as usize {
+            let Outcome::Failed(error) = outcome else {
+                break;
+            };
+            failures.push(((task.index + tried - 1) % len, error));
+            let index = (task.index + tried) % len;
+            outcome = match self.attempt(worker, task, index, kit, hooks) {
+                Outcome::Done => {
+                    return Outcome::Replaced {
+                        index,
+                        failures: std::mem::take(&mut failures),
+                    }
+                }
+                other => other,
+            };
+        }
+        outcome
+    }
+
+    /// Reads sample `index` and processes it into the task's piece, drawing from the task's
+    /// sample key.
+    fn attempt(
+        &self,
+        worker: usize,
+        task: &mut Task,
+        index: usize,
         kit: &mut Kit<P::Scratch>,
         hooks: &mut Tee<'_, H::Hooks>,
     ) -> Outcome {
@@ -425,7 +464,7 @@ where
             batch_id: self.batch_id(task.batch),
             slot: task.slot,
             position: task.position,
-            index: task.index,
+            index,
         };
         let key = SampleKey {
             seed: self.seed,
@@ -434,14 +473,14 @@ where
         };
         hooks.sample_start(&ctx);
         let mut tracker = OpTracker::new(hooks);
-        if task.fresh {
+        if std::mem::take(&mut task.fresh) {
             tracker.enter(Op::FirstTouch);
             touch_pages(&mut task.piece);
             tracker.exit(Op::FirstTouch);
         }
         let result = panic::catch_unwind(AssertUnwindSafe(|| {
             tracker.enter(Op::Read);
-            let read = self.source.read(task.index, &mut kit.buf);
+            let read = self.source.read(index, &mut kit.buf);
             tracker.exit(Op::Read);
             let bytes = read.map_err(Failure::Read)?;
             let slot = slot_mut(self.layout.dtype, &mut task.piece)?;
@@ -450,7 +489,6 @@ where
                 .map_err(Failure::Transform)
         }));
         let op = tracker.failing_op();
-        let index = task.index;
         let path = || self.source.path(index).into_owned();
         let outcome = match result {
             Ok(Ok(())) => Outcome::Done,
@@ -881,7 +919,7 @@ where
     /// good samples in the delivery order.
     fn assemble(&mut self, mut planned: Planned) -> Result<(), LoaderError> {
         self.walked += 1;
-        if self.policy == ErrorPolicy::Raise {
+        if self.policy != ErrorPolicy::Skip {
             let failed = planned
                 .buffer
                 .outcomes
@@ -964,11 +1002,23 @@ where
         let position = planned.start + slot;
         let index = self.epoch.plan[position];
         let outcome = std::mem::replace(&mut planned.buffer.outcomes[slot], Outcome::Pending);
-        if let Outcome::Failed(error) = outcome {
-            self.skip(index, position, error);
-            return None;
+        match outcome {
+            Outcome::Failed(error) => {
+                self.skip(index, position, error);
+                None
+            }
+            Outcome::Replaced { index, failures } => {
+                // Reported, but the slot is filled: no position is used up beyond it.
+                self.skipped
+                    .extend(failures.into_iter().map(|(index, error)| SkippedSample {
+                        index,
+                        position,
+                        error,
+                    }));
+                Some(index)
+            }
+            Outcome::Done | Outcome::Pending => Some(index),
         }
-        Some(index)
     }
 
     fn skip(&mut self, index: usize, position: usize, error: LoaderError) {

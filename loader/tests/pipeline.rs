@@ -1035,3 +1035,36 @@ fn batch_ops_are_numbered_as_delivered_on_resume_and_left_to_the_consumer_under_
     assert!(!iter.batch_ops().plan(0, Box::new(AddToDraws { add: 1.0 })));
     assert!(drain_ok(iter).iter().all(|r| !r.bytes.is_empty()));
 }
+
+#[test]
+fn replace_fills_a_failed_slot_with_the_next_samples_and_reports_each_failure() {
+    let special = [(3, FAIL), (4, FAIL), (9, FAIL), (11, FAIL)];
+    let options = opts(4, 3).on_error(ErrorPolicy::Replace { retries: 2 });
+    let loader = Loader::new(dataset(12, &special), TestProc::f32(), options).expect("valid");
+    let mut iter = loader.epoch(0);
+    let records = drain_ok(&mut iter);
+    // `record` checks each slot holds the sample its index names, with that sample's label.
+    let indices: Vec<Vec<usize>> = records.iter().map(|r| r.indices.clone()).collect();
+    assert_eq!(
+        indices,
+        vec![vec![0, 1, 2, 5], vec![5, 5, 6, 7], vec![8, 10, 10, 0]]
+    );
+    let skipped: Vec<(usize, usize)> = iter
+        .skipped()
+        .iter()
+        .map(|s| (s.index, s.position))
+        .collect();
+    assert_eq!(skipped, vec![(3, 3), (4, 3), (4, 4), (9, 9), (11, 11)]);
+    assert!(records.iter().all(|r| r.skipped == 0));
+    assert_eq!(iter.resume_point().position, 12, "every position used once");
+    // Three failures in a row with two retries: the epoch raises, naming the last one.
+    let strict = Loader::new(
+        dataset(12, &[(3, FAIL), (4, FAIL), (5, FAIL)]),
+        TestProc::f32(),
+        opts(4, 2).on_error(ErrorPolicy::Replace { retries: 2 }),
+    )
+    .expect("valid");
+    let (got, err) = drain(strict.epoch(0));
+    assert_eq!(got.len(), 0);
+    assert!(err.expect("raised").to_string().contains("bad sample 5"));
+}

@@ -140,7 +140,7 @@ impl PyLoader {
     #[pyo3(signature = (
         dataset, spec, *, batch_size, shuffle, drop_last, seed, num_workers, prefetch_batches,
         in_order, on_error, rank = None, world_size = None, profile_mode = "off", scratch_limit = None,
-        tail = None, tail_runner = None, page_lock = None
+        tail = None, tail_runner = None, page_lock = None, replace_retries = 10
     ))]
     #[allow(clippy::too_many_arguments)]
     fn new(
@@ -162,6 +162,7 @@ impl PyLoader {
         tail: Option<Vec<(Py<PyAny>, String)>>,
         tail_runner: Option<Bound<'_, PyAny>>,
         page_lock: Option<&str>,
+        replace_retries: u32,
     ) -> PyResult<Self> {
         let source = as_source(dataset)?;
         let pipeline = spec
@@ -170,9 +171,12 @@ impl PyLoader {
         let policy = match on_error {
             "raise" => ErrorPolicy::Raise,
             "skip" => ErrorPolicy::Skip,
+            "replace" => ErrorPolicy::Replace {
+                retries: replace_retries,
+            },
             other => {
                 return Err(PyValueError::new_err(format!(
-                    "on_error: expected 'raise' or 'skip', got {other:?}"
+                    "on_error: expected 'raise', 'skip' or 'replace', got {other:?}"
                 )))
             }
         };

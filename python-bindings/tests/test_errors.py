@@ -70,6 +70,48 @@ def test_decode_error_names_the_file_and_cause(corrupt_folder: Path) -> None:
     assert info2.value.reason == "unknown_format" and info2.value.path.endswith("2.jpg")
 
 
+def test_replace_fills_a_failed_slot_with_the_next_sample_and_reports_the_failure(
+    corrupt_folder: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    def loader(**kw: Any) -> fl.Loader:
+        return fl.Loader(fl.ImageFolder(corrupt_folder), batch_size=2, num_workers=2, transform=transform(), **kw)
+
+    reference = loader(sampler=[0, 2, 2, 3, 4, 0])  # what the replacement makes, read directly
+    want = [(x.clone(), y.clone()) for x, y in reference]
+    replacing = loader(on_error="replace")
+    with caplog.at_level("WARNING", logger="ferroloader"):
+        it = iter(replacing)
+        got = []
+        for x, y in it:
+            got.append((x.clone(), y.clone(), it.indices.tolist()))  # type: ignore[union-attr]
+    # Sample 1 (truncated) is replaced by 2, sample 5 (not an image) by 0, wrapping around;
+    # the batches keep their size, and each draws from its own slot's key.
+    assert [g[2] for g in got] == [[0, 2], [2, 3], [4, 0]]
+    assert all(torch.equal(y, v) for (_, y, _), (_, v) in zip(got, want))
+    assert torch.equal(got[0][0][0], want[0][0][0])
+    assert not torch.equal(got[0][0][1], got[1][0][0])  # sample 2 in 1's slot draws from 1's key
+    assert [(i, Path(p).name) for i, p, _ in it.skipped] == [(1, "1.jpg"), (5, "2.jpg")]
+    assert "truncated" in it.skipped[0][2]
+    assert [r.getMessage().split(",")[0] for r in caplog.records] == ["Replaced sample (index 1", "Replaced sample (index 5"]
+    # Past replace_retries failures in a row: raised, as timm raises.
+    with pytest.raises(fl.DecodeError):
+        list(loader(on_error="replace", replace_retries=0))
+    with pytest.raises(ValueError, match="replace_retries"):
+        loader(on_error="replace", replace_retries=-1)
+
+
+def test_replace_is_refused_for_a_dataset_run_in_python() -> None:
+    class Tensors(torch.utils.data.Dataset):  # type: ignore[type-arg]
+        def __len__(self) -> int:
+            return 4
+
+        def __getitem__(self, i: int) -> Any:
+            return torch.zeros(3, 2, 2), i
+
+    with pytest.raises(ValueError, match="on_error: 'replace' fills a failed sample's slot natively"):
+        fl.Loader(Tensors(), batch_size=2, on_error="replace", python_dataset="allow")
+
+
 @pytest.mark.parametrize(
     ("kwargs", "error", "argument"),
     [

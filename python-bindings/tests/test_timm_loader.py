@@ -15,6 +15,7 @@ import pytest
 import torch
 import torch.distributed as dist
 import timm.data as td
+import torchvision
 import torchvision.transforms as tvT
 from timm.data import FastCollateMixup
 
@@ -255,3 +256,17 @@ def test_a_loader_not_distributed_loads_everything_on_every_rank(
     assert shared.world_size == 2  # what it guards against
     loader = create_loader(dataset(folder), SIZE, 2, num_workers=2, device=CPU)
     assert sum(len(y) for _, y in loader) == 18
+
+
+def test_a_bad_file_is_replaced_by_the_next_sample_as_timms_dataset_does(corrupt_folder: Path) -> None:
+    # timm's ImageDataset logs a sample that fails to load and returns the next index's: the
+    # evaluation batches (no random draws) must be timm's own, full-sized.
+    kw: Any = dict(is_training=False, num_workers=2, device=CPU, use_prefetcher=False, crop_pct=0.8)
+    ours = create_loader(dataset(corrupt_folder), SIZE, 2, **kw)
+    assert ours.on_error == "replace" and ours.replace_retries == td.dataset._ERROR_RETRY - 1
+    got, want = run(ours), run(td.create_loader(dataset(corrupt_folder), SIZE, 2, **kw))
+    assert len(got) == len(want) == 3
+    for (x, y), (u, v) in zip(got, want):
+        assert torch.equal(y, v) and torch.equal(x, u)
+    plain = create_loader(torchvision.datasets.ImageFolder(str(corrupt_folder)), SIZE, 2, **kw)  # timm raises there too
+    assert plain.on_error == "raise"

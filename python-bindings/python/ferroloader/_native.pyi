@@ -310,7 +310,8 @@ class Loader:
     the sample shape and dtype; the tail runs under the GIL, one sample at a time per process,
     with torch's CPU generator, ``random`` and numpy seeded from ``(seed, epoch, index)``.
     ``page_lock``: the path of the CUDA runtime library that page-locks every batch buffer as it
-    is allocated (``pin_memory``).
+    is allocated (``pin_memory``). ``replace_retries``: with ``on_error="replace"``, the samples
+    tried in turn after a failing one.
     """
 
     def __new__(
@@ -333,6 +334,7 @@ class Loader:
         tail: Optional[Sequence[Tuple[Callable[[Any], Any], str]]] = None,
         tail_runner: Optional[Any] = None,
         page_lock: Optional[str] = None,
+        replace_retries: int = 10,
     ) -> Loader: ...
     def profile(self) -> Profile: ...
     def take_profile(self) -> Profile: ...

@@ -14,6 +14,7 @@ import atexit
 import collections
 import io
 import json
+import logging
 import numbers
 import os
 import sys
@@ -67,7 +68,9 @@ __all__ = ["Loader", "LoaderBatchSampler", "LoaderIterator", "LoaderSampler", "S
 
 Output = Literal["float32", "uint8"]
 DecoderName = Literal["turbo", "zune"]
-OnError = Literal["raise", "skip"]
+OnError = Literal["raise", "skip", "replace"]
+
+_log = logging.getLogger("ferroloader")
 ProfileMode = Literal["off", "spans", "counters"]
 TensorType = Literal["torch", "numpy"]
 PythonTail = Literal["warn", "allow", "error"]
@@ -294,8 +297,11 @@ class Loader:
     with no ``ToDtype``, timm's ``MaybePILToTensor``), ``float32`` otherwise; ``"uint8"`` with
     a float transform stops before its ``Normalize``, left to the consumer as
     ``deferred_normalize`` says), ``decoder`` (``"turbo"``: libjpeg-turbo,
-    Pillow-exact; ``"zune"``: pure Rust), ``on_error`` (``"raise"`` or ``"skip"``; see
-    ``LoaderIterator.skipped``), ``profile`` (``"off"``, ``"spans"``, ``"counters"``; read it
+    Pillow-exact; ``"zune"``: pure Rust), ``on_error`` (``"raise"``, ``"skip"``: the failed
+    sample left out, its batch filled from the next ones, or ``"replace"``: its slot filled
+    with the dataset's next sample, index + 1, up to ``replace_retries`` (default 10) in turn,
+    then raised, as timm's ``ImageDataset`` does, for a dataset read natively; each failure
+    is reported in ``LoaderIterator.skipped``), ``profile`` (``"off"``, ``"spans"``, ``"counters"``; read it
     with ``loader.profile()``), ``rank``/``world_size`` (``DistributedSampler``'s cut;
     where neither, nor a ``sampler``/``batch_sampler``, is given and ``torch.distributed`` is
     initialized with two processes or more, its rank and world size when the loader is made,
@@ -369,6 +375,7 @@ class Loader:
         output: Optional[Output] = None,
         decoder: DecoderName = "turbo",
         on_error: OnError = "raise",
+        replace_retries: int = 10,
         profile: ProfileMode = "off",
         rank: Optional[int] = None,
         world_size: Optional[int] = None,
@@ -489,6 +496,7 @@ class Loader:
         self._output_given: bool = output is not None
         self.decoder: str = _check_choice("decoder", decoder, DecoderName)
         self.on_error: str = _check_choice("on_error", on_error, OnError)
+        self.replace_retries: int = _check_int("replace_retries", replace_retries, 0, 2**32 - 1)
         # Python checks the type; the native loader parses the mode and names what it refuses.
         if not isinstance(profile, str):
             raise TypeError(f"profile: expected a str, got {type(profile).__name__} {profile!r}")
@@ -685,6 +693,12 @@ class Loader:
         self, dataset: Any, workers: int, prefetch_factor: Optional[int], reason: str
     ) -> None:
         """Runs ``dataset`` in DataLoader's worker processes (``ferroloader._pydataset``)."""
+        if self.on_error == "replace":
+            raise ValueError(
+                f"on_error: 'replace' fills a failed sample's slot natively; this dataset runs in "
+                f"Python ({reason}), where its own __getitem__ decides (timm's ImageDataset tries "
+                "the next index itself): use 'raise' or 'skip'"
+            )
         self._from_numpy = None
         self._pin_device = None
         self._device_hold = None
@@ -867,6 +881,7 @@ class Loader:
             tail=tail,
             tail_runner=runner,
             page_lock=self._page_lock,
+            replace_retries=self.replace_retries,
         )
 
     def _loader(self) -> "_native.Loader | PythonDataset":
@@ -1169,7 +1184,7 @@ class Loader:
         batches, position = state.get("batches"), state.get("position")
         share = self._loader().num_samples
         whole = isinstance(batches, int) and position == min(batches * self.batch_size, share)
-        if not (self.in_order and self.on_error == "raise" and whole):
+        if not (self.in_order and self.on_error in ("raise", "replace") and whole):
             raise ValueError(
                 f"state: saved by rank {saved}, this loader is rank {self.rank}: a state says "
                 "the same point on every rank only for a loader with in_order=True and "
@@ -1202,6 +1217,7 @@ class Loader:
             "output": self.output if self._output_given else None,
             "decoder": self.decoder,
             "on_error": self.on_error,
+            "replace_retries": self.replace_retries,
             "profile": self.profile_mode,
             "rank": self.rank,
             "world_size": self.world_size,
@@ -1325,6 +1341,7 @@ class LoaderIterator:
         self._mix_unplanned: Deque[Tuple[int, int]] = collections.deque()
         self._mix_planned: Dict[int, Tuple[int, Any]] = {}
         self._mix_window = loader.prefetch_batches + 1
+        self._logged_failures = 0
         self.finished = False
         """Whether the epoch has ended (``StopIteration`` or an error)."""
 
@@ -1388,6 +1405,8 @@ class LoaderIterator:
             resume = self._native_iter.resume_state
             self._loader._progress = (self.epoch, resume)
         self.indices = indices
+        if self._loader.on_error == "replace":
+            self._log_replaced()
         if self._batch_mix is not None:
             images, mixed = self._mix(images, labels, resume or self._native_iter.resume_state)
             # What is handed out (a view, in timm's half mode, whose base is the batch's).
@@ -1414,6 +1433,14 @@ class LoaderIterator:
         if self._batch_transform is not None:
             return self._batch_transform(images, labels)  # type: ignore[no-any-return]
         return images, labels
+
+    def _log_replaced(self) -> None:
+        """Logs each sample replaced since the last batch, as timm's ``ImageDataset`` logs the
+        samples it skips (``logging``'s ``ferroloader`` logger, level WARNING)."""
+        failures = self._native_iter.skipped
+        for index, path, why in failures[self._logged_failures :]:
+            _log.warning("Replaced sample (index %d, file %s) with the next one: %s", index, path, why)
+        self._logged_failures = len(failures)
 
     def _mix(self, images: np.ndarray, labels: np.ndarray, resume: Tuple[int, int, List[int]]) -> Tuple[np.ndarray, Any]:
         """The batch mixed (by the worker that completed it, or here with the same draws) and
@@ -1478,7 +1505,8 @@ class LoaderIterator:
 
     @property
     def skipped(self) -> List[Tuple[int, str, str]]:
-        """Samples skipped so far (``on_error="skip"``): ``(index, path, why)``."""
+        """Samples skipped so far (``on_error="skip"``), or replaced (``"replace"``): ``(index,
+        path, why)``."""
         return self._native_iter.skipped
 
 

@@ -37,6 +37,7 @@ from contextlib import nullcontext
 from typing import TYPE_CHECKING, Any, Callable, Dict, Iterator, Optional, Sequence, Tuple, Union
 
 from ferroloader._fastmix import is_fast_collate_mixup
+from ferroloader.datasets import reading
 from ferroloader.loader import Loader, ProfileMode
 from ferroloader.profiling import Profile
 
@@ -206,6 +207,20 @@ def _timm_only(
     if num_aug_splits > 0:
         return f"num_aug_splits={num_aug_splits} (AugMix's split batches)"
     return None
+
+
+def _error_policy(dataset: Any) -> Dict[str, Any]:
+    """What a failing sample does, as in timm's loader: timm's ``ImageDataset`` logs it and
+    returns the next index's sample instead, up to its ``_ERROR_RETRY`` failures in a row, so
+    batches keep their size (``on_error="replace"`` where the dataset is read natively; one
+    run in Python retries in its own ``__getitem__``); any other dataset raises."""
+    if type(dataset).__name__ != "ImageDataset" or not type(dataset).__module__.startswith("timm.data"):
+        return {}
+    if isinstance(reading(dataset, transform_given=False), str):
+        return {}
+    from timm.data import dataset as timm_dataset
+
+    return {"on_error": "replace", "replace_retries": max(0, int(getattr(timm_dataset, "_ERROR_RETRY", 10)) - 1)}
 
 
 def create_loader(
@@ -394,6 +409,7 @@ def create_loader(
         persistent_workers=persistent_workers and num_workers > 0,
         seed=seed,
         profile=profile,
+        **_error_policy(dataset),
     )
     if not use_prefetcher:
         return loader
