@@ -12,6 +12,7 @@ import os
 import socket
 import warnings
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any, Dict, Iterator, List, Tuple
 
 import pytest
@@ -167,6 +168,39 @@ def test_skip_first_batches_does_not_take_a_ferroloader(folder: Path) -> None:
     assert isinstance(skipped, DataLoader)
     paths, _ = next(iter(skipped))
     assert isinstance(paths[0], str)
+
+
+def test_batches_go_to_the_accelerators_device(folder: Path) -> None:
+    # A stand-in Accelerator on the meta device: the batch goes where send_to_device puts it.
+    stub = SimpleNamespace(
+        device=torch.device("meta"), device_placement=True, num_processes=1,
+        dataloader_config=SimpleNamespace(non_blocking=True),
+    )
+    loader = AcceleratedLoader(make(items(folder)), stub)
+    assert loader.non_blocking
+    images, labels = next(iter(loader))
+    assert images.device.type == labels.device.type == "meta"
+    stub.device_placement = False  # Accelerator(device_placement=False): left where it is
+    images, labels = next(iter(AcceleratedLoader(make(items(folder)), stub)))
+    assert images.device.type == labels.device.type == "cpu"
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_on_a_gpu_pinned_batches_arrive_intact(folder: Path) -> None:
+    acc = accelerate.Accelerator()
+    loader = AcceleratedLoader(make(items(folder), pin_memory=True), acc)
+    assert acc.device.type == "cuda" and loader.non_blocking
+    expected = [(x.clone(), y.clone()) for x, y in make(items(folder))]
+    got = []
+    for images, labels in loader:
+        assert images.device == labels.device == acc.device
+        # Copied without waiting; the CPU batch is dropped at once and its ring buffer must not
+        # be refilled before the copy has read it.
+        got.append((images.clone(), labels.clone()))
+    torch.cuda.synchronize()
+    assert len(got) == len(expected)
+    for (x, y), (ex, ey) in zip(got, expected):
+        assert torch.equal(x.cpu(), ex) and torch.equal(y.cpu(), ey)
 
 
 def free_port() -> int:
