@@ -18,7 +18,7 @@ from typing import Any, Dict, Iterator, List, Tuple
 import pytest
 import torch
 import torch.multiprocessing as mp
-from torch.utils.data import DataLoader, DistributedSampler
+from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
 
 accelerate = pytest.importorskip("accelerate")
 
@@ -53,7 +53,7 @@ def make(data: List[Tuple[str, int]], **kw: Any) -> fl.Loader:
 def reset() -> None:
     # Accelerate's state is a per-process singleton; each test (and each forked rank) starts
     # from none, as a fresh script does.
-    from accelerate.state import AcceleratorState, GradientState
+    from accelerate.state import AcceleratorState, GradientState  # type: ignore[import-untyped]
 
     AcceleratorState._reset_state(True)
     GradientState._reset_state()
@@ -104,7 +104,7 @@ def test_accumulation_steps_at_the_end_of_each_epoch_as_with_a_dataloader(folder
     # then starts the next epoch's count afresh; so must the loader.
     acc = accelerate.Accelerator(cpu=True, gradient_accumulation_steps=2)
     model, optimizer = acc.prepare(*model_and_optimizer())
-    reference = DataLoader(torch.zeros(SAMPLES, 3 * 8 * 8), batch_size=BATCH)
+    reference: DataLoader[Any] = DataLoader(TensorDataset(torch.zeros(SAMPLES, 3 * 8 * 8)), batch_size=BATCH)
     prepared_reference = acc.prepare(reference)
     expected = []
     for _ in range(2):
@@ -220,12 +220,19 @@ def run_rank(rank: int, port: int, folder: str, out: str) -> None:
     reset()
     ckpt = str(Path(out, "ckpt"))
     data = items(Path(folder))
+    early = make(data)  # before the Accelerator starts the process group: not cut
     acc = accelerate.Accelerator(cpu=True, gradient_accumulation_steps=2)
     result: Dict[str, Any] = {"processes": acc.num_processes}
+    try:
+        AcceleratedLoader(early, acc)
+    except ValueError as e:
+        result["refused"] = str(e)
+    everywhere = AcceleratedLoader(make(data, rank=0, world_size=1), acc)
+    result["everywhere"] = sorted(i for labels, _ in batches(everywhere) for i in labels)
     model, optimizer = acc.prepare(*model_and_optimizer())
     # Made after the Accelerator, which started the process group: the loader cuts itself.
     loader = AcceleratedLoader(make(data), acc)
-    given_sampler: DistributedSampler[Any] = DistributedSampler(data, shuffle=True, seed=3)
+    given_sampler: DistributedSampler[Any] = DistributedSampler(data, shuffle=True, seed=3)  # type: ignore[arg-type]
     given = AcceleratedLoader(make(data, shuffle=False, sampler=given_sampler), acc)
     acc.register_for_checkpointing(loader)
     result["cut"] = [loader.rank, loader.world_size, len(loader)]
@@ -255,13 +262,15 @@ def test_two_processes_cut_gather_and_resume(folder: Path, tmp_path: Path) -> No
     with warnings.catch_warnings():
         # Forked, as in test_distributed.py: Python 3.12 warns that the parent has threads.
         warnings.simplefilter("ignore", DeprecationWarning)
-        mp.start_processes(
+        mp.start_processes(  # type: ignore[attr-defined,no-untyped-call]
             run_rank, args=(free_port(), str(folder), str(tmp_path)), nprocs=WORLD, start_method="fork"
         )
     results = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(WORLD)]
     per_rank = -(-SAMPLES // WORLD)  # 9: 3 batches of 4, 4, 1
     for rank, result in enumerate(results):
         assert result["processes"] == WORLD
+        assert "not cut across the 2 processes (it was made before" in result["refused"]
+        assert result["everywhere"] == list(range(SAMPLES))
         assert result["cut"] == [rank, WORLD, 3]
         # Gradients synced after batch 2 and at each epoch's last batch.
         assert [(s[1], s[2]) for s in result["seen"]] == [(False, False), (True, False), (True, True)] * 2

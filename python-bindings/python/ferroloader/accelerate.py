@@ -23,7 +23,8 @@ It fetches no batch ahead (it knows the last batch from the iterator's ``len()``
 loader's ``state_dict()`` is always after exactly the batches handed out. Everything else
 (``len()``, ``set_epoch``, ``epoch``, ``state_dict``/``load_state_dict``, ``sampler``...) is
 the loader's own. The cut across processes is the loader's (as ``DistributedSampler``'s, read
-from the process group Accelerate started), not Accelerate's ``BatchSamplerShard``.
+from the process group Accelerate started), not Accelerate's ``BatchSamplerShard``; a loader
+made before the ``Accelerator`` (so not cut) is refused in more than one process.
 
 This module must not change what the loader loads or in what order; it imports Accelerate and
 torch only when iterated, so ``ferroloader`` itself never needs them.
@@ -53,6 +54,22 @@ class AcceleratedLoader:
             raise TypeError(
                 f"loader: expected a ferroloader.Loader, got {type(loader).__name__} "
                 "(a DataLoader goes to accelerator.prepare)"
+            )
+        processes = int(getattr(accelerator, "num_processes", 1))
+        if (
+            processes > 1
+            and loader.world_size is None
+            and loader._sampler is None
+            and loader._batch_sampler is None
+            and loader.sampler is not None  # None: an IterableDataset, which splits itself
+        ):
+            # Where accelerator.prepare would have cut a DataLoader: every process would load
+            # the whole dataset each epoch, with nothing said.
+            raise ValueError(
+                f"loader: not cut across the {processes} processes (it was made before the "
+                "process group was started): make it after Accelerator(), or give it "
+                "rank=accelerator.process_index, world_size=accelerator.num_processes "
+                "(rank=0, world_size=1 to load every sample in every process)"
             )
         self.loader = loader
         self.accelerator = accelerator
