@@ -101,6 +101,13 @@ IMAGENET_MEAN = [0.485, 0.456, 0.406]
 IMAGENET_STD = [0.229, 0.224, 0.225]
 
 
+def labelled_by_index(folder: Path, count: int) -> List[Tuple[str, int]]:
+    """The folder's first ``count`` JPEGs (sorted by path), each labelled with its own index."""
+    paths = sorted(str(p) for p in folder.rglob("*.jpg"))[:count]
+    assert len(paths) == count
+    return [(p, i) for i, p in enumerate(paths)]
+
+
 def epoch_samples(
     folder: Path,
     transform: Any,

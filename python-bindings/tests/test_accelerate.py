@@ -23,6 +23,7 @@ from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
 accelerate = pytest.importorskip("accelerate")
 
 import ferroloader as fl
+from conftest import labelled_by_index
 from ferroloader import transforms as T
 from ferroloader.accelerate import AcceleratedLoader
 
@@ -32,10 +33,7 @@ BATCH = 4
 
 
 def items(folder: Path) -> List[Tuple[str, int]]:
-    """The folder's first samples, each labelled with its own index."""
-    paths = sorted(str(p) for p in folder.rglob("*.jpg"))[:SAMPLES]
-    assert len(paths) == SAMPLES
-    return [(p, i) for i, p in enumerate(paths)]
+    return labelled_by_index(folder, SAMPLES)
 
 
 def make(data: List[Tuple[str, int]], **kw: Any) -> fl.Loader:

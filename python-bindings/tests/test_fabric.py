@@ -17,6 +17,7 @@ import torch
 L = pytest.importorskip("lightning")
 
 import ferroloader as fl
+from conftest import labelled_by_index
 from ferroloader import transforms as T
 
 SAMPLES = 17  # two processes pad the epoch to 18, as DistributedSampler does
@@ -25,10 +26,7 @@ BATCH = 4
 
 
 def items(folder: Path) -> List[Tuple[str, int]]:
-    """The folder's first samples, each labelled with its own index."""
-    paths = sorted(str(p) for p in folder.rglob("*.jpg"))[:SAMPLES]
-    assert len(paths) == SAMPLES
-    return [(p, i) for i, p in enumerate(paths)]
+    return labelled_by_index(folder, SAMPLES)
 
 
 def make(data: List[Tuple[str, int]]) -> fl.Loader:
