@@ -8,7 +8,10 @@
 //! `prefetch_batches` batches are in flight; workers wait on one condvar for room, the consumer on
 //! another for the batch it needs. Under [`ErrorPolicy::Skip`], the consumer compacts batches so
 //! that each is filled from the next good samples in order; the output therefore depends only on
-//! the plan and the data, never on timing.
+//! the plan and the data, never on timing. Under [`ErrorPolicy::Replace`], a worker fills a
+//! failed sample's slot with the dataset's next samples instead, so batches stay as planned.
+//! The worker whose sample completes a batch runs the batch op the consumer planned for it, if
+//! one has arrived ([`crate::BatchOps`]), before the consumer may take the batch.
 //!
 //! Profiling ([`crate::profile`]): each worker runs its profiler hooks next to the user's, the
 //! worker that opens, starts or completes a batch records that event (after releasing the
