@@ -14,7 +14,11 @@ generator...) over an *instrumented shallow copy* of its dataset. For a torchvis
 ``DatasetFolder`` (``ImageFolder``) the copy's ``loader`` is split into ``read`` (the file's
 bytes) and ``decode`` (``PIL.Image.open(...).convert("RGB")``, the same pixels as torchvision's
 ``pil_loader``), any other loader is one ``load`` span, and each transform of a ``Compose`` is
-timed on its own under its class name (``RandomResizedCrop``, ``ToTensor``...). A Hugging
+timed on its own under its class name (``RandomResizedCrop``, ``ToTensor``...). timm's
+``ImageDataset`` over a folder or a tar (``timm.data.create_dataset``) is split the same way:
+its reader's file object is read in a ``read`` span and opened and converted to its
+``input_img_mode`` in a ``decode`` span, handed to timm's own ``__getitem__`` (whose retry of
+the next index on a bad file still runs), then each op of its transform. A Hugging
 Face ``datasets.Dataset`` hands its ``Image()`` columns over undecoded to a format transform
 that decodes each image with ``datasets``' own ``decode_example`` in a ``decode`` span, then runs
 the dataset's ``with_transform`` function in a span of its name (the same rows). A ``process``
@@ -437,6 +441,97 @@ class _TimedPilLoader:
         self.rec = state
 
 
+class _Loaded:
+    """What a :class:`_TimedTimmReader` hands timm's ``__getitem__`` in place of the file
+    object: ``read()`` is the already decoded image (or the bytes, for ``load_bytes``)."""
+
+    __slots__ = ("value",)
+
+    def __init__(self, value: Any) -> None:
+        self.value = value
+
+    def read(self) -> Any:
+        return self.value
+
+
+class _TimedTimmReader:
+    """timm's folder or tar reader (``ImageDataset.reader``) in an instrumented copy of the
+    dataset whose ``load_bytes`` is set, so timm's own ``__getitem__`` takes ``reader[i][0]
+    .read()`` as the image: ``reader[i]`` reads the sample's file object in a ``read`` span,
+    then (unless the user's dataset loads bytes) opens it with PIL and converts it to
+    ``input_img_mode`` in a ``decode`` span: what timm 1.0.31's ``__getitem__`` does to the
+    file object, the same pixels. Errors are raised where timm's ``try`` catches them, so a
+    bad file is logged and the next index loaded, by timm's own code; a failure timm recovers
+    from leaves its span and no failed op behind."""
+
+    __slots__ = ("reader", "mode", "load_bytes", "rec")
+
+    def __init__(self, reader: Any, mode: Optional[str], load_bytes: bool, rec: _Recorder) -> None:
+        self.reader = reader
+        self.mode = mode
+        self.load_bytes = load_bytes
+        self.rec = rec
+
+    def __getitem__(self, index: int) -> Tuple[Any, ...]:
+        from PIL import Image
+
+        rec = self.rec
+        depth = rec.depth + 1
+        start = rec.start()
+        try:
+            f, *rest = self.reader[index]
+            try:
+                data = f.read()
+            finally:
+                f.close()
+        except Exception:
+            _failed_in(rec, "read", start, depth)
+            raise
+        start = rec.end("read", rec.sample, depth, start)
+        if self.load_bytes:
+            rec.failed_op = None
+            return (_Loaded(data), *rest)
+        try:
+            img = Image.open(io.BytesIO(data))
+            if self.mode:
+                img = img.convert(self.mode)
+        except Exception:
+            _failed_in(rec, "decode", start, depth)
+            raise
+        rec.end("decode", rec.sample, depth, start)
+        rec.failed_op = None
+        return (_Loaded(img), *rest)
+
+    def __len__(self) -> int:
+        return len(self.reader)
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("__") or name in _TimedTimmReader.__slots__:
+            raise AttributeError(name)
+        return getattr(self.reader, name)
+
+    def __getstate__(self) -> Tuple[Any, Optional[str], bool, _Recorder]:
+        return (self.reader, self.mode, self.load_bytes, self.rec)
+
+    def __setstate__(self, state: Tuple[Any, Optional[str], bool, _Recorder]) -> None:
+        self.reader, self.mode, self.load_bytes, self.rec = state
+
+
+#: timm's readers whose ``reader[i]`` is ``(file object, target)``: what
+#: :class:`_TimedTimmReader` can time.
+_TIMM_FILE_READERS = frozenset({"ReaderImageFolder", "ReaderImageInTar", "ReaderImageTar"})
+
+
+def _timm_image_dataset(dataset: Any) -> bool:
+    """Whether ``dataset`` is timm's ``ImageDataset`` over a folder or tar reader (checked
+    without importing timm: a dataset of timm's has loaded it)."""
+    module = sys.modules.get("timm.data.dataset")
+    if module is None or not isinstance(dataset, module.ImageDataset):
+        return False
+    reader = type(getattr(dataset, "reader", None))
+    return reader.__module__.startswith("timm.") and reader.__name__ in _TIMM_FILE_READERS
+
+
 class _Carrier:
     """A collated batch on its way from a worker to the main process, with the spans recorded
     for it. Not a tensor, mapping or sequence, so torch's pinning calls our ``pin_memory``."""
@@ -607,6 +702,8 @@ def _sample_path(dataset: Any, index: Any) -> Optional[str]:
         while isinstance(dataset, Subset):
             index = dataset.indices[index]
             dataset = dataset.dataset
+        if _timm_image_dataset(dataset):
+            return str(dataset.filename(index, absolute=True))
         samples = getattr(dataset, "samples", None)
         if samples is None:
             return None
@@ -661,7 +758,7 @@ def _is_folder(dataset: Any) -> bool:
     tv = _torchvision()
     if tv is not None and isinstance(dataset, tv.datasets.DatasetFolder):
         return True
-    return bool(_hugging_face_images(dataset))
+    return _timm_image_dataset(dataset) or bool(_hugging_face_images(dataset))
 
 
 def _hugging_face_images(dataset: Any) -> Dict[str, Any]:
@@ -748,6 +845,8 @@ def _instrument(dataset: Any, rec: _Recorder, meta: Dict[str, str]) -> Any:
         meta["decoder"] = "datasets' Image.decode_example"
         meta["instrumented"] = "decode, the dataset's transform function, process, collate"
         return _instrument_hugging_face(dataset, images, rec)
+    if _timm_image_dataset(dataset):
+        return _instrument_timm(dataset, rec, meta, tv)
     if tv is None or not isinstance(dataset, tv.datasets.DatasetFolder):
         transform = getattr(dataset, "transform", None)
         if transform is None or not callable(transform):
@@ -787,6 +886,24 @@ def _instrument(dataset: Any, rec: _Recorder, meta: Dict[str, str]) -> Any:
     meta["instrumented"] = "read/decode, each transform, process, collate" if pil else (
         "load, each transform, process, collate"
     )
+    return ds
+
+
+def _instrument_timm(dataset: Any, rec: _Recorder, meta: Dict[str, str], tv: Any) -> Any:
+    """A shallow copy of timm's ``ImageDataset`` whose own ``__getitem__`` (its retries on a bad
+    file included) runs over a :class:`_TimedTimmReader` (``read``, ``decode``) and timed
+    transforms: the same samples and draws, each step in its span."""
+    import PIL
+
+    ds = copy.copy(dataset)
+    ds.reader = _TimedTimmReader(dataset.reader, dataset.input_img_mode, bool(dataset.load_bytes), rec)
+    ds.load_bytes = True
+    if dataset.transform is not None:
+        ds.transform = _timed_transform(dataset.transform, rec, tv)
+    if dataset.target_transform is not None:
+        ds.target_transform = _TimedOp(dataset.target_transform, "target_transform", rec)
+    meta["decoder"] = f"PIL {PIL.__version__}"
+    meta["instrumented"] = "read/decode, each transform, process, collate"
     return ds
 
 
@@ -1213,7 +1330,7 @@ def _meta(dl: DataLoader[Any], dataset: Any = None) -> Dict[str, str]:
     inner = dataset
     while isinstance(inner, Subset):
         inner = inner.dataset
-    root = getattr(inner, "root", None)
+    root = getattr(inner.reader if _timm_image_dataset(inner) else inner, "root", None)
     if root is not None:
         meta["dataset_root"] = os.fspath(root)
     try:
