@@ -147,6 +147,59 @@ def test_compare_mix_adds_the_reference_mixup_cutmix_to_both_pipelines(data: Pat
     assert "MixUp(0.2)/CutMix(1.0)" in page and "--mix" in page
 
 
+TIMM = ["--timm", "rand-m9-mstd0.5-inc1", "--size", "64", "--workers", "1"]
+
+
+def test_compare_timm_profiles_timms_loaders_beside_ferroloaders(data: Path, tmp_path: Path) -> None:
+    out = tmp_path / "report"
+    result = invoke(["compare", str(data), *TIMM, "--out", str(out), *SMALL])
+    summary = check_report(out, ["timm", "native"])
+    ops = {p["label"]: {o["op"] for o in p["ops"]} for p in summary["pipelines"]}
+    # timm's ImageDataset split into read, decode and each op of its create_transform.
+    assert {"read", "decode", "RandomResizedCropAndInterpolation", "RandomHorizontalFlip",
+            "RandAugment", "MaybePILToTensor", "collate"} <= ops["timm"]
+    assert "__getitem__" not in ops["timm"]
+    assert {"read", "decode", "TimmRandAugment"} <= ops["native"]
+    assert "timm / native" in result.output and "speedup" in result.output
+    page = (out / "report.html").read_text()
+    assert "--timm rand-m9-mstd0.5-inc1" in page and "re_prob=0.25" in page
+    assert "below their prefetchers" in page
+    native = tmp_path / "native"
+    invoke(["profile", str(data), *TIMM, "--out", str(native), *SMALL])
+    check_report(native, ["native"])
+
+
+def test_compare_timm_mix_is_timms_fast_collate_mixup_on_both_sides(data: Path, tmp_path: Path) -> None:
+    out = tmp_path / "report"
+    invoke(["compare", str(data), *TIMM, "--mix", "--out", str(out), *SMALL])
+    summary = check_report(out, ["timm", "native"])
+    ops = {p["label"]: {o["op"] for o in p["ops"]} for p in summary["pipelines"]}
+    consumer = {o["op"] for o in summary["pipelines"][1]["consumer_ops"]}
+    assert "collate" in ops["timm"]  # timm's mixing is inside its collate_fn
+    assert "FastCollateMixup/batch" in ops["native"] | consumer
+    assert "FastCollateMixup(mixup_alpha=0.8, cutmix_alpha=1.0" in (out / "report.html").read_text()
+
+
+@pytest.mark.parametrize(
+    "extra, message",
+    [
+        (["--recipe", "basic"], "--timm and --recipe: timm's create_transform makes the transform"),
+        (["--transform", "x.py:t"], "--timm and --transform"),
+        (["--output", "float32"], "--timm and --output"),
+        (["--on-error", "skip"], "--timm and --on-error"),
+    ],
+)
+def test_compare_timm_refuses_what_timm_decides(data: Path, extra: List[str], message: str) -> None:
+    result = CliRunner().invoke(main, ["compare", str(data), "--timm", "rand-m9", *extra, "-q"])
+    assert result.exit_code == 2 and message in result.output, result.output
+
+
+def test_compare_timm_names_a_policy_timm_refuses(data: Path) -> None:
+    result = CliRunner().invoke(main, ["compare", str(data), "--timm", "bogus", "-q"])
+    assert result.exit_code == 2 and "Unknown AA policy bogus" in result.output
+    assert "Traceback" not in result.output
+
+
 def test_profile_runs_the_native_pipeline_alone(data: Path, tmp_path: Path) -> None:
     out = tmp_path / "report"
     invoke(["profile", str(data), "--workers", "2", "--counters", "--out", str(out), *SMALL])

@@ -121,8 +121,8 @@ def _cpus() -> int:
     return _default_workers()
 
 
-def _run_options(*, workers: bool = True, out: str = "report") -> Callable[[F], F]:
-    """The options every run command shares."""
+def _run_options(*, workers: bool = True, out: str = "report", timm: bool = False) -> Callable[[F], F]:
+    """The options every run command shares (``--timm`` where ``timm``)."""
 
     def decorate(f: F) -> F:
         options = [
@@ -161,8 +161,8 @@ def _run_options(*, workers: bool = True, out: str = "report") -> Callable[[F], 
                          help="A file that fails to load: stop with its name, or leave it "
                          "out (both pipelines)."),
             click.option("--size", type=click.IntRange(min=8), default=224, show_default=True,
-                         help="RandomResizedCrop output size (of the default transform and "
-                         "of --recipe)."),
+                         help="RandomResizedCrop output size (of the default transform, "
+                         "of --recipe and of --timm)."),
             click.option("--recipe", type=click.Choice(RECIPES), default=None, metavar="NAME",
                          help="Run a torchvision reference training preset instead of the "
                          "default transform: basic, ta_wide (TrivialAugmentWide), ra "
@@ -183,6 +183,16 @@ def _run_options(*, workers: bool = True, out: str = "report") -> Callable[[F], 
                          help="Report folder (created; files in it are replaced)."),
             click.option("--quiet", "-q", is_flag=True, help="No progress bars."),
         ]
+        if timm:
+            options.insert(-2, click.option(
+                "--timm", "timm_aa", metavar="AA", default=None,
+                help="Run timm's train.py loaders instead (--aa AA, e.g. "
+                "rand-m9-mstd0.5-inc1, --reprob 0.25): timm's create_dataset and "
+                "create_loader, profiled per op, against ferroloader.timm.create_loader, on the "
+                "CPU, measured below their prefetchers (uint8 batches; the prefetcher's "
+                "normalize and erasing, a GPU's work in training, left out on both sides). "
+                "With --mix: timm's FastCollateMixup(0.8, 1.0, label_smoothing 0.1). Not with "
+                "--recipe, --transform, --v2, --output, --decoder or --on-error."))
         if workers:
             options.insert(1, click.option(
                 "--workers", "-w", type=click.IntRange(min=0), default=0,
@@ -240,8 +250,49 @@ def _chosen_transform(kwargs: Mapping[str, Any]) -> Dict[str, Any]:
     return {"transform": transform, "transform_name": name, "output": output}
 
 
+#: What ``--timm`` decides itself, so cannot be given with it: option name -> why.
+_NOT_WITH_TIMM = {
+    "recipe": "timm's create_transform makes the transform",
+    "transform_spec": "timm's create_transform makes the transform",
+    "use_v2": "timm's create_transform makes the transform",
+    "output": "timm's loaders yield uint8 batches below their prefetchers",
+    "decoder": "ferroloader.timm.create_loader decodes with the default, turbo",
+    "on_error": "timm's ImageDataset replaces a bad file by the next one (both sides)",
+}
+
+
+def _timm_fields(kwargs: Mapping[str, Any], data: Path) -> Dict[str, Any]:
+    """The ``RunConfig`` fields for ``--timm AA``, after refusing the options it decides."""
+    from ferroloader._hfdatasets import saved_dataset
+
+    aa = kwargs["timm_aa"]
+    for name, why in _NOT_WITH_TIMM.items():
+        if _given(name):
+            flag = {"transform_spec": "transform", "use_v2": "v2"}.get(name, name)
+            raise click.UsageError(f"--timm and --{flag.replace('_', '-')}: {why}")
+    if not aa:
+        raise click.BadParameter("expected timm's --aa policy, e.g. rand-m9-mstd0.5-inc1",
+                                 param_hint="'--timm'")
+    try:
+        # timm checks the policy only as it builds the transform, with an assert.
+        from timm.data import create_transform  # type: ignore[import-untyped]
+
+        create_transform((3, kwargs["size"], kwargs["size"]), is_training=True, auto_augment=aa)
+    except ImportError as e:
+        raise click.UsageError(f"--timm needs timm installed: {e}") from e
+    except Exception as e:
+        raise click.BadParameter(f"timm refuses the policy {aa!r}: {e}",
+                                 param_hint="'--timm'") from e
+    if saved_dataset(data):
+        raise click.UsageError("--timm: DATA must be an ImageFolder (timm's create_dataset reads "
+                               "a folder), not a saved Hugging Face dataset")
+    return {"timm": aa, "output": "uint8"}
+
+
 def _transform_args(kwargs: Mapping[str, Any]) -> List[str]:
     """``--recipe``/``--transform`` as given, for the command line that reproduces a run."""
+    if kwargs.get("timm_aa"):
+        return ["--timm", str(kwargs["timm_aa"])]
     if kwargs.get("transform_spec"):
         return ["--transform", str(kwargs["transform_spec"])]
     if kwargs.get("recipe"):
@@ -268,7 +319,10 @@ def _config(kwargs: Mapping[str, Any], data: Path, **override: Any) -> Any:
         on_error=kwargs["on_error"],
         mix=kwargs.get("mix", False),
     )
-    values.update(_chosen_transform(kwargs))
+    if kwargs.get("timm_aa") is not None:
+        values.update(_timm_fields(kwargs, data))
+    else:
+        values.update(_chosen_transform(kwargs))
     values.update(override)
     return RunConfig(**values)
 
@@ -279,8 +333,9 @@ def _command_line(name: str, cfg: Any, extra: Sequence[str] = ()) -> str:
         "ferroloader", name, os.fspath(cfg.data),
         "--batch-size", str(cfg.batch_size), "--batches", str(cfg.batches),
         *extra,
-        "--decoder", cfg.decoder, "--output", cfg.output,
     ]
+    if cfg.timm is None:
+        args += ["--decoder", cfg.decoder, "--output", cfg.output]
     if cfg.step_ms:
         args += ["--step-ms", f"{cfg.step_ms:g}"] + (["--step-busy"] if cfg.step_busy else [])
     if cfg.rounds > 1:
@@ -316,15 +371,28 @@ def _report_config(cfg: Any, *, workers: Optional[str] = None) -> Dict[str, str]
 
     torchvision = _torchvision()
 
-    return {
-        "data": _dataset_note(cfg.data),
-        "transform": (
+    if cfg.timm is not None:
+        import timm
+
+        transform = (
+            f"timm's train.py loaders (timm {timm.__version__}): create_dataset, create_loader("
+            f"is_training=True, auto_augment={cfg.timm!r}, re_prob=0.25, input_size=(3, "
+            f"{cfg.size}, {cfg.size}), device cpu), timm's own against "
+            "ferroloader.timm.create_loader, measured below their prefetchers (uint8 batches; "
+            "the prefetcher's normalize and random erasing left out on both sides)"
+            + (", with FastCollateMixup(mixup_alpha=0.8, cutmix_alpha=1.0, "
+               "label_smoothing=0.1) as collate_fn" if cfg.mix else "")
+        )
+    else:
+        transform = (
             f"RandomResizedCrop({cfg.size}), RandomHorizontalFlip(), "
             + ("PILToTensor()" if cfg.output == "uint8" else "ToTensor(), Normalize(ImageNet)")
             if cfg.transform is None
             else f"{cfg.transform_name}: {describe(cfg.transform)}"
-        )
-        + (", then the reference MixUp(0.2)/CutMix(1.0) collate_fn" if cfg.mix else ""),
+        ) + (", then the reference MixUp(0.2)/CutMix(1.0) collate_fn" if cfg.mix else "")
+    return {
+        "data": _dataset_note(cfg.data),
+        "transform": transform,
         "batch size": str(cfg.batch_size),
         "workers": workers or str(cfg.num_workers),
         "batches per run": str(cfg.batches),
@@ -349,7 +417,7 @@ def _summary_tables(
     from ferroloader.cli.report import STAGES, ratio, stage_times
 
     pipelines = list(summary.pipelines)
-    base = next((p for p in pipelines if p.label.startswith("torchvision")), None)
+    base = next((p for p in pipelines if p.label.startswith(("torchvision", "timm"))), None)
     t = Table(title="Pipelines", title_justify="left", title_style="bold")
     t.add_column("pipeline")
     t.add_column("workers", justify="right")
@@ -387,9 +455,10 @@ def _summary_tables(
     ops.add_column("op")
     for p in pipelines:
         ops.add_column(p.label, justify="right")
-    pair = [p.label for p in pipelines] == ["torchvision", "native"]
+    labels = [p.label for p in pipelines]
+    pair = len(labels) == 2 and labels[0] in ("torchvision", "timm") and labels[1] == "native"
     if pair:
-        ops.add_column("torchvision / native", justify="right")
+        ops.add_column(f"{labels[0]} / native", justify="right")
     for k in keys + ["__total"]:
         vals = [sum(x.values()) if k == "__total" else x.get(k, 0.0) for x in times]
         row = ["total" if k == "__total" else titles.get(k, k)]
@@ -474,7 +543,7 @@ def main() -> None:
 
 @main.command(context_settings=_CONTEXT)
 @_data_argument
-@_run_options()
+@_run_options(timm=True)
 def compare(data: Path, out: Path, quiet: bool, **kwargs: Any) -> None:
     """Profile torchvision's DataLoader and ferroloader on the same ImageFolder DATA (or a
     directory a Hugging Face dataset's save_to_disk wrote).
@@ -483,7 +552,9 @@ def compare(data: Path, out: Path, quiet: bool, **kwargs: Any) -> None:
     ToTensor, Normalize), or a torchvision reference recipe (--recipe ta_wide+re), or your own
     Compose (--transform FILE.py:NAME): torchvision's ImageFolder + DataLoader run it as is,
     instrumented per op, and ferroloader.Loader with the same Compose converted (a transform
-    it cannot run yet is an error naming the op). Runs alternate between the two. Writes
+    it cannot run yet is an error naming the op). With --timm AA both are timm's train.py
+    loaders instead: timm's own create_loader (its ImageDataset's read, decode and each op of
+    its transform profiled) against ferroloader.timm.create_loader. Runs alternate. Writes
     report.html (self-contained), trace.json (Perfetto), profile.json, summary.json and
     summary.csv to --out, and prints a summary.
     """
@@ -499,7 +570,7 @@ def compare(data: Path, out: Path, quiet: bool, **kwargs: Any) -> None:
 
 @main.command(context_settings=_CONTEXT)
 @_data_argument
-@_run_options()
+@_run_options(timm=True)
 def profile(data: Path, out: Path, quiet: bool, **kwargs: Any) -> None:
     """Profile ferroloader's native pipeline alone on the ImageFolder DATA (or a saved Hugging
     Face dataset).

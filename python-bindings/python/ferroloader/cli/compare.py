@@ -108,7 +108,13 @@ class RunConfig:
     mix: bool = False
     """Both pipelines mix each batch as torchvision's reference train.py does with
     ``--mixup-alpha 0.2 --cutmix-alpha 1.0`` (``recipes.mixup_cutmix`` in its
-    ``collate_fn``)."""
+    ``collate_fn``); with ``timm``, as timm's train.py does by default for ImageNet
+    (``FastCollateMixup(mixup_alpha=0.8, cutmix_alpha=1.0, label_smoothing=0.1)``)."""
+    timm: Optional[str] = None
+    """timm's ``--aa`` policy (``rand-m9-mstd0.5-inc1``...): both pipelines are then timm's
+    train.py loaders of ``data`` (:func:`timm_loader`), timm's own and
+    ``ferroloader.timm.create_loader``'s, measured below their prefetchers; ``transform`` and
+    ``output`` do not apply (timm's ``create_transform`` decides: uint8 batches)."""
 
     @property
     def num_workers(self) -> int:
@@ -124,7 +130,14 @@ class RunConfig:
     @property
     def transform_label(self) -> str:
         """The transform, as messages name it."""
+        if self.timm is not None:
+            return f"timm's training transform (auto_augment {self.timm!r}, re_prob 0.25)"
         return self.transform_name or "the ImageNet training transform"
+
+    def label(self, pipeline: str) -> str:
+        """How ``pipeline`` is labelled in profiles: the DataLoader side is ``timm`` when both
+        are timm's loaders."""
+        return "timm" if pipeline == "torchvision" and self.timm is not None else pipeline
 
 
 class SampleFailure(RuntimeError):
@@ -363,14 +376,16 @@ def run_pipeline(
     """Runs ``cfg.batches`` batches of ``pipeline`` (``"torchvision"`` or ``"native"``)."""
     if pipeline not in PIPELINES:
         raise ValueError(f"pipeline: expected one of {PIPELINES}, got {pipeline!r}")
-    label = label or pipeline
-    transform = cfg.train_transform()
+    label = label or cfg.label(pipeline)
     workers = cfg.num_workers
     gc.collect()  # garbage of the previous run is not this run's cost
     from ferroloader import recipes
 
-    mixing = _mixing(cfg)
-    if pipeline == "native":
+    if cfg.timm is not None:
+        make_epoch, join, collect = _timm_run(cfg, pipeline, label)
+    elif pipeline == "native":
+        transform = cfg.train_transform()
+        mixing = _mixing(cfg)
         import ferroloader as fl
 
         loader = fl.Loader(
@@ -395,6 +410,8 @@ def run_pipeline(
         import ferroloader.torch as fltorch
 
         torchvision = _torchvision()
+        transform = cfg.train_transform()
+        mixing = _mixing(cfg)
 
         skip = cfg.on_error == "skip"
         collate: Any = _collate_present if skip else None
@@ -463,6 +480,59 @@ def run_pipeline(
     )
 
 
+def timm_loader(cfg: RunConfig, pipeline: str) -> Any:
+    """The loader of ``pipeline`` (``"torchvision"``: timm's own ``create_loader``; ``"native"``:
+    ``ferroloader.timm.create_loader``) as timm's train.py builds it for training on
+    ``cfg.data`` with ``--aa cfg.timm --reprob 0.25`` (and, with ``cfg.mix``, its default
+    ImageNet mixing as ``collate_fn``), over its own ``timm.data.create_dataset("", root=data)``,
+    on the CPU. Returns what the prefetcher iterates (the torch ``DataLoader``, the native
+    ``Loader``): the uint8 batches a training run copies to the GPU. The prefetcher's
+    normalize and random erasing are left out on both sides: on a GPU they run there, not in
+    the input pipeline, and on the CPU they would add the same work to both."""
+    import torch
+    import timm.data  # type: ignore[import-untyped]
+
+    import ferroloader.timm
+
+    args: Dict[str, Any] = dict(
+        is_training=True,
+        auto_augment=cfg.timm,
+        re_prob=0.25,
+        num_workers=cfg.num_workers,
+        device=torch.device("cpu"),
+    )
+    if cfg.mix:
+        args["collate_fn"] = timm.data.FastCollateMixup(
+            mixup_alpha=0.8, cutmix_alpha=1.0, label_smoothing=0.1,
+            num_classes=_num_classes(cfg.data),
+        )
+    size = (3, cfg.size, cfg.size)
+    dataset = timm.data.create_dataset("", root=os.fspath(cfg.data))
+    if pipeline == "native":
+        native: Any = ferroloader.timm.create_loader(
+            dataset, size, cfg.batch_size, seed=cfg.seed, profile=cfg.mode, **args
+        )
+        return native.loader
+    torch.manual_seed(cfg.seed)  # timm's workers' seeds (and the shuffle) come from it
+    stock: Any = timm.data.create_loader(dataset, size, cfg.batch_size, **args)
+    return stock.loader
+
+
+def _timm_run(
+    cfg: RunConfig, pipeline: str, label: str
+) -> Tuple[Callable[[], Iterator[Any]], Callable[[], None], Callable[[], "Profile"]]:
+    """(epoch iterator, join, profile) of :func:`timm_loader`'s ``pipeline``: timm's own
+    DataLoader profiled by ``ferroloader.torch.profile`` (its read, decode and each op of
+    timm's transform apart), or the native loader's own profile."""
+    loader = timm_loader(cfg, pipeline)
+    if pipeline == "native":
+        return (lambda: iter(loader)), (lambda: None), loader.profile
+    import ferroloader.torch as fltorch
+
+    profiled = fltorch.profile(loader, label=label, mode=cfg.mode)
+    return (lambda: iter(profiled)), profiled.close, profiled.profile
+
+
 def _mixing(cfg: RunConfig) -> Any:
     """The reference train.py's MixUp/CutMix for ``cfg.data``'s classes, or ``None`` without
     ``cfg.mix``."""
@@ -515,6 +585,12 @@ def check_native(cfg: RunConfig) -> None:
     """
     import ferroloader as fl
 
+    if cfg.timm is not None:
+        try:
+            timm_loader(cfg, "native")
+        except (TypeError, ValueError) as e:
+            raise NativeRefusal(f"ferroloader cannot run {cfg.transform_label}: {e}") from e
+        return
     dataset = native_source(cfg.data)
     try:
         fl.Loader(
@@ -561,7 +637,7 @@ def compare(
     for r in range(cfg.rounds):
         order = list(pipelines) if r % 2 == 0 else list(reversed(pipelines))
         for p in order:
-            label = p if r == 0 else f"{p}#{r + 1}"
+            label = cfg.label(p) if r == 0 else f"{cfg.label(p)}#{r + 1}"
             runs.append(run_pipeline(cfg, p, label=label, progress=progress))
     runs = _ordered(runs)
     return _merge(runs), runs
@@ -609,7 +685,7 @@ def sweep(
         at: Dict[str, List[RunResult]] = {p: [] for p in pipelines}
         for r in range(cfg.rounds):
             for p in order if r % 2 == 0 else reversed(order):
-                label = f"{p} w={w}" + (f"#{r + 1}" if r else "")
+                label = f"{cfg.label(p)} w={w}" + (f"#{r + 1}" if r else "")
                 run = run_pipeline(replace(cfg, workers=w), p, label=label, progress=progress)
                 at[p].append(run)
                 runs.append(run)

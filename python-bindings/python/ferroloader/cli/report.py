@@ -149,7 +149,7 @@ def _family(label: str) -> str:
     return re.split(r"[#\s]", label, maxsplit=1)[0]
 
 
-_FAMILY_COLORS = {"torchvision": "#e8710a", "native": "#1a73e8"}
+_FAMILY_COLORS = {"torchvision": "#e8710a", "timm": "#e8710a", "native": "#1a73e8"}
 _OTHER_COLORS = ("#12b5cb", "#9334e6", "#188038", "#d93025", "#f9ab00", "#5f6368")
 
 
