@@ -70,7 +70,7 @@ def check_report(out: Path, labels: List[str]) -> Dict[str, Any]:
     counts = trace_labels(json.loads((out / "trace.json").read_text()))
     for label in labels:
         assert counts.get(label, 0) > 0, (label, counts)
-    summary = json.loads((out / "summary.json").read_text())
+    summary: Dict[str, Any] = json.loads((out / "summary.json").read_text())
     assert summary["schema"] == "ferroloader.summary"
     assert [p["label"] for p in summary["pipelines"]] == labels
     for p in summary["pipelines"]:

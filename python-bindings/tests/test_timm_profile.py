@@ -13,8 +13,9 @@ from pathlib import Path
 from typing import Any, Dict, List, Tuple
 
 import pytest
-import timm.data as td
 import torch
+from timm.data.dataset_factory import create_dataset
+from timm.data.loader import create_loader
 
 import ferroloader as fl
 
@@ -55,8 +56,8 @@ def same(got: Batches, want: Batches) -> None:
 
 @pytest.mark.parametrize("workers", [0, 2])
 def test_an_eval_loader_is_timed_per_step_and_yields_timms_batches(folder: Path, workers: int) -> None:
-    stock = td.create_loader(
-        td.create_dataset("", root=str(folder)), SIZE, 4, is_training=False, num_workers=workers,
+    stock = create_loader(
+        create_dataset("", root=str(folder)), SIZE, 4, is_training=False, num_workers=workers,
         device=CPU, crop_pct=0.8,
     )
     with fl.torch.profile(stock) as profiled:
@@ -80,8 +81,8 @@ def test_an_eval_loader_is_timed_per_step_and_yields_timms_batches(folder: Path,
 
 
 def test_a_training_loader_without_augmentation_yields_timms_batches(folder: Path) -> None:
-    stock = td.create_loader(
-        td.create_dataset("", root=str(folder)), SIZE, 4, is_training=True, no_aug=True,
+    stock = create_loader(
+        create_dataset("", root=str(folder)), SIZE, 4, is_training=True, no_aug=True,
         num_workers=2, device=CPU, use_prefetcher=False,
     )
     torch.manual_seed(3)  # the shuffle
@@ -97,8 +98,8 @@ def test_a_seeded_random_training_loader_makes_timms_draws(folder: Path) -> None
     # from torch's default generator: the same seed gives the same batches only if the
     # instrumented copy draws exactly what timm's __getitem__ draws. The prefetcher's random
     # erasing draws from Python's random in this process, seeded too.
-    stock = td.create_loader(
-        td.create_dataset("", root=str(folder)), SIZE, 4, is_training=True,
+    stock = create_loader(
+        create_dataset("", root=str(folder)), SIZE, 4, is_training=True,
         auto_augment="rand-m9-inc1", re_prob=0.5, num_workers=2, device=CPU,
     )
     seed(5)
@@ -118,8 +119,8 @@ def test_a_tar_of_images_is_timed_as_the_folder_is(folder: Path, tmp_path: Path)
     with tarfile.open(tar, "w") as tf:
         for path in sorted(p for p in folder.rglob("*") if p.is_file()):
             tf.add(path, arcname=str(path.relative_to(folder)))
-    stock = td.create_loader(
-        td.create_dataset("", root=str(tar)), SIZE, 4, is_training=False, num_workers=2,
+    stock = create_loader(
+        create_dataset("", root=str(tar)), SIZE, 4, is_training=False, num_workers=2,
         device=CPU, crop_pct=0.8,
     )
     assert type(stock.loader.dataset.reader).__name__ == "ReaderImageInTar"
@@ -134,7 +135,7 @@ def test_a_bad_file_is_skipped_to_the_next_index_as_timm_does(
     corrupt_folder: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     kw: Any = dict(is_training=False, num_workers=0, device=CPU, crop_pct=0.8, use_prefetcher=False)
-    stock = td.create_loader(td.create_dataset("", root=str(corrupt_folder)), SIZE, 2, **kw)
+    stock = create_loader(create_dataset("", root=str(corrupt_folder)), SIZE, 2, **kw)
     with caplog.at_level(logging.WARNING, logger="timm.data.dataset"):
         with fl.torch.profile(stock) as profiled:
             got = run(profiled)

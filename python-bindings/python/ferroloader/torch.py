@@ -492,7 +492,7 @@ class _TimedTimmReader:
             rec.failed_op = None
             return (_Loaded(data), *rest)
         try:
-            img = Image.open(io.BytesIO(data))
+            img: Any = Image.open(io.BytesIO(data))
             if self.mode:
                 img = img.convert(self.mode)
         except Exception:

@@ -16,6 +16,7 @@ them up.
 
 from __future__ import annotations
 
+import importlib
 import os
 import platform
 import shlex
@@ -275,9 +276,9 @@ def _timm_fields(kwargs: Mapping[str, Any], data: Path) -> Dict[str, Any]:
                                  param_hint="'--timm'")
     try:
         # timm checks the policy only as it builds the transform, with an assert.
-        from timm.data import create_transform  # type: ignore[import-untyped]
+        timm_data: Any = importlib.import_module("timm.data")  # untyped
 
-        create_transform((3, kwargs["size"], kwargs["size"]), is_training=True, auto_augment=aa)
+        timm_data.create_transform((3, kwargs["size"], kwargs["size"]), is_training=True, auto_augment=aa)
     except ImportError as e:
         raise click.UsageError(f"--timm needs timm installed: {e}") from e
     except Exception as e:

@@ -381,6 +381,9 @@ def run_pipeline(
     gc.collect()  # garbage of the previous run is not this run's cost
     from ferroloader import recipes
 
+    make_epoch: Callable[[], Iterator[Any]]
+    join: Callable[[], None]
+    collect: Callable[[], "Profile"]
     if cfg.timm is not None:
         make_epoch, join, collect = _timm_run(cfg, pipeline, label)
     elif pipeline == "native":
@@ -402,9 +405,9 @@ def run_pipeline(
             python_tail="error",
             collate_fn=None if mixing is None else recipes.reference_collate(mixing),
         )
-        make_epoch: Callable[[], Iterator[Any]] = lambda: iter(loader)
-        join: Callable[[], None] = lambda: None
-        collect: Callable[[], "Profile"] = loader.profile
+        make_epoch = lambda: iter(loader)
+        join = lambda: None
+        collect = loader.profile
     else:
         import torch
         import ferroloader.torch as fltorch
@@ -490,9 +493,10 @@ def timm_loader(cfg: RunConfig, pipeline: str) -> Any:
     normalize and random erasing are left out on both sides: on a GPU they run there, not in
     the input pipeline, and on the CPU they would add the same work to both."""
     import torch
-    import timm.data  # type: ignore[import-untyped]
 
     import ferroloader.timm
+
+    timm_data: Any = importlib.import_module("timm.data")  # untyped
 
     args: Dict[str, Any] = dict(
         is_training=True,
@@ -502,19 +506,19 @@ def timm_loader(cfg: RunConfig, pipeline: str) -> Any:
         device=torch.device("cpu"),
     )
     if cfg.mix:
-        args["collate_fn"] = timm.data.FastCollateMixup(
+        args["collate_fn"] = timm_data.FastCollateMixup(
             mixup_alpha=0.8, cutmix_alpha=1.0, label_smoothing=0.1,
             num_classes=_num_classes(cfg.data),
         )
     size = (3, cfg.size, cfg.size)
-    dataset = timm.data.create_dataset("", root=os.fspath(cfg.data))
+    dataset = timm_data.create_dataset("", root=os.fspath(cfg.data))
     if pipeline == "native":
         native: Any = ferroloader.timm.create_loader(
             dataset, size, cfg.batch_size, seed=cfg.seed, profile=cfg.mode, **args
         )
         return native.loader
     torch.manual_seed(cfg.seed)  # timm's workers' seeds (and the shuffle) come from it
-    stock: Any = timm.data.create_loader(dataset, size, cfg.batch_size, **args)
+    stock: Any = timm_data.create_loader(dataset, size, cfg.batch_size, **args)
     return stock.loader
 
 
