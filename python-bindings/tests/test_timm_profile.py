@@ -148,3 +148,36 @@ def test_a_bad_file_is_skipped_to_the_next_index_as_timm_does(
     assert len(per_sample(found, "process")) == 6
     # A bad file's sample decodes twice (its own file failing, then the next index's).
     assert sum(per_sample(found, "decode").values()) == 6 + 2
+
+
+def test_spawned_workers_load_the_instrumented_dataset(folder: Path) -> None:
+    # The wrapped reader travels to a spawned worker by pickle, with the session's recorder.
+    from timm.data.transforms_factory import create_transform
+
+    dataset = create_dataset("", root=str(folder))
+    dataset.transform = create_transform((3, 32, 32))
+    dl: Any = torch.utils.data.DataLoader(dataset, batch_size=4, num_workers=1, multiprocessing_context="spawn")
+    with fl.torch.profile(dl) as profiled:
+        got = run(profiled)
+    same(got, run(dl))
+    assert per_sample(spans(profiled), "decode") == Counter(range(18))
+
+
+def test_consecutive_bad_files_are_each_a_span_and_giving_up_names_decode(corrupt_folder: Path) -> None:
+    (corrupt_folder / "a" / "2.jpg").write_bytes(b"not a jpeg")  # right after the truncated a/1
+    kw: Any = dict(is_training=False, num_workers=0, device=CPU, crop_pct=0.8, use_prefetcher=False)
+    dataset = create_dataset("", root=str(corrupt_folder))
+    stock = create_loader(dataset, SIZE, 2, **kw)
+    with fl.torch.profile(stock) as profiled:
+        got = run(profiled)
+    same(got, run(stock))
+    found = spans(profiled)
+    # sample 1: a/1 and a/2 fail, then b/0 loads: each attempt's decode is a span
+    assert per_sample(found, "decode")[1] == 3
+    dataset._max_retries = 2  # timm gives up after a/1 and a/2
+    with fl.torch.profile(create_loader(dataset, SIZE, 2, **kw)) as profiled:
+        with pytest.raises(RuntimeError, match="Failed to load 2 consecutive samples"):
+            run(profiled)
+    failures = profiled.profile().to_dict()["pipelines"][0]["failures"]
+    assert [(f["sample"], f["op"]) for f in failures] == [(1, "decode")]
+    assert "1.jpg" in failures[0]["cause"]  # the sample's own file, as timm's index names it

@@ -441,6 +441,14 @@ class _TimedPilLoader:
         self.rec = state
 
 
+def _attempt_failed(rec: _Recorder, op: str, start: SpanStart, depth: int) -> None:
+    """Records a failed attempt's span up to now and names ``op`` as the sample's failed op:
+    unlike :func:`_failed_in`, every attempt, since timm's retries make one sample fail in
+    several files (each a span; the last failure names the op if it gives up)."""
+    rec.failed_op = op
+    rec.records.append((op, rec.sample, start[0], _now(), depth))
+
+
 class _Loaded:
     """What a :class:`_TimedTimmReader` hands timm's ``__getitem__`` in place of the file
     object: ``read()`` is the already decoded image (or the bytes, for ``load_bytes``)."""
@@ -485,7 +493,7 @@ class _TimedTimmReader:
             finally:
                 f.close()
         except Exception:
-            _failed_in(rec, "read", start, depth)
+            _attempt_failed(rec, "read", start, depth)
             raise
         start = rec.end("read", rec.sample, depth, start)
         if self.load_bytes:
@@ -496,7 +504,7 @@ class _TimedTimmReader:
             if self.mode:
                 img = img.convert(self.mode)
         except Exception:
-            _failed_in(rec, "decode", start, depth)
+            _attempt_failed(rec, "decode", start, depth)
             raise
         rec.end("decode", rec.sample, depth, start)
         rec.failed_op = None

@@ -8,7 +8,9 @@ torchvision ``Compose``: by default the ImageNet training transform (``RandomRes
 reference recipe or the user's own, ``ferroloader.recipes``). torchvision's ``ImageFolder`` and
 ``DataLoader``, instrumented by ``ferroloader.torch.profile``, run it as is; ``ferroloader.Loader``
 is handed the same object and converts it. A transform the Loader refuses is reported
-(:class:`NativeRefusal`) before either pipeline runs. Runs alternate between the pipelines, round
+(:class:`NativeRefusal`) before either pipeline runs. With ``RunConfig.timm`` both pipelines are
+timm's train.py loaders instead (:func:`timm_loader`): timm's own ``create_loader`` (labelled
+``timm``) and ``ferroloader.timm.create_loader``, measured below their prefetchers. Runs alternate between the pipelines, round
 after round, so a machine that slows down or speeds up during the measurement affects both alike.
 
 A consumer step (``step_ms``) stands for the training step a GPU would run on each batch: the
