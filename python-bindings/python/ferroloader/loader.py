@@ -69,12 +69,12 @@ __all__ = ["Loader", "LoaderBatchSampler", "LoaderIterator", "LoaderSampler", "S
 Output = Literal["float32", "uint8"]
 DecoderName = Literal["turbo", "zune"]
 OnError = Literal["raise", "skip", "replace"]
-
-_log = logging.getLogger("ferroloader")
 ProfileMode = Literal["off", "spans", "counters"]
 TensorType = Literal["torch", "numpy"]
 PythonTail = Literal["warn", "allow", "error"]
 TailWorkers = Literal["auto", "threads", "processes"]
+
+_log = logging.getLogger("ferroloader")
 
 #: Version of the dictionaries ``Loader.state_dict`` returns.
 STATE_VERSION = 1
@@ -301,8 +301,8 @@ class Loader:
     sample left out, its batch filled from the next ones, or ``"replace"``: its slot filled
     with the dataset's next sample, index + 1, up to ``replace_retries`` (default 10) in turn,
     then raised, as timm's ``ImageDataset`` does, for a dataset read natively; each failure
-    is reported in ``LoaderIterator.skipped``), ``profile`` (``"off"``, ``"spans"``, ``"counters"``; read it
-    with ``loader.profile()``), ``rank``/``world_size`` (``DistributedSampler``'s cut;
+    is reported in ``LoaderIterator.skipped``), ``profile`` (``"off"``, ``"spans"``,
+    ``"counters"``; read it with ``loader.profile()``), ``rank``/``world_size`` (``DistributedSampler``'s cut;
     where neither, nor a ``sampler``/``batch_sampler``, is given and ``torch.distributed`` is
     initialized with two processes or more, its rank and world size when the loader is made,
     as ``DistributedSampler`` reads them: Lightning injects its sampler into DataLoaders only;
