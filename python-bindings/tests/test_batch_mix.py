@@ -5,7 +5,7 @@ transform itself, applied with the parameters the loader drew (``BatchMix.draw``
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, List, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 import numpy as np
 import pytest
@@ -235,3 +235,32 @@ def test_a_mixing_loader_keeps_one_more_batch_in_flight_unless_told(folder: Path
     assert fl.Loader(dataset(folder), 4, collate_fn=reference_collate(mixup_cutmix())).prefetch_batches == 3
     assert fl.Loader(dataset(folder), 4, batch_transform=mixup_cutmix(), prefetch_batches=2).prefetch_batches == 2
     assert fl.Loader(dataset(folder), 4).prefetch_batches == 2
+
+
+def test_completion_order_batches_resume_mixed_as_the_uninterrupted_run_mixed_them(folder: Path) -> None:
+    # Out of order, a batch's draws are keyed by its planned number, which a resumed epoch
+    # keeps (batch_numbers): each batch is mixed the same, whichever thread mixes it.
+    def loader() -> fl.Loader:
+        return fl.Loader(dataset(folder), 4, shuffle=True, num_workers=2, seed=4, in_order=False,
+                         batch_transform=mixup_cutmix())
+
+    def by_indices(it: Any, count: Optional[int] = None) -> Dict[Tuple[int, ...], Tuple[torch.Tensor, torch.Tensor]]:
+        out = {}
+        for n, (x, y) in enumerate(it):
+            out[tuple(it.indices.tolist())] = (x.clone(), y.clone())
+            if count is not None and n + 1 == count:
+                break
+        return out
+
+    whole = by_indices(iter(loader()))
+    first = loader()
+    it = iter(first)
+    seen = by_indices(it, 2)
+    state = first.state_dict()
+    del it
+    resumed = loader()
+    resumed.load_state_dict(state)
+    rest = by_indices(iter(resumed))
+    assert len(whole) == 5 and set(seen) | set(rest) == set(whole) and not set(seen) & set(rest)
+    for key, (x, y) in {**seen, **rest}.items():
+        assert torch.equal(x, whole[key][0]) and torch.equal(y, whole[key][1]), key
