@@ -10,8 +10,9 @@ reference recipe or the user's own, ``ferroloader.recipes``). torchvision's ``Im
 is handed the same object and converts it. A transform the Loader refuses is reported
 (:class:`NativeRefusal`) before either pipeline runs. With ``RunConfig.timm`` both pipelines are
 timm's train.py loaders instead (:func:`timm_loader`): timm's own ``create_loader`` (labelled
-``timm``) and ``ferroloader.timm.create_loader``, measured below their prefetchers. Runs alternate between the pipelines, round
-after round, so a machine that slows down or speeds up during the measurement affects both alike.
+``timm``) and ``ferroloader.timm.create_loader``, measured below their prefetchers. Runs
+alternate between the pipelines, round after round, so a machine that slows down or speeds up
+during the measurement affects both alike.
 
 A consumer step (``step_ms``) stands for the training step a GPU would run on each batch: the
 consumer sleeps (or spins, with ``step_busy``) that long after each batch, and the time it then
