@@ -100,16 +100,42 @@ def test_replace_fills_a_failed_slot_with_the_next_sample_and_reports_the_failur
         loader(on_error="replace", replace_retries=-1)
 
 
-def test_replace_is_refused_for_a_dataset_run_in_python() -> None:
+@pytest.mark.parametrize("num_workers", [0, 2])
+def test_replace_in_a_dataset_run_in_python_takes_the_next_sample(
+    num_workers: int, caplog: pytest.LogCaptureFixture
+) -> None:
     class Tensors(torch.utils.data.Dataset):  # type: ignore[type-arg]
+        def __init__(self, bad: bool) -> None:
+            self.bad = bad
+
         def __len__(self) -> int:
-            return 4
+            return 6
 
         def __getitem__(self, i: int) -> Any:
-            return torch.zeros(3, 2, 2), i
+            noise = torch.rand(2)  # from the generator seeded for this slot
+            if i in (1, 5):
+                if self.bad:
+                    raise OSError(f"bad file {i}")
+                i = (i + 1) % 6  # what the replacement should be: the next sample, this seed
+            return torch.full((2,), float(i)) + noise, i
 
-    with pytest.raises(ValueError, match="on_error: 'replace' fills a failed sample's slot natively"):
-        fl.Loader(Tensors(), batch_size=2, on_error="replace", python_dataset="allow")
+    def loader(bad: bool = True, **kw: Any) -> fl.Loader:
+        return fl.Loader(Tensors(bad), batch_size=2, num_workers=num_workers, python_dataset="allow", **kw)
+
+    replacing = loader(on_error="replace")
+    with caplog.at_level("WARNING", logger="ferroloader"):
+        it = iter(replacing)
+        got = [(x.clone(), y.clone(), it.indices.tolist()) for x, y in it]  # type: ignore[union-attr]
+    assert [g[2] for g in got] == [[0, 2], [2, 3], [4, 0]]
+    assert [g[1].tolist() for g in got] == [[0, 2], [2, 3], [4, 0]]
+    # The replacement in slot 1 draws from sample 1's seed (afresh), not a copy of sample 2's.
+    want = [x for x, _ in loader(bad=False)]
+    assert all(torch.equal(x, w) for (x, _, _), w in zip(got, want))
+    assert not torch.equal(got[0][0][1], got[1][0][0])
+    assert [(i, why) for i, _, why in it.skipped] == [(1, "OSError: bad file 1"), (5, "OSError: bad file 5")]
+    assert sum("Replaced sample (index 1" in r.getMessage() for r in caplog.records) == 1
+    with pytest.raises(OSError, match="bad file"):
+        list(loader(on_error="replace", replace_retries=0))
 
 
 @pytest.mark.parametrize(

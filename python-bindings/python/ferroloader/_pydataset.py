@@ -15,6 +15,9 @@ are its code's. :class:`PythonDataset` runs it in torch DataLoader worker *proce
   (``num_workers=0``) they are restored after each sample, so its draws do not move;
 - ``state_dict`` resume (the batches delivered, by their number in the epoch's plan);
 - ``on_error="skip"``: a sample that raises is left out of its batch and reported;
+  ``"replace"``: it is replaced by the dataset's next sample (index + 1, wrapping, up to the
+  loader's ``replace_retries`` in turn, drawing from the failed sample's seed), each failure
+  reported;
 - ``profile=`` spans in ferroloader's schema, recorded by ``ferroloader.torch``'s
   instrumentation (a ``__getitem__`` span per sample, each transform of the dataset's
   ``transform`` attribute, collate, batch events), under the label ``"python"``.
@@ -35,6 +38,7 @@ such a dataset.
 
 from __future__ import annotations
 
+import logging
 import multiprocessing
 import os
 import zlib
@@ -82,6 +86,9 @@ class _Key(NamedTuple):
     epoch: int
 
 
+_log = logging.getLogger("ferroloader")
+
+
 class _Failed:
     """A sample that raised under ``on_error="skip"``: what the collate leaves out."""
 
@@ -98,6 +105,24 @@ class _Failed:
         self.index, self.why = state
 
 
+class _Replaced:
+    """A sample loaded in place of one that raised under ``on_error="replace"``: dataset
+    ``index``'s, after the ``failures`` (dataset index and why) of those tried before it."""
+
+    __slots__ = ("sample", "index", "failures")
+
+    def __init__(self, sample: Any, index: int, failures: List[Tuple[int, str]]) -> None:
+        self.sample = sample
+        self.index = index
+        self.failures = failures
+
+    def __getstate__(self) -> Tuple[Any, int, List[Tuple[int, str]]]:
+        return (self.sample, self.index, self.failures)
+
+    def __setstate__(self, state: Tuple[Any, int, List[Tuple[int, str]]]) -> None:
+        self.sample, self.index, self.failures = state
+
+
 # The epoch of the sample being loaded in this process, set by ``_SeededDataset`` around each
 # ``dataset[i]``: a ``TailSamples``' native prefix draws from ``(seed, epoch, index)``, as the
 # native workers would, and ``dataset[i]`` has no other way to learn the epoch.
@@ -108,9 +133,10 @@ class _SeededDataset(fl_torch._DatasetWrapper):
     """The dataset torch's fetcher sees: seeds the global generators for each key's sample;
     its public attributes are the dataset's."""
 
-    def __init__(self, inner: Any, skip: bool) -> None:
+    def __init__(self, inner: Any, skip: bool, retries: Optional[int] = None) -> None:
         object.__setattr__(self, "_inner", inner)
         object.__setattr__(self, "_skip", skip)
+        object.__setattr__(self, "_retries", retries)
 
     def __getitem__(self, key: _Key) -> Tuple[int, Any]:
         # In the consumer's process (num_workers=0) its own draws must not move.
@@ -127,12 +153,32 @@ class _SeededDataset(fl_torch._DatasetWrapper):
         except Exception as e:
             if self._skip:
                 return key.batch, _Failed(key.dataset_index, f"{type(e).__name__}: {e}")
+            if self._retries is not None:
+                return key.batch, self._replacement(key, e)
             if hasattr(e, "add_note"):  # Python 3.11+
                 e.add_note(f"ferroloader: raised by dataset[{key.dataset_index}]")
             raise
         finally:
             if saved is not None:
                 restore_generators(saved, torch)
+
+    def _replacement(self, key: _Key, error: Exception) -> _Replaced:
+        """The next samples in turn after ``key``'s, which raised ``error``, each drawing from
+        ``key``'s seed, as the native loader's ``on_error="replace"`` does; raises the last
+        error when ``_retries`` of them fail too."""
+        failures = [(key.dataset_index, f"{type(error).__name__}: {error}")]
+        size = len(self._inner)
+        for tried in range(1, self._retries + 1):
+            index = (key.dataset_index + tried) % size
+            reseed_generators(key.seed, torch)
+            try:
+                return _Replaced(self._inner[index], index, failures)
+            except Exception as e:
+                failures.append((index, f"{type(e).__name__}: {e}"))
+                error = e
+        if hasattr(error, "add_note"):  # Python 3.11+
+            error.add_note(f"ferroloader: raised by dataset[{failures[-1][0]}] after {len(failures) - 1} replacements")
+        raise error
 
 
 
@@ -398,25 +444,35 @@ class _Delivery:
     left out of it. Not a tensor, mapping or sequence, so torch's pinning thread calls our
     ``pin_memory`` (which pins the batch as torch would)."""
 
-    __slots__ = ("batch_number", "batch", "failed")
+    __slots__ = ("batch_number", "batch", "failed", "replaced")
 
-    def __init__(self, batch_number: int, batch: Any, failed: List[Tuple[int, str]]) -> None:
+    def __init__(
+        self,
+        batch_number: int,
+        batch: Any,
+        failed: List[Tuple[int, str]],
+        replaced: List[Tuple[int, int, List[Tuple[int, str]]]],
+    ) -> None:
         self.batch_number = batch_number
         self.batch = batch
         """The collated batch; ``None`` when every sample failed."""
         self.failed = failed
+        """The samples left out (``on_error="skip"``): dataset index and why."""
+        self.replaced = replaced
+        """The samples replaced (``"replace"``): the slot's dataset index, its replacement's,
+        and the failures before it."""
 
     def pin_memory(self, device: Optional[str] = None) -> "_Delivery":
         # torch's own recursive pinning, so the batch is pinned exactly as without us.
         pin: Callable[[Any, Optional[str]], Any] = _torch_pin_memory
         batch = None if self.batch is None else pin(self.batch, device)
-        return _Delivery(self.batch_number, batch, self.failed)
+        return _Delivery(self.batch_number, batch, self.failed, self.replaced)
 
-    def __getstate__(self) -> Tuple[int, Any, List[Tuple[int, str]]]:
-        return (self.batch_number, self.batch, self.failed)
+    def __getstate__(self) -> Tuple[int, Any, List[Tuple[int, str]], List[Tuple[int, int, List[Tuple[int, str]]]]]:
+        return (self.batch_number, self.batch, self.failed, self.replaced)
 
-    def __setstate__(self, state: Tuple[int, Any, List[Tuple[int, str]]]) -> None:
-        self.batch_number, self.batch, self.failed = state
+    def __setstate__(self, state: Tuple[int, Any, List[Tuple[int, str]], List[Tuple[int, int, List[Tuple[int, str]]]]]) -> None:
+        self.batch_number, self.batch, self.failed, self.replaced = state
 
 
 class _KeyedCollate:
@@ -427,12 +483,13 @@ class _KeyedCollate:
         self.unbatched = unbatched
 
     def __call__(self, items: List[Tuple[int, Any]]) -> _Delivery:
-        samples = [s for _, s in items if not isinstance(s, _Failed)]
+        samples = [s.sample if isinstance(s, _Replaced) else s for _, s in items if not isinstance(s, _Failed)]
         failed = [(s.index, s.why) for _, s in items if isinstance(s, _Failed)]
+        replaced = [(s.failures[0][0], s.index, s.failures) for _, s in items if isinstance(s, _Replaced)]
         batch = None
         if samples:
             batch = self.fn(samples[0]) if self.unbatched else self.fn(samples)
-        return _Delivery(items[0][0], batch, failed)
+        return _Delivery(items[0][0], batch, failed, replaced)
 
 
 class _EpochBatches:
@@ -489,6 +546,7 @@ class PythonDataset:
         profile_mode: str,
         rank: Optional[int],
         world_size: Optional[int],
+        replace_retries: int = 10,
     ) -> None:
         self.dataset = dataset
         self.batch_size = batch_size
@@ -541,7 +599,9 @@ class PythonDataset:
             self._stream = _SeededIterable(loaded, seed, rec if self._profiling else None)
             batching = {"batch_size": 1 if unbatched else batch_size, "drop_last": drop_last}
         self._dataloader: Any = DataLoader(
-            cast(Any, self._stream if self._stream is not None else _SeededDataset(loaded, skip=on_error == "skip")),
+            cast(Any, self._stream if self._stream is not None else _SeededDataset(
+                loaded, skip=on_error == "skip", retries=replace_retries if on_error == "replace" else None
+            )),
             **batching,
             num_workers=num_workers,
             collate_fn=_KeyedCollate(fn, unbatched),
@@ -802,11 +862,16 @@ class PythonDatasetIterator:
             failed = {index for index, _ in delivery.failed}
             for index, why in delivery.failed:
                 self._skipped.append((index, self._dataset_path(index), why))
+            for index, why in (f for _, _, failures in delivery.replaced for f in failures):
+                self._skipped.append((index, self._dataset_path(index), why))
+                # As the native loader logs them (LoaderIterator), as timm's ImageDataset does.
+                _log.warning("Replaced sample (index %d, file %s) with the next one: %s", index, self._dataset_path(index), why)
             self._note_progress()
             if batch is None:
                 continue  # every sample of it failed (on_error="skip"); all reported
+            instead = {slot: index for slot, index, _ in delivery.replaced}
             self.indices = np.array(
-                [i for i in self._batches[number] if i not in failed], dtype=np.int64
+                [instead.get(i, i) for i in self._batches[number] if i not in failed], dtype=np.int64
             )
             return self._transformed(batch)
 

@@ -300,8 +300,8 @@ class Loader:
     Pillow-exact; ``"zune"``: pure Rust), ``on_error`` (``"raise"``, ``"skip"``: the failed
     sample left out, its batch filled from the next ones, or ``"replace"``: its slot filled
     with the dataset's next sample, index + 1, up to ``replace_retries`` (default 10) in turn,
-    then raised, as timm's ``ImageDataset`` does, for a dataset read natively; each failure
-    is reported in ``LoaderIterator.skipped``), ``profile`` (``"off"``, ``"spans"``,
+    then raised, as timm's ``ImageDataset`` does; each failure is reported in
+    ``LoaderIterator.skipped``), ``profile`` (``"off"``, ``"spans"``,
     ``"counters"``; read it with ``loader.profile()``), ``rank``/``world_size`` (``DistributedSampler``'s cut;
     where neither, nor a ``sampler``/``batch_sampler``, is given and ``torch.distributed`` is
     initialized with two processes or more, its rank and world size when the loader is made,
@@ -693,12 +693,6 @@ class Loader:
         self, dataset: Any, workers: int, prefetch_factor: Optional[int], reason: str
     ) -> None:
         """Runs ``dataset`` in DataLoader's worker processes (``ferroloader._pydataset``)."""
-        if self.on_error == "replace":
-            raise ValueError(
-                f"on_error: 'replace' fills a failed sample's slot natively; this dataset runs in "
-                f"Python ({reason}), where its own __getitem__ decides (timm's ImageDataset tries "
-                "the next index itself): use 'raise' or 'skip'"
-            )
         self._from_numpy = None
         self._pin_device = None
         self._device_hold = None
@@ -735,6 +729,7 @@ class Loader:
             profile_mode=self.profile_mode,
             rank=self.rank,
             world_size=self.world_size,
+            replace_retries=self.replace_retries,
         )
 
     def _check_stream_arguments(self, name: str) -> None:
@@ -752,10 +747,11 @@ class Loader:
                     "order (and splits them across ranks and workers itself, with "
                     "get_worker_info()); DataLoader refuses this too"
                 )
-        if self.on_error == "skip":
+        if self.on_error in ("skip", "replace"):
+            instead = "skip to" if self.on_error == "skip" else "take instead"
             raise ValueError(
                 f"on_error: {name} is an IterableDataset: an exception ends its iterator, so "
-                "there is no next sample to skip to"
+                f"there is no next sample to {instead}"
             )
 
     # -- native loader ------------------------------------------------------------------------
