@@ -169,6 +169,17 @@ def test_compare_timm_profiles_timms_loaders_beside_ferroloaders(data: Path, tmp
     check_report(native, ["native"])
 
 
+def test_sweep_timm_scales_timms_loaders_and_ferroloaders(data: Path, tmp_path: Path) -> None:
+    out = tmp_path / "sweep"
+    invoke(["sweep", str(data), "--timm", "rand-m9-mstd0.5-inc1", "--size", "64", "--workers", "2,1",
+            "--out", str(out), *SMALL])
+    points = json.loads((out / "sweep.json").read_text())["points"]
+    assert sorted((p["pipeline"], p["workers"]) for p in points) == [
+        ("native", 1), ("native", 2), ("timm", 1), ("timm", 2)
+    ]
+    assert "--timm rand-m9-mstd0.5-inc1" in (out / "report.html").read_text()
+
+
 def test_compare_timm_mix_is_timms_fast_collate_mixup_on_both_sides(data: Path, tmp_path: Path) -> None:
     out = tmp_path / "report"
     invoke(["compare", str(data), *TIMM, "--mix", "--out", str(out), *SMALL])

@@ -595,7 +595,7 @@ def profile(data: Path, out: Path, quiet: bool, **kwargs: Any) -> None:
               show_default=True, help="Worker counts to measure, comma-separated.")
 @click.option("--pipelines", type=click.Choice(["both", "torchvision", "native"]),
               default="both", show_default=True, help="Which pipelines to sweep.")
-@_run_options(workers=False)
+@_run_options(workers=False, timm=True)
 def sweep(data: Path, worker_counts: List[int], pipelines: str, out: Path, quiet: bool,
           **kwargs: Any) -> None:
     """Throughput and CPU seconds per image against the number of workers, on DATA.

@@ -703,7 +703,7 @@ def sweep(
             cpu = sum(r.cpu_s for r in rs)
             points.append(
                 {
-                    "pipeline": p,
+                    "pipeline": cfg.label(p),
                     "workers": w,
                     "images": images,
                     "wall_s": wall,
