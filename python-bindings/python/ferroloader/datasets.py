@@ -334,18 +334,36 @@ def _timm_folder_listing(dataset: Any) -> Optional[_Listing]:
     )
 
 
-def _timm_hugging_face(dataset: Any) -> Optional[Carried]:
-    """timm's ``ImageDataset`` over a Hugging Face dataset (``ReaderHfds``, the ``hfds/``
-    names) as an ``EncodedTable`` of its reader's image and label columns, converted to RGB as
-    timm converts them."""
+def _timm_hfds(dataset: Any) -> bool:
+    """Whether ``dataset`` is timm's ``ImageDataset`` over a Hugging Face dataset
+    (``ReaderHfds``, the ``hfds/`` names) with settings the native reading takes; raises
+    ``ValueError`` naming one it does not."""
     if not _timm_image_dataset(dataset, "ReaderHfds"):
-        return None
+        return False
     reader = dataset.reader
     if reader.target_keys or reader.remap_class or reader.additional_features:
         raise ValueError(
             f"dataset: timm's ReaderHfds with several target keys, a class_map or "
             "additional_features: ferroloader's samples are (image, the label column's class index)"
         )
+    return True
+
+
+def timm_read_natively(dataset: Any) -> bool:
+    """Whether ``dataset`` is a timm ``ImageDataset`` the loader reads natively (over a folder,
+    or a Hugging Face dataset), judged from its settings alone: its listing is not read."""
+    try:
+        return _timm_image_dataset(dataset, "ReaderImageFolder") or _timm_hfds(dataset)
+    except ValueError:
+        return False
+
+
+def _timm_hugging_face(dataset: Any) -> Optional[Carried]:
+    """timm's ``ImageDataset`` over a Hugging Face dataset as an ``EncodedTable`` of its
+    reader's image and label columns, converted to RGB as timm converts them."""
+    if not _timm_hfds(dataset):
+        return None
+    reader = dataset.reader
     table = _hfdatasets.table_of(
         reader.dataset,
         columns=(reader.image_key, reader.label_key),

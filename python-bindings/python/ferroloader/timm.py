@@ -37,7 +37,7 @@ from contextlib import nullcontext
 from typing import TYPE_CHECKING, Any, Callable, Dict, Iterator, Optional, Sequence, Tuple, Union
 
 from ferroloader._fastmix import is_fast_collate_mixup
-from ferroloader.datasets import reading
+from ferroloader.datasets import timm_read_natively
 from ferroloader.loader import Loader, ProfileMode
 from ferroloader.profiling import Profile
 
@@ -214,9 +214,7 @@ def _error_policy(dataset: Any) -> Dict[str, Any]:
     returns the next index's sample instead, up to its ``_ERROR_RETRY`` failures in a row, so
     batches keep their size (``on_error="replace"`` where the dataset is read natively; one
     run in Python retries in its own ``__getitem__``); any other dataset raises."""
-    if type(dataset).__name__ != "ImageDataset" or not type(dataset).__module__.startswith("timm.data"):
-        return {}
-    if isinstance(reading(dataset, transform_given=False), str):
+    if not timm_read_natively(dataset):
         return {}
     from timm.data import dataset as timm_dataset
 
