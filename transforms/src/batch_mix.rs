@@ -40,6 +40,28 @@ impl BatchShape {
         }
         Ok(())
     }
+
+    /// Refuses a box `(x1, y1, x2, y2)` that is not within a sample.
+    fn check_box(&self, (x1, y1, x2, y2): (usize, usize, usize, usize)) -> Result<()> {
+        if x1 > x2 || x2 > self.width || y1 > y2 || y2 > self.height {
+            return Err(Error::invalid(
+                "box",
+                format!(
+                    "({x1}, {y1}, {x2}, {y2}) is not within {}x{}",
+                    self.width, self.height
+                ),
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// Refuses a blend weight outside `[0, 1]`.
+fn check_lam(lam: f64) -> Result<()> {
+    if !(0.0..=1.0).contains(&lam) {
+        return Err(Error::invalid("lam", format!("{lam} is not in [0, 1]")));
+    }
+    Ok(())
 }
 
 /// `MixUp` with `lam`: sample `i` becomes `x[i - 1] * (1 - lam) + x[i] * lam` (`x[-1]` the
@@ -53,9 +75,7 @@ pub fn mixup_in_place(
     scratch: &mut Vec<f32>,
 ) -> Result<()> {
     shape.check(batch)?;
-    if !(0.0..=1.0).contains(&lam) {
-        return Err(Error::invalid("lam", format!("{lam} is not in [0, 1]")));
-    }
+    check_lam(lam)?;
     let n = shape.sample_len();
     if shape.samples == 0 || n == 0 {
         return Ok(());
@@ -88,15 +108,7 @@ pub fn cutmix_in_place<T: Copy>(
     scratch: &mut Vec<T>,
 ) -> Result<()> {
     shape.check(batch)?;
-    if x1 > x2 || x2 > shape.width || y1 > y2 || y2 > shape.height {
-        return Err(Error::invalid(
-            "box",
-            format!(
-                "({x1}, {y1}, {x2}, {y2}) is not within {}x{}",
-                shape.width, shape.height
-            ),
-        ));
-    }
+    shape.check_box((x1, y1, x2, y2))?;
     let n = shape.sample_len();
     if shape.samples == 0 || x1 == x2 || y1 == y2 {
         return Ok(());
@@ -162,22 +174,8 @@ pub fn fast_collate_mix_in_place(
     for mix in mixes {
         match *mix {
             MirrorMix::Keep => {}
-            MirrorMix::Blend(lam) => {
-                if !(0.0..=1.0).contains(&lam) {
-                    return Err(Error::invalid("lam", format!("{lam} is not in [0, 1]")));
-                }
-            }
-            MirrorMix::Cut((x1, y1, x2, y2)) => {
-                if x1 > x2 || x2 > shape.width || y1 > y2 || y2 > shape.height {
-                    return Err(Error::invalid(
-                        "box",
-                        format!(
-                            "({x1}, {y1}, {x2}, {y2}) is not within {}x{}",
-                            shape.width, shape.height
-                        ),
-                    ));
-                }
-            }
+            MirrorMix::Blend(lam) => check_lam(lam)?,
+            MirrorMix::Cut(cut) => shape.check_box(cut)?,
         }
     }
     let n = shape.sample_len();
