@@ -431,7 +431,6 @@ where
         EpochIter::start(
             shared,
             self.options.num_workers,
-            self.options.on_error,
             self.options.delivery,
             resume,
         )

@@ -743,7 +743,6 @@ where
     /// With no worker threads, samples are processed by the thread calling `next()`, on
     /// demand; its kit and hooks, made at the first call (on that thread).
     inline: Option<Option<Hand<P::Scratch, H::Hooks>>>,
-    policy: ErrorPolicy,
     delivery: Delivery,
     /// Batches in the plan.
     planned: usize,
@@ -781,7 +780,6 @@ where
     pub(crate) fn start(
         epoch: Epoch<S, P, H>,
         num_workers: usize,
-        policy: ErrorPolicy,
         delivery: Delivery,
         resume: ResumePoint,
     ) -> Self {
@@ -814,7 +812,6 @@ where
         EpochIter {
             epoch,
             workers,
-            policy,
             delivery,
             planned,
             walked: 0,
@@ -922,7 +919,7 @@ where
     /// good samples in the delivery order.
     fn assemble(&mut self, mut planned: Planned) -> Result<(), LoaderError> {
         self.walked += 1;
-        if self.policy != ErrorPolicy::Skip {
+        if self.epoch.policy != ErrorPolicy::Skip {
             let failed = planned
                 .buffer
                 .outcomes
