@@ -147,3 +147,17 @@ def rgb_of(path: str) -> Image.Image:
     """The file as torchvision's loader opens it."""
     with Image.open(path) as img:
         return img.convert("RGB")
+
+
+def start_method() -> str:
+    """How the multi-process tests start their ranks: forked (a spawned rank spends seconds
+    importing torch again), unless an earlier test in this process initialized CUDA (on a GPU
+    machine), which a forked child cannot use and which Lightning refuses to fork after."""
+    import torch
+
+    return "spawn" if torch.cuda.is_initialized() else "fork"
+
+
+def ddp_strategy() -> str:
+    """Lightning's DDP strategy of :func:`start_method`."""
+    return f"ddp_{start_method()}"

@@ -23,7 +23,7 @@ from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
 accelerate = pytest.importorskip("accelerate")
 
 import ferroloader as fl
-from conftest import labelled_by_index
+from conftest import labelled_by_index, start_method
 from ferroloader import transforms as T
 from ferroloader.accelerate import AcceleratedLoader
 
@@ -262,7 +262,7 @@ def test_two_processes_cut_gather_and_resume(folder: Path, tmp_path: Path) -> No
         # Forked, as in test_distributed.py: Python 3.12 warns that the parent has threads.
         warnings.simplefilter("ignore", DeprecationWarning)
         mp.start_processes(  # type: ignore[attr-defined,no-untyped-call]
-            run_rank, args=(free_port(), str(folder), str(tmp_path)), nprocs=WORLD, start_method="fork"
+            run_rank, args=(free_port(), str(folder), str(tmp_path)), nprocs=WORLD, start_method=start_method()
         )
     results = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(WORLD)]
     per_rank = -(-SAMPLES // WORLD)  # 9: 3 batches of 4, 4, 1

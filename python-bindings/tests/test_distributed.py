@@ -17,6 +17,7 @@ import torch.multiprocessing as mp
 from torch.utils.data import DistributedSampler
 
 import ferroloader as fl
+from conftest import start_method
 from ferroloader import transforms as T
 
 # 17 samples over 2 ranks: DistributedSampler pads the epoch to 18 with its first index.
@@ -88,7 +89,7 @@ def test_two_ranks_cut_the_dataset_as_distributed_sampler_does(folder: Path, tmp
             run_rank,
             args=(str(tmp_path / "init"), str(folder), str(tmp_path)),
             nprocs=WORLD,
-            start_method="fork",
+            start_method=start_method(),
         )
     results = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(WORLD)]
     per_rank = -(-SAMPLES // WORLD)

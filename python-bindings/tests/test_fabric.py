@@ -1,8 +1,9 @@
 """ferroloader.Loader under Lightning Fabric: ``fabric.setup_dataloaders`` takes DataLoaders
 only, so the loader is used as it is, its batches moved with ``fabric.to_device``; made after
 ``fabric.launch()`` it cuts itself across the processes as DistributedSampler does (two gloo
-processes, ``strategy="ddp_fork"`` on CPU); ``fabric.save``/``fabric.load`` with the loader in
-the state resume mid-epoch exactly (Fabric saves any object with ``state_dict``)."""
+processes, ``strategy="ddp_fork"`` on CPU, ``"ddp_spawn"`` once CUDA is initialized);
+``fabric.save``/``fabric.load`` with the loader in the state resume mid-epoch exactly (Fabric
+saves any object with ``state_dict``)."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ import torch
 L = pytest.importorskip("lightning")
 
 import ferroloader as fl
-from conftest import labelled_by_index
+from conftest import ddp_strategy, labelled_by_index
 from ferroloader import transforms as T
 
 SAMPLES = 17  # two processes pad the epoch to 18, as DistributedSampler does
@@ -110,7 +111,7 @@ def run(fab: Any, folder: str, out: str) -> None:
 
 
 def test_two_processes_cut_and_resume(folder: Path, tmp_path: Path) -> None:
-    fab = fabric(devices=WORLD, strategy="ddp_fork")
+    fab = fabric(devices=WORLD, strategy=ddp_strategy())
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         fab.launch(run, str(folder), str(tmp_path))

@@ -18,6 +18,7 @@ from torch.utils.data import DistributedSampler
 L = pytest.importorskip("lightning")
 
 import ferroloader as fl
+from conftest import ddp_strategy
 from ferroloader import transforms as T
 
 BATCH = 4
@@ -186,7 +187,7 @@ class TwoLoaders(L.LightningDataModule):  # type: ignore[misc]
 def test_ddp_on_two_cpu_processes_each_rank_trains_on_its_share(folder: Path, tmp_path: Path) -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # Lightning's notes (pytree, few workers, ...)
-        trainer(devices=2, strategy="ddp_fork").fit(Recorded(tmp_path), datamodule=TwoLoaders(folder))
+        trainer(devices=2, strategy=ddp_strategy()).fit(Recorded(tmp_path), datamodule=TwoLoaders(folder))
     seen = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(2)]
     for epoch in (0, 1):
         sampler: DistributedSampler[Any] = DistributedSampler(range(17), num_replicas=2, rank=0, shuffle=True, seed=3)
@@ -209,10 +210,10 @@ def test_ddp_resumes_every_rank_from_rank_0s_checkpoint(folder: Path, tmp_path: 
     )
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        trainer(devices=2, strategy="ddp_fork", callbacks=[every], enable_checkpointing=True).fit(
+        trainer(devices=2, strategy=ddp_strategy(), callbacks=[every], enable_checkpointing=True).fit(
             Recorded(tmp_path / "whole"), datamodule=TwoLoaders(folder)
         )
-        trainer(devices=2, strategy="ddp_fork").fit(
+        trainer(devices=2, strategy=ddp_strategy()).fit(
             Recorded(tmp_path / "resumed"), datamodule=TwoLoaders(folder), ckpt_path=tmp_path / "step=4.ckpt"
         )
     for rank in (0, 1):
