@@ -511,7 +511,8 @@ impl PyImageArray {
 /// A map-style dataset whose `dataset[i]` is `(path or bytes, label)`: asked for each sample by
 /// the worker that reads it, holding the GIL only for that call (a path is then read without it).
 /// Labels are learnt as samples are read; the loader asks for a label only after reading its
-/// sample.
+/// sample. Labels are class indices: the Python side wraps a dataset whose targets are not
+/// (`datasets.RecordedTargets`), so its labels are positions.
 pub(crate) struct PyItems {
     dataset: Py<PyAny>,
     len: usize,
@@ -562,7 +563,17 @@ impl PyItems {
         };
         let (data, label): (Bound<'_, PyAny>, Bound<'_, PyAny>) =
             item.extract().map_err(|_| protocol())?;
-        let label: i64 = label.extract().map_err(|_| protocol())?;
+        let label: i64 = label.extract().map_err(|_| {
+            pyo3::exceptions::PyTypeError::new_err(format!(
+                "dataset[{index}]: the target {} is not a class index (an integer), though \
+                 dataset[0]'s is: the loader reads a dataset's targets as class indices when its \
+                 first is one",
+                label.repr().map_or_else(
+                    |_| "?".to_owned(),
+                    |r| r.to_string().chars().take(60).collect()
+                )
+            ))
+        })?;
         self.labels[index].store(label, Ordering::Relaxed);
         if let Ok(bytes) = data.cast::<PyBytes>() {
             buf.clear();

@@ -178,7 +178,10 @@ def test_columns_are_found_by_their_features() -> None:
     ("change", "message"),
     [
         (lambda d: d.remove_columns("label"), "no ClassLabel column"),
-        (lambda d: d.cast_column("label", Value("string")), "no ClassLabel column"),
+        (
+            lambda d: d.cast_column("label", Value("string")).rename_column("label", "caption"),
+            "no ClassLabel column (nor a 'label' or 'labels' column)",
+        ),
         (
             lambda d: datasets.concatenate_datasets(
                 [d, d.rename_column("image", "other").select_columns(["other"])], axis=1

@@ -25,6 +25,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 import numpy as np
 
 from ferroloader._native import EncodedTable
+from ferroloader._targets import TargetTable
 
 __all__ = [
     "CollateRows",
@@ -91,6 +92,7 @@ def table_of(
     columns: Optional[Tuple[str, str]] = None,
     mode: Optional[str] = None,
     exif_transpose: bool = True,
+    targets: bool = False,
 ) -> EncodedTable:
     """``dataset``'s images and labels as an ``EncodedTable``: row ``i`` is ``dataset[i]``, or
     ``dataset[rows[i]]`` where ``rows`` is given (a torch ``Subset``'s indices).
@@ -103,7 +105,10 @@ def table_of(
     itself, does not).
 
     The image column is the dataset's one ``Image()`` feature; the label column its one
-    ``ClassLabel`` feature, else an integer column named ``label`` or ``labels``. Images are
+    ``ClassLabel`` feature, else an integer column named ``label`` or ``labels``, else, with
+    ``targets``, a column of any other type so named (a multi-label ``Sequence(ClassLabel)``,
+    floats, strings): each row's label is then its table row, which :func:`targets_of` maps
+    to the row's value. Images are
     decoded to RGB, as torchvision's ``ImageFolder`` decodes them, but for a dataset of
     grayscale images (:func:`_grayscale`), which comes out with one channel. Raises
     ``ValueError`` naming what cannot be read natively and why: no such column or several, a
@@ -144,7 +149,11 @@ def table_of(
     selected = _selected_rows(dataset, rows)
     images, paths, remote = _image_columns(arrow.column(image_column), image_column, pa)
     _check_local_paths(images, remote, selected, image_column)
-    labels = _labels(arrow.column(label_column), label_column, pa)
+    column = arrow.column(label_column)
+    if targets and not pa.types.is_integer(column.type):
+        labels = np.arange(len(column), dtype=np.int64)
+    else:
+        labels = _labels(column, label_column, pa)
     if selected is not None:
         images, paths, labels = _take(images, selected), _take(paths, selected), labels[selected]
     split = dataset.split
@@ -170,6 +179,17 @@ def _extension(head: bytes) -> Optional[str]:
     if head[:4] == b"RIFF" and head[8:12] == b"WEBP":
         return "webp"
     return next((ext for magic, ext in _MAGIC if head.startswith(magic)), None)
+
+
+def targets_of(dataset: Any) -> Optional[TargetTable]:
+    """The values of ``dataset``'s label column by table row, where they are not class indices
+    (:func:`table_of` with ``targets``); ``None`` where they are."""
+    column = dataset.data.table.column(_columns(dataset, sys.modules["datasets"])[1])
+    import pyarrow as pa
+
+    if pa.types.is_integer(column.type):
+        return None
+    return TargetTable(column.to_pylist())
 
 
 def image_column(dataset: Any) -> str:
@@ -257,11 +277,14 @@ def _columns(dataset: Any, hf: Any) -> Tuple[str, str]:
             for name in _LABEL_NAMES
             if isinstance(features.get(name), hf.Value) and "int" in features[name].dtype
         ][:1]
+    if not classes:
+        # Targets that are not class indices (table_of's `targets`).
+        classes = [name for name in _LABEL_NAMES if name in features][:1]
     if len(classes) != 1:
         found = "no ClassLabel column" if not classes else f"several ClassLabel columns {classes}"
         raise ValueError(
-            f"dataset: {found} (nor an integer 'label' or 'labels' column) among "
-            f"{list(features)}; ferroloader's samples are (image, class index) (keep one with "
+            f"dataset: {found} (nor a 'label' or 'labels' column) among {list(features)}; "
+            "ferroloader's samples are (image, target) (keep one with "
             "dataset.select_columns([image, label]))"
         )
     return images[0], classes[0]

@@ -15,9 +15,15 @@ it. Must not read image files (the workers do), nor run a dataset's ``__getitem_
 reads a dataset natively.
 
 The protocol, for listings that come from a manifest or a database: ``dataset[i]`` returns
-``(path, label)`` (a ``str`` or ``os.PathLike``) or ``(data, label)`` (``bytes`` or
-``bytearray`` of an encoded image), with an integer label. Each call holds the GIL, which the
-training loop then waits for; a path is read without it.
+``(path, target)`` (a ``str`` or ``os.PathLike``) or ``(data, target)`` (``bytes`` or
+``bytearray`` of an encoded image). Each call holds the GIL, which the training loop then waits
+for; a path is read without it.
+
+Targets are class indices (integers), carried natively as each sample's label, unless the first
+item's is something else (a multi-hot tensor, a float, a tuple, a string): then every sample's
+native label is its position and :class:`TargetTable` maps it back to the target the dataset
+gave, collated as DataLoader collates it. What reads labels as classes (batch mixing, shards)
+sees the table and does not take positions for classes.
 """
 
 from __future__ import annotations
@@ -30,9 +36,10 @@ from typing import Any, Callable, Dict, List, NamedTuple, Optional, Sequence, Tu
 import numpy as np
 
 from ferroloader import _hfdatasets
+from ferroloader._targets import TargetTable
 from ferroloader._native import EncodedTable, FileList, ImageArray, ImageFolder, PathList, WebDataset
 
-__all__ = ["Carried", "Source", "as_source", "python_reason", "reading"]
+__all__ = ["Carried", "Source", "TargetTable", "as_source", "python_reason", "reading"]
 
 #: What the native loader takes.
 Source = Union[ImageFolder, FileList, PathList, ImageArray, EncodedTable, WebDataset, Any]
@@ -41,15 +48,46 @@ _NATIVE = (ImageFolder, FileList, PathList)
 
 
 class _Listing:
-    """Paths and labels of a listable dataset, and the transforms it carries (if any)."""
+    """Paths and labels of a listable dataset, and the transforms it carries (if any).
+
+    ``targets``: each sample's target as the dataset holds it, where they are not all class
+    indices (``labels`` are then ignored); ``None`` where ``labels`` are the targets."""
 
     def __init__(
-        self, paths: List[str], labels: List[int], transform: Any, target_transform: Any = None
+        self,
+        paths: List[str],
+        labels: List[int],
+        transform: Any,
+        target_transform: Any = None,
+        targets: Optional[List[Any]] = None,
     ) -> None:
         self.paths = paths
         self.labels = labels
         self.transform = transform
         self.target_transform = target_transform
+        self.targets = targets
+
+    def target_objects(self) -> List[Any]:
+        """Each sample's target: ``targets``, else the class indices."""
+        return list(self.labels) if self.targets is None else self.targets
+
+
+class RecordedTargets:
+    """A protocol dataset whose first target is not a class index, as the native loader reads
+    it: ``dataset[i]`` is ``(data, i)``, the target the dataset gave kept in :attr:`table`
+    before the sample is read (so before the batch holding it is delivered)."""
+
+    def __init__(self, dataset: Any) -> None:
+        self.dataset = dataset
+        self.table = TargetTable([None] * len(dataset))
+
+    def __len__(self) -> int:
+        return len(self.table.targets)
+
+    def __getitem__(self, index: int) -> Tuple[Any, int]:
+        data, target = _pair(self.dataset, index)
+        self.table.targets[index] = target
+        return data, index
 
 
 class Carried(NamedTuple):
@@ -84,7 +122,8 @@ def as_source(dataset: Any) -> Carried:
         return arrays
     hugging_face = _hugging_face_rows(dataset)
     if hugging_face is not None:
-        return Carried(_hfdatasets.table_of(*hugging_face), None, None)
+        hf, rows = hugging_face
+        return Carried(_hfdatasets.table_of(hf, rows, targets=True), None, _hfdatasets.targets_of(hf))
     timm_table = _timm_hugging_face(dataset)
     if timm_table is not None:
         return timm_table
@@ -93,7 +132,7 @@ def as_source(dataset: Any) -> Carried:
         return _listed(listing)
     if hasattr(dataset, "__getitem__") and hasattr(dataset, "__len__"):
         _check_attached_transforms(dataset)
-        return Carried(dataset, None, None)
+        return _protocol(dataset)
     raise TypeError(
         "dataset: expected a ferroloader or torchvision dataset, a sequence of (path, label), "
         "or a map-style dataset whose items are (path or bytes, label); got "
@@ -163,7 +202,20 @@ def _judged(dataset: Any) -> Tuple[Optional[str], Optional[Carried]]:
 
 
 def _listed(listing: _Listing) -> Carried:
+    if listing.targets is not None:
+        positions = list(range(len(listing.paths)))
+        return Carried(PathList(listing.paths, positions), listing.transform, TargetTable(listing.targets))
     return Carried(PathList(listing.paths, listing.labels), listing.transform, listing.target_transform)
+
+
+def _protocol(dataset: Any) -> Carried:
+    """A map-style dataset read through the protocol; its targets recorded as it is read where
+    the first is not a class index (:class:`RecordedTargets`). Asks for ``dataset[0]`` once to
+    tell."""
+    if len(dataset) == 0 or _class_index(_pair(dataset, 0)[1]) is not None:
+        return Carried(dataset, None, None)
+    recorded = RecordedTargets(dataset)
+    return Carried(recorded, None, recorded.table)
 
 
 def _hugging_face_rows(dataset: Any) -> Optional[Tuple[Any, Optional[List[int]]]]:
@@ -204,6 +256,7 @@ def _listing(dataset: Any) -> Optional[_Listing]:
             [inner.labels[i] for i in indices],
             inner.transform,
             inner.target_transform,
+            None if inner.targets is None else [inner.targets[i] for i in indices],
         )
     if _is_concat(dataset):
         parts = [_listing(d) for d in dataset.datasets]
@@ -222,11 +275,21 @@ def _listing(dataset: Any) -> Optional[_Listing]:
                 "dataset: the ConcatDataset's parts carry different target_transforms; "
                 "ferroloader calls one on every label"
             )
+        target_transform = next(iter(targets.values()), None)
+        objects = None
+        if any(p.targets is not None for p in listed):
+            if target_transform is not None:
+                raise ValueError(
+                    "dataset: a ConcatDataset part's targets are not class indices, and another "
+                    "part carries a target_transform, which takes class indices"
+                )
+            objects = [t for part in listed for t in part.target_objects()]
         return _Listing(
             [p for part in listed for p in part.paths],
             [label for part in listed for label in part.labels],
             next(iter(transforms.values()), None),
-            next(iter(targets.values()), None),
+            target_transform,
+            objects,
         )
     if isinstance(dataset, (list, tuple)):
         return _sequence_listing(dataset)
@@ -513,38 +576,54 @@ def _folder_listing(dataset: Any) -> _Listing:
 
 
 def _sequence_listing(items: Sequence[Any]) -> Optional[_Listing]:
-    """A sequence of ``(path, label)``; ``None`` for ``(bytes, label)`` (used through the
-    protocol, without copying the bytes)."""
+    """A sequence of ``(path, target)``; ``None`` for ``(bytes, target)`` (used through the
+    protocol, without copying the bytes). Targets that are not all class indices are kept as
+    they are (``_Listing.targets``)."""
     if len(items) and _is_bytes(_pair(items, 0)[0]):
         return None
     paths: List[str] = []
-    labels: List[int] = []
+    targets: List[Any] = []
     for i in range(len(items)):
-        data, label = _pair(items, i)
+        data, target = _pair(items, i)
         if not isinstance(data, (str, os.PathLike)):
             raise TypeError(
-                f"dataset[{i}]: expected (path, label) like the items before it, got "
+                f"dataset[{i}]: expected (path, target) like the items before it, got "
                 f"({type(data).__name__}, ...)"
             )
         paths.append(os.fspath(data))
-        labels.append(_label(i, label))
-    return _Listing(paths, labels, None)
+        targets.append(target)
+    labels = [_class_index(t) for t in targets]
+    if all(label is not None for label in labels):
+        return _Listing(paths, cast(List[int], labels), None)
+    return _Listing(paths, [0] * len(paths), None, targets=targets)
 
 
-def _pair(items: Sequence[Any], i: int) -> Tuple[Any, Any]:
+def _pair(items: Any, i: int) -> Tuple[Any, Any]:
     item = items[i]
     if not isinstance(item, (tuple, list)) or len(item) != 2:
-        raise TypeError(f"dataset[{i}]: expected a (path or bytes, label) pair, got {item!r:.80}")
+        raise TypeError(f"dataset[{i}]: expected a (path or bytes, target) pair, got {item!r:.80}")
     return item[0], item[1]
 
 
-def _label(i: int, label: Any) -> int:
-    if isinstance(label, bool) or not isinstance(label, numbers.Integral):
-        index = getattr(label, "__index__", None)
-        if index is None:
-            raise TypeError(f"dataset[{i}]: the label must be an integer, got {label!r:.80}")
+def _class_index(target: Any) -> Optional[int]:
+    """``target`` as a class index: an integer, or what converts to one losslessly
+    (``__index__``: numpy integers, a one-element integer tensor); ``None`` for anything else."""
+    if isinstance(target, numbers.Integral) and not isinstance(target, bool):
+        return int(target)
+    index = getattr(target, "__index__", None)
+    if index is None:
+        return None
+    try:
         return int(index())
-    return int(label)
+    except TypeError:  # a tensor of several elements or of floats
+        return None
+
+
+def _label(i: int, label: Any) -> int:
+    index = _class_index(label)
+    if index is None:
+        raise TypeError(f"dataset[{i}]: the label must be an integer, got {label!r:.80}")
+    return index
 
 
 def _is_bytes(data: Any) -> bool:

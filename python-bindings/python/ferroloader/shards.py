@@ -49,7 +49,7 @@ from typing import Any, Callable, List, Optional, Union
 
 from ferroloader import _hfdatasets, _native
 from ferroloader._native import EncodedTable, FileList, ImageFolder, PathList
-from ferroloader.datasets import as_source
+from ferroloader.datasets import TargetTable, as_source
 
 __all__ = ["ShardReport", "parse_size", "shard"]
 
@@ -181,6 +181,11 @@ def _dataset(
     if root is not None:
         raise ValueError("root: only with a list file's path; a dataset has its own")
     source, _transform, target_transform = as_source(src)
+    if isinstance(target_transform, TargetTable):
+        raise ValueError(
+            f"src: the targets of {type(src).__name__} are not class indices (its first: "
+            f"{target_transform.first()!r:.60}); shards keep one class index per file"
+        )
     if target_transform is not None:
         raise ValueError(
             f"src: {type(src).__name__}.target_transform is set; shards keep each file's class "
