@@ -2219,6 +2219,9 @@ def from_torchvision(compose: Any) -> Compose:
             not _is_v2(t) or name in ("ToTensor", "PILToTensor", "ToPureTensor")
         ):
             image_typed = False  # v1's kernels return plain tensors, even from a tv_tensors.Image
+        if converts_to_rgb(t) and not pending_tensor:
+            out.append(RGB())  # a tensor has no .convert: after ToImage it is the tail's
+            continue
         if not (_is_torchvision(t) or _is_timm(t)):
             raise ValueError(f"{where} is not a torchvision transform; supported: {_SUPPORTED}")
         if name in _TIMM_MAYBE_TO_TENSOR and _is_timm(t) and (
@@ -2335,14 +2338,49 @@ def _insert_flip(out: List[Transform], flip: Transform) -> None:
 
 
 def _flatten_torchvision_compose(items: List[Any]) -> List[Any]:
-    """A torchvision ``Compose`` nested in the list stands for its transforms, where it stands."""
+    """A torchvision ``Compose`` nested in the list stands for its transforms, where it stands,
+    and so does a pretrained model's preset (:func:`_preset_steps`)."""
     flat: List[Any] = []
     for t in items:
         if _is_torchvision(t) and type(t).__name__ == "Compose":
             flat.extend(_flatten_torchvision_compose(list(t.transforms)))
+        elif _is_torchvision(t) and type(t).__name__ == "ImageClassification":
+            flat.extend(_preset_steps(t))
         else:
             flat.append(t)
     return flat
+
+
+def _preset_steps(preset: Any) -> List[Any]:
+    """torchvision's ``ImageClassification`` preset (``ResNet50_Weights.DEFAULT.transforms()``,
+    what fine-tuning scripts evaluate with) as the v1 transforms its ``forward`` calls the
+    functionals of: resize, centre crop, ``pil_to_tensor`` where the image is a PIL image (a
+    ``PILToTensor`` after ``ToImage`` is the no-op the preset's ``isinstance`` check makes it),
+    ``convert_image_dtype`` to float, normalize."""
+    import torch
+    import torchvision.transforms as tv  # type: ignore[import-untyped]
+
+    return [
+        tv.Resize(list(preset.resize_size), interpolation=preset.interpolation, antialias=preset.antialias),
+        tv.CenterCrop(list(preset.crop_size)),
+        tv.PILToTensor(),
+        tv.ConvertImageDtype(torch.float),
+        tv.Normalize(list(preset.mean), list(preset.std)),
+    ]
+
+
+def converts_to_rgb(function: Any) -> bool:
+    """Whether ``function`` is exactly ``return image.convert("RGB")`` of its one argument
+    (open_clip's ``_convert_to_rgb``, the ``lambda img: img.convert("RGB")`` of Hugging Face's
+    examples): on a PIL image, what v2's ``RGB()`` does. Read from its bytecode; not called."""
+    code = getattr(function, "__code__", None)
+    if not isinstance(function, types.FunctionType) or not isinstance(code, types.CodeType):
+        return False
+    if not _bytecode.plain_arguments(code, 1):
+        return False
+    image = code.co_varnames[0]
+    converts = [("LOAD_FAST", image), ("LOAD_ATTR", "convert"), ("LOAD_CONST", "RGB"), ("CALL", 1), ("RETURN_VALUE", None)]
+    return _bytecode.returned_directly(_bytecode.steps(code)) == converts
 
 
 def _convert_nested(transforms: Iterable[Any]) -> List[Union[Transform, Compose]]:
