@@ -212,6 +212,8 @@ def run_rank(rank: int, port: int, folder: str, out: str) -> None:
     os.environ.update(
         MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), LOCAL_RANK=str(rank),
         WORLD_SIZE=str(WORLD), LOCAL_WORLD_SIZE=str(WORLD), OMP_NUM_THREADS="1",  # as accelerate launch sets
+        # CPU ranks: on a machine with one GPU, Accelerate would put rank 1's barrier on cuda:1.
+        CUDA_VISIBLE_DEVICES="",
     )
     # torch's OpenMP pool, used by the parent's earlier tests, is not usable in a forked child:
     # one thread keeps the child's ops out of it.
