@@ -269,6 +269,14 @@ def _skip_first_batches(dataloader: Any, num_batches: int = 0) -> Any:
     return _accelerate_skip(dataloader, num_batches)
 
 
+def _trainer_module() -> Any:
+    """``transformers.trainer``, whose ``skip_first_batches`` (Accelerate's, imported there) the
+    Trainer calls by that name."""
+    import transformers.trainer
+
+    return transformers.trainer
+
+
 class _skipping_natively:
     """Puts :func:`_skip_first_batches` in ``transformers.trainer`` for a ``train()`` (nested
     and concurrent ones share it; the last to leave puts Accelerate's back). The Trainer calls
@@ -276,8 +284,7 @@ class _skipping_natively:
 
     def __enter__(self) -> None:
         global _patch_depth, _accelerate_skip
-        import transformers.trainer as module  # type: ignore[import-untyped]
-
+        module = _trainer_module()
         with _patch_lock:
             if _patch_depth == 0:
                 _accelerate_skip = module.skip_first_batches
@@ -286,8 +293,7 @@ class _skipping_natively:
 
     def __exit__(self, *exc: Any) -> None:
         global _patch_depth, _accelerate_skip
-        import transformers.trainer as module
-
+        module = _trainer_module()
         with _patch_lock:
             _patch_depth -= 1
             if _patch_depth == 0:
