@@ -9,12 +9,16 @@ DataLoader's, and a resume from a checkpoint mid-epoch gets the uninterrupted ru
 
 from __future__ import annotations
 
+import json
+import os
+import socket
 import warnings
 from pathlib import Path
 from typing import Any, Dict, Iterator, List, Optional, Tuple
 
 import pytest
 import torch
+import torch.multiprocessing as mp
 
 transformers = pytest.importorskip("transformers")
 datasets = pytest.importorskip("datasets")
@@ -255,3 +259,76 @@ def test_what_the_trainer_sets_is_refused_in_loader_kwargs(dataset: Any, tmp_pat
         warnings.simplefilter("error")
         loader = sequential.get_train_dataloader()
     assert not loader.loader.shuffle and loader.loader.seed == 3
+
+
+# -- two processes ---------------------------------------------------------------------------------
+
+WORLD = 2
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def run_rank(rank: int, port: int, out: str, data: Any) -> None:
+    os.environ.update(
+        MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), LOCAL_RANK=str(rank),
+        WORLD_SIZE=str(WORLD), LOCAL_WORLD_SIZE=str(WORLD), OMP_NUM_THREADS="1",  # as torchrun sets
+    )
+    # torch's OpenMP pool, used by the parent's earlier tests, is not usable in a forked child.
+    torch.set_num_threads(1)
+    # Accelerate's state is a per-process singleton, set up single-process by the parent's tests.
+    from accelerate.state import AcceleratorState, GradientState  # type: ignore[import-untyped]
+
+    AcceleratorState._reset_state(True)
+    GradientState._reset_state()
+    result: Dict[str, Any] = {}
+
+    def run(resume: Optional[str]) -> Recording:
+        args = arguments(
+            Path(out, "run"), num_train_epochs=1, save_strategy="steps", save_steps=2,
+            ddp_backend="gloo", per_device_eval_batch_size=5,
+        )
+        trainer = Recording(
+            Tiny(), args, train_dataset=data, eval_dataset=data.select(range(SAMPLES - 1)),
+            train_transform=TRAIN, eval_transform=EVAL,
+        )
+        trainer.train(resume_from_checkpoint=resume)
+        return trainer
+
+    whole = run(None)
+    loader = whole.train_loader
+    assert loader is not None
+    result["cut"] = [loader.rank, loader.world_size, len(loader), whole.args.world_size]
+    result["seen"] = [labels for labels, _ in whole.seen]
+    # 21 samples: each process 11 (one padded), the last eval batch one sample each.
+    predicted = whole.predict(data.select(range(SAMPLES - 1)))
+    result["predicted"] = [len(predicted.predictions), sorted(predicted.label_ids.tolist())]
+    resumed = run(str(Path(out, "run", "checkpoint-2")))
+    result["resumed"] = [labels for labels, _ in resumed.seen]
+    result["resumed_equal"] = all(
+        torch.equal(a, b) for (_, a), (_, b) in zip(resumed.seen, whole.seen[2:])
+    )
+    Path(out, f"rank{rank}.json").write_text(json.dumps(result))
+
+
+def test_two_processes_cut_gather_and_resume(dataset: Any, tmp_path: Path) -> None:
+    with warnings.catch_warnings():
+        # Forked, as in test_accelerate.py: Python 3.12 warns that the parent has threads.
+        warnings.simplefilter("ignore", DeprecationWarning)
+        mp.start_processes(  # type: ignore[attr-defined,no-untyped-call]
+            run_rank, args=(free_port(), str(tmp_path), dataset), nprocs=WORLD, start_method="fork"
+        )
+    results = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(WORLD)]
+    for rank, result in enumerate(results):
+        # The loader cuts itself as DistributedSampler does: 11 samples a process, 4 + 4 + 3.
+        assert result["cut"] == [rank, WORLD, 3, WORLD]
+        assert [len(labels) for labels in result["seen"]] == [4, 4, 3]
+        # gather_for_metrics drops the padded sample: each of the 21 predicted once.
+        assert result["predicted"] == [SAMPLES - 1, sorted(dataset["label"][: SAMPLES - 1])]
+        # Resumed from the checkpoint rank 0 wrote at step 2: this process's last batch.
+        assert result["resumed"] == result["seen"][2:] and result["resumed_equal"]
+    shares = [[i for labels in r["seen"] for i in labels] for r in results]
+    assert sorted(shares[0] + shares[1]) == sorted(dataset["label"])
