@@ -238,6 +238,24 @@ def test_a_resume_mid_epoch_gets_the_uninterrupted_runs_batches(dataset: Any, tm
         run(checkpoint, loader_kwargs={"on_error": "skip"})
 
 
+def test_the_skip_holds_whichever_order_the_trainer_sets_the_epoch_in(dataset: Any, tmp_path: Path) -> None:
+    # transformers 5 skips, then sets the resumed epoch; 4.x set it first, then skipped.
+    trainer = Trainer(model(), arguments(tmp_path), train_dataset=dataset, train_transform=TRAIN)
+    want = epoch_batches(dataset, 1, batch_size=4, shuffle=True, seed=3)[2:]
+    for order in ("skip first", "epoch first"):
+        loader = trainer.get_train_dataloader()
+        if order == "skip first":
+            assert loader.skip_first_batches(2) is loader
+            loader.set_epoch(1)
+        else:
+            loader.set_epoch(1)
+            loader.skip_first_batches(2)
+        assert_same_batches([(b["labels"].tolist(), b["pixel_values"]) for b in loader], want)
+        # The skip is the resumed epoch's alone.
+        loader.set_epoch(2)
+        assert len(list(loader)) == 6 and loader.epoch == 3
+
+
 def test_what_the_trainer_sets_is_refused_in_loader_kwargs(dataset: Any, tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="loader_kwargs: 'batch_transform' is the Trainer's to set"):
         Trainer(model(), arguments(tmp_path), loader_kwargs={"batch_transform": None})
