@@ -18,7 +18,7 @@ of a DataParallel run for training), ``dataloader_num_workers`` (worker threads)
 seed; training shuffles (``train_sampling_strategy="sequential"`` does not), evaluation does
 not. Its batches are the dict the model takes, ``{model.main_input_name: images,
 label_names[0]: labels}``, as the image-classification example's ``collate_fn`` builds them
-(the ``data_collator`` is not called: see :class:`ModelInputs`), handed out by
+(:class:`ModelInputs`; the ``data_collator`` is not called), handed out by
 :class:`~ferroloader.accelerate.AcceleratedLoader` on the Trainer's accelerator (the device,
 the epoch's end for ``batch_eval_metrics``, ``gather_for_metrics``'s padding), as the
 Trainer's ``accelerator.prepare`` does for its DataLoaders. Without a transform for it
@@ -26,10 +26,11 @@ Trainer's ``accelerator.prepare`` does for its DataLoaders. Without a transform 
 DataLoader, untouched.
 
 Resuming from a checkpoint mid-epoch (``train(resume_from_checkpoint=...)``): the Trainer
-skips the epoch's first ``global_step * gradient_accumulation_steps`` batches with Accelerate's
-``skip_first_batches``, which given anything but a DataLoader makes a DataLoader of its
-``.dataset`` (the raw rows, none of the transform). For the duration of ``train()`` that name, in
-``transformers.trainer`` alone, is one that starts the loader's epoch at that batch instead
+skips the resumed epoch's first ``(global_step % steps_per_epoch) *
+gradient_accumulation_steps`` batches with Accelerate's ``skip_first_batches``, which given
+anything but a DataLoader makes a DataLoader of its ``.dataset`` (the raw rows, none of the
+transform). For the duration of ``train()`` that name, in ``transformers.trainer`` alone, is
+one that starts the loader's epoch at that batch instead
 (:meth:`TrainerLoader.skip_first_batches`: nothing is decoded for the skipped batches), and
 hands anything else to Accelerate's. The loader's order and draws follow from ``(seed, epoch,
 index)`` alone, so the resumed run gets the uninterrupted run's batches; a loader for which a
