@@ -1161,6 +1161,51 @@ class Loader:
                 s.set_epoch(resume["epoch"])
         self._resume = dict(state)
 
+    def _state_after(self, epoch: int, batches: int) -> Dict[str, Any]:
+        """The ``state_dict`` this loader gives once the first ``batches`` batches of epoch
+        ``epoch`` were handed out, made from that count alone (as a trainer that counts its
+        steps resumes: Hugging Face's ``Trainer`` skips that many batches); for
+        ``load_state_dict``. ``ValueError`` naming why where a count does not say the point:
+        with ``in_order=False`` (which batches came first is the completion order's) or
+        ``on_error="skip"`` (a skipped sample moves every later batch), for a dataset streamed
+        in Python, or past the epoch's last batch."""
+        epoch = _check_int("epoch", epoch, 0, 2**64 - 1)
+        batches = _check_int("batches", batches, 0)
+        if not self.in_order:
+            raise ValueError(
+                "in_order: a batch count says where an epoch stands only in order (with "
+                "in_order=False the first batches are those the workers finished first)"
+            )
+        if self.on_error == "skip":
+            raise ValueError(
+                "on_error: a batch count says where an epoch stands only when no sample is "
+                "skipped (on_error='skip' moves every batch after a skipped sample)"
+            )
+        if self._python is not None and self._python.iterable:
+            raise ValueError(
+                "dataset: an IterableDataset's epoch resumes by replaying its batches, not "
+                "from a batch count"
+            )
+        if batches >= len(self):
+            raise ValueError(
+                f"batches: {batches} batches handed out of an epoch of {len(self)}; an epoch's "
+                "end is the next epoch's start (set_epoch)"
+            )
+        state = {
+            "version": STATE_VERSION,
+            "epoch": epoch,
+            # In order, with no sample skipped, each batch but the epoch's last uses
+            # batch_size places of the epoch's plan.
+            "position": batches * self.batch_size,
+            "batches": batches,
+            "delivered": [],
+            "dataset_len": self._dataset_len(),
+            "dataset_fingerprint": self._dataset_fingerprint(),
+        }
+        for key in _STATE_KEYS:
+            state[key] = getattr(self, key)
+        return state
+
     def _as_this_ranks(self, state: Dict[str, Any]) -> Dict[str, Any]:
         """``state``, saved by another rank of the same world size, as this rank's own where
         it says the same thing for every rank; else ``state`` unchanged (the rank check then
