@@ -160,12 +160,31 @@ def test_save_state_load_state_resume_mid_epoch(folder: Path, tmp_path: Path) ->
 
 def test_skip_first_batches_does_not_take_a_ferroloader(folder: Path) -> None:
     # Accelerate rebuilds a torch DataLoader from loader.dataset: the raw (path, label) items,
-    # no transform. The loader's own state_dict (load_state) resumes instead.
+    # no transform. The loader's own state_dict (load_state) resumes instead, or the
+    # AcceleratedLoader's own skip_first_batches.
     acc = accelerate.Accelerator(cpu=True)
     skipped = acc.skip_first_batches(make(items(folder)), 2)
     assert isinstance(skipped, DataLoader)
     paths, _ = next(iter(skipped))
     assert isinstance(paths[0], str)
+
+
+@pytest.mark.parametrize("epoch_set", ["before", "after"])
+def test_the_accelerated_loaders_skip_first_batches_starts_the_epoch_there(folder: Path, epoch_set: str) -> None:
+    acc = accelerate.Accelerator(cpu=True)
+    uninterrupted = make(items(folder))
+    uninterrupted.set_epoch(3)
+    want = batches(uninterrupted)
+    loader = AcceleratedLoader(make(items(folder)), acc)
+    if epoch_set == "before":
+        loader.set_epoch(3)
+    assert loader.skip_first_batches(2) is loader
+    if epoch_set == "after":
+        loader.set_epoch(3)
+    assert batches(loader) == want[2:]
+    assert batches(loader) == batches(uninterrupted)  # epoch 4 whole: the skip was once
+    with pytest.raises(ValueError, match="on_error='skip' moves every batch"):
+        AcceleratedLoader(make(items(folder), on_error="skip"), acc).skip_first_batches(1)
 
 
 def test_batches_go_to_the_accelerators_device(folder: Path) -> None:

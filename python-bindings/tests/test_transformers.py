@@ -29,7 +29,8 @@ from torchvision import transforms as TV
 from transformers import TrainerCallback, TrainingArguments, ViTConfig, ViTForImageClassification
 
 import ferroloader as fl
-from ferroloader.transformers import LoaderTrainerMixin, Trainer, TrainerLoader
+from ferroloader.accelerate import AcceleratedLoader
+from ferroloader.transformers import LoaderTrainerMixin, Trainer
 
 PHOTOS = Path(__file__).resolve().parents[2] / "target" / "fixtures" / "folder"
 SAMPLES = 22  # 6 batches of 4 an epoch, the last of 2
@@ -155,7 +156,7 @@ def test_fits_each_epoch_on_the_loaders_epoch_stepping_at_its_end(dataset: Any, 
     )
     before = [p.detach().clone() for p in trainer.model.parameters()]
     result = trainer.train()
-    assert isinstance(trainer.train_loader, TrainerLoader) and len(trainer.train_loader) == 6
+    assert isinstance(trainer.train_loader, AcceleratedLoader) and len(trainer.train_loader) == 6
     # 6 batches an epoch, 4 accumulated: steps after the 4th and the 6th (the epoch's last), and
     # the next epoch's count starts afresh.
     assert trainer.per_step == [4, 2, 4, 2] and result.global_step == 4
@@ -194,7 +195,7 @@ def test_evaluation_batches_equal_the_trainers_own_dataloader(dataset: Any, tmp_
     ours = Trainer(model(), train_transform=TRAIN, eval_transform=EVAL, **kw("ours"))
     want = list(own.get_eval_dataloader())
     got = ours.get_eval_dataloader()
-    assert isinstance(got, TrainerLoader) and len(got) == len(want) == 4  # 22 // 5, dropped last
+    assert isinstance(got, AcceleratedLoader) and len(got) == len(want) == 4  # 22 // 5, dropped last
     got_batches = list(got)
     for batch, expected in zip(got_batches, want):
         assert sorted(batch) == sorted(expected) == ["labels", "pixel_values"]

@@ -46,7 +46,10 @@ class AcceleratedLoader:
     Invariant: ``end_of_dataloader`` is ``True`` exactly while the epoch's last batch is the
     one handed out last, and ``remainder`` is what ``gather_for_metrics`` may keep of that
     batch gathered from every process (``-1``: everything), as on Accelerate's
-    ``DataLoaderStateMixin`` (``GradientState`` reads both from the loader it is in).
+    ``DataLoaderStateMixin`` (``GradientState`` reads both from the loader it is in). While a
+    skip is pending (:meth:`skip_first_batches` called, the epoch not started), the loader holds
+    the state of that many batches into the epoch it runs next, whatever ``set_epoch`` is
+    called before ``iter()``.
     """
 
     def __init__(self, loader: Loader, accelerator: Any, non_blocking: Optional[bool] = None) -> None:
@@ -80,11 +83,25 @@ class AcceleratedLoader:
         self.non_blocking: bool = non_blocking
         self.end_of_dataloader = False
         self.remainder = -1
+        #: Batches :meth:`skip_first_batches` skips of the next epoch (0: none pending).
+        self._skip = 0
+
+    def skip_first_batches(self, num_batches: int) -> "AcceleratedLoader":
+        """This loader, its next epoch started after its first ``num_batches`` batches, none of
+        them loaded: what ``accelerator.skip_first_batches(dataloader, num_batches)`` gives for
+        a DataLoader (given this loader, Accelerate's makes a DataLoader of the raw dataset, none
+        of the transform). ``ValueError`` where a batch count does not say where an epoch
+        stands (``in_order=False``, ``on_error="skip"``)."""
+        self._skip = int(num_batches)
+        if self._skip:
+            self.loader.load_state_dict(self.loader._state_after(self.loader.epoch, self._skip))
+        return self
 
     def __iter__(self) -> Iterator[Any]:
         from accelerate.state import GradientState  # type: ignore[import-untyped]
         from accelerate.utils import send_to_device  # type: ignore[import-untyped]
 
+        self._skip = 0
         it = iter(self.loader)
         # The batches left in this epoch (fewer after a resumed state), read at the first batch,
         # when the iterator starts the epoch: the last one is known without fetching ahead.
@@ -146,7 +163,12 @@ class AcceleratedLoader:
         return len(self.loader)
 
     def set_epoch(self, epoch: int) -> None:
-        self.loader.set_epoch(epoch)
+        if self._skip:
+            # A skip holds for the epoch the loader runs next, whether it is set after the skip
+            # (transformers 5's Trainer) or before (4.x).
+            self.loader.load_state_dict(self.loader._state_after(epoch, self._skip))
+        else:
+            self.loader.set_epoch(epoch)
 
     def state_dict(self) -> Dict[str, Any]:
         return self.loader.state_dict()

@@ -31,7 +31,7 @@ gradient_accumulation_steps`` batches with Accelerate's ``skip_first_batches``, 
 anything but a DataLoader makes a DataLoader of its ``.dataset`` (the raw rows, none of the
 transform). For the duration of ``train()`` that name, in ``transformers.trainer`` alone, is
 one that starts the loader's epoch at that batch instead
-(:meth:`TrainerLoader.skip_first_batches`: nothing is decoded for the skipped batches), and
+(:meth:`AcceleratedLoader.skip_first_batches`: nothing is decoded for the skipped batches), and
 hands anything else to Accelerate's. The loader's order and draws follow from ``(seed, epoch,
 index)`` alone, so the resumed run gets the uninterrupted run's batches; a loader for which a
 batch count does not say where an epoch stands (``in_order=False``, ``on_error="skip"``) is
@@ -52,7 +52,7 @@ from ferroloader.loader import Loader
 if TYPE_CHECKING:
     import torch
 
-__all__ = ["LoaderTrainerMixin", "ModelInputs", "Trainer", "TrainerLoader"]
+__all__ = ["LoaderTrainerMixin", "ModelInputs", "Trainer"]
 
 #: Loader arguments the Trainer integration sets itself: a ``loader_kwargs`` entry for one is
 #: refused (the batches must stay the dict the model takes).
@@ -75,44 +75,6 @@ class ModelInputs:
 
     def __repr__(self) -> str:
         return f"ModelInputs({self.input_name!r}, {self.label_name!r})"
-
-
-class TrainerLoader(AcceleratedLoader):
-    """The :class:`~ferroloader.accelerate.AcceleratedLoader` a :class:`Trainer` hands its
-    training and evaluation loops, with the Trainer's mid-epoch resume
-    (:meth:`skip_first_batches`).
-
-    Invariant: while a skip is pending (``skip_first_batches`` called, the epoch not started),
-    the loader holds the state of that many batches into the epoch it will run next, whatever
-    ``set_epoch`` the Trainer calls before ``iter()`` (before or after the skip, as its versions
-    differ)."""
-
-    def __init__(self, loader: Loader, accelerator: Any) -> None:
-        super().__init__(loader, accelerator)
-        self._skip = 0
-
-    def skip_first_batches(self, num_batches: int) -> "TrainerLoader":
-        """This loader, its next epoch started after its first ``num_batches`` batches: what
-        Accelerate's ``skip_first_batches`` does for a DataLoader, without loading them."""
-        self._skip = int(num_batches)
-        if self._skip:
-            self.loader.load_state_dict(self.loader._state_after(self.loader.epoch, self._skip))
-        return self
-
-    def set_epoch(self, epoch: int) -> None:
-        if self._skip:
-            # The Trainer sets the resumed epoch after skipping (transformers 5) or before
-            # (4.x): the skip holds for the epoch the loader runs next, either way.
-            self.loader.load_state_dict(self.loader._state_after(epoch, self._skip))
-        else:
-            self.loader.set_epoch(epoch)
-
-    def __iter__(self) -> Iterator[Any]:
-        self._skip = 0
-        return super().__iter__()
-
-    def __repr__(self) -> str:
-        return f"TrainerLoader(<{type(self.loader).__name__} of {len(self.loader)} batches>, device={self.device})"
 
 
 class LoaderTrainerMixin:
@@ -155,7 +117,7 @@ class LoaderTrainerMixin:
         self.loader_kwargs: Dict[str, Any] = loader_kwargs
         #: The training loader last made (``None`` before ``train()``, or where it is the
         #: Trainer's DataLoader).
-        self.train_loader: Optional[TrainerLoader] = None
+        self.train_loader: Optional[AcceleratedLoader] = None
         super().__init__(*args, **kwargs)
 
     # -- the loaders ---------------------------------------------------------------------------
@@ -195,7 +157,7 @@ class LoaderTrainerMixin:
             return super().get_test_dataloader(test_dataset)  # type: ignore[misc]
         return self.make_loader(test_dataset, self.eval_transform, self.args.eval_batch_size, False)
 
-    def make_loader(self, dataset: Any, transform: Any, batch_size: int, train: bool) -> TrainerLoader:
+    def make_loader(self, dataset: Any, transform: Any, batch_size: int, train: bool) -> AcceleratedLoader:
         """The loader for ``dataset``, made from the Trainer's arguments (see the module's
         doc), on the Trainer's accelerator. Override to change how."""
         args = self.args
@@ -226,7 +188,7 @@ class LoaderTrainerMixin:
         )
         kwargs.update(self.loader_kwargs)
         loader = Loader(dataset, transform=transform, batch_transform=self.model_inputs(), **kwargs)
-        return TrainerLoader(loader, self.accelerator)
+        return AcceleratedLoader(loader, self.accelerator)
 
     def model_inputs(self) -> ModelInputs:
         """The batches' keys: the model's ``main_input_name`` (``pixel_values`` for the vision
@@ -263,8 +225,8 @@ _accelerate_skip: Optional[Callable[..., Any]] = None
 
 def _skip_first_batches(dataloader: Any, num_batches: int = 0) -> Any:
     """``transformers.trainer.skip_first_batches`` while a :class:`Trainer` trains: a
-    :class:`TrainerLoader` skips natively, anything else goes to Accelerate's."""
-    if isinstance(dataloader, TrainerLoader):
+    :class:`AcceleratedLoader` skips natively, anything else goes to Accelerate's."""
+    if isinstance(dataloader, AcceleratedLoader):
         return dataloader.skip_first_batches(num_batches)
     assert _accelerate_skip is not None
     return _accelerate_skip(dataloader, num_batches)
