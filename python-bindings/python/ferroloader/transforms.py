@@ -82,7 +82,7 @@ from typing import (
 
 import numpy as np
 
-from ferroloader import _bytecode, _native
+from ferroloader import _bytecode, _native, _openclip
 
 __all__ = [
     "Transform",
@@ -2222,6 +2222,10 @@ def from_torchvision(compose: Any) -> Compose:
         if converts_to_rgb(t) and not pending_tensor:
             out.append(RGB())  # a tensor has no .convert: after ToImage it is the tail's
             continue
+        if t is _openclip.CONVERTS_TO_RGB:
+            if not pending_tensor:
+                out.append(RGB())
+            continue  # on a tensor open_clip's MaybeConvertMode does nothing
         if not (_is_torchvision(t) or _is_timm(t)):
             raise ValueError(f"{where} is not a torchvision transform; supported: {_SUPPORTED}")
         if name in _TIMM_MAYBE_TO_TENSOR and _is_timm(t) and (
@@ -2339,13 +2343,17 @@ def _insert_flip(out: List[Transform], flip: Transform) -> None:
 
 def _flatten_torchvision_compose(items: List[Any]) -> List[Any]:
     """A torchvision ``Compose`` nested in the list stands for its transforms, where it stands,
-    and so does a pretrained model's preset (:func:`_preset_steps`)."""
+    and so does a pretrained model's preset (:func:`_preset_steps`); open_clip's classes stand
+    for their equivalents (``ferroloader._openclip``)."""
     flat: List[Any] = []
     for t in items:
         if _is_torchvision(t) and type(t).__name__ == "Compose":
             flat.extend(_flatten_torchvision_compose(list(t.transforms)))
         elif _is_torchvision(t) and type(t).__name__ == "ImageClassification":
             flat.extend(_preset_steps(t))
+        elif _openclip.is_open_clip(t):
+            same = _openclip.equivalent(t)
+            flat.append(t if same is None else same)
         else:
             flat.append(t)
     return flat
