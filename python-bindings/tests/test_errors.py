@@ -224,3 +224,21 @@ def test_op_functions_map_errors(folder: Path) -> None:
         _native.resized_crop(data, 0, 0, 10_000, 1, (1, 1))
     with pytest.raises(ValueError, match="^decoder"):
         _native.resized_crop(data, 0, 0, 1, 1, (1, 1), decoder="pil")
+
+
+def test_a_truncated_file_under_load_truncated_images_says_the_flag_is_not_honoured(
+    corrupt_folder: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from PIL import ImageFile
+
+    def first_error() -> fl.DecodeError:
+        loader = fl.Loader(fl.ImageFolder(corrupt_folder), batch_size=1, num_workers=1, transform=transform(), sampler=[1])
+        with pytest.raises(fl.DecodeError) as info:
+            list(loader)
+        assert info.value.reason == "truncated"
+        return info.value
+
+    assert not getattr(first_error(), "__notes__", None)
+    monkeypatch.setattr(ImageFile, "LOAD_TRUNCATED_IMAGES", True)
+    notes = getattr(first_error(), "__notes__", [])
+    assert len(notes) == 1 and "LOAD_TRUNCATED_IMAGES is set" in notes[0] and "on_error='skip'" in notes[0]

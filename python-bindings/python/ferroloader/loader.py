@@ -1344,6 +1344,22 @@ class LoaderBatchSampler:
             self.sampler.set_epoch(epoch)
 
 
+def _note_truncated_images_flag(error: BaseException) -> None:
+    """Says, on the error of a truncated file, that Pillow's ``ImageFile.LOAD_TRUNCATED_IMAGES``
+    (set by the script for DataLoader's sake) is not honoured: Pillow hands out such a file
+    with its missing rows black, which libjpeg's recovery does not reproduce."""
+    image_file = sys.modules.get("PIL.ImageFile")
+    if getattr(error, "reason", None) != "truncated" or not getattr(image_file, "LOAD_TRUNCATED_IMAGES", False):
+        return
+    note = (
+        "PIL.ImageFile.LOAD_TRUNCATED_IMAGES is set, which the native decoder does not honour "
+        "(Pillow would hand out the file's decoded rows and black below); pass "
+        "on_error='skip' or on_error='replace' to train past truncated files"
+    )
+    if hasattr(error, "add_note"):
+        error.add_note(note)
+
+
 class LoaderIterator:
     """One epoch: yields ``(images, labels)`` until the epoch ends.
 
@@ -1436,6 +1452,10 @@ class LoaderIterator:
         except RuntimeError as e:
             if "timed out" not in str(e):
                 self._end()
+            raise
+        except _native.DecodeError as e:
+            self._end()
+            _note_truncated_images_flag(e)
             raise
         except BaseException:
             self._end()
