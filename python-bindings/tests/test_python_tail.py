@@ -572,3 +572,34 @@ def test_a_file_the_native_prefix_cannot_read_in_a_worker_process_is_named(corru
     assert sum(len(y) for _, y in it) == 4
     assert sorted(Path(p).name for _, p, _ in it.skipped) == ["1.jpg", "2.jpg"]
     assert all("DecodeError" in why for _, _, why in it.skipped)
+
+
+class Compose:
+    """Another library's Compose (MONAI's, mmcv's): its own ``__call__`` does more than call
+    its ``transforms`` one after another, so the tail calls it whole, not its items."""
+
+    def __init__(self, transforms: List[Any]) -> None:
+        self.transforms = transforms
+
+    def __call__(self, image: Any) -> Any:
+        for t in self.transforms:
+            image = t(image)
+        return image * 2  # what unpacking the items would miss
+
+
+def test_another_librarys_compose_is_called_whole(folder: Path) -> None:
+    tv = torchvision.transforms
+    theirs = Compose([tv.Resize(16), tv.CenterCrop(16), tv.ToTensor()])
+    with pytest.raises(ValueError, match="not a torchvision transform"):
+        T.from_torchvision(theirs)
+    loader = fl.Loader(fl.ImageFolder(folder), transform=theirs, batch_size=3, python_tail="allow")
+    images, _ = next(iter(loader))
+    path = fl.ImageFolder(folder).samples[0][0]
+    with Image.open(path) as opened:
+        assert torch.equal(images[0], theirs(opened.convert("RGB")))
+
+
+def test_an_albumentations_transform_is_refused_with_the_way_through(folder: Path) -> None:
+    albumentations_like = type("Compose", (), {"__module__": "albumentations.core.composition", "__call__": lambda self, **kw: kw})
+    with pytest.raises(TypeError, match=r"albumentations'.*named array.*lambda image: compose\(image=np.asarray"):
+        fl.Loader(fl.ImageFolder(folder), transform=albumentations_like(), batch_size=2)

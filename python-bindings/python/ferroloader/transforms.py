@@ -2187,7 +2187,7 @@ def from_torchvision(compose: Any) -> Compose:
     """
     if isinstance(compose, (list, tuple)):
         items = list(compose)
-    elif type(compose).__name__ == "Compose" and hasattr(compose, "transforms"):
+    elif _is_torchvision(compose) and type(compose).__name__ == "Compose":
         items = list(compose.transforms)
     else:
         items = [compose]
@@ -2672,14 +2672,29 @@ def _tail_items(transform: Any) -> Optional[List[Any]]:
     which are native by construction."""
     if isinstance(transform, (Compose, Transform)):
         return None
+    _refuse_named_argument_transforms(transform)
     inner = delegated_compose(transform)
     if inner is not None:
         transform = inner
     if isinstance(transform, (list, tuple)):
         return None if all(isinstance(t, Transform) for t in transform) else list(transform)
-    if type(transform).__name__ == "Compose" and hasattr(transform, "transforms"):
+    if _is_torchvision(transform) and type(transform).__name__ == "Compose":
         return list(transform.transforms)
     return [transform] if callable(transform) else None
+
+
+def _refuse_named_argument_transforms(transform: Any) -> None:
+    """Refuses albumentations' transforms, which take the image as a named numpy array
+    (``transform(image=array)["image"]``) where the loader (as a torchvision dataset) calls a
+    transform with the image: each sample would fail in the tail, far from the cause."""
+    if type(transform).__module__.split(".")[0] == "albumentations":
+        raise TypeError(
+            f"transform: {type(transform).__name__} is albumentations', which takes the image "
+            "as a named array (transform(image=array)['image']), not the PIL image the loader "
+            "hands a transform: pass transform=lambda image: "
+            f"{type(transform).__name__.lower()}(image=np.asarray(image))['image'] (a Python "
+            "tail), or a torchvision transform to run it natively"
+        )
 
 
 def _planned(
