@@ -11,7 +11,7 @@ import sys
 import textwrap
 import time
 from pathlib import Path
-from typing import Any, Callable, List, Tuple
+from typing import Any, Callable, Iterator, List, Tuple
 
 import numpy as np
 import pytest
@@ -292,7 +292,8 @@ def test_num_workers_zero_unbatched_and_the_collate_hooks(folder: Path) -> None:
     assert same(reference(folder, num_workers=0), want)
     assert same(reference(folder, num_workers=0, in_order=False), want)
     singles = list(fl.Loader(fl.ImageFolder(folder), batch_size=None, shuffle=True, num_workers=0, transform=fl_transform()))
-    assert len(singles) == 18 and singles[0][0].shape == (3, 24, 24) and singles[0][1].shape == ()
+    assert len(singles) == 18 and singles[0][0].shape == (3, 24, 24)
+    assert all(type(y) is int for _, y in singles)  # as DataLoader's batch_size=None gives them
     stacked = torch.stack([x for x, _ in singles])
     assert torch.equal(stacked, torch.cat([x for x, _ in want]))
     # A custom collate_fn gets the samples DataLoader would give it.
@@ -327,6 +328,8 @@ def test_dataloader_arguments_keep_their_meaning(folder: Path) -> None:
     a = reference(folder, generator=torch.Generator().manual_seed(5))
     assert same(a, reference(folder, generator=torch.Generator().manual_seed(5)))
     assert not same(a, reference(folder, generator=torch.Generator().manual_seed(6)))
+    given = torch.Generator().manual_seed(5)
+    assert fl.Loader(fl.ImageFolder(folder), generator=given, transform=fl_transform()).generator is given
     # A batch sampler's batches, in its order.
     batch_sampler = BatchSampler(SequentialSampler(range(18)), batch_size=5, drop_last=False)
     bs = fl.Loader(fl.ImageFolder(folder), batch_sampler=batch_sampler, transform=fl_transform())
@@ -601,3 +604,34 @@ def test_sampler_and_batch_sampler_are_the_loaders_order_as_dataloaders_are(fold
     with_bs = fl.Loader(by_index, batch_sampler=bs, transform=fl_transform())
     assert with_bs.batch_sampler is bs and with_bs.sampler is given
     assert fl.Loader(by_index, batch_size=None, transform=fl_transform()).batch_sampler is None
+
+
+def test_an_endless_sampler_is_an_error_not_a_hang(folder: Path) -> None:
+    class Endless(torch.utils.data.Sampler):  # type: ignore[type-arg]
+        def __iter__(self) -> Iterator[int]:
+            while True:
+                yield from range(18)
+
+    class EndlessBatches(Endless):
+        def __iter__(self) -> Iterator[List[int]]:  # type: ignore[override]
+            while True:
+                yield [0, 1]
+
+    with pytest.raises(ValueError, match=r"sampler: yielded more than 288 items.*no len\(\).*endless"):
+        next(iter(fl.Loader(fl.ImageFolder(folder), batch_size=4, sampler=Endless(), transform=fl_transform())))
+    batch_sampler = EndlessBatches()
+    batch_sampler.batch_size = 2  # type: ignore[attr-defined]
+    with pytest.raises(ValueError, match=r"batch_sampler: yielded more than 144 items"):
+        next(iter(fl.Loader(fl.ImageFolder(folder), batch_sampler=batch_sampler, transform=fl_transform())))
+    # A sampler with replacement yielding several times the dataset, as its len() says, is read.
+    heavy = torch.utils.data.RandomSampler(range(18), replacement=True, num_samples=18 * 20)
+    assert len(list(fl.Loader(fl.ImageFolder(folder), batch_size=40, sampler=heavy, transform=fl_transform()))) == 9
+
+
+def test_an_iterable_dataset_with_a_transform_is_refused_naming_the_ways_through(folder: Path) -> None:
+    class PathStream(torch.utils.data.IterableDataset):  # type: ignore[type-arg]
+        def __iter__(self) -> Iterator[Tuple[str, int]]:
+            yield from ((str(p), 0) for p in sorted(folder.rglob("*.jpg")))
+
+    with pytest.raises(TypeError, match=r"PathStream is an IterableDataset.*as a list.*fl.WebDataset"):
+        fl.Loader(PathStream(), batch_size=4, transform=fl_transform())

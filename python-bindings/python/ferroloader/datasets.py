@@ -133,6 +133,14 @@ def as_source(dataset: Any) -> Carried:
     if hasattr(dataset, "__getitem__") and hasattr(dataset, "__len__"):
         _check_attached_transforms(dataset)
         return _protocol(dataset)
+    data = sys.modules.get("torch.utils.data")
+    if data is not None and isinstance(dataset, data.IterableDataset):
+        raise TypeError(
+            f"dataset: {type(dataset).__name__} is an IterableDataset, whose own iterator makes "
+            "the samples: it runs in Python as DataLoader runs it when given with no transform= "
+            "(its samples transformed by its own code); to decode natively, give the loader its "
+            "(path or bytes, target) pairs as a list, or its tar shards as fl.WebDataset"
+        )
     raise TypeError(
         "dataset: expected a ferroloader or torchvision dataset, a sequence of (path, label), "
         "or a map-style dataset whose items are (path or bytes, label); got "

@@ -13,6 +13,7 @@ from __future__ import annotations
 import atexit
 import collections
 import io
+import itertools
 import json
 import logging
 import numbers
@@ -438,6 +439,8 @@ class Loader:
         self.drop_last = _check_bool("drop_last", drop_last)
         if generator is not None and seed is not None:
             raise ValueError("generator: give either a generator or a seed, not both")
+        #: The ``generator`` given (DataLoader's attribute); the seed was drawn from it.
+        self.generator = generator
         if generator is not None:
             import torch
 
@@ -920,7 +923,7 @@ class Loader:
         """The epoch's indices when a sampler or batch sampler gives them; ``None`` for the
         loader's own order."""
         if self._batch_sampler is not None:
-            batches = [list(b) for b in self._batch_sampler]
+            batches = [list(b) for b in self._bounded("batch_sampler", self._batch_sampler)]
             for i, b in enumerate(batches[:-1]):
                 if len(b) != self.batch_size:
                     raise ValueError(
@@ -934,8 +937,30 @@ class Loader:
                 )
             return [int(i) for b in batches for i in b]
         if self._sampler is not None:
-            return [int(i) for i in self._sampler]
+            return [int(i) for i in self._bounded("sampler", self._sampler)]
         return None
+
+    def _bounded(self, name: str, sampler: Any) -> List[Any]:
+        """What ``sampler`` yields for one epoch, read before it starts: refused past
+        :data:`_PLAN_BOUND` times its ``len()`` (else the dataset's), so that an endless sampler
+        (iteration-based training's) is an error naming the way through, not a hang that eats
+        memory."""
+        stated = getattr(sampler, "__len__", None)
+        count = int(stated()) if stated is not None else (self._dataset_len() or 0)
+        if name == "batch_sampler" and stated is None:
+            count = -(-count // self.batch_size)
+        bound = _PLAN_BOUND * max(count, 1)
+        drawn = list(itertools.islice(sampler, bound + 1))
+        if len(drawn) > bound:
+            said = f"its len() is {count}" if stated is not None else "it has no len()"
+            raise ValueError(
+                f"{name}: yielded more than {bound} items for one epoch ({said}): ferroloader "
+                "reads an epoch's order before it starts (for its workers and for resuming), so "
+                f"an endless {name} cannot be read; make its __iter__ end after an epoch and "
+                "iterate the loader again for the next (itertools.chain.from_iterable(loader "
+                "for _ in itertools.count()) streams epochs without end)"
+            )
+        return drawn
 
     def __iter__(self) -> "LoaderIterator | _PendingPythonEpoch":
         """One epoch, started at the iterator's first ``next()``: see :class:`LoaderIterator`."""
@@ -1360,6 +1385,11 @@ def _note_truncated_images_flag(error: BaseException) -> None:
         error.add_note(note)
 
 
+#: How many times its ``len()`` (else the dataset's) a sampler may yield for one epoch before
+#: it is taken for an endless one (:meth:`Loader._bounded`).
+_PLAN_BOUND = 16
+
+
 class LoaderIterator:
     """One epoch: yields ``(images, labels)`` until the epoch ends.
 
@@ -1483,7 +1513,12 @@ class LoaderIterator:
             if self._pin_device is not None:
                 labels = labels.pin_memory()
         if self._unbatched:
-            return images[0], labels[0] if targets is None else targets[0]
+            if targets is not None:
+                return images[0], targets[0]
+            # DataLoader's batch_size=None hands each sample's label on as the dataset gave it:
+            # a Python int, where numpy output keeps numpy's scalar.
+            label: Any = int(labels[0]) if self._from_numpy is not None else labels[0]
+            return images[0], label
         if self._collate_fn is not None:
             if targets is None:
                 targets = [int(label) for label in labels]
