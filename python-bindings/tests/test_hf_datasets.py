@@ -475,3 +475,23 @@ def test_images_are_turned_upright_as_datasets_decodes_them() -> None:
     stored = fl.Loader(dataset.select([5]), transform=to_tensor, batch_size=1, output="uint8", exif_transpose=False)
     raw = to_tensor(PILImage.open(io.BytesIO(payloads[5])).convert("RGB"))
     assert torch.equal(next(iter(stored))[0][0], raw)
+
+
+def test_a_collate_fn_for_dicts_gets_a_note_naming_the_tuples() -> None:
+    """Hugging Face's image-classification example's collate_fn, kept when the transform moves
+    to the loader: it indexes dicts; the error it raises says what the samples are."""
+
+    def collate_fn(examples: List[Any]) -> Dict[str, Any]:
+        pixel_values = torch.stack([example["pixel_values"] for example in examples])
+        return {"pixel_values": pixel_values, "labels": torch.tensor([example["label"] for example in examples])}
+
+    dataset = _embedded(_decodable()[:4])
+    with pytest.raises(TypeError) as info:
+        next(iter(fl.Loader(dataset, transform=EVAL, batch_size=2, collate_fn=collate_fn)))
+    notes = getattr(info.value, "__notes__", [])
+    assert len(notes) == 1 and "(image, target) samples" in notes[0] and "batch_transform" in notes[0]
+    loader = fl.Loader(
+        dataset, transform=EVAL, batch_size=2,
+        batch_transform=lambda images, labels: {"pixel_values": images, "labels": labels},
+    )
+    assert set(next(iter(loader))) == {"pixel_values", "labels"}

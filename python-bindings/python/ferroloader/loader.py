@@ -1385,6 +1385,20 @@ def _note_truncated_images_flag(error: BaseException) -> None:
         error.add_note(note)
 
 
+def _note_dict_collate(error: TypeError) -> None:
+    """Says, on a ``collate_fn`` that indexed a sample by a key, that samples are ``(image,
+    target)`` tuples: Hugging Face's examples write their ``collate_fn`` for the dicts a
+    ``with_transform`` dataset gives (``example["pixel_values"]``), which the loader, decoding
+    the ``Image()`` column itself, does not make."""
+    if "tuple indices must be integers or slices, not str" in str(error) and hasattr(error, "add_note"):
+        error.add_note(
+            "ferroloader: collate_fn gets DataLoader's list of (image, target) samples; one "
+            "written for a Hugging Face with_transform dataset's dicts (example['pixel_values']) "
+            "takes example[0] and example[1] here, or pass batch_transform=lambda images, "
+            "labels: {'pixel_values': images, 'labels': labels} instead"
+        )
+
+
 #: How many times its ``len()`` (else the dataset's) a sampler may yield for one epoch before
 #: it is taken for an endless one (:meth:`Loader._bounded`).
 _PLAN_BOUND = 16
@@ -1523,7 +1537,11 @@ class LoaderIterator:
             if targets is None:
                 targets = [int(label) for label in labels]
             samples = [(images[i], targets[i]) for i in range(len(targets))]
-            return self._collate_fn(samples)  # type: ignore[no-any-return]
+            try:
+                return self._collate_fn(samples)  # type: ignore[no-any-return]
+            except TypeError as e:
+                _note_dict_collate(e)
+                raise
         if targets is not None:
             labels = self._collate_targets(targets)
         if self._batch_transform is not None:
