@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import pickle
 import random
+import subprocess
+import sys
 import warnings
 from pathlib import Path
 from typing import Any, Dict, List, Tuple
@@ -396,3 +398,23 @@ def test_spawned_persistent_workers_give_the_same_batches(folder: Path) -> None:
     assert _equal(second, list(reference))
     (profile,) = spawned.profile().to_dict()["pipelines"]
     assert profile["meta"]["start_method"] == "spawn" and len(profile["batches"]) == 8
+
+
+def test_a_failed_epoch_leaves_no_workers_for_the_next_loaders_to_inherit(folder: Path) -> None:
+    """A failed epoch's DataLoader iterator, left to the garbage collector, was inherited by the
+    next loader's forked workers, which then printed DataLoader's __del__ failing ("can only
+    test a child process"); run in a fresh interpreter, which sees the workers' stderr."""
+    script = f"""
+import warnings, torchvision, ferroloader as fl
+warnings.simplefilter("ignore")
+try:
+    next(iter(fl.Loader(torchvision.datasets.ImageFolder({str(folder)!r}), batch_size=4, num_workers=1)))
+except TypeError:
+    pass  # PIL images: the default collation fails, as DataLoader's does
+batch = next(iter(fl.Loader(torchvision.datasets.ImageFolder({str(folder)!r}), batch_size=4, num_workers=1, collate_fn=lambda b: b)))
+print(len(batch))
+"""
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "4"
+    assert "can only test a child process" not in done.stderr and "Exception ignored" not in done.stderr, done.stderr

@@ -841,8 +841,11 @@ class PythonDatasetIterator:
                 batch = next(self._deliveries)
             except KeyboardInterrupt:
                 raise  # torch's iterator keeps the batch it was waiting for
-            except BaseException:
+            except StopIteration:
                 self._end()
+                raise
+            except BaseException:
+                self._fail()
                 raise
             delivery = self._unwrapping.last
             assert delivery is not None  # set by the next() that just returned
@@ -900,6 +903,17 @@ class PythonDatasetIterator:
         progress = self._loader._progress
         if progress is not None and progress[0] == self._epoch:
             self._loader._progress = None
+
+    def _fail(self) -> None:
+        """Ends an epoch that failed, its worker processes shut down now. Left to the garbage
+        collector (the error's traceback holds torch's iterator in a cycle), the iterator could
+        be inherited by the next epoch's forked workers, whose collection of it then fails in
+        DataLoader's ``__del__`` ("can only test a child process"). Not at an epoch's end:
+        ``persistent_workers`` keeps them for the next."""
+        self._end()
+        shutdown = getattr(self._unwrapping._it, "_shutdown_workers", None)
+        if shutdown is not None:
+            shutdown()
 
     def __len__(self) -> int:
         if self._batches is None:
