@@ -231,6 +231,8 @@ class Preset:
         return self.transforms(img)
 
 flip = T.RandomHorizontalFlip()
+
+weights = __import__("torchvision").models.ResNet50_Weights.IMAGENET1K_V2.transforms()
 """
 
 
@@ -250,6 +252,9 @@ def test_load_transform_takes_a_compose_a_function_or_a_preset(user_file: Path) 
     ]
     preset = recipes.load_transform(f"{user_file}:Preset")
     assert type(preset) is v1.Compose and preset.transforms[0].size == (32, 32)
+    # A pretrained model's preset, the whole pipeline: in a Compose of its own.
+    weights = recipes.load_transform(f"{user_file}:weights")
+    assert type(weights) is v1.Compose and [type(t).__name__ for t in weights.transforms] == ["ImageClassification"]
 
 
 def test_load_transform_errors_name_the_cause(user_file: Path, tmp_path: Path) -> None:
@@ -263,7 +268,7 @@ def test_load_transform_errors_name_the_cause(user_file: Path, tmp_path: Path) -
     )
     kind, message = error(f"{user_file}:theirs")
     assert kind is ValueError
-    assert message == f"{user_file}: defines no 'theirs'; it defines make, mine, needs, wrong"
+    assert message == f"{user_file}: defines no 'theirs'; it defines make, mine, needs, weights, wrong"
     assert error(str(user_file))[0] is ValueError and "expected FILE.py:NAME" in error(str(user_file))[1]
     assert error(f"{user_file}:size") == (
         TypeError, f"{user_file}:size is a int, not a torchvision Compose (nor a function "

@@ -200,9 +200,14 @@ def is_torchvision_compose(obj: object) -> bool:
 def _compose_in(obj: object) -> Optional[Any]:
     """``obj`` when it is a torchvision ``Compose``; the ``Compose`` it holds as
     ``.transforms`` when it is a preset object like the reference's
-    ``ClassificationPresetTrain``; else None."""
+    ``ClassificationPresetTrain``; a ``Compose`` of a pretrained model's preset
+    (``ImageClassification``); else None."""
     if is_torchvision_compose(obj):
         return obj
+    if type(obj).__name__ == "ImageClassification" and type(obj).__module__.startswith("torchvision.transforms"):
+        import torchvision.transforms as tv  # type: ignore[import-untyped]
+
+        return tv.Compose([obj])  # a pretrained model's preset (weights.transforms()): a whole pipeline
     inner = getattr(obj, "transforms", None)
     if is_torchvision_compose(inner):
         return inner
