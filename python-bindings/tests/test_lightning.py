@@ -41,11 +41,10 @@ class Data(L.LightningDataModule):  # type: ignore[misc]
         self.loader = fl.Loader(
             fl.ImageFolder(self.folder),
             batch_size=BATCH,
-            shuffle=True,
             num_workers=2,
             seed=11,
             transform=T.Compose([T.RandomResizedCrop(32), T.RandomHorizontalFlip(), T.ToTensor()]),
-            **self.kw,
+            **{"shuffle": True, **self.kw},
         )
         return self.loader
 
@@ -82,8 +81,10 @@ def trainer(**kw: Any) -> Any:
     )
 
 
-def fit(folder: Path, ckpt_path: Optional[Path] = None, **kw: Any) -> Tuple[Linear, Data]:
-    model, data = Linear(), Data(folder)
+def fit(
+    folder: Path, ckpt_path: Optional[Path] = None, loader: Optional[Dict[str, Any]] = None, **kw: Any
+) -> Tuple[Linear, Data]:
+    model, data = Linear(), Data(folder, **(loader or {}))
     with warnings.catch_warnings(record=True) as caught:
         # Lightning's own notes (its pytree deprecation, "few workers", the logging interval)
         # are recorded, not raised; the one saying a loader cannot resume must not be among them.
@@ -266,3 +267,14 @@ def test_a_sized_iterable_dataset_resumes_mid_epoch(tmp_path: Path) -> None:
         trainer().fit(resumed, datamodule=StreamData(), ckpt_path=tmp_path / "step=3.ckpt")
     assert len(whole.seen) == 12
     assert resumed.seen == whole.seen[3:]
+
+
+def test_overfit_batches_with_an_unshuffled_loader(folder: Path) -> None:
+    """Lightning keeps a loader whose sampler is a SequentialSampler for overfit_batches (any
+    other it rebuilds, which it can do for a DataLoader only): the same first batches every
+    epoch."""
+    model, data = fit(folder, overfit_batches=2, loader={"shuffle": False})
+    assert isinstance(data.loader.sampler, torch.utils.data.SequentialSampler)  # type: ignore[union-attr]
+    seen = [[s[2:] for s in model.seen if s[0] == e] for e in (0, 1)]
+    assert len(seen[0]) == 2 and seen[0][0][0] == (0, 0, 0, 0)  # in order: class 0's files first
+    assert [labels for labels, _ in seen[0]] == [labels for labels, _ in seen[1]]

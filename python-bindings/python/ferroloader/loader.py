@@ -1045,6 +1045,8 @@ class Loader:
             return cast(Optional[Iterable[int]], getattr(self._batch_sampler, "sampler", None))
         if self._python is not None and self._python.iterable:
             return None
+        if not self.shuffle:
+            return _in_order_sampler(self)
         return LoaderSampler(self)
 
     @property
@@ -1342,6 +1344,28 @@ class LoaderSampler:
 
     def __repr__(self) -> str:
         return f"LoaderSampler(shuffle={self.loader.shuffle}, seed={self.loader.seed})"
+
+
+_IN_ORDER_SAMPLER: Optional[type] = None
+
+
+def _in_order_sampler(loader: Loader) -> LoaderSampler:
+    """A :class:`LoaderSampler` of a loader that does not shuffle, which is also a torch
+    ``SequentialSampler`` (made on first use, torch imported then): what frameworks test for to
+    tell an unshuffled loader (Lightning's ``overfit_batches`` keeps such a loader as it is, where
+    it would rebuild any other, which it can do for a DataLoader only)."""
+    global _IN_ORDER_SAMPLER
+    if _IN_ORDER_SAMPLER is None:
+        from torch.utils.data import SequentialSampler
+
+        def init(self: Any, of: Loader) -> None:
+            LoaderSampler.__init__(self, of)
+            self.data_source = of.dataset  # SequentialSampler's attribute
+
+        _IN_ORDER_SAMPLER = type(
+            "LoaderSampler", (LoaderSampler, SequentialSampler), {"__init__": init, "__module__": __name__}
+        )
+    return cast(LoaderSampler, _IN_ORDER_SAMPLER(loader))
 
 
 class LoaderBatchSampler:
