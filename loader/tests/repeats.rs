@@ -127,11 +127,8 @@ fn the_ranks_of_a_users_sampler_draw_apart_and_rank_0_as_undistributed() {
     let ranks: Vec<_> = (0..3).map(|r| run(Some((r, 3)))).collect();
     for a in 0..3 {
         for b in a + 1..3 {
-            for slot in 0..2 {
-                assert_ne!(
-                    ranks[a][slot], ranks[b][slot],
-                    "ranks {a} and {b}, slot {slot}"
-                );
+            for (slot, (x, y)) in ranks[a].iter().zip(&ranks[b]).enumerate() {
+                assert_ne!(x, y, "ranks {a} and {b}, slot {slot}");
             }
         }
     }

@@ -11,8 +11,8 @@ are its code's. :class:`PythonDataset` runs it in torch DataLoader worker *proce
 - before each ``dataset[i]``, torch's CPU generator, ``random`` and numpy's global generator
   are seeded from ``(seed, epoch, i, repeat)`` (``_native.python_seed``, a Python tail's
   seed; ``repeat`` numbers the copies of an index in the epoch's plan as the native loader
-  does, ``_native.repeat_numbers``, so a sampler that repeats an index gets other draws for each
-  copy), so a sample's random augmentations are the same whatever ``num_workers``, and a resumed epoch
+  does, ``_native.repeat_numbers``, so each copy of an index a sampler repeats draws its own),
+  so a sample's random augmentations are the same whatever ``num_workers``, and a resumed epoch
   yields exactly the batches the first run would have; in the consumer's own process
   (``num_workers=0``) they are restored after each sample, so its draws do not move;
 - ``state_dict`` resume (the batches delivered, by their number in the epoch's plan);
