@@ -554,14 +554,16 @@ type TimmStepTuple = (&'static str, bool, f64, Option<f64>, Option<&'static str>
 /// The plans timm's `RandAugment` (`spec`: the JSON of one `TimmRandAugment` op) draws for
 /// samples `indices` of epoch `epoch` of a run seeded with `seed`, each from the sample's
 /// generator as the stage draws it when the op stands first: per sample the chosen layers in
-/// order, skipped ones included (`applied` False, magnitude 0, no argument).
+/// order, skipped ones included (`applied` False, magnitude 0, no argument). `repeats` as
+/// [`random_resized_crop_params`]'s.
 #[pyfunction]
-#[pyo3(signature = (spec, indices, *, seed = 0, epoch = 0))]
+#[pyo3(signature = (spec, indices, *, seed = 0, epoch = 0, repeats = None))]
 pub(crate) fn timm_rand_augment_draws(
     spec: &str,
     indices: Vec<u64>,
     seed: u64,
     epoch: u64,
+    repeats: Option<Vec<u64>>,
 ) -> PyResult<Vec<Vec<TimmStepTuple>>> {
     use ferroloader_loader::transforms::spec::{plan_timm_rand_augment, OpSpec};
 
@@ -570,9 +572,13 @@ pub(crate) fn timm_rand_augment_draws(
     let policy = plan_timm_rand_augment(&op)
         .map_err(|e| transform_config_error("spec", &e))?
         .ok_or_else(|| PyValueError::new_err("spec: not a TimmRandAugment op"))?;
+    let repeats = repeats_for(&indices, repeats)?;
     Ok(indices
         .iter()
-        .map(|&index| step_tuples(&policy.draw(&mut sample_rng(seed, epoch, index))))
+        .zip(repeats)
+        .map(|(&index, repeat)| {
+            step_tuples(&policy.draw(&mut sample_rng_repeat(seed, epoch, index, repeat)))
+        })
         .collect())
 }
 
@@ -598,12 +604,13 @@ fn step_tuples(
 /// samples `indices`, as [`timm_rand_augment_draws`]: per sample the index of the sub-policy
 /// chosen and its ops' steps, skipped ones included.
 #[pyfunction]
-#[pyo3(signature = (spec, indices, *, seed = 0, epoch = 0))]
+#[pyo3(signature = (spec, indices, *, seed = 0, epoch = 0, repeats = None))]
 pub(crate) fn timm_auto_augment_draws(
     spec: &str,
     indices: Vec<u64>,
     seed: u64,
     epoch: u64,
+    repeats: Option<Vec<u64>>,
 ) -> PyResult<Vec<(usize, Vec<TimmStepTuple>)>> {
     use ferroloader_loader::transforms::spec::{plan_timm_auto_augment, OpSpec};
 
@@ -612,10 +619,12 @@ pub(crate) fn timm_auto_augment_draws(
     let policy = plan_timm_auto_augment(&op)
         .map_err(|e| transform_config_error("spec", &e))?
         .ok_or_else(|| PyValueError::new_err("spec: not a TimmAutoAugment op"))?;
+    let repeats = repeats_for(&indices, repeats)?;
     Ok(indices
         .iter()
-        .map(|&index| {
-            let plan = policy.draw(&mut sample_rng(seed, epoch, index));
+        .zip(repeats)
+        .map(|(&index, repeat)| {
+            let plan = policy.draw(&mut sample_rng_repeat(seed, epoch, index, repeat));
             (plan.sub_policy, step_tuples(&plan.steps))
         })
         .collect())
@@ -629,12 +638,13 @@ type TimmAugMixDraws = (Vec<f32>, f32, Vec<Vec<TimmStepTuple>>);
 /// samples `indices`, as [`timm_rand_augment_draws`]: per sample `(mixing_weights, m,
 /// chains)`, each chain its ops' steps in order.
 #[pyfunction]
-#[pyo3(signature = (spec, indices, *, seed = 0, epoch = 0))]
+#[pyo3(signature = (spec, indices, *, seed = 0, epoch = 0, repeats = None))]
 pub(crate) fn timm_augmix_draws(
     spec: &str,
     indices: Vec<u64>,
     seed: u64,
     epoch: u64,
+    repeats: Option<Vec<u64>>,
 ) -> PyResult<Vec<TimmAugMixDraws>> {
     use ferroloader_loader::transforms::spec::{plan_timm_augmix, OpSpec};
 
@@ -643,10 +653,12 @@ pub(crate) fn timm_augmix_draws(
     let policy = plan_timm_augmix(&op)
         .map_err(|e| transform_config_error("spec", &e))?
         .ok_or_else(|| PyValueError::new_err("spec: not a TimmAugMix op"))?;
+    let repeats = repeats_for(&indices, repeats)?;
     Ok(indices
         .iter()
-        .map(|&index| {
-            let plan = policy.draw(&mut sample_rng(seed, epoch, index));
+        .zip(repeats)
+        .map(|(&index, repeat)| {
+            let plan = policy.draw(&mut sample_rng_repeat(seed, epoch, index, repeat));
             let chains = plan.chains().iter().map(step_tuples).collect();
             (plan.mixing_weights().to_vec(), plan.m(), chains)
         })
@@ -763,8 +775,9 @@ impl ferroloader_loader::transforms::rng::TorchDraws for RecordedDraws<'_> {
 /// Python's `random` would be asked for them (`random()` values; `randint(a, b)` as `(b - a +
 /// 1, value - a)`), and the blocks with their fills: what replaying into timm's `_erase`
 /// needs.
+/// `repeat`: the sample's copy number in its epoch (`SampleKey::repeat`, 0 for the first).
 #[pyfunction]
-#[pyo3(signature = (spec, sample, index, *, seed = 0, epoch = 0))]
+#[pyo3(signature = (spec, sample, index, *, seed = 0, epoch = 0, repeat = 0))]
 pub(crate) fn timm_random_erasing_apply<'py>(
     py: Python<'py>,
     spec: &str,
@@ -772,6 +785,7 @@ pub(crate) fn timm_random_erasing_apply<'py>(
     index: u64,
     seed: u64,
     epoch: u64,
+    repeat: u64,
 ) -> PyResult<TimmEraseRun<'py>> {
     use ferroloader_loader::transforms::spec::{
         apply_timm_random_erasing, plan_timm_random_erasing, OpSpec,
@@ -795,7 +809,7 @@ pub(crate) fn timm_random_erasing_apply<'py>(
     };
     let size = (side(h)?, side(w)?);
     let mut slot: Vec<f32> = sample.as_array().iter().copied().collect();
-    let mut rng = sample_rng(seed, epoch, index);
+    let mut rng = sample_rng_repeat(seed, epoch, index, repeat);
     let mut draws = RecordedDraws {
         rng: &mut rng,
         randoms: Vec::new(),
@@ -836,8 +850,9 @@ pub(crate) fn timm_random_erasing_apply<'py>(
 /// seeded with `seed`, as the pipeline draws them when it is the only op that draws. Returns
 /// the noisy copy and the normals (one per element, in the sample's order): what replaying
 /// torchvision's arithmetic with the same noise needs.
+/// `repeat` as [`timm_random_erasing_apply`]'s.
 #[pyfunction]
-#[pyo3(signature = (spec, sample, index, *, seed = 0, epoch = 0))]
+#[pyo3(signature = (spec, sample, index, *, seed = 0, epoch = 0, repeat = 0))]
 pub(crate) fn gaussian_noise_apply<'py>(
     py: Python<'py>,
     spec: &str,
@@ -845,6 +860,7 @@ pub(crate) fn gaussian_noise_apply<'py>(
     index: u64,
     seed: u64,
     epoch: u64,
+    repeat: u64,
 ) -> PyResult<(Bound<'py, PyAny>, Bound<'py, PyAny>)> {
     use ferroloader_loader::transforms::spec::{apply_gaussian_noise, plan_gaussian_noise, OpSpec};
     use numpy::PyUntypedArrayMethods;
@@ -861,7 +877,7 @@ pub(crate) fn gaussian_noise_apply<'py>(
     apply_gaussian_noise(
         &noise,
         &mut slot,
-        &mut sample_rng(seed, epoch, index),
+        &mut sample_rng_repeat(seed, epoch, index, repeat),
         &mut normals,
     );
     let noisy = Array3::from_shape_vec((c, h, w), slot)

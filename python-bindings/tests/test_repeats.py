@@ -104,6 +104,14 @@ def test_the_draw_helpers_take_each_copys_number() -> None:
     assert params[0].tolist() == rrc.draw_params(256, 256, [0], seed=5)[0].tolist()
     with pytest.raises(ValueError, match="repeats: 2 numbers for 3 indices"):
         rrc.draw_params(256, 256, [0, 0, 0], repeats=[0, 1])
+    # The timm policies' draw helpers too.
+    from timm.data.auto_augment import rand_augment_transform
+
+    policy = T.from_torchvision([rand_augment_transform("rand-m9-n3-mstd0.5", {})]).transforms[0]
+    spec = json.dumps(policy.to_spec())
+    plans = _native.timm_rand_augment_draws(spec, [0] * 6, seed=5, repeats=range(6))
+    assert plans[0] == _native.timm_rand_augment_draws(spec, [0], seed=5)[0]
+    assert len({repr(p) for p in plans}) == 6
 
 
 def test_each_copy_draws_apart_in_a_dataset_run_in_python() -> None:

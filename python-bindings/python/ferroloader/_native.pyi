@@ -565,6 +565,7 @@ def timm_rand_augment_draws(
     *,
     seed: int = 0,
     epoch: int = 0,
+    repeats: Optional[Sequence[int]] = None,
 ) -> List[List[Tuple[str, bool, float, Optional[float], Optional[str]]]]: ...
 def timm_rand_augment_apply(
     image: npt.NDArray[np.uint8],
@@ -583,6 +584,7 @@ def timm_auto_augment_draws(
     *,
     seed: int = 0,
     epoch: int = 0,
+    repeats: Optional[Sequence[int]] = None,
 ) -> List[Tuple[int, List[Tuple[str, bool, float, Optional[float], Optional[str]]]]]: ...
 def timm_augmix_draws(
     spec: str,
@@ -590,6 +592,7 @@ def timm_augmix_draws(
     *,
     seed: int = 0,
     epoch: int = 0,
+    repeats: Optional[Sequence[int]] = None,
 ) -> List[Tuple[List[float], float, List[List[Tuple[str, bool, float, Optional[float], Optional[str]]]]]]: ...
 def timm_random_erasing_apply(
     spec: str,
@@ -598,6 +601,7 @@ def timm_random_erasing_apply(
     *,
     seed: int = 0,
     epoch: int = 0,
+    repeat: int = 0,
 ) -> Tuple[
     npt.NDArray[np.float32],
     List[float],
@@ -611,6 +615,7 @@ def gaussian_noise_apply(
     *,
     seed: int = 0,
     epoch: int = 0,
+    repeat: int = 0,
 ) -> Tuple[npt.NDArray[np.float32], npt.NDArray[np.float32]]: ...
 def check_pipeline(spec: str) -> Dict[str, object]: ...
 def prepare(
