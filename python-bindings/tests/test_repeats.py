@@ -268,3 +268,17 @@ def test_repeated_augmentation_samplers_give_each_copy_its_own_draw_across_ranks
         assert any(len(r) == 2 for r in ranks_of.values()), name
         assert any(assert_copies_differ(got) for got in per_rank), name
         assert_copies_differ(per_rank[0] + per_rank[1])
+
+
+def test_a_replaced_copy_draws_from_its_own_slots_key(corrupt_folder: Path) -> None:
+    data = indexed(corrupt_folder)
+    replaced = 0
+    for k in range(len(data)):
+        loader = fl.Loader(data, transform=random_transform(), batch_size=2, sampler=[k, k], on_error="replace")
+        x, labels = next(iter(loader))
+        if labels.tolist() != [k, k]:
+            # Both copies failed and were replaced by the same next sample: each replacement
+            # draws from its failed slot's key, so the two still differ.
+            replaced += 1
+            assert labels[0] == labels[1] and not torch.equal(x[0], x[1])
+    assert replaced == 2
