@@ -289,7 +289,10 @@ class Loader:
     - ``batch_sampler``: each batch's indices; every batch but the last must have the
       sampler's ``batch_size`` (batches are fixed-size buffers). Where none is given,
       ``loader.sampler`` and ``loader.batch_sampler`` are, as DataLoader's, views of the
-      loader's own order (:class:`LoaderSampler`, :class:`LoaderBatchSampler`).
+      loader's own order (:class:`LoaderSampler`, :class:`LoaderBatchSampler`). An index a
+      ``sampler`` or ``batch_sampler`` yields several times in an epoch (with replacement,
+      repeated augmentation) draws its own augmentation for each copy, on every rank of a
+      ``torch.distributed`` job too (docs/data.md, "Samplers that repeat an index").
     - ``collate_fn``: ``None`` or ``default_collate`` collate natively (no cost); any other
       callable gets each batch as the list of ``(image, label)`` samples, as DataLoader would
       give it (each image a view, so ``default_collate`` inside it copies once).
