@@ -138,6 +138,7 @@ fn plain_loop<S: Source>(source: &S, proc_: &ImagePipeline) -> Result<Measure, B
             seed: 0,
             epoch: 0,
             index: i as u64,
+            repeat: 0,
         };
         proc_.process(
             bytes,

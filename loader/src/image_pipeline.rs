@@ -5,7 +5,7 @@
 //! `ferroloader_transforms` and must not be reimplemented here.
 
 use ferroloader_transforms::fused::{OutputKind, OutputSlot};
-use ferroloader_transforms::rng::sample_rng;
+use ferroloader_transforms::rng::sample_rng_repeat;
 use ferroloader_transforms::spec::{OpObserver, Pipeline, PipelineContext, PipelineSpec};
 use ferroloader_transforms::Error as TransformError;
 
@@ -97,7 +97,7 @@ impl SampleProcessor for ImagePipeline {
             SlotMut::F32(s) => OutputSlot::F32(s),
             SlotMut::U8(s) => OutputSlot::U8(s),
         };
-        let mut rng = sample_rng(key.seed, key.epoch, key.index);
+        let mut rng = sample_rng_repeat(key.seed, key.epoch, key.index, key.repeat);
         self.pipeline
             .run(bytes, &mut rng, ctx, out, &mut Forward(hooks))
             .map(|_| ())

@@ -55,4 +55,4 @@ pub use process::{
     SampleLayout, SampleProcessor, SlotMut, TransformOp,
 };
 pub use profile::{ProfileHooks, ProfileInstrument};
-pub use sampler::{Sampler, Shard};
+pub use sampler::{plan_repeats, Sampler, Shard};

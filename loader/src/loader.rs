@@ -20,7 +20,7 @@ use crate::options::{Delivery, ErrorPolicy};
 use crate::pipeline::{Epoch, EpochIter, KitPool, ResumePoint, State};
 use crate::process::{Instrument, NoHooks, SampleLayout, SampleProcessor};
 use crate::profile::Profiling;
-use crate::sampler::Sampler;
+use crate::sampler::{plan_repeats, Sampler};
 
 /// Loads batches of processed samples from a dataset with a pool of worker threads.
 ///
@@ -282,26 +282,47 @@ where
     /// Starts epoch `epoch` (the counter of [`Self::iter`] is left alone). Any number of
     /// epochs, of this loader or others, may run at once.
     pub fn epoch(&self, epoch: u64) -> EpochIter<S, P, H> {
-        self.start(epoch, self.epoch_order(epoch))
+        let (plan, repeats) = self.own_plan(epoch);
+        self.start(epoch, plan, repeats)
     }
 
     /// The sample order of epoch `epoch`: the source's own ([`Source::epoch_order`]) where it
     /// has one, else the sampler's.
     pub fn epoch_order(&self, epoch: u64) -> Vec<usize> {
-        self.source
-            .epoch_order(epoch, &self.sampler)
-            .unwrap_or_else(|| self.sampler.indices(epoch))
+        self.own_plan(epoch).0
+    }
+
+    /// [`Self::epoch_order`] and the [`SampleKey::repeat`](crate::SampleKey::repeat) of each
+    /// position: the sampler's padding numbers ([`Sampler::repeats`]), or a source's order
+    /// counted within this rank's share ([`plan_repeats`]: a source that pads a shard with
+    /// samples another rank also loads gives those copies the original's draws).
+    fn own_plan(&self, epoch: u64) -> (Vec<usize>, Vec<u64>) {
+        match self.source.epoch_order(epoch, &self.sampler) {
+            Some(order) => {
+                let repeats = plan_repeats(&order, self.source.len(), None);
+                (order, repeats)
+            }
+            None => (self.sampler.indices(epoch), self.sampler.repeats()),
+        }
+    }
+
+    /// The repeat numbers of a plan given by the caller (a sampler's).
+    fn given_repeats(&self, indices: &[usize]) -> Vec<u64> {
+        plan_repeats(indices, self.source.len(), self.options.indices_rank)
     }
 
     /// Starts an epoch over the dataset indices given, in that order (no shuffling or sharding
-    /// is applied; `batch_size`, `drop_last` and the per-sample keys of `epoch` are).
+    /// is applied; `batch_size`, `drop_last` and the per-sample keys of `epoch` are). An index
+    /// given several times draws differently each time ([`plan_repeats`], with
+    /// [`LoaderOptions::indices_rank`]).
     pub fn epoch_with_indices(
         &self,
         epoch: u64,
         indices: Vec<usize>,
     ) -> Result<EpochIter<S, P, H>> {
         self.check_indices(&indices)?;
-        Ok(self.start(epoch, indices))
+        let repeats = self.given_repeats(&indices);
+        Ok(self.start(epoch, indices, repeats))
     }
 
     fn batches_for(&self, samples: usize) -> usize {
@@ -324,16 +345,20 @@ where
         indices: Option<Vec<usize>>,
         from: ResumePoint,
     ) -> Result<EpochIter<S, P, H>> {
-        let mut plan = match indices {
+        // The repeat numbers come from the whole plan, as the first run counted them, before
+        // the part already delivered is cut away.
+        let (mut plan, mut repeats) = match indices {
             Some(indices) => {
                 self.check_indices(&indices)?;
-                indices
+                let repeats = self.given_repeats(&indices);
+                (indices, repeats)
             }
-            None => self.epoch_order(epoch),
+            None => self.own_plan(epoch),
         };
         let batch_size = self.options.batch_size;
         let batches = self.batches_for(plan.len());
         plan.truncate(batches * batch_size);
+        repeats.truncate(plan.len());
         let bad = |reason: String| Err(LoaderError::invalid("state", reason));
         let numbers = match self.options.delivery {
             Delivery::InOrder => {
@@ -345,6 +370,7 @@ where
                     ));
                 }
                 plan.drain(..from.position);
+                repeats.drain(..from.position.min(repeats.len()));
                 Vec::new()
             }
             Delivery::CompletionOrder => {
@@ -356,18 +382,23 @@ where
                     }
                 }
                 let mut rest = Vec::with_capacity(plan.len());
+                let mut rest_repeats = Vec::with_capacity(repeats.len());
                 let mut numbers = Vec::with_capacity(batches);
                 for (b, chunk) in plan.chunks(batch_size).enumerate() {
                     if !done[b] {
                         rest.extend_from_slice(chunk);
+                        let start = (b * batch_size).min(repeats.len());
+                        let end = (start + chunk.len()).min(repeats.len());
+                        rest_repeats.extend_from_slice(&repeats[start..end]);
                         numbers.push(b);
                     }
                 }
                 plan = rest;
+                repeats = rest_repeats;
                 numbers
             }
         };
-        Ok(self.launch(epoch, plan, numbers, from))
+        Ok(self.launch(epoch, plan, repeats, numbers, from))
     }
 
     fn check_indices(&self, indices: &[usize]) -> Result<()> {
@@ -382,17 +413,20 @@ where
         }
     }
 
-    fn start(&self, epoch: u64, mut plan: Vec<usize>) -> EpochIter<S, P, H> {
+    fn start(&self, epoch: u64, mut plan: Vec<usize>, mut repeats: Vec<u64>) -> EpochIter<S, P, H> {
         let batches = self.batches_for(plan.len());
         plan.truncate(batches * self.options.batch_size);
-        self.launch(epoch, plan, Vec::new(), ResumePoint::default())
+        repeats.truncate(plan.len());
+        self.launch(epoch, plan, repeats, Vec::new(), ResumePoint::default())
     }
 
-    /// Starts the workers over `plan`, already cut to the epoch's batches.
+    /// Starts the workers over `plan`, already cut to the epoch's batches, with the repeat
+    /// numbers of its positions (empty: all 0).
     fn launch(
         &self,
         epoch: u64,
         plan: Vec<usize>,
+        repeats: Vec<u64>,
         batch_numbers: Vec<usize>,
         resume: ResumePoint,
     ) -> EpochIter<S, P, H> {
@@ -409,6 +443,7 @@ where
             kits: Arc::clone(&self.kits),
             pool: Arc::clone(&self.pool),
             plan,
+            repeats,
             first_number: match self.options.delivery {
                 Delivery::InOrder if batch_numbers.is_empty() => resume.batches,
                 _ => 0,

@@ -70,6 +70,14 @@ pub struct LoaderOptions {
     pub drop_last: bool,
     /// Load only this rank's share of the dataset (torch's `DistributedSampler`). Default: None.
     pub shard: Option<Shard>,
+    /// `(rank, world_size)` of the distributed job whose sampler gives the indices of
+    /// [`crate::Loader::epoch_with_indices`] (torch's `DistributedSampler`, torchvision's
+    /// `RASampler`, timm's `RepeatAugSampler`): such samplers may send copies of an index to
+    /// several ranks, so each rank numbers its copies apart from the others' (see
+    /// [`crate::sampler::plan_repeats`]). Rank 0's first copies keep the keys of an undistributed
+    /// run. Not used by the loader's own order ([`Self::shard`] numbers its padding itself).
+    /// Default: None.
+    pub indices_rank: Option<(usize, usize)>,
     /// Worker threads. 0 starts none: the thread that calls `next()` processes each batch's
     /// samples when asked (torch's `num_workers=0`), with the same batches as any other count.
     /// Default: the number of cores available to the process.
@@ -104,6 +112,7 @@ impl Default for LoaderOptions {
             seed: 0,
             drop_last: false,
             shard: None,
+            indices_rank: None,
             num_workers: std::thread::available_parallelism().map_or(1, usize::from),
             prefetch_batches: 2,
             delivery: Delivery::InOrder,
@@ -143,6 +152,12 @@ impl LoaderOptions {
     /// Sets [`Self::shard`].
     pub fn shard(mut self, shard: Shard) -> Self {
         self.shard = Some(shard);
+        self
+    }
+
+    /// Sets [`Self::indices_rank`].
+    pub fn indices_rank(mut self, rank: usize, world_size: usize) -> Self {
+        self.indices_rank = Some((rank, world_size));
         self
     }
 
@@ -211,6 +226,14 @@ impl LoaderOptions {
                 return Err(LoaderError::invalid(
                     name,
                     format!("must be at most {max}, got {value}"),
+                ));
+            }
+        }
+        if let Some((rank, world_size)) = self.indices_rank {
+            if rank >= world_size {
+                return Err(LoaderError::invalid(
+                    "indices_rank",
+                    format!("rank {rank} is not below world_size {world_size}"),
                 ));
             }
         }

@@ -66,6 +66,9 @@ pub(crate) struct Epoch<S, P: SampleProcessor, H> {
     pub(crate) pool: Arc<BufferPool>,
     /// Dataset index of every position of the epoch.
     pub(crate) plan: Vec<usize>,
+    /// [`SampleKey::repeat`] of every position of the plan; empty when all are 0 (an epoch
+    /// that visits each index once, the common case, stores nothing).
+    pub(crate) repeats: Vec<u64>,
     /// The epoch's own number of each planned batch, when the plan is what is left of an epoch
     /// resumed in completion order (so batches keep their numbers); empty: `first_number` on.
     pub(crate) batch_numbers: Vec<usize>,
@@ -153,6 +156,8 @@ struct Task {
     slot: usize,
     position: usize,
     index: usize,
+    /// The sample's [`SampleKey::repeat`].
+    repeat: u64,
     piece: BytesMut,
     /// When this claim opened the batch, its planned time and size (for the profiler).
     opened: Option<(u64, usize)>,
@@ -246,6 +251,7 @@ where
                 slot,
                 position,
                 index: self.plan[position],
+                repeat: self.repeats.get(position).copied().unwrap_or(0),
                 piece,
                 opened,
                 started,
@@ -473,6 +479,7 @@ where
             seed: self.seed,
             epoch: self.epoch,
             index: task.index as u64,
+            repeat: task.repeat,
         };
         hooks.sample_start(&ctx);
         let mut tracker = OpTracker::new(hooks);

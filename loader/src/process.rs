@@ -110,7 +110,7 @@ impl SlotMut<'_> {
 
 /// What a sample's randomness is derived from: the same key gives the same draws whatever the
 /// number of workers or which worker runs the sample (feed it to
-/// `ferroloader_transforms::rng::sample_rng(seed, epoch, index)`).
+/// `ferroloader_transforms::rng::sample_rng_repeat(seed, epoch, index, repeat)`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct SampleKey {
     /// The loader's seed.
@@ -119,6 +119,12 @@ pub struct SampleKey {
     pub epoch: u64,
     /// The sample's index in the dataset (not its position in the epoch).
     pub index: u64,
+    /// Which copy of `index` this is, so that copies draw apart (see
+    /// [`crate::sampler::plan_repeats`]): 0 for an index's first visit in the epoch's plan
+    /// (the only one without repeats; its draws are those of before copies were numbered),
+    /// else a number no other copy of `index` in the epoch gets, on this rank or (for a
+    /// distributed sampler the user gave, or the loader's own cut) any other.
+    pub repeat: u64,
 }
 
 /// A step of sample processing that hooks can time.

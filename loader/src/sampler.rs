@@ -106,6 +106,25 @@ impl Sampler {
         }
     }
 
+    /// [`crate::SampleKey::repeat`] of each position of [`Self::indices`]: the times its
+    /// index's list wrapped around before it in the whole (all ranks') list, so the copies
+    /// that pad a sharded epoch draw apart from the originals, which another rank (or this
+    /// one, on a dataset smaller than the world) loads. Empty when nothing is padded. The same
+    /// for every epoch.
+    pub fn repeats(&self) -> Vec<u64> {
+        let Some(shard) = self.shard else {
+            return Vec::new();
+        };
+        let total = self.num_samples() * shard.world_size;
+        if self.len == 0 || total <= self.len {
+            return Vec::new();
+        }
+        (shard.rank..total)
+            .step_by(shard.world_size)
+            .map(|i| (i / self.len) as u64)
+            .collect()
+    }
+
     /// The dataset indices of epoch `epoch`, in visiting order.
     pub fn indices(&self, epoch: u64) -> Vec<usize> {
         let mut order: Vec<usize> = (0..self.len).collect();
@@ -128,6 +147,36 @@ impl Sampler {
             .map(|i| order[i % order.len()])
             .collect()
     }
+}
+
+/// [`crate::SampleKey::repeat`] of each position of a plan the loader did not cut itself (a
+/// sampler's indices, a source's own order): the number of earlier visits of the same index in
+/// the plan, so the k-th copy of an index draws as no other does. `rank`, the `(rank,
+/// world_size)` of the distributed job whose sampler made the plan, spreads the numbers over
+/// the ranks (`k * world_size + rank`): that sampler may send copies of an index to several
+/// ranks (torchvision's `RASampler`, timm's `RepeatAugSampler`), and only the ranks together
+/// see them all. Empty when every number is 0 (no index twice, and rank 0 or none).
+///
+/// Indices must be below `len` (the loader checks plans before this).
+pub fn plan_repeats(plan: &[usize], len: usize, rank: Option<(usize, usize)>) -> Vec<u64> {
+    let (rank, world) = rank.map_or((0, 1), |(r, w)| (r as u64, w.max(1) as u64));
+    let mut seen = vec![0u32; len];
+    let mut repeats = Vec::with_capacity(plan.len());
+    let mut any = rank != 0;
+    for &index in plan {
+        let Some(count) = seen.get_mut(index) else {
+            repeats.push(rank);
+            continue;
+        };
+        any |= *count > 0;
+        repeats.push(u64::from(*count) * world + rank);
+        *count = count.saturating_add(1);
+    }
+    if !any {
+        repeats.clear();
+        repeats.shrink_to_fit();
+    }
+    repeats
 }
 
 /// The shuffle's seed for an epoch: both inputs mixed (SplitMix64's finalizer) so that nearby
@@ -236,6 +285,67 @@ mod tests {
             Sampler::new(5, false, 1, None).expect("valid").indices(9),
             vec![0, 1, 2, 3, 4]
         );
+    }
+
+    #[test]
+    fn repeats_number_each_copy_apart() {
+        // Within one plan: the k-th visit of an index is repeat k; rank 0 or no rank keeps
+        // the first visits at 0 (today's keys) and stores nothing without repeats.
+        assert_eq!(plan_repeats(&[0, 0, 1, 1, 0], 2, None), [0, 1, 0, 1, 2]);
+        assert_eq!(
+            plan_repeats(&[0, 0, 1, 1, 0], 2, Some((0, 2))),
+            [0, 2, 0, 2, 4]
+        );
+        assert!(plan_repeats(&[2, 0, 1], 3, None).is_empty());
+        assert!(plan_repeats(&[2, 0, 1], 3, Some((0, 4))).is_empty());
+        // Across ranks: RASampler sends the copies of an index to different ranks; no two
+        // (rank, copy) pairs share a number.
+        let world = 3;
+        let mut numbers: Vec<u64> = (0..world)
+            .flat_map(|rank| plan_repeats(&[5, 5, 5, 5], 6, Some((rank, world))))
+            .collect();
+        assert_eq!(&numbers[4..8], [1, 4, 7, 10]);
+        numbers.sort_unstable();
+        numbers.dedup();
+        assert_eq!(numbers.len(), 12);
+    }
+
+    #[test]
+    fn the_padding_of_a_shard_is_numbered_apart_from_its_original() {
+        // 10 samples over 3 ranks: positions 10 and 11 of the whole list pad with 0 and 1.
+        let repeats: Vec<Vec<u64>> = (0..3)
+            .map(|r| {
+                Sampler::new(10, false, 0, shard(r, 3, false))
+                    .expect("valid")
+                    .repeats()
+            })
+            .collect();
+        assert_eq!(
+            repeats,
+            [vec![0, 0, 0, 0], vec![0, 0, 0, 1], vec![0, 0, 0, 1]]
+        );
+        // 2 samples over 5 ranks: [0, 1, 0, 1, 0], copies 0, 0, 1, 1, 2.
+        let repeats: Vec<u64> = (0..5)
+            .flat_map(|r| {
+                Sampler::new(2, false, 0, shard(r, 5, false))
+                    .expect("valid")
+                    .repeats()
+            })
+            .collect();
+        assert_eq!(repeats, [0, 0, 1, 1, 2]);
+        // No padding (even split, drop_last, unsharded): nothing stored.
+        assert!(Sampler::new(9, true, 0, shard(1, 3, false))
+            .expect("valid")
+            .repeats()
+            .is_empty());
+        assert!(Sampler::new(10, true, 0, shard(1, 3, true))
+            .expect("valid")
+            .repeats()
+            .is_empty());
+        assert!(Sampler::new(10, true, 0, None)
+            .expect("valid")
+            .repeats()
+            .is_empty());
     }
 
     #[test]

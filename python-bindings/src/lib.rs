@@ -87,5 +87,6 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(shard::write_shards, m)?)?;
     m.add_function(wrap_pyfunction!(loader::epoch_indices, m)?)?;
     m.add_function(wrap_pyfunction!(tail::python_seed, m)?)?;
+    m.add_function(wrap_pyfunction!(loader::repeat_numbers, m)?)?;
     Ok(())
 }

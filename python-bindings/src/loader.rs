@@ -26,8 +26,8 @@ use ferroloader_loader::profiler::{Mode, Profiler, ProfilerConfig};
 use ferroloader_loader::transforms::decode::DecodeContext;
 use ferroloader_loader::transforms::spec::PipelineSpec;
 use ferroloader_loader::{
-    Batch, BatchOps, DType, Delivery, EpochIter, ErrorPolicy, HostMemory, ImagePipeline, Loader,
-    LoaderError, LoaderOptions, ResumePoint, Sampler, Shard, Source,
+    plan_repeats, Batch, BatchOps, DType, Delivery, EpochIter, ErrorPolicy, HostMemory,
+    ImagePipeline, Loader, LoaderError, LoaderOptions, ResumePoint, Sampler, Shard, Source,
 };
 use pyo3::exceptions::{PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
@@ -135,12 +135,14 @@ impl PyLoader {
     /// `(callable, name)` ops after it and `tail_runner` a `ferroloader._tail.TailRunner`
     /// whose `input_kind` says what the first op gets; `page_lock` the path of the CUDA runtime
     /// that locks the batch buffers (`pin_memory`). The other arguments are the loader
-    /// options, checked by the Python wrapper first.
+    /// options, checked by the Python wrapper first; `sampler_rank` is `(rank, world_size)`
+    /// of the distributed job whose sampler gives `iter_indices`' indices
+    /// (`LoaderOptions::indices_rank`).
     #[new]
     #[pyo3(signature = (
         dataset, spec, *, batch_size, shuffle, drop_last, seed, num_workers, prefetch_batches,
         in_order, on_error, rank = None, world_size = None, profile_mode = "off", scratch_limit = None,
-        tail = None, tail_runner = None, page_lock = None, replace_retries = 10
+        tail = None, tail_runner = None, page_lock = None, replace_retries = 10, sampler_rank = None
     ))]
     #[allow(clippy::too_many_arguments)]
     fn new(
@@ -163,6 +165,7 @@ impl PyLoader {
         tail_runner: Option<Bound<'_, PyAny>>,
         page_lock: Option<&str>,
         replace_retries: u32,
+        sampler_rank: Option<(usize, usize)>,
     ) -> PyResult<Self> {
         let source = as_source(dataset)?;
         let pipeline = spec
@@ -211,6 +214,14 @@ impl PyLoader {
             .on_error(policy);
         if let Some(n) = num_workers {
             options = options.num_workers(n);
+        }
+        if let Some((rank, world_size)) = sampler_rank {
+            if rank >= world_size {
+                return Err(PyValueError::new_err(format!(
+                    "sampler_rank: rank {rank} is not below world_size {world_size}"
+                )));
+            }
+            options = options.indices_rank(rank, world_size);
         }
         if let Some(bytes) = scratch_limit {
             options = options.scratch_limit(bytes);
@@ -670,6 +681,45 @@ pub(crate) fn epoch_indices(
     let sampler = Sampler::new(len, shuffle, seed, shard)
         .map_err(|e| PyValueError::new_err(e.to_string()))?;
     Ok(sampler.indices(epoch))
+}
+
+/// The copy number (`SampleKey::repeat`) of each position of an epoch's plan, as the native
+/// loader numbers them, for a dataset run in Python (`ferroloader._pydataset`) to key its
+/// samples alike: with `indices` (a sampler's plan over `len` samples) the earlier visits of
+/// each index, spread over the ranks by `rank`/`world_size` (the sampler's job); without, the
+/// padding numbers of the loader's own cut of `len` samples into `rank`'s share. Empty when
+/// every number is 0.
+#[pyfunction]
+#[pyo3(signature = (len, *, indices = None, rank = None, world_size = None))]
+pub(crate) fn repeat_numbers(
+    len: usize,
+    indices: Option<Vec<i64>>,
+    rank: Option<usize>,
+    world_size: Option<usize>,
+) -> PyResult<Vec<u64>> {
+    let pair = match (rank, world_size) {
+        (None, None) => None,
+        (Some(rank), Some(world_size)) if rank < world_size => Some((rank, world_size)),
+        (Some(rank), Some(world_size)) => {
+            return Err(PyValueError::new_err(format!(
+                "rank: {rank} is not below world_size {world_size}"
+            )))
+        }
+        _ => {
+            return Err(PyValueError::new_err(
+                "rank: rank and world_size must be given together",
+            ))
+        }
+    };
+    match indices {
+        Some(indices) => Ok(plan_repeats(&sampler_plan(&indices)?, len, pair)),
+        None => {
+            let shard = pair.map(|(rank, world_size)| Shard::new(rank, world_size));
+            let sampler = Sampler::new(len, false, 0, shard)
+                .map_err(|e| PyValueError::new_err(e.to_string()))?;
+            Ok(sampler.repeats())
+        }
+    }
 }
 
 /// A sampler's output as dataset indices.

@@ -14,7 +14,7 @@ use ferroloader_loader::transforms::crop::{FilterChoice, RandomResizedCrop};
 use ferroloader_loader::transforms::decode::{DecodeContext, DecodeOptions, Decoder};
 use ferroloader_loader::transforms::fused::{FusedKernel, OutputKind, OutputSlot};
 use ferroloader_loader::transforms::resize::Filter;
-use ferroloader_loader::transforms::rng::sample_rng;
+use ferroloader_loader::transforms::rng::{sample_rng, sample_rng_repeat};
 use ferroloader_loader::transforms::tensor::{draw_flip, Scaling};
 use ferroloader_loader::transforms::{CropRect, Error as TransformError, RgbImage};
 use ferroloader_loader::SampleProcessor;
@@ -35,10 +35,12 @@ use crate::loader::{parse_spec, plan_spec};
 /// `flip_p > 0`). With `interpolation` (the filter names of timm's
 /// `RandomResizedCropAndInterpolation`), `[n, 6]` of `(top, left, height, width, filter,
 /// flipped)`: `filter` the index into it of the filter drawn right after the crop.
+/// `repeats`, one per index, are the samples' copy numbers (`SampleKey::repeat`; none: all 0,
+/// each index's first copy in its epoch).
 #[pyfunction]
 #[pyo3(signature = (
     width, height, indices, *, seed = 0, epoch = 0, scale = (0.08, 1.0),
-    ratio = (3.0 / 4.0, 4.0 / 3.0), flip_p = 0.0, interpolation = None
+    ratio = (3.0 / 4.0, 4.0 / 3.0), flip_p = 0.0, interpolation = None, repeats = None
 ))]
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn random_resized_crop_params<'py>(
@@ -52,7 +54,9 @@ pub(crate) fn random_resized_crop_params<'py>(
     ratio: (f64, f64),
     flip_p: f64,
     interpolation: Option<Vec<String>>,
+    repeats: Option<Vec<u64>>,
 ) -> PyResult<Bound<'py, PyAny>> {
+    let repeats = repeats_for(&indices, repeats)?;
     let rrc = RandomResizedCrop::new((1, 1), scale, ratio)
         .map_err(|e| PyValueError::new_err(e.to_string()))?;
     if !(0.0..=1.0).contains(&flip_p) {
@@ -72,8 +76,8 @@ pub(crate) fn random_resized_crop_params<'py>(
         .transpose()?;
     let columns = if filters.is_some() { 6 } else { 5 };
     let mut out = Array2::<i64>::zeros((indices.len(), columns));
-    for (row, &index) in out.rows_mut().into_iter().zip(&indices) {
-        let mut rng = sample_rng(seed, epoch, index);
+    for ((row, &index), &repeat) in out.rows_mut().into_iter().zip(&indices).zip(&repeats) {
+        let mut rng = sample_rng_repeat(seed, epoch, index, repeat);
         let crop = rrc.get_params(width, height, &mut rng);
         let filter = filters.map(|f| f.draw_index(&mut rng) as i64);
         let flipped = flip_p > 0.0 && draw_flip(&mut rng, flip_p);
@@ -89,6 +93,19 @@ pub(crate) fn random_resized_crop_params<'py>(
     Ok(out.into_pyarray(py).into_any())
 }
 
+/// The copy numbers of `indices` (all 0 when none are given); refuses a list of another length.
+fn repeats_for(indices: &[u64], repeats: Option<Vec<u64>>) -> PyResult<Vec<u64>> {
+    match repeats {
+        None => Ok(vec![0; indices.len()]),
+        Some(r) if r.len() == indices.len() => Ok(r),
+        Some(r) => Err(PyValueError::new_err(format!(
+            "repeats: {} numbers for {} indices",
+            r.len(),
+            indices.len()
+        ))),
+    }
+}
+
 /// What the loader draws for samples `indices` of a `width` x `height` image through timm's
 /// `ResizeKeepRatio` (`resize`: the JSON of one such op; none: the image keeps its size), then
 /// a `RandomCropOrPad` of `crop_size` = `(h, w)` (none: no crop draw, as `CenterCropOrPad`),
@@ -96,10 +113,11 @@ pub(crate) fn random_resized_crop_params<'py>(
 /// top, left, flipped)`, the resized size (timm's `get_params`), the index of the filter drawn
 /// in the op's list (0 with one), and timm's signed offsets (`get_params` of
 /// `RandomCropOrPad`; 0 without one). The pipeline's draws in its order, with its functions.
+/// `repeats` as [`random_resized_crop_params`]'s.
 #[pyfunction]
 #[pyo3(signature = (
     width, height, indices, *, seed = 0, epoch = 0, resize = None, crop_size = None,
-    flip_p = 0.0
+    flip_p = 0.0, repeats = None
 ))]
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn resize_keep_ratio_params<'py>(
@@ -112,7 +130,9 @@ pub(crate) fn resize_keep_ratio_params<'py>(
     resize: Option<&str>,
     crop_size: Option<(u32, u32)>,
     flip_p: f64,
+    repeats: Option<Vec<u64>>,
 ) -> PyResult<Bound<'py, PyAny>> {
+    let repeats = repeats_for(&indices, repeats)?;
     use ferroloader_loader::transforms::crop::random_crop_or_pad_offsets;
     use ferroloader_loader::transforms::spec::{plan_resize_keep_ratio, OpSpec};
 
@@ -136,8 +156,8 @@ pub(crate) fn resize_keep_ratio_params<'py>(
         ));
     }
     let mut out = Array2::<i64>::zeros((indices.len(), 6));
-    for (row, &index) in out.rows_mut().into_iter().zip(&indices) {
-        let mut rng = sample_rng(seed, epoch, index);
+    for ((row, &index), &repeat) in out.rows_mut().into_iter().zip(&indices).zip(&repeats) {
+        let mut rng = sample_rng_repeat(seed, epoch, index, repeat);
         let ((h, w), filter) = match &keep {
             Some(keep) => keep.draw(width, height, &mut rng),
             None => ((u64::from(height), u64::from(width)), 0),
@@ -534,14 +554,16 @@ type TimmStepTuple = (&'static str, bool, f64, Option<f64>, Option<&'static str>
 /// The plans timm's `RandAugment` (`spec`: the JSON of one `TimmRandAugment` op) draws for
 /// samples `indices` of epoch `epoch` of a run seeded with `seed`, each from the sample's
 /// generator as the stage draws it when the op stands first: per sample the chosen layers in
-/// order, skipped ones included (`applied` False, magnitude 0, no argument).
+/// order, skipped ones included (`applied` False, magnitude 0, no argument). `repeats` as
+/// [`random_resized_crop_params`]'s.
 #[pyfunction]
-#[pyo3(signature = (spec, indices, *, seed = 0, epoch = 0))]
+#[pyo3(signature = (spec, indices, *, seed = 0, epoch = 0, repeats = None))]
 pub(crate) fn timm_rand_augment_draws(
     spec: &str,
     indices: Vec<u64>,
     seed: u64,
     epoch: u64,
+    repeats: Option<Vec<u64>>,
 ) -> PyResult<Vec<Vec<TimmStepTuple>>> {
     use ferroloader_loader::transforms::spec::{plan_timm_rand_augment, OpSpec};
 
@@ -550,9 +572,13 @@ pub(crate) fn timm_rand_augment_draws(
     let policy = plan_timm_rand_augment(&op)
         .map_err(|e| transform_config_error("spec", &e))?
         .ok_or_else(|| PyValueError::new_err("spec: not a TimmRandAugment op"))?;
+    let repeats = repeats_for(&indices, repeats)?;
     Ok(indices
         .iter()
-        .map(|&index| step_tuples(&policy.draw(&mut sample_rng(seed, epoch, index))))
+        .zip(repeats)
+        .map(|(&index, repeat)| {
+            step_tuples(&policy.draw(&mut sample_rng_repeat(seed, epoch, index, repeat)))
+        })
         .collect())
 }
 
@@ -578,12 +604,13 @@ fn step_tuples(
 /// samples `indices`, as [`timm_rand_augment_draws`]: per sample the index of the sub-policy
 /// chosen and its ops' steps, skipped ones included.
 #[pyfunction]
-#[pyo3(signature = (spec, indices, *, seed = 0, epoch = 0))]
+#[pyo3(signature = (spec, indices, *, seed = 0, epoch = 0, repeats = None))]
 pub(crate) fn timm_auto_augment_draws(
     spec: &str,
     indices: Vec<u64>,
     seed: u64,
     epoch: u64,
+    repeats: Option<Vec<u64>>,
 ) -> PyResult<Vec<(usize, Vec<TimmStepTuple>)>> {
     use ferroloader_loader::transforms::spec::{plan_timm_auto_augment, OpSpec};
 
@@ -592,10 +619,12 @@ pub(crate) fn timm_auto_augment_draws(
     let policy = plan_timm_auto_augment(&op)
         .map_err(|e| transform_config_error("spec", &e))?
         .ok_or_else(|| PyValueError::new_err("spec: not a TimmAutoAugment op"))?;
+    let repeats = repeats_for(&indices, repeats)?;
     Ok(indices
         .iter()
-        .map(|&index| {
-            let plan = policy.draw(&mut sample_rng(seed, epoch, index));
+        .zip(repeats)
+        .map(|(&index, repeat)| {
+            let plan = policy.draw(&mut sample_rng_repeat(seed, epoch, index, repeat));
             (plan.sub_policy, step_tuples(&plan.steps))
         })
         .collect())
@@ -609,12 +638,13 @@ type TimmAugMixDraws = (Vec<f32>, f32, Vec<Vec<TimmStepTuple>>);
 /// samples `indices`, as [`timm_rand_augment_draws`]: per sample `(mixing_weights, m,
 /// chains)`, each chain its ops' steps in order.
 #[pyfunction]
-#[pyo3(signature = (spec, indices, *, seed = 0, epoch = 0))]
+#[pyo3(signature = (spec, indices, *, seed = 0, epoch = 0, repeats = None))]
 pub(crate) fn timm_augmix_draws(
     spec: &str,
     indices: Vec<u64>,
     seed: u64,
     epoch: u64,
+    repeats: Option<Vec<u64>>,
 ) -> PyResult<Vec<TimmAugMixDraws>> {
     use ferroloader_loader::transforms::spec::{plan_timm_augmix, OpSpec};
 
@@ -623,10 +653,12 @@ pub(crate) fn timm_augmix_draws(
     let policy = plan_timm_augmix(&op)
         .map_err(|e| transform_config_error("spec", &e))?
         .ok_or_else(|| PyValueError::new_err("spec: not a TimmAugMix op"))?;
+    let repeats = repeats_for(&indices, repeats)?;
     Ok(indices
         .iter()
-        .map(|&index| {
-            let plan = policy.draw(&mut sample_rng(seed, epoch, index));
+        .zip(repeats)
+        .map(|(&index, repeat)| {
+            let plan = policy.draw(&mut sample_rng_repeat(seed, epoch, index, repeat));
             let chains = plan.chains().iter().map(step_tuples).collect();
             (plan.mixing_weights().to_vec(), plan.m(), chains)
         })
@@ -743,8 +775,9 @@ impl ferroloader_loader::transforms::rng::TorchDraws for RecordedDraws<'_> {
 /// Python's `random` would be asked for them (`random()` values; `randint(a, b)` as `(b - a +
 /// 1, value - a)`), and the blocks with their fills: what replaying into timm's `_erase`
 /// needs.
+/// `repeat`: the sample's copy number in its epoch (`SampleKey::repeat`, 0 for the first).
 #[pyfunction]
-#[pyo3(signature = (spec, sample, index, *, seed = 0, epoch = 0))]
+#[pyo3(signature = (spec, sample, index, *, seed = 0, epoch = 0, repeat = 0))]
 pub(crate) fn timm_random_erasing_apply<'py>(
     py: Python<'py>,
     spec: &str,
@@ -752,6 +785,7 @@ pub(crate) fn timm_random_erasing_apply<'py>(
     index: u64,
     seed: u64,
     epoch: u64,
+    repeat: u64,
 ) -> PyResult<TimmEraseRun<'py>> {
     use ferroloader_loader::transforms::spec::{
         apply_timm_random_erasing, plan_timm_random_erasing, OpSpec,
@@ -775,7 +809,7 @@ pub(crate) fn timm_random_erasing_apply<'py>(
     };
     let size = (side(h)?, side(w)?);
     let mut slot: Vec<f32> = sample.as_array().iter().copied().collect();
-    let mut rng = sample_rng(seed, epoch, index);
+    let mut rng = sample_rng_repeat(seed, epoch, index, repeat);
     let mut draws = RecordedDraws {
         rng: &mut rng,
         randoms: Vec::new(),
@@ -816,8 +850,9 @@ pub(crate) fn timm_random_erasing_apply<'py>(
 /// seeded with `seed`, as the pipeline draws them when it is the only op that draws. Returns
 /// the noisy copy and the normals (one per element, in the sample's order): what replaying
 /// torchvision's arithmetic with the same noise needs.
+/// `repeat` as [`timm_random_erasing_apply`]'s.
 #[pyfunction]
-#[pyo3(signature = (spec, sample, index, *, seed = 0, epoch = 0))]
+#[pyo3(signature = (spec, sample, index, *, seed = 0, epoch = 0, repeat = 0))]
 pub(crate) fn gaussian_noise_apply<'py>(
     py: Python<'py>,
     spec: &str,
@@ -825,6 +860,7 @@ pub(crate) fn gaussian_noise_apply<'py>(
     index: u64,
     seed: u64,
     epoch: u64,
+    repeat: u64,
 ) -> PyResult<(Bound<'py, PyAny>, Bound<'py, PyAny>)> {
     use ferroloader_loader::transforms::spec::{apply_gaussian_noise, plan_gaussian_noise, OpSpec};
     use numpy::PyUntypedArrayMethods;
@@ -841,7 +877,7 @@ pub(crate) fn gaussian_noise_apply<'py>(
     apply_gaussian_noise(
         &noise,
         &mut slot,
-        &mut sample_rng(seed, epoch, index),
+        &mut sample_rng_repeat(seed, epoch, index, repeat),
         &mut normals,
     );
     let noisy = Array3::from_shape_vec((c, h, w), slot)

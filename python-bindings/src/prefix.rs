@@ -69,10 +69,12 @@ impl PyPrefix {
         })
     }
 
-    /// Runs the prefix on one sample's encoded bytes with its key `(seed, epoch, index)`:
+    /// Runs the prefix on one sample's encoded bytes with its key `(seed, epoch, index,
+    /// repeat)` (`repeat`: which copy of the index in the epoch, 0 for the first):
     /// `(array, spans)`, the array shaped as the prefix's sample (`[H, W, C]` uint8 before a
     /// tensor conversion, else `[C, H, W]`), the spans as `(op, start_ns, end_ns, depth)`.
     /// Raises `ValueError` with the op's error (a file that does not decode, ...).
+    #[pyo3(signature = (data, seed, epoch, index, repeat = 0))]
     fn run<'py>(
         &self,
         py: Python<'py>,
@@ -80,8 +82,14 @@ impl PyPrefix {
         seed: u64,
         epoch: u64,
         index: u64,
+        repeat: u64,
     ) -> PyResult<(Bound<'py, PyAny>, Vec<OpSpan>)> {
-        let key = SampleKey { seed, epoch, index };
+        let key = SampleKey {
+            seed,
+            epoch,
+            index,
+            repeat,
+        };
         let layout = self.pipeline.sample_layout();
         let shape = IxDyn(&layout.shape);
         let len = layout.shape.iter().product();

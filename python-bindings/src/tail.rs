@@ -82,24 +82,36 @@ fn tail_lock() -> &'static Mutex<()> {
     }
 }
 
-/// The sample's seed for the tail's Python generators: a 63-bit hash of `(seed, epoch, index)`
-/// keyed apart from the native ops' generator (`sample_rng`), so the two draw unrelated values.
+/// The sample's seed for the tail's Python generators: a 63-bit hash of `(seed, epoch, index,
+/// repeat)` keyed apart from the native ops' generator (`sample_rng_repeat`), so the two draw
+/// unrelated values. As there, `repeat` is absorbed only when non-zero: an index's first copy
+/// keeps the seed of before copies were numbered.
 pub(crate) fn tail_seed(key: SampleKey) -> u64 {
     const K_TAIL: u64 = 0x5851_f42d_4c95_7f2d;
     const K_EPOCH: u64 = 0x2545_f491_4f6c_dd1d;
     const K_INDEX: u64 = 0x9fb2_1c65_1e98_df25;
+    const K_REPEAT: u64 = 0xc2b2_ae3d_27d4_eb4f;
     let mut h = mix64(key.seed ^ K_TAIL);
     h = mix64(h ^ key.epoch.wrapping_mul(K_EPOCH).wrapping_add(K_EPOCH));
     h = mix64(h ^ key.index.wrapping_mul(K_INDEX).wrapping_add(K_INDEX));
+    if key.repeat != 0 {
+        h = mix64(h ^ key.repeat.wrapping_mul(K_REPEAT).wrapping_add(K_REPEAT));
+    }
     h >> 1
 }
 
 /// [`tail_seed`] for Python: the seed a dataset run in Python (`ferroloader._pydataset`) gives
-/// the global generators before sample `index`, so its draws, like a tail's, depend on the
-/// sample's key alone.
+/// the global generators before sample `index` (copy `repeat` of it in the epoch), so its
+/// draws, like a tail's, depend on the sample's key alone.
 #[pyfunction]
-pub(crate) fn python_seed(seed: u64, epoch: u64, index: u64) -> u64 {
-    tail_seed(SampleKey { seed, epoch, index })
+#[pyo3(signature = (seed, epoch, index, repeat = 0))]
+pub(crate) fn python_seed(seed: u64, epoch: u64, index: u64, repeat: u64) -> u64 {
+    tail_seed(SampleKey {
+        seed,
+        epoch,
+        index,
+        repeat,
+    })
 }
 
 /// `name` with a `'static` lifetime, as profiler ops need: leaked once per distinct name for
@@ -284,6 +296,7 @@ impl PythonTail {
                 seed,
                 epoch: 0,
                 index: index as u64,
+                repeat: 0,
             };
             let mut hooks = LastOp::default();
             let probed = self
@@ -672,9 +685,17 @@ mod tests {
             seed: 1,
             epoch: 2,
             index: 3,
+            repeat: 0,
         };
         let base = tail_seed(key);
         assert!(base < 1 << 63);
+        // Repeat 0 is the seed of before repeats were numbered (pinned), other repeats differ.
+        assert_eq!(base, 0x6646_667f_7eec_e0b8);
+        assert_ne!(base, tail_seed(SampleKey { repeat: 1, ..key }));
+        assert_ne!(
+            tail_seed(SampleKey { repeat: 1, ..key }),
+            tail_seed(SampleKey { repeat: 2, ..key })
+        );
         assert_ne!(base, tail_seed(SampleKey { seed: 0, ..key }));
         assert_ne!(base, tail_seed(SampleKey { epoch: 3, ..key }));
         assert_ne!(base, tail_seed(SampleKey { index: 4, ..key }));
@@ -682,7 +703,8 @@ mod tests {
             tail_seed(SampleKey {
                 seed: 1,
                 epoch: 3,
-                index: 2
+                index: 2,
+                repeat: 0,
             }),
             base
         );

@@ -100,7 +100,10 @@ impl SampleProcessor for TestProc {
         hooks.exit(Op::Transform(TransformOp::Decode));
         hooks.enter(Op::Transform(TransformOp::Normalize));
         let mut rng = rand_pcg::Pcg64::seed_from_u64(
-            key.seed ^ key.epoch.wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ key.index.rotate_left(32),
+            key.seed
+                ^ key.epoch.wrapping_mul(0x9e37_79b9_7f4a_7c15)
+                ^ key.index.rotate_left(32)
+                ^ key.repeat.wrapping_mul(0xd1b5_4a32_d192_ed03),
         );
         match out {
             SlotMut::F32(out) => {

@@ -45,6 +45,7 @@ __all__ = [
     "write_shards",
     "epoch_indices",
     "python_seed",
+    "repeat_numbers",
     "ProfileBuilder",
     "Prefix",
     "PROFILE_SCHEMA",
@@ -335,6 +336,7 @@ class Loader:
         tail_runner: Optional[Any] = None,
         page_lock: Optional[str] = None,
         replace_retries: int = 10,
+        sampler_rank: Optional[Tuple[int, int]] = None,
     ) -> Loader: ...
     def profile(self) -> Profile: ...
     def take_profile(self) -> Profile: ...
@@ -464,7 +466,7 @@ class ProfileBuilder:
 class Prefix:
     def __new__(cls, spec: str, image_size: Optional[Tuple[int, int]] = None) -> "Prefix": ...
     def run(
-        self, data: bytes, seed: int, epoch: int, index: int
+        self, data: bytes, seed: int, epoch: int, index: int, repeat: int = 0
     ) -> Tuple[npt.NDArray[Any], List[Tuple[str, int, int, int]]]: ...
 
 def counters_unavailable(reason: str) -> str: ...
@@ -498,6 +500,7 @@ def random_resized_crop_params(
     ratio: Tuple[float, float] = ...,
     flip_p: float = 0.0,
     interpolation: Optional[Sequence[str]] = None,
+    repeats: Optional[Sequence[int]] = None,
 ) -> npt.NDArray[np.int64]: ...
 def resize_keep_ratio_params(
     width: int,
@@ -509,6 +512,7 @@ def resize_keep_ratio_params(
     resize: Optional[str] = None,
     crop_size: Optional[Tuple[int, int]] = None,
     flip_p: float = 0.0,
+    repeats: Optional[Sequence[int]] = None,
 ) -> npt.NDArray[np.int64]: ...
 def resized_crop(
     data: bytes,
@@ -561,6 +565,7 @@ def timm_rand_augment_draws(
     *,
     seed: int = 0,
     epoch: int = 0,
+    repeats: Optional[Sequence[int]] = None,
 ) -> List[List[Tuple[str, bool, float, Optional[float], Optional[str]]]]: ...
 def timm_rand_augment_apply(
     image: npt.NDArray[np.uint8],
@@ -579,6 +584,7 @@ def timm_auto_augment_draws(
     *,
     seed: int = 0,
     epoch: int = 0,
+    repeats: Optional[Sequence[int]] = None,
 ) -> List[Tuple[int, List[Tuple[str, bool, float, Optional[float], Optional[str]]]]]: ...
 def timm_augmix_draws(
     spec: str,
@@ -586,6 +592,7 @@ def timm_augmix_draws(
     *,
     seed: int = 0,
     epoch: int = 0,
+    repeats: Optional[Sequence[int]] = None,
 ) -> List[Tuple[List[float], float, List[List[Tuple[str, bool, float, Optional[float], Optional[str]]]]]]: ...
 def timm_random_erasing_apply(
     spec: str,
@@ -594,6 +601,7 @@ def timm_random_erasing_apply(
     *,
     seed: int = 0,
     epoch: int = 0,
+    repeat: int = 0,
 ) -> Tuple[
     npt.NDArray[np.float32],
     List[float],
@@ -607,6 +615,7 @@ def gaussian_noise_apply(
     *,
     seed: int = 0,
     epoch: int = 0,
+    repeat: int = 0,
 ) -> Tuple[npt.NDArray[np.float32], npt.NDArray[np.float32]]: ...
 def check_pipeline(spec: str) -> Dict[str, object]: ...
 def prepare(
@@ -642,4 +651,11 @@ def epoch_indices(
     rank: Optional[int] = None,
     world_size: Optional[int] = None,
 ) -> List[int]: ...
-def python_seed(seed: int, epoch: int, index: int) -> int: ...
+def python_seed(seed: int, epoch: int, index: int, repeat: int = 0) -> int: ...
+def repeat_numbers(
+    len: int,
+    *,
+    indices: Optional[Sequence[int]] = None,
+    rank: Optional[int] = None,
+    world_size: Optional[int] = None,
+) -> List[int]: ...

@@ -9,8 +9,10 @@ are its code's. :class:`PythonDataset` runs it in torch DataLoader worker *proce
 - the epoch's order is the native loader's (``_native.epoch_indices``: shuffled from
   ``(seed, epoch)``, one rank's share), batched as it batches;
 - before each ``dataset[i]``, torch's CPU generator, ``random`` and numpy's global generator
-  are seeded from ``(seed, epoch, i)`` (``_native.python_seed``, a Python tail's seed), so a
-  sample's random augmentations are the same whatever ``num_workers``, and a resumed epoch
+  are seeded from ``(seed, epoch, i, repeat)`` (``_native.python_seed``, a Python tail's
+  seed; ``repeat`` numbers the copies of an index in the epoch's plan as the native loader
+  does, ``_native.repeat_numbers``, so each copy of an index a sampler repeats draws its own),
+  so a sample's random augmentations are the same whatever ``num_workers``, and a resumed epoch
   yields exactly the batches the first run would have; in the consumer's own process
   (``num_workers=0``) they are restored after each sample, so its draws do not move;
 - ``state_dict`` resume (the batches delivered, by their number in the epoch's plan);
@@ -84,6 +86,8 @@ class _Key(NamedTuple):
     seed: int
     """The global generators' seed for the sample (``_native.python_seed``)."""
     epoch: int
+    repeat: int = 0
+    """Which copy of the index this is in the epoch's plan (``SampleKey::repeat``)."""
 
 
 _log = logging.getLogger("ferroloader")
@@ -123,10 +127,12 @@ class _Replaced:
         self.sample, self.index, self.failures = state
 
 
-# The epoch of the sample being loaded in this process, set by ``_SeededDataset`` around each
-# ``dataset[i]``: a ``TailSamples``' native prefix draws from ``(seed, epoch, index)``, as the
-# native workers would, and ``dataset[i]`` has no other way to learn the epoch.
+# The epoch and copy number of the sample being loaded in this process, set by
+# ``_SeededDataset`` around each ``dataset[i]``: a ``TailSamples``' native prefix draws from
+# ``(seed, epoch, index, repeat)``, as the native workers would, and ``dataset[i]`` has no other
+# way to learn them.
 _loading_epoch = 0
+_loading_repeat = 0
 
 
 class _SeededDataset(fl_torch._DatasetWrapper):
@@ -146,8 +152,8 @@ class _SeededDataset(fl_torch._DatasetWrapper):
             reseed_generators(key.seed, torch)
         else:
             saved = seed_generators(key.seed, torch)
-        global _loading_epoch
-        _loading_epoch = key.epoch
+        global _loading_epoch, _loading_repeat
+        _loading_epoch, _loading_repeat = key.epoch, key.repeat
         try:
             return key.batch, self._inner[key.dataset_index]
         except Exception as e:
@@ -307,7 +313,9 @@ class TailSamples(Dataset[Tuple[torch.Tensor, Any]]):
         else:
             with fl_torch.span("native_prefix"):
                 try:
-                    array, spans = self._planned().run(data, self.seed, _loading_epoch, index)
+                    array, spans = self._planned().run(
+                        data, self.seed, _loading_epoch, index, _loading_repeat
+                    )
                 except Exception as e:
                     raise RuntimeError(
                         f"{where} (sample {index}): {type(e).__qualname__}: {e}"
@@ -385,8 +393,8 @@ class TailSamples(Dataset[Tuple[torch.Tensor, Any]]):
         """Runs the first sample (the first that loads, under ``skip``) in this process, as of
         epoch 0, its generators seeded and the consumer's restored after, and holds every later
         sample to its shape and dtype."""
-        global _loading_epoch
-        _loading_epoch = 0
+        global _loading_epoch, _loading_repeat
+        _loading_epoch, _loading_repeat = 0, 0
         for index in range(len(self)):
             saved = seed_generators(_native.python_seed(self.seed, 0, index), torch)
             try:
@@ -502,15 +510,19 @@ class _EpochBatches:
         """What the profile reports (torch's ``BatchSampler`` has it too)."""
         self.seed = 0
         self.epoch = 0
-        self.batches: List[Tuple[int, List[int]]] = []
-        """``(number in the plan, dataset indices)`` of the batches still to load."""
+        self.batches: List[Tuple[int, List[int], List[int]]] = []
+        """``(number in the plan, dataset indices, their repeat numbers)`` of the batches still
+        to load."""
         self.on_plan: Optional[Callable[[List[_Key]], None]] = None
 
     def __iter__(self) -> Iterator[List[_Key]]:
         # A generator: torch draws each batch as it dispatches it, and its planned_ns is then.
         seed, epoch = self.seed, self.epoch
-        for number, indices in self.batches:
-            batch = [_Key(number, i, _native.python_seed(seed, epoch, i), epoch) for i in indices]
+        for number, indices, repeats in self.batches:
+            batch = [
+                _Key(number, i, _native.python_seed(seed, epoch, i, r), epoch, r)
+                for i, r in zip(indices, repeats)
+            ]
             if self.on_plan is not None:
                 self.on_plan(batch)
             yield batch
@@ -547,6 +559,7 @@ class PythonDataset:
         rank: Optional[int],
         world_size: Optional[int],
         replace_retries: int = 10,
+        sampler_rank: Optional[Tuple[int, int]] = None,
     ) -> None:
         self.dataset = dataset
         self.batch_size = batch_size
@@ -556,6 +569,8 @@ class PythonDataset:
         self.seed = seed
         self.rank = rank
         self.world_size = world_size
+        self.sampler_rank = sampler_rank
+        """``(rank, world_size)`` of the distributed job whose sampler gives the plans."""
         self.next_epoch = 0
         self.inherited = False
         """Never: DataLoader works in a forked child as it is (the native engine's flag)."""
@@ -628,6 +643,17 @@ class PythonDataset:
             rank=self.rank, world_size=self.world_size,
         )
 
+    def repeats(self, plan: Optional[List[int]], count: int) -> List[int]:
+        """The repeat number of each of the ``count`` positions of the epoch's plan
+        (``plan``, or the loader's order when ``None``), as the native loader numbers them."""
+        size = len(self.dataset)
+        if plan is None:
+            numbers = _native.repeat_numbers(size, rank=self.rank, world_size=self.world_size)
+        else:
+            rank, world = self.sampler_rank or (None, None)
+            numbers = _native.repeat_numbers(size, indices=plan, rank=rank, world_size=world)
+        return numbers or [0] * count
+
     def plan_batches(self, indices: List[int]) -> List[List[int]]:
         """``indices`` (ints: the native order, or the loader's plan, which converted them)
         cut into batches (the last short, or dropped with ``drop_last``)."""
@@ -686,7 +712,11 @@ class PythonDataset:
         self.next_epoch = epoch + 1
         if self._stream is not None:
             return self._iter_stream(epoch, resume, loader)
-        batches = self.plan_batches(self.order(epoch) if plan is None else plan)
+        indices = self.order(epoch) if plan is None else plan
+        batches = self.plan_batches(indices)
+        # Numbered over the whole plan, as the native loader numbers them, before any
+        # delivered batch is left out.
+        repeats = self.plan_batches(self.repeats(plan, len(indices)))
         position, delivered = 0, cast(List[int], [])
         if resume is not None:
             position, _, delivered = resume
@@ -698,7 +728,9 @@ class PythonDataset:
                 )
         done = set(delivered)
         self._batches.seed, self._batches.epoch = self.seed, epoch
-        self._batches.batches = [(b, batch) for b, batch in enumerate(batches) if b not in done]
+        self._batches.batches = [
+            (b, batch, repeats[b]) for b, batch in enumerate(batches) if b not in done
+        ]
         deliveries, unwrapping = self._start(epoch)
         return PythonDatasetIterator(
             deliveries, unwrapping, epoch, batches, position, delivered, loader

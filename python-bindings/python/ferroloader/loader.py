@@ -218,6 +218,27 @@ def _distributed_cut(
     return int(dist.get_rank()), world_size
 
 
+def _sampler_rank(sampler: Any, batch_sampler: Any) -> Optional[Tuple[int, int]]:
+    """``(rank, world_size)`` of the default ``torch.distributed`` process group, read as
+    :func:`_distributed_cut` reads it, when the loader's order comes from a ``sampler`` or
+    ``batch_sampler`` the user gave and the group has two processes or more; else ``None``.
+
+    Such a sampler (``DistributedSampler``, torchvision's ``RASampler``, timm's
+    ``RepeatAugSampler``) may send copies of one index to several ranks, which must not draw
+    the same augmentation: the native loader numbers each rank's copies apart
+    (``SampleKey::repeat``), leaving rank 0's first copies with the keys of a run without
+    ``torch.distributed``."""
+    if sampler is None and batch_sampler is None:
+        return None
+    dist = sys.modules.get("torch.distributed")
+    if dist is None or not dist.is_available() or not dist.is_initialized():
+        return None
+    world_size = int(dist.get_world_size())
+    if world_size < 2:
+        return None
+    return int(dist.get_rank()), world_size
+
+
 def _cuda_available() -> bool:
     try:
         import torch
@@ -269,7 +290,10 @@ class Loader:
     - ``batch_sampler``: each batch's indices; every batch but the last must have the
       sampler's ``batch_size`` (batches are fixed-size buffers). Where none is given,
       ``loader.sampler`` and ``loader.batch_sampler`` are, as DataLoader's, views of the
-      loader's own order (:class:`LoaderSampler`, :class:`LoaderBatchSampler`).
+      loader's own order (:class:`LoaderSampler`, :class:`LoaderBatchSampler`). An index a
+      ``sampler`` or ``batch_sampler`` yields several times in an epoch (with replacement,
+      repeated augmentation) draws its own augmentation for each copy, on every rank of a
+      ``torch.distributed`` job too (docs/data.md, "Samplers that repeat an index").
     - ``collate_fn``: ``None`` or ``default_collate`` collate natively (no cost); any other
       callable gets each batch as the list of ``(image, label)`` samples, as DataLoader would
       give it (each image a view, so ``default_collate`` inside it copies once).
@@ -520,6 +544,7 @@ class Loader:
         self.rank: Optional[int] = None if rank is None else _check_int("rank", rank, 0)
         if self.rank is None and self.world_size is None:
             self.rank, self.world_size = _distributed_cut(dataset, sampler, batch_sampler)
+        self._sampler_rank: Optional[Tuple[int, int]] = _sampler_rank(sampler, batch_sampler)
         if sampler is not None:
             if not hasattr(sampler, "__iter__"):
                 raise TypeError(
@@ -733,6 +758,7 @@ class Loader:
             rank=self.rank,
             world_size=self.world_size,
             replace_retries=self.replace_retries,
+            sampler_rank=self._sampler_rank,
         )
 
     def _check_stream_arguments(self, name: str) -> None:
@@ -881,6 +907,7 @@ class Loader:
             tail_runner=runner,
             page_lock=self._page_lock,
             replace_retries=self.replace_retries,
+            sampler_rank=self._sampler_rank,
         )
 
     def _loader(self) -> "_native.Loader | PythonDataset":

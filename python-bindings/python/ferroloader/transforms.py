@@ -365,11 +365,14 @@ class RandomResizedCrop(Transform):
         seed: int = 0,
         epoch: int = 0,
         flip_p: float = 0.0,
+        repeats: Optional[Sequence[int]] = None,
     ) -> np.ndarray:
         """The crops the loader draws for samples ``indices`` of ``epoch`` (loader seed
         ``seed``) of a ``width`` x ``height`` image: an int64 array ``[n, 5]`` of
         ``(top, left, height, width, flipped)`` (``flipped`` drawn after the crop when a
-        ``RandomHorizontalFlip(flip_p)`` follows, else 0)."""
+        ``RandomHorizontalFlip(flip_p)`` follows, else 0). ``repeats``: each sample's copy
+        number in its epoch (0, the default, for an index's first visit; see the loader's
+        ``SampleKey``: a sampler that repeats an index gives its k-th copy other draws)."""
         return _native.random_resized_crop_params(
             width,
             height,
@@ -379,6 +382,7 @@ class RandomResizedCrop(Transform):
             scale=self.scale,
             ratio=self.ratio,
             flip_p=flip_p,
+            repeats=None if repeats is None else [int(r) for r in repeats],
         )
 
 
@@ -459,12 +463,14 @@ class RandomResizedCropAndInterpolation(Transform):
         seed: int = 0,
         epoch: int = 0,
         flip_p: float = 0.0,
+        repeats: Optional[Sequence[int]] = None,
     ) -> np.ndarray:
         """What the loader draws for samples ``indices`` of ``epoch`` (loader seed ``seed``) of
         a ``width`` x ``height`` image: an int64 array ``[n, 6]`` of ``(top, left, height,
         width, filter, flipped)``, ``filter`` an index into :attr:`filters` (0 with one filter,
         which draws nothing), ``flipped`` drawn after them when a
-        ``RandomHorizontalFlip(flip_p)`` follows (else 0)."""
+        ``RandomHorizontalFlip(flip_p)`` follows (else 0). ``repeats`` as
+        :meth:`RandomResizedCrop.draw_params`'s."""
         return _native.random_resized_crop_params(
             width,
             height,
@@ -475,6 +481,7 @@ class RandomResizedCropAndInterpolation(Transform):
             ratio=self.ratio,
             flip_p=flip_p,
             interpolation=self.filters,
+            repeats=None if repeats is None else [int(r) for r in repeats],
         )
 
 
@@ -1291,13 +1298,15 @@ class ResizeKeepRatio(Transform):
         epoch: int = 0,
         crop: Optional["RandomCropOrPad"] = None,
         flip_p: float = 0.0,
+        repeats: Optional[Sequence[int]] = None,
     ) -> np.ndarray:
         """What the loader draws for samples ``indices`` of ``epoch`` (loader seed ``seed``) of
         a ``width`` x ``height`` image: an int64 array ``[n, 6]`` of ``(height, width, filter,
         top, left, flipped)``: the resized size, ``filter`` an index into :attr:`filters`,
         ``top``/``left`` the offsets of a ``crop`` following it (timm's signed
         ``RandomCropOrPad.get_params``; 0 without one), ``flipped`` drawn after them when a
-        ``RandomHorizontalFlip(flip_p)`` follows (else 0)."""
+        ``RandomHorizontalFlip(flip_p)`` follows (else 0). ``repeats`` as
+        :meth:`RandomResizedCrop.draw_params`'s."""
         return _native.resize_keep_ratio_params(
             width,
             height,
@@ -1307,6 +1316,7 @@ class ResizeKeepRatio(Transform):
             resize=json.dumps(self.to_spec()),
             crop_size=None if crop is None else crop.hw,
             flip_p=flip_p,
+            repeats=None if repeats is None else [int(r) for r in repeats],
         )
 
 
