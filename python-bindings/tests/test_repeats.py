@@ -35,6 +35,9 @@ pytestmark = [
     pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning"),
 ]
 
+#: 512 fixture photos (``make fixtures``): RASampler takes a multiple of 256 samples.
+PHOTOS = Path(__file__).resolve().parents[2] / "target" / "fixtures" / "folder"
+
 Sample = Tuple[int, str]
 """A delivered sample: its dataset index and a digest of its tensor."""
 
@@ -247,7 +250,8 @@ def run_rank(rank: int, init: str, big: str, small: str, out: str) -> None:
 def test_repeated_augmentation_samplers_give_each_copy_its_own_draw_across_ranks(
     folder: Path, tmp_path: Path
 ) -> None:
-    big = Path("target/fixtures/folder").resolve()
+    big = PHOTOS
+    assert len(indexed(big, 256)) == 256, "the fixture photos are missing: make fixtures"
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", DeprecationWarning)
         mp.start_processes(
