@@ -4,7 +4,7 @@ Pillow, so the tests need no external data."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Iterator, List, Tuple
+from typing import Any, Callable, Dict, Iterator, List, Tuple
 
 import numpy as np
 import pytest
@@ -161,3 +161,35 @@ def start_method() -> str:
 def ddp_strategy() -> str:
     """Lightning's DDP strategy of :func:`start_method`."""
     return f"ddp_{start_method()}"
+
+
+def run_ranks(fn: Callable[..., None], args: Tuple[Any, ...], out: Path, world: int = 2) -> List[Dict[str, Any]]:
+    """Runs ``fn(rank, *args)`` in ``world`` processes started by :func:`start_method` and
+    returns what each wrote to ``out / f"rank{rank}.json"``."""
+    import json
+    import warnings
+
+    import torch.multiprocessing as mp
+
+    with warnings.catch_warnings():
+        # Forked: Python 3.12 warns that the parent has threads (torch's, any loader's), which
+        # the children do not use: each makes its own loaders.
+        warnings.simplefilter("ignore", DeprecationWarning)
+        mp.start_processes(  # type: ignore[attr-defined,no-untyped-call]
+            _run_and_exit, args=(fn, *args), nprocs=world, start_method=start_method()
+        )
+    return [json.loads((out / f"rank{r}.json").read_text()) for r in range(world)]
+
+
+def _run_and_exit(rank: int, fn: Callable[..., None], *args: Any) -> None:
+    """``fn(rank, *args)``, then the rank leaves as a forked one does (``os._exit``): a spawned
+    rank exiting normally runs torch's C++ static destructors, which now and then abort on a
+    thread still joinable ("terminate called without an active exception", SIGABRT). An
+    exception from ``fn`` propagates, to be reported as the rank's failure."""
+    import os
+    import sys
+
+    fn(rank, *args)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)

@@ -10,20 +10,18 @@ from __future__ import annotations
 import json
 import os
 import socket
-import warnings
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any, Dict, Iterator, List, Tuple
 
 import pytest
 import torch
-import torch.multiprocessing as mp
 from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
 
 accelerate = pytest.importorskip("accelerate")
 
 import ferroloader as fl
-from conftest import labelled_by_index, start_method
+from conftest import labelled_by_index, run_ranks
 from ferroloader import transforms as T
 from ferroloader.accelerate import AcceleratedLoader
 
@@ -279,13 +277,7 @@ def run_rank(rank: int, port: int, folder: str, out: str) -> None:
 
 
 def test_two_processes_cut_gather_and_resume(folder: Path, tmp_path: Path) -> None:
-    with warnings.catch_warnings():
-        # Forked, as in test_distributed.py: Python 3.12 warns that the parent has threads.
-        warnings.simplefilter("ignore", DeprecationWarning)
-        mp.start_processes(  # type: ignore[attr-defined,no-untyped-call]
-            run_rank, args=(free_port(), str(folder), str(tmp_path)), nprocs=WORLD, start_method=start_method()
-        )
-    results = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(WORLD)]
+    results = run_ranks(run_rank, (free_port(), str(folder), str(tmp_path)), tmp_path, WORLD)
     per_rank = -(-SAMPLES // WORLD)  # 9: 3 batches of 4, 4, 1
     for rank, result in enumerate(results):
         assert result["processes"] == WORLD

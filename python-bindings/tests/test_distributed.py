@@ -6,18 +6,16 @@ a DistributedSampler given as sampler= is followed, set_epoch included."""
 from __future__ import annotations
 
 import json
-import warnings
 from pathlib import Path
 from typing import Any, Dict, List, Tuple
 
 import pytest
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 from torch.utils.data import DistributedSampler
 
 import ferroloader as fl
-from conftest import start_method
+from conftest import run_ranks
 from ferroloader import transforms as T
 
 # 17 samples over 2 ranks: DistributedSampler pads the epoch to 18 with its first index.
@@ -80,18 +78,7 @@ def run_rank(rank: int, init: str, folder: str, out: str) -> None:
 
 
 def test_two_ranks_cut_the_dataset_as_distributed_sampler_does(folder: Path, tmp_path: Path) -> None:
-    with warnings.catch_warnings():
-        # Forked (a spawned process would spend seconds importing torch again): Python 3.12
-        # warns that the parent has threads (torch's, any loader's), which the children do not
-        # use: each makes its own loaders.
-        warnings.simplefilter("ignore", DeprecationWarning)
-        mp.start_processes(
-            run_rank,
-            args=(str(tmp_path / "init"), str(folder), str(tmp_path)),
-            nprocs=WORLD,
-            start_method=start_method(),
-        )
-    results = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(WORLD)]
+    results = run_ranks(run_rank, (str(tmp_path / "init"), str(folder), str(tmp_path)), tmp_path, WORLD)
     per_rank = -(-SAMPLES // WORLD)
     for rank, result in enumerate(results):
         assert result["cut"] == [rank, WORLD, -(-per_rank // 4)]

@@ -12,7 +12,6 @@ import hashlib
 import json
 import math
 import random
-import warnings
 from collections import defaultdict
 from pathlib import Path
 from typing import Any, Dict, Iterator, List, Tuple
@@ -21,12 +20,11 @@ import numpy as np
 import pytest
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 import torchvision.transforms as tv
 from torch.utils.data import Dataset, WeightedRandomSampler
 
 import ferroloader as fl
-from conftest import start_method
+from conftest import run_ranks
 from ferroloader import _native
 from ferroloader import transforms as T
 
@@ -252,15 +250,7 @@ def run_rank(rank: int, init: str, big: str, out: str) -> None:
 def test_repeated_augmentation_samplers_give_each_copy_its_own_draw_across_ranks(tmp_path: Path) -> None:
     big = PHOTOS
     assert len(indexed(big, 256)) == 256, "the fixture photos are missing: make fixtures"
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", DeprecationWarning)
-        mp.start_processes(
-            run_rank,
-            args=(str(tmp_path / "init"), str(big), str(tmp_path)),
-            nprocs=WORLD,
-            start_method=start_method(),
-        )
-    results = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(WORLD)]
+    results = run_ranks(run_rank, (str(tmp_path / "init"), str(big), str(tmp_path)), tmp_path, WORLD)
     for name in ("ra", "repeat_aug", "timm"):
         per_rank = [[(int(i), d) for i, d in r[name]] for r in results]
         assert all(per_rank), name

@@ -18,7 +18,6 @@ from typing import Any, Dict, Iterator, List, Optional, Tuple
 
 import pytest
 import torch
-import torch.multiprocessing as mp
 
 transformers = pytest.importorskip("transformers")
 datasets = pytest.importorskip("datasets")
@@ -29,6 +28,7 @@ from torchvision import transforms as TV
 from transformers import TrainerCallback, TrainingArguments, ViTConfig, ViTForImageClassification
 
 import ferroloader as fl
+from conftest import run_ranks
 from ferroloader.accelerate import AcceleratedLoader
 from ferroloader.transformers import LoaderTrainerMixin, Trainer
 
@@ -334,13 +334,7 @@ def run_rank(rank: int, port: int, out: str, data: Any) -> None:
 
 
 def test_two_processes_cut_gather_and_resume(dataset: Any, tmp_path: Path) -> None:
-    with warnings.catch_warnings():
-        # Forked, as in test_accelerate.py: Python 3.12 warns that the parent has threads.
-        warnings.simplefilter("ignore", DeprecationWarning)
-        mp.start_processes(  # type: ignore[attr-defined,no-untyped-call]
-            run_rank, args=(free_port(), str(tmp_path), dataset), nprocs=WORLD, start_method="fork"
-        )
-    results = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(WORLD)]
+    results = run_ranks(run_rank, (free_port(), str(tmp_path), dataset), tmp_path, WORLD)
     for rank, result in enumerate(results):
         # The loader cuts itself as DistributedSampler does: 11 samples a process, 4 + 4 + 3.
         assert result["cut"] == [rank, WORLD, 3, WORLD]
