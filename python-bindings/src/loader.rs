@@ -216,12 +216,7 @@ impl PyLoader {
             options = options.num_workers(n);
         }
         if let Some((rank, world_size)) = sampler_rank {
-            if rank >= world_size {
-                return Err(PyValueError::new_err(format!(
-                    "sampler_rank: rank {rank} is not below world_size {world_size}"
-                )));
-            }
-            options = options.indices_rank(rank, world_size);
+            options = options.indices_rank(rank, world_size); // checked by Loader::new
         }
         if let Some(bytes) = scratch_limit {
             options = options.scratch_limit(bytes);

@@ -24,14 +24,14 @@ class _ConvertsToRgb:
 CONVERTS_TO_RGB = _ConvertsToRgb()
 
 
-def is_open_clip(t: object) -> bool:
+def _is_open_clip(t: object) -> bool:
     return type(t).__module__ == _MODULE
 
 
 def equivalent(t: Any) -> Optional[Any]:
     """What computes what open_clip's ``t`` computes, or ``None`` (also for anything but
     open_clip's own classes: a subclass defined elsewhere has another module)."""
-    if not is_open_clip(t):
+    if not _is_open_clip(t):
         return None
     name = type(t).__name__
     if name == "MaybeConvertMode":

@@ -205,23 +205,31 @@ def _distributed_cut(
     epoch. ``rank=0, world_size=1`` keeps every sample on every rank."""
     if sampler is not None or batch_sampler is not None:
         return None, None
-    # Not imported means not initialized: the loader imports no torch for this.
-    dist = sys.modules.get("torch.distributed")
-    if dist is None or not dist.is_available() or not dist.is_initialized():
-        return None, None
-    world_size = int(dist.get_world_size())
-    if world_size < 2:
+    group = _process_group()
+    if group is None:
         return None, None
     data = sys.modules.get("torch.utils.data")
     if data is not None and isinstance(dataset, data.IterableDataset):
         return None, None
+    return group
+
+
+def _process_group() -> Optional[Tuple[int, int]]:
+    """``(rank, world_size)`` of the default ``torch.distributed`` process group when it is
+    initialized with two processes or more, else ``None``."""
+    # Not imported means not initialized: the loader imports no torch for this.
+    dist = sys.modules.get("torch.distributed")
+    if dist is None or not dist.is_available() or not dist.is_initialized():
+        return None
+    world_size = int(dist.get_world_size())
+    if world_size < 2:
+        return None
     return int(dist.get_rank()), world_size
 
 
 def _sampler_rank(sampler: Any, batch_sampler: Any) -> Optional[Tuple[int, int]]:
-    """``(rank, world_size)`` of the default ``torch.distributed`` process group, read as
-    :func:`_distributed_cut` reads it, when the loader's order comes from a ``sampler`` or
-    ``batch_sampler`` the user gave and the group has two processes or more; else ``None``.
+    """:func:`_process_group` when the loader's order comes from a ``sampler`` or
+    ``batch_sampler`` the user gave; else ``None``.
 
     Such a sampler (``DistributedSampler``, torchvision's ``RASampler``, timm's
     ``RepeatAugSampler``) may send copies of one index to several ranks, which must not draw
@@ -230,13 +238,7 @@ def _sampler_rank(sampler: Any, batch_sampler: Any) -> Optional[Tuple[int, int]]
     ``torch.distributed``."""
     if sampler is None and batch_sampler is None:
         return None
-    dist = sys.modules.get("torch.distributed")
-    if dist is None or not dist.is_available() or not dist.is_initialized():
-        return None
-    world_size = int(dist.get_world_size())
-    if world_size < 2:
-        return None
-    return int(dist.get_rank()), world_size
+    return _process_group()
 
 
 def _cuda_available() -> bool:
@@ -1151,17 +1153,7 @@ class Loader:
             epoch, (position, batches, delivered) = self._progress
         else:
             position, batches, delivered, epoch = 0, 0, [], self.epoch
-        state: Dict[str, Any] = {
-            "version": STATE_VERSION,
-            "epoch": epoch,
-            "position": position,
-            "batches": batches,
-            "delivered": list(delivered),
-            "dataset_len": self._dataset_len(),
-            "dataset_fingerprint": self._dataset_fingerprint(),
-        }
-        for key in _STATE_KEYS:
-            state[key] = getattr(self, key)
+        state = self._state_at(epoch, position, batches, delivered)
         if self._python is not None and self._python.iterable:
             if batches and not self.in_order and (self.num_workers or _cores()) > 1:
                 raise ValueError(
@@ -1245,14 +1237,18 @@ class Loader:
                 f"batches: {batches} batches handed out of an epoch of {len(self)}; an epoch's "
                 "end is the next epoch's start (set_epoch)"
             )
-        state = {
+        # In order, with no sample skipped, each batch but the epoch's last uses batch_size
+        # places of the epoch's plan.
+        return self._state_at(epoch, batches * self.batch_size, batches, [])
+
+    def _state_at(self, epoch: int, position: int, batches: int, delivered: List[int]) -> Dict[str, Any]:
+        """The state of this loader at that point of ``epoch`` (``state_dict``'s fields)."""
+        state: Dict[str, Any] = {
             "version": STATE_VERSION,
             "epoch": epoch,
-            # In order, with no sample skipped, each batch but the epoch's last uses
-            # batch_size places of the epoch's plan.
-            "position": batches * self.batch_size,
+            "position": position,
             "batches": batches,
-            "delivered": [],
+            "delivered": list(delivered),
             "dataset_len": self._dataset_len(),
             "dataset_fingerprint": self._dataset_fingerprint(),
         }

@@ -2361,11 +2361,9 @@ def _flatten_torchvision_compose(items: List[Any]) -> List[Any]:
             flat.extend(_flatten_torchvision_compose(list(t.transforms)))
         elif _is_torchvision(t) and type(t).__name__ == "ImageClassification":
             flat.extend(_preset_steps(t))
-        elif _openclip.is_open_clip(t):
-            same = _openclip.equivalent(t)
-            flat.append(t if same is None else same)
         else:
-            flat.append(t)
+            same = _openclip.equivalent(t)  # None for anything but open_clip's own classes
+            flat.append(t if same is None else same)
     return flat
 
 
