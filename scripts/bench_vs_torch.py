@@ -27,6 +27,11 @@ of 64 on 2 cores), which would hide the loaders.
 --cutmix-alpha 1.0``: ``RandomChoice([MixUp(0.2), CutMix(1.0)])`` in the ``collate_fn`` it
 writes) to both sides.
 
+``--views N`` hands both sides the transform wrapped in a view generator (``[t(x) for _ in
+range(N)]``, MoCo's ``TwoCropsTransform`` for N=2, SimCLR's): each batch is N views of each
+image; images/s counts images, not views. ``scripts/ssl_views.py:moco_v2`` is MoCo v2's
+augmentation.
+
 ``--overhead`` adds two more pipelines to every round and prints what profiling costs: the
 torchvision DataLoader instrumented by ``ferroloader.torch.profile`` against the plain one,
 and ferroloader with ``profile="spans"`` against ``profile="off"``.
@@ -36,6 +41,7 @@ ferroloader keeps its threads, so a round measures loading, not process start-up
 
 Usage: bench_vs_torch.py [FOLDER] [--batch-size 64] [--workers CORES] [--rounds 5]
        [--batches N] [--overhead] [--recipe NAME [--v2] | --transform FILE.py:NAME | --timm AA]
+       [--views N]
 (FOLDER defaults to target/fixtures/folder: ``make_bench_corpus.py target/fixtures/folder 512
 --classes 8`` writes it.)
 """
@@ -92,6 +98,18 @@ def chosen_transform(args: argparse.Namespace) -> Tuple[Any, str]:
         name = f"recipe {args.recipe}" + (" (v2)" if args.v2 else "")
         return recipes.recipe(args.recipe, use_v2=args.v2), name
     return train_transform(), "the ImageNet train transform"
+
+
+class RepeatedViews:
+    """``n`` views of one transform, as MoCo's ``TwoCropsTransform`` and SimCLR's view
+    generator make them."""
+
+    def __init__(self, transform: Any, n: int) -> None:
+        self.transform = transform
+        self.n = n
+
+    def __call__(self, x: Any) -> List[Any]:
+        return [self.transform(x) for _ in range(self.n)]
 
 
 def hugging_face_dataset(folder: Path) -> Any:
@@ -194,7 +212,7 @@ def images_per_second(loader: Iterable[Any], batches: int) -> float:
     while got < batches:
         before = got
         for x, _ in loader:
-            images += int(x.shape[0])
+            images += int((x[0] if isinstance(x, list) else x).shape[0])
             got += 1
         if got == before:
             raise RuntimeError("the loader yielded no batch")
@@ -239,6 +257,8 @@ def main() -> None:
                         help="timm's create_loader against ferroloader.timm.create_loader, "
                         "training with auto_augment=AA (e.g. rand-m9-mstd0.5-inc1), re_prob 0.25")
     parser.add_argument("--v2", action="store_true", help="build --recipe from transforms.v2")
+    parser.add_argument("--views", type=int, default=None, metavar="N",
+                        help="N views of each image (the transform in a view generator) on both sides")
     parser.add_argument("--mix", action="store_true",
                         help="torchvision's reference MixUp 0.2 / CutMix 1.0 collate_fn on both sides")
     parser.add_argument(
@@ -258,7 +278,12 @@ def main() -> None:
         parser.error("--timm compares timm's loaders of the folder; no --hugging-face, --overhead or --mix")
     if args.mix and args.hugging_face:
         parser.error("--mix: for a folder")
+    if args.views is not None and (args.views < 1 or args.timm is not None or args.mix):
+        parser.error("--views: a count of at least 1, without --timm or --mix")
     transform, transform_name = chosen_transform(args)
+    if args.views is not None:
+        transform = RepeatedViews(transform, args.views)
+        transform_name = f"{args.views} views of {transform_name}"
     source: Any = hugging_face_dataset(args.folder) if args.hugging_face else args.folder
 
     # The native loader first: a transform ferroloader refuses stops here, before any run.
@@ -300,7 +325,7 @@ def main() -> None:
         f"{samples} images, batch {args.batch_size}, {args.workers} workers, "
         f"{batches} batches x {args.rounds} rounds (+1 warm-up), "
         f"{getattr(native, 'output', 'uint8 (prefetcher)')} output; "
-        f"{transform_name}: {recipes.describe(transform)}; "
+        f"{transform_name}: {recipes.describe(getattr(transform, 'transform', transform))}; "
         f"torch {torch.__version__}, torchvision {torchvision.__version__}, "
         f"ferroloader {fl.__version__}, {cores()} cores"
     )

@@ -64,6 +64,7 @@ from torch.utils.data._utils.pin_memory import pin_memory as _torch_pin_memory
 
 import ferroloader.torch as fl_torch
 from ferroloader import _native
+from ferroloader._views import view_seed
 from ferroloader._tail import (
     reseed_generators,
     restore_generators,
@@ -71,7 +72,7 @@ from ferroloader._tail import (
     seed_generators,
 )
 
-__all__ = ["PythonDataset", "PythonDatasetIterator", "TailSamples", "LABEL"]
+__all__ = ["PythonDataset", "PythonDatasetIterator", "TailSamples", "ViewSamples", "LABEL"]
 
 #: The pipeline label of a dataset run in Python, in profiles.
 LABEL = "python"
@@ -285,6 +286,10 @@ class TailSamples(Dataset[Tuple[torch.Tensor, Any]]):
         self.prefix = prefix
         self.transform = _chain(ops)
         self.expected: Optional[Tuple[Tuple[int, ...], str]] = None
+        """The first sample's shape and dtype, when it is one array."""
+        self.views: Optional[Any] = None
+        """The first sample's layout (:func:`_layout`) when it is a list, tuple or dict of
+        views (``TailRunner.to_views``); ``None`` otherwise."""
         self._native_prefix: Optional[Tuple[int, _native.Prefix]] = None
         if isinstance(source, list):
             self.samples = source
@@ -308,13 +313,24 @@ class TailSamples(Dataset[Tuple[torch.Tensor, Any]]):
 
     def __getitem__(self, index: int) -> Tuple[torch.Tensor, Any]:
         where, data, label = self._read(index)
+        sample = self._checked(where, index, self.runner.to_views(self._make(where, data, index)))
+        target = label if self.target_transform is None else self.target_transform(label)
+        return _to_torch(sample), target
+
+    def _make(self, where: str, data: bytes, index: int, seed: Optional[int] = None) -> Any:
+        """The prefix (drawing from ``seed``, the loader's by default) and the tail's ops on
+        ``data``: the tail's result as it returned it."""
         if self.prefix is None:
             x = self.runner.to_input(data)
         else:
             with fl_torch.span("native_prefix"):
                 try:
                     array, spans = self._planned().run(
-                        data, self.seed, _loading_epoch, index, _loading_repeat
+                        data,
+                        self.seed if seed is None else seed,
+                        _loading_epoch,
+                        index,
+                        _loading_repeat,
                     )
                 except Exception as e:
                     raise RuntimeError(
@@ -331,16 +347,19 @@ class TailSamples(Dataset[Tuple[torch.Tensor, Any]]):
                     f"{where} (sample {index}): python_tail failed: tail op #{k} "
                     f"{self.names[k]} raised {type(e).__qualname__}: {e}"
                 ) from e
-        array = self.runner.to_output(x)
-        got = (tuple(array.shape), str(array.dtype))
-        if self.expected is not None and got != self.expected:
+        return x
+
+    def _checked(self, where: str, index: int, sample: Any) -> Any:
+        """``sample`` (converted), held to the first sample's layout."""
+        got = _layout(sample)
+        first = self.expected if self.views is None else self.views
+        if first is not None and got != first:
             raise RuntimeError(
                 f"{where} (sample {index}): python_tail failed: the tail returned "
-                f"{_describe(got)}, but the first sample gave {_describe(self.expected)} (every "
+                f"{_describe(got)}, but the first sample gave {_describe(first)} (every "
                 "sample of a batch must have the same shape and dtype)"
             )
-        target = label if self.target_transform is None else self.target_transform(label)
-        return torch.from_numpy(array), target
+        return sample
 
     def _read(self, index: int) -> Tuple[str, bytes, int]:
         """``(where, encoded bytes, label)`` of sample ``index``: an array's image as binary
@@ -389,10 +408,11 @@ class TailSamples(Dataset[Tuple[torch.Tensor, Any]]):
             return None
         return TailCosts(float(np.median(prefix_s)), float(np.median(python_s)))
 
-    def probe(self, skip: bool) -> Tuple[Tuple[int, ...], str]:
+    def probe(self, skip: bool) -> Any:
         """Runs the first sample (the first that loads, under ``skip``) in this process, as of
         epoch 0, its generators seeded and the consumer's restored after, and holds every later
-        sample to its shape and dtype."""
+        sample to its shape and dtype (each view's, for views: ``views``). Returns its
+        :func:`_layout`."""
         global _loading_epoch, _loading_repeat
         _loading_epoch, _loading_repeat = 0, 0
         for index in range(len(self)):
@@ -405,9 +425,49 @@ class TailSamples(Dataset[Tuple[torch.Tensor, Any]]):
                 continue
             finally:
                 restore_generators(saved, torch)
-            self.expected = (tuple(image.shape), str(image.numpy().dtype))
-            return self.expected
+            if isinstance(image, torch.Tensor):
+                self.expected = (tuple(image.shape), str(image.numpy().dtype))
+            else:
+                self.views = _layout(image)
+            return _layout(image)
         raise ValueError("dataset: empty")
+
+
+class ViewSamples(TailSamples):
+    """A transform that returns several views of each image (``_views.trace_views``: MoCo's,
+    SimCLR's, DINO's), each view's transform cut into its own native prefix and Python tail:
+    each process reads a sample's bytes once and makes each view as a :class:`TailSamples` of
+    that view's transform makes its sample (``makers[order[v]]``), its native ops drawing
+    from the view's seed (``_views.view_seed``: two views of one transform differ) and its
+    Python ops in view order from the generators seeded for the sample, each view in a
+    ``view<v>`` span. The views come in the transform's container (list or tuple), held to
+    the first sample's layout, collated as DataLoader collates them."""
+
+    def __init__(
+        self,
+        source: Any,
+        makers: List[TailSamples],
+        order: List[int],
+        container: type,
+        seed: int,
+        target_transform: Optional[Callable[[int], Any]] = None,
+    ) -> None:
+        super().__init__(source, [], [], makers[0].runner, seed, None, target_transform)
+        self.makers = makers
+        self.order = order
+        self.container = container
+
+    def __getitem__(self, index: int) -> Tuple[torch.Tensor, Any]:
+        where, data, label = self._read(index)
+        views = []
+        for view, k in enumerate(self.order):
+            maker = self.makers[k]
+            with fl_torch.span(f"view{view}"):
+                x = maker._make(where, data, index, view_seed(self.seed, view))
+                views.append(maker.runner.to_views(x))
+        sample = self._checked(where, index, self.container(views))
+        target = label if self.target_transform is None else self.target_transform(label)
+        return _to_torch(sample), target
 
 
 def _record_native_spans(spans: List[Tuple[str, int, int, int]]) -> None:
@@ -420,11 +480,46 @@ def _record_native_spans(spans: List[Tuple[str, int, int, int]]) -> None:
         rec.records.append((op, rec.sample, start, end, rec.depth + 1 + depth))
 
 
-def _describe(layout: Tuple[Tuple[int, ...], str]) -> str:
-    """``(3, 224, 224) float32``, as the native tail says it."""
-    shape, dtype = layout
-    dims = ", ".join(map(str, shape)) + ("," if len(shape) == 1 else "")
-    return f"({dims}) {dtype}"
+def _layout(sample: Any) -> Any:
+    """What every sample of a batch must share: an array's ``(shape, dtype)``; for a list,
+    tuple or dict of views, the container's kind and each item's layout; another object's type
+    name (a number, a string: the collate's to judge)."""
+    if isinstance(sample, (np.ndarray, torch.Tensor)):
+        dtype = sample.dtype if isinstance(sample, np.ndarray) else sample.numpy().dtype
+        return (tuple(sample.shape), str(dtype))
+    if isinstance(sample, dict):
+        return ("dict", tuple((k, _layout(v)) for k, v in sample.items()))
+    if isinstance(sample, (list, tuple)):
+        return (type(sample).__name__, tuple(_layout(v) for v in sample))
+    return type(sample).__name__
+
+
+def _describe(layout: Any) -> str:
+    """``(3, 224, 224) float32``, as the native tail says it; views as ``list [(3, 224, 224)
+    float32, (3, 96, 96) float32]``."""
+    if isinstance(layout, str):
+        return layout
+    kind, items = layout
+    if kind == "dict":
+        return "dict {" + ", ".join(f"{k!r}: {_describe(v)}" for k, v in items) + "}"
+    if isinstance(kind, str):
+        return f"{kind} [" + ", ".join(_describe(v) for v in items) + "]"
+    dims = ", ".join(map(str, kind)) + ("," if len(kind) == 1 else "")
+    return f"({dims}) {items}"
+
+
+def _to_torch(sample: Any) -> Any:
+    """The sample with each array in it made a tensor (sharing its memory)."""
+    if isinstance(sample, np.ndarray):
+        return torch.from_numpy(sample)
+    if isinstance(sample, dict):
+        return {k: _to_torch(v) for k, v in sample.items()}
+    if isinstance(sample, (list, tuple)):
+        items = [_to_torch(v) for v in sample]
+        if isinstance(sample, tuple) and hasattr(sample, "_fields"):
+            return type(sample)(*items)
+        return type(sample)(items)
+    return sample
 
 
 def _chain(ops: List[Any]) -> Any:
@@ -793,17 +888,20 @@ class PythonDataset:
     def sample_shape(self) -> List[int]:
         if isinstance(self.dataset, TailSamples) and self.dataset.expected is not None:
             return list(self.dataset.expected[0])
-        raise TypeError(
-            "sample_shape: the dataset makes its own samples (it runs in Python); their shape is "
-            "whatever its __getitem__ returns"
-        )
+        raise TypeError(f"sample_shape: {self._no_single_layout()}")
 
     @property
     def dtype(self) -> str:
         if isinstance(self.dataset, TailSamples) and self.dataset.expected is not None:
             return self.dataset.expected[1]
-        raise TypeError(
-            "dtype: the dataset makes its own samples (it runs in Python); their dtype is "
+        raise TypeError(f"dtype: {self._no_single_layout()}")
+
+    def _no_single_layout(self) -> str:
+        """Why a sample has no one shape and dtype."""
+        if isinstance(self.dataset, TailSamples) and self.dataset.views is not None:
+            return f"each sample is {_describe(self.dataset.views)} (the transform's views)"
+        return (
+            "the dataset makes its own samples (it runs in Python); their shape and dtype are "
             "whatever its __getitem__ returns"
         )
 

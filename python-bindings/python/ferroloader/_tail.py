@@ -145,13 +145,50 @@ class TailRunner:
             chw = pixels.transpose(2, 0, 1)
             array = chw.astype(np.float32) / np.float32(255) if self.output == "float32" else chw
         else:
+            several = (
+                " (a transform returning several views runs in worker processes or with "
+                "num_workers=0, not in the native threads nor over shards)"
+                if is_structured(result)
+                else ""
+            )
             raise TypeError(
                 f"returned {type(result).__module__}.{type(result).__qualname__}; expected a "
-                "tensor, a numpy array or a PIL image"
+                f"tensor, a numpy array or a PIL image{several}"
             )
         if array.dtype not in (np.float32, np.uint8):
             raise TypeError(f"returned {array.dtype} values; batches hold float32 or uint8")
         return np.ascontiguousarray(array)
+
+    def to_views(self, result: Any) -> Any:
+        """A list, tuple or dict result (several views of the image: MoCo's
+        ``TwoCropsTransform``, SimCLR's view generator, DINO's multi-crop) with each image in
+        it converted as :meth:`to_output` converts a single one, nested containers alike, and
+        anything else (a number, a string) left for the collate to take, as DataLoader leaves
+        it; any other result is :meth:`to_output`'s. Such samples cannot be written into a
+        native batch slot: they are collated as DataLoader collates them (``TailSamples``)."""
+        if is_structured(result):
+            if isinstance(result, dict):
+                return {k: self.to_views(v) for k, v in result.items()}
+            items = [self.to_views(v) for v in result]
+            if isinstance(result, tuple) and hasattr(result, "_fields"):  # a namedtuple
+                return type(result)(*items)
+            return type(result)(items)
+        if self._is_image(result):
+            return self.to_output(result)
+        return result
+
+    def _is_image(self, obj: Any) -> bool:
+        torch = self._torch
+        return (
+            (torch is not None and isinstance(obj, torch.Tensor))
+            or isinstance(obj, np.ndarray)
+            or _is_pil_image(obj)
+        )
+
+
+def is_structured(result: Any) -> bool:
+    """Whether a tail's result is a container of samples (see :meth:`TailRunner.to_views`)."""
+    return isinstance(result, (list, tuple, dict))
 
 
 def _is_pil_image(obj: object) -> bool:

@@ -47,6 +47,7 @@ from ferroloader.datasets import reading
 from ferroloader.profiling import Profile
 from ferroloader._pinning import DeviceReadHold, cuda_runtime_path
 from ferroloader._tail import TailRunner
+from ferroloader._views import Views, trace_views
 from ferroloader.transforms import (
     Compose,
     TailSplit,
@@ -601,6 +602,13 @@ class Loader:
         #: What ``python_tail_workers="auto"`` measured to choose between them (``None`` where
         #: it measured nothing).
         self.python_tail_costs: Optional[TailCosts] = None
+        #: The views of a transform that returns several (``_views.trace_views``), each view's
+        #: transform cut into its native prefix and Python tail; ``None`` for any other.
+        self.views: Optional[List[TailSplit]] = None
+        self._views: Optional[Views] = self._trace_views()
+        if self._views is not None:
+            self.views = [self._split_view(t) for t in self._views.transforms]
+            self.python_tail = [op for split in self.views for op in split.tail]
         if self.python_tail:
             self._refuse_tail()
         tail_samples = self._tail_in_processes()
@@ -801,20 +809,23 @@ class Loader:
         native ops, where a few samples timed here say the tail would hold the GIL too much of
         the time (:func:`_gil_bound`); ``"processes"`` always (two workers or more). Needs torch
         tensors out and a source Python can index (listed files, an in-memory array, a protocol
-        dataset; not shards)."""
+        dataset; not shards).
+
+        A tail that returns a list, tuple or dict (several views of each image, as
+        self-supervised recipes' transforms do) always runs here, with any ``num_workers``
+        (0: in this process): a native slot holds one array per sample, so such samples are
+        collated as DataLoader collates them. The first sample, probed, says which it is."""
+        from ferroloader._pydataset import TailSamples
+        from ferroloader._pydataset import _describe as _describe_views
+
+        if self.views is not None:
+            return self._view_samples()
         if not self.python_tail or self.tensor_type != "torch":
             return None
-        if self.python_tail_workers == "threads":
-            return None
         workers = _cores() if self.num_workers is None else self.num_workers
-        if workers < 2:
+        source = self._indexable_source()
+        if source is None:
             return None
-        source = self._source
-        if isinstance(source, (_native.ImageFolder, _native.FileList, _native.PathList)):
-            source = list(source.samples)
-        elif isinstance(source, _native.WebDataset):
-            return None
-        from ferroloader._pydataset import TailSamples
 
         split = self._split
         prefix = None
@@ -827,11 +838,106 @@ class Loader:
         samples = TailSamples(
             source, self.python_tail, names, runner, self.seed, prefix, self.target_transform
         )
-        samples.probe(skip=self.on_error == "skip")
+        in_threads = self.python_tail_workers == "threads" or workers < 2
+        try:
+            samples.probe(skip=self.on_error == "skip")
+        except Exception:
+            if in_threads:
+                return None  # the native workers report the sample's error where it comes
+            raise
+        if samples.views is not None:
+            if self.python_tail_workers == "threads":
+                raise ValueError(
+                    f"python_tail_workers: 'threads' cannot make these samples: the transform "
+                    f"returns {_describe_views(samples.views)}, which DataLoader's collate "
+                    "batches (in worker processes, or in this process with num_workers=0); "
+                    "use 'auto' or 'processes'"
+                )
+            return samples
+        if in_threads:
+            return None
         if self.python_tail_workers == "auto" and split.spec is not None:
             self.python_tail_costs = samples.costs(_COST_SAMPLES)
             if self.python_tail_costs is None or not _gil_bound(self.python_tail_costs, workers):
                 return None
+        return samples
+
+    def _indexable_source(self) -> Any:
+        """The source as Python indexes it (a list of ``(path, label)`` for listed files), or
+        ``None`` for shards."""
+        source = self._source
+        if isinstance(source, (_native.ImageFolder, _native.FileList, _native.PathList)):
+            return list(source.samples)
+        if isinstance(source, _native.WebDataset):
+            return None
+        return source
+
+    def _trace_views(self) -> Optional[Views]:
+        """The views of a transform that returns several, traced on the first image that
+        opens (of the first 16), where the whole transform is one Python callable."""
+        split = self._split
+        if split.spec is not None or len(split.tail) != 1 or self.tensor_type != "torch":
+            return None
+        source = self._indexable_source()
+        if source is None:
+            return None
+        from ferroloader._pydataset import TailSamples
+
+        runner = TailRunner("bytes", self.output, self.image_mode, self.exif_transpose)
+        reader = TailSamples(source, [], [], runner, self.seed)
+        for index in range(min(len(source), 16)):
+            try:
+                image = runner.to_input(reader._read(index)[1])
+            except Exception:
+                continue
+            return trace_views(split.tail[0], image)
+        return None
+
+    def _split_view(self, transform: Any) -> TailSplit:
+        """One view's transform cut as a whole transform is (EXIF transposition included)."""
+        split = split_python_tail(
+            transform,
+            output=self.output if self._output_given else None,
+            decoder=self.decoder,
+            mode=self.image_mode,
+        )
+        if self.exif_transpose and split.spec is not None:
+            spec = json.loads(split.spec)
+            spec["exif_transpose"] = True
+            split = split._replace(spec=json.dumps(spec))
+        return split
+
+    def _view_samples(self) -> "TailSamples":
+        """The samples of a transform that returns several views, made in worker processes
+        (in this process with ``num_workers=0``): each view's native prefix and Python tail on
+        the bytes read once, collated as DataLoader collates the views (probed)."""
+        from ferroloader._pydataset import TailSamples, ViewSamples
+
+        assert self.views is not None and self._views is not None
+        source = self._indexable_source()
+        makers: List[TailSamples] = []
+        order: List[int] = []
+        seen: Dict[int, int] = {}
+        for transform, split in zip(self._views.transforms, self.views):
+            if id(transform) not in seen:
+                seen[id(transform)] = len(makers)
+                prefix = None
+                if split.spec is not None:
+                    prefix = (split.spec, _first_image_size(source, self.exif_transpose))
+                runner = TailRunner(split.input_kind, split.output, self.image_mode, self.exif_transpose)
+                names = [tail_op_name(op) for op in split.tail]
+                makers.append(TailSamples(None, split.tail, names, runner, self.seed, prefix))
+            order.append(seen[id(transform)])
+        if self.python_tail_workers == "threads":
+            raise ValueError(
+                "python_tail_workers: 'threads' cannot make these samples: the transform returns "
+                f"{len(order)} views, which DataLoader's collate batches (in worker processes, or "
+                "in this process with num_workers=0); use 'auto' or 'processes'"
+            )
+        samples = ViewSamples(
+            source, makers, order, self._views.container, self.seed, self.target_transform
+        )
+        samples.probe(skip=self.on_error == "skip")
         return samples
 
     def _refuse_tail(self) -> None:
@@ -839,7 +945,10 @@ class Loader:
         first = self.python_tail[0]
         if self.python_tail_mode == "error":
             # The converter's message names the op already; the planner's names the rule.
-            why = self._split.reason
+            split = next((v for v in self.views or [] if v.tail), self._split)
+            why = split.reason
+            if self.views is not None:
+                why = f"view {self.views.index(split)} of {len(self.views)}: {why}"
             if not why.startswith("from_torchvision:"):
                 why = f"transform: {tail_op_name(first)} ({first!r}) has no native equivalent here: {why}"
             hint = _wrapped_compose_hint(self.python_tail, self.output, self.decoder, self.image_mode)
@@ -858,6 +967,10 @@ class Loader:
                 "after the native ops, holding the GIL (one sample at a time, whatever "
                 "num_workers; python_tail_workers='processes' runs them in worker processes, "
                 "faster for a heavy tail)"
+            )
+        elif self.views is not None:
+            where = (
+                f"after the native ops of their view (of {len(self.views)}), in worker processes"
             )
         elif self._split.spec is None:
             where = "with no native op before them: in worker processes, as DataLoader runs them"

@@ -1,0 +1,323 @@
+"""Transforms that return several views of each image (self-supervised recipes: MoCo's
+TwoCropsTransform, SimCLR's view generator, DINO's multi-crop): recognised by tracing, each
+view's transform run natively, batches as DataLoader collates them; anything else that returns
+a list, tuple or dict still runs, in Python, as DataLoader runs it."""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+from typing import Any, Dict, List, Tuple
+
+import pytest
+import torch
+import torchvision.transforms as tv
+from PIL import Image, ImageFilter
+from torch.utils.data import DataLoader
+from torchvision.datasets import ImageFolder
+
+import ferroloader as fl
+from ferroloader._views import trace_views, view_seed
+
+MEAN, STD = [0.485, 0.456, 0.406], [0.229, 0.224, 0.225]
+
+
+def moco_augmentation(size: int = 32) -> tv.Compose:
+    """MoCo v2's augmentation (main_moco.py), at a small size."""
+    return tv.Compose(
+        [
+            tv.RandomResizedCrop(size, scale=(0.2, 1.0)),
+            tv.RandomApply([tv.ColorJitter(0.4, 0.4, 0.4, 0.1)], p=0.8),
+            tv.RandomGrayscale(p=0.2),
+            tv.RandomApply([tv.GaussianBlur(5, [0.1, 2.0])], p=0.5),
+            tv.RandomHorizontalFlip(),
+            tv.ToTensor(),
+            tv.Normalize(MEAN, STD),
+        ]
+    )
+
+
+class TwoCropsTransform:
+    """MoCo's, as its repository writes it."""
+
+    def __init__(self, base_transform: Any) -> None:
+        self.base_transform = base_transform
+
+    def __call__(self, x: Any) -> List[Any]:
+        q = self.base_transform(x)
+        k = self.base_transform(x)
+        return [q, k]
+
+
+class ContrastiveLearningViewGenerator:
+    """SimCLR's (sthalles/SimCLR)."""
+
+    def __init__(self, base_transform: Any, n_views: int = 2) -> None:
+        self.base_transform = base_transform
+        self.n_views = n_views
+
+    def __call__(self, x: Any) -> List[Any]:
+        return [self.base_transform(x) for i in range(self.n_views)]
+
+
+class PilBlur:
+    """DINO's utils.GaussianBlur: a PIL filter no converter knows (a Python tail)."""
+
+    def __init__(self, p: float, radius_min: float = 0.1, radius_max: float = 2.0) -> None:
+        self.prob, self.radius_min, self.radius_max = p, radius_min, radius_max
+
+    def __call__(self, img: Image.Image) -> Image.Image:
+        if random.random() > self.prob:
+            return img
+        return img.filter(ImageFilter.GaussianBlur(radius=random.uniform(self.radius_min, self.radius_max)))
+
+
+class DataAugmentationDINO:
+    """DINO's multi-crop (main_dino.py), at small sizes: two global views of their own
+    transforms, then ``local_crops_number`` local ones."""
+
+    def __init__(self, local_crops_number: int = 3) -> None:
+        flip_and_color_jitter = tv.Compose(
+            [
+                tv.RandomHorizontalFlip(p=0.5),
+                tv.RandomApply([tv.ColorJitter(0.4, 0.4, 0.2, 0.1)], p=0.8),
+                tv.RandomGrayscale(p=0.2),
+            ]
+        )
+        normalize = tv.Compose([tv.ToTensor(), tv.Normalize(MEAN, STD)])
+        bicubic = tv.InterpolationMode.BICUBIC
+        self.global_transfo1 = tv.Compose(
+            [tv.RandomResizedCrop(32, scale=(0.4, 1.0), interpolation=bicubic), flip_and_color_jitter, PilBlur(1.0), normalize]
+        )
+        self.global_transfo2 = tv.Compose(
+            [
+                tv.RandomResizedCrop(32, scale=(0.4, 1.0), interpolation=bicubic),
+                flip_and_color_jitter,
+                PilBlur(0.1),
+                tv.RandomSolarize(128, p=0.2),
+                normalize,
+            ]
+        )
+        self.local_crops_number = local_crops_number
+        self.local_transfo = tv.Compose(
+            [tv.RandomResizedCrop(16, scale=(0.05, 0.4), interpolation=bicubic), flip_and_color_jitter, PilBlur(0.5), normalize]
+        )
+
+    def __call__(self, image: Any) -> List[Any]:
+        crops = []
+        crops.append(self.global_transfo1(image))
+        crops.append(self.global_transfo2(image))
+        for _ in range(self.local_crops_number):
+            crops.append(self.local_transfo(image))
+        return crops
+
+
+def batches(loader: Any) -> List[Tuple[Any, torch.Tensor]]:
+    return [(x, y) for x, y in loader]
+
+
+def same(a: Any, b: Any) -> bool:
+    if isinstance(a, torch.Tensor):
+        return isinstance(b, torch.Tensor) and torch.equal(a, b)
+    if isinstance(a, dict):
+        return isinstance(b, dict) and a.keys() == b.keys() and all(same(a[k], b[k]) for k in a)
+    if isinstance(a, (list, tuple)):
+        return type(a) is type(b) and len(a) == len(b) and all(same(u, v) for u, v in zip(a, b))
+    return bool(a == b)
+
+
+def test_moco_views_run_natively_each_as_the_transform_alone_with_its_seed(folder: Path) -> None:
+    aug = moco_augmentation()
+    ds = ImageFolder(str(folder), TwoCropsTransform(aug))
+    ld = fl.Loader(ds, batch_size=4, seed=7, num_workers=0)
+    # Recognised: both views are the one Compose, all native (no Python tail, no warning).
+    assert ld.views is not None and len(ld.views) == 2 and ld.python_tail == []
+    assert all(split.spec is not None and not split.tail for split in ld.views)
+    got = batches(ld)
+    assert len(got) == 5 and all(isinstance(x, list) and len(x) == 2 for x, _ in got)
+    assert got[0][0][0].shape == (4, 3, 32, 32) and got[0][0][0].dtype == torch.float32
+    # View v is the native pipeline of the view's transform drawing from view v's seed (view
+    # 0's is the loader's own): a loader of the transform alone with that seed gives it.
+    for view in (0, 1):
+        alone = batches(
+            fl.Loader(ImageFolder(str(folder), aug), batch_size=4, seed=view_seed(7, view), num_workers=0)
+        )
+        assert all(torch.equal(x[view], a) and torch.equal(y, b) for (x, y), (a, b) in zip(got, alone))
+    assert view_seed(7, 1) != 7 and not torch.equal(got[0][0][0], got[0][0][1])
+    # The same batches whatever the number of workers, shuffled too.
+    shuffled = [batches(fl.Loader(ds, batch_size=4, shuffle=True, seed=7, num_workers=n)) for n in (0, 2)]
+    assert same([x for x, _ in shuffled[0]], [x for x, _ in shuffled[1]])
+    assert same([y for _, y in shuffled[0]], [y for _, y in shuffled[1]])
+
+
+def test_dino_multi_crop_runs_each_view_natively_then_its_python_ops(folder: Path) -> None:
+    ds = ImageFolder(str(folder), DataAugmentationDINO(local_crops_number=3))
+    with pytest.warns(UserWarning, match=r"PilBlur.*after the native ops of their view \(of 5\)"):
+        ld = fl.Loader(ds, batch_size=6, shuffle=True, seed=3, num_workers=0)
+    assert ld.views is not None and len(ld.views) == 5
+    # Each view cut at the PIL blur: the crop, flip, jitter and grayscale native, then Python.
+    for split in ld.views:
+        assert split.spec is not None and type(split.tail[0]).__name__ == "PilBlur"
+    assert ld.views[2] is not ld.views[1]
+    got = batches(ld)
+    views, labels = got[0]
+    assert isinstance(views, list) and [tuple(v.shape) for v in views] == [(6, 3, 32, 32)] * 2 + [(6, 3, 16, 16)] * 3
+    assert labels.shape == (6,)
+    # The three local views are one transform, each drawing its own.
+    assert not torch.equal(views[2], views[3]) and not torch.equal(views[3], views[4])
+    with pytest.warns(UserWarning):
+        two = batches(fl.Loader(ds, batch_size=6, shuffle=True, seed=3, num_workers=2))
+    assert same([x for x, _ in got], [x for x, _ in two])
+    with pytest.warns(UserWarning):
+        other = batches(fl.Loader(ds, batch_size=6, shuffle=True, seed=4, num_workers=0))
+    assert not torch.equal(other[0][0][0], views[0])
+    # python_tail="error" refuses the views' Python ops, by name.
+    with pytest.raises(ValueError, match="PilBlur"):
+        fl.Loader(ds, batch_size=6, python_tail="error")
+
+
+def test_simclr_views_and_a_tuple_of_views_of_several_transforms(folder: Path) -> None:
+    ds = ImageFolder(str(folder), ContrastiveLearningViewGenerator(moco_augmentation(24), n_views=3))
+    ld = fl.Loader(ds, batch_size=5, num_workers=0)
+    assert ld.views is not None and len(ld.views) == 3
+    x, y = next(iter(ld))
+    assert isinstance(x, list) and [tuple(v.shape) for v in x] == [(5, 3, 24, 24)] * 3
+
+    class EvalViews:
+        def __init__(self) -> None:
+            self.large = tv.Compose([tv.Resize(40), tv.CenterCrop(32), tv.ToTensor()])
+            self.small = tv.Compose([tv.Resize(20), tv.CenterCrop(16), tv.PILToTensor()])
+
+        def __call__(self, img: Any) -> Tuple[Any, Any]:
+            return self.large(img), self.small(img)
+
+    # Deterministic views: the batches are DataLoader's own, bit for bit (Pillow's resize).
+    ds = ImageFolder(str(folder), EvalViews())
+    ld = fl.Loader(ds, batch_size=4, num_workers=0)
+    assert ld.views is not None and [s.output for s in ld.views] == ["float32", "uint8"]
+    got, want = batches(ld), batches(DataLoader(ds, batch_size=4))
+    assert len(got) == len(want) == 5
+    assert same(got, want)
+
+
+class StackedViews:
+    """Views stacked into one tensor: not a container of views, a tail like any other."""
+
+    def __init__(self) -> None:
+        self.crop = tv.Compose([tv.Resize(36), tv.CenterCrop(32), tv.ToTensor()])
+
+    def __call__(self, img: Any) -> torch.Tensor:
+        return torch.stack([self.crop(img), self.crop(img).flip(-1)])
+
+
+class NamedViews:
+    """A dict of lists of views: not traced (the trace wants a list or tuple of views), so
+    the whole transform runs in Python, and the batches are DataLoader's."""
+
+    def __init__(self) -> None:
+        self.large = tv.Compose([tv.Resize(40), tv.CenterCrop(32), tv.ToTensor()])
+        self.small = tv.Compose([tv.Resize(20), tv.CenterCrop(16), tv.ToTensor()])
+
+    def __call__(self, img: Any) -> Dict[str, Any]:
+        return {"global": [self.large(img)], "local": [self.small(img), self.small(img)], "n": 3}
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_other_containers_run_in_python_as_dataloader_runs_them(folder: Path, workers: int) -> None:
+    ds = ImageFolder(str(folder), NamedViews())
+    with pytest.warns(UserWarning, match="NamedViews run in Python with no native op"):
+        ld = fl.Loader(ds, batch_size=4, num_workers=workers)
+    assert ld.views is None and ld.python_tail_where == "processes"
+    assert same(batches(ld), batches(DataLoader(ds, batch_size=4)))
+    with pytest.raises(TypeError, match=r"sample_shape: each sample is dict \{'global': list \[\(3, 32, 32\) float32\]"):
+        ld.sample_shape
+    with pytest.warns(UserWarning):
+        stacked = fl.Loader(ImageFolder(str(folder), StackedViews()), batch_size=4, num_workers=workers)
+    assert stacked.views is None and next(iter(stacked))[0].shape == (4, 2, 3, 32, 32)
+    # Under the GIL in the native threads a container cannot be written to a slot.
+    with pytest.raises(ValueError, match="'threads' cannot make these samples"):
+        fl.Loader(ds, batch_size=4, num_workers=workers, python_tail_workers="threads")
+
+
+def thumbnail(img: Image.Image) -> Image.Image:
+    """Keeps the image's aspect ratio: sizes differ between images."""
+    return img.resize((24, max(1, 24 * img.height // img.width)))
+
+
+def test_views_whose_layout_changes_name_the_sample(folder: Path) -> None:
+    # Made by Python ops: held to the first sample's layout.
+    ds = ImageFolder(str(folder), TwoCropsTransform(tv.Compose([tv.Lambda(thumbnail), tv.ToTensor()])))
+    with pytest.warns(UserWarning, match="Lambda"):
+        ld = fl.Loader(ds, batch_size=4, num_workers=0)
+    with pytest.raises(RuntimeError, match=r"img_\d+.jpg \(sample \d+\): python_tail failed: the tail returned list \[\(3, \d+, 24\) float32, \(3, \d+, 24\) float32\], but the first sample gave list \[\(3, 18, 24\)"):
+        batches(ld)
+    # Made natively: the planner says why.
+    ds = ImageFolder(str(folder), TwoCropsTransform(tv.Compose([tv.Resize(24), tv.ToTensor()])))
+    with pytest.raises(RuntimeError, match=r"img_\d+.jpg \(sample \d+\).*Resize\(int\) keeps each image's aspect ratio"):
+        batches(fl.Loader(ds, batch_size=4, num_workers=0))
+
+
+def test_the_trace_leaves_the_users_object_alone_and_refuses_what_is_not_views() -> None:
+    image = Image.new("RGB", (40, 30))
+    crop = tv.CenterCrop(8)
+    two = TwoCropsTransform(crop)
+    found = trace_views(two, image)
+    assert found is not None and found.transforms == [crop, crop] and found.container is list
+    assert two.base_transform is crop and vars(two) == {"base_transform": crop}
+
+    class Chained:
+        def __init__(self) -> None:
+            self.a, self.b = tv.CenterCrop(8), tv.ToTensor()
+
+        def __call__(self, x: Any) -> List[Any]:
+            return [self.b(self.a(x))]
+
+    class Looks:
+        def __init__(self) -> None:
+            self.a = tv.CenterCrop(8)
+
+        def __call__(self, x: Any) -> List[Any]:
+            return [self.a(x.convert("L"))]
+
+    class RandomCount:
+        def __init__(self) -> None:
+            self.a = tv.CenterCrop(8)
+
+        def __call__(self, x: Any) -> List[Any]:
+            return [self.a(x) for _ in range(random.randint(1, 6))]
+
+    class Drops:
+        def __init__(self) -> None:
+            self.a = tv.CenterCrop(8)
+
+        def __call__(self, x: Any) -> List[Any]:
+            self.a(x)
+            return [self.a(x)]
+
+    class Module(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.view = tv.RandomResizedCrop(8)
+
+        def forward(self, x: Any) -> List[Any]:
+            return [self.view(x), self.view(x)]
+
+    for refused in (Chained(), Looks(), RandomCount(), Drops(), tv.CenterCrop(8), lambda x: [x, x]):
+        assert trace_views(refused, image) is None
+    module = Module()
+    found = trace_views(module, image)
+    assert found is not None and found.transforms == [module.view, module.view]
+    assert isinstance(module.view, tv.RandomResizedCrop)
+    # Seeds: view 0 the loader's; others unrelated to each other and to nearby seeds.
+    seeds = {view_seed(s, v) for s in range(8) for v in range(8)}
+    assert view_seed(5, 0) == 5 and len(seeds) == 64 and all(0 <= s < 2**64 for s in seeds)
+
+
+def test_the_profile_has_a_span_per_view(folder: Path) -> None:
+    ds = ImageFolder(str(folder), TwoCropsTransform(moco_augmentation()))
+    ld = fl.Loader(ds, batch_size=6, num_workers=2, profile="spans")
+    batches(ld)
+    (p,) = ld.profile().to_dict()["pipelines"]
+    ops = [s["op"] for s in p["spans"]]
+    assert ops.count("view0") == ops.count("view1") == 18
+    assert ops.count("native_prefix") == 36 and ops.count("decode") == 36
