@@ -302,6 +302,19 @@ def test_the_trace_leaves_the_users_object_alone_and_refuses_what_is_not_views()
         def forward(self, x: Any) -> List[Any]:
             return [self.view(x), self.view(x)]
 
+    class MultiViewTransform:
+        """lightly's: the views' transforms in a list."""
+
+        def __init__(self, transforms: List[Any]) -> None:
+            self.transforms = transforms
+
+        def __call__(self, image: Any) -> List[Any]:
+            return [transform(image) for transform in self.transforms]
+
+    a, b = tv.CenterCrop(8), tv.RandomResizedCrop(4)
+    lightly = MultiViewTransform([a, b, a])
+    found = trace_views(lightly, image)
+    assert found is not None and found.transforms == [a, b, a] and lightly.transforms[1] is b
     for refused in (Chained(), Looks(), RandomCount(), Drops(), tv.CenterCrop(8), lambda x: [x, x]):
         assert trace_views(refused, image) is None
     module = Module()
@@ -321,3 +334,19 @@ def test_the_profile_has_a_span_per_view(folder: Path) -> None:
     ops = [s["op"] for s in p["spans"]]
     assert ops.count("view0") == ops.count("view1") == 18
     assert ops.count("native_prefix") == 36 and ops.count("decode") == 36
+
+
+def test_views_resume_mid_epoch_with_the_rest_of_the_first_run(folder: Path) -> None:
+    ds = ImageFolder(str(folder), TwoCropsTransform(moco_augmentation()))
+    kwargs: Dict[str, Any] = dict(batch_size=4, shuffle=True, seed=5, num_workers=2)
+    first = fl.Loader(ds, **kwargs)
+    first.set_epoch(3)
+    it = iter(first)
+    seen = [next(it) for _ in range(2)]
+    state = first.state_dict()
+    rest = list(it)
+    resumed = fl.Loader(ds, **kwargs)
+    resumed.load_state_dict(state)
+    again = list(resumed)
+    assert len(seen) + len(again) == len(first) == 5
+    assert same(again, rest)

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import copy
 import random
-from typing import Any, Dict, List, NamedTuple, Optional, Tuple
+from typing import Any, List, NamedTuple, Optional, Tuple
 
 import numpy as np
 
@@ -65,19 +65,29 @@ class _Recorder:
         return _Mark(len(self.calls) - 1)
 
 
-def _callable_attributes(obj: Any) -> List[Tuple[Dict[str, Any], str]]:
-    """The ``(namespace, name)`` of each callable attribute an instance holds: its ``__dict__``
-    entries and, for a ``torch.nn.Module``, its submodules (kept in ``_modules``)."""
-    found: List[Tuple[Dict[str, Any], str]] = []
+def _is_transform(value: Any) -> bool:
+    return callable(value) and not isinstance(value, type)
+
+
+def _record_attributes(obj: Any, image: Any, calls: List[Any]) -> int:
+    """Replaces each callable attribute ``obj`` holds by a recorder: its ``__dict__`` entries
+    and, for a ``torch.nn.Module``, its submodules (kept in ``_modules``); a list or tuple of
+    callables (lightly's ``MultiViewTransform(transforms=[...])``) by a new one of recorders.
+    Returns how many were replaced. ``obj``'s namespaces must be its own (a copy's)."""
     spaces = [vars(obj)]
     modules = vars(obj).get("_modules")
     if isinstance(modules, dict):
         spaces.append(modules)
+    replaced = 0
     for space in spaces:
-        for name, value in space.items():
-            if callable(value) and not isinstance(value, type):
-                found.append((space, name))
-    return found
+        for name, value in list(space.items()):
+            if _is_transform(value):
+                space[name] = _Recorder(value, image, calls)
+                replaced += 1
+            elif isinstance(value, (list, tuple)) and value and all(map(_is_transform, value)):
+                space[name] = type(value)(_Recorder(v, image, calls) for v in value)
+                replaced += len(value)
+    return replaced
 
 
 def _trace_once(transform: Any, image: Any, seed: int) -> Optional[Tuple[List[Any], type]]:
@@ -91,11 +101,11 @@ def _trace_once(transform: Any, image: Any, seed: int) -> Optional[Tuple[List[An
     if isinstance(modules, dict):
         vars(traced)["_modules"] = dict(modules)  # copy.copy shares a Module's submodules
     calls: List[Any] = []
-    attributes = _callable_attributes(traced)
-    if not attributes:
-        return None
-    for space, name in attributes:
-        space[name] = _Recorder(space[name], image, calls)
+    try:
+        if not _record_attributes(traced, image, calls):
+            return None
+    except Exception:
+        return None  # a namedtuple of transforms, say: not rebuilt from an iterable
     saved = random.getstate(), np.random.get_state()
     random.seed(seed)
     np.random.seed(seed)
