@@ -350,3 +350,39 @@ def test_views_resume_mid_epoch_with_the_rest_of_the_first_run(folder: Path) -> 
     again = list(resumed)
     assert len(seen) + len(again) == len(first) == 5
     assert same(again, rest)
+
+
+class DinoV2Blur(tv.RandomApply):
+    """DINOv2's ``GaussianBlur`` (dinov2/data/transforms.py): a RandomApply whose constructor
+    only picks its arguments."""
+
+    def __init__(self, *, p: float = 0.5, radius_min: float = 0.1, radius_max: float = 2.0) -> None:
+        keep_p = 1 - p
+        transform = tv.GaussianBlur(kernel_size=9, sigma=(radius_min, radius_max))
+        super().__init__(transforms=[transform], p=keep_p)
+
+
+class LoudFlip(tv.RandomHorizontalFlip):
+    """Overrides what the flip computes: no longer torchvision's."""
+
+    def forward(self, img: Any) -> Any:
+        return super().forward(img.rotate(90))
+
+
+def test_a_torchvision_subclass_changing_only_init_converts_as_its_base(folder: Path) -> None:
+    from ferroloader.transforms import split_python_tail
+
+    crop = tv.RandomResizedCrop(24, scale=(0.32, 1.0), interpolation=tv.InterpolationMode.BICUBIC)
+    norm = tv.Compose([tv.ToTensor(), tv.Normalize(MEAN, STD)])
+    subclassed = tv.Compose([crop, DinoV2Blur(p=0.5), norm])
+    plain = tv.Compose([crop, tv.RandomApply([tv.GaussianBlur(9, sigma=(0.1, 2.0))], p=0.5), norm])
+    split = split_python_tail(subclassed, output=None, decoder="turbo")
+    assert split.spec is not None and split.tail == []
+    blur = subclassed.transforms[1]
+    assert type(blur) is DinoV2Blur  # the user's object is left as it was
+    got = batches(fl.Loader(ImageFolder(str(folder), subclassed), batch_size=6, seed=2, num_workers=0))
+    want = batches(fl.Loader(ImageFolder(str(folder), plain), batch_size=6, seed=2, num_workers=0))
+    assert same(got, want)
+    # A subclass that overrides the behaviour stays a Python tail.
+    split = split_python_tail(tv.Compose([crop, LoudFlip(), norm]), output=None, decoder="turbo")
+    assert split.spec is not None and isinstance(split.tail[0], LoudFlip)

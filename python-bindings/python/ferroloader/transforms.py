@@ -59,6 +59,7 @@ pipeline is planned (by :class:`ferroloader.Loader` or :func:`check`).
 from __future__ import annotations
 
 import collections.abc
+import copy
 import inspect
 import json
 import math
@@ -2117,6 +2118,39 @@ def _is_torchvision(obj: object) -> bool:
     return type(obj).__module__.startswith("torchvision.transforms")
 
 
+#: What a subclass may define and still compute what its torchvision base computes: its
+#: constructor (which only decides the base's arguments) and the class's bookkeeping.
+_INERT_CLASS_ATTRIBUTES = frozenset(
+    {
+        "__init__", "__module__", "__qualname__", "__doc__", "__dict__", "__weakref__",
+        "__annotations__", "__orig_bases__", "__parameters__", "__firstlineno__",
+        "__static_attributes__", "__slotnames__",
+    }
+)
+
+
+def _as_torchvision(t: Any) -> Any:
+    """A subclass of a torchvision transform, defined elsewhere, that overrides nothing but
+    ``__init__`` (DINOv2's ``GaussianBlur(transforms.RandomApply)``, which only picks the
+    ``GaussianBlur`` and the probability it applies) computes exactly what its torchvision base
+    computes with the attributes it set: a shallow copy of it as that base class, for the
+    converter. Anything else (a subclass overriding ``forward`` or ``__call__``) as it is."""
+    cls = type(t)
+    if isinstance(t, type) or _is_torchvision(t):
+        return t
+    for klass in cls.__mro__:
+        if klass.__module__.startswith("torchvision.transforms"):
+            try:
+                proxy = copy.copy(t)
+                proxy.__class__ = klass
+            except (TypeError, AttributeError):
+                return t
+            return proxy
+        if set(vars(klass)) - _INERT_CLASS_ATTRIBUTES:
+            return t
+    return t
+
+
 def _is_timm(obj: object) -> bool:
     """One of timm's data transforms (``ferroloader._timm`` converts those it can)."""
     return type(obj).__module__.startswith("timm.data")
@@ -2195,6 +2229,7 @@ def from_torchvision(compose: Any) -> Compose:
     v2 warp with ``fill=None`` and BILINEAR after it (torchvision samples it without a fill
     channel, which these ops do not implement; ``fill=0``, the default, converts).
     """
+    compose = _as_torchvision(compose)
     if isinstance(compose, (list, tuple)):
         items = list(compose)
     elif _is_torchvision(compose) and type(compose).__name__ == "Compose":
@@ -2356,7 +2391,7 @@ def _flatten_torchvision_compose(items: List[Any]) -> List[Any]:
     and so does a pretrained model's preset (:func:`_preset_steps`); open_clip's classes stand
     for their equivalents (``ferroloader._openclip``)."""
     flat: List[Any] = []
-    for t in items:
+    for t in map(_as_torchvision, items):
         if _is_torchvision(t) and type(t).__name__ == "Compose":
             flat.extend(_flatten_torchvision_compose(list(t.transforms)))
         elif _is_torchvision(t) and type(t).__name__ == "ImageClassification":
@@ -2684,6 +2719,7 @@ def _tail_items(transform: Any) -> Optional[List[Any]]:
     inner = delegated_compose(transform)
     if inner is not None:
         transform = inner
+    transform = _as_torchvision(transform)
     if isinstance(transform, (list, tuple)):
         return None if all(isinstance(t, Transform) for t in transform) else list(transform)
     if _is_torchvision(transform) and type(transform).__name__ == "Compose":
