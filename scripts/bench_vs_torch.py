@@ -32,6 +32,9 @@ range(N)]``, MoCo's ``TwoCropsTransform`` for N=2, SimCLR's): each batch is N vi
 image; images/s counts images, not views. ``scripts/ssl_views.py:moco_v2`` is MoCo v2's
 augmentation.
 
+``--views-of FILE.py:NAME`` hands both sides an object that returns several views of each
+image itself (``scripts/ssl_views.py:dino``, DINO's multi-crop), as it is.
+
 ``--overhead`` adds two more pipelines to every round and prints what profiling costs: the
 torchvision DataLoader instrumented by ``ferroloader.torch.profile`` against the plain one,
 and ferroloader with ``profile="spans"`` against ``profile="off"``.
@@ -41,7 +44,7 @@ ferroloader keeps its threads, so a round measures loading, not process start-up
 
 Usage: bench_vs_torch.py [FOLDER] [--batch-size 64] [--workers CORES] [--rounds 5]
        [--batches N] [--overhead] [--recipe NAME [--v2] | --transform FILE.py:NAME | --timm AA]
-       [--views N]
+       [--views N | --views-of FILE.py:NAME]
 (FOLDER defaults to target/fixtures/folder: ``make_bench_corpus.py target/fixtures/folder 512
 --classes 8`` writes it.)
 """
@@ -89,6 +92,11 @@ def train_transform() -> tvT.Compose:
 def chosen_transform(args: argparse.Namespace) -> Tuple[Any, str]:
     """The torchvision transform both pipelines run, and its name; exits with a one-line
     message when ``--transform`` cannot be loaded."""
+    if args.views_of is not None:
+        try:
+            return recipes.load_object(args.views_of), args.views_of
+        except (FileNotFoundError, ImportError, ValueError) as e:
+            sys.exit(f"--views-of: {e}")
     if args.transform is not None:
         try:
             return recipes.load_transform(args.transform), args.transform
@@ -161,9 +169,11 @@ def native_loader(
     transform: Any,
     mix: Any = None,
     prefetch_batches: Any = None,
+    python_tail: Any = "error",
 ) -> fl.Loader:
     """ferroloader with the same transform object, which the Loader converts; the output dtype
-    is the one the transform's own conversion yields."""
+    is the one the transform's own conversion yields. A Python tail is refused but for
+    ``--views-of`` (DINO's own blur and solarization classes are its views' tails)."""
     return fl.Loader(
         fl.ImageFolder(source) if isinstance(source, Path) else source,
         batch_size=batch_size,
@@ -172,7 +182,7 @@ def native_loader(
         num_workers=workers,
         transform=transform,
         profile=profile,
-        python_tail="error",
+        python_tail=python_tail,
         collate_fn=mix,
         prefetch_batches=prefetch_batches,
     )
@@ -253,6 +263,9 @@ def main() -> None:
                         + ", ".join(recipes.RECIPES))
     choice.add_argument("--transform", metavar="FILE.py:NAME",
                         help="your own torchvision Compose (or a function returning one)")
+    choice.add_argument("--views-of", metavar="FILE.py:NAME",
+                        help="an object returning several views of each image (DINO's multi-crop), "
+                        "handed to both sides as it is")
     choice.add_argument("--timm", metavar="AA",
                         help="timm's create_loader against ferroloader.timm.create_loader, "
                         "training with auto_augment=AA (e.g. rand-m9-mstd0.5-inc1), re_prob 0.25")
@@ -278,8 +291,10 @@ def main() -> None:
         parser.error("--timm compares timm's loaders of the folder; no --hugging-face, --overhead or --mix")
     if args.mix and args.hugging_face:
         parser.error("--mix: for a folder")
-    if args.views is not None and (args.views < 1 or args.timm is not None or args.mix):
-        parser.error("--views: a count of at least 1, without --timm or --mix")
+    if args.views is not None and (args.views < 1 or args.timm is not None or args.mix or args.views_of):
+        parser.error("--views: a count of at least 1, without --timm, --mix or --views-of")
+    if args.views_of is not None and args.mix:
+        parser.error("--views-of: without --mix")
     transform, transform_name = chosen_transform(args)
     if args.views is not None:
         transform = RepeatedViews(transform, args.views)
@@ -300,8 +315,9 @@ def main() -> None:
                 classes = len(torchvision.datasets.ImageFolder(str(args.folder)).classes)
                 mix = recipes.reference_collate(recipes.mixup_cutmix(classes))
                 transform_name += " + the reference MixUp/CutMix collate_fn"
+            tail = "allow" if args.views_of is not None else "error"
             native = native_loader(
-                source, args.batch_size, args.workers, args.seed, "off", transform, mix, args.prefetch_batches
+                source, args.batch_size, args.workers, args.seed, "off", transform, mix, args.prefetch_batches, tail
             )
             plain_torch = torch_loader(source, args.batch_size, args.workers, args.seed, transform, mix)
     except (TypeError, ValueError) as e:
@@ -316,7 +332,8 @@ def main() -> None:
             torch_loader(source, args.batch_size, args.workers, args.seed, transform)
         )
         pipelines["ferroloader+profile"] = native_loader(
-            source, args.batch_size, args.workers, args.seed, "spans", transform
+            source, args.batch_size, args.workers, args.seed, "spans", transform,
+            python_tail="allow" if args.views_of is not None else "error",
         )
 
     samples = len(plain_torch.dataset)  # type: ignore[arg-type]

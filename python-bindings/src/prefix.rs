@@ -11,12 +11,15 @@
 use std::sync::Mutex;
 
 use ferroloader_loader::profiler::now_ns;
+use ferroloader_loader::transforms::decode::DecodeContext;
+use ferroloader_loader::transforms::image::RgbImage;
 use ferroloader_loader::transforms::Error as TransformError;
 use ferroloader_loader::{DType, ImagePipeline, Op, OpHooks, SampleKey, SampleProcessor, SlotMut};
 use numpy::ndarray::{self, ArrayD, IxDyn};
 use numpy::IntoPyArray;
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
+use pyo3::types::PyBytes;
 
 use crate::detach::run_detached;
 use crate::loader::{parse_spec, plan_spec};
@@ -29,6 +32,8 @@ type OpSpan = (&'static str, u64, u64, u32);
 pub(crate) struct PyPrefix {
     pipeline: ImagePipeline,
     scratch: Mutex<Option<<ImagePipeline as SampleProcessor>::Scratch>>,
+    /// [`PyPrefix::decode_pnm`]'s decoder and image, made on first use.
+    decoded: Mutex<Option<(DecodeContext, RgbImage)>>,
 }
 
 /// Records each op's span, nested as the ops are.
@@ -66,7 +71,41 @@ impl PyPrefix {
         Ok(PyPrefix {
             pipeline: plan_spec(spec)?,
             scratch: Mutex::new(None),
+            decoded: Mutex::new(None),
         })
+    }
+
+    /// The whole image of `data` decoded as the prefix's decode step decodes it (its decoder,
+    /// pixel limit and EXIF transposition, Pillow's conversion to RGB), as binary PNM (`P6`,
+    /// the image's width and height, 255): what several views of one image read instead of
+    /// each decoding the file (`ferroloader._pydataset.ViewSamples`). A PNM has no orientation
+    /// and decodes to exactly these pixels, and a region decode of the file is exact, so a
+    /// prefix run on it makes the sample it makes from `data` (unless it scales in the DCT
+    /// domain, `dct_scaling`, which the caller checks). Raises `ValueError` as `run` does for
+    /// a file that does not decode.
+    fn decode_pnm<'py>(&self, py: Python<'py>, data: &[u8]) -> PyResult<Bound<'py, PyBytes>> {
+        let options = self.pipeline.pipeline().spec().decode_options();
+        let mut pnm = Vec::new();
+        run_detached(py, |_| {
+            let mut held = self
+                .decoded
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            let decoded = match held.as_mut() {
+                Some(decoded) => Ok(decoded),
+                None => DecodeContext::new(options)
+                    .map(|context| held.insert((context, RgbImage::new()))),
+            };
+            Some(decoded.and_then(|(context, image)| {
+                context.decode(data, image)?;
+                let header = format!("P6\n{} {}\n255\n", image.width(), image.height());
+                pnm.reserve_exact(header.len() + image.as_raw().len());
+                pnm.extend_from_slice(header.as_bytes());
+                pnm.extend_from_slice(image.as_raw());
+                Ok::<_, TransformError>(())
+            }))
+        })?;
+        Ok(PyBytes::new(py, &pnm))
     }
 
     /// Runs the prefix on one sample's encoded bytes with its key `(seed, epoch, index,

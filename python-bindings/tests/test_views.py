@@ -12,7 +12,7 @@ from typing import Any, Dict, List, Tuple
 import pytest
 import torch
 import torchvision.transforms as tv
-from PIL import Image, ImageFilter
+from PIL import Image, ImageFilter, ImageOps
 from torch.utils.data import DataLoader
 from torchvision.datasets import ImageFolder
 
@@ -386,3 +386,131 @@ def test_a_torchvision_subclass_changing_only_init_converts_as_its_base(folder: 
     # A subclass that overrides the behaviour stays a Python tail.
     split = split_python_tail(tv.Compose([crop, LoudFlip(), norm]), output=None, decoder="turbo")
     assert split.spec is not None and isinstance(split.tail[0], LoudFlip)
+
+
+@pytest.fixture()
+def varied_folder(tmp_path: Path) -> Path:
+    """One class of the images a view decodes differently from the file: grayscale, CMYK,
+    progressive and restart-marked JPEGs, EXIF-rotated ones, a PNG with alpha."""
+    import numpy as np
+
+    rng = np.random.default_rng(4)
+    base = Image.fromarray(rng.integers(0, 256, (90, 120, 3), dtype=np.uint8)).filter(ImageFilter.GaussianBlur(2))
+    root = tmp_path / "varied" / "a"
+    root.mkdir(parents=True)
+    base.convert("L").save(root / "gray.jpg", quality=90)
+    base.convert("CMYK").save(root / "cmyk.jpg", quality=90)
+    base.save(root / "progressive.jpg", quality=85, progressive=True)
+    base.save(root / "subsampled.jpg", quality=80, subsampling=2, restart_marker_blocks=2)
+    for orientation in (3, 6, 8):
+        exif = Image.Exif()
+        exif[0x0112] = orientation
+        base.save(root / f"exif{orientation}.jpg", quality=90, exif=exif)
+    rgba = base.convert("RGBA")
+    rgba.putalpha(128)
+    rgba.save(root / "alpha.png")
+    return tmp_path / "varied"
+
+
+@pytest.mark.parametrize("exif_transpose", [False, True])
+def test_views_decoding_the_file_once_make_the_same_pixels(
+    varied_folder: Path, exif_transpose: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import ferroloader.loader as fl_loader
+
+    ds = ImageFolder(str(varied_folder), ContrastiveLearningViewGenerator(moco_augmentation(24), n_views=4))
+    kwargs: Dict[str, Any] = dict(batch_size=4, seed=9, num_workers=0, exif_transpose=exif_transpose)
+    shared = fl.Loader(ds, **kwargs)
+    assert shared._python is not None and shared._python.dataset.shared_decode
+    got = batches(shared)
+    monkeypatch.setattr(fl_loader, "_decode_alike", lambda views: False)
+    own = fl.Loader(ds, **kwargs)
+    assert not own._python.dataset.shared_decode  # type: ignore[union-attr]
+    assert same(got, batches(own))
+    # Two views decode their own crops.
+    monkeypatch.undo()
+    two = fl.Loader(ImageFolder(str(varied_folder), TwoCropsTransform(moco_augmentation(24))), **kwargs)
+    assert not two._python.dataset.shared_decode  # type: ignore[union-attr]
+
+
+class GaussianBlur(object):
+    """DINO's utils.GaussianBlur, verbatim."""
+
+    def __init__(self, p=0.5, radius_min=0.1, radius_max=2.):  # type: ignore[no-untyped-def]
+        self.prob = p
+        self.radius_min = radius_min
+        self.radius_max = radius_max
+
+    def __call__(self, img):  # type: ignore[no-untyped-def]
+        do_it = random.random() <= self.prob
+        if not do_it:
+            return img
+
+        return img.filter(
+            ImageFilter.GaussianBlur(
+                radius=random.uniform(self.radius_min, self.radius_max)
+            )
+        )
+
+
+class Solarization(object):
+    """DINO's utils.Solarization, verbatim."""
+
+    def __init__(self, p):  # type: ignore[no-untyped-def]
+        self.p = p
+
+    def __call__(self, img):  # type: ignore[no-untyped-def]
+        if random.random() < self.p:
+            return ImageOps.solarize(img)
+        else:
+            return img
+
+
+class NearlyDinosBlur(GaussianBlur):
+    """Another condition (``<``): not DINO's, a Python tail."""
+
+    def __call__(self, img):  # type: ignore[no-untyped-def]
+        do_it = random.random() < self.prob
+        if not do_it:
+            return img
+
+        return img.filter(
+            ImageFilter.GaussianBlur(
+                radius=random.uniform(self.radius_min, self.radius_max)
+            )
+        )
+
+
+def test_dinos_blur_and_solarization_run_natively(folder: Path) -> None:
+    import json
+
+    from ferroloader.transforms import split_python_tail
+
+    crop = tv.RandomResizedCrop(24, interpolation=tv.InterpolationMode.BICUBIC)
+    norm = tv.Compose([tv.ToTensor(), tv.Normalize(MEAN, STD)])
+    split = split_python_tail(tv.Compose([crop, GaussianBlur(0.1), Solarization(0.2), norm]), output=None)
+    assert split.spec is not None and split.tail == []
+    ops = json.loads(split.spec)["ops"]
+    (blur,) = ops[1]["policy"][0]
+    assert ops[1]["op"] == "TimmAutoAugment" and (blur["name"], blur["prob"], blur["magnitude"]) == ("GaussianBlurRand", 0.1, 10.0)
+    assert ops[2] == {"op": "RandomSolarize", "threshold": 128.0, "p": 0.2}
+    # A smaller largest radius is timm's op at a lower magnitude (its radius uniform(0.1, 2 m / 10)).
+    split = split_python_tail(tv.Compose([crop, GaussianBlur(1.0, radius_max=1.5), norm]), output=None)
+    assert json.loads(split.spec or "")["ops"][1]["policy"][0][0]["magnitude"] == 7.5
+    # Anything else stays a tail: another smallest radius, another condition.
+    for other in (GaussianBlur(0.5, radius_min=0.2), GaussianBlur(0.5, radius_max=3.0), NearlyDinosBlur(0.5)):
+        split = split_python_tail(tv.Compose([crop, other, norm]), output=None)
+        assert split.tail[0] is other
+    # In a DINO-like multi-crop the views are then all native.
+    class Views:
+        def __init__(self) -> None:
+            self.global_transfo = tv.Compose([crop, GaussianBlur(1.0), norm])
+            self.local_transfo = tv.Compose([tv.RandomResizedCrop(16), GaussianBlur(0.5), Solarization(0.2), norm])
+
+        def __call__(self, image: Any) -> List[Any]:
+            return [self.global_transfo(image)] + [self.local_transfo(image) for _ in range(3)]
+
+    ld = fl.Loader(ImageFolder(str(folder), Views()), batch_size=6, num_workers=0, python_tail="error")
+    assert ld.views is not None and all(not v.tail for v in ld.views)
+    x, _ = next(iter(ld))
+    assert [tuple(v.shape) for v in x] == [(6, 3, 24, 24)] + [(6, 3, 16, 16)] * 3

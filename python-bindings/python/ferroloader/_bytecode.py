@@ -52,6 +52,20 @@ def steps(code: types.CodeType) -> List[Step]:
     return out
 
 
+def jump_steps(code: types.CodeType) -> List[Step]:
+    """:func:`steps`, each jump's target given as the index of the step it lands on rather
+    than a byte offset (which inline caches and bookkeeping move between two compilations of
+    one source), so that two functions of the same code compare equal."""
+    kept = [ins for ins in dis.get_instructions(code) if ins.opname not in _NO_EFFECT]
+    index = {ins.offset: i for i, ins in enumerate(kept)}
+    out: List[Step] = []
+    for (name, argval), ins in zip(steps(code), kept):
+        if ins.opcode in dis.hasjrel or ins.opcode in dis.hasjabs:
+            argval = next((index[o] for o in sorted(index) if o >= argval), None)
+        out.append((name, argval))
+    return out
+
+
 def returned_directly(found: List[Step]) -> List[Step]:
     """``found`` with a result stored in a local and returned from it (``out = f(x); return
     out``, a typed copy's form) returned directly, as it computes the same."""

@@ -138,6 +138,17 @@ def _gil_bound(costs: TailCosts, workers: int) -> bool:
     return parallel * costs.python > costs.prefix + costs.python
 
 
+def _decode_alike(views: List[TailSplit]) -> bool:
+    """Whether the views with a native prefix decode a file alike (decoder, pixel limit, EXIF
+    transposition; none scaling in the DCT domain, which a decoded image cannot), so that one
+    decode can serve them all."""
+    keys = ("decoder", "max_pixels", "exif_transpose")
+    specs = [json.loads(v.spec) for v in views if v.spec is not None]
+    if not specs or any(spec.get("dct_scaling") for spec in specs):
+        return False
+    return len({tuple(spec.get(k) for k in keys) for spec in specs}) == 1
+
+
 def _first_image_size(source: Any, exif_transpose: bool = False) -> Optional[Tuple[int, int]]:
     """``(height, width)`` of the first sample whose header reads (of the first 16), to plan a
     native prefix that keeps each image's size with, as the native loader plans it (after the
@@ -935,7 +946,13 @@ class Loader:
                 "in this process with num_workers=0); use 'auto' or 'processes'"
             )
         samples = ViewSamples(
-            source, makers, order, self._views.container, self.seed, self.target_transform
+            source,
+            makers,
+            order,
+            self._views.container,
+            self.seed,
+            self.target_transform,
+            shared_decode=len(order) > 2 and _decode_alike(self.views),
         )
         samples.probe(skip=self.on_error == "skip")
         return samples

@@ -35,6 +35,7 @@ __all__ = [
     "describe",
     "eval_preset",
     "is_torchvision_compose",
+    "load_object",
     "load_transform",
     "mixup_cutmix",
     "output_of",
@@ -252,16 +253,10 @@ def _needs_arguments(fn: Any) -> List[str]:
     ]
 
 
-def load_transform(spec: str) -> Any:
-    """The torchvision ``Compose`` named by ``spec``, ``"FILE.py:NAME"``: FILE is imported and
-    NAME taken from it, a ``Compose`` (v1 or v2), a preset object holding one as
-    ``.transforms`` (like the reference's ``ClassificationPresetTrain``), or a function or
-    class called with no arguments that returns one of those.
-
-    Raises ``FileNotFoundError`` for a missing file, ``ImportError`` when importing it fails,
-    ``ValueError`` for a malformed spec or a NAME the file does not define, and ``TypeError``
-    when NAME is not a torchvision ``Compose`` nor returns one.
-    """
+def load_object(spec: str) -> Any:
+    """What ``"FILE.py:NAME"`` names, as it is: FILE imported (its classes pickle by
+    reference) and NAME taken from it. Raises ``FileNotFoundError``, ``ImportError`` and
+    ``ValueError`` as :func:`load_transform` does."""
     path, name = _split(spec)
     if not path.is_file():
         raise FileNotFoundError(f"{path}: no such file (from {spec!r})")
@@ -275,7 +270,21 @@ def load_transform(spec: str) -> Any:
         )
         hint = f"; it defines {', '.join(defined)}" if defined else ""
         raise ValueError(f"{path}: defines no {name!r}{hint}")
-    obj = getattr(module, name)
+    return getattr(module, name)
+
+
+def load_transform(spec: str) -> Any:
+    """The torchvision ``Compose`` named by ``spec``, ``"FILE.py:NAME"``: FILE is imported and
+    NAME taken from it, a ``Compose`` (v1 or v2), a preset object holding one as
+    ``.transforms`` (like the reference's ``ClassificationPresetTrain``), or a function or
+    class called with no arguments that returns one of those.
+
+    Raises ``FileNotFoundError`` for a missing file, ``ImportError`` when importing it fails,
+    ``ValueError`` for a malformed spec or a NAME the file does not define, and ``TypeError``
+    when NAME is not a torchvision ``Compose`` nor returns one.
+    """
+    path, name = _split(spec)
+    obj = load_object(spec)
     compose = _compose_in(obj)
     if compose is not None:
         return compose

@@ -83,7 +83,7 @@ from typing import (
 
 import numpy as np
 
-from ferroloader import _bytecode, _native, _openclip
+from ferroloader import _bytecode, _dino, _native, _openclip
 
 __all__ = [
     "Transform",
@@ -2388,8 +2388,9 @@ def _insert_flip(out: List[Transform], flip: Transform) -> None:
 
 def _flatten_torchvision_compose(items: List[Any]) -> List[Any]:
     """A torchvision ``Compose`` nested in the list stands for its transforms, where it stands,
-    and so does a pretrained model's preset (:func:`_preset_steps`); open_clip's classes stand
-    for their equivalents (``ferroloader._openclip``)."""
+    and so does a pretrained model's preset (:func:`_preset_steps`); open_clip's classes and
+    DINO's blur and solarization stand for their equivalents (``ferroloader._openclip``,
+    ``ferroloader._dino``)."""
     flat: List[Any] = []
     for t in map(_as_torchvision, items):
         if _is_torchvision(t) and type(t).__name__ == "Compose":
@@ -2398,6 +2399,8 @@ def _flatten_torchvision_compose(items: List[Any]) -> List[Any]:
             flat.extend(_preset_steps(t))
         else:
             same = _openclip.equivalent(t)  # None for anything but open_clip's own classes
+            if same is None:
+                same = _dino.equivalent(t)  # None for anything but DINO's blur and solarization
             flat.append(t if same is None else same)
     return flat
 
