@@ -28,6 +28,7 @@ mod profile;
 mod shard;
 mod table;
 mod tail;
+mod views;
 mod webdataset;
 
 use ferroloader_loader::profiler;
@@ -86,6 +87,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(prepare::prepare, m)?)?;
     m.add_function(wrap_pyfunction!(shard::write_shards, m)?)?;
     m.add_function(wrap_pyfunction!(loader::epoch_indices, m)?)?;
+    m.add_function(wrap_pyfunction!(loader::view_seed, m)?)?;
     m.add_function(wrap_pyfunction!(tail::python_seed, m)?)?;
     m.add_function(wrap_pyfunction!(loader::repeat_numbers, m)?)?;
     Ok(())

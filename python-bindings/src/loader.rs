@@ -42,6 +42,7 @@ use crate::errors::{exact_text, os_str, transform_config_error, ToPyErr};
 use crate::fork::ForkLocal;
 use crate::profile::PyProfile;
 use crate::tail::{Processor, PythonTail, TailInput};
+use crate::views::Views;
 
 type NativeLoader = Loader<Arc<dyn Source>, Processor>;
 type NativeEpoch = EpochIter<Arc<dyn Source>, Processor>;
@@ -142,7 +143,8 @@ impl PyLoader {
     #[pyo3(signature = (
         dataset, spec, *, batch_size, shuffle, drop_last, seed, num_workers, prefetch_batches,
         in_order, on_error, rank = None, world_size = None, profile_mode = "off", scratch_limit = None,
-        tail = None, tail_runner = None, page_lock = None, replace_retries = 10, sampler_rank = None
+        tail = None, tail_runner = None, page_lock = None, replace_retries = 10, sampler_rank = None,
+        views = None, shared_decode = false
     ))]
     #[allow(clippy::too_many_arguments)]
     fn new(
@@ -166,8 +168,19 @@ impl PyLoader {
         page_lock: Option<&str>,
         replace_retries: u32,
         sampler_rank: Option<(usize, usize)>,
+        views: Option<Vec<String>>,
+        shared_decode: bool,
     ) -> PyResult<Self> {
         let source = as_source(dataset)?;
+        let views = views
+            .map(|specs| {
+                let pipelines = specs
+                    .iter()
+                    .map(|spec| plan_for_source(py, spec, &source))
+                    .collect::<PyResult<Vec<_>>>()?;
+                Views::new(pipelines, shared_decode).map_err(PyValueError::new_err)
+            })
+            .transpose()?;
         let pipeline = spec
             .map(|spec| plan_for_source(py, spec, &source))
             .transpose()?;
@@ -183,23 +196,28 @@ impl PyLoader {
                 )))
             }
         };
-        let processor =
-            match (pipeline, tail, tail_runner) {
-                (Some(pipeline), None, None) => Processor::Native(pipeline),
-                (prefix, Some(ops), Some(runner)) => {
-                    let input: String = runner.getattr("input_kind")?.extract()?;
-                    let tail =
-                        PythonTail::new(prefix, TailInput::parse(&input)?, ops, runner.unbind())?;
-                    let probe_source = Arc::clone(&source);
-                    let tail = py
-                        .detach(move || tail.probe(probe_source.as_ref(), seed, policy))
-                        .map_err(|e| e.to_py_err(py))?;
-                    Processor::WithTail(tail)
-                }
-                _ => return Err(PyValueError::new_err(
-                    "transform: a spec, or tail and tail_runner (and a spec for any native prefix)",
-                )),
-            };
+        let processor = match (pipeline, tail, tail_runner) {
+            (None, None, None) if views.is_some() => {
+                Processor::Views(views.ok_or_else(|| PyValueError::new_err("views"))?)
+            }
+            (Some(pipeline), None, None) if views.is_none() => Processor::Native(pipeline),
+            (prefix, Some(ops), Some(runner)) => {
+                let input: String = runner.getattr("input_kind")?.extract()?;
+                let tail =
+                    PythonTail::new(prefix, TailInput::parse(&input)?, ops, runner.unbind())?;
+                let probe_source = Arc::clone(&source);
+                let tail = py
+                    .detach(move || tail.probe(probe_source.as_ref(), seed, policy))
+                    .map_err(|e| e.to_py_err(py))?;
+                Processor::WithTail(tail)
+            }
+            _ => {
+                return Err(PyValueError::new_err(
+                    "transform: a spec, or tail and tail_runner (and a spec for any native \
+                     prefix), or views alone",
+                ))
+            }
+        };
         let mut options = LoaderOptions::default()
             .batch_size(batch_size)
             .shuffle(shuffle)
@@ -377,9 +395,25 @@ impl PyLoader {
         let loader = self.inner.get("loader")?;
         Ok(match loader.processor() {
             Processor::WithTail(tail) => tail.sample_shape().map(<[usize]>::to_vec),
-            Processor::Native(_) => None,
+            Processor::Native(_) | Processor::Views(_) => None,
         }
         .unwrap_or_else(|| loader.layout().shape.to_vec()))
+    }
+
+    /// Each view's sample shape, in order, for a loader of views (`None` otherwise): a
+    /// sample holds them one after the other (`sample_shape` is `(1, 1, total)`).
+    #[getter]
+    fn view_shapes(&self) -> PyResult<Option<Vec<(usize, usize, usize)>>> {
+        Ok(match self.inner.get("loader")?.processor() {
+            Processor::Views(views) => Some(
+                views
+                    .shapes()
+                    .into_iter()
+                    .map(|[a, b, c]| (a, b, c))
+                    .collect(),
+            ),
+            _ => None,
+        })
     }
 
     /// Shape of one sample as the batch arrays hold it: always three dimensions.
@@ -649,6 +683,13 @@ impl Pump {
             }
         }
     }
+}
+
+/// The seed view `view` of a sample draws from, for a loader seeded `seed` (see
+/// `ferroloader._views.view_seed`).
+#[pyfunction]
+pub(crate) fn view_seed(seed: u64, view: u64) -> u64 {
+    crate::views::view_seed(seed, view)
 }
 
 /// The dataset indices of epoch `epoch`, in visiting order, as the native loader visits them

@@ -31,6 +31,7 @@ use pyo3::prelude::*;
 use pyo3::types::PyBytes;
 
 use crate::fork;
+use crate::views::{Views, ViewsScratch};
 
 /// The span around a sample's whole Python tail: waiting for the lock and the GIL, seeding,
 /// building the input, the ops (nested spans of their own) and copying the result.
@@ -116,7 +117,7 @@ pub(crate) fn python_seed(seed: u64, epoch: u64, index: u64, repeat: u64) -> u64
 
 /// `name` with a `'static` lifetime, as profiler ops need: leaked once per distinct name for
 /// the life of the process (a few per pipeline), never per loader or per sample.
-fn intern(name: String) -> &'static str {
+pub(crate) fn intern(name: String) -> &'static str {
     static NAMES: OnceLock<Mutex<HashSet<&'static str>>> = OnceLock::new();
     let mut names = NAMES
         .get_or_init(Default::default)
@@ -572,12 +573,14 @@ impl OpHooks for LastOp {
     }
 }
 
-/// Per-worker state: the native prefix's context and the buffer it writes into.
+/// Per-worker state: the native prefix's context and the buffer it writes into, or the
+/// views' state.
 #[derive(Default)]
 pub(crate) struct TailScratch {
     native: Option<PipelineContext>,
     u8s: Vec<u8>,
     f32s: Vec<f32>,
+    views: ViewsScratch,
 }
 
 /// What the loader runs per sample.
@@ -587,6 +590,8 @@ pub(crate) enum Processor {
     Native(ImagePipeline),
     /// A native prefix, then Python.
     WithTail(PythonTail),
+    /// Several views of each image, each natively (`crate::views`).
+    Views(Views),
 }
 
 impl Processor {
@@ -595,6 +600,7 @@ impl Processor {
         match self {
             Processor::Native(p) => Some(p),
             Processor::WithTail(t) => t.prefix(),
+            Processor::Views(v) => Some(v.first()),
         }
     }
 
@@ -603,7 +609,7 @@ impl Processor {
     pub(crate) fn deferred_normalize(&self) -> Option<(&[f32], &[f32])> {
         match self {
             Processor::Native(p) => p.pipeline().deferred_normalize(),
-            Processor::WithTail(_) => None,
+            Processor::WithTail(_) | Processor::Views(_) => None,
         }
     }
 }
@@ -622,6 +628,7 @@ impl SampleProcessor for Processor {
             .map_or(0, PipelineContext::retained_bytes)
             + scratch.u8s.capacity()
             + 4 * scratch.f32s.capacity()
+            + scratch.views.retained_bytes()
     }
 
     fn sample_layout(&self) -> SampleLayout {
@@ -633,6 +640,7 @@ impl SampleProcessor for Processor {
                 .layout
                 .as_ref()
                 .map_or(SampleLayout::chw(DType::U8, 0, 0, 0), |l| l.layout),
+            Processor::Views(v) => v.layout(),
         }
     }
 
@@ -647,6 +655,7 @@ impl SampleProcessor for Processor {
         match self {
             Processor::Native(p) => p.process(bytes, key, &mut scratch.native, out, hooks),
             Processor::WithTail(t) => t.process(bytes, key, scratch, out, hooks),
+            Processor::Views(v) => v.process(bytes, key, &mut scratch.views, out, hooks),
         }
     }
 }

@@ -72,3 +72,29 @@ def test_copies_on_a_side_stream_are_intact(folder: Path) -> None:
     torch.cuda.synchronize()
     for (x, y), (wx, wy) in zip(got, want):
         assert torch.equal(x.cpu(), wx) and torch.equal(y.cpu(), wy)
+
+
+class _TwoViews:
+    def __init__(self) -> None:
+        import torchvision.transforms as tv
+
+        self.large = tv.Compose([tv.RandomResizedCrop(64), tv.ToTensor()])
+        self.small = tv.Compose([tv.RandomResizedCrop(32), tv.ToTensor()])
+
+    def __call__(self, image: object) -> List[torch.Tensor]:
+        return [self.large(image), self.small(image)]
+
+
+def test_views_come_pinned_and_equal_the_unpinned_ones(folder: Path) -> None:
+    from torchvision.datasets import ImageFolder
+
+    def views(**kw: object) -> List[List[torch.Tensor]]:
+        ld = fl.Loader(ImageFolder(str(folder), _TwoViews()), 3, seed=4, num_workers=2, **kw)
+        assert ld.views is not None and ld._python is None
+        return [x for x, _ in ld]
+
+    pinned, plain = views(pin_memory=True), views()
+    assert all(v.is_pinned() and v.is_contiguous() for batch in pinned for v in batch)
+    on_device = [[v.cuda(non_blocking=True) for v in batch] for batch in pinned]
+    torch.cuda.synchronize()
+    assert all(torch.equal(a.cpu(), b) for x, y in zip(on_device, plain) for a, b in zip(x, y))

@@ -251,9 +251,9 @@ def test_views_whose_layout_changes_name_the_sample(folder: Path) -> None:
         ld = fl.Loader(ds, batch_size=4, num_workers=0)
     with pytest.raises(RuntimeError, match=r"img_\d+.jpg \(sample \d+\): python_tail failed: the tail returned list \[\(3, \d+, 24\) float32, \(3, \d+, 24\) float32\], but the first sample gave list \[\(3, 18, 24\)"):
         batches(ld)
-    # Made natively: the planner says why.
+    # Made natively: the planner says why, and which view.
     ds = ImageFolder(str(folder), TwoCropsTransform(tv.Compose([tv.Resize(24), tv.ToTensor()])))
-    with pytest.raises(RuntimeError, match=r"img_\d+.jpg \(sample \d+\).*Resize\(int\) keeps each image's aspect ratio"):
+    with pytest.raises(ValueError, match=r"img_\d+.jpg \(sample \d+\): view0 failed: .*Resize\(int\) keeps each image's aspect ratio"):
         batches(fl.Loader(ds, batch_size=4, num_workers=0))
 
 
@@ -326,14 +326,78 @@ def test_the_trace_leaves_the_users_object_alone_and_refuses_what_is_not_views()
     assert view_seed(5, 0) == 5 and len(seeds) == 64 and all(0 <= s < 2**64 for s in seeds)
 
 
-def test_the_profile_has_a_span_per_view(folder: Path) -> None:
+def python_views(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Makes the loader run views in worker processes (``ViewSamples``), as it does for views
+    with Python ops."""
+    import ferroloader.loader as fl_loader
+
+    monkeypatch.setattr(fl_loader, "_natively_viewed", lambda views: False)
+
+
+def test_the_profile_has_a_span_per_view(folder: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     ds = ImageFolder(str(folder), TwoCropsTransform(moco_augmentation()))
+    # In the native workers: each view's ops inside its span, each view decoding its crop.
+    ld = fl.Loader(ds, batch_size=6, num_workers=2, profile="spans")
+    batches(ld)
+    spans = ld.profile().pipeline("native")["spans"]
+    ops = [s["op"] for s in spans]
+    assert ops.count("view0") == ops.count("view1") == 18 and ops.count("decode") == 36
+    views = [s for s in spans if s["op"].startswith("view")]
+    for s in spans:
+        if s["op"] == "decode":
+            assert any(
+                (v["batch"], v["sample"]) == (s["batch"], s["sample"])
+                and v["start_ns"] <= s["start_ns"] <= s["end_ns"] <= v["end_ns"]
+                for v in views
+            )
+    # In worker processes: the same spans around each view's native prefix.
+    python_views(monkeypatch)
     ld = fl.Loader(ds, batch_size=6, num_workers=2, profile="spans")
     batches(ld)
     (p,) = ld.profile().to_dict()["pipelines"]
     ops = [s["op"] for s in p["spans"]]
     assert ops.count("view0") == ops.count("view1") == 18
     assert ops.count("native_prefix") == 36 and ops.count("decode") == 36
+
+
+def test_views_in_the_native_workers_equal_views_in_worker_processes(
+    folder: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Two transforms, three views, shuffled, one batch short: every path alike.
+    class Views:
+        def __init__(self) -> None:
+            self.a = moco_augmentation(24)
+            self.b = tv.Compose([tv.RandomResizedCrop(16), tv.RandomSolarize(100, p=0.5), tv.ToTensor()])
+
+        def __call__(self, image: Any) -> Tuple[Any, Any, Any]:
+            return self.a(image), self.b(image), self.a(image)
+
+    ds = ImageFolder(str(folder), Views())
+    kwargs: Dict[str, Any] = dict(batch_size=5, shuffle=True, seed=11, num_workers=2)
+    native = fl.Loader(ds, **kwargs)
+    assert native._python is None
+    got = batches(native)
+    assert [tuple(v.shape) for v in got[0][0]] == [(5, 3, 24, 24), (5, 3, 16, 16), (5, 3, 24, 24)]
+    assert all(v.is_contiguous() for v in got[0][0]) and isinstance(got[0][0], tuple)
+    with pytest.raises(TypeError, match=r"sample_shape: each sample is 3 views \[\(3, 24, 24\) float32, \(3, 16, 16\) float32"):
+        native.sample_shape
+    python_views(monkeypatch)
+    in_processes = fl.Loader(ds, **kwargs)
+    assert in_processes._python is not None
+    want = batches(in_processes)
+    assert len(got) == len(want) == 4 and same([(list(x), y) for x, y in got], [(list(x), y) for x, y in want])
+    # batch_size=None and a collate_fn see the views of each sample, as DataLoader's.
+    monkeypatch.undo()
+    one = next(iter(fl.Loader(ds, batch_size=None, seed=11, num_workers=0)))
+    assert isinstance(one[0], tuple) and tuple(one[0][1].shape) == (3, 16, 16) and isinstance(one[1], int)
+    seen: List[Any] = []
+
+    def collate(samples: List[Any]) -> int:
+        seen.extend(samples)
+        return len(samples)
+
+    assert next(iter(fl.Loader(ds, batch_size=3, num_workers=0, collate_fn=collate))) == 3
+    assert len(seen) == 3 and all(isinstance(x, tuple) and len(x) == 3 for x, _ in seen)
 
 
 def test_views_resume_mid_epoch_with_the_rest_of_the_first_run(folder: Path) -> None:
@@ -420,15 +484,23 @@ def test_views_decoding_the_file_once_make_the_same_pixels(
 
     ds = ImageFolder(str(varied_folder), ContrastiveLearningViewGenerator(moco_augmentation(24), n_views=4))
     kwargs: Dict[str, Any] = dict(batch_size=4, seed=9, num_workers=0, exif_transpose=exif_transpose)
-    shared = fl.Loader(ds, **kwargs)
-    assert shared._python is not None and shared._python.dataset.shared_decode
-    got = batches(shared)
-    monkeypatch.setattr(fl_loader, "_decode_alike", lambda views: False)
-    own = fl.Loader(ds, **kwargs)
-    assert not own._python.dataset.shared_decode  # type: ignore[union-attr]
-    assert same(got, batches(own))
+    runs = []
+    for native in (True, False):
+        for shared in (True, False):
+            monkeypatch.undo()
+            if not native:
+                python_views(monkeypatch)
+            if not shared:
+                monkeypatch.setattr(fl_loader, "_decode_alike", lambda views: False)
+            ld = fl.Loader(ds, **kwargs)
+            assert (ld._python is None) == native
+            if not native:
+                assert ld._python is not None and ld._python.dataset.shared_decode == shared
+            runs.append(batches(ld))
+    assert all(same(run, runs[0]) for run in runs[1:])
     # Two views decode their own crops.
     monkeypatch.undo()
+    python_views(monkeypatch)
     two = fl.Loader(ImageFolder(str(varied_folder), TwoCropsTransform(moco_augmentation(24))), **kwargs)
     assert not two._python.dataset.shared_decode  # type: ignore[union-attr]
 
@@ -514,3 +586,15 @@ def test_dinos_blur_and_solarization_run_natively(folder: Path) -> None:
     assert ld.views is not None and all(not v.tail for v in ld.views)
     x, _ = next(iter(ld))
     assert [tuple(v.shape) for v in x] == [(6, 3, 24, 24)] + [(6, 3, 16, 16)] * 3
+
+
+def test_the_bench_scripts_dino_runs_natively(folder: Path) -> None:
+    # Loaded as bench_vs_torch --views-of loads it (a module named ferroloader_user_...).
+    from ferroloader import recipes
+
+    script = Path(__file__).resolve().parents[2] / "scripts" / "ssl_views.py"
+    dino = recipes.load_object(f"{script}:DataAugmentationDINO")(local_crops_number=2)
+    ld = fl.Loader(ImageFolder(str(folder), dino), batch_size=4, num_workers=0, python_tail="error")
+    assert ld.views is not None and len(ld.views) == 4 and ld._python is None
+    x, _ = next(iter(ld))
+    assert [tuple(v.shape) for v in x] == [(4, 3, 224, 224)] * 2 + [(4, 3, 96, 96)] * 2

@@ -72,7 +72,7 @@ def _reference() -> Dict[str, List[Step]]:
 
 def _is_dinos(t: Any, name: str) -> bool:
     cls = type(t)
-    if cls.__name__ != name or cls.__module__.startswith(("torchvision", "timm", "ferroloader")):
+    if cls.__name__ != name or cls.__module__.split(".")[0] in ("torchvision", "timm", "ferroloader"):
         return False
     call = getattr(cls, "__call__", None)
     if not isinstance(call, types.FunctionType):

@@ -22,10 +22,9 @@ from typing import Any, List, NamedTuple, Optional, Tuple
 
 import numpy as np
 
+from ferroloader import _native
+
 __all__ = ["Views", "trace_views", "view_seed"]
-
-_MASK = (1 << 64) - 1
-
 
 class Views(NamedTuple):
     """What :func:`trace_views` found: the transform of each view, in output order (an object
@@ -148,10 +147,5 @@ def view_seed(seed: int, view: int) -> int:
     """The native seed of view ``view`` of a loader seeded ``seed``: the seed itself for view
     0 (one view draws as the transform alone would), else SplitMix64's finalizer of ``seed +
     view * golden ratio``, so each view's draws are unrelated to the others' and to other
-    seeds' views."""
-    if view == 0:
-        return seed
-    z = (seed + view * 0x9E3779B97F4A7C15) & _MASK
-    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & _MASK
-    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & _MASK
-    return z ^ (z >> 31)
+    seeds' views (``_native.view_seed``, which the native workers use)."""
+    return _native.view_seed(seed, view)

@@ -138,6 +138,18 @@ def _gil_bound(costs: TailCosts, workers: int) -> bool:
     return parallel * costs.python > costs.prefix + costs.python
 
 
+def _natively_viewed(views: List[TailSplit]) -> bool:
+    """Whether the views can run in the native workers: each wholly native, all of one dtype,
+    none leaving its ``Normalize`` to the consumer (uint8 output)."""
+    if any(v.spec is None or v.tail for v in views) or len({v.output for v in views}) != 1:
+        return False
+    if views[0].output == "uint8":
+        return not any(
+            op.get("op") == "Normalize" for v in views for op in json.loads(cast(str, v.spec))["ops"]
+        )
+    return True
+
+
 def _decode_alike(views: List[TailSplit]) -> bool:
     """Whether the views with a native prefix decode a file alike (decoder, pixel limit, EXIF
     transposition; none scaling in the DCT domain, which a decoded image cannot), so that one
@@ -576,6 +588,13 @@ class Loader:
         self._progress: Optional[Tuple[int, Tuple[int, int, List[int]]]] = None
         self._fingerprint: Optional[int] = None
         self._python: Optional["PythonDataset"] = None
+        #: The views of a transform that returns several (``_views.trace_views``), each view's
+        #: transform cut into its native prefix and Python tail; ``None`` for any other.
+        self.views: Optional[List[TailSplit]] = None
+        self._views: Optional[Views] = None
+        #: Whether the views run in the native workers (every view native, one dtype, none
+        #: leaving its Normalize to the consumer); else in worker processes (``ViewSamples``).
+        self._native_views: bool = False
         if self.python_dataset_reason is not None:
             self._init_python_dataset(prefetch_factor, self.python_dataset_reason)
             return
@@ -613,13 +632,11 @@ class Loader:
         #: What ``python_tail_workers="auto"`` measured to choose between them (``None`` where
         #: it measured nothing).
         self.python_tail_costs: Optional[TailCosts] = None
-        #: The views of a transform that returns several (``_views.trace_views``), each view's
-        #: transform cut into its native prefix and Python tail; ``None`` for any other.
-        self.views: Optional[List[TailSplit]] = None
-        self._views: Optional[Views] = self._trace_views()
+        self._views = self._trace_views()
         if self._views is not None:
             self.views = [self._split_view(t) for t in self._views.transforms]
             self.python_tail = [op for split in self.views for op in split.tail]
+            self._native_views = _natively_viewed(self.views)
         if self.python_tail:
             self._refuse_tail()
         tail_samples = self._tail_in_processes()
@@ -671,6 +688,8 @@ class Loader:
         batches; it is given uint8 samples under its prefetcher)."""
         if self.tensor_type != "torch" or self.unbatched or self.target_transform is not None:
             return None
+        if self.views is not None:
+            return None  # each sample is several views: the batch op is run as given
         mix = self._batch_mix_of_arguments()
         if isinstance(mix, FastCollateMix):
             return mix if len(self.sample_shape) == 3 and self.dtype == "uint8" else None
@@ -830,7 +849,7 @@ class Loader:
         from ferroloader._pydataset import _describe as _describe_views
 
         if self.views is not None:
-            return self._view_samples()
+            return None if self._native_views else self._view_samples()
         if not self.python_tail or self.tensor_type != "torch":
             return None
         workers = _cores() if self.num_workers is None else self.num_workers
@@ -1014,6 +1033,11 @@ class Loader:
 
     def _build(self) -> _native.Loader:
         split = self._split
+        views: Optional[List[str]] = None
+        if self._native_views:
+            assert self.views is not None
+            views = [cast(str, v.spec) for v in self.views]
+            split = split._replace(spec=None, tail=[])
         tail = [(op, tail_op_name(op)) for op in split.tail] if split.tail else None
         runner = (
             TailRunner(split.input_kind, self.output, self.image_mode, self.exif_transpose)
@@ -1040,6 +1064,8 @@ class Loader:
             page_lock=self._page_lock,
             replace_retries=self.replace_retries,
             sampler_rank=self._sampler_rank,
+            views=views,
+            shared_decode=views is not None and len(views) > 2 and _decode_alike(self.views or []),
         )
 
     def _loader(self) -> "_native.Loader | PythonDataset":
@@ -1234,7 +1260,12 @@ class Loader:
     @property
     def sample_shape(self) -> Tuple[int, ...]:
         """Shape of one sample, e.g. ``(3, 224, 224)``; a Python tail's may have any number of
-        dimensions (``FiveCrop``'s ``(5, 3, 224, 224)``), as DataLoader would batch it."""
+        dimensions (``FiveCrop``'s ``(5, 3, 224, 224)``), as DataLoader would batch it.
+        ``TypeError`` for a transform returning several views (each has its own)."""
+        if self._native_views:
+            shapes = self._native_loader().view_shapes or []
+            views = ", ".join(f"{tuple(shape)} {self.dtype}" for shape in shapes)
+            raise TypeError(f"sample_shape: each sample is {len(shapes)} views [{views}]")
         return tuple(self._loader().sample_shape)
 
     @property
@@ -1612,6 +1643,15 @@ class LoaderIterator:
         shape = tuple(native_loader.sample_shape)
         # A tail's result of another rank is held in three dimensions; each batch is viewed back.
         self._sample_shape = shape if shape != native_loader.held_shape else None
+        # Views: where each lies in a sample, its shape, and the container they come in.
+        self._views: Optional[Tuple[List[Tuple[int, int, Tuple[int, ...]]], type]] = None
+        if native_loader.view_shapes is not None and loader._views is not None:
+            cuts, start = [], 0
+            for view_shape in native_loader.view_shapes:
+                size = int(np.prod(view_shape))
+                cuts.append((start, start + size, tuple(view_shape)))
+                start += size
+            self._views = (cuts, loader._views.container)
         # Batch mixing planned ahead for the workers: the batches not planned yet, each
         # batch's draws by its number, how far ahead (the batches the workers may have in
         # flight, and the one the consumer takes next).
@@ -1699,6 +1739,8 @@ class LoaderIterator:
             targets = [self._target_transform(label) for label in labels.tolist()]
         if self._sample_shape is not None:
             images = images.reshape((images.shape[0], *self._sample_shape))  # a view, no copy
+        if self._views is not None:
+            return self._deliver_views(images, labels, targets)  # type: ignore[no-any-return]
         if self._from_numpy is not None:
             images, labels = self._torch_images(images), self._from_numpy(labels)
             if self._pin_device is not None:
@@ -1724,6 +1766,50 @@ class LoaderIterator:
         if self._batch_transform is not None:
             return self._batch_transform(images, labels)  # type: ignore[no-any-return]
         return images, labels
+
+    def _deliver_views(self, images: np.ndarray, labels: np.ndarray, targets: Optional[List[Any]]) -> Any:
+        """A batch of views as DataLoader delivers it: one contiguous tensor per view (copied
+        out of the batch, where each sample holds its views in a row; pinned when pinning), in
+        the transform's container; labels and the rest as for any batch."""
+        assert self._views is not None
+        cuts, container = self._views
+        flat = images.reshape(images.shape[0], -1)
+        views: List[Any] = []
+        for start, end, shape in cuts:
+            # Copied out of the ring, contiguous (the batch buffer goes back to the workers),
+            # straight into pinned memory when pinning.
+            part = flat[:, start:end].reshape(flat.shape[0], *shape)  # a strided view
+            if self._from_numpy is None:
+                views.append(np.ascontiguousarray(part))
+            elif self._pin_device is not None:
+                import torch
+
+                pinned = torch.empty(part.shape, dtype=getattr(torch, str(part.dtype)), pin_memory=True)
+                views.append(pinned.copy_(self._from_numpy(part)))
+            else:
+                views.append(self._from_numpy(np.ascontiguousarray(part)))
+        out_labels: Any = labels
+        if self._from_numpy is not None:
+            out_labels = self._from_numpy(labels)
+            if self._pin_device is not None:
+                out_labels = out_labels.pin_memory()
+        labels = out_labels
+        if self._unbatched:
+            sample = container(v[0] for v in views)
+            if targets is not None:
+                return sample, targets[0]
+            return sample, int(labels[0]) if self._from_numpy is not None else labels[0]
+        if self._collate_fn is not None:
+            if targets is None:
+                targets = [int(label) for label in labels]
+            samples = [(container(v[i] for v in views), targets[i]) for i in range(len(targets))]
+            return self._collate_fn(samples)
+        if targets is not None:
+            labels = self._collate_targets(targets)
+        batch = container(views)
+        if self._batch_transform is not None:
+            return self._batch_transform(batch, labels)
+        return batch, labels
 
     def _log_replaced(self) -> None:
         """Logs each sample replaced since the last batch, as timm's ``ImageDataset`` logs the
