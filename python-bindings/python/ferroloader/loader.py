@@ -845,9 +845,6 @@ class Loader:
         self-supervised recipes' transforms do) always runs here, with any ``num_workers``
         (0: in this process): a native slot holds one array per sample, so such samples are
         collated as DataLoader collates them. The first sample, probed, says which it is."""
-        from ferroloader._pydataset import TailSamples
-        from ferroloader._pydataset import _describe as _describe_views
-
         if self.views is not None:
             return None if self._native_views else self._view_samples()
         if not self.python_tail or self.tensor_type != "torch":
@@ -856,6 +853,9 @@ class Loader:
         source = self._indexable_source()
         if source is None:
             return None
+        from ferroloader._pydataset import TailSamples
+        from ferroloader._pydataset import _describe as _describe_views
+
 
         split = self._split
         prefix = None
