@@ -150,6 +150,13 @@ def _natively_viewed(views: List[TailSplit]) -> bool:
     return True
 
 
+def _share_decode(views: List[TailSplit]) -> bool:
+    """Whether the views read one decode of each file: three or more (two decoding their own
+    crops cost what one whole decode and its copies cost, measured on 500x375 JPEGs) that
+    decode alike."""
+    return len(views) > 2 and _decode_alike(views)
+
+
 def _decode_alike(views: List[TailSplit]) -> bool:
     """Whether the views with a native prefix decode a file alike (decoder, pixel limit, EXIF
     transposition; none scaling in the DCT domain, which a decoded image cannot), so that one
@@ -856,7 +863,6 @@ class Loader:
         from ferroloader._pydataset import TailSamples
         from ferroloader._pydataset import _describe as _describe_views
 
-
         split = self._split
         prefix = None
         if split.spec is not None:
@@ -876,13 +882,7 @@ class Loader:
                 return None  # the native workers report the sample's error where it comes
             raise
         if samples.views is not None:
-            if self.python_tail_workers == "threads":
-                raise ValueError(
-                    f"python_tail_workers: 'threads' cannot make these samples: the transform "
-                    f"returns {_describe_views(samples.views)}, which DataLoader's collate "
-                    "batches (in worker processes, or in this process with num_workers=0); "
-                    "use 'auto' or 'processes'"
-                )
+            self._refuse_threads(_describe_views(samples.views))
             return samples
         if in_threads:
             return None
@@ -958,12 +958,7 @@ class Loader:
                 names = [tail_op_name(op) for op in split.tail]
                 makers.append(TailSamples(None, split.tail, names, runner, self.seed, prefix))
             order.append(seen[id(transform)])
-        if self.python_tail_workers == "threads":
-            raise ValueError(
-                "python_tail_workers: 'threads' cannot make these samples: the transform returns "
-                f"{len(order)} views, which DataLoader's collate batches (in worker processes, or "
-                "in this process with num_workers=0); use 'auto' or 'processes'"
-            )
+        self._refuse_threads(f"{len(order)} views")
         samples = ViewSamples(
             source,
             makers,
@@ -971,10 +966,19 @@ class Loader:
             self._views.container,
             self.seed,
             self.target_transform,
-            shared_decode=len(order) > 2 and _decode_alike(self.views),
+            shared_decode=_share_decode(self.views),
         )
         samples.probe(skip=self.on_error == "skip")
         return samples
+
+    def _refuse_threads(self, returned: str) -> None:
+        """``python_tail_workers="threads"`` cannot make samples that are containers of views."""
+        if self.python_tail_workers == "threads":
+            raise ValueError(
+                f"python_tail_workers: 'threads' cannot make these samples: the transform returns "
+                f"{returned}, which DataLoader's collate batches (in worker processes, or in this "
+                "process with num_workers=0); use 'auto' or 'processes'"
+            )
 
     def _refuse_tail(self) -> None:
         """Applies ``python_tail="error"``, and refuses a tail op that cannot be called."""
@@ -1065,7 +1069,7 @@ class Loader:
             replace_retries=self.replace_retries,
             sampler_rank=self._sampler_rank,
             views=views,
-            shared_decode=views is not None and len(views) > 2 and _decode_alike(self.views or []),
+            shared_decode=views is not None and _share_decode(self.views or []),
         )
 
     def _loader(self) -> "_native.Loader | PythonDataset":
