@@ -66,6 +66,7 @@ import ferroloader.torch as fl_torch
 from ferroloader import _native
 from ferroloader._views import view_seed
 from ferroloader._tail import (
+    map_views,
     reseed_generators,
     restore_generators,
     save_generators,
@@ -528,16 +529,7 @@ def _describe(layout: Any) -> str:
 
 def _to_torch(sample: Any) -> Any:
     """The sample with each array in it made a tensor (sharing its memory)."""
-    if isinstance(sample, np.ndarray):
-        return torch.from_numpy(sample)
-    if isinstance(sample, dict):
-        return {k: _to_torch(v) for k, v in sample.items()}
-    if isinstance(sample, (list, tuple)):
-        items = [_to_torch(v) for v in sample]
-        if isinstance(sample, tuple) and hasattr(sample, "_fields"):
-            return type(sample)(*items)
-        return type(sample)(items)
-    return sample
+    return map_views(lambda x: torch.from_numpy(x) if isinstance(x, np.ndarray) else x, sample)
 
 
 def _chain(ops: List[Any]) -> Any:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import io
 import random
-from typing import Any, Optional, Tuple
+from typing import Any, Callable, Optional, Tuple
 
 import numpy as np
 
@@ -166,16 +166,7 @@ class TailRunner:
         anything else (a number, a string) left for the collate to take, as DataLoader leaves
         it; any other result is :meth:`to_output`'s. Such samples cannot be written into a
         native batch slot: they are collated as DataLoader collates them (``TailSamples``)."""
-        if is_structured(result):
-            if isinstance(result, dict):
-                return {k: self.to_views(v) for k, v in result.items()}
-            items = [self.to_views(v) for v in result]
-            if isinstance(result, tuple) and hasattr(result, "_fields"):  # a namedtuple
-                return type(result)(*items)
-            return type(result)(items)
-        if self._is_image(result):
-            return self.to_output(result)
-        return result
+        return map_views(lambda x: self.to_output(x) if self._is_image(x) else x, result)
 
     def _is_image(self, obj: Any) -> bool:
         torch = self._torch
@@ -184,6 +175,19 @@ class TailRunner:
             or isinstance(obj, np.ndarray)
             or _is_pil_image(obj)
         )
+
+
+def map_views(fn: Callable[[Any], Any], sample: Any) -> Any:
+    """``sample`` with ``fn`` applied to everything in it that is not a list, tuple or dict,
+    those kept (a namedtuple rebuilt field by field)."""
+    if isinstance(sample, dict):
+        return {k: map_views(fn, v) for k, v in sample.items()}
+    if isinstance(sample, (list, tuple)):
+        items = [map_views(fn, v) for v in sample]
+        if isinstance(sample, tuple) and hasattr(sample, "_fields"):
+            return type(sample)(*items)
+        return type(sample)(items)
+    return fn(sample)
 
 
 def is_structured(result: Any) -> bool:
