@@ -598,3 +598,17 @@ def test_the_bench_scripts_dino_runs_natively(folder: Path) -> None:
     assert ld.views is not None and len(ld.views) == 4 and ld._python is None
     x, _ = next(iter(ld))
     assert [tuple(v.shape) for v in x] == [(4, 3, 224, 224)] * 2 + [(4, 3, 96, 96)] * 2
+
+
+def test_views_given_to_the_loader_over_its_own_folder_and_as_numpy(folder: Path) -> None:
+    views = TwoCropsTransform(moco_augmentation(24))
+    kwargs: Dict[str, Any] = dict(batch_size=6, seed=3, num_workers=2, transform=views)
+    as_torch = batches(fl.Loader(fl.ImageFolder(folder), **kwargs))
+    as_numpy = batches(fl.Loader(fl.ImageFolder(folder), tensor_type="numpy", **kwargs))
+    assert len(as_torch) == len(as_numpy) == 3
+    for (x, y), (u, v) in zip(as_torch, as_numpy):
+        assert all(a.flags["C_CONTIGUOUS"] and torch.equal(b, torch.from_numpy(a)) for a, b in zip(u, x))
+        assert y.tolist() == v.tolist()
+    # Views with Python ops are made in DataLoader's worker processes: torch tensors only.
+    with pytest.raises(ValueError, match="tensor_type: views with Python ops"):
+        fl.Loader(fl.ImageFolder(folder), batch_size=6, tensor_type="numpy", transform=DataAugmentationDINO(1))

@@ -67,6 +67,7 @@ from ferroloader import _native
 from ferroloader._views import view_seed
 from ferroloader._tail import (
     map_views,
+    read_sample,
     reseed_generators,
     restore_generators,
     save_generators,
@@ -363,20 +364,8 @@ class TailSamples(Dataset[Tuple[torch.Tensor, Any]]):
         return sample
 
     def _read(self, index: int) -> Tuple[str, bytes, int]:
-        """``(where, encoded bytes, label)`` of sample ``index``: an array's image as binary
-        PNM, which is how the native loader reads it too."""
-        source = self.source
-        if isinstance(source, _native.ImageArray):
-            pixels, label = source[index]
-            h, w = pixels.shape[:2]
-            kind = b"P5" if pixels.ndim == 2 or pixels.shape[2] == 1 else b"P6"
-            data = b"%s\n%d %d\n255\n" % (kind, w, h) + np.ascontiguousarray(pixels).tobytes()
-            return f"{source.name}[{index}]", data, int(label)
-        item, label = source[index]
-        if isinstance(item, (bytes, bytearray)):
-            return f"dataset[{index}]", bytes(item), int(label)
-        with open(item, "rb") as f:
-            return str(item), f.read(), int(label)
+        """``(where, encoded bytes, label)`` of sample ``index`` (``_tail.read_sample``)."""
+        return read_sample(self.source, index)
 
     def costs(self, count: int) -> Optional["TailCosts"]:
         """Times up to ``count`` samples after the first as the native worker threads would

@@ -177,6 +177,25 @@ class TailRunner:
         )
 
 
+def read_sample(source: Any, index: int) -> Tuple[str, bytes, int]:
+    """``(where, encoded bytes, label)`` of sample ``index`` of a source Python can index (a
+    list of ``(path, label)``, an ``ImageArray``, a dataset of ``(path or bytes, label)``): an
+    array's image as binary PNM, which is how the native loader reads it too."""
+    from ferroloader import _native
+
+    if isinstance(source, _native.ImageArray):
+        pixels, label = source[index]
+        h, w = pixels.shape[:2]
+        kind = b"P5" if pixels.ndim == 2 or pixels.shape[2] == 1 else b"P6"
+        data = b"%s\n%d %d\n255\n" % (kind, w, h) + np.ascontiguousarray(pixels).tobytes()
+        return f"{source.name}[{index}]", data, int(label)
+    item, label = source[index]
+    if isinstance(item, (bytes, bytearray)):
+        return f"dataset[{index}]", bytes(item), int(label)
+    with open(item, "rb") as f:
+        return str(item), f.read(), int(label)
+
+
 def map_views(fn: Callable[[Any], Any], sample: Any) -> Any:
     """``sample`` with ``fn`` applied to everything in it that is not a list, tuple or dict,
     those kept (a namedtuple rebuilt field by field)."""

@@ -46,7 +46,7 @@ from ferroloader._fastmix import FastCollateMix
 from ferroloader.datasets import reading
 from ferroloader.profiling import Profile
 from ferroloader._pinning import DeviceReadHold, cuda_runtime_path
-from ferroloader._tail import TailRunner
+from ferroloader._tail import TailRunner, read_sample
 from ferroloader._views import Views, trace_views
 from ferroloader.transforms import (
     Compose,
@@ -644,6 +644,11 @@ class Loader:
             self.views = [self._split_view(t) for t in self._views.transforms]
             self.python_tail = [op for split in self.views for op in split.tail]
             self._native_views = _natively_viewed(self.views)
+            if not self._native_views and self.tensor_type != "torch":
+                raise ValueError(
+                    "tensor_type: views with Python ops are made in DataLoader's worker "
+                    "processes, as torch tensors; use tensor_type='torch'"
+                )
         if self.python_tail:
             self._refuse_tail()
         tail_samples = self._tail_in_processes()
@@ -906,18 +911,15 @@ class Loader:
         """The views of a transform that returns several, traced on the first image that
         opens (of the first 16), where the whole transform is one Python callable."""
         split = self._split
-        if split.spec is not None or len(split.tail) != 1 or self.tensor_type != "torch":
+        if split.spec is not None or len(split.tail) != 1:
             return None
         source = self._indexable_source()
         if source is None:
             return None
-        from ferroloader._pydataset import TailSamples
-
         runner = TailRunner("bytes", self.output, self.image_mode, self.exif_transpose)
-        reader = TailSamples(source, [], [], runner, self.seed)
         for index in range(min(len(source), 16)):
             try:
-                image = runner.to_input(reader._read(index)[1])
+                image = runner.to_input(read_sample(source, index)[1])
             except Exception:
                 continue
             return trace_views(split.tail[0], image)
