@@ -12,7 +12,7 @@ from typing import Any, Dict, List, Tuple
 import pytest
 import torch
 import torchvision.transforms as tv
-from PIL import Image, ImageFilter, ImageOps
+from PIL import Image, ImageFilter
 from torch.utils.data import DataLoader
 from torchvision.datasets import ImageFolder
 
@@ -505,40 +505,20 @@ def test_views_decoding_the_file_once_make_the_same_pixels(
     assert not two._python.dataset.shared_decode  # type: ignore[union-attr]
 
 
-class GaussianBlur(object):
-    """DINO's utils.GaussianBlur, verbatim."""
+def ssl_views(name: str) -> Any:
+    """What ``scripts/ssl_views.py`` defines (DINO's own classes, verbatim), loaded as
+    ``bench_vs_torch --views-of`` loads it."""
+    from ferroloader import recipes
 
-    def __init__(self, p=0.5, radius_min=0.1, radius_max=2.):  # type: ignore[no-untyped-def]
-        self.prob = p
-        self.radius_min = radius_min
-        self.radius_max = radius_max
-
-    def __call__(self, img):  # type: ignore[no-untyped-def]
-        do_it = random.random() <= self.prob
-        if not do_it:
-            return img
-
-        return img.filter(
-            ImageFilter.GaussianBlur(
-                radius=random.uniform(self.radius_min, self.radius_max)
-            )
-        )
+    script = Path(__file__).resolve().parents[2] / "scripts" / "ssl_views.py"
+    return recipes.load_object(f"{script}:{name}")
 
 
-class Solarization(object):
-    """DINO's utils.Solarization, verbatim."""
-
-    def __init__(self, p):  # type: ignore[no-untyped-def]
-        self.p = p
-
-    def __call__(self, img):  # type: ignore[no-untyped-def]
-        if random.random() < self.p:
-            return ImageOps.solarize(img)
-        else:
-            return img
+GaussianBlur = ssl_views("GaussianBlur")
+Solarization = ssl_views("Solarization")
 
 
-class NearlyDinosBlur(GaussianBlur):
+class NearlyDinosBlur(GaussianBlur):  # type: ignore[misc,valid-type]
     """Another condition (``<``): not DINO's, a Python tail."""
 
     def __call__(self, img):  # type: ignore[no-untyped-def]
@@ -590,10 +570,7 @@ def test_dinos_blur_and_solarization_run_natively(folder: Path) -> None:
 
 def test_the_bench_scripts_dino_runs_natively(folder: Path) -> None:
     # Loaded as bench_vs_torch --views-of loads it (a module named ferroloader_user_...).
-    from ferroloader import recipes
-
-    script = Path(__file__).resolve().parents[2] / "scripts" / "ssl_views.py"
-    dino = recipes.load_object(f"{script}:DataAugmentationDINO")(local_crops_number=2)
+    dino = ssl_views("DataAugmentationDINO")(local_crops_number=2)
     ld = fl.Loader(ImageFolder(str(folder), dino), batch_size=4, num_workers=0, python_tail="error")
     assert ld.views is not None and len(ld.views) == 4 and ld._python is None
     x, _ = next(iter(ld))
