@@ -12,13 +12,35 @@ from PIL import Image, ImageFilter, ImageOps
 MEAN = [0.485, 0.456, 0.406]
 STD = [0.229, 0.224, 0.225]
 
+class MocoLoader:
+    """facebookresearch/moco's ``moco/loader.py`` classes, verbatim (in a namespace here: DINO's
+    ``GaussianBlur`` below takes the name at module level). The loader recognises both."""
+
+    class GaussianBlur(object):
+        """Gaussian blur augmentation in SimCLR https://arxiv.org/abs/2002.05709"""
+
+        def __init__(self, sigma=[.1, 2.]):  # type: ignore[no-untyped-def]
+            self.sigma = sigma
+
+        def __call__(self, x):  # type: ignore[no-untyped-def]
+            sigma = random.uniform(self.sigma[0], self.sigma[1])
+            x = x.filter(ImageFilter.GaussianBlur(radius=sigma))
+            return x
+
+    class Solarize(object):
+        """Solarize augmentation from BYOL: https://arxiv.org/abs/2006.07733"""
+
+        def __call__(self, x):  # type: ignore[no-untyped-def]
+            return ImageOps.solarize(x)
+
+
 #: MoCo v2's augmentation (facebookresearch/moco, main_moco.py with --aug-plus), two views.
 moco_v2 = tv.Compose(
     [
         tv.RandomResizedCrop(224, scale=(0.2, 1.0)),
         tv.RandomApply([tv.ColorJitter(0.4, 0.4, 0.4, 0.1)], p=0.8),
         tv.RandomGrayscale(p=0.2),
-        tv.RandomApply([tv.GaussianBlur(23, [0.1, 2.0])], p=0.5),
+        tv.RandomApply([MocoLoader.GaussianBlur([0.1, 2.0])], p=0.5),
         tv.RandomHorizontalFlip(),
         tv.ToTensor(),
         tv.Normalize(MEAN, STD),

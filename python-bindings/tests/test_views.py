@@ -589,3 +589,26 @@ def test_views_given_to_the_loader_over_its_own_folder_and_as_numpy(folder: Path
     # Views with Python ops are made in DataLoader's worker processes: torch tensors only.
     with pytest.raises(ValueError, match="tensor_type: views with Python ops"):
         fl.Loader(fl.ImageFolder(folder), batch_size=6, tensor_type="numpy", transform=DataAugmentationDINO(1))
+
+
+def test_mocos_blur_and_solarize_run_natively_inside_random_apply() -> None:
+    import json
+
+    from ferroloader.transforms import split_python_tail
+
+    moco = ssl_views("MocoLoader")
+    crop, to_tensor = tv.RandomResizedCrop(24), tv.ToTensor()
+    blur = tv.RandomApply([moco.GaussianBlur([0.1, 2.0])], p=0.5)
+    solarize = tv.RandomApply([moco.Solarize()], p=0.2)
+    split = split_python_tail(tv.Compose([crop, blur, solarize, to_tensor]), output=None)
+    assert split.spec is not None and split.tail == []
+    ops = json.loads(split.spec)["ops"]
+    (inner,) = ops[1]["transforms"]
+    (op,) = inner["policy"][0]
+    assert (ops[1]["op"], ops[1]["p"], inner["op"]) == ("RandomApply", 0.5, "TimmAutoAugment")
+    assert (op["name"], op["prob"], op["magnitude"]) == ("GaussianBlurRand", 1.0, 10.0)
+    assert ops[2]["transforms"] == [{"op": "RandomSolarize", "threshold": 128.0, "p": 1.0}]
+    # Another smallest sigma is not timm's op: the RandomApply holding it is a Python tail.
+    other = tv.RandomApply([moco.GaussianBlur([0.2, 2.0])], p=0.5)
+    split = split_python_tail(tv.Compose([crop, other, to_tensor]), output=None)
+    assert split.tail[0] is other

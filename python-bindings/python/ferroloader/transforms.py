@@ -83,7 +83,7 @@ from typing import (
 
 import numpy as np
 
-from ferroloader import _bytecode, _dino, _native, _openclip
+from ferroloader import _bytecode, _native, _openclip, _ssl
 
 __all__ = [
     "Transform",
@@ -2390,19 +2390,28 @@ def _flatten_torchvision_compose(items: List[Any]) -> List[Any]:
     """A torchvision ``Compose`` nested in the list stands for its transforms, where it stands,
     and so does a pretrained model's preset (:func:`_preset_steps`); open_clip's classes and
     DINO's blur and solarization stand for their equivalents (``ferroloader._openclip``,
-    ``ferroloader._dino``)."""
+    ``ferroloader._ssl``)."""
     flat: List[Any] = []
-    for t in map(_as_torchvision, items):
+    for t in map(_standing_for, items):
         if _is_torchvision(t) and type(t).__name__ == "Compose":
             flat.extend(_flatten_torchvision_compose(list(t.transforms)))
         elif _is_torchvision(t) and type(t).__name__ == "ImageClassification":
             flat.extend(_preset_steps(t))
         else:
-            same = _openclip.equivalent(t)  # None for anything but open_clip's own classes
-            if same is None:
-                same = _dino.equivalent(t)  # None for anything but DINO's blur and solarization
-            flat.append(t if same is None else same)
+            flat.append(t)
     return flat
+
+
+def _standing_for(t: Any) -> Any:
+    """What the converter takes ``t`` as: a subclass changing only ``__init__`` as its
+    torchvision base (:func:`_as_torchvision`), open_clip's classes and the self-supervised
+    repositories' own blurs and solarizations as their equivalents (``ferroloader._openclip``,
+    ``ferroloader._ssl``, each ``None`` for anything else), anything else as it is."""
+    t = _as_torchvision(t)
+    same = _openclip.equivalent(t)
+    if same is None:
+        same = _ssl.equivalent(t)
+    return t if same is None else same
 
 
 def _preset_steps(preset: Any) -> List[Any]:
@@ -2441,12 +2450,12 @@ def _convert_nested(transforms: Iterable[Any]) -> List[Union[Transform, Compose]
     """The ``transforms`` of a torchvision random composition, converted: stage ops, nested
     random compositions, and ``Compose`` kept as one unit."""
     out: List[Union[Transform, Compose]] = []
-    for i, t in enumerate(transforms):
+    for i, t in enumerate(map(_standing_for, transforms)):
         name = type(t).__name__
         if _is_identity(t):
             out.append(Identity())  # still one choice of RandomChoice, one item of RandomOrder
             continue
-        if not _is_torchvision(t):
+        if not (_is_torchvision(t) or _is_timm(t)):
             raise ValueError(f"transforms[{i}] {t!r} is not a torchvision transform")
         if name == "Compose":
             out.append(Compose(_convert_nested(t.transforms)))
