@@ -612,3 +612,26 @@ def test_mocos_blur_and_solarize_run_natively_inside_random_apply() -> None:
     other = tv.RandomApply([moco.GaussianBlur([0.2, 2.0])], p=0.5)
     split = split_python_tail(tv.Compose([crop, other, to_tensor]), output=None)
     assert split.tail[0] is other
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_a_profiled_dataloader_times_each_view_as_the_native_loader_names_them(folder: Path, workers: int) -> None:
+    import ferroloader.torch as flt
+
+    views = DataAugmentationDINO(local_crops_number=2)
+    ds = ImageFolder(str(folder), views)
+    profiled = flt.profile(DataLoader(ds, batch_size=6, num_workers=workers))
+    got = [x for x, _ in profiled]
+    assert ds.transform is views and len(got) == 3 and len(got[0]) == 4
+    spans = profiled.profile_dict()["pipelines"][0]["spans"]
+    ops = [s["op"] for s in spans]
+    assert [ops.count(f"view{v}") for v in range(5)] == [18, 18, 18, 18, 0]
+    assert ops.count("RandomResizedCrop") == ops.count("PilBlur") == 4 * 18
+    # Each view's ops nest in its span, one level down.
+    for s in spans:
+        if s["op"] == "RandomResizedCrop":
+            assert any(
+                v["op"].startswith("view") and v["sample"] == s["sample"] and v["depth"] == s["depth"] - 1
+                and v["start_ns"] <= s["start_ns"] <= s["end_ns"] <= v["end_ns"]
+                for v in spans
+            )

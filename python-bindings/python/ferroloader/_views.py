@@ -18,13 +18,13 @@ from __future__ import annotations
 
 import copy
 import random
-from typing import Any, List, NamedTuple, Optional, Tuple
+from typing import Any, Callable, Dict, List, NamedTuple, Optional, Tuple
 
 import numpy as np
 
 from ferroloader import _native
 
-__all__ = ["Views", "trace_views", "view_seed"]
+__all__ = ["Views", "trace_views", "view_seed", "with_views_replaced"]
 
 class Views(NamedTuple):
     """What :func:`trace_views` found: the transform of each view, in output order (an object
@@ -68,40 +68,50 @@ def _is_transform(value: Any) -> bool:
     return callable(value) and not isinstance(value, type)
 
 
-def _record_attributes(obj: Any, image: Any, calls: List[Any]) -> int:
-    """Replaces each callable attribute ``obj`` holds by a recorder: its ``__dict__`` entries
-    and, for a ``torch.nn.Module``, its submodules (kept in ``_modules``); a list or tuple of
-    callables (lightly's ``MultiViewTransform(transforms=[...])``) by a new one of recorders.
-    Returns how many were replaced. ``obj``'s namespaces must be its own (a copy's)."""
+def _own_copy(obj: Any) -> Optional[Any]:
+    """A shallow copy of ``obj`` whose attribute namespaces are its own (a ``Module``'s
+    submodules too), so that replacing its attributes leaves ``obj`` alone; ``None`` where it
+    cannot be made."""
+    try:
+        made = copy.copy(obj)
+    except Exception:
+        return None
+    if vars(made) is vars(obj):
+        return None
+    modules = vars(made).get("_modules")
+    if isinstance(modules, dict):
+        vars(made)["_modules"] = dict(modules)  # copy.copy shares a Module's submodules
+    return made
+
+
+def _replace_callables(obj: Any, replace: Callable[[Any], Any]) -> int:
+    """Replaces each callable attribute ``obj`` holds by ``replace(it)``: its ``__dict__``
+    entries and, for a ``torch.nn.Module``, its submodules (kept in ``_modules``); in a list or
+    tuple of callables (lightly's ``MultiViewTransform(transforms=[...])``) each item, in a new
+    one. Returns how many it met. ``obj``'s namespaces must be its own (:func:`_own_copy`)."""
     spaces = [vars(obj)]
     modules = vars(obj).get("_modules")
     if isinstance(modules, dict):
         spaces.append(modules)
-    replaced = 0
+    met = 0
     for space in spaces:
         for name, value in list(space.items()):
             if _is_transform(value):
-                space[name] = _Recorder(value, image, calls)
-                replaced += 1
+                space[name] = replace(value)
+                met += 1
             elif isinstance(value, (list, tuple)) and value and all(map(_is_transform, value)):
-                space[name] = type(value)(_Recorder(v, image, calls) for v in value)
-                replaced += len(value)
-    return replaced
+                space[name] = type(value)(replace(v) for v in value)
+                met += len(value)
+    return met
 
 
 def _trace_once(transform: Any, image: Any, seed: int) -> Optional[Tuple[List[Any], type]]:
-    try:
-        traced = copy.copy(transform)
-    except Exception:
+    traced = _own_copy(transform)
+    if traced is None:
         return None
-    if vars(traced) is vars(transform):
-        return None  # the recorders would land on the user's object
-    modules = vars(traced).get("_modules")
-    if isinstance(modules, dict):
-        vars(traced)["_modules"] = dict(modules)  # copy.copy shares a Module's submodules
     calls: List[Any] = []
     try:
-        if not _record_attributes(traced, image, calls):
+        if not _replace_callables(traced, lambda value: _Recorder(value, image, calls)):
             return None
     except Exception:
         return None  # a namedtuple of transforms, say: not rebuilt from an iterable
@@ -141,6 +151,32 @@ def trace_views(transform: Any, image: Any) -> Optional[Views]:
     if any(a is not b for a, b in zip(first[0], second[0])):
         return None
     return Views(first[0], first[1])
+
+
+def with_views_replaced(transform: Any, replace: Callable[[Any], Any]) -> Optional[Any]:
+    """A shallow copy of ``transform``, when it returns views (:func:`trace_views`, traced on
+    a stand-in image: such an object only hands the image on), with each view's transform
+    replaced by ``replace(it)`` wherever the object holds it (one replacement per transform,
+    however many views it makes); ``None`` for any other transform."""
+    found = trace_views(transform, object())
+    made = None if found is None else _own_copy(transform)
+    if found is None or made is None:
+        return None
+    views = {id(t): t for t in found.transforms}
+    replaced: Dict[int, Any] = {}
+
+    def swap(value: Any) -> Any:
+        if id(value) not in views:
+            return value
+        if id(value) not in replaced:
+            replaced[id(value)] = replace(value)
+        return replaced[id(value)]
+
+    try:
+        _replace_callables(made, swap)
+    except Exception:
+        return None
+    return made
 
 
 def view_seed(seed: int, view: int) -> int:

@@ -94,6 +94,7 @@ import torch
 from torch.utils.data import DataLoader, Dataset, IterableDataset, Subset, get_worker_info
 
 from ferroloader import _native
+from ferroloader._views import with_views_replaced
 from ferroloader.transforms import delegated_compose
 
 if TYPE_CHECKING:
@@ -149,6 +150,7 @@ class _Recorder:
         "queue",
         "records",
         "sample",
+        "begun",
         "failed_op",
         "depth",
         "side",
@@ -171,6 +173,8 @@ class _Recorder:
     def _reset(self) -> None:
         self.records: List[Record] = []
         self.sample: Any = None
+        self.begun = 0
+        """How many samples' ``process`` spans this recorder has opened."""
         self.failed_op: Optional[str] = None
         self.depth = -1
         """Depth of the innermost open span (0: the sample's ``process`` span; -1: none)."""
@@ -687,6 +691,7 @@ def _process_span(
     (a stream's end) passes through unrecorded."""
     global _ACTIVE
     rec.sample, rec.failed_op, rec.depth = index, None, 0
+    rec.begun += 1
     _ACTIVE = rec
     start = rec.start()
     try:
@@ -750,11 +755,56 @@ def _compose_types(tv: Any) -> Tuple[type, ...]:
 def _timed_transform(transform: Any, rec: _Recorder, tv: Any) -> Any:
     """One timed op per transform of a (exactly) torchvision ``Compose``, or of the one an
     object only calls (torchvision's reference ``ClassificationPresetTrain``:
-    ``transforms.delegated_compose``); else one for all."""
+    ``transforms.delegated_compose``); for an object that returns several views
+    (``ferroloader._views``: MoCo's, DINO's), a copy of it whose views are each timed so, in a
+    ``view<k>`` span; else one for all."""
     transform = delegated_compose(transform) or transform
     if tv is not None and type(transform) in _compose_types(tv):
         return _TimedCompose([_TimedOp(t, _op_name(t), rec) for t in transform.transforms])
+    counter = _ViewCounter()
+    views = with_views_replaced(
+        transform, lambda view: _TimedView(_timed_transform(view, rec, tv), rec, counter)
+    )
+    if views is not None:
+        return views
     return _TimedOp(transform, _op_name(transform), rec)
+
+
+class _ViewCounter:
+    """How many views of the current sample (``_Recorder.begun``) the views' transforms have
+    made (shared by them)."""
+
+    __slots__ = ("sample", "made")
+
+    def __init__(self) -> None:
+        self.sample = -1
+        self.made = 0
+
+
+class _TimedView:
+    """One view's (timed) transform, in a ``view<k>`` span, ``k`` the number of views of the
+    sample made before it: the names the native loader's views have."""
+
+    __slots__ = ("fn", "rec", "counter")
+
+    def __init__(self, fn: Callable[[Any], Any], rec: _Recorder, counter: _ViewCounter) -> None:
+        self.fn = fn
+        self.rec = rec
+        self.counter = counter
+
+    def __call__(self, x: Any) -> Any:
+        counter = self.counter
+        if counter.sample != self.rec.begun:
+            counter.sample, counter.made = self.rec.begun, 0
+        view = counter.made
+        counter.made += 1
+        return _TimedOp(self.fn, f"view{view}", self.rec)(x)
+
+    def __getstate__(self) -> Tuple[Any, _Recorder, _ViewCounter]:
+        return (self.fn, self.rec, self.counter)
+
+    def __setstate__(self, state: Tuple[Any, _Recorder, _ViewCounter]) -> None:
+        self.fn, self.rec, self.counter = state
 
 
 def _is_folder(dataset: Any) -> bool:
