@@ -635,3 +635,25 @@ def test_a_profiled_dataloader_times_each_view_as_the_native_loader_names_them(f
                 and v["start_ns"] <= s["start_ns"] <= s["end_ns"] <= v["end_ns"]
                 for v in spans
             )
+
+
+@pytest.mark.parametrize("native", [True, False])
+def test_bad_files_among_views_are_named_skipped_or_replaced(
+    corrupt_folder: Path, native: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    if not native:
+        python_views(monkeypatch)
+    ds = ImageFolder(str(corrupt_folder), ContrastiveLearningViewGenerator(moco_augmentation(16), n_views=3))
+    with pytest.raises((fl.DecodeError, RuntimeError), match=r"(a/1\.jpg|b/2\.jpg)"):
+        batches(fl.Loader(ds, batch_size=2, num_workers=2))
+    # Skipped: four good samples, each with its three views and its label.
+    kept = batches(fl.Loader(ds, batch_size=2, num_workers=2, on_error="skip"))
+    labels = torch.cat([y for _, y in kept]).tolist()
+    assert sorted(labels) == [0, 0, 1, 1]
+    assert all(len(x) == 3 and all(v.shape[0] == len(y) for v in x) for x, y in kept)
+    # Replaced: six samples, the two bad ones by the next good ones (index + 1).
+    replaced = batches(fl.Loader(ds, batch_size=2, num_workers=2, on_error="replace"))
+    assert sum(len(y) for _, y in replaced) == 6
+    good = {i for i, (path, _) in enumerate(ds.samples) if not path.endswith(("a/1.jpg", "b/2.jpg"))}
+    alone = batches(fl.Loader(ds, batch_size=1, num_workers=0, on_error="skip"))
+    assert len(alone) == len(good) == 4
