@@ -6,13 +6,15 @@ a list, tuple or dict still runs, in Python, as DataLoader runs it."""
 from __future__ import annotations
 
 import random
+import types
 from pathlib import Path
 from typing import Any, Dict, List, Tuple
 
+import numpy.random as np_random
 import pytest
 import torch
 import torchvision.transforms as tv
-from PIL import Image, ImageFilter
+from PIL import Image, ImageFilter, ImageOps
 from torch.utils.data import DataLoader
 from torchvision.datasets import ImageFolder
 
@@ -657,3 +659,46 @@ def test_bad_files_among_views_are_named_skipped_or_replaced(
     good = {i for i, (path, _) in enumerate(ds.samples) if not path.endswith(("a/1.jpg", "b/2.jpg"))}
     alone = batches(fl.Loader(ds, batch_size=1, num_workers=0, on_error="skip"))
     assert len(alone) == len(good) == 4
+
+
+class SoloLearnGaussianBlur:
+    """solo-learn's GaussianBlur (solo/data/augmentations): MoCo's, its variable renamed."""
+
+    def __init__(self, sigma: Any = None) -> None:
+        if sigma is None:
+            sigma = [0.1, 2.0]
+        self.sigma = sigma
+
+    def __call__(self, img: Image.Image) -> Image.Image:
+        sigma = random.uniform(self.sigma[0], self.sigma[1])
+        img = img.filter(ImageFilter.GaussianBlur(radius=sigma))
+        return img
+
+
+class SoloLearnSolarization:
+    """solo-learn's Solarization: MoCo v3's Solarize, renamed."""
+
+    def __call__(self, img: Image.Image) -> Image.Image:
+        return ImageOps.solarize(img)
+
+
+def test_renamed_copies_of_the_references_convert_too() -> None:
+    import json
+
+    from ferroloader.transforms import split_python_tail
+
+    crop, to_tensor = tv.RandomResizedCrop(24), tv.ToTensor()
+    blur = tv.RandomApply([SoloLearnGaussianBlur()], p=0.5)
+    solarize = tv.RandomApply([SoloLearnSolarization()], p=0.1)
+    split = split_python_tail(tv.Compose([crop, blur, solarize, to_tensor]), output=None)
+    assert split.spec is not None and split.tail == []
+    ops = json.loads(split.spec)["ops"]
+    assert ops[1]["transforms"][0]["policy"][0][0]["name"] == "GaussianBlurRand"
+    assert ops[2]["transforms"] == [{"op": "RandomSolarize", "threshold": 128.0, "p": 1.0}]
+    # The same code whose ``random`` is numpy's: not the reference's draw.
+    call = types.FunctionType(
+        SoloLearnGaussianBlur.__call__.__code__, {"random": np_random, "ImageFilter": ImageFilter}
+    )
+    other = type("GaussianBlur", (SoloLearnGaussianBlur,), {"__call__": call})()
+    split = split_python_tail(tv.Compose([crop, other, to_tensor]), output=None)
+    assert split.tail[0] is other

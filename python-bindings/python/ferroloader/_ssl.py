@@ -3,8 +3,9 @@ converter: DINO's ``utils.GaussianBlur`` and ``utils.Solarization`` (facebookres
 copied verbatim by iBOT and many others) and MoCo's ``moco.loader.GaussianBlur`` (v2 and v3,
 after SimCLR) and ``moco.loader.Solarize`` (v3, after BYOL). Recognised by their ``__call__``'s
 bytecode, which must be exactly the repository's (compiled here from its source, so the same
-interpreter spells both), with ``random``, ``ImageFilter`` and ``ImageOps`` the modules those
-repositories import:
+interpreter spells both) but for the names of its local variables and of the class (solo-learn's
+``GaussianBlur`` and ``Solarization`` are MoCo's so renamed), with ``random``, ``ImageFilter``
+and ``ImageOps`` the modules those repositories import:
 
 - DINO's ``GaussianBlur(p, radius_min=0.1, radius_max=2.0)``: ``random.random() <= p``, then
   ``img.filter(ImageFilter.GaussianBlur(radius=random.uniform(radius_min, radius_max)))``. That
@@ -75,7 +76,8 @@ class MocoSolarize(object):
         return ImageOps.solarize(x)
 '''
 
-#: The class name each reference goes by in its repository.
+#: The class name each reference goes by in its repository (copies may rename it: the code
+#: is what is compared).
 _NAMES = {
     "DinoGaussianBlur": "GaussianBlur",
     "DinoSolarization": "Solarization",
@@ -92,15 +94,27 @@ def _reference() -> Dict[str, List[Step]]:
     if _REFERENCE is None:
         namespace: Dict[str, Any] = {}
         exec(compile(_SOURCES, "<ssl augmentations>", "exec"), namespace)  # noqa: S102 (our own text)
-        _REFERENCE = {name: jump_steps(namespace[name].__call__.__code__) for name in _NAMES}
+        _REFERENCE = {name: _renamed(jump_steps(namespace[name].__call__.__code__)) for name in _NAMES}
     return _REFERENCE
 
 
+def _renamed(found: List[Step]) -> List[Step]:
+    """``found`` with each local variable named by the order it first appears in, so that a
+    copy renaming them (solo-learn's ``img`` for MoCo's ``x``) reads as the same code."""
+    names: Dict[str, int] = {}
+
+    def local(name: Any) -> Any:
+        if isinstance(name, tuple):  # 3.13's LOAD_FAST_LOAD_FAST and its kin
+            return tuple(local(n) for n in name)
+        return names.setdefault(name, len(names))
+
+    return [(op, local(arg) if "_FAST" in op else arg) for op, arg in found]
+
+
 def _is_reference(t: Any, reference: str) -> bool:
-    """Whether ``t``'s class is the repository's class ``reference`` stands for."""
+    """Whether ``t``'s class computes what the repository's class ``reference`` stands for
+    computes: its ``__call__`` the same steps, but for the local variables' names."""
     cls = type(t)
-    if cls.__name__ != _NAMES[reference]:
-        return False
     if cls.__module__.split(".")[0] in ("torchvision", "timm", "ferroloader"):
         return False
     call = getattr(cls, "__call__", None)
@@ -112,7 +126,7 @@ def _is_reference(t: Any, reference: str) -> bool:
     names = call.__code__.co_names
     if any(call.__globals__.get(k) is not m for k, m in modules.items() if k in names):
         return False
-    return jump_steps(call.__code__) == _reference()[reference]
+    return _renamed(jump_steps(call.__code__)) == _reference()[reference]
 
 
 def _probability(p: Any) -> Optional[float]:
