@@ -29,6 +29,7 @@
 //! given: crops are views, and what happens to an output row (copy, flip, to-tensor) is the
 //! caller's [`RowSink`].
 
+use crate::augment::policy::Api;
 use crate::cpu;
 use crate::error::{Error, Result};
 use crate::image::{RgbImage, RgbView};
@@ -126,6 +127,9 @@ mod avx512;
 #[cfg(target_arch = "x86_64")]
 mod coeffs_x86;
 mod portable;
+mod tensor;
+
+pub use tensor::TensorArith;
 
 /// Pillow's `clip8`: the fixed-point sum back to a byte, clamped.
 #[inline(always)]
@@ -823,6 +827,10 @@ pub struct Resizer {
     filter: Filter,
     /// Source column of each output column for [`Filter::Nearest`].
     nearest: NearestColumns,
+    /// torch's arithmetic instead of Pillow's for `BILINEAR` and `BICUBIC` (an image after
+    /// `ToImage`); `None`: Pillow's.
+    tensor: Option<Api>,
+    tensor_resizer: tensor::TensorResizer,
     #[cfg(target_arch = "x86_64")]
     simd: avx2::Scratch,
     #[cfg(target_arch = "x86_64")]
@@ -844,6 +852,13 @@ impl Resizer {
     /// Resamples with `filter` from now on (the default is [`Filter::Bilinear`]).
     pub fn set_filter(&mut self, filter: Filter) {
         self.filter = filter;
+    }
+
+    /// Resizes as torchvision's `api` resizes a uint8 tensor from now on where the filter is
+    /// bilinear or bicubic (torch's arithmetic, [`TensorArith`]); `None` (the default):
+    /// Pillow's, as on a PIL image.
+    pub fn set_tensor_api(&mut self, api: Option<Api>) {
+        self.tensor = api;
     }
 
     /// The filter resizes use.
@@ -885,6 +900,16 @@ impl Resizer {
         sink: &mut S,
     ) -> Result<()> {
         check_sizes(&src, out_h, out_w)?;
+        if let (Some(api), Filter::Bilinear | Filter::Bicubic) = (self.tensor, self.filter) {
+            let cubic = self.filter == Filter::Bicubic;
+            let arith = match api {
+                Api::V1 => TensorArith::Float32,
+                Api::V2 => TensorArith::v2(cubic),
+            };
+            self.tensor_resizer
+                .resize_into(src, out_h, out_w, cubic, arith, flip, sink);
+            return Ok(());
+        }
         let (in_w, in_h) = (src.width(), src.height());
         let need_h = out_w != in_w;
         let need_v = out_h != in_h;

@@ -1,0 +1,588 @@
+//! torch's antialiased resize of a uint8 image tensor, as torchvision computes `Resize` (and
+//! `RandomResizedCrop`'s resize) after `ToImage`/`PILToTensor`: `F.interpolate(...,
+//! antialias=True)` with `BILINEAR` or `BICUBIC`, in one of two arithmetics
+//! (`aten/src/ATen/native/cpu/UpSampleKernel.cpp`):
+//!
+//! - [`TensorArith::Float32`]: v1's `resize` (and v2's where torch has no uint8 kernel) casts
+//!   to float32 and interpolates: per axis the weights of `_compute_indices_weights_aa` in
+//!   float32 (the scale `in / out`, the window `[center - support + 0.5, center + support +
+//!   0.5)`, Keys' cubic with `a = -0.5` written as `cubic_convolution1/2`, normalized), the
+//!   horizontal pass first (skipped where the width stays), into a float32 image, then the
+//!   vertical pass; each output `t0 w0 + t1 w1 + ...` summed in order; then the cubic clamped
+//!   to `[0, 255]` and rounded half to even back to uint8.
+//! - [`TensorArith::Uint8`]: v2's uint8 kernel (the Pillow-SIMD-derived AVX2 one, and the
+//!   generic one with the same integer arithmetic): the weights in f64 by the same formulas,
+//!   then to int16 with `p` fractional bits, `p` the largest below 22 at which the largest
+//!   weight still rounds below `2^15`; each pass sums `2^(p-1) + sum(v w)` in i32, shifts by
+//!   `p` and clamps to `[0, 255]`: a uint8 image between the passes, horizontal first always.
+//!
+//! Where this differs from Pillow ([`super::Resizer`]): the cubic's formula (its f64 values
+//! differ in the last bits), the weights' precision (16-ish bits, not 22), the pass order
+//! (Pillow 13 may go vertical first) and, for float32, no rounding between the passes.
+//!
+//! Must not allocate per call in the steady state (the weights are cached per axis, the
+//! buffers only grow); must not be used for a PIL image (that is Pillow's resize).
+
+use super::RowSink;
+use crate::image::RgbView;
+
+/// Which of torch's arithmetics a tensor resize computes (see the module docs).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum TensorArith {
+    /// uint8 cast to float32, interpolated, rounded back (v1; v2 without a uint8 kernel).
+    Float32,
+    /// torch's uint8 kernel: int16 fixed-point weights, uint8 between the passes (v2).
+    Uint8,
+}
+
+impl TensorArith {
+    /// What v2's `resize_image` runs on this CPU for a uint8 image: the uint8 kernel for
+    /// `BICUBIC` always, for `BILINEAR` where torch's CPU capability is AVX2 or AVX-512 (x86
+    /// with AVX2 and FMA) or on ARM64 (`_do_native_uint8_resize_on_cpu`); float32 otherwise.
+    pub fn v2(cubic: bool) -> TensorArith {
+        if cubic || torch_has_native_uint8_bilinear() {
+            TensorArith::Uint8
+        } else {
+            TensorArith::Float32
+        }
+    }
+}
+
+fn torch_has_native_uint8_bilinear() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("fma")
+    }
+    #[cfg(target_arch = "aarch64")]
+    {
+        true
+    }
+    #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
+    {
+        false
+    }
+}
+
+/// torch's `aa_filter` of `HelperInterpLinear` in float32.
+fn triangle_f32(x: f32) -> f32 {
+    let x = x.abs();
+    if x < 1.0 {
+        1.0 - x
+    } else {
+        0.0
+    }
+}
+
+/// torch's `aa_filter` of `HelperInterpCubic` (`a = -0.5`) in float32, each operation
+/// rounded (no fused multiply-add: see the tests against torch).
+fn cubic_f32(x: f32) -> f32 {
+    const A: f32 = -0.5;
+    let x = x.abs();
+    if x < 1.0 {
+        ((A + 2.0).mul_add(x, -(A + 3.0)) * x).mul_add(x, 1.0)
+    } else if x < 2.0 {
+        A.mul_add(x, -5.0 * A)
+            .mul_add(x, 8.0 * A)
+            .mul_add(x, -4.0 * A)
+    } else {
+        0.0
+    }
+}
+
+fn triangle_f64(x: f64) -> f64 {
+    let x = x.abs();
+    if x < 1.0 {
+        1.0 - x
+    } else {
+        0.0
+    }
+}
+
+fn cubic_f64(x: f64) -> f64 {
+    const A: f64 = -0.5;
+    let x = x.abs();
+    if x < 1.0 {
+        ((A + 2.0) * x - (A + 3.0)) * x * x + 1.0
+    } else if x < 2.0 {
+        ((A * x - 5.0 * A) * x + 8.0 * A) * x - 4.0 * A
+    } else {
+        0.0
+    }
+}
+
+/// One axis's windows and weights, cached for the last `(in, out, cubic, arith)`.
+///
+/// Invariant: `start[i] + count[i] <= in_size`, `1 <= count[i] <= stride`, and the weights of
+/// output `i` are `f32s` or `ints` `[i * stride..i * stride + count[i]]` (the one `arith` uses).
+#[derive(Clone, Debug, Default)]
+pub(crate) struct TorchAxis {
+    key: Option<(u32, u32, bool, TensorArith)>,
+    stride: usize,
+    start: Vec<u32>,
+    count: Vec<u32>,
+    f32s: Vec<f32>,
+    f64s: Vec<f64>,
+    ints: Vec<i32>,
+    /// Fractional bits of `ints`.
+    precision: u32,
+}
+
+impl TorchAxis {
+    /// Computes the weights of resampling `in_size` samples to `out_size` (both at least 1)
+    /// unless they are the cached ones.
+    pub(crate) fn prepare(&mut self, in_size: u32, out_size: u32, cubic: bool, arith: TensorArith) {
+        let key = Some((in_size, out_size, cubic, arith));
+        if self.key == key {
+            return;
+        }
+        self.key = key;
+        match arith {
+            TensorArith::Float32 => self.prepare_f32(in_size, out_size, cubic),
+            TensorArith::Uint8 => self.prepare_int16(in_size, out_size, cubic),
+        }
+    }
+
+    fn reset(&mut self, out: usize, stride: usize) {
+        self.stride = stride;
+        self.start.clear();
+        self.start.resize(out, 0);
+        self.count.clear();
+        self.count.resize(out, 0);
+    }
+
+    /// `_compute_indices_weights_aa<float>`: every operation at the type C++ gives it (float32
+    /// where both operands are float, f64 where a double literal enters).
+    fn prepare_f32(&mut self, in_size: u32, out_size: u32, cubic: bool) {
+        let half: f32 = if cubic { 2.0 } else { 1.0 };
+        let filter = if cubic { cubic_f32 } else { triangle_f32 };
+        let scale = in_size as f32 / out_size as f32;
+        let support = if scale >= 1.0 { half * scale } else { half };
+        let invscale = if scale >= 1.0 {
+            (1.0 / f64::from(scale)) as f32
+        } else {
+            1.0
+        };
+        let stride = support.ceil() as usize * 2 + 1;
+        let out = out_size as usize;
+        self.reset(out, stride);
+        self.f32s.clear();
+        self.f32s.resize(out * stride, 0.0);
+        let in_max = i64::from(in_size);
+        for (i, ws) in self.f32s.chunks_exact_mut(stride).enumerate() {
+            let center = (f64::from(scale) * (i as f64 + 0.5)) as f32;
+            let xmin = ((f64::from(center - support) + 0.5) as i64).max(0);
+            let xmax = ((f64::from(center + support) + 0.5) as i64).min(in_max);
+            // Never empty for sizes of at least 1 (center - 0.5 < in_size); stay in bounds
+            // against degenerate floats all the same.
+            let xmin = xmin.min(in_max - 1);
+            let count = (xmax - xmin).clamp(1, stride as i64) as usize;
+            let mut total = 0.0f32;
+            for (j, w) in ws[..count].iter_mut().enumerate() {
+                let d = (j as i64 + xmin) as f32 - center;
+                let x = ((f64::from(d) + 0.5) * f64::from(invscale)) as f32;
+                *w = filter(x);
+                total += *w;
+            }
+            if total != 0.0 {
+                for w in &mut ws[..count] {
+                    *w /= total;
+                }
+            }
+            self.start[i] = xmin as u32;
+            self.count[i] = count as u32;
+        }
+    }
+
+    /// `_compute_indices_int16_weights_aa`: the f64 weights (Pillow's formulas but torch's
+    /// cubic), then int16 at the precision their largest value allows.
+    fn prepare_int16(&mut self, in_size: u32, out_size: u32, cubic: bool) {
+        let half: f64 = if cubic { 2.0 } else { 1.0 };
+        let filter = if cubic { cubic_f64 } else { triangle_f64 };
+        let scale = f64::from(in_size) / f64::from(out_size);
+        let support = if scale >= 1.0 { half * scale } else { half };
+        let invscale = if scale >= 1.0 { 1.0 / scale } else { 1.0 };
+        let stride = support.ceil() as usize * 2 + 1;
+        let out = out_size as usize;
+        self.reset(out, stride);
+        self.f64s.clear();
+        self.f64s.resize(out * stride, 0.0);
+        let in_max = i64::from(in_size);
+        for (i, ws) in self.f64s.chunks_exact_mut(stride).enumerate() {
+            let center = scale * (i as f64 + 0.5);
+            let xmin = ((center - support + 0.5) as i64).max(0);
+            let xmax = ((center + support + 0.5) as i64).min(in_max);
+            let xmin = xmin.min(in_max - 1);
+            let count = (xmax - xmin).clamp(1, stride as i64) as usize;
+            let mut total = 0.0f64;
+            for (j, w) in ws[..count].iter_mut().enumerate() {
+                *w = filter(((j as i64 + xmin) as f64 - center + 0.5) * invscale);
+                total += *w;
+            }
+            if total != 0.0 {
+                for w in &mut ws[..count] {
+                    *w /= total;
+                }
+            }
+            self.start[i] = xmin as u32;
+            self.count[i] = count as u32;
+        }
+        self.precision = int16_precision(&self.f64s);
+        let unit = f64::from(1u32 << self.precision);
+        self.ints.clear();
+        self.ints.extend(self.f64s.iter().map(|&v| {
+            // `(int)(±0.5 + v * 2^p)`: half away from zero, by truncation.
+            if v < 0.0 {
+                (-0.5 + v * unit) as i32
+            } else {
+                (0.5 + v * unit) as i32
+            }
+        }));
+    }
+
+    /// Output `i`'s first input and its weights.
+    fn window_f32(&self, i: usize) -> (usize, &[f32]) {
+        let at = i * self.stride;
+        (
+            self.start[i] as usize,
+            &self.f32s[at..at + self.count[i] as usize],
+        )
+    }
+
+    fn window_int(&self, i: usize) -> (usize, &[i32]) {
+        let at = i * self.stride;
+        (
+            self.start[i] as usize,
+            &self.ints[at..at + self.count[i] as usize],
+        )
+    }
+
+    /// The int16 weights of the uint8 kernel and their fractional bits (tests).
+    #[cfg(test)]
+    pub(crate) fn int16_weights(&self) -> (&[u32], &[u32], usize, &[i32], u32) {
+        (
+            &self.start,
+            &self.count,
+            self.stride,
+            &self.ints,
+            self.precision,
+        )
+    }
+
+    /// The float32 weights (tests).
+    #[cfg(test)]
+    pub(crate) fn f32_weights(&self) -> (&[u32], &[u32], usize, &[f32]) {
+        (&self.start, &self.count, self.stride, &self.f32s)
+    }
+}
+
+/// torch's weights precision: the largest `p < 22` such that `(int)(0.5 + w_max 2^(p+1))`
+/// is still below `2^15` stops the search at `p` (`w_max` the largest weight, signed).
+fn int16_precision(weights: &[f64]) -> u32 {
+    let w_max = weights.iter().copied().fold(weights[0], f64::max);
+    let mut p = 0;
+    while p < 22 {
+        let next = (0.5 + w_max * f64::from(1u32 << (p + 1))) as i32;
+        if next >= 1 << 15 {
+            break;
+        }
+        p += 1;
+    }
+    p
+}
+
+/// torch's tensor resize context: the two axes' weights and the intermediate image. One per
+/// worker; steady-state calls allocate nothing.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct TensorResizer {
+    horiz: TorchAxis,
+    vert: TorchAxis,
+    /// The horizontal pass's float32 output (`in_h` rows of `3 out_w`).
+    mid_f32: Vec<f32>,
+    /// The horizontal pass's uint8 output.
+    mid_u8: Vec<u8>,
+    /// One output row before a flip.
+    row: Vec<u8>,
+}
+
+impl TensorResizer {
+    /// Resizes `src` to `out_w x out_h` with torch's `arith` (cubic or triangle), mirrored
+    /// when `flip`, each row handed to `sink`. Sizes must be at least 1 (checked by the caller).
+    pub(crate) fn resize_into<S: RowSink + ?Sized>(
+        &mut self,
+        src: RgbView<'_>,
+        out_h: u32,
+        out_w: u32,
+        cubic: bool,
+        arith: TensorArith,
+        flip: bool,
+        sink: &mut S,
+    ) {
+        let (in_w, in_h) = (src.width(), src.height());
+        let need_h = in_w != out_w;
+        let need_v = in_h != out_h;
+        let row_len = 3 * out_w as usize;
+        if self.row.len() < row_len {
+            self.row.resize(row_len, 0);
+        }
+        if need_h {
+            self.horiz.prepare(in_w, out_w, cubic, arith);
+        }
+        if need_v {
+            self.vert.prepare(in_h, out_h, cubic, arith);
+        }
+        match arith {
+            TensorArith::Float32 => {
+                let clamp = cubic;
+                let mid_len = if need_h { in_h as usize * row_len } else { 0 };
+                if self.mid_f32.len() < mid_len {
+                    self.mid_f32.resize(mid_len, 0.0);
+                }
+                if need_h {
+                    for y in 0..in_h as usize {
+                        let mid = &mut self.mid_f32[y * row_len..(y + 1) * row_len];
+                        horizontal_f32(src.row(y as u32), mid, &self.horiz);
+                    }
+                }
+                for yy in 0..out_h as usize {
+                    let row = &mut self.row[..row_len];
+                    if need_v {
+                        let (start, ws) = self.vert.window_f32(yy);
+                        if need_h {
+                            let mid = &self.mid_f32;
+                            vertical_f32(
+                                |k| &mid[(start + k) * row_len..][..row_len],
+                                ws,
+                                row,
+                                clamp,
+                            );
+                        } else {
+                            vertical_f32_u8(|k| src.row((start + k) as u32), ws, row, clamp);
+                        }
+                    } else if need_h {
+                        for (o, &v) in row.iter_mut().zip(&self.mid_f32[yy * row_len..]) {
+                            *o = to_u8(v, clamp);
+                        }
+                    } else {
+                        row.copy_from_slice(src.row(yy as u32));
+                    }
+                    emit(row, yy, flip, sink);
+                }
+            }
+            TensorArith::Uint8 => {
+                let mid_len = if need_h { in_h as usize * row_len } else { 0 };
+                if self.mid_u8.len() < mid_len {
+                    self.mid_u8.resize(mid_len, 0);
+                }
+                if need_h {
+                    for y in 0..in_h as usize {
+                        let mid = &mut self.mid_u8[y * row_len..(y + 1) * row_len];
+                        horizontal_int(src.row(y as u32), mid, &self.horiz);
+                    }
+                }
+                for yy in 0..out_h as usize {
+                    let row = &mut self.row[..row_len];
+                    if need_v {
+                        let (start, ws) = self.vert.window_int(yy);
+                        let p = self.vert.precision;
+                        if need_h {
+                            let mid = &self.mid_u8;
+                            vertical_int(|k| &mid[(start + k) * row_len..][..row_len], ws, p, row);
+                        } else {
+                            vertical_int(|k| src.row((start + k) as u32), ws, p, row);
+                        }
+                    } else if need_h {
+                        row.copy_from_slice(&self.mid_u8[yy * row_len..(yy + 1) * row_len]);
+                    } else {
+                        row.copy_from_slice(src.row(yy as u32));
+                    }
+                    emit(row, yy, flip, sink);
+                }
+            }
+        }
+    }
+}
+
+/// Hands `row` (packed RGB) to the sink as output row `y`, mirrored when `flip`.
+fn emit<S: RowSink + ?Sized>(row: &[u8], y: usize, flip: bool, sink: &mut S) {
+    let out = sink.row_mut(y);
+    if flip {
+        for (o, i) in out.chunks_exact_mut(3).zip(row.chunks_exact(3).rev()) {
+            o.copy_from_slice(i);
+        }
+    } else {
+        out.copy_from_slice(row);
+    }
+    sink.row_done(y);
+}
+
+/// torch's float32-to-uint8 end: the cubic clamped to `[0, 255]`, then `round` (half to
+/// even) and the cast (the triangle's sums stay within `[0, 255]` up to rounding, which the
+/// final clamp absorbs as the cast of a value rounding to 255 would).
+#[inline(always)]
+fn to_u8(v: f32, clamp: bool) -> u8 {
+    let v = if clamp { v.clamp(0.0, 255.0) } else { v };
+    v.round_ties_even().clamp(0.0, 255.0) as u8
+}
+
+fn horizontal_f32(src: &[u8], dst: &mut [f32], axis: &TorchAxis) {
+    for (xx, out) in dst.chunks_exact_mut(3).enumerate() {
+        let (start, ws) = axis.window_f32(xx);
+        let px = &src[3 * start..3 * (start + ws.len())];
+        for (c, o) in out.iter_mut().enumerate() {
+            let mut acc = f32::from(px[c]) * ws[0];
+            for (k, &w) in ws.iter().enumerate().skip(1) {
+                acc = f32::from(px[3 * k + c]).mul_add(w, acc);
+            }
+            *o = acc;
+        }
+    }
+}
+
+fn vertical_f32<'a>(rows: impl Fn(usize) -> &'a [f32], ws: &[f32], dst: &mut [u8], clamp: bool) {
+    let first = rows(0);
+    for (x, o) in dst.iter_mut().enumerate() {
+        let mut acc = first[x] * ws[0];
+        for (k, &w) in ws.iter().enumerate().skip(1) {
+            acc = rows(k)[x].mul_add(w, acc);
+        }
+        *o = to_u8(acc, clamp);
+    }
+}
+
+fn vertical_f32_u8<'a>(rows: impl Fn(usize) -> &'a [u8], ws: &[f32], dst: &mut [u8], clamp: bool) {
+    let first = rows(0);
+    for (x, o) in dst.iter_mut().enumerate() {
+        let mut acc = f32::from(first[x]) * ws[0];
+        for (k, &w) in ws.iter().enumerate().skip(1) {
+            acc = f32::from(rows(k)[x]).mul_add(w, acc);
+        }
+        *o = to_u8(acc, clamp);
+    }
+}
+
+/// `clamp((2^(p-1) + sum(v w)) >> p, 0, 255)`: the sum is exact in i32 (at most a few
+/// hundred taps of `255 * 2^15`), so any order gives torch's result.
+#[inline(always)]
+fn fixed_to_u8(acc: i32, p: u32) -> u8 {
+    (acc >> p).clamp(0, 255) as u8
+}
+
+fn horizontal_int(src: &[u8], dst: &mut [u8], axis: &TorchAxis) {
+    let p = axis.precision;
+    let half = 1i32 << p.max(1) >> 1;
+    for (xx, out) in dst.chunks_exact_mut(3).enumerate() {
+        let (start, ws) = axis.window_int(xx);
+        let px = &src[3 * start..3 * (start + ws.len())];
+        let mut acc = [half; 3];
+        for (k, &w) in ws.iter().enumerate() {
+            for c in 0..3 {
+                acc[c] = acc[c].wrapping_add(i32::from(px[3 * k + c]) * w);
+            }
+        }
+        for c in 0..3 {
+            out[c] = fixed_to_u8(acc[c], p);
+        }
+    }
+}
+
+fn vertical_int<'a>(rows: impl Fn(usize) -> &'a [u8], ws: &[i32], p: u32, dst: &mut [u8]) {
+    let half = 1i32 << p.max(1) >> 1;
+    for (x, o) in dst.iter_mut().enumerate() {
+        let mut acc = half;
+        for (k, &w) in ws.iter().enumerate() {
+            acc = acc.wrapping_add(i32::from(rows(k)[x]) * w);
+        }
+        *o = fixed_to_u8(acc, p);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn int16_weights_are_torchs_by_hand() {
+        // 5 -> 2 bilinear: scale 2.5, output 0's window [0, 4) at distances -0.3, 0.1, 0.5,
+        // 0.9 (in units of the widened support): triangle 0.7, 0.9, 0.5, 0.1 over 2.2. The
+        // largest, 9/22, allows 16 bits (2^17 * 9/22 = 53620 passes 2^15).
+        let mut axis = TorchAxis::default();
+        axis.prepare(5, 2, false, TensorArith::Uint8);
+        let (start, count, stride, ints, precision) = axis.int16_weights();
+        assert_eq!(precision, 16);
+        assert_eq!((start, count, stride), (&[0, 1][..], &[4, 4][..], 7));
+        assert_eq!(&ints[..4], &[20852, 26810, 14895, 2979]);
+        assert_eq!(&ints[stride..stride + 4], &[2979, 14895, 26810, 20852]);
+        // An upscale's cubic: the largest weight above 1 at the edge (the lobe cut off)
+        // lowers the precision to 14 bits.
+        axis.prepare(3, 8, true, TensorArith::Uint8);
+        let (_, count, stride, ints, precision) = axis.int16_weights();
+        let max = ints.iter().copied().max().unwrap_or(0);
+        assert!(
+            max >= 1 << precision && max < 1 << 15,
+            "{max} at {precision} bits"
+        );
+        assert_eq!(precision, 14);
+        for (i, &n) in count.iter().enumerate() {
+            let sum: i32 = ints[i * stride..i * stride + n as usize].iter().sum();
+            assert!((sum - (1 << precision)).abs() <= 2, "output {i}: {sum}");
+        }
+    }
+
+    #[test]
+    fn float32_weights_are_torchs_by_hand() {
+        // 4 -> 2 bilinear in float32: scale 2, support 2, invscale 0.5; output 0 centred at
+        // 1: window [0, 3) at (j - 0.5) / 2 = -0.25, 0.25, 0.75 -> 0.75, 0.75, 0.25 over 1.75.
+        let mut axis = TorchAxis::default();
+        axis.prepare(4, 2, false, TensorArith::Float32);
+        let (start, count, stride, w) = axis.f32_weights();
+        assert_eq!((start, count, stride), (&[0, 1][..], &[3, 3][..], 5));
+        assert_eq!(&w[..3], &[0.75f32 / 1.75, 0.75 / 1.75, 0.25 / 1.75]);
+        // Keys' cubic (a = -0.5) at 0.5 and 1.5: 0.5625 and -0.0625 (exact in binary).
+        assert_eq!(cubic_f32(0.5), 0.5625);
+        assert_eq!(cubic_f32(1.5), -0.0625);
+        assert_eq!(cubic_f64(-1.5), -0.0625);
+    }
+
+    struct Rows(Vec<u8>, usize);
+
+    impl RowSink for Rows {
+        fn row_mut(&mut self, y: usize) -> &mut [u8] {
+            &mut self.0[y * self.1..(y + 1) * self.1]
+        }
+        fn row_done(&mut self, _y: usize) {}
+    }
+
+    #[test]
+    fn flat_images_stay_flat_and_flips_mirror() {
+        let (w, h) = (37u32, 11u32);
+        let flat = vec![201u8; (3 * w * h) as usize];
+        let ramp: Vec<u8> = (0..3 * w * h).map(|i| (i * 7 % 251) as u8).collect();
+        let mut resizer = TensorResizer::default();
+        for arith in [TensorArith::Float32, TensorArith::Uint8] {
+            for cubic in [false, true] {
+                for (ow, oh) in [(5u32, 3u32), (80, 29), (1, 1), (37, 4)] {
+                    let view = RgbView::new(&flat, w, h, 3 * w as usize).expect("view");
+                    let mut out = Rows(vec![0; (3 * ow * oh) as usize], 3 * ow as usize);
+                    resizer.resize_into(view, oh, ow, cubic, arith, false, &mut out);
+                    assert!(
+                        out.0.iter().all(|&v| v == 201),
+                        "{arith:?} {cubic} {ow}x{oh}"
+                    );
+                    let view = RgbView::new(&ramp, w, h, 3 * w as usize).expect("view");
+                    let mut plain = Rows(vec![0; (3 * ow * oh) as usize], 3 * ow as usize);
+                    resizer.resize_into(view, oh, ow, cubic, arith, false, &mut plain);
+                    let mut flipped = Rows(vec![0; (3 * ow * oh) as usize], 3 * ow as usize);
+                    resizer.resize_into(view, oh, ow, cubic, arith, true, &mut flipped);
+                    for (a, b) in plain
+                        .0
+                        .chunks(3 * ow as usize)
+                        .zip(flipped.0.chunks(3 * ow as usize))
+                    {
+                        let mirrored: Vec<u8> = b.chunks(3).rev().flatten().copied().collect();
+                        assert_eq!(a, &mirrored[..]);
+                    }
+                }
+            }
+        }
+    }
+}
