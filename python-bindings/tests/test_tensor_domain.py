@@ -359,12 +359,18 @@ def test_the_converter_marks_where_the_tensor_starts_and_its_api() -> None:
     # The v1 ColorJitter runs v1's kernels, the v2 rotation v2's: a marker where the API changes.
     assert [op["op"] for op in spec] == ["RandomResizedCrop", "ToImage", "ColorJitter", "ToImage", "RandomRotation", "ToDtype"]
     assert [op.get("api") for op in spec if op["op"] == "ToImage"] == ["v1", "v2"]
-    # A ToImage with nothing after it that computes by domain changes nothing and is dropped, so
-    # v2's crop-and-flip recipe converts to v1's transforms, but for the conversion's arithmetic
+    # A ToImage with nothing after it that computes by domain changes nothing and is dropped:
+    # crops and flips are the same pixels on a tensor.
+    crops = T.from_torchvision(v2.Compose([v2.ToImage(), v2.CenterCrop(8), v2.RandomHorizontalFlip(),
+                                           v2.ToDtype(torch.float32, scale=True)])).to_spec()
+    assert [op["op"] for op in crops] == ["CenterCrop", "RandomHorizontalFlip", "ToDtype"]
+    # v2's crop-and-flip recipe resizes the tensor (torch's resize, not Pillow's): its marker
+    # stays before the crop, the rest is v1's transforms but for the conversion's arithmetic
     # (v2's ToDtype multiplies by float32(1 / 255), v1's ConvertImageDtype divides by 255).
     plain = T.from_torchvision(recipes.train_preset(crop_size=32, use_v2=True)).to_spec()
     v1 = T.from_torchvision(recipes.train_preset(crop_size=32)).to_spec()
-    assert [op for op in plain if op["op"] != "ToDtype"] == [op for op in v1 if op["op"] != "ToTensor"]
+    assert plain[0] == {"op": "ToImage", "api": "v2"}
+    assert [op for op in plain[1:] if op["op"] != "ToDtype"] == [op for op in v1 if op["op"] != "ToTensor"]
     assert [op for op in plain if op["op"] == "ToDtype"] == [{"op": "ToDtype"}]
     assert [op for op in v1 if op["op"] == "ToTensor"] == [{"op": "ToTensor"}]
     # The reference TrivialAugmentWide recipe keeps its marker: the policy runs on the tensor.
