@@ -906,8 +906,14 @@ impl Resizer {
                 Api::V1 => TensorArith::Float32,
                 Api::V2 => TensorArith::v2(cubic),
             };
-            self.tensor_resizer
-                .resize_into(src, out_h, out_w, cubic, arith, flip, sink);
+            self.tensor_resizer.resize_into(
+                src,
+                out_h,
+                out_w,
+                tensor::TorchResize { cubic, arith },
+                flip,
+                sink,
+            );
             return Ok(());
         }
         let (in_w, in_h) = (src.width(), src.height());

@@ -290,6 +290,13 @@ fn int16_precision(weights: &[f64]) -> u32 {
     p
 }
 
+/// What a tensor resize computes: the cubic (else the triangle) in `arith`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct TorchResize {
+    pub(crate) cubic: bool,
+    pub(crate) arith: TensorArith,
+}
+
 /// torch's tensor resize context: the two axes' weights and the intermediate image. One per
 /// worker; steady-state calls allocate nothing.
 #[derive(Clone, Debug, Default)]
@@ -305,18 +312,18 @@ pub(crate) struct TensorResizer {
 }
 
 impl TensorResizer {
-    /// Resizes `src` to `out_w x out_h` with torch's `arith` (cubic or triangle), mirrored
+    /// Resizes `src` to `out_w x out_h` as `how` says, mirrored
     /// when `flip`, each row handed to `sink`. Sizes must be at least 1 (checked by the caller).
     pub(crate) fn resize_into<S: RowSink + ?Sized>(
         &mut self,
         src: RgbView<'_>,
         out_h: u32,
         out_w: u32,
-        cubic: bool,
-        arith: TensorArith,
+        how: TorchResize,
         flip: bool,
         sink: &mut S,
     ) {
+        let TorchResize { cubic, arith } = how;
         let (in_w, in_h) = (src.width(), src.height());
         let need_h = in_w != out_w;
         let need_v = in_h != out_h;
@@ -563,16 +570,37 @@ mod tests {
                 for (ow, oh) in [(5u32, 3u32), (80, 29), (1, 1), (37, 4)] {
                     let view = RgbView::new(&flat, w, h, 3 * w as usize).expect("view");
                     let mut out = Rows(vec![0; (3 * ow * oh) as usize], 3 * ow as usize);
-                    resizer.resize_into(view, oh, ow, cubic, arith, false, &mut out);
+                    resizer.resize_into(
+                        view,
+                        oh,
+                        ow,
+                        TorchResize { cubic, arith },
+                        false,
+                        &mut out,
+                    );
                     assert!(
                         out.0.iter().all(|&v| v == 201),
                         "{arith:?} {cubic} {ow}x{oh}"
                     );
                     let view = RgbView::new(&ramp, w, h, 3 * w as usize).expect("view");
                     let mut plain = Rows(vec![0; (3 * ow * oh) as usize], 3 * ow as usize);
-                    resizer.resize_into(view, oh, ow, cubic, arith, false, &mut plain);
+                    resizer.resize_into(
+                        view,
+                        oh,
+                        ow,
+                        TorchResize { cubic, arith },
+                        false,
+                        &mut plain,
+                    );
                     let mut flipped = Rows(vec![0; (3 * ow * oh) as usize], 3 * ow as usize);
-                    resizer.resize_into(view, oh, ow, cubic, arith, true, &mut flipped);
+                    resizer.resize_into(
+                        view,
+                        oh,
+                        ow,
+                        TorchResize { cubic, arith },
+                        true,
+                        &mut flipped,
+                    );
                     for (a, b) in plain
                         .0
                         .chunks(3 * ow as usize)
