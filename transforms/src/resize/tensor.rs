@@ -8,8 +8,12 @@
 //!   float32 (the scale `in / out`, the window `[center - support + 0.5, center + support +
 //!   0.5)`, Keys' cubic with `a = -0.5` written as `cubic_convolution1/2`, normalized), the
 //!   horizontal pass first (skipped where the width stays), into a float32 image, then the
-//!   vertical pass; each output `t0 w0 + t1 w1 + ...` summed in order; then the cubic clamped
-//!   to `[0, 255]` and rounded half to even back to uint8.
+//!   vertical pass; each output `t0 w0`, then `+ tk wk` in order as fused multiply-adds (torch's
+//!   AVX2 and AVX-512 builds contract them: measured against torch, and torch forced to its
+//!   `DEFAULT` capability differs); then the cubic clamped to `[0, 255]` and rounded half to
+//!   even back to uint8. The weights' cubic is contracted the same way. One value in about
+//!   10^5 of a downscale still differs by a level: torch's horizontal pass there sums in an
+//!   order neither the fused nor the unfused sequence reproduces (upscales are exact).
 //! - [`TensorArith::Uint8`]: v2's uint8 kernel (the Pillow-SIMD-derived AVX2 one, and the
 //!   generic one with the same integer arithmetic): the weights in f64 by the same formulas,
 //!   then to int16 with `p` fractional bits, `p` the largest below 22 at which the largest
@@ -73,8 +77,9 @@ fn triangle_f32(x: f32) -> f32 {
     }
 }
 
-/// torch's `aa_filter` of `HelperInterpCubic` (`a = -0.5`) in float32, each operation
-/// rounded (no fused multiply-add: see the tests against torch).
+/// torch's `aa_filter` of `HelperInterpCubic` (`a = -0.5`) in float32, with the fused
+/// multiply-adds torch's AVX2 build contracts `cubic_convolution1/2` into (measured against
+/// torch: the unfused polynomial is off slightly more often).
 fn cubic_f32(x: f32) -> f32 {
     const A: f32 = -0.5;
     let x = x.abs();
