@@ -314,6 +314,9 @@ pub(crate) struct TensorResizer {
     mid_u8: Vec<u8>,
     /// One output row before a flip.
     row: Vec<u8>,
+    /// The vertical pass's sums of one output row.
+    acc_f32: Vec<f32>,
+    acc_i32: Vec<i32>,
 }
 
 impl TensorResizer {
@@ -349,26 +352,34 @@ impl TensorResizer {
                 if self.mid_f32.len() < mid_len {
                     self.mid_f32.resize(mid_len, 0.0);
                 }
+                if self.acc_f32.len() < row_len {
+                    self.acc_f32.resize(row_len, 0.0);
+                }
                 if need_h {
-                    for y in 0..in_h as usize {
-                        let mid = &mut self.mid_f32[y * row_len..(y + 1) * row_len];
-                        horizontal_f32(src.row(y as u32), mid, &self.horiz);
-                    }
+                    let (mid_f32, horiz) = (&mut self.mid_f32, &self.horiz);
+                    // `mul_add` is one instruction only where compiled with FMA.
+                    crate::augment::fma::with_fma(|| {
+                        for y in 0..in_h as usize {
+                            let mid = &mut mid_f32[y * row_len..(y + 1) * row_len];
+                            horizontal_f32(src.row(y as u32), mid, horiz);
+                        }
+                    });
                 }
                 for yy in 0..out_h as usize {
                     let row = &mut self.row[..row_len];
                     if need_v {
                         let (start, ws) = self.vert.window_f32(yy);
-                        if need_h {
-                            let mid = &self.mid_f32;
-                            vertical_f32(
-                                |k| &mid[(start + k) * row_len..][..row_len],
-                                ws,
-                                row,
-                                clamp,
-                            );
-                        } else {
-                            vertical_f32_u8(|k| src.row((start + k) as u32), ws, row, clamp);
+                        let acc = &mut self.acc_f32[..row_len];
+                        let mid = &self.mid_f32;
+                        crate::augment::fma::with_fma(|| {
+                            if need_h {
+                                vertical_f32(|k| &mid[(start + k) * row_len..][..row_len], ws, acc);
+                            } else {
+                                vertical_f32(|k| src.row((start + k) as u32), ws, acc);
+                            }
+                        });
+                        for (o, &v) in row.iter_mut().zip(acc.iter()) {
+                            *o = to_u8(v, clamp);
                         }
                     } else if need_h {
                         for (o, &v) in row.iter_mut().zip(&self.mid_f32[yy * row_len..]) {
@@ -396,11 +407,21 @@ impl TensorResizer {
                     if need_v {
                         let (start, ws) = self.vert.window_int(yy);
                         let p = self.vert.precision;
+                        if self.acc_i32.len() < row_len {
+                            self.acc_i32.resize(row_len, 0);
+                        }
+                        let acc = &mut self.acc_i32[..row_len];
                         if need_h {
                             let mid = &self.mid_u8;
-                            vertical_int(|k| &mid[(start + k) * row_len..][..row_len], ws, p, row);
+                            vertical_int(
+                                |k| &mid[(start + k) * row_len..][..row_len],
+                                ws,
+                                p,
+                                acc,
+                                row,
+                            );
                         } else {
-                            vertical_int(|k| src.row((start + k) as u32), ws, p, row);
+                            vertical_int(|k| src.row((start + k) as u32), ws, p, acc, row);
                         }
                     } else if need_h {
                         row.copy_from_slice(&self.mid_u8[yy * row_len..(yy + 1) * row_len]);
@@ -436,6 +457,7 @@ fn to_u8(v: f32, clamp: bool) -> u8 {
     v.round_ties_even().clamp(0.0, 255.0) as u8
 }
 
+#[inline(always)]
 fn horizontal_f32(src: &[u8], dst: &mut [f32], axis: &TorchAxis) {
     for (xx, out) in dst.chunks_exact_mut(3).enumerate() {
         let (start, ws) = axis.window_f32(xx);
@@ -450,25 +472,35 @@ fn horizontal_f32(src: &[u8], dst: &mut [f32], axis: &TorchAxis) {
     }
 }
 
-fn vertical_f32<'a>(rows: impl Fn(usize) -> &'a [f32], ws: &[f32], dst: &mut [u8], clamp: bool) {
-    let first = rows(0);
-    for (x, o) in dst.iter_mut().enumerate() {
-        let mut acc = first[x] * ws[0];
-        for (k, &w) in ws.iter().enumerate().skip(1) {
-            acc = rows(k)[x].mul_add(w, acc);
-        }
-        *o = to_u8(acc, clamp);
+/// Values that a float32 sum reads: float32 (the horizontal pass's) or uint8 (the input's).
+trait Sample: Copy {
+    fn value(self) -> f32;
+}
+
+impl Sample for f32 {
+    #[inline(always)]
+    fn value(self) -> f32 {
+        self
     }
 }
 
-fn vertical_f32_u8<'a>(rows: impl Fn(usize) -> &'a [u8], ws: &[f32], dst: &mut [u8], clamp: bool) {
-    let first = rows(0);
-    for (x, o) in dst.iter_mut().enumerate() {
-        let mut acc = f32::from(first[x]) * ws[0];
-        for (k, &w) in ws.iter().enumerate().skip(1) {
-            acc = f32::from(rows(k)[x]).mul_add(w, acc);
+impl Sample for u8 {
+    #[inline(always)]
+    fn value(self) -> f32 {
+        f32::from(self)
+    }
+}
+
+/// `acc = r0 w0`, then `acc = rk wk + acc` fused, row by row: per value the order torch sums in.
+#[inline(always)]
+fn vertical_f32<'a, T: Sample + 'a>(rows: impl Fn(usize) -> &'a [T], ws: &[f32], acc: &mut [f32]) {
+    for (a, &v) in acc.iter_mut().zip(rows(0)) {
+        *a = v.value() * ws[0];
+    }
+    for (k, &w) in ws.iter().enumerate().skip(1) {
+        for (a, &v) in acc.iter_mut().zip(rows(k)) {
+            *a = v.value().mul_add(w, *a);
         }
-        *o = to_u8(acc, clamp);
     }
 }
 
@@ -497,14 +529,22 @@ fn horizontal_int(src: &[u8], dst: &mut [u8], axis: &TorchAxis) {
     }
 }
 
-fn vertical_int<'a>(rows: impl Fn(usize) -> &'a [u8], ws: &[i32], p: u32, dst: &mut [u8]) {
+fn vertical_int<'a>(
+    rows: impl Fn(usize) -> &'a [u8],
+    ws: &[i32],
+    p: u32,
+    acc: &mut [i32],
+    dst: &mut [u8],
+) {
     let half = 1i32 << p.max(1) >> 1;
-    for (x, o) in dst.iter_mut().enumerate() {
-        let mut acc = half;
-        for (k, &w) in ws.iter().enumerate() {
-            acc = acc.wrapping_add(i32::from(rows(k)[x]) * w);
+    acc.fill(half);
+    for (k, &w) in ws.iter().enumerate() {
+        for (a, &v) in acc.iter_mut().zip(rows(k)) {
+            *a = a.wrapping_add(i32::from(v) * w);
         }
-        *o = fixed_to_u8(acc, p);
+    }
+    for (o, &a) in dst.iter_mut().zip(acc.iter()) {
+        *o = fixed_to_u8(a, p);
     }
 }
 
