@@ -115,44 +115,30 @@ fn cubic_f64(x: f64) -> f64 {
     }
 }
 
-/// One axis's windows and weights, cached for the last `(in, out, cubic, arith)`.
+/// One axis's float32 windows and weights, cached for the last `(in, out, cubic)`.
 ///
 /// Invariant: `start[i] + count[i] <= in_size`, `1 <= count[i] <= stride`, and the weights of
-/// output `i` are `f32s` or `ints` `[i * stride..i * stride + count[i]]` (the one `arith` uses).
+/// output `i` are `f32s[i * stride..i * stride + count[i]]`, zeros after them up to the
+/// stride.
 #[derive(Clone, Debug, Default)]
 pub(crate) struct TorchAxis {
-    key: Option<(u32, u32, bool, TensorArith)>,
+    key: Option<(u32, u32, bool)>,
     stride: usize,
     start: Vec<u32>,
     count: Vec<u32>,
     f32s: Vec<f32>,
-    f64s: Vec<f64>,
-    ints: Vec<i32>,
-    /// Fractional bits of `ints`.
-    precision: u32,
 }
 
 impl TorchAxis {
     /// Computes the weights of resampling `in_size` samples to `out_size` (both at least 1)
     /// unless they are the cached ones.
-    pub(crate) fn prepare(&mut self, in_size: u32, out_size: u32, cubic: bool, arith: TensorArith) {
-        let key = Some((in_size, out_size, cubic, arith));
+    pub(crate) fn prepare(&mut self, in_size: u32, out_size: u32, cubic: bool) {
+        let key = Some((in_size, out_size, cubic));
         if self.key == key {
             return;
         }
         self.key = key;
-        match arith {
-            TensorArith::Float32 => self.prepare_f32(in_size, out_size, cubic),
-            TensorArith::Uint8 => self.prepare_int16(in_size, out_size, cubic),
-        }
-    }
-
-    fn reset(&mut self, out: usize, stride: usize) {
-        self.stride = stride;
-        self.start.clear();
-        self.start.resize(out, 0);
-        self.count.clear();
-        self.count.resize(out, 0);
+        self.prepare_f32(in_size, out_size, cubic);
     }
 
     /// `_compute_indices_weights_aa<float>`: every operation at the type C++ gives it (float32
@@ -169,7 +155,9 @@ impl TorchAxis {
         };
         let stride = support.ceil() as usize * 2 + 1;
         let out = out_size as usize;
-        self.reset(out, stride);
+        self.stride = stride;
+        reset(&mut self.start, out);
+        reset(&mut self.count, out);
         self.f32s.clear();
         self.f32s.resize(out * stride, 0.0);
         let in_max = i64::from(in_size);
@@ -198,52 +186,6 @@ impl TorchAxis {
         }
     }
 
-    /// `_compute_indices_int16_weights_aa`: the f64 weights (Pillow's formulas but torch's
-    /// cubic), then int16 at the precision their largest value allows.
-    fn prepare_int16(&mut self, in_size: u32, out_size: u32, cubic: bool) {
-        let half: f64 = if cubic { 2.0 } else { 1.0 };
-        let filter = if cubic { cubic_f64 } else { triangle_f64 };
-        let scale = f64::from(in_size) / f64::from(out_size);
-        let support = if scale >= 1.0 { half * scale } else { half };
-        let invscale = if scale >= 1.0 { 1.0 / scale } else { 1.0 };
-        let stride = support.ceil() as usize * 2 + 1;
-        let out = out_size as usize;
-        self.reset(out, stride);
-        self.f64s.clear();
-        self.f64s.resize(out * stride, 0.0);
-        let in_max = i64::from(in_size);
-        for (i, ws) in self.f64s.chunks_exact_mut(stride).enumerate() {
-            let center = scale * (i as f64 + 0.5);
-            let xmin = ((center - support + 0.5) as i64).max(0);
-            let xmax = ((center + support + 0.5) as i64).min(in_max);
-            let xmin = xmin.min(in_max - 1);
-            let count = (xmax - xmin).clamp(1, stride as i64) as usize;
-            let mut total = 0.0f64;
-            for (j, w) in ws[..count].iter_mut().enumerate() {
-                *w = filter(((j as i64 + xmin) as f64 - center + 0.5) * invscale);
-                total += *w;
-            }
-            if total != 0.0 {
-                for w in &mut ws[..count] {
-                    *w /= total;
-                }
-            }
-            self.start[i] = xmin as u32;
-            self.count[i] = count as u32;
-        }
-        self.precision = int16_precision(&self.f64s);
-        let unit = f64::from(1u32 << self.precision);
-        self.ints.clear();
-        self.ints.extend(self.f64s.iter().map(|&v| {
-            // `(int)(±0.5 + v * 2^p)`: half away from zero, by truncation.
-            if v < 0.0 {
-                (-0.5 + v * unit) as i32
-            } else {
-                (0.5 + v * unit) as i32
-            }
-        }));
-    }
-
     /// Output `i`'s first input and its weights.
     fn window_f32(&self, i: usize) -> (usize, &[f32]) {
         let at = i * self.stride;
@@ -253,31 +195,78 @@ impl TorchAxis {
         )
     }
 
-    fn window_int(&self, i: usize) -> (usize, &[i32]) {
-        let at = i * self.stride;
-        (
-            self.start[i] as usize,
-            &self.ints[at..at + self.count[i] as usize],
-        )
-    }
-
-    /// The int16 weights of the uint8 kernel and their fractional bits (tests).
-    #[cfg(test)]
-    pub(crate) fn int16_weights(&self) -> (&[u32], &[u32], usize, &[i32], u32) {
-        (
-            &self.start,
-            &self.count,
-            self.stride,
-            &self.ints,
-            self.precision,
-        )
-    }
-
     /// The float32 weights (tests).
     #[cfg(test)]
     pub(crate) fn f32_weights(&self) -> (&[u32], &[u32], usize, &[f32]) {
         (&self.start, &self.count, self.stride, &self.f32s)
     }
+}
+
+/// `v` cleared and refilled with `n` zeros (its capacity kept).
+fn reset<T: Copy + Default>(v: &mut Vec<T>, n: usize) {
+    v.clear();
+    v.resize(n, T::default());
+}
+
+/// `_compute_indices_int16_weights_aa`: torch's uint8 kernel's windows and weights. The f64
+/// weights by Pillow's formulas but torch's cubic (into `f64s`), then int16 at the precision
+/// their largest value allows. Fills `start` and `count` (one per output) and `ints`
+/// (`stride` per output, zeros past each count); returns `(stride, precision)`, `precision`
+/// (at most 22) the weights' fractional bits.
+///
+/// Invariant: `start[i] + count[i] <= in_size`, `1 <= count[i] <= stride`, every weight
+/// below `2^15` in magnitude. Sizes must be at least 1.
+pub(super) fn int16_weights(
+    in_size: u32,
+    out_size: u32,
+    cubic: bool,
+    f64s: &mut Vec<f64>,
+    start: &mut Vec<u32>,
+    count: &mut Vec<u32>,
+    ints: &mut Vec<i32>,
+) -> (usize, u32) {
+    let half: f64 = if cubic { 2.0 } else { 1.0 };
+    let filter = if cubic { cubic_f64 } else { triangle_f64 };
+    let scale = f64::from(in_size) / f64::from(out_size);
+    let support = if scale >= 1.0 { half * scale } else { half };
+    let invscale = if scale >= 1.0 { 1.0 / scale } else { 1.0 };
+    let stride = support.ceil() as usize * 2 + 1;
+    let out = out_size as usize;
+    reset(start, out);
+    reset(count, out);
+    reset(f64s, out * stride);
+    let in_max = i64::from(in_size);
+    for (i, ws) in f64s.chunks_exact_mut(stride).enumerate() {
+        let center = scale * (i as f64 + 0.5);
+        let xmin = ((center - support + 0.5) as i64).max(0);
+        let xmax = ((center + support + 0.5) as i64).min(in_max);
+        let xmin = xmin.min(in_max - 1);
+        let n = (xmax - xmin).clamp(1, stride as i64) as usize;
+        let mut total = 0.0f64;
+        for (j, w) in ws[..n].iter_mut().enumerate() {
+            *w = filter(((j as i64 + xmin) as f64 - center + 0.5) * invscale);
+            total += *w;
+        }
+        if total != 0.0 {
+            for w in &mut ws[..n] {
+                *w /= total;
+            }
+        }
+        start[i] = xmin as u32;
+        count[i] = n as u32;
+    }
+    let precision = int16_precision(f64s);
+    let unit = f64::from(1u32 << precision);
+    ints.clear();
+    ints.extend(f64s.iter().map(|&v| {
+        // `(int)(±0.5 + v * 2^p)`: half away from zero, by truncation.
+        if v < 0.0 {
+            (-0.5 + v * unit) as i32
+        } else {
+            (0.5 + v * unit) as i32
+        }
+    }));
+    (stride, precision)
 }
 
 /// torch's weights precision: the largest `p < 22` such that `(int)(0.5 + w_max 2^(p+1))`
@@ -295,43 +284,33 @@ fn int16_precision(weights: &[f64]) -> u32 {
     p
 }
 
-/// What a tensor resize computes: the cubic (else the triangle) in `arith`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct TorchResize {
-    pub(crate) cubic: bool,
-    pub(crate) arith: TensorArith,
-}
-
-/// torch's tensor resize context: the two axes' weights and the intermediate image. One per
-/// worker; steady-state calls allocate nothing.
+/// torch's float32 tensor resize context: the two axes' weights and the intermediate image.
+/// One per worker; steady-state calls allocate nothing.
 #[derive(Clone, Debug, Default)]
 pub(crate) struct TensorResizer {
     horiz: TorchAxis,
     vert: TorchAxis,
     /// The horizontal pass's float32 output (`in_h` rows of `3 out_w`).
     mid_f32: Vec<f32>,
-    /// The horizontal pass's uint8 output.
-    mid_u8: Vec<u8>,
     /// One output row before a flip.
     row: Vec<u8>,
     /// The vertical pass's sums of one output row.
     acc_f32: Vec<f32>,
-    acc_i32: Vec<i32>,
 }
 
 impl TensorResizer {
-    /// Resizes `src` to `out_w x out_h` as `how` says, mirrored
-    /// when `flip`, each row handed to `sink`. Sizes must be at least 1 (checked by the caller).
+    /// Resizes `src` to `out_w x out_h` in [`TensorArith::Float32`] with the cubic (else the
+    /// triangle), mirrored when `flip`, each row handed to `sink`. Sizes must be at least 1
+    /// (checked by the caller).
     pub(crate) fn resize_into<S: RowSink + ?Sized>(
         &mut self,
         src: RgbView<'_>,
         out_h: u32,
         out_w: u32,
-        how: TorchResize,
+        cubic: bool,
         flip: bool,
         sink: &mut S,
     ) {
-        let TorchResize { cubic, arith } = how;
         let (in_w, in_h) = (src.width(), src.height());
         let need_h = in_w != out_w;
         let need_v = in_h != out_h;
@@ -340,97 +319,53 @@ impl TensorResizer {
             self.row.resize(row_len, 0);
         }
         if need_h {
-            self.horiz.prepare(in_w, out_w, cubic, arith);
+            self.horiz.prepare(in_w, out_w, cubic);
         }
         if need_v {
-            self.vert.prepare(in_h, out_h, cubic, arith);
+            self.vert.prepare(in_h, out_h, cubic);
         }
-        match arith {
-            TensorArith::Float32 => {
-                let clamp = cubic;
-                let mid_len = if need_h { in_h as usize * row_len } else { 0 };
-                if self.mid_f32.len() < mid_len {
-                    self.mid_f32.resize(mid_len, 0.0);
+        let clamp = cubic;
+        let mid_len = if need_h { in_h as usize * row_len } else { 0 };
+        if self.mid_f32.len() < mid_len {
+            self.mid_f32.resize(mid_len, 0.0);
+        }
+        if self.acc_f32.len() < row_len {
+            self.acc_f32.resize(row_len, 0.0);
+        }
+        if need_h {
+            let (mid_f32, horiz) = (&mut self.mid_f32, &self.horiz);
+            // `mul_add` is one instruction only where compiled with FMA.
+            crate::augment::fma::with_fma(|| {
+                for y in 0..in_h as usize {
+                    let mid = &mut mid_f32[y * row_len..(y + 1) * row_len];
+                    horizontal_f32(src.row(y as u32), mid, horiz);
                 }
-                if self.acc_f32.len() < row_len {
-                    self.acc_f32.resize(row_len, 0.0);
-                }
-                if need_h {
-                    let (mid_f32, horiz) = (&mut self.mid_f32, &self.horiz);
-                    // `mul_add` is one instruction only where compiled with FMA.
-                    crate::augment::fma::with_fma(|| {
-                        for y in 0..in_h as usize {
-                            let mid = &mut mid_f32[y * row_len..(y + 1) * row_len];
-                            horizontal_f32(src.row(y as u32), mid, horiz);
-                        }
-                    });
-                }
-                for yy in 0..out_h as usize {
-                    let row = &mut self.row[..row_len];
-                    if need_v {
-                        let (start, ws) = self.vert.window_f32(yy);
-                        let acc = &mut self.acc_f32[..row_len];
-                        let mid = &self.mid_f32;
-                        crate::augment::fma::with_fma(|| {
-                            if need_h {
-                                vertical_f32(|k| &mid[(start + k) * row_len..][..row_len], ws, acc);
-                            } else {
-                                vertical_f32(|k| src.row((start + k) as u32), ws, acc);
-                            }
-                        });
-                        for (o, &v) in row.iter_mut().zip(acc.iter()) {
-                            *o = to_u8(v, clamp);
-                        }
-                    } else if need_h {
-                        for (o, &v) in row.iter_mut().zip(&self.mid_f32[yy * row_len..]) {
-                            *o = to_u8(v, clamp);
-                        }
+            });
+        }
+        for yy in 0..out_h as usize {
+            let row = &mut self.row[..row_len];
+            if need_v {
+                let (start, ws) = self.vert.window_f32(yy);
+                let acc = &mut self.acc_f32[..row_len];
+                let mid = &self.mid_f32;
+                crate::augment::fma::with_fma(|| {
+                    if need_h {
+                        vertical_f32(|k| &mid[(start + k) * row_len..][..row_len], ws, acc);
                     } else {
-                        row.copy_from_slice(src.row(yy as u32));
+                        vertical_f32(|k| src.row((start + k) as u32), ws, acc);
                     }
-                    emit(row, yy, flip, sink);
+                });
+                for (o, &v) in row.iter_mut().zip(acc.iter()) {
+                    *o = to_u8(v, clamp);
                 }
+            } else if need_h {
+                for (o, &v) in row.iter_mut().zip(&self.mid_f32[yy * row_len..]) {
+                    *o = to_u8(v, clamp);
+                }
+            } else {
+                row.copy_from_slice(src.row(yy as u32));
             }
-            TensorArith::Uint8 => {
-                let mid_len = if need_h { in_h as usize * row_len } else { 0 };
-                if self.mid_u8.len() < mid_len {
-                    self.mid_u8.resize(mid_len, 0);
-                }
-                if need_h {
-                    for y in 0..in_h as usize {
-                        let mid = &mut self.mid_u8[y * row_len..(y + 1) * row_len];
-                        horizontal_int(src.row(y as u32), mid, &self.horiz);
-                    }
-                }
-                for yy in 0..out_h as usize {
-                    let row = &mut self.row[..row_len];
-                    if need_v {
-                        let (start, ws) = self.vert.window_int(yy);
-                        let p = self.vert.precision;
-                        if self.acc_i32.len() < row_len {
-                            self.acc_i32.resize(row_len, 0);
-                        }
-                        let acc = &mut self.acc_i32[..row_len];
-                        if need_h {
-                            let mid = &self.mid_u8;
-                            vertical_int(
-                                |k| &mid[(start + k) * row_len..][..row_len],
-                                ws,
-                                p,
-                                acc,
-                                row,
-                            );
-                        } else {
-                            vertical_int(|k| src.row((start + k) as u32), ws, p, acc, row);
-                        }
-                    } else if need_h {
-                        row.copy_from_slice(&self.mid_u8[yy * row_len..(yy + 1) * row_len]);
-                    } else {
-                        row.copy_from_slice(src.row(yy as u32));
-                    }
-                    emit(row, yy, flip, sink);
-                }
-            }
+            emit(row, yy, flip, sink);
         }
     }
 }
@@ -504,70 +439,42 @@ fn vertical_f32<'a, T: Sample + 'a>(rows: impl Fn(usize) -> &'a [T], ws: &[f32],
     }
 }
 
-/// `clamp((2^(p-1) + sum(v w)) >> p, 0, 255)`: the sum is exact in i32 (at most a few
-/// hundred taps of `255 * 2^15`), so any order gives torch's result.
-#[inline(always)]
-fn fixed_to_u8(acc: i32, p: u32) -> u8 {
-    (acc >> p).clamp(0, 255) as u8
-}
-
-fn horizontal_int(src: &[u8], dst: &mut [u8], axis: &TorchAxis) {
-    let p = axis.precision;
-    let half = 1i32 << p.max(1) >> 1;
-    for (xx, out) in dst.chunks_exact_mut(3).enumerate() {
-        let (start, ws) = axis.window_int(xx);
-        let px = &src[3 * start..3 * (start + ws.len())];
-        let mut acc = [half; 3];
-        for (k, &w) in ws.iter().enumerate() {
-            for c in 0..3 {
-                acc[c] = acc[c].wrapping_add(i32::from(px[3 * k + c]) * w);
-            }
-        }
-        for c in 0..3 {
-            out[c] = fixed_to_u8(acc[c], p);
-        }
-    }
-}
-
-fn vertical_int<'a>(
-    rows: impl Fn(usize) -> &'a [u8],
-    ws: &[i32],
-    p: u32,
-    acc: &mut [i32],
-    dst: &mut [u8],
-) {
-    let half = 1i32 << p.max(1) >> 1;
-    acc.fill(half);
-    for (k, &w) in ws.iter().enumerate() {
-        for (a, &v) in acc.iter_mut().zip(rows(k)) {
-            *a = a.wrapping_add(i32::from(v) * w);
-        }
-    }
-    for (o, &a) in dst.iter_mut().zip(acc.iter()) {
-        *o = fixed_to_u8(a, p);
-    }
-}
-
 #[cfg(test)]
 mod tests {
+    use super::super::{generated_image, AxisCoeffs, Filter, Resizer, SimdLevel};
     use super::*;
+    use crate::augment::policy::Api;
+    use crate::image::RgbImage;
+
+    /// The weights of [`int16_weights`] and their precision.
+    fn int16(
+        in_size: u32,
+        out_size: u32,
+        cubic: bool,
+    ) -> (Vec<u32>, Vec<u32>, usize, Vec<i32>, u32) {
+        let (mut f64s, mut start, mut count, mut ints) = Default::default();
+        let (stride, p) = int16_weights(
+            in_size, out_size, cubic, &mut f64s, &mut start, &mut count, &mut ints,
+        );
+        (start, count, stride, ints, p)
+    }
 
     #[test]
     fn int16_weights_are_torchs_by_hand() {
         // 5 -> 2 bilinear: scale 2.5, output 0's window [0, 4) at distances -0.3, 0.1, 0.5,
         // 0.9 (in units of the widened support): triangle 0.7, 0.9, 0.5, 0.1 over 2.2. The
         // largest, 9/22, allows 16 bits (2^17 * 9/22 = 53620 passes 2^15).
-        let mut axis = TorchAxis::default();
-        axis.prepare(5, 2, false, TensorArith::Uint8);
-        let (start, count, stride, ints, precision) = axis.int16_weights();
+        let (start, count, stride, ints, precision) = int16(5, 2, false);
         assert_eq!(precision, 16);
-        assert_eq!((start, count, stride), (&[0, 1][..], &[4, 4][..], 7));
+        assert_eq!(
+            (&start[..], &count[..], stride),
+            (&[0, 1][..], &[4, 4][..], 7)
+        );
         assert_eq!(&ints[..4], &[20852, 26810, 14895, 2979]);
         assert_eq!(&ints[stride..stride + 4], &[2979, 14895, 26810, 20852]);
         // An upscale's cubic: the largest weight above 1 at the edge (the lobe cut off)
         // lowers the precision to 14 bits.
-        axis.prepare(3, 8, true, TensorArith::Uint8);
-        let (_, count, stride, ints, precision) = axis.int16_weights();
+        let (_, count, stride, ints, precision) = int16(3, 8, true);
         let max = ints.iter().copied().max().unwrap_or(0);
         assert!(
             max >= 1 << precision && max < 1 << 15,
@@ -585,7 +492,7 @@ mod tests {
         // 4 -> 2 bilinear in float32: scale 2, support 2, invscale 0.5; output 0 centred at
         // 1: window [0, 3) at (j - 0.5) / 2 = -0.25, 0.25, 0.75 -> 0.75, 0.75, 0.25 over 1.75.
         let mut axis = TorchAxis::default();
-        axis.prepare(4, 2, false, TensorArith::Float32);
+        axis.prepare(4, 2, false);
         let (start, count, stride, w) = axis.f32_weights();
         assert_eq!((start, count, stride), (&[0, 1][..], &[3, 3][..], 5));
         assert_eq!(&w[..3], &[0.75f32 / 1.75, 0.75 / 1.75, 0.25 / 1.75]);
@@ -604,48 +511,212 @@ mod tests {
         fn row_done(&mut self, _y: usize) {}
     }
 
+    /// torch's uint8 kernel as torch's generic C++ writes it, value by value: the reference
+    /// the SIMD kernels (through [`AxisCoeffs::prepare_torch`]) must equal. Horizontal pass
+    /// first (skipped where the width stays), into uint8, then the vertical pass.
+    fn reference_uint8(src: &RgbImage, out_w: u32, out_h: u32, cubic: bool) -> Vec<u8> {
+        let (in_w, in_h) = (src.width(), src.height());
+        fn pass(values: impl Fn(usize) -> i32, ws: &[i32], p: u32) -> u8 {
+            let mut acc = 1i32 << (p - 1);
+            for (k, &w) in ws.iter().enumerate() {
+                acc += values(k) * w;
+            }
+            (acc >> p).clamp(0, 255) as u8
+        }
+        let px = |img: &[u8], w: u32, x: usize, y: usize, c: usize| {
+            i32::from(img[(y * w as usize + x) * 3 + c])
+        };
+        let mut mid = src.as_raw().to_vec();
+        if in_w != out_w {
+            let (start, count, stride, ints, p) = int16(in_w, out_w, cubic);
+            let mut next = vec![0u8; (3 * out_w * in_h) as usize];
+            for y in 0..in_h as usize {
+                for xx in 0..out_w as usize {
+                    let (s, n) = (start[xx] as usize, count[xx] as usize);
+                    let ws = &ints[xx * stride..xx * stride + n];
+                    for c in 0..3 {
+                        next[(y * out_w as usize + xx) * 3 + c] =
+                            pass(|k| px(&mid, in_w, s + k, y, c), ws, p);
+                    }
+                }
+            }
+            mid = next;
+        }
+        if in_h == out_h {
+            return mid;
+        }
+        let (start, count, stride, ints, p) = int16(in_h, out_h, cubic);
+        let mut out = vec![0u8; (3 * out_w * out_h) as usize];
+        for yy in 0..out_h as usize {
+            let (s, n) = (start[yy] as usize, count[yy] as usize);
+            let ws = &ints[yy * stride..yy * stride + n];
+            for x in 0..out_w as usize {
+                for c in 0..3 {
+                    out[(yy * out_w as usize + x) * 3 + c] =
+                        pass(|k| px(&mid, out_w, x, s + k, c), ws, p);
+                }
+            }
+        }
+        out
+    }
+
+    /// Gradients, noise, saturated bands and single bright pixels (the cubic's overshoots
+    /// both ways), deterministic.
+    fn test_image(w: u32, h: u32, seed: u64) -> RgbImage {
+        generated_image(w, h, seed, |x, y, c, draw| {
+            let noise = (draw >> 58) as u32;
+            match (x / 5 + y / 3 + c) % 5 {
+                0 => 255,
+                1 => 0,
+                2 if draw >> 63 == 1 => 255,
+                _ => ((x * 7 + y * 3 + c * 50 + noise) % 256) as u8,
+            }
+        })
+    }
+
+    #[test]
+    fn uint8_kernel_runs_on_the_simd_kernels_exactly() {
+        // Every kernel set this CPU has (and the portable one) with torch's weights equals
+        // torch's uint8 kernel value by value: down and up scales (cubic upscales' edge
+        // weights above 1, out of the pair format), 1-pixel sides, one pass only, flips,
+        // both pass orders Pillow would pick (torch's is horizontal first always).
+        let cut = {
+            let mut c = AxisCoeffs::default();
+            c.prepare_torch(3, 8, false, true);
+            c
+        };
+        assert!(cut.simd_friendly() && !cut.pairs_fit() && cut.may_clip());
+        let mut sizes = vec![
+            (1, 1, 1, 1),
+            (1, 1, 7, 3),
+            (1, 9, 1, 4),
+            (9, 1, 4, 1),
+            (5, 2, 3, 9),
+            (3, 3, 8, 8),
+            (3, 40, 8, 11),
+            (6, 6, 5, 5),
+            (7, 5, 7, 3),
+            (7, 5, 4, 5),
+            (40, 120, 30, 20),
+            (120, 40, 20, 30),
+            (100, 90, 224, 224),
+            (250, 187, 112, 112),
+            (500, 375, 224, 224),
+            (500, 375, 232, 309),
+            (900, 60, 100, 30),
+            (60, 900, 30, 100),
+            (21, 50, 30, 30),
+            (22, 50, 13, 30),
+        ];
+        let mut state = 777u64;
+        let mut next = |n: u64| {
+            state = state
+                .wrapping_mul(6_364_136_223_846_793_005)
+                .wrapping_add(1_442_695_040_888_963_407);
+            (state >> 33) % n + 1
+        };
+        for _ in 0..60 {
+            let (iw, ih) = (next(160) as u32, next(160) as u32);
+            sizes.push((iw, ih, next(120) as u32, next(120) as u32));
+        }
+        let mut levels = SimdLevel::kernel_sets();
+        if !levels.contains(&SimdLevel::Portable) {
+            levels.insert(0, SimdLevel::Portable);
+        }
+        let mut resizers: Vec<Resizer> = levels
+            .iter()
+            .map(|&level| {
+                let mut r = Resizer::new();
+                r.set_simd_limit(level);
+                r.set_tensor_api(Some(Api::V2));
+                r
+            })
+            .collect();
+        let mut out = RgbImage::new();
+        for (filter, cubic) in [(Filter::Bilinear, false), (Filter::Bicubic, true)] {
+            if TensorArith::v2(cubic) != TensorArith::Uint8 {
+                // v2 runs float32 for BILINEAR on this CPU (as torch does).
+                continue;
+            }
+            for (i, &(iw, ih, ow, oh)) in sizes.iter().enumerate() {
+                let img = test_image(iw, ih, i as u64);
+                let want = reference_uint8(&img, ow, oh, cubic);
+                let mirrored: Vec<u8> = want
+                    .chunks_exact(3 * ow as usize)
+                    .flat_map(|row| row.chunks_exact(3).rev().flatten().copied())
+                    .collect();
+                for (r, level) in resizers.iter_mut().zip(&levels) {
+                    // The flip first: its weights computed mirrored, then reversed back.
+                    r.set_filter(filter);
+                    let what = format!("{iw}x{ih} -> {ow}x{oh} {filter:?} {level:?}");
+                    let mut flipped = Rows(vec![0; want.len()], 3 * ow as usize);
+                    r.resize_into(img.view(), oh, ow, true, &mut flipped)
+                        .expect("resizes");
+                    assert!(flipped.0 == mirrored, "{what} flipped");
+                    r.resize(img.view(), oh, ow, &mut out).expect("resizes");
+                    assert!(out.as_raw() == &want[..], "{what}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn torch_weights_are_cached_apart_from_pillows() {
+        // The same sizes and filter, Pillow's weights then torch's and back: each resize
+        // equals a fresh context's (the kernels' plans are keyed by the weights' origin).
+        let img = test_image(97, 61, 3);
+        let (mut a, mut b) = (RgbImage::new(), RgbImage::new());
+        for level in SimdLevel::kernel_sets() {
+            let mut reused = Resizer::new();
+            reused.set_simd_limit(level);
+            reused.set_filter(Filter::Bicubic);
+            for api in [None, Some(Api::V2), None, Some(Api::V2)] {
+                reused.set_tensor_api(api);
+                reused.resize(img.view(), 40, 50, &mut a).expect("resizes");
+                let mut fresh = Resizer::new();
+                fresh.set_simd_limit(level);
+                fresh.set_filter(Filter::Bicubic);
+                fresh.set_tensor_api(api);
+                fresh.resize(img.view(), 40, 50, &mut b).expect("resizes");
+                assert_eq!(a, b, "{level:?} {api:?}");
+            }
+            reused.set_tensor_api(None);
+            reused.resize(img.view(), 40, 50, &mut a).expect("resizes");
+            reused.set_tensor_api(Some(Api::V2));
+            reused.resize(img.view(), 40, 50, &mut b).expect("resizes");
+            assert_ne!(a, b, "torch's weights differ from Pillow's here");
+        }
+    }
+
     #[test]
     fn flat_images_stay_flat_and_flips_mirror() {
         let (w, h) = (37u32, 11u32);
         let flat = vec![201u8; (3 * w * h) as usize];
         let ramp: Vec<u8> = (0..3 * w * h).map(|i| (i * 7 % 251) as u8).collect();
-        let mut resizer = TensorResizer::default();
-        for arith in [TensorArith::Float32, TensorArith::Uint8] {
-            for cubic in [false, true] {
+        let mut resizer = Resizer::default();
+        for api in [Api::V1, Api::V2] {
+            resizer.set_tensor_api(Some(api));
+            for filter in [Filter::Bilinear, Filter::Bicubic] {
+                resizer.set_filter(filter);
                 for (ow, oh) in [(5u32, 3u32), (80, 29), (1, 1), (37, 4)] {
                     let view = RgbView::new(&flat, w, h, 3 * w as usize).expect("view");
                     let mut out = Rows(vec![0; (3 * ow * oh) as usize], 3 * ow as usize);
-                    resizer.resize_into(
-                        view,
-                        oh,
-                        ow,
-                        TorchResize { cubic, arith },
-                        false,
-                        &mut out,
-                    );
+                    resizer
+                        .resize_into(view, oh, ow, false, &mut out)
+                        .expect("resizes");
                     assert!(
                         out.0.iter().all(|&v| v == 201),
-                        "{arith:?} {cubic} {ow}x{oh}"
+                        "{api:?} {filter:?} {ow}x{oh}"
                     );
                     let view = RgbView::new(&ramp, w, h, 3 * w as usize).expect("view");
                     let mut plain = Rows(vec![0; (3 * ow * oh) as usize], 3 * ow as usize);
-                    resizer.resize_into(
-                        view,
-                        oh,
-                        ow,
-                        TorchResize { cubic, arith },
-                        false,
-                        &mut plain,
-                    );
+                    resizer
+                        .resize_into(view, oh, ow, false, &mut plain)
+                        .expect("resizes");
                     let mut flipped = Rows(vec![0; (3 * ow * oh) as usize], 3 * ow as usize);
-                    resizer.resize_into(
-                        view,
-                        oh,
-                        ow,
-                        TorchResize { cubic, arith },
-                        true,
-                        &mut flipped,
-                    );
+                    resizer
+                        .resize_into(view, oh, ow, true, &mut flipped)
+                        .expect("resizes");
                     for (a, b) in plain
                         .0
                         .chunks(3 * ow as usize)
