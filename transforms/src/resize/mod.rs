@@ -1013,8 +1013,9 @@ impl Resizer {
                 Api::V2 => TensorArith::v2(cubic),
             };
             if arith == TensorArith::Float32 {
+                let level = self.limit.min(SimdLevel::detected());
                 self.tensor_resizer
-                    .resize_into(src, out_h, out_w, cubic, flip, sink);
+                    .resize_into(src, out_h, out_w, cubic, flip, level, sink);
                 return Ok(());
             }
             torch = true;

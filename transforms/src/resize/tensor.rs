@@ -27,8 +27,11 @@
 //! Must not allocate per call in the steady state (the weights are cached per axis, the
 //! buffers only grow); must not be used for a PIL image (that is Pillow's resize).
 
-use super::RowSink;
+use super::{RowSink, SimdLevel};
 use crate::image::RgbView;
+
+#[cfg(target_arch = "x86_64")]
+mod x86;
 
 /// Which of torch's arithmetics a tensor resize computes (see the module docs).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -127,6 +130,13 @@ pub(crate) struct TorchAxis {
     start: Vec<u32>,
     count: Vec<u32>,
     f32s: Vec<f32>,
+    /// The largest count: every window padded to `taps` inputs for the SIMD horizontal pass.
+    taps: usize,
+    /// Start of each padded window, moved left where it would pass the end of the input
+    /// (`pstart[i] + taps <= in_size`).
+    pstart: Vec<u32>,
+    /// `taps` weights per output aligned to the padded windows, zeros where padded.
+    pweights: Vec<f32>,
 }
 
 impl TorchAxis {
@@ -139,6 +149,25 @@ impl TorchAxis {
         }
         self.key = key;
         self.prepare_f32(in_size, out_size, cubic);
+        self.pad(in_size as usize);
+    }
+
+    /// Builds `taps`, `pstart` and `pweights` from the windows.
+    fn pad(&mut self, in_size: usize) {
+        let taps = self.count.iter().copied().max().unwrap_or(1) as usize;
+        self.taps = taps;
+        reset(&mut self.pstart, self.start.len());
+        self.pweights.clear();
+        self.pweights.resize(self.start.len() * taps, 0.0);
+        for (i, padded) in self.pweights.chunks_exact_mut(taps).enumerate() {
+            let (start, count) = (self.start[i] as usize, self.count[i] as usize);
+            // count <= taps <= in_size (every count is at most in_size): the window moves
+            // left by what passes the end, which `start + count <= in_size` leaves room for.
+            let shift = start - start.min(in_size - taps);
+            padded[shift..shift + count]
+                .copy_from_slice(&self.f32s[i * self.stride..i * self.stride + count]);
+            self.pstart[i] = (start - shift) as u32;
+        }
     }
 
     /// `_compute_indices_weights_aa<float>`: every operation at the type C++ gives it (float32
@@ -292,6 +321,9 @@ pub(crate) struct TensorResizer {
     vert: TorchAxis,
     /// The horizontal pass's float32 output (`in_h` rows of `3 out_w`).
     mid_f32: Vec<f32>,
+    /// The SIMD horizontal pass's block of input rows as float32 columns.
+    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+    cols: Vec<f32>,
     /// One output row before a flip.
     row: Vec<u8>,
     /// The vertical pass's sums of one output row.
@@ -300,8 +332,10 @@ pub(crate) struct TensorResizer {
 
 impl TensorResizer {
     /// Resizes `src` to `out_w x out_h` in [`TensorArith::Float32`] with the cubic (else the
-    /// triangle), mirrored when `flip`, each row handed to `sink`. Sizes must be at least 1
-    /// (checked by the caller).
+    /// triangle), mirrored when `flip`, each row handed to `sink`, with the kernels of
+    /// `level` at most (all give the same bytes). Sizes must be at least 1 (checked by the
+    /// caller).
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn resize_into<S: RowSink + ?Sized>(
         &mut self,
         src: RgbView<'_>,
@@ -309,12 +343,14 @@ impl TensorResizer {
         out_w: u32,
         cubic: bool,
         flip: bool,
+        level: SimdLevel,
         sink: &mut S,
     ) {
         let (in_w, in_h) = (src.width(), src.height());
         let need_h = in_w != out_w;
         let need_v = in_h != out_h;
         let row_len = 3 * out_w as usize;
+        let width = Width::of(level);
         if self.row.len() < row_len {
             self.row.resize(row_len, 0);
         }
@@ -333,40 +369,131 @@ impl TensorResizer {
             self.acc_f32.resize(row_len, 0.0);
         }
         if need_h {
-            let (mid_f32, horiz) = (&mut self.mid_f32, &self.horiz);
-            // `mul_add` is one instruction only where compiled with FMA.
-            crate::augment::fma::with_fma(|| {
-                for y in 0..in_h as usize {
-                    let mid = &mut mid_f32[y * row_len..(y + 1) * row_len];
-                    horizontal_f32(src.row(y as u32), mid, horiz);
-                }
-            });
+            let mid = &mut self.mid_f32[..mid_len];
+            horizontal_pass(src, &self.horiz, width, &mut self.cols, mid, row_len);
         }
         for yy in 0..out_h as usize {
             let row = &mut self.row[..row_len];
             if need_v {
                 let (start, ws) = self.vert.window_f32(yy);
                 let acc = &mut self.acc_f32[..row_len];
-                let mid = &self.mid_f32;
-                crate::augment::fma::with_fma(|| {
-                    if need_h {
-                        vertical_f32(|k| &mid[(start + k) * row_len..][..row_len], ws, acc);
-                    } else {
-                        vertical_f32(|k| src.row((start + k) as u32), ws, acc);
-                    }
-                });
-                for (o, &v) in row.iter_mut().zip(acc.iter()) {
-                    *o = to_u8(v, clamp);
+                if need_h {
+                    let mid = &self.mid_f32;
+                    vertical_row(
+                        |k| &mid[(start + k) * row_len..][..row_len],
+                        ws,
+                        clamp,
+                        width,
+                        acc,
+                        row,
+                    );
+                } else {
+                    vertical_row(|k| src.row((start + k) as u32), ws, clamp, width, acc, row);
                 }
             } else if need_h {
-                for (o, &v) in row.iter_mut().zip(&self.mid_f32[yy * row_len..]) {
-                    *o = to_u8(v, clamp);
-                }
+                // One tap of weight 1: `v * 1 = v`, then the same rounding.
+                let mid = &self.mid_f32[yy * row_len..(yy + 1) * row_len];
+                let acc = &mut self.acc_f32[..row_len];
+                vertical_row(|_| mid, &[1.0], clamp, width, acc, row);
             } else {
                 row.copy_from_slice(src.row(yy as u32));
             }
             emit(row, yy, flip, sink);
         }
+    }
+}
+
+/// Which kernels the float32 resize runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Width {
+    /// The scalar loops (with the FMA instruction where the CPU has it).
+    Portable,
+    /// AVX2 and FMA, 8 lanes.
+    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+    Avx2,
+    /// AVX-512 F and FMA, 16 lanes.
+    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+    Avx512,
+}
+
+impl Width {
+    /// The widest kernels `level` allows and the CPU has.
+    fn of(level: SimdLevel) -> Width {
+        if crate::cpu::avx2_fma() {
+            if level >= SimdLevel::Avx512 && crate::cpu::avx512_bw_vl() {
+                return Width::Avx512;
+            }
+            if level >= SimdLevel::Avx2 {
+                return Width::Avx2;
+            }
+        }
+        Width::Portable
+    }
+}
+
+/// The horizontal pass of every row of `src` into `mid` (`row_len` floats a row).
+fn horizontal_pass(
+    src: RgbView<'_>,
+    axis: &TorchAxis,
+    width: Width,
+    cols: &mut Vec<f32>,
+    mid: &mut [f32],
+    row_len: usize,
+) {
+    let (in_h, in_vals) = (src.height() as usize, 3 * src.width() as usize);
+    #[cfg(target_arch = "x86_64")]
+    {
+        let pad = x86::Padded {
+            taps: axis.taps,
+            start: &axis.pstart,
+            weights: &axis.pweights,
+        };
+        let rows = |y: usize| src.row(y as u32);
+        match width {
+            // SAFETY: `Width::of` saw AVX-512 F and FMA.
+            Width::Avx512 => unsafe {
+                return x86::horizontal16(rows, in_h, in_vals, &pad, cols, mid, row_len);
+            },
+            // SAFETY: `Width::of` saw AVX2 and FMA.
+            Width::Avx2 => unsafe {
+                return x86::horizontal8(rows, in_h, in_vals, &pad, cols, mid, row_len);
+            },
+            Width::Portable => {}
+        }
+    }
+    let _ = (width, cols, in_vals);
+    // `mul_add` is one instruction only where compiled with FMA.
+    crate::augment::fma::with_fma(|| {
+        for (y, out) in mid.chunks_exact_mut(row_len).take(in_h).enumerate() {
+            horizontal_f32(src.row(y as u32), out, axis);
+        }
+    });
+}
+
+/// One output row of the vertical pass: `dst[j] = to_u8(rows(0)[j] w0 + ...)`, `acc` scratch
+/// of `dst.len()` floats.
+fn vertical_row<'a, T: Sample + 'a>(
+    rows: impl Fn(usize) -> &'a [T],
+    ws: &[f32],
+    clamp: bool,
+    width: Width,
+    acc: &mut [f32],
+    dst: &mut [u8],
+) {
+    #[cfg(target_arch = "x86_64")]
+    if ws.len() <= x86::MAX_TAPS {
+        match width {
+            // SAFETY: `Width::of` saw AVX-512 F and FMA.
+            Width::Avx512 => return unsafe { x86::vertical16(rows, ws, clamp, dst) },
+            // SAFETY: `Width::of` saw AVX2 and FMA.
+            Width::Avx2 => return unsafe { x86::vertical8(rows, ws, clamp, dst) },
+            Width::Portable => {}
+        }
+    }
+    let _ = width;
+    crate::augment::fma::with_fma(|| vertical_f32(rows, ws, acc));
+    for (o, &v) in dst.iter_mut().zip(acc.iter()) {
+        *o = to_u8(v, clamp);
     }
 }
 
@@ -408,6 +535,13 @@ fn horizontal_f32(src: &[u8], dst: &mut [f32], axis: &TorchAxis) {
 }
 
 /// Values that a float32 sum reads: float32 (the horizontal pass's) or uint8 (the input's).
+#[cfg(target_arch = "x86_64")]
+trait Sample: Copy + x86::Lanes {
+    fn value(self) -> f32;
+}
+
+/// Values that a float32 sum reads: float32 (the horizontal pass's) or uint8 (the input's).
+#[cfg(not(target_arch = "x86_64"))]
 trait Sample: Copy {
     fn value(self) -> f32;
 }
@@ -655,6 +789,80 @@ mod tests {
                     assert!(flipped.0 == mirrored, "{what} flipped");
                     r.resize(img.view(), oh, ow, &mut out).expect("resizes");
                     assert!(out.as_raw() == &want[..], "{what}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn float32_simd_kernels_equal_the_portable_ones() {
+        // Vectors across rows (horizontal) and across columns (vertical) keep every sum's
+        // operations: each kernel set this CPU has gives the portable kernels' bytes, for
+        // widths around the lane counts, one pass only, 1-pixel sides, flips, and windows
+        // wider than the SIMD vertical kernel takes (100x downscales).
+        let mut sizes = vec![
+            (1, 1, 1, 1),
+            (1, 1, 7, 3),
+            (1, 9, 1, 4),
+            (9, 1, 4, 1),
+            (5, 2, 3, 9),
+            (3, 3, 8, 8),
+            (7, 5, 7, 3),
+            (7, 5, 4, 5),
+            (40, 120, 30, 20),
+            (120, 40, 20, 30),
+            (100, 90, 224, 224),
+            (500, 375, 224, 224),
+            (500, 375, 232, 309),
+            (16, 33, 16, 17),
+            (33, 16, 17, 16),
+            (4000, 30, 40, 7),
+            (30, 4000, 7, 40),
+        ];
+        let mut state = 99u64;
+        let mut next = |n: u64| {
+            state = state
+                .wrapping_mul(6_364_136_223_846_793_005)
+                .wrapping_add(1_442_695_040_888_963_407);
+            (state >> 33) % n + 1
+        };
+        for _ in 0..60 {
+            let (iw, ih) = (next(200) as u32, next(200) as u32);
+            sizes.push((iw, ih, next(150) as u32, next(150) as u32));
+        }
+        let make = |level: SimdLevel| {
+            let mut r = Resizer::new();
+            r.set_simd_limit(level);
+            r.set_tensor_api(Some(Api::V1));
+            r
+        };
+        let mut portable = make(SimdLevel::Portable);
+        let levels: Vec<SimdLevel> = SimdLevel::kernel_sets()
+            .into_iter()
+            .filter(|&l| l != SimdLevel::Portable)
+            .collect();
+        let mut fast: Vec<Resizer> = levels.iter().map(|&l| make(l)).collect();
+        let (mut a, mut b) = (RgbImage::new(), RgbImage::new());
+        for filter in [Filter::Bilinear, Filter::Bicubic] {
+            portable.set_filter(filter);
+            for (i, &(iw, ih, ow, oh)) in sizes.iter().enumerate() {
+                let img = test_image(iw, ih, 1000 + i as u64);
+                portable
+                    .resize(img.view(), oh, ow, &mut b)
+                    .expect("resizes");
+                let mut want_flipped = Rows(vec![0; b.as_raw().len()], 3 * ow as usize);
+                portable
+                    .resize_into(img.view(), oh, ow, true, &mut want_flipped)
+                    .expect("resizes");
+                for (r, level) in fast.iter_mut().zip(&levels) {
+                    r.set_filter(filter);
+                    let what = format!("{iw}x{ih} -> {ow}x{oh} {filter:?} {level:?}");
+                    r.resize(img.view(), oh, ow, &mut a).expect("resizes");
+                    assert!(a == b, "{what}");
+                    let mut flipped = Rows(vec![0; b.as_raw().len()], 3 * ow as usize);
+                    r.resize_into(img.view(), oh, ow, true, &mut flipped)
+                        .expect("resizes");
+                    assert!(flipped.0 == want_flipped.0, "{what} flipped");
                 }
             }
         }
