@@ -124,8 +124,9 @@ fn bench_pipelines(c: &mut Criterion) {
     g.finish();
 }
 
-/// `Resize((224, 224))` of a 500x375 photo-like image after `ToImage`: torch's tensor resize
-/// (v1's float32, v2's uint8 kernel) next to Pillow's (a PIL image), bilinear and bicubic.
+/// `Resize((224, 224))` (a crop's resize) and `Resize(232)` (to 309x232) of a 500x375
+/// photo-like image after `ToImage`: torch's tensor resize (v1's float32, v2's uint8 kernel)
+/// next to Pillow's (a PIL image), bilinear and bicubic.
 fn bench_tensor_resize(c: &mut Criterion) {
     // A smooth gradient with noise, decoded from nothing: the resize's cost does not depend on
     // the values.
@@ -154,6 +155,13 @@ fn bench_tensor_resize(c: &mut Criterion) {
                 b.iter(|| {
                     resizer
                         .resize(black_box(img.view()), 224, 224, &mut out)
+                        .expect("resizes")
+                })
+            });
+            g.bench_function(format!("500x375_resize232/{name}/{arith}"), |b| {
+                b.iter(|| {
+                    resizer
+                        .resize(black_box(img.view()), 232, 309, &mut out)
                         .expect("resizes")
                 })
             });

@@ -22,6 +22,21 @@ use std::arch::x86_64::*;
 
 use super::{to_u8, Sample};
 
+/// One round of a transpose, `y[i], y[i + n/2] = lo(x[2i], x[2i + 1]), hi(...)` (a macro:
+/// see [`transpose16`] on closures).
+macro_rules! unpack_round {
+    ($x:expr, $lo:ident, $hi:ident) => {{
+        let x = $x;
+        let mut y = x;
+        let half = x.len() / 2;
+        for i in 0..half {
+            y[i] = $lo(x[2 * i], x[2 * i + 1]);
+            y[i + half] = $hi(x[2 * i], x[2 * i + 1]);
+        }
+        y
+    }};
+}
+
 /// The horizontal pass's windows, padded: output `i` reads input columns `[start[i], start[i]
 /// + taps)` with `weights[i * taps..(i + 1) * taps]`.
 ///
@@ -90,54 +105,84 @@ pub(super) unsafe fn horizontal16<'a>(
             }
         }
         let n = (n_rows - y0).min(L);
-        let mut v0 = 0;
-        while v0 < row_len {
-            let m = (row_len - v0).min(L);
-            let mut acc = [_mm512_setzero_ps(); L];
-            for (i, a) in acc[..m].iter_mut().enumerate() {
-                *a = with_taps!(pad.taps, |T| dot16::<T>(cols, pad, v0 + i));
+        let out = &mut mid[y0 * row_len..(y0 + n) * row_len];
+        with_taps!(pad.taps, |T| block16::<T>(cols, pad, n, out, row_len));
+    }
+}
+
+/// The output rows `out` (`n` of them, `row_len` floats each) of the 16 input rows in `cols`:
+/// 16 output pixels (48 values, three vectors of 16 rows per pixel) at a time, transposed
+/// into the rows 16 values at a time.
+#[inline(always)]
+fn block16<const TAPS: usize>(
+    cols: &[f32],
+    pad: &Padded<'_>,
+    n: usize,
+    out: &mut [f32],
+    row_len: usize,
+) {
+    const L: usize = 16;
+    let taps = if TAPS == 0 { pad.taps } else { TAPS };
+    let out_w = row_len / 3;
+    let mut x0 = 0;
+    while x0 < out_w {
+        let np = (out_w - x0).min(L);
+        // SAFETY: register-only.
+        let mut acc = [unsafe { _mm512_setzero_ps() }; 3 * L];
+        for (i, a) in acc.chunks_exact_mut(3).take(np).enumerate() {
+            let x = x0 + i;
+            let base = 3 * pad.start[x] as usize * L;
+            let ws = &pad.weights[x * taps..(x + 1) * taps];
+            // Tap k of channel c reads the 16 floats at 48 k + 16 c: all within the window.
+            let win = &cols[base..base + 3 * L * taps];
+            // SAFETY: AVX-512 F and FMA (the callers'); every load lies in `win`.
+            unsafe {
+                let p = win.as_ptr();
+                let w = _mm512_set1_ps(ws[0]);
+                let mut s = [w; 3];
+                for (c, s) in s.iter_mut().enumerate() {
+                    *s = _mm512_mul_ps(_mm512_loadu_ps(p.add(L * c)), w);
+                }
+                for (k, &w) in ws.iter().enumerate().skip(1) {
+                    let w = _mm512_set1_ps(w);
+                    for (c, s) in s.iter_mut().enumerate() {
+                        *s = _mm512_fmadd_ps(_mm512_loadu_ps(p.add(3 * L * k + L * c)), w, *s);
+                    }
+                }
+                a.copy_from_slice(&s);
             }
+        }
+        // Values 3 x0 + 16 g.. in vectors 16 g..: the rows' 16 floats there, transposed.
+        let nv = 3 * np;
+        for g in 0..3 {
+            let (v0, m) = (3 * x0 + L * g, nv.saturating_sub(L * g).min(L));
+            if m == 0 {
+                break;
+            }
+            // SAFETY: register-only.
+            let mut vecs = [unsafe { _mm512_setzero_ps() }; L];
+            vecs.copy_from_slice(&acc[L * g..L * (g + 1)]);
             if m == L {
-                transpose16(&mut acc);
-                for (r, v) in acc[..n].iter().enumerate() {
-                    let out = &mut mid[(y0 + r) * row_len + v0..][..L];
-                    // SAFETY: `out` holds 16 floats.
-                    unsafe { _mm512_storeu_ps(out.as_mut_ptr(), *v) };
+                transpose16(&mut vecs);
+                for (r, v) in vecs[..n].iter().enumerate() {
+                    let dst = &mut out[r * row_len + v0..][..L];
+                    // SAFETY: `dst` holds 16 floats.
+                    unsafe { _mm512_storeu_ps(dst.as_mut_ptr(), *v) };
                 }
             } else {
                 let mut tmp = [[0.0f32; L]; L];
-                for (t, v) in tmp.iter_mut().zip(&acc[..m]) {
+                for (t, v) in tmp.iter_mut().zip(&vecs[..m]) {
                     // SAFETY: `t` holds 16 floats.
                     unsafe { _mm512_storeu_ps(t.as_mut_ptr(), *v) };
                 }
                 for r in 0..n {
                     for (i, t) in tmp[..m].iter().enumerate() {
-                        mid[(y0 + r) * row_len + v0 + i] = t[r];
+                        out[r * row_len + v0 + i] = t[r];
                     }
                 }
             }
-            v0 += L;
         }
-    }
-}
-
-/// Output value `v` (output pixel `v / 3`, channel `v % 3`) of the 16 rows in `cols`.
-#[inline(always)]
-fn dot16<const TAPS: usize>(cols: &[f32], pad: &Padded<'_>, v: usize) -> __m512 {
-    let taps = if TAPS == 0 { pad.taps } else { TAPS };
-    let (x, c) = (v / 3, v % 3);
-    let base = (3 * pad.start[x] as usize + c) * 16;
-    let ws = &pad.weights[x * taps..(x + 1) * taps];
-    // Tap k reads the 16 floats at 48 k: all within the window's columns.
-    let win = &cols[base..base + 48 * (taps - 1) + 16];
-    // SAFETY: AVX-512 F (the caller's); every load lies in `win` (48 k + 16 <= its length).
-    unsafe {
-        let p = win.as_ptr();
-        let mut acc = _mm512_mul_ps(_mm512_loadu_ps(p), _mm512_set1_ps(ws[0]));
-        for (k, &w) in ws.iter().enumerate().skip(1) {
-            acc = _mm512_fmadd_ps(_mm512_loadu_ps(p.add(48 * k)), _mm512_set1_ps(w), acc);
-        }
-        acc
+        x0 += L;
     }
 }
 
@@ -152,18 +197,14 @@ unsafe fn transpose_bytes16(rows: &[&[u8]; 16], j0: usize, cols: &mut [f32]) {
     debug_assert!(cols.len() >= (j0 + 16) * 16);
     // SAFETY: the loads and stores stay in the ranges the contract states.
     unsafe {
-        let x: [__m128i; 16] =
-            std::array::from_fn(|r| _mm_loadu_si128(rows[r].as_ptr().add(j0).cast()));
-        let x = unpack_round(x, |a, b| (_mm_unpacklo_epi8(a, b), _mm_unpackhi_epi8(a, b)));
-        let x = unpack_round(x, |a, b| {
-            (_mm_unpacklo_epi16(a, b), _mm_unpackhi_epi16(a, b))
-        });
-        let x = unpack_round(x, |a, b| {
-            (_mm_unpacklo_epi32(a, b), _mm_unpackhi_epi32(a, b))
-        });
-        let x = unpack_round(x, |a, b| {
-            (_mm_unpacklo_epi64(a, b), _mm_unpackhi_epi64(a, b))
-        });
+        let mut x = [_mm_setzero_si128(); 16];
+        for (v, row) in x.iter_mut().zip(rows) {
+            *v = _mm_loadu_si128(row.as_ptr().add(j0).cast());
+        }
+        let x = unpack_round!(x, _mm_unpacklo_epi8, _mm_unpackhi_epi8);
+        let x = unpack_round!(x, _mm_unpacklo_epi16, _mm_unpackhi_epi16);
+        let x = unpack_round!(x, _mm_unpacklo_epi32, _mm_unpackhi_epi32);
+        let x = unpack_round!(x, _mm_unpacklo_epi64, _mm_unpackhi_epi64);
         // After four rounds, vector i holds column bitreverse4(i) of the 16 rows.
         for (i, v) in x.iter().enumerate() {
             let j = j0 + BITREV4[i];
@@ -176,65 +217,40 @@ unsafe fn transpose_bytes16(rows: &[&[u8]; 16], j0: usize, cols: &mut [f32]) {
 /// The 4-bit reversal of the index.
 const BITREV4: [usize; 16] = [0, 8, 4, 12, 2, 10, 6, 14, 1, 9, 5, 13, 3, 11, 7, 15];
 
-/// One round of a transpose: `y[i], y[i + n/2] = f(x[2i], x[2i + 1])`.
-#[inline(always)]
-fn unpack_round<T: Copy, const N: usize>(x: [T; N], f: impl Fn(T, T) -> (T, T)) -> [T; N] {
-    let mut y = x;
-    for i in 0..N / 2 {
-        let (lo, hi) = f(x[2 * i], x[2 * i + 1]);
-        y[i] = lo;
-        y[i + N / 2] = hi;
-    }
-    y
-}
-
-/// Transposes the 16x16 floats of `r` (row `i` in `r[i]`) in place.
+/// Transposes the 16x16 floats of `r` (row `i` in `r[i]`) in place. (Plain loops, no
+/// closures: a closure is not compiled with its caller's target features, and its intrinsics
+/// would be calls.)
 #[inline(always)]
 fn transpose16(r: &mut [__m512; 16]) {
     // SAFETY: register-only AVX-512 F instructions; the callers run with AVX-512 F.
     unsafe {
-        let t: [__m512; 16] = std::array::from_fn(|i| {
-            let (a, b) = (r[i & !1], r[i | 1]);
-            if i % 2 == 0 {
-                _mm512_unpacklo_ps(a, b)
-            } else {
-                _mm512_unpackhi_ps(a, b)
+        let mut t = *r;
+        for i in 0..8 {
+            t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
+            t[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
+        }
+        let mut u = t;
+        for g in [0, 4, 8, 12] {
+            u[g] = _mm512_shuffle_ps::<0x44>(t[g], t[g + 2]);
+            u[g + 1] = _mm512_shuffle_ps::<0xEE>(t[g], t[g + 2]);
+            u[g + 2] = _mm512_shuffle_ps::<0x44>(t[g + 1], t[g + 3]);
+            u[g + 3] = _mm512_shuffle_ps::<0xEE>(t[g + 1], t[g + 3]);
+        }
+        let mut v = u;
+        for g in [0, 8] {
+            for q in 0..4 {
+                v[g + q] = _mm512_shuffle_f32x4::<0x88>(u[g + q], u[g + q + 4]);
+                v[g + q + 4] = _mm512_shuffle_f32x4::<0xDD>(u[g + q], u[g + q + 4]);
             }
-        });
-        // Pairs of 64-bit halves: rows 4g..4g+4.
-        let u: [__m512; 16] = std::array::from_fn(|i| {
-            let g = i / 4 * 4;
-            let (a, b) = match i % 4 {
-                0 | 1 => (t[g], t[g + 2]),
-                _ => (t[g + 1], t[g + 3]),
-            };
-            if i % 2 == 0 {
-                _mm512_shuffle_ps::<0x44>(a, b)
-            } else {
-                _mm512_shuffle_ps::<0xEE>(a, b)
-            }
-        });
-        let v: [__m512; 16] = std::array::from_fn(|i| {
-            let g = i / 8 * 8;
-            let (a, b) = (u[g + i % 4], u[g + i % 4 + 4]);
-            if i % 8 < 4 {
-                _mm512_shuffle_f32x4::<0x88>(a, b)
-            } else {
-                _mm512_shuffle_f32x4::<0xDD>(a, b)
-            }
-        });
-        for (i, out) in r.iter_mut().enumerate() {
-            let (a, b) = (v[i % 8], v[i % 8 + 8]);
-            *out = if i < 8 {
-                _mm512_shuffle_f32x4::<0x88>(a, b)
-            } else {
-                _mm512_shuffle_f32x4::<0xDD>(a, b)
-            };
+        }
+        for q in 0..8 {
+            r[q] = _mm512_shuffle_f32x4::<0x88>(v[q], v[q + 8]);
+            r[q + 8] = _mm512_shuffle_f32x4::<0xDD>(v[q], v[q + 8]);
         }
     }
 }
 
-/// The horizontal pass with 8 lanes; see [`horizontal16`].
+/// The horizontal pass with 8 lanes; see [`horizontal8`].
 ///
 /// # Safety
 /// The CPU must have AVX2 and FMA.
@@ -271,53 +287,82 @@ pub(super) unsafe fn horizontal8<'a>(
             }
         }
         let n = (n_rows - y0).min(L);
-        let mut v0 = 0;
-        while v0 < row_len {
-            let m = (row_len - v0).min(L);
-            let mut acc = [_mm256_setzero_ps(); L];
-            for (i, a) in acc[..m].iter_mut().enumerate() {
-                *a = with_taps!(pad.taps, |T| dot8::<T>(cols, pad, v0 + i));
+        let out = &mut mid[y0 * row_len..(y0 + n) * row_len];
+        with_taps!(pad.taps, |T| block8::<T>(cols, pad, n, out, row_len));
+    }
+}
+
+/// The output rows of the 8 input rows in `cols`; see [`block16`].
+#[inline(always)]
+fn block8<const TAPS: usize>(
+    cols: &[f32],
+    pad: &Padded<'_>,
+    n: usize,
+    out: &mut [f32],
+    row_len: usize,
+) {
+    const L: usize = 8;
+    let taps = if TAPS == 0 { pad.taps } else { TAPS };
+    let out_w = row_len / 3;
+    let mut x0 = 0;
+    while x0 < out_w {
+        let np = (out_w - x0).min(L);
+        // SAFETY: register-only.
+        let mut acc = [unsafe { _mm256_setzero_ps() }; 3 * L];
+        for (i, a) in acc.chunks_exact_mut(3).take(np).enumerate() {
+            let x = x0 + i;
+            let base = 3 * pad.start[x] as usize * L;
+            let ws = &pad.weights[x * taps..(x + 1) * taps];
+            // Tap k of channel c reads the 8 floats at 24 k + 8 c: all within the window.
+            let win = &cols[base..base + 3 * L * taps];
+            // SAFETY: AVX2 and FMA (the callers'); every load lies in `win`.
+            unsafe {
+                let p = win.as_ptr();
+                let w = _mm256_set1_ps(ws[0]);
+                let mut s = [w; 3];
+                for (c, s) in s.iter_mut().enumerate() {
+                    *s = _mm256_mul_ps(_mm256_loadu_ps(p.add(L * c)), w);
+                }
+                for (k, &w) in ws.iter().enumerate().skip(1) {
+                    let w = _mm256_set1_ps(w);
+                    for (c, s) in s.iter_mut().enumerate() {
+                        *s = _mm256_fmadd_ps(_mm256_loadu_ps(p.add(3 * L * k + L * c)), w, *s);
+                    }
+                }
+                a.copy_from_slice(&s);
             }
+        }
+        // Values 3 x0 + 8 g.. in vectors 8 g..: the rows' 8 floats there, transposed.
+        let nv = 3 * np;
+        for g in 0..3 {
+            let (v0, m) = (3 * x0 + L * g, nv.saturating_sub(L * g).min(L));
+            if m == 0 {
+                break;
+            }
+            // SAFETY: register-only.
+            let mut vecs = [unsafe { _mm256_setzero_ps() }; L];
+            vecs.copy_from_slice(&acc[L * g..L * (g + 1)]);
             if m == L {
-                transpose8(&mut acc);
-                for (r, v) in acc[..n].iter().enumerate() {
-                    let out = &mut mid[(y0 + r) * row_len + v0..][..L];
-                    // SAFETY: `out` holds 8 floats.
-                    unsafe { _mm256_storeu_ps(out.as_mut_ptr(), *v) };
+                transpose8(&mut vecs);
+                for (r, v) in vecs[..n].iter().enumerate() {
+                    let dst = &mut out[r * row_len + v0..][..L];
+                    // SAFETY: `dst` holds 8 floats.
+                    unsafe { _mm256_storeu_ps(dst.as_mut_ptr(), *v) };
                 }
             } else {
                 let mut tmp = [[0.0f32; L]; L];
-                for (t, v) in tmp.iter_mut().zip(&acc[..m]) {
+                for (t, v) in tmp.iter_mut().zip(&vecs[..m]) {
                     // SAFETY: `t` holds 8 floats.
                     unsafe { _mm256_storeu_ps(t.as_mut_ptr(), *v) };
                 }
                 for r in 0..n {
                     for (i, t) in tmp[..m].iter().enumerate() {
-                        mid[(y0 + r) * row_len + v0 + i] = t[r];
+                        out[r * row_len + v0 + i] = t[r];
                     }
                 }
             }
-            v0 += L;
         }
-    }
-}
-
-/// Output value `v` of the 8 rows in `cols`; see [`dot16`].
-#[inline(always)]
-fn dot8<const TAPS: usize>(cols: &[f32], pad: &Padded<'_>, v: usize) -> __m256 {
-    let taps = if TAPS == 0 { pad.taps } else { TAPS };
-    let (x, c) = (v / 3, v % 3);
-    let base = (3 * pad.start[x] as usize + c) * 8;
-    let ws = &pad.weights[x * taps..(x + 1) * taps];
-    let win = &cols[base..base + 24 * (taps - 1) + 8];
-    // SAFETY: AVX2 and FMA (the caller's); every load lies in `win` (24 k + 8 <= its length).
-    unsafe {
-        let p = win.as_ptr();
-        let mut acc = _mm256_mul_ps(_mm256_loadu_ps(p), _mm256_set1_ps(ws[0]));
-        for (k, &w) in ws.iter().enumerate().skip(1) {
-            acc = _mm256_fmadd_ps(_mm256_loadu_ps(p.add(24 * k)), _mm256_set1_ps(w), acc);
-        }
-        acc
+        x0 += L;
     }
 }
 
@@ -331,15 +376,13 @@ unsafe fn transpose_bytes8(rows: &[&[u8]; 8], j0: usize, cols: &mut [f32]) {
     debug_assert!(cols.len() >= (j0 + 16) * 8);
     // SAFETY: the loads and stores stay in the ranges the contract states.
     unsafe {
-        let x: [__m128i; 8] =
-            std::array::from_fn(|r| _mm_loadu_si128(rows[r].as_ptr().add(j0).cast()));
-        let x = unpack_round(x, |a, b| (_mm_unpacklo_epi8(a, b), _mm_unpackhi_epi8(a, b)));
-        let x = unpack_round(x, |a, b| {
-            (_mm_unpacklo_epi16(a, b), _mm_unpackhi_epi16(a, b))
-        });
-        let x = unpack_round(x, |a, b| {
-            (_mm_unpacklo_epi32(a, b), _mm_unpackhi_epi32(a, b))
-        });
+        let mut x = [_mm_setzero_si128(); 8];
+        for (v, row) in x.iter_mut().zip(rows) {
+            *v = _mm_loadu_si128(row.as_ptr().add(j0).cast());
+        }
+        let x = unpack_round!(x, _mm_unpacklo_epi8, _mm_unpackhi_epi8);
+        let x = unpack_round!(x, _mm_unpacklo_epi16, _mm_unpackhi_epi16);
+        let x = unpack_round!(x, _mm_unpacklo_epi32, _mm_unpackhi_epi32);
         // After three rounds, the low (high) 8 bytes of vector i hold column
         // 2 bitreverse3(i) (+ 1) of the 8 rows.
         for (i, v) in x.iter().enumerate() {
@@ -355,38 +398,26 @@ unsafe fn transpose_bytes8(rows: &[&[u8]; 8], j0: usize, cols: &mut [f32]) {
 /// The 3-bit reversal of the index.
 const BITREV3: [usize; 8] = [0, 4, 2, 6, 1, 5, 3, 7];
 
-/// Transposes the 8x8 floats of `r` in place.
+/// Transposes the 8x8 floats of `r` in place (plain loops: see [`transpose16`]).
 #[inline(always)]
 fn transpose8(r: &mut [__m256; 8]) {
     // SAFETY: register-only AVX instructions; the callers run with AVX2.
     unsafe {
-        let t: [__m256; 8] = std::array::from_fn(|i| {
-            let (a, b) = (r[i & !1], r[i | 1]);
-            if i % 2 == 0 {
-                _mm256_unpacklo_ps(a, b)
-            } else {
-                _mm256_unpackhi_ps(a, b)
-            }
-        });
-        let u: [__m256; 8] = std::array::from_fn(|i| {
-            let g = i / 4 * 4;
-            let (a, b) = match i % 4 {
-                0 | 1 => (t[g], t[g + 2]),
-                _ => (t[g + 1], t[g + 3]),
-            };
-            if i % 2 == 0 {
-                _mm256_shuffle_ps::<0x44>(a, b)
-            } else {
-                _mm256_shuffle_ps::<0xEE>(a, b)
-            }
-        });
-        for (i, out) in r.iter_mut().enumerate() {
-            let (a, b) = (u[i % 4], u[i % 4 + 4]);
-            *out = if i < 4 {
-                _mm256_permute2f128_ps::<0x20>(a, b)
-            } else {
-                _mm256_permute2f128_ps::<0x31>(a, b)
-            };
+        let mut t = *r;
+        for i in 0..4 {
+            t[2 * i] = _mm256_unpacklo_ps(r[2 * i], r[2 * i + 1]);
+            t[2 * i + 1] = _mm256_unpackhi_ps(r[2 * i], r[2 * i + 1]);
+        }
+        let mut u = t;
+        for g in [0, 4] {
+            u[g] = _mm256_shuffle_ps::<0x44>(t[g], t[g + 2]);
+            u[g + 1] = _mm256_shuffle_ps::<0xEE>(t[g], t[g + 2]);
+            u[g + 2] = _mm256_shuffle_ps::<0x44>(t[g + 1], t[g + 3]);
+            u[g + 3] = _mm256_shuffle_ps::<0xEE>(t[g + 1], t[g + 3]);
+        }
+        for q in 0..4 {
+            r[q] = _mm256_permute2f128_ps::<0x20>(u[q], u[q + 4]);
+            r[q + 4] = _mm256_permute2f128_ps::<0x31>(u[q], u[q + 4]);
         }
     }
 }
@@ -404,17 +435,22 @@ pub(super) unsafe fn vertical16<'a, T: Sample + Lanes + 'a>(
     dst: &mut [u8],
 ) {
     let len = dst.len();
-    let srcs: [&[T]; MAX_TAPS] = std::array::from_fn(|k| if k < ws.len() { rows(k) } else { &[] });
     let taps = ws.len();
+    let mut srcs: [&[T]; MAX_TAPS] = [&[]; MAX_TAPS];
+    for (k, s) in srcs.iter_mut().enumerate().take(taps) {
+        *s = rows(k);
+    }
     assert!(taps >= 1 && taps <= MAX_TAPS && srcs[..taps].iter().all(|r| r.len() >= len));
     let mut j = 0;
     // SAFETY: AVX-512 F and FMA (the caller's); every load and store is of `j..j + 16`
     // (`j + 64` in the unrolled loop) within `len`, which every row and `dst` hold.
     unsafe {
         while j + 64 <= len {
-            let mut acc: [__m512; 4] = std::array::from_fn(|q| {
-                _mm512_mul_ps(T::load16(srcs[0], j + 16 * q), _mm512_set1_ps(ws[0]))
-            });
+            let w0 = _mm512_set1_ps(ws[0]);
+            let mut acc = [w0; 4];
+            for (q, a) in acc.iter_mut().enumerate() {
+                *a = _mm512_mul_ps(T::load16(srcs[0], j + 16 * q), w0);
+            }
             for (k, &w) in ws.iter().enumerate().skip(1) {
                 let w = _mm512_set1_ps(w);
                 for (q, a) in acc.iter_mut().enumerate() {
@@ -456,17 +492,22 @@ pub(super) unsafe fn vertical8<'a, T: Sample + Lanes + 'a>(
     dst: &mut [u8],
 ) {
     let len = dst.len();
-    let srcs: [&[T]; MAX_TAPS] = std::array::from_fn(|k| if k < ws.len() { rows(k) } else { &[] });
     let taps = ws.len();
+    let mut srcs: [&[T]; MAX_TAPS] = [&[]; MAX_TAPS];
+    for (k, s) in srcs.iter_mut().enumerate().take(taps) {
+        *s = rows(k);
+    }
     assert!(taps >= 1 && taps <= MAX_TAPS && srcs[..taps].iter().all(|r| r.len() >= len));
     let mut j = 0;
     // SAFETY: AVX2 and FMA (the caller's); every load and store is of `j..j + 8` (`j + 32`
     // in the unrolled loop) within `len`, which every row and `dst` hold.
     unsafe {
         while j + 32 <= len {
-            let mut acc: [__m256; 4] = std::array::from_fn(|q| {
-                _mm256_mul_ps(T::load8(srcs[0], j + 8 * q), _mm256_set1_ps(ws[0]))
-            });
+            let w0 = _mm256_set1_ps(ws[0]);
+            let mut acc = [w0; 4];
+            for (q, a) in acc.iter_mut().enumerate() {
+                *a = _mm256_mul_ps(T::load8(srcs[0], j + 8 * q), w0);
+            }
             for (k, &w) in ws.iter().enumerate().skip(1) {
                 let w = _mm256_set1_ps(w);
                 for (q, a) in acc.iter_mut().enumerate() {
