@@ -369,32 +369,47 @@ impl TensorResizer {
             self.acc_f32.resize(row_len, 0.0);
         }
         if need_h {
+            // Each output row as soon as the horizontal pass has made the rows it reads:
+            // they are still in cache (the whole intermediate image is not).
+            let (vert, row, acc) = (&self.vert, &mut self.row[..row_len], &mut self.acc_f32);
+            let acc = &mut acc[..row_len];
+            let mut next = 0;
+            let mut rows_done = |mid: &[f32], done: usize| {
+                while next < out_h as usize {
+                    // Without the vertical pass, one tap of weight 1: `v * 1 = v`, then the
+                    // same rounding.
+                    let (start, ws) = if need_v {
+                        vert.window_f32(next)
+                    } else {
+                        (next, &[1.0f32][..])
+                    };
+                    if start + ws.len() > done {
+                        break;
+                    }
+                    let rows = |k: usize| &mid[(start + k) * row_len..][..row_len];
+                    vertical_row(rows, ws, clamp, width, acc, row);
+                    emit(row, next, flip, sink);
+                    next += 1;
+                }
+            };
             let mid = &mut self.mid_f32[..mid_len];
-            horizontal_pass(src, &self.horiz, width, &mut self.cols, mid, row_len);
+            horizontal_pass(
+                src,
+                &self.horiz,
+                width,
+                &mut self.cols,
+                mid,
+                row_len,
+                &mut rows_done,
+            );
+            return;
         }
         for yy in 0..out_h as usize {
             let row = &mut self.row[..row_len];
             if need_v {
                 let (start, ws) = self.vert.window_f32(yy);
                 let acc = &mut self.acc_f32[..row_len];
-                if need_h {
-                    let mid = &self.mid_f32;
-                    vertical_row(
-                        |k| &mid[(start + k) * row_len..][..row_len],
-                        ws,
-                        clamp,
-                        width,
-                        acc,
-                        row,
-                    );
-                } else {
-                    vertical_row(|k| src.row((start + k) as u32), ws, clamp, width, acc, row);
-                }
-            } else if need_h {
-                // One tap of weight 1: `v * 1 = v`, then the same rounding.
-                let mid = &self.mid_f32[yy * row_len..(yy + 1) * row_len];
-                let acc = &mut self.acc_f32[..row_len];
-                vertical_row(|_| mid, &[1.0], clamp, width, acc, row);
+                vertical_row(|k| src.row((start + k) as u32), ws, clamp, width, acc, row);
             } else {
                 row.copy_from_slice(src.row(yy as u32));
             }
@@ -411,7 +426,7 @@ enum Width {
     /// AVX2 and FMA, 8 lanes.
     #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
     Avx2,
-    /// AVX-512 F and FMA, 16 lanes.
+    /// AVX-512 F and FMA, 16 lanes (taken where the CPU has AVX-512 BW and VL too).
     #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
     Avx512,
 }
@@ -431,7 +446,8 @@ impl Width {
     }
 }
 
-/// The horizontal pass of every row of `src` into `mid` (`row_len` floats a row).
+/// The horizontal pass of every row of `src` into `mid` (`row_len` floats a row), calling
+/// `done(mid, n)` whenever its first `n` rows are complete (the last call with every row).
 fn horizontal_pass(
     src: RgbView<'_>,
     axis: &TorchAxis,
@@ -439,6 +455,7 @@ fn horizontal_pass(
     cols: &mut Vec<f32>,
     mid: &mut [f32],
     row_len: usize,
+    done: &mut dyn FnMut(&[f32], usize),
 ) {
     let (in_h, in_vals) = (src.height() as usize, 3 * src.width() as usize);
     #[cfg(target_arch = "x86_64")]
@@ -452,22 +469,22 @@ fn horizontal_pass(
         match width {
             // SAFETY: `Width::of` saw AVX-512 F and FMA.
             Width::Avx512 => unsafe {
-                return x86::horizontal16(rows, in_h, in_vals, &pad, cols, mid, row_len);
+                return x86::horizontal16(rows, in_h, in_vals, &pad, cols, mid, row_len, done);
             },
             // SAFETY: `Width::of` saw AVX2 and FMA.
             Width::Avx2 => unsafe {
-                return x86::horizontal8(rows, in_h, in_vals, &pad, cols, mid, row_len);
+                return x86::horizontal8(rows, in_h, in_vals, &pad, cols, mid, row_len, done);
             },
             Width::Portable => {}
         }
     }
     let _ = (width, cols, in_vals);
     // `mul_add` is one instruction only where compiled with FMA.
-    crate::augment::fma::with_fma(|| {
-        for (y, out) in mid.chunks_exact_mut(row_len).take(in_h).enumerate() {
-            horizontal_f32(src.row(y as u32), out, axis);
-        }
-    });
+    for y in 0..in_h {
+        let out = &mut mid[y * row_len..(y + 1) * row_len];
+        crate::augment::fma::with_fma(|| horizontal_f32(src.row(y as u32), out, axis));
+        done(mid, y + 1);
+    }
 }
 
 /// One output row of the vertical pass: `dst[j] = to_u8(rows(0)[j] w0 + ...)`, `acc` scratch

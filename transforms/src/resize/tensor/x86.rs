@@ -68,7 +68,8 @@ fn block_rows<'a, const L: usize>(
 }
 
 /// The horizontal pass with 16 lanes: `mid` row `y` (`row_len = 3 out_w` floats) from input
-/// row `rows(y)` (`in_vals = 3 in_w` bytes), for `y < n_rows`. `cols` is scratch.
+/// row `rows(y)` (`in_vals = 3 in_w` bytes), for `y < n_rows`, calling `done(mid, n)` when the
+/// first `n` rows are complete. `cols` is scratch.
 ///
 /// # Safety
 /// The CPU must have AVX-512 F and FMA.
@@ -81,6 +82,7 @@ pub(super) unsafe fn horizontal16<'a>(
     cols: &mut Vec<f32>,
     mid: &mut [f32],
     row_len: usize,
+    done: &mut dyn FnMut(&[f32], usize),
 ) {
     const L: usize = 16;
     pad.check(in_vals / 3, row_len / 3);
@@ -107,6 +109,7 @@ pub(super) unsafe fn horizontal16<'a>(
         let n = (n_rows - y0).min(L);
         let out = &mut mid[y0 * row_len..(y0 + n) * row_len];
         with_taps!(pad.taps, |T| block16::<T>(cols, pad, n, out, row_len));
+        done(mid, y0 + n);
     }
 }
 
@@ -124,11 +127,13 @@ fn block16<const TAPS: usize>(
     const L: usize = 16;
     let taps = if TAPS == 0 { pad.taps } else { TAPS };
     let out_w = row_len / 3;
+    // Every group of pixels writes the vectors it reads back (stale ones past a short
+    // last group are never read).
+    // SAFETY: register-only.
+    let mut acc = [unsafe { _mm512_setzero_ps() }; 3 * L];
     let mut x0 = 0;
     while x0 < out_w {
         let np = (out_w - x0).min(L);
-        // SAFETY: register-only.
-        let mut acc = [unsafe { _mm512_setzero_ps() }; 3 * L];
         for (i, a) in acc.chunks_exact_mut(3).take(np).enumerate() {
             let x = x0 + i;
             let base = 3 * pad.start[x] as usize * L;
@@ -149,7 +154,9 @@ fn block16<const TAPS: usize>(
                         *s = _mm512_fmadd_ps(_mm512_loadu_ps(p.add(3 * L * k + L * c)), w, *s);
                     }
                 }
-                a.copy_from_slice(&s);
+                for (a, s) in a.iter_mut().zip(s) {
+                    *a = s;
+                }
             }
         }
         // Values 3 x0 + 16 g.. in vectors 16 g..: the rows' 16 floats there, transposed.
@@ -159,11 +166,11 @@ fn block16<const TAPS: usize>(
             if m == 0 {
                 break;
             }
-            // SAFETY: register-only.
-            let mut vecs = [unsafe { _mm512_setzero_ps() }; L];
-            vecs.copy_from_slice(&acc[L * g..L * (g + 1)]);
+            let Ok(vecs) = <&mut [__m512; L]>::try_from(&mut acc[L * g..L * (g + 1)]) else {
+                break;
+            };
             if m == L {
-                transpose16(&mut vecs);
+                transpose16(vecs);
                 for (r, v) in vecs[..n].iter().enumerate() {
                     let dst = &mut out[r * row_len + v0..][..L];
                     // SAFETY: `dst` holds 16 floats.
@@ -263,6 +270,7 @@ pub(super) unsafe fn horizontal8<'a>(
     cols: &mut Vec<f32>,
     mid: &mut [f32],
     row_len: usize,
+    done: &mut dyn FnMut(&[f32], usize),
 ) {
     const L: usize = 8;
     pad.check(in_vals / 3, row_len / 3);
@@ -289,6 +297,7 @@ pub(super) unsafe fn horizontal8<'a>(
         let n = (n_rows - y0).min(L);
         let out = &mut mid[y0 * row_len..(y0 + n) * row_len];
         with_taps!(pad.taps, |T| block8::<T>(cols, pad, n, out, row_len));
+        done(mid, y0 + n);
     }
 }
 
@@ -304,11 +313,13 @@ fn block8<const TAPS: usize>(
     const L: usize = 8;
     let taps = if TAPS == 0 { pad.taps } else { TAPS };
     let out_w = row_len / 3;
+    // Every group of pixels writes the vectors it reads back (stale ones past a short
+    // last group are never read).
+    // SAFETY: register-only.
+    let mut acc = [unsafe { _mm256_setzero_ps() }; 3 * L];
     let mut x0 = 0;
     while x0 < out_w {
         let np = (out_w - x0).min(L);
-        // SAFETY: register-only.
-        let mut acc = [unsafe { _mm256_setzero_ps() }; 3 * L];
         for (i, a) in acc.chunks_exact_mut(3).take(np).enumerate() {
             let x = x0 + i;
             let base = 3 * pad.start[x] as usize * L;
@@ -329,7 +340,9 @@ fn block8<const TAPS: usize>(
                         *s = _mm256_fmadd_ps(_mm256_loadu_ps(p.add(3 * L * k + L * c)), w, *s);
                     }
                 }
-                a.copy_from_slice(&s);
+                for (a, s) in a.iter_mut().zip(s) {
+                    *a = s;
+                }
             }
         }
         // Values 3 x0 + 8 g.. in vectors 8 g..: the rows' 8 floats there, transposed.
@@ -339,11 +352,11 @@ fn block8<const TAPS: usize>(
             if m == 0 {
                 break;
             }
-            // SAFETY: register-only.
-            let mut vecs = [unsafe { _mm256_setzero_ps() }; L];
-            vecs.copy_from_slice(&acc[L * g..L * (g + 1)]);
+            let Ok(vecs) = <&mut [__m256; L]>::try_from(&mut acc[L * g..L * (g + 1)]) else {
+                break;
+            };
             if m == L {
-                transpose8(&mut vecs);
+                transpose8(vecs);
                 for (r, v) in vecs[..n].iter().enumerate() {
                     let dst = &mut out[r * row_len + v0..][..L];
                     // SAFETY: `dst` holds 8 floats.
@@ -644,11 +657,11 @@ mod tests {
             assert_eq!(&out[..], &want[..], "row {i}");
         }
         let rows: Vec<Vec<u8>> = (0..16)
-            .map(|r| (0..40).map(|j| (r * 40 + j) as u8).collect())
+            .map(|r| (0..100).map(|j| (r * 100 + j * 7) as u8).collect())
             .collect();
         let block8: [&[u8]; 8] = std::array::from_fn(|r| &rows[r][..]);
-        let mut cols = vec![0.0f32; 40 * 8];
-        // SAFETY: AVX2 (checked above); rows of 40 bytes, 40 * 8 floats.
+        let mut cols = vec![0.0f32; 100 * 8];
+        // SAFETY: AVX2 (checked above); rows of 100 bytes, 100 * 8 floats.
         unsafe { transpose_bytes8(&block8, 16, &mut cols) };
         for j in 16..32 {
             for r in 0..8 {
@@ -676,10 +689,13 @@ mod tests {
             assert_eq!(&out[..], &want[..], "row {i}");
         }
         let block16: [&[u8]; 16] = std::array::from_fn(|r| &rows[r][..]);
-        let mut cols = vec![0.0f32; 40 * 16];
-        // SAFETY: AVX-512 F (checked above); rows of 40 bytes, 40 * 16 floats.
-        unsafe { transpose_bytes16(&block16, 16, &mut cols) };
-        for j in 16..32 {
+        let mut cols = vec![0.0f32; 100 * 16];
+        // SAFETY: AVX-512 F (checked above); rows of 100 bytes, 100 * 16 floats.
+        unsafe {
+            transpose_bytes16(&block16, 16, &mut cols);
+            transpose_bytes16(&block16, 80, &mut cols);
+        }
+        for j in (16..32).chain(80..96) {
             for r in 0..16 {
                 assert_eq!(
                     cols[j * 16 + r],
