@@ -13,7 +13,7 @@ use ferroloader::transforms::augment::policy::Api;
 use ferroloader::transforms::crop::{resize_shorter_side, RandomResizedCrop};
 use ferroloader::transforms::decode::{DecodeContext, DecodeOptions};
 use ferroloader::transforms::fused::OutputSlot;
-use ferroloader::transforms::resize::{Filter, Resizer};
+use ferroloader::transforms::resize::{Filter, Resizer, SimdLevel};
 use ferroloader::transforms::rng::sample_rng;
 use ferroloader::transforms::spec::{Interpolation, OpSpec, Pipeline, PipelineSpec};
 use ferroloader::transforms::{CropRect, RgbImage};
@@ -143,14 +143,18 @@ fn bench_tensor_resize(c: &mut Criterion) {
     let mut g = c.benchmark_group("tensor_resize");
     let mut out = RgbImage::new();
     for (name, filter) in [("bilinear", Filter::Bilinear), ("bicubic", Filter::Bicubic)] {
-        for (arith, api) in [
-            ("pillow", None),
-            ("torch_v1_f32", Some(Api::V1)),
-            ("torch_v2", Some(Api::V2)),
+        // The default kernels (AVX-512 where present), and AVX2's (`_avx2`) for CPUs without.
+        for (arith, api, level) in [
+            ("pillow", None, SimdLevel::Avx512),
+            ("torch_v1_f32", Some(Api::V1), SimdLevel::Avx512),
+            ("torch_v2", Some(Api::V2), SimdLevel::Avx512),
+            ("pillow_avx2", None, SimdLevel::Avx2),
+            ("torch_v1_f32_avx2", Some(Api::V1), SimdLevel::Avx2),
         ] {
             let mut resizer = Resizer::new();
             resizer.set_filter(filter);
             resizer.set_tensor_api(api);
+            resizer.set_simd_limit(level);
             g.bench_function(format!("500x375_to_224/{name}/{arith}"), |b| {
                 b.iter(|| {
                     resizer

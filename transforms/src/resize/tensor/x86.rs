@@ -21,6 +21,7 @@
 use std::arch::x86_64::*;
 
 use super::{to_u8, Sample};
+use crate::image::RgbView;
 
 /// One round of a transpose, `y[i], y[i + n/2] = lo(x[2i], x[2i + 1]), hi(...)` (a macro:
 /// see [`transpose16`] on closures).
@@ -37,8 +38,8 @@ macro_rules! unpack_round {
     }};
 }
 
-/// The horizontal pass's windows, padded: output `i` reads input columns `[start[i], start[i]
-/// + taps)` with `weights[i * taps..(i + 1) * taps]`.
+/// The horizontal pass's windows, padded: output `i` reads the `taps` input columns from
+/// `start[i]` with the weights `weights[i * taps..(i + 1) * taps]`.
 ///
 /// Invariant: `start[i] + taps <= in_size` (checked by [`Padded::check`]).
 pub(super) struct Padded<'a> {
@@ -67,23 +68,23 @@ fn block_rows<'a, const L: usize>(
     std::array::from_fn(|r| rows((y0 + r).min(n_rows - 1)))
 }
 
-/// The horizontal pass with 16 lanes: `mid` row `y` (`row_len = 3 out_w` floats) from input
-/// row `rows(y)` (`in_vals = 3 in_w` bytes), for `y < n_rows`, calling `done(mid, n)` when the
+/// The horizontal pass with 16 lanes: `mid` row `y` (`row_len = 3 out_w` floats) from row `y`
+/// of `src`, for every row, calling `done(mid, n)` when the
 /// first `n` rows are complete. `cols` is scratch.
 ///
 /// # Safety
 /// The CPU must have AVX-512 F and FMA.
 #[target_feature(enable = "avx512f,avx2,fma")]
-pub(super) unsafe fn horizontal16<'a>(
-    rows: impl Fn(usize) -> &'a [u8],
-    n_rows: usize,
-    in_vals: usize,
+pub(super) unsafe fn horizontal16(
+    src: RgbView<'_>,
     pad: &Padded<'_>,
     cols: &mut Vec<f32>,
     mid: &mut [f32],
     row_len: usize,
     done: &mut dyn FnMut(&[f32], usize),
 ) {
+    let (n_rows, in_vals) = (src.height() as usize, 3 * src.width() as usize);
+    let rows = |y: usize| src.row(y as u32);
     const L: usize = 16;
     pad.check(in_vals / 3, row_len / 3);
     assert!(mid.len() >= n_rows * row_len);
@@ -262,16 +263,16 @@ fn transpose16(r: &mut [__m512; 16]) {
 /// # Safety
 /// The CPU must have AVX2 and FMA.
 #[target_feature(enable = "avx2,fma")]
-pub(super) unsafe fn horizontal8<'a>(
-    rows: impl Fn(usize) -> &'a [u8],
-    n_rows: usize,
-    in_vals: usize,
+pub(super) unsafe fn horizontal8(
+    src: RgbView<'_>,
     pad: &Padded<'_>,
     cols: &mut Vec<f32>,
     mid: &mut [f32],
     row_len: usize,
     done: &mut dyn FnMut(&[f32], usize),
 ) {
+    let (n_rows, in_vals) = (src.height() as usize, 3 * src.width() as usize);
+    let rows = |y: usize| src.row(y as u32);
     const L: usize = 8;
     pad.check(in_vals / 3, row_len / 3);
     assert!(mid.len() >= n_rows * row_len);
@@ -453,7 +454,7 @@ pub(super) unsafe fn vertical16<'a, T: Sample + Lanes + 'a>(
     for (k, s) in srcs.iter_mut().enumerate().take(taps) {
         *s = rows(k);
     }
-    assert!(taps >= 1 && taps <= MAX_TAPS && srcs[..taps].iter().all(|r| r.len() >= len));
+    assert!((1..=MAX_TAPS).contains(&taps) && srcs[..taps].iter().all(|r| r.len() >= len));
     let mut j = 0;
     // SAFETY: AVX-512 F and FMA (the caller's); every load and store is of `j..j + 16`
     // (`j + 64` in the unrolled loop) within `len`, which every row and `dst` hold.
@@ -510,7 +511,7 @@ pub(super) unsafe fn vertical8<'a, T: Sample + Lanes + 'a>(
     for (k, s) in srcs.iter_mut().enumerate().take(taps) {
         *s = rows(k);
     }
-    assert!(taps >= 1 && taps <= MAX_TAPS && srcs[..taps].iter().all(|r| r.len() >= len));
+    assert!((1..=MAX_TAPS).contains(&taps) && srcs[..taps].iter().all(|r| r.len() >= len));
     let mut j = 0;
     // SAFETY: AVX2 and FMA (the caller's); every load and store is of `j..j + 8` (`j + 32`
     // in the unrolled loop) within `len`, which every row and `dst` hold.
@@ -639,6 +640,7 @@ mod tests {
         if !crate::cpu::avx2_fma() {
             return;
         }
+        // SAFETY: register-only, of the features checked above.
         let mut r8: [__m256; 8] = [unsafe { _mm256_setzero_ps() }; 8];
         let mut m8 = [[0.0f32; 8]; 8];
         for (i, row) in m8.iter_mut().enumerate() {
@@ -671,6 +673,7 @@ mod tests {
         if !crate::cpu::avx512_bw_vl() {
             return;
         }
+        // SAFETY: register-only, of the features checked above.
         let mut r16: [__m512; 16] = [unsafe { _mm512_setzero_ps() }; 16];
         let mut m16 = [[0.0f32; 16]; 16];
         for (i, row) in m16.iter_mut().enumerate() {
