@@ -109,7 +109,11 @@ pub(super) unsafe fn horizontal16(
         }
         let n = (n_rows - y0).min(L);
         let out = &mut mid[y0 * row_len..(y0 + n) * row_len];
-        with_taps!(pad.taps, |T| block16::<T>(cols, pad, n, out, row_len));
+        // SAFETY: the features (the caller's); `pad` checked against `in_vals / 3` inputs
+        // (`cols` holds `in_vals * L` floats) and `row_len / 3` outputs above.
+        with_taps!(pad.taps, |T| unsafe {
+            block16::<T>(cols, pad, n, out, row_len)
+        });
         done(mid, y0 + n);
     }
 }
@@ -117,8 +121,12 @@ pub(super) unsafe fn horizontal16(
 /// The output rows `out` (`n` of them, `row_len` floats each) of the 16 input rows in `cols`:
 /// 16 output pixels (48 values, three vectors of 16 rows per pixel) at a time, transposed
 /// into the rows 16 values at a time.
+///
+/// # Safety
+/// The CPU must have AVX-512 F and FMA; `TAPS` is 0 or `pad.taps`, and [`Padded::check`]
+/// passed for `cols.len() / 48` inputs and `row_len / 3` outputs (the loads are unchecked).
 #[inline(always)]
-fn block16<const TAPS: usize>(
+unsafe fn block16<const TAPS: usize>(
     cols: &[f32],
     pad: &Padded<'_>,
     n: usize,
@@ -127,7 +135,9 @@ fn block16<const TAPS: usize>(
 ) {
     const L: usize = 16;
     let taps = if TAPS == 0 { pad.taps } else { TAPS };
+    debug_assert_eq!(taps, pad.taps);
     let out_w = row_len / 3;
+    let (cols_p, starts, weights) = (cols.as_ptr(), pad.start.as_ptr(), pad.weights.as_ptr());
     // Every group of pixels writes the vectors it reads back (stale ones past a short
     // last group are never read).
     // SAFETY: register-only.
@@ -137,20 +147,20 @@ fn block16<const TAPS: usize>(
         let np = (out_w - x0).min(L);
         for (i, a) in acc.chunks_exact_mut(3).take(np).enumerate() {
             let x = x0 + i;
-            let base = 3 * pad.start[x] as usize * L;
-            let ws = &pad.weights[x * taps..(x + 1) * taps];
-            // Tap k of channel c reads the 16 floats at 48 k + 16 c: all within the window.
-            let win = &cols[base..base + 3 * L * taps];
-            // SAFETY: AVX-512 F and FMA (the callers'); every load lies in `win`.
+            // SAFETY: AVX-512 F and FMA (the callers'); `x < out_w`, so (the contract) output `x`'s
+            // `taps` weights exist and its window's columns `3 start..3 (start + taps)`, the
+            // `48 taps` floats from `p`, lie in `cols`: tap k of channel c reads the 16
+            // floats at 48 k + 16 c.
             unsafe {
-                let p = win.as_ptr();
-                let w = _mm512_set1_ps(ws[0]);
+                let p = cols_p.add(3 * *starts.add(x) as usize * L);
+                let ws = weights.add(x * taps);
+                let w = _mm512_set1_ps(*ws);
                 let mut s = [w; 3];
                 for (c, s) in s.iter_mut().enumerate() {
                     *s = _mm512_mul_ps(_mm512_loadu_ps(p.add(L * c)), w);
                 }
-                for (k, &w) in ws.iter().enumerate().skip(1) {
-                    let w = _mm512_set1_ps(w);
+                for k in 1..taps {
+                    let w = _mm512_set1_ps(*ws.add(k));
                     for (c, s) in s.iter_mut().enumerate() {
                         *s = _mm512_fmadd_ps(_mm512_loadu_ps(p.add(3 * L * k + L * c)), w, *s);
                     }
@@ -297,14 +307,22 @@ pub(super) unsafe fn horizontal8(
         }
         let n = (n_rows - y0).min(L);
         let out = &mut mid[y0 * row_len..(y0 + n) * row_len];
-        with_taps!(pad.taps, |T| block8::<T>(cols, pad, n, out, row_len));
+        // SAFETY: the features (the caller's); `pad` checked against `in_vals / 3` inputs
+        // (`cols` holds `in_vals * L` floats) and `row_len / 3` outputs above.
+        with_taps!(pad.taps, |T| unsafe {
+            block8::<T>(cols, pad, n, out, row_len)
+        });
         done(mid, y0 + n);
     }
 }
 
 /// The output rows of the 8 input rows in `cols`; see [`block16`].
+///
+/// # Safety
+/// The CPU must have AVX2 and FMA; `TAPS` is 0 or `pad.taps`, and [`Padded::check`] passed
+/// for `cols.len() / 24` inputs and `row_len / 3` outputs (the loads are unchecked).
 #[inline(always)]
-fn block8<const TAPS: usize>(
+unsafe fn block8<const TAPS: usize>(
     cols: &[f32],
     pad: &Padded<'_>,
     n: usize,
@@ -313,7 +331,9 @@ fn block8<const TAPS: usize>(
 ) {
     const L: usize = 8;
     let taps = if TAPS == 0 { pad.taps } else { TAPS };
+    debug_assert_eq!(taps, pad.taps);
     let out_w = row_len / 3;
+    let (cols_p, starts, weights) = (cols.as_ptr(), pad.start.as_ptr(), pad.weights.as_ptr());
     // Every group of pixels writes the vectors it reads back (stale ones past a short
     // last group are never read).
     // SAFETY: register-only.
@@ -323,20 +343,20 @@ fn block8<const TAPS: usize>(
         let np = (out_w - x0).min(L);
         for (i, a) in acc.chunks_exact_mut(3).take(np).enumerate() {
             let x = x0 + i;
-            let base = 3 * pad.start[x] as usize * L;
-            let ws = &pad.weights[x * taps..(x + 1) * taps];
-            // Tap k of channel c reads the 8 floats at 24 k + 8 c: all within the window.
-            let win = &cols[base..base + 3 * L * taps];
-            // SAFETY: AVX2 and FMA (the callers'); every load lies in `win`.
+            // SAFETY: AVX2 and FMA (the callers'); `x < out_w`, so (the contract) output `x`'s
+            // `taps` weights exist and its window's columns `3 start..3 (start + taps)`, the
+            // `24 taps` floats from `p`, lie in `cols`: tap k of channel c reads the 8
+            // floats at 24 k + 8 c.
             unsafe {
-                let p = win.as_ptr();
-                let w = _mm256_set1_ps(ws[0]);
+                let p = cols_p.add(3 * *starts.add(x) as usize * L);
+                let ws = weights.add(x * taps);
+                let w = _mm256_set1_ps(*ws);
                 let mut s = [w; 3];
                 for (c, s) in s.iter_mut().enumerate() {
                     *s = _mm256_mul_ps(_mm256_loadu_ps(p.add(L * c)), w);
                 }
-                for (k, &w) in ws.iter().enumerate().skip(1) {
-                    let w = _mm256_set1_ps(w);
+                for k in 1..taps {
+                    let w = _mm256_set1_ps(*ws.add(k));
                     for (c, s) in s.iter_mut().enumerate() {
                         *s = _mm256_fmadd_ps(_mm256_loadu_ps(p.add(3 * L * k + L * c)), w, *s);
                     }
