@@ -374,7 +374,18 @@ impl TensorResizer {
             self.vert.prepare(in_h, out_h, cubic);
         }
         let clamp = cubic;
-        let mid_len = if need_h { in_h as usize * row_len } else { 0 };
+        // The SIMD passes keep only a ring of intermediate rows (row `y` in slot `y % cap`):
+        // 16-row blocks, so `cap` is a multiple of 16 at least 15 more than the tallest
+        // vertical window (the rows of the next pending output survive the blocks until it
+        // is ready; the windows' starts never decrease). The portable one keeps every row:
+        // the tests compare the two.
+        let vtaps = if need_v { self.vert.taps } else { 1 };
+        let tall = (in_h as usize).next_multiple_of(16);
+        let cap = match width {
+            Width::Portable => in_h as usize,
+            _ => tall.min((16 + vtaps).next_multiple_of(16)),
+        };
+        let mid_len = if need_h { cap * row_len } else { 0 };
         if self.mid_f32.len() < mid_len {
             self.mid_f32.resize(mid_len, 0.0);
         }
@@ -399,7 +410,7 @@ impl TensorResizer {
                     if start + ws.len() > done {
                         break;
                     }
-                    let rows = |k: usize| &mid[(start + k) * row_len..][..row_len];
+                    let rows = |k: usize| &mid[(start + k) % cap * row_len..][..row_len];
                     vertical_row(rows, ws, clamp, width, acc, row);
                     emit(row, next, flip, sink);
                     next += 1;
@@ -413,6 +424,7 @@ impl TensorResizer {
                 &mut self.cols,
                 mid,
                 row_len,
+                cap,
                 &mut rows_done,
             );
             return;
@@ -459,8 +471,10 @@ impl Width {
     }
 }
 
-/// The horizontal pass of every row of `src` into `mid` (`row_len` floats a row), calling
-/// `done(mid, n)` whenever its first `n` rows are complete (the last call with every row).
+/// The horizontal pass of every row of `src` into `mid` (`row_len` floats a row; row `y` in
+/// slot `y % cap`, `cap` a multiple of 16 or at least the height), calling `done(mid, n)`
+/// whenever its first `n` rows are complete (the last call with every row).
+#[allow(clippy::too_many_arguments)]
 fn horizontal_pass(
     src: RgbView<'_>,
     axis: &TorchAxis,
@@ -468,6 +482,7 @@ fn horizontal_pass(
     cols: &mut Vec<f32>,
     mid: &mut [f32],
     row_len: usize,
+    cap: usize,
     done: &mut dyn FnMut(&[f32], usize),
 ) {
     #[cfg(target_arch = "x86_64")]
@@ -480,11 +495,11 @@ fn horizontal_pass(
         match width {
             // SAFETY: `Width::of` saw AVX-512 F and FMA.
             Width::Avx512 => unsafe {
-                return x86::horizontal16(src, &pad, cols, mid, row_len, done);
+                return x86::horizontal16(src, &pad, cols, (mid, row_len, cap), done);
             },
             // SAFETY: `Width::of` saw AVX2 and FMA.
             Width::Avx2 => unsafe {
-                return x86::horizontal8(src, &pad, cols, mid, row_len, done);
+                return x86::horizontal8(src, &pad, cols, (mid, row_len, cap), done);
             },
             Width::Portable => {}
         }
@@ -492,7 +507,7 @@ fn horizontal_pass(
     let _ = (width, cols);
     // `mul_add` is one instruction only where compiled with FMA.
     for y in 0..src.height() as usize {
-        let out = &mut mid[y * row_len..(y + 1) * row_len];
+        let out = &mut mid[y % cap * row_len..][..row_len];
         crate::augment::fma::with_fma(|| horizontal_f32(src.row(y as u32), out, axis));
         done(mid, y + 1);
     }

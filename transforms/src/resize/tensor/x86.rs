@@ -68,9 +68,9 @@ fn block_rows<'a, const L: usize>(
     std::array::from_fn(|r| rows((y0 + r).min(n_rows - 1)))
 }
 
-/// The horizontal pass with 16 lanes: `mid` row `y` (`row_len = 3 out_w` floats) from row `y`
-/// of `src`, for every row, calling `done(mid, n)` when the
-/// first `n` rows are complete. `cols` is scratch.
+/// The horizontal pass with 16 lanes: into `ring = (mid, row_len, cap)`, row `y` (`row_len =
+/// 3 out_w` floats) in slot `y % cap` (`cap` a multiple of 16), from row `y` of `src`, for
+/// every row, calling `done(mid, n)` when the first `n` rows are complete. `cols` is scratch.
 ///
 /// # Safety
 /// The CPU must have AVX-512 F and FMA.
@@ -79,15 +79,15 @@ pub(super) unsafe fn horizontal16(
     src: RgbView<'_>,
     pad: &Padded<'_>,
     cols: &mut Vec<f32>,
-    mid: &mut [f32],
-    row_len: usize,
+    (mid, row_len, cap): (&mut [f32], usize, usize),
     done: &mut dyn FnMut(&[f32], usize),
 ) {
     let (n_rows, in_vals) = (src.height() as usize, 3 * src.width() as usize);
     let rows = |y: usize| src.row(y as u32);
     const L: usize = 16;
     pad.check(in_vals / 3, row_len / 3);
-    assert!(mid.len() >= n_rows * row_len);
+    // Blocks start at multiples of L, which `cap` is: a block's rows never wrap.
+    assert!(cap % 16 == 0 && cap > 0 && mid.len() >= cap * row_len);
     if cols.len() < in_vals * L {
         cols.resize(in_vals * L, 0.0);
     }
@@ -108,7 +108,8 @@ pub(super) unsafe fn horizontal16(
             }
         }
         let n = (n_rows - y0).min(L);
-        let out = &mut mid[y0 * row_len..(y0 + n) * row_len];
+        let slot = y0 % cap;
+        let out = &mut mid[slot * row_len..(slot + n) * row_len];
         // SAFETY: the features (the caller's); `pad` checked against `in_vals / 3` inputs
         // (`cols` holds `in_vals * L` floats) and `row_len / 3` outputs above.
         with_taps!(pad.taps, |T| unsafe {
@@ -277,15 +278,15 @@ pub(super) unsafe fn horizontal8(
     src: RgbView<'_>,
     pad: &Padded<'_>,
     cols: &mut Vec<f32>,
-    mid: &mut [f32],
-    row_len: usize,
+    (mid, row_len, cap): (&mut [f32], usize, usize),
     done: &mut dyn FnMut(&[f32], usize),
 ) {
     let (n_rows, in_vals) = (src.height() as usize, 3 * src.width() as usize);
     let rows = |y: usize| src.row(y as u32);
     const L: usize = 8;
     pad.check(in_vals / 3, row_len / 3);
-    assert!(mid.len() >= n_rows * row_len);
+    // Blocks start at multiples of L, which `cap` is: a block's rows never wrap.
+    assert!(cap % 16 == 0 && cap > 0 && mid.len() >= cap * row_len);
     if cols.len() < in_vals * L {
         cols.resize(in_vals * L, 0.0);
     }
@@ -306,7 +307,8 @@ pub(super) unsafe fn horizontal8(
             }
         }
         let n = (n_rows - y0).min(L);
-        let out = &mut mid[y0 * row_len..(y0 + n) * row_len];
+        let slot = y0 % cap;
+        let out = &mut mid[slot * row_len..(slot + n) * row_len];
         // SAFETY: the features (the caller's); `pad` checked against `in_vals / 3` inputs
         // (`cols` holds `in_vals * L` floats) and `row_len / 3` outputs above.
         with_taps!(pad.taps, |T| unsafe {
