@@ -17,9 +17,9 @@
 //!   Computed here ([`TensorResizer`]): portable loops, or 8 (AVX2 and FMA) or 16 (AVX-512)
 //!   outputs per vector ([`x86`]); the vectors hold independent outputs, so every output's
 //!   operations are the portable ones and every kernel set gives the same bytes. Measured
-//!   (`benches/resize_filters.rs`, 500x375 to 224x224 and to 309x232): 2.7-3.4x Pillow's
-//!   resize of the same sizes for BILINEAR, 2.2-2.8x for BICUBIC, with AVX-512; with AVX2
-//!   alone 1.6-2.1x and 0.8-1.4x Pillow's AVX2 resize. The float32 work itself costs that:
+//!   (`benches/resize_filters.rs`, 500x375 to 224x224 and to 309x232): 2.4-2.8x Pillow's
+//!   resize of the same sizes for BILINEAR, 1.8-2.3x for BICUBIC, with AVX-512; with AVX2
+//!   alone 1.6-2.0x and 0.7-1.3x Pillow's AVX2 resize. The float32 work itself costs that:
 //!   the block transposes (uint8 rows to float32 columns and back) and a sum per value where
 //!   Pillow's kernels sum 16-bit products of bytes.
 //! - [`TensorArith::Uint8`]: v2's uint8 kernel (the Pillow-SIMD-derived AVX2 one, and the
