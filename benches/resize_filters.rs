@@ -9,10 +9,11 @@
 use std::hint::black_box;
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
+use ferroloader::transforms::augment::policy::Api;
 use ferroloader::transforms::crop::{resize_shorter_side, RandomResizedCrop};
 use ferroloader::transforms::decode::{DecodeContext, DecodeOptions};
 use ferroloader::transforms::fused::OutputSlot;
-use ferroloader::transforms::resize::{Filter, Resizer};
+use ferroloader::transforms::resize::{Filter, Resizer, SimdLevel};
 use ferroloader::transforms::rng::sample_rng;
 use ferroloader::transforms::spec::{Interpolation, OpSpec, Pipeline, PipelineSpec};
 use ferroloader::transforms::{CropRect, RgbImage};
@@ -123,9 +124,59 @@ fn bench_pipelines(c: &mut Criterion) {
     g.finish();
 }
 
+/// `Resize((224, 224))` (a crop's resize) and `Resize(232)` (to 309x232) of a 500x375
+/// photo-like image after `ToImage`: torch's tensor resize (v1's float32, v2's uint8 kernel)
+/// next to Pillow's (a PIL image), bilinear and bicubic.
+fn bench_tensor_resize(c: &mut Criterion) {
+    // A smooth gradient with noise, decoded from nothing: the resize's cost does not depend on
+    // the values.
+    let mut img = RgbImage::new();
+    let data = img.reset(500, 375);
+    let mut state = 0x9e37_79b9_7f4a_7c15u64;
+    for (i, v) in data.iter_mut().enumerate() {
+        state = state
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        let (x, y) = ((i / 3) % 500, (i / 3) / 500);
+        *v = ((x + 2 * y) / 4 + (state >> 60) as usize) as u8;
+    }
+    let mut g = c.benchmark_group("tensor_resize");
+    let mut out = RgbImage::new();
+    for (name, filter) in [("bilinear", Filter::Bilinear), ("bicubic", Filter::Bicubic)] {
+        // The default kernels (AVX-512 where present), and AVX2's (`_avx2`) for CPUs without.
+        for (arith, api, level) in [
+            ("pillow", None, SimdLevel::Avx512),
+            ("torch_v1_f32", Some(Api::V1), SimdLevel::Avx512),
+            ("torch_v2", Some(Api::V2), SimdLevel::Avx512),
+            ("pillow_avx2", None, SimdLevel::Avx2),
+            ("torch_v1_f32_avx2", Some(Api::V1), SimdLevel::Avx2),
+        ] {
+            let mut resizer = Resizer::new();
+            resizer.set_filter(filter);
+            resizer.set_tensor_api(api);
+            resizer.set_simd_limit(level);
+            g.bench_function(format!("500x375_to_224/{name}/{arith}"), |b| {
+                b.iter(|| {
+                    resizer
+                        .resize(black_box(img.view()), 224, 224, &mut out)
+                        .expect("resizes")
+                })
+            });
+            g.bench_function(format!("500x375_resize232/{name}/{arith}"), |b| {
+                b.iter(|| {
+                    resizer
+                        .resize(black_box(img.view()), 232, 309, &mut out)
+                        .expect("resizes")
+                })
+            });
+        }
+    }
+    g.finish();
+}
+
 criterion_group! {
     name = benches;
     config = Criterion::default().sample_size(20).warm_up_time(std::time::Duration::from_secs(1)).measurement_time(std::time::Duration::from_secs(4));
-    targets = bench_resize, bench_pipelines
+    targets = bench_resize, bench_pipelines, bench_tensor_resize
 }
 criterion_main!(benches);

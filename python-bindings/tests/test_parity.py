@@ -296,28 +296,30 @@ def _presets(crop: int, resize: int) -> dict:
 def test_reference_presets_convert_in_both_forms_and_match_torchvision(folder: Path, resize: int) -> None:
     presets = _presets(96, resize)
     train = [T.from_torchvision(presets[k]) for k in ("train_v1", "train_v2")]
-    # The same ops, but for the conversion's arithmetic: v1 divides by 255, v2's ToDtype
-    # multiplies by float32(1 / 255).
-    for form, conversion in zip(train, (T.ToTensor(), T.ToDtype())):
+    # The same ops, but for the conversion's arithmetic (v1 divides by 255, v2's ToDtype
+    # multiplies by float32(1 / 255)) and v2's resize of the tensor (the ToImage marker).
+    for form, conversion, head in zip(train, (T.ToTensor(), T.ToDtype()), ([], [T.ToImage(api="v2")])):
         assert form == T.Compose(
-            [T.RandomResizedCrop([96, 96]), T.RandomHorizontalFlip(0.5), conversion, T.Normalize(IMAGENET_MEAN, IMAGENET_STD)]
+            [*head, T.RandomResizedCrop([96, 96]), T.RandomHorizontalFlip(0.5), conversion,
+             T.Normalize(IMAGENET_MEAN, IMAGENET_STD)]
         )
     evals = [T.from_torchvision(presets[k]) for k in ("eval_v1", "eval_v2")]
-    assert evals[0].transforms[:-2] == evals[1].transforms[:-2]
+    assert evals[1].transforms[0] == T.ToImage(api="v2")
+    assert evals[0].transforms[:-2] == evals[1].transforms[1:-2]
     assert evals[0].transforms[-1] == evals[1].transforms[-1]
     assert [type(t) for t in (evals[0].transforms[-2], evals[1].transforms[-2])] == [T.ToTensor, T.ToDtype]
-    for form, limit_levels in (("eval_v1", 1), ("eval_v2", 2)):
+    for form, limit_levels in (("eval_v1", 1), ("eval_v2", 0)):
         reference = torchvision.datasets.ImageFolder(str(folder), transform=presets[form])
         loader = fl.Loader(reference, batch_size=6, num_workers=2)
         worst = 0.0
         for b, (images, _) in enumerate(loader):
             for k in range(images.shape[0]):
                 worst = max(worst, float((images[k] - reference[6 * b + k][0]).abs().max()))
-        # v1 is Pillow's arithmetic (ours); v2 resizes the tensor with torch's antialiasing.
+        # v1 is Pillow's arithmetic, v2 torch's uint8 tensor resize: both ours, v2 to the bit.
         assert worst <= limit_levels * LEVEL / min(IMAGENET_STD) + EPS, f"{form}: {worst:.6f}"
     # The uint8 eval form: PILToTensor alone.
     u8 = T.from_torchvision(v2.Compose([v2.ToImage(), v2.Resize(resize), v2.CenterCrop(96), v2.ToDtype(torch.uint8)]))
-    assert u8 == T.Compose([T.Resize(resize), T.CenterCrop([96, 96]), T.PILToTensor()])
+    assert u8 == T.Compose([T.ToImage(api="v2"), T.Resize(resize), T.CenterCrop([96, 96]), T.PILToTensor()])
 
 
 def test_refused_dtypes_name_the_dtype() -> None:

@@ -142,6 +142,76 @@ def test_a_chain_of_tensor_ops_with_to_image_first_is_torchvisions(folder: Path,
     assert torch.equal(images, expected)
 
 
+# Resize after ToImage: torch's antialiased tensor resize. v2 (uint8 kernel; float32 for
+# BILINEAR on CPUs without AVX2) is bit-exact; v1 (float32, then rounded) is within one level,
+# on about one value in 10^5: torch's float32 horizontal pass of a downscale sums in an order
+# not reproduced here (upscales and the vertical pass are exact).
+V1_RESIZE_SHARE = 1e-4
+RESIZE_SIZES = [(120, 90), (33, 47), (1, 1), (7, 2), (400, 520)]  # down, odd, 1-pixel, up
+
+
+def _resize_levels(images: torch.Tensor, expected: torch.Tensor) -> tuple[int, float]:
+    diff = (images.to(torch.int16) - expected.to(torch.int16)).abs()
+    return int(diff.max()), float((diff > 0).float().mean())
+
+
+def _assert_resize_is_torchs(tv: Any, images: torch.Tensor, expected: torch.Tensor, what: str) -> None:
+    worst, share = _resize_levels(images, expected)
+    if tv is v2:
+        assert worst == 0, f"{what}: {share:.2e} of the values differ, up to {worst}"
+    else:
+        assert worst <= 1 and share < V1_RESIZE_SHARE, f"{what}: {share:.2e} of the values differ, up to {worst}"
+
+
+@pytest.mark.parametrize("mode", [BILINEAR, BICUBIC], ids=["bilinear", "bicubic"])
+@pytest.mark.parametrize("tv", [tvT, v2], ids=["v1", "v2"])
+def test_resize_after_the_conversion_is_torchs_antialiased_tensor_resize(folder: Path, tv: Any,
+                                                                           mode: tvT.InterpolationMode) -> None:
+    """``Resize`` after ``ToImage``/``PILToTensor`` downscaling, upscaling, to odd sizes and to
+    one pixel: torchvision's tensor ``resize``, not Pillow's."""
+    first = tv.ToImage() if tv is v2 else tv.PILToTensor()
+    for size in RESIZE_SIZES:
+        transform = tv.Compose([first, tv.Resize(size, interpolation=mode, antialias=True)])
+        assert T.from_torchvision(transform).to_spec()[0] == {"op": "ToImage", "api": "v2" if tv is v2 else "v1"}
+        reference = torchvision.datasets.ImageFolder(str(folder), transform=transform)
+        loader = fl.Loader(fl.ImageFolder(folder), batch_size=len(reference), num_workers=1, transform=transform,
+                           output="uint8", python_tail="error")
+        images, _ = next(iter(loader))
+        expected = torch.stack([torch.as_tensor(reference[i][0]) for i in range(len(reference))])
+        _assert_resize_is_torchs(tv, images, expected, f"Resize{size}")
+
+
+@pytest.mark.parametrize("mode", [BILINEAR, BICUBIC], ids=["bilinear", "bicubic"])
+@pytest.mark.parametrize("tv", [tvT, v2], ids=["v1", "v2"])
+def test_random_resized_crop_after_the_conversion_is_torchs_tensor_resize(folder: Path, tv: Any,
+                                                                           mode: tvT.InterpolationMode) -> None:
+    """``RandomResizedCrop`` after the conversion, with the loader's own crops injected into
+    torchvision's ``resized_crop`` of the uint8 tensor (down- and upscales: the crops are of
+    any size, the output 64x48)."""
+    first = tv.ToImage() if tv is v2 else tv.PILToTensor()
+    transform = tv.Compose([first, tv.RandomResizedCrop((64, 48), scale=(0.01, 1.0), interpolation=mode)])
+    ours = T.from_torchvision(transform)
+    rrc = ours.transforms[1]
+    assert isinstance(rrc, T.RandomResizedCrop)
+    loader = fl.Loader(fl.ImageFolder(folder), batch_size=6, shuffle=True, seed=5, num_workers=2,
+                       transform=transform, output="uint8", python_tail="error")
+    loader.set_epoch(2)
+    functional = F2 if tv is v2 else F1
+    it = iter(loader)
+    got, want = [], []
+    for images, _ in it:
+        assert it.indices is not None
+        for slot, index in enumerate(it.indices.tolist()):
+            path = loader.dataset.samples[index][0]
+            with Image.open(path) as img:
+                tensor = F1.pil_to_tensor(img.convert("RGB"))
+            (top, left, h, w, _), = rrc.draw_params(tensor.shape[2], tensor.shape[1], [index], seed=5, epoch=2)
+            want.append(functional.resized_crop(tensor, int(top), int(left), int(h), int(w), [64, 48],
+                                                interpolation=mode, antialias=True))
+            got.append(images[slot])
+    _assert_resize_is_torchs(tv, torch.stack(got), torch.stack(want), "RandomResizedCrop")
+
+
 @pytest.mark.parametrize("tv", [tvT, v2], ids=["v1", "v2"])
 def test_random_perspective_after_the_conversion_is_torchvisions_at_the_corners_drawn(tv: Any) -> None:
     """The corners a sample draws do not depend on the domain: recovered from a PIL-domain run,
@@ -289,12 +359,18 @@ def test_the_converter_marks_where_the_tensor_starts_and_its_api() -> None:
     # The v1 ColorJitter runs v1's kernels, the v2 rotation v2's: a marker where the API changes.
     assert [op["op"] for op in spec] == ["RandomResizedCrop", "ToImage", "ColorJitter", "ToImage", "RandomRotation", "ToDtype"]
     assert [op.get("api") for op in spec if op["op"] == "ToImage"] == ["v1", "v2"]
-    # A ToImage with nothing after it that computes by domain changes nothing and is dropped, so
-    # v2's crop-and-flip recipe converts to v1's transforms, but for the conversion's arithmetic
+    # A ToImage with nothing after it that computes by domain changes nothing and is dropped:
+    # crops and flips are the same pixels on a tensor.
+    crops = T.from_torchvision(v2.Compose([v2.ToImage(), v2.CenterCrop(8), v2.RandomHorizontalFlip(),
+                                           v2.ToDtype(torch.float32, scale=True)])).to_spec()
+    assert [op["op"] for op in crops] == ["CenterCrop", "RandomHorizontalFlip", "ToDtype"]
+    # v2's crop-and-flip recipe resizes the tensor (torch's resize, not Pillow's): its marker
+    # stays before the crop, the rest is v1's transforms but for the conversion's arithmetic
     # (v2's ToDtype multiplies by float32(1 / 255), v1's ConvertImageDtype divides by 255).
     plain = T.from_torchvision(recipes.train_preset(crop_size=32, use_v2=True)).to_spec()
     v1 = T.from_torchvision(recipes.train_preset(crop_size=32)).to_spec()
-    assert [op for op in plain if op["op"] != "ToDtype"] == [op for op in v1 if op["op"] != "ToTensor"]
+    assert plain[0] == {"op": "ToImage", "api": "v2"}
+    assert [op for op in plain[1:] if op["op"] != "ToDtype"] == [op for op in v1 if op["op"] != "ToTensor"]
     assert [op for op in plain if op["op"] == "ToDtype"] == [{"op": "ToDtype"}]
     assert [op for op in v1 if op["op"] == "ToTensor"] == [{"op": "ToTensor"}]
     # The reference TrivialAugmentWide recipe keeps its marker: the policy runs on the tensor.

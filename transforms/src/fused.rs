@@ -194,6 +194,12 @@ impl FusedKernel {
         self.resizer.set_filter(filter);
     }
 
+    /// Resizes as torchvision's `api` resizes a uint8 tensor from now on (`None`, the default:
+    /// Pillow's); see [`Resizer::set_tensor_api`].
+    pub fn set_tensor_api(&mut self, api: Option<crate::augment::policy::Api>) {
+        self.resizer.set_tensor_api(api);
+    }
+
     /// The kernels the conversions run: the limit, or less where the CPU lacks them.
     fn level(&self) -> SimdLevel {
         self.simd.min(SimdLevel::detected())

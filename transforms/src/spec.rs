@@ -9,7 +9,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::augment::geometry::Padder;
-use crate::augment::policy::RandomCropPlan;
+use crate::augment::policy::{Api, RandomCropPlan};
 use crate::crop::{center_crop, KeepRatioResize};
 use crate::decode::{DecodeContext, DecodeOptions, Decoder};
 use crate::error::{Error, Result};
@@ -593,6 +593,8 @@ pub(in crate::spec) struct WholeResize {
     pub(in crate::spec) size: Size,
     pub(in crate::spec) max_size: Option<u32>,
     pub(in crate::spec) filter: Filter,
+    /// After `ToImage`: the API whose tensor resize (torch's arithmetic) runs; `None`: Pillow's.
+    pub(in crate::spec) tensor: Option<Api>,
 }
 
 impl WholeResize {
@@ -620,6 +622,7 @@ impl WholeResize {
             size,
             max_size,
             filter: interpolation.filter(),
+            tensor: None,
         })
     }
 }
@@ -692,6 +695,9 @@ pub struct Pipeline {
     slot_normalize: Option<NormalizeArgs>,
     /// Channels of a sample: 3, or 1 for an `L` image or after `Grayscale(1)`.
     channels: usize,
+    /// After `ToImage`, the API of the geometry's last resize (the one the fused pass or the
+    /// staged crop runs): torch's tensor resize; `None`: Pillow's.
+    fused_tensor: Option<Api>,
 }
 
 /// Per-worker scratch of a [`Pipeline`]: decoder handle, resizer, intermediate images.
@@ -1034,6 +1040,11 @@ impl Pipeline {
         let keeps_size = spec.keeps_image_size();
         let first = ops.next_if(|_| !keeps_size);
         let first_rrc = first.map(ResizedCropOp::plan).transpose()?.flatten();
+        // After `ToImage` the geometry's resizes are torch's tensor resize.
+        let first_rrc = first_rrc.map(|mut rrc| {
+            rrc.tensor = domains[0].tensor;
+            rrc
+        });
         let (geometry, geometry_size, filter) =
             if let Some(rrc) = first_rrc {
                 // Its draws and filters decided per sample; the context starts on the first one.
@@ -1050,16 +1061,18 @@ impl Pipeline {
                         interpolation,
                         antialias,
                     }) => {
-                        let resize =
+                        let mut resize =
                             WholeResize::plan(*size, *max_size, *interpolation, *antialias)?;
+                        resize.tensor = domains[0].tensor;
                         // `Resize(256)` then `RandomResizedCrop(224)`: the crop fixes the size.
-                        if let Some(rrc) = ops
+                        if let Some(mut rrc) = ops
                             .peek()
                             .map(|op| ResizedCropOp::plan(op))
                             .transpose()?
                             .flatten()
                         {
                             ops.next();
+                            rrc.tensor = domains[1].tensor;
                             (
                                 Geometry::ResizeThenRandomResizedCrop { resize, rrc },
                                 rrc.size(),
@@ -1181,6 +1194,12 @@ impl Pipeline {
                 }
             };
         check_output_size(geometry_size.0, geometry_size.1, spec.max_pixels)?;
+        let fused_tensor = match &geometry {
+            Geometry::RandomResizedCrop(rrc)
+            | Geometry::ResizeThenRandomResizedCrop { rrc, .. } => rrc.tensor,
+            Geometry::Resize { resize, .. } => resize.tensor,
+            _ => None,
+        };
         // Flips and pixel ops, in the order written, up to the conversion.
         let mut middle = Vec::new();
         while let Some(&op) = ops.peek() {
@@ -1249,6 +1268,7 @@ impl Pipeline {
             tensor_ops,
             slot_normalize,
             channels,
+            fused_tensor,
         })
     }
 
@@ -1467,6 +1487,7 @@ impl Pipeline {
         // A field store: the weights are cached by filter, so a one-filter pipeline's caches
         // stay warm and a choice's samples each get their own filter's.
         kernel.set_filter(report.filter);
+        kernel.set_tensor_api(self.fused_tensor);
         observed(obs, Op::Fused, || {
             let size = self.geometry_size;
             kernel.run(
@@ -1531,6 +1552,7 @@ impl Pipeline {
             _ => Op::Crop,
         };
         kernel.set_filter(report.filter);
+        kernel.set_tensor_api(self.fused_tensor);
         observed(obs, into_stage, || {
             let pixels = stage_b.try_reset(size.1, size.0)?;
             kernel.run(
@@ -1841,6 +1863,7 @@ impl Pipeline {
             });
         }
         resizer.set_filter(resize.filter);
+        resizer.set_tensor_api(resize.tensor);
         observed(obs, Op::Resize, || {
             resizer.resize(decoded.view(), rh, rw, resized)
         })?;
@@ -1918,6 +1941,7 @@ impl Pipeline {
         // Both sides were just bounded by u32::MAX.
         let (rh, rw) = (rh as u32, rw as u32);
         resizer.set_filter(filter);
+        resizer.set_tensor_api(None);
         observed(obs, Op::Resize, || {
             resizer.resize(decoded.view(), rh, rw, resized)
         })?;
@@ -1999,6 +2023,7 @@ impl Pipeline {
                     decoded.crop_view(crop).map(|v| v.to_image(stage_b))
                 })?;
                 resizer.set_filter(filter);
+                resizer.set_tensor_api(self.fused_tensor);
                 observed(obs, Op::Resize, || {
                     resizer.resize(stage_b.view(), out_h, out_w, stage_a)
                 })?;

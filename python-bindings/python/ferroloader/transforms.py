@@ -2182,7 +2182,7 @@ _SUPPORTED = (
 _DOMAIN_OPS = (
     ColorJitter, Grayscale, RandomGrayscale, RandomPosterize, RandomSolarize, RandomEqualize,
     RandomAutocontrast, RandomAdjustSharpness, RandomInvert, RandomRotation, RandomAffine,
-    RandomPerspective, _Policy, RandomPhotometricDistort,
+    RandomPerspective, _Policy, RandomPhotometricDistort, Resize, RandomResizedCrop,
 )
 
 # The ops whose tensor kernels follow torchvision's API (v1 `functional` or `v2.functional`):
@@ -2191,7 +2191,7 @@ _DOMAIN_OPS = (
 _TENSOR_API_OPS = (
     "ColorJitter", "Grayscale", "RandomGrayscale", "RandomAutocontrast", "RandomAdjustSharpness",
     "RandomRotation", "RandomAffine", "RandomPerspective", "RandomApply", "RandomChoice", "RandomOrder",
-    "RandomPhotometricDistort",
+    "RandomPhotometricDistort", "Resize", "RandomResizedCrop",
 )
 
 

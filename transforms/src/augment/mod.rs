@@ -23,7 +23,7 @@ pub mod augmix;
 pub mod box_blur;
 pub mod color;
 pub mod elastic;
-mod fma;
+pub(crate) mod fma;
 pub mod geometry;
 pub mod grid_sample;
 pub mod policy;

@@ -37,8 +37,8 @@ use std::arch::asm;
 use std::arch::x86_64::*;
 
 use super::{
-    aligned_i32s, by_blocks, ring_slot, through_ring, vertical_first, Ahead, AxisCoeffs, BlockRows,
-    CoeffsKey, Resizer, Ring, RowSink, HALF, PRECISION_BITS,
+    aligned_i32s, by_blocks, ring_slot, through_ring, Ahead, AxisCoeffs, BlockRows, CoeffsKey,
+    Resizer, Ring, RowSink, HALF, PRECISION_BITS,
 };
 use crate::image::RgbView;
 
@@ -483,20 +483,21 @@ impl Scratch {
     }
 }
 
-/// The whole resize with the AVX-512 kernels (`horiz` needed; `vert` when `need_v`); the
-/// caller checked the CPU and [`Scratch::prepare`].
+/// The whole resize with the AVX-512 kernels (`horiz` needed; `vert` when `need_v`),
+/// the vertical pass first where `vfirst` (Pillow's order; torch's is never); the caller
+/// checked the CPU and [`Scratch::prepare`].
 pub(super) fn resize<S: RowSink + ?Sized>(
     r: &mut Resizer,
     src: RgbView<'_>,
     out_h: u32,
     need_v: bool,
+    vfirst: bool,
     sink: &mut S,
 ) {
     let Resizer {
         horiz, vert, zmm, ..
     } = r;
     let (in_w, in_h) = (src.width(), src.height());
-    let vfirst = need_v && vertical_first(in_w, in_h, horiz.out_size, out_h);
     // The horizontal-first ring's format: pairs where the weights fit (see the module docs).
     let pairs = vert.pairs_fit();
     if vfirst || (need_v && !pairs) {

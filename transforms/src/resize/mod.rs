@@ -29,6 +29,7 @@
 //! given: crops are views, and what happens to an output row (copy, flip, to-tensor) is the
 //! caller's [`RowSink`].
 
+use crate::augment::policy::Api;
 use crate::cpu;
 use crate::error::{Error, Result};
 use crate::image::{RgbImage, RgbView};
@@ -126,6 +127,9 @@ mod avx512;
 #[cfg(target_arch = "x86_64")]
 mod coeffs_x86;
 mod portable;
+mod tensor;
+
+pub use tensor::TensorArith;
 
 /// Pillow's `clip8`: the fixed-point sum back to a byte, clamped.
 #[inline(always)]
@@ -281,6 +285,8 @@ pub struct AxisCoeffs {
     out_size: u32,
     /// The filter the weights are of.
     conv: Convolution,
+    /// The weights are torch's uint8 kernel's ([`AxisCoeffs::prepare_torch`]), not Pillow's.
+    torch: bool,
     /// Outputs in reverse order (a horizontally flipped resize).
     mirrored: bool,
     /// Weights stored per output (Pillow's `ksize`); unused trailing ones are 0.
@@ -355,18 +361,13 @@ impl AxisCoeffs {
         conv: Convolution,
         level: SimdLevel,
     ) {
-        if (self.in_size, self.out_size, self.conv) == (in_size, out_size, conv)
-            && !self.start.is_empty()
-        {
-            if self.mirrored != mirrored {
-                // The other order of the same outputs (a random flip): just reverse.
-                self.mirror();
-            }
+        if self.cached(in_size, out_size, mirrored, conv, false) {
             return;
         }
         self.in_size = in_size;
         self.out_size = out_size;
         self.conv = conv;
+        self.torch = false;
         self.mirrored = false;
         // Pillow passes the box as floats: `in1 - in0` is a float32 subtraction (exact below
         // 2^24), then the scale is computed in double.
@@ -437,6 +438,110 @@ impl AxisCoeffs {
         }
     }
 
+    /// [`AxisCoeffs::prepare_torch`] where `torch` (`conv` the triangle or the cubic), else
+    /// [`AxisCoeffs::prepare_with`].
+    fn prepare_for(
+        &mut self,
+        in_size: u32,
+        out_size: u32,
+        mirrored: bool,
+        conv: Convolution,
+        torch: bool,
+        level: SimdLevel,
+    ) {
+        if torch {
+            self.prepare_torch(in_size, out_size, mirrored, conv == Convolution::Cubic);
+        } else {
+            self.prepare_with(in_size, out_size, mirrored, conv, level);
+        }
+    }
+
+    /// Whether the weights are those of `(in_size, out_size, conv, torch)`, put in the order
+    /// `mirrored` asks for (reversed here if they were in the other).
+    fn cached(
+        &mut self,
+        in_size: u32,
+        out_size: u32,
+        mirrored: bool,
+        conv: Convolution,
+        torch: bool,
+    ) -> bool {
+        if (self.in_size, self.out_size, self.conv, self.torch) != (in_size, out_size, conv, torch)
+            || self.start.is_empty()
+        {
+            return false;
+        }
+        if self.mirrored != mirrored {
+            // The other order of the same outputs (a random flip): just reverse.
+            self.mirror();
+        }
+        true
+    }
+
+    /// torch's uint8 kernel's weights for resampling `in_size` samples to `out_size` with
+    /// the cubic (else the triangle), outputs reversed when `mirrored`, in this type's
+    /// 22-bit fixed point: torch's int16 weights `w` with `p <= 22` fractional bits
+    /// ([`tensor::int16_weights`]) as `w << (22 - p)`. Then every pass of the kernels, `clip8`
+    /// of `(2^21 + sum(v w 2^(22 - p))) >> 22`, is exactly torch's `clamp((2^(p - 1) + sum(v
+    /// w)) >> p, 0, 255)` (the same sum times `2^(22 - p)`, exact in i32: the range checks
+    /// below hold it). Both sizes must be at least 1.
+    pub(crate) fn prepare_torch(
+        &mut self,
+        in_size: u32,
+        out_size: u32,
+        mirrored: bool,
+        cubic: bool,
+    ) {
+        let conv = if cubic {
+            Convolution::Cubic
+        } else {
+            Convolution::Triangle
+        };
+        if self.cached(in_size, out_size, mirrored, conv, true) {
+            return;
+        }
+        self.in_size = in_size;
+        self.out_size = out_size;
+        self.conv = conv;
+        self.torch = true;
+        self.mirrored = false;
+        let (stride, precision) = tensor::int16_weights(
+            in_size,
+            out_size,
+            cubic,
+            &mut self.scratch,
+            &mut self.start,
+            &mut self.count,
+            &mut self.weights,
+        );
+        self.stride = stride;
+        let shift = PRECISION_BITS - precision.min(PRECISION_BITS);
+        for w in &mut self.weights {
+            // |w| < 2^15 and shift <= 22 - 14 for any weights torch's precision search
+            // gives (the largest weight about 1.1): no overflow; saturate all the same.
+            *w = w.saturating_mul(1 << shift);
+        }
+        self.taps = self.count.iter().copied().max().unwrap_or(1) as usize;
+        let mut sums = RowSums::default();
+        for row in self.weights.chunks_exact(stride) {
+            sums.add_row(row);
+        }
+        let (min, max) = min_max(&self.weights);
+        // The SIMD kernels' limits decide from the weights themselves which kernels take
+        // them (the cubic upscales' edge weights above 1 leave the pair format).
+        self.set_range(WeightRange {
+            min,
+            max,
+            abs_sum_max: sums.abs_max,
+            sum_max: sums.sum_max,
+        });
+        self.padded_ready = false;
+        self.pair_ready = false;
+        if mirrored {
+            self.mirror();
+        }
+    }
+
     /// Sets `simd_friendly`, `pairs_fit` and `may_clip` from the weights' range.
     fn set_range(&mut self, range: WeightRange) {
         self.simd_friendly = range.min >= -SIMD_WEIGHT_LIMIT
@@ -469,6 +574,7 @@ impl AxisCoeffs {
             out_size: self.out_size,
             mirrored: self.mirrored,
             conv: self.conv,
+            torch: self.torch,
         }
     }
 
@@ -571,6 +677,8 @@ pub(crate) struct CoeffsKey {
     /// Outputs in reverse order.
     mirrored: bool,
     conv: Convolution,
+    /// torch's uint8 weights of `conv` (see [`AxisCoeffs::prepare_torch`]), not Pillow's.
+    torch: bool,
 }
 
 /// One axis's resampling parameters, as Pillow's `precompute_coeffs` computes them.
@@ -823,6 +931,10 @@ pub struct Resizer {
     filter: Filter,
     /// Source column of each output column for [`Filter::Nearest`].
     nearest: NearestColumns,
+    /// torch's arithmetic instead of Pillow's for `BILINEAR` and `BICUBIC` (an image after
+    /// `ToImage`); `None`: Pillow's.
+    tensor: Option<Api>,
+    tensor_resizer: tensor::TensorResizer,
     #[cfg(target_arch = "x86_64")]
     simd: avx2::Scratch,
     #[cfg(target_arch = "x86_64")]
@@ -844,6 +956,13 @@ impl Resizer {
     /// Resamples with `filter` from now on (the default is [`Filter::Bilinear`]).
     pub fn set_filter(&mut self, filter: Filter) {
         self.filter = filter;
+    }
+
+    /// Resizes as torchvision's `api` resizes a uint8 tensor from now on where the filter is
+    /// bilinear or bicubic (torch's arithmetic, [`TensorArith`]); `None` (the default):
+    /// Pillow's, as on a PIL image.
+    pub fn set_tensor_api(&mut self, api: Option<Api>) {
+        self.tensor = api;
     }
 
     /// The filter resizes use.
@@ -885,9 +1004,27 @@ impl Resizer {
         sink: &mut S,
     ) -> Result<()> {
         check_sizes(&src, out_h, out_w)?;
+        // torch's uint8 kernel runs on this module's kernels with its own weights.
+        let mut torch = false;
+        if let (Some(api), Filter::Bilinear | Filter::Bicubic) = (self.tensor, self.filter) {
+            let cubic = self.filter == Filter::Bicubic;
+            let arith = match api {
+                Api::V1 => TensorArith::Float32,
+                Api::V2 => TensorArith::v2(cubic),
+            };
+            if arith == TensorArith::Float32 {
+                let level = self.limit.min(SimdLevel::detected());
+                self.tensor_resizer
+                    .resize_into(src, out_h, out_w, cubic, flip, level, sink);
+                return Ok(());
+            }
+            torch = true;
+        }
         let (in_w, in_h) = (src.width(), src.height());
         let need_h = out_w != in_w;
         let need_v = out_h != in_h;
+        // torch's kernels go horizontal first always.
+        let vfirst = need_v && !torch && vertical_first(in_w, in_h, out_w, out_h);
         let level = self.limit.min(SimdLevel::detected());
         let avx2 = level >= SimdLevel::Avx2;
         let conv = match self.filter {
@@ -905,7 +1042,8 @@ impl Resizer {
         if !need_h {
             // Pillow copies (or runs only the vertical pass); a flip reverses the pixels.
             if need_v {
-                self.vert.prepare_with(in_h, out_h, false, conv, level);
+                self.vert
+                    .prepare_for(in_h, out_h, false, conv, torch, level);
             }
             let row_len = 3 * out_w as usize;
             if flip && self.tmp.len() < row_len {
@@ -931,21 +1069,23 @@ impl Resizer {
             }
             return Ok(());
         }
-        self.horiz.prepare_with(in_w, out_w, flip, conv, level);
+        self.horiz
+            .prepare_for(in_w, out_w, flip, conv, torch, level);
         self.horiz.ensure_padded();
         if need_v {
-            self.vert.prepare_with(in_h, out_h, false, conv, level);
+            self.vert
+                .prepare_for(in_h, out_h, false, conv, torch, level);
         }
         #[cfg(target_arch = "x86_64")]
         if level == SimdLevel::Avx512 && self.zmm.prepare(&self.horiz, need_v.then_some(&self.vert))
         {
-            avx512::resize(self, src, out_h, need_v, sink);
+            avx512::resize(self, src, out_h, need_v, vfirst, sink);
             return Ok(());
         }
         #[cfg(target_arch = "x86_64")]
         {
             // The ring-row vertical kernel runs only in the horizontal-first order.
-            let h_first = need_v && !vertical_first(in_w, in_h, out_w, out_h);
+            let h_first = need_v && !vfirst;
             // The AVX-512 instructions at 256 bits where allowed and present.
             let ymm512 = level >= SimdLevel::Avx512Ymm;
             if avx2
@@ -953,7 +1093,7 @@ impl Resizer {
                     .simd
                     .prepare(&self.horiz, h_first.then_some(&self.vert), ymm512)
             {
-                avx2::resize(self, src, out_h, need_v, sink);
+                avx2::resize(self, src, out_h, need_v, vfirst, sink);
                 return Ok(());
             }
         }
@@ -962,7 +1102,7 @@ impl Resizer {
                 kernels::horizontal(avx2, src.row(y as u32), sink.row_mut(y), &self.horiz);
                 sink.row_done(y);
             }
-        } else if vertical_first(in_w, in_h, out_w, out_h) {
+        } else if vfirst {
             self.vertical_then_horizontal(avx2, src, sink);
         } else {
             self.horizontal_then_vertical(avx2, src, sink);

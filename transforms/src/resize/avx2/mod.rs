@@ -39,8 +39,8 @@ use std::arch::asm;
 use std::arch::x86_64::*;
 
 use super::{
-    by_blocks, portable, through_ring, vertical_first, Ahead, AxisCoeffs, BlockRows, Resizer, Ring,
-    RowSink, HALF, PRECISION_BITS,
+    by_blocks, portable, through_ring, Ahead, AxisCoeffs, BlockRows, Resizer, Ring, RowSink, HALF,
+    PRECISION_BITS,
 };
 use crate::cpu;
 use crate::image::RgbView;
@@ -125,25 +125,23 @@ impl Scratch {
     }
 }
 
-/// The whole resize with the AVX2 kernels (`horiz` needed; `vert` when `need_v`); the
-/// caller checked AVX2 and [`Scratch::prepare`].
+/// The whole resize with the AVX2 kernels (`horiz` needed; `vert` when `need_v`),
+/// the vertical pass first where `vfirst` (Pillow's order; torch's is never); the caller
+/// checked AVX2 and [`Scratch::prepare`].
 pub(super) fn resize<S: RowSink + ?Sized>(
     r: &mut Resizer,
     src: RgbView<'_>,
     out_h: u32,
     need_v: bool,
+    vfirst: bool,
     sink: &mut S,
 ) {
     let Resizer {
-        horiz,
-        vert,
-        acc,
-        simd,
-        ..
+        vert, acc, simd, ..
     } = r;
     let plan = &simd.plan;
     let (stride, values) = (plan.chunks * 8, plan.values);
-    if !need_v || vertical_first(src.width(), src.height(), horiz.out_size, out_h) {
+    if !need_v || vfirst {
         // The portable vertical kernel, compiled for AVX2. Source rows widened once into a
         // ring of pairs for the pair kernel (as the 512-bit path does) were slower here even
         // with the per-count kernels: whole resizes 1.0-1.45x (a probe, 5 crops to 224x224),

@@ -30,6 +30,7 @@ use crate::augment::geometry::perspective_coeffs;
 use crate::augment::geometry::{
     perspective, vflip, Interpolation, Padder, Padding, PaddingMode, RandomCropSpec,
 };
+use crate::augment::policy::Api;
 use crate::augment::policy::{
     self, draw_p, RandomAffine, RandomCropPlan, RandomPerspective, RandomRotation,
 };
@@ -125,6 +126,8 @@ pub(in crate::spec) struct ResizedCropOp {
     rrc: RandomResizedCrop,
     filters: FilterChoice,
     name: &'static str,
+    /// After `ToImage`: the API whose tensor resize (torch's arithmetic) runs; `None`: Pillow's.
+    pub(in crate::spec) tensor: Option<Api>,
 }
 
 impl ResizedCropOp {
@@ -166,7 +169,12 @@ impl ResizedCropOp {
         }
         let rrc = RandomResizedCrop::new((h, w), (scale[0], scale[1]), (ratio[0], ratio[1]))
             .map_err(|e| in_op(name, e))?;
-        Ok(Some(ResizedCropOp { rrc, filters, name }))
+        Ok(Some(ResizedCropOp {
+            rrc,
+            filters,
+            name,
+            tensor: None,
+        }))
     }
 
     /// The output `(height, width)`.
@@ -692,6 +700,14 @@ impl GeometricOp {
                 params,
                 warp: tensor_warp("RandomPerspective", *interpolation, fill)?,
             }),
+            (Some(GeometricOp::Resize(mut resize)), _) => {
+                resize.tensor = Some(api);
+                Some(GeometricOp::Resize(resize))
+            }
+            (Some(GeometricOp::RandomResizedCrop(mut crop)), _) => {
+                crop.tensor = Some(api);
+                Some(GeometricOp::RandomResizedCrop(crop))
+            }
             (other, _) => other,
         })
     }
@@ -1131,6 +1147,7 @@ impl GeometricOp {
                     .resized(img.width(), img.height(), resize.max_size)?;
                 let resizer = scratch.resizer.get_or_insert_with(stage_resizer);
                 resizer.set_filter(resize.filter);
+                resizer.set_tensor_api(resize.tensor);
                 resizer.resize(img.view(), rh, rw, &mut scratch.spare)?;
                 std::mem::swap(img, &mut scratch.spare);
             }
@@ -1139,6 +1156,7 @@ impl GeometricOp {
                 let (oh, ow) = crop.size();
                 let resizer = scratch.resizer.get_or_insert_with(stage_resizer);
                 resizer.set_filter(filter);
+                resizer.set_tensor_api(crop.tensor);
                 resizer.resize(img.crop_view(rect)?, oh, ow, &mut scratch.spare)?;
                 std::mem::swap(img, &mut scratch.spare);
             }
