@@ -172,7 +172,8 @@ impl PyLoader {
         shared_decode: bool,
     ) -> PyResult<Self> {
         let source = as_source(dataset)?;
-        let views = views
+        let planned_views = views
+            .as_deref()
             .map(|specs| {
                 let pipelines = specs
                     .iter()
@@ -197,10 +198,10 @@ impl PyLoader {
             }
         };
         let processor = match (pipeline, tail, tail_runner) {
-            (None, None, None) if views.is_some() => {
-                Processor::Views(views.ok_or_else(|| PyValueError::new_err("views"))?)
+            (None, None, None) if planned_views.is_some() => {
+                Processor::Views(planned_views.ok_or_else(|| PyValueError::new_err("views"))?)
             }
-            (Some(pipeline), None, None) if views.is_none() => Processor::Native(pipeline),
+            (Some(pipeline), None, None) if planned_views.is_none() => Processor::Native(pipeline),
             (prefix, Some(ops), Some(runner)) => {
                 let input: String = runner.getattr("input_kind")?.extract()?;
                 let tail =
@@ -266,6 +267,10 @@ impl PyLoader {
         );
         if let Some(spec) = spec {
             profiler = profiler.meta("pipeline", spec);
+        }
+        if let Some(specs) = &views {
+            // A JSON array of the views' specs, in order.
+            profiler = profiler.meta("views", format!("[{}]", specs.join(", ")));
         }
         if let Processor::WithTail(tail) = &processor {
             profiler = profiler.meta("python_tail", tail.spans().join(", "));

@@ -341,9 +341,14 @@ def test_the_profile_has_a_span_per_view(folder: Path, monkeypatch: pytest.Monke
     # In the native workers: each view's ops inside its span, each view decoding its crop.
     ld = fl.Loader(ds, batch_size=6, num_workers=2, profile="spans")
     batches(ld)
-    spans = ld.profile().pipeline("native")["spans"]
+    native = ld.profile().pipeline("native")
+    spans = native["spans"]
     ops = [s["op"] for s in spans]
     assert ops.count("view0") == ops.count("view1") == 18 and ops.count("decode") == 36
+    import json
+
+    specs = json.loads(native["meta"]["views"])  # what each view ran, for a report
+    assert [spec["ops"][0]["op"] for spec in specs] == ["RandomResizedCrop"] * 2
     views = [s for s in spans if s["op"].startswith("view")]
     for s in spans:
         if s["op"] == "decode":
