@@ -425,17 +425,7 @@ impl AxisCoeffs {
             },
             _ => min_max(&self.weights),
         };
-        self.set_range(WeightRange {
-            min,
-            max,
-            abs_sum_max: sums.abs_max,
-            sum_max: sums.sum_max,
-        });
-        self.padded_ready = false;
-        self.pair_ready = false;
-        if mirrored {
-            self.mirror();
-        }
+        self.weights_set(min, max, &sums, mirrored);
     }
 
     /// [`AxisCoeffs::prepare_torch`] where `torch` (`conv` the triangle or the cubic), else
@@ -529,6 +519,12 @@ impl AxisCoeffs {
         let (min, max) = min_max(&self.weights);
         // The SIMD kernels' limits decide from the weights themselves which kernels take
         // them (the cubic upscales' edge weights above 1 leave the pair format).
+        self.weights_set(min, max, &sums, mirrored);
+    }
+
+    /// What follows new weights, Pillow's or torch's: the kernels' flags from their range, the
+    /// kernels' layouts stale, the outputs reversed when `mirrored`.
+    fn weights_set(&mut self, min: i32, max: i32, sums: &RowSums, mirrored: bool) {
         self.set_range(WeightRange {
             min,
             max,

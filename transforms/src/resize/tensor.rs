@@ -40,7 +40,7 @@
 //! buffers only grow); must not be used for a PIL image (that is Pillow's resize); must not
 //! reorder any output's float32 operations (vectors run across outputs, never within a sum).
 
-use super::{RowSink, SimdLevel};
+use super::{Convolution, RowSink, SimdLevel};
 use crate::image::RgbView;
 
 #[cfg(target_arch = "x86_64")]
@@ -105,15 +105,6 @@ fn cubic_f32(x: f32) -> f32 {
         A.mul_add(x, -5.0 * A)
             .mul_add(x, 8.0 * A)
             .mul_add(x, -4.0 * A)
-    } else {
-        0.0
-    }
-}
-
-fn triangle_f64(x: f64) -> f64 {
-    let x = x.abs();
-    if x < 1.0 {
-        1.0 - x
     } else {
         0.0
     }
@@ -268,7 +259,12 @@ pub(super) fn int16_weights(
     ints: &mut Vec<i32>,
 ) -> (usize, u32) {
     let half: f64 = if cubic { 2.0 } else { 1.0 };
-    let filter = if cubic { cubic_f64 } else { triangle_f64 };
+    // The triangle is Pillow's own (the same two f64 operations); the cubic is torch's form.
+    let filter: fn(f64) -> f64 = if cubic {
+        cubic_f64
+    } else {
+        |x| Convolution::Triangle.weight(x)
+    };
     let scale = f64::from(in_size) / f64::from(out_size);
     let support = if scale >= 1.0 { half * scale } else { half };
     let invscale = if scale >= 1.0 { 1.0 / scale } else { 1.0 };
