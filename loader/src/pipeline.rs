@@ -499,7 +499,7 @@ where
                 .map_err(Failure::Transform)
         }));
         let op = tracker.failing_op();
-        let path = || self.source.path(index).into_owned();
+        let path = || self.source.error_name(index);
         let outcome = match result {
             Ok(Ok(())) => Outcome::Done,
             Ok(Err(Failure::Read(source))) => Outcome::Failed(LoaderError::Read {

@@ -614,6 +614,20 @@ impl Source for PyItems {
     fn path(&self, index: usize) -> Cow<'_, Path> {
         Cow::Owned(PathBuf::from(format!("dataset[{index}]")))
     }
+
+    /// `dataset[index] (its file)`: the item asked for again, where it is a path (bytes, or an
+    /// item that fails now, leave `dataset[index]`).
+    fn error_name(&self, index: usize) -> PathBuf {
+        let file = Python::attach(|py| {
+            let item = self.dataset.bind(py).get_item(index).ok()?;
+            let (data, _): (Bound<'_, PyAny>, Bound<'_, PyAny>) = item.extract().ok()?;
+            data.extract::<PathBuf>().ok()
+        });
+        match file {
+            Some(file) => PathBuf::from(format!("dataset[{index}] ({})", file.display())),
+            None => self.path(index).into_owned(),
+        }
+    }
 }
 
 /// Paths as Python gets them (`os.fsdecode`).

@@ -103,8 +103,9 @@ fn first_image_size(spec: &PipelineSpec, source: &dyn Source) -> Result<[u32; 2]
         match read {
             Ok(info) => return Ok([info.height, info.width]),
             Err(why) => {
-                first_error
-                    .get_or_insert_with(|| format!("{}: {why}", source.path(index).display()));
+                first_error.get_or_insert_with(|| {
+                    format!("{}: {why}", source.error_name(index).display())
+                });
             }
         }
     }

@@ -281,7 +281,7 @@ impl PythonTail {
         let mut scratch = TailScratch::default();
         let mut buf = Vec::new();
         for index in 0..source.len().min(tries) {
-            let path = || source.path(index).into_owned();
+            let path = || source.error_name(index);
             let bytes = match source.read(index, &mut buf) {
                 Ok(bytes) => bytes,
                 Err(source) => {

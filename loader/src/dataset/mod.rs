@@ -14,7 +14,7 @@ mod path_list;
 use std::borrow::Cow;
 use std::fs::File;
 use std::io::{self, Read};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use ferroloader_profiler::Profiler;
@@ -49,8 +49,16 @@ pub trait Source: Send + Sync {
     /// The label of sample `index`.
     fn label(&self, index: usize) -> i64;
 
-    /// The file (or a made-up name) of sample `index`, for error messages. Not on the hot path.
+    /// The file (or a made-up name) of sample `index`: its name in error messages and in the
+    /// dataset's fingerprint, so a pure function of the source. Not on the hot path.
     fn path(&self, index: usize) -> Cow<'_, Path>;
+
+    /// What an error about sample `index` names: [`path`](Source::path) unless the source can
+    /// say more once the sample has failed (a Python dataset's item, asked for again, names its
+    /// file). Called only on a failure.
+    fn error_name(&self, index: usize) -> PathBuf {
+        self.path(index).into_owned()
+    }
 
     /// The order epoch `epoch` visits the samples in, when the source knows a better one than
     /// `sampler`'s (shards read one after another instead of samples scattered over them).
@@ -86,6 +94,9 @@ macro_rules! forward_source {
             }
             fn path(&self, index: usize) -> Cow<'_, Path> {
                 (**self).path(index)
+            }
+            fn error_name(&self, index: usize) -> PathBuf {
+                (**self).error_name(index)
             }
             fn epoch_order(&self, epoch: u64, sampler: &Sampler) -> Option<Vec<usize>> {
                 (**self).epoch_order(epoch, sampler)
