@@ -36,10 +36,19 @@ from typing import Any, Callable, Dict, List, NamedTuple, Optional, Sequence, Tu
 import numpy as np
 
 from ferroloader import _hfdatasets
+from ferroloader._getitem import (
+    GIL_BUDGET_S,
+    Layout,
+    TracedItems,
+    from_library,
+    opens_rgb,
+    sets_up_workers,
+    trace_getitem,
+)
 from ferroloader._targets import TargetTable
 from ferroloader._native import EncodedTable, FileList, ImageArray, ImageFolder, PathList, WebDataset
 
-__all__ = ["Carried", "Source", "TargetTable", "as_source", "python_reason", "reading"]
+__all__ = ["Carried", "Source", "TargetTable", "as_source", "python_reason", "reading", "sample_layout"]
 
 #: What the native loader takes.
 Source = Union[ImageFolder, FileList, PathList, ImageArray, EncodedTable, WebDataset, Any]
@@ -156,7 +165,7 @@ def python_reason(dataset: Any) -> Optional[str]:
     return _judged(dataset)[0]
 
 
-def reading(dataset: Any, transform_given: bool) -> Union[Carried, str]:
+def reading(dataset: Any, transform_given: bool, worker_init_fn: Any = None) -> Union[Carried, str]:
     """How the loader reads ``dataset``: natively, as :func:`as_source` gives it, or, given with
     no ``transform=``, in Python as DataLoader runs it (the reason, :func:`python_reason`). One
     pass: what judging the dataset read (a listing, an array's pixels, an Arrow table) is the
@@ -164,7 +173,7 @@ def reading(dataset: Any, transform_given: bool) -> Union[Carried, str]:
 
     Raises as :func:`as_source` does."""
     if not transform_given:
-        reason, carried = _judged(dataset)
+        reason, carried = _judged(dataset, worker_init_fn)
         if reason is not None:
             return reason
         if carried is not None:
@@ -172,7 +181,7 @@ def reading(dataset: Any, transform_given: bool) -> Union[Carried, str]:
     return as_source(dataset)
 
 
-def _judged(dataset: Any) -> Tuple[Optional[str], Optional[Carried]]:
+def _judged(dataset: Any, worker_init_fn: Any = None) -> Tuple[Optional[str], Optional[Carried]]:
     """:func:`python_reason`'s answer, and the dataset as the native loader takes it where
     finding the answer made it (``None`` where it did not: :func:`as_source` makes it)."""
     if isinstance(dataset, (*_NATIVE, ImageArray, EncodedTable, WebDataset, str, bytes, os.PathLike)):
@@ -196,17 +205,49 @@ def _judged(dataset: Any) -> Tuple[Optional[str], Optional[Carried]]:
         listing = None if arrays is not None else _listing(dataset)
     except (TypeError, ValueError) as e:
         # What the native reading refuses (a custom loader, a joint transforms=, items that are
-        # not (path, label)...) is the dataset's own code to run.
-        return str(e).removeprefix("dataset: "), None
+        # not (path, label)...) is the dataset's own code to run, unless it traces.
+        return _traced(dataset, str(e).removeprefix("dataset: "), worker_init_fn)
     if arrays is not None:
         if arrays.transform is None:
             return f"{type(dataset).__name__} has no transform", None
         return None, arrays
     if listing is None:
-        return f"{type(dataset).__name__}.__getitem__ makes its samples", None
+        return _traced(dataset, f"{type(dataset).__name__}.__getitem__ makes its samples", worker_init_fn)
     if listing.transform is None:
         return f"{type(dataset).__name__} has no transform", None
     return None, _listed(listing)
+
+
+def _traced(dataset: Any, reason: str, worker_init_fn: Any) -> Tuple[Optional[str], Optional[Carried]]:
+    """The user's own dataset class read natively where its ``__getitem__`` opens, converts to
+    RGB and transforms one image (``_getitem.trace_getitem``), quickly; else ``reason``, and why
+    not. A library's ``__getitem__`` is not traced (its reasons stand), nor a dataset that a
+    ``worker_init_fn`` sets up in each worker process."""
+    if from_library(getattr(type(dataset), "__getitem__", None)):
+        return reason, None
+    if sets_up_workers(worker_init_fn):
+        return f"{reason}, and the worker_init_fn sets up each worker's copy (get_worker_info)", None
+    traced = trace_getitem(dataset)
+    if isinstance(traced, str):
+        return f"{reason}: it {traced}", None
+    if traced.seconds > GIL_BUDGET_S:
+        return (
+            f"{reason}: it takes {traced.seconds * 1e3:.1f} ms without decoding, which native "
+            "worker threads would wait for in turn (holding the GIL)"
+        ), None
+    items = TracedItems(dataset, traced)
+    source = _protocol(items).source
+    table = source.table if isinstance(source, RecordedTargets) else None
+    return None, Carried(source, traced.transform, table)
+
+
+def sample_layout(source: Any) -> Optional[Layout]:
+    """Where the image lies in the samples of a traced dataset (``_getitem.Layout``), when they
+    are not ``(image, target)`` pairs; ``None`` for any other source."""
+    items = source.dataset if isinstance(source, RecordedTargets) else source
+    if isinstance(items, TracedItems) and not items.traced.layout.plain:
+        return items.traced.layout
+    return None
 
 
 def _listed(listing: _Listing) -> Carried:
@@ -571,11 +612,15 @@ def _folder_listing(dataset: Any) -> _Listing:
     """torchvision's ``DatasetFolder``: its ``samples``, when its loader is torchvision's own
     (decoding natively gives the same pixels)."""
     if not _is_default_loader(dataset.loader):
-        raise ValueError(
-            f"dataset: {type(dataset).__name__} has a custom loader {dataset.loader!r}, which "
-            "ferroloader would not run (it decodes natively); give a dataset whose items are "
-            "(path or bytes, label), or torchvision's default loader"
-        )
+        # A loader that opens the file and converts it to RGB (a copy of torchvision's
+        # pil_loader, most often) gives the pixels the native decode gives.
+        why = opens_rgb(dataset.loader)
+        if why is not None:
+            raise ValueError(
+                f"dataset: {type(dataset).__name__} has a custom loader {dataset.loader!r}, which "
+                f"ferroloader would not run (it decodes natively, and the loader {why}); give a "
+                "dataset whose items are (path or bytes, label), or torchvision's default loader"
+            )
     paths = [os.fspath(p) for p, _ in dataset.samples]
     labels = [int(label) for _, label in dataset.samples]
     return _Listing(

@@ -43,7 +43,8 @@ import numpy as np
 from ferroloader import _native
 from ferroloader._batchmix import BatchMix, BatchOp, collated_mixing
 from ferroloader._fastmix import FastCollateMix
-from ferroloader.datasets import reading
+from ferroloader._getitem import Layout
+from ferroloader.datasets import reading, sample_layout
 from ferroloader.profiling import Profile
 from ferroloader._pinning import DeviceReadHold, cuda_runtime_path
 from ferroloader._tail import TailRunner, read_sample
@@ -449,13 +450,17 @@ class Loader:
         # As given: a transform taken from the dataset is not passed again when unpickling.
         self._transform_arg = transform
         #: Why the dataset runs in Python, as DataLoader runs it; ``None`` when read natively.
-        read = reading(dataset, transform_given=transform is not None)
+        read = reading(dataset, transform_given=transform is not None, worker_init_fn=worker_init_fn)
         self.python_dataset_reason: Optional[str] = read if isinstance(read, str) else None
         #: The dataset's ``target_transform``, called on each label (a class index) in the
         #: consumer's thread as each batch is handed out; ``None`` where it sets none.
         self.target_transform: Optional[Callable[[int], Any]] = None
+        #: Where the image lies in the samples of the user's own dataset class read natively,
+        #: when they are not ``(image, target)`` pairs (``_getitem.Layout``); else ``None``.
+        self._layout: Optional[Layout] = None
         if not isinstance(read, str):
             self._source, dataset_transform, self.target_transform = read
+            self._layout = sample_layout(self._source)
             if transform is None:
                 if dataset_transform is None:
                     raise TypeError(
@@ -539,6 +544,11 @@ class Loader:
             raise TypeError(f"collate_fn: expected a callable, got {collate_fn!r}")
         if batch_transform is not None and not callable(batch_transform):
             raise TypeError(f"batch_transform: expected a callable, got {batch_transform!r}")
+        if batch_transform is not None and self._layout is not None:
+            raise ValueError(
+                f"batch_transform: takes (images, labels), but {type(dataset).__name__}'s samples "
+                f"are {self._layout.describe()}; apply it in the loop or a collate_fn"
+            )
         self.batch_transform: Optional[Callable[[Any, Any], Any]] = batch_transform
         if not self._prefetch_given and self._batch_mix_of_arguments() is not None:
             self.prefetch_batches = 3
@@ -700,8 +710,8 @@ class Loader:
         batches; it is given uint8 samples under its prefetcher)."""
         if self.tensor_type != "torch" or self.unbatched or self.target_transform is not None:
             return None
-        if self.views is not None:
-            return None  # each sample is several views: the batch op is run as given
+        if self.views is not None or self._layout is not None:
+            return None  # each sample is several views, or not a pair: the op is run as given
         mix = self._batch_mix_of_arguments()
         if isinstance(mix, FastCollateMix):
             return mix if len(self.sample_shape) == 3 and self.dtype == "uint8" else None
@@ -1644,6 +1654,7 @@ class LoaderIterator:
         self._batch_transform = loader.batch_transform
         self._batch_mix = loader.batch_mix
         self._target_transform = loader.target_transform
+        self._layout = loader._layout
         self._unbatched = loader.unbatched
         native_loader = loader._native_loader()
         shape = tuple(native_loader.sample_shape)
@@ -1751,26 +1762,39 @@ class LoaderIterator:
             images, labels = self._torch_images(images), self._from_numpy(labels)
             if self._pin_device is not None:
                 labels = labels.pin_memory()
+        return self._hand_out(images, lambda i: images[i], labels, targets)  # type: ignore[no-any-return]
+
+    def _hand_out(self, images: Any, sample_image: Callable[[int], Any], labels: Any, targets: Optional[List[Any]]) -> Any:
+        """The batch as DataLoader hands it out of ``images`` (a tensor, or a container of views)
+        and the labels, or the ``targets`` the dataset gave: one sample with ``batch_size=None``
+        (its image ``sample_image(0)``), the ``collate_fn``'s batch of the samples, the batch
+        laid out as the user's dataset lays out its samples (``Layout``), the
+        ``batch_transform``'s, or ``(images, labels)``."""
+        layout = self._layout
         if self._unbatched:
-            if targets is not None:
-                return images[0], targets[0]
             # DataLoader's batch_size=None hands each sample's label on as the dataset gave it:
             # a Python int, where numpy output keeps numpy's scalar.
-            label: Any = int(labels[0]) if self._from_numpy is not None else labels[0]
-            return images[0], label
+            target = targets[0] if targets is not None else (
+                int(labels[0]) if self._from_numpy is not None else labels[0]
+            )
+            return (sample_image(0), target) if layout is None else layout.sample(sample_image(0), target)
         if self._collate_fn is not None:
             if targets is None:
                 targets = [int(label) for label in labels]
-            samples = [(images[i], targets[i]) for i in range(len(targets))]
+            if layout is not None:
+                return self._collate_fn([layout.sample(sample_image(i), t) for i, t in enumerate(targets)])
+            samples = [(sample_image(i), targets[i]) for i in range(len(targets))]
             try:
-                return self._collate_fn(samples)  # type: ignore[no-any-return]
+                return self._collate_fn(samples)
             except TypeError as e:
                 _note_dict_collate(e)
                 raise
+        if layout is not None:
+            return layout.batch(images, targets or [0] * len(labels), self._collate_targets)
         if targets is not None:
             labels = self._collate_targets(targets)
         if self._batch_transform is not None:
-            return self._batch_transform(images, labels)  # type: ignore[no-any-return]
+            return self._batch_transform(images, labels)
         return images, labels
 
     def _deliver_views(self, images: np.ndarray, labels: np.ndarray, targets: Optional[List[Any]]) -> Any:
@@ -1799,23 +1823,7 @@ class LoaderIterator:
             out_labels = self._from_numpy(labels)
             if self._pin_device is not None:
                 out_labels = out_labels.pin_memory()
-        labels = out_labels
-        if self._unbatched:
-            sample = container(v[0] for v in views)
-            if targets is not None:
-                return sample, targets[0]
-            return sample, int(labels[0]) if self._from_numpy is not None else labels[0]
-        if self._collate_fn is not None:
-            if targets is None:
-                targets = [int(label) for label in labels]
-            samples = [(container(v[i] for v in views), targets[i]) for i in range(len(targets))]
-            return self._collate_fn(samples)
-        if targets is not None:
-            labels = self._collate_targets(targets)
-        batch = container(views)
-        if self._batch_transform is not None:
-            return self._batch_transform(batch, labels)
-        return batch, labels
+        return self._hand_out(container(views), lambda i: container(v[i] for v in views), out_labels, targets)
 
     def _log_replaced(self) -> None:
         """Logs each sample replaced since the last batch, as timm's ``ImageDataset`` logs the
@@ -1859,7 +1867,7 @@ class LoaderIterator:
             tensor = tensor.pin_memory()
         return tensor
 
-    def _collate_targets(self, targets: List[Any]) -> Any:
+    def _collate_targets(self, targets: Sequence[Any]) -> Any:
         """The targets as DataLoader's default collation batches them (ints into an int64
         tensor, tensors stacked, dicts and tuples field by field); a numpy array with
         ``tensor_type="numpy"``."""
@@ -1867,7 +1875,9 @@ class LoaderIterator:
             return np.asarray(targets)
         from torch.utils.data import default_collate
 
-        collated = default_collate(targets)
+        # A field of samples' tuples comes as a tuple (as DataLoader's zip makes it): strings
+        # are handed on in it as they are.
+        collated = default_collate(targets)  # type: ignore[arg-type]
         if self._pin_device is not None and hasattr(collated, "pin_memory"):
             collated = collated.pin_memory()
         return collated

@@ -1,0 +1,751 @@
+"""A training script's own ``Dataset`` class, read natively when its ``__getitem__`` does what
+torchvision's ``ImageFolder`` does: open one image with Pillow, convert it to RGB, apply a
+transform the dataset holds, and return the result beside values that do not come from the
+pixels (a label from a CSV row, a path, an index).
+
+The class is the user's: no name says what ``__getitem__`` does. :func:`trace_getitem` learns it
+by calling it on a shallow copy of the dataset in which nothing is decoded: ``Image.open``
+(``PIL.Image.open``, on a path, on the builtin ``open``'s file, on a ``BytesIO``) and
+torchvision's ``default_loader``/``pil_loader`` return stand-ins that record the file, and
+``.convert("RGB")`` records the mode; each callable the dataset holds records being applied to
+that image instead of running (applied to anything else, a label say, it runs). The functions
+``__getitem__`` reaches (the class's own methods, its module's helper functions, a ``loader=``
+function) run with the stand-ins in their globals, never the module's own: nothing is patched
+where another thread could see it. When the sample returned holds exactly one transform
+applied to the recorded RGB image, and nothing else made from the image, and two calls under
+two seeds agree, the dataset is read natively (:class:`TracedItems`): a worker asks the traced
+``__getitem__`` for each sample's file and the rest of its sample (cheap: nothing is decoded),
+decodes and transforms the image natively, and the consumer puts the image back where
+``__getitem__`` returned it (:class:`Layout`), as DataLoader would have collated it.
+
+Anything else done with the image (its ``.size``, a crop by a box, ``np.array(img)``, another
+mode, a second image, a read by OpenCV, a random target) makes the trace fail with what it saw,
+and the dataset runs in Python as DataLoader runs it, that reason in the loader's warning.
+
+What this module must not do: decode an image, change the user's dataset or any module's
+globals, or run the dataset's transform.
+"""
+
+from __future__ import annotations
+
+import builtins
+import copy
+import dis
+import io
+import os
+import sys
+import threading
+import time
+import types
+from typing import Any, Callable, Dict, List, NamedTuple, NoReturn, Optional, Sequence, Tuple, Union
+
+import numpy as np
+
+__all__ = ["GIL_BUDGET_S", "Layout", "TracedItems", "from_library", "opens_rgb", "sets_up_workers", "trace_getitem"]
+
+#: Top-level packages whose functions are not re-run with the stand-ins: the libraries' code
+#: reaches the image only through what the dataset holds (a ``loader``, a transform).
+_LIBRARIES = frozenset(
+    {"torch", "torchvision", "PIL", "numpy", "pandas", "timm", "datasets", "ferroloader",
+     "transformers", "lightning", "pytorch_lightning", "builtins", "io", "os", "pathlib", "typing",
+     "abc", "collections"}
+)
+
+#: How deep the stand-ins follow helper functions calling helper functions.
+_DEPTH = 4
+
+_trace = threading.local()
+
+
+class Untraceable(BaseException):
+    """What the traced code did that the native loader cannot do for it. A ``BaseException``:
+    a user's ``except Exception`` around a read must not turn it into another path."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+def _refuse(reason: str) -> NoReturn:
+    # Kept per thread as well: code that swallows even a BaseException still fails the trace.
+    _trace.refused = reason
+    raise Untraceable(reason)
+
+
+Data = Union[str, bytes]
+
+
+class _Stand:
+    """A stand-in for something made from the image file: records where its data is."""
+
+    __slots__ = ("source",)
+
+    def __init__(self, source: Data) -> None:
+        self.source = source
+
+    def __enter__(self) -> Any:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        return None
+
+    def close(self) -> None:
+        return None
+
+    def __repr__(self) -> str:
+        return f"<traced {type(self).__name__.strip('_').lower()} of {_where(self.source)}>"
+
+
+class _File(_Stand):
+    """The builtin ``open(path, "rb")`` in the traced code: only handed to ``Image.open``."""
+
+    __slots__ = ()
+
+    def __getattr__(self, name: str) -> Any:
+        _refuse(f"reads the file {_where(self.source)} itself (.{name})")
+
+
+class _Opened(_Stand):
+    """``Image.open``'s result: the file, not decoded yet."""
+
+    __slots__ = ()
+
+    def convert(self, mode: Any = None, *args: Any, **kwargs: Any) -> "_Decoded":
+        if mode != "RGB" or args or kwargs:
+            _refuse(f"converts the image to {mode!r} (the native loader decodes to 'RGB')")
+        return _Decoded(self.source)
+
+    def load(self) -> None:
+        return None
+
+    def __getattr__(self, name: str) -> Any:
+        _refuse(
+            f"uses the opened image's .{name} (the native loader reads the image as "
+            ".convert('RGB') of the file; the image it is handed unconverted is the file's own mode)"
+        )
+
+
+class _Decoded(_Stand):
+    """The RGB image, as ``Image.open(...).convert("RGB")`` makes it."""
+
+    __slots__ = ()
+
+    def convert(self, mode: Any = None, *args: Any, **kwargs: Any) -> "_Decoded":
+        if mode != "RGB" or args or kwargs:
+            _refuse(f"converts the RGB image to {mode!r}")
+        return self
+
+    def copy(self) -> "_Decoded":
+        return self
+
+    def load(self) -> None:
+        return None
+
+    def __getattr__(self, name: str) -> Any:
+        _refuse(f"uses the image's .{name} (the native loader only decodes it and transforms it)")
+
+
+class _Applied:
+    """A recorded ``transform(image)``: what ``__getitem__`` returns in the transformed image's
+    place."""
+
+    __slots__ = ("transform", "image")
+
+    def __init__(self, transform: Any, image: _Decoded) -> None:
+        self.transform = transform
+        self.image = image
+
+    def __getattr__(self, name: str) -> Any:
+        _refuse(f"uses the transformed image's .{name} (the native loader returns it as it is)")
+
+
+def _where(source: Data) -> str:
+    return repr(source) if isinstance(source, str) else f"{len(source)} bytes in memory"
+
+
+def _from_image(value: Any) -> bool:
+    return isinstance(value, (_Stand, _Applied))
+
+
+def _image_open(fp: Any, mode: str = "r", formats: Any = None) -> _Opened:
+    """``PIL.Image.open`` in the traced code."""
+    if mode != "r":
+        _refuse(f"opens the image with mode {mode!r}")
+    if isinstance(fp, (str, os.PathLike)):
+        return _Opened(os.fspath(fp))
+    if isinstance(fp, _File):
+        return _Opened(fp.source)
+    if isinstance(fp, io.BytesIO):
+        if fp.tell() != 0:
+            _refuse("opens an image from the middle of a BytesIO")
+        return _Opened(fp.getvalue())
+    if _from_image(fp):
+        _refuse(f"opens {fp!r} again")
+    _refuse(f"opens an image from a {type(fp).__name__}")
+
+
+def _known_loader(path: Any) -> _Decoded:
+    """torchvision's ``default_loader``/``pil_loader``: the file's RGB image."""
+    if not isinstance(path, (str, os.PathLike)):
+        _refuse(f"calls torchvision's image loader on a {type(path).__name__}")
+    return _Decoded(os.fspath(path))
+
+
+def _open(file: Any, mode: str = "r", *args: Any, **kwargs: Any) -> Any:
+    """The builtin ``open`` in the traced code: a file opened to be read in binary stands in
+    (only ``Image.open`` may take it); any other use is the builtin's."""
+    if mode in ("rb", "br") and not args and not kwargs and isinstance(file, (str, os.PathLike)):
+        return _File(os.fspath(file))
+    return builtins.open(file, mode, *args, **kwargs)
+
+
+class _ImageModule:
+    """``PIL.Image`` in the traced code: ``open`` stands in, the rest is Pillow's."""
+
+    def __init__(self, real: types.ModuleType) -> None:
+        self._real = real
+        self.open = _image_open
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._real, name)
+
+
+class _PilPackage:
+    """The ``PIL`` package in the traced code: its ``Image`` is :class:`_ImageModule`."""
+
+    def __init__(self, real: types.ModuleType, image: _ImageModule) -> None:
+        self._real = real
+        self.Image = image
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._real, name)
+
+
+class _Globals(dict):  # type: ignore[type-arg]
+    """A function's globals in the trace: the stand-ins, then the module's own, read live (a
+    global the module changes later is seen)."""
+
+    def __init__(self, overrides: Dict[str, Any], live: Dict[str, Any]) -> None:
+        super().__init__(overrides)
+        self.live = live
+
+    def __missing__(self, name: str) -> Any:
+        return self.live[name]
+
+
+class _StandIns:
+    """The stand-ins for one traced dataset, and the functions re-made with them."""
+
+    def __init__(self) -> None:
+        from PIL import Image
+
+        self.image_module = Image
+        self.pil = sys.modules["PIL"]
+        self.image = _ImageModule(Image)
+        self.package = _PilPackage(self.pil, self.image)
+        self.loaders = _torchvision_loaders()
+        self.made: Dict[Any, Any] = {}
+
+    def function(self, fn: types.FunctionType, depth: int = 0, owner: Optional[type] = None) -> Any:
+        """``fn`` with the stand-ins in its globals (``fn`` itself where it cannot be, or need not
+        be: a library's, one that writes a global, too deep); a method's ``super()`` finds
+        ``owner``, its class's traced copy (:meth:`cls`)."""
+        if fn in self.loaders:
+            return _known_loader
+        if fn is self.image_module.open:
+            return _image_open
+        made = self.made.get((fn, owner))
+        if made is not None:
+            return made
+        if depth > _DEPTH or _library(fn) or _writes_globals(fn.__code__):
+            return fn
+        closure = fn.__closure__
+        if owner is not None and "__class__" in fn.__code__.co_freevars:
+            cells = list(closure or ())
+            cells[fn.__code__.co_freevars.index("__class__")] = types.CellType(owner)
+            closure = tuple(cells)
+        overrides: Dict[str, Any] = {"__builtins__": fn.__globals__.get("__builtins__", builtins)}
+        remade = types.FunctionType(fn.__code__, _Globals(overrides, fn.__globals__), fn.__name__,
+                                    fn.__defaults__, closure)
+        remade.__kwdefaults__ = fn.__kwdefaults__
+        self.made[(fn, owner)] = remade  # before its globals: a function may call itself
+        for name in _global_names(fn.__code__):
+            if name in fn.__globals__:
+                stand = self.stand_for(fn.__globals__[name], depth)
+                if stand is not None:
+                    overrides[name] = stand
+            elif name == "open":
+                overrides[name] = _open
+        dict.update(remade.__globals__, overrides)
+        return remade
+
+    def cls(self, cls: type) -> Optional[type]:
+        """A copy of the dataset's class whose own methods (and those of the user's classes it
+        derives from) run with the stand-ins, ``super()`` included; ``None`` where the user's
+        classes are not one chain of single bases, or hold ``__slots__``."""
+        chain: List[type] = []
+        for c in cls.__mro__:
+            if c is object or _library(c):
+                break
+            chain.append(c)
+        if not chain:
+            return None
+        if any(c.__bases__ != (after,) for c, after in zip(chain, chain[1:])):
+            return None
+        if any("__slots__" in vars(c) for c in chain):
+            return None
+        bases: Tuple[type, ...] = chain[-1].__bases__
+        for c in reversed(chain):
+            space = {k: v for k, v in vars(c).items() if k not in ("__dict__", "__weakref__")}
+            traced = type(c)(c.__name__, bases, space)
+            for name, value in space.items():
+                if isinstance(value, types.FunctionType):
+                    setattr(traced, name, self.function(value, owner=traced))
+                elif isinstance(value, (staticmethod, classmethod)) and isinstance(value.__func__, types.FunctionType):
+                    setattr(traced, name, type(value)(self.function(value.__func__, owner=traced)))
+            bases = (traced,)
+        return bases[0]
+
+    def stand_for(self, value: Any, depth: int) -> Optional[Any]:
+        """What ``value``, a global of traced code, is in the trace (``None``: itself)."""
+        if value is self.image_module:
+            return self.image
+        if value is self.pil:
+            return self.package
+        if value is self.image_module.open:
+            return _image_open
+        if isinstance(value, types.FunctionType):
+            made = self.function(value, depth + 1)
+            return None if made is value else made
+        return None
+
+    def held(self, value: Any) -> Any:
+        """What a callable the dataset holds is in the trace: torchvision's loaders and the
+        user's functions with the stand-ins, anything else recorded when applied to the image."""
+        if value in self.loaders:
+            return _known_loader
+        if isinstance(value, types.FunctionType) and not _library(value):
+            return self.function(value)
+        return _Held(value)
+
+
+class _Held:
+    """A callable the dataset holds (its transform), in the trace: applied to the RGB image
+    alone it records itself; applied to values not made from the image, it runs."""
+
+    __slots__ = ("original",)
+
+    def __init__(self, original: Any) -> None:
+        self.original = original
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        if not any(map(_from_image, (*args, *kwargs.values()))):
+            return self.original(*args, **kwargs)
+        if len(args) == 1 and not kwargs and isinstance(args[0], _Decoded):
+            return _Applied(self.original, args[0])
+        if len(args) == 1 and not kwargs and isinstance(args[0], _Opened):
+            _refuse(f"applies {_name(self.original)} to the image as opened, not converted to RGB "
+                    "(in each file's own mode; with .convert('RGB') it is read natively)")
+        what = ", ".join([*map(_describe, args), *(f"{k}={_describe(v)}" for k, v in kwargs.items())])
+        _refuse(f"calls {_name(self.original)}({what}) (the native loader applies one transform "
+                "to the RGB image)")
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.original, name)
+
+
+def _describe(value: Any) -> str:
+    if isinstance(value, _Applied):
+        return "the transformed image"
+    if isinstance(value, _Decoded):
+        return "the image"
+    if isinstance(value, _Stand):
+        return "the opened file"
+    return type(value).__name__
+
+
+def _name(value: Any) -> str:
+    return getattr(value, "__qualname__", None) or type(value).__name__
+
+
+def _torchvision_loaders() -> Tuple[Any, ...]:
+    folder = sys.modules.get("torchvision.datasets.folder")
+    if folder is None:
+        return ()
+    try:
+        from torchvision import get_image_backend  # type: ignore[import-untyped]
+    except ImportError:
+        return ()
+    if get_image_backend() != "PIL":
+        return (folder.pil_loader,)  # default_loader reads with accimage
+    return (folder.default_loader, folder.pil_loader)
+
+
+def from_library(fn: Any) -> bool:
+    """Whether ``fn`` (a function or class) is one of :data:`_LIBRARIES`'."""
+    return _library(fn)
+
+
+def _library(fn: Any) -> bool:
+    module = getattr(fn, "__module__", None) or ""
+    return module.partition(".")[0] in _LIBRARIES
+
+
+def _codes(code: types.CodeType) -> List[types.CodeType]:
+    """``code`` and the code objects nested in it (comprehensions, lambdas, inner functions)."""
+    found = [code]
+    for const in code.co_consts:
+        if isinstance(const, types.CodeType):
+            found.extend(_codes(const))
+    return found
+
+
+def _global_names(code: types.CodeType) -> List[str]:
+    return sorted({
+        str(ins.argval)
+        for c in _codes(code)
+        for ins in dis.get_instructions(c)
+        if ins.opname == "LOAD_GLOBAL"
+    })
+
+
+def _writes_globals(code: types.CodeType) -> bool:
+    return any(
+        ins.opname in ("STORE_GLOBAL", "DELETE_GLOBAL") for c in _codes(code) for ins in dis.get_instructions(c)
+    )
+
+
+def opens_rgb(loader: Any) -> Optional[str]:
+    """Whether ``loader`` (an ``ImageFolder``'s ``loader=`` function) returns the file's RGB
+    image, as torchvision's ``default_loader`` does: ``None`` when it does (traced on a path
+    that is never opened), else what it does instead."""
+    if not isinstance(loader, types.FunctionType):
+        return "is not a Python function"
+    probe = os.path.join("traced", "image.jpg")
+    _trace.refused = None
+    try:
+        got = _StandIns().held(loader)(probe)
+    except Untraceable as e:
+        return e.reason
+    except Exception as e:
+        return f"raises {type(e).__name__}: {e}"
+    if _trace.refused is not None:
+        return str(_trace.refused)
+    if not isinstance(got, _Decoded) or got.source != probe:
+        return f"returns {_describe(got)}, not the file's RGB image"
+    return None
+
+
+Slot = Union[int, str, None]
+
+
+class Layout(NamedTuple):
+    """Where the transformed image lies in what ``__getitem__`` returns: ``slot`` ``None`` for
+    the image alone, else its position in a tuple or list, or its key in a dict (``container``,
+    in the order ``keys`` of a dict, or ``length`` items). The rest of the sample (its
+    *target*) is carried per sample: the other item of a pair, ``0`` (a class index no one
+    reads) for the image alone, else a tuple of the other items or a dict of the other keys."""
+
+    container: type
+    slot: Slot
+    length: int
+    keys: Tuple[Any, ...]
+
+    @property
+    def plain(self) -> bool:
+        """Whether samples are ``(image, target)`` pairs: what the loader delivers anyway."""
+        return self.container in (tuple, list) and self.length == 2 and self.slot == 0
+
+    def describe(self) -> str:
+        """The samples' layout, for messages."""
+        if self.slot is None:
+            return "images alone"
+        if self.container is dict:
+            return f"dicts with the image under {self.slot!r}"
+        return f"{self.container.__name__}s of {self.length} items, the image at position {self.slot}"
+
+    def split(self, out: Any) -> Optional[Tuple[_Applied, Any]]:
+        """``(image, target)`` of a sample ``__getitem__`` returned; ``None`` where it is not laid
+        out so."""
+        if self.slot is None:
+            return (out, 0) if isinstance(out, _Applied) else None
+        sample: Any = out  # narrowed by the type check below to `object` otherwise
+        if type(sample) is not self.container:
+            return None
+        out = sample
+        if self.container is dict:
+            if tuple(out) != self.keys:
+                return None
+            rest: Any = {k: v for k, v in out.items() if k != self.slot}
+        else:
+            if len(out) != self.length:
+                return None
+            rest = tuple(v for i, v in enumerate(out) if i != self.slot)
+            if self.plain:
+                rest = rest[0]
+        image = out[self.slot]
+        if not isinstance(image, _Applied) or _holds_image(rest):
+            return None
+        return image, rest
+
+    def sample(self, image: Any, target: Any) -> Any:
+        """The sample ``__getitem__`` returns, its image ``image``."""
+        if self.slot is None:
+            return image
+        if self.container is dict:
+            return {k: image if k == self.slot else target[k] for k in self.keys}
+        if self.plain:
+            return self.container((image, target))
+        items = list(target)
+        items.insert(cast_int(self.slot), image)
+        return self.container(items)
+
+    def batch(self, images: Any, targets: List[Any], collate: Callable[[Sequence[Any]], Any]) -> Any:
+        """The batch DataLoader collates of the samples: ``images`` in the image's place, each
+        other item collated by ``collate`` (a list for a tuple or list, a dict for a dict, as
+        ``default_collate`` makes them)."""
+        if self.slot is None:
+            return images
+        if self.container is dict:
+            return {k: images if k == self.slot else collate([t[k] for t in targets]) for k in self.keys}
+        if self.plain:
+            return [images, collate(targets)]
+        # default_collate collates a sequence's fields as tuples (zip's), a dict's as lists.
+        fields = [collate(tuple(t[j] for t in targets)) for j in range(self.length - 1)]
+        fields.insert(cast_int(self.slot), images)
+        return fields
+
+
+def cast_int(slot: Slot) -> int:
+    assert isinstance(slot, int)
+    return slot
+
+
+def _holds_image(value: Any) -> bool:
+    if _from_image(value):
+        return True
+    if isinstance(value, dict):
+        return any(_holds_image(v) for v in value.values())
+    if isinstance(value, (list, tuple)):
+        return any(_holds_image(v) for v in value)
+    return False
+
+
+def _layout_of(out: Any) -> Union[Layout, str]:
+    """The :class:`Layout` of the first sample ``__getitem__`` returned, or what is wrong."""
+    if isinstance(out, _Applied):
+        return Layout(type(out), None, 1, ())
+    if type(out) in (tuple, list):
+        slots: List[Slot] = [i for i, v in enumerate(out) if isinstance(v, _Applied)]
+        layout = Layout(type(out), slots[0] if len(slots) == 1 else None, len(out), ())
+    elif type(out) is dict:
+        slots = [k for k, v in out.items() if isinstance(v, _Applied)]
+        layout = Layout(dict, slots[0] if len(slots) == 1 else None, len(out), tuple(out))
+    else:
+        return f"returns a {type(out).__name__}" + (
+            " made from the image" if _from_image(out) else ", not a tuple, a list or a dict"
+        )
+    if len(slots) != 1:
+        return f"returns {len(slots)} transformed images in one sample"
+    if layout.split(out) is None:
+        return "returns something made from the image beside the transformed image"
+    return layout
+
+
+class Traced(NamedTuple):
+    """What :func:`trace_getitem` found: the transform applied to each image, where the image
+    lies in a sample, the first sample's file, and how long the traced ``__getitem__`` took
+    (the faster of two calls: what each sample will hold the GIL for, without the decode)."""
+
+    transform: Any
+    layout: Layout
+    first: Data
+    seconds: float
+
+
+#: The longest a traced ``__getitem__`` may hold the GIL per sample for the dataset to be read
+#: natively: every worker thread waits for it in turn, so it bounds the loader at
+#: ``1 / seconds`` samples a second (2000 here, a few cores' worth of decoding) where worker
+#: processes would run it side by side.
+GIL_BUDGET_S = 0.5e-3
+
+
+def sets_up_workers(worker_init_fn: Any) -> bool:
+    """Whether ``worker_init_fn`` reads ``get_worker_info()`` (to set up each worker's copy of
+    the dataset: open a file, tag it): such a dataset is meant to run in worker processes."""
+    code = getattr(worker_init_fn, "__code__", None)
+    return isinstance(code, types.CodeType) and any("get_worker_info" in c.co_names for c in _codes(code))
+
+
+def trace_getitem(dataset: Any) -> Union[Traced, str]:
+    """How ``dataset[0]`` makes its sample, learnt without decoding it (see the module's doc), or
+    what keeps it from being read natively."""
+    getitem = getattr(type(dataset), "__getitem__", None)
+    if not isinstance(getitem, types.FunctionType):
+        return "is not a Python function"
+    try:
+        if len(dataset) == 0:
+            return "cannot be traced: the dataset is empty"
+    except Exception as e:
+        return f"cannot be traced: len(dataset) raises {type(e).__name__}: {e}"
+    found = []
+    for seed in (0, 1):
+        traced = _run_first(dataset, seed)
+        if isinstance(traced, str):
+            return traced
+        found.append(traced)
+    (first, first_target), (second, second_target) = found
+    if first.transform is not second.transform or first.layout != second.layout or first.first != second.first:
+        return "makes dataset[0] differently from one call to the next"
+    if not _same(first_target, second_target):
+        return "draws dataset[0]'s target at random (per-sample seeding runs it in worker processes)"
+    return first._replace(seconds=min(first.seconds, second.seconds))
+
+
+def _run_first(dataset: Any, seed: int) -> Union[Tuple[Traced, Any], str]:
+    items = _traced_copy(dataset)
+    if isinstance(items, str):
+        return items
+    run, traced_getitem = items
+    torch = sys.modules.get("torch")
+    from ferroloader._tail import restore_generators, seed_generators
+
+    saved = seed_generators(seed, torch)
+    try:
+        start = time.perf_counter()
+        out = _call(run, traced_getitem, 0)
+        seconds = time.perf_counter() - start
+    except Untraceable as e:
+        return e.reason
+    except Exception as e:
+        # A refusal the code caught comes first: what it raised next comes of it.
+        refused = getattr(_trace, "refused", None)
+        return str(refused) if refused is not None else f"raises {type(e).__name__} when traced: {e}"
+    finally:
+        restore_generators(saved, torch)
+    layout = _layout_of(out)
+    if isinstance(layout, str):
+        return layout
+    split = layout.split(out)
+    assert split is not None
+    image, target = split
+    return Traced(image.transform, layout, image.image.source, seconds), target
+
+
+def _call(dataset: Any, getitem: Any, index: int) -> Any:
+    _trace.refused = None
+    out = getitem(dataset, index)
+    if _trace.refused is not None:
+        raise Untraceable(str(_trace.refused))
+    return out
+
+
+def _traced_copy(dataset: Any) -> Union[Tuple[Any, Any], str]:
+    """A shallow copy of ``dataset`` whose callables are the trace's (:meth:`_StandIns.held`)
+    and whose class's methods run with the stand-ins (:meth:`_StandIns.cls`; where the class
+    cannot be copied, its own methods are set on the instance, ``super()`` left as it is), and
+    its ``__getitem__`` so traced."""
+    try:
+        made = copy.copy(dataset)
+    except Exception as e:
+        return f"cannot be traced: copying the dataset raises {type(e).__name__}: {e}"
+    space = getattr(made, "__dict__", None)
+    if space is None or space is getattr(dataset, "__dict__", None):
+        return "cannot be traced: the dataset has no attributes of its own"
+    stand_ins = _StandIns()
+    for name, value in list(space.items()):
+        if callable(value) and not isinstance(value, type):
+            space[name] = stand_ins.held(value)
+    traced = stand_ins.cls(type(dataset))
+    if traced is not None:
+        try:
+            made.__class__ = traced
+        except TypeError:
+            traced = None
+    if traced is None:
+        for klass in type(dataset).__mro__:
+            if _library(klass) or klass is object:
+                continue
+            for name, value in vars(klass).items():
+                if isinstance(value, types.FunctionType) and not name.startswith("__") and name not in space:
+                    space[name] = types.MethodType(stand_ins.function(value), made)
+    getitem = type(made).__getitem__ if traced is not None else stand_ins.function(type(dataset).__getitem__)
+    return made, getitem
+
+
+def _same(a: Any, b: Any) -> bool:
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(_same(a[k], b[k]) for k in a)
+    if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
+        return type(a) is type(b) and len(a) == len(b) and all(map(_same, a, b))
+    torch = sys.modules.get("torch")
+    if torch is not None and isinstance(a, torch.Tensor):
+        return isinstance(b, torch.Tensor) and a.shape == b.shape and bool(torch.equal(a, b))
+    if isinstance(a, np.ndarray) or isinstance(b, np.ndarray):
+        return bool(np.array_equal(a, b))
+    try:
+        return bool(a == b)
+    except Exception:
+        return False
+
+
+class TracedItems:
+    """The user's dataset through the loader's ``(path or bytes, target)`` protocol:
+    ``items[i]`` calls the traced ``__getitem__(i)`` (its stand-ins decode nothing) and gives
+    the image's file (or bytes) and the rest of the sample (:meth:`Layout.split`). The traced
+    copy is made again when an attribute of the dataset is set anew (a ``set_epoch`` that sets a
+    field, a label table replaced), so each sample sees the dataset as DataLoader's workers
+    would after the change. Picklable (worker processes trace the dataset again)."""
+
+    def __init__(self, dataset: Any, traced: Traced) -> None:
+        self.dataset = dataset
+        self.traced = traced
+        self.name = type(dataset).__name__
+        self._run: Optional[Tuple[Any, Any]] = None
+        self._seen: List[Tuple[str, Any]] = []
+
+    def _runner(self) -> Tuple[Any, Any]:
+        now = vars(self.dataset)
+        if self._run is None or len(now) != len(self._seen) or any(now.get(k, self) is not v for k, v in self._seen):
+            made = _traced_copy(self.dataset)
+            if isinstance(made, str):
+                raise TypeError(f"dataset: {self.name}.__getitem__ {made}")
+            self._run, self._seen = made, list(now.items())
+        return self._run
+
+    def __len__(self) -> int:
+        return len(self.dataset)
+
+    def __getitem__(self, index: int) -> Tuple[Data, Any]:
+        run, getitem = self._runner()
+        try:
+            out = _call(run, getitem, index)
+        except Untraceable as e:
+            raise TypeError(
+                f"dataset[{index}]: {self.name}.__getitem__ {e.reason}, unlike dataset[0] (read "
+                "natively as it opens, converts to RGB and transforms the image)"
+            ) from None
+        split = self.traced.layout.split(out)
+        if split is None:
+            raise TypeError(
+                f"dataset[{index}]: {self.name}.__getitem__ returned a sample laid out otherwise "
+                f"than dataset[0]'s ({self.traced.layout.describe()}), which the loader reads so"
+            )
+        image, target = split
+        if image.transform is not self.traced.transform:
+            raise TypeError(
+                f"dataset[{index}]: {self.name}.__getitem__ applied {_name(image.transform)}, not "
+                "the transform the loader converted when it was made (set another since?): make "
+                "the loader again to run the new one"
+            )
+        return image.image.source, target
+
+    def __getstate__(self) -> Dict[str, Any]:
+        return {"dataset": self.dataset, "name": self.name, "_run": None, "_seen": []}
+
+    def __setstate__(self, state: Dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        traced = trace_getitem(self.dataset)
+        if isinstance(traced, str):
+            raise TypeError(f"dataset: {self.name}.__getitem__ {traced}")
+        self.traced = traced
