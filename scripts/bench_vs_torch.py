@@ -35,6 +35,11 @@ augmentation.
 ``--views-of FILE.py:NAME`` hands both sides an object that returns several views of each
 image itself (``scripts/ssl_views.py:dino``, DINO's multi-crop), as it is.
 
+``--own-dataset`` hands both sides the folder as a training script's own ``Dataset`` class
+(a pandas row per image, ``Image.open(path).convert("RGB")``, the transform it holds): the
+DataLoader runs it in its workers; ferroloader, given it as it is, traces its ``__getitem__`` and
+reads it natively (and exits with status 1 if it cannot).
+
 ``--overhead`` adds two more pipelines to every round and prints what profiling costs: the
 torchvision DataLoader instrumented by ``ferroloader.torch.profile`` against the plain one,
 and ferroloader with ``profile="spans"`` against ``profile="off"``.
@@ -44,7 +49,7 @@ ferroloader keeps its threads, so a round measures loading, not process start-up
 
 Usage: bench_vs_torch.py [FOLDER] [--batch-size 64] [--workers CORES] [--rounds 5]
        [--batches N] [--overhead] [--recipe NAME [--v2] | --transform FILE.py:NAME | --timm AA]
-       [--views N | --views-of FILE.py:NAME]
+       [--views N | --views-of FILE.py:NAME] [--hugging-face | --own-dataset]
 (FOLDER defaults to target/fixtures/folder: ``make_bench_corpus.py target/fixtures/folder 512
 --classes 8`` writes it.)
 """
@@ -62,7 +67,8 @@ from typing import Any, Dict, Iterable, List, Tuple
 import torch
 import torchvision  # type: ignore[import-untyped]
 import torchvision.transforms as tvT  # type: ignore[import-untyped]
-from torch.utils.data import DataLoader
+from PIL import Image
+from torch.utils.data import DataLoader, Dataset
 
 import ferroloader as fl
 import ferroloader.torch as flt
@@ -137,6 +143,46 @@ def hugging_face_dataset(folder: Path) -> Any:
     )
 
 
+class CsvImages(Dataset):  # type: ignore[type-arg]
+    """A training script's own dataset, as Kaggle notebooks write it: a DataFrame row per
+    image, the file opened with Pillow and converted to RGB, the transform it holds."""
+
+    def __init__(self, frame: Any, root: Path, transform: Any) -> None:
+        self.frame = frame
+        self.root = root
+        self.transform = transform
+
+    def __len__(self) -> int:
+        return len(self.frame)
+
+    def __getitem__(self, idx: int) -> Any:
+        row = self.frame.iloc[idx]
+        image = Image.open(os.path.join(self.root, row["file"])).convert("RGB")
+        if self.transform:
+            image = self.transform(image)
+        return image, row["label"]
+
+
+class OwnDataset:
+    """``--own-dataset``: the folder listed in a DataFrame, each side given a
+    :class:`CsvImages` of it holding the transform."""
+
+    def __init__(self, folder: Path) -> None:
+        import pandas as pd  # type: ignore[import-untyped]
+
+        listed = torchvision.datasets.ImageFolder(str(folder))
+        self.folder = folder
+        self.frame = pd.DataFrame(
+            {
+                "file": [os.path.relpath(p, folder) for p, _ in listed.samples],
+                "label": [label for _, label in listed.samples],
+            }
+        )
+
+    def holding(self, transform: Any) -> CsvImages:
+        return CsvImages(self.frame, self.folder, transform)
+
+
 def torch_loader(
     source: Any, batch_size: int, workers: int, seed: int, transform: Any, mix: Any = None
 ) -> DataLoader[Any]:
@@ -145,6 +191,8 @@ def torch_loader(
     collate: Any = mix
     if isinstance(source, Path):
         dataset: Any = torchvision.datasets.ImageFolder(str(source), transform=transform)
+    elif isinstance(source, OwnDataset):
+        dataset = source.holding(transform)
     else:
         dataset, collate = dataloader_form(source, transform)
         if mix is not None:
@@ -174,13 +222,15 @@ def native_loader(
     """ferroloader with the same transform object, which the Loader converts; the output dtype
     is the one the transform's own conversion yields. A Python tail is refused but for
     ``--views-of`` (DINO's own blur and solarization classes are its views' tails)."""
+    own = isinstance(source, OwnDataset)
     return fl.Loader(
-        fl.ImageFolder(source) if isinstance(source, Path) else source,
+        fl.ImageFolder(source) if isinstance(source, Path) else source.holding(transform) if own else source,
         batch_size=batch_size,
         shuffle=True,
         seed=seed,
         num_workers=workers,
-        transform=transform,
+        transform=None if own else transform,
+        python_dataset="error",
         profile=profile,
         python_tail=python_tail,
         collate_fn=mix,
@@ -274,10 +324,16 @@ def main() -> None:
                         help="N views of each image (the transform in a view generator) on both sides")
     parser.add_argument("--mix", action="store_true",
                         help="torchvision's reference MixUp 0.2 / CutMix 1.0 collate_fn on both sides")
-    parser.add_argument(
+    source_kind = parser.add_mutually_exclusive_group()
+    source_kind.add_argument(
         "--hugging-face",
         action="store_true",
         help="read the folder as a Hugging Face datasets.Dataset of embedded images, on both sides",
+    )
+    source_kind.add_argument(
+        "--own-dataset",
+        action="store_true",
+        help="read the folder through a training script's own Dataset class (pandas rows), on both sides",
     )
     args = parser.parse_args()
     if args.v2 and args.recipe is None:
@@ -287,9 +343,11 @@ def main() -> None:
             f"{args.folder}: no such folder (make it with: scripts/make_bench_corpus.py "
             f"{args.folder} 512 --classes 8)"
         )
-    if args.timm is not None and (args.hugging_face or args.overhead or args.mix):
-        parser.error("--timm compares timm's loaders of the folder; no --hugging-face, --overhead or --mix")
-    if args.mix and args.hugging_face:
+    if args.timm is not None and (args.hugging_face or args.own_dataset or args.overhead or args.mix):
+        parser.error(
+            "--timm compares timm's loaders of the folder; no --hugging-face, --own-dataset, --overhead or --mix"
+        )
+    if args.mix and (args.hugging_face or args.own_dataset):
         parser.error("--mix: for a folder")
     if args.views is not None and (args.views < 1 or args.timm is not None or args.mix or args.views_of):
         parser.error("--views: a count of at least 1, without --timm, --mix or --views-of")
@@ -299,7 +357,11 @@ def main() -> None:
     if args.views is not None:
         transform = RepeatedViews(transform, args.views)
         transform_name = f"{args.views} views of {transform_name}"
-    source: Any = hugging_face_dataset(args.folder) if args.hugging_face else args.folder
+    source: Any = args.folder
+    if args.hugging_face:
+        source = hugging_face_dataset(args.folder)
+    elif args.own_dataset:
+        source = OwnDataset(args.folder)
 
     # The native loader first: a transform ferroloader refuses stops here, before any run.
     native: Any
@@ -337,8 +399,10 @@ def main() -> None:
         )
 
     samples = len(plain_torch.dataset)  # type: ignore[arg-type]
+    read_as = " (as a Hugging Face Dataset)" if args.hugging_face else ""
+    read_as += " (through a script's own Dataset class)" if args.own_dataset else ""
     print(
-        f"{args.folder}{' (as a Hugging Face Dataset)' if args.hugging_face else ''}: "
+        f"{args.folder}{read_as}: "
         f"{samples} images, batch {args.batch_size}, {args.workers} workers, "
         f"{batches} batches x {args.rounds} rounds (+1 warm-up), "
         f"{getattr(native, 'output', 'uint8 (prefetcher)')} output; "

@@ -480,6 +480,14 @@ def test_bench_script_adds_the_reference_mixup_cutmix_to_both_sides(data: Path, 
     assert "ferroloader / torchvision throughput: median" in out
 
 
+def test_bench_script_reads_a_scripts_own_dataset_class_on_both_sides(data: Path, bench: Bench) -> None:
+    status, out, err = bench(str(data), "--own-dataset", "--recipe", "ta_wide+re", "--workers", "1",
+                             "--rounds", "1", "--batch-size", "4", "--batches", "2")
+    assert status is None, err  # python_dataset="error": the class was traced and read natively
+    assert "(through a script's own Dataset class)" in out
+    assert "ferroloader / torchvision throughput: median" in out
+
+
 def test_bench_script_reports_a_refusal_and_exits_non_zero(
     data: Path, tmp_path: Path, bench: Bench
 ) -> None:
