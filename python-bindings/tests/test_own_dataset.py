@@ -27,7 +27,7 @@ from torch.utils.data import DataLoader, Dataset
 from torchvision.datasets.folder import default_loader
 
 import ferroloader as fl
-from ferroloader._getitem import opens_rgb, trace_getitem
+from ferroloader._getitem import Opened, loader_opens, trace_getitem
 
 DECODE = Path(__file__).resolve().parents[2] / "target" / "fixtures" / "decode"
 EVAL = tv.Compose([tv.Resize(40), tv.CenterCrop(32), tv.ToTensor(), tv.Normalize([0.5] * 3, [0.25] * 3)])
@@ -224,14 +224,7 @@ def test_views_tails_and_resume(folder: Path) -> None:
     """A two-view transform in the dataset runs natively; a Lambda after the native ops still
     runs; a saved state resumes the epoch."""
 
-    class TwoCrops:
-        def __init__(self, base: Any) -> None:
-            self.base = base
-
-        def __call__(self, x: Any) -> List[Any]:
-            return [self.base(x), self.base(x)]
-
-    views = TwoCrops(TRAIN)
+    views = TwoViews(TRAIN)
     ours = native(CsvDataset(table(folder), folder, views), batch_size=4, seed=3)
     reference = fl.Loader(listed(folder), transform=views, batch_size=4, seed=3)
     for (a, la), (b, lb) in zip(ours, reference):
@@ -266,17 +259,57 @@ def test_an_imagefolder_loader_that_opens_rgb_is_read_natively(folder: Path) -> 
         dataset = torchvision.datasets.ImageFolder(str(folder), EVAL, loader=loader)
         for a, b in zip(native(dataset, batch_size=4), DataLoader(dataset, batch_size=4)):
             same(a, b)
-    assert opens_rgb(pil_loader) is None
-    assert "converts the image to 'L'" in str(opens_rgb(lambda p: Image.open(p).convert("L")))
-    gray = torchvision.datasets.ImageFolder(str(folder), EVAL, loader=lambda p: Image.open(p).convert("L"))
-    with pytest.warns(UserWarning, match="converts the image to 'L'"):
-        fl.Loader(gray, batch_size=4)
+    assert loader_opens(pil_loader) == Opened(None)
+    assert loader_opens(lambda p: Image.open(p).convert("L")) == Opened(1)
+    assert "converts the image to 'RGBA'" in str(loader_opens(lambda p: Image.open(p).convert("RGBA")))
+    # One converting to L: the samples have one channel, as torchvision's Grayscale makes them.
+    gray = torchvision.datasets.ImageFolder(str(folder), EVAL_L, loader=lambda p: Image.open(p).convert("L"))
+    for a, b in zip(native(gray, batch_size=4), DataLoader(gray, batch_size=4)):
+        same(a, b)
+    assert a[0].shape[1] == 1
+
+
+EVAL_L = tv.Compose([tv.Resize(40), tv.CenterCrop(32), tv.ToTensor(), tv.Normalize([0.5], [0.25])])
 
 
 class Gray(CsvDataset):
     def __getitem__(self, idx: int) -> Any:
         row = self.frame.iloc[idx]
         return self.transform(Image.open(os.path.join(self.root, row["file"])).convert("L")), 0
+
+
+class GrayAsRgb(CsvDataset):
+    def __getitem__(self, idx: int) -> Any:
+        with Image.open(os.path.join(self.root, self.frame.iloc[idx]["file"])) as im:
+            return self.transform(im.convert("L").convert("RGB")), 1
+
+
+class TwoViews:
+    def __init__(self, base: Any) -> None:
+        self.base = base
+
+    def __call__(self, x: Any) -> List[Any]:
+        return [self.base(x), self.base(x)]
+
+
+def test_images_converted_to_l_are_read_natively() -> None:
+    """Pillow's convert("L") of every JPEG of the variety, as its own dataset reads it (one
+    channel), and converted back to RGB (three equal channels): DataLoader's batches."""
+    paths = variety()
+    frame = pd.DataFrame({"file": paths, "label": range(len(paths))})
+    for dataset in (Gray(frame, "/", EVAL_L), GrayAsRgb(frame, "/", EVAL)):
+        for a, b in zip(native(dataset, batch_size=8, num_workers=2), DataLoader(dataset, batch_size=8)):
+            same(a, b)
+    assert a[0].shape[1] == 3
+    views = Gray(frame, "/", TwoViews(EVAL_L))
+    with pytest.warns(UserWarning, match=r"converts the image to 'L' before .*, not a torchvision transform"):
+        fl.Loader(views, batch_size=4)
+
+
+class Cmyk(CsvDataset):
+    def __getitem__(self, idx: int) -> Any:
+        row = self.frame.iloc[idx]
+        return self.transform(Image.open(os.path.join(self.root, row["file"])).convert("CMYK")), 0
 
 
 class Unconverted(CsvDataset):
@@ -328,7 +361,7 @@ class AsArray(CsvDataset):
 @pytest.mark.parametrize(
     "cls,why",
     [
-        (Gray, "converts the image to 'L'"),
+        (Cmyk, "converts the image to 'CMYK'"),
         (Unconverted, "image as opened, not converted to RGB"),
         (Sized, "uses the image's .size"),
         (TwoImages, "2 transformed images"),
@@ -337,7 +370,7 @@ class AsArray(CsvDataset):
     ],
 )
 def test_anything_else_done_with_the_image_runs_in_python(folder: Path, cls: type, why: str) -> None:
-    transform = tv.Compose([tv.Grayscale(3), EVAL]) if cls is Gray else EVAL
+    transform = tv.Compose([tv.Lambda(lambda im: im.convert("RGB")), EVAL]) if cls is Cmyk else EVAL
     dataset = cls(table(folder).iloc[:6], folder, transform)
     with pytest.warns(UserWarning, match="runs in Python"):
         loader = fl.Loader(dataset, batch_size=3, num_workers=0)

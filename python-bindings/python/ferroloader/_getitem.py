@@ -41,7 +41,17 @@ from typing import Any, Callable, Dict, List, NamedTuple, NoReturn, Optional, Se
 
 import numpy as np
 
-__all__ = ["GIL_BUDGET_S", "Layout", "TracedItems", "from_library", "opens_rgb", "sets_up_workers", "trace_getitem"]
+__all__ = [
+    "GIL_BUDGET_S",
+    "Layout",
+    "Opened",
+    "TracedItems",
+    "from_library",
+    "grayscale_first",
+    "loader_opens",
+    "sets_up_workers",
+    "trace_getitem",
+]
 
 #: Top-level packages whose functions are not re-run with the stand-ins: the libraries' code
 #: reaches the image only through what the dataset holds (a ``loader``, a transform).
@@ -111,9 +121,9 @@ class _Opened(_Stand):
     __slots__ = ()
 
     def convert(self, mode: Any = None, *args: Any, **kwargs: Any) -> "_Decoded":
-        if mode != "RGB" or args or kwargs:
-            _refuse(f"converts the image to {mode!r} (the native loader decodes to 'RGB')")
-        return _Decoded(self.source)
+        if mode not in _GRAY or args or kwargs:
+            _refuse(f"converts the image to {mode!r} (the native loader decodes to 'RGB' or 'L')")
+        return _Decoded(self.source, _GRAY[mode])
 
     def load(self) -> None:
         return None
@@ -125,15 +135,29 @@ class _Opened(_Stand):
         )
 
 
-class _Decoded(_Stand):
-    """The RGB image, as ``Image.open(...).convert("RGB")`` makes it."""
+#: What ``convert(mode)`` of the opened file is natively: the RGB decode, then a
+#: ``Grayscale(num_output_channels)`` where it is not ``None``. Pillow's ``convert("L")`` of
+#: any file equals its ``convert("RGB").convert("L")`` (every mode of the decode fixtures,
+#: CMYK and palette ones included), which is ``Grayscale(1)`` of the RGB image.
+_GRAY: Dict[str, Optional[int]] = {"RGB": None, "L": 1}
 
-    __slots__ = ()
+
+class _Decoded(_Stand):
+    """The image as ``Image.open(...).convert(mode)`` makes it: RGB (``gray`` ``None``),
+    ``"L"`` (``gray`` 1), or an ``"L"`` image converted back to RGB (``gray`` 3)."""
+
+    __slots__ = ("gray",)
+
+    def __init__(self, source: Data, gray: Optional[int] = None) -> None:
+        super().__init__(source)
+        self.gray = gray
 
     def convert(self, mode: Any = None, *args: Any, **kwargs: Any) -> "_Decoded":
-        if mode != "RGB" or args or kwargs:
-            _refuse(f"converts the RGB image to {mode!r}")
-        return self
+        if mode not in _GRAY or args or kwargs:
+            _refuse(f"converts the image to {mode!r}")
+        if mode == "L":
+            return self if self.gray == 1 else _Decoded(self.source, 1)
+        return self if self.gray is None else _Decoded(self.source, 3)
 
     def copy(self) -> "_Decoded":
         return self
@@ -415,10 +439,17 @@ def _writes_globals(code: types.CodeType) -> bool:
     )
 
 
-def opens_rgb(loader: Any) -> Optional[str]:
-    """Whether ``loader`` (an ``ImageFolder``'s ``loader=`` function) returns the file's RGB
-    image, as torchvision's ``default_loader`` does: ``None`` when it does (traced on a path
-    that is never opened), else what it does instead."""
+class Opened(NamedTuple):
+    """How a ``loader=`` function opens each file: the RGB decode, then ``Grayscale(gray)``
+    where ``gray`` is not ``None`` (see :data:`_GRAY`)."""
+
+    gray: Optional[int]
+
+
+def loader_opens(loader: Any) -> Union[Opened, str]:
+    """How ``loader`` (an ``ImageFolder``'s ``loader=`` function) opens a file, when it opens it
+    with Pillow and converts it to RGB or L as torchvision's ``default_loader`` converts to RGB
+    (traced on a path that is never opened), else what it does instead."""
     if not isinstance(loader, types.FunctionType):
         return "is not a Python function"
     probe = os.path.join("traced", "image.jpg")
@@ -432,8 +463,22 @@ def opens_rgb(loader: Any) -> Optional[str]:
     if _trace.refused is not None:
         return str(_trace.refused)
     if not isinstance(got, _Decoded) or got.source != probe:
-        return f"returns {_describe(got)}, not the file's RGB image"
-    return None
+        return f"returns {_describe(got)}, not the file's image"
+    return Opened(got.gray)
+
+
+def grayscale_first(transform: Any, gray: Optional[int]) -> Union[Any, str]:
+    """``transform`` after the ``Grayscale(gray)`` that stands for the conversion to ``"L"``
+    (torchvision's ``Compose``), or why it cannot be: a transform that is not torchvision's (a
+    multi-view object) is run as it is."""
+    if gray is None:
+        return transform
+    module = type(transform).__module__ or ""
+    if not module.startswith("torchvision."):
+        return f"converts the image to 'L' before {_name(transform)}, not a torchvision transform"
+    import torchvision.transforms as tv  # type: ignore[import-untyped]
+
+    return tv.Compose([tv.Grayscale(gray), transform])
 
 
 Slot = Union[int, str, None]
@@ -561,6 +606,7 @@ class Traced(NamedTuple):
     layout: Layout
     first: Data
     seconds: float
+    gray: Optional[int]
 
 
 #: The longest a traced ``__getitem__`` may hold the GIL per sample for the dataset to be read
@@ -595,7 +641,10 @@ def trace_getitem(dataset: Any) -> Union[Traced, str]:
             return traced
         found.append(traced)
     (first, first_target), (second, second_target) = found
-    if first.transform is not second.transform or first.layout != second.layout or first.first != second.first:
+    if (
+        first.transform is not second.transform
+        or (first.layout, first.first, first.gray) != (second.layout, second.first, second.gray)
+    ):
         return "makes dataset[0] differently from one call to the next"
     if not _same(first_target, second_target):
         return "draws dataset[0]'s target at random (per-sample seeding runs it in worker processes)"
@@ -629,7 +678,7 @@ def _run_first(dataset: Any, seed: int) -> Union[Tuple[Traced, Any], str]:
     split = layout.split(out)
     assert split is not None
     image, target = split
-    return Traced(image.transform, layout, image.image.source, seconds), target
+    return Traced(image.transform, layout, image.image.source, seconds, image.image.gray), target
 
 
 def _call(dataset: Any, getitem: Any, index: int) -> Any:
@@ -732,6 +781,11 @@ class TracedItems:
                 f"than dataset[0]'s ({self.traced.layout.describe()}), which the loader reads so"
             )
         image, target = split
+        if image.image.gray != self.traced.gray:
+            raise TypeError(
+                f"dataset[{index}]: {self.name}.__getitem__ converted the image to another mode "
+                "than dataset[0]'s, which the loader reads in that one"
+            )
         if image.transform is not self.traced.transform:
             raise TypeError(
                 f"dataset[{index}]: {self.name}.__getitem__ applied {_name(image.transform)}, not "

@@ -41,7 +41,8 @@ from ferroloader._getitem import (
     Layout,
     TracedItems,
     from_library,
-    opens_rgb,
+    grayscale_first,
+    loader_opens,
     sets_up_workers,
     trace_getitem,
 )
@@ -230,6 +231,9 @@ def _traced(dataset: Any, reason: str, worker_init_fn: Any) -> Tuple[Optional[st
     traced = trace_getitem(dataset)
     if isinstance(traced, str):
         return f"{reason}: it {traced}", None
+    transform = grayscale_first(traced.transform, traced.gray)
+    if isinstance(transform, str):
+        return f"{reason}: it {transform}", None
     if traced.seconds > GIL_BUDGET_S:
         return (
             f"{reason}: it takes {traced.seconds * 1e3:.1f} ms without decoding, which native "
@@ -238,7 +242,7 @@ def _traced(dataset: Any, reason: str, worker_init_fn: Any) -> Tuple[Optional[st
     items = TracedItems(dataset, traced)
     source = _protocol(items).source
     table = source.table if isinstance(source, RecordedTargets) else None
-    return None, Carried(source, traced.transform, table)
+    return None, Carried(source, transform, table)
 
 
 def sample_layout(source: Any) -> Optional[Layout]:
@@ -611,21 +615,24 @@ def _is_concat(dataset: Any) -> bool:
 def _folder_listing(dataset: Any) -> _Listing:
     """torchvision's ``DatasetFolder``: its ``samples``, when its loader is torchvision's own
     (decoding natively gives the same pixels)."""
+    transform = getattr(dataset, "transform", None)
     if not _is_default_loader(dataset.loader):
         # A loader that opens the file and converts it to RGB (a copy of torchvision's
-        # pil_loader, most often) gives the pixels the native decode gives.
-        why = opens_rgb(dataset.loader)
+        # pil_loader, most often) gives the pixels the native decode gives; one converting to
+        # L, those of a Grayscale(1) first.
+        opened = loader_opens(dataset.loader)
+        made = transform if isinstance(opened, str) or transform is None else grayscale_first(transform, opened.gray)
+        why = opened if isinstance(opened, str) else made if isinstance(made, str) else None
         if why is not None:
             raise ValueError(
                 f"dataset: {type(dataset).__name__} has a custom loader {dataset.loader!r}, which "
                 f"ferroloader would not run (it decodes natively, and the loader {why}); give a "
                 "dataset whose items are (path or bytes, label), or torchvision's default loader"
             )
+        transform = made
     paths = [os.fspath(p) for p, _ in dataset.samples]
     labels = [int(label) for _, label in dataset.samples]
-    return _Listing(
-        paths, labels, getattr(dataset, "transform", None), getattr(dataset, "target_transform", None)
-    )
+    return _Listing(paths, labels, transform, getattr(dataset, "target_transform", None))
 
 
 def _sequence_listing(items: Sequence[Any]) -> Optional[_Listing]:
