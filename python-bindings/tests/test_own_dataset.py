@@ -203,6 +203,38 @@ def test_the_image_alone_and_images_in_memory(folder: Path) -> None:
         same(a, b)
 
 
+GLOBAL_TRANSFORM = EVAL
+
+
+class GlobalTransform(CsvDataset):
+    """The transform a module-level name, not an attribute."""
+
+    def __getitem__(self, idx: int) -> Any:
+        row = self.frame.iloc[idx]
+        return GLOBAL_TRANSFORM(Image.open(os.path.join(self.root, row["file"])).convert("RGB")), 1
+
+
+def closed_over(paths: List[str], tf: Any) -> Dataset:  # type: ignore[type-arg]
+    """A dataset class made in a function: the paths and the transform in its closure."""
+
+    class Closed(Dataset):  # type: ignore[type-arg]
+        def __len__(self) -> int:
+            return len(paths)
+
+        def __getitem__(self, i: int) -> Any:
+            return tf(Image.open(paths[i]).convert("RGB")), 0
+
+    return Closed()
+
+
+def test_a_transform_held_in_a_global_or_a_closure(folder: Path) -> None:
+    paths = sorted(str(p) for p in folder.rglob("*.jpg"))
+    for dataset in (GlobalTransform(table(folder), folder), closed_over(paths, EVAL)):
+        for a, b in zip(native(dataset, batch_size=4), DataLoader(dataset, batch_size=4)):
+            same(a, b)
+    assert GLOBAL_TRANSFORM is EVAL
+
+
 def listed(folder: Path) -> List[Tuple[str, int]]:
     frame = table(folder)
     return [(str(folder / f), int(label)) for f, label in zip(frame["file"], frame["label"])]

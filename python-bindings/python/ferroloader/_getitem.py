@@ -283,11 +283,19 @@ class _StandIns:
             return made
         if depth > _DEPTH or _library(fn) or _writes_globals(fn.__code__):
             return fn
-        closure = fn.__closure__
-        if owner is not None and "__class__" in fn.__code__.co_freevars:
-            cells = list(closure or ())
-            cells[fn.__code__.co_freevars.index("__class__")] = types.CellType(owner)
-            closure = tuple(cells)
+        cells = list(fn.__closure__ or ())
+        for i, name in enumerate(fn.__code__.co_freevars):
+            if name == "__class__" and owner is not None:
+                cells[i] = types.CellType(owner)
+                continue
+            try:
+                value = cells[i].cell_contents
+            except ValueError:
+                continue  # not bound yet
+            stand = self.stand_for(value, depth)
+            if stand is not None:
+                cells[i] = types.CellType(stand)
+        closure = tuple(cells) if fn.__closure__ is not None else None
         overrides: Dict[str, Any] = {"__builtins__": fn.__globals__.get("__builtins__", builtins)}
         remade = types.FunctionType(fn.__code__, _Globals(overrides, fn.__globals__), fn.__name__,
                                     fn.__defaults__, closure)
@@ -341,6 +349,8 @@ class _StandIns:
         if isinstance(value, types.FunctionType):
             made = self.function(value, depth + 1)
             return None if made is value else made
+        if _is_transform(value):
+            return _Held(value)
         return None
 
     def held(self, value: Any) -> Any:
@@ -376,6 +386,16 @@ class _Held:
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.original, name)
+
+
+#: Where the transforms the loader converts come from: one of them held in a global or a
+#: closure of the traced code (``train_tf`` at module level) is recorded as one the dataset holds.
+_TRANSFORM_MODULES = ("torchvision.transforms.", "timm.data.", "ferroloader.transforms")
+
+
+def _is_transform(value: Any) -> bool:
+    module = type(value).__module__ or ""
+    return callable(value) and not isinstance(value, type) and module.startswith(_TRANSFORM_MODULES)
 
 
 def _describe(value: Any) -> str:
