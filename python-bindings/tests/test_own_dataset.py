@@ -18,11 +18,12 @@ from typing import Any, Dict, List, Tuple
 import numpy as np
 import pandas as pd
 import PIL
+import PIL.ImageOps
 import pytest
 import torch
 import torchvision
 import torchvision.transforms as tv
-from PIL import Image
+from PIL import Image, ImageOps
 from torch.utils.data import DataLoader, Dataset
 from torchvision.datasets.folder import default_loader
 
@@ -233,6 +234,42 @@ def test_a_transform_held_in_a_global_or_a_closure(folder: Path) -> None:
         for a, b in zip(native(dataset, batch_size=4), DataLoader(dataset, batch_size=4)):
             same(a, b)
     assert GLOBAL_TRANSFORM is EVAL
+
+
+class Upright(CsvDataset):
+    """Turns each photo upright per its EXIF orientation, as phone photos need."""
+
+    def __getitem__(self, idx: int) -> Any:
+        row = self.frame.iloc[idx]
+        image = ImageOps.exif_transpose(Image.open(os.path.join(self.root, row["file"])))
+        return self.transform(image.convert("RGB")), 0
+
+
+class UprightInPlace(CsvDataset):
+    def __getitem__(self, idx: int) -> Any:
+        image = PIL.Image.open(os.path.join(self.root, self.frame.iloc[idx]["file"])).convert("RGB")
+        PIL.ImageOps.exif_transpose(image, in_place=True)
+        return self.transform(image), 0
+
+
+def test_images_turned_upright_by_their_exif_orientation(tmp_path: Path) -> None:
+    rng = np.random.default_rng(5)
+    for k in range(1, 9):
+        exif = Image.Exif()
+        exif[0x0112] = k
+        pixels = (rng.random((30 + k, 50, 3)) * 255).astype(np.uint8)
+        Image.fromarray(pixels).save(tmp_path / f"{k}.jpg", quality=90, exif=exif.tobytes())
+    frame = pd.DataFrame({"file": [f"{k}.jpg" for k in range(1, 9)], "label": range(8)})
+    keep = tv.Compose([tv.Resize((24, 40)), tv.ToTensor()])  # a rotated image's shape shows
+    for cls in (Upright, UprightInPlace):
+        dataset = cls(frame, tmp_path, keep)
+        loader = native(dataset, batch_size=4)
+        assert loader.exif_transpose
+        for a, b in zip(loader, DataLoader(dataset, batch_size=4)):
+            same(a, b)
+    not_turned = CsvDataset(frame, tmp_path, keep)
+    assert not native(not_turned, batch_size=4).exif_transpose
+    assert not all(torch.equal(a[0], b[0]) for a, b in zip(native(not_turned, batch_size=4), DataLoader(dataset, batch_size=4)))
 
 
 def listed(folder: Path) -> List[Tuple[str, int]]:

@@ -116,14 +116,19 @@ class _File(_Stand):
 
 
 class _Opened(_Stand):
-    """``Image.open``'s result: the file, not decoded yet."""
+    """``Image.open``'s result: the file, not decoded yet; ``upright`` once
+    ``ImageOps.exif_transpose`` has turned it."""
 
-    __slots__ = ()
+    __slots__ = ("upright",)
+
+    def __init__(self, source: Data, upright: bool = False) -> None:
+        super().__init__(source)
+        self.upright = upright
 
     def convert(self, mode: Any = None, *args: Any, **kwargs: Any) -> "_Decoded":
         if mode not in _GRAY or args or kwargs:
             _refuse(f"converts the image to {mode!r} (the native loader decodes to 'RGB' or 'L')")
-        return _Decoded(self.source, _GRAY[mode])
+        return _Decoded(self.source, _GRAY[mode], self.upright)
 
     def load(self) -> None:
         return None
@@ -146,18 +151,19 @@ class _Decoded(_Stand):
     """The image as ``Image.open(...).convert(mode)`` makes it: RGB (``gray`` ``None``),
     ``"L"`` (``gray`` 1), or an ``"L"`` image converted back to RGB (``gray`` 3)."""
 
-    __slots__ = ("gray",)
+    __slots__ = ("gray", "upright")
 
-    def __init__(self, source: Data, gray: Optional[int] = None) -> None:
+    def __init__(self, source: Data, gray: Optional[int] = None, upright: bool = False) -> None:
         super().__init__(source)
         self.gray = gray
+        self.upright = upright
 
     def convert(self, mode: Any = None, *args: Any, **kwargs: Any) -> "_Decoded":
         if mode not in _GRAY or args or kwargs:
             _refuse(f"converts the image to {mode!r}")
         if mode == "L":
-            return self if self.gray == 1 else _Decoded(self.source, 1)
-        return self if self.gray is None else _Decoded(self.source, 3)
+            return self if self.gray == 1 else _Decoded(self.source, 1, self.upright)
+        return self if self.gray is None else _Decoded(self.source, 3, self.upright)
 
     def copy(self) -> "_Decoded":
         return self
@@ -234,12 +240,42 @@ class _ImageModule:
         return getattr(self._real, name)
 
 
-class _PilPackage:
-    """The ``PIL`` package in the traced code: its ``Image`` is :class:`_ImageModule`."""
+def _exif_transpose(image: Any, *, in_place: bool = False) -> Any:
+    """``PIL.ImageOps.exif_transpose`` in the traced code: the image turned upright per its
+    EXIF orientation, as the loader's ``exif_transpose=True`` turns it (before or after the
+    conversion: Pillow's ``convert`` keeps the EXIF block); any other image is Pillow's."""
+    if not isinstance(image, (_Opened, _Decoded)):
+        from PIL import ImageOps
 
-    def __init__(self, real: types.ModuleType, image: _ImageModule) -> None:
+        return ImageOps.exif_transpose(image, in_place=True) if in_place else ImageOps.exif_transpose(image)
+    if in_place:
+        image.upright = True
+        return None
+    if isinstance(image, _Opened):
+        return _Opened(image.source, True)
+    return _Decoded(image.source, image.gray, True)
+
+
+class _ImageOpsModule:
+    """``PIL.ImageOps`` in the traced code: ``exif_transpose`` stands in, the rest is
+    Pillow's (given a stand-in, it fails the trace)."""
+
+    def __init__(self, real: types.ModuleType) -> None:
+        self._real = real
+        self.exif_transpose = _exif_transpose
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._real, name)
+
+
+class _PilPackage:
+    """The ``PIL`` package in the traced code: its ``Image`` is :class:`_ImageModule`, its
+    ``ImageOps`` :class:`_ImageOpsModule`."""
+
+    def __init__(self, real: types.ModuleType, image: _ImageModule, image_ops: _ImageOpsModule) -> None:
         self._real = real
         self.Image = image
+        self.ImageOps = image_ops
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._real, name)
@@ -261,12 +297,14 @@ class _StandIns:
     """The stand-ins for one traced dataset, and the functions re-made with them."""
 
     def __init__(self) -> None:
-        from PIL import Image
+        from PIL import Image, ImageOps
 
         self.image_module = Image
+        self.image_ops_module = ImageOps
         self.pil = sys.modules["PIL"]
         self.image = _ImageModule(Image)
-        self.package = _PilPackage(self.pil, self.image)
+        self.image_ops = _ImageOpsModule(ImageOps)
+        self.package = _PilPackage(self.pil, self.image, self.image_ops)
         self.loaders = _torchvision_loaders()
         self.made: Dict[Any, Any] = {}
 
@@ -346,6 +384,10 @@ class _StandIns:
             return self.package
         if value is self.image_module.open:
             return _image_open
+        if value is self.image_ops_module:
+            return self.image_ops
+        if value is self.image_ops_module.exif_transpose:
+            return _exif_transpose
         if isinstance(value, types.FunctionType):
             made = self.function(value, depth + 1)
             return None if made is value else made
@@ -484,6 +526,11 @@ def loader_opens(loader: Any) -> Union[Opened, str]:
         return str(_trace.refused)
     if not isinstance(got, _Decoded) or got.source != probe:
         return f"returns {_describe(got)}, not the file's image"
+    if got.upright:
+        return (
+            "turns the image upright per its EXIF orientation (the listing is read as stored; a "
+            "dataset class doing so, or Loader(exif_transpose=True), is read natively upright)"
+        )
     return Opened(got.gray)
 
 
@@ -627,6 +674,7 @@ class Traced(NamedTuple):
     first: Data
     seconds: float
     gray: Optional[int]
+    upright: bool
 
 
 #: The longest a traced ``__getitem__`` may hold the GIL per sample for the dataset to be read
@@ -663,7 +711,8 @@ def trace_getitem(dataset: Any) -> Union[Traced, str]:
     (first, first_target), (second, second_target) = found
     if (
         first.transform is not second.transform
-        or (first.layout, first.first, first.gray) != (second.layout, second.first, second.gray)
+        or (first.layout, first.first, first.gray, first.upright)
+        != (second.layout, second.first, second.gray, second.upright)
     ):
         return "makes dataset[0] differently from one call to the next"
     if not _same(first_target, second_target):
@@ -698,7 +747,8 @@ def _run_first(dataset: Any, seed: int) -> Union[Tuple[Traced, Any], str]:
     split = layout.split(out)
     assert split is not None
     image, target = split
-    return Traced(image.transform, layout, image.image.source, seconds, image.image.gray), target
+    decoded = image.image
+    return Traced(image.transform, layout, decoded.source, seconds, decoded.gray, decoded.upright), target
 
 
 def _call(dataset: Any, getitem: Any, index: int) -> Any:
@@ -785,6 +835,12 @@ class TracedItems:
     def __len__(self) -> int:
         return len(self.dataset)
 
+    @property
+    def exif_transpose(self) -> bool:
+        """Whether ``__getitem__`` turns each image upright (``ImageOps.exif_transpose``): the
+        loader's ``exif_transpose`` default."""
+        return self.traced.upright
+
     def __getitem__(self, index: int) -> Tuple[Data, Any]:
         run, getitem = self._runner()
         try:
@@ -801,10 +857,10 @@ class TracedItems:
                 f"than dataset[0]'s ({self.traced.layout.describe()}), which the loader reads so"
             )
         image, target = split
-        if image.image.gray != self.traced.gray:
+        if (image.image.gray, image.image.upright) != (self.traced.gray, self.traced.upright):
             raise TypeError(
-                f"dataset[{index}]: {self.name}.__getitem__ converted the image to another mode "
-                "than dataset[0]'s, which the loader reads in that one"
+                f"dataset[{index}]: {self.name}.__getitem__ converted or turned the image "
+                "otherwise than dataset[0]'s, which the loader reads so"
             )
         if image.transform is not self.traced.transform:
             raise TypeError(

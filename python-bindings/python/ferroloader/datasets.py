@@ -99,6 +99,11 @@ class RecordedTargets:
         self.table.targets[index] = target
         return data, index
 
+    @property
+    def exif_transpose(self) -> bool:
+        """The dataset's (a traced one turns its images upright or not)."""
+        return bool(getattr(self.dataset, "exif_transpose", False))
+
 
 class Carried(NamedTuple):
     """A dataset as the native loader takes it, with what torchvision's dataset would have
