@@ -903,6 +903,16 @@ def _instrument_hugging_face(dataset: Any, images: Dict[str, Any], rec: _Recorde
     )
 
 
+def _time_view_makers(ds: Any, rec: _Recorder, tv: Any) -> None:
+    """For the native loader's samples of a transform returning views (``ViewSamples``, in
+    its worker processes), each view's Python ops timed too, in its ``view<k>`` span: they
+    are its views' own transforms, not the dataset's (an empty chain). Asked of the dataset
+    (``time_views``), since ``_pydataset`` imports this module."""
+    time_views = getattr(ds, "time_views", None)
+    if callable(time_views):
+        time_views(lambda ops: _timed_transform(ops, rec, tv))
+
+
 def _instrument(dataset: Any, rec: _Recorder, meta: Dict[str, str]) -> Any:
     """A shallow copy of ``dataset`` whose loader and transforms record spans (a
     ``DatasetFolder``, or a ``Subset`` of one); other datasets are returned as they are."""
@@ -926,6 +936,7 @@ def _instrument(dataset: Any, rec: _Recorder, meta: Dict[str, str]) -> Any:
         try:
             ds = copy.copy(dataset)
             ds.transform = _timed_transform(transform, rec, tv)
+            _time_view_makers(ds, rec, tv)
         except Exception:  # a dataset that cannot be copied or set keeps its own transform
             meta.setdefault("instrumented", "process, __getitem__ and collate (not a DatasetFolder)")
             return dataset
