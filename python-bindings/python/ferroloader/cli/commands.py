@@ -633,7 +633,10 @@ def compare(data: Path, out: Path, quiet: bool, **kwargs: Any) -> None:
     instrumented per op, and ferroloader.Loader with the same Compose converted (a transform
     it cannot run yet is an error naming the op). With --timm AA both are timm's train.py
     loaders instead: timm's own create_loader (its ImageDataset's read, decode and each op of
-    its transform profiled) against ferroloader.timm.create_loader. Runs alternate. Writes
+    its transform profiled) against ferroloader.timm.create_loader. A --transform may return
+    several views of each image (MoCo's, DINO's), and --views N wraps the transform in an
+    N-view generator: both pipelines run it as it is, images/s counts images, not views, and
+    the report times each view (view0, view1...). Runs alternate. Writes
     report.html (self-contained), trace.json (Perfetto), profile.json, summary.json and
     summary.csv to --out, and prints a summary.
     """
