@@ -114,18 +114,6 @@ def chosen_transform(args: argparse.Namespace) -> Tuple[Any, str]:
     return train_transform(), "the ImageNet train transform"
 
 
-class RepeatedViews:
-    """``n`` views of one transform, as MoCo's ``TwoCropsTransform`` and SimCLR's view
-    generator make them."""
-
-    def __init__(self, transform: Any, n: int) -> None:
-        self.transform = transform
-        self.n = n
-
-    def __call__(self, x: Any) -> List[Any]:
-        return [self.transform(x) for _ in range(self.n)]
-
-
 def hugging_face_dataset(folder: Path) -> Any:
     """The folder's images as a Hugging Face ``datasets.Dataset`` in memory, each image's bytes
     embedded as the Hub's datasets hold them, labelled by class folder."""
@@ -355,7 +343,7 @@ def main() -> None:
         parser.error("--views-of: without --mix")
     transform, transform_name = chosen_transform(args)
     if args.views is not None:
-        transform = RepeatedViews(transform, args.views)
+        transform = recipes.RepeatedViews(transform, args.views)
         transform_name = f"{args.views} views of {transform_name}"
     source: Any = args.folder
     if args.hugging_face:

@@ -211,6 +211,149 @@ def test_compare_timm_names_a_policy_timm_refuses(data: Path) -> None:
     assert "Traceback" not in result.output
 
 
+VIEWS_FILE = """
+import torchvision.transforms as T
+
+
+class Posterized:
+    # A PIL op of the user's own, which ferroloader cannot convert: it runs in Python.
+    def __call__(self, img):
+        from PIL import ImageOps
+
+        return ImageOps.posterize(img, 4)
+
+
+class TwoCrops:
+    # MoCo's TwoCropsTransform, with a view of its own.
+    def __init__(self, first, second):
+        self.first = first
+        self.second = second
+
+    def __call__(self, x):
+        return [self.first(x), self.second(x)]
+
+
+two = TwoCrops(
+    # A Compose in the Compose, as DINO's views share theirs.
+    T.Compose([T.RandomResizedCrop(32), T.Compose([T.RandomHorizontalFlip(), T.ToTensor()])]),
+    T.Compose([T.RandomResizedCrop(32), Posterized(), T.ToTensor()]),
+)
+one = T.Compose([T.RandomResizedCrop(32), T.ToTensor()])
+"""
+
+
+@pytest.fixture(scope="module")
+def views_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("views") / "views.py"
+    path.write_text(VIEWS_FILE)
+    return path
+
+
+def check_views(out: Path, labels: List[str], views: int) -> Dict[str, Any]:
+    """The report of a transform returning ``views`` views: each pipeline has the view spans
+    (and ops nested in them), counts images (``check_report``: 8), and the summary's and the
+    HTML's per-view tables are there."""
+    summary = check_report(out, labels)
+    names = [f"view{k}" for k in range(views)]
+    for p in summary["pipelines"]:
+        spans = {o["op"]: o for o in p["ops"]}
+        assert set(names) <= set(spans), (p["label"], sorted(spans))
+        for name in names:
+            # Each view's ops are nested in its span: its inclusive time is mostly theirs.
+            assert spans[name]["count"] >= 8 and spans[name]["total_ns"] > 2 * spans[name]["self_ns"]
+    page = (out / "report.html").read_text()
+    assert "<h3>Views</h3>" in page and "view spans (own time)" in page
+    assert f"{views} of each image, one tensor each per batch" in page
+    return summary
+
+
+def test_compare_and_profile_run_a_transform_returning_views_as_it_is(
+    data: Path, views_file: Path, tmp_path: Path
+) -> None:
+    out = tmp_path / "report"
+    spec = f"{views_file}:two"
+    result = invoke(["compare", str(data), "--transform", spec, "--workers", "1",
+                     "--out", str(out), *SMALL])
+    summary = check_views(out, ["torchvision", "native"], 2)
+    ops = {p["label"]: {o["op"] for o in p["ops"]} for p in summary["pipelines"]}
+    # The user's own PIL op runs in Python on both sides (allowed in a view), by its name.
+    assert "Posterized" in ops["torchvision"] and "Posterized" in ops["native"]
+    # The nested Compose's ops are timed one by one, as the native side names them.
+    assert "RandomHorizontalFlip" in ops["torchvision"] and "Compose" not in ops["torchvision"]
+    assert "Each view, its ops included" in result.output and "view1" in result.output
+    page = (out / "report.html").read_text()
+    assert f"--transform {spec}" in page and "2 views: view0: RandomResizedCrop(32" in page
+    native = tmp_path / "native"
+    invoke(["profile", str(data), "--transform", spec, "--workers", "1", "--out", str(native),
+            *SMALL])
+    check_views(native, ["native"], 2)
+
+
+def test_compare_views_wraps_the_transform_in_a_view_generator(
+    data: Path, views_file: Path, tmp_path: Path
+) -> None:
+    out = tmp_path / "report"
+    invoke(["compare", str(data), "--transform", f"{views_file}:one", "--views", "2",
+            "--workers", "1", "--out", str(out), *SMALL])
+    check_views(out, ["torchvision", "native"], 2)
+    page = (out / "report.html").read_text()
+    assert f"2 views of {views_file}:one" in page and "--views 2" in page
+
+
+def test_throughput_counts_images_not_views() -> None:
+    import torch
+
+    from ferroloader.cli.compare import _images_in
+
+    batch = torch.zeros(4, 3, 8, 8)
+    assert _images_in(batch) == 4
+    assert _images_in([batch, torch.zeros(4, 3, 2, 2), batch]) == 4
+    assert _images_in((batch, batch)) == 4
+    assert _images_in({"global": batch, "local": torch.zeros(4, 3, 2, 2)}) == 4
+
+
+def test_view_spans_sort_by_number() -> None:
+    from ferroloader.cli.report import natural, stage_of
+
+    assert sorted(["view10", "view2", "view1"], key=natural) == ["view1", "view2", "view10"]
+    assert stage_of("view12") == "views"
+    assert stage_of("preview1") == "preview1"
+
+
+@pytest.mark.parametrize(
+    "extra, message",
+    [
+        (["--views", "2", "--timm", "rand-m9"],
+         "--timm and --views: timm's create_transform makes one view of each image"),
+        (["--views", "2", "--transform", "{file}:two"],
+         "--views: {file}:two returns 2 views of each image itself"),
+        (["--views", "2", "--mix"], "--mix: the transform (2 views of the ImageNet training "
+         "transform) returns several views of each image"),
+        (["--transform", "{file}:two", "--mix"], "--mix: the transform ({file}:two) returns"),
+    ],
+)
+def test_compare_views_refuses_what_views_cannot_be_compared_with(
+    data: Path, views_file: Path, extra: List[str], message: str
+) -> None:
+    args = [a.format(file=views_file) for a in extra]
+    result = CliRunner().invoke(main, ["compare", str(data), *args, "-q"])
+    output = " ".join(result.output.split())  # click wraps the message
+    assert result.exit_code == 2 and message.format(file=views_file) in output, result.output
+
+
+def test_views_need_a_folder_and_advise_refuses_them(views_file: Path, tmp_path: Path) -> None:
+    saved = tmp_path / "saved"  # what saved_dataset recognises; refused before it is read
+    saved.mkdir()
+    (saved / "state.json").write_text("{}")
+    (saved / "dataset_info.json").write_text("{}")
+    runner = CliRunner()
+    result = runner.invoke(main, ["compare", str(saved), "--views", "2", "-q"])
+    assert result.exit_code == 2 and "views need DATA to be an ImageFolder" in result.output
+    result = runner.invoke(main, ["advise", str(tmp_path), "--transform", f"{views_file}:two", "-q"])
+    output = " ".join(result.output.split())
+    assert result.exit_code == 1 and "returns 2 views of each image, not one tensor" in output
+
+
 def test_profile_runs_the_native_pipeline_alone(data: Path, tmp_path: Path) -> None:
     out = tmp_path / "report"
     invoke(["profile", str(data), "--workers", "2", "--counters", "--out", str(out), *SMALL])

@@ -326,6 +326,52 @@ def test_a_ferroloader_compose_is_refused_for_the_head_to_head(tmp_path: Path) -
         recipes.load_transform(f"{path}:pipe")
 
 
+VIEWS_FILE = """
+import torchvision.transforms as T
+
+class TwoCrops:
+    def __init__(self, base):
+        self.base_transform = base
+    def __call__(self, x):
+        return [self.base_transform(x), self.base_transform(x)]
+
+class Peek:
+    # Looks at the image: no view is one of its transforms applied to the image.
+    def __init__(self, base):
+        self.base = base
+    def __call__(self, x):
+        return [self.base(x.copy())]
+
+base = T.Compose([T.CenterCrop(8), T.PILToTensor()])
+two = TwoCrops(base)
+peek = Peek(base)
+
+def make_two():
+    return TwoCrops(base)
+"""
+
+
+def test_load_transform_takes_an_object_returning_views_when_asked(tmp_path: Path) -> None:
+    path = tmp_path / "ssl.py"
+    path.write_text(VIEWS_FILE)
+    two = recipes.load_transform(f"{path}:two", views=True)
+    assert type(two).__name__ == "TwoCrops" and recipes.view_transforms(two) == [two.base_transform] * 2
+    made = recipes.load_transform(f"{path}:make_two", views=True)
+    assert type(made).__name__ == "TwoCrops"
+    assert recipes.output_of(two) == "uint8"
+    assert recipes.describe(two) == "2 views: view0-1: CenterCrop(8), PILToTensor"
+    wrapped = recipes.RepeatedViews(recipes.load_transform(f"{path}:base"), 3)
+    assert len(recipes.view_transforms(wrapped) or []) == 3
+    assert recipes.view_transforms(wrapped.transform) is None  # a Compose: one tensor
+    # Without views=True, a views object is named as such; the user's own class is not
+    # "a ferroloader transform" (its module is named ferroloader_user_transform_...).
+    with pytest.raises(TypeError, match="two returns 2 views of each image, not one tensor"):
+        recipes.load_transform(f"{path}:two")
+    with pytest.raises(TypeError, match=r"peek needs arguments \(x\): give a Compose, an object "
+                       "returning views of the image"):
+        recipes.load_transform(f"{path}:peek", views=True)
+
+
 # -- the command line --------------------------------------------------------------------------
 
 

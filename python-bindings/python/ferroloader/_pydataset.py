@@ -40,6 +40,7 @@ such a dataset.
 
 from __future__ import annotations
 
+import copy
 import logging
 import multiprocessing
 import os
@@ -456,6 +457,17 @@ class ViewSamples(TailSamples):
         self.shared_decode = shared_decode
         #: The maker whose prefix decodes the file for all, when shared.
         self._decoder = next((m for m in makers if m.prefix is not None), None)
+
+    def time_views(self, timed: Callable[[Any], Any]) -> None:
+        """Replaces each view's Python ops by ``timed(ops)`` (``fl.torch.profile``'s timed
+        copy of them) in copies of the makers: called on the profiler's shallow copy of this
+        dataset, so the makers this one holds stay untimed."""
+        makers = []
+        for maker in self.makers:
+            made = copy.copy(maker)
+            made.transform = timed(maker.transform)
+            makers.append(made)
+        self.makers = makers
 
     def __getitem__(self, index: int) -> Tuple[torch.Tensor, Any]:
         where, data, label = self._read(index)

@@ -8,7 +8,9 @@ reference's PIL backend (``PILToTensor`` after the PIL ops, then
 ``ConvertImageDtype(torch.float)``); the v2 form is its ``tv_tensor`` backend with ``use_v2``
 (``ToImage`` first, ``ToDtype(torch.float32, scale=True)``, and ``ToPureTensor`` last).
 :func:`recipe` names the training presets the harness offers (:data:`RECIPES`);
-:func:`load_transform` takes the user's own ``Compose`` from ``FILE.py:NAME``.
+:func:`load_transform` takes the user's own ``Compose`` from ``FILE.py:NAME`` (or, with
+``views=True``, an object returning several views of each image, as self-supervised recipes
+write them); :class:`RepeatedViews` makes several views of one transform.
 
 Needs torchvision (the ``cli`` extra), imported only when a transform is built, so the command
 line's ``--help`` works without it. The lean core package must not import this module. It
@@ -24,7 +26,7 @@ import inspect
 import re
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, List, Optional, Sequence, Tuple, Union
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence, Tuple, Union
 
 if TYPE_CHECKING:
     from ferroloader.loader import Output
@@ -32,6 +34,7 @@ if TYPE_CHECKING:
 __all__ = [
     "AUTO_AUGMENT",
     "RECIPES",
+    "RepeatedViews",
     "describe",
     "eval_preset",
     "is_torchvision_compose",
@@ -42,6 +45,7 @@ __all__ = [
     "recipe",
     "reference_collate",
     "train_preset",
+    "view_transforms",
 ]
 
 #: ImageNet's channel means and standard deviations, the reference presets' defaults.
@@ -273,15 +277,19 @@ def load_object(spec: str) -> Any:
     return getattr(module, name)
 
 
-def load_transform(spec: str) -> Any:
+def load_transform(spec: str, *, views: bool = False) -> Any:
     """The torchvision ``Compose`` named by ``spec``, ``"FILE.py:NAME"``: FILE is imported and
     NAME taken from it, a ``Compose`` (v1 or v2), a preset object holding one as
     ``.transforms`` (like the reference's ``ClassificationPresetTrain``), or a function or
-    class called with no arguments that returns one of those.
+    class called with no arguments that returns one of those. With ``views``, also an object
+    that returns several views of each image (:func:`view_transforms`: MoCo's
+    ``TwoCropsTransform``, DINO's multi-crop), or a function of no arguments returning one,
+    given back as it is.
 
     Raises ``FileNotFoundError`` for a missing file, ``ImportError`` when importing it fails,
     ``ValueError`` for a malformed spec or a NAME the file does not define, and ``TypeError``
-    when NAME is not a torchvision ``Compose`` nor returns one.
+    when NAME is not a torchvision ``Compose`` nor returns one (nor, with ``views``, a views
+    object).
     """
     path, name = _split(spec)
     obj = load_object(spec)
@@ -289,7 +297,21 @@ def load_transform(spec: str) -> Any:
     if compose is not None:
         return compose
     what = f"{path}:{name}"
-    if type(obj).__module__.startswith("ferroloader"):
+    found = view_transforms(obj)
+    if found is not None:
+        if views:
+            return obj
+        raise TypeError(
+            f"{what} returns {len(found)} views of each image, not one tensor: give one "
+            "view's Compose here"
+        )
+    wanted = (
+        "a Compose, an object returning views of the image (each one of its transforms "
+        "applied to the image itself), or a function of no arguments returning either"
+        if views
+        else "a Compose, or a function of no arguments that returns one"
+    )
+    if type(obj).__module__.split(".")[0] == "ferroloader":
         raise TypeError(
             f"{what} is a ferroloader transform: the head-to-head runs torchvision's Compose "
             "on both sides, so give that"
@@ -306,15 +328,47 @@ def load_transform(spec: str) -> Any:
         )
     missing = _needs_arguments(obj)
     if missing:
-        raise TypeError(
-            f"{what} needs arguments ({', '.join(missing)}): give a Compose, or a function "
-            "of no arguments that returns one"
-        )
+        raise TypeError(f"{what} needs arguments ({', '.join(missing)}): give {wanted}")
     made = obj()
     compose = _compose_in(made)
-    if compose is None:
-        raise TypeError(f"{what}() returned a {type(made).__name__}, not a torchvision Compose")
-    return compose
+    if compose is not None:
+        return compose
+    if views and view_transforms(made) is not None:
+        return made
+    kind = "a torchvision Compose nor a views object" if views else "a torchvision Compose"
+    raise TypeError(f"{what}() returned a {type(made).__name__}, not {kind}")
+
+
+class RepeatedViews:
+    """``n`` views of one transform, each one call of it: MoCo's ``TwoCropsTransform``
+    (``n=2``) and SimCLR's view generator. What ``compare --views N`` and
+    ``bench_vs_torch.py --views N`` hand both pipelines; defined here, in an importable
+    module, so DataLoader's worker processes unpickle it."""
+
+    def __init__(self, transform: Any, n: int) -> None:
+        if n < 1:
+            raise ValueError(f"n: expected at least 1 view, got {n}")
+        self.transform = transform
+        self.n = n
+
+    def __call__(self, x: Any) -> List[Any]:
+        return [self.transform(x) for _ in range(self.n)]
+
+    def __repr__(self) -> str:
+        return f"RepeatedViews({self.transform!r}, n={self.n})"
+
+
+def view_transforms(obj: Any) -> Optional[List[Any]]:
+    """The transform of each view ``obj`` returns, in order, when it returns several views
+    of the image it is given, each one of its own transforms applied to that image (the form
+    the loader runs view by view: ``ferroloader._views.trace_views``, traced here on a
+    stand-in image); ``None`` for any other object (a ``Compose`` among them)."""
+    if is_torchvision_compose(obj) or not callable(obj):
+        return None
+    from ferroloader._views import trace_views
+
+    found = trace_views(obj, object())
+    return None if found is None else list(found.transforms)
 
 
 # -- what a transform yields and how to name it --------------------------------------------------
@@ -323,11 +377,19 @@ def load_transform(spec: str) -> Any:
 def output_of(compose: Any) -> "Output":
     """The loader ``output`` the torchvision ``compose`` yields: ``"float32"`` when it
     converts to float (``ToTensor``, ``ConvertImageDtype``/``ToDtype`` to a float type),
-    ``"uint8"`` when it stops at ``PILToTensor``/``ToImage``."""
+    ``"uint8"`` when it stops at ``PILToTensor``/``ToImage``. For an object returning views
+    (:func:`view_transforms`), what its views yield: ``ValueError`` when they differ."""
     import torch
 
+    views = view_transforms(compose)
+    if views is not None:
+        outputs = [output_of(v) for v in views]
+        if len(set(outputs)) > 1:
+            each = ", ".join(f"view{k} {o}" for k, o in enumerate(outputs))
+            raise ValueError(f"its views yield different dtypes ({each}): one output is compared")
+        return outputs[0]
     yields: "Output" = "float32"
-    for t in getattr(compose, "transforms", [compose]):
+    for t in _flat(compose):
         name = type(t).__name__
         if name == "ToTensor":
             yields = "float32"
@@ -344,9 +406,14 @@ def output_of(compose: Any) -> "Output":
 
 def describe(compose: Any) -> str:
     """The transform's ops, one short form each, for reports and headers: ``ToImage,
-    RandomResizedCrop(224, bilinear), RandomHorizontalFlip(0.5), TrivialAugmentWide, ...``."""
+    RandomResizedCrop(224, bilinear), RandomHorizontalFlip(0.5), TrivialAugmentWide, ...``.
+    For an object returning views, each distinct view transform's, with the views it makes:
+    ``10 views: view0: ...; view1: ...; view2-9: ...``."""
+    views = view_transforms(compose)
+    if views is not None:
+        return _describe_views(views)
     parts = []
-    for t in getattr(compose, "transforms", [compose]):
+    for t in _flat(compose):
         name = type(t).__name__
         args: List[str] = []
         size = getattr(t, "size", None)
@@ -363,6 +430,29 @@ def describe(compose: Any) -> str:
                 args.append(f"{float(p):g}")
         parts.append(f"{name}({', '.join(args)})" if args else name)
     return ", ".join(parts)
+
+
+def _flat(compose: Any) -> List[Any]:
+    """The ops of ``compose`` in order, those of a ``Compose`` nested in it (DINO's
+    ``normalize``) in its place."""
+    ops: List[Any] = []
+    for t in getattr(compose, "transforms", [compose]):
+        ops.extend(_flat(t) if is_torchvision_compose(t) else [t])
+    return ops
+
+
+def _describe_views(views: Sequence[Any]) -> str:
+    made: Dict[int, List[int]] = {}
+    for k, v in enumerate(views):
+        made.setdefault(id(v), []).append(k)
+    parts = []
+    for ks in made.values():
+        # A transform making a run of views (DINO's local crops): "view2-9", else each named.
+        run = ks == list(range(ks[0], ks[-1] + 1)) and len(ks) > 1
+        which = f"view{ks[0]}-{ks[-1]}" if run else ", ".join(f"view{k}" for k in ks)
+        inner = views[ks[0]]
+        parts.append(f"{which}: {describe(_compose_in(inner) or inner)}")
+    return f"{len(views)} views: " + "; ".join(parts)
 
 
 def mixup_cutmix(num_classes: int, mixup_alpha: float = 0.2, cutmix_alpha: float = 1.0) -> Any:

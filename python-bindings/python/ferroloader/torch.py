@@ -760,7 +760,7 @@ def _timed_transform(transform: Any, rec: _Recorder, tv: Any) -> Any:
     ``view<k>`` span; else one for all."""
     transform = delegated_compose(transform) or transform
     if tv is not None and type(transform) in _compose_types(tv):
-        return _TimedCompose([_TimedOp(t, _op_name(t), rec) for t in transform.transforms])
+        return _TimedCompose(_timed_ops(transform, rec, _compose_types(tv)))
     counter = _ViewCounter()
     views = with_views_replaced(
         transform, lambda view: _TimedView(_timed_transform(view, rec, tv), rec, counter)
@@ -768,6 +768,19 @@ def _timed_transform(transform: Any, rec: _Recorder, tv: Any) -> Any:
     if views is not None:
         return views
     return _TimedOp(transform, _op_name(transform), rec)
+
+
+def _timed_ops(compose: Any, rec: _Recorder, composes: Tuple[type, ...]) -> List[_TimedOp]:
+    """A timed op per transform of ``compose``, a ``Compose`` nested in it (DINO's views
+    share their flip-and-jitter and normalize ones) in its place: timed whole, its ops would
+    all be one ``Compose`` row, not the names the native loader gives them."""
+    ops: List[_TimedOp] = []
+    for t in compose.transforms:
+        if type(t) in composes:
+            ops += _timed_ops(t, rec, composes)
+        else:
+            ops.append(_TimedOp(t, _op_name(t), rec))
+    return ops
 
 
 class _ViewCounter:
@@ -890,6 +903,16 @@ def _instrument_hugging_face(dataset: Any, images: Dict[str, Any], rec: _Recorde
     )
 
 
+def _time_view_makers(ds: Any, rec: _Recorder, tv: Any) -> None:
+    """For the native loader's samples of a transform returning views (``ViewSamples``, in
+    its worker processes), each view's Python ops timed too, in its ``view<k>`` span: they
+    are its views' own transforms, not the dataset's (an empty chain). Asked of the dataset
+    (``time_views``), since ``_pydataset`` imports this module."""
+    time_views = getattr(ds, "time_views", None)
+    if callable(time_views):
+        time_views(lambda ops: _timed_transform(ops, rec, tv))
+
+
 def _instrument(dataset: Any, rec: _Recorder, meta: Dict[str, str]) -> Any:
     """A shallow copy of ``dataset`` whose loader and transforms record spans (a
     ``DatasetFolder``, or a ``Subset`` of one); other datasets are returned as they are."""
@@ -913,6 +936,7 @@ def _instrument(dataset: Any, rec: _Recorder, meta: Dict[str, str]) -> Any:
         try:
             ds = copy.copy(dataset)
             ds.transform = _timed_transform(transform, rec, tv)
+            _time_view_makers(ds, rec, tv)
         except Exception:  # a dataset that cannot be copied or set keeps its own transform
             meta.setdefault("instrumented", "process, __getitem__ and collate (not a DatasetFolder)")
             return dataset

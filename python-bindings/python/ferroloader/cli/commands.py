@@ -178,7 +178,16 @@ def _run_options(*, workers: bool = True, out: str = "report", timm: bool = Fals
             click.option("--transform", "transform_spec", metavar="FILE.py:NAME", default=None,
                          help="Run your own torchvision Compose: NAME in FILE.py, a Compose or "
                          "a function of no arguments returning one. Both pipelines run it; "
-                         "its own conversion decides the output dtype."),
+                         "its own conversion decides the output dtype. NAME may also return "
+                         "several views of each image (MoCo's TwoCropsTransform, DINO's "
+                         "multi-crop): both pipelines run it as it is, a view's ops ferroloader "
+                         "cannot convert run in Python."),
+            click.option("--views", type=click.IntRange(min=1), default=None, metavar="N",
+                         help="Wrap the transform (the default, --recipe or --transform) in "
+                         "an N-view generator on both sides, as MoCo's TwoCropsTransform "
+                         "(N=2) and SimCLR's make views: each batch is N tensors of views. "
+                         "images/s counts images, not views. Not with --timm, --mix, or a "
+                         "--transform that returns views itself."),
             click.option("--out", "-o", type=click.Path(file_okay=False, path_type=Path),
                          default=Path(out), show_default=True,
                          help="Report folder (created; files in it are replaced)."),
@@ -220,12 +229,13 @@ def _given(name: str) -> bool:
     return source in given
 
 
-def _chosen_transform(kwargs: Mapping[str, Any]) -> Dict[str, Any]:
-    """The ``RunConfig`` fields for ``--recipe``/``--transform`` (none without them): the
-    torchvision transform, its name, and the output it yields."""
+def _chosen_transform(kwargs: Mapping[str, Any], data: Path) -> Dict[str, Any]:
+    """The ``RunConfig`` fields for ``--recipe``/``--transform``/``--views`` (none without
+    them): the torchvision transform, its name, the output it yields, and its views."""
     from ferroloader import recipes
 
     recipe, spec = kwargs.get("recipe"), kwargs.get("transform_spec")
+    repeat: Optional[int] = kwargs.get("views")
     if recipe is not None and spec is not None:
         raise click.UsageError("--recipe and --transform: give one or the other")
     if kwargs.get("use_v2") and recipe is None:
@@ -234,21 +244,62 @@ def _chosen_transform(kwargs: Mapping[str, Any]) -> Dict[str, Any]:
         if _given("size"):
             raise click.UsageError("--size: a --transform sets its own sizes")
         try:
-            transform = recipes.load_transform(spec)
+            transform = recipes.load_transform(spec, views=True)
         except (FileNotFoundError, ImportError, ValueError, TypeError) as e:
             raise click.BadParameter(str(e), param_hint="'--transform'") from e
         name = spec
     elif recipe is not None:
         transform = recipes.recipe(recipe, crop_size=kwargs["size"], use_v2=kwargs["use_v2"])
         name = f"recipe {recipe}" + (" (v2)" if kwargs["use_v2"] else "")
+    elif repeat is not None:
+        from ferroloader.cli.compare import imagenet_train_transform
+
+        transform = imagenet_train_transform(kwargs["size"], kwargs["output"])
+        name = "the ImageNet training transform"
     else:
         return {}
-    output = recipes.output_of(transform)
+    own_views = recipes.view_transforms(transform)
+    fields: Dict[str, Any] = {}
+    if own_views is not None:
+        if repeat is not None:
+            raise click.UsageError(
+                f"--views: {name} returns {len(own_views)} views of each image itself; "
+                "--views N wraps a transform returning one tensor"
+            )
+        # The user's own views object, run as it is: a view's Python ops (its own PIL
+        # classes, a lambda) run in Python on the native side too, as on the DataLoader's.
+        fields = {"views": len(own_views), "python_tail": "allow"}
+    elif repeat is not None:
+        transform = recipes.RepeatedViews(transform, repeat)
+        name = f"{repeat} views of {name}"
+        fields = {"views": repeat}
+    if fields:
+        _refuse_with_views(kwargs, data, name)
+    try:
+        output = recipes.output_of(transform)
+    except ValueError as e:
+        raise click.BadParameter(f"{name}: {e}", param_hint="'--transform'") from e
     if _given("output") and kwargs["output"] != output:
         raise click.UsageError(
             f"--output {kwargs['output']}: {name} yields {output} (its own conversion decides)"
         )
-    return {"transform": transform, "transform_name": name, "output": output}
+    return {"transform": transform, "transform_name": name, "output": output, **fields}
+
+
+def _refuse_with_views(kwargs: Mapping[str, Any], data: Path, name: str) -> None:
+    """Refuses what a transform returning views cannot be compared with."""
+    from ferroloader._hfdatasets import saved_dataset
+
+    if kwargs.get("mix"):
+        raise click.UsageError(
+            f"--mix: the transform ({name}) returns several views of each image, and the "
+            "reference's MixUp/CutMix mixes batches of single images"
+        )
+    if saved_dataset(data):
+        raise click.UsageError(
+            f"{name}: views need DATA to be an ImageFolder (a saved Hugging Face dataset's "
+            "DataLoader collation stacks one tensor per row)"
+        )
 
 
 #: What ``--timm`` decides itself, so cannot be given with it: option name -> why.
@@ -259,6 +310,7 @@ _NOT_WITH_TIMM = {
     "output": "timm's loaders yield uint8 batches below their prefetchers",
     "decoder": "ferroloader.timm.create_loader decodes with the default, turbo",
     "on_error": "timm's ImageDataset replaces a bad file by the next one (both sides)",
+    "views": "timm's create_transform makes one view of each image",
 }
 
 
@@ -291,14 +343,16 @@ def _timm_fields(kwargs: Mapping[str, Any], data: Path) -> Dict[str, Any]:
 
 
 def _transform_args(kwargs: Mapping[str, Any]) -> List[str]:
-    """``--recipe``/``--transform`` as given, for the command line that reproduces a run."""
+    """``--recipe``/``--transform``/``--views`` as given, for the command line that reproduces
+    a run."""
     if kwargs.get("timm_aa"):
         return ["--timm", str(kwargs["timm_aa"])]
+    views = ["--views", str(kwargs["views"])] if kwargs.get("views") else []
     if kwargs.get("transform_spec"):
-        return ["--transform", str(kwargs["transform_spec"])]
+        return ["--transform", str(kwargs["transform_spec"]), *views]
     if kwargs.get("recipe"):
-        return ["--recipe", str(kwargs["recipe"])] + (["--v2"] if kwargs.get("use_v2") else [])
-    return []
+        return ["--recipe", str(kwargs["recipe"])] + (["--v2"] if kwargs.get("use_v2") else []) + views
+    return views
 
 
 def _config(kwargs: Mapping[str, Any], data: Path, **override: Any) -> Any:
@@ -323,7 +377,7 @@ def _config(kwargs: Mapping[str, Any], data: Path, **override: Any) -> Any:
     if kwargs.get("timm_aa") is not None:
         values.update(_timm_fields(kwargs, data))
     else:
-        values.update(_chosen_transform(kwargs))
+        values.update(_chosen_transform(kwargs, data))
     values.update(override)
     return RunConfig(**values)
 
@@ -391,9 +445,16 @@ def _report_config(cfg: Any, *, workers: Optional[str] = None) -> Dict[str, str]
             if cfg.transform is None
             else f"{cfg.transform_name}: {describe(cfg.transform)}"
         ) + (", then the reference MixUp(0.2)/CutMix(1.0) collate_fn" if cfg.mix else "")
+    views = (
+        {"views": f"{cfg.views} of each image, one tensor each per batch; images/s counts "
+         "images, not views"}
+        if cfg.views
+        else {}
+    )
     return {
         "data": _dataset_note(cfg.data),
         "transform": transform,
+        **views,
         "batch size": str(cfg.batch_size),
         "workers": workers or str(cfg.num_workers),
         "batches per run": str(cfg.batches),
@@ -415,7 +476,7 @@ def _summary_tables(
     cpu_per_image: Mapping[str, float],
 ) -> List[Table]:
     """The pipelines table and the time-per-op table."""
-    from ferroloader.cli.report import STAGES, ratio, stage_times
+    from ferroloader.cli.report import STAGES, natural, ratio, stage_times, view_times
 
     pipelines = list(summary.pipelines)
     base = next((p for p in pipelines if p.label.startswith(("torchvision", "timm"))), None)
@@ -467,7 +528,24 @@ def _summary_tables(
         if pair:
             row.append(ratio(vals[0], vals[1]))
         ops.add_row(*row, style="bold" if k == "__total" else None)
-    return [t, ops]
+    tables = [t, ops]
+    views = [view_times(p) for p in pipelines]
+    if any(views):
+        by_view = Table(title="Each view, its ops included (ms/image)",
+                        title_justify="left", title_style="bold")
+        by_view.add_column("view")
+        for p in pipelines:
+            by_view.add_column(p.label, justify="right")
+        if pair:
+            by_view.add_column(f"{labels[0]} / native", justify="right")
+        for name in sorted({k for v in views for k in v}, key=natural):
+            vals = [v.get(name, 0.0) for v in views]
+            row = [name] + [f"{v / 1e6:.3f}" if v else "–" for v in vals]
+            if pair:
+                row.append(ratio(vals[0], vals[1]))
+            by_view.add_row(*row)
+        tables.append(by_view)
+    return tables
 
 
 def _print_summary(
@@ -555,7 +633,10 @@ def compare(data: Path, out: Path, quiet: bool, **kwargs: Any) -> None:
     instrumented per op, and ferroloader.Loader with the same Compose converted (a transform
     it cannot run yet is an error naming the op). With --timm AA both are timm's train.py
     loaders instead: timm's own create_loader (its ImageDataset's read, decode and each op of
-    its transform profiled) against ferroloader.timm.create_loader. Runs alternate. Writes
+    its transform profiled) against ferroloader.timm.create_loader. A --transform may return
+    several views of each image (MoCo's, DINO's), and --views N wraps the transform in an
+    N-view generator: both pipelines run it as it is, images/s counts images, not views, and
+    the report times each view (view0, view1...). Runs alternate. Writes
     report.html (self-contained), trace.json (Perfetto), profile.json, summary.json and
     summary.csv to --out, and prints a summary.
     """

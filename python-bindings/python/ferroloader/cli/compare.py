@@ -7,7 +7,10 @@ torchvision ``Compose``: by default the ImageNet training transform (``RandomRes
 ``RandomHorizontalFlip``, ``ToTensor``, ``Normalize``), else the one in ``RunConfig.transform`` (a
 reference recipe or the user's own, ``ferroloader.recipes``). torchvision's ``ImageFolder`` and
 ``DataLoader``, instrumented by ``ferroloader.torch.profile``, run it as is; ``ferroloader.Loader``
-is handed the same object and converts it. A transform the Loader refuses is reported
+is handed the same object and converts it. The transform may return several views of each
+image (``RunConfig.views``: the user's own SSL object, or ``recipes.RepeatedViews``): both
+sides then run it as it is, each profile holding a ``view<k>`` span per view, and throughput
+counts images, not views. A transform the Loader refuses is reported
 (:class:`NativeRefusal`) before either pipeline runs. With ``RunConfig.timm`` both pipelines are
 timm's train.py loaders instead (:func:`timm_loader`): timm's own ``create_loader`` (labelled
 ``timm``) and ``ferroloader.timm.create_loader``, measured below their prefetchers. Runs
@@ -105,6 +108,16 @@ class RunConfig:
     (``ferroloader.recipes.output_of``)."""
     transform_name: Optional[str] = None
     """How ``transform`` was named (a recipe, ``FILE.py:NAME``), for reports and messages."""
+    views: int = 0
+    """How many views of each image ``transform`` returns (a list, tuple or dict of tensors:
+    ``recipes.view_transforms``), each batch holding one tensor per view; 0 for a transform
+    returning one tensor. Images, not views, are counted either way."""
+    python_tail: Literal["error", "allow"] = "error"
+    """The native Loader's ``python_tail``: ``"allow"`` for the user's own object returning
+    views, run as it is (a view's ops ferroloader cannot convert, its own PIL classes or a
+    lambda, then run in Python after the view's native ops, as on the DataLoader side);
+    ``"error"`` otherwise, so a transform ferroloader cannot run whole is refused, not
+    measured half in Python."""
     on_error: Literal["raise", "skip"] = "raise"
     """A sample that fails (a file that does not decode): stop the run with an error naming the
     file, or skip it in both pipelines (torchvision's by leaving it out of its batch)."""
@@ -405,7 +418,7 @@ def run_pipeline(
             decoder=cfg.decoder,
             profile=cfg.mode,
             on_error=cfg.on_error,
-            python_tail="error",
+            python_tail=cfg.python_tail,
             collate_fn=None if mixing is None else recipes.reference_collate(mixing),
         )
         make_epoch = lambda: iter(loader)
@@ -454,7 +467,7 @@ def run_pipeline(
     n = 0
     try:
         for images_batch, _labels in _batches(make_epoch, cfg.batches):
-            images += int(images_batch.shape[0])
+            images += _images_in(images_batch)
             n += 1
             if progress is not None:
                 progress(label, n, cfg.batches)
@@ -484,6 +497,17 @@ def run_pipeline(
         cpu_s=cpu,
         profile=_relabel(profile, label),
     )
+
+
+def _images_in(batch: Any) -> int:
+    """The images in a batch: its first dimension, or for a batch of views (one tensor per
+    view, in a list, tuple or dict, as DataLoader collates them) the first view's, so that
+    throughput counts images however many views each makes."""
+    if isinstance(batch, dict):
+        batch = next(iter(batch.values()))
+    elif isinstance(batch, (list, tuple)):
+        batch = batch[0]
+    return int(batch.shape[0])
 
 
 def timm_loader(cfg: RunConfig, pipeline: str) -> Any:
@@ -607,7 +631,7 @@ def check_native(cfg: RunConfig) -> None:
             transform=cfg.train_transform(),
             output=cfg.output,
             decoder=cfg.decoder,
-            python_tail="error",
+            python_tail=cfg.python_tail,
         )
     except (TypeError, ValueError) as e:
         raise NativeRefusal(

@@ -47,10 +47,12 @@ __all__ = [
     "STAGES",
     "html_page",
     "html_table",
+    "natural",
     "ReportFiles",
     "ratio",
     "stage_of",
     "stage_times",
+    "view_times",
     "write_html",
     "write_report",
 ]
@@ -95,6 +97,10 @@ STAGES: Tuple[Stage, ...] = (
     Stage("getitem", "uninstrumented __getitem__", ("__getitem__",), (), "#c9b18a",
           "a custom dataset's own code outside its timed transform: split it with "
           "ferroloader.torch.span(name)"),
+    # Named view0, view1... (:func:`stage_of` matches them): as many as the transform makes.
+    Stage("views", "view spans (own time)", (), (), "#d7b5a6",
+          "each view's span of a transform returning several (view0, view1...), less its ops, "
+          "which their own rows count"),
     Stage("other", "per-sample overhead", ("process",), ("process",), "#bab0ac",
           "self time of the per-sample span: Python/bookkeeping outside the ops"),
 )
@@ -104,6 +110,8 @@ _STAGE_BY_OP: Dict[str, Stage] = {
 #: Stages that together turn decoded pixels into a normalized tensor: compared as one total,
 #: because the fused kernel does all of them in one span.
 _TRANSFORM_STAGES = ("crop_params", "crop", "flip", "to_tensor", "normalize", "fused")
+#: The span of one view of a transform returning several (both sides name them so).
+_VIEW_SPAN = re.compile(r"view\d+")
 _EXTRA_COLORS = ("#8cd17d", "#86bcb6", "#e15759", "#d37295", "#fabfd2", "#79706e")
 
 
@@ -111,7 +119,14 @@ def stage_of(op: str) -> str:
     """The stage key of an op name (``"RandomResizedCrop"`` and ``"resize"`` -> ``"crop"``);
     an op no stage knows is its own stage."""
     stage = _STAGE_BY_OP.get(op)
+    if stage is None and _VIEW_SPAN.fullmatch(op):
+        return "views"
     return stage.key if stage else op
+
+
+def natural(name: str) -> Tuple[Any, ...]:
+    """Sort key of an op name with its numbers as numbers: ``view2`` before ``view10``."""
+    return tuple(int(p) if p.isdigit() else p for p in re.split(r"(\d+)", name))
 
 
 def _stage_title(key: str) -> str:
@@ -139,6 +154,15 @@ def stage_times(pipeline_summary: PipelineSummary) -> Dict[str, float]:
         key = stage_of(o.op)
         out[key] = out.get(key, 0.0) + o.self_ns / images
     return out
+
+
+def view_times(pipeline_summary: PipelineSummary) -> Dict[str, float]:
+    """Time per image in nanoseconds of each view span (``view0``, ``view1``...: a transform
+    returning several views), its ops included, in view order; empty for a transform
+    returning one tensor. Each sample makes each view once, so per image is per view made."""
+    images = max(1, pipeline_summary.images)
+    found = {o.op: o.total_ns / images for o in pipeline_summary.ops if _VIEW_SPAN.fullmatch(o.op)}
+    return {k: found[k] for k in sorted(found, key=natural)}
 
 
 # -- pipelines ---------------------------------------------------------------------------------
@@ -842,7 +866,7 @@ def _ops_section(summaries: Sequence[PipelineSummary], order: Sequence[str]) -> 
         row = [f"<b>{_e(_stage_title(k))}</b>" + (f'<br><span class="muted">{_e(st.note)}</span>'
                                                   if st and st.note else "")]
         for label, t in zip(labels, times):
-            names = sorted(set(op_names.get(label, {}).get(k, [])))
+            names = sorted(set(op_names.get(label, {}).get(k, [])), key=natural)
             row.append(
                 (f"{_ms(t[k], 3)}" if k in t else "–")
                 + (f'<br><code>{_e(", ".join(names))}</code>' if names else "")
@@ -867,6 +891,23 @@ def _ops_section(summaries: Sequence[PipelineSummary], order: Sequence[str]) -> 
             else:
                 a, b = t_tv.get(k, 0.0), t_nat.get(k, 0.0)
             row.append(ratio(a, b))
+    views = [view_times(s) for s in summaries]
+    if any(views):
+        names = sorted({k for v in views for k in v}, key=natural)
+        view_headers = ["view"] + [f"{x} (ms/image)" for x in labels]
+        view_rows = [[k] + [_ms(v[k], 3) if k in v else "–" for v in views] for k in names]
+        if pair and len(summaries) == 2 and labels == ["torchvision", "native"]:
+            view_headers.append("torchvision / native")
+            for row, k in zip(view_rows, names):
+                row.append(ratio(views[0].get(k, 0.0), views[1].get(k, 0.0)))
+        parts.append("<h3>Views</h3>")
+        parts.append(
+            "<p>The transform returns several views of each image: each view's span "
+            "(<code>view0</code>, <code>view1</code>...) with the ops nested in it, per image. "
+            "The ops above count each op over all views; throughput counts images, not "
+            "views.</p>"
+        )
+        parts.append(_table(view_headers, view_rows))
     parts.append("<h3>Op names side by side</h3>")
     parts.append(
         "<p>torchvision records one span per transform, by class name; the native loader "
