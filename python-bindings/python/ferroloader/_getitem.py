@@ -45,10 +45,12 @@ __all__ = [
     "GIL_BUDGET_S",
     "Layout",
     "Opened",
+    "Reads",
     "TracedItems",
     "from_library",
     "grayscale_first",
     "loader_opens",
+    "reading_copy",
     "sets_up_workers",
     "trace_getitem",
 ]
@@ -230,11 +232,11 @@ def _open(file: Any, mode: str = "r", *args: Any, **kwargs: Any) -> Any:
 
 
 class _ImageModule:
-    """``PIL.Image`` in the traced code: ``open`` stands in, the rest is Pillow's."""
+    """``PIL.Image`` in re-made code: ``open`` stands in, the rest is Pillow's."""
 
-    def __init__(self, real: types.ModuleType) -> None:
+    def __init__(self, real: types.ModuleType, image_open: Callable[..., Any]) -> None:
         self._real = real
-        self.open = _image_open
+        self.open = image_open
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._real, name)
@@ -257,12 +259,12 @@ def _exif_transpose(image: Any, *, in_place: bool = False) -> Any:
 
 
 class _ImageOpsModule:
-    """``PIL.ImageOps`` in the traced code: ``exif_transpose`` stands in, the rest is
-    Pillow's (given a stand-in, it fails the trace)."""
+    """``PIL.ImageOps`` in re-made code: ``exif_transpose`` stands in, the rest is Pillow's
+    (given a stand-in image, it fails the trace)."""
 
-    def __init__(self, real: types.ModuleType) -> None:
+    def __init__(self, real: types.ModuleType, exif_transpose: Callable[..., Any]) -> None:
         self._real = real
-        self.exif_transpose = _exif_transpose
+        self.exif_transpose = exif_transpose
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._real, name)
@@ -293,17 +295,32 @@ class _Globals(dict):  # type: ignore[type-arg]
         return self.live[name]
 
 
-class _StandIns:
-    """The stand-ins for one traced dataset, and the functions re-made with them."""
+class Reads(NamedTuple):
+    """What re-made code calls where it reads an image: in place of ``PIL.Image.open``,
+    torchvision's ``default_loader``/``pil_loader``, the builtin ``open`` and
+    ``ImageOps.exif_transpose`` (``None``: the real one), and what a transform the code holds
+    (an attribute, a global, a closure's) becomes (``None``: itself)."""
 
-    def __init__(self) -> None:
+    image_open: Callable[..., Any]
+    loader: Callable[[Any], Any]
+    file_open: Optional[Callable[..., Any]]
+    exif_transpose: Optional[Callable[..., Any]]
+    hold: Optional[Callable[[Any], Any]]
+
+
+class _StandIns:
+    """The stand-ins of one copy of a dataset (:class:`Reads`), and the functions re-made with
+    them."""
+
+    def __init__(self, reads: Reads) -> None:
         from PIL import Image, ImageOps
 
+        self.reads = reads
         self.image_module = Image
         self.image_ops_module = ImageOps
         self.pil = sys.modules["PIL"]
-        self.image = _ImageModule(Image)
-        self.image_ops = _ImageOpsModule(ImageOps)
+        self.image = _ImageModule(Image, reads.image_open)
+        self.image_ops = _ImageOpsModule(ImageOps, reads.exif_transpose or ImageOps.exif_transpose)
         self.package = _PilPackage(self.pil, self.image, self.image_ops)
         self.loaders = _torchvision_loaders()
         self.made: Dict[Any, Any] = {}
@@ -313,9 +330,9 @@ class _StandIns:
         be: a library's, one that writes a global, too deep); a method's ``super()`` finds
         ``owner``, its class's traced copy (:meth:`cls`)."""
         if fn in self.loaders:
-            return _known_loader
+            return self.reads.loader
         if fn is self.image_module.open:
-            return _image_open
+            return self.reads.image_open
         made = self.made.get((fn, owner))
         if made is not None:
             return made
@@ -344,8 +361,8 @@ class _StandIns:
                 stand = self.stand_for(fn.__globals__[name], depth)
                 if stand is not None:
                     overrides[name] = stand
-            elif name == "open":
-                overrides[name] = _open
+            elif name == "open" and self.reads.file_open is not None:
+                overrides[name] = self.reads.file_open
         dict.update(remade.__globals__, overrides)
         return remade
 
@@ -383,26 +400,26 @@ class _StandIns:
         if value is self.pil:
             return self.package
         if value is self.image_module.open:
-            return _image_open
+            return self.reads.image_open
         if value is self.image_ops_module:
             return self.image_ops
         if value is self.image_ops_module.exif_transpose:
-            return _exif_transpose
+            return self.reads.exif_transpose
         if isinstance(value, types.FunctionType):
             made = self.function(value, depth + 1)
             return None if made is value else made
-        if _is_transform(value):
-            return _Held(value)
+        if _is_transform(value) and self.reads.hold is not None:
+            return self.reads.hold(value)
         return None
 
     def held(self, value: Any) -> Any:
-        """What a callable the dataset holds is in the trace: torchvision's loaders and the
-        user's functions with the stand-ins, anything else recorded when applied to the image."""
+        """What a callable the dataset holds is in the copy: torchvision's loaders and the
+        user's functions with the stand-ins, anything else as :attr:`Reads.hold` makes it."""
         if value in self.loaders:
-            return _known_loader
+            return self.reads.loader
         if isinstance(value, types.FunctionType) and not _library(value):
             return self.function(value)
-        return _Held(value)
+        return value if self.reads.hold is None else self.reads.hold(value)
 
 
 class _Held:
@@ -517,7 +534,7 @@ def loader_opens(loader: Any) -> Union[Opened, str]:
     probe = os.path.join("traced", "image.jpg")
     _trace.refused = None
     try:
-        got = _StandIns().held(loader)(probe)
+        got = _StandIns(_TRACE).held(loader)(probe)
     except Untraceable as e:
         return e.reason
     except Exception as e:
@@ -759,11 +776,15 @@ def _call(dataset: Any, getitem: Any, index: int) -> Any:
     return out
 
 
-def _traced_copy(dataset: Any) -> Union[Tuple[Any, Any], str]:
-    """A shallow copy of ``dataset`` whose callables are the trace's (:meth:`_StandIns.held`)
-    and whose class's methods run with the stand-ins (:meth:`_StandIns.cls`; where the class
-    cannot be copied, its own methods are set on the instance, ``super()`` left as it is), and
-    its ``__getitem__`` so traced."""
+#: The trace's stand-ins: nothing is read or decoded, transforms are recorded.
+_TRACE = Reads(_image_open, _known_loader, _open, _exif_transpose, _Held)
+
+
+def _traced_copy(dataset: Any, reads: Reads = _TRACE) -> Union[Tuple[Any, Any], str]:
+    """A shallow copy of ``dataset`` whose callables are ``reads``' (:meth:`_StandIns.held`)
+    and whose class's methods run with them (:meth:`_StandIns.cls`; where the class cannot be
+    copied, its own methods are set on the instance, ``super()`` left as it is), and its
+    ``__getitem__`` so re-made."""
     try:
         made = copy.copy(dataset)
     except Exception as e:
@@ -771,7 +792,7 @@ def _traced_copy(dataset: Any) -> Union[Tuple[Any, Any], str]:
     space = getattr(made, "__dict__", None)
     if space is None or space is getattr(dataset, "__dict__", None):
         return "cannot be traced: the dataset has no attributes of its own"
-    stand_ins = _StandIns()
+    stand_ins = _StandIns(reads)
     for name, value in list(space.items()):
         if callable(value) and not isinstance(value, type):
             space[name] = stand_ins.held(value)
@@ -790,6 +811,17 @@ def _traced_copy(dataset: Any) -> Union[Tuple[Any, Any], str]:
                     space[name] = types.MethodType(stand_ins.function(value), made)
     getitem = type(made).__getitem__ if traced is not None else stand_ins.function(type(dataset).__getitem__)
     return made, getitem
+
+
+def reading_copy(dataset: Any, image_open: Callable[..., Any], loader: Callable[[Any], Any]) -> Optional[Any]:
+    """A shallow copy of ``dataset`` (a traceable one: :func:`trace_getitem`) whose
+    ``__getitem__`` opens its images with ``image_open`` in place of ``PIL.Image.open`` and
+    ``loader`` in place of torchvision's loaders, the rest as it is (a profiler's timed reads);
+    ``None`` where its class cannot be copied so. Not picklable: make it again in each process."""
+    made = _traced_copy(dataset, Reads(image_open, loader, None, None, None))
+    if isinstance(made, str) or type(made[0]) is type(dataset):
+        return None
+    return made[0]
 
 
 def _same(a: Any, b: Any) -> bool:

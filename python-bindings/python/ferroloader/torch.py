@@ -445,6 +445,46 @@ class _TimedPilLoader:
         self.rec = state
 
 
+class _TimedImageOpen:
+    """``PIL.Image.open`` for a training script's own dataset (:class:`_TimedReads`): ``read``
+    (the file's bytes, or the rest of a file object's) then ``decode`` (Pillow's open and load
+    of them): the native loader's two steps. The image keeps the file's name, as Pillow's
+    open of a path does."""
+
+    __slots__ = ("rec",)
+
+    def __init__(self, rec: _Recorder) -> None:
+        self.rec = rec
+
+    def __call__(self, fp: Any, mode: str = "r", formats: Any = None) -> Any:
+        from PIL import Image
+
+        rec = self.rec
+        depth = rec.depth + 1
+        start = rec.start()
+        name = os.fspath(fp) if isinstance(fp, (str, os.PathLike)) else None
+        try:
+            if name is not None:
+                with open(name, "rb") as f:
+                    data = f.read()
+            else:
+                data = fp.read()
+        except Exception:
+            _failed_in(rec, "read", start, depth)
+            raise
+        start = rec.end("read", rec.sample, depth, start)
+        try:
+            img = Image.open(io.BytesIO(data), mode, formats)
+            img.load()
+        except Exception:
+            _failed_in(rec, "decode", start, depth)
+            raise
+        rec.end("decode", rec.sample, depth, start)
+        if name is not None:
+            img.filename = name
+        return img
+
+
 def _attempt_failed(rec: _Recorder, op: str, start: SpanStart, depth: int) -> None:
     """Records a failed attempt's span up to now and names ``op`` as the sample's failed op:
     unlike :func:`_failed_in`, every attempt, since timm's retries make one sample fail in
@@ -622,6 +662,33 @@ class _DatasetWrapper(Dataset[Any]):
             object.__setattr__(self, name, value)
         else:
             setattr(self._inner, name, value)
+
+
+class _TimedReads(_DatasetWrapper):
+    """A training script's own dataset whose ``__getitem__`` opens its image as the native
+    loader reads it (``ferroloader._getitem.trace_getitem``): run with ``Image.open`` and
+    torchvision's loaders timed as ``read`` and ``decode`` (``_getitem.reading_copy``) and its
+    ``transform`` timed op by op. Pickles as the dataset, the timed transform and the recorder,
+    and is made again in each process (the copy's class is made at run time)."""
+
+    def __init__(self, dataset: Any, transform: Any, rec: _Recorder) -> None:
+        from ferroloader._getitem import reading_copy
+
+        made = reading_copy(dataset, _TimedImageOpen(rec), _TimedPilLoader(rec))
+        if made is None:
+            raise TypeError(f"{type(dataset).__name__}: its class cannot be copied")
+        made.transform = transform
+        object.__setattr__(self, "_state", (dataset, transform, rec))
+        object.__setattr__(self, "_inner", made)
+
+    def __getitem__(self, index: Any) -> Any:
+        return self._inner[index]
+
+    def __getstate__(self) -> Tuple[Any, Any, _Recorder]:
+        return self._state  # type: ignore[no-any-return]
+
+    def __setstate__(self, state: Tuple[Any, Any, _Recorder]) -> None:
+        _TimedReads.__init__(self, *state)
 
 
 class _ProfiledDataset(_DatasetWrapper):
@@ -933,6 +1000,11 @@ def _instrument(dataset: Any, rec: _Recorder, meta: Dict[str, str]) -> Any:
         if transform is None or not callable(transform):
             meta.setdefault("instrumented", "process, __getitem__ and collate (not a DatasetFolder)")
             return dataset
+        reads = _timed_reads(dataset, transform, rec, tv)
+        if reads is not None:
+            meta.setdefault("decoder", "PIL (the dataset's Image.open)")
+            meta.setdefault("instrumented", "process, __getitem__, read/decode, each transform, collate")
+            return reads
         try:
             ds = copy.copy(dataset)
             ds.transform = _timed_transform(transform, rec, tv)
@@ -969,6 +1041,23 @@ def _instrument(dataset: Any, rec: _Recorder, meta: Dict[str, str]) -> Any:
         "load, each transform, process, collate"
     )
     return ds
+
+
+def _timed_reads(dataset: Any, transform: Any, rec: _Recorder, tv: Any) -> Optional[_TimedReads]:
+    """:class:`_TimedReads` of a training script's own dataset that the native loader reads
+    (its ``__getitem__`` traces: it opens, converts and transforms one image); ``None`` for any
+    other (its ``__getitem__`` is timed whole)."""
+    from ferroloader._getitem import from_library, trace_getitem
+
+    if from_library(getattr(type(dataset), "__getitem__", None)):
+        return None
+    traced = trace_getitem(dataset)
+    if isinstance(traced, str) or traced.transform is not transform:
+        return None
+    try:
+        return _TimedReads(dataset, _timed_transform(transform, rec, tv), rec)
+    except TypeError:
+        return None
 
 
 def _instrument_timm(dataset: Any, rec: _Recorder, meta: Dict[str, str], tv: Any) -> Any:
