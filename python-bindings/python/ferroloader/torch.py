@@ -474,7 +474,7 @@ class _TimedImageOpen:
             raise
         start = rec.end("read", rec.sample, depth, start)
         try:
-            img = Image.open(io.BytesIO(data), mode, formats)
+            img = Image.open(io.BytesIO(data), mode, formats)  # type: ignore[arg-type]  # Pillow's own check of mode
             img.load()
         except Exception:
             _failed_in(rec, "decode", start, depth)
