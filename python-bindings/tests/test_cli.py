@@ -133,6 +133,72 @@ def test_compare_writes_the_report_of_both_pipelines(data: Path, tmp_path: Path)
     assert "ferroloader compare" in page and "--step-ms 2" in page
 
 
+OWN_DATASET = """
+import os
+import torchvision.transforms as T
+from PIL import Image
+from torch.utils.data import Dataset
+
+ROOT = {root!r}
+TRANSFORM = T.Compose([T.RandomResizedCrop(32), T.RandomHorizontalFlip(), T.ToTensor()])
+
+
+class Photos(Dataset):
+    def __init__(self, transform):
+        self.files = sorted(os.path.join(d, f) for d, _, fs in os.walk(ROOT) for f in fs)
+        self.transform = transform
+
+    def __len__(self):
+        return len(self.files)
+
+    def __getitem__(self, i):
+        image = Image.open(self.files[i]).convert("RGB")
+        return {{"image": self.transform(image), "label": i % 2, "path": self.files[i]}}
+
+
+class Boxed(Photos):
+    def __getitem__(self, i):
+        image = Image.open(self.files[i]).convert("RGB").crop((0, 0, 40, 40))
+        return self.transform(image), i % 2
+
+
+photos = Photos(TRANSFORM)
+
+
+def boxed():
+    return Boxed(TRANSFORM)
+"""
+
+
+def test_compare_and_profile_take_a_dataset_of_ones_own(data: Path, tmp_path: Path) -> None:
+    """DATA as FILE.py:NAME: the script's own dataset object, run as it is by both; read
+    natively where its __getitem__ traces, in Python by both where it does not."""
+    script = tmp_path / "mine.py"
+    script.write_text(OWN_DATASET.format(root=str(data)))
+    out = tmp_path / "report"
+    result = invoke(["compare", f"{script}:photos", "--workers", "1", "--out", str(out), *SMALL])
+    summary = check_report(out, ["torchvision", "native"])
+    ops = {p["label"]: {o["op"] for o in p["ops"]} for p in summary["pipelines"]}
+    # The DataLoader side's Image.open in read and decode spans, as the native side's.
+    assert {"__getitem__", "read", "decode", "RandomResizedCrop"} <= ops["torchvision"]
+    assert {"read", "decode", "fused"} <= ops["native"]
+    assert "speedup" in result.output
+    page = (out / "report.html").read_text()
+    assert "Photos, 16 samples; ferroloader: read natively" in page and f"{script}:photos" in page
+    invoke(["profile", f"{script}:photos", "--workers", "1", "--out", str(tmp_path / "native"), *SMALL])
+
+    out = tmp_path / "boxed"
+    invoke(["compare", f"{script}:boxed", "--workers", "1", "--out", str(out), *SMALL])
+    page = (out / "report.html").read_text()
+    assert "ferroloader: run in Python by both" in page and "uses the image&#x27;s .crop" in page
+
+    runner = CliRunner()
+    refused = runner.invoke(main, ["compare", f"{script}:photos", "--recipe", "ta_wide", *SMALL])
+    assert refused.exit_code == 2 and "holds its transform" in refused.output
+    missing = runner.invoke(main, ["compare", f"{script}:nothing", *SMALL])
+    assert missing.exit_code == 2 and "defines no 'nothing'" in missing.output
+
+
 def test_compare_mix_adds_the_reference_mixup_cutmix_to_both_pipelines(data: Path, tmp_path: Path) -> None:
     out = tmp_path / "report"
     invoke(["compare", str(data), "--mix", "--workers", "1", "--out", str(out), *SMALL])

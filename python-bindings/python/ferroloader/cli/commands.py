@@ -22,7 +22,7 @@ import platform
 import shlex
 import sys
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, TypeVar
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Mapping, Optional, Sequence, TypeVar
 
 import click
 from rich.console import Console
@@ -221,6 +221,67 @@ def _data_argument(f: F) -> F:
     )(f)
 
 
+class DatasetSpec(str):
+    """DATA given as ``FILE.py:NAME``: a training script's own dataset object (or a function
+    of no arguments returning one), which holds its transform."""
+
+
+if TYPE_CHECKING:
+    _ParamType = click.ParamType[Any, Any]  # generic from click 8.2; the package takes 8.1
+else:
+    _ParamType = click.ParamType
+
+
+class _DataOrDataset(_ParamType):
+    """DATA: a folder (an ImageFolder, a saved Hugging Face dataset), or ``FILE.py:NAME``."""
+
+    name = "DATA"
+
+    def convert(self, value: Any, param: Optional[click.Parameter], ctx: Optional[click.Context]) -> Any:
+        text = str(value)
+        head, colon, name = text.rpartition(":")
+        if colon and head.endswith(".py") and name.isidentifier():
+            return DatasetSpec(text)
+        return click.Path(exists=True, file_okay=False, path_type=Path).convert(value, param, ctx)
+
+
+def _data_or_dataset_argument(f: F) -> F:
+    return click.argument("data", type=_DataOrDataset())(f)
+
+
+def _own_dataset(spec: DatasetSpec, kwargs: Mapping[str, Any]) -> Dict[str, Any]:
+    """The ``RunConfig`` fields of DATA given as ``FILE.py:NAME``: the dataset object, which
+    holds its transform (the options that choose one are refused)."""
+    from ferroloader import recipes
+
+    chosen = [
+        option for option, key in (("--recipe", "recipe"), ("--transform", "transform_spec"),
+                                   ("--views", "views"), ("--timm", "timm_aa"))
+        if kwargs.get(key) is not None
+    ] + [option for option, key in (("--mix", "mix"), ("--v2", "use_v2")) if kwargs.get(key)]
+    chosen += [f"--{name}" for name in ("size", "output") if _given(name)]
+    if kwargs.get("on_error") == "skip":
+        chosen.append("--on-error skip")
+    if chosen:
+        raise click.UsageError(
+            f"{', '.join(chosen)}: DATA {spec} is a dataset of your own, which holds its "
+            "transform and runs as it is on both sides"
+        )
+    try:
+        dataset = recipes.load_object(spec)
+    except (FileNotFoundError, ImportError, ValueError) as e:
+        raise click.BadParameter(str(e), param_hint="'DATA'") from e
+    if not hasattr(dataset, "__getitem__") and callable(dataset):
+        dataset = dataset()
+    if not (hasattr(dataset, "__getitem__") and hasattr(dataset, "__len__")):
+        raise click.BadParameter(
+            f"{spec} is a {type(dataset).__name__}, not a map-style dataset (nor a function of "
+            "no arguments returning one)",
+            param_hint="'DATA'",
+        )
+    return {"dataset": dataset, "python_tail": "allow"}
+
+
 def _given(name: str) -> bool:
     """Whether option ``name`` was given (on the command line or by the environment), not
     left at its default."""
@@ -374,7 +435,10 @@ def _config(kwargs: Mapping[str, Any], data: Path, **override: Any) -> Any:
         on_error=kwargs["on_error"],
         mix=kwargs.get("mix", False),
     )
-    if kwargs.get("timm_aa") is not None:
+    if isinstance(data, DatasetSpec):
+        values.update(_own_dataset(data, kwargs))
+        values["data"] = Path(data)
+    elif kwargs.get("timm_aa") is not None:
         values.update(_timm_fields(kwargs, data))
     else:
         values.update(_chosen_transform(kwargs, data))
@@ -408,8 +472,15 @@ def _command_line(name: str, cfg: Any, extra: Sequence[str] = ()) -> str:
     return shlex.join(args)
 
 
-def _dataset_note(data: Path) -> str:
+def _dataset_note(data: Path, dataset: Any = None) -> str:
     from ferroloader._hfdatasets import load_saved, saved_dataset
+
+    if dataset is not None:
+        from ferroloader.datasets import python_reason
+
+        reason = python_reason(dataset)
+        read = "read natively" if reason is None else f"run in Python by both: {reason}"
+        return f"{data} ({type(dataset).__name__}, {len(dataset)} samples; ferroloader: {read})"
 
     if saved_dataset(data):
         return f"{data} (a saved Hugging Face dataset of {len(load_saved(data))} rows)"
@@ -438,6 +509,9 @@ def _report_config(cfg: Any, *, workers: Optional[str] = None) -> Dict[str, str]
             + (", with FastCollateMixup(mixup_alpha=0.8, cutmix_alpha=1.0, "
                "label_smoothing=0.1) as collate_fn" if cfg.mix else "")
         )
+    elif cfg.dataset is not None:
+        own = getattr(cfg.dataset, "transform", None)
+        transform = "the dataset's own" + ("" if own is None else f": {describe(own)}")
     else:
         transform = (
             f"RandomResizedCrop({cfg.size}), RandomHorizontalFlip(), "
@@ -452,7 +526,7 @@ def _report_config(cfg: Any, *, workers: Optional[str] = None) -> Dict[str, str]
         else {}
     )
     return {
-        "data": _dataset_note(cfg.data),
+        "data": _dataset_note(cfg.data, cfg.dataset),
         "transform": transform,
         **views,
         "batch size": str(cfg.batch_size),
@@ -460,7 +534,7 @@ def _report_config(cfg: Any, *, workers: Optional[str] = None) -> Dict[str, str]
         "batches per run": str(cfg.batches),
         "rounds": str(cfg.rounds),
         "native decoder": cfg.decoder,
-        "output": cfg.output,
+        "output": "the dataset's" if cfg.dataset is not None else cfg.output,
         "step ms": f"{cfg.step_ms:g}" + (" (busy)" if cfg.step_busy and cfg.step_ms else ""),
         "profile mode": cfg.mode,
         "versions": f"ferroloader {__version__}, torch {torch.__version__}, "
@@ -621,7 +695,7 @@ def main() -> None:
 
 
 @main.command(context_settings=_CONTEXT)
-@_data_argument
+@_data_or_dataset_argument
 @_run_options(timm=True)
 def compare(data: Path, out: Path, quiet: bool, **kwargs: Any) -> None:
     """Profile torchvision's DataLoader and ferroloader on the same ImageFolder DATA (or a
@@ -651,7 +725,7 @@ def compare(data: Path, out: Path, quiet: bool, **kwargs: Any) -> None:
 
 
 @main.command(context_settings=_CONTEXT)
-@_data_argument
+@_data_or_dataset_argument
 @_run_options(timm=True)
 def profile(data: Path, out: Path, quiet: bool, **kwargs: Any) -> None:
     """Profile ferroloader's native pipeline alone on the ImageFolder DATA (or a saved Hugging

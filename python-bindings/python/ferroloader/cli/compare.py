@@ -108,6 +108,10 @@ class RunConfig:
     (``ferroloader.recipes.output_of``)."""
     transform_name: Optional[str] = None
     """How ``transform`` was named (a recipe, ``FILE.py:NAME``), for reports and messages."""
+    dataset: Any = None
+    """A training script's own dataset object (DATA given as ``FILE.py:NAME``; ``data`` is then
+    that name), holding its transform: both pipelines run it as it is (:func:`_dataset_run`);
+    ``transform``, ``output``, ``mix`` and ``timm`` do not apply."""
     views: int = 0
     """How many views of each image ``transform`` returns (a list, tuple or dict of tensors:
     ``recipes.view_transforms``), each batch holding one tensor per view; 0 for a transform
@@ -400,7 +404,9 @@ def run_pipeline(
     make_epoch: Callable[[], Iterator[Any]]
     join: Callable[[], None]
     collect: Callable[[], "Profile"]
-    if cfg.timm is not None:
+    if cfg.dataset is not None:
+        make_epoch, join, collect = _dataset_run(cfg, pipeline, label)
+    elif cfg.timm is not None:
         make_epoch, join, collect = _timm_run(cfg, pipeline, label)
     elif pipeline == "native":
         transform = cfg.train_transform()
@@ -466,8 +472,8 @@ def run_pipeline(
     images = 0
     n = 0
     try:
-        for images_batch, _labels in _batches(make_epoch, cfg.batches):
-            images += _images_in(images_batch)
+        for batch in _batches(make_epoch, cfg.batches):
+            images += _images_in(batch)
             n += 1
             if progress is not None:
                 progress(label, n, cfg.batches)
@@ -483,7 +489,7 @@ def run_pipeline(
         ) from None
     wall = time.monotonic() - t0
     if n:
-        del images_batch, _labels  # hand the last batch's buffer back before finishing
+        del batch  # hand the last batch's buffer back before finishing
     join()
     cpu = _cpu_seconds() - cpu0
     profile = collect()
@@ -502,12 +508,54 @@ def run_pipeline(
 def _images_in(batch: Any) -> int:
     """The images in a batch: its first dimension, or for a batch of views (one tensor per
     view, in a list, tuple or dict, as DataLoader collates them) the first view's, so that
-    throughput counts images however many views each makes."""
-    if isinstance(batch, dict):
-        batch = next(iter(batch.values()))
-    elif isinstance(batch, (list, tuple)):
-        batch = batch[0]
+    throughput counts images however many views each makes; likewise the first tensor of a
+    batch laid out as a dataset of one's own lays out its samples (``[images, labels,
+    paths]``, a dict)."""
+    while isinstance(batch, (dict, list, tuple)):
+        batch = next(iter(batch.values())) if isinstance(batch, dict) else batch[0]
     return int(batch.shape[0])
+
+
+def _dataset_run(
+    cfg: RunConfig, pipeline: str, label: str
+) -> Tuple[Callable[[], Iterator[Any]], Callable[[], None], Callable[[], "Profile"]]:
+    """``make_epoch``, ``join`` and ``collect`` of ``pipeline`` over ``cfg.dataset``, a
+    training script's own dataset, as it is: torch's DataLoader of it, profiled
+    (``fl.torch.profile`` splits a traceable ``__getitem__``'s read and decode), against
+    ``ferroloader.Loader`` of it, which reads it natively where its ``__getitem__`` traces
+    and else runs it in worker processes as the DataLoader does."""
+    workers = cfg.num_workers
+    if pipeline == "native":
+        import ferroloader as fl
+
+        loader = fl.Loader(
+            cfg.dataset,
+            batch_size=cfg.batch_size,
+            shuffle=True,
+            seed=cfg.seed,
+            num_workers=workers,
+            profile=cfg.mode,
+            python_dataset="allow",
+            python_tail="allow",
+            decoder=cfg.decoder,
+        )
+        return (lambda: iter(loader)), (lambda: None), loader.profile
+    import torch
+
+    import ferroloader.torch as fltorch
+
+    generator = torch.Generator()
+    generator.manual_seed(cfg.seed)
+    dl = torch.utils.data.DataLoader(
+        cfg.dataset,
+        batch_size=cfg.batch_size,
+        shuffle=True,
+        num_workers=workers,
+        generator=generator,
+        persistent_workers=workers > 0,
+    )
+    profiled = fltorch.profile(dl, label=label, mode=cfg.mode)
+    return (lambda: iter(profiled)), profiled.close, profiled.profile
 
 
 def timm_loader(cfg: RunConfig, pipeline: str) -> Any:
@@ -616,6 +664,8 @@ def check_native(cfg: RunConfig) -> None:
     """
     import ferroloader as fl
 
+    if cfg.dataset is not None:
+        return  # the loader runs it either way: natively, or in Python as the DataLoader does
     if cfg.timm is not None:
         try:
             timm_loader(cfg, "native")
