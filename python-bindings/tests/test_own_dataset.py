@@ -272,6 +272,26 @@ def test_images_turned_upright_by_their_exif_orientation(tmp_path: Path) -> None
     assert not all(torch.equal(a[0], b[0]) for a, b in zip(native(not_turned, batch_size=4), DataLoader(dataset, batch_size=4)))
 
 
+def test_a_random_split_of_ones_own_dataset(folder: Path) -> None:
+    """random_split's Subsets (and a Subset of one) are read natively, each its own samples."""
+    dataset = AsDict(table(folder), folder, EVAL)
+    train, val = torch.utils.data.random_split(dataset, [0.7, 0.3], generator=torch.Generator().manual_seed(0))
+    inner = torch.utils.data.Subset(train, [5, 0, 3])
+    for part in (train, val, inner):
+        got = list(native(part, batch_size=4, num_workers=2))
+        want = list(DataLoader(part, batch_size=4))
+        assert len(got) == len(want)
+        for a, b in zip(got, want):
+            same(a, b)
+
+    class Batched(CsvDataset):
+        def __getitems__(self, indices: List[int]) -> List[Any]:
+            return [self[i] for i in indices]
+
+    with pytest.warns(UserWarning, match="defines __getitems__"):
+        fl.Loader(Batched(table(folder), folder, EVAL), batch_size=4)
+
+
 def listed(folder: Path) -> List[Tuple[str, int]]:
     frame = table(folder)
     return [(str(folder / f), int(label)) for f, label in zip(frame["file"], frame["label"])]

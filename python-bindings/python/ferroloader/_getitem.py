@@ -714,6 +714,9 @@ def trace_getitem(dataset: Any) -> Union[Traced, str]:
     getitem = getattr(type(dataset), "__getitem__", None)
     if not isinstance(getitem, types.FunctionType):
         return "is not a Python function"
+    getitems = getattr(type(dataset), "__getitems__", None)
+    if getitems is not None and not _library(getitems):
+        return "is not what DataLoader calls: the class defines __getitems__"
     try:
         if len(dataset) == 0:
             return "cannot be traced: the dataset is empty"
@@ -846,14 +849,22 @@ class TracedItems:
     the image's file (or bytes) and the rest of the sample (:meth:`Layout.split`). The traced
     copy is made again when an attribute of the dataset is set anew (a ``set_epoch`` that sets a
     field, a label table replaced), so each sample sees the dataset as DataLoader's workers
-    would after the change. Picklable (worker processes trace the dataset again)."""
+    would after the change. ``indices``: the dataset's samples these items are, in order (a
+    torch ``Subset``'s, composed for nested ones); ``None``: all. Picklable (worker processes
+    trace the dataset again)."""
 
-    def __init__(self, dataset: Any, traced: Traced) -> None:
+    def __init__(self, dataset: Any, traced: Traced, indices: Optional[List[int]] = None) -> None:
         self.dataset = dataset
         self.traced = traced
+        self.indices = indices
         self.name = type(dataset).__name__
         self._run: Optional[Tuple[Any, Any]] = None
         self._seen: List[Tuple[str, Any]] = []
+
+    def subset(self, indices: List[int]) -> "TracedItems":
+        """These items' ``indices``-th ones (a ``Subset`` of the dataset they are)."""
+        mine = self.indices
+        return TracedItems(self.dataset, self.traced, indices if mine is None else [mine[i] for i in indices])
 
     def _runner(self) -> Tuple[Any, Any]:
         now = vars(self.dataset)
@@ -865,7 +876,7 @@ class TracedItems:
         return self._run
 
     def __len__(self) -> int:
-        return len(self.dataset)
+        return len(self.dataset) if self.indices is None else len(self.indices)
 
     @property
     def exif_transpose(self) -> bool:
@@ -873,7 +884,8 @@ class TracedItems:
         loader's ``exif_transpose`` default."""
         return self.traced.upright
 
-    def __getitem__(self, index: int) -> Tuple[Data, Any]:
+    def __getitem__(self, position: int) -> Tuple[Data, Any]:
+        index = position if self.indices is None else self.indices[position]
         run, getitem = self._runner()
         try:
             out = _call(run, getitem, index)
@@ -903,7 +915,7 @@ class TracedItems:
         return image.image.source, target
 
     def __getstate__(self) -> Dict[str, Any]:
-        return {"dataset": self.dataset, "name": self.name, "_run": None, "_seen": []}
+        return {"dataset": self.dataset, "indices": self.indices, "name": self.name, "_run": None, "_seen": []}
 
     def __setstate__(self, state: Dict[str, Any]) -> None:
         self.__dict__.update(state)

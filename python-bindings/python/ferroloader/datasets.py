@@ -229,25 +229,41 @@ def _traced(dataset: Any, reason: str, worker_init_fn: Any) -> Tuple[Optional[st
     RGB and transforms one image (``_getitem.trace_getitem``), quickly; else ``reason``, and why
     not. A library's ``__getitem__`` is not traced (its reasons stand), nor a dataset that a
     ``worker_init_fn`` sets up in each worker process."""
-    if from_library(getattr(type(dataset), "__getitem__", None)):
-        return reason, None
     if sets_up_workers(worker_init_fn):
         return f"{reason}, and the worker_init_fn sets up each worker's copy (get_worker_info)", None
-    traced = trace_getitem(dataset)
-    if isinstance(traced, str):
-        return f"{reason}: it {traced}", None
-    transform = grayscale_first(traced.transform, traced.gray)
-    if isinstance(transform, str):
-        return f"{reason}: it {transform}", None
-    if traced.seconds > GIL_BUDGET_S:
-        return (
-            f"{reason}: it takes {traced.seconds * 1e3:.1f} ms without decoding, which native "
-            "worker threads would wait for in turn (holding the GIL)"
-        ), None
-    items = TracedItems(dataset, traced)
+    found = _traced_items(dataset)
+    if isinstance(found, str):
+        return (reason if not found else f"{reason}: it {found}"), None
+    items, transform = found
     source = _protocol(items).source
     table = source.table if isinstance(source, RecordedTargets) else None
     return None, Carried(source, transform, table)
+
+
+def _traced_items(dataset: Any) -> Union[Tuple[TracedItems, Any], str]:
+    """The traced items of ``dataset`` (a ``Subset`` of one too: ``random_split``'s) and the
+    transform the loader runs for them, or why not (``""``: a library's ``__getitem__``, not
+    traced)."""
+    if _is_subset(dataset):
+        inner = _traced_items(dataset.dataset)
+        if isinstance(inner, str):
+            return inner
+        items, transform = inner
+        return items.subset([int(i) for i in dataset.indices]), transform
+    if from_library(getattr(type(dataset), "__getitem__", None)):
+        return ""
+    traced = trace_getitem(dataset)
+    if isinstance(traced, str):
+        return traced
+    transform = grayscale_first(traced.transform, traced.gray)
+    if isinstance(transform, str):
+        return transform
+    if traced.seconds > GIL_BUDGET_S:
+        return (
+            f"takes {traced.seconds * 1e3:.1f} ms without decoding, which native worker threads "
+            "would wait for in turn (holding the GIL)"
+        )
+    return TracedItems(dataset, traced), transform
 
 
 def sample_layout(source: Any) -> Optional[Layout]:
