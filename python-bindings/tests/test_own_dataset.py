@@ -284,6 +284,19 @@ def test_a_random_split_of_ones_own_dataset(folder: Path) -> None:
         for a, b in zip(got, want):
             same(a, b)
 
+    # train + extra data, as ConcatDataset joins them (and a random_split of that).
+    frame = table(folder)
+    joined = torch.utils.data.ConcatDataset(
+        [AsDict(frame.iloc[:7], folder, EVAL), AsDict(frame.iloc[7:].reset_index(drop=True), folder, EVAL)]
+    )
+    for part in (joined, torch.utils.data.Subset(joined, [9, 1, 8, 2])):
+        loader = native(part, batch_size=4, num_workers=2)
+        for a, b in zip(pickle.loads(pickle.dumps(loader)), DataLoader(part, batch_size=4)):
+            same(a, b)
+    apart = torch.utils.data.ConcatDataset([AsDict(frame, folder, EVAL), AsDict(frame, folder, TRAIN)])
+    with pytest.warns(UserWarning, match="parts with different transforms"):
+        fl.Loader(apart, batch_size=4)
+
     class Batched(CsvDataset):
         def __getitems__(self, indices: List[int]) -> List[Any]:
             return [self[i] for i in indices]

@@ -28,6 +28,7 @@ globals, or run the dataset's transform.
 
 from __future__ import annotations
 
+import bisect
 import builtins
 import copy
 import dis
@@ -861,6 +862,19 @@ class TracedItems:
         self._run: Optional[Tuple[Any, Any]] = None
         self._seen: List[Tuple[str, Any]] = []
 
+    @staticmethod
+    def concat(parts: List["TracedItems"]) -> Union["TracedItems", str]:
+        """The items of a ``ConcatDataset`` of traced datasets, one after the other; why not
+        where the parts differ in transform, layout, mode or turning (one pipeline runs all)."""
+        first = parts[0].traced
+        for part in parts[1:]:
+            t = part.traced
+            if t.transform is not first.transform:
+                return "holds parts with different transforms (one native pipeline runs them all)"
+            if (t.layout, t.gray, t.upright) != (first.layout, first.gray, first.upright):
+                return "holds parts whose samples are made differently"
+        return _ConcatItems(parts)
+
     def subset(self, indices: List[int]) -> "TracedItems":
         """These items' ``indices``-th ones (a ``Subset`` of the dataset they are)."""
         mine = self.indices
@@ -923,3 +937,55 @@ class TracedItems:
         if isinstance(traced, str):
             raise TypeError(f"dataset: {self.name}.__getitem__ {traced}")
         self.traced = traced
+
+
+class _ConcatItems(TracedItems):
+    """:meth:`TracedItems.concat`'s: sample ``i`` is the part's it falls in, as
+    ``ConcatDataset`` finds it."""
+
+    def __init__(self, parts: List[TracedItems]) -> None:
+        super().__init__(parts[0].dataset, parts[0].traced)
+        self.parts = parts
+        self.ends: List[int] = []
+        for part in parts:
+            self.ends.append((self.ends[-1] if self.ends else 0) + len(part))
+        self.name = "ConcatDataset"
+
+    def __len__(self) -> int:
+        return self.ends[-1]
+
+    def __getitem__(self, position: int) -> Tuple[Data, Any]:
+        k = bisect.bisect_right(self.ends, position)
+        return self.parts[k][position - (self.ends[k - 1] if k else 0)]
+
+    def subset(self, indices: List[int]) -> "TracedItems":
+        return _SubsetItems(self, indices)
+
+    def __getstate__(self) -> Dict[str, Any]:
+        return {"parts": self.parts}
+
+    def __setstate__(self, state: Dict[str, Any]) -> None:
+        _ConcatItems.__init__(self, state["parts"])
+
+
+class _SubsetItems(TracedItems):
+    """A ``Subset`` of :class:`_ConcatItems`: its ``indices``-th items."""
+
+    def __init__(self, items: TracedItems, indices: List[int]) -> None:
+        super().__init__(items.dataset, items.traced, indices)
+        self.items = items
+
+    def __getitem__(self, position: int) -> Tuple[Data, Any]:
+        assert self.indices is not None
+        return self.items[self.indices[position]]
+
+    def subset(self, indices: List[int]) -> "TracedItems":
+        assert self.indices is not None
+        return _SubsetItems(self.items, [self.indices[i] for i in indices])
+
+    def __getstate__(self) -> Dict[str, Any]:
+        return {"items": self.items, "indices": self.indices}
+
+    def __setstate__(self, state: Dict[str, Any]) -> None:
+        _SubsetItems.__init__(self, state["items"], state["indices"])
+

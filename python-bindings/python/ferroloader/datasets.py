@@ -250,6 +250,14 @@ def _traced_items(dataset: Any) -> Union[Tuple[TracedItems, Any], str]:
             return inner
         items, transform = inner
         return items.subset([int(i) for i in dataset.indices]), transform
+    if _is_concat(dataset):
+        parts = [_traced_items(part) for part in dataset.datasets]
+        why = next((p for p in parts if isinstance(p, str)), None)
+        if why is not None:
+            return why
+        each = [cast(Tuple[TracedItems, Any], p) for p in parts]
+        joined = TracedItems.concat([items for items, _ in each])
+        return joined if isinstance(joined, str) else (joined, each[0][1])
     if from_library(getattr(type(dataset), "__getitem__", None)):
         return ""
     traced = trace_getitem(dataset)
