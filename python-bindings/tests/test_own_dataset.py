@@ -127,6 +127,15 @@ class Unlabelled(Dataset):  # type: ignore[type-arg]
         return self.transform(default_loader(self.paths[i]))
 
 
+class ReadFirst(CsvDataset):
+    """The file read whole, then opened from memory."""
+
+    def __getitem__(self, idx: int) -> Any:
+        with open(os.path.join(self.root, self.frame.iloc[idx]["file"]), "rb") as f:
+            data = f.read()
+        return self.transform(Image.open(io.BytesIO(data)).convert("RGB")), int(self.frame.iloc[idx]["label"])
+
+
 class InMemory(Dataset):  # type: ignore[type-arg]
     """Encoded images held in memory, opened through BytesIO."""
 
@@ -179,7 +188,7 @@ def test_a_csv_dataset_class_is_read_natively_as_dataloader_reads_it(folder: Pat
         same(a, b)
 
 
-@pytest.mark.parametrize("cls", [WithPath, AsDict, LabelFirst])
+@pytest.mark.parametrize("cls", [WithPath, AsDict, LabelFirst, ReadFirst])
 def test_samples_keep_the_layout_getitem_gives_them(folder: Path, cls: type) -> None:
     dataset = cls(table(folder), folder, EVAL)
     for a, b in zip(native(dataset, batch_size=4, num_workers=2), DataLoader(dataset, batch_size=4)):

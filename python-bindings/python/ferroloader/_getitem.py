@@ -1,29 +1,33 @@
 """A training script's own ``Dataset`` class, read natively when its ``__getitem__`` does what
-torchvision's ``ImageFolder`` does: open one image with Pillow, convert it to RGB, apply a
-transform the dataset holds, and return the result beside values that do not come from the
-pixels (a label from a CSV row, a path, an index).
+torchvision's ``ImageFolder`` does: open one image with Pillow, convert it to RGB (or L), apply
+a transform, and return the result beside values that do not come from the pixels (a label
+from a CSV row, a path, an index).
 
 The class is the user's: no name says what ``__getitem__`` does. :func:`trace_getitem` learns it
 by calling it on a shallow copy of the dataset in which nothing is decoded: ``Image.open``
 (``PIL.Image.open``, on a path, on the builtin ``open``'s file, on a ``BytesIO``) and
-torchvision's ``default_loader``/``pil_loader`` return stand-ins that record the file, and
-``.convert("RGB")`` records the mode; each callable the dataset holds records being applied to
-that image instead of running (applied to anything else, a label say, it runs). The functions
-``__getitem__`` reaches (the class's own methods, its module's helper functions, a ``loader=``
-function) run with the stand-ins in their globals, never the module's own: nothing is patched
-where another thread could see it. When the sample returned holds exactly one transform
-applied to the recorded RGB image, and nothing else made from the image, and two calls under
-two seeds agree, the dataset is read natively (:class:`TracedItems`): a worker asks the traced
-``__getitem__`` for each sample's file and the rest of its sample (cheap: nothing is decoded),
-decodes and transforms the image natively, and the consumer puts the image back where
-``__getitem__`` returned it (:class:`Layout`), as DataLoader would have collated it.
+torchvision's ``default_loader``/``pil_loader`` return stand-ins that record the file,
+``.convert(mode)`` and ``ImageOps.exif_transpose`` record what they would do, and each
+transform the code holds (an attribute, a module-level name, a closure's) records being applied
+to that image instead of running (applied to anything else, a label say, it runs). The
+functions ``__getitem__`` reaches (its class's methods, ``super()``'s included, its module's
+helper functions, a ``loader=`` function) are re-made with the stand-ins in their globals,
+never the module's own: nothing is patched where another thread could see it. When the sample
+returned holds exactly one transform applied to the recorded image, and nothing else made from
+the image, and two calls under two seeds agree, the dataset is read natively
+(:class:`TracedItems`): a worker asks the traced ``__getitem__`` for each sample's file and the
+rest of its sample (cheap: nothing is decoded), decodes and transforms the image natively, and
+the consumer puts the image back where ``__getitem__`` returned it (:class:`Layout`), as
+DataLoader would have collated it. The same re-making with real, timed reads
+(:func:`reading_copy`, a :class:`Reads` of the profiler's) splits such a dataset's
+``__getitem__`` into read and decode when ``fl.torch.profile`` times DataLoader's run of it.
 
 Anything else done with the image (its ``.size``, a crop by a box, ``np.array(img)``, another
 mode, a second image, a read by OpenCV, a random target) makes the trace fail with what it saw,
 and the dataset runs in Python as DataLoader runs it, that reason in the loader's warning.
 
-What this module must not do: decode an image, change the user's dataset or any module's
-globals, or run the dataset's transform.
+What this module must not do: decode an image in a trace, run a transform on the traced image,
+or change the user's dataset or any module's globals.
 """
 
 from __future__ import annotations
@@ -110,9 +114,16 @@ class _Stand:
 
 
 class _File(_Stand):
-    """The builtin ``open(path, "rb")`` in the traced code: only handed to ``Image.open``."""
+    """The builtin ``open(path, "rb")`` in the traced code: handed to ``Image.open``, or read
+    whole (its bytes, then opened from a ``BytesIO``, are what the loader decodes)."""
 
     __slots__ = ()
+
+    def read(self, size: int = -1) -> bytes:
+        if size != -1 or not isinstance(self.source, str):
+            _refuse(f"reads part of the file {_where(self.source)}")
+        with builtins.open(self.source, "rb") as f:
+            return f.read()
 
     def __getattr__(self, name: str) -> Any:
         _refuse(f"reads the file {_where(self.source)} itself (.{name})")
