@@ -403,6 +403,44 @@ class TwoViews:
         return [self.base(x), self.base(x)]
 
 
+class ConvertedIfNeeded(CsvDataset):
+    """The common guard: converted only where the file is not RGB already."""
+
+    def __getitem__(self, idx: int) -> Any:
+        image = Image.open(os.path.join(self.root, self.frame.iloc[idx]["file"]))
+        if image.mode != "RGB":
+            image = image.convert("RGB")
+        return self.transform(image), idx
+
+
+class CmykOnly(CsvDataset):
+    def __getitem__(self, idx: int) -> Any:
+        image = Image.open(os.path.join(self.root, self.frame.iloc[idx]["file"]))
+        if image.mode == "CMYK":
+            image = image.convert("RGB")
+        return self.transform(image), idx
+
+
+class GrayUnlessRgb(CsvDataset):
+    def __getitem__(self, idx: int) -> Any:
+        image = Image.open(os.path.join(self.root, self.frame.iloc[idx]["file"]))
+        return self.transform(image if image.mode == "RGB" else image.convert("L")), idx
+
+
+def test_an_image_converted_where_its_mode_is_not_rgb() -> None:
+    """Code that reads the opened image's .mode is traced for every mode a file opens in: where
+    each comes out as an RGB file does, it is read natively (over the JPEG variety: grayscale
+    and CMYK files converted, RGB ones as opened)."""
+    paths = variety()
+    frame = pd.DataFrame({"file": paths, "label": range(len(paths))})
+    dataset = ConvertedIfNeeded(frame, "/", EVAL)
+    for a, b in zip(native(dataset, batch_size=8, num_workers=2), DataLoader(dataset, batch_size=8)):
+        same(a, b)
+    for cls, mode in ((CmykOnly, "L"), (GrayUnlessRgb, "L")):
+        with pytest.warns(UserWarning, match=f"reads the image's .mode, and for a {mode} file"):
+            fl.Loader(cls(frame, "/", EVAL), batch_size=4)
+
+
 def test_images_converted_to_l_are_read_natively() -> None:
     """Pillow's convert("L") of every JPEG of the variety, as its own dataset reads it (one
     channel), and converted back to RGB (three equal channels): DataLoader's batches."""

@@ -131,13 +131,23 @@ class _File(_Stand):
 
 class _Opened(_Stand):
     """``Image.open``'s result: the file, not decoded yet; ``upright`` once
-    ``ImageOps.exif_transpose`` has turned it."""
+    ``ImageOps.exif_transpose`` has turned it; ``mode_read`` once the code has asked its
+    ``.mode`` (answered with the mode the trace probes: :func:`trace_getitem`)."""
 
-    __slots__ = ("upright",)
+    __slots__ = ("upright", "mode_read")
 
     def __init__(self, source: Data, upright: bool = False) -> None:
         super().__init__(source)
         self.upright = upright
+        self.mode_read = False
+
+    @property
+    def mode(self) -> str:
+        probe: Optional[str] = getattr(_trace, "mode", None)
+        if probe is None:
+            _refuse("reads the opened image's .mode")
+        self.mode_read = _trace.mode_read = True
+        return probe
 
     def convert(self, mode: Any = None, *args: Any, **kwargs: Any) -> "_Decoded":
         if mode not in _GRAY or args or kwargs:
@@ -178,6 +188,10 @@ class _Decoded(_Stand):
         if mode == "L":
             return self if self.gray == 1 else _Decoded(self.source, 1, self.upright)
         return self if self.gray is None else _Decoded(self.source, 3, self.upright)
+
+    @property
+    def mode(self) -> str:
+        return "L" if self.gray == 1 else "RGB"
 
     def copy(self) -> "_Decoded":
         return self
@@ -449,6 +463,12 @@ class _Held:
         if len(args) == 1 and not kwargs and isinstance(args[0], _Decoded):
             return _Applied(self.original, args[0])
         if len(args) == 1 and not kwargs and isinstance(args[0], _Opened):
+            opened = args[0]
+            if opened.mode_read and _trace.mode == "RGB":
+                # The code looked: an RGB file's image, as opened, is its RGB decode.
+                return _Applied(self.original, _Decoded(opened.source, None, opened.upright))
+            if opened.mode_read:
+                _refuse(f"applies {_name(self.original)} to a {_trace.mode} file's image as opened")
             _refuse(f"applies {_name(self.original)} to the image as opened, not converted to RGB "
                     "(in each file's own mode; with .convert('RGB') it is read natively)")
         what = ", ".join([*map(_describe, args), *(f"{k}={_describe(v)}" for k, v in kwargs.items())])
@@ -734,22 +754,43 @@ def trace_getitem(dataset: Any) -> Union[Traced, str]:
             return "cannot be traced: the dataset is empty"
     except Exception as e:
         return f"cannot be traced: len(dataset) raises {type(e).__name__}: {e}"
-    found = []
-    for seed in (0, 1):
-        traced = _run_first(dataset, seed)
-        if isinstance(traced, str):
-            return traced
-        found.append(traced)
-    (first, first_target), (second, second_target) = found
-    if (
-        first.transform is not second.transform
-        or (first.layout, first.first, first.gray, first.upright)
-        != (second.layout, second.first, second.gray, second.upright)
-    ):
-        return "makes dataset[0] differently from one call to the next"
-    if not _same(first_target, second_target):
-        return "draws dataset[0]'s target at random (per-sample seeding runs it in worker processes)"
+    _trace.mode, _trace.mode_read = "RGB", False
+    try:
+        found = []
+        for seed in (0, 1):
+            traced = _run_first(dataset, seed)
+            if isinstance(traced, str):
+                return traced
+            found.append(traced)
+        (first, first_target), (second, second_target) = found
+        if not _alike(first, second):
+            return "makes dataset[0] differently from one call to the next"
+        if not _same(first_target, second_target):
+            return "draws dataset[0]'s target at random (per-sample seeding runs it in worker processes)"
+        if _trace.mode_read:
+            # It looked at the file's mode: every mode a file opens in must come out as an RGB
+            # file does (`if img.mode != "RGB": img = img.convert("RGB")`).
+            for mode in _FILE_MODES:
+                _trace.mode = mode
+                other = _run_first(dataset, 0)
+                if isinstance(other, str) or not _alike(first, other[0]) or not _same(first_target, other[1]):
+                    why = other if isinstance(other, str) else "makes its sample otherwise"
+                    return f"reads the image's .mode, and for a {mode} file {why}"
+    finally:
+        _trace.mode = None
     return first._replace(seconds=min(first.seconds, second.seconds))
+
+
+#: The modes Pillow opens image files in, besides RGB: what a ``__getitem__`` that reads the
+#: opened image's ``.mode`` is traced with.
+_FILE_MODES = ("L", "LA", "P", "RGBA", "CMYK", "1", "I;16")
+
+
+def _alike(a: Traced, b: Traced) -> bool:
+    """Whether two traces read and transform the image alike."""
+    return a.transform is b.transform and (a.layout, a.first, a.gray, a.upright) == (
+        b.layout, b.first, b.gray, b.upright
+    )
 
 
 def _run_first(dataset: Any, seed: int) -> Union[Tuple[Traced, Any], str]:
@@ -912,6 +953,8 @@ class TracedItems:
     def __getitem__(self, position: int) -> Tuple[Data, Any]:
         index = position if self.indices is None else self.indices[position]
         run, getitem = self._runner()
+        # A .mode read answers RGB: the trace found every mode read alike.
+        _trace.mode = "RGB"
         try:
             out = _call(run, getitem, index)
         except Untraceable as e:
