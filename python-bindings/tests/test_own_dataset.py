@@ -370,8 +370,8 @@ def test_an_imagefolder_loader_that_opens_rgb_is_read_natively(folder: Path) -> 
         dataset = torchvision.datasets.ImageFolder(str(folder), EVAL, loader=loader)
         for a, b in zip(native(dataset, batch_size=4), DataLoader(dataset, batch_size=4)):
             same(a, b)
-    assert loader_opens(pil_loader) == Opened(None)
-    assert loader_opens(lambda p: Image.open(p).convert("L")) == Opened(1)
+    assert loader_opens(pil_loader) == Opened(())
+    assert loader_opens(lambda p: Image.open(p).convert("L")) == Opened((("Grayscale", 1),))
     assert "converts the image to 'RGBA'" in str(loader_opens(lambda p: Image.open(p).convert("RGBA")))
     # One converting to L: the samples have one channel, as torchvision's Grayscale makes them.
     gray = torchvision.datasets.ImageFolder(str(folder), EVAL_L, loader=lambda p: Image.open(p).convert("L"))
@@ -427,6 +427,24 @@ class GrayUnlessRgb(CsvDataset):
         return self.transform(image if image.mode == "RGB" else image.convert("L")), idx
 
 
+class Resized(CsvDataset):
+    """Resized with Pillow before the transform (Pillow's default filter, then a given one)."""
+
+    def __getitem__(self, idx: int) -> Any:
+        image = Image.open(os.path.join(self.root, self.frame.iloc[idx]["file"])).convert("RGB")
+        image = image.resize((40, 36)).convert("L").resize((30, 28), Image.Resampling.BILINEAR)
+        return self.transform(image), idx
+
+
+def test_an_image_resized_with_pillow_first() -> None:
+    paths = variety()
+    frame = pd.DataFrame({"file": paths, "label": range(len(paths))})
+    dataset = Resized(frame, "/", tv.Compose([tv.ToTensor(), tv.Normalize([0.5], [0.25])]))
+    for a, b in zip(native(dataset, batch_size=8, num_workers=2), DataLoader(dataset, batch_size=8)):
+        same(a, b)
+    assert a[0].shape[1:] == (1, 28, 30)
+
+
 def test_an_image_converted_where_its_mode_is_not_rgb() -> None:
     """Code that reads the opened image's .mode is traced for every mode a file opens in: where
     each comes out as an RGB file does, it is read natively (over the JPEG variety: grayscale
@@ -451,7 +469,7 @@ def test_images_converted_to_l_are_read_natively() -> None:
             same(a, b)
     assert a[0].shape[1] == 3
     views = Gray(frame, "/", TwoViews(EVAL_L))
-    with pytest.warns(UserWarning, match=r"converts the image to 'L' before .*, not a torchvision transform"):
+    with pytest.warns(UserWarning, match=r"converts or resizes the image before TwoViews, not a torchvision transform"):
         fl.Loader(views, batch_size=4)
 
 

@@ -53,7 +53,7 @@ __all__ = [
     "Reads",
     "TracedItems",
     "from_library",
-    "grayscale_first",
+    "steps_first",
     "loader_opens",
     "reading_copy",
     "sets_up_workers",
@@ -152,7 +152,8 @@ class _Opened(_Stand):
     def convert(self, mode: Any = None, *args: Any, **kwargs: Any) -> "_Decoded":
         if mode not in _GRAY or args or kwargs:
             _refuse(f"converts the image to {mode!r} (the native loader decodes to 'RGB' or 'L')")
-        return _Decoded(self.source, _GRAY[mode], self.upright)
+        step = _GRAY[mode]
+        return _Decoded(self.source, () if step is None else (step,), self.upright)
 
     def load(self) -> None:
         return None
@@ -164,34 +165,57 @@ class _Opened(_Stand):
         )
 
 
-#: What ``convert(mode)`` of the opened file is natively: the RGB decode, then a
-#: ``Grayscale(num_output_channels)`` where it is not ``None``. Pillow's ``convert("L")`` of
-#: any file equals its ``convert("RGB").convert("L")`` (every mode of the decode fixtures,
-#: CMYK and palette ones included), which is ``Grayscale(1)`` of the RGB image.
-_GRAY: Dict[str, Optional[int]] = {"RGB": None, "L": 1}
+#: What the image's own ops (``convert``, ``resize``) are natively: torchvision transforms run
+#: first, each a step ``(name, *args)`` (comparable between traces). Pillow's ``convert("L")``
+#: of any file equals its ``convert("RGB").convert("L")`` (every mode of the decode fixtures,
+#: CMYK and palette ones included), which is ``Grayscale(1)`` of the RGB image; an L image's
+#: ``convert("RGB")`` is ``Grayscale(3)``'s; ``resize((w, h), resample)`` is
+#: ``Resize((h, w), resample)``'s, which calls it.
+Step = Tuple[Any, ...]
+
+#: ``convert``'s modes, as the step they add after the RGB decode (``None``: none).
+_GRAY: Dict[str, Optional[Step]] = {"RGB": None, "L": ("Grayscale", 1)}
+
+#: Pillow's resampling filters by number, as torchvision's ``InterpolationMode`` names them.
+_RESAMPLE = {0: "nearest", 1: "lanczos", 2: "bilinear", 3: "bicubic", 4: "box", 5: "hamming"}
 
 
 class _Decoded(_Stand):
-    """The image as ``Image.open(...).convert(mode)`` makes it: RGB (``gray`` ``None``),
-    ``"L"`` (``gray`` 1), or an ``"L"`` image converted back to RGB (``gray`` 3)."""
+    """The image as ``Image.open(...).convert(mode)`` makes it, then ``steps`` (see
+    :data:`Step`): the RGB decode for none."""
 
-    __slots__ = ("gray", "upright")
+    __slots__ = ("steps", "upright")
 
-    def __init__(self, source: Data, gray: Optional[int] = None, upright: bool = False) -> None:
+    def __init__(self, source: Data, steps: Tuple[Step, ...] = (), upright: bool = False) -> None:
         super().__init__(source)
-        self.gray = gray
+        self.steps = steps
         self.upright = upright
+
+    def _then(self, step: Step) -> "_Decoded":
+        return _Decoded(self.source, (*self.steps, step), self.upright)
 
     def convert(self, mode: Any = None, *args: Any, **kwargs: Any) -> "_Decoded":
         if mode not in _GRAY or args or kwargs:
             _refuse(f"converts the image to {mode!r}")
-        if mode == "L":
-            return self if self.gray == 1 else _Decoded(self.source, 1, self.upright)
-        return self if self.gray is None else _Decoded(self.source, 3, self.upright)
+        if mode == self.mode:
+            return self
+        return self._then(("Grayscale", 1 if mode == "L" else 3))
+
+    def resize(self, size: Any, resample: Any = None, box: Any = None, reducing_gap: Any = None) -> "_Decoded":
+        if box is not None or reducing_gap is not None:
+            _refuse("resizes the image by a box or with a reducing gap")
+        if not (isinstance(size, (tuple, list)) and len(size) == 2 and all(isinstance(v, int) for v in size)):
+            _refuse(f"resizes the image to {size!r}")
+        # Pillow's default for RGB and L images.
+        filter_ = 3 if resample is None else int(resample)
+        if filter_ not in _RESAMPLE:
+            _refuse(f"resizes the image with filter {resample!r}")
+        return self._then(("Resize", size[1], size[0], filter_))
 
     @property
     def mode(self) -> str:
-        return "L" if self.gray == 1 else "RGB"
+        grays = [step[1] for step in self.steps if step[0] == "Grayscale"]
+        return "L" if grays and grays[-1] == 1 else "RGB"
 
     def copy(self) -> "_Decoded":
         return self
@@ -281,7 +305,7 @@ def _exif_transpose(image: Any, *, in_place: bool = False) -> Any:
         return None
     if isinstance(image, _Opened):
         return _Opened(image.source, True)
-    return _Decoded(image.source, image.gray, True)
+    return _Decoded(image.source, image.steps, True)
 
 
 class _ImageOpsModule:
@@ -466,7 +490,7 @@ class _Held:
             opened = args[0]
             if opened.mode_read and _trace.mode == "RGB":
                 # The code looked: an RGB file's image, as opened, is its RGB decode.
-                return _Applied(self.original, _Decoded(opened.source, None, opened.upright))
+                return _Applied(self.original, _Decoded(opened.source, (), opened.upright))
             if opened.mode_read:
                 _refuse(f"applies {_name(self.original)} to a {_trace.mode} file's image as opened")
             _refuse(f"applies {_name(self.original)} to the image as opened, not converted to RGB "
@@ -551,10 +575,10 @@ def _writes_globals(code: types.CodeType) -> bool:
 
 
 class Opened(NamedTuple):
-    """How a ``loader=`` function opens each file: the RGB decode, then ``Grayscale(gray)``
-    where ``gray`` is not ``None`` (see :data:`_GRAY`)."""
+    """How a ``loader=`` function opens each file: the RGB decode, then ``steps`` (see
+    :data:`Step`)."""
 
-    gray: Optional[int]
+    steps: Tuple[Step, ...]
 
 
 def loader_opens(loader: Any) -> Union[Opened, str]:
@@ -580,21 +604,29 @@ def loader_opens(loader: Any) -> Union[Opened, str]:
             "turns the image upright per its EXIF orientation (the listing is read as stored; a "
             "dataset class doing so, or Loader(exif_transpose=True), is read natively upright)"
         )
-    return Opened(got.gray)
+    return Opened(got.steps)
 
 
-def grayscale_first(transform: Any, gray: Optional[int]) -> Union[Any, str]:
-    """``transform`` after the ``Grayscale(gray)`` that stands for the conversion to ``"L"``
-    (torchvision's ``Compose``), or why it cannot be: a transform that is not torchvision's (a
+def steps_first(transform: Any, steps: Tuple[Step, ...]) -> Union[Any, str]:
+    """``transform`` after the torchvision transforms that stand for the image's own ``steps``
+    (a ``Compose`` of them), or why it cannot be: a transform that is not torchvision's (a
     multi-view object) is run as it is."""
-    if gray is None:
+    if not steps:
         return transform
     module = type(transform).__module__ or ""
     if not module.startswith("torchvision."):
-        return f"converts the image to 'L' before {_name(transform)}, not a torchvision transform"
+        return f"converts or resizes the image before {_name(transform)}, not a torchvision transform"
     import torchvision.transforms as tv  # type: ignore[import-untyped]
 
-    return tv.Compose([tv.Grayscale(gray), transform])
+    ops: List[Any] = []
+    for name, *args in steps:
+        if name == "Grayscale":
+            ops.append(tv.Grayscale(args[0]))
+        else:
+            height, width, filter_ = args
+            mode = tv.InterpolationMode(_RESAMPLE[filter_])
+            ops.append(tv.Resize((height, width), interpolation=mode))
+    return tv.Compose([*ops, transform])
 
 
 Slot = Union[int, str, None]
@@ -722,7 +754,7 @@ class Traced(NamedTuple):
     layout: Layout
     first: Data
     seconds: float
-    gray: Optional[int]
+    steps: Tuple[Step, ...]
     upright: bool
 
 
@@ -788,8 +820,8 @@ _FILE_MODES = ("L", "LA", "P", "RGBA", "CMYK", "1", "I;16")
 
 def _alike(a: Traced, b: Traced) -> bool:
     """Whether two traces read and transform the image alike."""
-    return a.transform is b.transform and (a.layout, a.first, a.gray, a.upright) == (
-        b.layout, b.first, b.gray, b.upright
+    return a.transform is b.transform and (a.layout, a.first, a.steps, a.upright) == (
+        b.layout, b.first, b.steps, b.upright
     )
 
 
@@ -821,7 +853,7 @@ def _run_first(dataset: Any, seed: int) -> Union[Tuple[Traced, Any], str]:
     assert split is not None
     image, target = split
     decoded = image.image
-    return Traced(image.transform, layout, decoded.source, seconds, decoded.gray, decoded.upright), target
+    return Traced(image.transform, layout, decoded.source, seconds, decoded.steps, decoded.upright), target
 
 
 def _call(dataset: Any, getitem: Any, index: int) -> Any:
@@ -923,7 +955,7 @@ class TracedItems:
             t = part.traced
             if t.transform is not first.transform:
                 return "holds parts with different transforms (one native pipeline runs them all)"
-            if (t.layout, t.gray, t.upright) != (first.layout, first.gray, first.upright):
+            if (t.layout, t.steps, t.upright) != (first.layout, first.steps, first.upright):
                 return "holds parts whose samples are made differently"
         return _ConcatItems(parts)
 
@@ -969,7 +1001,7 @@ class TracedItems:
                 f"than dataset[0]'s ({self.traced.layout.describe()}), which the loader reads so"
             )
         image, target = split
-        if (image.image.gray, image.image.upright) != (self.traced.gray, self.traced.upright):
+        if (image.image.steps, image.image.upright) != (self.traced.steps, self.traced.upright):
             raise TypeError(
                 f"dataset[{index}]: {self.name}.__getitem__ converted or turned the image "
                 "otherwise than dataset[0]'s, which the loader reads so"

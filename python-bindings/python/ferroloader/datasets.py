@@ -41,7 +41,7 @@ from ferroloader._getitem import (
     Layout,
     TracedItems,
     from_library,
-    grayscale_first,
+    steps_first,
     loader_opens,
     sets_up_workers,
     trace_getitem,
@@ -263,7 +263,7 @@ def _traced_items(dataset: Any) -> Union[Tuple[TracedItems, Any], str]:
     traced = trace_getitem(dataset)
     if isinstance(traced, str):
         return traced
-    transform = grayscale_first(traced.transform, traced.gray)
+    transform = steps_first(traced.transform, traced.steps)
     if isinstance(transform, str):
         return transform
     if traced.seconds > GIL_BUDGET_S:
@@ -650,7 +650,7 @@ def _folder_listing(dataset: Any) -> _Listing:
         # pil_loader, most often) gives the pixels the native decode gives; one converting to
         # L, those of a Grayscale(1) first.
         opened = loader_opens(dataset.loader)
-        made = transform if isinstance(opened, str) or transform is None else grayscale_first(transform, opened.gray)
+        made = transform if isinstance(opened, str) or transform is None else steps_first(transform, opened.steps)
         why = opened if isinstance(opened, str) else made if isinstance(made, str) else None
         if why is not None:
             raise ValueError(
