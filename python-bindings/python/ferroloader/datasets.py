@@ -9,9 +9,12 @@ torchvision's datasets that hold decoded images in one array (CIFAR-10/100, SVHN
 the one-channel MNIST, FashionMNIST, KMNIST, EMNIST and QMNIST) and their ``Subset``s become a
 native ``ImageArray`` (the pixels copied once). A Hugging Face ``datasets.Dataset`` with an
 ``Image()`` column (and a ``Subset`` of one) becomes a native ``EncodedTable``: its Arrow
-buffers read where they lie (``ferroloader._hfdatasets``). Anything else with ``__getitem__`` and
-``__len__`` is used through the protocol below, asked for each sample by the worker that reads
-it. Must not read image files (the workers do), nor run a dataset's ``__getitem__`` where it
+buffers read where they lie (``ferroloader._hfdatasets``). A training script's own dataset
+class given with no ``transform=`` whose ``__getitem__`` opens, converts and transforms one
+image (``ferroloader._getitem``: traced, nothing decoded) is read through the protocol below
+as its ``TracedItems``, as are its ``Subset``s and ``ConcatDataset``s. Anything else with
+``__getitem__`` and ``__len__`` is used through the protocol, asked for each sample by the
+worker that reads it. Must not read image files (the workers do), nor run a dataset's ``__getitem__`` where it
 reads a dataset natively.
 
 The protocol, for listings that come from a manifest or a database: ``dataset[i]`` returns
@@ -41,9 +44,9 @@ from ferroloader._getitem import (
     Layout,
     TracedItems,
     from_library,
-    steps_first,
     loader_opens,
     sets_up_workers,
+    steps_first,
     trace_getitem,
 )
 from ferroloader._targets import TargetTable
