@@ -420,23 +420,7 @@ class _TimedPilLoader:
     def __call__(self, path: Any) -> Any:
         from PIL import Image
 
-        rec = self.rec
-        depth = rec.depth + 1
-        start = rec.start()
-        try:
-            with open(path, "rb") as f:
-                data = f.read()
-        except Exception:
-            _failed_in(rec, "read", start, depth)
-            raise
-        start = rec.end("read", rec.sample, depth, start)
-        try:
-            img = Image.open(io.BytesIO(data)).convert("RGB")
-        except Exception:
-            _failed_in(rec, "decode", start, depth)
-            raise
-        rec.end("decode", rec.sample, depth, start)
-        return img
+        return _read_and_decode(self.rec, path, lambda data: Image.open(io.BytesIO(data)).convert("RGB"))
 
     def __getstate__(self) -> _Recorder:
         return self.rec
@@ -459,30 +443,40 @@ class _TimedImageOpen:
     def __call__(self, fp: Any, mode: str = "r", formats: Any = None) -> Any:
         from PIL import Image
 
-        rec = self.rec
-        depth = rec.depth + 1
-        start = rec.start()
-        name = os.fspath(fp) if isinstance(fp, (str, os.PathLike)) else None
-        try:
-            if name is not None:
-                with open(name, "rb") as f:
-                    data = f.read()
-            else:
-                data = fp.read()
-        except Exception:
-            _failed_in(rec, "read", start, depth)
-            raise
-        start = rec.end("read", rec.sample, depth, start)
-        try:
-            img = Image.open(io.BytesIO(data), mode, formats)  # type: ignore[arg-type]  # Pillow's own check of mode
+        def opened(data: bytes) -> Any:
+            img = Image.open(io.BytesIO(data), mode, formats)  # type: ignore[arg-type]  # Pillow checks mode
             img.load()
-        except Exception:
-            _failed_in(rec, "decode", start, depth)
-            raise
-        rec.end("decode", rec.sample, depth, start)
-        if name is not None:
-            img.filename = name
+            return img
+
+        img = _read_and_decode(self.rec, fp, opened)
+        if isinstance(fp, (str, os.PathLike)):
+            img.filename = os.fspath(fp)
         return img
+
+
+def _read_and_decode(rec: _Recorder, fp: Any, decode: Callable[[bytes], Any]) -> Any:
+    """``decode`` of the bytes of ``fp`` (a path, or a file object read on from where it
+    stands), the read in a ``read`` span, the decode in a ``decode`` span, nested in the
+    sample's current span (a failure recorded in the one it happened in)."""
+    depth = rec.depth + 1
+    start = rec.start()
+    try:
+        if isinstance(fp, (str, os.PathLike)):
+            with open(fp, "rb") as f:
+                data = f.read()
+        else:
+            data = fp.read()
+    except Exception:
+        _failed_in(rec, "read", start, depth)
+        raise
+    start = rec.end("read", rec.sample, depth, start)
+    try:
+        img = decode(data)
+    except Exception:
+        _failed_in(rec, "decode", start, depth)
+        raise
+    rec.end("decode", rec.sample, depth, start)
+    return img
 
 
 def _attempt_failed(rec: _Recorder, op: str, start: SpanStart, depth: int) -> None:
