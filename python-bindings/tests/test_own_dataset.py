@@ -427,6 +427,29 @@ class GrayUnlessRgb(CsvDataset):
         return self.transform(image if image.mode == "RGB" else image.convert("L")), idx
 
 
+def test_an_image_handed_over_as_opened_must_be_rgb(folder: Path) -> None:
+    """Unconverted, each file must open in mode RGB (DataLoader would hand over another mode,
+    and fail to collate it): read as RGB where it does, an error naming the file where it
+    does not; a transform that starts by making it gray takes any mode."""
+    def mode(path: str) -> str:
+        with Image.open(path) as image:
+            return str(image.mode)
+
+    rgb = [p for p in variety() if mode(p) == "RGB"]
+    frame = pd.DataFrame({"file": rgb, "label": range(len(rgb))})
+    dataset = Unconverted(frame, "/", EVAL)
+    for a, b in zip(native(dataset, batch_size=8, num_workers=2), DataLoader(dataset, batch_size=8)):
+        same(a, b)
+    paths = variety()
+    frame = pd.DataFrame({"file": paths, "label": range(len(paths))})
+    first = next(p for p in paths if mode(p) != "RGB")
+    with pytest.raises(OSError, match=rf"{Path(first).name}' opens in mode {mode(first)}, not RGB"):
+        list(native(Unconverted(frame, "/", EVAL), batch_size=8))
+    made_gray = Unconverted(frame, "/", tv.Compose([tv.Grayscale(), EVAL_L]))
+    for a, b in zip(native(made_gray, batch_size=8, num_workers=2), DataLoader(made_gray, batch_size=8)):
+        same(a, b)
+
+
 class Resized(CsvDataset):
     """Resized with Pillow before the transform (Pillow's default filter, then a given one)."""
 
@@ -529,7 +552,6 @@ class AsArray(CsvDataset):
     "cls,why",
     [
         (Cmyk, "converts the image to 'CMYK'"),
-        (Unconverted, "image as opened, not converted to RGB"),
         (Sized, "uses the image's .size"),
         (TwoImages, "2 transformed images"),
         (RandomTarget, "target at random"),

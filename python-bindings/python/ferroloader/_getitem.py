@@ -173,6 +173,10 @@ class _Opened(_Stand):
 #: ``Resize((h, w), resample)``'s, which calls it.
 Step = Tuple[Any, ...]
 
+#: The step of an image handed to the transform as opened, unconverted: read as RGB, which
+#: it is only where the file opens in mode RGB (checked per file: :meth:`TracedItems.checked`).
+_AS_OPENED: Step = ("as opened",)
+
 #: ``convert``'s modes, as the step they add after the RGB decode (``None``: none).
 _GRAY: Dict[str, Optional[Step]] = {"RGB": None, "L": ("Grayscale", 1)}
 
@@ -493,8 +497,8 @@ class _Held:
                 return _Applied(self.original, _Decoded(opened.source, (), opened.upright))
             if opened.mode_read:
                 _refuse(f"applies {_name(self.original)} to a {_trace.mode} file's image as opened")
-            _refuse(f"applies {_name(self.original)} to the image as opened, not converted to RGB "
-                    "(in each file's own mode; with .convert('RGB') it is read natively)")
+            # In each file's own mode: read as RGB, each file checked to open so (TracedItems).
+            return _Applied(self.original, _Decoded(opened.source, (_AS_OPENED,), opened.upright))
         what = ", ".join([*map(_describe, args), *(f"{k}={_describe(v)}" for k, v in kwargs.items())])
         _refuse(f"calls {_name(self.original)}({what}) (the native loader applies one transform "
                 "to the RGB image)")
@@ -611,6 +615,7 @@ def steps_first(transform: Any, steps: Tuple[Step, ...]) -> Union[Any, str]:
     """``transform`` after the torchvision transforms that stand for the image's own ``steps``
     (a ``Compose`` of them), or why it cannot be: a transform that is not torchvision's (a
     multi-view object) is run as it is."""
+    steps = tuple(step for step in steps if step != _AS_OPENED)
     if not steps:
         return transform
     module = type(transform).__module__ or ""
@@ -1012,7 +1017,37 @@ class TracedItems:
                 "the transform the loader converted when it was made (set another since?): make "
                 "the loader again to run the new one"
             )
+        if self._check_mode:
+            self._checked(index, image.image.source)
         return image.image.source, target
+
+    @property
+    def _check_mode(self) -> bool:
+        """Whether each file must open in mode RGB: its image goes to the transform as opened,
+        and the transform does not start by making it gray (as ``Grayscale`` makes any mode)."""
+        if _AS_OPENED not in self.traced.steps:
+            return False
+        first = getattr(self.traced.transform, "transforms", [self.traced.transform])[:1]
+        return not (first and type(first[0]).__name__ == "Grayscale")
+
+    def _checked(self, index: int, source: Data) -> None:
+        """Raises where sample ``index``'s file does not open in mode RGB: DataLoader would hand
+        its transform an image of another mode, which the native loader does not make. (A file
+        Pillow cannot open is left to the decode's own error.)"""
+        from PIL import Image
+
+        try:
+            with Image.open(source if isinstance(source, str) else io.BytesIO(source)) as opened:
+                mode = opened.mode
+        except Exception:
+            return
+        if mode != "RGB":
+            raise TypeError(
+                f"dataset[{index}]: {self.name}.__getitem__ hands its transform the image as "
+                f"opened, and {_where(source)} opens in mode {mode}, not RGB (the loader reads "
+                "images handed over unconverted only where they are RGB): convert it with "
+                ".convert('RGB') in __getitem__"
+            )
 
     def __getstate__(self) -> Dict[str, Any]:
         return {"dataset": self.dataset, "indices": self.indices, "name": self.name, "_run": None, "_seen": []}
