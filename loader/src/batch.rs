@@ -109,7 +109,8 @@ impl Batch {
         self.layout
     }
 
-    /// The images' shape: `[len, sample shape...]`.
+    /// The images' shape: `[len, sample shape...]` (with samples cut into parts, each part's
+    /// `[len, part]` run lies at [`Batch::part_range`]).
     pub fn shape(&self) -> [usize; 4] {
         let [a, b, c] = self.layout.shape;
         [self.len, a, b, c]

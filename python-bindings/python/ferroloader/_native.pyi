@@ -275,7 +275,8 @@ _BatchArrays = Tuple[
 
 @final
 class EpochIter(Iterator[_BatchArrays]):
-    """One epoch: ``(images, labels, indices)`` numpy arrays viewing the batch buffer."""
+    """One epoch: ``(images, labels, indices)`` numpy arrays viewing the batch buffer (for a
+    loader of views, ``images`` is one ``[B, elements]`` array per view, each its block)."""
 
     def __iter__(self) -> EpochIter: ...
     def __next__(self) -> _BatchArrays: ...
