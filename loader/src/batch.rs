@@ -61,6 +61,11 @@ pub struct Batch {
     pub(crate) len: usize,
     pub(crate) layout: SampleLayout,
     pub(crate) sample_bytes: usize,
+    /// Bytes of each part of a sample (one entry, `sample_bytes`, when samples are not cut).
+    pub(crate) part_bytes: Arc<[usize]>,
+    /// Samples each part's block was laid out for: `len`, or more when skipped samples left
+    /// the batch short (its samples are then the first `len` of each block).
+    pub(crate) rows: usize,
     pub(crate) index: usize,
     pub(crate) epoch: u64,
     pub(crate) out_of_order: bool,
@@ -104,16 +109,45 @@ impl Batch {
         self.layout
     }
 
-    /// The images' shape: `[len, sample shape...]`.
+    /// The images' shape: `[len, sample shape...]` (with samples cut into parts, each part's
+    /// `[len, part]` run lies at [`Batch::part_range`]).
     pub fn shape(&self) -> [usize; 4] {
         let [a, b, c] = self.layout.shape;
         [self.len, a, b, c]
     }
 
     /// The images as raw bytes (native-endian elements), `len * sample bytes` long,
-    /// 64-byte aligned.
+    /// 64-byte aligned. With samples cut into parts, the blocks of every part (see
+    /// [`Batch::part`]), `rows * sample bytes` long.
     pub fn image_bytes(&self) -> &[u8] {
-        &self.buffer.images[..self.len * self.sample_bytes]
+        &self.buffer.images[..self.block_rows() * self.sample_bytes]
+    }
+
+    /// Samples each part's block holds room for.
+    fn block_rows(&self) -> usize {
+        if self.part_bytes.len() > 1 {
+            self.rows
+        } else {
+            self.len
+        }
+    }
+
+    /// Parts each sample is cut into ([`crate::SampleProcessor::sample_parts`]; 1 when not).
+    pub fn parts(&self) -> usize {
+        self.part_bytes.len()
+    }
+
+    /// Bytes of part `part` of one sample.
+    pub fn part_len(&self, part: usize) -> Option<usize> {
+        self.part_bytes.get(part).copied()
+    }
+
+    /// Where part `part` of the batch's samples lies in [`Batch::image_bytes`]: the bytes of
+    /// `len` samples' part, one after the other, so a contiguous `[len, part]` run.
+    pub fn part_range(&self, part: usize) -> Option<std::ops::Range<usize>> {
+        let bytes = self.part_bytes.get(part)?;
+        let start = self.block_rows() * self.part_bytes[..part].iter().sum::<usize>();
+        Some(start..start + self.len * bytes)
     }
 
     /// The images, typed.
@@ -132,7 +166,8 @@ impl Batch {
     /// write into it (numpy arrays are writable): the batch owns its buffer until it drops, and
     /// the loader overwrites all of it before delivering it again.
     pub fn parts_mut(&mut self) -> (BatchImagesMut<'_>, &mut [i64], &mut [usize]) {
-        let bytes = &mut self.buffer.images[..self.len * self.sample_bytes];
+        let len = self.block_rows() * self.sample_bytes;
+        let bytes = &mut self.buffer.images[..len];
         let images = match self.layout.dtype {
             DType::U8 => BatchImagesMut::U8(bytes),
             // Cannot panic: as in `images`.
@@ -141,7 +176,8 @@ impl Batch {
         (images, &mut self.buffer.labels, &mut self.buffer.indices)
     }
 
-    /// The raw bytes of sample `i` of the batch.
+    /// The raw bytes of sample `i` of a batch whose samples are not cut into parts (with parts,
+    /// a sample's bytes lie in each part's block: [`Batch::part_range`]).
     pub fn sample_bytes(&self, i: usize) -> &[u8] {
         &self.image_bytes()[i * self.sample_bytes..(i + 1) * self.sample_bytes]
     }

@@ -1,8 +1,10 @@
 //! Batch buffers and the ring they are recycled through.
 //!
 //! A batch's images live in one contiguous, 64-byte-aligned allocation. While the batch is being
-//! filled, the allocation is split into one owned piece per sample (`BytesMut::split_to`), each
-//! piece travels to whichever worker processes that sample, and the pieces are joined back
+//! filled, the allocation is split into one owned piece per sample (`BytesMut::split_to`), or
+//! per part of a sample when samples are cut into parts (a block of each part's pieces after
+//! another, see [`crate::SampleProcessor::sample_parts`]); a sample's pieces travel to
+//! whichever worker processes that sample, and the pieces are joined back
 //! without a copy (`try_unsplit`) once all have returned: workers write straight into the batch
 //! with no shared mutable state and no `unsafe` here. Must not allocate in steady state: buffers
 //! and their bookkeeping vectors go back to the pool and are reused as they are. With
@@ -47,8 +49,11 @@ pub(crate) struct BatchBuffer {
     locked: Option<LockedRegion>,
     /// The whole buffer when idle or delivered; while split, only the unsplit tail.
     pub(crate) images: BytesMut,
-    /// One piece per sample while the batch is in flight (`None` while a worker holds it).
+    /// One piece per sample and part while the batch is in flight (`None` while a worker
+    /// holds it), in address order: part `p` of slot `i` at `p * rows + i`.
     pub(crate) pieces: Vec<Option<BytesMut>>,
+    /// Samples the buffer was last split for: each part's block holds that many.
+    pub(crate) rows: usize,
     /// One outcome per sample while the batch is in flight.
     pub(crate) outcomes: Vec<Outcome>,
     /// Labels of the samples written so far, in slot order.
@@ -86,6 +91,7 @@ impl BatchBuffer {
             locked: None,
             images,
             pieces,
+            rows: 0,
             outcomes,
             labels,
             indices,
@@ -93,16 +99,25 @@ impl BatchBuffer {
         })
     }
 
-    /// Splits the first `n` samples off into pieces and resets the bookkeeping.
-    pub(crate) fn split(&mut self, n: usize, sample_bytes: usize) {
+    /// Splits the first `n` samples off into pieces, `part_bytes` each (one entry: whole
+    /// samples), block by block, and resets the bookkeeping.
+    pub(crate) fn split(&mut self, n: usize, part_bytes: &[usize]) {
         self.pieces.clear();
-        for _ in 0..n {
-            self.pieces.push(Some(self.images.split_to(sample_bytes)));
+        for &bytes in part_bytes {
+            for _ in 0..n {
+                self.pieces.push(Some(self.images.split_to(bytes)));
+            }
         }
+        self.rows = n;
         self.outcomes.clear();
         self.outcomes.resize_with(n, || Outcome::Pending);
         self.labels.clear();
         self.indices.clear();
+    }
+
+    /// Parts each sample is split into.
+    pub(crate) fn parts(&self) -> usize {
+        self.pieces.len().checked_div(self.rows).unwrap_or(0)
     }
 
     /// Joins the pieces and the tail back into one buffer, in place. Returns false when that is
@@ -136,17 +151,24 @@ impl BatchBuffer {
 
     /// Copies the sample in slot `from` over slot `to` (`to < from`) of the same batch.
     pub(crate) fn move_piece(&mut self, from: usize, to: usize) {
-        let (low, high) = self.pieces.split_at_mut(from);
-        if let (Some(Some(dst)), Some(Some(src))) = (low.get_mut(to), high.first()) {
-            dst.copy_from_slice(src);
+        for part in 0..self.parts() {
+            let (low, high) = self.pieces.split_at_mut(part * self.rows + from);
+            if let (Some(Some(dst)), Some(Some(src))) =
+                (low.get_mut(part * self.rows + to), high.first())
+            {
+                dst.copy_from_slice(src);
+            }
         }
     }
 
-    /// Copies slot `from` of `src` into slot `to` of `self`.
+    /// Copies slot `from` of `src` into slot `to` of `self` (split into the same parts).
     pub(crate) fn copy_piece_from(&mut self, to: usize, src: &BatchBuffer, from: usize) {
-        if let (Some(Some(dst)), Some(Some(src))) = (self.pieces.get_mut(to), src.pieces.get(from))
-        {
-            dst.copy_from_slice(src);
+        for part in 0..self.parts() {
+            let dst = self.pieces.get_mut(part * self.rows + to);
+            let src = src.pieces.get(part * src.rows + from);
+            if let (Some(Some(dst)), Some(Some(src))) = (dst, src) {
+                dst.copy_from_slice(src);
+            }
         }
     }
 }
@@ -302,7 +324,7 @@ mod tests {
         let base = buf.images.as_ptr() as usize;
         assert_eq!(base % ALIGN, 0);
         assert_eq!(buf.images.len(), 48);
-        buf.split(3, 12);
+        buf.split(3, &[12]);
         for (i, piece) in buf.pieces.iter_mut().enumerate() {
             let piece = piece.as_mut().expect("just split");
             assert_eq!(piece.as_ptr() as usize, base + 12 * i);
@@ -325,10 +347,42 @@ mod tests {
     }
 
     #[test]
+    fn parts_are_split_block_by_block_and_moved_part_by_part() {
+        let pool = BufferPool::new(6, 2, HostMemory::Pageable);
+        let mut buf = pool.take(4).expect("small");
+        let base = buf.images.as_ptr() as usize;
+        // Samples of a 2-byte part and a 4-byte part, laid out for 3 samples.
+        buf.split(3, &[2, 4]);
+        assert_eq!((buf.rows, buf.parts(), buf.pieces.len()), (3, 2, 6));
+        let starts = [0, 2, 4, 6, 10, 14];
+        for (i, piece) in buf.pieces.iter_mut().enumerate() {
+            let piece = piece.as_mut().expect("just split");
+            assert_eq!(piece.as_ptr() as usize, base + starts[i]);
+            piece.fill(i as u8 + 1);
+        }
+        let mut other = pool.take(4).expect("small");
+        other.split(2, &[2, 4]);
+        for piece in other.pieces.iter_mut() {
+            piece.as_mut().expect("just split").fill(9);
+        }
+        buf.move_piece(2, 0);
+        buf.copy_piece_from(1, &other, 1);
+        assert!(buf.join());
+        assert_eq!(buf.images.as_ptr() as usize, base, "joined in place");
+        assert_eq!(
+            &buf.images[..18],
+            &[3, 3, 9, 9, 3, 3, 6, 6, 6, 6, 9, 9, 9, 9, 6, 6, 6, 6]
+        );
+        // Split again for whole samples: the bookkeeping is the new split's.
+        buf.split(4, &[6]);
+        assert_eq!((buf.rows, buf.parts()), (4, 1));
+    }
+
+    #[test]
     fn a_lost_piece_makes_the_buffer_unusable_not_wrong() {
         let pool = BufferPool::new(8, 2, HostMemory::Pageable);
         let mut buf = pool.take(2).expect("small");
-        buf.split(2, 8);
+        buf.split(2, &[8]);
         buf.pieces[1] = None;
         assert!(!buf.join());
         pool.put(buf);

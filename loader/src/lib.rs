@@ -52,7 +52,7 @@ pub use options::{Delivery, ErrorPolicy, LoaderOptions, MAX_NUM_WORKERS, MAX_PRE
 pub use pipeline::{EpochIter, ResumePoint, SkippedSample};
 pub use process::{
     in_op, AxisOrder, DType, Instrument, NoHooks, Op, OpHooks, SampleContext, SampleKey,
-    SampleLayout, SampleProcessor, SlotMut, TransformOp,
+    SampleLayout, SampleProcessor, SlotMut, SlotParts, TransformOp,
 };
 pub use profile::{ProfileHooks, ProfileInstrument};
 pub use sampler::{plan_repeats, Sampler, Shard};

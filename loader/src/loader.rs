@@ -76,6 +76,8 @@ where
     options: LoaderOptions,
     layout: SampleLayout,
     sample_bytes: usize,
+    /// Bytes of each part of a sample ([`SampleProcessor::sample_parts`]).
+    part_bytes: Arc<[usize]>,
     sampler: Sampler,
     pool: Arc<BufferPool>,
     kits: Arc<KitPool<P::Scratch>>,
@@ -115,6 +117,7 @@ where
                 format!("{layout:?} has no elements or too many"),
             )
         })?;
+        let part_bytes = part_bytes(&processor.sample_parts(), layout, sample_bytes)?;
         let sampler = Sampler::new(source.len(), options.shuffle, options.seed, options.shard)?;
         // The ring keeps the batches in flight plus two the consumer may hold (the one in use
         // and the one just returned), so a consumer that drops each batch in turn never makes
@@ -142,6 +145,7 @@ where
             profiling,
             layout,
             sample_bytes,
+            part_bytes,
             sampler,
             pool,
             kits: Arc::new(Mutex::new(Vec::new())),
@@ -449,12 +453,16 @@ where
                 _ => 0,
             },
             batch_numbers,
-            batch_ops: Arc::new(BatchOps::new(self.options.on_error.keeps_batches())),
+            // An op over `[B, sample]` images cannot run on samples cut into blocks.
+            batch_ops: Arc::new(BatchOps::new(
+                self.options.on_error.keeps_batches() && self.part_bytes.len() == 1,
+            )),
             policy: self.options.on_error,
             batch_size: self.options.batch_size,
             buffer_samples,
             layout: self.layout,
             sample_bytes: self.sample_bytes,
+            part_bytes: Arc::clone(&self.part_bytes),
             prefetch: self.options.prefetch_batches,
             scratch_limit: self.options.scratch_limit,
             seed: self.options.seed,
@@ -475,6 +483,22 @@ where
 /// Refuses a ring of batch buffers larger than the machine's physical memory: the allocator
 /// would grant it (pages are only reserved), and the process would be killed once workers
 /// filled it. Names `batch_size` when one buffer alone is too large, else `prefetch_batches`.
+/// Bytes of each of `parts` (elements each; none: the whole sample) of a `layout` sample, or
+/// why they do not cut it.
+fn part_bytes(parts: &[usize], layout: SampleLayout, sample_bytes: usize) -> Result<Arc<[usize]>> {
+    if parts.is_empty() {
+        return Ok(Arc::from([sample_bytes]));
+    }
+    let total = parts.iter().try_fold(0usize, |acc, &n| acc.checked_add(n));
+    if parts.contains(&0) || total != layout.numel() {
+        return Err(LoaderError::invalid(
+            "sample_parts",
+            format!("{parts:?} elements do not cut a sample of {layout:?} into parts"),
+        ));
+    }
+    Ok(parts.iter().map(|&n| n * layout.dtype.size()).collect())
+}
+
 fn check_ring_fits(samples: usize, sample_bytes: usize, ring: usize) -> Result<()> {
     let Some(buffer) = samples
         .checked_mul(sample_bytes)

@@ -40,7 +40,7 @@ use crate::error::LoaderError;
 use crate::options::{Delivery, ErrorPolicy};
 use crate::process::{
     DType, Instrument, NoHooks, Op, OpHooks, OpTracker, SampleContext, SampleKey, SampleLayout,
-    SampleProcessor, SlotMut,
+    SampleProcessor, SlotParts,
 };
 use crate::profile::{ProfileHooks, Profiling, Tee};
 
@@ -84,6 +84,9 @@ pub(crate) struct Epoch<S, P: SampleProcessor, H> {
     pub(crate) buffer_samples: usize,
     pub(crate) layout: SampleLayout,
     pub(crate) sample_bytes: usize,
+    /// Bytes of each part of a sample ([`SampleProcessor::sample_parts`]); one entry,
+    /// `sample_bytes`, when samples are not cut.
+    pub(crate) part_bytes: Arc<[usize]>,
     pub(crate) prefetch: usize,
     /// [`crate::LoaderOptions::scratch_limit`].
     pub(crate) scratch_limit: usize,
@@ -158,7 +161,8 @@ struct Task {
     index: usize,
     /// The sample's [`SampleKey::repeat`].
     repeat: u64,
-    piece: BytesMut,
+    /// Its slot's pieces, one per part, in part order (a worker's own vector, reused).
+    pieces: Vec<BytesMut>,
     /// When this claim opened the batch, its planned time and size (for the profiler).
     opened: Option<(u64, usize)>,
     /// When this claim started the batch's first sample, the time (for the profiler).
@@ -198,7 +202,9 @@ where
 
     /// The next sample in epoch order, waiting while the prefetch window is full; `None` when
     /// there is nothing left to do or the epoch is shutting down.
-    fn claim(&self) -> Option<Task> {
+    /// `spare` is the calling worker's vector for the task's pieces (taken, handed back
+    /// through [`Task::pieces`]), so claims do not allocate.
+    fn claim(&self, spare: &mut Vec<BytesMut>) -> Option<Task> {
         let mut st = self.lock();
         loop {
             if st.shutdown || st.fatal.is_some() || st.next_position >= self.plan.len() {
@@ -228,16 +234,21 @@ where
             }
             // The batch is open and its piece home: the consumer only takes a batch once all
             // its samples are back, and each position is claimed once.
+            let mut pieces = std::mem::take(spare);
+            pieces.clear();
             let claimed = st.open.iter_mut().find(|p| p.index == batch).and_then(|p| {
                 let slot = position - p.start;
-                let piece = p.buffer.pieces.get_mut(slot)?.take()?;
+                let rows = p.buffer.rows;
+                for part in 0..self.part_bytes.len() {
+                    pieces.push(p.buffer.pieces.get_mut(part * rows + slot)?.take()?);
+                }
                 let started = match p.timing.started_ns {
                     Some(_) => None,
                     None => Some(*p.timing.started_ns.insert(now_ns())),
                 };
-                Some((slot, piece, started, p.buffer.fresh))
+                Some((slot, started, p.buffer.fresh))
             });
-            let Some((slot, piece, started, fresh)) = claimed else {
+            let Some((slot, started, fresh)) = claimed else {
                 st.fatal.get_or_insert_with(|| LoaderError::Worker {
                     message: format!("batch {batch} lost track of its samples"),
                 });
@@ -252,7 +263,7 @@ where
                 position,
                 index: self.plan[position],
                 repeat: self.repeats.get(position).copied().unwrap_or(0),
-                piece,
+                pieces,
                 opened,
                 started,
                 fresh,
@@ -271,7 +282,7 @@ where
             .pool
             .take(self.buffer_samples)
             .map_err(|e| buffer_error(self.buffer_samples, self.sample_bytes, e))?;
-        buffer.split(len, self.sample_bytes);
+        buffer.split(len, &self.part_bytes);
         let planned_ns = now_ns();
         st.open.push(Planned {
             index,
@@ -324,12 +335,19 @@ where
     /// unless the batch has a planned op and all its samples succeeded: then returns the job,
     /// for the calling worker to run ([`Epoch::run_batch_op`]) and hand back
     /// ([`Epoch::batch_op_done`]), which wakes the consumer.
-    fn complete(&self, task: Task, outcome: Outcome, worker: usize) -> Option<BatchOpJob> {
+    ///
+    /// Leaves `task.pieces` empty, for the worker's next claim.
+    fn complete(&self, task: &mut Task, outcome: Outcome, worker: usize) -> Option<BatchOpJob> {
         let mut st = self.lock();
         let profiling = self.profiling.enabled();
         let i = st.open.iter().position(|p| p.index == task.batch)?;
         let planned = &mut st.open[i];
-        planned.buffer.pieces[task.slot] = Some(task.piece);
+        let rows = planned.buffer.rows;
+        for (part, piece) in task.pieces.drain(..).enumerate() {
+            if let Some(home) = planned.buffer.pieces.get_mut(part * rows + task.slot) {
+                *home = Some(piece);
+            }
+        }
         planned.buffer.outcomes[task.slot] = outcome;
         planned.done += 1;
         if planned.done == planned.len {
@@ -485,7 +503,9 @@ where
         let mut tracker = OpTracker::new(hooks);
         if std::mem::take(&mut task.fresh) {
             tracker.enter(Op::FirstTouch);
-            touch_pages(&mut task.piece);
+            for piece in &mut task.pieces {
+                touch_pages(piece);
+            }
             tracker.exit(Op::FirstTouch);
         }
         let result = panic::catch_unwind(AssertUnwindSafe(|| {
@@ -493,9 +513,10 @@ where
             let read = self.source.read(index, &mut kit.buf);
             tracker.exit(Op::Read);
             let bytes = read.map_err(Failure::Read)?;
-            let slot = slot_mut(self.layout.dtype, &mut task.piece)?;
+            let slot =
+                SlotParts::new(self.layout.dtype, &mut task.pieces).map_err(Failure::Layout)?;
             self.processor
-                .process(bytes, key, &mut kit.scratch, slot, &mut tracker)
+                .process_parts(bytes, key, &mut kit.scratch, slot, &mut tracker)
                 .map_err(Failure::Transform)
         }));
         let op = tracker.failing_op();
@@ -594,17 +615,6 @@ where
     }
 }
 
-/// The slot view of a piece for the sample's element type.
-fn slot_mut(dtype: DType, piece: &mut [u8]) -> Result<SlotMut<'_>, Failure> {
-    Ok(match dtype {
-        DType::U8 => SlotMut::U8(piece),
-        DType::F32 => SlotMut::F32(
-            bytemuck::try_cast_slice_mut(piece)
-                .map_err(|e| Failure::Layout(format!("batch slot is not f32-aligned: {e}")))?,
-        ),
-    })
-}
-
 fn panic_message(payload: &(dyn Any + Send)) -> String {
     if let Some(s) = payload.downcast_ref::<&str>() {
         (*s).to_owned()
@@ -648,7 +658,7 @@ where
         worker,
     };
     let mut hand = Hand::new(&epoch, worker);
-    while let Some(task) = epoch.claim() {
+    while let Some(task) = epoch.claim(&mut hand.spare) {
         hand.work(&epoch, task);
     }
     hand.kit
@@ -661,6 +671,8 @@ struct Hand<T, H> {
     kit: Kit<T>,
     prof: ProfileHooks,
     hooks: H,
+    /// The vector a claimed sample's pieces travel in, between claims.
+    spare: Vec<BytesMut>,
 }
 
 impl<T, H: OpHooks> Hand<T, H> {
@@ -684,6 +696,7 @@ impl<T, H: OpHooks> Hand<T, H> {
             kit,
             prof: epoch.profiling.instrument.worker_hooks(worker),
             hooks: epoch.instrument.worker_hooks(worker),
+            spare: Vec::with_capacity(epoch.part_bytes.len()),
         }
     }
 
@@ -700,7 +713,9 @@ impl<T, H: OpHooks> Hand<T, H> {
             user: &mut self.hooks,
         };
         let outcome = epoch.run(self.worker, &mut task, &mut self.kit, &mut tee);
-        if let Some(mut job) = epoch.complete(task, outcome, self.worker) {
+        let job = epoch.complete(&mut task, outcome, self.worker);
+        self.spare = task.pieces;
+        if let Some(mut job) = job {
             let op = Op::Custom(job.op.name());
             let id = epoch.batch_id(job.index);
             let applied = self.prof.batch_op(id, op, || epoch.run_batch_op(&mut job));
@@ -899,7 +914,7 @@ where
                     if let Some(found) = self.epoch.take(want, false)? {
                         break found;
                     }
-                    let Some(task) = self.epoch.claim() else {
+                    let Some(task) = self.epoch.claim(&mut hand.spare) else {
                         // A buffer that could not be allocated stops the claims: report it.
                         let fatal = self.epoch.lock().fatal.take();
                         return Err(fatal.unwrap_or_else(|| LoaderError::Worker {
@@ -1059,11 +1074,13 @@ where
             });
         }
         self.ready.push_back(Batch {
+            rows: planned.buffer.rows,
             buffer: planned.buffer,
             pool: Arc::clone(&self.epoch.pool),
             len: planned.fill,
             layout: self.epoch.layout,
             sample_bytes: self.epoch.sample_bytes,
+            part_bytes: Arc::clone(&self.epoch.part_bytes),
             index,
             epoch: self.epoch.epoch,
             out_of_order,

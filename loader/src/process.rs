@@ -8,6 +8,8 @@
 
 use std::fmt;
 
+use bytes::BytesMut;
+
 pub use ferroloader_transforms::spec::Op as TransformOp;
 
 /// Element type of a processed sample.
@@ -105,6 +107,52 @@ impl SlotMut<'_> {
     /// Whether the slot has no elements (never the case for a loader's slots).
     pub fn is_empty(&self) -> bool {
         self.len() == 0
+    }
+}
+
+/// The batch slots of one sample cut into parts ([`SampleProcessor::sample_parts`]): part `p`
+/// of every sample of a batch lies in the batch's block `p`, so a part's batch is one
+/// contiguous `[B, part]` run of the buffer (the views of a multi-view transform, each handed
+/// out as its own tensor without a copy).
+///
+/// Invariant: with float samples every part is `f32`-aligned (checked when made), so
+/// [`SlotParts::part`] fails only for a part that does not exist.
+#[derive(Debug)]
+pub struct SlotParts<'a> {
+    dtype: DType,
+    pieces: &'a mut [BytesMut],
+}
+
+impl<'a> SlotParts<'a> {
+    /// The parts over `pieces`, or why they cannot hold `dtype` elements.
+    pub(crate) fn new(dtype: DType, pieces: &'a mut [BytesMut]) -> Result<Self, String> {
+        if dtype == DType::F32 {
+            for piece in pieces.iter_mut() {
+                bytemuck::try_cast_slice_mut::<u8, f32>(piece)
+                    .map_err(|e| format!("batch slot is not f32-aligned: {e}"))?;
+            }
+        }
+        Ok(SlotParts { dtype, pieces })
+    }
+
+    /// Parts of the sample.
+    pub fn len(&self) -> usize {
+        self.pieces.len()
+    }
+
+    /// Whether the sample has no parts (never the case for a loader's slots).
+    pub fn is_empty(&self) -> bool {
+        self.pieces.is_empty()
+    }
+
+    /// Part `part`, exactly its elements, every one to be written; `None` past the last part.
+    pub fn part(&mut self, part: usize) -> Option<SlotMut<'_>> {
+        let piece = self.pieces.get_mut(part)?;
+        Some(match self.dtype {
+            DType::U8 => SlotMut::U8(piece),
+            // Cannot fail: checked in `new`.
+            DType::F32 => SlotMut::F32(bytemuck::try_cast_slice_mut(piece).ok()?),
+        })
     }
 }
 
@@ -274,6 +322,37 @@ pub trait SampleProcessor: Send + Sync + 'static {
         out: SlotMut<'_>,
         hooks: &mut dyn OpHooks,
     ) -> Result<(), ferroloader_transforms::Error>;
+
+    /// How each sample is cut into parts laid out block after block in a batch buffer:
+    /// elements per part, in order, summing to the layout's elements; empty (the default):
+    /// one part, the whole sample, so a batch is `[B, ...sample shape]`. With parts, a batch
+    /// of `B` samples (`rows`, see [`crate::Batch::part`]) holds part `p` of sample `i` at
+    /// element `rows * sum(parts[..p]) + i * parts[p]`. Called once, when the loader is built.
+    fn sample_parts(&self) -> Vec<usize> {
+        Vec::new()
+    }
+
+    /// Processes one sample into its parts (those of [`Self::sample_parts`], every element to
+    /// be written). The default, for a processor of one part, runs [`Self::process`] on it.
+    fn process_parts(
+        &self,
+        bytes: &[u8],
+        key: SampleKey,
+        scratch: &mut Self::Scratch,
+        mut out: SlotParts<'_>,
+        hooks: &mut dyn OpHooks,
+    ) -> Result<(), ferroloader_transforms::Error> {
+        let parts = out.len();
+        match out.part(0) {
+            Some(slot) if parts == 1 => self.process(bytes, key, scratch, slot, hooks),
+            _ => Err(ferroloader_transforms::Error::InvalidArgument {
+                name: "sample_parts",
+                reason: format!(
+                    "a processor without process_parts writes one part, the loader gave {parts}"
+                ),
+            }),
+        }
+    }
 }
 
 /// Wraps a worker's hooks to remember which op was running, so a failure can name it without

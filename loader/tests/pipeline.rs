@@ -3,7 +3,7 @@
 
 mod common;
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::thread;
@@ -12,8 +12,9 @@ use std::time::Duration;
 use common::*;
 use ferroloader_loader::{
     BatchImages, BatchImagesMut, BatchOp, DType, Delivery, ErrorPolicy, Instrument, Loader,
-    LoaderError, LoaderOptions, Op, OpHooks, ResumePoint, SampleContext, SampleLayout,
-    SampleProcessor, Sampler, Shard, TransformOp, MAX_NUM_WORKERS, MAX_PREFETCH_BATCHES,
+    LoaderError, LoaderOptions, Op, OpHooks, ResumePoint, SampleContext, SampleKey, SampleLayout,
+    SampleProcessor, Sampler, Shard, SlotMut, SlotParts, TransformOp, MAX_NUM_WORKERS,
+    MAX_PREFETCH_BATCHES,
 };
 
 fn opts(batch: usize, workers: usize) -> LoaderOptions {
@@ -1067,4 +1068,133 @@ fn replace_fills_a_failed_slot_with_the_next_samples_and_reports_each_failure() 
     let (got, err) = drain(strict.epoch(0));
     assert_eq!(got.len(), 0);
     assert!(err.expect("raised").to_string().contains("bad sample 5"));
+}
+
+/// [`TestProc`]'s samples cut in two parts, its first 7 elements and the other 23 (the parts
+/// it says it has: `PARTS` unless another is given).
+struct Parted(TestProc, Vec<usize>);
+
+impl Parted {
+    fn new() -> Self {
+        Parted(TestProc::f32(), PARTS.to_vec())
+    }
+}
+
+const PARTS: [usize; 2] = [7, 23];
+
+impl SampleProcessor for Parted {
+    type Scratch = (u64, Vec<f32>);
+
+    fn new_scratch(&self) -> Self::Scratch {
+        (0, vec![0.0; 30])
+    }
+
+    fn sample_layout(&self) -> SampleLayout {
+        self.0.sample_layout()
+    }
+
+    fn sample_parts(&self) -> Vec<usize> {
+        self.1.clone()
+    }
+
+    fn process(
+        &self,
+        _: &[u8],
+        _: SampleKey,
+        _: &mut Self::Scratch,
+        _: SlotMut<'_>,
+        _: &mut dyn OpHooks,
+    ) -> Result<(), ferroloader_loader::transforms::Error> {
+        unreachable!("the loader writes parted samples with process_parts")
+    }
+
+    fn process_parts(
+        &self,
+        bytes: &[u8],
+        key: SampleKey,
+        (count, whole): &mut Self::Scratch,
+        mut out: SlotParts<'_>,
+        hooks: &mut dyn OpHooks,
+    ) -> Result<(), ferroloader_loader::transforms::Error> {
+        assert_eq!(out.len(), 2);
+        self.0
+            .process(bytes, key, count, SlotMut::F32(whole), hooks)?;
+        let (first, rest) = whole.split_at(PARTS[0]);
+        for (p, values) in [first, rest].into_iter().enumerate() {
+            match out.part(p) {
+                Some(SlotMut::F32(slot)) => slot.copy_from_slice(values),
+                other => panic!("part {p}: {other:?}"),
+            }
+        }
+        assert!(out.part(2).is_none());
+        Ok(())
+    }
+}
+
+#[test]
+fn samples_cut_into_parts_lay_each_part_of_a_batch_out_as_one_block() {
+    let n = 29;
+    // Skips that compact batches (3, 4), empty one planned batch (16..24) and leave the last
+    // batch short of its planned rows (26).
+    let mut bad = vec![3, 4, 26];
+    bad.extend(16..24);
+    let special: Vec<(usize, u8)> = bad.iter().map(|&i| (i, FAIL)).collect();
+    for (policy, delivery) in [
+        (ErrorPolicy::Skip, Delivery::InOrder),
+        (ErrorPolicy::Skip, Delivery::CompletionOrder),
+        (ErrorPolicy::Replace { retries: 10 }, Delivery::InOrder),
+    ] {
+        let options = |workers| opts(8, workers).seed(5).on_error(policy).delivery(delivery);
+        let whole = Loader::new(dataset(n, &special), TestProc::f32(), options(0)).expect("valid");
+        let mut want = HashMap::new();
+        for batch in whole.epoch(2) {
+            let batch = batch.expect("skipped or replaced");
+            want.insert(
+                batch.index(),
+                (batch.indices().to_vec(), batch.image_bytes().to_vec()),
+            );
+        }
+        for workers in [0, 1, 3] {
+            let parted =
+                Loader::new(dataset(n, &special), Parted::new(), options(workers)).expect("valid");
+            let (mut seen, mut short_of_rows) = (0, false);
+            for batch in parted.epoch(2) {
+                let batch = batch.expect("skipped or replaced");
+                let (indices, bytes) = &want[&batch.index()];
+                assert_eq!(batch.indices(), &indices[..]);
+                assert_eq!(batch.parts(), 2);
+                let len = batch.len();
+                let images = batch.image_bytes();
+                // Part 0 of every sample from the start, then part 1 of every sample after
+                // the rows part 0's block has room for (its planned samples).
+                let first = batch.part_range(0).expect("part 0");
+                let second = batch.part_range(1).expect("part 1");
+                assert_eq!(first, 0..len * 28);
+                assert_eq!(second.len(), len * 92);
+                assert!(second.start >= first.end && second.start % 28 == 0);
+                assert_eq!(second.start / 28, images.len() / 120, "rows of the blocks");
+                short_of_rows |= images.len() / 120 > len;
+                assert!(batch.part_range(2).is_none());
+                for slot in 0..len {
+                    let sample = &bytes[slot * 120..(slot + 1) * 120];
+                    assert_eq!(
+                        images[first.start + slot * 28..][..28],
+                        sample[..28],
+                        "{policy:?} {delivery:?} {workers} workers, part 0 of slot {slot}"
+                    );
+                    assert_eq!(images[second.start + slot * 92..][..92], sample[28..]);
+                }
+                seen += 1;
+            }
+            assert_eq!(seen, want.len());
+            assert_eq!(short_of_rows, policy == ErrorPolicy::Skip);
+        }
+    }
+    for parts in [vec![7, 22], vec![0, 30], vec![usize::MAX, 31]] {
+        let refused = Loader::new(dataset(4, &[]), Parted(TestProc::f32(), parts), opts(2, 0));
+        let error = refused
+            .map(|_| ())
+            .expect_err("parts that do not cut the sample");
+        assert!(error.to_string().contains("sample_parts"), "{error}");
+    }
 }

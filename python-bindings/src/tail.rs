@@ -24,7 +24,7 @@ use ferroloader_loader::transforms::spec::PipelineContext;
 use ferroloader_loader::transforms::Error as TransformError;
 use ferroloader_loader::{
     DType, ErrorPolicy, ImagePipeline, LoaderError, Op, OpHooks, SampleKey, SampleLayout,
-    SampleProcessor, SlotMut, Source,
+    SampleProcessor, SlotMut, SlotParts, Source,
 };
 use numpy::{PyArray1, PyArrayMethods, PyReadonlyArrayDyn, PyUntypedArrayMethods};
 use pyo3::prelude::*;
@@ -655,7 +655,37 @@ impl SampleProcessor for Processor {
         match self {
             Processor::Native(p) => p.process(bytes, key, &mut scratch.native, out, hooks),
             Processor::WithTail(t) => t.process(bytes, key, scratch, out, hooks),
-            Processor::Views(v) => v.process(bytes, key, &mut scratch.views, out, hooks),
+            Processor::Views(_) => Err(TransformError::InvalidArgument {
+                name: "views",
+                reason: "views write one part each (process_parts)".to_owned(),
+            }),
+        }
+    }
+
+    fn sample_parts(&self) -> Vec<usize> {
+        match self {
+            Processor::Views(v) => v.parts(),
+            Processor::Native(_) | Processor::WithTail(_) => Vec::new(),
+        }
+    }
+
+    fn process_parts(
+        &self,
+        bytes: &[u8],
+        key: SampleKey,
+        scratch: &mut TailScratch,
+        mut out: SlotParts<'_>,
+        hooks: &mut dyn OpHooks,
+    ) -> Result<(), TransformError> {
+        if let Processor::Views(v) = self {
+            return v.process(bytes, key, &mut scratch.views, out, hooks);
+        }
+        match out.part(0) {
+            Some(slot) => self.process(bytes, key, scratch, slot, hooks),
+            None => Err(TransformError::InvalidArgument {
+                name: "sample_parts",
+                reason: "a sample of no parts".to_owned(),
+            }),
         }
     }
 }

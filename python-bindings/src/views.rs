@@ -3,8 +3,10 @@
 //! runs here, each view's pipeline writing its part of the sample's slot, so the views never
 //! cross DataLoader's worker processes (about 2 MB a sample for DINO's ten).
 //!
-//! A sample's slot holds its views one after the other, each in its own `[C, H, W]` (or
-//! `[H, W, C]`) layout; the Python loader cuts each batch back into one tensor per view. View
+//! Each view is a part of the sample ([`SampleProcessor::sample_parts`]), so a batch buffer
+//! holds view 0 of all its samples, then view 1 of all, ...: each view's batch is one
+//! contiguous `[B, C, H, W]` (or `[B, H, W, C]`) block, which the consumer hands out as the
+//! view's tensor without a copy (`crate::batch::into_arrays`). View
 //! `v` draws from the key of [`view_seed`]`(seed, v)`: the draws `ferroloader._pydataset`'s
 //! views path makes, so both give the same batches. With `shared_decode` the file is decoded
 //! once, as the first view's decode step would, and every view reads that image as a binary
@@ -19,7 +21,7 @@ use ferroloader_loader::transforms::image::RgbImage;
 use ferroloader_loader::transforms::spec::PipelineContext;
 use ferroloader_loader::transforms::Error as TransformError;
 use ferroloader_loader::{
-    DType, ImagePipeline, Op, OpHooks, SampleKey, SampleLayout, SampleProcessor, SlotMut,
+    DType, ImagePipeline, Op, OpHooks, SampleKey, SampleLayout, SampleProcessor, SlotParts,
     TransformOp,
 };
 
@@ -39,13 +41,11 @@ pub(crate) fn view_seed(seed: u64, view: u64) -> u64 {
     z ^ (z >> 31)
 }
 
-/// One view: its pipeline, where its elements sit in the sample, its span's name.
+/// One view: its pipeline, its size, its span's name.
 #[derive(Debug)]
 struct View {
     pipeline: ImagePipeline,
-    /// First element of the view in the sample's slot.
-    start: usize,
-    /// Its elements (`C * H * W`).
+    /// Its elements (`C * H * W`), the size of its part of the sample.
     len: usize,
     /// `view<v>`, interned once.
     span: &'static str,
@@ -53,8 +53,8 @@ struct View {
 
 /// The views' pipelines, planned.
 ///
-/// Invariant: every view has the loader's dtype, and the views tile the sample's slot in order
-/// (`start` of each is the sum of the `len`s before it).
+/// Invariant: every view has the loader's dtype, and view `v` is part `v` of the sample
+/// ([`Views::parts`]).
 #[derive(Debug)]
 pub(crate) struct Views {
     views: Vec<View>,
@@ -92,7 +92,6 @@ impl Views {
         };
         let dtype = first.sample_layout().dtype;
         let mut views = Vec::with_capacity(pipelines.len());
-        let mut start = 0;
         for (v, pipeline) in pipelines.into_iter().enumerate() {
             let layout = pipeline.sample_layout();
             if layout.dtype != dtype {
@@ -109,11 +108,9 @@ impl Views {
             let len = layout.shape.iter().product();
             views.push(View {
                 pipeline,
-                start,
                 len,
                 span: intern(format!("view{v}")),
             });
-            start += len;
         }
         Ok(Views {
             views,
@@ -135,6 +132,11 @@ impl Views {
             .collect()
     }
 
+    /// Each view's elements: the parts the loader lays out block after block.
+    pub(crate) fn parts(&self) -> Vec<usize> {
+        self.views.iter().map(|v| v.len).collect()
+    }
+
     /// Each view's axis order is its own; the loader's layout is the views' elements in a row.
     pub(crate) fn layout(&self) -> SampleLayout {
         let total = self.views.iter().map(|v| v.len).sum();
@@ -146,9 +148,19 @@ impl Views {
         bytes: &[u8],
         key: SampleKey,
         scratch: &mut ViewsScratch,
-        out: SlotMut<'_>,
+        mut out: SlotParts<'_>,
         hooks: &mut dyn OpHooks,
     ) -> Result<(), TransformError> {
+        if out.len() != self.views.len() {
+            return Err(TransformError::InvalidArgument {
+                name: "views",
+                reason: format!(
+                    "{} views, a sample of {} parts",
+                    self.views.len(),
+                    out.len()
+                ),
+            });
+        }
         scratch.contexts.resize_with(self.views.len(), || None);
         let ViewsScratch {
             contexts,
@@ -165,16 +177,14 @@ impl Views {
         } else {
             bytes
         };
-        let mut out = out;
         for (v, (view, context)) in self.views.iter().zip(contexts.iter_mut()).enumerate() {
             let key = SampleKey {
                 seed: view_seed(key.seed, v as u64),
                 ..key
             };
-            let range = view.start..view.start + view.len;
-            let slot = match &mut out {
-                SlotMut::F32(s) => SlotMut::F32(&mut s[range]),
-                SlotMut::U8(s) => SlotMut::U8(&mut s[range]),
+            // Checked above: as many parts as views.
+            let Some(slot) = out.part(v) else {
+                continue;
             };
             hooks.enter(Op::Custom(view.span));
             let done = view.pipeline.process(input, key, context, slot, hooks);

@@ -225,3 +225,48 @@ def test_where_cuda_is_unusable_a_batch_is_not_held() -> None:
     hold.watch(images)
     del images
     assert len(hold) == 0
+
+
+class TwoViews:
+    """Two deterministic views of each image, of different sizes (a batch of views)."""
+
+    def __init__(self) -> None:
+        import torchvision.transforms as tv
+
+        self.large = tv.Compose([tv.Resize(40), tv.CenterCrop(32), tv.ToTensor()])
+        self.small = tv.Compose([tv.Resize(20), tv.CenterCrop(16), tv.ToTensor()])
+
+    def __call__(self, img: Any) -> List[Any]:
+        return [self.large(img), self.small(img)]
+
+
+def test_every_view_of_a_batch_is_held_until_the_device_has_read_it(
+    folder: Path, fake_cuda: ctypes.CDLL
+) -> None:
+    from torchvision.datasets import ImageFolder
+
+    ds = ImageFolder(str(folder), TwoViews())
+    plain = [([v.clone() for v in x], y.clone()) for x, y in fl.Loader(ds, 4)]
+    loader = fl.Loader(ds, 4, pin_memory=True)
+    assert loader.pinning == "ring" and loader.views is not None
+    hold = loader._device_hold
+    assert isinstance(hold, DeviceReadHold)
+    held_at: List[int] = []
+    for (views, labels), (want, want_labels) in zip(loader, plain):
+        # The views lie in the page-locked ring (view 0 at the buffer's start), never in a
+        # buffer the device may still read.
+        at = views[0].data_ptr()
+        assert at not in held_at, "a buffer the device may still read is never refilled"
+        assert views[1].data_ptr() == at + len(labels) * views[0][0].nbytes
+        held_at.append(at)
+        assert all(torch.equal(v, w) for v, w in zip(views, want)) and torch.equal(labels, want_labels)
+        first = len(FakeEvent.recorded)
+        del views[0]
+        assert len(FakeEvent.recorded) == first + 1, "each view held from its own release"
+        del views
+    assert len(hold) == 2 * 5, "both views of every batch held"
+    FakeEvent.device_done = True
+    for views, _ in loader:
+        assert any(views[0].data_ptr() == a for a in held_at), "reused, not newly allocated"
+        del views
+    assert len(hold) == 0

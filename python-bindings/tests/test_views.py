@@ -707,3 +707,76 @@ def test_renamed_copies_of_the_references_convert_too() -> None:
     other = type("GaussianBlur", (SoloLearnGaussianBlur,), {"__call__": call})()
     split = split_python_tail(tv.Compose([crop, other, to_tensor]), output=None)
     assert split.tail[0] is other
+
+
+class LargeAndSmall:
+    """Two deterministic float views of different sizes (the batches are DataLoader's)."""
+
+    def __init__(self) -> None:
+        self.large = tv.Compose([tv.Resize(40), tv.CenterCrop(32), tv.ToTensor()])
+        self.small = tv.Compose([tv.Resize(20), tv.CenterCrop(16), tv.ToTensor()])
+
+    def __call__(self, img: Any) -> List[Any]:
+        return [self.large(img), self.small(img)]
+
+
+def check_blocks(views: List[Any], address: int, rows: int) -> None:
+    """The views of one batch are each a contiguous block of its ring buffer, one after the
+    other from its start, each with room for ``rows`` samples (a block per view)."""
+    at = address
+    for view in views:
+        if isinstance(view, torch.Tensor):
+            assert view.is_contiguous() and view.untyped_storage().data_ptr() == view.data_ptr() == at
+            at += rows * view[0].numel() * view.element_size()
+        else:
+            assert view.flags.c_contiguous and view.ctypes.data == at
+            assert isinstance(view.base.base, fl._native.BatchMemory)
+            at += rows * view[0].size * view.itemsize
+
+
+@pytest.mark.parametrize("tensor_type", ["torch", "numpy"])
+def test_views_are_handed_out_as_blocks_of_the_ring_without_a_copy(folder: Path, tensor_type: str) -> None:
+    ds = ImageFolder(str(folder), LargeAndSmall())
+    # 18 samples: three batches of 5 and a short one of 3, laid out for its 3.
+    ld = fl.Loader(ds, batch_size=5, num_workers=2, tensor_type=tensor_type)
+    assert ld.views is not None and len(ld.views) == 2
+    want = batches(DataLoader(ds, batch_size=5))
+    addresses = set()
+    it = iter(ld)
+    for (x, y), (wx, wy) in zip(it, want):
+        assert it.indices is not None
+        address = it.indices.base.images_address
+        addresses.add(address)
+        check_blocks(x, address, rows=len(y))
+        got = [torch.from_numpy(v) for v in x] if tensor_type == "numpy" else x
+        assert same(got, wx) and torch.equal(torch.as_tensor(y), wy)
+        del x, got
+    assert it.finished and len(addresses) <= 4, "the ring's buffers are reused"
+    # A batch's views keep its buffer out of the ring, untouched, as long as one is alive.
+    kept = next(iter(ld))[0][1]
+    saved = kept.copy() if tensor_type == "numpy" else kept.clone()
+    for _ in range(2):
+        list(ld)
+    assert (saved == kept).all()
+
+
+def test_views_of_a_batch_short_of_skipped_samples_are_blocks_of_its_buffer(corrupt_folder: Path) -> None:
+    ds = ImageFolder(str(corrupt_folder), LargeAndSmall())
+    good = [(path, label) for path, label in ds.samples if not path.endswith(("a/1.jpg", "b/2.jpg"))]
+    # a0 a1x a2 | b0 b1 b2x: the first batch is filled up with b0 from the second, which is
+    # then delivered with b1 alone, in the first row of each of its three-row blocks.
+    ld = fl.Loader(ds, batch_size=3, num_workers=2, on_error="skip")
+    it = iter(ld)
+    got = []
+    for x, y in it:
+        assert it.indices is not None
+        check_blocks(x, it.indices.base.images_address, rows=3)
+        got.append((x, y))
+    assert [len(y) for _, y in got] == [3, 1] and len(it.skipped) == 2
+    transform = LargeAndSmall()
+    for b, (x, y) in enumerate(got):
+        samples = good[3 * b : 3 * b + 3]
+        assert y.tolist() == [label for _, label in samples]
+        for v, view in enumerate(x):
+            with_pil = [transform(Image.open(path).convert("RGB"))[v] for path, _ in samples]
+            assert torch.equal(view, torch.stack(with_pil))

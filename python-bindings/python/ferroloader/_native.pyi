@@ -268,11 +268,15 @@ class BatchMemory:
     def wait(self) -> float: ...
     def __len__(self) -> int: ...
 
-_BatchArrays = Tuple[npt.NDArray[np.generic], npt.NDArray[np.int64], npt.NDArray[np.uintp]]
+# The images: one array, or one `[B, elements]` array per view for a loader of views.
+_BatchArrays = Tuple[
+    Union[npt.NDArray[np.generic], List[npt.NDArray[np.generic]]], npt.NDArray[np.int64], npt.NDArray[np.uintp]
+]
 
 @final
 class EpochIter(Iterator[_BatchArrays]):
-    """One epoch: ``(images, labels, indices)`` numpy arrays viewing the batch buffer."""
+    """One epoch: ``(images, labels, indices)`` numpy arrays viewing the batch buffer (for a
+    loader of views, ``images`` is one ``[B, elements]`` array per view, each its block)."""
 
     def __iter__(self) -> EpochIter: ...
     def __next__(self) -> _BatchArrays: ...

@@ -1660,15 +1660,10 @@ class LoaderIterator:
         shape = tuple(native_loader.sample_shape)
         # A tail's result of another rank is held in three dimensions; each batch is viewed back.
         self._sample_shape = shape if shape != native_loader.held_shape else None
-        # Views: where each lies in a sample, its shape, and the container they come in.
-        self._views: Optional[Tuple[List[Tuple[int, int, Tuple[int, ...]]], type]] = None
+        # Views: each one's sample shape, and the container they come in.
+        self._views: Optional[Tuple[List[Tuple[int, ...]], type]] = None
         if native_loader.view_shapes is not None and loader._views is not None:
-            cuts, start = [], 0
-            for view_shape in native_loader.view_shapes:
-                size = int(np.prod(view_shape))
-                cuts.append((start, start + size, tuple(view_shape)))
-                start += size
-            self._views = (cuts, loader._views.container)
+            self._views = ([tuple(shape) for shape in native_loader.view_shapes], loader._views.container)
         # Batch mixing planned ahead for the workers: the batches not planned yet, each
         # batch's draws by its number, how far ahead (the batches the workers may have in
         # flight, and the one the consumer takes next).
@@ -1797,27 +1792,17 @@ class LoaderIterator:
             return self._batch_transform(images, labels)
         return images, labels
 
-    def _deliver_views(self, images: np.ndarray, labels: np.ndarray, targets: Optional[List[Any]]) -> Any:
-        """A batch of views as DataLoader delivers it: one contiguous tensor per view (copied
-        out of the batch, where each sample holds its views in a row; pinned when pinning), in
-        the transform's container; labels and the rest as for any batch."""
+    def _deliver_views(self, images: List[np.ndarray], labels: np.ndarray, targets: Optional[List[Any]]) -> Any:
+        """A batch of views as DataLoader delivers it: one contiguous tensor per view, each
+        viewing the view's block of the batch buffer (``images``: one ``[B, elements]`` array
+        per view; held until the device has read it from a page-locked ring, as any batch's
+        images), in the transform's container; labels and the rest as for any batch."""
         assert self._views is not None
-        cuts, container = self._views
-        flat = images.reshape(images.shape[0], -1)
+        shapes, container = self._views
         views: List[Any] = []
-        for start, end, shape in cuts:
-            # Copied out of the ring, contiguous (the batch buffer goes back to the workers),
-            # straight into pinned memory when pinning.
-            part = flat[:, start:end].reshape(flat.shape[0], *shape)  # a strided view
-            if self._from_numpy is None:
-                views.append(np.ascontiguousarray(part))
-            elif self._pin_device is not None:
-                import torch
-
-                pinned = torch.empty(part.shape, dtype=getattr(torch, str(part.dtype)), pin_memory=True)
-                views.append(pinned.copy_(self._from_numpy(part)))
-            else:
-                views.append(self._from_numpy(np.ascontiguousarray(part)))
+        for part, shape in zip(images, shapes):
+            view = part.reshape(part.shape[0], *shape)  # a view of the block, no copy
+            views.append(view if self._from_numpy is None else self._torch_images(view))
         out_labels: Any = labels
         if self._from_numpy is not None:
             out_labels = self._from_numpy(labels)
