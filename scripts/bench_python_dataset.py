@@ -1,9 +1,10 @@
 #!/usr/bin/env python3
 """A training script's own Dataset class (it opens each file with Pillow and runs a torchvision
-Compose) through the torch DataLoader and through ``fl.Loader``, which runs such a dataset as
-DataLoader does (worker processes, plus its order, per-sample seeding and resume bookkeeping);
-and, for what converting buys, the same files as ``(path, label)`` with the transform given to
-the loader (decoded and transformed natively).
+Compose) through the torch DataLoader and through ``fl.Loader``, given as it is: the loader
+traces its ``__getitem__`` and reads it natively (``ferroloader._getitem``; until session 34 it
+ran such a dataset in worker processes, as DataLoader does); and the same files as ``(path,
+label)`` with the transform given to the loader, for what the traced ``__getitem__`` per sample
+costs against a listing.
 
 Rounds alternate the loaders (a warm-up round first, DataLoader first so its workers fork before
 ferroloader allocates); prints each one's median images/s and the ratio to DataLoader.
@@ -66,14 +67,14 @@ def main() -> None:
     persistent = args.workers > 0
     loaders: Dict[str, Iterable[Any]] = {
         "torch": DataLoader(dataset, persistent_workers=persistent, **common),
-        "python": fl.Loader(dataset, python_dataset="allow", persistent_workers=persistent, **common),
+        "traced": fl.Loader(dataset, python_dataset="error", persistent_workers=persistent, **common),
         "native": fl.Loader(files, transform=transform, python_tail="error", **common),
     }
     median = median_rates(loaders, args.rounds)
     base = median["torch"]
     print(f"{len(files)} images, {args.rounds} rounds, {args.workers} workers (median img/s):")
     print(f"  torch DataLoader                        {base:8.1f}")
-    print(f"  fl.Loader(dataset), run in Python       {median['python']:8.1f}  {median['python'] / base:5.2f}x")
+    print(f"  fl.Loader(dataset), traced, native      {median['traced']:8.1f}  {median['traced'] / base:5.2f}x")
     print(f"  fl.Loader(files, transform=...), native {median['native']:8.1f}  {median['native'] / base:5.2f}x")
 
 
