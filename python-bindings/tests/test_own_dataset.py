@@ -237,6 +237,31 @@ def closed_over(paths: List[str], tf: Any) -> Dataset:  # type: ignore[type-arg]
     return Closed()
 
 
+def test_a_target_transform_and_string_targets_collate_as_dataloaders(folder: Path) -> None:
+    """PyTorch's data tutorial's class: positional iloc, a target_transform naming the class."""
+
+    class Tutorial(CsvDataset):
+        def __init__(self, frame: pd.DataFrame, root: Any, transform: Any, target_transform: Any) -> None:
+            super().__init__(frame, root, transform)
+            self.target_transform = target_transform
+
+        def __getitem__(self, idx: int) -> Any:
+            if torch.is_tensor(idx):
+                idx = idx.tolist()
+            image = Image.open(os.path.join(self.root, self.frame.iloc[idx, 0])).convert("RGB")
+            label = self.frame.iloc[idx, 1]
+            if self.transform:
+                image = self.transform(image)
+            if self.target_transform:
+                label = self.target_transform(label)
+            return image, label
+
+    dataset = Tutorial(table(folder), folder, EVAL, lambda label: ["cat", "dog", "eel"][label])
+    for a, b in zip(native(dataset, batch_size=4), DataLoader(dataset, batch_size=4)):
+        same(a, b)
+    assert isinstance(a[1], tuple)
+
+
 def test_a_transform_held_in_a_global_or_a_closure(folder: Path) -> None:
     paths = sorted(str(p) for p in folder.rglob("*.jpg"))
     for dataset in (GlobalTransform(table(folder), folder), closed_over(paths, EVAL)):

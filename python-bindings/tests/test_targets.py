@@ -73,7 +73,9 @@ def check_targets(
     assert indices == reference_indices
     assert all(torch.equal(a, b) for a, b in zip(images, reference))
     for batch, got in zip(indices, targets):
-        assert_collated(got, default_collate([target_of(origin[k]) for k in batch]))
+        # DataLoader collates the targets of its (image, target) samples as the tuple its
+        # transposition makes (strings stay in it).
+        assert_collated(got, default_collate(tuple(target_of(origin[k]) for k in batch)))
 
 
 @pytest.mark.parametrize(

@@ -1655,6 +1655,12 @@ class LoaderIterator:
         self._batch_mix = loader.batch_mix
         self._target_transform = loader.target_transform
         self._layout = loader._layout
+        # The targets as DataLoader's collation gathers them before collating them (strings
+        # stay so): a Hugging Face dataset's rows are dicts, each key's values a list; other
+        # datasets' samples are (image, target) pairs, transposed into a tuple of targets.
+        self._targets_batch: Callable[[List[Any]], Sequence[Any]] = (
+            list if isinstance(loader._source, _native.EncodedTable) else tuple
+        )
         self._unbatched = loader.unbatched
         native_loader = loader._native_loader()
         shape = tuple(native_loader.sample_shape)
@@ -1787,7 +1793,7 @@ class LoaderIterator:
         if layout is not None:
             return layout.batch(images, targets or [0] * len(labels), self._collate_targets)
         if targets is not None:
-            labels = self._collate_targets(targets)
+            labels = self._collate_targets(self._targets_batch(targets))
         if self._batch_transform is not None:
             return self._batch_transform(images, labels)
         return images, labels
