@@ -36,6 +36,7 @@ import bisect
 import builtins
 import copy
 import dis
+import functools
 import io
 import os
 import sys
@@ -390,7 +391,7 @@ class _StandIns:
         made = self.made.get((fn, owner))
         if made is not None:
             return made
-        if depth > _DEPTH or _library(fn) or _writes_globals(fn.__code__):
+        if depth > _DEPTH or from_library(fn) or _writes_globals(fn.__code__):
             return fn
         cells = list(fn.__closure__ or ())
         for i, name in enumerate(fn.__code__.co_freevars):
@@ -426,7 +427,7 @@ class _StandIns:
         classes are not one chain of single bases, or hold ``__slots__``."""
         chain: List[type] = []
         for c in cls.__mro__:
-            if c is object or _library(c):
+            if c is object or from_library(c):
                 break
             chain.append(c)
         if not chain:
@@ -471,7 +472,7 @@ class _StandIns:
         user's functions with the stand-ins, anything else as :attr:`Reads.hold` makes it."""
         if value in self.loaders:
             return self.reads.loader
-        if isinstance(value, types.FunctionType) and not _library(value):
+        if isinstance(value, types.FunctionType) and not from_library(value):
             return self.function(value)
         return value if self.reads.hold is None else self.reads.hold(value)
 
@@ -546,10 +547,6 @@ def _torchvision_loaders() -> Tuple[Any, ...]:
 
 def from_library(fn: Any) -> bool:
     """Whether ``fn`` (a function or class) is one of :data:`_LIBRARIES`'."""
-    return _library(fn)
-
-
-def _library(fn: Any) -> bool:
     module = getattr(fn, "__module__", None) or ""
     return module.partition(".")[0] in _LIBRARIES
 
@@ -592,15 +589,12 @@ def loader_opens(loader: Any) -> Union[Opened, str]:
     if not isinstance(loader, types.FunctionType):
         return "is not a Python function"
     probe = os.path.join("traced", "image.jpg")
-    _trace.refused = None
     try:
-        got = _StandIns(_TRACE).held(loader)(probe)
+        got = _call(_StandIns(_TRACE).held(loader), probe)
     except Untraceable as e:
         return e.reason
     except Exception as e:
         return f"raises {type(e).__name__}: {e}"
-    if _trace.refused is not None:
-        return str(_trace.refused)
     if not isinstance(got, _Decoded) or got.source != probe:
         return f"returns {_describe(got)}, not the file's image"
     if got.upright:
@@ -784,7 +778,7 @@ def trace_getitem(dataset: Any) -> Union[Traced, str]:
     if not isinstance(getitem, types.FunctionType):
         return "is not a Python function"
     getitems = getattr(type(dataset), "__getitems__", None)
-    if getitems is not None and not _library(getitems):
+    if getitems is not None and not from_library(getitems):
         return "is not what DataLoader calls: the class defines __getitems__"
     try:
         if len(dataset) == 0:
@@ -841,7 +835,7 @@ def _run_first(dataset: Any, seed: int) -> Union[Tuple[Traced, Any], str]:
     saved = seed_generators(seed, torch)
     try:
         start = time.perf_counter()
-        out = _call(run, traced_getitem, 0)
+        out = _call(traced_getitem, run, 0)
         seconds = time.perf_counter() - start
     except Untraceable as e:
         return e.reason
@@ -861,9 +855,11 @@ def _run_first(dataset: Any, seed: int) -> Union[Tuple[Traced, Any], str]:
     return Traced(image.transform, layout, decoded.source, seconds, decoded.steps, decoded.upright), target
 
 
-def _call(dataset: Any, getitem: Any, index: int) -> Any:
+def _call(fn: Any, *args: Any) -> Any:
+    """``fn(*args)`` of traced code; :class:`Untraceable` where it refused anything, even a
+    refusal the code caught."""
     _trace.refused = None
-    out = getitem(dataset, index)
+    out = fn(*args)
     if _trace.refused is not None:
         raise Untraceable(str(_trace.refused))
     return out
@@ -897,7 +893,7 @@ def _traced_copy(dataset: Any, reads: Reads = _TRACE) -> Union[Tuple[Any, Any], 
             traced = None
     if traced is None:
         for klass in type(dataset).__mro__:
-            if _library(klass) or klass is object:
+            if from_library(klass) or klass is object:
                 continue
             for name, value in vars(klass).items():
                 if isinstance(value, types.FunctionType) and not name.startswith("__") and name not in space:
@@ -993,7 +989,7 @@ class TracedItems:
         # A .mode read answers RGB: the trace found every mode read alike.
         _trace.mode = "RGB"
         try:
-            out = _call(run, getitem, index)
+            out = _call(getitem, run, index)
         except Untraceable as e:
             raise TypeError(
                 f"dataset[{index}]: {self.name}.__getitem__ {e.reason}, unlike dataset[0] (read "
@@ -1021,7 +1017,7 @@ class TracedItems:
             self._checked(index, image.image.source)
         return image.image.source, target
 
-    @property
+    @functools.cached_property
     def _check_mode(self) -> bool:
         """Whether each file must open in mode RGB: its image goes to the transform as opened,
         and the transform does not start by making it gray (as ``Grayscale`` makes any mode)."""
