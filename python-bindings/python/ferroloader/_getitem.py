@@ -1,5 +1,5 @@
 """A training script's own ``Dataset`` class, read natively when its ``__getitem__`` does what
-torchvision's ``ImageFolder`` does: open one image with Pillow, convert it to RGB (or L), apply
+torchvision's ``ImageFolder`` does: open one image with Pillow (or torchvision.io), convert it to RGB (or L), apply
 a transform, and return the result beside values that do not come from the pixels (a label
 from a CSV row, a path, an index).
 
@@ -7,7 +7,10 @@ The class is the user's: no name says what ``__getitem__`` does. :func:`trace_ge
 by calling it on a shallow copy of the dataset in which nothing is decoded: ``Image.open``
 (``PIL.Image.open``, on a path, on the builtin ``open``'s file, on a ``BytesIO``) and
 torchvision's ``default_loader``/``pil_loader`` return stand-ins that record the file,
-``.convert(mode)`` and ``ImageOps.exif_transpose`` record what they would do, and each
+``.convert(mode)`` and ``ImageOps.exif_transpose`` record what they would do (so do
+``torchvision.io``'s ``read_image``/``decode_image``/``read_file``: a uint8 tensor of the file,
+whose transform then runs after ``PILToTensor``, each file checked to decode as the native RGB
+decode does: :func:`_decodes_as_rgb`), and each
 transform the code holds (an attribute, a module-level name, a closure's) records being applied
 to that image instead of running (applied to anything else, a label say, it runs). The
 functions ``__getitem__`` reaches (its class's methods, ``super()``'s included, its module's
@@ -49,6 +52,7 @@ import numpy as np
 
 __all__ = [
     "GIL_BUDGET_S",
+    "IO_NAMES",
     "Layout",
     "Opened",
     "Reads",
@@ -232,6 +236,85 @@ class _Decoded(_Stand):
         _refuse(f"uses the image's .{name} (the native loader only decodes it and transforms it)")
 
 
+class _Tensor(_Decoded):
+    """``torchvision.io``'s decode of the file (``read_image``, ``decode_image``): a uint8 CHW
+    tensor of the RGB decode where :meth:`TracedItems._file_check` finds each file decodes so
+    (the step :data:`_AS_TENSOR` in ``mode``). Not a PIL image: no ``.convert`` or ``.resize``."""
+
+    __slots__ = ()
+
+    def convert(self, mode: Any = None, *args: Any, **kwargs: Any) -> "_Decoded":
+        return self.__getattr__("convert")  # type: ignore[no-any-return]
+
+    def resize(self, size: Any, resample: Any = None, box: Any = None, reducing_gap: Any = None) -> "_Decoded":
+        return self.__getattr__("resize")  # type: ignore[no-any-return]
+
+    @property
+    def mode(self) -> str:
+        return self.__getattr__("mode")  # type: ignore[no-any-return]
+
+    def copy(self) -> "_Decoded":
+        return self.__getattr__("copy")  # type: ignore[no-any-return]
+
+    def __getattr__(self, name: str) -> Any:
+        _refuse(f"uses the decoded image tensor's .{name} (the native loader only decodes it and transforms it)")
+
+
+class _FileBytes(_Stand):
+    """``torchvision.io.read_file``'s tensor of the file's bytes: only ``decode_image`` may
+    take it."""
+
+    __slots__ = ()
+
+    def __getattr__(self, name: str) -> Any:
+        _refuse(f"uses the bytes of {_where(self.source)} (.{name})")
+
+
+#: The step of an image decoded by ``torchvision.io`` (:class:`_Tensor`): ``(_AS_TENSOR, mode)``,
+#: ``mode`` ``"RGB"`` or ``"UNCHANGED"``; the transform runs after ``PILToTensor``.
+_AS_TENSOR = "as tensor"
+
+
+def _tensor_read(source: Any, mode: Any, apply_exif_orientation: Any) -> _Tensor:
+    """``torchvision.io``'s decode of ``source`` (a path, or :class:`_FileBytes`) in ``mode``."""
+    if isinstance(source, (str, os.PathLike)):
+        source = os.fspath(source)
+    elif isinstance(source, _FileBytes):
+        source = source.source
+    else:
+        _refuse(f"decodes an image with torchvision.io from a {type(source).__name__}")
+    name = mode.upper() if isinstance(mode, str) else getattr(mode, "name", mode)
+    if name not in ("RGB", "UNCHANGED"):
+        _refuse(
+            f"decodes the image with torchvision.io in mode {name} (the native loader decodes to "
+            "RGB: mode ImageReadMode.RGB, or UNCHANGED for RGB files)"
+        )
+    return _Tensor(source, ((_AS_TENSOR, name),), bool(apply_exif_orientation))
+
+
+def _read_image(path: Any, mode: Any = "UNCHANGED", apply_exif_orientation: bool = False) -> _Tensor:
+    """``torchvision.io.read_image`` in the traced code."""
+    if not isinstance(path, (str, os.PathLike)):
+        _refuse(f"calls torchvision.io.read_image on a {type(path).__name__}")
+    return _tensor_read(path, mode, apply_exif_orientation)
+
+
+def _decode_image(input: Any, mode: Any = "UNCHANGED", apply_exif_orientation: bool = False) -> _Tensor:
+    """``torchvision.io.decode_image`` in the traced code: of a path or ``read_file``'s bytes."""
+    return _tensor_read(input, mode, apply_exif_orientation)
+
+
+def _read_file(path: Any) -> _FileBytes:
+    """``torchvision.io.read_file`` in the traced code."""
+    if not isinstance(path, (str, os.PathLike)):
+        _refuse(f"calls torchvision.io.read_file on a {type(path).__name__}")
+    return _FileBytes(os.fspath(path))
+
+
+#: ``torchvision.io``'s functions the stand-ins replace, by name.
+IO_NAMES = ("read_image", "decode_image", "read_file")
+
+
 class _Applied:
     """A recorded ``transform(image)``: what ``__getitem__`` returns in the transformed image's
     place."""
@@ -286,21 +369,12 @@ def _open(file: Any, mode: str = "r", *args: Any, **kwargs: Any) -> Any:
     return builtins.open(file, mode, *args, **kwargs)
 
 
-class _ImageModule:
-    """``PIL.Image`` in re-made code: ``open`` stands in, the rest is Pillow's."""
-
-    def __init__(self, real: types.ModuleType, image_open: Callable[..., Any]) -> None:
-        self._real = real
-        self.open = image_open
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._real, name)
-
-
 def _exif_transpose(image: Any, *, in_place: bool = False) -> Any:
     """``PIL.ImageOps.exif_transpose`` in the traced code: the image turned upright per its
     EXIF orientation, as the loader's ``exif_transpose=True`` turns it (before or after the
     conversion: Pillow's ``convert`` keeps the EXIF block); any other image is Pillow's."""
+    if isinstance(image, _Tensor):
+        _refuse("calls ImageOps.exif_transpose on a decoded image tensor")
     if not isinstance(image, (_Opened, _Decoded)):
         from PIL import ImageOps
 
@@ -313,26 +387,13 @@ def _exif_transpose(image: Any, *, in_place: bool = False) -> Any:
     return _Decoded(image.source, image.steps, True)
 
 
-class _ImageOpsModule:
-    """``PIL.ImageOps`` in re-made code: ``exif_transpose`` stands in, the rest is Pillow's
-    (given a stand-in image, it fails the trace)."""
+class _Module:
+    """A module in re-made code (``PIL``, ``PIL.Image``, ``torchvision.io``...): the names in
+    ``overrides`` stand in, the rest is the module's own."""
 
-    def __init__(self, real: types.ModuleType, exif_transpose: Callable[..., Any]) -> None:
+    def __init__(self, real: types.ModuleType, overrides: Dict[str, Any]) -> None:
         self._real = real
-        self.exif_transpose = exif_transpose
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._real, name)
-
-
-class _PilPackage:
-    """The ``PIL`` package in the traced code: its ``Image`` is :class:`_ImageModule`, its
-    ``ImageOps`` :class:`_ImageOpsModule`."""
-
-    def __init__(self, real: types.ModuleType, image: _ImageModule, image_ops: _ImageOpsModule) -> None:
-        self._real = real
-        self.Image = image
-        self.ImageOps = image_ops
+        self.__dict__.update(overrides)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._real, name)
@@ -352,42 +413,53 @@ class _Globals(dict):  # type: ignore[type-arg]
 
 class Reads(NamedTuple):
     """What re-made code calls where it reads an image: in place of ``PIL.Image.open``,
-    torchvision's ``default_loader``/``pil_loader``, the builtin ``open`` and
-    ``ImageOps.exif_transpose`` (``None``: the real one), and what a transform the code holds
-    (an attribute, a global, a closure's) becomes (``None``: itself)."""
+    torchvision's ``default_loader``/``pil_loader``, the builtin ``open``,
+    ``ImageOps.exif_transpose`` and ``torchvision.io``'s functions by name (:data:`IO_NAMES`)
+    (``None``: the real ones), and what a transform the code holds (an attribute, a global, a
+    closure's) becomes (``None``: itself)."""
 
     image_open: Callable[..., Any]
     loader: Callable[[Any], Any]
     file_open: Optional[Callable[..., Any]]
     exif_transpose: Optional[Callable[..., Any]]
     hold: Optional[Callable[[Any], Any]]
+    io: Optional[Dict[str, Callable[..., Any]]] = None
 
 
 class _StandIns:
     """The stand-ins of one copy of a dataset (:class:`Reads`), and the functions re-made with
-    them."""
+    them: ``functions`` maps the real functions to theirs, ``modules`` the real modules
+    (``PIL``, ``PIL.Image``, ``PIL.ImageOps``, ``torchvision`` and ``torchvision.io`` where
+    loaded) to the :class:`_Module` holding them."""
 
     def __init__(self, reads: Reads) -> None:
         from PIL import Image, ImageOps
 
         self.reads = reads
-        self.image_module = Image
-        self.image_ops_module = ImageOps
-        self.pil = sys.modules["PIL"]
-        self.image = _ImageModule(Image, reads.image_open)
-        self.image_ops = _ImageOpsModule(ImageOps, reads.exif_transpose or ImageOps.exif_transpose)
-        self.package = _PilPackage(self.pil, self.image, self.image_ops)
-        self.loaders = _torchvision_loaders()
+        self.functions: Dict[Any, Callable[..., Any]] = {Image.open: reads.image_open}
+        self.functions.update(dict.fromkeys(_torchvision_loaders(), reads.loader))
+        if reads.exif_transpose is not None:
+            self.functions[ImageOps.exif_transpose] = reads.exif_transpose
+        image = _Module(Image, {"open": reads.image_open})
+        image_ops = _Module(ImageOps, {"exif_transpose": reads.exif_transpose or ImageOps.exif_transpose})
+        pil = sys.modules["PIL"]
+        self.modules: Dict[Any, _Module] = {
+            Image: image, ImageOps: image_ops, pil: _Module(pil, {"Image": image, "ImageOps": image_ops})
+        }
+        tvio = sys.modules.get("torchvision.io")
+        if reads.io is not None and tvio is not None:
+            self.functions.update({getattr(tvio, name): reads.io[name] for name in IO_NAMES})
+            io_module = _Module(tvio, reads.io)
+            self.modules[tvio] = io_module
+            self.modules[sys.modules["torchvision"]] = _Module(sys.modules["torchvision"], {"io": io_module})
         self.made: Dict[Any, Any] = {}
 
     def function(self, fn: types.FunctionType, depth: int = 0, owner: Optional[type] = None) -> Any:
         """``fn`` with the stand-ins in its globals (``fn`` itself where it cannot be, or need not
         be: a library's, one that writes a global, too deep); a method's ``super()`` finds
         ``owner``, its class's traced copy (:meth:`cls`)."""
-        if fn in self.loaders:
-            return self.reads.loader
-        if fn is self.image_module.open:
-            return self.reads.image_open
+        if fn in self.functions:
+            return self.functions[fn]
         made = self.made.get((fn, owner))
         if made is not None:
             return made
@@ -450,16 +522,8 @@ class _StandIns:
 
     def stand_for(self, value: Any, depth: int) -> Optional[Any]:
         """What ``value``, a global of traced code, is in the trace (``None``: itself)."""
-        if value is self.image_module:
-            return self.image
-        if value is self.pil:
-            return self.package
-        if value is self.image_module.open:
-            return self.reads.image_open
-        if value is self.image_ops_module:
-            return self.image_ops
-        if value is self.image_ops_module.exif_transpose:
-            return self.reads.exif_transpose
+        if isinstance(value, types.ModuleType):
+            return self.modules.get(value)
         if isinstance(value, types.FunctionType):
             made = self.function(value, depth + 1)
             return None if made is value else made
@@ -468,10 +532,11 @@ class _StandIns:
         return None
 
     def held(self, value: Any) -> Any:
-        """What a callable the dataset holds is in the copy: torchvision's loaders and the
-        user's functions with the stand-ins, anything else as :attr:`Reads.hold` makes it."""
-        if value in self.loaders:
-            return self.reads.loader
+        """What a callable the dataset holds is in the copy: the stand-ins of the functions they
+        replace (torchvision's loaders...), the user's functions re-made with them, anything
+        else as :attr:`Reads.hold` makes it."""
+        if isinstance(value, types.FunctionType) and value in self.functions:
+            return self.functions[value]
         if isinstance(value, types.FunctionType) and not from_library(value):
             return self.function(value)
         return value if self.reads.hold is None else self.reads.hold(value)
@@ -597,6 +662,11 @@ def loader_opens(loader: Any) -> Union[Opened, str]:
         return f"raises {type(e).__name__}: {e}"
     if not isinstance(got, _Decoded) or got.source != probe:
         return f"returns {_describe(got)}, not the file's image"
+    if isinstance(got, _Tensor):
+        return (
+            "decodes with torchvision.io (the loader checks its decodes file by file only for a "
+            "dataset class's own __getitem__)"
+        )
     if got.upright:
         return (
             "turns the image upright per its EXIF orientation (the listing is read as stored; a "
@@ -609,6 +679,8 @@ def steps_first(transform: Any, steps: Tuple[Step, ...]) -> Union[Any, str]:
     """``transform`` after the torchvision transforms that stand for the image's own ``steps``
     (a ``Compose`` of them), or why it cannot be: a transform that is not torchvision's (a
     multi-view object) is run as it is."""
+    if any(step[0] == _AS_TENSOR for step in steps):
+        return _after_tensor_read(transform)
     steps = tuple(step for step in steps if step != _AS_OPENED)
     if not steps:
         return transform
@@ -626,6 +698,35 @@ def steps_first(transform: Any, steps: Tuple[Step, ...]) -> Union[Any, str]:
             mode = tv.InterpolationMode(_RESAMPLE[filter_])
             ops.append(tv.Resize((height, width), interpolation=mode))
     return tv.Compose([*ops, transform])
+
+
+def _after_tensor_read(transform: Any) -> Union[Any, str]:
+    """``transform`` of ``torchvision.io``'s uint8 tensor, as a pipeline of the RGB decode: after
+    ``PILToTensor`` (of the transform's API, v1 or v2), or without its leading ``ToPILImage()``,
+    which makes the RGB image again; or why not (a transform torchvision cannot apply to a
+    tensor)."""
+    if not (type(transform).__module__ or "").startswith("torchvision.transforms"):
+        return f"applies {_name(transform)}, not a torchvision transform, to a torchvision.io tensor"
+    import torchvision.transforms as tv
+    import torchvision.transforms.v2 as v2  # type: ignore[import-untyped]
+
+    from ferroloader.transforms import _flatten_torchvision_compose, _is_v2
+
+    ops = _flatten_torchvision_compose([transform])
+    if ops and type(ops[0]).__name__ == "ToPILImage" and ops[0].mode is None:
+        return tv.Compose(ops[1:])
+    # v2's ToTensor hands a tensor on as it is (its PILToTensor too: the marker below).
+    ops = [op for op in ops if not (_is_v2(op) and type(op).__name__ == "ToTensor")]
+    for op in ops:
+        name = type(op).__name__
+        if name in ("ToTensor", "PILToTensor") and not _is_v2(op):
+            return (
+                f"applies {name} to the tensor torchvision.io decodes, which torchvision refuses "
+                "(ConvertImageDtype(torch.float) converts it)"
+            )
+        if name == "ToPILImage":
+            return "applies ToPILImage to the tensor torchvision.io decodes after other transforms"
+    return tv.Compose([v2.PILToTensor() if _is_v2(ops[0] if ops else transform) else tv.PILToTensor(), *ops])
 
 
 Slot = Union[int, str, None]
@@ -789,7 +890,9 @@ def trace_getitem(dataset: Any) -> Union[Traced, str]:
     try:
         found = []
         for seed in (0, 1):
-            traced = _run_first(dataset, seed)
+            # The second seed's time is the fastest of a few calls: the first ones warm what
+            # the code reaches (pandas' indexing), which the budget must not count.
+            traced = _run_first(dataset, seed, calls=1 + 2 * seed)
             if isinstance(traced, str):
                 return traced
             found.append(traced)
@@ -824,7 +927,9 @@ def _alike(a: Traced, b: Traced) -> bool:
     )
 
 
-def _run_first(dataset: Any, seed: int) -> Union[Tuple[Traced, Any], str]:
+def _run_first(dataset: Any, seed: int, calls: int = 1) -> Union[Tuple[Traced, Any], str]:
+    """``dataset[0]`` traced under ``seed``, timed over ``calls`` calls (the fastest), and its
+    target; or why it cannot be traced."""
     items = _traced_copy(dataset)
     if isinstance(items, str):
         return items
@@ -834,9 +939,11 @@ def _run_first(dataset: Any, seed: int) -> Union[Tuple[Traced, Any], str]:
 
     saved = seed_generators(seed, torch)
     try:
-        start = time.perf_counter()
-        out = _call(traced_getitem, run, 0)
-        seconds = time.perf_counter() - start
+        seconds = float("inf")
+        for _ in range(calls):
+            start = time.perf_counter()
+            out = _call(traced_getitem, run, 0)
+            seconds = min(seconds, time.perf_counter() - start)
     except Untraceable as e:
         return e.reason
     except Exception as e:
@@ -866,7 +973,10 @@ def _call(fn: Any, *args: Any) -> Any:
 
 
 #: The trace's stand-ins: nothing is read or decoded, transforms are recorded.
-_TRACE = Reads(_image_open, _known_loader, _open, _exif_transpose, _Held)
+_TRACE = Reads(
+    _image_open, _known_loader, _open, _exif_transpose, _Held,
+    {"read_image": _read_image, "decode_image": _decode_image, "read_file": _read_file},
+)
 
 
 def _traced_copy(dataset: Any, reads: Reads = _TRACE) -> Union[Tuple[Any, Any], str]:
@@ -902,12 +1012,15 @@ def _traced_copy(dataset: Any, reads: Reads = _TRACE) -> Union[Tuple[Any, Any], 
     return made, getitem
 
 
-def reading_copy(dataset: Any, image_open: Callable[..., Any], loader: Callable[[Any], Any]) -> Optional[Any]:
+def reading_copy(
+    dataset: Any, image_open: Callable[..., Any], loader: Callable[[Any], Any], io: Dict[str, Callable[..., Any]]
+) -> Optional[Any]:
     """A shallow copy of ``dataset`` (a traceable one: :func:`trace_getitem`) whose
-    ``__getitem__`` opens its images with ``image_open`` in place of ``PIL.Image.open`` and
-    ``loader`` in place of torchvision's loaders, the rest as it is (a profiler's timed reads);
+    ``__getitem__`` opens its images with ``image_open`` in place of ``PIL.Image.open``,
+    ``loader`` in place of torchvision's loaders and ``io``'s functions in place of
+    ``torchvision.io``'s (:data:`IO_NAMES`), the rest as it is (a profiler's timed reads);
     ``None`` where its class cannot be copied so. Not picklable: make it again in each process."""
-    made = _traced_copy(dataset, Reads(image_open, loader, None, None, None))
+    made = _traced_copy(dataset, Reads(image_open, loader, None, None, None, io))
     if isinstance(made, str) or type(made[0]) is type(dataset):
         return None
     return made[0]
@@ -927,6 +1040,68 @@ def _same(a: Any, b: Any) -> bool:
         return bool(a == b)
     except Exception:
         return False
+
+
+def _header(source: Data) -> Tuple[str, str, bytes]:
+    """The format and mode Pillow opens ``source`` in (without decoding it), and its first 26
+    bytes (a PNG's header); raises what Pillow raises on a file it cannot open."""
+    from PIL import Image
+
+    with Image.open(source if isinstance(source, str) else io.BytesIO(source)) as opened:
+        kind, mode = str(opened.format), opened.mode
+    if isinstance(source, str):
+        with builtins.open(source, "rb") as f:
+            return kind, mode, f.read(26)
+    return kind, mode, source[:26]
+
+
+def _opens_rgb(source: Data) -> Optional[str]:
+    """Why ``source``, handed to the transform as Pillow opens it, is not the RGB image the
+    native loader decodes (``None``: it is; a file Pillow cannot open is left to the decode's
+    own error)."""
+    try:
+        mode = _header(source)[1]
+    except Exception:
+        return None
+    if mode == "RGB":
+        return None
+    return (
+        f"hands its transform the image as opened, and {_where(source)} opens in mode {mode}, not "
+        "RGB (the loader reads images handed over unconverted only where they are RGB): convert "
+        "it with .convert('RGB') in __getitem__"
+    )
+
+
+def _decodes_as_rgb(source: Data, mode: str) -> Optional[str]:
+    """Why ``torchvision.io``'s decode of ``source`` in ``mode`` (``"RGB"`` or ``"UNCHANGED"``)
+    is not the uint8 RGB image the native loader decodes, as Pillow's ``convert("RGB")`` would
+    (``None``: it is). Both decode JPEG (any colour space), PNG of 8 bits or fewer and WebP
+    alike in mode RGB: the same libjpeg-turbo, libpng and libwebp conversions, on the decode
+    fixtures. torchvision decodes 16-bit PNGs to uint16, GIFs otherwise (transparency, frames),
+    and refuses the other formats; in mode UNCHANGED it keeps the file's channels (one for a
+    gray JPEG, a palette's indices, alpha)."""
+    try:
+        kind, opened, head = _header(source)
+    except Exception:
+        return None
+    # A PNG's bit depth: the IHDR chunk's first byte after the width and height.
+    png_depth = head[24] if kind == "PNG" and len(head) == 26 else 8
+    why = None
+    if kind not in ("JPEG", "PNG", "WEBP"):
+        why = f"is {kind}, which torchvision.io decodes otherwise than Pillow, or not at all"
+    elif png_depth > 8:
+        why = f"is a {png_depth}-bit PNG, which torchvision.io decodes to a {png_depth}-bit tensor"
+    elif mode == "UNCHANGED" and opened != "RGB":
+        why = (
+            f"opens in mode {opened}, whose channels torchvision.io's mode UNCHANGED keeps (pass "
+            "mode=ImageReadMode.RGB)"
+        )
+    if why is None:
+        return None
+    return (
+        f"decodes {_where(source)} with torchvision.io, and it {why}: the native loader decodes "
+        "JPEG, PNG (8-bit) and WebP images to RGB as torchvision.io's mode RGB does"
+    )
 
 
 class TracedItems:
@@ -1013,37 +1188,32 @@ class TracedItems:
                 "the transform the loader converted when it was made (set another since?): make "
                 "the loader again to run the new one"
             )
-        if self._check_mode:
+        if self._file_check is not None:
             self._checked(index, image.image.source)
         return image.image.source, target
 
     @functools.cached_property
-    def _check_mode(self) -> bool:
-        """Whether each file must open in mode RGB: its image goes to the transform as opened,
-        and the transform does not start by making it gray (as ``Grayscale`` makes any mode)."""
+    def _file_check(self) -> Optional[Callable[[Data], Optional[str]]]:
+        """What each file must be for the native RGB decode to be what ``__getitem__`` makes
+        of it (a function saying why not, ``None`` where it is fine): ``torchvision.io``'s decode
+        (:func:`_decodes_as_rgb`), or an image handed to the transform as opened, unless the
+        transform starts by making it gray (as ``Grayscale`` makes any mode)
+        (:func:`_opens_rgb`); ``None``: every file is."""
+        tensor = next((step for step in self.traced.steps if step[0] == _AS_TENSOR), None)
+        if tensor is not None:
+            return functools.partial(_decodes_as_rgb, mode=tensor[1])
         if _AS_OPENED not in self.traced.steps:
-            return False
+            return None
         first = getattr(self.traced.transform, "transforms", [self.traced.transform])[:1]
-        return not (first and type(first[0]).__name__ == "Grayscale")
+        return None if first and type(first[0]).__name__ == "Grayscale" else _opens_rgb
 
     def _checked(self, index: int, source: Data) -> None:
-        """Raises where sample ``index``'s file does not open in mode RGB: DataLoader would hand
-        its transform an image of another mode, which the native loader does not make. (A file
-        Pillow cannot open is left to the decode's own error.)"""
-        from PIL import Image
-
-        try:
-            with Image.open(source if isinstance(source, str) else io.BytesIO(source)) as opened:
-                mode = opened.mode
-        except Exception:
-            return
-        if mode != "RGB":
-            raise TypeError(
-                f"dataset[{index}]: {self.name}.__getitem__ hands its transform the image as "
-                f"opened, and {_where(source)} opens in mode {mode}, not RGB (the loader reads "
-                "images handed over unconverted only where they are RGB): convert it with "
-                ".convert('RGB') in __getitem__"
-            )
+        """Raises where sample ``index``'s file is not what :attr:`_file_check` needs: DataLoader
+        would hand the transform another image than the native loader makes."""
+        assert self._file_check is not None
+        why = self._file_check(source)
+        if why is not None:
+            raise TypeError(f"dataset[{index}]: {self.name}.__getitem__ {why}")
 
     def __getstate__(self) -> Dict[str, Any]:
         return {"dataset": self.dataset, "indices": self.indices, "name": self.name, "_run": None, "_seen": []}

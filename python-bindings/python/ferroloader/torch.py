@@ -454,6 +454,36 @@ class _TimedImageOpen:
         return img
 
 
+class _TimedTensorRead:
+    """``torchvision.io``'s ``read_image`` and ``decode_image`` for a training script's own
+    dataset (:class:`_TimedReads`): of a path, ``read`` (the file's bytes) then ``decode``
+    (``decode_image`` of them); of ``read_file``'s bytes, ``decode``. The same tensor."""
+
+    __slots__ = ("rec",)
+
+    def __init__(self, rec: _Recorder) -> None:
+        self.rec = rec
+
+    def __call__(self, source: Any, mode: Any = "UNCHANGED", apply_exif_orientation: bool = False) -> Any:
+        from torchvision.io import decode_image  # type: ignore[import-untyped]
+
+        def decoded(data: Any) -> Any:
+            return decode_image(data, mode, apply_exif_orientation=apply_exif_orientation)
+
+        if isinstance(source, torch.Tensor):
+            return _TimedOp(decoded, "decode", self.rec)(source)
+        # A bytearray: torch.frombuffer warns on a buffer it cannot write.
+        return _read_and_decode(self.rec, source, lambda data: decoded(torch.frombuffer(bytearray(data), dtype=torch.uint8)))
+
+
+def _timed_io(rec: _Recorder) -> Dict[str, Callable[..., Any]]:
+    """``torchvision.io``'s reads in spans, by name (``_getitem.IO_NAMES``)."""
+    from torchvision.io import read_file
+
+    read = _TimedTensorRead(rec)
+    return {"read_image": read, "decode_image": read, "read_file": _TimedOp(read_file, "read", rec)}
+
+
 def _read_and_decode(rec: _Recorder, fp: Any, decode: Callable[[bytes], Any]) -> Any:
     """``decode`` of the bytes of ``fp`` (a path, or a file object read on from where it
     stands), the read in a ``read`` span, the decode in a ``decode`` span, nested in the
@@ -660,15 +690,15 @@ class _DatasetWrapper(Dataset[Any]):
 
 class _TimedReads(_DatasetWrapper):
     """A training script's own dataset whose ``__getitem__`` opens its image as the native
-    loader reads it (``ferroloader._getitem.trace_getitem``): run with ``Image.open`` and
-    torchvision's loaders timed as ``read`` and ``decode`` (``_getitem.reading_copy``) and its
+    loader reads it (``ferroloader._getitem.trace_getitem``): run with ``Image.open``,
+    torchvision's loaders and ``torchvision.io``'s reads timed as ``read`` and ``decode`` (``_getitem.reading_copy``) and its
     ``transform`` timed op by op. Pickles as the dataset, the timed transform and the recorder,
     and is made again in each process (the copy's class is made at run time)."""
 
     def __init__(self, dataset: Any, transform: Any, rec: _Recorder) -> None:
         from ferroloader._getitem import reading_copy
 
-        made = reading_copy(dataset, _TimedImageOpen(rec), _TimedPilLoader(rec))
+        made = reading_copy(dataset, _TimedImageOpen(rec), _TimedPilLoader(rec), _timed_io(rec))
         if made is None:
             raise TypeError(f"{type(dataset).__name__}: its class cannot be copied")
         made.transform = transform
