@@ -38,7 +38,9 @@ image itself (``scripts/ssl_views.py:dino``, DINO's multi-crop), as it is.
 ``--own-dataset`` hands both sides the folder as a training script's own ``Dataset`` class
 (a pandas row per image, ``Image.open(path).convert("RGB")``, the transform it holds): the
 DataLoader runs it in its workers; ferroloader, given it as it is, traces its ``__getitem__`` and
-reads it natively (and exits with status 1 if it cannot).
+reads it natively (and exits with status 1 if it cannot). ``--own-dataset read_image`` reads
+with ``torchvision.io.read_image`` instead, as PyTorch's data tutorial does; its transform gets
+the uint8 tensor (``--v2 --recipe NAME``: the recipes' v2 form, ``ToImage()`` first).
 
 ``--overhead`` adds two more pipelines to every round and prints what profiling costs: the
 torchvision DataLoader instrumented by ``ferroloader.torch.profile`` against the plain one,
@@ -49,7 +51,7 @@ ferroloader keeps its threads, so a round measures loading, not process start-up
 
 Usage: bench_vs_torch.py [FOLDER] [--batch-size 64] [--workers CORES] [--rounds 5]
        [--batches N] [--overhead] [--recipe NAME [--v2] | --transform FILE.py:NAME | --timm AA]
-       [--views N | --views-of FILE.py:NAME] [--hugging-face | --own-dataset]
+       [--views N | --views-of FILE.py:NAME] [--hugging-face | --own-dataset [pil|read_image]]
 (FOLDER defaults to target/fixtures/folder: ``make_bench_corpus.py target/fixtures/folder 512
 --classes 8`` writes it.)
 """
@@ -67,6 +69,7 @@ from typing import Any, Dict, Iterable, List, Tuple
 import torch
 import torchvision  # type: ignore[import-untyped]
 import torchvision.transforms as tvT  # type: ignore[import-untyped]
+from torchvision.io import ImageReadMode, read_image  # type: ignore[import-untyped]
 from PIL import Image
 from torch.utils.data import DataLoader, Dataset
 
@@ -151,11 +154,24 @@ class CsvImages(Dataset):  # type: ignore[type-arg]
         return image, row["label"]
 
 
+class TensorImages(CsvImages):
+    """:class:`CsvImages` reading as PyTorch's data tutorial does: ``torchvision.io``'s
+    ``read_image`` (in mode RGB), the transform applied to the uint8 tensor."""
+
+    def __getitem__(self, idx: int) -> Any:
+        row = self.frame.iloc[idx]
+        image = read_image(os.path.join(self.root, row["file"]), ImageReadMode.RGB)
+        if self.transform:
+            image = self.transform(image)
+        return image, row["label"]
+
+
 class OwnDataset:
     """``--own-dataset``: the folder listed in a DataFrame, each side given a
-    :class:`CsvImages` of it holding the transform."""
+    :class:`CsvImages` (``read_image``: a :class:`TensorImages`) of it holding the transform."""
 
-    def __init__(self, folder: Path) -> None:
+    def __init__(self, folder: Path, reads: str = "pil") -> None:
+        self.reads = reads
         import pandas as pd  # type: ignore[import-untyped]
 
         listed = torchvision.datasets.ImageFolder(str(folder))
@@ -168,7 +184,8 @@ class OwnDataset:
         )
 
     def holding(self, transform: Any) -> CsvImages:
-        return CsvImages(self.frame, self.folder, transform)
+        cls = TensorImages if self.reads == "read_image" else CsvImages
+        return cls(self.frame, self.folder, transform)
 
 
 def torch_loader(
@@ -320,8 +337,11 @@ def main() -> None:
     )
     source_kind.add_argument(
         "--own-dataset",
-        action="store_true",
-        help="read the folder through a training script's own Dataset class (pandas rows), on both sides",
+        nargs="?",
+        const="pil",
+        choices=["pil", "read_image"],
+        help="read the folder through a training script's own Dataset class (pandas rows), on both sides; "
+        "read_image: reading with torchvision.io (give a tensor pipeline: --v2 --recipe, or --transform)",
     )
     args = parser.parse_args()
     if args.v2 and args.recipe is None:
@@ -349,7 +369,7 @@ def main() -> None:
     if args.hugging_face:
         source = hugging_face_dataset(args.folder)
     elif args.own_dataset:
-        source = OwnDataset(args.folder)
+        source = OwnDataset(args.folder, args.own_dataset)
 
     # The native loader first: a transform ferroloader refuses stops here, before any run.
     native: Any
@@ -388,7 +408,7 @@ def main() -> None:
 
     samples = len(plain_torch.dataset)  # type: ignore[arg-type]
     read_as = " (as a Hugging Face Dataset)" if args.hugging_face else ""
-    read_as += " (through a script's own Dataset class)" if args.own_dataset else ""
+    read_as += f" (through a script's own Dataset class, {args.own_dataset})" if args.own_dataset else ""
     print(
         f"{args.folder}{read_as}: "
         f"{samples} images, batch {args.batch_size}, {args.workers} workers, "

@@ -597,9 +597,10 @@ impl Source for PyItems {
     }
 
     fn read<'a>(&'a self, index: usize, buf: &'a mut Vec<u8>) -> io::Result<&'a [u8]> {
+        // The error is named `dataset[index]` by the loader (`error_name`): the exception alone.
         let item = Python::attach(|py| {
             self.fetch(py, index, buf)
-                .map_err(|e| io::Error::other(format!("dataset[{index}] failed: {e}")))
+                .map_err(|e| io::Error::other(e.to_string()))
         })?;
         match item {
             Item::Copied => Ok(buf),

@@ -113,6 +113,16 @@ class LabelFirst(CsvDataset):
         return int(row["label"]), self.transform(image), float(row["label"]) / 2
 
 
+class ImportsInside(CsvDataset):
+    """Pillow imported in the method."""
+
+    def __getitem__(self, idx: int) -> Any:
+        from PIL import Image as PILImage
+
+        image = PILImage.open(os.path.join(self.root, self.frame.iloc[idx]["file"]))
+        return self.transform(image.convert("RGB")), int(self.frame.iloc[idx]["label"])
+
+
 class Unlabelled(Dataset):  # type: ignore[type-arg]
     """A self-supervised dataset: paths only, torchvision's default_loader, the image alone."""
 
@@ -188,7 +198,7 @@ def test_a_csv_dataset_class_is_read_natively_as_dataloader_reads_it(folder: Pat
         same(a, b)
 
 
-@pytest.mark.parametrize("cls", [WithPath, AsDict, LabelFirst, ReadFirst])
+@pytest.mark.parametrize("cls", [WithPath, AsDict, LabelFirst, ReadFirst, ImportsInside])
 def test_samples_keep_the_layout_getitem_gives_them(folder: Path, cls: type) -> None:
     dataset = cls(table(folder), folder, EVAL)
     for a, b in zip(native(dataset, batch_size=4, num_workers=2), DataLoader(dataset, batch_size=4)):

@@ -80,6 +80,16 @@ class BytesThenDecode(Tutorial):
         return {"image": self.transform(image), "label": int(self.img_labels.iloc[idx, 1])}
 
 
+class ImportsInside(Tutorial):
+    """torchvision.io imported in the method, as the module's attribute."""
+
+    def __getitem__(self, idx: int) -> Any:
+        import torchvision.io as tvio
+
+        path = os.path.join(self.img_dir, self.img_labels.iloc[idx, 0])
+        return self.transform(tvio.read_image(path, tvio.ImageReadMode.RGB)), int(self.img_labels.iloc[idx, 1])
+
+
 class Upright(Tutorial):
     def __getitem__(self, idx: int) -> Any:
         path = os.path.join(self.img_dir, self.img_labels.iloc[idx, 0])
@@ -142,7 +152,7 @@ def test_the_tutorials_class_is_read_natively(folder: Path) -> None:
     equal_batches(native(dataset, batch_size=4), DataLoader(dataset, batch_size=4))
 
 
-@pytest.mark.parametrize("cls", [Tutorial, DecodeRgb, BytesThenDecode])
+@pytest.mark.parametrize("cls", [Tutorial, DecodeRgb, BytesThenDecode, ImportsInside])
 def test_the_decode_variety_bit_for_bit(cls: type) -> None:
     """Every sampling, progressive, restart-marker, tiny and odd-sized RGB JPEG in mode
     UNCHANGED; in mode RGB gray and CMYK JPEGs, 8-bit PNGs of every colour type (palette,
@@ -171,7 +181,7 @@ def test_a_file_torchvision_decodes_otherwise_is_named(name: str, why: str) -> N
     the native loader says which file and why, in the sample's error."""
     paths = [str(DECODE / "jpeg_444_q95.jpg"), str(DECODE / name)]
     dataset = Tutorial(frame_of(paths), "/", v2.Compose([v2.Resize((8, 8)), TO_FLOAT]))
-    with pytest.raises(OSError, match=rf"dataset\[1\]: Tutorial.__getitem__ decodes '.*{name}' with torchvision.io, and it {why}"):
+    with pytest.raises(OSError, match=rf"dataset\[1\]: TypeError: Tutorial.__getitem__ decodes '.*{name}' with torchvision.io, and it {why}"):
         list(native(dataset, batch_size=2))
     skipped = native(dataset, batch_size=2, on_error="skip")
     assert [len(b[1]) for b in skipped] == [1]
@@ -269,3 +279,26 @@ def test_the_profile_of_dataloaders_run_splits_read_and_decode(folder: Path) -> 
     assert {"read", "decode", "CenterCrop", "ToDtype", "Normalize"} <= set(ops), ops
     by_op = {s["op"]: s for s in spans}
     assert by_op["read"]["end_ns"] <= by_op["decode"]["start_ns"] <= by_op["decode"]["end_ns"] <= by_op["CenterCrop"]["start_ns"]
+
+
+def test_file_headers_read_as_pillow_opens_them(tmp_path: Path) -> None:
+    """The per-file check reads a JPEG's frame header and a PNG's IHDR itself (Pillow's open
+    costs tens of microseconds under the GIL): the format and mode Pillow opens each fixture
+    in, from a path and from bytes, past large APP segments too."""
+    from ferroloader._getitem import _header
+
+    big_app = tmp_path / "icc.jpg"
+    Image.new("RGB", (9, 7), (1, 2, 3)).save(big_app, icc_profile=bytes(range(256)) * 80)
+    assert big_app.stat().st_size > 20000
+    paths = [p for p in DECODE.iterdir() if p.suffix not in (".rgb", ".rowfnv", ".json")] + [big_app]
+    checked = 0
+    for path in paths:
+        try:
+            with Image.open(path) as image:
+                want = (image.format, image.mode)
+        except Exception:
+            continue
+        assert _header(str(path))[:2] == want, path
+        assert _header(path.read_bytes())[:2] == want, path
+        checked += 1
+    assert checked > 60

@@ -526,12 +526,18 @@ def test_bench_script_adds_the_reference_mixup_cutmix_to_both_sides(data: Path, 
     assert "ferroloader / torchvision throughput: median" in out
 
 
+@pytest.mark.filterwarnings("ignore:.*TorchCodec:DeprecationWarning")  # torchvision 0.29's decoders
 def test_bench_script_reads_a_scripts_own_dataset_class_on_both_sides(data: Path, bench: Bench) -> None:
     status, out, err = bench(str(data), "--own-dataset", "--recipe", "ta_wide+re", "--workers", "1",
                              "--rounds", "1", "--batch-size", "4", "--batches", "2")
     assert status is None, err  # python_dataset="error": the class was traced and read natively
-    assert "(through a script's own Dataset class)" in out
+    assert "(through a script's own Dataset class, pil)" in out
     assert "ferroloader / torchvision throughput: median" in out
+    # PyTorch's data tutorial's reads (torchvision.io), the recipe's v2 form on the tensor.
+    status, out, err = bench(str(data), "--own-dataset", "read_image", "--v2", "--recipe", "basic", "--workers", "1",
+                             "--rounds", "1", "--batch-size", "4", "--batches", "2")
+    assert status is None, err
+    assert "(through a script's own Dataset class, read_image)" in out
 
 
 def test_bench_script_reports_a_refusal_and_exits_non_zero(

@@ -452,7 +452,14 @@ class _StandIns:
             io_module = _Module(tvio, reads.io)
             self.modules[tvio] = io_module
             self.modules[sys.modules["torchvision"]] = _Module(sys.modules["torchvision"], {"io": io_module})
+        # An import inside re-made code (`from torchvision.io import read_image` in a method)
+        # gets the stand-in module too: the builtins it runs with import through them.
+        self.builtins = dict(vars(builtins), __import__=self._import)
         self.made: Dict[Any, Any] = {}
+
+    def _import(self, name: str, *args: Any, **kwargs: Any) -> Any:
+        module = builtins.__import__(name, *args, **kwargs)
+        return self.modules.get(module, module) if isinstance(module, types.ModuleType) else module
 
     def function(self, fn: types.FunctionType, depth: int = 0, owner: Optional[type] = None) -> Any:
         """``fn`` with the stand-ins in its globals (``fn`` itself where it cannot be, or need not
@@ -478,7 +485,7 @@ class _StandIns:
             if stand is not None:
                 cells[i] = types.CellType(stand)
         closure = tuple(cells) if fn.__closure__ is not None else None
-        overrides: Dict[str, Any] = {"__builtins__": fn.__globals__.get("__builtins__", builtins)}
+        overrides: Dict[str, Any] = {"__builtins__": self.builtins}
         remade = types.FunctionType(fn.__code__, _Globals(overrides, fn.__globals__), fn.__name__,
                                     fn.__defaults__, closure)
         remade.__kwdefaults__ = fn.__kwdefaults__
@@ -1042,17 +1049,61 @@ def _same(a: Any, b: Any) -> bool:
         return False
 
 
-def _header(source: Data) -> Tuple[str, str, bytes]:
-    """The format and mode Pillow opens ``source`` in (without decoding it), and its first 26
-    bytes (a PNG's header); raises what Pillow raises on a file it cannot open."""
+#: Pillow's mode of a PNG by its colour type (IHDR), for 8-bit samples.
+_PNG_MODES = {0: "L", 2: "RGB", 3: "P", 4: "LA", 6: "RGBA"}
+
+#: Pillow's mode of a JPEG by its number of components.
+_JPEG_MODES = {1: "L", 3: "RGB", 4: "CMYK"}
+
+
+def _header(source: Data) -> Tuple[str, str, int]:
+    """The format ``source`` is in, the mode Pillow opens it in and its bits per sample, read
+    from its first bytes for a JPEG (its frame header) or a PNG (its IHDR chunk), else from
+    Pillow's open (which decodes nothing, but costs tens of microseconds); raises what Pillow
+    raises on a file it cannot open."""
+    head = source[:4096] if isinstance(source, bytes) else b""
+    if isinstance(source, str):
+        # os's calls: a third of the builtin open's cost, which wraps the file in two objects.
+        fd = os.open(source, os.O_RDONLY)
+        try:
+            head = os.read(fd, 4096)
+            while head.startswith(b"\xff\xd8") and _jpeg_frame(head) is None:
+                more = os.read(fd, 1 << 16)  # the frame header lies past large APP segments
+                if not more:
+                    break
+                head += more
+        finally:
+            os.close(fd)
+    if head.startswith(b"\x89PNG\r\n\x1a\n") and len(head) >= 26 and head[12:16] == b"IHDR":
+        depth, colour = head[24], head[25]
+        # Pillow's names for a few depths of their own (16-bit gray and alpha among them).
+        mode = {(0, 1): "1", (0, 16): "I;16", (4, 16): "RGBA"}.get((colour, depth), _PNG_MODES.get(colour))
+        if mode is not None:
+            return "PNG", mode, depth
+    frame = _jpeg_frame(head) if head.startswith(b"\xff\xd8") else None
+    if frame is not None and frame[1] in _JPEG_MODES:
+        return "JPEG", _JPEG_MODES[frame[1]], frame[0]
     from PIL import Image
 
     with Image.open(source if isinstance(source, str) else io.BytesIO(source)) as opened:
-        kind, mode = str(opened.format), opened.mode
-    if isinstance(source, str):
-        with builtins.open(source, "rb") as f:
-            return kind, mode, f.read(26)
-    return kind, mode, source[:26]
+        return str(opened.format), opened.mode, 8
+
+
+def _jpeg_frame(data: bytes) -> Optional[Tuple[int, int]]:
+    """The bits per sample and the number of components of the JPEG ``data`` begins, from its
+    frame header (SOFn); ``None`` where ``data`` ends before it."""
+    at = 2
+    while at + 10 <= len(data):
+        if data[at] != 0xFF:
+            return None
+        marker = data[at + 1]
+        if marker == 0xFF:  # a fill byte
+            at += 1
+            continue
+        if 0xC0 <= marker <= 0xCF and marker not in (0xC4, 0xC8, 0xCC):
+            return data[at + 4], data[at + 9]
+        at += 2 + int.from_bytes(data[at + 2:at + 4], "big")
+    return None
 
 
 def _opens_rgb(source: Data) -> Optional[str]:
@@ -1081,16 +1132,14 @@ def _decodes_as_rgb(source: Data, mode: str) -> Optional[str]:
     and refuses the other formats; in mode UNCHANGED it keeps the file's channels (one for a
     gray JPEG, a palette's indices, alpha)."""
     try:
-        kind, opened, head = _header(source)
+        kind, opened, depth = _header(source)
     except Exception:
         return None
-    # A PNG's bit depth: the IHDR chunk's first byte after the width and height.
-    png_depth = head[24] if kind == "PNG" and len(head) == 26 else 8
     why = None
     if kind not in ("JPEG", "PNG", "WEBP"):
         why = f"is {kind}, which torchvision.io decodes otherwise than Pillow, or not at all"
-    elif png_depth > 8:
-        why = f"is a {png_depth}-bit PNG, which torchvision.io decodes to a {png_depth}-bit tensor"
+    elif depth > 8:
+        why = f"is a {depth}-bit {kind}, which torchvision.io decodes to a {depth}-bit tensor"
     elif mode == "UNCHANGED" and opened != "RGB":
         why = (
             f"opens in mode {opened}, whose channels torchvision.io's mode UNCHANGED keeps (pass "
@@ -1167,29 +1216,29 @@ class TracedItems:
             out = _call(getitem, run, index)
         except Untraceable as e:
             raise TypeError(
-                f"dataset[{index}]: {self.name}.__getitem__ {e.reason}, unlike dataset[0] (read "
+                f"{self.name}.__getitem__ {e.reason}, unlike dataset[0] (read "
                 "natively as it opens, converts to RGB and transforms the image)"
             ) from None
         split = self.traced.layout.split(out)
         if split is None:
             raise TypeError(
-                f"dataset[{index}]: {self.name}.__getitem__ returned a sample laid out otherwise "
+                f"{self.name}.__getitem__ returned a sample laid out otherwise "
                 f"than dataset[0]'s ({self.traced.layout.describe()}), which the loader reads so"
             )
         image, target = split
         if (image.image.steps, image.image.upright) != (self.traced.steps, self.traced.upright):
             raise TypeError(
-                f"dataset[{index}]: {self.name}.__getitem__ converted or turned the image "
+                f"{self.name}.__getitem__ converted or turned the image "
                 "otherwise than dataset[0]'s, which the loader reads so"
             )
         if image.transform is not self.traced.transform:
             raise TypeError(
-                f"dataset[{index}]: {self.name}.__getitem__ applied {_name(image.transform)}, not "
+                f"{self.name}.__getitem__ applied {_name(image.transform)}, not "
                 "the transform the loader converted when it was made (set another since?): make "
                 "the loader again to run the new one"
             )
         if self._file_check is not None:
-            self._checked(index, image.image.source)
+            self._checked(image.image.source)
         return image.image.source, target
 
     @functools.cached_property
@@ -1207,13 +1256,14 @@ class TracedItems:
         first = getattr(self.traced.transform, "transforms", [self.traced.transform])[:1]
         return None if first and type(first[0]).__name__ == "Grayscale" else _opens_rgb
 
-    def _checked(self, index: int, source: Data) -> None:
-        """Raises where sample ``index``'s file is not what :attr:`_file_check` needs: DataLoader
-        would hand the transform another image than the native loader makes."""
+    def _checked(self, source: Data) -> None:
+        """Raises where the sample's file is not what :attr:`_file_check` needs: DataLoader
+        would hand the transform another image than the native loader makes. (The loader names
+        the sample: ``dataset[i]: TypeError: ...``.)"""
         assert self._file_check is not None
         why = self._file_check(source)
         if why is not None:
-            raise TypeError(f"dataset[{index}]: {self.name}.__getitem__ {why}")
+            raise TypeError(f"{self.name}.__getitem__ {why}")
 
     def __getstate__(self) -> Dict[str, Any]:
         return {"dataset": self.dataset, "indices": self.indices, "name": self.name, "_run": None, "_seen": []}
