@@ -135,9 +135,12 @@ def test_compare_writes_the_report_of_both_pipelines(data: Path, tmp_path: Path)
 
 OWN_DATASET = """
 import os
+import torch
 import torchvision.transforms as T
+import torchvision.transforms.v2 as v2
 from PIL import Image
 from torch.utils.data import Dataset
+from torchvision.io import ImageReadMode, read_image
 
 ROOT = {root!r}
 TRANSFORM = T.Compose([T.RandomResizedCrop(32), T.RandomHorizontalFlip(), T.ToTensor()])
@@ -162,7 +165,15 @@ class Boxed(Photos):
         return self.transform(image), i % 2
 
 
+class Tensors(Photos):
+    # PyTorch's data tutorial's reads: torchvision.io's uint8 tensor, a v2 transform.
+
+    def __getitem__(self, i):
+        return self.transform(read_image(self.files[i], ImageReadMode.RGB)), i % 2
+
+
 photos = Photos(TRANSFORM)
+tensors = Tensors(v2.Compose([v2.RandomResizedCrop(32), v2.ToDtype(torch.float32, scale=True)]))
 
 
 def boxed():
@@ -170,6 +181,7 @@ def boxed():
 """
 
 
+@pytest.mark.filterwarnings("ignore:.*TorchCodec:DeprecationWarning")  # torchvision 0.29's decoders
 def test_compare_and_profile_take_a_dataset_of_ones_own(data: Path, tmp_path: Path) -> None:
     """DATA as FILE.py:NAME: the script's own dataset object, run as it is by both; read
     natively where its __getitem__ traces, in Python by both where it does not."""
@@ -186,6 +198,14 @@ def test_compare_and_profile_take_a_dataset_of_ones_own(data: Path, tmp_path: Pa
     page = (out / "report.html").read_text()
     assert "Photos, 16 samples; ferroloader: read natively" in page and f"{script}:photos" in page
     invoke(["profile", f"{script}:photos", "--workers", "1", "--out", str(tmp_path / "native"), *SMALL])
+
+    # torchvision.io's reads, split alike on the DataLoader side; read natively.
+    out = tmp_path / "tensors"
+    invoke(["compare", f"{script}:tensors", "--workers", "1", "--out", str(out), *SMALL])
+    summary = check_report(out, ["torchvision", "native"])
+    ops = {p["label"]: {o["op"] for o in p["ops"]} for p in summary["pipelines"]}
+    assert {"__getitem__", "read", "decode", "RandomResizedCrop", "ToDtype"} <= ops["torchvision"]
+    assert "Tensors, 16 samples; ferroloader: read natively" in (out / "report.html").read_text()
 
     out = tmp_path / "boxed"
     invoke(["compare", f"{script}:boxed", "--workers", "1", "--out", str(out), *SMALL])
