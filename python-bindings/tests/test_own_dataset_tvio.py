@@ -80,6 +80,20 @@ class BytesThenDecode(Tutorial):
         return {"image": self.transform(image), "label": int(self.img_labels.iloc[idx, 1])}
 
 
+class JpegBytes(Tutorial):
+    """The JPEG decoder alone, on the file's bytes (scripts chasing speed)."""
+
+    def __getitem__(self, idx: int) -> Any:
+        data = torchvision.io.read_file(os.path.join(self.img_dir, self.img_labels.iloc[idx, 0]))
+        return self.transform(torchvision.io.decode_jpeg(data, mode=ImageReadMode.RGB)), 0
+
+
+class OnCuda(Tutorial):
+    def __getitem__(self, idx: int) -> Any:
+        data = read_file(os.path.join(self.img_dir, self.img_labels.iloc[idx, 0]))
+        return self.transform(torchvision.io.decode_jpeg(data, device="cuda")), 0
+
+
 class ImportsInside(Tutorial):
     """torchvision.io imported in the method, as the module's attribute."""
 
@@ -152,7 +166,7 @@ def test_the_tutorials_class_is_read_natively(folder: Path) -> None:
     equal_batches(native(dataset, batch_size=4), DataLoader(dataset, batch_size=4))
 
 
-@pytest.mark.parametrize("cls", [Tutorial, DecodeRgb, BytesThenDecode, ImportsInside])
+@pytest.mark.parametrize("cls", [Tutorial, DecodeRgb, BytesThenDecode, ImportsInside, JpegBytes])
 def test_the_decode_variety_bit_for_bit(cls: type) -> None:
     """Every sampling, progressive, restart-marker, tiny and odd-sized RGB JPEG in mode
     UNCHANGED; in mode RGB gray and CMYK JPEGs, 8-bit PNGs of every colour type (palette,
@@ -160,6 +174,8 @@ def test_the_decode_variety_bit_for_bit(cls: type) -> None:
     rgb = [p for p in files("*.jpg") if "huge" not in p and mode(p) == "RGB"]
     more = files("jpeg_gray*.jpg", "jpeg_cmyk*.jpg", "jpeg_ycck*.jpg", "*.webp", "png_*.png")
     more = [p for p in more if "16" not in Path(p).name]
+    if cls is JpegBytes:
+        more = [p for p in more if p.endswith(".jpg")]
     for paths in ([rgb] if cls is Tutorial else [rgb, more]):
         # A crop larger than the tiny ones: padded alike.
         dataset = cls(frame_of(paths), "/", v2.Compose([v2.CenterCrop(64), TO_FLOAT]))
@@ -185,6 +201,13 @@ def test_a_file_torchvision_decodes_otherwise_is_named(name: str, why: str) -> N
         list(native(dataset, batch_size=2))
     skipped = native(dataset, batch_size=2, on_error="skip")
     assert [len(b[1]) for b in skipped] == [1]
+
+
+def test_a_file_the_jpeg_decoder_refuses_is_named() -> None:
+    paths = [str(DECODE / "jpeg_444_q95.jpg"), str(DECODE / "png_rgb.png")]
+    dataset = JpegBytes(frame_of(paths), "/", v2.Compose([v2.Resize((8, 8)), TO_FLOAT]))
+    with pytest.raises(OSError, match=r"dataset\[1\]: TypeError: JpegBytes.__getitem__ decodes '.*png_rgb.png' with torchvision.io, and it is PNG, which torchvision.io.decode_jpeg refuses"):
+        list(native(dataset, batch_size=2))
 
 
 def test_mode_rgb_reads_what_unchanged_refuses() -> None:
@@ -245,6 +268,7 @@ class Gray(Tutorial):
     [
         (AsFloat, CROP, "uses the decoded image tensor's .float"),
         (Gray, CROP, "decodes the image with torchvision.io in mode GRAY"),
+        (OnCuda, CROP, "decodes with torchvision.io.decode_jpeg on cuda"),
         (Tutorial, tv.Compose([tv.CenterCrop(24), tv.ToTensor()]), "applies ToTensor to the tensor torchvision.io decodes"),
         (Tutorial, tv.Compose([tv.CenterCrop(24), tv.PILToTensor()]), "applies PILToTensor"),
         (Tutorial, tv.Compose([tv.CenterCrop(24), tv.ToPILImage(), tv.ToTensor()]), "applies ToPILImage"),
@@ -266,9 +290,10 @@ def test_an_imagefolder_reading_with_torchvision_io_stays_in_python(folder: Path
     equal_batches(loader, DataLoader(dataset, batch_size=4))
 
 
-def test_the_profile_of_dataloaders_run_splits_read_and_decode(folder: Path) -> None:
+@pytest.mark.parametrize("cls", [Tutorial, JpegBytes])
+def test_the_profile_of_dataloaders_run_splits_read_and_decode(folder: Path, cls: type) -> None:
     paths = rgb_files(folder)[:8]
-    dataset = Tutorial(frame_of(paths), folder, CROP)
+    dataset = cls(frame_of(paths), folder, CROP)
     loader = DataLoader(dataset, batch_size=4)
     with flt.profile(loader) as pdl:
         got = list(pdl)

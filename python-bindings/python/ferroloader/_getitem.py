@@ -8,7 +8,7 @@ by calling it on a shallow copy of the dataset in which nothing is decoded: ``Im
 (``PIL.Image.open``, on a path, on the builtin ``open``'s file, on a ``BytesIO``) and
 torchvision's ``default_loader``/``pil_loader`` return stand-ins that record the file,
 ``.convert(mode)`` and ``ImageOps.exif_transpose`` record what they would do (so do
-``torchvision.io``'s ``read_image``/``decode_image``/``read_file``: a uint8 tensor of the file,
+``torchvision.io``'s reads, :data:`IO_NAMES`: a uint8 tensor of the file,
 whose transform then runs after ``PILToTensor``, each file checked to decode as the native RGB
 decode does: :func:`_decodes_as_rgb`), and each
 transform the code holds (an attribute, a module-level name, a closure's) records being applied
@@ -239,7 +239,7 @@ class _Decoded(_Stand):
 class _Tensor(_Decoded):
     """``torchvision.io``'s decode of the file (``read_image``, ``decode_image``): a uint8 CHW
     tensor of the RGB decode where :meth:`TracedItems._file_check` finds each file decodes so
-    (the step :data:`_AS_TENSOR` in ``mode``). Not a PIL image: no ``.convert`` or ``.resize``."""
+    (the step :data:`_AS_TENSOR`). Not a PIL image: no ``.convert`` or ``.resize``."""
 
     __slots__ = ()
 
@@ -270,14 +270,17 @@ class _FileBytes(_Stand):
         _refuse(f"uses the bytes of {_where(self.source)} (.{name})")
 
 
-#: The step of an image decoded by ``torchvision.io`` (:class:`_Tensor`): ``(_AS_TENSOR, mode)``,
-#: ``mode`` ``"RGB"`` or ``"UNCHANGED"``; the transform runs after ``PILToTensor``.
+#: The step of an image decoded by ``torchvision.io`` (:class:`_Tensor`): ``(_AS_TENSOR, mode,
+#: format)``, ``mode`` ``"RGB"`` or ``"UNCHANGED"``, ``format`` the one format its decoder takes
+#: (``"JPEG"`` for ``decode_jpeg``, ``"PNG"`` for ``decode_png``) or ``None`` for any; the
+#: transform runs after ``PILToTensor``.
 _AS_TENSOR = "as tensor"
 
 
-def _tensor_read(source: Any, mode: Any, apply_exif_orientation: Any) -> _Tensor:
-    """``torchvision.io``'s decode of ``source`` (a path, or :class:`_FileBytes`) in ``mode``."""
-    if isinstance(source, (str, os.PathLike)):
+def _tensor_read(source: Any, mode: Any, apply_exif_orientation: Any, only: Optional[str] = None) -> _Tensor:
+    """``torchvision.io``'s decode of ``source`` (a path, or :class:`_FileBytes`) in ``mode``,
+    of files in format ``only`` (``None``: any)."""
+    if isinstance(source, (str, os.PathLike)) and only is None:
         source = os.fspath(source)
     elif isinstance(source, _FileBytes):
         source = source.source
@@ -289,7 +292,7 @@ def _tensor_read(source: Any, mode: Any, apply_exif_orientation: Any) -> _Tensor
             f"decodes the image with torchvision.io in mode {name} (the native loader decodes to "
             "RGB: mode ImageReadMode.RGB, or UNCHANGED for RGB files)"
         )
-    return _Tensor(source, ((_AS_TENSOR, name),), bool(apply_exif_orientation))
+    return _Tensor(source, ((_AS_TENSOR, name, only),), bool(apply_exif_orientation))
 
 
 def _read_image(path: Any, mode: Any = "UNCHANGED", apply_exif_orientation: bool = False) -> _Tensor:
@@ -304,6 +307,20 @@ def _decode_image(input: Any, mode: Any = "UNCHANGED", apply_exif_orientation: b
     return _tensor_read(input, mode, apply_exif_orientation)
 
 
+def _decode_jpeg(
+    input: Any, mode: Any = "UNCHANGED", device: Any = "cpu", apply_exif_orientation: bool = False
+) -> _Tensor:
+    """``torchvision.io.decode_jpeg`` in the traced code: of ``read_file``'s bytes, on the CPU."""
+    if str(device) != "cpu":
+        _refuse(f"decodes with torchvision.io.decode_jpeg on {device} (the native loader decodes on the CPU)")
+    return _tensor_read(input, mode, apply_exif_orientation, "JPEG")
+
+
+def _decode_png(input: Any, mode: Any = "UNCHANGED", apply_exif_orientation: bool = False) -> _Tensor:
+    """``torchvision.io.decode_png`` in the traced code: of ``read_file``'s bytes."""
+    return _tensor_read(input, mode, apply_exif_orientation, "PNG")
+
+
 def _read_file(path: Any) -> _FileBytes:
     """``torchvision.io.read_file`` in the traced code."""
     if not isinstance(path, (str, os.PathLike)):
@@ -312,7 +329,7 @@ def _read_file(path: Any) -> _FileBytes:
 
 
 #: ``torchvision.io``'s functions the stand-ins replace, by name.
-IO_NAMES = ("read_image", "decode_image", "read_file")
+IO_NAMES = ("read_image", "decode_image", "decode_jpeg", "decode_png", "read_file")
 
 
 class _Applied:
@@ -982,7 +999,8 @@ def _call(fn: Any, *args: Any) -> Any:
 #: The trace's stand-ins: nothing is read or decoded, transforms are recorded.
 _TRACE = Reads(
     _image_open, _known_loader, _open, _exif_transpose, _Held,
-    {"read_image": _read_image, "decode_image": _decode_image, "read_file": _read_file},
+    {"read_image": _read_image, "decode_image": _decode_image, "decode_jpeg": _decode_jpeg,
+     "decode_png": _decode_png, "read_file": _read_file},
 )
 
 
@@ -1123,10 +1141,11 @@ def _opens_rgb(source: Data) -> Optional[str]:
     )
 
 
-def _decodes_as_rgb(source: Data, mode: str) -> Optional[str]:
-    """Why ``torchvision.io``'s decode of ``source`` in ``mode`` (``"RGB"`` or ``"UNCHANGED"``)
-    is not the uint8 RGB image the native loader decodes, as Pillow's ``convert("RGB")`` would
-    (``None``: it is). Both decode JPEG (any colour space), PNG of 8 bits or fewer and WebP
+def _decodes_as_rgb(source: Data, mode: str, only: Optional[str] = None) -> Optional[str]:
+    """Why ``torchvision.io``'s decode of ``source`` in ``mode`` (``"RGB"`` or ``"UNCHANGED"``),
+    by a decoder of format ``only`` (``decode_jpeg``'s ``"JPEG"``; ``None``: any), is not the
+    uint8 RGB image the native loader decodes, as Pillow's ``convert("RGB")`` would (``None``:
+    it is). Both decode JPEG (any colour space), PNG of 8 bits or fewer and WebP
     alike in mode RGB: the same libjpeg-turbo, libpng and libwebp conversions, on the decode
     fixtures. torchvision decodes 16-bit PNGs to uint16, GIFs otherwise (transparency, frames),
     and refuses the other formats; in mode UNCHANGED it keeps the file's channels (one for a
@@ -1136,7 +1155,9 @@ def _decodes_as_rgb(source: Data, mode: str) -> Optional[str]:
     except Exception:
         return None
     why = None
-    if kind not in ("JPEG", "PNG", "WEBP"):
+    if only is not None and kind != only:
+        why = f"is {kind}, which torchvision.io.decode_{only.lower()} refuses"
+    elif kind not in ("JPEG", "PNG", "WEBP"):
         why = f"is {kind}, which torchvision.io decodes otherwise than Pillow, or not at all"
     elif depth > 8:
         why = f"is a {depth}-bit {kind}, which torchvision.io decodes to a {depth}-bit tensor"
@@ -1250,7 +1271,7 @@ class TracedItems:
         (:func:`_opens_rgb`); ``None``: every file is."""
         tensor = next((step for step in self.traced.steps if step[0] == _AS_TENSOR), None)
         if tensor is not None:
-            return functools.partial(_decodes_as_rgb, mode=tensor[1])
+            return functools.partial(_decodes_as_rgb, mode=tensor[1], only=tensor[2])
         if _AS_OPENED not in self.traced.steps:
             return None
         first = getattr(self.traced.transform, "transforms", [self.traced.transform])[:1]

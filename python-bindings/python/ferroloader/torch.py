@@ -455,20 +455,20 @@ class _TimedImageOpen:
 
 
 class _TimedTensorRead:
-    """``torchvision.io``'s ``read_image`` and ``decode_image`` for a training script's own
-    dataset (:class:`_TimedReads`): of a path, ``read`` (the file's bytes) then ``decode``
-    (``decode_image`` of them); of ``read_file``'s bytes, ``decode``. The same tensor."""
+    """A ``torchvision.io`` decoder (``decode_image``, ``decode_jpeg``...) for a training
+    script's own dataset (:class:`_TimedReads`), ``read_image`` too: of a path, ``read`` (the
+    file's bytes) then ``decode`` (``decode`` of them); of ``read_file``'s bytes, ``decode``. The
+    same tensor."""
 
-    __slots__ = ("rec",)
+    __slots__ = ("rec", "decode")
 
-    def __init__(self, rec: _Recorder) -> None:
+    def __init__(self, rec: _Recorder, decode: Callable[..., Any]) -> None:
         self.rec = rec
+        self.decode = decode
 
-    def __call__(self, source: Any, mode: Any = "UNCHANGED", apply_exif_orientation: bool = False) -> Any:
-        from torchvision.io import decode_image  # type: ignore[import-untyped]
-
+    def __call__(self, source: Any, *args: Any, **kwargs: Any) -> Any:
         def decoded(data: Any) -> Any:
-            return decode_image(data, mode, apply_exif_orientation=apply_exif_orientation)
+            return self.decode(data, *args, **kwargs)
 
         if isinstance(source, torch.Tensor):
             return _TimedOp(decoded, "decode", self.rec)(source)
@@ -478,10 +478,12 @@ class _TimedTensorRead:
 
 def _timed_io(rec: _Recorder) -> Dict[str, Callable[..., Any]]:
     """``torchvision.io``'s reads in spans, by name (``_getitem.IO_NAMES``)."""
-    from torchvision.io import read_file
+    import torchvision.io as tvio  # type: ignore[import-untyped]
 
-    read = _TimedTensorRead(rec)
-    return {"read_image": read, "decode_image": read, "read_file": _TimedOp(read_file, "read", rec)}
+    timed: Dict[str, Callable[..., Any]] = {
+        name: _TimedTensorRead(rec, getattr(tvio, name)) for name in ("decode_image", "decode_jpeg", "decode_png")
+    }
+    return {**timed, "read_image": timed["decode_image"], "read_file": _TimedOp(tvio.read_file, "read", rec)}
 
 
 def _read_and_decode(rec: _Recorder, fp: Any, decode: Callable[[bytes], Any]) -> Any:
