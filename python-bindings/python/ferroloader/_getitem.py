@@ -1,18 +1,18 @@
 """A training script's own ``Dataset`` class, read natively when its ``__getitem__`` does what
-torchvision's ``ImageFolder`` does: open one image with Pillow (or torchvision.io), convert it to RGB (or L), apply
-a transform, and return the result beside values that do not come from the pixels (a label
-from a CSV row, a path, an index).
+torchvision's ``ImageFolder`` does: open one image with Pillow (or ``torchvision.io``), convert
+it to RGB (or L), apply a transform, and return the result beside values that do not come from
+the pixels (a label from a CSV row, a path, an index).
 
 The class is the user's: no name says what ``__getitem__`` does. :func:`trace_getitem` learns it
 by calling it on a shallow copy of the dataset in which nothing is decoded: ``Image.open``
 (``PIL.Image.open``, on a path, on the builtin ``open``'s file, on a ``BytesIO``) and
 torchvision's ``default_loader``/``pil_loader`` return stand-ins that record the file,
 ``.convert(mode)`` and ``ImageOps.exif_transpose`` record what they would do (so do
-``torchvision.io``'s reads, :data:`IO_NAMES`: a uint8 tensor of the file,
-whose transform then runs after ``PILToTensor``, each file checked to decode as the native RGB
-decode does: :func:`_decodes_as_rgb`), and each
-transform the code holds (an attribute, a module-level name, a closure's) records being applied
-to that image instead of running (applied to anything else, a label say, it runs). The
+``torchvision.io``'s reads, :data:`IO_NAMES`: a uint8 tensor of the file, whose transform then
+runs after ``PILToTensor``, each file checked to decode as the native RGB decode does:
+:func:`_decodes_as_rgb`), and each transform the code holds (an attribute, a module-level
+name, a closure's) records being applied to that image instead of running (applied to anything
+else, a label say, it runs). An ``import`` inside the traced code gets the stand-in modules. The
 functions ``__getitem__`` reaches (its class's methods, ``super()``'s included, its module's
 helper functions, a ``loader=`` function) are re-made with the stand-ins in their globals,
 never the module's own: nothing is patched where another thread could see it. When the sample
@@ -261,8 +261,8 @@ class _Tensor(_Decoded):
 
 
 class _FileBytes(_Stand):
-    """``torchvision.io.read_file``'s tensor of the file's bytes: only ``decode_image`` may
-    take it."""
+    """``torchvision.io.read_file``'s tensor of the file's bytes: only ``torchvision.io``'s
+    decoders may take it."""
 
     __slots__ = ()
 
