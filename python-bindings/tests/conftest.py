@@ -101,6 +101,18 @@ IMAGENET_MEAN = [0.485, 0.456, 0.406]
 IMAGENET_STD = [0.229, 0.224, 0.225]
 
 
+def oriented_photos(folder: Path) -> List[str]:
+    """``1.jpg`` ... ``8.jpg`` in ``folder``: noise photos of 50 x (30 + k) pixels whose EXIF
+    orientation is k (a rotated image's shape shows it), their names."""
+    rng = np.random.default_rng(5)
+    for k in range(1, 9):
+        exif = Image.Exif()
+        exif[0x0112] = k
+        pixels = (rng.random((30 + k, 50, 3)) * 255).astype(np.uint8)
+        Image.fromarray(pixels).save(folder / f"{k}.jpg", quality=90, exif=exif.tobytes())
+    return [f"{k}.jpg" for k in range(1, 9)]
+
+
 def labelled_by_index(folder: Path, count: int) -> List[Tuple[str, int]]:
     """The folder's first ``count`` JPEGs (sorted by path), each labelled with its own index."""
     paths = sorted(str(p) for p in folder.rglob("*.jpg"))[:count]

@@ -28,6 +28,7 @@ from torch.utils.data import DataLoader, Dataset
 from torchvision.datasets.folder import default_loader
 
 import ferroloader as fl
+from conftest import oriented_photos
 from ferroloader._getitem import Opened, loader_opens, trace_getitem
 
 DECODE = Path(__file__).resolve().parents[2] / "target" / "fixtures" / "decode"
@@ -297,13 +298,7 @@ class UprightInPlace(CsvDataset):
 
 
 def test_images_turned_upright_by_their_exif_orientation(tmp_path: Path) -> None:
-    rng = np.random.default_rng(5)
-    for k in range(1, 9):
-        exif = Image.Exif()
-        exif[0x0112] = k
-        pixels = (rng.random((30 + k, 50, 3)) * 255).astype(np.uint8)
-        Image.fromarray(pixels).save(tmp_path / f"{k}.jpg", quality=90, exif=exif.tobytes())
-    frame = pd.DataFrame({"file": [f"{k}.jpg" for k in range(1, 9)], "label": range(8)})
+    frame = pd.DataFrame({"file": oriented_photos(tmp_path), "label": range(8)})
     keep = tv.Compose([tv.Resize((24, 40)), tv.ToTensor()])  # a rotated image's shape shows
     for cls in (Upright, UprightInPlace):
         dataset = cls(frame, tmp_path, keep)

@@ -10,7 +10,6 @@ import os
 from pathlib import Path
 from typing import Any, List
 
-import numpy as np
 import pandas as pd
 import pytest
 import torch
@@ -23,6 +22,7 @@ from torchvision.io import ImageReadMode, decode_image, read_file, read_image
 
 import ferroloader as fl
 import ferroloader.torch as flt
+from conftest import oriented_photos
 from ferroloader._getitem import loader_opens
 
 # torchvision 0.29 deprecates its decoders (for TorchCodec) with a warning per call.
@@ -240,13 +240,7 @@ def test_random_transforms_are_the_same_whatever_the_workers(folder: Path) -> No
 
 
 def test_exif_orientation_applied_by_torchvision(tmp_path: Path) -> None:
-    rng = np.random.default_rng(5)
-    for k in range(1, 9):
-        exif = Image.Exif()
-        exif[0x0112] = k
-        pixels = (rng.random((30 + k, 50, 3)) * 255).astype(np.uint8)
-        Image.fromarray(pixels).save(tmp_path / f"{k}.jpg", quality=90, exif=exif.tobytes())
-    dataset = Upright(frame_of([f"{k}.jpg" for k in range(1, 9)]), tmp_path, v2.Compose([v2.CenterCrop(24), TO_FLOAT]))
+    dataset = Upright(frame_of(oriented_photos(tmp_path)), tmp_path, v2.Compose([v2.CenterCrop(24), TO_FLOAT]))
     loader = native(dataset, batch_size=4)
     assert loader.exif_transpose
     equal_batches(loader, DataLoader(dataset, batch_size=4))
