@@ -171,9 +171,9 @@ class OwnDataset:
     :class:`CsvImages` (``read_image``: a :class:`TensorImages`) of it holding the transform."""
 
     def __init__(self, folder: Path, reads: str = "pil") -> None:
-        self.reads = reads
         import pandas as pd  # type: ignore[import-untyped]
 
+        self.reads = reads
         listed = torchvision.datasets.ImageFolder(str(folder))
         self.folder = folder
         self.frame = pd.DataFrame(

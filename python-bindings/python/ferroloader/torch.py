@@ -473,7 +473,9 @@ class _TimedTensorRead:
         if isinstance(source, torch.Tensor):
             return _TimedOp(decoded, "decode", self.rec)(source)
         # A bytearray: torch.frombuffer warns on a buffer it cannot write.
-        return _read_and_decode(self.rec, source, lambda data: decoded(torch.frombuffer(bytearray(data), dtype=torch.uint8)))
+        return _read_and_decode(
+            self.rec, source, lambda data: decoded(torch.frombuffer(bytearray(data), dtype=torch.uint8))
+        )
 
 
 def _timed_io(rec: _Recorder) -> Dict[str, Callable[..., Any]]:
@@ -693,8 +695,8 @@ class _DatasetWrapper(Dataset[Any]):
 class _TimedReads(_DatasetWrapper):
     """A training script's own dataset whose ``__getitem__`` opens its image as the native
     loader reads it (``ferroloader._getitem.trace_getitem``): run with ``Image.open``,
-    torchvision's loaders and ``torchvision.io``'s reads timed as ``read`` and ``decode`` (``_getitem.reading_copy``) and its
-    ``transform`` timed op by op. Pickles as the dataset, the timed transform and the recorder,
+    torchvision's loaders and ``torchvision.io``'s reads timed as ``read`` and ``decode``
+    (``_getitem.reading_copy``) and its ``transform`` timed op by op. Pickles as the dataset, the timed transform and the recorder,
     and is made again in each process (the copy's class is made at run time)."""
 
     def __init__(self, dataset: Any, transform: Any, rec: _Recorder) -> None:
