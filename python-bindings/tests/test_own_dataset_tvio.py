@@ -304,7 +304,12 @@ def test_file_headers_read_as_pillow_opens_them(tmp_path: Path) -> None:
     """The per-file check reads a JPEG's frame header and a PNG's IHDR itself (Pillow's open
     costs tens of microseconds under the GIL): the format and mode Pillow opens each fixture
     in, from a path and from bytes, past large APP segments too."""
-    from ferroloader._getitem import _header
+    from ferroloader._getitem import _header, _jpeg_frame
+
+    # Segments breaking off stop the search (a large corrupt file is not read on to its end);
+    # data ending inside an APP segment asks for more.
+    assert _jpeg_frame(b"\xff\xd8" + bytes(100)) == (0, 0)
+    assert _jpeg_frame(b"\xff\xd8\xff\xe1\x40\x00" + bytes(100)) is None
 
     big_app = tmp_path / "icc.jpg"
     Image.new("RGB", (9, 7), (1, 2, 3)).save(big_app, icc_profile=bytes(range(256)) * 80)

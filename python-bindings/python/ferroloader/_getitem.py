@@ -1085,8 +1085,9 @@ def _header(source: Data) -> Tuple[str, str, int]:
         fd = os.open(source, os.O_RDONLY)
         try:
             head = os.read(fd, 4096)
-            while head.startswith(b"\xff\xd8") and _jpeg_frame(head) is None:
-                more = os.read(fd, 1 << 16)  # the frame header lies past large APP segments
+            # The frame header lies past the APP segments (EXIF, ICC, XMP: tens of KB at most).
+            while head.startswith(b"\xff\xd8") and _jpeg_frame(head) is None and len(head) < _JPEG_HEAD_MAX:
+                more = os.read(fd, 1 << 16)
                 if not more:
                     break
                 head += more
@@ -1107,13 +1108,18 @@ def _header(source: Data) -> Tuple[str, str, int]:
         return str(opened.format), opened.mode, 8
 
 
+#: How far into a JPEG its frame header is looked for before Pillow is asked.
+_JPEG_HEAD_MAX = 1 << 20
+
+
 def _jpeg_frame(data: bytes) -> Optional[Tuple[int, int]]:
     """The bits per sample and the number of components of the JPEG ``data`` begins, from its
-    frame header (SOFn); ``None`` where ``data`` ends before it."""
+    frame header (SOFn); ``None`` where ``data`` ends before it; ``(0, 0)`` where its segments
+    break off before it (a file Pillow is left to judge)."""
     at = 2
     while at + 10 <= len(data):
         if data[at] != 0xFF:
-            return None
+            return 0, 0
         marker = data[at + 1]
         if marker == 0xFF:  # a fill byte
             at += 1
