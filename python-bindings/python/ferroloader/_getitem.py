@@ -328,8 +328,14 @@ def _read_file(path: Any) -> _FileBytes:
     return _FileBytes(os.fspath(path))
 
 
-#: ``torchvision.io``'s functions the stand-ins replace, by name.
-IO_NAMES = ("read_image", "decode_image", "decode_jpeg", "decode_png", "read_file")
+#: ``torchvision.io``'s functions the trace stands in for, by name.
+_IO_STAND_INS: Dict[str, Callable[..., Any]] = {
+    "read_image": _read_image, "decode_image": _decode_image, "decode_jpeg": _decode_jpeg,
+    "decode_png": _decode_png, "read_file": _read_file,
+}
+
+#: The names of ``torchvision.io``'s functions re-made code reads through :class:`Reads`.
+IO_NAMES = tuple(_IO_STAND_INS)
 
 
 class _Applied:
@@ -997,11 +1003,7 @@ def _call(fn: Any, *args: Any) -> Any:
 
 
 #: The trace's stand-ins: nothing is read or decoded, transforms are recorded.
-_TRACE = Reads(
-    _image_open, _known_loader, _open, _exif_transpose, _Held,
-    {"read_image": _read_image, "decode_image": _decode_image, "decode_jpeg": _decode_jpeg,
-     "decode_png": _decode_png, "read_file": _read_file},
-)
+_TRACE = Reads(_image_open, _known_loader, _open, _exif_transpose, _Held, _IO_STAND_INS)
 
 
 def _traced_copy(dataset: Any, reads: Reads = _TRACE) -> Union[Tuple[Any, Any], str]:
@@ -1264,8 +1266,10 @@ class TracedItems:
                 "the transform the loader converted when it was made (set another since?): make "
                 "the loader again to run the new one"
             )
-        if self._file_check is not None:
-            self._checked(image.image.source)
+        # The loader names the sample: `dataset[i]: TypeError: ...`.
+        why = None if self._file_check is None else self._file_check(image.image.source)
+        if why is not None:
+            raise TypeError(f"{self.name}.__getitem__ {why}")
         return image.image.source, target
 
     @functools.cached_property
@@ -1282,15 +1286,6 @@ class TracedItems:
             return None
         first = getattr(self.traced.transform, "transforms", [self.traced.transform])[:1]
         return None if first and type(first[0]).__name__ == "Grayscale" else _opens_rgb
-
-    def _checked(self, source: Data) -> None:
-        """Raises where the sample's file is not what :attr:`_file_check` needs: DataLoader
-        would hand the transform another image than the native loader makes. (The loader names
-        the sample: ``dataset[i]: TypeError: ...``.)"""
-        assert self._file_check is not None
-        why = self._file_check(source)
-        if why is not None:
-            raise TypeError(f"{self.name}.__getitem__ {why}")
 
     def __getstate__(self) -> Dict[str, Any]:
         return {"dataset": self.dataset, "indices": self.indices, "name": self.name, "_run": None, "_seen": []}
