@@ -54,10 +54,14 @@ __all__ = [
     "GIL_BUDGET_S",
     "IO_NAMES",
     "Layout",
+    "LiveGlobals",
+    "ModuleWith",
     "Opened",
     "Reads",
     "TracedItems",
     "from_library",
+    "global_names",
+    "is_stand_in",
     "steps_first",
     "loader_opens",
     "reading_copy",
@@ -360,6 +364,12 @@ def _from_image(value: Any) -> bool:
     return isinstance(value, (_Stand, _Applied))
 
 
+def is_stand_in(value: Any) -> bool:
+    """Whether ``value`` is the trace's stand-in for an image (opened, decoded, converted), not
+    a transform's output."""
+    return isinstance(value, _Stand)
+
+
 def _image_open(fp: Any, mode: str = "r", formats: Any = None) -> _Opened:
     """``PIL.Image.open`` in the traced code."""
     if mode != "r":
@@ -410,7 +420,7 @@ def _exif_transpose(image: Any, *, in_place: bool = False) -> Any:
     return _Decoded(image.source, image.steps, True)
 
 
-class _Module:
+class ModuleWith:
     """A module in re-made code (``PIL``, ``PIL.Image``, ``torchvision.io``...): the names in
     ``overrides`` stand in, the rest is the module's own."""
 
@@ -422,7 +432,7 @@ class _Module:
         return getattr(self._real, name)
 
 
-class _Globals(dict):  # type: ignore[type-arg]
+class LiveGlobals(dict):  # type: ignore[type-arg]
     """A function's globals in the trace: the stand-ins, then the module's own, read live (a
     global the module changes later is seen)."""
 
@@ -453,7 +463,7 @@ class _StandIns:
     """The stand-ins of one copy of a dataset (:class:`Reads`), and the functions re-made with
     them: ``functions`` maps the real functions to theirs, ``modules`` the real modules
     (``PIL``, ``PIL.Image``, ``PIL.ImageOps``, ``torchvision`` and ``torchvision.io`` where
-    loaded) to the :class:`_Module` holding them."""
+    loaded) to the :class:`ModuleWith` holding them."""
 
     def __init__(self, reads: Reads) -> None:
         from PIL import Image, ImageOps
@@ -463,18 +473,18 @@ class _StandIns:
         self.functions.update(dict.fromkeys(_torchvision_loaders(), reads.loader))
         if reads.exif_transpose is not None:
             self.functions[ImageOps.exif_transpose] = reads.exif_transpose
-        image = _Module(Image, {"open": reads.image_open})
-        image_ops = _Module(ImageOps, {"exif_transpose": reads.exif_transpose or ImageOps.exif_transpose})
+        image = ModuleWith(Image, {"open": reads.image_open})
+        image_ops = ModuleWith(ImageOps, {"exif_transpose": reads.exif_transpose or ImageOps.exif_transpose})
         pil = sys.modules["PIL"]
-        self.modules: Dict[Any, _Module] = {
-            Image: image, ImageOps: image_ops, pil: _Module(pil, {"Image": image, "ImageOps": image_ops})
+        self.modules: Dict[Any, ModuleWith] = {
+            Image: image, ImageOps: image_ops, pil: ModuleWith(pil, {"Image": image, "ImageOps": image_ops})
         }
         tvio = sys.modules.get("torchvision.io")
         if reads.io is not None and tvio is not None:
             self.functions.update({getattr(tvio, name): reads.io[name] for name in IO_NAMES})
-            io_module = _Module(tvio, reads.io)
+            io_module = ModuleWith(tvio, reads.io)
             self.modules[tvio] = io_module
-            self.modules[sys.modules["torchvision"]] = _Module(sys.modules["torchvision"], {"io": io_module})
+            self.modules[sys.modules["torchvision"]] = ModuleWith(sys.modules["torchvision"], {"io": io_module})
         # An import inside re-made code (`from torchvision.io import read_image` in a method)
         # gets the stand-in module too: the builtins it runs with import through them.
         self.builtins = dict(vars(builtins), __import__=self._import)
@@ -509,11 +519,11 @@ class _StandIns:
                 cells[i] = types.CellType(stand)
         closure = tuple(cells) if fn.__closure__ is not None else None
         overrides: Dict[str, Any] = {"__builtins__": self.builtins}
-        remade = types.FunctionType(fn.__code__, _Globals(overrides, fn.__globals__), fn.__name__,
+        remade = types.FunctionType(fn.__code__, LiveGlobals(overrides, fn.__globals__), fn.__name__,
                                     fn.__defaults__, closure)
         remade.__kwdefaults__ = fn.__kwdefaults__
         self.made[(fn, owner)] = remade  # before its globals: a function may call itself
-        for name in _global_names(fn.__code__):
+        for name in global_names(fn.__code__):
             if name in fn.__globals__:
                 stand = self.stand_for(fn.__globals__[name], depth)
                 if stand is not None:
@@ -655,7 +665,7 @@ def _codes(code: types.CodeType) -> List[types.CodeType]:
     return found
 
 
-def _global_names(code: types.CodeType) -> List[str]:
+def global_names(code: types.CodeType) -> List[str]:
     return sorted({
         str(ins.argval)
         for c in _codes(code)

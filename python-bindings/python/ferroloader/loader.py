@@ -42,6 +42,7 @@ import numpy as np
 
 from ferroloader import _native
 from ferroloader._batchmix import BatchMix, BatchOp, collated_mixing
+from ferroloader._collate import Collate
 from ferroloader._fastmix import FastCollateMix
 from ferroloader._getitem import Layout
 from ferroloader.datasets import reading, sample_layout
@@ -1650,7 +1651,7 @@ class LoaderIterator:
         self._from_numpy = loader._from_numpy
         self._pin_device = loader._pin_device
         self._device_hold = loader._device_hold
-        self._collate_fn = loader.collate_fn
+        self._collate_fn = None if loader.collate_fn is None else Collate(loader.collate_fn)
         self._batch_transform = loader.batch_transform
         self._batch_mix = loader.batch_mix
         self._target_transform = loader.target_transform
@@ -1782,11 +1783,15 @@ class LoaderIterator:
         if self._collate_fn is not None:
             if targets is None:
                 targets = [int(label) for label in labels]
+            views = [sample_image(i) for i in range(len(targets))]
+            # A stack of these views in the collate_fn is the batch itself (`_collate`).
+            torch = sys.modules.get("torch")
+            whole = images if torch is not None and isinstance(images, torch.Tensor) else None
             if layout is not None:
-                return self._collate_fn([layout.sample(sample_image(i), t) for i, t in enumerate(targets)])
-            samples = [(sample_image(i), targets[i]) for i in range(len(targets))]
+                return self._collate_fn([layout.sample(v, t) for v, t in zip(views, targets)], views, whole)
+            samples = list(zip(views, targets))
             try:
-                return self._collate_fn(samples)
+                return self._collate_fn(samples, views, whole)
             except TypeError as e:
                 _note_dict_collate(e)
                 raise
