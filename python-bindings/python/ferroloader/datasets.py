@@ -49,6 +49,7 @@ from ferroloader._getitem import (
     steps_first,
     trace_getitem,
 )
+from ferroloader._hfformat import collate_reason, formatted_rows, unkept_column
 from ferroloader._targets import TargetTable
 from ferroloader._native import EncodedTable, FileList, ImageArray, ImageFolder, PathList, WebDataset
 
@@ -174,15 +175,23 @@ def python_reason(dataset: Any) -> Optional[str]:
     return _judged(dataset)[0]
 
 
-def reading(dataset: Any, transform_given: bool, worker_init_fn: Any = None) -> Union[Carried, str]:
+def reading(
+    dataset: Any,
+    transform_given: bool,
+    worker_init_fn: Any = None,
+    collate_fn: Any = None,
+    unbatched: bool = False,
+) -> Union[Carried, str]:
     """How the loader reads ``dataset``: natively, as :func:`as_source` gives it, or, given with
     no ``transform=``, in Python as DataLoader runs it (the reason, :func:`python_reason`). One
     pass: what judging the dataset read (a listing, an array's pixels, an Arrow table) is the
-    source, not read again.
+    source, not read again. ``collate_fn`` (``None``: the default) and ``unbatched``
+    (``batch_size=None``): how the loader hands the samples out, which must not need what the
+    native loader does not make of them.
 
     Raises as :func:`as_source` does."""
     if not transform_given:
-        reason, carried = _judged(dataset, worker_init_fn)
+        reason, carried = _judged(dataset, worker_init_fn, collate_fn, unbatched)
         if reason is not None:
             return reason
         if carried is not None:
@@ -190,7 +199,9 @@ def reading(dataset: Any, transform_given: bool, worker_init_fn: Any = None) -> 
     return as_source(dataset)
 
 
-def _judged(dataset: Any, worker_init_fn: Any = None) -> Tuple[Optional[str], Optional[Carried]]:
+def _judged(
+    dataset: Any, worker_init_fn: Any = None, collate_fn: Any = None, unbatched: bool = False
+) -> Tuple[Optional[str], Optional[Carried]]:
     """:func:`python_reason`'s answer, and the dataset as the native loader takes it where
     finding the answer made it (``None`` where it did not: :func:`as_source` makes it)."""
     if isinstance(dataset, (*_NATIVE, ImageArray, EncodedTable, WebDataset, str, bytes, os.PathLike)):
@@ -199,11 +210,9 @@ def _judged(dataset: Any, worker_init_fn: Any = None) -> Tuple[Optional[str], Op
         _hfdatasets.check_not_splits(dataset)
     except TypeError:
         return None, None  # as_source says what is wrong
-    if _hugging_face_rows(dataset) is not None:
-        return (
-            "a Hugging Face Dataset's items are its own (dicts of decoded images); pass "
-            "transform= to the loader to decode its images natively"
-        ), None
+    hugging_face = _hugging_face_rows(dataset)
+    if hugging_face is not None:
+        return _formatted(*hugging_face, worker_init_fn, collate_fn, unbatched)
     data = sys.modules.get("torch.utils.data")  # an IterableDataset comes with torch loaded
     if data is not None and isinstance(dataset, data.IterableDataset):
         return f"{type(dataset).__name__} is an IterableDataset: its own iterator makes the samples", None
@@ -243,6 +252,50 @@ def _traced(dataset: Any, reason: str, worker_init_fn: Any) -> Tuple[Optional[st
     return None, Carried(source, transform, table)
 
 
+def _formatted(
+    hf: Any, rows: Optional[List[int]], worker_init_fn: Any, collate_fn: Any, unbatched: bool
+) -> Tuple[Optional[str], Optional[Carried]]:
+    """A Hugging Face Dataset given with no ``transform=`` (``hf``, its ``rows``), read natively
+    where its format transform traces (``_hfformat``); else why it runs in Python."""
+    made = formatted_rows(hf)
+    if made == "":
+        return (
+            "a Hugging Face Dataset's items are its own (dicts of decoded images); pass "
+            "transform= to the loader to decode its images natively"
+        ), None
+    reason = "the Hugging Face Dataset's with_transform function makes its samples"
+    if isinstance(made, str):
+        return f"{reason}: it {made}", None
+    if sets_up_workers(worker_init_fn):
+        return f"{reason}, and the worker_init_fn sets up each worker's copy (get_worker_info)", None
+    found = _checked_trace(made)
+    if isinstance(found, str):
+        return f"{reason}: it {found}", None
+    items, transform = found
+    if rows is not None:
+        items = items.subset(rows)
+    image_key = items.traced.layout.slot
+    _, first = items[0]
+    unkept = unkept_column([first]) if isinstance(first, dict) else None
+    if unkept is not None:
+        if unbatched:
+            return (
+                f"{reason}, and its samples, handed out as they are (batch_size=None), keep the "
+                f"{unkept!r} column's decoded images"
+            ), None
+        if collate_fn is None:
+            return (
+                f"{reason}, and its samples keep the {unkept!r} column's decoded images, which "
+                "DataLoader's default collate_fn does not batch"
+            ), None
+        why = collate_reason(collate_fn, first, image_key, unkept)
+        if why is not None:
+            return f"{reason}, and {why}", None
+    source = _protocol(items).source
+    table = source.table if isinstance(source, RecordedTargets) else None
+    return None, Carried(source, transform, table)
+
+
 def _traced_items(dataset: Any) -> Union[Tuple[TracedItems, Any], str]:
     """The traced items of ``dataset`` (a ``Subset`` of one too: ``random_split``'s) and the
     transform the loader runs for them, or why not (``""``: a library's ``__getitem__``, not
@@ -263,6 +316,12 @@ def _traced_items(dataset: Any) -> Union[Tuple[TracedItems, Any], str]:
         return joined if isinstance(joined, str) else (joined, each[0][1])
     if from_library(getattr(type(dataset), "__getitem__", None)):
         return ""
+    return _checked_trace(dataset)
+
+
+def _checked_trace(dataset: Any) -> Union[Tuple[TracedItems, Any], str]:
+    """``dataset``'s traced items and the transform the loader runs for them, where its
+    ``__getitem__`` traces, holds the GIL briefly enough and its steps convert; else why not."""
     traced = trace_getitem(dataset)
     if isinstance(traced, str):
         return traced

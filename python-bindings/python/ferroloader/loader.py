@@ -451,7 +451,13 @@ class Loader:
         # As given: a transform taken from the dataset is not passed again when unpickling.
         self._transform_arg = transform
         #: Why the dataset runs in Python, as DataLoader runs it; ``None`` when read natively.
-        read = reading(dataset, transform_given=transform is not None, worker_init_fn=worker_init_fn)
+        read = reading(
+            dataset,
+            transform_given=transform is not None,
+            worker_init_fn=worker_init_fn,
+            collate_fn=None if collate_fn is None or _is_default_collate(collate_fn) else collate_fn,
+            unbatched=batch_size is None,
+        )
         self.python_dataset_reason: Optional[str] = read if isinstance(read, str) else None
         #: The dataset's ``target_transform``, called on each label (a class index) in the
         #: consumer's thread as each batch is handed out; ``None`` where it sets none.
