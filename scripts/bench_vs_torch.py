@@ -42,6 +42,13 @@ reads it natively (and exits with status 1 if it cannot). ``--own-dataset read_i
 with ``torchvision.io.read_image`` instead, as PyTorch's data tutorial does; its transform gets
 the uint8 tensor (``--v2 --recipe NAME``: the recipes' v2 form, ``ToImage()`` first).
 
+``--hugging-face`` hands both sides the folder as a Hugging Face ``datasets.Dataset`` of
+embedded images: ferroloader given the transform (``transform=``), the DataLoader the dataset
+with the transform set as Hugging Face's examples set it. ``--hugging-face with_transform``
+hands both the same dataset as transformers' no-Trainer script makes it (``with_transform``
+of a function applying the transform, a ``collate_fn`` making dict batches); ferroloader,
+given no ``transform=``, traces the function and reads the dataset natively.
+
 ``--overhead`` adds two more pipelines to every round and prints what profiling costs: the
 torchvision DataLoader instrumented by ``ferroloader.torch.profile`` against the plain one,
 and ferroloader with ``profile="spans"`` against ``profile="off"``.
@@ -51,7 +58,8 @@ ferroloader keeps its threads, so a round measures loading, not process start-up
 
 Usage: bench_vs_torch.py [FOLDER] [--batch-size 64] [--workers CORES] [--rounds 5]
        [--batches N] [--overhead] [--recipe NAME [--v2] | --transform FILE.py:NAME | --timm AA]
-       [--views N | --views-of FILE.py:NAME] [--hugging-face | --own-dataset [pil|read_image]]
+       [--views N | --views-of FILE.py:NAME]
+       [--hugging-face [table|with_transform] | --own-dataset [pil|read_image]]
 (FOLDER defaults to target/fixtures/folder: ``make_bench_corpus.py target/fixtures/folder 512
 --classes 8`` writes it.)
 """
@@ -64,7 +72,7 @@ import statistics
 import sys
 import time
 from pathlib import Path
-from typing import Any, Dict, Iterable, List, Tuple
+from typing import Any, Callable, Dict, Iterable, List, Tuple
 
 import torch
 import torchvision  # type: ignore[import-untyped]
@@ -134,6 +142,28 @@ def hugging_face_dataset(folder: Path) -> Any:
     )
 
 
+class NoTrainerForm:
+    """``--hugging-face with_transform``: the folder as a Hugging Face dataset, each side given
+    it as transformers' run_image_classification_no_trainer.py hands it to its DataLoader: the
+    transform applied by a ``with_transform`` function, batched by its ``collate_fn`` into a
+    dict."""
+
+    def __init__(self, folder: Path) -> None:
+        self.dataset = hugging_face_dataset(folder)
+
+    def holding(self, transform: Any) -> Tuple[Any, Callable[[List[Dict[str, Any]]], Dict[str, Any]]]:
+        def preprocess_train(example_batch: Dict[str, List[Any]]) -> Dict[str, List[Any]]:
+            example_batch["pixel_values"] = [transform(image.convert("RGB")) for image in example_batch["image"]]
+            return example_batch
+
+        def collate_fn(examples: List[Dict[str, Any]]) -> Dict[str, Any]:
+            pixel_values = torch.stack([example["pixel_values"] for example in examples])
+            labels = torch.tensor([example["label"] for example in examples])
+            return {"pixel_values": pixel_values, "labels": labels}
+
+        return self.dataset.with_transform(preprocess_train), collate_fn
+
+
 class CsvImages(Dataset):  # type: ignore[type-arg]
     """A training script's own dataset, as Kaggle notebooks write it: a DataFrame row per
     image, the file opened with Pillow and converted to RGB, the transform it holds."""
@@ -198,6 +228,8 @@ def torch_loader(
         dataset: Any = torchvision.datasets.ImageFolder(str(source), transform=transform)
     elif isinstance(source, OwnDataset):
         dataset = source.holding(transform)
+    elif isinstance(source, NoTrainerForm):
+        dataset, collate = source.holding(transform)
     else:
         dataset, collate = dataloader_form(source, transform)
         if mix is not None:
@@ -227,9 +259,14 @@ def native_loader(
     """ferroloader with the same transform object, which the Loader converts; the output dtype
     is the one the transform's own conversion yields. A Python tail is refused but for
     ``--views-of`` (DINO's own blur and solarization classes are its views' tails)."""
-    own = isinstance(source, OwnDataset)
+    own = isinstance(source, (OwnDataset, NoTrainerForm))
+    dataset: Any = fl.ImageFolder(source) if isinstance(source, Path) else source
+    if isinstance(source, NoTrainerForm):
+        dataset, mix = source.holding(transform)
+    elif isinstance(source, OwnDataset):
+        dataset = source.holding(transform)
     return fl.Loader(
-        fl.ImageFolder(source) if isinstance(source, Path) else source.holding(transform) if own else source,
+        dataset,
         batch_size=batch_size,
         shuffle=True,
         seed=seed,
@@ -276,7 +313,8 @@ def images_per_second(loader: Iterable[Any], batches: int) -> float:
     start = time.perf_counter()
     while got < batches:
         before = got
-        for x, _ in loader:
+        for batch in loader:
+            x = batch["pixel_values"] if isinstance(batch, dict) else batch[0]
             images += int((x[0] if isinstance(x, list) else x).shape[0])
             got += 1
         if got == before:
@@ -332,8 +370,12 @@ def main() -> None:
     source_kind = parser.add_mutually_exclusive_group()
     source_kind.add_argument(
         "--hugging-face",
-        action="store_true",
-        help="read the folder as a Hugging Face datasets.Dataset of embedded images, on both sides",
+        nargs="?",
+        const="table",
+        choices=["table", "with_transform"],
+        help="read the folder as a Hugging Face datasets.Dataset of embedded images, on both sides; "
+        "with_transform: the transform set by a with_transform function and a collate_fn making dicts, "
+        "as transformers' no-Trainer script does (ferroloader given no transform=)",
     )
     source_kind.add_argument(
         "--own-dataset",
@@ -366,7 +408,9 @@ def main() -> None:
         transform = recipes.RepeatedViews(transform, args.views)
         transform_name = f"{args.views} views of {transform_name}"
     source: Any = args.folder
-    if args.hugging_face:
+    if args.hugging_face == "with_transform":
+        source = NoTrainerForm(args.folder)
+    elif args.hugging_face:
         source = hugging_face_dataset(args.folder)
     elif args.own_dataset:
         source = OwnDataset(args.folder, args.own_dataset)
@@ -407,7 +451,7 @@ def main() -> None:
         )
 
     samples = len(plain_torch.dataset)  # type: ignore[arg-type]
-    read_as = " (as a Hugging Face Dataset)" if args.hugging_face else ""
+    read_as = f" (as a Hugging Face Dataset, {args.hugging_face})" if args.hugging_face else ""
     read_as += f" (through a script's own Dataset class, {args.own_dataset})" if args.own_dataset else ""
     print(
         f"{args.folder}{read_as}: "
