@@ -2,7 +2,8 @@
 example writes it: a ``datasets.Dataset`` of an ``Image()`` and a label column with the
 torchvision transforms set on it (``with_transform``), a ``collate_fn`` making
 ``{"pixel_values", "labels"}``, a (tiny, made from its config) ``ViTForImageClassification``.
-``ferroloader.transformers.Trainer`` with ``train_transform``/``eval_transform`` fits it on the
+``ferroloader.transformers.Trainer``, with ``train_transform``/``eval_transform`` or with the
+datasets' functions traced, fits it on the
 loader's batches (each epoch the loader's epoch, from the Trainer's seed and batch size), the
 gradient accumulation steps at each epoch's end, evaluation batches equal the Trainer's own
 DataLoader's, and a resume from a checkpoint mid-epoch gets the uninterrupted run's batches."""
@@ -209,9 +210,41 @@ def test_evaluation_batches_equal_the_trainers_own_dataloader(dataset: Any, tmp_
     assert evaluated[0]["eval_labels"] == evaluated[1]["eval_labels"]
     predicted = ours.predict(data), own.predict(data)
     assert torch.allclose(torch.as_tensor(predicted[0].predictions), torch.as_tensor(predicted[1].predictions), atol=1e-6)
-    # Without a transform for it, a loader is the Trainer's own DataLoader.
-    train_only = Trainer(model(), train_transform=TRAIN, **kw("train_only"))
-    assert type(train_only.get_eval_dataloader()).__name__ == "DataLoaderShard"
+    # Without a transform for it, the dataset's function is traced: the same batches, the
+    # example's collate_fn making them.
+    traced = Trainer(model(), train_transform=TRAIN, **kw("traced"))
+    loader = traced.get_eval_dataloader()
+    assert isinstance(loader, AcceleratedLoader) and loader.loader.python_dataset_reason is None
+    assert len(loader) == 4
+    for batch, expected in zip(loader, want):
+        assert torch.equal(batch["pixel_values"], expected["pixel_values"])
+        assert torch.equal(batch["labels"], expected["labels"])
+    # One it cannot follow is the Trainer's own DataLoader, with the reason.
+    def opaque(batch: Dict[str, List[Any]]) -> Dict[str, List[Any]]:
+        batch["pixel_values"] = [EVAL(image.convert("RGB")) for image in batch["image"] if image.size]
+        return batch
+
+    own_kw = kw("opaque")
+    own_kw["eval_dataset"] = dataset.with_transform(opaque)
+    with pytest.warns(UserWarning, match=r"evaluation dataset is loaded by the Trainer's own DataLoader: .*\.size"):
+        assert type(Trainer(model(), **own_kw).get_eval_dataloader()).__name__ == "DataLoaderShard"
+
+
+def test_the_examples_datasets_alone_fit_natively(dataset: Any, tmp_path: Path) -> None:
+    """The example's script with only the import changed: its set_transform functions and its
+    collate_fn, no transforms given."""
+    args = arguments(tmp_path, data_seed=11, dataloader_num_workers=2, remove_unused_columns=False)
+    trainer = Recording(
+        model(), args, train_dataset=with_example_transform(dataset, TRAIN), data_collator=collate_fn,
+    )
+    result = trainer.train()
+    loader = trainer.train_loader
+    assert isinstance(loader, AcceleratedLoader) and loader.loader.python_dataset_reason is None
+    assert len(trainer.seen) == 12 and result.global_step == 12
+    # The same batches as with train_transform= given: the draws are per sample either way.
+    for epoch in (0, 1):
+        want = epoch_batches(dataset, epoch, batch_size=4, shuffle=True, seed=11)
+        assert_same_batches(trainer.seen[epoch * 6 : (epoch + 1) * 6], want)
 
 
 def test_a_resume_mid_epoch_gets_the_uninterrupted_runs_batches(dataset: Any, tmp_path: Path) -> None:

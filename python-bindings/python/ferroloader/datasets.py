@@ -167,12 +167,12 @@ def as_source(dataset: Any) -> Carried:
     )
 
 
-def python_reason(dataset: Any) -> Optional[str]:
-    """Why ``dataset``, given to the loader with no ``transform=``, runs in Python as DataLoader
-    runs it (``ferroloader._pydataset``): its samples are its own code's. ``None`` where it is
-    read natively (it carries its transform), and where it is not a map-style dataset at all
-    (:func:`as_source` says what is wrong)."""
-    return _judged(dataset)[0]
+def python_reason(dataset: Any, collate_fn: Any = None) -> Optional[str]:
+    """Why ``dataset``, given to the loader with no ``transform=`` (and ``collate_fn``, ``None``
+    the default), runs in Python as DataLoader runs it (``ferroloader._pydataset``): its samples
+    are its own code's. ``None`` where it is read natively (it carries its transform), and where
+    it is not a map-style dataset at all (:func:`as_source` says what is wrong)."""
+    return _judged(dataset, collate_fn=collate_fn)[0]
 
 
 def reading(

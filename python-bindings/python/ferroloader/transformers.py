@@ -21,9 +21,15 @@ label_names[0]: labels}``, as the image-classification example's ``collate_fn`` 
 (:class:`ModelInputs`; the ``data_collator`` is not called), handed out by
 :class:`~ferroloader.accelerate.AcceleratedLoader` on the Trainer's accelerator (the device,
 the epoch's end for ``batch_eval_metrics``, ``gather_for_metrics``'s padding), as the
-Trainer's ``accelerator.prepare`` does for its DataLoaders. Without a transform for it
-(``train_transform``/``eval_transform`` left ``None``) a loader is the Trainer's own
-DataLoader, untouched.
+Trainer's ``accelerator.prepare`` does for its DataLoaders.
+
+Without a transform for it (``train_transform``/``eval_transform`` left ``None``), a dataset
+whose ``set_transform``/``with_transform`` function applies a torchvision transform to each
+image, as the example's do, is read natively all the same: the function traced
+(``ferroloader._hfformat``), the ``data_collator`` called on each batch's samples as the
+Trainer's DataLoader calls it (the columns the Trainer removes removed first). Any other
+dataset's loader is the Trainer's own DataLoader, untouched (a warning names why where the
+function did not trace).
 
 Resuming from a checkpoint mid-epoch (``train(resume_from_checkpoint=...)``): the Trainer
 skips the resumed epoch's first ``(global_step % steps_per_epoch) *
@@ -44,9 +50,11 @@ This module must not change what the loader loads or in what order; it imports t
 from __future__ import annotations
 
 import threading
+import warnings
 from typing import TYPE_CHECKING, Any, Callable, Dict, Iterator, Optional
 
 from ferroloader.accelerate import AcceleratedLoader
+from ferroloader.datasets import python_reason
 from ferroloader.loader import Loader
 
 if TYPE_CHECKING:
@@ -83,7 +91,8 @@ class LoaderTrainerMixin:
 
     ``train_transform``/``eval_transform``: the torchvision (or ``ferroloader.transforms``)
     transforms for the training and for the evaluation/test datasets, run natively on each
-    image; ``None`` leaves that loader the Trainer's own DataLoader. ``loader_kwargs``: further
+    image; ``None``: the dataset's own format function, traced, else the Trainer's own
+    DataLoader. ``loader_kwargs``: further
     :class:`~ferroloader.Loader` arguments for every loader made here (``decoder``,
     ``on_error``, ``profile``, ``num_workers`` over ``dataloader_num_workers``...), but
     ``dataset``, ``transform``, ``batch_transform`` and ``collate_fn``, which it sets.
@@ -95,6 +104,8 @@ class LoaderTrainerMixin:
     label_names: Any
     train_dataset: Any
     eval_dataset: Any
+    data_collator: Any
+    _remove_unused_columns: Callable[..., Any]
 
     def __init__(
         self,
@@ -123,19 +134,18 @@ class LoaderTrainerMixin:
     # -- the loaders ---------------------------------------------------------------------------
 
     def get_train_dataloader(self) -> Any:
-        if self.train_transform is None:
+        if self.train_dataset is None:  # the Trainer's own says so
             return super().get_train_dataloader()  # type: ignore[misc]
-        if self.train_dataset is None:
-            raise ValueError("Trainer: training requires a train_dataset.")
         batch_size = getattr(self, "_train_batch_size", None) or self.args.train_batch_size
-        self.train_loader = self.make_loader(self.train_dataset, self.train_transform, batch_size, True)
-        return self.train_loader
+        loader = self._loader(self.train_dataset, self.train_transform, batch_size, True, "training")
+        if loader is None:
+            return super().get_train_dataloader()  # type: ignore[misc]
+        self.train_loader = loader
+        return loader
 
     def get_eval_dataloader(self, eval_dataset: Any = None) -> Any:
-        if self.eval_transform is None:
+        if eval_dataset is None and self.eval_dataset is None:  # the Trainer's own says so
             return super().get_eval_dataloader(eval_dataset)  # type: ignore[misc]
-        if eval_dataset is None and self.eval_dataset is None:
-            raise ValueError("Trainer: evaluation requires an eval_dataset.")
         # As the Trainer keeps its eval DataLoaders with persistent workers: by key.
         key = eval_dataset if isinstance(eval_dataset, str) else "eval"
         persistent = bool(self.args.dataloader_persistent_workers)
@@ -146,20 +156,47 @@ class LoaderTrainerMixin:
             dataset = self.eval_dataset[eval_dataset]
         else:
             dataset = eval_dataset if eval_dataset is not None else self.eval_dataset
-        loader = self.make_loader(dataset, self.eval_transform, self.args.eval_batch_size, False)
+        loader = self._loader(dataset, self.eval_transform, self.args.eval_batch_size, False, "evaluation")
+        if loader is None:
+            return super().get_eval_dataloader(eval_dataset)  # type: ignore[misc]
         if persistent:
             kept[key] = loader
             self._eval_dataloaders = kept
         return loader
 
     def get_test_dataloader(self, test_dataset: Any) -> Any:
-        if self.eval_transform is None:
-            return super().get_test_dataloader(test_dataset)  # type: ignore[misc]
-        return self.make_loader(test_dataset, self.eval_transform, self.args.eval_batch_size, False)
+        loader = self._loader(test_dataset, self.eval_transform, self.args.eval_batch_size, False, "test")
+        return super().get_test_dataloader(test_dataset) if loader is None else loader  # type: ignore[misc]
+
+    def _loader(
+        self, dataset: Any, transform: Any, batch_size: int, train: bool, description: str
+    ) -> Optional[AcceleratedLoader]:
+        """:meth:`make_loader`'s loader; with no transform given, the loader of a dataset whose
+        ``set_transform`` function the loader traces (``docs/data.md``) with the Trainer's
+        ``data_collator``, the dataset's columns as the Trainer leaves them; ``None`` (the
+        Trainer's own DataLoader) for any other, with a warning naming why where the function
+        did not trace."""
+        if transform is not None:
+            return self.make_loader(dataset, transform, batch_size, train)
+        if not _format_transform(dataset):
+            return None
+        dataset = self._remove_unused_columns(dataset, description=description)
+        reason = python_reason(dataset, self.data_collator)
+        if reason is not None:
+            warnings.warn(
+                f"ferroloader.transformers: the {description} dataset is loaded by the Trainer's "
+                f"own DataLoader: {reason} (give {'train' if train else 'eval'}_transform= to run "
+                "the transform natively)",
+                stacklevel=3,
+            )
+            return None
+        return self.make_loader(dataset, None, batch_size, train)
 
     def make_loader(self, dataset: Any, transform: Any, batch_size: int, train: bool) -> AcceleratedLoader:
         """The loader for ``dataset``, made from the Trainer's arguments (see the module's
-        doc), on the Trainer's accelerator. Override to change how."""
+        doc), on the Trainer's accelerator. ``transform`` ``None``: the dataset's own
+        ``set_transform`` function makes the samples (traced) and the Trainer's
+        ``data_collator`` the batches. Override to change how."""
         args = self.args
         strategy = getattr(args, "train_sampling_strategy", "random")
         if getattr(args, "group_by_length", False):
@@ -169,7 +206,7 @@ class LoaderTrainerMixin:
                 f"train_sampling_strategy: {strategy!r} groups samples by a length column "
                 "(token counts); ferroloader's loader takes 'random' or 'sequential'"
             )
-        if _format_transform(dataset):
+        if transform is not None and _format_transform(dataset):
             # The dataset's set_transform function is the DataLoader's way of transforming;
             # the loader decodes the Image() column natively and runs `transform` instead.
             dataset = dataset.with_format(None)
@@ -187,7 +224,10 @@ class LoaderTrainerMixin:
             seed=seed,
         )
         kwargs.update(self.loader_kwargs)
-        loader = Loader(dataset, transform=transform, batch_transform=self.model_inputs(), **kwargs)
+        if transform is None:
+            loader = Loader(dataset, collate_fn=self.data_collator, **kwargs)
+        else:
+            loader = Loader(dataset, transform=transform, batch_transform=self.model_inputs(), **kwargs)
         return AcceleratedLoader(loader, self.accelerator)
 
     def model_inputs(self) -> ModelInputs:
