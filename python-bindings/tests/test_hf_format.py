@@ -211,3 +211,24 @@ def test_the_unkept_image_says_what_to_do_wherever_it_is_used() -> None:
     assert pickle.loads(pickle.dumps(unkept)) == unkept
     with pytest.raises(TypeError, match=r"batch.pop\('image'\)"):
         unkept.size
+
+
+def test_a_column_not_decoded_is_handed_to_the_function_as_its_bytes() -> None:
+    """``Image(decode=False)``: the function opens each row's bytes itself (not turned upright,
+    as datasets would not turn them)."""
+    import io
+
+    from PIL import Image as PILImage
+
+    payloads = _oriented_jpegs(9)
+    dataset = Dataset.from_dict(
+        {"image": [{"bytes": b, "path": None} for b in payloads], "label": list(range(9))},
+        features=Features({"image": Image(decode=False), "label": Value("int64")}),
+    )
+
+    def opens(batch: Batch) -> Batch:
+        batch["pixel_values"] = [EVAL(PILImage.open(io.BytesIO(cell["bytes"])).convert("RGB")) for cell in batch.pop("image")]
+        return batch
+
+    made = dataset.with_transform(opens)
+    _assert_same(list(_native(made, batch_size=4)), list(DataLoader(made, batch_size=4)))

@@ -65,7 +65,8 @@ class FormattedRows:
     """``dataset[i]`` of a Hugging Face ``Dataset`` with a format transform, as ``datasets``
     makes it: the row's columns (the format's ``columns``, else all) as a batch of one, the
     ``Image()`` column's image opened from its bytes (or its path), turned upright per its EXIF
-    orientation and converted to the feature's ``mode`` where it sets one, the function applied,
+    orientation and converted to the feature's ``mode`` where it sets one (with
+    ``Image(decode=False)``, left as the row's ``{"bytes", "path"}``), the function applied,
     each value of its batch unnested. The image ops go through attributes (``open``,
     ``upright``) and the function is one (``function``), so that a traced copy
     (``_getitem._traced_copy``) records them; the function's image passed on untouched becomes an
@@ -80,11 +81,15 @@ class FormattedRows:
         form = dataset.format
         self.function = form["format_kwargs"]["transform"]
         self.image_column = image_column(dataset)
-        self.mode: Optional[str] = dataset.features[self.image_column].mode
+        feature = dataset.features[self.image_column]
+        self.mode: Optional[str] = feature.mode
+        #: Whether ``datasets`` decodes the column (``Image(decode=False)``: the function gets
+        #: each row's ``{"bytes", "path"}`` and opens it itself, if at all).
+        self.decode: bool = feature.decode
         rows = dataset.with_format(None)
         if form["columns"] is not None:
             rows = rows.select_columns(list(form["columns"]))
-        if self.image_column in rows.column_names:
+        if self.decode and self.image_column in rows.column_names:
             rows = rows.cast_column(self.image_column, hf.Image(decode=False))
         self.rows = rows
         self.open = Image.open
@@ -98,7 +103,7 @@ class FormattedRows:
         batch = {name: [value] for name, value in row.items()}
         image = None
         cell = row.get(self.image_column)
-        if cell is not None:
+        if cell is not None and self.decode:
             data = cell["bytes"]
             image = self.upright(self.open(io.BytesIO(data)) if data is not None else self.open(cell["path"]))
             if self.mode is not None:
