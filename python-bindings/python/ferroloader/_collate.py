@@ -8,7 +8,9 @@ Zen 3, which halved the loader's throughput). :class:`Collate` runs the user's f
 ``torch.stack`` that answers a stack of exactly the batch's views, in order, along the first
 dimension, with the batch tensor they are views of: the same values, without the copy, handed
 out as the loader hands out every batch (its buffer refilled once the batch is dropped, pinned
-where the loader pins). Every other call is torch's own.
+where the loader pins). Every other call is torch's own. The one difference a function could
+see: the stacked tensor shares memory with the samples' views, so changing it in place changes
+them (DataLoader's stack is a copy); the views are the loader's, dropped once collated.
 
 Only a Python function of the user's is re-made so (``torch`` or ``torch.stack`` among its
 globals or closure cells, or the user's functions it calls that name them; its other globals
