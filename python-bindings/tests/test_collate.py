@@ -39,6 +39,14 @@ def _closure() -> Callable[[List[Sample]], Any]:
     return collate
 
 
+def imports_inside(samples: List[Sample]) -> Any:
+    from torch import stack as stacked
+
+    import torch as th
+
+    return stacked([s[0] for s in samples]), th.tensor([s[1] for s in samples])
+
+
 def reversed_order(samples: List[Sample]) -> torch.Tensor:
     return torch.stack([s[0] for s in samples[::-1]])
 
@@ -65,7 +73,9 @@ def _equal(a: Any, b: Any) -> bool:
     return bool(a == b)
 
 
-@pytest.mark.parametrize("collate_fn", [by_module, by_name, _closure()], ids=["torch.stack", "stack", "closure"])
+@pytest.mark.parametrize(
+    "collate_fn", [by_module, by_name, _closure(), imports_inside], ids=["torch.stack", "stack", "closure", "import"]
+)
 def test_a_stack_of_the_batchs_images_is_the_batch_itself(folder: Path, collate_fn: Callable[..., Any]) -> None:
     dataset = torchvision.datasets.ImageFolder(str(folder), transform=TRANSFORM)
     held = list(fl.Loader(dataset, batch_size=5, collate_fn=collate_fn, num_workers=2))
@@ -98,3 +108,16 @@ def test_the_users_function_and_torch_are_left_as_they_are() -> None:
     assert again is not batch and torch.equal(again, batch)
     assert Collate(torch.utils.data.default_collate)._remade is None
     assert Collate(lambda samples: samples)._remade is None
+
+
+def test_transformers_default_collators_stack_no_copy() -> None:
+    from transformers import DefaultDataCollator, default_data_collator
+
+    views = [torch.full((3, 2, 2), float(i)) for i in range(3)]
+    batch = torch.stack(views)
+    samples = [{"pixel_values": v, "label": i} for i, v in enumerate(views)]
+    for collator in (DefaultDataCollator(), default_data_collator):
+        out = Collate(collator)(samples, views, batch)
+        assert out["pixel_values"] is batch and out["labels"].tolist() == [0, 1, 2]
+        assert _equal(out, collator(samples))
+    assert Collate(DefaultDataCollator(return_tensors="np"))._remade is None

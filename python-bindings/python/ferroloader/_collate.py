@@ -13,8 +13,11 @@ see: the stacked tensor shares memory with the samples' views, so changing it in
 them (DataLoader's stack is a copy); the views are the loader's, dropped once collated.
 
 Only a Python function of the user's is re-made so (``torch`` or ``torch.stack`` among its
-globals or closure cells, or the user's functions it calls that name them; its other globals
-read live); a library's, a class instance, one that reaches neither runs as given.
+globals or closure cells, ``import torch`` in it, or the user's functions it calls that do;
+its other globals read live), and transformers' default collators (``DefaultDataCollator``,
+``default_data_collator``: Hugging Face's image-classification tutorial's), whose only stack is
+of each key's values; another library's function, a class instance, one that reaches neither
+runs as given.
 
 What this module must not do: change the user's function, its module or torch; answer any stack
 but the whole batch's views in order.
@@ -22,11 +25,14 @@ but the whole batch's views in order.
 
 from __future__ import annotations
 
+import builtins
+import dis
+import sys
 import threading
 import types
 from typing import Any, Callable, Dict, List, Optional, Sequence
 
-from ferroloader._getitem import LiveGlobals, ModuleWith, from_library, global_names
+from ferroloader._getitem import LiveGlobals, ModuleWith, from_library, global_names, nested_codes
 
 __all__ = ["Collate"]
 
@@ -50,16 +56,40 @@ def _stack(tensors: Any, dim: int = 0, *, out: Any = None) -> Any:
     return torch.stack(tensors, dim, out=out)
 
 
+def _torch_with_stack() -> ModuleWith:
+    import torch
+
+    return ModuleWith(torch, {"stack": _stack})
+
+
+def _import(name: str, *args: Any, **kwargs: Any) -> Any:
+    """``__import__`` in re-made code: ``torch`` (``import torch``, ``from torch import
+    stack``) is :func:`_torch_with_stack`'s."""
+    module = builtins.__import__(name, *args, **kwargs)
+    return _torch_with_stack() if module is sys.modules.get("torch") else module
+
+
+def _imports_torch(code: types.CodeType) -> bool:
+    return any(
+        ins.opname == "IMPORT_NAME" and str(ins.argval).partition(".")[0] == "torch"
+        for c in nested_codes(code)
+        for ins in dis.get_instructions(c)
+    )
+
+
 #: How deep :func:`_remade` follows the user's functions calling each other.
 _DEPTH = 4
 
 
-def _remade(fn: Any, depth: int = 0, made: Optional[Dict[Any, Any]] = None) -> Optional[Callable[..., Any]]:
+def _remade(
+    fn: Any, depth: int = 0, made: Optional[Dict[Any, Any]] = None, library: bool = False
+) -> Optional[Callable[..., Any]]:
     """``fn`` with :func:`_stack` for ``torch.stack``, and so the user's functions it reaches
-    (``made``: those re-made so far); ``None`` where it is not re-made."""
+    (``made``: those re-made so far); ``None`` where it is not re-made. ``library``: ``fn`` is
+    a library's known to stack only what it collates (transformers' default collator)."""
     import torch
 
-    if not isinstance(fn, types.FunctionType) or from_library(fn) or depth > _DEPTH:
+    if not isinstance(fn, types.FunctionType) or (from_library(fn) and not library) or depth > _DEPTH:
         return None
     made = {} if made is None else made
     if fn in made:
@@ -68,12 +98,12 @@ def _remade(fn: Any, depth: int = 0, made: Optional[Dict[Any, Any]] = None) -> O
 
     def stand_in(value: Any) -> Any:
         if value is torch:
-            return ModuleWith(torch, {"stack": _stack})
+            return _torch_with_stack()
         if value is torch.stack:
             return _stack
         return _remade(value, depth + 1, made)
 
-    overrides = {}
+    overrides: Dict[str, Any] = {}
     for name in global_names(fn.__code__):
         if name in fn.__globals__:
             stand = stand_in(fn.__globals__[name])
@@ -87,8 +117,11 @@ def _remade(fn: Any, depth: int = 0, made: Optional[Dict[Any, Any]] = None) -> O
             continue  # not bound yet
         if stand is not None:
             cells[i] = types.CellType(stand)
-    if not overrides and all(a is b for a, b in zip(cells, fn.__closure__ or ())):
+    imports = _imports_torch(fn.__code__)
+    if not overrides and not imports and all(a is b for a, b in zip(cells, fn.__closure__ or ())):
         return None
+    if imports:
+        overrides["__builtins__"] = dict(vars(builtins), __import__=_import)
     remade = types.FunctionType(
         fn.__code__,
         LiveGlobals(overrides, fn.__globals__),
@@ -101,6 +134,20 @@ def _remade(fn: Any, depth: int = 0, made: Optional[Dict[Any, Any]] = None) -> O
     return remade
 
 
+def _transformers_default(fn: Any) -> Optional[Callable[..., Any]]:
+    """transformers' torch default collator, re-made, where ``fn`` is one that runs it."""
+    collators = sys.modules.get("transformers.data.data_collator")
+    if collators is None:
+        return None
+    default = getattr(collators, "torch_default_data_collator", None)
+    kind = getattr(collators, "DefaultDataCollator", None)
+    if fn is getattr(collators, "default_data_collator", None) or (
+        kind is not None and isinstance(fn, kind) and getattr(fn, "return_tensors", None) == "pt"
+    ):
+        return _remade(default, library=True)
+    return None
+
+
 class Collate:
     """The user's ``collate_fn``, called on each batch's samples; ``views`` (each sample's image,
     in order) and ``tensor`` (the batch they are views of) given, a stack of exactly those views
@@ -108,7 +155,7 @@ class Collate:
 
     def __init__(self, fn: Callable[[List[Any]], Any]) -> None:
         self.fn = fn
-        self._remade = _remade(fn)
+        self._remade = _transformers_default(fn) or _remade(fn)
 
     def __call__(self, samples: List[Any], views: Optional[Sequence[Any]] = None, tensor: Any = None) -> Any:
         if self._remade is None or views is None or tensor is None:

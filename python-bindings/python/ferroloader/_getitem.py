@@ -62,6 +62,7 @@ __all__ = [
     "from_library",
     "global_names",
     "is_stand_in",
+    "nested_codes",
     "steps_first",
     "loader_opens",
     "reading_copy",
@@ -656,19 +657,19 @@ def from_library(fn: Any) -> bool:
     return module.partition(".")[0] in _LIBRARIES
 
 
-def _codes(code: types.CodeType) -> List[types.CodeType]:
+def nested_codes(code: types.CodeType) -> List[types.CodeType]:
     """``code`` and the code objects nested in it (comprehensions, lambdas, inner functions)."""
     found = [code]
     for const in code.co_consts:
         if isinstance(const, types.CodeType):
-            found.extend(_codes(const))
+            found.extend(nested_codes(const))
     return found
 
 
 def global_names(code: types.CodeType) -> List[str]:
     return sorted({
         str(ins.argval)
-        for c in _codes(code)
+        for c in nested_codes(code)
         for ins in dis.get_instructions(c)
         if ins.opname == "LOAD_GLOBAL"
     })
@@ -676,7 +677,7 @@ def global_names(code: types.CodeType) -> List[str]:
 
 def _writes_globals(code: types.CodeType) -> bool:
     return any(
-        ins.opname in ("STORE_GLOBAL", "DELETE_GLOBAL") for c in _codes(code) for ins in dis.get_instructions(c)
+        ins.opname in ("STORE_GLOBAL", "DELETE_GLOBAL") for c in nested_codes(code) for ins in dis.get_instructions(c)
     )
 
 
@@ -909,7 +910,7 @@ def sets_up_workers(worker_init_fn: Any) -> bool:
     """Whether ``worker_init_fn`` reads ``get_worker_info()`` (to set up each worker's copy of
     the dataset: open a file, tag it): such a dataset is meant to run in worker processes."""
     code = getattr(worker_init_fn, "__code__", None)
-    return isinstance(code, types.CodeType) and any("get_worker_info" in c.co_names for c in _codes(code))
+    return isinstance(code, types.CodeType) and any("get_worker_info" in c.co_names for c in nested_codes(code))
 
 
 def trace_getitem(dataset: Any) -> Union[Traced, str]:
