@@ -222,13 +222,18 @@ def test_a_column_not_decoded_is_handed_to_the_function_as_its_bytes() -> None:
 
     payloads = _oriented_jpegs(9)
     dataset = Dataset.from_dict(
-        {"image": [{"bytes": b, "path": None} for b in payloads], "label": list(range(9))},
-        features=Features({"image": Image(decode=False), "label": Value("int64")}),
+        {"image": [{"bytes": b, "path": None} for b in payloads], "label": list(range(9)), "note": [None] * 9},
+        features=Features({"image": Image(decode=False), "label": Value("int64"), "note": Value("string")}),
     )
 
     def opens(batch: Batch) -> Batch:
         batch["pixel_values"] = [EVAL(PILImage.open(io.BytesIO(cell["bytes"])).convert("RGB")) for cell in batch.pop("image")]
         return batch
 
+    def notes(examples: List[Dict[str, Any]]) -> Dict[str, Any]:
+        return {"pixel_values": torch.stack([e["pixel_values"] for e in examples]), "notes": [e["note"] for e in examples]}
+
     made = dataset.with_transform(opens)
-    _assert_same(list(_native(made, batch_size=4)), list(DataLoader(made, batch_size=4)))
+    got = list(_native(made, batch_size=4, collate_fn=notes))
+    _assert_same(got, list(DataLoader(made, batch_size=4, collate_fn=notes)))
+    assert got[0]["notes"] == [None] * 4

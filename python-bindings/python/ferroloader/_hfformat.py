@@ -27,7 +27,7 @@ from typing import Any, Dict, List, Optional, Union
 
 from ferroloader._getitem import is_stand_in
 
-__all__ = ["FormattedRows", "UnkeptImage", "collate_reason", "formatted_rows"]
+__all__ = ["FormattedRows", "UnkeptImage", "collate_reason", "formatted_rows", "unkept_column"]
 
 
 class UnkeptImage:
@@ -113,7 +113,7 @@ class FormattedRows:
         unkept = UnkeptImage(self.image_column)
         # In a trace the image is a stand-in, whatever the function did to it besides.
         return {
-            name: unkept if values[0] is image or is_stand_in(values[0]) else values[0]
+            name: unkept if (image is not None and values[0] is image) or is_stand_in(values[0]) else values[0]
             for name, values in out.items()
         }
 
