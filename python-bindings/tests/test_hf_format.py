@@ -237,3 +237,17 @@ def test_a_column_not_decoded_is_handed_to_the_function_as_its_bytes() -> None:
     got = list(_native(made, batch_size=4, collate_fn=notes))
     _assert_same(got, list(DataLoader(made, batch_size=4, collate_fn=notes)))
     assert got[0]["notes"] == [None] * 4
+
+
+def test_a_subset_whose_first_row_is_made_otherwise_runs_in_python() -> None:
+    def unlike_row_three(batch: Batch) -> Batch:
+        if batch["label"][0] == 3:
+            batch["mean"] = [np.asarray(image).mean() for image in batch["image"]]
+        batch["pixel_values"] = [EVAL(image.convert("RGB")) for image in batch.pop("image")]
+        return batch
+
+    dataset = _embedded(_decodable()[:6]).with_transform(unlike_row_three)
+    assert _native(dataset, batch_size=2) is not None  # row 0 traces
+    with pytest.warns(UserWarning, match=r"uses the opened image's \.__array"):
+        loader = fl.Loader(Subset(dataset, [3, 0, 1]), batch_size=2, num_workers=1)
+    assert loader.python_dataset_reason is not None

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import io
 import sys
-from typing import Any, Dict, List, Optional, Union
+from typing import Any, Dict, Optional, Union
 
 from ferroloader._getitem import is_stand_in
 
@@ -175,9 +175,9 @@ def _holds(value: Any, probe: _Probe) -> bool:
     return False
 
 
-def unkept_column(samples: List[Dict[str, Any]]) -> Optional[str]:
-    """The column the first sample holds an :class:`UnkeptImage` under, if any."""
-    for name, value in samples[0].items():
+def unkept_column(sample: Dict[str, Any]) -> Optional[str]:
+    """The column ``sample`` holds an :class:`UnkeptImage` under, if any."""
+    for name, value in sample.items():
         if isinstance(value, UnkeptImage):
             return str(name)
     return None

@@ -275,9 +275,12 @@ def _formatted(
     if rows is not None:
         items = items.subset(rows)
     image_key = items.traced.layout.slot
-    _, first = items[0]
-    unkept = unkept_column([first]) if isinstance(first, dict) else None
-    if unkept is not None:
+    try:
+        first = items[0][1] if len(items) else None
+    except TypeError as e:  # a Subset's first row, made otherwise than the dataset's
+        return f"{reason}: {e}", None
+    unkept = unkept_column(first) if isinstance(first, dict) else None
+    if unkept is not None and isinstance(first, dict):
         if unbatched:
             return (
                 f"{reason}, and its samples, handed out as they are (batch_size=None), keep the "
