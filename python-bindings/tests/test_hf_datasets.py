@@ -255,16 +255,20 @@ def test_grayscale_images_come_out_with_one_channel_as_torchvision_makes_them() 
     _assert_same(got, want)
 
 
-def test_a_bad_row_is_named_and_can_be_skipped() -> None:
+def truncated_row_three() -> Dataset:
+    """Six JPEG rows (``photo{i}.jpg``), the split ``train``, row 3 cut to a third."""
     files = [p for p in _decodable() if p.suffix == ".jpg"][:6]
     payloads = [p.read_bytes() for p in files]
     payloads[3] = payloads[3][: len(payloads[3]) // 3]
-    dataset = Dataset.from_dict(
+    return Dataset.from_dict(
         {"image": [{"bytes": b, "path": f"photo{i}.jpg"} for i, b in enumerate(payloads)], "label": list(range(6))},
         features=Features({"image": Image(), "label": Value("int64")}),
         split=datasets.Split.TRAIN,
     )
-    dataset = dataset.cast_column("image", Image())
+
+
+def test_a_bad_row_is_named_and_can_be_skipped() -> None:
+    dataset = truncated_row_three()
     with pytest.raises(Exception, match=r"train\[3\] \(photo3\.jpg\)"):
         list(fl.Loader(dataset, transform=EVAL, batch_size=2))
     iterator = iter(fl.Loader(dataset, transform=EVAL, batch_size=2, on_error="skip"))

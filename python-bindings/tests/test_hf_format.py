@@ -20,7 +20,7 @@ from torch.utils.data import DataLoader, Subset
 import ferroloader as fl
 from ferroloader._hfformat import UnkeptImage
 
-from test_hf_datasets import EVAL, TRAIN, _decodable, _embedded, _oriented_jpegs  # noqa: E402
+from test_hf_datasets import EVAL, TRAIN, _decodable, _embedded, _oriented_jpegs, truncated_row_three  # noqa: E402
 
 datasets.disable_progress_bars()
 
@@ -146,14 +146,8 @@ def test_a_subset_and_the_images_turned_upright_as_datasets_turns_them() -> None
 
 
 def test_a_bad_row_is_named_and_can_be_skipped() -> None:
-    files = [p for p in _decodable() if p.suffix == ".jpg"][:6]
-    payloads = [p.read_bytes() for p in files]
-    payloads[3] = payloads[3][: len(payloads[3]) // 3]
-    dataset = Dataset.from_dict(
-        {"image": [{"bytes": b, "path": f"photo{i}.jpg"} for i, b in enumerate(payloads)], "label": list(range(6))},
-        features=Features({"image": Image(), "label": Value("int64")}),
-    ).with_transform(_pixel_values(EVAL))
-    with pytest.raises(Exception, match=r"dataset\[3\]"):
+    dataset = truncated_row_three().with_transform(_pixel_values(EVAL))
+    with pytest.raises(Exception, match=r"dataset\[3\]: cannot decode image .*truncated"):
         list(_native(dataset, batch_size=2, collate_fn=collate_fn))
     loader = _native(dataset, batch_size=2, collate_fn=collate_fn, on_error="skip")
     assert torch.cat([batch["labels"] for batch in loader]).tolist() == [0, 1, 2, 4, 5]
