@@ -13,8 +13,7 @@ use ferroloader_loader::{
     Source, TransformOp,
 };
 
-#[path = "../../tests/support/fixtures.rs"]
-mod fixtures;
+use crate::fixtures;
 
 fn corpus_dir() -> PathBuf {
     fixtures::fixture_dir("decode", "make fixtures")

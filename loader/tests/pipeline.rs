@@ -1,7 +1,7 @@
 //! The loader end to end on in-memory data: coverage, determinism, ordering, error policies,
 //! hooks and lifecycle.
 
-mod common;
+use crate::common;
 
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicUsize, Ordering};

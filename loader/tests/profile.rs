@@ -29,8 +29,7 @@ const BATCH: usize = 4;
 /// (`first_touch` only where its slot is in a batch buffer never used before).
 const SAMPLE_OPS: [&str; 5] = ["first_touch", "read", "decode", "crop_params", "fused"];
 
-#[path = "../../tests/support/fixtures.rs"]
-mod fixtures;
+use crate::fixtures;
 
 fn corpus_dir() -> PathBuf {
     fixtures::fixture_dir("decode", "make fixtures")

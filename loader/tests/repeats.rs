@@ -3,7 +3,7 @@
 //! resume; copies on different ranks of a user's distributed sampler, or in the padding of the
 //! loader's own cut, draw apart too.
 
-mod common;
+use crate::common;
 
 use std::collections::HashMap;
 

@@ -26,8 +26,7 @@ use ferroloader_loader::{
     Shard, Source,
 };
 
-#[path = "../../tests/support/fixtures.rs"]
-mod fixtures;
+use crate::fixtures;
 
 const PER_CLASS: usize = 5;
 const PER_SHARD: usize = 7;

@@ -29,12 +29,10 @@ use ferroloader_transforms::spec::{
 use ferroloader_transforms::tensor::{self, Scaling};
 use ferroloader_transforms::RgbImage;
 
-#[path = "support/stage_pipeline.rs"]
-mod stage_pipeline;
+use crate::stage_pipeline;
 use stage_pipeline::{allocations_over, bits, flip, stage_image, to_normalized};
 
-#[path = "support/counting_alloc.rs"]
-mod counting_alloc;
+use crate::counting_alloc;
 use counting_alloc::allocations;
 
 // ---------------------------------------------------------------- corpus and helpers

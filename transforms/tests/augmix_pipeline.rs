@@ -19,12 +19,10 @@ use ferroloader_transforms::rng::{sample_rng, SampleRng};
 use ferroloader_transforms::spec::{Execution, Fill, OpSpec, Pipeline, PipelineSpec};
 use ferroloader_transforms::RgbImage;
 
-#[path = "support/stage_pipeline.rs"]
-mod stage_pipeline;
+use crate::stage_pipeline;
 use stage_pipeline::{allocations_over, bits, flip, to_normalized};
 
-#[path = "support/counting_alloc.rs"]
-mod counting_alloc;
+use crate::counting_alloc;
 use counting_alloc::allocations;
 
 const SIZE: u32 = 40;

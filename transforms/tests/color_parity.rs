@@ -14,8 +14,7 @@ use ferroloader_transforms::augment::color::{
 use ferroloader_transforms::RgbImage;
 use serde::Deserialize;
 
-#[path = "support/counting_alloc.rs"]
-mod counting_alloc;
+use crate::counting_alloc;
 use counting_alloc::allocations;
 
 #[derive(Deserialize)]
@@ -44,10 +43,7 @@ impl Case {
     }
 }
 
-#[path = "../../tests/support/fixtures.rs"]
-mod fixtures;
-#[path = "support/rgb_corpus.rs"]
-mod rgb_corpus;
+use crate::rgb_corpus;
 use rgb_corpus::ImageEntry;
 
 struct Corpus {

@@ -10,8 +10,7 @@ use ferroloader_transforms::rng::{sample_rng, SampleRng, TorchDraws};
 use ferroloader_transforms::{CropRect, Error};
 use proptest::prelude::*;
 
-#[path = "support/scripted.rs"]
-mod scripted;
+use crate::scripted;
 use scripted::Scripted;
 
 /// Passes draws through to a real generator, counting the integer draws: an accepted attempt

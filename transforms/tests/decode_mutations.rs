@@ -18,8 +18,7 @@ use ferroloader_transforms::{CropRect, Error, RgbImage};
 use rand::{Rng, SeedableRng};
 use rand_pcg::Pcg64Mcg;
 
-#[path = "../../tests/support/fixtures.rs"]
-mod fixtures;
+use crate::fixtures;
 
 /// One of each kind of JPEG the corpus has, and one image of every other format.
 const SOURCES: &[&str] = &[

@@ -33,8 +33,7 @@ const SCALED_MEAN_ABS_DIFF: [(u8, f64); 3] = [(2, 0.5), (4, 0.5), (8, 0.5)];
 // Corpus
 // ---------------------------------------------------------------------------------------------
 
-#[path = "../../tests/support/fixtures.rs"]
-mod fixtures;
+use crate::fixtures;
 
 fn fixture_dir() -> PathBuf {
     fixtures::fixture_dir("decode", "make fixtures")

@@ -4,8 +4,7 @@
 use ferroloader_transforms::decode::{DecodeContext, DecodeOptions, Decoder};
 use ferroloader_transforms::{CropRect, RgbImage};
 
-#[path = "../../tests/support/fixtures.rs"]
-mod fixtures;
+use crate::fixtures;
 
 fn fixture(name: &str) -> Vec<u8> {
     fixtures::read_fixture("decode", name)

@@ -16,12 +16,10 @@ use ferroloader_transforms::rng::sample_rng;
 use ferroloader_transforms::spec::{Pipeline, PipelineSpec};
 use ferroloader_transforms::RgbImage;
 
-#[path = "support/stage_pipeline.rs"]
-mod stage_pipeline;
+use crate::stage_pipeline;
 use stage_pipeline::steady_state_allocations;
 
-#[path = "support/counting_alloc.rs"]
-mod counting_alloc;
+use crate::counting_alloc;
 use counting_alloc::allocations;
 
 const SEED: u64 = 13;

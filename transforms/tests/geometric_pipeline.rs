@@ -32,12 +32,10 @@ use ferroloader_transforms::spec::{
 };
 use ferroloader_transforms::{tensor, Error, RgbImage};
 
-#[path = "support/stage_pipeline.rs"]
-mod stage_pipeline;
+use crate::stage_pipeline;
 use stage_pipeline::{allocations_over, bits, flip, normalize, to_normalized};
 
-#[path = "support/counting_alloc.rs"]
-mod counting_alloc;
+use crate::counting_alloc;
 use counting_alloc::allocations;
 
 // ---------------------------------------------------------------- corpus and helpers

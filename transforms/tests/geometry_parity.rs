@@ -15,14 +15,10 @@ use ferroloader_transforms::augment::geometry::{
 use ferroloader_transforms::{CropRect, RgbImage};
 use serde_json::Value;
 
-#[path = "support/counting_alloc.rs"]
-mod counting_alloc;
+use crate::counting_alloc;
 use counting_alloc::allocations;
 
-#[path = "../../tests/support/fixtures.rs"]
-mod fixtures;
-#[path = "support/rgb_corpus.rs"]
-mod rgb_corpus;
+use crate::rgb_corpus;
 
 struct Corpus {
     dir: PathBuf,

@@ -11,12 +11,10 @@ use ferroloader_transforms::resize::Filter;
 use ferroloader_transforms::rng::sample_rng;
 use ferroloader_transforms::spec::{Execution, Op, OpSpec, Pipeline, PipelineSpec};
 
-#[path = "support/stage_pipeline.rs"]
-mod stage_pipeline;
+use crate::stage_pipeline;
 use stage_pipeline::{allocations_over, bits, flip, normalize};
 
-#[path = "support/counting_alloc.rs"]
-mod counting_alloc;
+use crate::counting_alloc;
 use counting_alloc::allocations;
 
 const SEED: u64 = 17;

@@ -16,12 +16,10 @@ use ferroloader_transforms::spec::{
 };
 use ferroloader_transforms::tensor;
 
-#[path = "support/stage_pipeline.rs"]
-mod stage_pipeline;
+use crate::stage_pipeline;
 use stage_pipeline::{bits, flip, normalize, plan_error, steady_state_allocations};
 
-#[path = "support/counting_alloc.rs"]
-mod counting_alloc;
+use crate::counting_alloc;
 use counting_alloc::allocations;
 
 const SIZE: u32 = 40;

@@ -14,8 +14,7 @@ use ferroloader_transforms::spec::{
 use ferroloader_transforms::tensor::{self, Scaling};
 use ferroloader_transforms::{Error, RgbImage};
 
-#[path = "../../tests/support/fixtures.rs"]
-mod fixtures;
+use crate::fixtures;
 
 fn fixture_dir() -> PathBuf {
     fixtures::fixture_dir("decode", "make fixtures")

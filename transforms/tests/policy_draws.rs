@@ -30,12 +30,10 @@ use serde_json::Value;
 
 // ---------------------------------------------------------------- allocation counting
 
-#[path = "support/scripted.rs"]
-mod scripted;
+use crate::scripted;
 use scripted::Scripted;
 
-#[path = "support/counting_alloc.rs"]
-mod counting_alloc;
+use crate::counting_alloc;
 use counting_alloc::allocations;
 
 // ---------------------------------------------------------------- fixtures

@@ -17,8 +17,7 @@ use ferroloader_transforms::tensor::{
 use ferroloader_transforms::{CropRect, RgbImage};
 use serde::Deserialize;
 
-#[path = "support/counting_alloc.rs"]
-mod counting_alloc;
+use crate::counting_alloc;
 use counting_alloc::allocations;
 
 #[derive(Deserialize)]
@@ -77,10 +76,7 @@ struct Corpus {
     images: Vec<(String, RgbImage)>,
 }
 
-#[path = "../../tests/support/fixtures.rs"]
-mod fixtures;
-#[path = "support/rgb_corpus.rs"]
-mod rgb_corpus;
+use crate::rgb_corpus;
 use rgb_corpus::ImageEntry;
 
 impl Corpus {

@@ -16,12 +16,10 @@ use ferroloader_transforms::spec::{
     apply_timm_op, plan_timm_rand_augment, Execution, OpSpec, Pipeline, PipelineSpec,
 };
 
-#[path = "support/stage_pipeline.rs"]
-mod stage_pipeline;
+use crate::stage_pipeline;
 use stage_pipeline::{allocations_over, bits, flip, to_normalized};
 
-#[path = "support/counting_alloc.rs"]
-mod counting_alloc;
+use crate::counting_alloc;
 use counting_alloc::allocations;
 
 const SIZE: u32 = 48;

@@ -23,12 +23,10 @@ use ferroloader_transforms::rng::{sample_rng, SampleRng};
 use ferroloader_transforms::spec::{Execution, OpSpec, Pipeline, PipelineSpec, Size};
 use ferroloader_transforms::{tensor, RgbImage};
 
-#[path = "support/stage_pipeline.rs"]
-mod stage_pipeline;
+use crate::stage_pipeline;
 use stage_pipeline::{allocations_over, bits, flip, normalize, to_normalized};
 
-#[path = "support/counting_alloc.rs"]
-mod counting_alloc;
+use crate::counting_alloc;
 use counting_alloc::allocations;
 
 const SIZE: u32 = 40;

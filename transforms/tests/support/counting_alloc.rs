@@ -1,7 +1,7 @@
 //! A global allocator that counts this thread's allocations (and reallocations), so a test can
-//! check that steady-state calls allocate nothing. Included by the test files that need it
-//! (`#[path = "support/counting_alloc.rs"] mod counting_alloc;`): a global allocator is per
-//! binary, and every test file is its own binary.
+//! check that steady-state calls allocate nothing. The allocator of the `suite` binary
+//! (`tests/suite.rs`); counted per thread, since the tests of every file run beside each other
+//! there.
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;

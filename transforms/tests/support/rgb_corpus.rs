@@ -1,6 +1,6 @@
 //! The parity tests' fixture sets (`make fixtures`): a `manifest.json` and packed RGB sources,
-//! read the same way by each test that includes this file
-//! (`#[path = "support/rgb_corpus.rs"] mod rgb_corpus;`, beside the shared `fixtures` module).
+//! read the same way by each test that uses it (a module of `tests/suite.rs`, beside the shared
+//! `fixtures` module).
 
 use std::path::{Path, PathBuf};
 

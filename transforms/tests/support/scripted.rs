@@ -1,8 +1,6 @@
 //! Scripted draws: replays the values torch would have returned through [`TorchDraws`] and
 //! records what was asked, so a test can inject torchvision's draws and check the ranges and
-//! bounds the code under test asks for. Included by the test files that need it
-//! (`#[path = "support/scripted.rs"] mod scripted;`).
-#![allow(dead_code)] // each including file uses part of it
+//! bounds the code under test asks for. A module of `tests/suite.rs`.
 
 use std::collections::VecDeque;
 

@@ -16,8 +16,7 @@ use ferroloader_transforms::spec::{
 };
 use ferroloader_transforms::{tensor, Error, RgbImage};
 
-#[path = "../../../tests/support/fixtures.rs"]
-mod fixtures;
+use crate::fixtures;
 
 /// Up to `count` decodable images of the decode corpus under a megapixel, by file name.
 pub fn corpus(count: usize) -> Vec<(String, Vec<u8>)> {
