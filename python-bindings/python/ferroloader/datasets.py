@@ -247,9 +247,15 @@ def _traced(dataset: Any, reason: str, worker_init_fn: Any) -> Tuple[Optional[st
     if isinstance(found, str):
         return (reason if not found else f"{reason}: it {found}"), None
     items, transform = found
+    return None, _carried_items(items, transform)
+
+
+def _carried_items(items: TracedItems, transform: Any) -> Carried:
+    """Traced items as the native loader takes them, their targets recorded as they are read
+    where they are not class indices (:func:`_protocol`)."""
     source = _protocol(items).source
     table = source.table if isinstance(source, RecordedTargets) else None
-    return None, Carried(source, transform, table)
+    return Carried(source, transform, table)
 
 
 def _formatted(
@@ -294,9 +300,7 @@ def _formatted(
         why = collate_reason(collate_fn, first, image_key, unkept)
         if why is not None:
             return f"{reason}, and {why}", None
-    source = _protocol(items).source
-    table = source.table if isinstance(source, RecordedTargets) else None
-    return None, Carried(source, transform, table)
+    return None, _carried_items(items, transform)
 
 
 def _traced_items(dataset: Any) -> Union[Tuple[TracedItems, Any], str]:
