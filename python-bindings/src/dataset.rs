@@ -616,18 +616,29 @@ impl Source for PyItems {
         Cow::Owned(PathBuf::from(format!("dataset[{index}]")))
     }
 
-    /// `dataset[index] (its file)`: the item asked for again, where it is a path (bytes, or an
-    /// item that fails now, leave `dataset[index]`).
+    /// The name the dataset gives the item (`ferroloader_item_name(index)`, a string: the
+    /// Python side's wrappers of datasets whose items are bytes from a named row, a Hugging Face
+    /// row's `train[3] (photo3.jpg)`), else `dataset[index] (its file)`: the item asked for
+    /// again, where it is a path (bytes, or an item that fails now, leave `dataset[index]`).
     fn error_name(&self, index: usize) -> PathBuf {
-        let file = Python::attach(|py| {
-            let item = self.dataset.bind(py).get_item(index).ok()?;
+        let named = Python::attach(|py| {
+            let dataset = self.dataset.bind(py);
+            if let Ok(name) =
+                dataset.call_method1(pyo3::intern!(py, "ferroloader_item_name"), (index,))
+            {
+                if let Ok(name) = name.extract::<String>() {
+                    return Some(PathBuf::from(name));
+                }
+            }
+            let item = dataset.get_item(index).ok()?;
             let (data, _): (Bound<'_, PyAny>, Bound<'_, PyAny>) = item.extract().ok()?;
-            data.extract::<PathBuf>().ok()
+            let file = data.extract::<PathBuf>().ok()?;
+            Some(PathBuf::from(format!(
+                "dataset[{index}] ({})",
+                file.display()
+            )))
         });
-        match file {
-            Some(file) => PathBuf::from(format!("dataset[{index}] ({})", file.display())),
-            None => self.path(index).into_owned(),
-        }
+        named.unwrap_or_else(|| self.path(index).into_owned())
     }
 }
 

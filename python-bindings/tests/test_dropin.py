@@ -200,6 +200,31 @@ def test_protocol_items_that_break_it_are_errors_naming_the_item(folder: Path) -
     assert [i for i, _, _ in it.skipped] == [2]
 
 
+def test_a_protocol_dataset_of_bytes_names_its_bad_item_as_it_says(folder: Path) -> None:
+    class Records(PathItems):
+        """Bytes from a store with keys of its own, item 3's cut short."""
+
+        def __getitem__(self, i: int) -> Any:
+            path, label = self.samples[i]
+            data = Path(path).read_bytes()
+            return (data[: len(data) // 3] if i == 3 else data), label
+
+        def ferroloader_item_name(self, i: int) -> str:
+            return f"records.db, key {1000 + i}"
+
+    tv = torchvision.datasets.ImageFolder(str(folder))
+    records = Records([(p, c) for p, c in tv.samples])
+    with pytest.raises(fl.DecodeError, match=r"^records\.db, key 1003: "):
+        run(fl.Loader(records, batch_size=4, num_workers=2, transform=fl_transform()))
+    it = iter(fl.Loader(records, batch_size=4, on_error="skip", transform=fl_transform()))
+    assert sum(len(y) for _, y in it) == 17
+    assert [(i, name) for i, name, _ in it.skipped] == [(3, "records.db, key 1003")]
+    # A name the dataset fails to give leaves the loader's own.
+    del Records.ferroloader_item_name
+    with pytest.raises(fl.DecodeError, match=r"^dataset\[3\]: "):
+        run(fl.Loader(records, batch_size=4, transform=fl_transform()))
+
+
 def test_file_list_columns_headers_and_class_names(folder: Path, tmp_path: Path) -> None:
     tv = torchvision.datasets.ImageFolder(str(folder))
     rows = [(os.path.relpath(p, folder), tv.classes[c]) for p, c in tv.samples]

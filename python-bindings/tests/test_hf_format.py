@@ -147,10 +147,16 @@ def test_a_subset_and_the_images_turned_upright_as_datasets_turns_them() -> None
 
 def test_a_bad_row_is_named_and_can_be_skipped() -> None:
     dataset = truncated_row_three().with_transform(_pixel_values(EVAL))
-    with pytest.raises(Exception, match=r"dataset\[3\]: cannot decode image .*truncated"):
+    # Named as the row is with transform= given: its split, its position and its file.
+    with pytest.raises(Exception, match=r"train\[3\] \(photo3\.jpg\): cannot decode image .*truncated"):
         list(_native(dataset, batch_size=2, collate_fn=collate_fn))
-    loader = _native(dataset, batch_size=2, collate_fn=collate_fn, on_error="skip")
-    assert torch.cat([batch["labels"] for batch in loader]).tolist() == [0, 1, 2, 4, 5]
+    iterator = iter(_native(dataset, batch_size=2, collate_fn=collate_fn, on_error="skip"))
+    assert torch.cat([batch["labels"] for batch in iterator]).tolist() == [0, 1, 2, 4, 5]
+    assert [(index, path) for index, path, _ in iterator.skipped] == [(3, "train[3] (photo3.jpg)")]
+    # A Subset's row keeps the dataset's own position in its name.
+    part = Subset(dataset, [5, 3, 0])
+    with pytest.raises(Exception, match=r"train\[3\] \(photo3\.jpg\): cannot decode image"):
+        list(_native(part, batch_size=3, collate_fn=collate_fn))
 
 
 def _reads_the_image(examples: List[Dict[str, Any]]) -> Dict[str, Any]:

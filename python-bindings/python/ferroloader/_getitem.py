@@ -62,6 +62,7 @@ __all__ = [
     "from_library",
     "global_names",
     "is_stand_in",
+    "item_name",
     "nested_codes",
     "steps_first",
     "loader_opens",
@@ -1193,6 +1194,20 @@ def _decodes_as_rgb(source: Data, mode: str, only: Optional[str] = None) -> Opti
     )
 
 
+def item_name(dataset: Any, index: int) -> Optional[str]:
+    """``dataset.ferroloader_item_name(index)``, where the dataset names its items for the
+    loader's errors (the native loader asks its protocol dataset so, for an item of bytes: a
+    Hugging Face row's split and file); ``None`` where it does not, or fails to."""
+    namer = getattr(dataset, "ferroloader_item_name", None)
+    if namer is None:
+        return None
+    try:
+        name = namer(index)
+    except Exception:  # an error path: the loader's own name stands
+        return None
+    return name if isinstance(name, str) else None
+
+
 class TracedItems:
     """The user's dataset through the loader's ``(path or bytes, target)`` protocol:
     ``items[i]`` calls the traced ``__getitem__(i)`` (its stand-ins decode nothing) and gives
@@ -1283,6 +1298,11 @@ class TracedItems:
             raise TypeError(f"{self.name}.__getitem__ {why}")
         return image.image.source, target
 
+    def ferroloader_item_name(self, position: int) -> Optional[str]:
+        """The dataset's name for the item in the loader's errors, if it gives one
+        (:func:`item_name`)."""
+        return item_name(self.dataset, position if self.indices is None else self.indices[position])
+
     @functools.cached_property
     def _file_check(self) -> Optional[Callable[[Data], Optional[str]]]:
         """What each file must be for the native RGB decode to be what ``__getitem__`` makes
@@ -1327,6 +1347,10 @@ class _ConcatItems(TracedItems):
     def __getitem__(self, position: int) -> Tuple[Data, Any]:
         k = bisect.bisect_right(self.ends, position)
         return self.parts[k][position - (self.ends[k - 1] if k else 0)]
+
+    def ferroloader_item_name(self, position: int) -> Optional[str]:
+        k = bisect.bisect_right(self.ends, position)
+        return self.parts[k].ferroloader_item_name(position - (self.ends[k - 1] if k else 0))
 
     def subset(self, indices: List[int]) -> "TracedItems":
         return _SubsetItems(self, indices)

@@ -92,11 +92,21 @@ class FormattedRows:
         if self.decode and self.image_column in rows.column_names:
             rows = rows.cast_column(self.image_column, hf.Image(decode=False))
         self.rows = rows
+        self.name = "dataset" if dataset.split is None else str(dataset.split)
         self.open = Image.open
         self.upright = ImageOps.exif_transpose
 
     def __len__(self) -> int:
         return len(self.rows)
+
+    def ferroloader_item_name(self, index: int) -> str:
+        """Row ``index`` as the loader names it in an error, as it names a row of the dataset
+        read with ``transform=``: ``train[3] (photo3.jpg)`` for bytes stored with their file's
+        name, the file for a row read from one, ``train[3]`` otherwise."""
+        cell = self.rows[index].get(self.image_column) if self.decode else None
+        if not isinstance(cell, dict) or cell.get("path") is None:
+            return f"{self.name}[{index}]"
+        return f"{self.name}[{index}] ({cell['path']})" if cell.get("bytes") is not None else str(cell["path"])
 
     def __getitem__(self, index: int) -> Dict[str, Any]:
         row = self.rows[index]

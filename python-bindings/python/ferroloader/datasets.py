@@ -44,6 +44,7 @@ from ferroloader._getitem import (
     Layout,
     TracedItems,
     from_library,
+    item_name,
     loader_opens,
     sets_up_workers,
     steps_first,
@@ -107,6 +108,10 @@ class RecordedTargets:
     def exif_transpose(self) -> bool:
         """The dataset's (a traced one turns its images upright or not)."""
         return bool(getattr(self.dataset, "exif_transpose", False))
+
+    def ferroloader_item_name(self, index: int) -> Optional[str]:
+        """The dataset's name for its item ``index`` in the loader's errors, if it gives one."""
+        return item_name(self.dataset, index)
 
 
 class Carried(NamedTuple):
