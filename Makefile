@@ -96,7 +96,7 @@ lint: deps py-build ## rustfmt, clippy with warnings as errors, mypy (--strict f
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
 	$(PY) -m mypy --strict python-bindings/python/ferroloader
 	$(PY) -m mypy scripts
-	$(PY) -m mypy.stubtest ferroloader._native
+	$(PY) -m mypy.stubtest --mypy-config-file python-bindings/stubtest.ini ferroloader._native
 
 $(FIXTURES)/bench/.done: $(VENV)/.fixtures-installed $(SAMPLE_GEN)
 	$(PY) scripts/make_bench_corpus.py $(FIXTURES)/bench
