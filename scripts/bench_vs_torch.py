@@ -48,6 +48,8 @@ with the transform set as Hugging Face's examples set it. ``--hugging-face with_
 hands both the same dataset as transformers' no-Trainer script makes it (``with_transform``
 of a function applying the transform, a ``collate_fn`` making dict batches); ferroloader,
 given no ``transform=``, traces the function and reads the dataset natively.
+``--hugging-face processor``: that function preprocessing with a ``ViTImageProcessor()``, as the
+ViT fine-tuning examples do, in place of the transform.
 
 ``--overhead`` adds two more pipelines to every round and prints what profiling costs: the
 torchvision DataLoader instrumented by ``ferroloader.torch.profile`` against the plain one,
@@ -59,7 +61,7 @@ ferroloader keeps its threads, so a round measures loading, not process start-up
 Usage: bench_vs_torch.py [FOLDER] [--batch-size 64] [--workers CORES] [--rounds 5]
        [--batches N] [--overhead] [--recipe NAME [--v2] | --transform FILE.py:NAME | --timm AA]
        [--views N | --views-of FILE.py:NAME]
-       [--hugging-face [table|with_transform] | --own-dataset [pil|read_image]]
+       [--hugging-face [table|with_transform|processor] | --own-dataset [pil|read_image]]
 (FOLDER defaults to target/fixtures/folder: ``make_bench_corpus.py target/fixtures/folder 512
 --classes 8`` writes it.)
 """
@@ -162,6 +164,25 @@ class NoTrainerForm:
             return {"pixel_values": pixel_values, "labels": labels}
 
         return self.dataset.with_transform(preprocess_train), collate_fn
+
+
+class ProcessorForm(NoTrainerForm):
+    """``--hugging-face processor``: as :class:`NoTrainerForm`, the function preprocessing with
+    a ViT image processor (``processor(images, return_tensors="pt")``) as the ViT fine-tuning
+    examples do, in place of the transform."""
+
+    def holding(self, transform: Any) -> Tuple[Any, Callable[[List[Dict[str, Any]]], Dict[str, Any]]]:
+        from transformers import ViTImageProcessor  # type: ignore[import-untyped]
+
+        processor = ViTImageProcessor()
+
+        def preprocess(example_batch: Dict[str, List[Any]]) -> Any:
+            inputs = processor([image.convert("RGB") for image in example_batch["image"]], return_tensors="pt")
+            inputs["label"] = example_batch["label"]
+            return inputs
+
+        _, collate_fn = super().holding(transform)
+        return self.dataset.with_transform(preprocess), collate_fn
 
 
 class CsvImages(Dataset):  # type: ignore[type-arg]
@@ -372,10 +393,11 @@ def main() -> None:
         "--hugging-face",
         nargs="?",
         const="table",
-        choices=["table", "with_transform"],
+        choices=["table", "with_transform", "processor"],
         help="read the folder as a Hugging Face datasets.Dataset of embedded images, on both sides; "
         "with_transform: the transform set by a with_transform function and a collate_fn making dicts, "
-        "as transformers' no-Trainer script does (ferroloader given no transform=)",
+        "as transformers' no-Trainer script does (ferroloader given no transform=); processor: that "
+        "function preprocessing with ViTImageProcessor() instead of the transform",
     )
     source_kind.add_argument(
         "--own-dataset",
@@ -410,6 +432,9 @@ def main() -> None:
     source: Any = args.folder
     if args.hugging_face == "with_transform":
         source = NoTrainerForm(args.folder)
+    elif args.hugging_face == "processor":
+        source = ProcessorForm(args.folder)
+        transform_name = "ViTImageProcessor() (resize to 224x224, rescale, normalize)"
     elif args.hugging_face:
         source = hugging_face_dataset(args.folder)
     elif args.own_dataset:
@@ -458,7 +483,8 @@ def main() -> None:
         f"{samples} images, batch {args.batch_size}, {args.workers} workers, "
         f"{batches} batches x {args.rounds} rounds (+1 warm-up), "
         f"{getattr(native, 'output', 'uint8 (prefetcher)')} output; "
-        f"{transform_name}: {recipes.describe(getattr(transform, 'transform', transform))}; "
+        f"{transform_name}"
+        f"{'' if isinstance(source, ProcessorForm) else ': ' + recipes.describe(getattr(transform, 'transform', transform))}; "
         f"torch {torch.__version__}, torchvision {torchvision.__version__}, "
         f"ferroloader {fl.__version__}, {cores()} cores"
     )

@@ -540,6 +540,16 @@ def test_bench_script_reads_a_scripts_own_dataset_class_on_both_sides(data: Path
     assert "(through a script's own Dataset class, read_image)" in out
 
 
+@pytest.mark.parametrize("form", ["with_transform", "processor"])
+def test_bench_script_reads_a_hugging_face_format_function_on_both_sides(data: Path, bench: Bench, form: str) -> None:
+    status, out, err = bench(str(data), "--hugging-face", form, "--workers", "1", "--rounds", "1", "--batch-size", "4",
+                             "--batches", "2")
+    assert status is None, err  # python_dataset="error": the function was traced and read natively
+    assert f"(as a Hugging Face Dataset, {form})" in out
+    assert ("ViTImageProcessor()" in out) == (form == "processor")
+    assert "ferroloader / torchvision throughput: median" in out
+
+
 def test_bench_script_reports_a_refusal_and_exits_non_zero(
     data: Path, tmp_path: Path, bench: Bench
 ) -> None:

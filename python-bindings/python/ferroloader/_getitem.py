@@ -569,7 +569,7 @@ class _StandIns:
         if isinstance(value, types.FunctionType):
             made = self.function(value, depth + 1)
             return None if made is value else made
-        if _is_transform(value) and self.reads.hold is not None:
+        if self.reads.hold is not None and (_is_transform(value) or _is_processor(value)):
             return self.reads.hold(value)
         return None
 
@@ -615,6 +615,82 @@ class _Held:
         return getattr(self.original, name)
 
 
+class _HeldProcessor(_Held):
+    """An image processor of transformers (``ViTImageProcessor``) the traced code holds: called on
+    the image alone (or a list of it alone, as a format function's batch of one hands it), with
+    ``return_tensors`` ``"pt"`` or ``None``, it records the torchvision pipeline it is
+    (:func:`ferroloader._imageprocessor.processor_transform`) as a held transform does, and
+    answers its ``BatchFeature``'s place (:class:`_Processed`)."""
+
+    __slots__ = ()
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        if not any(map(_holds_image, (*args, *kwargs.values()))):
+            return self.original(*args, **kwargs)
+        from ferroloader._imageprocessor import processor_transform
+
+        images = args[0] if args else kwargs.pop("images", None)
+        tensors = kwargs.pop("return_tensors", None)
+        name = type(self.original).__name__
+        if len(args) > 1 or kwargs or tensors not in (None, "pt"):
+            _refuse(f"calls {name} with arguments besides the images and return_tensors='pt'")
+        batched = isinstance(images, (list, tuple))
+        if batched and len(images) != 1:
+            _refuse(f"calls {name} on {len(images)} images (the native loader makes one a sample)")
+        transform = processor_transform(self.original)
+        if isinstance(transform, str):
+            _refuse(transform)
+        applied = _Held(transform)(images[0] if batched else images)
+        return _Processed({"pixel_values": _PixelValues(applied, tensors == "pt")})
+
+
+class _Processed(dict):  # type: ignore[type-arg]
+    """An image processor's ``BatchFeature`` of the one image, in the trace: keys by item or
+    attribute, more set as on a dict."""
+
+    def __getattr__(self, name: str) -> Any:
+        try:
+            return self[name]
+        except KeyError:
+            raise AttributeError(name) from None
+
+
+class _PixelValues:
+    """An image processor's ``pixel_values`` of the one image, in the trace: a batch of one
+    (``tensor``: stacked, ``return_tensors="pt"``; else a list); its first item (``[0]``, and for
+    the tensor ``.squeeze(0)``, ``.squeeze()``) is the transformed image."""
+
+    __slots__ = ("applied", "tensor")
+
+    def __init__(self, applied: Any, tensor: bool) -> None:
+        self.applied = applied
+        self.tensor = tensor
+
+    def __getitem__(self, index: Any) -> Any:
+        if index != 0:
+            _refuse(f"takes [{index!r}] of the image processor's pixel_values (the native loader makes [0])")
+        return self.applied
+
+    def __len__(self) -> int:
+        return 1
+
+    def squeeze(self, dim: Any = None) -> Any:
+        if not self.tensor or dim not in (None, 0):
+            _refuse("squeezes the image processor's pixel_values otherwise than along its batch")
+        return self.applied
+
+    def __getattr__(self, name: str) -> Any:
+        _refuse(f"uses the image processor's pixel_values' .{name} (the native loader makes [0] of it)")
+
+
+def _hold(value: Any) -> _Held:
+    """What the trace holds in place of a callable of the dataset's: :class:`_HeldProcessor` for a
+    transformers image processor, else :class:`_Held`."""
+    from ferroloader._imageprocessor import is_image_processor
+
+    return _HeldProcessor(value) if is_image_processor(value) else _Held(value)
+
+
 #: Where the transforms the loader converts come from: one of them held in a global or a
 #: closure of the traced code (``train_tf`` at module level) is recorded as one the dataset holds.
 _TRANSFORM_MODULES = ("torchvision.transforms.", "timm.data.", "ferroloader.transforms")
@@ -623,6 +699,12 @@ _TRANSFORM_MODULES = ("torchvision.transforms.", "timm.data.", "ferroloader.tran
 def _is_transform(value: Any) -> bool:
     module = type(value).__module__ or ""
     return callable(value) and not isinstance(value, type) and module.startswith(_TRANSFORM_MODULES)
+
+
+def _is_processor(value: Any) -> bool:
+    from ferroloader._imageprocessor import is_image_processor
+
+    return is_image_processor(value)
 
 
 def _describe(value: Any) -> str:
@@ -1015,7 +1097,7 @@ def _call(fn: Any, *args: Any) -> Any:
 
 
 #: The trace's stand-ins: nothing is read or decoded, transforms are recorded.
-_TRACE = Reads(_image_open, _known_loader, _open, _exif_transpose, _Held, _IO_STAND_INS)
+_TRACE = Reads(_image_open, _known_loader, _open, _exif_transpose, _hold, _IO_STAND_INS)
 
 
 def _traced_copy(dataset: Any, reads: Reads = _TRACE) -> Union[Tuple[Any, Any], str]:
