@@ -247,6 +247,30 @@ def test_the_examples_datasets_alone_fit_natively(dataset: Any, tmp_path: Path) 
         assert_same_batches(trainer.seen[epoch * 6 : (epoch + 1) * 6], want)
 
 
+def test_a_dataset_preprocessed_by_an_image_processor_is_read_natively(dataset: Any, tmp_path: Path) -> None:
+    """The ViT fine-tuning blog's set-up: the processor in the with_transform function."""
+    processor = transformers.ViTImageProcessor(size={"height": 32, "width": 32})
+
+    def transform(example_batch: Dict[str, List[Any]]) -> Any:
+        inputs = processor([x.convert("RGB") for x in example_batch["image"]], return_tensors="pt")
+        inputs["label"] = example_batch["label"]
+        return inputs
+
+    data = dataset.with_transform(transform)
+    args = arguments(tmp_path, remove_unused_columns=False)
+    want = list(transformers.Trainer(model(), args, eval_dataset=data, data_collator=collate_fn).get_eval_dataloader())
+    trainer = Trainer(model(), args, train_dataset=data, eval_dataset=data, data_collator=collate_fn)
+    loader = trainer.get_eval_dataloader()
+    assert isinstance(loader, AcceleratedLoader) and loader.loader.python_dataset_reason is None
+    got = list(loader)
+    assert len(got) == len(want) > 0
+    for batch, expected in zip(got, want):
+        assert torch.equal(batch["labels"], expected["labels"])
+        # The processor fuses its rescale into the normalization: the last bits differ.
+        assert torch.allclose(batch["pixel_values"], expected["pixel_values"], rtol=0, atol=1e-6)
+    assert trainer.train().global_step == 12
+
+
 def test_a_resume_mid_epoch_gets_the_uninterrupted_runs_batches(dataset: Any, tmp_path: Path) -> None:
     # 6 batches an epoch, 2 accumulated: 3 steps an epoch. The checkpoint at step 4 is 2 batches
     # into the second epoch; the Trainer skips those, and the loader starts there natively.
