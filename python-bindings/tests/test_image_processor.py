@@ -133,8 +133,9 @@ class Folder(Dataset):  # type: ignore[type-arg]
         ViTImageProcessor(size={"shortest_edge": 48}, resample=3, image_mean=0.5, image_std=0.25),
         ViTImageProcessor(size=40, do_normalize=False),
         ViTImageProcessor(size={"height": 30, "width": 52}),
+        DeiTImageProcessor(size={"height": 40, "width": 37}, crop_size={"height": 32, "width": 32}),
     ],
-    ids=["shortest edge, bicubic", "rescale alone", "height and width"],
+    ids=["shortest edge, bicubic", "rescale alone", "height and width", "deit's center crop"],
 )
 @pytest.mark.parametrize("squeeze", [True, False], ids=["squeeze", "[0]"])
 def test_a_dataset_class_holding_a_processor_equals_its_dataloader(processor: Any, squeeze: bool) -> None:
@@ -151,14 +152,17 @@ def test_a_dataset_class_holding_a_processor_equals_its_dataloader(processor: An
 @pytest.mark.parametrize(
     "processor, why",
     [
-        (DeiTImageProcessor(), "center crop, which it places at int"),
+        (ViTImageProcessor(size={"shortest_edge": 40}, do_center_crop=True, crop_size=32),
+         "center crop of images of their own sizes, which it places at int"),
+        (DeiTImageProcessor(size={"height": 40, "width": 35}, crop_size={"height": 32, "width": 32}),
+         "center crop of 32 from 35, which it places at int"),
         (ConvNextImageProcessor(), "preprocesses its own way (_preprocess, resize)"),
         (ViTImageProcessor(resample=0), "resample=0"),
         (ViTImageProcessor(do_rescale=False), "do_rescale=False"),
         (ViTImageProcessor(size={"shortest_edge": 32, "longest_edge": 64}), "size="),
         (ViTImageProcessor(do_convert_rgb=True), "do_convert_rgb=True, which composites alpha"),
     ],
-    ids=["center crop", "own class", "nearest", "no rescale", "longest edge", "converts to rgb"],
+    ids=["center crop of any size", "center crop a pixel apart", "own class", "nearest", "no rescale", "longest edge", "converts to rgb"],
 )
 def test_a_processor_that_is_no_torchvision_pipeline_runs_in_python_with_why(processor: Any, why: str) -> None:
     files = _decodable()[:4]

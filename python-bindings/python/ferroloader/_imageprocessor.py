@@ -13,8 +13,9 @@ class writes it, its settings are a ``torchvision.transforms.v2`` pipeline: ``To
 processor divides by ``std * 255`` after subtracting ``mean * 255``; torchvision scales first).
 
 Not converted, with the reason: a class overriding any step (ConvNext's ``crop_pct``...), a
-center crop (the processor places it at ``int((h - crop) / 2)``, torchvision at ``round``: a
-pixel apart for half the images), padding, resampling other than bilinear and bicubic, a
+center crop of images of their own sizes (the processor places it at ``int((h - crop) / 2)``,
+torchvision at ``round``: a pixel apart for some sizes; after a resize to a fixed height and
+width, DeiT's, the offsets are known, and converted where they agree), padding, resampling other than bilinear and bicubic, a
 rescale other than 1/255 or without it, sizes by longest edge or maximum, ``do_convert_rgb``
 (CLIP's, BiT's: it composites alpha, and a transparent colour, onto white, even of an image
 ``.convert("RGB")`` made, whose transparent colour Pillow keeps; the loader's RGB decode
@@ -70,6 +71,27 @@ def processor_transform(processor: Any) -> Union[Any, str]:
     return made
 
 
+def _center_crop(name: str, s: Dict[str, Any]) -> Union[Tuple[int, int], str]:
+    """The processor's center crop as torchvision's ``CenterCrop`` size, where it places it as
+    torchvision does: the processor at ``int((size - crop) / 2)``, torchvision at ``round``,
+    which differ by a pixel where that is ``k + 0.5`` for an odd ``k``. Only a resize to a fixed
+    height and width (DeiT's 256 x 256 before its 224 crop) tells the offsets for every image."""
+    crop = s["crop_size"]
+    size = s["size"]
+    if not (crop.height and crop.width):
+        return f"uses {name} with crop_size={dict(crop)!r} (height and width are converted)"
+    if not (s.get("do_resize") and size.height and size.width and not size.shortest_edge):
+        return (f"uses {name} with a center crop of images of their own sizes, which it places at "
+                "int((size - crop) / 2), torchvision's CenterCrop at round(): a pixel apart for some")
+    for outer, inner in ((size.height, crop.height), (size.width, crop.width)):
+        if inner > outer:
+            return f"uses {name} with a center crop larger than the image (padded)"
+        if int((outer - inner) / 2.0) != int(round((outer - inner) / 2.0)):
+            return (f"uses {name} with a center crop of {inner} from {outer}, which it places at "
+                    "int((size - crop) / 2), torchvision's CenterCrop at round(): a pixel apart")
+    return crop.height, crop.width
+
+
 def _convert(processor: Any, settings: Dict[str, Any]) -> Union[Any, str]:
     backends = sys.modules.get("transformers.image_processing_backends")
     base = getattr(backends, "TorchvisionBackend", None)
@@ -87,9 +109,6 @@ def _convert(processor: Any, settings: Dict[str, Any]) -> Union[Any, str]:
     if s.get("do_convert_rgb"):
         return (f"uses {name} with do_convert_rgb=True, which composites alpha and a transparent "
                 "colour onto white (the loader's RGB decode leaves the colours)")
-    if s.get("do_center_crop"):
-        return (f"uses {name} with a center crop, which it places at int((size - crop) / 2), "
-                "torchvision's CenterCrop at round(): a pixel apart")
     if s.get("do_pad"):
         return f"uses {name} with do_pad=True"
     ops: list[Any] = [v2.ToImage()]
@@ -106,6 +125,11 @@ def _convert(processor: Any, settings: Dict[str, Any]) -> Union[Any, str]:
         else:
             return f"uses {name} with size={dict(size)!r} (height and width, or shortest_edge, are converted)"
         ops.append(v2.Resize(target, interpolation=mode, antialias=True))
+    if s.get("do_center_crop"):
+        crop = _center_crop(name, s)
+        if isinstance(crop, str):
+            return crop
+        ops.append(v2.CenterCrop(crop))
     if not s.get("do_rescale") or abs(float(s.get("rescale_factor") or 0) * 255 - 1) > 1e-12:
         return f"uses {name} with do_rescale={s.get('do_rescale')}, rescale_factor={s.get('rescale_factor')} (1/255 is converted)"
     ops.append(v2.ToDtype(torch.float32, scale=True))
