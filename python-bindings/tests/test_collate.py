@@ -17,6 +17,8 @@ from torch.utils.data import DataLoader
 import ferroloader as fl
 from ferroloader._collate import Collate
 
+from batches import same  # noqa: E402
+
 TRANSFORM = tvT.Compose([tvT.Resize(20), tvT.CenterCrop(16), tvT.ToTensor()])
 
 Sample = Tuple[torch.Tensor, int]
@@ -63,16 +65,6 @@ def _images(batch: Any) -> torch.Tensor:
     return batch["pixel_values"] if isinstance(batch, dict) else batch[0] if isinstance(batch, tuple) else batch
 
 
-def _equal(a: Any, b: Any) -> bool:
-    if isinstance(a, dict):
-        return a.keys() == b.keys() and all(_equal(a[k], b[k]) for k in a)
-    if isinstance(a, (list, tuple)):
-        return len(a) == len(b) and all(_equal(x, y) for x, y in zip(a, b))
-    if isinstance(a, torch.Tensor):
-        return a.dtype == b.dtype and a.shape == b.shape and torch.equal(a, b)
-    return bool(a == b)
-
-
 @pytest.mark.parametrize(
     "collate_fn", [by_module, by_name, _closure(), imports_inside], ids=["torch.stack", "stack", "closure", "import"]
 )
@@ -80,7 +72,7 @@ def test_a_stack_of_the_batchs_images_is_the_batch_itself(folder: Path, collate_
     dataset = torchvision.datasets.ImageFolder(str(folder), transform=TRANSFORM)
     held = list(fl.Loader(dataset, batch_size=5, collate_fn=collate_fn, num_workers=2))
     # Every batch kept till the end: none is refilled while held.
-    assert _equal(held, list(DataLoader(dataset, batch_size=5, collate_fn=collate_fn)))
+    assert same(held, list(DataLoader(dataset, batch_size=5, collate_fn=collate_fn)))
 
     def and_first_view(samples: List[Sample]) -> Tuple[Any, torch.Tensor]:
         return collate_fn(samples), samples[0][0]
@@ -93,7 +85,7 @@ def test_a_stack_of_the_batchs_images_is_the_batch_itself(folder: Path, collate_
 def test_any_other_stack_is_torchs(folder: Path, collate_fn: Callable[..., Any]) -> None:
     dataset = torchvision.datasets.ImageFolder(str(folder), transform=TRANSFORM)
     got = list(fl.Loader(dataset, batch_size=5, collate_fn=collate_fn, num_workers=2))
-    assert _equal(got, list(DataLoader(dataset, batch_size=5, collate_fn=collate_fn)))
+    assert same(got, list(DataLoader(dataset, batch_size=5, collate_fn=collate_fn)))
 
 
 def test_the_users_function_and_torch_are_left_as_they_are() -> None:
@@ -119,5 +111,5 @@ def test_transformers_default_collators_stack_no_copy() -> None:
     for collator in (DefaultDataCollator(), default_data_collator):
         out = Collate(collator)(samples, views, batch)
         assert out["pixel_values"] is batch and out["labels"].tolist() == [0, 1, 2]
-        assert _equal(out, collator(samples))
+        assert same(out, collator(samples))
     assert Collate(DefaultDataCollator(return_tensors="np"))._remade is None

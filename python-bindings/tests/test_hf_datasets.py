@@ -23,6 +23,8 @@ from torch.utils.data import DataLoader, Subset
 
 import ferroloader as fl
 
+from batches import assert_same  # noqa: E402
+
 datasets.disable_progress_bars()
 
 FIXTURES = Path(__file__).resolve().parents[2] / "target" / "fixtures" / "decode"
@@ -78,17 +80,10 @@ def _reference(dataset: Any, transform: Any, batch_size: int) -> List[Any]:
     return list(DataLoader(transformed, batch_size=batch_size, collate_fn=collate))
 
 
-def _assert_same(got: List[Any], want: List[Any]) -> None:
-    assert len(got) == len(want)
-    for (images, labels), (ref_images, ref_labels) in zip(got, want):
-        assert torch.equal(labels, ref_labels)
-        assert torch.equal(images, ref_images), (images - ref_images).abs().max()
-
-
 def test_embedded_images_equal_a_dataloader_over_the_dataset() -> None:
     dataset = _embedded(_decodable())
     loader = fl.Loader(dataset, transform=EVAL, batch_size=7, num_workers=2)
-    _assert_same(list(loader), _reference(dataset, EVAL, 7))
+    assert_same(list(loader), _reference(dataset, EVAL, 7))
 
 
 # datasets opens a multi-frame GIF by its path and leaves the file to the garbage collector.
@@ -102,7 +97,7 @@ def test_rows_stored_as_local_paths_are_read_from_their_files() -> None:
     )
     assert dataset.data.table.column("image").chunks[0][0]["bytes"].as_py() is None
     loader = fl.Loader(dataset, transform=EVAL, batch_size=8, num_workers=2)
-    _assert_same(list(loader), _reference(dataset, EVAL, 8))
+    assert_same(list(loader), _reference(dataset, EVAL, 8))
 
 
 def test_row_selections_are_the_datasets_own() -> None:
@@ -123,7 +118,7 @@ def test_row_selections_are_the_datasets_own() -> None:
     }
     for name, selected in selections.items():
         got = list(fl.Loader(selected, transform=EVAL, batch_size=5))
-        _assert_same(got, _reference(selected, EVAL, 5))
+        assert_same(got, _reference(selected, EVAL, 5))
         labels = torch.cat([labels for _, labels in got]).tolist()
         rows = [selected[i]["label"] for i in range(len(selected))]
         assert labels == rows, name
@@ -138,7 +133,7 @@ def test_memory_mapped_shards_and_concatenations(tmp_path: Path) -> None:
     assert mapped.data.table.column("image").num_chunks >= 3
     joined = datasets.concatenate_datasets([mapped.select(range(5)), dataset.shuffle(seed=9)])
     for case in (mapped, joined.shuffle(seed=4)):
-        _assert_same(list(fl.Loader(case, transform=EVAL, batch_size=6)), _reference(case, EVAL, 6))
+        assert_same(list(fl.Loader(case, transform=EVAL, batch_size=6)), _reference(case, EVAL, 6))
 
 
 def test_random_augmentations_give_the_same_batches_as_the_same_files_listed(tmp_path: Path) -> None:
@@ -152,7 +147,7 @@ def test_random_augmentations_give_the_same_batches_as_the_same_files_listed(tmp
     want = list(fl.Loader(listed, transform=TRAIN, batch_size=4, shuffle=True, seed=11, num_workers=2))
     for workers in (0, 1, 3):
         got = list(fl.Loader(dataset, transform=TRAIN, batch_size=4, shuffle=True, seed=11, num_workers=workers))
-        _assert_same(got, want)
+        assert_same(got, want)
 
 
 def test_columns_are_found_by_their_features() -> None:
@@ -252,7 +247,7 @@ def test_grayscale_images_come_out_with_one_channel_as_torchvision_makes_them() 
             collate_fn=lambda items: (torch.stack([i["image"] for i in items]), torch.tensor([i["label"] for i in items])),
         )
     )
-    _assert_same(got, want)
+    assert_same(got, want)
 
 
 def truncated_row_three() -> Dataset:
@@ -284,7 +279,7 @@ def test_the_loader_pickles_and_resumes_by_its_dataset(tmp_path: Path) -> None:
     loader = fl.Loader(dataset, transform=TRAIN, batch_size=3, shuffle=True, seed=4)
     copy = pickle.loads(pickle.dumps(loader))
     want = list(loader)
-    _assert_same(list(copy), want)
+    assert_same(list(copy), want)
 
     first = fl.Loader(dataset, transform=TRAIN, batch_size=3, shuffle=True, seed=4)
     iterator = iter(first)
@@ -292,7 +287,7 @@ def test_the_loader_pickles_and_resumes_by_its_dataset(tmp_path: Path) -> None:
     state = first.state_dict()
     resumed = fl.Loader(dataset, transform=TRAIN, batch_size=3, shuffle=True, seed=4)
     resumed.load_state_dict(state)
-    _assert_same(list(resumed), want[1:])
+    assert_same(list(resumed), want[1:])
     other = fl.Loader(dataset.select(range(11)), transform=TRAIN, batch_size=3)
     with pytest.raises(ValueError, match="dataset"):
         other.load_state_dict(state)
@@ -331,7 +326,7 @@ def test_a_python_tail_gets_the_rows_bytes(where: str) -> None:
         dataset, transform=transform, batch_size=3, python_tail="allow", num_workers=2, python_tail_workers=where
     )
     got = list(loader)
-    _assert_same(got, _reference(dataset, transform, 3))
+    assert_same(got, _reference(dataset, transform, 3))
 
 
 def test_the_native_table_holds_only_buffers_that_cannot_change() -> None:
@@ -359,7 +354,7 @@ def test_an_imagefolder_loaded_with_load_dataset(folder: Path, tmp_path: Path) -
     train = datasets.load_dataset("imagefolder", data_dir=str(folder), split="train", cache_dir=str(tmp_path))
     assert isinstance(train.features["label"], ClassLabel) and len(train) == 18
     loader = fl.Loader(train, transform=EVAL, batch_size=5, num_workers=2)
-    _assert_same(list(loader), _reference(train, EVAL, 5))
+    assert_same(list(loader), _reference(train, EVAL, 5))
 
 
 class _ApplyEval:
@@ -382,7 +377,7 @@ def test_profiling_a_dataloader_over_the_dataset_times_decode_and_its_transform(
         plain = list(DataLoader(dataset, batch_size=4, num_workers=workers, collate_fn=_collate_rows))
         with flt.profile(DataLoader(dataset, batch_size=4, num_workers=workers, collate_fn=_collate_rows)) as pdl:
             profiled = list(pdl)
-        _assert_same(profiled, plain)
+        assert_same(profiled, plain)
         (pipeline,) = pdl.profile_dict()["pipelines"]
         spans = [s for s in pipeline["spans"] if "sample" in s]
         for sample in range(12):
@@ -397,7 +392,7 @@ def test_a_dataset_run_in_python_is_profiled_in_its_steps() -> None:
         dataset, batch_size=4, collate_fn=_collate_rows, num_workers=2, profile="spans", python_dataset="allow"
     )
     got = list(loader)
-    _assert_same(got, list(DataLoader(dataset, batch_size=4, collate_fn=_collate_rows)))
+    assert_same(got, list(DataLoader(dataset, batch_size=4, collate_fn=_collate_rows)))
     summary = str(loader.profile().summary())
     assert "decode" in summary and "_ApplyEval" in summary and "__getitem__" not in summary
 
@@ -420,7 +415,7 @@ def test_a_streaming_dataset_runs_in_python_and_is_refused_natively() -> None:
 
     with pytest.warns(UserWarning, match="IterableDataset"):
         loader = fl.Loader(stream.map(apply), batch_size=2, num_workers=0, collate_fn=_collate_rows)
-    _assert_same(list(loader), list(DataLoader(stream.map(apply), batch_size=2, collate_fn=_collate_rows)))
+    assert_same(list(loader), list(DataLoader(stream.map(apply), batch_size=2, collate_fn=_collate_rows)))
 
 
 def test_a_parquet_file_of_image_bytes(tmp_path: Path) -> None:
@@ -441,7 +436,7 @@ def test_a_parquet_file_of_image_bytes(tmp_path: Path) -> None:
         fl.Loader(loaded, transform=EVAL, batch_size=5)
     dataset = loaded.cast_column("image", Image())
     assert dataset.data.table.column("image").num_chunks > 1
-    _assert_same(list(fl.Loader(dataset, transform=EVAL, batch_size=5)), _reference(dataset, EVAL, 5))
+    assert_same(list(fl.Loader(dataset, transform=EVAL, batch_size=5)), _reference(dataset, EVAL, 5))
 
 
 def _oriented_jpegs(count: int) -> List[bytes]:
@@ -476,7 +471,7 @@ def test_images_are_turned_upright_as_datasets_decodes_them() -> None:
     transform = tvT.Compose([tvT.Resize(30), tvT.CenterCrop(20), tvT.ToTensor()])
     loader = fl.Loader(dataset, transform=transform, batch_size=6, num_workers=2)
     assert loader.exif_transpose
-    _assert_same(list(loader), _reference(dataset, transform, 6))
+    assert_same(list(loader), _reference(dataset, transform, 6))
     # As stored, when asked.
     stored = fl.Loader(dataset.select([5]), transform=to_tensor, batch_size=1, output="uint8", exif_transpose=False)
     raw = to_tensor(PILImage.open(io.BytesIO(payloads[5])).convert("RGB"))

@@ -21,6 +21,7 @@ import ferroloader as fl
 from ferroloader._hfformat import UnkeptImage
 
 from test_hf_datasets import EVAL, TRAIN, _decodable, _embedded, _oriented_jpegs, truncated_row_three  # noqa: E402
+from batches import assert_same  # noqa: E402
 
 datasets.disable_progress_bars()
 
@@ -59,23 +60,10 @@ def _native(dataset: Any, **kwargs: Any) -> fl.Loader:
     return loader
 
 
-def _assert_same(got: List[Any], want: List[Any]) -> None:
-    assert len(got) == len(want) > 0
-    for a, b in zip(got, want):
-        if isinstance(a, dict):
-            assert a.keys() == b.keys()
-            for key in a:
-                _assert_same([a[key]], [b[key]])
-        elif isinstance(a, torch.Tensor):
-            assert a.dtype == b.dtype and torch.equal(a, b), (a.float() - b.float()).abs().max()
-        else:
-            assert a == b
-
-
 def test_the_no_trainer_scripts_dataset_and_collate_fn_equal_its_dataloader() -> None:
     dataset = _embedded(_decodable()).with_transform(_pixel_values(EVAL))
     loader = _native(dataset, batch_size=7, collate_fn=collate_fn, num_workers=2)
-    _assert_same(list(loader), list(DataLoader(dataset, batch_size=7, collate_fn=collate_fn)))
+    assert_same(list(loader), list(DataLoader(dataset, batch_size=7, collate_fn=collate_fn)))
 
 
 def test_the_tutorials_dataset_collates_as_dataloader_does_by_default() -> None:
@@ -83,13 +71,13 @@ def test_the_tutorials_dataset_collates_as_dataloader_does_by_default() -> None:
     dataset.set_transform(_tutorial)
     got = list(_native(dataset, batch_size=5))
     assert set(got[0]) == {"label", "pixel_values"}
-    _assert_same(got, list(DataLoader(dataset, batch_size=5)))
+    assert_same(got, list(DataLoader(dataset, batch_size=5)))
     from transformers import DefaultDataCollator
 
     collator = DefaultDataCollator()
     got = list(_native(dataset, batch_size=5, collate_fn=collator))
     assert set(got[0]) == {"labels", "pixel_values"}
-    _assert_same(got, list(DataLoader(dataset, batch_size=5, collate_fn=collator)))
+    assert_same(got, list(DataLoader(dataset, batch_size=5, collate_fn=collator)))
 
 
 def test_the_functions_columns_and_the_columns_it_passes_on() -> None:
@@ -110,7 +98,7 @@ def test_the_functions_columns_and_the_columns_it_passes_on() -> None:
 
     for made in (dataset.with_transform(pop_image), dataset.with_transform(pop_image, columns=["image", "score"])):
         got = list(_native(made, batch_size=4, num_workers=2))
-        _assert_same(got, list(DataLoader(made, batch_size=4)))
+        assert_same(got, list(DataLoader(made, batch_size=4)))
     assert set(got[0]) == {"score", "pixel_values"}
 
 
@@ -121,8 +109,8 @@ def test_random_transforms_draw_per_sample_as_the_transform_given_to_the_loader(
         list(_native(dataset, batch_size=4, collate_fn=collate_fn, num_workers=workers, seed=3, shuffle=True))
         for workers in (0, 1, 2)
     ]
-    _assert_same(runs[0], runs[1])
-    _assert_same(runs[0], runs[2])
+    assert_same(runs[0], runs[1])
+    assert_same(runs[0], runs[2])
     given = list(fl.Loader(plain, transform=TRAIN, batch_size=4, num_workers=2, seed=3, shuffle=True))
     for batch, (images, labels) in zip(runs[0], given):
         assert torch.equal(batch["pixel_values"], images) and torch.equal(batch["labels"], labels)
@@ -134,12 +122,12 @@ def test_a_subset_and_the_images_turned_upright_as_datasets_turns_them() -> None
         {"image": [{"bytes": b, "path": None} for b in payloads], "label": list(range(18))},
         features=Features({"image": Image(), "label": Value("int64")}),
     ).with_transform(_pixel_values(EVAL))
-    _assert_same(
+    assert_same(
         list(_native(dataset, batch_size=6, collate_fn=collate_fn)),
         list(DataLoader(dataset, batch_size=6, collate_fn=collate_fn)),
     )
     part = Subset(dataset, [17, 3, 8, 0, 11])
-    _assert_same(
+    assert_same(
         list(_native(part, batch_size=2, collate_fn=collate_fn)),
         list(DataLoader(part, batch_size=2, collate_fn=collate_fn)),
     )
@@ -235,7 +223,7 @@ def test_a_column_not_decoded_is_handed_to_the_function_as_its_bytes() -> None:
 
     made = dataset.with_transform(opens)
     got = list(_native(made, batch_size=4, collate_fn=notes))
-    _assert_same(got, list(DataLoader(made, batch_size=4, collate_fn=notes)))
+    assert_same(got, list(DataLoader(made, batch_size=4, collate_fn=notes)))
     assert got[0]["notes"] == [None] * 4
 
 

@@ -21,6 +21,7 @@ from torch.utils.data import DataLoader, Dataset
 import ferroloader as fl
 
 from test_hf_datasets import _decodable, _embedded  # noqa: E402
+from batches import assert_same  # noqa: E402
 
 transformers = pytest.importorskip("transformers")
 from transformers import ConvNextImageProcessor, DeiTImageProcessor, ViTImageProcessor  # noqa: E402
@@ -67,20 +68,6 @@ def _reason(dataset: Any, **kwargs: Any) -> str:
     return loader.python_dataset_reason
 
 
-def _close(got: List[Any], want: List[Any]) -> None:
-    assert len(got) == len(want) > 0
-    for a, b in zip(got, want):
-        if isinstance(a, dict):
-            assert a.keys() == b.keys()
-            _close([a[k] for k in a], [b[k] for k in a])
-        elif isinstance(a, (tuple, list)):
-            _close(list(a), list(b))
-        elif a.dtype == torch.float32:
-            assert a.shape == b.shape and (a - b).abs().max() <= ULPS, (a - b).abs().max()
-        else:
-            assert torch.equal(a, b)
-
-
 def _with_processor(processor: Any, convert: bool) -> Any:
     def transform(example_batch: Batch) -> Any:
         images = [x.convert("RGB") if convert else x for x in example_batch["image"]]
@@ -99,7 +86,7 @@ def test_the_vit_examples_with_transform_equals_its_dataloader(convert: bool) ->
         files = [p for p in files if _mode(p) == "RGB"]
     dataset = _embedded(files).with_transform(_with_processor(ViTImageProcessor(), convert))
     got = list(_native(dataset, batch_size=5, collate_fn=collate_fn, num_workers=2))
-    _close(got, list(DataLoader(dataset, batch_size=5, collate_fn=collate_fn)))
+    assert_same(got, list(DataLoader(dataset, batch_size=5, collate_fn=collate_fn)), atol=ULPS)
     assert got[0]["pixel_values"].shape[1:] == (3, 224, 224)
 
 
@@ -146,7 +133,7 @@ def test_a_dataset_class_holding_a_processor_equals_its_dataloader(processor: An
         files = [p for p in files if _size(p) == size]
         assert len(files) >= 4
     dataset = Folder(files, processor, squeeze)
-    _close(list(_native(dataset, batch_size=2)), list(DataLoader(dataset, batch_size=2)))
+    assert_same(list(_native(dataset, batch_size=2)), list(DataLoader(dataset, batch_size=2)), atol=ULPS)
 
 
 @pytest.mark.parametrize(
@@ -169,7 +156,7 @@ def test_a_processor_that_is_no_torchvision_pipeline_runs_in_python_with_why(pro
     dataset = Folder(files, processor, True)
     assert why in _reason(dataset, batch_size=2)
     # And gives DataLoader's batches there.
-    _close(list(fl.Loader(dataset, batch_size=1, python_dataset="allow")), list(DataLoader(dataset, batch_size=1)))
+    assert_same(list(fl.Loader(dataset, batch_size=1, python_dataset="allow")), list(DataLoader(dataset, batch_size=1)), atol=ULPS)
 
 
 def test_calls_the_trace_cannot_follow_run_in_python_with_why() -> None:

@@ -29,6 +29,8 @@ from torch.utils.data import (
 
 import ferroloader as fl
 
+from batches import same  # noqa: E402
+
 RANDOM = tvT.Compose([tvT.RandomResizedCrop(32), tvT.RandomHorizontalFlip(), tvT.ToTensor()])
 FIXED = tvT.Compose([tvT.Resize(40), tvT.CenterCrop(32), tvT.ToTensor()])
 
@@ -122,16 +124,6 @@ def _loader(dataset: Any, **kwargs: Any) -> fl.Loader:
     return fl.Loader(dataset, **kwargs)
 
 
-def _equal(a: Any, b: Any) -> bool:
-    if isinstance(a, torch.Tensor):
-        return isinstance(b, torch.Tensor) and torch.equal(a, b)
-    if isinstance(a, dict):
-        return a.keys() == b.keys() and all(_equal(a[k], b[k]) for k in a)
-    if isinstance(a, (list, tuple)):
-        return len(a) == len(b) and all(_equal(x, y) for x, y in zip(a, b))
-    return bool(a == b)
-
-
 def test_a_training_scripts_dataset_gives_dataloaders_batches(folder: Path) -> None:
     dataset = Photos(folder, FIXED)
     with pytest.warns(UserWarning, match=r"Photos runs in Python, as DataLoader runs it \(Photos\.__getitem__ makes its samples: it uses the image's \.crop \(.*\)\): in 2 worker processes"):
@@ -139,10 +131,10 @@ def test_a_training_scripts_dataset_gives_dataloaders_batches(folder: Path) -> N
     want = list(DataLoader(dataset, batch_size=4))
     got = list(loader)
     assert len(got) == len(want) == len(loader) == 5
-    assert all(_equal(g, w) for g, w in zip(got, want))
+    assert all(same(g, w) for g, w in zip(got, want))
     assert got[-1][0].shape == (2, 3, 32, 32)
     # Any structure the collate makes: a dict of batches.
-    assert _equal(next(iter(_loader(Noise(), batch_size=10, num_workers=0)))["index"], torch.arange(10))
+    assert same(next(iter(_loader(Noise(), batch_size=10, num_workers=0)))["index"], torch.arange(10))
     with pytest.raises(ValueError, match=r"Photos would run in Python \(Photos\.__getitem__ makes its samples: it uses the image's \.crop .*\); python_dataset='error' refuses"):
         fl.Loader(dataset, python_dataset="error")
 
@@ -152,16 +144,16 @@ def test_samples_are_seeded_per_sample_whatever_the_workers(folder: Path) -> Non
     runs = [
         list(_loader(dataset, batch_size=5, shuffle=True, seed=7, num_workers=n)) for n in (0, 1, 2)
     ]
-    assert all(_equal(run, runs[0]) for run in runs[1:])
+    assert all(same(run, runs[0]) for run in runs[1:])
     # Another seed draws other crops; the next epoch too.
     other = list(_loader(dataset, batch_size=5, shuffle=True, seed=8, num_workers=0))
-    assert not _equal(other, runs[0])
+    assert not same(other, runs[0])
     # The consumer's own generators are where they were (num_workers=0 loads in this process).
     torch.manual_seed(3), random.seed(3), np.random.seed(3)
     list(_loader(Noise(), batch_size=4, num_workers=0))
     after = (torch.rand(1), random.random(), np.random.rand())
     torch.manual_seed(3), random.seed(3), np.random.seed(3)
-    assert _equal(after, (torch.rand(1), random.random(), np.random.rand()))
+    assert same(after, (torch.rand(1), random.random(), np.random.rand()))
     # All three generators are seeded: every sample draws its own values.
     batch = next(iter(_loader(Noise(), batch_size=10, num_workers=2)))
     for key in ("random", "numpy"):
@@ -288,7 +280,7 @@ def test_a_loader_of_a_python_dataset_pickles_by_configuration(folder: Path) -> 
     loader.set_epoch(2)
     again = pickle.loads(pickle.dumps(loader))
     assert again.epoch == 2 and again.python_dataset_mode == "allow"
-    assert _equal(list(again), list(loader))
+    assert same(list(again), list(loader))
 
 
 def test_the_profile_times_getitem_and_each_transform_in_the_workers(folder: Path) -> None:
@@ -320,7 +312,7 @@ def test_torchvisions_datasets_without_a_transform_run_as_dataloader_runs_them(f
         warnings.simplefilter("ignore")
         got = list(fl.Loader(rotated, batch_size=5, num_workers=0))
     want = list(DataLoader(rotated, batch_size=5))
-    assert _equal(got, want)
+    assert same(got, want)
     # A transform given to the loader still means "read natively": the refusal stands.
     with pytest.raises(ValueError, match=r"has a custom loader"):
         fl.Loader(rotated, transform=FIXED)
@@ -336,8 +328,8 @@ def test_an_iterable_dataset_streams_as_dataloader_streams_it() -> None:
         loader = fl.Loader(fixed, batch_size=4, num_workers=2)
     assert len(loader) == 6
     assert loader.sampler is None and loader.batch_sampler is None  # no indices to show
-    assert _equal(list(loader), list(DataLoader(fixed, batch_size=4, num_workers=2)))
-    assert _equal(list(_loader(fixed, batch_size=4, num_workers=0, drop_last=True)), list(DataLoader(fixed, batch_size=4, drop_last=True)))
+    assert same(list(loader), list(DataLoader(fixed, batch_size=4, num_workers=2)))
+    assert same(list(_loader(fixed, batch_size=4, num_workers=0, drop_last=True)), list(DataLoader(fixed, batch_size=4, drop_last=True)))
     with pytest.raises(TypeError, match=r"Stream is an IterableDataset without len\(\)"):
         len(_loader(Stream(), batch_size=4))
     for arg in ({"shuffle": True}, {"sampler": [0, 1]}, {"rank": 0, "world_size": 2}):
@@ -354,8 +346,8 @@ def test_an_iterable_datasets_workers_are_seeded_per_epoch_and_resume_by_replayi
         return list(loader)
 
     # 0 and 1 workers: one stream, one seed; 2 workers: each its own, the same every run.
-    assert _equal(run(0), run(1)) and _equal(run(2), run(2))
-    assert not _equal(run(2), run(2, epoch=1)) and not _equal(run(2), run(2, seed=1))
+    assert same(run(0), run(1)) and same(run(2), run(2))
+    assert not same(run(2), run(2, epoch=1)) and not same(run(2), run(2, seed=1))
     # The consumer's generators do not move with num_workers=0 (the stream's are swapped in).
     torch.manual_seed(5)
     list(_loader(Stream(), batch_size=4, num_workers=0))
@@ -370,7 +362,7 @@ def test_an_iterable_datasets_workers_are_seeded_per_epoch_and_resume_by_replayi
     rest = list(it)
     resumed = _loader(Stream(), batch_size=4, num_workers=2)
     resumed.load_state_dict(state)
-    assert _equal(list(resumed), rest) and len(rest) == 4
+    assert same(list(resumed), rest) and len(rest) == 4
     with pytest.raises(ValueError, match=r"state: saved with num_workers=2, this loader has num_workers=1"):
         _loader(Stream(), batch_size=4, num_workers=1).load_state_dict(state)
     unordered = _loader(Stream(), batch_size=4, num_workers=2, in_order=False)
@@ -394,10 +386,10 @@ def test_spawned_persistent_workers_give_the_same_batches(folder: Path) -> None:
         profile="spans", **kwargs,
     )
     first, second = list(spawned), list(spawned)
-    assert _equal(first, list(_loader(dataset, num_workers=0, **kwargs)))
+    assert same(first, list(_loader(dataset, num_workers=0, **kwargs)))
     reference = _loader(dataset, num_workers=0, **kwargs)
     reference.set_epoch(1)
-    assert _equal(second, list(reference))
+    assert same(second, list(reference))
     (profile,) = spawned.profile().to_dict()["pipelines"]
     assert profile["meta"]["start_method"] == "spawn" and len(profile["batches"]) == 8
 

@@ -17,6 +17,8 @@ from torch.utils.data import DataLoader, Subset
 
 import ferroloader as fl
 
+from batches import assert_same  # noqa: E402
+
 datasets.disable_progress_bars()
 
 # timm's ImageDataset opens each file and leaves it to the garbage collector (the DataLoader
@@ -35,21 +37,14 @@ def _train_transform() -> Any:
     return create_transform(32, is_training=True, auto_augment="rand-m9-mstd0.5", re_prob=0.25)
 
 
-def _assert_same(got: List[Any], want: List[Any]) -> None:
-    assert len(got) == len(want)
-    for (images, labels), (ref_images, ref_labels) in zip(got, want):
-        assert torch.equal(labels, ref_labels)
-        assert torch.equal(images, ref_images), (images - ref_images).abs().max()
-
-
 def test_a_folder_dataset_equals_a_dataloader_over_it(folder: Path) -> None:
     dataset = create_dataset("", root=str(folder), split="train", is_training=False)
     assert type(dataset.reader).__name__ == "ReaderImageFolder"
     dataset.transform = _eval_transform()
     loader = fl.Loader(dataset, batch_size=5, num_workers=2, python_tail="error")
-    _assert_same(list(loader), list(DataLoader(dataset, batch_size=5)))
+    assert_same(list(loader), list(DataLoader(dataset, batch_size=5)))
     subset = Subset(dataset, [3, 1, 17, 0])
-    _assert_same(list(fl.Loader(subset, batch_size=2)), list(DataLoader(subset, batch_size=2)))
+    assert_same(list(fl.Loader(subset, batch_size=2)), list(DataLoader(subset, batch_size=2)))
 
 
 def test_timms_training_recipe_gives_the_same_batches_whatever_the_workers(folder: Path) -> None:
@@ -59,10 +54,10 @@ def test_timms_training_recipe_gives_the_same_batches_whatever_the_workers(folde
         list(fl.Loader(dataset, batch_size=4, shuffle=True, seed=7, num_workers=n, python_tail="error"))
         for n in (0, 2)
     ]
-    _assert_same(runs[0], runs[1])
+    assert_same(runs[0], runs[1])
     listed = [(p, y) for p, y in dataset.reader.samples]
     same_files = fl.Loader(listed, transform=_train_transform(), batch_size=4, shuffle=True, seed=7)
-    _assert_same(list(same_files), runs[0])
+    assert_same(list(same_files), runs[0])
 
 
 def test_a_hugging_face_dataset_read_through_timm(folder: Path, tmp_path: Path) -> None:
@@ -70,7 +65,7 @@ def test_a_hugging_face_dataset_read_through_timm(folder: Path, tmp_path: Path) 
     assert type(dataset.reader).__name__ == "ReaderHfds"
     dataset.transform = _eval_transform()
     loader = fl.Loader(dataset, batch_size=5, num_workers=2, python_tail="error")
-    _assert_same(list(loader), list(DataLoader(dataset, batch_size=5)))
+    assert_same(list(loader), list(DataLoader(dataset, batch_size=5)))
 
 
 def test_what_timm_would_hand_over_otherwise_is_not_read_natively(folder: Path) -> None:
@@ -81,7 +76,7 @@ def test_what_timm_would_hand_over_otherwise_is_not_read_natively(folder: Path) 
     gray.transform = tvT.Compose([tvT.Resize(40), tvT.CenterCrop(32), tvT.ToTensor()])
     with pytest.warns(UserWarning, match="input_img_mode='L'"):
         loader = fl.Loader(gray, batch_size=6, num_workers=0)
-    _assert_same(list(loader), list(DataLoader(gray, batch_size=6)))
+    assert_same(list(loader), list(DataLoader(gray, batch_size=6)))
 
 
 def test_timms_hugging_face_reader_keeps_the_stored_orientation(tmp_path: Path) -> None:
@@ -102,4 +97,4 @@ def test_timms_hugging_face_reader_keeps_the_stored_orientation(tmp_path: Path) 
     dataset.transform = tvT.Compose([tvT.Resize(24), tvT.CenterCrop(20), tvT.ToTensor()])
     loader = fl.Loader(dataset, batch_size=4, python_tail="error")
     assert not loader.exif_transpose, "timm opens the bytes itself: no transposition"
-    _assert_same(list(loader), list(DataLoader(dataset, batch_size=4)))
+    assert_same(list(loader), list(DataLoader(dataset, batch_size=4)))
