@@ -84,7 +84,7 @@ py-build: deps venv ## Build the Python extension into the venv (release)
 # test_packaging.py's `slow` test builds a wheel (relinking py-build's release build) and installs
 # it into a fresh venv, numpy and the cli extra from pip's index: PYTEST_ARGS='-m "not slow"' skips it.
 test-python: py-build fixtures $(FIXTURES)/folder/.done browser s3-server ## Python tests (pytest, warnings are errors)
-	$(PY) -m pytest python-bindings/tests -W error --timeout 120 -q $(PYTEST_ARGS)
+	$(PY) -m pytest python-bindings/tests -W error --timeout 120 -q --durations=15 $(PYTEST_ARGS)
 
 test: test-rust test-python ## Run every test (installs what it needs first)
 

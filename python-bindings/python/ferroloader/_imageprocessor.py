@@ -26,6 +26,7 @@ What this module must not do: run or change the processor.
 
 from __future__ import annotations
 
+import copy
 import sys
 from typing import Any, Dict, Tuple, Union
 
@@ -39,9 +40,9 @@ _BASE_STEPS = (
 )
 
 #: Each processor converted, by ``id``: the processor (kept, so the id is not reused), its
-#: settings when converted and the conversion (one transform object while the settings hold:
-#: the trace compares transforms by identity).
-_CONVERTED: Dict[int, Tuple[Any, str, Any]] = {}
+#: settings' values when converted and the transform (one object while the settings hold: the
+#: trace compares transforms by identity, once per sample).
+_CONVERTED: Dict[int, Tuple[Any, Tuple[Any, ...], Any]] = {}
 
 
 def is_image_processor(value: Any) -> bool:
@@ -51,23 +52,21 @@ def is_image_processor(value: Any) -> bool:
     return base is not None and isinstance(value, base)
 
 
-def _settings(processor: Any) -> Dict[str, Any]:
-    """The processor's settings as its ``preprocess`` resolves them with no overrides given."""
-    kwargs = {name: getattr(processor, name, None) for name in processor._valid_kwargs_names}
-    return dict(processor._standardize_kwargs(**kwargs))
-
-
 def processor_transform(processor: Any) -> Union[Any, str]:
     """The ``torchvision.transforms.v2`` pipeline ``processor`` is (the same object while its
     settings stay), or why it is not one."""
-    settings = _settings(processor)
-    key = repr(sorted(settings.items(), key=lambda kv: kv[0]))
+    names = processor._valid_kwargs_names
+    # Copies: a setting changed in place (processor.size["height"] = 32) is a change too.
+    values = tuple(copy.copy(getattr(processor, name, None)) for name in names)
     held = _CONVERTED.get(id(processor))
-    if held is not None and held[0] is processor and held[1] == key:
+    if held is not None and held[0] is processor and held[1] == values:
         return held[2]
+    # The settings as the processor's ``preprocess`` resolves them with no overrides given
+    # (on copies again: the stored values stay as read).
+    settings = dict(processor._standardize_kwargs(**{name: copy.copy(v) for name, v in zip(names, values)}))
     made = _convert(processor, settings)
     if not isinstance(made, str):
-        _CONVERTED[id(processor)] = (processor, key, made)
+        _CONVERTED[id(processor)] = (processor, values, made)
     return made
 
 
