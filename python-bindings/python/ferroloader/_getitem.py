@@ -25,6 +25,9 @@ DataLoader would have collated it. The same re-making with real, timed reads
 (:func:`reading_copy`, a :class:`Reads` of the profiler's) splits such a dataset's
 ``__getitem__`` into read and decode when ``fl.torch.profile`` times DataLoader's run of it.
 
+A transformers image processor called on the image stands for the torchvision pipeline it is
+(:class:`_HeldProcessor`, ``ferroloader._imageprocessor``).
+
 Anything else done with the image (its ``.size``, a crop by a box, ``np.array(img)``, another
 mode, a second image, a read by OpenCV, a random target) makes the trace fail with what it saw,
 and the dataset runs in Python as DataLoader runs it, that reason in the loader's warning.
@@ -49,6 +52,8 @@ import types
 from typing import Any, Callable, Dict, List, NamedTuple, NoReturn, Optional, Sequence, Tuple, Union
 
 import numpy as np
+
+from ferroloader._imageprocessor import is_image_processor, processor_transform
 
 __all__ = [
     "GIL_BUDGET_S",
@@ -569,7 +574,7 @@ class _StandIns:
         if isinstance(value, types.FunctionType):
             made = self.function(value, depth + 1)
             return None if made is value else made
-        if self.reads.hold is not None and (_is_transform(value) or _is_processor(value)):
+        if self.reads.hold is not None and (_is_transform(value) or is_image_processor(value)):
             return self.reads.hold(value)
         return None
 
@@ -627,8 +632,6 @@ class _HeldProcessor(_Held):
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         if not any(map(_holds_image, (*args, *kwargs.values()))):
             return self.original(*args, **kwargs)
-        from ferroloader._imageprocessor import processor_transform
-
         images = args[0] if args else kwargs.pop("images", None)
         tensors = kwargs.pop("return_tensors", None)
         name = type(self.original).__name__
@@ -686,8 +689,6 @@ class _PixelValues:
 def _hold(value: Any) -> _Held:
     """What the trace holds in place of a callable of the dataset's: :class:`_HeldProcessor` for a
     transformers image processor, else :class:`_Held`."""
-    from ferroloader._imageprocessor import is_image_processor
-
     return _HeldProcessor(value) if is_image_processor(value) else _Held(value)
 
 
@@ -699,12 +700,6 @@ _TRANSFORM_MODULES = ("torchvision.transforms.", "timm.data.", "ferroloader.tran
 def _is_transform(value: Any) -> bool:
     module = type(value).__module__ or ""
     return callable(value) and not isinstance(value, type) and module.startswith(_TRANSFORM_MODULES)
-
-
-def _is_processor(value: Any) -> bool:
-    from ferroloader._imageprocessor import is_image_processor
-
-    return is_image_processor(value)
 
 
 def _describe(value: Any) -> str:
