@@ -32,7 +32,7 @@ import threading
 import types
 from typing import Any, Callable, Dict, List, Optional, Sequence
 
-from ferroloader._getitem import LiveGlobals, ModuleWith, from_library, global_names, nested_codes
+from ferroloader._getitem import ModuleWith, from_library, global_names, nested_codes, remade_function
 
 __all__ = ["Collate"]
 
@@ -122,14 +122,7 @@ def _remade(
         return None
     if imports:
         overrides["__builtins__"] = dict(vars(builtins), __import__=_import)
-    remade = types.FunctionType(
-        fn.__code__,
-        LiveGlobals(overrides, fn.__globals__),
-        fn.__name__,
-        fn.__defaults__,
-        tuple(cells) if fn.__closure__ is not None else None,
-    )
-    remade.__kwdefaults__ = fn.__kwdefaults__
+    remade = remade_function(fn, overrides, cells)
     made[fn] = remade
     return remade
 

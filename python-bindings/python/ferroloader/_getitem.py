@@ -69,6 +69,7 @@ __all__ = [
     "is_stand_in",
     "item_name",
     "nested_codes",
+    "remade_function",
     "steps_first",
     "loader_opens",
     "reading_copy",
@@ -451,6 +452,20 @@ class LiveGlobals(dict):  # type: ignore[type-arg]
         return self.live[name]
 
 
+def remade_function(fn: types.FunctionType, overrides: Dict[str, Any], cells: List[Any]) -> types.FunctionType:
+    """``fn``'s code run with ``overrides`` before its module's globals (read live:
+    :class:`LiveGlobals`) and ``cells`` for its closure's (where it has one)."""
+    remade = types.FunctionType(
+        fn.__code__,
+        LiveGlobals(overrides, fn.__globals__),
+        fn.__name__,
+        fn.__defaults__,
+        tuple(cells) if fn.__closure__ is not None else None,
+    )
+    remade.__kwdefaults__ = fn.__kwdefaults__
+    return remade
+
+
 class Reads(NamedTuple):
     """What re-made code calls where it reads an image: in place of ``PIL.Image.open``,
     torchvision's ``default_loader``/``pil_loader``, the builtin ``open``,
@@ -524,11 +539,8 @@ class _StandIns:
             stand = self.stand_for(value, depth)
             if stand is not None:
                 cells[i] = types.CellType(stand)
-        closure = tuple(cells) if fn.__closure__ is not None else None
         overrides: Dict[str, Any] = {"__builtins__": self.builtins}
-        remade = types.FunctionType(fn.__code__, LiveGlobals(overrides, fn.__globals__), fn.__name__,
-                                    fn.__defaults__, closure)
-        remade.__kwdefaults__ = fn.__kwdefaults__
+        remade = remade_function(fn, overrides, cells)
         self.made[(fn, owner)] = remade  # before its globals: a function may call itself
         for name in global_names(fn.__code__):
             if name in fn.__globals__:
