@@ -8,7 +8,6 @@ fuses its rescale into the normalization)."""
 from __future__ import annotations
 
 import re
-import warnings
 from pathlib import Path
 from typing import Any, Dict, List, Tuple
 
@@ -21,6 +20,7 @@ from torch.utils.data import DataLoader, Dataset
 import ferroloader as fl
 
 from test_hf_datasets import _decodable, _embedded  # noqa: E402
+from test_hf_format import _native  # noqa: E402
 from batches import assert_same  # noqa: E402
 
 transformers = pytest.importorskip("transformers")
@@ -51,14 +51,6 @@ def collate_fn(batch: List[Dict[str, Any]]) -> Dict[str, torch.Tensor]:
         "pixel_values": torch.stack([x["pixel_values"] for x in batch]),
         "labels": torch.tensor([x["labels"] for x in batch]),
     }
-
-
-def _native(dataset: Any, **kwargs: Any) -> fl.Loader:
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")  # no "runs in Python" warning
-        loader = fl.Loader(dataset, **kwargs)
-    assert loader.python_dataset_reason is None
-    return loader
 
 
 def _reason(dataset: Any, **kwargs: Any) -> str:
