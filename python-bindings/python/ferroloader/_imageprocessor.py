@@ -8,18 +8,19 @@ a dataset class. transformers 5's processors run on torchvision (``TorchvisionBa
 PIL image as a uint8 tensor, ``resize`` (antialiased), ``center_crop``, then rescale and
 normalize fused into one float op. Where a processor's class runs that pipeline as the base
 class writes it, its settings are a ``torchvision.transforms.v2`` pipeline: ``ToImage()``,
-``Resize(size, interpolation, antialias=True)``, ``ToDtype(torch.float32, scale=True)``,
-``Normalize(mean, std)``, the same pixels, the floats within a few units in the last place (the
-processor divides by ``std * 255`` after subtracting ``mean * 255``; torchvision scales first).
+``Resize(size, interpolation, antialias=True)``, ``CenterCrop`` (see below),
+``ToDtype(torch.float32, scale=True)``, ``Normalize(mean, std)``: the same pixels, the floats
+within a few units in the last place (the processor divides by ``std * 255`` after
+subtracting ``mean * 255``; torchvision scales first).
 
 Not converted, with the reason: a class overriding any step (ConvNext's ``crop_pct``...), a
 center crop of images of their own sizes (the processor places it at ``int((h - crop) / 2)``,
 torchvision at ``round``: a pixel apart for some sizes; after a resize to a fixed height and
-width, DeiT's, the offsets are known, and converted where they agree), padding, resampling other than bilinear and bicubic, a
-rescale other than 1/255 or without it, sizes by longest edge or maximum, ``do_convert_rgb``
-(CLIP's, BiT's: it composites alpha, and a transparent colour, onto white, even of an image
-``.convert("RGB")`` made, whose transparent colour Pillow keeps; the loader's RGB decode
-leaves the colours).
+width, DeiT's, the offsets are known, and converted where they agree), padding, resampling
+other than bilinear and bicubic, a rescale other than 1/255 or without it, sizes by longest
+edge or maximum, ``do_convert_rgb`` (CLIP's, BiT's: it composites alpha, and a transparent
+colour, onto white, even of an image ``.convert("RGB")`` made, whose transparent colour Pillow
+keeps; the loader's RGB decode leaves the colours).
 
 What this module must not do: run or change the processor.
 """
@@ -28,7 +29,7 @@ from __future__ import annotations
 
 import copy
 import sys
-from typing import Any, Dict, Tuple, Union
+from typing import Any, Dict, List, Tuple, Union
 
 __all__ = ["is_image_processor", "processor_transform"]
 
@@ -110,7 +111,7 @@ def _convert(processor: Any, settings: Dict[str, Any]) -> Union[Any, str]:
                 "colour onto white (the loader's RGB decode leaves the colours)")
     if s.get("do_pad"):
         return f"uses {name} with do_pad=True"
-    ops: list[Any] = [v2.ToImage()]
+    ops: List[Any] = [v2.ToImage()]
     if s.get("do_resize"):
         size = s["size"]
         resample = s.get("resample")
