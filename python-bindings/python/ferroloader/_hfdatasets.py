@@ -202,6 +202,11 @@ def label_column(dataset: Any) -> str:
     return _columns(dataset, sys.modules["datasets"])[1]
 
 
+def split_name(dataset: Any) -> str:
+    """What a row of ``dataset`` is named after: its split (``train[3]``), else ``dataset``."""
+    return "dataset" if dataset.split is None else str(dataset.split)
+
+
 def member_names(dataset: Any) -> List[str]:
     """A file name for each row of ``dataset`` (in :func:`table_of`'s order), naming the row, for
     writing the rows as shard members: ``NAME[ROW].EXT`` for a row of embedded bytes, EXT told
@@ -218,7 +223,7 @@ def member_names(dataset: Any) -> List[str]:
         paths += chunk.field("path").to_pylist()
     selected = _selected_rows(dataset, None)
     rows = range(len(heads)) if selected is None else selected.tolist()
-    name = "dataset" if dataset.split is None else str(dataset.split)
+    name = split_name(dataset)
     names = []
     for position, row in enumerate(rows):
         head, path = heads[row], paths[row]

@@ -76,7 +76,7 @@ class FormattedRows:
         hf = sys.modules["datasets"]
         from PIL import Image, ImageOps
 
-        from ferroloader._hfdatasets import image_column
+        from ferroloader._hfdatasets import image_column, split_name
 
         form = dataset.format
         self.function = form["format_kwargs"]["transform"]
@@ -92,7 +92,7 @@ class FormattedRows:
         if self.decode and self.image_column in rows.column_names:
             rows = rows.cast_column(self.image_column, hf.Image(decode=False))
         self.rows = rows
-        self.name = "dataset" if dataset.split is None else str(dataset.split)
+        self.name = split_name(dataset)
         self.open = Image.open
         self.upright = ImageOps.exif_transpose
 
